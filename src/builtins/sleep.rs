@@ -1,0 +1,47 @@
+//! `sleep {ms}`: waits, reporting progress every 50 ms when the caller asked for it. The
+//! long-running, cancellable tool of the contract.
+
+use crate::mcp::{CallToolResult, LogLevel};
+use crate::registry::{typed_tool, Tool};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Progress cadence; the contract asks for at least one report every 100 ms.
+const PROGRESS_EVERY: Duration = Duration::from_millis(50);
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SleepArgs {
+    /// How long to wait, in milliseconds.
+    ms: u64,
+}
+
+pub fn tool() -> impl Tool {
+    typed_tool(
+        "sleep",
+        "Waits for the given milliseconds, reporting progress; cancellable.",
+        |args: SleepArgs, ctx| async move {
+            ctx.log(LogLevel::Debug, json!({ "sleeping_ms": args.ms }));
+            let total = Duration::from_millis(args.ms);
+            let start = Instant::now();
+            let mut ticks = tokio::time::interval_at(start + PROGRESS_EVERY, PROGRESS_EVERY);
+            loop {
+                let remaining = total.saturating_sub(start.elapsed());
+                if remaining.is_zero() {
+                    break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(remaining) => break,
+                    _ = ticks.tick() => {
+                        let done = start.elapsed().min(total).as_millis() as f64;
+                        ctx.report_progress(done, Some(args.ms as f64), None);
+                    }
+                }
+            }
+            Ok(CallToolResult::text(format!("slept {} ms", args.ms)))
+        },
+    )
+}

@@ -1,0 +1,101 @@
+//! Encoding outgoing messages as text, with ids spliced in as the raw bytes received.
+//!
+//! Responses are built by string concatenation around pre-serialized parts: the id is never
+//! re-parsed, and a result is serialized exactly once.
+
+use super::{ErrorObject, RequestId};
+use serde::Serialize;
+
+const NULL_ID: &str = "null";
+
+/// `{"jsonrpc":"2.0","id":<id>,"result":<result>}` from an already-serialized result.
+pub fn encode_result(id: &RequestId, result_json: &str) -> String {
+    let mut out = String::with_capacity(36 + id.as_json().len() + result_json.len());
+    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    out.push_str(id.as_json());
+    out.push_str(r#","result":"#);
+    out.push_str(result_json);
+    out.push('}');
+    out
+}
+
+/// `{"jsonrpc":"2.0","id":<id or null>,"error":{...}}`.
+pub fn encode_error(id: Option<&RequestId>, error: &ErrorObject) -> String {
+    let id = id.map_or(NULL_ID, RequestId::as_json);
+    // An ErrorObject holds only strings, an integer and already-valid raw JSON, so
+    // serialization cannot fail; the fallback keeps the wire valid regardless.
+    let error_json = serde_json::to_string(error)
+        .unwrap_or_else(|_| r#"{"code":-32603,"message":"Internal error"}"#.to_owned());
+    let mut out = String::with_capacity(36 + id.len() + error_json.len());
+    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    out.push_str(id);
+    out.push_str(r#","error":"#);
+    out.push_str(&error_json);
+    out.push('}');
+    out
+}
+
+/// `{"jsonrpc":"2.0","method":<method>,"params":<params>}`.
+pub fn encode_notification(method: &str, params: &impl Serialize) -> String {
+    #[derive(Serialize)]
+    struct Notification<'a, P> {
+        jsonrpc: &'static str,
+        method: &'a str,
+        params: &'a P,
+    }
+    serde_json::to_string(&Notification {
+        jsonrpc: "2.0",
+        method,
+        params,
+    })
+    .unwrap_or_default()
+}
+
+/// Joins encoded responses into one batch array. The caller sends nothing when `parts` is
+/// empty (a batch of notifications gets no frame at all).
+pub fn encode_batch(parts: &[String]) -> String {
+    let len = parts.iter().map(|p| p.len() + 1).sum::<usize>() + 1;
+    let mut out = String::with_capacity(len);
+    out.push('[');
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(part);
+    }
+    out.push(']');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::value::RawValue;
+
+    fn id(text: &str) -> RequestId {
+        let raw = RawValue::from_string(text.to_owned()).expect("json");
+        RequestId::from_raw(&raw).expect("id")
+    }
+
+    #[test]
+    fn result_splices_the_raw_id() {
+        assert_eq!(
+            encode_result(&id("18446744073709551616"), "{}"),
+            r#"{"jsonrpc":"2.0","id":18446744073709551616,"result":{}}"#
+        );
+    }
+
+    #[test]
+    fn error_without_id_uses_null() {
+        let text = encode_error(None, &crate::error::Error::Parse.to_wire());
+        let value: serde_json::Value = serde_json::from_str(&text).expect("valid json");
+        assert_eq!(value["id"], serde_json::Value::Null);
+        assert_eq!(value["error"]["code"], -32700);
+        assert!(value.get("result").is_none());
+    }
+
+    #[test]
+    fn batch_joins_parts() {
+        assert_eq!(encode_batch(&["1".into(), "2".into()]), "[1,2]");
+    }
+}

@@ -1,0 +1,73 @@
+//! Request ids, kept as the exact bytes the client sent.
+//!
+//! A client may use any JSON string or number as an id, including integers beyond 64 bits
+//! and numbers written as `1.50`; parsing them into `i64`/`u64` (as jsonrpsee and rmcp do)
+//! would change what is echoed back. We keep the raw text and compare ids by it.
+
+use serde_json::value::RawValue;
+use std::fmt;
+
+/// A request id exactly as received: a JSON string or number (never `null`, which MCP forbids).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RequestId(Box<str>);
+
+impl RequestId {
+    /// Accepts the raw JSON of an `id` member if it is a string or a number.
+    /// Returns `None` for `null`, booleans, arrays and objects.
+    pub fn from_raw(raw: &RawValue) -> Option<Self> {
+        let text = raw.get();
+        match text.as_bytes().first() {
+            Some(b'"' | b'-' | b'0'..=b'9') => Some(Self(text.into())),
+            _ => None,
+        }
+    }
+
+    /// The id's JSON text, ready to be spliced into a response.
+    pub fn as_json(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_owned()).expect("valid json")
+    }
+
+    #[test]
+    fn strings_and_numbers_are_kept_byte_exact() {
+        for text in [
+            r#""a""#,
+            r#""\u00e9""#,
+            "1",
+            "-7",
+            "1.50",
+            "18446744073709551616",
+            "1e400",
+        ] {
+            let id = RequestId::from_raw(&raw(text)).expect("accepted");
+            assert_eq!(id.as_json(), text);
+        }
+    }
+
+    #[test]
+    fn null_bool_array_object_are_not_ids() {
+        for text in ["null", "true", "false", "[1]", "{}"] {
+            assert!(RequestId::from_raw(&raw(text)).is_none(), "{text}");
+        }
+    }
+}

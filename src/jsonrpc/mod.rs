@@ -1,0 +1,15 @@
+//! JSON-RPC 2.0 on the wire, and nothing else: decoding a text frame into classified
+//! messages, error objects with their codes, and encoding responses with the request's id
+//! spliced back byte-exact. This layer knows no MCP method and does no IO.
+//!
+//! Spec: <https://www.jsonrpc.org/specification>.
+
+mod decode;
+mod encode;
+mod error;
+mod id;
+
+pub use decode::{decode, Decoded, Entry, Notification, Request};
+pub use encode::{encode_batch, encode_error, encode_notification, encode_result};
+pub use error::{ErrorCode, ErrorObject};
+pub use id::RequestId;

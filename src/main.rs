@@ -1,0 +1,39 @@
+//! The `mcp-ws` binary: command line and environment → settings → logging → server.
+
+use clap::Parser;
+use mcp_ws::config::Settings;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// MCP server over WebSocket (endpoint /mcp).
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Config file (TOML). Default: config/default.toml when present, else built-in defaults.
+    #[arg(long, env = "MCP_WS_CONFIG")]
+    config: Option<PathBuf>,
+    /// Listen address, overriding the config file's server.listen.
+    #[arg(long, env = "MCP_WS_LISTEN")]
+    listen: Option<SocketAddr>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::load(cli.config.as_deref(), cli.listen) {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("mcp-ws: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    mcp_ws::telemetry::init(&settings.logging.filter);
+    match mcp_ws::server::run(settings) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "mcp-ws failed");
+            eprintln!("mcp-ws: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

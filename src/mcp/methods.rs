@@ -1,0 +1,86 @@
+//! The method table: every request method the server serves, the capability it belongs to,
+//! and the first protocol version that has it. A method of a capability the server did not
+//! declare for the session's version answers -32601, like an unknown one.
+
+use super::ProtocolVersion;
+
+/// Server capabilities, as declared in the `initialize` result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    Tools,
+    Resources,
+    Prompts,
+    Logging,
+    Completions,
+}
+
+impl Capability {
+    /// The first protocol version in which the server declares this capability.
+    pub fn since(self) -> ProtocolVersion {
+        match self {
+            // `completions` appeared in 2025-03-26.
+            Self::Completions => ProtocolVersion::V2025_03_26,
+            _ => ProtocolVersion::V2024_11_05,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Initialize,
+    Ping,
+    ToolsList,
+    ToolsCall,
+    ResourcesList,
+    ResourcesRead,
+    ResourceTemplatesList,
+    PromptsList,
+    PromptsGet,
+    LoggingSetLevel,
+    CompletionComplete,
+}
+
+impl Method {
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "initialize" => Self::Initialize,
+            "ping" => Self::Ping,
+            "tools/list" => Self::ToolsList,
+            "tools/call" => Self::ToolsCall,
+            "resources/list" => Self::ResourcesList,
+            "resources/read" => Self::ResourcesRead,
+            "resources/templates/list" => Self::ResourceTemplatesList,
+            "prompts/list" => Self::PromptsList,
+            "prompts/get" => Self::PromptsGet,
+            "logging/setLevel" => Self::LoggingSetLevel,
+            "completion/complete" => Self::CompletionComplete,
+            _ => return None,
+        })
+    }
+
+    pub fn capability(self) -> Option<Capability> {
+        match self {
+            Self::Initialize | Self::Ping => None,
+            Self::ToolsList | Self::ToolsCall => Some(Capability::Tools),
+            Self::ResourcesList | Self::ResourcesRead | Self::ResourceTemplatesList => {
+                Some(Capability::Resources)
+            }
+            Self::PromptsList | Self::PromptsGet => Some(Capability::Prompts),
+            Self::LoggingSetLevel => Some(Capability::Logging),
+            Self::CompletionComplete => Some(Capability::Completions),
+        }
+    }
+
+    /// Whether a session on `version` may call this method.
+    pub fn available_in(self, version: ProtocolVersion) -> bool {
+        self.capability().is_none_or(|c| version >= c.since())
+    }
+}
+
+/// Notification method names, both directions.
+pub mod notifications {
+    pub const INITIALIZED: &str = "notifications/initialized";
+    pub const CANCELLED: &str = "notifications/cancelled";
+    pub const PROGRESS: &str = "notifications/progress";
+    pub const MESSAGE: &str = "notifications/message";
+}

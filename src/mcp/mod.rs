@@ -1,0 +1,16 @@
+//! What the messages mean in MCP: protocol versions and their negotiation, the method table
+//! (which capability each method belongs to and since which version), log levels, and the
+//! payload types of the methods this server serves.
+//!
+//! Spec: <https://modelcontextprotocol.io/specification/2025-11-25> and the three earlier
+//! revisions this server also speaks.
+
+mod capabilities;
+mod methods;
+mod types;
+mod version;
+
+pub use capabilities::server_capabilities;
+pub use methods::{notifications, Capability, Method};
+pub use types::*;
+pub use version::ProtocolVersion;

@@ -1,0 +1,218 @@
+//! Payload types of the methods and notifications the server handles, and the log levels.
+//! Params are parsed once, straight into these types, borrowing from the frame.
+
+use crate::jsonrpc::RequestId;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::borrow::Cow;
+
+/// Parses a params object straight into `T`. The error names the offending member
+/// (`uri: invalid type: …`), without serde_json's line/column suffix.
+pub fn parse_object<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let detail = e.into_inner().to_string();
+        let detail = detail
+            .rfind(" at line ")
+            .map_or(detail.as_str(), |i| &detail[..i]);
+        if path == "." {
+            detail.to_owned()
+        } else {
+            format!("{path}: {detail}")
+        }
+    })
+}
+
+/// RFC 5424 severities used by MCP logging, least severe first so that `Ord` filters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "debug" => Self::Debug,
+            "info" => Self::Info,
+            "notice" => Self::Notice,
+            "warning" => Self::Warning,
+            "error" => Self::Error,
+            "critical" => Self::Critical,
+            "alert" => Self::Alert,
+            "emergency" => Self::Emergency,
+            _ => return None,
+        })
+    }
+}
+
+/// A progress token exactly as the client sent it (a string or an integer).
+#[derive(Debug, Clone)]
+pub struct ProgressToken(Box<RawValue>);
+
+impl ProgressToken {
+    pub fn from_raw(raw: &RawValue) -> Option<Self> {
+        RequestId::from_raw(raw).map(|_| Self(raw.to_owned()))
+    }
+
+    pub fn as_raw(&self) -> &RawValue {
+        &self.0
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams<'a> {
+    #[serde(borrow)]
+    pub protocol_version: Cow<'a, str>,
+    pub capabilities: serde_json::Map<String, Value>,
+    pub client_info: Implementation,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Implementation {
+    pub name: String,
+    pub version: String,
+}
+
+/// `_meta` of a request; only the progress token is read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestMeta<'a> {
+    #[serde(borrow, default)]
+    pub progress_token: Option<&'a RawValue>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CallToolParams<'a> {
+    #[serde(borrow)]
+    pub name: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub arguments: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "_meta")]
+    pub meta: Option<RequestMeta<'a>>,
+}
+
+/// Params of the list methods: only a cursor, which this server never issues.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListParams<'a> {
+    #[serde(borrow, default)]
+    pub cursor: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ReadResourceParams<'a> {
+    #[serde(borrow)]
+    pub uri: Cow<'a, str>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GetPromptParams<'a> {
+    #[serde(borrow)]
+    pub name: Cow<'a, str>,
+    #[serde(default)]
+    pub arguments: std::collections::HashMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SetLevelParams<'a> {
+    #[serde(borrow)]
+    pub level: Cow<'a, str>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CompleteParams {
+    #[serde(rename = "ref")]
+    pub reference: CompleteRef,
+    pub argument: CompleteArgument,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type")]
+pub enum CompleteRef {
+    #[serde(rename = "ref/prompt")]
+    Prompt { name: String },
+    #[serde(rename = "ref/resource")]
+    Resource { uri: String },
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CompleteArgument {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelledParams<'a> {
+    #[serde(borrow)]
+    pub request_id: &'a RawValue,
+}
+
+/// `notifications/progress` params, with the token spliced raw.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressParams<'a> {
+    pub progress_token: &'a RawValue,
+    pub progress: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<&'a str>,
+}
+
+/// `notifications/message` params.
+#[derive(Debug, Serialize)]
+pub struct LoggingMessageParams<'a> {
+    pub level: LogLevel,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logger: Option<&'a str>,
+    pub data: &'a Value,
+}
+
+/// One content block of a tool result or prompt message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Content {
+    Text { text: String },
+}
+
+impl Content {
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::Text { text: text.into() }
+    }
+}
+
+/// The result of `tools/call`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallToolResult {
+    pub content: Vec<Content>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+}
+
+impl CallToolResult {
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            content: vec![Content::text(text)],
+            is_error: false,
+        }
+    }
+
+    pub fn error(text: impl Into<String>) -> Self {
+        Self {
+            content: vec![Content::text(text)],
+            is_error: true,
+        }
+    }
+}

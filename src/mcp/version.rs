@@ -1,0 +1,69 @@
+//! Protocol versions this server speaks and how one is chosen for a session.
+
+use std::fmt;
+
+/// The handshake-era MCP revisions, oldest first so that `Ord` follows time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ProtocolVersion {
+    V2024_11_05,
+    V2025_03_26,
+    V2025_06_18,
+    V2025_11_25,
+}
+
+impl ProtocolVersion {
+    /// Every supported version, newest first.
+    pub const ALL: [Self; 4] = [
+        Self::V2025_11_25,
+        Self::V2025_06_18,
+        Self::V2025_03_26,
+        Self::V2024_11_05,
+    ];
+    pub const LATEST: Self = Self::V2025_11_25;
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V2024_11_05 => "2024-11-05",
+            Self::V2025_03_26 => "2025-03-26",
+            Self::V2025_06_18 => "2025-06-18",
+            Self::V2025_11_25 => "2025-11-25",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str() == text)
+    }
+
+    /// Lifecycle, "Version Negotiation": the server answers with the requested version when
+    /// it supports it, and otherwise with another version it supports, its latest. It is
+    /// then the client's choice to go on or disconnect; this is not an error.
+    pub fn negotiate(requested: &str) -> Self {
+        Self::parse(requested).unwrap_or(Self::LATEST)
+    }
+}
+
+impl fmt::Display for ProtocolVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn supported_versions_are_echoed_and_others_get_the_latest() {
+        for v in ProtocolVersion::ALL {
+            assert_eq!(ProtocolVersion::negotiate(v.as_str()), v);
+        }
+        assert_eq!(
+            ProtocolVersion::negotiate("2023-01-01"),
+            ProtocolVersion::LATEST
+        );
+        assert_eq!(
+            ProtocolVersion::negotiate("2026-07-28"),
+            ProtocolVersion::LATEST
+        );
+    }
+}

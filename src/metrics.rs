@@ -1,0 +1,159 @@
+//! Server-wide counters and gauges, rendered for `GET /metrics` in the Prometheus text
+//! format. Plain atomics: cheap enough for the hot path, and readable by tests without
+//! timing (a peak gauge shows a limit held, whatever the scheduling was).
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A gauge that also remembers its highest value.
+#[derive(Debug, Default)]
+pub struct Gauge {
+    value: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl Gauge {
+    /// Raises the gauge until the returned guard drops (so a dropped future lowers it too).
+    pub fn track(&self) -> GaugeGuard<'_> {
+        let now = self.value.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        GaugeGuard(self)
+    }
+
+    /// Raises the gauge by one, for values whose lifetime a guard cannot follow.
+    pub fn inc(&self) {
+        let now = self.value.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    pub fn dec(&self) {
+        self.value.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Records a value observed elsewhere (for peaks of per-session counts).
+    pub fn observe(&self, value: u64) {
+        self.peak.fetch_max(value, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
+    }
+
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+pub struct GaugeGuard<'a>(&'a Gauge);
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.value.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Open WebSocket sessions.
+    pub sessions: Gauge,
+    /// Worker actors alive (admitted by their session, not yet finished or cancelled).
+    pub workers: Gauge,
+    /// Workers waiting for a slot in the global pool.
+    pub pool_waiting: Gauge,
+    /// Workers holding a slot of the global pool (running their work).
+    pub pool_running: Gauge,
+    /// Highest number of requests one session had in flight (value unused, peak only).
+    pub session_in_flight: Gauge,
+    pub requests: Counter,
+    pub rejected_session_busy: Counter,
+    pub rejected_server_busy: Counter,
+    pub cancelled: Counter,
+    pub timed_out: Counter,
+    pub panicked: Counter,
+}
+
+impl Metrics {
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(2048);
+        let gauges = [
+            ("mcp_sessions", "Open WebSocket sessions", &self.sessions),
+            ("mcp_workers", "Worker actors alive", &self.workers),
+            (
+                "mcp_pool_waiting",
+                "Workers waiting for a global pool slot",
+                &self.pool_waiting,
+            ),
+            (
+                "mcp_pool_running",
+                "Workers holding a global pool slot",
+                &self.pool_running,
+            ),
+        ];
+        for (name, help, gauge) in gauges {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
+                gauge.get()
+            );
+            let _ = writeln!(
+                out,
+                "# HELP {name}_peak Highest value of {name}\n# TYPE {name}_peak gauge\n{name}_peak {}",
+                gauge.peak()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP mcp_session_in_flight_peak Highest number of requests one session had in flight\n# TYPE mcp_session_in_flight_peak gauge\nmcp_session_in_flight_peak {}",
+            self.session_in_flight.peak()
+        );
+        let counters = [
+            ("mcp_requests_total", "Requests received", &self.requests),
+            (
+                "mcp_rejected_session_busy_total",
+                "Requests refused by the per-session cap",
+                &self.rejected_session_busy,
+            ),
+            (
+                "mcp_rejected_server_busy_total",
+                "Requests that found no global pool slot in time",
+                &self.rejected_server_busy,
+            ),
+            (
+                "mcp_cancelled_total",
+                "Requests cancelled by the client or a disconnect",
+                &self.cancelled,
+            ),
+            (
+                "mcp_timed_out_total",
+                "Requests stopped by their timeout",
+                &self.timed_out,
+            ),
+            (
+                "mcp_panicked_total",
+                "Requests whose handler panicked",
+                &self.panicked,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                counter.get()
+            );
+        }
+        out
+    }
+}

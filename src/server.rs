@@ -1,0 +1,238 @@
+//! The HTTP server: routes (`GET /mcp` upgrades to a WebSocket session, `/healthz`,
+//! `/metrics`), starting in the foreground (`run`, the binary) or on a background thread
+//! (`spawn`, tests and benches), and graceful shutdown.
+//!
+//! Shutdown, on SIGINT/SIGTERM or `RunningServer::stop`: stop accepting connections, tell
+//! every session (each refuses new requests, lets in-flight ones finish for up to
+//! `shutdown.grace_ms`, cancels the rest, and closes with 1001), wait for the sessions to
+//! be gone, then stop the HTTP server.
+
+use crate::config::Settings;
+use crate::error::StartupError;
+use crate::registry::Registry;
+use crate::shared::Shared;
+use crate::transport::ws::WsSession;
+use actix_web::dev::ServerHandle;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use actix_web_actors::ws;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// The WebSocket subprotocol selected when the client offers it (the official SDKs do).
+pub const SUBPROTOCOL: &str = "mcp";
+
+/// Mounts the server's routes; shared by the real server and nothing else (tests drive the
+/// real server through a socket).
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/mcp", web::get().to(mcp_upgrade))
+        .route("/healthz", web::get().to(healthz))
+        .route("/metrics", web::get().to(metrics));
+}
+
+async fn mcp_upgrade(
+    req: HttpRequest,
+    stream: web::Payload,
+    shared: web::Data<Shared>,
+) -> Result<HttpResponse, actix_web::Error> {
+    let shared = shared.into_inner();
+    let Some(slot) = shared.admit_session() else {
+        let reason = if shared.is_draining() {
+            "server shutting down"
+        } else {
+            "too many sessions"
+        };
+        return Ok(HttpResponse::ServiceUnavailable()
+            .insert_header(("Retry-After", "1"))
+            .body(reason));
+    };
+    let max_message_bytes = shared.settings.limits.max_message_bytes;
+    ws::WsResponseBuilder::new(WsSession::new(shared, slot), &req, stream)
+        .protocols(&[SUBPROTOCOL])
+        .frame_size(max_message_bytes)
+        .start()
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain").body("ok\n")
+}
+
+async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(shared.metrics.render())
+}
+
+/// A server running on its own thread.
+pub struct RunningServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl RunningServer {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `ws://ADDR/mcp`.
+    pub fn url(&self) -> String {
+        format!("ws://{}/mcp", self.addr)
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Shuts down gracefully (as on SIGTERM) and waits until the server thread is done.
+    pub fn stop(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::error!(%error, "server thread failed"),
+                Err(_) => tracing::error!("server thread panicked"),
+            }
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+/// Starts the server with the demo registry on a background thread; returns once bound.
+pub fn spawn(settings: Settings) -> io::Result<RunningServer> {
+    spawn_with(settings, crate::builtins::registry())
+}
+
+/// Starts the server with the given registry on a background thread; returns once bound.
+pub fn spawn_with(settings: Settings, registry: Registry) -> io::Result<RunningServer> {
+    let shared = Shared::new(settings, registry);
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let thread_shared = shared.clone();
+    let thread = std::thread::Builder::new()
+        .name("mcp-ws-server".into())
+        .spawn(move || {
+            actix_rt::System::new().block_on(serve(thread_shared, bound_tx, async {
+                let _ = stop_rx.await;
+            }))
+        })?;
+    match bound_rx.recv() {
+        Ok(Ok(addr)) => Ok(RunningServer {
+            addr,
+            shared,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }),
+        Ok(Err(error)) => {
+            let _ = thread.join();
+            Err(error)
+        }
+        Err(_) => Err(io::Error::other("server thread ended before binding")),
+    }
+}
+
+/// Runs the server in the foreground until SIGINT or SIGTERM, then shuts down gracefully.
+pub fn run(settings: Settings) -> Result<(), StartupError> {
+    let listen = settings.server.listen;
+    let shared = Shared::new(settings, crate::builtins::registry());
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    let result = actix_rt::System::new().block_on(serve(shared, bound_tx, termination_signal()));
+    match bound_rx.try_recv() {
+        Ok(Err(source)) => Err(StartupError::Bind {
+            addr: listen,
+            source,
+        }),
+        _ => result.map_err(StartupError::Io),
+    }
+}
+
+async fn termination_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGTERM; only SIGINT stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    tracing::info!("termination signal received");
+}
+
+/// Binds, reports the bound address (or the bind error) through `bound`, serves until
+/// `stop` resolves, then shuts down gracefully.
+async fn serve(
+    shared: Arc<Shared>,
+    bound: std::sync::mpsc::Sender<io::Result<SocketAddr>>,
+    stop: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let settings = &shared.settings;
+    let app_shared = web::Data::from(shared.clone());
+    let mut server =
+        HttpServer::new(move || App::new().app_data(app_shared.clone()).configure(routes))
+            .backlog(settings.server.backlog)
+            .disable_signals()
+            .shutdown_timeout(5);
+    if settings.server.workers > 0 {
+        server = server.workers(settings.server.workers);
+    }
+    let server = match server.bind(settings.server.listen) {
+        Ok(server) => server,
+        Err(error) => {
+            let _ = bound.send(Err(io::Error::new(error.kind(), error.to_string())));
+            return Err(error);
+        }
+    };
+    let addr = server
+        .addrs()
+        .first()
+        .copied()
+        .unwrap_or(settings.server.listen);
+    let server = server.run();
+    let handle = server.handle();
+    let server_task = actix_rt::spawn(server);
+    tracing::info!(%addr, "listening; WebSocket endpoint ws://{addr}/mcp");
+    let _ = bound.send(Ok(addr));
+
+    stop.await;
+    shut_down(&shared, &handle).await;
+    server_task.await.map_err(io::Error::other)?
+}
+
+async fn shut_down(shared: &Arc<Shared>, handle: &ServerHandle) {
+    let grace = Duration::from_millis(shared.settings.shutdown.grace_ms);
+    tracing::info!(
+        sessions = shared.live_sessions(),
+        grace_ms = grace.as_millis() as u64,
+        "shutting down"
+    );
+    handle.pause().await;
+    shared.begin_shutdown(grace);
+    // Sessions close themselves within the grace; the margin covers the close handshake.
+    let deadline = Instant::now() + grace + Duration::from_secs(2);
+    while shared.live_sessions() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    handle.stop(true).await;
+    tracing::info!("stopped");
+}

@@ -1,0 +1,326 @@
+//! The protocol core of one connection, independent of how frames travel: it takes text
+//! frames and worker events in, and writes text frames out through a [`Transport`]. The
+//! WebSocket actor (`transport::ws`) and the in-memory actor (`transport::memory`) both
+//! drive this same core.
+//!
+//! It owns the session's lifecycle (awaiting `initialize`, then ready with the negotiated
+//! version and the client's capabilities), its log level, the map of requests in flight
+//! (each in a worker actor), and the batches still being collected. A worker's result or
+//! progress for an id that is no longer in flight (cancelled, or the session is gone) is
+//! dropped here, which is what makes "no response after cancel" hold.
+
+mod dispatch;
+
+use crate::error::Error;
+use crate::jsonrpc::{
+    decode, encode_batch, encode_error, encode_notification, encode_result, Decoded, Entry,
+    Notification, Request, RequestId,
+};
+use crate::mcp::{
+    notifications, CancelledParams, Implementation, LogLevel, LoggingMessageParams, ProgressParams,
+    ProgressToken, ProtocolVersion,
+};
+use crate::shared::Shared;
+use crate::worker::{Cancel, RequestWorker, WorkerEvent};
+use actix::{Addr, Recipient};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What carries the session's frames. Implemented by each transport actor.
+pub trait Transport {
+    fn send_text(&mut self, frame: String);
+    /// Where this session's workers send their events (the transport actor's address).
+    fn worker_events(&self) -> Recipient<WorkerEvent>;
+}
+
+pub struct Session {
+    shared: Arc<Shared>,
+    /// Server-unique, for logs.
+    id: u64,
+    phase: Phase,
+    log_level: LogLevel,
+    in_flight: HashMap<RequestId, InFlight>,
+    batches: HashMap<u64, PendingBatch>,
+    next_batch: u64,
+    /// Set on shutdown: no new requests, in-flight ones may finish.
+    draining: bool,
+}
+
+enum Phase {
+    AwaitingInit,
+    Ready(Negotiated),
+}
+
+/// What `initialize` settled for this session.
+struct Negotiated {
+    version: ProtocolVersion,
+    client_capabilities: Arc<Value>,
+    client_info: Implementation,
+    /// Whether `notifications/initialized` has arrived (requests are served either way once
+    /// `initialize` was answered).
+    initialized: bool,
+}
+
+/// A request running in a worker.
+struct InFlight {
+    worker: Addr<RequestWorker>,
+    progress_token: Option<ProgressToken>,
+    /// The batch whose response array this request's response joins.
+    batch: Option<u64>,
+}
+
+/// A batch answered once all its requests are done.
+struct PendingBatch {
+    pending: usize,
+    responses: Vec<String>,
+}
+
+/// How a request was answered.
+enum Reply {
+    Now(String),
+    /// A worker runs it; its response comes as a `WorkerEvent::Finished`.
+    Later,
+    Silent,
+}
+
+impl Session {
+    pub fn new(shared: Arc<Shared>, id: u64) -> Self {
+        let log_level =
+            LogLevel::parse(&shared.settings.logging.client_level).unwrap_or(LogLevel::Info);
+        Self {
+            shared,
+            id,
+            phase: Phase::AwaitingInit,
+            log_level,
+            in_flight: HashMap::new(),
+            batches: HashMap::new(),
+            next_batch: 0,
+            draining: false,
+        }
+    }
+
+    /// Handles one complete text message: a single JSON-RPC message or a batch.
+    pub fn on_text(&mut self, text: &str, tx: &mut dyn Transport) {
+        match decode(text, self.shared.settings.limits.max_batch_len) {
+            Decoded::Rejected(error) => tx.send_text(encode_error(None, &error.to_wire())),
+            Decoded::Single(entry) => {
+                if let Reply::Now(frame) = self.on_entry(entry, None, tx) {
+                    tx.send_text(frame);
+                }
+            }
+            Decoded::Batch(entries) => self.on_batch(entries, tx),
+        }
+    }
+
+    /// Entries run concurrently (inline ones answer at once, others start workers); the
+    /// array goes out when the last one is done, and not at all if none needs an answer.
+    fn on_batch(&mut self, entries: Vec<Entry<'_>>, tx: &mut dyn Transport) {
+        let batch = self.next_batch;
+        self.next_batch += 1;
+        let mut responses = Vec::new();
+        let mut pending = 0;
+        for entry in entries {
+            match self.on_entry(entry, Some(batch), tx) {
+                Reply::Now(frame) => responses.push(frame),
+                Reply::Later => pending += 1,
+                Reply::Silent => {}
+            }
+        }
+        if pending > 0 {
+            self.batches
+                .insert(batch, PendingBatch { pending, responses });
+        } else if !responses.is_empty() {
+            tx.send_text(encode_batch(&responses));
+        }
+    }
+
+    fn on_entry(&mut self, entry: Entry<'_>, batch: Option<u64>, tx: &mut dyn Transport) -> Reply {
+        match entry {
+            Entry::Request(request) => self.on_request(request, batch, tx),
+            Entry::Notification(notification) => {
+                self.on_notification(notification, tx);
+                Reply::Silent
+            }
+            Entry::Response => {
+                tracing::debug!(
+                    session = self.id,
+                    "dropping a response: this server sends no requests"
+                );
+                Reply::Silent
+            }
+            Entry::Invalid { id, error } => Reply::Now(encode_error(id.as_ref(), &error.to_wire())),
+        }
+    }
+
+    fn on_request(
+        &mut self,
+        request: Request<'_>,
+        batch: Option<u64>,
+        tx: &mut dyn Transport,
+    ) -> Reply {
+        self.shared.metrics.requests.inc();
+        let span = tracing::debug_span!("request", session = self.id, id = %request.id, method = %request.method);
+        let _entered = span.enter();
+        let started = Instant::now();
+        let outcome = if self.in_flight.contains_key(&request.id) {
+            Err(Error::DuplicateRequestId)
+        } else if self.draining {
+            Err(Error::ShuttingDown)
+        } else {
+            match self.route(&request, batch) {
+                Ok(dispatch::Route::Inline(result)) => Ok(Some(result)),
+                Ok(dispatch::Route::Worker(call)) => self
+                    .start_worker(request.id.clone(), call, batch, tx)
+                    .map(|()| None),
+                Err(error) => Err(error),
+            }
+        };
+        let reply = match outcome {
+            Ok(Some(result)) => Reply::Now(encode_result(&request.id, &result)),
+            Ok(None) => return Reply::Later,
+            Err(error) => Reply::Now(encode_error(Some(&request.id), &error.to_wire())),
+        };
+        tracing::debug!(
+            elapsed_us = started.elapsed().as_micros() as u64,
+            outcome = if matches!(&reply, Reply::Now(f) if f.contains(r#""error":"#)) {
+                "error"
+            } else {
+                "ok"
+            },
+            "answered inline"
+        );
+        reply
+    }
+
+    fn on_notification(&mut self, notification: Notification<'_>, tx: &mut dyn Transport) {
+        match notification.method.as_ref() {
+            notifications::INITIALIZED => match &mut self.phase {
+                Phase::Ready(negotiated) => negotiated.initialized = true,
+                Phase::AwaitingInit => {
+                    tracing::debug!(session = self.id, "initialized before initialize; ignored")
+                }
+            },
+            notifications::CANCELLED => {
+                let params = notification.params.map_or("{}", |p| p.get());
+                match crate::mcp::parse_object::<CancelledParams<'_>>(params) {
+                    Ok(params) => match RequestId::from_raw(params.request_id) {
+                        Some(id) => self.cancel(&id, tx),
+                        None => tracing::debug!(
+                            session = self.id,
+                            "cancel with an invalid requestId; ignored"
+                        ),
+                    },
+                    Err(reason) => {
+                        tracing::debug!(session = self.id, %reason, "malformed cancel; ignored")
+                    }
+                }
+            }
+            other => tracing::debug!(session = self.id, method = other, "notification ignored"),
+        }
+    }
+
+    /// Stops a request in flight; no response will be sent for it. Unknown or finished ids
+    /// are ignored, as the spec asks (the cancel may cross the response on the wire).
+    fn cancel(&mut self, id: &RequestId, tx: &mut dyn Transport) {
+        let Some(entry) = self.in_flight.remove(id) else {
+            tracing::debug!(session = self.id, id = %id, "cancel for a request not in flight; ignored");
+            return;
+        };
+        entry.worker.do_send(Cancel);
+        self.shared.metrics.workers.dec();
+        self.shared.metrics.cancelled.inc();
+        tracing::debug!(session = self.id, id = %id, "cancelled");
+        if let Some(batch) = entry.batch {
+            self.batch_entry_done(batch, None, tx);
+        }
+    }
+
+    pub fn on_worker_event(&mut self, event: WorkerEvent, tx: &mut dyn Transport) {
+        match event {
+            WorkerEvent::Finished { id, outcome } => {
+                let Some(entry) = self.in_flight.remove(&id) else {
+                    tracing::debug!(session = self.id, id = %id, "dropping the result of a request no longer in flight");
+                    return;
+                };
+                self.shared.metrics.workers.dec();
+                let frame = match outcome {
+                    Ok(result) => encode_result(&id, &result),
+                    Err(error) => encode_error(Some(&id), &error.to_wire()),
+                };
+                match entry.batch {
+                    None => tx.send_text(frame),
+                    Some(batch) => self.batch_entry_done(batch, Some(frame), tx),
+                }
+            }
+            WorkerEvent::Progress {
+                id,
+                progress,
+                total,
+                message,
+            } => {
+                // Only for a request still in flight that asked for progress: never after
+                // its response, never after a cancel.
+                if let Some(InFlight {
+                    progress_token: Some(token),
+                    ..
+                }) = self.in_flight.get(&id)
+                {
+                    let params = ProgressParams {
+                        progress_token: token.as_raw(),
+                        progress,
+                        total,
+                        message: message.as_deref(),
+                    };
+                    tx.send_text(encode_notification(notifications::PROGRESS, &params));
+                }
+            }
+            WorkerEvent::Log { id, level, data } => {
+                if level >= self.log_level && self.in_flight.contains_key(&id) {
+                    let params = LoggingMessageParams {
+                        level,
+                        logger: Some("mcp-ws"),
+                        data: &data,
+                    };
+                    tx.send_text(encode_notification(notifications::MESSAGE, &params));
+                }
+            }
+        }
+    }
+
+    fn batch_entry_done(&mut self, batch: u64, frame: Option<String>, tx: &mut dyn Transport) {
+        let Some(pending) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        pending.pending -= 1;
+        pending.responses.extend(frame);
+        if pending.pending == 0 {
+            if let Some(done) = self.batches.remove(&batch) {
+                if !done.responses.is_empty() {
+                    tx.send_text(encode_batch(&done.responses));
+                }
+            }
+        }
+    }
+
+    /// Shutdown began: refuse new requests, let those in flight finish.
+    pub fn begin_drain(&mut self) {
+        self.draining = true;
+    }
+
+    pub fn has_work_in_flight(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
+
+    /// Cancels every request in flight (the connection closed, or the grace ran out).
+    pub fn cancel_all(&mut self) {
+        for (id, entry) in self.in_flight.drain() {
+            entry.worker.do_send(Cancel);
+            self.shared.metrics.workers.dec();
+            self.shared.metrics.cancelled.inc();
+            tracing::debug!(session = self.id, id = %id, "cancelled: session ending");
+        }
+        self.batches.clear();
+    }
+}

@@ -1,0 +1,114 @@
+//! State shared by every session and worker (an `Arc`, not an actor): settings, the
+//! registry, the global worker pool, metrics, and the directory of live sessions used to
+//! fan out shutdown.
+
+use crate::config::Settings;
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use actix::{Message, Recipient};
+use dashmap::DashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Tells a session the server is shutting down: finish in-flight work within `grace`, then
+/// close with 1001.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Shutdown {
+    pub grace: Duration,
+}
+
+pub struct Shared {
+    pub settings: Settings,
+    pub registry: Registry,
+    /// The global worker pool: one permit per running request, across all sessions.
+    pub pool: Arc<Semaphore>,
+    pub metrics: Metrics,
+    sessions: DashMap<u64, Recipient<Shutdown>>,
+    /// Sessions admitted (counted before the actor starts, so the cap holds under bursts).
+    admitted: AtomicUsize,
+    next_session_id: AtomicU64,
+    draining: AtomicBool,
+}
+
+impl Shared {
+    pub fn new(settings: Settings, registry: Registry) -> Arc<Self> {
+        Arc::new(Self {
+            pool: Arc::new(Semaphore::new(settings.limits.max_concurrent_requests)),
+            settings,
+            registry,
+            metrics: Metrics::default(),
+            sessions: DashMap::new(),
+            admitted: AtomicUsize::new(0),
+            next_session_id: AtomicU64::new(1),
+            draining: AtomicBool::new(false),
+        })
+    }
+
+    /// Reserves a session slot, or `None` when the server is full or shutting down.
+    pub fn admit_session(self: &Arc<Self>) -> Option<SessionSlot> {
+        if self.is_draining() {
+            return None;
+        }
+        let max = self.settings.server.max_sessions;
+        self.admitted
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        Some(SessionSlot {
+            shared: self.clone(),
+            id: self.next_session_id.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Marks the server as shutting down and tells every live session.
+    pub fn begin_shutdown(&self, grace: Duration) {
+        self.draining.store(true, Ordering::Release);
+        for entry in self.sessions.iter() {
+            entry.value().do_send(Shutdown { grace });
+        }
+    }
+
+    pub fn live_sessions(&self) -> usize {
+        self.admitted.load(Ordering::Acquire)
+    }
+}
+
+/// A session's place in the server: registered for shutdown fan-out while the session
+/// runs, released (and the session count lowered) on drop.
+pub struct SessionSlot {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl SessionSlot {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn register(&self, shutdown: Recipient<Shutdown>) {
+        self.shared.sessions.insert(self.id, shutdown);
+        // A shutdown that began between admission and registration must still reach us.
+        if self.shared.is_draining() {
+            self.shared.sessions.get(&self.id).map(|r| {
+                r.do_send(Shutdown {
+                    grace: Duration::from_millis(self.shared.settings.shutdown.grace_ms),
+                })
+            });
+        }
+    }
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        self.shared.sessions.remove(&self.id);
+        self.shared.admitted.fetch_sub(1, Ordering::AcqRel);
+    }
+}

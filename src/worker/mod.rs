@@ -1,0 +1,179 @@
+//! The per-request worker actor. The session starts one `RequestWorker` for each request
+//! that awaits (today `tools/call`); it waits for a slot in the global pool, runs the work
+//! under a deadline, and reports back to its session with messages: progress and log lines
+//! while it runs, exactly one `Finished` at the end.
+//!
+//! Cancellation is a `Cancel` message: the worker stops, and stopping an actix actor drops
+//! every future spawned in its context, so the work stops at its next await point and the
+//! pool permit is returned. The worker never touches the socket; its session decides what to
+//! write (and drops whatever arrives for a request no longer in flight).
+
+mod context;
+
+pub use context::{CancelFlag, SessionInfo, ToolContext};
+
+use crate::error::Error;
+use crate::jsonrpc::RequestId;
+use crate::mcp::LogLevel;
+use crate::shared::Shared;
+use actix::prelude::*;
+use context::Deadline;
+use futures_util::future::LocalBoxFuture;
+use futures_util::FutureExt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The work a worker runs: given the tool context, the serialized JSON result or an error.
+pub type Work = Box<dyn FnOnce(ToolContext) -> LocalBoxFuture<'static, Result<String, Error>>>;
+
+/// Worker → session messages.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub enum WorkerEvent {
+    Progress {
+        id: RequestId,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    },
+    Log {
+        id: RequestId,
+        level: LogLevel,
+        data: serde_json::Value,
+    },
+    /// The last message of every worker that was not cancelled.
+    Finished {
+        id: RequestId,
+        outcome: Result<String, Error>,
+    },
+}
+
+/// Session → worker: stop now, send nothing more.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Cancel;
+
+/// Everything a worker needs, handed over at start.
+pub struct Job {
+    pub id: RequestId,
+    pub work: Work,
+    /// Run-time limit, counted from admission into the pool.
+    pub timeout: Duration,
+    pub wants_progress: bool,
+    pub session: Recipient<WorkerEvent>,
+    pub session_info: SessionInfo,
+    pub shared: Arc<Shared>,
+}
+
+pub struct RequestWorker {
+    job: Option<Job>,
+    cancel: CancelFlag,
+}
+
+impl RequestWorker {
+    pub fn new(job: Job) -> Self {
+        Self {
+            job: Some(job),
+            cancel: CancelFlag::default(),
+        }
+    }
+}
+
+impl Actor for RequestWorker {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let Some(job) = self.job.take() else {
+            return;
+        };
+        let session = job.session.clone();
+        let id = job.id.clone();
+        let cancel = self.cancel.clone();
+        let started = Instant::now();
+        ctx.spawn(
+            run(job, cancel)
+                .into_actor(self)
+                .map(move |outcome, _worker, ctx| {
+                    tracing::debug!(
+                        id = %id,
+                        elapsed_us = started.elapsed().as_micros() as u64,
+                        outcome = if outcome.is_ok() { "ok" } else { "error" },
+                        "worker finished"
+                    );
+                    session.do_send(WorkerEvent::Finished { id, outcome });
+                    ctx.stop();
+                }),
+        );
+    }
+
+    fn stopping(&mut self, _ctx: &mut Self::Context) -> Running {
+        // Work that moved to another thread (spawn_blocking) can observe this.
+        self.cancel.set();
+        Running::Stop
+    }
+}
+
+impl Handler<Cancel> for RequestWorker {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Cancel, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+/// Admission, then the work under its deadline, with panics turned into -32603.
+async fn run(job: Job, cancel: CancelFlag) -> Result<String, Error> {
+    let shared = job.shared;
+    let metrics = &shared.metrics;
+    let limits = &shared.settings.limits;
+
+    let permit = {
+        let _waiting = metrics.pool_waiting.track();
+        let wait = Duration::from_millis(limits.admission_wait_ms);
+        match tokio::time::timeout(wait, shared.pool.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_closed)) => return Err(Error::ShuttingDown),
+            Err(_elapsed) => {
+                metrics.rejected_server_busy.inc();
+                return Err(Error::ServerBusy {
+                    limit: limits.max_concurrent_requests,
+                    waited_ms: limits.admission_wait_ms,
+                });
+            }
+        }
+    };
+    let _running = metrics.pool_running.track();
+
+    let deadline = Deadline::new(
+        job.timeout,
+        Duration::from_millis(limits.max_request_timeout_ms),
+    );
+    let ctx = ToolContext::new(
+        job.id,
+        job.session,
+        job.wants_progress,
+        Duration::from_millis(shared.settings.progress.min_interval_ms),
+        deadline.clone(),
+        cancel,
+        job.session_info,
+    );
+    let work = AssertUnwindSafe((job.work)(ctx)).catch_unwind();
+    let outcome = tokio::select! {
+        outcome = work => match outcome {
+            Ok(outcome) => outcome,
+            Err(_panic) => {
+                // The panic message went to the log through the panic hook; the client
+                // gets a plain -32603 and the session lives on.
+                metrics.panicked.inc();
+                Err(Error::Internal)
+            }
+        },
+        () = deadline.expired() => {
+            metrics.timed_out.inc();
+            Err(Error::TimedOut { timeout_ms: job.timeout.as_millis() as u64 })
+        }
+    };
+    drop(permit);
+    outcome
+}
