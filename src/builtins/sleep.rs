@@ -36,8 +36,13 @@ pub fn tool() -> impl Tool {
                 tokio::select! {
                     _ = tokio::time::sleep(remaining) => break,
                     _ = ticks.tick() => {
-                        let done = start.elapsed().min(total).as_millis() as f64;
-                        ctx.report_progress(done, Some(args.ms as f64), None);
+                        // No report once the time is up: the response follows at once, and
+                        // a progress frame arriving with it only races the response in
+                        // clients (the TS SDK handles notifications a microtask later).
+                        let done = start.elapsed();
+                        if done < total {
+                            ctx.report_progress(done.as_millis() as f64, Some(args.ms as f64), None);
+                        }
                     }
                 }
             }
