@@ -1,0 +1,206 @@
+//! Limits on what a client can send: one message per text frame, continuation frames
+//! reassembled, binary frames refused with close 1003, messages over
+//! `limits.max_message_bytes` closed with 1009 (single frame or reassembled), non-UTF-8
+//! reassembled text closed with 1007; a duplicate id of a request still in flight is refused
+//! (-32003) without touching the original; sessions beyond `server.max_sessions` get HTTP
+//! 503. After each, the server still serves new connections.
+
+mod common;
+use common::*;
+use futures_util::SinkExt;
+use serde_json::json;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::Message;
+
+fn frame(payload: &[u8], opcode: OpCode, is_final: bool) -> Message {
+    Message::Frame(Frame::message(payload.to_vec(), opcode, is_final))
+}
+
+const TEXT: OpCode = OpCode::Data(Data::Text);
+const CONTINUE: OpCode = OpCode::Data(Data::Continue);
+
+/// A ping request of exactly `len` bytes (padding inside the string id).
+fn ping_of_len(len: usize) -> String {
+    let skeleton = r#"{"jsonrpc":"2.0","id":"","method":"ping"}"#;
+    let pad = "x".repeat(len - skeleton.len());
+    format!(r#"{{"jsonrpc":"2.0","id":"{pad}","method":"ping"}}"#)
+}
+
+fn small_limit() -> mcp_ws::config::Settings {
+    let mut s = settings();
+    s.limits.max_message_bytes = 1024;
+    s
+}
+
+#[tokio::test]
+async fn message_at_the_limit_is_served_and_over_it_closes_1009() {
+    let server = start(small_limit());
+    let mut client = Client::initialized(&server).await;
+    let text = ping_of_len(1024);
+    client.send_text(&text).await;
+    let response = client.recv().await;
+    assert_eq!(response["result"], json!({}));
+
+    client.send_text(&ping_of_len(1025)).await;
+    let close = client.recv_close().await.expect("a close frame");
+    assert_eq!(close.code, CloseCode::Size);
+    assert_server_alive(&server).await;
+}
+
+#[tokio::test]
+async fn continuation_frames_are_reassembled() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    let text = r#"{"jsonrpc":"2.0","id":"frag","method":"tools/call","params":{"name":"echo","arguments":{"text":"é in pieces"}}}"#;
+    let bytes = text.as_bytes();
+    // Split inside the two-byte "é" too: reassembly works on bytes, not characters.
+    let split_in_char = text.find('é').expect("é") + 1;
+    let parts = [
+        &bytes[..10],
+        &bytes[10..split_in_char],
+        &bytes[split_in_char..],
+    ];
+    client
+        .ws
+        .send(frame(parts[0], TEXT, false))
+        .await
+        .expect("send");
+    client
+        .ws
+        .send(frame(parts[1], CONTINUE, false))
+        .await
+        .expect("send");
+    client
+        .ws
+        .send(frame(parts[2], CONTINUE, true))
+        .await
+        .expect("send");
+    let response = client.recv().await;
+    assert_eq!(response["id"], "frag");
+    assert_eq!(response["result"]["content"][0]["text"], "é in pieces");
+}
+
+#[tokio::test]
+async fn reassembled_message_over_the_limit_closes_1009() {
+    let server = start(small_limit());
+    let mut client = Client::initialized(&server).await;
+    let chunk = vec![b' '; 600];
+    client
+        .ws
+        .send(frame(b"{", TEXT, false))
+        .await
+        .expect("send");
+    client
+        .ws
+        .send(frame(&chunk, CONTINUE, false))
+        .await
+        .expect("send");
+    client
+        .ws
+        .send(frame(&chunk, CONTINUE, true))
+        .await
+        .expect("send");
+    let close = client.recv_close().await.expect("a close frame");
+    assert_eq!(close.code, CloseCode::Size);
+    assert_server_alive(&server).await;
+}
+
+#[tokio::test]
+async fn reassembled_invalid_utf8_closes_1007() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    client
+        .ws
+        .send(frame(b"{\"a\":\"", TEXT, false))
+        .await
+        .expect("send");
+    client
+        .ws
+        .send(frame(&[0xff, 0xfe], CONTINUE, false))
+        .await
+        .expect("send");
+    client
+        .ws
+        .send(frame(b"\"}", CONTINUE, true))
+        .await
+        .expect("send");
+    let close = client.recv_close().await.expect("a close frame");
+    assert_eq!(close.code, CloseCode::Invalid);
+    assert_server_alive(&server).await;
+}
+
+#[tokio::test]
+async fn binary_frames_close_1003() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    client
+        .ws
+        .send(Message::binary(
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec(),
+        ))
+        .await
+        .expect("send");
+    let close = client.recv_close().await.expect("a close frame");
+    assert_eq!(close.code, CloseCode::Unsupported);
+    assert!(
+        client.backlog.is_empty(),
+        "the binary request was not answered"
+    );
+    assert_server_alive(&server).await;
+}
+
+#[tokio::test]
+async fn duplicate_id_in_flight_is_refused_without_cross_wiring() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":300}}}))
+        .await;
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"dup"}}}))
+        .await;
+    // Also an inline method with the same id: refused the same way.
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":7,"method":"ping"}))
+        .await;
+    for _ in 0..2 {
+        let response = client.recv().await;
+        assert_error(&response, &json!(7), -32003);
+    }
+    // The original is answered once, with its own result.
+    let response = client.recv().await;
+    assert_eq!(response["result"]["content"][0]["text"], "slept 300 ms");
+    client.expect_nothing_pending().await;
+    // Once finished, the id may be used again.
+    let response = client.request_with_id(json!(7), "ping", json!({})).await;
+    assert_eq!(response["result"], json!({}));
+}
+
+#[tokio::test]
+async fn sessions_beyond_the_cap_get_503() {
+    let mut s = settings();
+    s.server.max_sessions = 2;
+    let server = start(s);
+    let first = Client::initialized(&server).await;
+    let _second = Client::initialized(&server).await;
+    match tokio_tungstenite::connect_async(server.url()).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503);
+            assert_eq!(
+                response
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok()),
+                Some("1")
+            );
+        }
+        other => panic!(
+            "expected HTTP 503, got {:?}",
+            other.map(|(_, r)| r.status())
+        ),
+    }
+    drop(first);
+    wait_metric(&server, "mcp_sessions", 1).await;
+    assert_server_alive(&server).await;
+}
