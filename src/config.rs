@@ -13,7 +13,7 @@ use std::time::Duration;
 /// The file loaded when no `--config` is given and it exists in the working directory.
 pub const DEFAULT_CONFIG_PATH: &str = "config/default.toml";
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     pub server: ServerSettings,
@@ -90,19 +90,6 @@ pub struct LoggingSettings {
     /// Least severe level sent to a client as `notifications/message` until it calls
     /// `logging/setLevel`.
     pub client_level: String,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            server: ServerSettings::default(),
-            limits: Limits::default(),
-            progress: ProgressSettings::default(),
-            heartbeat: HeartbeatSettings::default(),
-            shutdown: ShutdownSettings::default(),
-            logging: LoggingSettings::default(),
-        }
-    }
 }
 
 impl Default for ServerSettings {

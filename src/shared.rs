@@ -94,13 +94,12 @@ impl SessionSlot {
     }
 
     pub fn register(&self, shutdown: Recipient<Shutdown>) {
-        self.shared.sessions.insert(self.id, shutdown);
-        // A shutdown that began between admission and registration must still reach us.
+        self.shared.sessions.insert(self.id, shutdown.clone());
+        // A shutdown that began between admission and registration may have missed us; a
+        // second `Shutdown` is harmless (the session ignores it).
         if self.shared.is_draining() {
-            self.shared.sessions.get(&self.id).map(|r| {
-                r.do_send(Shutdown {
-                    grace: Duration::from_millis(self.shared.settings.shutdown.grace_ms),
-                })
+            shutdown.do_send(Shutdown {
+                grace: Duration::from_millis(self.shared.settings.shutdown.grace_ms),
             });
         }
     }

@@ -224,7 +224,10 @@ pub fn initialize_params(version: &str) -> Value {
 pub fn assert_error(response: &Value, id: &Value, code: i64) -> Value {
     assert_eq!(response["jsonrpc"], "2.0", "{response}");
     assert_eq!(&response["id"], id, "{response}");
-    assert!(response.get("result").is_none(), "error and result together: {response}");
+    assert!(
+        response.get("result").is_none(),
+        "error and result together: {response}"
+    );
     assert_eq!(response["error"]["code"], code, "{response}");
     assert!(response["error"]["message"].is_string(), "{response}");
     response["error"].clone()
@@ -234,7 +237,10 @@ pub fn assert_error(response: &Value, id: &Value, code: i64) -> Value {
 pub fn assert_result(response: &Value, id: &Value) -> Value {
     assert_eq!(response["jsonrpc"], "2.0", "{response}");
     assert_eq!(&response["id"], id, "{response}");
-    assert!(response.get("error").is_none(), "unexpected error: {response}");
+    assert!(
+        response.get("error").is_none(),
+        "unexpected error: {response}"
+    );
     response["result"].clone()
 }
 
@@ -254,7 +260,10 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .expect("status line");
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     (status, body)
 }
 
