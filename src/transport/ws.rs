@@ -54,6 +54,8 @@ impl WsSession {
 
     fn on_message(&mut self, text: &str, ctx: &mut ws::WebsocketContext<Self>) {
         self.core.on_text(text, &mut WsTransport(ctx));
+        // A cancel may have taken the last request in flight during a drain.
+        self.close_if_drained(ctx);
     }
 
     fn on_fragment(&mut self, item: Item, ctx: &mut ws::WebsocketContext<Self>) {

@@ -104,10 +104,12 @@ impl Client {
         self.send_text(&value.to_string()).await;
     }
 
-    /// The next text frame as raw text, skipping pings.
+    /// The next text frame as raw text, skipping pings. The timeout covers the whole wait,
+    /// so a server that keeps pinging cannot stretch it.
     pub async fn recv_text(&mut self) -> String {
+        let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
         loop {
-            let frame = tokio::time::timeout(READ_TIMEOUT, self.ws.next())
+            let frame = tokio::time::timeout_at(deadline, self.ws.next())
                 .await
                 .expect("a frame arrives in time")
                 .expect("the connection is open")
@@ -195,8 +197,9 @@ impl Client {
     /// Reads until the server closes; returns the close frame (None if the TCP stream ended
     /// without one). Text frames met on the way are kept in the backlog.
     pub async fn recv_close(&mut self) -> Option<CloseFrame> {
+        let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
         loop {
-            let next = tokio::time::timeout(READ_TIMEOUT, self.ws.next())
+            let next = tokio::time::timeout_at(deadline, self.ws.next())
                 .await
                 .expect("the server closes in time");
             match next {

@@ -1,0 +1,314 @@
+//! Configuration and command line:
+//!
+//! - `config/default.toml` parses to exactly the built-in defaults, sets every setting, and
+//!   documents every key with a comment line directly above it.
+//! - The binary serves on the address of the file given with `--config`; `MCP_WS_LISTEN`
+//!   overrides the file, and `--listen` overrides `MCP_WS_LISTEN`.
+//! - An invalid configuration (unknown key, zero limit, unreadable file, bad address) makes
+//!   the binary exit with code 2 and a message on stderr naming the problem.
+//! - `GET /healthz` answers 200 with the body `ok`.
+
+mod common;
+use common::*;
+
+use mcp_ws::config::Settings;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const DEFAULT_TOML: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml");
+
+fn default_toml_text() -> String {
+    std::fs::read_to_string(DEFAULT_TOML).expect("config/default.toml is readable")
+}
+
+#[test]
+fn default_toml_equals_the_builtin_defaults() {
+    let from_file = Settings::from_file(Path::new(DEFAULT_TOML)).expect("default.toml is valid");
+    assert_eq!(from_file, Settings::default());
+}
+
+#[test]
+fn every_key_in_default_toml_has_a_comment_line_above_it() {
+    let text = default_toml_text();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut keys = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('[') {
+            continue;
+        }
+        assert!(line.contains('='), "line {}: not a key: {line:?}", i + 1);
+        keys += 1;
+        let above = if i == 0 { "" } else { lines[i - 1].trim() };
+        assert!(
+            above.starts_with('#'),
+            "line {}: `{line}` has no comment line directly above it",
+            i + 1
+        );
+    }
+    assert!(keys >= 17, "found only {keys} keys");
+}
+
+/// The field names serde expects in a table, read from its unknown-field error (the
+/// settings types deny unknown fields and derive no Serialize to list them otherwise).
+fn expected_fields(section: Option<&str>) -> Vec<String> {
+    let toml = match section {
+        Some(section) => format!("[{section}]\nno_such_setting = 1\n"),
+        None => "no_such_setting = 1\n".to_owned(),
+    };
+    let error = toml::from_str::<Settings>(&toml)
+        .expect_err("unknown fields are rejected")
+        .to_string();
+    let (_, expected) = error
+        .split_once("expected")
+        .unwrap_or_else(|| panic!("error lists the expected fields: {error}"));
+    let fields: Vec<String> = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    assert!(!fields.is_empty(), "no fields in: {error}");
+    fields
+}
+
+#[test]
+fn default_toml_sets_every_setting() {
+    let table: toml::Table = default_toml_text().parse().expect("valid TOML");
+    for section in expected_fields(None) {
+        let entries = table
+            .get(&section)
+            .and_then(toml::Value::as_table)
+            .unwrap_or_else(|| panic!("default.toml has no [{section}] table"));
+        for field in expected_fields(Some(&section)) {
+            assert!(
+                entries.contains_key(&field),
+                "default.toml does not set {section}.{field}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn healthz_answers_200_ok() {
+    let server = start(settings());
+    let (status, body) = http_get(server.addr(), "/healthz").await;
+    assert_eq!(status, 200);
+    assert_eq!(body.trim_end(), "ok", "body {body:?}");
+}
+
+// ---- the binary -------------------------------------------------------------------------
+
+/// The `mcp-ws` binary as a child process; killed if the test ends without it exiting.
+struct ServerProcess {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: Arc<Mutex<Vec<String>>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl ServerProcess {
+    /// Runs the binary from the crate root, with a clean environment for the variables it
+    /// reads, logging at info.
+    fn spawn(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-ws"));
+        command
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env_remove("MCP_WS_CONFIG")
+            .env_remove("MCP_WS_LISTEN")
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("the mcp-ws binary starts");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (tx, lines) = mpsc::channel();
+        let pipe = child.stderr.take().expect("stderr is piped");
+        let log = stderr.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                log.lock().expect("log lock").push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        Self {
+            child,
+            lines,
+            stderr,
+            reader: Some(reader),
+        }
+    }
+
+    fn stderr_text(&self) -> String {
+        self.stderr.lock().expect("log lock").join("\n")
+    }
+
+    /// The address from the server's `listening ... addr=IP:PORT` log line.
+    fn wait_listening(&self) -> SocketAddr {
+        let deadline = Instant::now() + READ_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains("listening") => {
+                    if let Some(addr) = line
+                        .split_whitespace()
+                        .find_map(|word| word.strip_prefix("addr="))
+                    {
+                        return addr.parse().expect("a socket address after addr=");
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no `listening ... addr=` line; stderr so far:\n{}",
+                    self.stderr_text()
+                ),
+            }
+        }
+    }
+
+    /// Waits (with a deadline) for the process to exit; returns its status and all of its
+    /// stderr.
+    fn wait_exit(&mut self) -> (ExitStatus, String) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the process did not exit; stderr:\n{}",
+                self.stderr_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("stderr reader");
+        }
+        (status, self.stderr_text())
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Distinct loopback addresses that were free a moment ago (bound together, then released).
+fn free_addrs<const N: usize>() -> [SocketAddr; N] {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"))
+        .collect();
+    std::array::from_fn(|i| listeners[i].local_addr().expect("local addr"))
+}
+
+/// Writes a config file under the target's scratch directory.
+fn write_config(name: &str, text: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("config_cli-{name}-{}.toml", std::process::id()));
+    std::fs::write(&path, text).expect("write the config file");
+    path
+}
+
+fn config_listening_on(addr: SocketAddr) -> String {
+    format!("[server]\nlisten = \"{addr}\"\nworkers = 1\n")
+}
+
+async fn assert_healthz(addr: SocketAddr) {
+    let (status, body) = http_get(addr, "/healthz").await;
+    assert_eq!(status, 200, "GET /healthz on {addr}");
+    assert_eq!(body.trim_end(), "ok", "body {body:?}");
+}
+
+#[tokio::test]
+async fn binary_serves_on_the_config_file_address() {
+    let [addr] = free_addrs();
+    let config = write_config("file-address", &config_listening_on(addr));
+    let process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8 path")], &[]);
+    assert_eq!(process.wait_listening(), addr, "bound the file's address");
+    assert_healthz(addr).await;
+}
+
+#[tokio::test]
+async fn env_overrides_the_file_and_the_flag_overrides_env() {
+    let [file_addr, env_addr, flag_addr] = free_addrs();
+    let config = write_config("overrides", &config_listening_on(file_addr));
+    let config = config.to_str().expect("utf-8 path");
+    let env_listen = env_addr.to_string();
+
+    let process = ServerProcess::spawn(
+        &["--config", config],
+        &[("MCP_WS_LISTEN", env_listen.as_str())],
+    );
+    assert_eq!(process.wait_listening(), env_addr, "MCP_WS_LISTEN wins");
+    assert_healthz(env_addr).await;
+    drop(process);
+
+    let process = ServerProcess::spawn(
+        &["--config", config, "--listen", &flag_addr.to_string()],
+        &[("MCP_WS_LISTEN", env_listen.as_str())],
+    );
+    assert_eq!(process.wait_listening(), flag_addr, "--listen wins");
+    assert_healthz(flag_addr).await;
+}
+
+/// Runs the binary expecting it to refuse to start: exit code 2, `needle` on stderr.
+fn assert_refuses_to_start(args: &[&str], env: &[(&str, &str)], needle: &str) {
+    let mut process = ServerProcess::spawn(args, env);
+    let (status, stderr) = process.wait_exit();
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "exit status {status:?}; stderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains(needle),
+        "stderr does not name the problem ({needle:?}):\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("listening"),
+        "it must not start serving:\n{stderr}"
+    );
+}
+
+#[test]
+fn invalid_config_exits_2_naming_the_problem() {
+    let unknown = write_config(
+        "unknown-key",
+        "[server]\nlisten = \"127.0.0.1:0\"\nlisten_adress = \"127.0.0.1:1\"\n",
+    );
+    assert_refuses_to_start(
+        &["--config", unknown.to_str().expect("utf-8 path")],
+        &[],
+        "listen_adress",
+    );
+
+    let zero = write_config("zero-batch", "[limits]\nmax_batch_len = 0\n");
+    assert_refuses_to_start(
+        &["--config", zero.to_str().expect("utf-8 path")],
+        &[],
+        "limits.max_batch_len must be greater than 0",
+    );
+
+    // The file named by MCP_WS_CONFIG is read too, and a missing one is an error.
+    let missing = Path::new(env!("CARGO_TARGET_TMPDIR")).join("config_cli-no-such-file.toml");
+    let missing = missing.to_str().expect("utf-8 path");
+    assert_refuses_to_start(
+        &[],
+        &[("MCP_WS_CONFIG", missing)],
+        "cannot read config file",
+    );
+
+    assert_refuses_to_start(&["--listen", "not-an-address"], &[], "not-an-address");
+}

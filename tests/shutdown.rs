@@ -1,0 +1,398 @@
+//! Graceful shutdown (`RunningServer::stop`, the same path as SIGTERM, and SIGTERM itself on
+//! the binary):
+//!
+//! - A request in flight when shutdown begins still gets its response if it finishes within
+//!   `shutdown.grace_ms`; only then is the connection closed, with 1001.
+//! - A request still running when the grace runs out is cancelled: no response for its id,
+//!   the connection is closed with 1001, and the server stops.
+//! - Idle clients are all closed with 1001.
+//! - While a session drains, every new request (even `ping`) gets -32004.
+//! - The binary, on SIGTERM, closes its clients with 1001 and exits with status 0.
+
+mod common;
+use common::*;
+
+use mcp_ws::mcp::CallToolResult;
+use mcp_ws::registry::{Arguments, Tool, ToolError, ToolFuture};
+use mcp_ws::server::RunningServer;
+use mcp_ws::worker::ToolContext;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+
+const SHUTTING_DOWN: i64 = -32004;
+
+/// Settings for these tests: no heartbeat during a test (a heartbeat close would be
+/// mistaken for the shutdown close), and `grace_ms`.
+fn shutdown_settings(grace_ms: u64) -> mcp_ws::config::Settings {
+    let mut s = settings();
+    s.heartbeat.interval_ms = 600_000;
+    s.heartbeat.client_timeout_ms = 1_200_000;
+    s.shutdown.grace_ms = grace_ms;
+    s
+}
+
+/// A tool that finishes only when the test adds a permit to its gate: work "in flight" for
+/// exactly as long as the test wants, with no timing involved.
+struct Hold(Arc<Semaphore>);
+
+impl Tool for Hold {
+    fn name(&self) -> &str {
+        "hold"
+    }
+
+    fn description(&self) -> &str {
+        "Waits until the test opens the gate."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+
+    fn call(&self, _arguments: Arguments, _ctx: ToolContext) -> ToolFuture {
+        let gate = self.0.clone();
+        Box::pin(async move {
+            let _permit = gate
+                .acquire()
+                .await
+                .map_err(|_| ToolError::Failed("gate closed".into()))?;
+            Ok(CallToolResult::text("released"))
+        })
+    }
+}
+
+/// `stop()` blocks until the server thread is done, so it runs on a blocking thread while
+/// the test goes on talking to the server.
+fn stop_in_background(server: RunningServer) -> JoinHandle<()> {
+    tokio::task::spawn_blocking(move || server.stop())
+}
+
+async fn assert_stopped(stopper: JoinHandle<()>) {
+    tokio::time::timeout(READ_TIMEOUT, stopper)
+        .await
+        .expect("stop() returns: the server thread ends")
+        .expect("stop() does not panic");
+}
+
+fn assert_close_1001(frame: Option<CloseFrame>) {
+    let frame = frame.expect("the server sends a close frame");
+    assert_eq!(u16::from(frame.code), 1001, "{frame:?}");
+    assert_eq!(frame.reason.as_str(), "server shutting down", "{frame:?}");
+}
+
+/// Sends pings until one is refused with -32004 (the session has received the shutdown);
+/// every ping before that one is answered normally. Polls instead of guessing a delay.
+async fn ping_until_refused(client: &mut Client) {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let id = client.fresh_id();
+        let response = client.request_with_id(id.clone(), "ping", json!({})).await;
+        if response.get("error").is_some() {
+            assert_error(&response, &id, SHUTTING_DOWN);
+            return;
+        }
+        assert_eq!(assert_result(&response, &id), json!({}));
+        assert!(
+            Instant::now() < deadline,
+            "the session never started draining"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn send_call(client: &mut Client, id: &Value, name: &str, arguments: Value) {
+    client
+        .send_json(json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments},
+        }))
+        .await;
+}
+
+#[tokio::test]
+async fn in_flight_call_is_answered_before_close_1001() {
+    let gate = Arc::new(Semaphore::new(0));
+    let registry = mcp_ws::builtins::registry();
+    registry.add_tool(Hold(gate.clone()));
+    let server = start_with(shutdown_settings(30_000), registry);
+    let shared = server.shared().clone();
+
+    let mut client = Client::initialized(&server).await;
+    let id = json!("held");
+    send_call(&mut client, &id, "hold", json!({})).await;
+    wait_metric(&server, "mcp_workers", 1).await;
+
+    let stopper = stop_in_background(server);
+    ping_until_refused(&mut client).await;
+    assert!(
+        !stopper.is_finished(),
+        "shutdown waits for the session's in-flight call"
+    );
+    assert!(
+        client.backlog.is_empty(),
+        "nothing for the held call yet: {:?}",
+        client.backlog
+    );
+
+    gate.add_permits(1);
+    let response = client.recv_response(&id).await;
+    assert_eq!(
+        assert_result(&response, &id),
+        json!({"content": [{"type": "text", "text": "released"}]})
+    );
+    assert_close_1001(client.recv_close().await);
+    assert!(
+        client.backlog.is_empty(),
+        "nothing between the response and the close: {:?}",
+        client.backlog
+    );
+    assert_stopped(stopper).await;
+    assert_eq!(shared.metrics.cancelled.get(), 0, "nothing was cancelled");
+    assert_eq!(shared.metrics.sessions.get(), 0);
+}
+
+#[tokio::test]
+async fn call_outliving_grace_is_cancelled_unanswered_then_close_1001() {
+    let server = start(shutdown_settings(200));
+    let shared = server.shared().clone();
+
+    let mut client = Client::initialized(&server).await;
+    let id = json!("too-long");
+    send_call(&mut client, &id, "sleep", json!({"ms": 10_000})).await;
+    wait_metric(&server, "mcp_workers", 1).await;
+
+    let stopper = stop_in_background(server);
+    assert_close_1001(client.recv_close().await);
+    assert!(
+        client.backlog.is_empty(),
+        "no response (nor anything else) before the close: {:?}",
+        client.backlog
+    );
+    assert_stopped(stopper).await;
+    assert_eq!(shared.metrics.cancelled.get(), 1, "the call was cancelled");
+    assert_eq!(shared.metrics.workers.get(), 0);
+    assert_eq!(shared.metrics.sessions.get(), 0);
+}
+
+#[tokio::test]
+async fn idle_clients_all_get_close_1001() {
+    let server = start(shutdown_settings(10_000));
+    let shared = server.shared().clone();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(Client::initialized(&server).await);
+    }
+    // A connection that never initialized is closed the same way.
+    clients.push(Client::connect(&server).await);
+    wait_metric(&server, "mcp_sessions", 4).await;
+
+    let stopper = stop_in_background(server);
+    for client in &mut clients {
+        assert_close_1001(client.recv_close().await);
+        assert!(client.backlog.is_empty(), "{:?}", client.backlog);
+    }
+    assert_stopped(stopper).await;
+    assert_eq!(shared.metrics.sessions.get(), 0);
+}
+
+#[tokio::test]
+async fn requests_during_drain_get_32004() {
+    let server = start(shutdown_settings(30_000));
+    let shared = server.shared().clone();
+
+    let mut client = Client::initialized(&server).await;
+    // A long call keeps the session open (draining) after shutdown begins.
+    let long = json!("long");
+    send_call(&mut client, &long, "sleep", json!({"ms": 60_000})).await;
+    wait_metric(&server, "mcp_workers", 1).await;
+
+    let stopper = stop_in_background(server);
+    ping_until_refused(&mut client).await;
+
+    // Once draining, every kind of request is refused, inline or worker-bound.
+    for (method, params) in [
+        ("ping", json!({})),
+        ("tools/list", json!({})),
+        (
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "late"}}),
+        ),
+    ] {
+        let id = client.fresh_id();
+        let response = client.request_with_id(id.clone(), method, params).await;
+        let error = assert_error(&response, &id, SHUTTING_DOWN);
+        assert_eq!(error["message"], "Server is shutting down", "{response}");
+    }
+    assert!(
+        !stopper.is_finished(),
+        "the drain holds while the long call is in flight"
+    );
+    assert!(
+        client.backlog.iter().all(|m| m.get("id") != Some(&long)),
+        "the long call has not answered: {:?}",
+        client.backlog
+    );
+
+    // The client leaving ends the drain: its call is cancelled and the server stops.
+    client.ws.close(None).await.expect("client close");
+    assert_stopped(stopper).await;
+    assert_eq!(shared.metrics.cancelled.get(), 1);
+    assert_eq!(shared.metrics.sessions.get(), 0);
+}
+
+/// The `mcp-ws` binary as a child process; killed if the test ends without it exiting.
+struct ServerProcess {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl ServerProcess {
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the mcp-ws binary starts");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (tx, lines) = mpsc::channel();
+        let pipe = child.stderr.take().expect("stderr is piped");
+        let log = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                log.lock().expect("log lock").push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        Self {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    fn stderr_text(&self) -> String {
+        self.stderr.lock().expect("log lock").join("\n")
+    }
+
+    /// The address from the server's `listening ... addr=IP:PORT` log line.
+    fn wait_listening(&self) -> SocketAddr {
+        let deadline = Instant::now() + READ_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains("listening") => {
+                    if let Some(addr) = line
+                        .split_whitespace()
+                        .find_map(|word| word.strip_prefix("addr="))
+                    {
+                        return addr.parse().expect("a socket address after addr=");
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no `listening ... addr=` line; stderr so far:\n{}",
+                    self.stderr_text()
+                ),
+            }
+        }
+    }
+
+    async fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the process did not exit; stderr:\n{}",
+                self.stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[tokio::test]
+async fn sigterm_closes_clients_with_1001_and_the_binary_exits_0() {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-ws"));
+    command
+        .args(["--listen", "127.0.0.1:0"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("MCP_WS_CONFIG")
+        .env_remove("MCP_WS_LISTEN")
+        .env("RUST_LOG", "info");
+    let mut process = ServerProcess::spawn(command);
+    let addr = process.wait_listening();
+
+    // This server pings every 10 s (config/default.toml), which would renew common's
+    // per-frame receive timeout: each step gets an overall deadline too.
+    let step = Duration::from_secs(20);
+    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
+    let response = tokio::time::timeout(
+        step,
+        client.request_with_id(json!(0), "initialize", initialize_params("2025-11-25")),
+    )
+    .await
+    .expect("initialize is answered");
+    assert_eq!(response["result"]["protocolVersion"], "2025-11-25");
+
+    let status = Command::new("kill")
+        .args(["-TERM", &process.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -TERM succeeded");
+
+    let close = tokio::time::timeout(step, client.recv_close())
+        .await
+        .expect("the server closes the client");
+    assert_close_1001(close);
+    let status = process.wait_exit().await;
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status {status:?}; stderr:\n{}",
+        process.stderr_text()
+    );
+}
+
+#[tokio::test]
+async fn cancelling_the_last_call_during_drain_closes_at_once() {
+    let server = start(shutdown_settings(30_000));
+    let mut client = Client::initialized(&server).await;
+    let long = json!("long");
+    send_call(&mut client, &long, "sleep", json!({"ms": 60_000})).await;
+    wait_metric(&server, "mcp_workers", 1).await;
+
+    let stopper = stop_in_background(server);
+    ping_until_refused(&mut client).await;
+    client
+        .send_json(json!({
+            "jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": "long"},
+        }))
+        .await;
+    // Nothing is in flight any more: the draining session closes now (common's receive
+    // timeout is 10 s; the grace is 30 s).
+    assert_close_1001(client.recv_close().await);
+    assert!(client.backlog.is_empty(), "{:?}", client.backlog);
+    assert_stopped(stopper).await;
+}
