@@ -1,0 +1,163 @@
+//! CPU micro-benchmarks (criterion), no sockets:
+//! - `codec`: decode and classify a request (single, batch of 10), encode a result;
+//! - `dispatch`: a frame through the session core and back, via the in-memory transport:
+//!   `ping` (answered inline), `tools/call echo` (through a worker actor), and the same echo
+//!   inside a 10-entry batch;
+//! - `worker`: the same work run by a `RequestWorker` actor versus awaited inline, which is
+//!   the per-request price of the worker actor alone.
+//!
+//! Run: `cargo bench --bench codec` (add `-- --quick` for a short run).
+
+use actix::prelude::*;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use mcp_ws::config::Settings;
+use mcp_ws::jsonrpc::{decode, encode_result, Decoded, Entry, RequestId};
+use mcp_ws::shared::Shared;
+use mcp_ws::transport::memory::{ClientFrame, MemorySession};
+use mcp_ws::worker::{Job, RequestWorker, SessionInfo, ToolContext, WorkerEvent};
+use serde_json::value::RawValue;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+const ECHO: &str = r#"{"jsonrpc":"2.0","id":12345,"method":"tools/call","params":{"name":"echo","arguments":{"text":"0123456789012345678901234567890123456789012345678901234567890123"}}}"#;
+const PING: &str = r#"{"jsonrpc":"2.0","id":12345,"method":"ping"}"#;
+
+fn batch_of(request: &str, n: usize) -> String {
+    let entries: Vec<String> = (0..n)
+        .map(|i| request.replace("12345", &i.to_string()))
+        .collect();
+    format!("[{}]", entries.join(","))
+}
+
+fn codec(c: &mut Criterion) {
+    let mut group = c.benchmark_group("codec");
+    let batch = batch_of(ECHO, 10);
+    group.bench_function("decode_single", |b| {
+        b.iter(|| match decode(black_box(ECHO), 100) {
+            Decoded::Single(Entry::Request(r)) => black_box(r.params.map(|p| p.get().len())),
+            _ => unreachable!(),
+        })
+    });
+    group.bench_function("decode_batch_10", |b| {
+        b.iter(|| match decode(black_box(&batch), 100) {
+            Decoded::Batch(entries) => black_box(entries.len()),
+            _ => unreachable!(),
+        })
+    });
+    let raw = RawValue::from_string("12345".into()).expect("json");
+    let id = RequestId::from_raw(&raw).expect("id");
+    let result = r#"{"content":[{"type":"text","text":"0123456789012345678901234567890123456789012345678901234567890123"}]}"#;
+    group.bench_function("encode_result", |b| {
+        b.iter(|| black_box(encode_result(&id, black_box(result))))
+    });
+    group.finish();
+}
+
+fn shared() -> Arc<Shared> {
+    Shared::new(Settings::default(), mcp_ws::builtins::registry())
+}
+
+/// Round trips of `frame` through a fresh initialized in-memory session; `answers` is how
+/// many frames come back per round trip.
+fn session_round_trips(c: &mut Criterion, name: &str, frame: String) {
+    let system = System::new();
+    let (session, mut frames) = system.block_on(async {
+        let (session, mut frames) = MemorySession::start(shared());
+        session.do_send(ClientFrame(
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#.into(),
+        ));
+        frames.recv().await.expect("initialize answered");
+        (session, frames)
+    });
+    c.benchmark_group("dispatch")
+        .bench_function(BenchmarkId::from_parameter(name), |b| {
+            b.iter_custom(|iters| {
+                system.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        session.do_send(ClientFrame(frame.clone()));
+                        black_box(frames.recv().await.expect("answered"));
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+}
+
+fn dispatch(c: &mut Criterion) {
+    session_round_trips(c, "ping_inline", PING.into());
+    session_round_trips(c, "echo_via_worker", ECHO.into());
+    session_round_trips(c, "echo_batch_10_via_workers", batch_of(ECHO, 10));
+}
+
+/// Receives a worker's `Finished` and hands it to the benchmark loop.
+struct Sink(mpsc::UnboundedSender<WorkerEvent>);
+
+impl Actor for Sink {
+    type Context = Context<Self>;
+}
+
+impl Handler<WorkerEvent> for Sink {
+    type Result = ();
+    fn handle(&mut self, event: WorkerEvent, _ctx: &mut Self::Context) {
+        let _ = self.0.send(event);
+    }
+}
+
+async fn echo_work() -> Result<String, mcp_ws::error::Error> {
+    Ok(r#"{"content":[{"type":"text","text":"x"}]}"#.to_owned())
+}
+
+fn worker(c: &mut Criterion) {
+    let system = System::new();
+    let shared = shared();
+    let raw = RawValue::from_string("1".into()).expect("json");
+    let id = RequestId::from_raw(&raw).expect("id");
+    let (sink, mut events) = system.block_on(async {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Sink(tx).start().recipient(), rx)
+    });
+    let session_info = SessionInfo {
+        protocol_version: mcp_ws::mcp::ProtocolVersion::LATEST,
+        client_capabilities: Arc::new(serde_json::json!({})),
+    };
+    let mut group = c.benchmark_group("worker");
+    group.bench_function("inline", |b| {
+        b.iter_custom(|iters| {
+            system.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(echo_work().await.expect("ok"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function("worker_actor", |b| {
+        b.iter_custom(|iters| {
+            system.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    RequestWorker::new(Job {
+                        id: id.clone(),
+                        work: Box::new(|_ctx: ToolContext| Box::pin(echo_work())),
+                        timeout: Duration::from_secs(60),
+                        wants_progress: false,
+                        session: sink.clone(),
+                        session_info: session_info.clone(),
+                        shared: shared.clone(),
+                    })
+                    .start();
+                    black_box(events.recv().await.expect("finished"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, codec, dispatch, worker);
+criterion_main!(benches);
