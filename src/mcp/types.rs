@@ -9,20 +9,29 @@ use std::borrow::Cow;
 
 /// Parses a params object straight into `T`. The error names the offending member
 /// (`uri: invalid type: …`), without serde_json's line/column suffix.
+///
+/// The plain parse runs first; only a failure pays for a second, path-tracking pass to
+/// word the error (tracking every parse costs about a sixth of a `tools/call` round trip).
 pub fn parse_object<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, String> {
+    serde_json::from_str(text).map_err(|_| describe_parse_error::<T>(text))
+}
+
+#[cold]
+fn describe_parse_error<'a, T: Deserialize<'a>>(text: &'a str) -> String {
     let mut de = serde_json::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let detail = e.into_inner().to_string();
-        let detail = detail
-            .rfind(" at line ")
-            .map_or(detail.as_str(), |i| &detail[..i]);
-        if path == "." {
-            detail.to_owned()
-        } else {
-            format!("{path}: {detail}")
-        }
-    })
+    let Err(e) = serde_path_to_error::deserialize::<_, T>(&mut de) else {
+        return "invalid params".to_owned();
+    };
+    let path = e.path().to_string();
+    let detail = e.into_inner().to_string();
+    let detail = detail
+        .rfind(" at line ")
+        .map_or(detail.as_str(), |i| &detail[..i]);
+    if path == "." {
+        detail.to_owned()
+    } else {
+        format!("{path}: {detail}")
+    }
 }
 
 /// RFC 5424 severities used by MCP logging, least severe first so that `Ord` filters.
