@@ -6,10 +6,12 @@
 
 use serde_json::value::RawValue;
 use std::fmt;
+use std::sync::Arc;
 
 /// A request id exactly as received: a JSON string or number (never `null`, which MCP forbids).
+/// Shared, because the in-flight map, the worker and the tool context each hold it.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct RequestId(Box<str>);
+pub struct RequestId(Arc<str>);
 
 impl RequestId {
     /// Accepts the raw JSON of an `id` member if it is a string or a number.
