@@ -6,6 +6,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc instead of the system allocator: under load, glibc malloc/free took about a
+/// quarter of the server's CPU (perf, 16 pipelined connections).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// MCP server over WebSocket (endpoint /mcp).
 #[derive(Debug, Parser)]
 #[command(version, about)]
