@@ -23,8 +23,11 @@ pub struct WsSession {
     shared: Arc<Shared>,
     /// Keeps the session counted and registered for shutdown until the actor is gone.
     slot: SessionSlot,
-    /// Last time anything (frame or pong) came from the client.
+    /// When the heartbeat last saw that the client had sent something.
     last_heard: Instant,
+    /// Whether anything (frame or pong) came from the client since the last heartbeat; a
+    /// flag rather than a clock read per frame, since heartbeat granularity is enough.
+    heard: bool,
     /// A text message arriving in continuation frames, until its last frame.
     fragments: Option<BytesMut>,
     /// Whether a shutdown close is pending until in-flight work finishes.
@@ -38,6 +41,7 @@ impl WsSession {
             shared,
             slot,
             last_heard: Instant::now(),
+            heard: false,
             fragments: None,
             closing: false,
         }
@@ -99,6 +103,9 @@ impl WsSession {
     }
 
     fn heartbeat(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+        if std::mem::take(&mut self.heard) {
+            self.last_heard = Instant::now();
+        }
         let timeout = Duration::from_millis(self.shared.settings.heartbeat.client_timeout_ms);
         if self.last_heard.elapsed() > timeout {
             tracing::info!(
@@ -151,7 +158,7 @@ impl Actor for WsSession {
 
 impl StreamHandler<Result<WsMessage, ProtocolError>> for WsSession {
     fn handle(&mut self, message: Result<WsMessage, ProtocolError>, ctx: &mut Self::Context) {
-        self.last_heard = Instant::now();
+        self.heard = true;
         match message {
             Ok(WsMessage::Text(text)) => {
                 if self.fragments.is_some() {

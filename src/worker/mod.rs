@@ -23,6 +23,7 @@ use futures_util::FutureExt;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::TryAcquireError;
 
 /// The work a worker runs: given the tool context, the serialized JSON result or an error.
 pub type Work = Box<dyn FnOnce(ToolContext) -> LocalBoxFuture<'static, Result<String, Error>>>;
@@ -90,17 +91,19 @@ impl Actor for RequestWorker {
         let session = job.session.clone();
         let id = job.id.clone();
         let cancel = self.cancel.clone();
-        let started = Instant::now();
+        let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
         ctx.spawn(
             run(job, cancel)
                 .into_actor(self)
                 .map(move |outcome, _worker, ctx| {
-                    tracing::debug!(
-                        id = %id,
-                        elapsed_us = started.elapsed().as_micros() as u64,
-                        outcome = if outcome.is_ok() { "ok" } else { "error" },
-                        "worker finished"
-                    );
+                    if let Some(started) = started {
+                        tracing::debug!(
+                            id = %id,
+                            elapsed_us = started.elapsed().as_micros() as u64,
+                            outcome = if outcome.is_ok() { "ok" } else { "error" },
+                            "worker finished"
+                        );
+                    }
                     session.do_send(WorkerEvent::Finished { id, outcome });
                     ctx.stop();
                 }),
@@ -128,18 +131,23 @@ async fn run(job: Job, cancel: CancelFlag) -> Result<String, Error> {
     let metrics = &shared.metrics;
     let limits = &shared.settings.limits;
 
-    let permit = {
-        let _waiting = metrics.pool_waiting.track();
-        let wait = Duration::from_millis(limits.admission_wait_ms);
-        match tokio::time::timeout(wait, shared.pool.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => permit,
-            Ok(Err(_closed)) => return Err(Error::ShuttingDown),
-            Err(_elapsed) => {
-                metrics.rejected_server_busy.inc();
-                return Err(Error::ServerBusy {
-                    limit: limits.max_concurrent_requests,
-                    waited_ms: limits.admission_wait_ms,
-                });
+    // Fast path: a free slot is taken without arming the wait's timer.
+    let permit = match shared.pool.clone().try_acquire_owned() {
+        Ok(permit) => permit,
+        Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
+        Err(TryAcquireError::NoPermits) => {
+            let _waiting = metrics.pool_waiting.track();
+            let wait = Duration::from_millis(limits.admission_wait_ms);
+            match tokio::time::timeout(wait, shared.pool.clone().acquire_owned()).await {
+                Ok(Ok(permit)) => permit,
+                Ok(Err(_closed)) => return Err(Error::ShuttingDown),
+                Err(_elapsed) => {
+                    metrics.rejected_server_busy.inc();
+                    return Err(Error::ServerBusy {
+                        limit: limits.max_concurrent_requests,
+                        waited_ms: limits.admission_wait_ms,
+                    });
+                }
             }
         }
     };
