@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The recommended load run (benches/README.md): each server alone on core 0, the generator
+# on core 1, every target measured one after another in the same run.
+#   benches/pinned.sh [generator args...]      e.g. --connections 1,16,64 --payload 64
+#   benches/pinned.sh sessions --sessions 18000 --hold 10
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
+PORT_BASE=${PORT_BASE:-18765}
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT
+prlimit --pid $$ --nofile=20000:20000 2>/dev/null || true
+ulimit -n 20000 2>/dev/null || true
+
+RUST_LOG=warn taskset -c 0 target/release/mcp-ws --listen 127.0.0.1:$PORT_BASE --config benches/load.toml &
+MCP=$!; pids+=($MCP)
+taskset -c 0 "$LOAD" --serve-baseline raw-echo --listen 127.0.0.1:$((PORT_BASE + 1)) >/dev/null & RAW=$!; pids+=($RAW)
+taskset -c 0 "$LOAD" --serve-baseline jsonrpsee --listen 127.0.0.1:$((PORT_BASE + 2)) >/dev/null & JR=$!; pids+=($JR)
+sleep 1
+taskset -c 1 "$LOAD" "$@" \
+  --url ws://127.0.0.1:$PORT_BASE/mcp --server-pid $MCP \
+  --raw-echo-url ws://127.0.0.1:$((PORT_BASE + 1))/mcp --raw-echo-pid $RAW \
+  --jsonrpsee-url ws://127.0.0.1:$((PORT_BASE + 2))/mcp --jsonrpsee-pid $JR
