@@ -16,11 +16,14 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// Keys are inserted by the server only (clients can only look up), so a fast hasher is safe.
+type FastHash = foldhash::fast::RandomState;
+
 #[derive(Default)]
 pub struct Registry {
-    tools: DashMap<String, RegisteredTool>,
-    resources: DashMap<String, Arc<dyn Resource>>,
-    prompts: DashMap<String, Arc<dyn Prompt>>,
+    tools: DashMap<String, RegisteredTool, FastHash>,
+    resources: DashMap<String, Arc<dyn Resource>, FastHash>,
+    prompts: DashMap<String, Arc<dyn Prompt>, FastHash>,
 }
 
 /// A tool with its `tools/list` entry computed once, at registration.

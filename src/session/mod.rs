@@ -25,6 +25,8 @@ use crate::worker::{Cancel, RequestWorker, WorkerEvent};
 use actix::{Addr, Recipient};
 use serde_json::Value;
 use std::collections::HashMap;
+
+type FastHash = foldhash::fast::RandomState;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,8 +43,9 @@ pub struct Session {
     id: u64,
     phase: Phase,
     log_level: LogLevel,
-    in_flight: HashMap<RequestId, InFlight>,
-    batches: HashMap<u64, PendingBatch>,
+    /// Bounded by `max_in_flight_per_session`, so a fast hasher is safe from flooding.
+    in_flight: HashMap<RequestId, InFlight, FastHash>,
+    batches: HashMap<u64, PendingBatch, FastHash>,
     next_batch: u64,
     /// Set on shutdown: no new requests, in-flight ones may finish.
     draining: bool,
@@ -94,8 +97,8 @@ impl Session {
             id,
             phase: Phase::AwaitingInit,
             log_level,
-            in_flight: HashMap::new(),
-            batches: HashMap::new(),
+            in_flight: HashMap::default(),
+            batches: HashMap::default(),
             next_batch: 0,
             draining: false,
         }

@@ -32,6 +32,8 @@ pub struct WsSession {
     fragments: Option<BytesMut>,
     /// Whether a shutdown close is pending until in-flight work finishes.
     closing: bool,
+    /// This actor as its workers' destination, made once in `started`.
+    worker_events: Option<Recipient<WorkerEvent>>,
 }
 
 impl WsSession {
@@ -44,6 +46,7 @@ impl WsSession {
             heard: false,
             fragments: None,
             closing: false,
+            worker_events: None,
         }
     }
 
@@ -57,7 +60,11 @@ impl WsSession {
     }
 
     fn on_message(&mut self, text: &str, ctx: &mut ws::WebsocketContext<Self>) {
-        self.core.on_text(text, &mut WsTransport(ctx));
+        let mut tx = WsTransport {
+            ctx,
+            worker_events: &self.worker_events,
+        };
+        self.core.on_text(text, &mut tx);
         // A cancel may have taken the last request in flight during a drain.
         self.close_if_drained(ctx);
     }
@@ -125,15 +132,21 @@ impl WsSession {
     }
 }
 
-struct WsTransport<'a>(&'a mut ws::WebsocketContext<WsSession>);
+struct WsTransport<'a> {
+    ctx: &'a mut ws::WebsocketContext<WsSession>,
+    worker_events: &'a Option<Recipient<WorkerEvent>>,
+}
 
 impl Transport for WsTransport<'_> {
     fn send_text(&mut self, frame: String) {
-        self.0.text(frame);
+        self.ctx.text(frame);
     }
 
     fn worker_events(&self) -> Recipient<WorkerEvent> {
-        self.0.address().recipient()
+        match self.worker_events {
+            Some(recipient) => recipient.clone(),
+            None => self.ctx.address().recipient(),
+        }
     }
 }
 
@@ -143,6 +156,7 @@ impl Actor for WsSession {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.shared.metrics.sessions.inc();
         self.slot.register(ctx.address().recipient());
+        self.worker_events = Some(ctx.address().recipient());
         let interval = Duration::from_millis(self.shared.settings.heartbeat.interval_ms);
         ctx.run_interval(interval, Self::heartbeat);
         tracing::debug!(session = self.slot.id(), "session opened");
@@ -195,7 +209,11 @@ impl Handler<WorkerEvent> for WsSession {
     type Result = ();
 
     fn handle(&mut self, event: WorkerEvent, ctx: &mut Self::Context) {
-        self.core.on_worker_event(event, &mut WsTransport(ctx));
+        let mut tx = WsTransport {
+            ctx,
+            worker_events: &self.worker_events,
+        };
+        self.core.on_worker_event(event, &mut tx);
         self.close_if_drained(ctx);
     }
 }

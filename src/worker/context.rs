@@ -48,14 +48,14 @@ pub(super) struct Deadline {
 }
 
 impl Deadline {
-    pub(super) fn new(timeout: Duration, hard_max: Duration) -> Rc<Self> {
+    pub(super) fn new(timeout: Duration, hard_max: Duration) -> Self {
         let now = Instant::now();
         let hard = now + hard_max.max(timeout);
-        Rc::new(Self {
+        Self {
             at: Cell::new(now + timeout),
             hard,
             extension: timeout,
-        })
+        }
     }
 
     fn extend(&self) {
@@ -66,7 +66,7 @@ impl Deadline {
     }
 
     /// Resolves once the (possibly extended) deadline has passed.
-    pub(super) async fn expired(&self) {
+    async fn expired(&self) {
         loop {
             let at = self.at.get();
             tokio::time::sleep_until(at.into()).await;
@@ -88,7 +88,7 @@ struct Inner {
     wants_progress: bool,
     min_interval: Duration,
     last_progress: Cell<Option<(Instant, f64)>>,
-    deadline: Rc<Deadline>,
+    deadline: Deadline,
     cancel: CancelFlag,
     session_info: SessionInfo,
 }
@@ -99,7 +99,7 @@ impl ToolContext {
         session: Recipient<WorkerEvent>,
         wants_progress: bool,
         min_interval: Duration,
-        deadline: Rc<Deadline>,
+        deadline: Deadline,
         cancel: CancelFlag,
         session_info: SessionInfo,
     ) -> Self {
@@ -147,6 +147,11 @@ impl ToolContext {
             level,
             data,
         });
+    }
+
+    /// Resolves once the request's (possibly extended) deadline has passed.
+    pub(super) async fn deadline_expired(&self) {
+        self.inner.deadline.expired().await;
     }
 
     pub fn cancel_flag(&self) -> CancelFlag {

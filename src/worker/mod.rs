@@ -162,12 +162,15 @@ async fn run(job: Job, cancel: CancelFlag) -> Result<String, Error> {
         job.session,
         job.wants_progress,
         Duration::from_millis(shared.settings.progress.min_interval_ms),
-        deadline.clone(),
+        deadline,
         cancel,
         job.session_info,
     );
+    let clock = ctx.clone();
     let work = AssertUnwindSafe((job.work)(ctx)).catch_unwind();
     let outcome = tokio::select! {
+        // Work first: work that is ready at once never registers the deadline's timer.
+        biased;
         outcome = work => match outcome {
             Ok(outcome) => outcome,
             Err(_panic) => {
@@ -177,7 +180,7 @@ async fn run(job: Job, cancel: CancelFlag) -> Result<String, Error> {
                 Err(Error::Internal)
             }
         },
-        () = deadline.expired() => {
+        () = clock.deadline_expired() => {
             metrics.timed_out.inc();
             Err(Error::TimedOut { timeout_ms: job.timeout.as_millis() as u64 })
         }
