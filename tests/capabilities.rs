@@ -47,6 +47,14 @@ async fn echo_add_fail_behave_per_contract() {
         json!({"content":[{"type":"text","text":"héllo \"wire\""}]})
     );
 
+    // Escapes in the input decode to the same text on the way back (the text is passed
+    // through as the literal received).
+    client
+        .send_text(r#"{"jsonrpc":"2.0","id":"esc","method":"tools/call","params":{"name":"echo","arguments":{"text":"caf\u00e9\n\"q\" \/"}}}"#)
+        .await;
+    let response = client.recv_response(&json!("esc")).await;
+    assert_eq!(tool_text(&response), "café\n\"q\" /");
+
     let response = client.call_tool("add", json!({"a": 2, "b": 40})).await;
     assert_eq!(tool_text(&response), "42");
     let response = client.call_tool("add", json!({"a": 0.5, "b": 0.25})).await;

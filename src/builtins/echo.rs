@@ -1,6 +1,9 @@
 //! `echo {text}`: returns the text unchanged. The load benches call it.
+//!
+//! The text is passed through as the JSON string literal received (`JsonString`), so it is
+//! scanned once and never decoded nor re-escaped.
 
-use crate::mcp::CallToolResult;
+use crate::mcp::{CallToolResult, Content, JsonString};
 use crate::registry::{typed_tool, Tool};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -9,13 +12,18 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 struct EchoArgs {
     /// The text to return.
-    text: String,
+    text: JsonString,
 }
 
 pub fn tool() -> impl Tool {
     typed_tool(
         "echo",
         "Returns the given text unchanged.",
-        |args: EchoArgs, _ctx| async move { Ok(CallToolResult::text(args.text)) },
+        |args: EchoArgs, _ctx| async move {
+            Ok(CallToolResult {
+                content: vec![Content::JsonText { text: args.text }],
+                is_error: false,
+            })
+        },
     )
 }

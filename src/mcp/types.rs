@@ -191,7 +191,72 @@ pub struct LoggingMessageParams<'a> {
 /// One content block of a tool result or prompt message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Content {
-    Text { text: String },
+    Text {
+        text: String,
+    },
+    /// A text block whose text is already a JSON string literal (e.g. passed through from
+    /// the call's arguments): written as-is, never decoded and re-escaped. Escaping a large
+    /// text on the way out was the largest single cost of a 16 KiB echo.
+    JsonText {
+        text: JsonString,
+    },
+}
+
+/// A JSON string literal kept as the exact text received (quotes and escapes included).
+/// Deserializes only from a JSON string; advertised in schemas as `"type": "string"`.
+#[derive(Debug, Clone)]
+pub struct JsonString(Box<RawValue>);
+
+impl JsonString {
+    /// The literal as received, quotes included.
+    pub fn as_json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The decoded text.
+    pub fn decode(&self) -> String {
+        serde_json::from_str(self.0.get()).unwrap_or_default()
+    }
+}
+
+impl PartialEq for JsonString {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl<'de> Deserialize<'de> for JsonString {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        if raw.get().starts_with('"') {
+            Ok(Self(raw))
+        } else {
+            Err(serde::de::Error::invalid_type(
+                serde::de::Unexpected::Other(raw.get()),
+                &"a string",
+            ))
+        }
+    }
+}
+
+impl Serialize for JsonString {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl schemars::JsonSchema for JsonString {
+    fn schema_name() -> Cow<'static, str> {
+        String::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        String::json_schema(generator)
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
 }
 
 /// `{"type":"text","text":…}`. Written by hand: serde's internally tagged enums buffer
@@ -201,6 +266,12 @@ impl Serialize for Content {
         use serde::ser::SerializeStruct;
         match self {
             Self::Text { text } => {
+                let mut block = serializer.serialize_struct("Content", 2)?;
+                block.serialize_field("type", "text")?;
+                block.serialize_field("text", text)?;
+                block.end()
+            }
+            Self::JsonText { text } => {
                 let mut block = serializer.serialize_struct("Content", 2)?;
                 block.serialize_field("type", "text")?;
                 block.serialize_field("text", text)?;
