@@ -19,6 +19,24 @@ pub fn encode_result(id: &RequestId, result_json: &str) -> String {
     out
 }
 
+/// `{"jsonrpc":"2.0","id":<id>,"result":<result>}`, serializing `result` straight into the
+/// frame: one buffer, sized up front by `size_hint` (the expected result length), so a large
+/// result is neither copied again nor grown by reallocation.
+pub fn encode_result_with(
+    id: &RequestId,
+    result: &impl Serialize,
+    size_hint: usize,
+) -> Result<String, serde_json::Error> {
+    let mut out = Vec::with_capacity(36 + id.as_json().len() + size_hint);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    out.extend_from_slice(id.as_json().as_bytes());
+    out.extend_from_slice(br#","result":"#);
+    serde_json::to_writer(&mut out, result)?;
+    out.push(b'}');
+    // serde_json writes UTF-8 only; the check is a fast pass kept for safety.
+    String::from_utf8(out).map_err(serde::ser::Error::custom)
+}
+
 /// `{"jsonrpc":"2.0","id":<id or null>,"error":{...}}`.
 pub fn encode_error(id: Option<&RequestId>, error: &ErrorObject) -> String {
     let id = id.map_or(NULL_ID, RequestId::as_json);
@@ -83,6 +101,20 @@ mod tests {
             encode_result(&id("18446744073709551616"), "{}"),
             r#"{"jsonrpc":"2.0","id":18446744073709551616,"result":{}}"#
         );
+    }
+
+    #[test]
+    fn result_with_serializes_into_the_frame() {
+        let frame =
+            encode_result_with(&id(r#""x""#), &serde_json::json!({"a": [1]}), 0).expect("ok");
+        assert_eq!(frame, r#"{"jsonrpc":"2.0","id":"x","result":{"a":[1]}}"#);
+    }
+
+    #[test]
+    fn result_with_serializes_into_the_frame() {
+        let frame =
+            encode_result_with(&id(r#""x""#), &serde_json::json!({"a": [1]}), 0).expect("ok");
+        assert_eq!(frame, r#"{"jsonrpc":"2.0","id":"x","result":{"a":[1]}}"#);
     }
 
     #[test]

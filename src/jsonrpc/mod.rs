@@ -10,6 +10,8 @@ mod error;
 mod id;
 
 pub use decode::{decode, Decoded, Entry, Notification, Request};
-pub use encode::{encode_batch, encode_error, encode_notification, encode_result};
+pub use encode::{
+    encode_batch, encode_error, encode_notification, encode_result, encode_result_with,
+};
 pub use error::{ErrorCode, ErrorObject};
 pub use id::RequestId;

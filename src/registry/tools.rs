@@ -49,6 +49,15 @@ impl Arguments {
         Self(raw.map(ToOwned::to_owned))
     }
 
+    /// Length of the raw arguments JSON, in bytes.
+    pub fn len(&self) -> usize {
+        self.0.as_deref().map_or(0, |raw| raw.get().len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
     /// Parses into `T`; the error names the offending field (`text: invalid type: …`).
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ToolError> {
         let text = self.0.as_deref().map_or("{}", RawValue::get);

@@ -4,7 +4,7 @@
 
 use super::{InFlight, Negotiated, Phase, Session, Transport};
 use crate::error::Error;
-use crate::jsonrpc::{Request, RequestId};
+use crate::jsonrpc::{encode_result_with, Request, RequestId};
 use crate::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef,
     GetPromptParams, InitializeParams, ListParams, LogLevel, Method, ProgressToken,
@@ -187,13 +187,17 @@ impl Session {
             progress_token,
         } = call;
         let timeout = limits.timeout_for_tool(tool.name());
+        let frame_id = id.clone();
+        // A result is about as long as the arguments for pass-through tools (echo), and
+        // short otherwise; the hint only sizes the frame's first allocation.
+        let size_hint = arguments.len() + 64;
         let work: Work = Box::new(move |ctx| {
             Box::pin(async move {
                 let result = tool
                     .call(arguments, ctx)
                     .await
                     .unwrap_or_else(|e| e.into_result());
-                serde_json::to_string(&result).map_err(|_| Error::Internal)
+                encode_result_with(&frame_id, &result, size_hint).map_err(|_| Error::Internal)
             })
         });
         let worker = RequestWorker::new(Job {

@@ -251,7 +251,7 @@ impl Session {
                 };
                 self.shared.metrics.workers.dec();
                 let frame = match outcome {
-                    Ok(result) => encode_result(&id, &result),
+                    Ok(frame) => frame,
                     Err(error) => encode_error(Some(&id), &error.to_wire()),
                 };
                 match entry.batch {

@@ -25,7 +25,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::TryAcquireError;
 
-/// The work a worker runs: given the tool context, the serialized JSON result or an error.
+/// The work a worker runs: given the tool context, the encoded response frame (serialized
+/// straight into the frame, see `jsonrpc::encode_result_with`) or an error.
 pub type Work = Box<dyn FnOnce(ToolContext) -> LocalBoxFuture<'static, Result<String, Error>>>;
 
 /// Worker → session messages.
@@ -43,7 +44,8 @@ pub enum WorkerEvent {
         level: LogLevel,
         data: serde_json::Value,
     },
-    /// The last message of every worker that was not cancelled.
+    /// The last message of every worker that was not cancelled: the response frame, or the
+    /// error to answer with.
     Finished {
         id: RequestId,
         outcome: Result<String, Error>,
