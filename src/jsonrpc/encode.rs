@@ -111,13 +111,6 @@ mod tests {
     }
 
     #[test]
-    fn result_with_serializes_into_the_frame() {
-        let frame =
-            encode_result_with(&id(r#""x""#), &serde_json::json!({"a": [1]}), 0).expect("ok");
-        assert_eq!(frame, r#"{"jsonrpc":"2.0","id":"x","result":{"a":[1]}}"#);
-    }
-
-    #[test]
     fn error_without_id_uses_null() {
         let text = encode_error(None, &crate::error::Error::Parse.to_wire());
         let value: serde_json::Value = serde_json::from_str(&text).expect("valid json");
