@@ -63,15 +63,22 @@ fn draw_chart(
     if !x_min.is_finite() {
         return Ok(());
     }
-    // Log x axis; widen it so a single connection count still has a range.
+    // Log x axis; widen it so a single connection count still has a range. Ticks at the
+    // connection counts measured, not at powers of ten.
     let (x_lo, x_hi) = (x_min / 1.5, x_max * 1.5);
+    let mut ticks: Vec<f64> = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0))
+        .collect();
+    ticks.sort_by(f64::total_cmp);
+    ticks.dedup();
     let y_hi = if y_max > 0.0 { y_max * 1.15 } else { 1.0 };
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 22))
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(80)
-        .build_cartesian_2d((x_lo..x_hi).log_scale(), 0.0..y_hi)?;
+        .build_cartesian_2d((x_lo..x_hi).log_scale().with_key_points(ticks), 0.0..y_hi)?;
     chart
         .configure_mesh()
         .x_desc("connections")

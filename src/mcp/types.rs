@@ -231,8 +231,9 @@ impl<'de> Deserialize<'de> for JsonString {
         if raw.get().starts_with('"') {
             Ok(Self(raw))
         } else {
+            // Name the kind, not the value: the value may be megabytes of client input.
             Err(serde::de::Error::invalid_type(
-                serde::de::Unexpected::Other(raw.get()),
+                serde::de::Unexpected::Other("a non-string value"),
                 &"a string",
             ))
         }

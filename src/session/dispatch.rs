@@ -141,7 +141,6 @@ impl Session {
             version,
             client_capabilities: Arc::new(Value::Object(p.capabilities)),
             client_info: p.client_info,
-            initialized: false,
         });
         Ok(result.to_string())
     }

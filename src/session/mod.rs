@@ -61,9 +61,6 @@ struct Negotiated {
     version: ProtocolVersion,
     client_capabilities: Arc<Value>,
     client_info: Implementation,
-    /// Whether `notifications/initialized` has arrived (requests are served either way once
-    /// `initialize` was answered).
-    initialized: bool,
 }
 
 /// A request running in a worker.
@@ -201,12 +198,11 @@ impl Session {
 
     fn on_notification(&mut self, notification: Notification<'_>, tx: &mut dyn Transport) {
         match notification.method.as_ref() {
-            notifications::INITIALIZED => match &mut self.phase {
-                Phase::Ready(negotiated) => negotiated.initialized = true,
-                Phase::AwaitingInit => {
-                    tracing::debug!(session = self.id, "initialized before initialize; ignored")
-                }
-            },
+            // Requests are served once `initialize` is answered; the server sends no requests
+            // of its own that would have to wait for this.
+            notifications::INITIALIZED => {
+                tracing::debug!(session = self.id, "notifications/initialized received")
+            }
             notifications::CANCELLED => {
                 let params = notification.params.map_or("{}", |p| p.get());
                 match crate::mcp::parse_object::<CancelledParams<'_>>(params) {

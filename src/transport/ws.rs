@@ -166,7 +166,13 @@ impl Actor for WsSession {
         // A closed connection cancels all its workers, which returns their pool permits.
         self.core.cancel_all();
         self.shared.metrics.sessions.dec();
-        tracing::debug!(session = self.slot.id(), "session closed");
+        let (client, client_version) = self.core.client_info().unwrap_or(("-", "-"));
+        tracing::debug!(
+            session = self.slot.id(),
+            client,
+            client_version,
+            "session closed"
+        );
     }
 }
 
