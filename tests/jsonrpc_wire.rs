@@ -8,6 +8,7 @@
 mod common;
 use common::*;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 
 #[tokio::test]
 async fn ids_are_echoed_byte_exact() {
@@ -222,4 +223,128 @@ async fn every_response_has_exactly_one_of_result_and_error() {
             "{response}"
         );
     }
+}
+
+/// Counts the ids of the objects in a frame that parses as JSON (an invalid request with a
+/// readable id is answered with that id too).
+fn count_request_ids(text: &str, sent: &mut HashMap<String, usize>) {
+    let Ok(value) = serde_json::from_str::<Value>(text) else {
+        return;
+    };
+    let objects = match &value {
+        Value::Array(entries) => entries.iter().collect(),
+        other => vec![other],
+    };
+    for object in objects {
+        if let Some(id) = object.get("id") {
+            *sent.entry(id.to_string()).or_default() += 1;
+        }
+    }
+}
+
+/// Deterministic xorshift, so a failure reproduces.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Hostile input: hundreds of mutated frames (bytes replaced, deleted, duplicated). Whatever
+/// comes back is well-formed JSON-RPC (a response with exactly one of result/error, or a
+/// notification), no id is answered twice, and the server keeps serving.
+#[tokio::test]
+async fn mutated_frames_never_break_the_server() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    let seeds = [
+        r#"{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"echo","arguments":{"text":"abc"}}}"#,
+        r#"[{"jsonrpc":"2.0","id":"ID","method":"ping"},{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"ID"}}]"#,
+        r#"{"jsonrpc":"2.0","id":ID,"method":"prompts/get","params":{"name":"greet","arguments":{"name":"Ada"}}}"#,
+        r#"{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2},"_meta":{"progressToken":7}}}"#,
+    ];
+    let alphabet = br#"{}[]":,0123456789-.eE truefalsn\u"#;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    // How many requests carried each id (mutations can make two rounds' ids equal).
+    let mut sent: HashMap<String, usize> = HashMap::new();
+    for round in 0..400 {
+        // A distinct id per round, so "answered twice" means what it says.
+        let seed = seeds[round % seeds.len()].replace("ID", &(1_000_000 + round).to_string());
+        let mut bytes = seed.into_bytes();
+        for _ in 0..1 + rng.below(3) {
+            let at = rng.below(bytes.len());
+            match rng.below(3) {
+                0 => bytes[at] = alphabet[rng.below(alphabet.len())],
+                1 => {
+                    bytes.remove(at);
+                }
+                _ => {
+                    let byte = bytes[at];
+                    bytes.insert(at, byte);
+                }
+            }
+            if bytes.is_empty() {
+                bytes.push(b'{');
+            }
+        }
+        // Mutations use ASCII only, so the frame stays valid UTF-8 text.
+        let text = String::from_utf8(bytes).expect("ascii mutations");
+        count_request_ids(&text, &mut sent);
+        client.send_text(&text).await;
+    }
+    let frames = client.drain_until_barrier().await;
+    let mut answered: HashMap<String, usize> = HashMap::new();
+    let mut responses = 0;
+    let mut check = |message: &Value| {
+        assert_eq!(message["jsonrpc"], "2.0", "{message}");
+        if message.get("method").is_some() {
+            assert!(
+                message.get("id").is_none(),
+                "server sends notifications only: {message}"
+            );
+            return;
+        }
+        let has_result = message.get("result").is_some();
+        let has_error = message.get("error").is_some();
+        assert!(
+            has_result != has_error,
+            "exactly one of result/error: {message}"
+        );
+        if has_error {
+            assert!(message["error"]["code"].is_i64(), "{message}");
+            assert!(message["error"]["message"].is_string(), "{message}");
+        }
+        let id = &message["id"];
+        // A null id (unreadable request) may repeat; any other id is answered at most as
+        // often as requests carried it.
+        if !id.is_null() {
+            let count = answered.entry(id.to_string()).or_default();
+            *count += 1;
+            let limit = sent.get(&id.to_string()).copied().unwrap_or(0);
+            assert!(
+                *count <= limit,
+                "answered {count} times, sent {limit}: {message}"
+            );
+        }
+        responses += 1;
+    };
+    for frame in &frames {
+        match frame.as_array() {
+            Some(entries) => entries.iter().for_each(&mut check),
+            None => check(frame),
+        }
+    }
+    assert!(
+        responses > 100,
+        "most mutated frames are answered: {responses}"
+    );
+    assert_server_alive(&server).await;
 }
