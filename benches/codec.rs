@@ -21,6 +21,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+/// The allocator of the shipped binary (src/main.rs), so these figures match it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const ECHO: &str = r#"{"jsonrpc":"2.0","id":12345,"method":"tools/call","params":{"name":"echo","arguments":{"text":"0123456789012345678901234567890123456789012345678901234567890123"}}}"#;
 const PING: &str = r#"{"jsonrpc":"2.0","id":12345,"method":"ping"}"#;
 
