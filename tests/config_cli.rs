@@ -9,16 +9,12 @@
 //! - `GET /healthz` answers 200 with the body `ok`.
 
 mod common;
+use common::process::ServerProcess;
 use common::*;
 
 use mcp_ws::config::Settings;
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 const DEFAULT_TOML: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml");
 
@@ -103,107 +99,6 @@ async fn healthz_answers_200_ok() {
 }
 
 // ---- the binary -------------------------------------------------------------------------
-
-/// The `mcp-ws` binary as a child process; killed if the test ends without it exiting.
-struct ServerProcess {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    stderr: Arc<Mutex<Vec<String>>>,
-    reader: Option<JoinHandle<()>>,
-}
-
-impl ServerProcess {
-    /// Runs the binary from the crate root, with a clean environment for the variables it
-    /// reads, logging at info.
-    fn spawn(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-ws"));
-        command
-            .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env_remove("MCP_WS_CONFIG")
-            .env_remove("MCP_WS_LISTEN")
-            .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("the mcp-ws binary starts");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let (tx, lines) = mpsc::channel();
-        let pipe = child.stderr.take().expect("stderr is piped");
-        let log = stderr.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                log.lock().expect("log lock").push(line.clone());
-                let _ = tx.send(line);
-            }
-        });
-        Self {
-            child,
-            lines,
-            stderr,
-            reader: Some(reader),
-        }
-    }
-
-    fn stderr_text(&self) -> String {
-        self.stderr.lock().expect("log lock").join("\n")
-    }
-
-    /// The address from the server's `listening ... addr=IP:PORT` log line.
-    fn wait_listening(&self) -> SocketAddr {
-        let deadline = Instant::now() + READ_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains("listening") => {
-                    if let Some(addr) = line
-                        .split_whitespace()
-                        .find_map(|word| word.strip_prefix("addr="))
-                    {
-                        return addr.parse().expect("a socket address after addr=");
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => panic!(
-                    "no `listening ... addr=` line; stderr so far:\n{}",
-                    self.stderr_text()
-                ),
-            }
-        }
-    }
-
-    /// Waits (with a deadline) for the process to exit; returns its status and all of its
-    /// stderr.
-    fn wait_exit(&mut self) -> (ExitStatus, String) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the process did not exit; stderr:\n{}",
-                self.stderr_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        if let Some(reader) = self.reader.take() {
-            reader.join().expect("stderr reader");
-        }
-        (status, self.stderr_text())
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// Distinct loopback addresses that were free a moment ago (bound together, then released).
 fn free_addrs<const N: usize>() -> [SocketAddr; N] {

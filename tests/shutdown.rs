@@ -10,6 +10,7 @@
 //! - The binary, on SIGTERM, closes its clients with 1001 and exits with status 0.
 
 mod common;
+use common::process::ServerProcess;
 use common::*;
 
 use mcp_ws::mcp::CallToolResult;
@@ -17,10 +18,8 @@ use mcp_ws::registry::{Arguments, Tool, ToolError, ToolFuture};
 use mcp_ws::server::RunningServer;
 use mcp_ws::worker::ToolContext;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
@@ -246,113 +245,15 @@ async fn requests_during_drain_get_32004() {
     assert_eq!(shared.metrics.sessions.get(), 0);
 }
 
-/// The `mcp-ws` binary as a child process; killed if the test ends without it exiting.
-struct ServerProcess {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-impl ServerProcess {
-    fn spawn(mut command: Command) -> Self {
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the mcp-ws binary starts");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let (tx, lines) = mpsc::channel();
-        let pipe = child.stderr.take().expect("stderr is piped");
-        let log = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                log.lock().expect("log lock").push(line.clone());
-                let _ = tx.send(line);
-            }
-        });
-        Self {
-            child,
-            lines,
-            stderr,
-        }
-    }
-
-    fn stderr_text(&self) -> String {
-        self.stderr.lock().expect("log lock").join("\n")
-    }
-
-    /// The address from the server's `listening ... addr=IP:PORT` log line.
-    fn wait_listening(&self) -> SocketAddr {
-        let deadline = Instant::now() + READ_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains("listening") => {
-                    if let Some(addr) = line
-                        .split_whitespace()
-                        .find_map(|word| word.strip_prefix("addr="))
-                    {
-                        return addr.parse().expect("a socket address after addr=");
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => panic!(
-                    "no `listening ... addr=` line; stderr so far:\n{}",
-                    self.stderr_text()
-                ),
-            }
-        }
-    }
-
-    async fn wait_exit(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the process did not exit; stderr:\n{}",
-                self.stderr_text()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 #[tokio::test]
 async fn sigterm_closes_clients_with_1001_and_the_binary_exits_0() {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-ws"));
-    command
-        .args(["--listen", "127.0.0.1:0"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env_remove("MCP_WS_CONFIG")
-        .env_remove("MCP_WS_LISTEN")
-        .env("RUST_LOG", "info");
-    let mut process = ServerProcess::spawn(command);
+    let mut process = ServerProcess::spawn(&["--listen", "127.0.0.1:0"], &[]);
     let addr = process.wait_listening();
 
-    // This server pings every 10 s (config/default.toml), which would renew common's
-    // per-frame receive timeout: each step gets an overall deadline too.
-    let step = Duration::from_secs(20);
     let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
-    let response = tokio::time::timeout(
-        step,
-        client.request_with_id(json!(0), "initialize", initialize_params("2025-11-25")),
-    )
-    .await
-    .expect("initialize is answered");
+    let response = client
+        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+        .await;
     assert_eq!(response["result"]["protocolVersion"], "2025-11-25");
 
     let status = Command::new("kill")
@@ -361,16 +262,13 @@ async fn sigterm_closes_clients_with_1001_and_the_binary_exits_0() {
         .expect("kill runs");
     assert!(status.success(), "kill -TERM succeeded");
 
-    let close = tokio::time::timeout(step, client.recv_close())
-        .await
-        .expect("the server closes the client");
-    assert_close_1001(close);
-    let status = process.wait_exit().await;
+    assert_close_1001(client.recv_close().await);
+    drop(client);
+    let (status, stderr) = process.wait_exit();
     assert_eq!(
         status.code(),
         Some(0),
-        "exit status {status:?}; stderr:\n{}",
-        process.stderr_text()
+        "exit status {status:?}; stderr:\n{stderr}"
     );
 }
 

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod process;
+
 use futures_util::{SinkExt, StreamExt};
 use mcp_ws::config::Settings;
 use mcp_ws::registry::Registry;
