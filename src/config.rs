@@ -251,8 +251,4 @@ impl Settings {
         }
         Ok(())
     }
-
-    pub fn ms(ms: u64) -> Duration {
-        Duration::from_millis(ms)
-    }
 }

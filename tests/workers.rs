@@ -403,6 +403,48 @@ async fn disconnect_with_work_in_flight_frees_everything() {
 #[derive(Deserialize, schemars::JsonSchema)]
 struct NoArgs {}
 
+/// A tool can observe its cancellation from work it moved to another thread: the context's
+/// cancel flag is set when the request is cancelled.
+#[tokio::test]
+async fn a_tool_observes_cancellation_from_another_thread() {
+    let (observed_tx, observed_rx) = std::sync::mpsc::channel::<bool>();
+    let observed_tx = std::sync::Mutex::new(observed_tx);
+    let registry = mcp_ws::builtins::registry();
+    registry.add_tool(typed_tool(
+        "watch",
+        "waits for its cancel",
+        move |_: NoArgs, ctx| {
+            let flag = ctx.cancel_flag();
+            let report = observed_tx.lock().expect("lock").clone();
+            assert!(!ctx.is_cancelled(), "not cancelled at start");
+            // Blocking work on its own thread, polling the flag as such work would.
+            std::thread::spawn(move || {
+                let deadline = std::time::Instant::now() + READ_TIMEOUT;
+                while !flag.is_set() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                let _ = report.send(flag.is_set());
+            });
+            async move {
+                std::future::pending::<()>().await;
+                Ok(CallToolResult::text("unreachable"))
+            }
+        },
+    ));
+    let server = start_with(settings(), registry);
+    let mut client = Client::initialized(&server).await;
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":"w","method":"tools/call","params":{"name":"watch","arguments":{}}}))
+        .await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    client.send_json(cancel(json!("w"))).await;
+    let observed = tokio::task::spawn_blocking(move || observed_rx.recv_timeout(READ_TIMEOUT))
+        .await
+        .expect("join");
+    assert_eq!(observed, Ok(true), "the blocking thread saw the cancel");
+    client.expect_nothing_pending().await;
+}
+
 #[tokio::test]
 async fn a_panicking_tool_answers_internal_error_and_the_session_lives_on() {
     let registry = mcp_ws::builtins::registry();

@@ -212,11 +212,6 @@ impl JsonString {
     pub fn as_json(&self) -> &str {
         self.0.get()
     }
-
-    /// The decoded text.
-    pub fn decode(&self) -> String {
-        serde_json::from_str(self.0.get()).unwrap_or_default()
-    }
 }
 
 impl PartialEq for JsonString {
