@@ -2,10 +2,11 @@
 //! `/metrics`), starting in the foreground (`run`, the binary) or on a background thread
 //! (`spawn`, tests and benches), and graceful shutdown.
 //!
-//! Shutdown, on SIGINT/SIGTERM or `RunningServer::stop`: stop accepting connections, tell
-//! every session (each refuses new requests, lets in-flight ones finish for up to
-//! `shutdown.grace_ms`, cancels the rest, and closes with 1001), wait for the sessions to
-//! be gone, then stop the HTTP server.
+//! Shutdown, on SIGINT/SIGTERM or `RunningServer::stop`: stop admitting sessions (a new
+//! upgrade gets 503 with `Retry-After`, an answer rather than a connection left hanging),
+//! tell every session (each refuses new requests with -32004, lets in-flight ones finish for
+//! up to `shutdown.grace_ms`, cancels the rest, and closes with 1001), wait for the sessions
+//! to be gone, then stop the HTTP server.
 
 use crate::config::Settings;
 use crate::error::StartupError;
@@ -226,7 +227,6 @@ async fn shut_down(shared: &Arc<Shared>, handle: &ServerHandle) {
         grace_ms = grace.as_millis() as u64,
         "shutting down"
     );
-    handle.pause().await;
     shared.begin_shutdown(grace);
     // Sessions close themselves within the grace; the margin covers the close handshake.
     let deadline = Instant::now() + grace + Duration::from_secs(2);

@@ -6,7 +6,8 @@
 //! - A request still running when the grace runs out is cancelled: no response for its id,
 //!   the connection is closed with 1001, and the server stops.
 //! - Idle clients are all closed with 1001.
-//! - While a session drains, every new request (even `ping`) gets -32004.
+//! - While a session drains, every new request (even `ping`) gets -32004, and a new
+//!   WebSocket upgrade gets HTTP 503 with `Retry-After`.
 //! - The binary, on SIGTERM, closes its clients with 1001 and exits with status 0.
 
 mod common;
@@ -198,6 +199,38 @@ async fn idle_clients_all_get_close_1001() {
     }
     assert_stopped(stopper).await;
     assert_eq!(shared.metrics.sessions.get(), 0);
+}
+
+#[tokio::test]
+async fn new_sessions_during_drain_get_503() {
+    let server = start(shutdown_settings(30_000));
+    let url = server.url();
+    let mut client = Client::initialized(&server).await;
+    let long = json!("long");
+    send_call(&mut client, &long, "sleep", json!({"ms": 60_000})).await;
+    wait_metric(&server, "mcp_workers", 1).await;
+
+    let stopper = stop_in_background(server);
+    ping_until_refused(&mut client).await;
+    match tokio_tungstenite::connect_async(url).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503);
+            assert_eq!(
+                response
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok()),
+                Some("1")
+            );
+        }
+        other => panic!(
+            "expected HTTP 503 during the drain, got {:?}",
+            other.map(|(_, r)| r.status())
+        ),
+    }
+    client.send_json(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long"}})).await;
+    assert_close_1001(client.recv_close().await);
+    assert_stopped(stopper).await;
 }
 
 #[tokio::test]
