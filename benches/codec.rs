@@ -152,6 +152,7 @@ fn worker(c: &mut Criterion) {
                         session: sink.clone(),
                         session_info: session_info.clone(),
                         shared: shared.clone(),
+                        span: tracing::Span::none(),
                     })
                     .start();
                     black_box(events.recv().await.expect("finished"));

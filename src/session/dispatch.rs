@@ -186,6 +186,8 @@ impl Session {
             progress_token,
         } = call;
         let timeout = limits.timeout_for_tool(tool.name());
+        // A child of the request span (session, id, method), which is entered here.
+        let span = tracing::debug_span!("worker", tool = tool.name());
         let frame_id = id.clone();
         // A result is about as long as the arguments for pass-through tools (echo), and
         // short otherwise; the hint only sizes the frame's first allocation.
@@ -210,6 +212,7 @@ impl Session {
                 client_capabilities: negotiated.client_capabilities.clone(),
             },
             shared: self.shared.clone(),
+            span,
         })
         .start();
         self.in_flight.insert(

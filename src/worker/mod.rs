@@ -24,6 +24,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::TryAcquireError;
+use tracing::Instrument;
 
 /// The work a worker runs: given the tool context, the encoded response frame (serialized
 /// straight into the frame, see `jsonrpc::encode_result_with`) or an error.
@@ -67,6 +68,9 @@ pub struct Job {
     pub session: Recipient<WorkerEvent>,
     pub session_info: SessionInfo,
     pub shared: Arc<Shared>,
+    /// The worker's span, a child of the request's (session, id, method): the work and its
+    /// outcome are logged inside it.
+    pub span: tracing::Span,
 }
 
 pub struct RequestWorker {
@@ -93,14 +97,16 @@ impl Actor for RequestWorker {
         let session = job.session.clone();
         let id = job.id.clone();
         let cancel = self.cancel.clone();
+        let span = job.span.clone();
         let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
         ctx.spawn(
             run(job, cancel)
+                .instrument(span.clone())
                 .into_actor(self)
                 .map(move |outcome, _worker, ctx| {
                     if let Some(started) = started {
+                        let _entered = span.enter();
                         tracing::debug!(
-                            id = %id,
                             elapsed_us = started.elapsed().as_micros() as u64,
                             outcome = if outcome.is_ok() { "ok" } else { "error" },
                             "worker finished"
