@@ -184,22 +184,7 @@ async fn sessions_beyond_the_cap_get_503() {
     let server = start(s);
     let first = Client::initialized(&server).await;
     let _second = Client::initialized(&server).await;
-    match tokio_tungstenite::connect_async(server.url()).await {
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-            assert_eq!(response.status(), 503);
-            assert_eq!(
-                response
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok()),
-                Some("1")
-            );
-        }
-        other => panic!(
-            "expected HTTP 503, got {:?}",
-            other.map(|(_, r)| r.status())
-        ),
-    }
+    assert_upgrade_refused_503(&server.url()).await;
     drop(first);
     wait_metric(&server, "mcp_sessions", 1).await;
     assert_server_alive(&server).await;

@@ -202,41 +202,10 @@ async fn idle_clients_all_get_close_1001() {
 }
 
 #[tokio::test]
-async fn new_sessions_during_drain_get_503() {
-    let server = start(shutdown_settings(30_000));
-    let url = server.url();
-    let mut client = Client::initialized(&server).await;
-    let long = json!("long");
-    send_call(&mut client, &long, "sleep", json!({"ms": 60_000})).await;
-    wait_metric(&server, "mcp_workers", 1).await;
-
-    let stopper = stop_in_background(server);
-    ping_until_refused(&mut client).await;
-    match tokio_tungstenite::connect_async(url).await {
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-            assert_eq!(response.status(), 503);
-            assert_eq!(
-                response
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok()),
-                Some("1")
-            );
-        }
-        other => panic!(
-            "expected HTTP 503 during the drain, got {:?}",
-            other.map(|(_, r)| r.status())
-        ),
-    }
-    client.send_json(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long"}})).await;
-    assert_close_1001(client.recv_close().await);
-    assert_stopped(stopper).await;
-}
-
-#[tokio::test]
-async fn requests_during_drain_get_32004() {
+async fn during_drain_requests_get_32004_and_new_sessions_503() {
     let server = start(shutdown_settings(30_000));
     let shared = server.shared().clone();
+    let url = server.url();
 
     let mut client = Client::initialized(&server).await;
     // A long call keeps the session open (draining) after shutdown begins.
@@ -261,6 +230,8 @@ async fn requests_during_drain_get_32004() {
         let error = assert_error(&response, &id, SHUTTING_DOWN);
         assert_eq!(error["message"], "Server is shutting down", "{response}");
     }
+    // A new session is answered 503, not left hanging.
+    assert_upgrade_refused_503(&url).await;
     assert!(
         !stopper.is_finished(),
         "the drain holds while the long call is in flight"

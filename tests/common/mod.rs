@@ -301,6 +301,26 @@ pub async fn wait_metric(server: &RunningServer, name: &str, expected: u64) {
     }
 }
 
+/// Asserts that a WebSocket upgrade to `url` is refused with HTTP 503 and `Retry-After: 1`.
+pub async fn assert_upgrade_refused_503(url: &str) {
+    match tokio_tungstenite::connect_async(url).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503);
+            assert_eq!(
+                response
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok()),
+                Some("1")
+            );
+        }
+        other => panic!(
+            "expected HTTP 503, got {:?}",
+            other.map(|(_, r)| r.status())
+        ),
+    }
+}
+
 /// A new connection still completes the handshake: the server survived what came before.
 pub async fn assert_server_alive(server: &RunningServer) {
     let mut client = Client::initialized(server).await;
