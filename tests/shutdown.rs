@@ -157,6 +157,36 @@ async fn in_flight_call_is_answered_before_close_1001() {
     assert_eq!(shared.metrics.sessions.get(), 0);
 }
 
+/// A batch cut by the grace deadline still delivers the answers it collected: the entry
+/// that finished is sent (in the array), the cancelled one is left out, then close 1001.
+#[tokio::test]
+async fn batch_cut_by_the_grace_still_delivers_its_finished_entries() {
+    let server = start(shutdown_settings(300));
+    let mut client = Client::initialized(&server).await;
+    client
+        .send_json(json!([
+            {"jsonrpc":"2.0","id":"done","method":"tools/call","params":{"name":"echo","arguments":{"text":"kept"}}},
+            {"jsonrpc":"2.0","id":"cut","method":"tools/call","params":{"name":"sleep","arguments":{"ms":60000}}}
+        ]))
+        .await;
+    // The echo has finished and waits in the batch; only the sleep is still running.
+    wait_metric(&server, "mcp_workers", 1).await;
+
+    let stopper = stop_in_background(server);
+    assert_close_1001(client.recv_close().await);
+    let answered: Vec<Value> = client.backlog.drain(..).collect();
+    assert_eq!(
+        answered.len(),
+        1,
+        "one frame before the close: {answered:?}"
+    );
+    assert_eq!(
+        answered[0],
+        json!([{"jsonrpc":"2.0","id":"done","result":{"content":[{"type":"text","text":"kept"}]}}])
+    );
+    assert_stopped(stopper).await;
+}
+
 #[tokio::test]
 async fn call_outliving_grace_is_cancelled_unanswered_then_close_1001() {
     let server = start(shutdown_settings(200));

@@ -314,14 +314,13 @@ impl Session {
         !self.in_flight.is_empty()
     }
 
-    /// Cancels every request in flight (the connection closed, or the grace ran out).
-    pub fn cancel_all(&mut self) {
-        for (id, entry) in self.in_flight.drain() {
-            entry.worker.do_send(Cancel);
-            self.shared.metrics.workers.dec();
-            self.shared.metrics.cancelled.inc();
-            tracing::debug!(session = self.id, id = %id, "cancelled: session ending");
+    /// Cancels every request in flight (the connection closed, or the grace ran out), each
+    /// the way a client's cancel would: a batch cut short still sends the answers it
+    /// collected. (After a disconnect those frames go nowhere, which is harmless.)
+    pub fn cancel_all(&mut self, tx: &mut dyn Transport) {
+        let ids: Vec<RequestId> = self.in_flight.keys().cloned().collect();
+        for id in ids {
+            self.cancel(&id, tx);
         }
-        self.batches.clear();
     }
 }

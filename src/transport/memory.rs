@@ -49,8 +49,12 @@ impl Transport for ChannelTransport<'_> {
 impl Actor for MemorySession {
     type Context = Context<Self>;
 
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
-        self.core.cancel_all();
+    fn stopped(&mut self, ctx: &mut Self::Context) {
+        let mut tx = ChannelTransport {
+            outgoing: &self.outgoing,
+            address: ctx.address(),
+        };
+        self.core.cancel_all(&mut tx);
     }
 }
 

@@ -162,9 +162,13 @@ impl Actor for WsSession {
         tracing::debug!(session = self.slot.id(), "session opened");
     }
 
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
+    fn stopped(&mut self, ctx: &mut Self::Context) {
         // A closed connection cancels all its workers, which returns their pool permits.
-        self.core.cancel_all();
+        let mut tx = WsTransport {
+            ctx,
+            worker_events: &self.worker_events,
+        };
+        self.core.cancel_all(&mut tx);
         self.shared.metrics.sessions.dec();
         let (client, client_version) = self.core.client_info().unwrap_or(("-", "-"));
         tracing::debug!(
@@ -235,7 +239,11 @@ impl Handler<Shutdown> for WsSession {
         self.core.begin_drain();
         self.close_if_drained(ctx);
         ctx.run_later(shutdown.grace, |session, ctx| {
-            session.core.cancel_all();
+            let mut tx = WsTransport {
+                ctx,
+                worker_events: &session.worker_events,
+            };
+            session.core.cancel_all(&mut tx);
             session.close(ctx, CloseCode::Away, "server shutting down");
         });
     }
