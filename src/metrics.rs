@@ -39,6 +39,19 @@ impl Gauge {
         self.peak.fetch_max(now, Ordering::Relaxed);
     }
 
+    /// Raises the gauge by one unless it is already at `limit`; says whether it did.
+    pub fn try_inc_below(&self, limit: u64) -> bool {
+        let raised = self
+            .value
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            });
+        if let Ok(before) = raised {
+            self.peak.fetch_max(before + 1, Ordering::Relaxed);
+        }
+        raised.is_ok()
+    }
+
     pub fn dec(&self) {
         self.value.fetch_sub(1, Ordering::Relaxed);
     }
@@ -67,7 +80,8 @@ impl Drop for GaugeGuard<'_> {
 
 #[derive(Debug, Default)]
 pub struct Metrics {
-    /// Open WebSocket sessions.
+    /// WebSocket sessions admitted and not yet gone (the `server.max_sessions` cap counts
+    /// these).
     pub sessions: Gauge,
     /// Worker actors alive (admitted by their session, not yet finished or cancelled).
     pub workers: Gauge,

@@ -7,7 +7,7 @@ use crate::metrics::Metrics;
 use crate::registry::Registry;
 use actix::{Message, Recipient};
 use dashmap::DashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -27,8 +27,6 @@ pub struct Shared {
     pub pool: Arc<Semaphore>,
     pub metrics: Metrics,
     sessions: DashMap<u64, Recipient<Shutdown>>,
-    /// Sessions admitted (counted before the actor starts, so the cap holds under bursts).
-    admitted: AtomicUsize,
     next_session_id: AtomicU64,
     draining: AtomicBool,
 }
@@ -41,7 +39,6 @@ impl Shared {
             registry,
             metrics: Metrics::default(),
             sessions: DashMap::new(),
-            admitted: AtomicUsize::new(0),
             next_session_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
         })
@@ -52,12 +49,11 @@ impl Shared {
         if self.is_draining() {
             return None;
         }
-        let max = self.settings.server.max_sessions;
-        self.admitted
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()?;
+        // Counted at admission, before the actor starts, so the cap holds under bursts.
+        let max = self.settings.server.max_sessions as u64;
+        if !self.metrics.sessions.try_inc_below(max) {
+            return None;
+        }
         Some(SessionSlot {
             shared: self.clone(),
             id: self.next_session_id.fetch_add(1, Ordering::Relaxed),
@@ -76,8 +72,8 @@ impl Shared {
         }
     }
 
-    pub fn live_sessions(&self) -> usize {
-        self.admitted.load(Ordering::Acquire)
+    pub fn live_sessions(&self) -> u64 {
+        self.metrics.sessions.get()
     }
 }
 
@@ -108,6 +104,6 @@ impl SessionSlot {
 impl Drop for SessionSlot {
     fn drop(&mut self) {
         self.shared.sessions.remove(&self.id);
-        self.shared.admitted.fetch_sub(1, Ordering::AcqRel);
+        self.shared.metrics.sessions.dec();
     }
 }

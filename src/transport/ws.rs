@@ -154,7 +154,6 @@ impl Actor for WsSession {
     type Context = ws::WebsocketContext<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.shared.metrics.sessions.inc();
         self.slot.register(ctx.address().recipient());
         self.worker_events = Some(ctx.address().recipient());
         let interval = Duration::from_millis(self.shared.settings.heartbeat.interval_ms);
@@ -169,7 +168,6 @@ impl Actor for WsSession {
             worker_events: &self.worker_events,
         };
         self.core.cancel_all(&mut tx);
-        self.shared.metrics.sessions.dec();
         let (client, client_version) = self.core.client_info().unwrap_or(("-", "-"));
         tracing::debug!(
             session = self.slot.id(),
