@@ -9,7 +9,6 @@ mod common;
 use common::*;
 use mcp_ws::mcp::CallToolResult;
 use mcp_ws::registry::typed_tool;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 const VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
@@ -161,9 +160,6 @@ async fn malformed_initialize_params_are_invalid_params() {
     let response = client.request("tools/list", json!({})).await;
     assert_error(&response, &response["id"], -32000);
 }
-
-#[derive(Deserialize, schemars::JsonSchema)]
-struct NoArgs {}
 
 /// Client capabilities and the negotiated version reach the tools through their context.
 #[tokio::test]

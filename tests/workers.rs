@@ -12,7 +12,6 @@ mod common;
 use common::*;
 use mcp_ws::mcp::CallToolResult;
 use mcp_ws::registry::typed_tool;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -399,9 +398,6 @@ async fn disconnect_with_work_in_flight_frees_everything() {
         server.shared().settings.limits.max_concurrent_requests
     );
 }
-
-#[derive(Deserialize, schemars::JsonSchema)]
-struct NoArgs {}
 
 /// A tool can observe its cancellation from work it moved to another thread: the context's
 /// cancel flag is set when the request is cancelled.

@@ -321,6 +321,10 @@ pub async fn assert_upgrade_refused_503(url: &str) {
     }
 }
 
+/// Arguments of test tools that take none.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+pub struct NoArgs {}
+
 /// A new connection still completes the handshake: the server survived what came before.
 pub async fn assert_server_alive(server: &RunningServer) {
     let mut client = Client::initialized(server).await;
