@@ -121,7 +121,7 @@ fn worker(c: &mut Criterion) {
     let id = RequestId::from_raw(&raw).expect("id");
     let (sink, mut events) = system.block_on(async {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Sink(tx).start().recipient(), rx)
+        (std::rc::Rc::new(Sink(tx).start().recipient()), rx)
     });
     let session_info = SessionInfo {
         protocol_version: mcp_ws::mcp::ProtocolVersion::LATEST,

@@ -21,8 +21,8 @@ use crate::mcp::{
     ProgressToken, ProtocolVersion,
 };
 use crate::shared::Shared;
-use crate::worker::{Cancel, RequestWorker, WorkerEvent};
-use actix::{Addr, Recipient};
+use crate::worker::{Cancel, RequestWorker, SessionInbox, WorkerEvent};
+use actix::Addr;
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -34,7 +34,7 @@ use std::time::Instant;
 pub trait Transport {
     fn send_text(&mut self, frame: String);
     /// Where this session's workers send their events (the transport actor's address).
-    fn worker_events(&self) -> Recipient<WorkerEvent>;
+    fn worker_events(&self) -> SessionInbox;
 }
 
 pub struct Session {

@@ -4,8 +4,9 @@
 
 use crate::session::{Session, Transport};
 use crate::shared::Shared;
-use crate::worker::WorkerEvent;
+use crate::worker::{SessionInbox, WorkerEvent};
 use actix::prelude::*;
+use std::rc::Rc;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -41,8 +42,8 @@ impl Transport for ChannelTransport<'_> {
         let _ = self.outgoing.send(frame);
     }
 
-    fn worker_events(&self) -> Recipient<WorkerEvent> {
-        self.address.clone().recipient()
+    fn worker_events(&self) -> SessionInbox {
+        Rc::new(self.address.clone().recipient())
     }
 }
 

@@ -10,11 +10,12 @@
 
 use crate::session::{Session, Transport};
 use crate::shared::{SessionSlot, Shared, Shutdown};
-use crate::worker::WorkerEvent;
+use crate::worker::{SessionInbox, WorkerEvent};
 use actix::prelude::*;
 use actix_http::ws::Item;
 use actix_web_actors::ws::{self, CloseCode, CloseReason, Message as WsMessage, ProtocolError};
 use bytes::BytesMut;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +34,7 @@ pub struct WsSession {
     /// Whether a shutdown close is pending until in-flight work finishes.
     closing: bool,
     /// This actor as its workers' destination, made once in `started`.
-    worker_events: Option<Recipient<WorkerEvent>>,
+    worker_events: Option<SessionInbox>,
 }
 
 impl WsSession {
@@ -134,7 +135,7 @@ impl WsSession {
 
 struct WsTransport<'a> {
     ctx: &'a mut ws::WebsocketContext<WsSession>,
-    worker_events: &'a Option<Recipient<WorkerEvent>>,
+    worker_events: &'a Option<SessionInbox>,
 }
 
 impl Transport for WsTransport<'_> {
@@ -142,10 +143,10 @@ impl Transport for WsTransport<'_> {
         self.ctx.text(frame);
     }
 
-    fn worker_events(&self) -> Recipient<WorkerEvent> {
+    fn worker_events(&self) -> SessionInbox {
         match self.worker_events {
-            Some(recipient) => recipient.clone(),
-            None => self.ctx.address().recipient(),
+            Some(inbox) => inbox.clone(),
+            None => Rc::new(self.ctx.address().recipient()),
         }
     }
 }
@@ -155,7 +156,7 @@ impl Actor for WsSession {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.slot.register(ctx.address().recipient());
-        self.worker_events = Some(ctx.address().recipient());
+        self.worker_events = Some(Rc::new(ctx.address().recipient()));
         let interval = Duration::from_millis(self.shared.settings.heartbeat.interval_ms);
         ctx.run_interval(interval, Self::heartbeat);
         tracing::debug!(session = self.slot.id(), "session opened");

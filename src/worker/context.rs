@@ -5,10 +5,9 @@
 //! strictly increasing values), so the session receives a bounded stream; each report that
 //! goes out also extends the request's deadline, up to the hard maximum.
 
-use super::WorkerEvent;
+use super::{SessionInbox, WorkerEvent};
 use crate::jsonrpc::RequestId;
 use crate::mcp::{LogLevel, ProtocolVersion};
-use actix::Recipient;
 use serde_json::Value;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -84,7 +83,7 @@ pub struct ToolContext {
 
 struct Inner {
     id: RequestId,
-    session: Recipient<WorkerEvent>,
+    session: SessionInbox,
     wants_progress: bool,
     min_interval: Duration,
     last_progress: Cell<Option<(Instant, f64)>>,
@@ -96,7 +95,7 @@ struct Inner {
 impl ToolContext {
     pub(super) fn new(
         id: RequestId,
-        session: Recipient<WorkerEvent>,
+        session: SessionInbox,
         wants_progress: bool,
         min_interval: Duration,
         deadline: Deadline,

@@ -21,6 +21,7 @@ use context::Deadline;
 use futures_util::future::LocalBoxFuture;
 use futures_util::FutureExt;
 use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::TryAcquireError;
@@ -29,6 +30,11 @@ use tracing::Instrument;
 /// The work a worker runs: given the tool context, the encoded response frame (serialized
 /// straight into the frame, see `jsonrpc::encode_result_with`) or an error.
 pub type Work = Box<dyn FnOnce(ToolContext) -> LocalBoxFuture<'static, Result<String, Error>>>;
+
+/// Where a session's workers send their events: the session actor's address, made once per
+/// session and shared by its workers and their tool contexts. (Cloning a `Recipient`
+/// allocates three times; cloning this `Rc` does not.)
+pub type SessionInbox = Rc<Recipient<WorkerEvent>>;
 
 /// Worker → session messages.
 #[derive(Debug, Message)]
@@ -65,7 +71,7 @@ pub struct Job {
     /// Run-time limit, counted from admission into the pool.
     pub timeout: Duration,
     pub wants_progress: bool,
-    pub session: Recipient<WorkerEvent>,
+    pub session: SessionInbox,
     pub session_info: SessionInfo,
     pub shared: Arc<Shared>,
     /// The worker's span, a child of the request's (session, id, method): the work and its
