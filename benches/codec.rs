@@ -11,7 +11,8 @@
 use actix::prelude::*;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use mcp_ws::config::Settings;
-use mcp_ws::jsonrpc::{decode, encode_result, Decoded, Entry, RequestId};
+use mcp_ws::jsonrpc::{decode, encode_result, Decoded, Entry, Params, Request, RequestId};
+use mcp_ws::mcp::CallToolParams;
 use mcp_ws::shared::Shared;
 use mcp_ws::transport::memory::{ClientFrame, MemorySession};
 use mcp_ws::worker::{Job, RequestWorker, SessionInfo, ToolContext, WorkerEvent};
@@ -39,16 +40,23 @@ fn codec(c: &mut Criterion) {
     let mut group = c.benchmark_group("codec");
     let batch = batch_of(ECHO, 10);
     group.bench_function("decode_single", |b| {
-        b.iter(|| match decode(black_box(ECHO), 100) {
-            Decoded::Single(Entry::Request(r)) => black_box(r.params.map(|p| p.get().len())),
-            _ => unreachable!(),
-        })
+        b.iter(
+            || match decode::<CallToolParams<'_>>(black_box(ECHO), 100) {
+                Decoded::Single(Entry::Request(Request {
+                    params: Params::Parsed(p),
+                    ..
+                })) => black_box(p.arguments.map(|a| a.get().len())),
+                _ => unreachable!(),
+            },
+        )
     });
     group.bench_function("decode_batch_10", |b| {
-        b.iter(|| match decode(black_box(&batch), 100) {
-            Decoded::Batch(entries) => black_box(entries.len()),
-            _ => unreachable!(),
-        })
+        b.iter(
+            || match decode::<CallToolParams<'_>>(black_box(&batch), 100) {
+                Decoded::Batch(entries) => black_box(entries.len()),
+                _ => unreachable!(),
+            },
+        )
     });
     let raw = RawValue::from_string("12345".into()).expect("json");
     let id = RequestId::from_raw(&raw).expect("id");

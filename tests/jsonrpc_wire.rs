@@ -176,6 +176,46 @@ async fn escaped_method_names_are_unescaped() {
     );
 }
 
+/// `tools/call` params are parsed in the envelope's pass when `method` comes first, and in
+/// a pass of their own otherwise: both must give the same answers, errors included.
+#[tokio::test]
+async fn member_order_does_not_change_the_answer() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    let cases = [
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a\u00e9"}}}"#,
+            r#"{"params":{"arguments":{"text":"a\u00e9"},"name":"echo"},"id":1,"method":"tools/call","jsonrpc":"2.0"}"#,
+            None,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","params":{"arguments":{}},"id":2,"method":"tools/call"}"#,
+            Some(-32602),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","_meta":{"progressToken":[1]}}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"params":{"name":"echo","_meta":{"progressToken":[1]}},"method":"tools/call"}"#,
+            Some(-32602),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"nope"},"x":1}"#,
+            r#"{"x":1,"params":{"name":"nope"},"jsonrpc":"2.0","id":4,"method":"tools/call"}"#,
+            Some(-32602),
+        ),
+    ];
+    for (method_first, params_first, error_code) in cases {
+        client.send_text(method_first).await;
+        let expected = client.recv().await;
+        match error_code {
+            None => assert_eq!(expected["result"]["content"][0]["text"], "a\u{e9}"),
+            Some(code) => assert_eq!(expected["error"]["code"], code, "{expected}"),
+        }
+        client.send_text(params_first).await;
+        assert_eq!(client.recv().await, expected, "{params_first}");
+    }
+}
+
 #[tokio::test]
 async fn positional_params_are_refused_with_invalid_params() {
     let server = start(settings());

@@ -5,20 +5,43 @@
 //! member (say `"method": 1`) still lets us answer with the request's id, and so that
 //! `"id": null` (a request, answered with -32600) stays distinct from a missing id (a
 //! notification, never answered). serde's untagged enums cannot do either.
+//!
+//! One exception to "raw first": the caller may name one method whose params are parsed into
+//! its type inside the same pass ([`EagerParams`]), so the hot path reads its frame once
+//! instead of twice. Anything that pass cannot take cleanly is decoded again the plain way,
+//! so the outcome (and every error) is the same as without it.
 
 use super::RequestId;
 use crate::error::Error;
-use serde::{Deserialize, Deserializer};
+use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+/// Params that the caller wants parsed in the envelope's own pass, for one method. This
+/// happens only when `"method"` comes before `"params"` (as clients write it) and the params
+/// are an object that parses as `Self`; otherwise they arrive raw, like every other method's.
+pub trait EagerParams<'a>: Deserialize<'a> {
+    /// The method name as its JSON literal, quotes included, e.g. `"\"tools/call\""`: the
+    /// raw `"method"` member is compared with it byte for byte.
+    const METHOD_JSON: &'static str;
+}
+
+/// A request's params: raw (absent, or already checked to be an object or an array), or
+/// parsed by [`EagerParams`].
+#[derive(Debug)]
+pub enum Params<'a, P> {
+    Raw(Option<&'a RawValue>),
+    Parsed(P),
+}
 
 /// A request: it has an id and must be answered exactly once (or not at all if cancelled).
 #[derive(Debug)]
-pub struct Request<'a> {
+pub struct Request<'a, P> {
     pub id: RequestId,
     pub method: Cow<'a, str>,
-    /// Raw params, already checked to be an object or an array.
-    pub params: Option<&'a RawValue>,
+    pub params: Params<'a, P>,
 }
 
 /// A notification: no id, never answered, not even on error.
@@ -30,8 +53,8 @@ pub struct Notification<'a> {
 
 /// One classified message of a frame.
 #[derive(Debug)]
-pub enum Entry<'a> {
-    Request(Request<'a>),
+pub enum Entry<'a, P> {
+    Request(Request<'a, P>),
     Notification(Notification<'a>),
     /// A response from the client to a server→client request. This server sends none, so
     /// the caller logs and drops it.
@@ -46,17 +69,17 @@ pub enum Entry<'a> {
 
 /// What a text frame held.
 #[derive(Debug)]
-pub enum Decoded<'a> {
-    Single(Entry<'a>),
+pub enum Decoded<'a, P> {
+    Single(Entry<'a, P>),
     /// A non-empty array of entries, each classified on its own.
-    Batch(Vec<Entry<'a>>),
+    Batch(Vec<Entry<'a, P>>),
     /// The frame as a whole is answered by one error object with a null id: unparsable
     /// JSON, an empty batch, or a batch over the length limit.
     Rejected(Error),
 }
 
 /// Decodes one frame. `max_batch_len` is checked before any batch entry is parsed.
-pub fn decode(text: &str, max_batch_len: usize) -> Decoded<'_> {
+pub fn decode<'a, P: EagerParams<'a>>(text: &'a str, max_batch_len: usize) -> Decoded<'a, P> {
     match text
         .trim_start_matches([' ', '\t', '\n', '\r'])
         .as_bytes()
@@ -73,7 +96,7 @@ pub fn decode(text: &str, max_batch_len: usize) -> Decoded<'_> {
     }
 }
 
-fn decode_batch(text: &str, max_batch_len: usize) -> Decoded<'_> {
+fn decode_batch<'a, P: EagerParams<'a>>(text: &'a str, max_batch_len: usize) -> Decoded<'a, P> {
     let items: Vec<&RawValue> = match serde_json::from_str(text) {
         Ok(items) => items,
         Err(_) => return Decoded::Rejected(Error::Parse),
@@ -98,40 +121,182 @@ fn decode_batch(text: &str, max_batch_len: usize) -> Decoded<'_> {
     )
 }
 
-/// Every member kept raw; `present` keeps an explicit `null` distinct from a missing member.
-#[derive(Deserialize)]
-struct RawMessage<'a> {
-    #[serde(borrow, default, deserialize_with = "present")]
+/// Every member kept raw (`Some` also for an explicit `null`, unlike a missing member),
+/// except params taken by [`EagerParams`].
+struct Envelope<'a, P> {
     jsonrpc: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     id: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     method: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    params: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
+    params: Params<'a, P>,
     result: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     error: Option<&'a RawValue>,
 }
 
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(d).map(Some)
+/// Parses an [`Envelope`]; `eager` says whether [`EagerParams`] may be tried.
+struct EnvelopeSeed<P> {
+    eager: bool,
+    params: PhantomData<P>,
 }
 
-fn decode_object(text: &str) -> Entry<'_> {
-    let msg: RawMessage<'_> = match serde_json::from_str(text) {
-        Ok(msg) => msg,
-        Err(e) if e.is_syntax() || e.is_eof() => {
-            // Only reachable for a single message (a batch was parsed whole already).
-            return Entry::Invalid {
-                id: None,
-                error: Error::Parse,
+impl<'de, P: EagerParams<'de>> DeserializeSeed<'de> for EnvelopeSeed<P> {
+    type Value = Envelope<'de, P>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, P: EagerParams<'de>> de::Visitor<'de> for EnvelopeSeed<P> {
+    type Value = Envelope<'de, P>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON-RPC message object")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let mut envelope = Envelope {
+            jsonrpc: None,
+            id: None,
+            method: None,
+            params: Params::Raw(None),
+            result: None,
+            error: None,
+        };
+        let mut params_seen = false;
+        while let Some(member) = map.next_key::<Member>()? {
+            let slot = match member {
+                Member::Jsonrpc => &mut envelope.jsonrpc,
+                Member::Id => &mut envelope.id,
+                Member::Method => &mut envelope.method,
+                Member::Result => &mut envelope.result,
+                Member::Error => &mut envelope.error,
+                Member::Params => {
+                    if std::mem::replace(&mut params_seen, true) {
+                        return Err(de::Error::duplicate_field("params"));
+                    }
+                    let eager =
+                        self.eager && envelope.method.map(RawValue::get) == Some(P::METHOD_JSON);
+                    envelope.params = if eager {
+                        Params::Parsed(map.next_value_seed(ObjectOnly(PhantomData))?)
+                    } else {
+                        Params::Raw(Some(map.next_value()?))
+                    };
+                    continue;
+                }
+                Member::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
             };
+            if slot.is_some() {
+                return Err(de::Error::custom("duplicate member"));
+            }
+            *slot = Some(map.next_value()?);
         }
-        // Valid JSON of the wrong shape, e.g. a duplicated member.
-        Err(_) => return invalid(None, "malformed message object"),
-    };
+        Ok(envelope)
+    }
+}
+
+/// A member name of the envelope; unknown members are ignored.
+enum Member {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Member {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_identifier(MemberVisitor)
+    }
+}
+
+struct MemberVisitor;
+
+impl de::Visitor<'_> for MemberVisitor {
+    type Value = Member;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    // Called with the unescaped name, borrowed or not.
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<Member, E> {
+        Ok(match name {
+            "jsonrpc" => Member::Jsonrpc,
+            "id" => Member::Id,
+            "method" => Member::Method,
+            "params" => Member::Params,
+            "result" => Member::Result,
+            "error" => Member::Error,
+            _ => Member::Other,
+        })
+    }
+}
+
+/// Deserializes `P` from a JSON object only: a derived struct would also accept an array.
+struct ObjectOnly<P>(PhantomData<P>);
+
+impl<'de, P: Deserialize<'de>> DeserializeSeed<'de> for ObjectOnly<P> {
+    type Value = P;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<P, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, P: Deserialize<'de>> de::Visitor<'de> for ObjectOnly<P> {
+    type Value = P;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<P, M::Error> {
+        P::deserialize(de::value::MapAccessDeserializer::new(map))
+    }
+}
+
+fn decode_object<'a, P: EagerParams<'a>>(text: &'a str) -> Entry<'a, P> {
+    match parse_envelope(text, true) {
+        // Eager params belong to a request; anything else is decoded again with them raw.
+        Ok(envelope) if !matches!(envelope.params, Params::Parsed(_)) || envelope.id.is_some() => {
+            classify(envelope)
+        }
+        // The eager pass failed or did not fit: the plain pass decides, errors included.
+        _ => match parse_envelope(text, false) {
+            Ok(envelope) => classify(envelope),
+            Err(e) if e.is_syntax() || e.is_eof() => {
+                // Only reachable for a single message (a batch was parsed whole already).
+                Entry::Invalid {
+                    id: None,
+                    error: Error::Parse,
+                }
+            }
+            // Valid JSON of the wrong shape, e.g. a duplicated member.
+            Err(_) => invalid(None, "malformed message object"),
+        },
+    }
+}
+
+fn parse_envelope<'a, P: EagerParams<'a>>(
+    text: &'a str,
+    eager: bool,
+) -> Result<Envelope<'a, P>, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let envelope = EnvelopeSeed {
+        eager,
+        params: PhantomData,
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
+    Ok(envelope)
+}
+
+fn classify<'a, P>(msg: Envelope<'a, P>) -> Entry<'a, P> {
     let id = msg.id.map(RequestId::from_raw);
     // The id to echo in an error: readable only if it is a string or number.
     let echo_id = id.clone().flatten();
@@ -151,29 +316,24 @@ fn decode_object(text: &str) -> Entry<'_> {
     if msg.result.is_some() || msg.error.is_some() {
         return invalid(echo_id, "a request must not carry \"result\" or \"error\"");
     }
-    if let Some(params) = msg.params {
+    if let Params::Raw(Some(params)) = msg.params {
         if !matches!(params.get().as_bytes().first(), Some(b'{' | b'[')) {
             return invalid(echo_id, "\"params\" must be an object or an array");
         }
     }
-    match id {
-        None => Entry::Notification(Notification {
-            method,
-            params: msg.params,
-        }),
-        Some(Some(id)) => Entry::Request(Request {
-            id,
-            method,
-            params: msg.params,
-        }),
-        Some(None) => invalid(
+    match (id, msg.params) {
+        (None, Params::Raw(params)) => Entry::Notification(Notification { method, params }),
+        // Not produced: `decode_object` decodes a notification with eager params again, raw.
+        (None, Params::Parsed(_)) => invalid(None, "malformed message object"),
+        (Some(Some(id)), params) => Entry::Request(Request { id, method, params }),
+        (Some(None), _) => invalid(
             None,
             "\"id\" must be a string or a number (MCP forbids null)",
         ),
     }
 }
 
-fn invalid(id: Option<RequestId>, reason: &'static str) -> Entry<'static> {
+fn invalid<P>(id: Option<RequestId>, reason: &'static str) -> Entry<'static, P> {
     Entry::Invalid {
         id,
         error: Error::InvalidRequest(reason),
@@ -195,15 +355,32 @@ fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
-    fn single(text: &str) -> Entry<'_> {
+    /// Stands for the caller's eager params in these tests: `"call"` with a required `name`.
+    #[derive(Debug, Deserialize)]
+    struct CallParams<'a> {
+        name: &'a str,
+    }
+
+    impl<'a> EagerParams<'a> for CallParams<'a> {
+        const METHOD_JSON: &'static str = "\"call\"";
+    }
+
+    type TestEntry<'a> = Entry<'a, CallParams<'a>>;
+
+    fn decode(text: &str, max_batch_len: usize) -> Decoded<'_, CallParams<'_>> {
+        super::decode(text, max_batch_len)
+    }
+
+    fn single(text: &str) -> TestEntry<'_> {
         match decode(text, 10) {
             Decoded::Single(entry) => entry,
             other => panic!("expected a single entry, got {other:?}"),
         }
     }
 
-    fn invalid_code(entry: &Entry<'_>) -> Option<(Option<String>, i32)> {
+    fn invalid_code(entry: &TestEntry<'_>) -> Option<(Option<String>, i32)> {
         match entry {
             Entry::Invalid { id, error } => {
                 Some((id.as_ref().map(|i| i.to_string()), error.code().0))
@@ -216,7 +393,7 @@ mod tests {
     fn request_notification_and_response_are_told_apart() {
         assert!(matches!(
             single(r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#),
-            Entry::Request(Request { ref id, ref method, params: None }) if id.as_json() == "7" && method == "ping"
+            Entry::Request(Request { ref id, ref method, params: Params::Raw(None) }) if id.as_json() == "7" && method == "ping"
         ));
         assert!(matches!(
             single(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
@@ -292,5 +469,97 @@ mod tests {
         assert_eq!(invalid_code(&entries[0]), Some((None, -32600)));
         assert!(matches!(entries[1], Entry::Request(_)));
         assert!(matches!(entries[2], Entry::Notification(_)));
+    }
+
+    /// The params of a request, as the decoder delivered them: `Ok(name)` when parsed
+    /// eagerly, `Err(raw text)` otherwise.
+    fn params_of(text: &str) -> Result<String, Option<String>> {
+        match single(text) {
+            Entry::Request(Request {
+                params: Params::Parsed(p),
+                ..
+            }) => Ok(p.name.to_owned()),
+            Entry::Request(Request {
+                params: Params::Raw(raw),
+                ..
+            }) => Err(raw.map(|r| r.get().to_owned())),
+            other => panic!("expected a request, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn eager_params_are_parsed_in_the_envelope_pass_when_method_comes_first() {
+        assert_eq!(
+            params_of(r#"{"jsonrpc":"2.0","id":1,"method":"call","params":{"name":"n"}}"#),
+            Ok("n".into())
+        );
+        // Escaped member names are still the same members.
+        assert_eq!(
+            params_of(
+                r#"{"jsonrpc":"2.0","id":1,"m\u0065thod":"call","p\u0061rams":{"name":"n"}}"#
+            ),
+            Ok("n".into())
+        );
+    }
+
+    #[test]
+    fn params_the_eager_pass_cannot_take_arrive_raw() {
+        for (text, raw) in [
+            // params before method: the method is not known yet
+            (
+                r#"{"jsonrpc":"2.0","params":{"name":"n"},"id":1,"method":"call"}"#,
+                r#"{"name":"n"}"#,
+            ),
+            // not of the eager type: the caller words the error from the raw params
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"call","params":{"nom":"n"}}"#,
+                r#"{"nom":"n"}"#,
+            ),
+            // an array would fit a derived struct, but MCP params are named
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"call","params":["n"]}"#,
+                r#"["n"]"#,
+            ),
+            // another method
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"other","params":{"name":"n"}}"#,
+                r#"{"name":"n"}"#,
+            ),
+        ] {
+            assert_eq!(params_of(text), Err(Some(raw.to_owned())), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_eager_pass_changes_no_classification() {
+        // A notification of the eager method keeps its raw params.
+        assert!(matches!(
+            single(r#"{"jsonrpc":"2.0","method":"call","params":{"name":"n"}}"#),
+            Entry::Notification(Notification { params: Some(raw), .. }) if raw.get() == r#"{"name":"n"}"#
+        ));
+        // Envelope errors still echo the id, whatever the params held.
+        for text in [
+            r#"{"jsonrpc":"1.0","id":5,"method":"call","params":{"name":"n"}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"call","params":{"name":"n"},"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"call","params":5}"#,
+        ] {
+            assert_eq!(
+                invalid_code(&single(text)),
+                Some((Some("5".into()), -32600)),
+                "{text}"
+            );
+        }
+        // A duplicated member is a malformed object, eager or not.
+        for text in [
+            r#"{"jsonrpc":"2.0","id":5,"method":"call","params":{"name":"n"},"params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"id":6,"method":"call"}"#,
+        ] {
+            assert_eq!(invalid_code(&single(text)), Some((None, -32600)), "{text}");
+        }
+        // Broken JSON inside eager params is still a parse error.
+        assert!(matches!(
+            single(r#"{"jsonrpc":"2.0","id":5,"method":"call","params":{"name":"#),
+            Entry::Invalid { ref error, .. } if error.code().0 == -32700
+        ));
     }
 }

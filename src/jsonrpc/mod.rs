@@ -9,7 +9,7 @@ mod encode;
 mod error;
 mod id;
 
-pub use decode::{decode, Decoded, Entry, Notification, Request};
+pub use decode::{decode, Decoded, EagerParams, Entry, Notification, Params, Request};
 pub use encode::{
     encode_batch, encode_error, encode_notification, encode_result, encode_result_with,
 };

@@ -101,6 +101,8 @@ pub struct RequestMeta<'a> {
     pub progress_token: Option<&'a RawValue>,
 }
 
+/// `tools/call` params. They are the hot path's, so the JSON-RPC decoder parses them in the
+/// envelope's own pass (see `jsonrpc::EagerParams`).
 #[derive(Debug, Deserialize)]
 pub struct CallToolParams<'a> {
     #[serde(borrow)]
@@ -109,6 +111,10 @@ pub struct CallToolParams<'a> {
     pub arguments: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "_meta")]
     pub meta: Option<RequestMeta<'a>>,
+}
+
+impl<'a> crate::jsonrpc::EagerParams<'a> for CallToolParams<'a> {
+    const METHOD_JSON: &'static str = "\"tools/call\"";
 }
 
 /// Params of the list methods: only a cursor, which this server never issues.

@@ -2,9 +2,9 @@
 //! negotiated version, the cheap methods answered inline (so `ping` and lists answer at once
 //! under tool load), and the admission of `tools/call` into a worker actor.
 
-use super::{InFlight, Negotiated, Phase, Session, Transport};
+use super::{InFlight, Negotiated, Phase, Request, Session, Transport};
 use crate::error::Error;
-use crate::jsonrpc::{encode_result_with, Request, RequestId};
+use crate::jsonrpc::{encode_result_with, Params, RequestId};
 use crate::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef,
     GetPromptParams, InitializeParams, ListParams, LogLevel, Method, ProgressToken,
@@ -41,7 +41,11 @@ impl Session {
         batch: Option<u64>,
     ) -> Result<Route, Error> {
         let method = Method::parse(&request.method);
-        let params = request.params;
+        // Only `tools/call` params come parsed (`CallToolParams` is the eager type).
+        let params = match request.params {
+            Params::Raw(raw) => raw,
+            Params::Parsed(_) => None,
+        };
         let version = match (&self.phase, method) {
             // 2025-03-26, lifecycle: "The initialize request MUST NOT be part of a JSON-RPC batch".
             (_, Some(Method::Initialize)) if batch.is_some() => {
@@ -72,7 +76,7 @@ impl Session {
                 return Err(Error::InvalidRequest("the session is already initialized"))
             }
             Method::Ping => EMPTY_RESULT.into(),
-            Method::ToolsCall => return self.prepare_tool_call(params).map(Route::Worker),
+            Method::ToolsCall => return self.prepare_tool_call(&request.params).map(Route::Worker),
             Method::ToolsList => {
                 no_cursor(params)?;
                 registry.list_tools().to_string()
@@ -145,10 +149,20 @@ impl Session {
         Ok(result.to_string())
     }
 
-    fn prepare_tool_call(&self, params: Option<&RawValue>) -> Result<ToolCall, Error> {
-        let p: CallToolParams<'_> = parse_params(params)?;
+    fn prepare_tool_call(
+        &self,
+        params: &Params<'_, CallToolParams<'_>>,
+    ) -> Result<ToolCall, Error> {
+        let parsed;
+        let p = match params {
+            Params::Parsed(p) => p,
+            Params::Raw(raw) => {
+                parsed = parse_params::<CallToolParams<'_>>(*raw)?;
+                &parsed
+            }
+        };
         let tool = self.shared.registry.tool(&p.name)?;
-        let progress_token = match p.meta.and_then(|m| m.progress_token) {
+        let progress_token = match p.meta.as_ref().and_then(|m| m.progress_token) {
             None => None,
             Some(raw) => Some(ProgressToken::from_raw(raw).ok_or_else(|| {
                 Error::InvalidParams("_meta.progressToken: must be a string or an integer".into())

@@ -13,12 +13,12 @@ mod dispatch;
 
 use crate::error::Error;
 use crate::jsonrpc::{
-    decode, encode_batch, encode_error, encode_notification, encode_result, Decoded, Entry,
-    Notification, Request, RequestId,
+    self, decode, encode_batch, encode_error, encode_notification, encode_result, Decoded,
+    Notification, RequestId,
 };
 use crate::mcp::{
-    notifications, CancelledParams, Implementation, LogLevel, LoggingMessageParams, ProgressParams,
-    ProgressToken, ProtocolVersion,
+    notifications, CallToolParams, CancelledParams, Implementation, LogLevel, LoggingMessageParams,
+    ProgressParams, ProgressToken, ProtocolVersion,
 };
 use crate::shared::Shared;
 use crate::worker::{Cancel, RequestWorker, SessionInbox, WorkerEvent};
@@ -26,9 +26,14 @@ use actix::Addr;
 use serde_json::Value;
 use std::collections::HashMap;
 
-type FastHash = foldhash::fast::RandomState;
 use std::sync::Arc;
 use std::time::Instant;
+
+type FastHash = foldhash::fast::RandomState;
+
+/// Messages as this server decodes them: `tools/call` params parsed in the envelope's pass.
+type Entry<'a> = jsonrpc::Entry<'a, CallToolParams<'a>>;
+type Request<'a> = jsonrpc::Request<'a, CallToolParams<'a>>;
 
 /// What carries the session's frames. Implemented by each transport actor.
 pub trait Transport {
@@ -103,7 +108,7 @@ impl Session {
 
     /// Handles one complete text message: a single JSON-RPC message or a batch.
     pub fn on_text(&mut self, text: &str, tx: &mut dyn Transport) {
-        match decode(text, self.shared.settings.limits.max_batch_len) {
+        match decode::<CallToolParams<'_>>(text, self.shared.settings.limits.max_batch_len) {
             Decoded::Rejected(error) => tx.send_text(encode_error(None, &error.to_wire())),
             Decoded::Single(entry) => {
                 if let Reply::Now(frame) = self.on_entry(entry, None, tx) {
