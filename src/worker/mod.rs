@@ -18,13 +18,14 @@ use crate::mcp::LogLevel;
 use crate::shared::Shared;
 use actix::prelude::*;
 use context::Deadline;
-use futures_util::future::LocalBoxFuture;
+use futures_util::future::{poll_immediate, LocalBoxFuture};
 use futures_util::FutureExt;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::TryAcquireError;
+use tokio::sync::{OwnedSemaphorePermit, TryAcquireError};
 use tracing::Instrument;
 
 /// The work a worker runs: given the tool context, the encoded response frame (serialized
@@ -140,30 +141,20 @@ impl Handler<Cancel> for RequestWorker {
 }
 
 /// Admission, then the work under its deadline, with panics turned into -32603.
+///
+/// The waits only some requests need (for a slot in a full pool; for work that does not
+/// finish at once, against its deadline) run in boxed futures of their own. Their timers
+/// would make this future four times larger, and it is moved several times on its way into
+/// the worker's task.
 async fn run(job: Job, cancel: CancelFlag) -> Result<String, Error> {
     let shared = job.shared;
     let metrics = &shared.metrics;
     let limits = &shared.settings.limits;
 
-    // Fast path: a free slot is taken without arming the wait's timer.
     let permit = match shared.pool.clone().try_acquire_owned() {
         Ok(permit) => permit,
         Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
-        Err(TryAcquireError::NoPermits) => {
-            let _waiting = metrics.pool_waiting.track();
-            let wait = Duration::from_millis(limits.admission_wait_ms);
-            match tokio::time::timeout(wait, shared.pool.clone().acquire_owned()).await {
-                Ok(Ok(permit)) => permit,
-                Ok(Err(_closed)) => return Err(Error::ShuttingDown),
-                Err(_elapsed) => {
-                    metrics.rejected_server_busy.inc();
-                    return Err(Error::ServerBusy {
-                        limit: limits.max_concurrent_requests,
-                        waited_ms: limits.admission_wait_ms,
-                    });
-                }
-            }
-        }
+        Err(TryAcquireError::NoPermits) => Box::pin(wait_for_slot(&shared)).await?,
     };
     let _running = metrics.pool_running.track();
 
@@ -181,24 +172,54 @@ async fn run(job: Job, cancel: CancelFlag) -> Result<String, Error> {
         job.session_info,
     );
     let clock = ctx.clone();
-    let work = AssertUnwindSafe((job.work)(ctx)).catch_unwind();
-    let outcome = tokio::select! {
-        // Work first: work that is ready at once never registers the deadline's timer.
-        biased;
-        outcome = work => match outcome {
-            Ok(outcome) => outcome,
-            Err(_panic) => {
-                // The panic message went to the log through the panic hook; the client
-                // gets a plain -32603 and the session lives on.
-                metrics.panicked.inc();
-                Err(Error::Internal)
-            }
-        },
-        () = clock.deadline_expired() => {
-            metrics.timed_out.inc();
-            Err(Error::TimedOut { timeout_ms: job.timeout.as_millis() as u64 })
-        }
+    let mut work = AssertUnwindSafe((job.work)(ctx)).catch_unwind();
+    // Work that is ready at once never arms the deadline's timer.
+    let outcome = match poll_immediate(&mut work).await {
+        Some(outcome) => Some(outcome),
+        None => Box::pin(before_deadline(work, &clock)).await,
     };
     drop(permit);
-    outcome
+    match outcome {
+        Some(Ok(outcome)) => outcome,
+        Some(Err(_panic)) => {
+            // The panic message went to the log through the panic hook; the client gets a
+            // plain -32603 and the session lives on.
+            metrics.panicked.inc();
+            Err(Error::Internal)
+        }
+        None => {
+            metrics.timed_out.inc();
+            Err(Error::TimedOut {
+                timeout_ms: job.timeout.as_millis() as u64,
+            })
+        }
+    }
+}
+
+/// Waits up to `admission_wait_ms` for a slot in the global pool.
+async fn wait_for_slot(shared: &Shared) -> Result<OwnedSemaphorePermit, Error> {
+    let metrics = &shared.metrics;
+    let limits = &shared.settings.limits;
+    let _waiting = metrics.pool_waiting.track();
+    let wait = Duration::from_millis(limits.admission_wait_ms);
+    match tokio::time::timeout(wait, shared.pool.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => Ok(permit),
+        Ok(Err(_closed)) => Err(Error::ShuttingDown),
+        Err(_elapsed) => {
+            metrics.rejected_server_busy.inc();
+            Err(Error::ServerBusy {
+                limit: limits.max_concurrent_requests,
+                waited_ms: limits.admission_wait_ms,
+            })
+        }
+    }
+}
+
+/// The work's output, or `None` once the (possibly extended) deadline has passed.
+async fn before_deadline<F: Future + Unpin>(work: F, clock: &ToolContext) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        outcome = work => Some(outcome),
+        () = clock.deadline_expired() => None,
+    }
 }
