@@ -1,15 +1,17 @@
 //! Decoding one text frame: single message or batch (decided by the first byte, before any
 //! parse), then one borrowed parse per object and a hand-written classification.
 //!
-//! Every member is read as raw JSON first and checked by hand, so that a wrong type in one
-//! member (say `"method": 1`) still lets us answer with the request's id, and so that
-//! `"id": null` (a request, answered with -32600) stays distinct from a missing id (a
-//! notification, never answered). serde's untagged enums cannot do either.
+//! Every member is read in a form that accepts any JSON value and is checked by hand, so
+//! that a wrong type in one member (say `"method": 1`) still lets us answer with the
+//! request's id, and so that `"id": null` (a request, answered with -32600) stays distinct
+//! from a missing id (a notification, never answered). serde's untagged enums cannot do
+//! either. The id and params are kept raw; `jsonrpc` and `method` are read as strings when
+//! they are strings; `result` and `error` only as present.
 //!
-//! One exception to "raw first": the caller may name one method whose params are parsed into
-//! its type inside the same pass ([`EagerParams`]), so the hot path reads its frame once
-//! instead of twice. Anything that pass cannot take cleanly is decoded again the plain way,
-//! so the outcome (and every error) is the same as without it.
+//! One exception to "params raw": the caller may name one method whose params are parsed
+//! into its type inside the same pass ([`EagerParams`]), so the hot path reads its frame once
+//! instead of twice. Anything this fast pass cannot take cleanly is decoded again in a plain
+//! pass ([`Pass`]), so the outcome (and every error) is the same as without it.
 
 use super::RequestId;
 use crate::error::Error;
@@ -23,9 +25,8 @@ use std::marker::PhantomData;
 /// happens only when `"method"` comes before `"params"` (as clients write it) and the params
 /// are an object that parses as `Self`; otherwise they arrive raw, like every other method's.
 pub trait EagerParams<'a>: Deserialize<'a> {
-    /// The method name as its JSON literal, quotes included, e.g. `"\"tools/call\""`: the
-    /// raw `"method"` member is compared with it byte for byte.
-    const METHOD_JSON: &'static str;
+    /// The method whose params these are.
+    const METHOD: &'static str;
 }
 
 /// A request's params: raw (absent, or already checked to be an object or an array), or
@@ -121,20 +122,100 @@ fn decode_batch<'a, P: EagerParams<'a>>(text: &'a str, max_batch_len: usize) -> 
     )
 }
 
-/// Every member kept raw (`Some` also for an explicit `null`, unlike a missing member),
-/// except params taken by [`EagerParams`].
+/// The members of a message object, each `Some` when present (an explicit `null` included).
 struct Envelope<'a, P> {
-    jsonrpc: Option<&'a RawValue>,
+    jsonrpc: Option<MaybeStr<'a>>,
     id: Option<&'a RawValue>,
-    method: Option<&'a RawValue>,
+    method: Option<MaybeStr<'a>>,
     params: Params<'a, P>,
-    result: Option<&'a RawValue>,
-    error: Option<&'a RawValue>,
+    result: Option<IgnoredAny>,
+    error: Option<IgnoredAny>,
 }
 
-/// Parses an [`Envelope`]; `eager` says whether [`EagerParams`] may be tried.
+/// A member that must be a string: its text (unescaped, borrowed when it holds no escape),
+/// or the fact that it was some other JSON value.
+enum MaybeStr<'a> {
+    Str(Cow<'a, str>),
+    Other,
+}
+
+impl<'a> MaybeStr<'a> {
+    fn from_raw(raw: &'a RawValue) -> Self {
+        let text = raw.get();
+        if !text.starts_with('"') {
+            return Self::Other;
+        }
+        if !text.contains('\\') {
+            return Self::Str(Cow::Borrowed(&text[1..text.len() - 1]));
+        }
+        serde_json::from_str::<String>(text).map_or(Self::Other, |s| Self::Str(Cow::Owned(s)))
+    }
+}
+
+impl<'de> Deserialize<'de> for MaybeStr<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(MaybeStrVisitor)
+    }
+}
+
+struct MaybeStrVisitor;
+
+impl<'de> de::Visitor<'de> for MaybeStrVisitor {
+    type Value = MaybeStr<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(MaybeStr::Str(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(MaybeStr::Str(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(MaybeStr::Other)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(MaybeStr::Other)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(MaybeStr::Other)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(MaybeStr::Other)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(MaybeStr::Other)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        IgnoredAny.visit_seq(seq).map(|_| MaybeStr::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        IgnoredAny.visit_map(map).map(|_| MaybeStr::Other)
+    }
+}
+
+/// How a message object is read. The fast pass parses [`EagerParams`] and reads `jsonrpc`
+/// and `method` as strings directly; the plain pass reads those members raw, which takes any
+/// valid JSON (say a number beyond `f64`), and decides when the fast pass fails.
+#[derive(Clone, Copy, PartialEq)]
+enum Pass {
+    Fast,
+    Plain,
+}
+
+/// Parses an [`Envelope`] in the given pass.
 struct EnvelopeSeed<P> {
-    eager: bool,
+    pass: Pass,
     params: PhantomData<P>,
 }
 
@@ -164,37 +245,59 @@ impl<'de, P: EagerParams<'de>> de::Visitor<'de> for EnvelopeSeed<P> {
         };
         let mut params_seen = false;
         while let Some(member) = map.next_key::<Member>()? {
-            let slot = match member {
-                Member::Jsonrpc => &mut envelope.jsonrpc,
-                Member::Id => &mut envelope.id,
-                Member::Method => &mut envelope.method,
-                Member::Result => &mut envelope.result,
-                Member::Error => &mut envelope.error,
+            match member {
+                Member::Jsonrpc => fill_str(&mut envelope.jsonrpc, &mut map, self.pass)?,
+                Member::Id => fill(&mut envelope.id, &mut map)?,
+                Member::Method => fill_str(&mut envelope.method, &mut map, self.pass)?,
+                Member::Result => fill(&mut envelope.result, &mut map)?,
+                Member::Error => fill(&mut envelope.error, &mut map)?,
                 Member::Params => {
                     if std::mem::replace(&mut params_seen, true) {
                         return Err(de::Error::duplicate_field("params"));
                     }
-                    let eager =
-                        self.eager && envelope.method.map(RawValue::get) == Some(P::METHOD_JSON);
+                    let eager = self.pass == Pass::Fast
+                        && matches!(&envelope.method, Some(MaybeStr::Str(m)) if m == P::METHOD);
                     envelope.params = if eager {
                         Params::Parsed(map.next_value_seed(ObjectOnly(PhantomData))?)
                     } else {
                         Params::Raw(Some(map.next_value()?))
                     };
-                    continue;
                 }
                 Member::Other => {
                     map.next_value::<IgnoredAny>()?;
-                    continue;
                 }
-            };
-            if slot.is_some() {
-                return Err(de::Error::custom("duplicate member"));
             }
-            *slot = Some(map.next_value()?);
         }
         Ok(envelope)
     }
+}
+
+/// Reads a member's value into its slot; a member given twice makes the object malformed.
+fn fill<'de, T: Deserialize<'de>, M: MapAccess<'de>>(
+    slot: &mut Option<T>,
+    map: &mut M,
+) -> Result<(), M::Error> {
+    if slot.is_some() {
+        return Err(de::Error::custom("duplicate member"));
+    }
+    *slot = Some(map.next_value()?);
+    Ok(())
+}
+
+/// Reads a member that must be a string (see [`Pass`]).
+fn fill_str<'de, M: MapAccess<'de>>(
+    slot: &mut Option<MaybeStr<'de>>,
+    map: &mut M,
+    pass: Pass,
+) -> Result<(), M::Error> {
+    if slot.is_some() {
+        return Err(de::Error::custom("duplicate member"));
+    }
+    *slot = Some(match pass {
+        Pass::Fast => map.next_value()?,
+        Pass::Plain => MaybeStr::from_raw(map.next_value()?),
+    });
+    Ok(())
 }
 
 /// A member name of the envelope; unknown members are ignored.
@@ -261,13 +364,13 @@ impl<'de, P: Deserialize<'de>> de::Visitor<'de> for ObjectOnly<P> {
 }
 
 fn decode_object<'a, P: EagerParams<'a>>(text: &'a str) -> Entry<'a, P> {
-    match parse_envelope(text, true) {
+    match parse_envelope(text, Pass::Fast) {
         // Eager params belong to a request; anything else is decoded again with them raw.
         Ok(envelope) if !matches!(envelope.params, Params::Parsed(_)) || envelope.id.is_some() => {
             classify(envelope)
         }
-        // The eager pass failed or did not fit: the plain pass decides, errors included.
-        _ => match parse_envelope(text, false) {
+        // The fast pass failed or did not fit: the plain pass decides, errors included.
+        _ => match parse_envelope(text, Pass::Plain) {
             Ok(envelope) => classify(envelope),
             Err(e) if e.is_syntax() || e.is_eof() => {
                 // Only reachable for a single message (a batch was parsed whole already).
@@ -284,11 +387,11 @@ fn decode_object<'a, P: EagerParams<'a>>(text: &'a str) -> Entry<'a, P> {
 
 fn parse_envelope<'a, P: EagerParams<'a>>(
     text: &'a str,
-    eager: bool,
+    pass: Pass,
 ) -> Result<Envelope<'a, P>, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_str(text);
     let envelope = EnvelopeSeed {
-        eager,
+        pass,
         params: PhantomData,
     }
     .deserialize(&mut de)?;
@@ -301,7 +404,7 @@ fn classify<'a, P>(msg: Envelope<'a, P>) -> Entry<'a, P> {
     // The id to echo in an error: readable only if it is a string or number.
     let echo_id = id.clone().flatten();
 
-    if msg.jsonrpc.and_then(json_str).as_deref() != Some("2.0") {
+    if !matches!(&msg.jsonrpc, Some(MaybeStr::Str(v)) if v == "2.0") {
         return invalid(echo_id, "\"jsonrpc\" must be exactly \"2.0\"");
     }
     let Some(method) = msg.method else {
@@ -310,7 +413,7 @@ fn classify<'a, P>(msg: Envelope<'a, P>) -> Entry<'a, P> {
             (echo_id, _, _) => invalid(echo_id, "a request needs a \"method\""),
         };
     };
-    let Some(method) = json_str(method) else {
+    let MaybeStr::Str(method) = method else {
         return invalid(echo_id, "\"method\" must be a string");
     };
     if msg.result.is_some() || msg.error.is_some() {
@@ -340,18 +443,6 @@ fn invalid<P>(id: Option<RequestId>, reason: &'static str) -> Entry<'static, P> 
     }
 }
 
-/// Reads a raw JSON value as a string, borrowing it when it holds no escapes.
-fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
-    let text = raw.get();
-    if !text.starts_with('"') {
-        return None;
-    }
-    if !text.contains('\\') {
-        return Some(Cow::Borrowed(&text[1..text.len() - 1]));
-    }
-    serde_json::from_str::<String>(text).ok().map(Cow::Owned)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,7 +455,7 @@ mod tests {
     }
 
     impl<'a> EagerParams<'a> for CallParams<'a> {
-        const METHOD_JSON: &'static str = "\"call\"";
+        const METHOD: &'static str = "call";
     }
 
     type TestEntry<'a> = Entry<'a, CallParams<'a>>;
@@ -503,7 +594,7 @@ mod tests {
     }
 
     #[test]
-    fn params_the_eager_pass_cannot_take_arrive_raw() {
+    fn params_the_fast_pass_cannot_take_arrive_raw() {
         for (text, raw) in [
             // params before method: the method is not known yet
             (
@@ -531,7 +622,7 @@ mod tests {
     }
 
     #[test]
-    fn the_eager_pass_changes_no_classification() {
+    fn the_fast_pass_changes_no_classification() {
         // A notification of the eager method keeps its raw params.
         assert!(matches!(
             single(r#"{"jsonrpc":"2.0","method":"call","params":{"name":"n"}}"#),
@@ -561,5 +652,19 @@ mod tests {
             single(r#"{"jsonrpc":"2.0","id":5,"method":"call","params":{"name":"#),
             Entry::Invalid { ref error, .. } if error.code().0 == -32700
         ));
+    }
+
+    #[test]
+    fn a_number_beyond_f64_is_valid_json_so_an_invalid_request() {
+        for text in [
+            r#"{"jsonrpc":1e400,"id":5,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":-1e400}"#,
+        ] {
+            assert_eq!(
+                invalid_code(&single(text)),
+                Some((Some("5".into()), -32600)),
+                "{text}"
+            );
+        }
     }
 }

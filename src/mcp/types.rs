@@ -114,7 +114,7 @@ pub struct CallToolParams<'a> {
 }
 
 impl<'a> crate::jsonrpc::EagerParams<'a> for CallToolParams<'a> {
-    const METHOD_JSON: &'static str = "\"tools/call\"";
+    const METHOD: &'static str = "tools/call";
 }
 
 /// Params of the list methods: only a cursor, which this server never issues.
