@@ -143,9 +143,9 @@ impl Handler<Cancel> for RequestWorker {
 /// Admission, then the work under its deadline, with panics turned into -32603.
 ///
 /// The waits only some requests need (for a slot in a full pool; for work that does not
-/// finish at once, against its deadline) run in boxed futures of their own. Their timers
-/// would make this future four times larger, and it is moved several times on its way into
-/// the worker's task.
+/// finish at once, against its deadline) run in boxed futures of their own: this future is
+/// moved several times on its way into the worker's task, and their timers would add to its
+/// size (552 bytes with them inline, 440 without).
 async fn run(job: Job, cancel: CancelFlag) -> Result<String, Error> {
     let shared = job.shared;
     let metrics = &shared.metrics;
