@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Server instructions per answered request, counted by callgrind: reproducible to about 1% on
+# a noisy machine, where wall-clock figures drift by tens of percent between runs. Use it to
+# compare two builds of the hot path; use benches/pinned.sh for throughput and latency.
+#
+#   benches/callgrind.sh [payload-bytes] [mcp-ws binary]     (defaults: 64, target/release/mcp-ws)
+#
+# The server runs under valgrind on core 0; the generator drives it from core 1 with 16
+# connections x 16 pipelined `tools/call echo` for 10 s. Needs valgrind (callgrind_annotate).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PAYLOAD=${1:-64}
+SERVER=${2:-target/release/mcp-ws}
+[ $# -ge 2 ] || cargo build --release --quiet
+LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
+PORT=${PORT:-18790}
+OUT=$(mktemp /tmp/callgrind.mcp-ws.XXXXXX)
+
+RUST_LOG=warn taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$OUT" \
+  "$SERVER" --listen 127.0.0.1:$PORT --config benches/load.toml 2>/dev/null &
+SERVER_PID=$!
+trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
+sleep 6 # valgrind starts slowly
+RESULT=$(taskset -c 1 "$LOAD" --targets mcp-ws --url ws://127.0.0.1:$PORT/mcp \
+  --connections 16 --pipeline 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 \
+  --out "$(mktemp -d)" | grep '^RESULT_JSON ')
+kill -INT $SERVER_PID
+wait $SERVER_PID 2>/dev/null || true
+trap - EXIT
+
+ANSWERED=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1][len("RESULT_JSON "):]); print(d["targets"]["mcp-ws"]["points"][0]["answered"])' "$RESULT")
+# The whole process, start-up included; start-up is well under 1% of a 10 s run.
+INSTRUCTIONS=$(callgrind_annotate "$OUT" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
+echo "payload ${PAYLOAD} B: ${INSTRUCTIONS} instructions, ${ANSWERED} requests answered," \
+  "$((INSTRUCTIONS / ANSWERED)) instructions per request (profile: $OUT)"
