@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
 const SHUTTING_DOWN: i64 = -32004;
 
@@ -80,10 +79,16 @@ async fn assert_stopped(stopper: JoinHandle<()>) {
         .expect("stop() does not panic");
 }
 
-fn assert_close_1001(frame: Option<CloseFrame>) {
-    let frame = frame.expect("the server sends a close frame");
+/// Reads up to the server's close, checks it is 1001 "server shutting down", and returns the
+/// frames that came before it (not yet read by the test).
+async fn frames_before_close_1001(client: &mut Client) -> Vec<Value> {
+    let frame = client
+        .recv_close()
+        .await
+        .expect("the server sends a close frame");
     assert_eq!(u16::from(frame.code), 1001, "{frame:?}");
     assert_eq!(frame.reason.as_str(), "server shutting down", "{frame:?}");
+    client.backlog.drain(..).collect()
 }
 
 /// Sends pings until one is refused with -32004 (the session has received the shutdown);
@@ -146,11 +151,10 @@ async fn in_flight_call_is_answered_before_close_1001() {
         assert_result(&response, &id),
         json!({"content": [{"type": "text", "text": "released"}]})
     );
-    assert_close_1001(client.recv_close().await);
+    let before_close = frames_before_close_1001(&mut client).await;
     assert!(
-        client.backlog.is_empty(),
-        "nothing between the response and the close: {:?}",
-        client.backlog
+        before_close.is_empty(),
+        "nothing between the response and the close: {before_close:?}"
     );
     assert_stopped(stopper).await;
     assert_eq!(shared.metrics.cancelled.get(), 0, "nothing was cancelled");
@@ -173,8 +177,7 @@ async fn batch_cut_by_the_grace_still_delivers_its_finished_entries() {
     wait_metric(&server, "mcp_workers", 1).await;
 
     let stopper = stop_in_background(server);
-    assert_close_1001(client.recv_close().await);
-    let answered: Vec<Value> = client.backlog.drain(..).collect();
+    let answered = frames_before_close_1001(&mut client).await;
     assert_eq!(
         answered.len(),
         1,
@@ -198,11 +201,10 @@ async fn call_outliving_grace_is_cancelled_unanswered_then_close_1001() {
     wait_metric(&server, "mcp_workers", 1).await;
 
     let stopper = stop_in_background(server);
-    assert_close_1001(client.recv_close().await);
+    let before_close = frames_before_close_1001(&mut client).await;
     assert!(
-        client.backlog.is_empty(),
-        "no response (nor anything else) before the close: {:?}",
-        client.backlog
+        before_close.is_empty(),
+        "no response (nor anything else) before the close: {before_close:?}"
     );
     assert_stopped(stopper).await;
     assert_eq!(shared.metrics.cancelled.get(), 1, "the call was cancelled");
@@ -224,8 +226,8 @@ async fn idle_clients_all_get_close_1001() {
 
     let stopper = stop_in_background(server);
     for client in &mut clients {
-        assert_close_1001(client.recv_close().await);
-        assert!(client.backlog.is_empty(), "{:?}", client.backlog);
+        let before_close = frames_before_close_1001(client).await;
+        assert!(before_close.is_empty(), "{before_close:?}");
     }
     assert_stopped(stopper).await;
     assert_eq!(shared.metrics.sessions.get(), 0);
@@ -296,7 +298,7 @@ async fn sigterm_closes_clients_with_1001_and_the_binary_exits_0() {
         .expect("kill runs");
     assert!(status.success(), "kill -TERM succeeded");
 
-    assert_close_1001(client.recv_close().await);
+    frames_before_close_1001(&mut client).await;
     drop(client);
     let (status, stderr) = process.wait_exit();
     assert_eq!(
@@ -324,7 +326,7 @@ async fn cancelling_the_last_call_during_drain_closes_at_once() {
         .await;
     // Nothing is in flight any more: the draining session closes now (common's receive
     // timeout is 10 s; the grace is 30 s).
-    assert_close_1001(client.recv_close().await);
-    assert!(client.backlog.is_empty(), "{:?}", client.backlog);
+    let before_close = frames_before_close_1001(&mut client).await;
+    assert!(before_close.is_empty(), "{before_close:?}");
     assert_stopped(stopper).await;
 }
