@@ -204,3 +204,23 @@ async fn cancelled_batch_entry_is_left_out_of_the_array() {
     assert_eq!(entries.keys().cloned().collect::<Vec<_>>(), ["\"fast\""]);
     wait_metric(&server, "mcp_workers", 0).await;
 }
+
+/// A cancel inside the same batch as its request settles that entry at once; the batch is
+/// still answered (with the other entries) and no batch state is left behind.
+#[tokio::test]
+async fn cancel_in_the_same_batch_leaves_the_request_out_and_the_batch_answered() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    client
+        .send_json(json!([
+            {"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"sleep","arguments":{"ms":60000}}},
+            {"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"slow"}},
+            {"jsonrpc":"2.0","id":"p","method":"ping"}
+        ]))
+        .await;
+    let entries = by_id(&client.recv().await);
+    assert_eq!(entries.keys().cloned().collect::<Vec<_>>(), ["\"p\""]);
+    assert_eq!(assert_result(&entries["\"p\""], &json!("p")), json!({}));
+    wait_metric(&server, "mcp_workers", 0).await;
+    client.expect_nothing_pending().await;
+}

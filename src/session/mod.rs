@@ -121,24 +121,32 @@ impl Session {
 
     /// Entries run concurrently (inline ones answer at once, others start workers); the
     /// array goes out when the last one is done, and not at all if none needs an answer.
+    ///
+    /// The batch is registered before its first entry runs, holding one count for the loop
+    /// itself, so an entry that settles another at once (a cancel of a request earlier in the
+    /// same batch) finds it; the loop's own count is released last, the same way.
     fn on_batch(&mut self, entries: Vec<Entry<'_>>, tx: &mut dyn Transport) {
         let batch = self.next_batch;
         self.next_batch += 1;
-        let mut responses = Vec::new();
-        let mut pending = 0;
+        self.batches.insert(
+            batch,
+            PendingBatch {
+                pending: 1,
+                responses: Vec::new(),
+            },
+        );
         for entry in entries {
-            match self.on_entry(entry, Some(batch), tx) {
-                Reply::Now(frame) => responses.push(frame),
-                Reply::Later => pending += 1,
+            let reply = self.on_entry(entry, Some(batch), tx);
+            let Some(pending) = self.batches.get_mut(&batch) else {
+                continue;
+            };
+            match reply {
+                Reply::Now(frame) => pending.responses.push(frame),
+                Reply::Later => pending.pending += 1,
                 Reply::Silent => {}
             }
         }
-        if pending > 0 {
-            self.batches
-                .insert(batch, PendingBatch { pending, responses });
-        } else if !responses.is_empty() {
-            tx.send_text(encode_batch(&responses));
-        }
+        self.batch_entry_done(batch, None, tx);
     }
 
     fn on_entry(&mut self, entry: Entry<'_>, batch: Option<u64>, tx: &mut dyn Transport) -> Reply {
