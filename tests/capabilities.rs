@@ -86,8 +86,9 @@ async fn bad_tool_arguments_are_an_is_error_result_naming_the_field() {
         );
         let text = tool_text(&response);
         assert!(text.starts_with("Invalid arguments"), "{text}");
+        // serde names a field as a path (`a: invalid type …`) or quoted (missing field `b`).
         assert!(
-            text.contains(field),
+            text.contains(&format!("{field}:")) || text.contains(&format!("`{field}`")),
             "{tool} {arguments}: {text} should name {field}"
         );
         assert!(!text.contains("line"), "no parser positions: {text}");
@@ -95,6 +96,17 @@ async fn bad_tool_arguments_are_an_is_error_result_naming_the_field() {
     // Missing arguments altogether reads as `{}`.
     let response = client.request("tools/call", json!({"name": "echo"})).await;
     assert_eq!(response["result"]["isError"], true);
+    assert_eq!(
+        tool_text(&response),
+        "Invalid arguments: missing field `text`"
+    );
+    // Arguments are named: an array is refused, even one a struct could read positionally.
+    let response = client.call_tool("echo", json!(["hi"])).await;
+    assert_eq!(response["result"]["isError"], true, "{response}");
+    assert_eq!(
+        tool_text(&response),
+        "Invalid arguments: must be a JSON object"
+    );
 }
 
 #[tokio::test]

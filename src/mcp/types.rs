@@ -7,12 +7,18 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use std::borrow::Cow;
 
-/// Parses a params object straight into `T`. The error names the offending member
-/// (`uri: invalid type: …`), without serde_json's line/column suffix.
+/// Parses a JSON object (params, or a tool's arguments) straight into `T`; absent reads as
+/// `{}`. Anything but an object is refused here, for every caller: a derived struct would
+/// also accept an array. The error names the offending member (`uri: invalid type: …`),
+/// without serde_json's line/column suffix.
 ///
 /// The plain parse runs first; only a failure pays for a second, path-tracking pass to
 /// word the error (tracking every parse costs about a sixth of a `tools/call` round trip).
-pub fn parse_object<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, String> {
+pub fn parse_object<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Result<T, String> {
+    let text = raw.map_or("{}", RawValue::get);
+    if !text.starts_with('{') {
+        return Err("must be a JSON object".to_owned());
+    }
     serde_json::from_str(text).map_err(|_| describe_parse_error::<T>(text))
 }
 

@@ -60,8 +60,7 @@ impl Arguments {
 
     /// Parses into `T`; the error names the offending field (`text: invalid type: …`).
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ToolError> {
-        let text = self.0.as_deref().map_or("{}", RawValue::get);
-        crate::mcp::parse_object(text).map_err(ToolError::InvalidArguments)
+        crate::mcp::parse_object(self.0.as_deref()).map_err(ToolError::InvalidArguments)
     }
 }
 

@@ -256,11 +256,7 @@ impl Session {
 
 /// MCP params are named: an object (or absent, read as `{}`).
 fn parse_params<'a, T: Deserialize<'a>>(params: Option<&'a RawValue>) -> Result<T, Error> {
-    let text = params.map_or("{}", RawValue::get);
-    if text.starts_with('[') {
-        return Err(Error::InvalidParams("params must be an object".into()));
-    }
-    parse_object(text).map_err(Error::InvalidParams)
+    parse_object(params).map_err(Error::InvalidParams)
 }
 
 /// This server returns every list in one page, so any cursor is one it never issued.

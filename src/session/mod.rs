@@ -217,8 +217,7 @@ impl Session {
                 tracing::debug!(session = self.id, "notifications/initialized received")
             }
             notifications::CANCELLED => {
-                let params = notification.params.map_or("{}", |p| p.get());
-                match crate::mcp::parse_object::<CancelledParams<'_>>(params) {
+                match crate::mcp::parse_object::<CancelledParams<'_>>(notification.params) {
                     Ok(params) => match RequestId::from_raw(params.request_id) {
                         Some(id) => self.cancel(&id, tx),
                         None => tracing::debug!(
