@@ -2,7 +2,7 @@
 //! negotiated version, the cheap methods answered inline (so `ping` and lists answer at once
 //! under tool load), and the admission of `tools/call` into a worker actor.
 
-use super::{InFlight, Negotiated, Phase, Request, Session, Transport};
+use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::error::Error;
 use crate::jsonrpc::{encode_result_with, Params, RequestId};
 use crate::mcp::{
@@ -182,7 +182,6 @@ impl Session {
         id: RequestId,
         call: ToolCall,
         batch: Option<u64>,
-        tx: &mut dyn Transport,
     ) -> Result<(), Error> {
         let limits = &self.shared.settings.limits;
         if self.in_flight.len() >= limits.max_in_flight_per_session {
@@ -191,8 +190,10 @@ impl Session {
                 limit: limits.max_in_flight_per_session,
             });
         }
-        let Phase::Ready(negotiated) = &self.phase else {
-            return Err(Error::NotInitialized);
+        let (Phase::Ready(negotiated), Some(inbox)) = (&self.phase, &self.inbox) else {
+            // `route` admits no tools/call before `initialize`; an actor attaches its inbox
+            // before its first frame.
+            return Err(Error::Internal);
         };
         let ToolCall {
             tool,
@@ -220,7 +221,7 @@ impl Session {
             work,
             timeout,
             wants_progress: progress_token.is_some(),
-            session: tx.worker_events(),
+            session: inbox.clone(),
             session_info: SessionInfo {
                 protocol_version: negotiated.version,
                 client_capabilities: negotiated.client_capabilities.clone(),

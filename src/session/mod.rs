@@ -35,11 +35,9 @@ type FastHash = foldhash::fast::RandomState;
 type Entry<'a> = jsonrpc::Entry<'a, CallToolParams<'a>>;
 type Request<'a> = jsonrpc::Request<'a, CallToolParams<'a>>;
 
-/// What carries the session's frames. Implemented by each transport actor.
+/// What carries the session's frames out. Implemented by each transport actor's context.
 pub trait Transport {
     fn send_text(&mut self, frame: String);
-    /// Where this session's workers send their events (the transport actor's address).
-    fn worker_events(&self) -> SessionInbox;
 }
 
 pub struct Session {
@@ -54,6 +52,9 @@ pub struct Session {
     next_batch: u64,
     /// Set on shutdown: no new requests, in-flight ones may finish.
     draining: bool,
+    /// Where this session's workers send their events: the transport actor's address, given
+    /// once the actor has started (see [`Session::attach`]).
+    inbox: Option<SessionInbox>,
 }
 
 enum Phase {
@@ -103,7 +104,14 @@ impl Session {
             batches: HashMap::default(),
             next_batch: 0,
             draining: false,
+            inbox: None,
         }
+    }
+
+    /// Gives the session its actor's address, for its workers' events. Called from the
+    /// transport actor's `started`, before any frame reaches the session.
+    pub fn attach(&mut self, inbox: SessionInbox) {
+        self.inbox = Some(inbox);
     }
 
     /// Handles one complete text message: a single JSON-RPC message or a batch.
@@ -151,7 +159,7 @@ impl Session {
 
     fn on_entry(&mut self, entry: Entry<'_>, batch: Option<u64>, tx: &mut dyn Transport) -> Reply {
         match entry {
-            Entry::Request(request) => self.on_request(request, batch, tx),
+            Entry::Request(request) => self.on_request(request, batch),
             Entry::Notification(notification) => {
                 self.on_notification(notification, tx);
                 Reply::Silent
@@ -167,12 +175,7 @@ impl Session {
         }
     }
 
-    fn on_request(
-        &mut self,
-        request: Request<'_>,
-        batch: Option<u64>,
-        tx: &mut dyn Transport,
-    ) -> Reply {
+    fn on_request(&mut self, request: Request<'_>, batch: Option<u64>) -> Reply {
         self.shared.metrics.requests.inc();
         let span = tracing::debug_span!("request", session = self.id, id = %request.id, method = %request.method);
         let _entered = span.enter();
@@ -186,7 +189,7 @@ impl Session {
             match self.route(&request, batch) {
                 Ok(dispatch::Route::Inline(result)) => Ok(Some(result)),
                 Ok(dispatch::Route::Worker(call)) => self
-                    .start_worker(request.id.clone(), call, batch, tx)
+                    .start_worker(request.id.clone(), call, batch)
                     .map(|()| None),
                 Err(error) => Err(error),
             }

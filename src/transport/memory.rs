@@ -4,7 +4,7 @@
 
 use crate::session::{Session, Transport};
 use crate::shared::Shared;
-use crate::worker::{SessionInbox, WorkerEvent};
+use crate::worker::WorkerEvent;
 use actix::prelude::*;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -31,54 +31,37 @@ impl MemorySession {
     }
 }
 
-struct ChannelTransport<'a> {
-    outgoing: &'a mpsc::UnboundedSender<String>,
-    address: Addr<MemorySession>,
-}
-
-impl Transport for ChannelTransport<'_> {
+impl Transport for mpsc::UnboundedSender<String> {
     fn send_text(&mut self, frame: String) {
         // A closed receiver means the test is done with this session.
-        let _ = self.outgoing.send(frame);
-    }
-
-    fn worker_events(&self) -> SessionInbox {
-        Rc::new(self.address.clone().recipient())
+        let _ = self.send(frame);
     }
 }
 
 impl Actor for MemorySession {
     type Context = Context<Self>;
 
-    fn stopped(&mut self, ctx: &mut Self::Context) {
-        let mut tx = ChannelTransport {
-            outgoing: &self.outgoing,
-            address: ctx.address(),
-        };
-        self.core.cancel_all(&mut tx);
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.core.attach(Rc::new(ctx.address().recipient()));
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.core.cancel_all(&mut self.outgoing);
     }
 }
 
 impl Handler<ClientFrame> for MemorySession {
     type Result = ();
 
-    fn handle(&mut self, frame: ClientFrame, ctx: &mut Self::Context) {
-        let mut tx = ChannelTransport {
-            outgoing: &self.outgoing,
-            address: ctx.address(),
-        };
-        self.core.on_text(&frame.0, &mut tx);
+    fn handle(&mut self, frame: ClientFrame, _ctx: &mut Self::Context) {
+        self.core.on_text(&frame.0, &mut self.outgoing);
     }
 }
 
 impl Handler<WorkerEvent> for MemorySession {
     type Result = ();
 
-    fn handle(&mut self, event: WorkerEvent, ctx: &mut Self::Context) {
-        let mut tx = ChannelTransport {
-            outgoing: &self.outgoing,
-            address: ctx.address(),
-        };
-        self.core.on_worker_event(event, &mut tx);
+    fn handle(&mut self, event: WorkerEvent, _ctx: &mut Self::Context) {
+        self.core.on_worker_event(event, &mut self.outgoing);
     }
 }

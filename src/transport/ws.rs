@@ -10,7 +10,7 @@
 
 use crate::session::{Session, Transport};
 use crate::shared::{SessionSlot, Shared, Shutdown};
-use crate::worker::{SessionInbox, WorkerEvent};
+use crate::worker::WorkerEvent;
 use actix::prelude::*;
 use actix_http::ws::Item;
 use actix_web_actors::ws::{self, CloseCode, CloseReason, Message as WsMessage, ProtocolError};
@@ -33,8 +33,6 @@ pub struct WsSession {
     fragments: Option<BytesMut>,
     /// Whether a shutdown close is pending until in-flight work finishes.
     closing: bool,
-    /// This actor as its workers' destination, made once in `started`.
-    worker_events: Option<SessionInbox>,
 }
 
 impl WsSession {
@@ -47,7 +45,6 @@ impl WsSession {
             heard: false,
             fragments: None,
             closing: false,
-            worker_events: None,
         }
     }
 
@@ -61,11 +58,7 @@ impl WsSession {
     }
 
     fn on_message(&mut self, text: &str, ctx: &mut ws::WebsocketContext<Self>) {
-        let mut tx = WsTransport {
-            ctx,
-            worker_events: &self.worker_events,
-        };
-        self.core.on_text(text, &mut tx);
+        self.core.on_text(text, ctx);
         // A cancel may have taken the last request in flight during a drain.
         self.close_if_drained(ctx);
     }
@@ -133,21 +126,9 @@ impl WsSession {
     }
 }
 
-struct WsTransport<'a> {
-    ctx: &'a mut ws::WebsocketContext<WsSession>,
-    worker_events: &'a Option<SessionInbox>,
-}
-
-impl Transport for WsTransport<'_> {
+impl Transport for ws::WebsocketContext<WsSession> {
     fn send_text(&mut self, frame: String) {
-        self.ctx.text(frame);
-    }
-
-    fn worker_events(&self) -> SessionInbox {
-        match self.worker_events {
-            Some(inbox) => inbox.clone(),
-            None => Rc::new(self.ctx.address().recipient()),
-        }
+        self.text(frame);
     }
 }
 
@@ -156,7 +137,7 @@ impl Actor for WsSession {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.slot.register(ctx.address().recipient());
-        self.worker_events = Some(Rc::new(ctx.address().recipient()));
+        self.core.attach(Rc::new(ctx.address().recipient()));
         let interval = Duration::from_millis(self.shared.settings.heartbeat.interval_ms);
         ctx.run_interval(interval, Self::heartbeat);
         tracing::debug!(session = self.slot.id(), "session opened");
@@ -164,11 +145,7 @@ impl Actor for WsSession {
 
     fn stopped(&mut self, ctx: &mut Self::Context) {
         // A closed connection cancels all its workers, which returns their pool permits.
-        let mut tx = WsTransport {
-            ctx,
-            worker_events: &self.worker_events,
-        };
-        self.core.cancel_all(&mut tx);
+        self.core.cancel_all(ctx);
         let (client, client_version) = self.core.client_info().unwrap_or(("-", "-"));
         tracing::debug!(
             session = self.slot.id(),
@@ -218,11 +195,7 @@ impl Handler<WorkerEvent> for WsSession {
     type Result = ();
 
     fn handle(&mut self, event: WorkerEvent, ctx: &mut Self::Context) {
-        let mut tx = WsTransport {
-            ctx,
-            worker_events: &self.worker_events,
-        };
-        self.core.on_worker_event(event, &mut tx);
+        self.core.on_worker_event(event, ctx);
         self.close_if_drained(ctx);
     }
 }
@@ -238,11 +211,7 @@ impl Handler<Shutdown> for WsSession {
         self.core.begin_drain();
         self.close_if_drained(ctx);
         ctx.run_later(shutdown.grace, |session, ctx| {
-            let mut tx = WsTransport {
-                ctx,
-                worker_events: &session.worker_events,
-            };
-            session.core.cancel_all(&mut tx);
+            session.core.cancel_all(ctx);
             session.close(ctx, CloseCode::Away, "server shutting down");
         });
     }
