@@ -1,17 +1,16 @@
 //! Decoding one text frame: single message or batch (decided by the first byte, before any
 //! parse), then one borrowed parse per object and a hand-written classification.
 //!
-//! Every member is read in a form that accepts any JSON value and is checked by hand, so
-//! that a wrong type in one member (say `"method": 1`) still lets us answer with the
-//! request's id, and so that `"id": null` (a request, answered with -32600) stays distinct
-//! from a missing id (a notification, never answered). serde's untagged enums cannot do
-//! either. The id and params are kept raw; `jsonrpc` and `method` are read as strings when
-//! they are strings; `result` and `error` only as present.
+//! Every member is read as raw JSON first and checked by hand (`result` and `error` only as
+//! present), so that a wrong type in one member (say `"method": 1`) still lets us answer
+//! with the request's id, and so that `"id": null` (a request, answered with -32600) stays
+//! distinct from a missing id (a notification, never answered). serde's untagged enums
+//! cannot do either.
 //!
-//! One exception to "params raw": the caller may name one method whose params are parsed
-//! into its type inside the same pass ([`EagerParams`]), so the hot path reads its frame once
-//! instead of twice. Anything this fast pass cannot take cleanly is decoded again in a plain
-//! pass ([`Pass`]), so the outcome (and every error) is the same as without it.
+//! One exception to "raw first": the caller may name one method whose params are parsed into
+//! its type inside the same pass ([`EagerParams`]), so the hot path reads its frame once
+//! instead of twice. Anything that pass cannot take cleanly is decoded again with raw params,
+//! so the outcome (and every error) is the same as without it.
 
 use super::RequestId;
 use crate::error::Error;
@@ -124,98 +123,17 @@ fn decode_batch<'a, P: EagerParams<'a>>(text: &'a str, max_batch_len: usize) -> 
 
 /// The members of a message object, each `Some` when present (an explicit `null` included).
 struct Envelope<'a, P> {
-    jsonrpc: Option<MaybeStr<'a>>,
+    jsonrpc: Option<&'a RawValue>,
     id: Option<&'a RawValue>,
-    method: Option<MaybeStr<'a>>,
+    method: Option<&'a RawValue>,
     params: Params<'a, P>,
     result: Option<IgnoredAny>,
     error: Option<IgnoredAny>,
 }
 
-/// A member that must be a string: its text (unescaped, borrowed when it holds no escape),
-/// or the fact that it was some other JSON value.
-enum MaybeStr<'a> {
-    Str(Cow<'a, str>),
-    Other,
-}
-
-impl<'a> MaybeStr<'a> {
-    fn from_raw(raw: &'a RawValue) -> Self {
-        let text = raw.get();
-        if !text.starts_with('"') {
-            return Self::Other;
-        }
-        if !text.contains('\\') {
-            return Self::Str(Cow::Borrowed(&text[1..text.len() - 1]));
-        }
-        serde_json::from_str::<String>(text).map_or(Self::Other, |s| Self::Str(Cow::Owned(s)))
-    }
-}
-
-impl<'de> Deserialize<'de> for MaybeStr<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(MaybeStrVisitor)
-    }
-}
-
-struct MaybeStrVisitor;
-
-impl<'de> de::Visitor<'de> for MaybeStrVisitor {
-    type Value = MaybeStr<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-        Ok(MaybeStr::Str(Cow::Borrowed(v)))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(MaybeStr::Str(Cow::Owned(v.to_owned())))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(MaybeStr::Other)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(MaybeStr::Other)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(MaybeStr::Other)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(MaybeStr::Other)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(MaybeStr::Other)
-    }
-
-    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        IgnoredAny.visit_seq(seq).map(|_| MaybeStr::Other)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        IgnoredAny.visit_map(map).map(|_| MaybeStr::Other)
-    }
-}
-
-/// How a message object is read. The fast pass parses [`EagerParams`] and reads `jsonrpc`
-/// and `method` as strings directly; the plain pass reads those members raw, which takes any
-/// valid JSON (say a number beyond `f64`), and decides when the fast pass fails.
-#[derive(Clone, Copy, PartialEq)]
-enum Pass {
-    Fast,
-    Plain,
-}
-
-/// Parses an [`Envelope`] in the given pass.
+/// Parses an [`Envelope`]; `eager` says whether [`EagerParams`] may be tried.
 struct EnvelopeSeed<P> {
-    pass: Pass,
+    eager: bool,
     params: PhantomData<P>,
 }
 
@@ -246,17 +164,17 @@ impl<'de, P: EagerParams<'de>> de::Visitor<'de> for EnvelopeSeed<P> {
         let mut params_seen = false;
         while let Some(member) = map.next_key::<Member>()? {
             match member {
-                Member::Jsonrpc => fill_str(&mut envelope.jsonrpc, &mut map, self.pass)?,
+                Member::Jsonrpc => fill(&mut envelope.jsonrpc, &mut map)?,
                 Member::Id => fill(&mut envelope.id, &mut map)?,
-                Member::Method => fill_str(&mut envelope.method, &mut map, self.pass)?,
+                Member::Method => fill(&mut envelope.method, &mut map)?,
                 Member::Result => fill(&mut envelope.result, &mut map)?,
                 Member::Error => fill(&mut envelope.error, &mut map)?,
                 Member::Params => {
                     if std::mem::replace(&mut params_seen, true) {
                         return Err(de::Error::duplicate_field("params"));
                     }
-                    let eager = self.pass == Pass::Fast
-                        && matches!(&envelope.method, Some(MaybeStr::Str(m)) if m == P::METHOD);
+                    let eager = self.eager
+                        && envelope.method.and_then(json_str).as_deref() == Some(P::METHOD);
                     envelope.params = if eager {
                         Params::Parsed(map.next_value_seed(ObjectOnly(PhantomData))?)
                     } else {
@@ -281,22 +199,6 @@ fn fill<'de, T: Deserialize<'de>, M: MapAccess<'de>>(
         return Err(de::Error::custom("duplicate member"));
     }
     *slot = Some(map.next_value()?);
-    Ok(())
-}
-
-/// Reads a member that must be a string (see [`Pass`]).
-fn fill_str<'de, M: MapAccess<'de>>(
-    slot: &mut Option<MaybeStr<'de>>,
-    map: &mut M,
-    pass: Pass,
-) -> Result<(), M::Error> {
-    if slot.is_some() {
-        return Err(de::Error::custom("duplicate member"));
-    }
-    *slot = Some(match pass {
-        Pass::Fast => map.next_value()?,
-        Pass::Plain => MaybeStr::from_raw(map.next_value()?),
-    });
     Ok(())
 }
 
@@ -364,13 +266,13 @@ impl<'de, P: Deserialize<'de>> de::Visitor<'de> for ObjectOnly<P> {
 }
 
 fn decode_object<'a, P: EagerParams<'a>>(text: &'a str) -> Entry<'a, P> {
-    match parse_envelope(text, Pass::Fast) {
+    match parse_envelope(text, true) {
         // Eager params belong to a request; anything else is decoded again with them raw.
         Ok(envelope) if !matches!(envelope.params, Params::Parsed(_)) || envelope.id.is_some() => {
             classify(envelope)
         }
-        // The fast pass failed or did not fit: the plain pass decides, errors included.
-        _ => match parse_envelope(text, Pass::Plain) {
+        // The eager pass failed or did not fit: a plain pass decides, errors included.
+        _ => match parse_envelope(text, false) {
             Ok(envelope) => classify(envelope),
             Err(e) if e.is_syntax() || e.is_eof() => {
                 // Only reachable for a single message (a batch was parsed whole already).
@@ -387,11 +289,11 @@ fn decode_object<'a, P: EagerParams<'a>>(text: &'a str) -> Entry<'a, P> {
 
 fn parse_envelope<'a, P: EagerParams<'a>>(
     text: &'a str,
-    pass: Pass,
+    eager: bool,
 ) -> Result<Envelope<'a, P>, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_str(text);
     let envelope = EnvelopeSeed {
-        pass,
+        eager,
         params: PhantomData,
     }
     .deserialize(&mut de)?;
@@ -404,7 +306,7 @@ fn classify<'a, P>(msg: Envelope<'a, P>) -> Entry<'a, P> {
     // The id to echo in an error: readable only if it is a string or number.
     let echo_id = id.clone().flatten();
 
-    if !matches!(&msg.jsonrpc, Some(MaybeStr::Str(v)) if v == "2.0") {
+    if msg.jsonrpc.and_then(json_str).as_deref() != Some("2.0") {
         return invalid(echo_id, "\"jsonrpc\" must be exactly \"2.0\"");
     }
     let Some(method) = msg.method else {
@@ -413,7 +315,7 @@ fn classify<'a, P>(msg: Envelope<'a, P>) -> Entry<'a, P> {
             (echo_id, _, _) => invalid(echo_id, "a request needs a \"method\""),
         };
     };
-    let MaybeStr::Str(method) = method else {
+    let Some(method) = json_str(method) else {
         return invalid(echo_id, "\"method\" must be a string");
     };
     if msg.result.is_some() || msg.error.is_some() {
@@ -441,6 +343,18 @@ fn invalid<P>(id: Option<RequestId>, reason: &'static str) -> Entry<'static, P> 
         id,
         error: Error::InvalidRequest(reason),
     }
+}
+
+/// Reads a raw JSON value as a string, borrowing it when it holds no escapes.
+fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let text = raw.get();
+    if !text.starts_with('"') {
+        return None;
+    }
+    if !text.contains('\\') {
+        return Some(Cow::Borrowed(&text[1..text.len() - 1]));
+    }
+    serde_json::from_str::<String>(text).ok().map(Cow::Owned)
 }
 
 #[cfg(test)]
@@ -594,7 +508,7 @@ mod tests {
     }
 
     #[test]
-    fn params_the_fast_pass_cannot_take_arrive_raw() {
+    fn params_the_eager_pass_cannot_take_arrive_raw() {
         for (text, raw) in [
             // params before method: the method is not known yet
             (
@@ -622,7 +536,7 @@ mod tests {
     }
 
     #[test]
-    fn the_fast_pass_changes_no_classification() {
+    fn the_eager_pass_changes_no_classification() {
         // A notification of the eager method keeps its raw params.
         assert!(matches!(
             single(r#"{"jsonrpc":"2.0","method":"call","params":{"name":"n"}}"#),
