@@ -75,6 +75,7 @@ async fn a_result_that_would_follow_its_cancel_is_dropped() {
         .await;
     client.expect_nothing_pending().await;
     wait_metric(&server, "mcp_workers", 0).await;
+    assert_eq!(metric(&server, "mcp_cancelled_total").await, 1);
 }
 
 #[tokio::test]
@@ -166,6 +167,8 @@ async fn no_progress_without_a_token() {
         response["id"], 1,
         "the first frame is the response: {response}"
     );
+    assert_eq!(response["result"]["content"][0]["text"], "slept 300 ms");
+    client.expect_nothing_pending().await;
 }
 
 #[tokio::test]
@@ -179,11 +182,25 @@ async fn progress_stops_when_the_request_is_cancelled() {
     let first = client.recv().await;
     assert_eq!(first["method"], "notifications/progress");
     client.send_json(cancel(json!("c"))).await;
-    wait_metric(&server, "mcp_workers", 0).await;
-    // A progress frame may have crossed the cancel on the wire; after the worker is gone,
-    // nothing more may come: two barriers apart, the second sees nothing.
-    client.drain_until_barrier().await;
-    client.expect_nothing_pending().await;
+    // The pool slot comes back only when the worker's future is dropped.
+    wait_metric(&server, "mcp_pool_running", 0).await;
+    // A progress frame may have crossed the cancel on the wire, but no response may come.
+    for frame in client.drain_until_barrier().await {
+        assert_eq!(frame["method"], "notifications/progress", "{frame}");
+        assert_eq!(frame["params"]["progressToken"], "t", "{frame}");
+    }
+    // While a second request reports progress twice (at least one 50 ms interval), every
+    // frame is the second request's: nothing of "t" comes any more.
+    client
+        .send_json(sleep_call_with_token(json!("d"), 60_000, json!("t2")))
+        .await;
+    for _ in 0..2 {
+        let frame = client.recv().await;
+        assert_eq!(frame["method"], "notifications/progress", "{frame}");
+        assert_eq!(frame["params"]["progressToken"], "t2", "{frame}");
+    }
+    client.send_json(cancel(json!("d"))).await;
+    wait_metric(&server, "mcp_pool_running", 0).await;
 }
 
 #[tokio::test]
