@@ -83,7 +83,8 @@ pub struct Metrics {
     /// WebSocket sessions admitted and not yet gone (the `server.max_sessions` cap counts
     /// these).
     pub sessions: Gauge,
-    /// Worker actors alive (admitted by their session, not yet finished or cancelled).
+    /// `tools/call` requests in flight in workers: admitted by their session, not yet
+    /// finished or cancelled (a cancelled worker may take a moment more to stop).
     pub workers: Gauge,
     /// Workers waiting for a slot in the global pool.
     pub pool_waiting: Gauge,
@@ -104,7 +105,11 @@ impl Metrics {
         let mut out = String::with_capacity(2048);
         let gauges = [
             ("mcp_sessions", "Open WebSocket sessions", &self.sessions),
-            ("mcp_workers", "Worker actors alive", &self.workers),
+            (
+                "mcp_workers",
+                "tools/call requests in flight in worker actors",
+                &self.workers,
+            ),
             (
                 "mcp_pool_waiting",
                 "Workers waiting for a global pool slot",

@@ -78,7 +78,8 @@ pub enum Decoded<'a, P> {
     Rejected(Error),
 }
 
-/// Decodes one frame. `max_batch_len` is checked before any batch entry is parsed.
+/// Decodes one frame. `max_batch_len` is checked before any batch entry is classified (the
+/// array itself is scanned first, entries kept raw).
 pub fn decode<'a, P: EagerParams<'a>>(text: &'a str, max_batch_len: usize) -> Decoded<'a, P> {
     match text
         .trim_start_matches([' ', '\t', '\n', '\r'])

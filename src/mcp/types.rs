@@ -70,7 +70,7 @@ impl LogLevel {
     }
 }
 
-/// A progress token exactly as the client sent it (a string or an integer).
+/// A progress token exactly as the client sent it (a string or a number).
 #[derive(Debug, Clone)]
 pub struct ProgressToken(Box<RawValue>);
 

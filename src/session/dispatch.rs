@@ -165,7 +165,7 @@ impl Session {
         let progress_token = match p.meta.as_ref().and_then(|m| m.progress_token) {
             None => None,
             Some(raw) => Some(ProgressToken::from_raw(raw).ok_or_else(|| {
-                Error::InvalidParams("_meta.progressToken: must be a string or an integer".into())
+                Error::InvalidParams("_meta.progressToken: must be a string or a number".into())
             })?),
         };
         Ok(ToolCall {
