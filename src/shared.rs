@@ -24,7 +24,7 @@ pub struct Shared {
     pub settings: Settings,
     pub registry: Registry,
     /// The global worker pool: one permit per running request, across all sessions.
-    pub pool: Arc<Semaphore>,
+    pub pool: Semaphore,
     pub metrics: Metrics,
     sessions: DashMap<u64, Recipient<Shutdown>>,
     next_session_id: AtomicU64,
@@ -34,7 +34,7 @@ pub struct Shared {
 impl Shared {
     pub fn new(settings: Settings, registry: Registry) -> Arc<Self> {
         Arc::new(Self {
-            pool: Arc::new(Semaphore::new(settings.limits.max_concurrent_requests)),
+            pool: Semaphore::new(settings.limits.max_concurrent_requests),
             settings,
             registry,
             metrics: Metrics::default(),

@@ -25,7 +25,7 @@ use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{OwnedSemaphorePermit, TryAcquireError};
+use tokio::sync::{SemaphorePermit, TryAcquireError};
 use tracing::Instrument;
 
 /// The work a worker runs: given the tool context, the encoded response frame (serialized
@@ -151,7 +151,7 @@ async fn run(job: Job, cancel: CancelFlag) -> Result<String, Error> {
     let metrics = &shared.metrics;
     let limits = &shared.settings.limits;
 
-    let permit = match shared.pool.clone().try_acquire_owned() {
+    let permit = match shared.pool.try_acquire() {
         Ok(permit) => permit,
         Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
         Err(TryAcquireError::NoPermits) => Box::pin(wait_for_slot(&shared)).await?,
@@ -197,12 +197,12 @@ async fn run(job: Job, cancel: CancelFlag) -> Result<String, Error> {
 }
 
 /// Waits up to `admission_wait_ms` for a slot in the global pool.
-async fn wait_for_slot(shared: &Shared) -> Result<OwnedSemaphorePermit, Error> {
+async fn wait_for_slot(shared: &Shared) -> Result<SemaphorePermit<'_>, Error> {
     let metrics = &shared.metrics;
     let limits = &shared.settings.limits;
     let _waiting = metrics.pool_waiting.track();
     let wait = Duration::from_millis(limits.admission_wait_ms);
-    match tokio::time::timeout(wait, shared.pool.clone().acquire_owned()).await {
+    match tokio::time::timeout(wait, shared.pool.acquire()).await {
         Ok(Ok(permit)) => Ok(permit),
         Ok(Err(_closed)) => Err(Error::ShuttingDown),
         Err(_elapsed) => {
