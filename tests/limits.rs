@@ -152,10 +152,10 @@ async fn binary_frames_close_1003() {
 
 #[tokio::test]
 async fn duplicate_id_in_flight_is_refused_without_cross_wiring() {
-    let server = start(settings());
+    let (server, gate) = start_with_gate(settings());
     let mut client = Client::initialized(&server).await;
     client
-        .send_json(json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":300}}}))
+        .send_json(json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"hold"}}))
         .await;
     client
         .send_json(json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"dup"}}}))
@@ -169,8 +169,9 @@ async fn duplicate_id_in_flight_is_refused_without_cross_wiring() {
         assert_error(&response, &json!(7), -32003);
     }
     // The original is answered once, with its own result.
+    gate.add_permits(1);
     let response = client.recv().await;
-    assert_eq!(response["result"]["content"][0]["text"], "slept 300 ms");
+    assert_eq!(response["result"]["content"][0]["text"], "released");
     client.expect_nothing_pending().await;
     // Once finished, the id may be used again.
     let response = client.request_with_id(json!(7), "ping", json!({})).await;

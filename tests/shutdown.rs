@@ -14,15 +14,10 @@ mod common;
 use common::process::ServerProcess;
 use common::*;
 
-use mcp_ws::mcp::CallToolResult;
-use mcp_ws::registry::{Arguments, Tool, ToolError, ToolFuture};
 use mcp_ws::server::RunningServer;
-use mcp_ws::worker::ToolContext;
 use serde_json::{json, Value};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 const SHUTTING_DOWN: i64 = -32004;
@@ -35,35 +30,6 @@ fn shutdown_settings(grace_ms: u64) -> mcp_ws::config::Settings {
     s.heartbeat.client_timeout_ms = 1_200_000;
     s.shutdown.grace_ms = grace_ms;
     s
-}
-
-/// A tool that finishes only when the test adds a permit to its gate: work "in flight" for
-/// exactly as long as the test wants, with no timing involved.
-struct Hold(Arc<Semaphore>);
-
-impl Tool for Hold {
-    fn name(&self) -> &str {
-        "hold"
-    }
-
-    fn description(&self) -> &str {
-        "Waits until the test opens the gate."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-
-    fn call(&self, _arguments: Arguments, _ctx: ToolContext) -> ToolFuture {
-        let gate = self.0.clone();
-        Box::pin(async move {
-            let _permit = gate
-                .acquire()
-                .await
-                .map_err(|_| ToolError::Failed("gate closed".into()))?;
-            Ok(CallToolResult::text("released"))
-        })
-    }
 }
 
 /// `stop()` blocks until the server thread is done, so it runs on a blocking thread while
@@ -122,10 +88,7 @@ async fn send_call(client: &mut Client, id: &Value, name: &str, arguments: Value
 
 #[tokio::test]
 async fn in_flight_call_is_answered_before_close_1001() {
-    let gate = Arc::new(Semaphore::new(0));
-    let registry = mcp_ws::builtins::registry();
-    registry.add_tool(Hold(gate.clone()));
-    let server = start_with(shutdown_settings(30_000), registry);
+    let (server, gate) = start_with_gate(shutdown_settings(30_000));
     let shared = server.shared().clone();
 
     let mut client = Client::initialized(&server).await;

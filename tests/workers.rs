@@ -30,17 +30,22 @@ fn cancel(id: Value) -> Value {
 
 #[tokio::test]
 async fn a_slow_call_never_holds_back_a_fast_one() {
-    let server = start(settings());
+    let (server, gate) = start_with_gate(settings());
     let mut client = Client::initialized(&server).await;
-    client.send_json(sleep_call(json!("slow"), 300)).await;
+    client
+        .send_json(
+            json!({"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"hold"}}),
+        )
+        .await;
     client
         .send_json(json!({"jsonrpc":"2.0","id":"fast","method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}))
         .await;
     let first = client.recv().await;
     assert_eq!(first["id"], "fast");
+    gate.add_permits(1);
     let second = client.recv().await;
     assert_eq!(second["id"], "slow");
-    assert_eq!(second["result"]["content"][0]["text"], "slept 300 ms");
+    assert_eq!(second["result"]["content"][0]["text"], "released");
 }
 
 #[tokio::test]

@@ -8,14 +8,18 @@ pub mod process;
 
 use futures_util::{SinkExt, StreamExt};
 use mcp_ws::config::Settings;
-use mcp_ws::registry::Registry;
+use mcp_ws::mcp::CallToolResult;
+use mcp_ws::registry::{Arguments, Registry, Tool, ToolError, ToolFuture};
 use mcp_ws::server::{self, RunningServer};
+use mcp_ws::worker::ToolContext;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
@@ -38,6 +42,43 @@ pub fn start(settings: Settings) -> RunningServer {
 pub fn start_with(settings: Settings, registry: Registry) -> RunningServer {
     mcp_ws::telemetry::init("warn");
     server::spawn_with(settings, registry).expect("server starts")
+}
+
+/// The built-in tools plus `hold` (see [`Hold`]); returns the server and the gate.
+pub fn start_with_gate(settings: Settings) -> (RunningServer, Arc<Semaphore>) {
+    let gate = Arc::new(Semaphore::new(0));
+    let registry = mcp_ws::builtins::registry();
+    registry.add_tool(Hold(gate.clone()));
+    (start_with(settings, registry), gate)
+}
+
+/// A tool that finishes only when the test adds a permit to its gate: work "in flight" for
+/// exactly as long as the test wants, with no timing involved.
+pub struct Hold(pub Arc<Semaphore>);
+
+impl Tool for Hold {
+    fn name(&self) -> &str {
+        "hold"
+    }
+
+    fn description(&self) -> &str {
+        "Waits until the test opens the gate."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+
+    fn call(&self, _arguments: Arguments, _ctx: ToolContext) -> ToolFuture {
+        let gate = self.0.clone();
+        Box::pin(async move {
+            let _permit = gate
+                .acquire()
+                .await
+                .map_err(|_| ToolError::Failed("gate closed".into()))?;
+            Ok(CallToolResult::text("released"))
+        })
+    }
 }
 
 pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
