@@ -8,6 +8,7 @@
 mod common;
 use common::*;
 use futures_util::SinkExt;
+use mcp_ws::server::RunningServer;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
@@ -19,6 +20,27 @@ fn frame(payload: &[u8], opcode: OpCode, is_final: bool) -> Message {
 
 const TEXT: OpCode = OpCode::Data(Data::Text);
 const CONTINUE: OpCode = OpCode::Data(Data::Continue);
+
+/// Sends one text message in fragments: a first text frame, then continuations, the last
+/// one final.
+async fn send_fragmented(client: &mut Client, parts: &[&[u8]]) {
+    for (i, part) in parts.iter().enumerate() {
+        let opcode = if i == 0 { TEXT } else { CONTINUE };
+        let is_final = i + 1 == parts.len();
+        client
+            .ws
+            .send(frame(part, opcode, is_final))
+            .await
+            .expect("send");
+    }
+}
+
+/// The server closes this connection with `code`, and goes on serving others.
+async fn assert_closed_with(client: &mut Client, code: CloseCode, server: &RunningServer) {
+    let close = client.recv_close().await.expect("a close frame");
+    assert_eq!(close.code, code, "{close:?}");
+    assert_server_alive(server).await;
+}
 
 /// A ping request of exactly `len` bytes (padding inside the string id).
 fn ping_of_len(len: usize) -> String {
@@ -43,9 +65,7 @@ async fn message_at_the_limit_is_served_and_over_it_closes_1009() {
     assert_eq!(response["result"], json!({}));
 
     client.send_text(&ping_of_len(1025)).await;
-    let close = client.recv_close().await.expect("a close frame");
-    assert_eq!(close.code, CloseCode::Size);
-    assert_server_alive(&server).await;
+    assert_closed_with(&mut client, CloseCode::Size, &server).await;
 }
 
 #[tokio::test]
@@ -61,21 +81,7 @@ async fn continuation_frames_are_reassembled() {
         &bytes[10..split_in_char],
         &bytes[split_in_char..],
     ];
-    client
-        .ws
-        .send(frame(parts[0], TEXT, false))
-        .await
-        .expect("send");
-    client
-        .ws
-        .send(frame(parts[1], CONTINUE, false))
-        .await
-        .expect("send");
-    client
-        .ws
-        .send(frame(parts[2], CONTINUE, true))
-        .await
-        .expect("send");
+    send_fragmented(&mut client, &parts).await;
     let response = client.recv().await;
     assert_eq!(response["id"], "frag");
     assert_eq!(response["result"]["content"][0]["text"], "é in pieces");
@@ -86,48 +92,16 @@ async fn reassembled_message_over_the_limit_closes_1009() {
     let server = start(small_limit());
     let mut client = Client::initialized(&server).await;
     let chunk = vec![b' '; 600];
-    client
-        .ws
-        .send(frame(b"{", TEXT, false))
-        .await
-        .expect("send");
-    client
-        .ws
-        .send(frame(&chunk, CONTINUE, false))
-        .await
-        .expect("send");
-    client
-        .ws
-        .send(frame(&chunk, CONTINUE, true))
-        .await
-        .expect("send");
-    let close = client.recv_close().await.expect("a close frame");
-    assert_eq!(close.code, CloseCode::Size);
-    assert_server_alive(&server).await;
+    send_fragmented(&mut client, &[b"{", &chunk, &chunk]).await;
+    assert_closed_with(&mut client, CloseCode::Size, &server).await;
 }
 
 #[tokio::test]
 async fn reassembled_invalid_utf8_closes_1007() {
     let server = start(settings());
     let mut client = Client::initialized(&server).await;
-    client
-        .ws
-        .send(frame(b"{\"a\":\"", TEXT, false))
-        .await
-        .expect("send");
-    client
-        .ws
-        .send(frame(&[0xff, 0xfe], CONTINUE, false))
-        .await
-        .expect("send");
-    client
-        .ws
-        .send(frame(b"\"}", CONTINUE, true))
-        .await
-        .expect("send");
-    let close = client.recv_close().await.expect("a close frame");
-    assert_eq!(close.code, CloseCode::Invalid);
-    assert_server_alive(&server).await;
+    send_fragmented(&mut client, &[b"{\"a\":\"", &[0xff, 0xfe], b"\"}"]).await;
+    assert_closed_with(&mut client, CloseCode::Invalid, &server).await;
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ mod common;
 use common::*;
 use mcp_ws::mcp::CallToolResult;
 use mcp_ws::registry::typed_tool;
+use mcp_ws::server::RunningServer;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -298,15 +299,22 @@ async fn the_global_pool_bounds_concurrency_across_sessions() {
     assert_eq!(metric(&server, "mcp_rejected_server_busy_total").await, 0);
 }
 
-#[tokio::test]
-async fn pool_wait_is_bounded_with_server_busy() {
+/// A server whose global pool has one slot, held by a sleep (id "hold") of the returned
+/// client; requests that need the pool wait up to `admission_wait_ms`.
+async fn one_slot_held(admission_wait_ms: u64) -> (RunningServer, Client) {
     let mut s = settings();
     s.limits.max_concurrent_requests = 1;
-    s.limits.admission_wait_ms = 100;
+    s.limits.admission_wait_ms = admission_wait_ms;
     let server = start(s);
     let mut holder = Client::initialized(&server).await;
     holder.send_json(sleep_call(json!("hold"), 60_000)).await;
     wait_metric(&server, "mcp_pool_running", 1).await;
+    (server, holder)
+}
+
+#[tokio::test]
+async fn pool_wait_is_bounded_with_server_busy() {
+    let (server, mut holder) = one_slot_held(100).await;
     let mut waiter = Client::initialized(&server).await;
     let response = waiter.call_tool("sleep", json!({"ms": 1})).await;
     let error = assert_error(&response, &response["id"], -32008);
@@ -321,13 +329,7 @@ async fn pool_wait_is_bounded_with_server_busy() {
 
 #[tokio::test]
 async fn waiting_for_the_pool_is_cancellable() {
-    let mut s = settings();
-    s.limits.max_concurrent_requests = 1;
-    s.limits.admission_wait_ms = 60_000;
-    let server = start(s);
-    let mut holder = Client::initialized(&server).await;
-    holder.send_json(sleep_call(json!("hold"), 60_000)).await;
-    wait_metric(&server, "mcp_pool_running", 1).await;
+    let (server, mut holder) = one_slot_held(60_000).await;
     let mut waiter = Client::initialized(&server).await;
     waiter.send_json(sleep_call(json!("w"), 10)).await;
     wait_metric(&server, "mcp_pool_waiting", 1).await;
