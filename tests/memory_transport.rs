@@ -64,6 +64,22 @@ impl Harness {
         }
     }
 
+    /// Calls `echo` and checks its response frame to the byte.
+    async fn assert_echo(&mut self, id: &str, text: &str) {
+        self.send(json!({
+            "jsonrpc":"2.0","id":id,"method":"tools/call",
+            "params": {"name":"echo","arguments":{"text":text}},
+        }));
+        assert_eq!(
+            self.next().await,
+            json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "result": {"content": [{"type": "text", "text": text}]},
+            })
+        );
+    }
+
     async fn initialize(&mut self) {
         self.send(json!({
             "jsonrpc":"2.0","id":1,"method":"initialize",
@@ -102,18 +118,7 @@ async fn initialize_then_echo_answer_with_exact_frames() {
     let mut h = Harness::start();
     h.initialize().await;
 
-    h.send(json!({
-        "jsonrpc":"2.0","id":"echo-1","method":"tools/call",
-        "params": {"name":"echo","arguments":{"text":"hello memory"}},
-    }));
-    assert_eq!(
-        h.next().await,
-        json!({
-            "jsonrpc": "2.0",
-            "id": "echo-1",
-            "result": {"content": [{"type": "text", "text": "hello memory"}]},
-        })
-    );
+    h.assert_echo("echo-1", "hello memory").await;
     let extra = h.frames_before_barrier("after-echo").await;
     assert!(extra.is_empty(), "nothing but the echo response: {extra:?}");
 }
@@ -191,22 +196,15 @@ async fn cancelled_request_gets_no_response() {
     for frame in &before {
         assert_eq!(frame["method"], "notifications/progress", "{frame}");
     }
-    assert_eq!(h.shared.metrics.workers.get(), 0, "the worker is gone");
+    assert_eq!(
+        h.shared.metrics.workers.get(),
+        0,
+        "the request is no longer in flight"
+    );
     assert_eq!(h.shared.metrics.cancelled.get(), 1);
 
     // The session is still usable, and the cancelled id never answers.
-    h.send(json!({
-        "jsonrpc":"2.0","id":"echo-after","method":"tools/call",
-        "params": {"name":"echo","arguments":{"text":"still here"}},
-    }));
-    assert_eq!(
-        h.next().await,
-        json!({
-            "jsonrpc": "2.0",
-            "id": "echo-after",
-            "result": {"content": [{"type": "text", "text": "still here"}]},
-        })
-    );
+    h.assert_echo("echo-after", "still here").await;
     let after = h.frames_before_barrier("final").await;
     assert!(after.is_empty(), "nothing for the cancelled id: {after:?}");
 }
