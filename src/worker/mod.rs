@@ -98,13 +98,14 @@ impl Actor for RequestWorker {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let Some(job) = self.job.take() else {
+        let Some(mut job) = self.job.take() else {
             return;
         };
         let session = job.session.clone();
         let id = job.id.clone();
         let cancel = self.cancel.clone();
-        let span = job.span.clone();
+        // `run` has no use for the span: it runs inside it.
+        let span = std::mem::replace(&mut job.span, tracing::Span::none());
         let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
         ctx.spawn(
             run(job, cancel)
