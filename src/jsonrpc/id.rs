@@ -17,11 +17,16 @@ impl RequestId {
     /// Accepts the raw JSON of an `id` member if it is a string or a number.
     /// Returns `None` for `null`, booleans, arrays and objects.
     pub fn from_raw(raw: &RawValue) -> Option<Self> {
-        let text = raw.get();
-        match text.as_bytes().first() {
-            Some(b'"' | b'-' | b'0'..=b'9') => Some(Self(text.into())),
-            _ => None,
-        }
+        Self::is_valid(raw).then(|| Self(raw.get().into()))
+    }
+
+    /// Whether `raw` may serve as an id: a string or a number (MCP also forbids null). Progress
+    /// tokens follow the same rule.
+    pub fn is_valid(raw: &RawValue) -> bool {
+        matches!(
+            raw.get().as_bytes().first(),
+            Some(b'"' | b'-' | b'0'..=b'9')
+        )
     }
 
     /// The id's JSON text, ready to be spliced into a response.

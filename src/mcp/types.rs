@@ -76,7 +76,7 @@ pub struct ProgressToken(Box<RawValue>);
 
 impl ProgressToken {
     pub fn from_raw(raw: &RawValue) -> Option<Self> {
-        RequestId::from_raw(raw).map(|_| Self(raw.to_owned()))
+        RequestId::is_valid(raw).then(|| Self(raw.to_owned()))
     }
 
     pub fn as_raw(&self) -> &RawValue {
