@@ -271,22 +271,23 @@ impl schemars::JsonSchema for JsonString {
 /// through a generic path that cost ~7% of a `tools/call` in profiles.
 impl Serialize for Content {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
         match self {
-            Self::Text { text } => {
-                let mut block = serializer.serialize_struct("Content", 2)?;
-                block.serialize_field("type", "text")?;
-                block.serialize_field("text", text)?;
-                block.end()
-            }
-            Self::JsonText { text } => {
-                let mut block = serializer.serialize_struct("Content", 2)?;
-                block.serialize_field("type", "text")?;
-                block.serialize_field("text", text)?;
-                block.end()
-            }
+            Self::Text { text } => text_block(serializer, text),
+            Self::JsonText { text } => text_block(serializer, text),
         }
     }
+}
+
+/// `{"type":"text","text":…}`, whichever form the text is kept in.
+fn text_block<S: serde::Serializer>(
+    serializer: S,
+    text: &impl Serialize,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut block = serializer.serialize_struct("Content", 2)?;
+    block.serialize_field("type", "text")?;
+    block.serialize_field("text", text)?;
+    block.end()
 }
 
 impl Content {
