@@ -153,6 +153,15 @@ impl Session {
         &self,
         params: &Params<'_, CallToolParams<'_>>,
     ) -> Result<ToolCall, Error> {
+        // The per-session cap first, synchronously: an over-cap request is refused at once,
+        // before the tool is looked up or its arguments copied.
+        let limits = &self.shared.settings.limits;
+        if self.in_flight.len() >= limits.max_in_flight_per_session {
+            self.shared.metrics.rejected_session_busy.inc();
+            return Err(Error::SessionBusy {
+                limit: limits.max_in_flight_per_session,
+            });
+        }
         let parsed;
         let p = match params {
             Params::Parsed(p) => p,
@@ -175,8 +184,8 @@ impl Session {
         })
     }
 
-    /// Admission into a worker: the per-session cap is checked here, synchronously, so an
-    /// over-cap request is refused at once; the global pool is awaited inside the worker.
+    /// Starts the worker of a call `prepare_tool_call` admitted; the global pool is awaited
+    /// inside the worker.
     pub(super) fn start_worker(
         &mut self,
         id: RequestId,
@@ -184,12 +193,6 @@ impl Session {
         batch: Option<u64>,
     ) -> Result<(), Error> {
         let limits = &self.shared.settings.limits;
-        if self.in_flight.len() >= limits.max_in_flight_per_session {
-            self.shared.metrics.rejected_session_busy.inc();
-            return Err(Error::SessionBusy {
-                limit: limits.max_in_flight_per_session,
-            });
-        }
         let (Phase::Ready(negotiated), Some(inbox)) = (&self.phase, &self.inbox) else {
             // `route` admits no tools/call before `initialize`; an actor attaches its inbox
             // before its first frame.
