@@ -90,14 +90,6 @@ fn default_toml_sets_every_setting() {
     }
 }
 
-#[tokio::test]
-async fn healthz_answers_200_ok() {
-    let server = start(settings());
-    let (status, body) = http_get(server.addr(), "/healthz").await;
-    assert_eq!(status, 200);
-    assert_eq!(body.trim_end(), "ok", "body {body:?}");
-}
-
 // ---- the binary -------------------------------------------------------------------------
 
 /// Distinct loopback addresses that were free a moment ago (bound together, then released).

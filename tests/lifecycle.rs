@@ -194,13 +194,30 @@ async fn client_capabilities_are_kept_in_the_session() {
 
 #[tokio::test]
 async fn subprotocol_is_optional() {
+    use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
     let server = start(settings());
     let request = server.url().into_client_request().expect("request");
-    let (_ws, response) = tokio_tungstenite::connect_async(request)
+    let (mut ws, response) = tokio_tungstenite::connect_async(request)
         .await
         .expect("connects");
     assert!(response.headers().get("sec-websocket-protocol").is_none());
+    // And the session works without it.
+    let initialize = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":initialize_params("2025-11-25")});
+    ws.send(Message::text(initialize.to_string()))
+        .await
+        .expect("send");
+    let frame = tokio::time::timeout(READ_TIMEOUT, ws.next())
+        .await
+        .expect("an answer in time")
+        .expect("open")
+        .expect("a frame");
+    let response: Value = serde_json::from_str(frame.to_text().expect("text")).expect("JSON");
+    assert_eq!(
+        response["result"]["protocolVersion"], "2025-11-25",
+        "{response}"
+    );
 }
 
 #[tokio::test]
