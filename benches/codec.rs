@@ -4,7 +4,9 @@
 //!   `ping` (answered inline), `tools/call echo` (through a worker actor), and the same echo
 //!   inside a 10-entry batch;
 //! - `worker`: the same work run by a `RequestWorker` actor versus awaited inline, which is
-//!   the per-request price of the worker actor alone.
+//!   the per-request price of the worker actor alone; and the floor under it: `message_only`
+//!   (one `Finished` through the session's mailbox, no actor) and `bare_actor` (an actix actor
+//!   that only sends that message and stops).
 //!
 //! Run: `cargo bench --bench codec` (add `-- --quick` for a short run).
 
@@ -169,7 +171,59 @@ fn worker(c: &mut Criterion) {
             })
         })
     });
+    group.bench_function("message_only", |b| {
+        b.iter_custom(|iters| {
+            system.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    sink.do_send(WorkerEvent::Finished {
+                        id: id.clone(),
+                        outcome: Ok(String::new()),
+                    });
+                    black_box(events.recv().await.expect("finished"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function("bare_actor", |b| {
+        b.iter_custom(|iters| {
+            system.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    BareActor {
+                        id: Some(id.clone()),
+                        session: sink.clone(),
+                    }
+                    .start();
+                    black_box(events.recv().await.expect("finished"));
+                }
+                start.elapsed()
+            })
+        })
+    });
     group.finish();
+}
+
+/// The least an actix actor per request can cost: started, one message to its session,
+/// stopped. `worker_actor` minus this is what `RequestWorker` adds.
+struct BareActor {
+    id: Option<RequestId>,
+    session: std::rc::Rc<Recipient<WorkerEvent>>,
+}
+
+impl Actor for BareActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(id) = self.id.take() {
+            self.session.do_send(WorkerEvent::Finished {
+                id,
+                outcome: Ok(String::new()),
+            });
+        }
+        ctx.stop();
+    }
 }
 
 criterion_group!(benches, codec, dispatch, worker);

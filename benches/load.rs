@@ -2,12 +2,15 @@
 //!
 //! This file owns the run: it parses the command line, places the client on
 //! its cores, starts or attaches to each target in turn (mcp-ws, the
-//! raw-echo framing ceiling, the jsonrpsee baseline), runs the same workload
+//! raw-echo framing ceiling, the actix-inline ceiling of its own stack, the
+//! jsonrpsee baseline), runs the same workload
 //! against each, and prints the table, the warnings and one final
 //! `RESULT_JSON {...}` line. With `--serve-baseline` it instead runs only a
 //! baseline server, so that it can be pinned from outside like mcp-ws.
 //! See benches/README.md for how to run it and what is pinned where.
 
+#[path = "load/actix_inline.rs"]
+mod actix_inline;
 #[path = "load/baseline.rs"]
 mod baseline;
 #[path = "load/cli.rs"]
@@ -220,6 +223,7 @@ fn check_fd_limit(args: &Args, workload: &Workload) {
     let any_in_process = args.targets.iter().any(|kind| match kind {
         TargetKind::McpWs => args.url.is_none(),
         TargetKind::RawEcho => args.raw_echo_url.is_none(),
+        TargetKind::ActixInline => args.actix_inline_url.is_none(),
         TargetKind::Jsonrpsee => args.jsonrpsee_url.is_none(),
     });
     let needed = (peak * if any_in_process { 2 } else { 1 } + 128) as u64;

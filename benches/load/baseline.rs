@@ -1,7 +1,7 @@
 //! Lifecycle of the in-process baseline servers: each runs on its own thread
-//! with its own current_thread tokio runtime (one core's worth of server,
-//! like a pinned mcp-ws), is bound before `spawn` returns, and stops on
-//! `stop` or drop.
+//! with its own single-threaded runtime (a current_thread tokio runtime, or an
+//! actix system with one worker: one core's worth of server, like a pinned
+//! mcp-ws), is bound before `spawn` returns, and stops on `stop` or drop.
 
 use std::net::SocketAddr;
 use std::sync::mpsc;
@@ -12,7 +12,7 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::oneshot;
 
 use crate::cli::BaselineKind;
-use crate::{jsonrpsee_server, raw_echo, BoxError};
+use crate::{actix_inline, jsonrpsee_server, raw_echo, BoxError};
 
 /// How long `spawn` waits for the server thread to bind.
 const BIND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,6 +39,7 @@ impl BaselineKind {
     pub fn name(self) -> &'static str {
         match self {
             BaselineKind::RawEcho => "raw-echo",
+            BaselineKind::ActixInline => "actix-inline",
             BaselineKind::Jsonrpsee => "jsonrpsee",
         }
     }
@@ -114,38 +115,52 @@ fn run_server_thread(
             return;
         }
     };
-    runtime.block_on(async move {
-        let listener = match bind_listener(listen) {
-            Ok(listener) => listener,
-            Err(e) => {
-                let _ = ready.send(Err(format!("bind {listen}: {e}")));
-                return;
+    let listener = match runtime.block_on(async { bind_listener(listen) }) {
+        Ok(listener) => listener,
+        Err(e) => {
+            let _ = ready.send(Err(format!("bind {listen}: {e}")));
+            return;
+        }
+    };
+    match kind {
+        BaselineKind::RawEcho => runtime.block_on(async move {
+            let bound = listener.local_addr().map_err(|e| e.to_string());
+            let bound_ok = bound.is_ok();
+            let _ = ready.send(bound);
+            if bound_ok {
+                raw_echo::serve(listener, shutdown).await;
             }
-        };
-        match kind {
-            BaselineKind::RawEcho => {
-                let bound = listener.local_addr().map_err(|e| e.to_string());
-                let bound_ok = bound.is_ok();
-                let _ = ready.send(bound);
-                if bound_ok {
-                    raw_echo::serve(listener, shutdown).await;
+        }),
+        BaselineKind::Jsonrpsee => runtime.block_on(async move {
+            let (handle, addr) = match jsonrpsee_server::start(listener) {
+                Ok(started) => started,
+                Err(e) => {
+                    let _ = ready.send(Err(e.to_string()));
+                    return;
                 }
-            }
-            BaselineKind::Jsonrpsee => {
-                let (handle, addr) = match jsonrpsee_server::start(listener) {
-                    Ok(started) => started,
-                    Err(e) => {
-                        let _ = ready.send(Err(e.to_string()));
-                        return;
+            };
+            let _ = ready.send(Ok(addr));
+            // A dropped sender also means "stop".
+            let _ = shutdown.await;
+            let _ = handle.stop();
+            let _ = tokio::time::timeout(STOP_TIMEOUT, handle.stopped()).await;
+        }),
+        BaselineKind::ActixInline => {
+            // actix runs its own system; it takes the socket as a std listener.
+            let bound = listener
+                .local_addr()
+                .and_then(|addr| Ok((addr, runtime.block_on(async { listener.into_std() })?)));
+            drop(runtime);
+            match bound {
+                Ok((addr, listener)) => {
+                    let _ = ready.send(Ok(addr));
+                    if let Err(e) = actix_inline::serve(listener, shutdown) {
+                        eprintln!("actix-inline: {e}");
                     }
-                };
-                let _ = ready.send(Ok(addr));
-                // A dropped sender also means "stop".
-                let _ = shutdown.await;
-                let _ = handle.stop();
-                let _ = tokio::time::timeout(STOP_TIMEOUT, handle.stopped()).await;
+                }
+                Err(e) => drop(ready.send(Err(e.to_string()))),
             }
         }
-    });
+    }
     // Dropping the runtime cancels the remaining connection tasks.
 }

@@ -17,8 +17,8 @@ const MAX_CONNECTIONS: usize = 100_000;
 /// Upper bound on the echoed payload; the baselines accept 16 MiB messages.
 const MAX_PAYLOAD_BYTES: usize = 8 * 1024 * 1024;
 
-/// Load generator for mcp-ws and two baselines (raw WebSocket echo,
-/// jsonrpsee). See benches/README.md for the recommended pinned runs.
+/// Load generator for mcp-ws and three baselines (raw WebSocket echo, an
+/// actix session answering inline, jsonrpsee). See benches/README.md for the recommended pinned runs.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "load", version, about, long_about = None)]
 pub struct Args {
@@ -31,7 +31,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "mcp-ws,raw-echo,jsonrpsee"
+        default_value = "mcp-ws,raw-echo,actix-inline,jsonrpsee"
     )]
     pub targets: Vec<TargetKind>,
 
@@ -49,6 +49,12 @@ pub struct Args {
     /// Pid of the external raw-echo baseline.
     #[arg(long)]
     pub raw_echo_pid: Option<u32>,
+    /// External actix-inline baseline (started with `--serve-baseline actix-inline`).
+    #[arg(long)]
+    pub actix_inline_url: Option<String>,
+    /// Pid of the external actix-inline baseline.
+    #[arg(long)]
+    pub actix_inline_pid: Option<u32>,
     /// External jsonrpsee baseline (started with `--serve-baseline jsonrpsee`).
     #[arg(long)]
     pub jsonrpsee_url: Option<String>,
@@ -137,6 +143,10 @@ pub enum TargetKind {
     /// tokio-tungstenite echo of each text frame: the framing ceiling.
     #[value(name = "raw-echo")]
     RawEcho,
+    /// actix-web-actors session answering `tools/call` inline, no worker:
+    /// the inline ceiling of mcp-ws's own stack.
+    #[value(name = "actix-inline")]
+    ActixInline,
     /// jsonrpsee 0.26 WebSocket server with the same methods.
     #[value(name = "jsonrpsee")]
     Jsonrpsee,
@@ -147,6 +157,7 @@ impl TargetKind {
         match self {
             TargetKind::McpWs => "mcp-ws",
             TargetKind::RawEcho => "raw-echo",
+            TargetKind::ActixInline => "actix-inline",
             TargetKind::Jsonrpsee => "jsonrpsee",
         }
     }
@@ -156,6 +167,8 @@ impl TargetKind {
 pub enum BaselineKind {
     #[value(name = "raw-echo")]
     RawEcho,
+    #[value(name = "actix-inline")]
+    ActixInline,
     #[value(name = "jsonrpsee")]
     Jsonrpsee,
 }

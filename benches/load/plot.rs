@@ -19,9 +19,10 @@ struct Line {
 }
 
 fn color_of(index: usize) -> RGBColor {
-    const PALETTE: [RGBColor; 3] = [
+    const PALETTE: [RGBColor; 4] = [
         RGBColor(214, 39, 40),
         RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
     ];
     PALETTE[index % PALETTE.len()]

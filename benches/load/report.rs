@@ -27,7 +27,7 @@ pub struct TargetOutcome {
 
 pub fn throughput_header() -> String {
     format!(
-        "{:<10} {:>6} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>7} {:>7}",
+        "{:<12} {:>6} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>7} {:>7}",
         "target",
         "conns",
         "req/s",
@@ -51,7 +51,7 @@ fn cores(value: Option<f64>) -> String {
 pub fn throughput_row(kind: TargetKind, point: &PointResult) -> String {
     let h = &point.tally.latency_us;
     format!(
-        "{:<10} {:>6} {:>11.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>7} {:>7}",
+        "{:<12} {:>6} {:>11.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>7} {:>7}",
         kind.name(),
         point.connected,
         point.requests_per_sec(),
@@ -74,7 +74,7 @@ pub fn sessions_summary(kind: TargetKind, result: &SessionsResult) -> String {
         .bytes_per_session()
         .map_or_else(|| "n/a".into(), |b| format!("{:.1} KiB", b / 1024.0));
     format!(
-        "{:<10} opened {}/{} in {:.2}s (failures {}), server memory/session {}, \
+        "{:<12} opened {}/{} in {:.2}s (failures {}), server memory/session {}, \
          rss {}→{}→{} KiB, dropped {}, pings ok {} err {} timeout {} mism {}, \
          ping p50 {}us p99 {}us max {}us",
         kind.name(),
@@ -255,7 +255,11 @@ fn ratios(outcomes: &[TargetOutcome]) -> Value {
     let Some(mcp) = find(outcomes, TargetKind::McpWs) else {
         return Value::Object(all);
     };
-    for baseline in [TargetKind::RawEcho, TargetKind::Jsonrpsee] {
+    for baseline in [
+        TargetKind::RawEcho,
+        TargetKind::ActixInline,
+        TargetKind::Jsonrpsee,
+    ] {
         let Some(base) = find(outcomes, baseline) else {
             continue;
         };

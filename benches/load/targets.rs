@@ -20,7 +20,9 @@ impl TargetKind {
     pub fn reply_style(self) -> ReplyStyle {
         match self {
             TargetKind::RawEcho => ReplyStyle::EchoedRequest,
-            TargetKind::McpWs | TargetKind::Jsonrpsee => ReplyStyle::JsonRpc,
+            TargetKind::McpWs | TargetKind::ActixInline | TargetKind::Jsonrpsee => {
+                ReplyStyle::JsonRpc
+            }
         }
     }
 
@@ -33,6 +35,7 @@ impl TargetKind {
         let (url, pid) = match self {
             TargetKind::McpWs => (&args.url, args.server_pid),
             TargetKind::RawEcho => (&args.raw_echo_url, args.raw_echo_pid),
+            TargetKind::ActixInline => (&args.actix_inline_url, args.actix_inline_pid),
             TargetKind::Jsonrpsee => (&args.jsonrpsee_url, args.jsonrpsee_pid),
         };
         url.as_deref().map(|url| (url, pid))
@@ -149,14 +152,13 @@ fn spawn_on_server_cpus(kind: TargetKind, args: &Args) -> Result<InProcessServer
         None => None,
     };
     let ephemeral = SocketAddr::from(([127, 0, 0, 1], 0));
-    let spawned =
-        match kind {
-            TargetKind::McpWs => McpWsServer::spawn().map(InProcessServer::McpWs),
-            TargetKind::RawEcho => BaselineServer::spawn(BaselineKind::RawEcho, ephemeral)
-                .map(InProcessServer::Baseline),
-            TargetKind::Jsonrpsee => BaselineServer::spawn(BaselineKind::Jsonrpsee, ephemeral)
-                .map(InProcessServer::Baseline),
-        };
+    let baseline = |kind| BaselineServer::spawn(kind, ephemeral).map(InProcessServer::Baseline);
+    let spawned = match kind {
+        TargetKind::McpWs => McpWsServer::spawn().map(InProcessServer::McpWs),
+        TargetKind::RawEcho => baseline(BaselineKind::RawEcho),
+        TargetKind::ActixInline => baseline(BaselineKind::ActixInline),
+        TargetKind::Jsonrpsee => baseline(BaselineKind::Jsonrpsee),
+    };
     if let Some(previous) = restore {
         sys::pin_current_thread(&previous)?;
     }
