@@ -4,6 +4,7 @@
 # compare two builds of the hot path; use benches/pinned.sh for throughput and latency.
 #
 #   benches/callgrind.sh [payload-bytes] [mcp-ws binary]     (defaults: 64, target/release/mcp-ws)
+#   TARGET=actix-inline benches/callgrind.sh [payload-bytes]  (a baseline instead, same workload)
 #
 # The server runs under valgrind on core 0; the generator drives it from core 1 with 16
 # connections x 16 pipelined `tools/call echo` for 10 s. Needs valgrind (callgrind_annotate).
@@ -11,25 +12,33 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PAYLOAD=${1:-64}
 SERVER=${2:-target/release/mcp-ws}
+TARGET=${TARGET:-mcp-ws}
 [ $# -ge 2 ] || cargo build --release --quiet
 LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
 PORT=${PORT:-18790}
-OUT=$(mktemp /tmp/callgrind.mcp-ws.XXXXXX)
+OUT=$(mktemp /tmp/callgrind.$TARGET.XXXXXX)
 
-RUST_LOG=warn taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$OUT" \
-  "$SERVER" --listen 127.0.0.1:$PORT --config benches/load.toml 2>/dev/null &
+if [ "$TARGET" = mcp-ws ]; then
+  SERVE=("$SERVER" --listen 127.0.0.1:$PORT --config benches/load.toml)
+  URL_FLAG=--url
+else
+  SERVE=("$LOAD" --serve-baseline "$TARGET" --listen 127.0.0.1:$PORT)
+  URL_FLAG=--$TARGET-url
+fi
+RUST_LOG=warn taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${SERVE[@]}" \
+  >/dev/null 2>&1 &
 SERVER_PID=$!
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
 sleep 6 # valgrind starts slowly
-RESULT=$(taskset -c 1 "$LOAD" --targets mcp-ws --url ws://127.0.0.1:$PORT/mcp \
+RESULT=$(taskset -c 1 "$LOAD" --targets "$TARGET" "$URL_FLAG" ws://127.0.0.1:$PORT/mcp \
   --connections 16 --pipeline 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 \
   --out "$(mktemp -d)" | grep '^RESULT_JSON ')
 kill -INT $SERVER_PID
 wait $SERVER_PID 2>/dev/null || true
 trap - EXIT
 
-ANSWERED=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1][len("RESULT_JSON "):]); print(d["targets"]["mcp-ws"]["points"][0]["answered"])' "$RESULT")
+ANSWERED=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1][len("RESULT_JSON "):]); print(d["targets"][sys.argv[2]]["points"][0]["answered"])' "$RESULT" "$TARGET")
 # The whole process, start-up included; start-up is well under 1% of a 10 s run.
 INSTRUCTIONS=$(callgrind_annotate "$OUT" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
-echo "payload ${PAYLOAD} B: ${INSTRUCTIONS} instructions, ${ANSWERED} requests answered," \
+echo "$TARGET, payload ${PAYLOAD} B: ${INSTRUCTIONS} instructions, ${ANSWERED} requests answered," \
   "$((INSTRUCTIONS / ANSWERED)) instructions per request (profile: $OUT)"

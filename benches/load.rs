@@ -48,6 +48,11 @@ use targets::{LiveTarget, CLIENT_THREAD_NAME};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The allocator of the shipped server (src/main.rs), for the baselines too: a baseline on
+/// glibc malloc would pay a cost mcp-ws does not, and every ratio would flatter mcp-ws.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Pause between two sweep points (and targets) so the server finishes
 /// tearing down the previous connections before the next ones arrive.
 const SETTLE_BETWEEN_RUNS: Duration = Duration::from_millis(300);
