@@ -3,10 +3,11 @@
 //! - `dispatch`: a frame through the session core and back, via the in-memory transport:
 //!   `ping` (answered inline), `tools/call echo` (through a worker actor), and the same echo
 //!   inside a 10-entry batch;
-//! - `worker`: the same work run by a `RequestWorker` actor versus awaited inline, which is
-//!   the per-request price of the worker actor alone; and the floor under it: `message_only`
-//!   (one `Finished` through the session's mailbox, no actor) and `bare_actor` (an actix actor
-//!   that only sends that message and stops).
+//! - `worker`: the same work run by a `RequestWorker` actor (`RequestWorker::run`, as the
+//!   session starts it) versus awaited inline, which is the per-request price of the worker
+//!   actor alone; and what it is made of: `message_only` (one `Finished` through the session's
+//!   mailbox, no actor) and `bare_actor` (an actix actor started with `Actor::start`, on a task
+//!   of its own, that only sends that message and stops).
 //!
 //! Run: `cargo bench --bench codec` (add `-- --quick` for a short run).
 
@@ -154,7 +155,7 @@ fn worker(c: &mut Criterion) {
             system.block_on(async {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    RequestWorker::new(Job {
+                    RequestWorker::run(Job {
                         id: id.clone(),
                         work: Box::new(|_ctx: ToolContext| Box::pin(echo_work())),
                         timeout: Duration::from_secs(60),
@@ -163,8 +164,7 @@ fn worker(c: &mut Criterion) {
                         session_info: session_info.clone(),
                         shared: shared.clone(),
                         span: tracing::Span::none(),
-                    })
-                    .start();
+                    });
                     black_box(events.recv().await.expect("finished"));
                 }
                 start.elapsed()
@@ -205,8 +205,8 @@ fn worker(c: &mut Criterion) {
     group.finish();
 }
 
-/// The least an actix actor per request can cost: started, one message to its session,
-/// stopped. `worker_actor` minus this is what `RequestWorker` adds.
+/// An actix actor started the usual way (`Actor::start`, a task of its own) that only sends
+/// one message to its session and stops.
 struct BareActor {
     id: Option<RequestId>,
     session: std::rc::Rc<Recipient<WorkerEvent>>,

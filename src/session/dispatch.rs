@@ -12,7 +12,6 @@ use crate::mcp::{
 };
 use crate::registry::{Arguments, Tool};
 use crate::worker::{Job, RequestWorker, SessionInfo, Work};
-use actix::Actor;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -219,7 +218,7 @@ impl Session {
                 encode_result_with(&frame_id, &result, size_hint).map_err(|_| Error::Internal)
             })
         });
-        let worker = RequestWorker::new(Job {
+        let worker = RequestWorker::run(Job {
             id: id.clone(),
             work,
             timeout,
@@ -231,8 +230,7 @@ impl Session {
             },
             shared: self.shared.clone(),
             span,
-        })
-        .start();
+        });
         self.in_flight.insert(
             id,
             InFlight {

@@ -3,6 +3,9 @@
 //! under a deadline, and reports back to its session with messages: progress and log lines
 //! while it runs, exactly one `Finished` at the end.
 //!
+//! A worker runs at once on its session's task, as far as it gets without waiting; work that
+//! waits continues on a task of its own (see [`RequestWorker::run`]).
+//!
 //! Cancellation is a `Cancel` message: the worker stops, and stopping an actix actor drops
 //! every future spawned in its context, so the work stops at its next await point and the
 //! pool permit is returned. The worker never touches the socket; its session decides what to
@@ -22,6 +25,7 @@ use futures_util::future::{poll_immediate, LocalBoxFuture};
 use futures_util::FutureExt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,6 +96,28 @@ impl RequestWorker {
             cancel: CancelFlag::default(),
         }
     }
+
+    /// Starts the worker actor for `job` and runs it at once, on the caller's (the
+    /// session's) task, as far as it gets without waiting. Work that is done by then (most
+    /// tool calls) never needs a task of its own: `Actor::start` spawns one per actor, and
+    /// that task (allocated, scheduled, polled and torn down once per request) was a tenth
+    /// of the server's instructions per request. Work that waits continues on a task of its
+    /// own, as with `Actor::start`.
+    ///
+    /// Either way it is the same actor: its own context, mailbox and address, `Cancel` in
+    /// and `WorkerEvent`s out as messages, never a call into the session.
+    pub fn run(job: Job) -> Addr<Self> {
+        let context = Context::new();
+        let address = context.address();
+        let mut worker = context.into_future(Self::new(job));
+        // No waker is needed for this first poll: if the worker is not done, its task polls
+        // it again at once, and that poll registers every wakeup it waits for.
+        let mut first_poll = std::task::Context::from_waker(std::task::Waker::noop());
+        if Pin::new(&mut worker).poll(&mut first_poll).is_pending() {
+            actix_rt::spawn(worker);
+        }
+        address
+    }
 }
 
 impl Actor for RequestWorker {
@@ -104,11 +130,11 @@ impl Actor for RequestWorker {
         let session = job.session.clone();
         let id = job.id.clone();
         let cancel = self.cancel.clone();
-        // `run` has no use for the span: it runs inside it.
+        // `execute` has no use for the span: it runs inside it.
         let span = std::mem::replace(&mut job.span, tracing::Span::none());
         let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
         ctx.spawn(
-            run(job, cancel)
+            execute(job, cancel)
                 .instrument(span.clone())
                 .into_actor(self)
                 .map(move |outcome, _worker, ctx| {
@@ -125,11 +151,13 @@ impl Actor for RequestWorker {
                 }),
         );
     }
+}
 
-    fn stopping(&mut self, _ctx: &mut Self::Context) -> Running {
-        // Work that moved to another thread (spawn_blocking) can observe this.
+impl Drop for RequestWorker {
+    fn drop(&mut self) {
+        // Work that moved to another thread (spawn_blocking) can observe this. A worker is
+        // dropped once it stopped, and also without stopping when the arbiter shuts down.
         self.cancel.set();
-        Running::Stop
     }
 }
 
@@ -145,9 +173,9 @@ impl Handler<Cancel> for RequestWorker {
 ///
 /// The waits only some requests need (for a slot in a full pool; for work that does not
 /// finish at once, against its deadline) run in boxed futures of their own: this future is
-/// moved several times on its way into the worker's task, and their timers would add to its
+/// moved several times on its way into the worker's context, and their timers would add to its
 /// size (552 bytes with them inline, 440 without).
-async fn run(job: Job, cancel: CancelFlag) -> Result<String, Error> {
+async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
     let shared = job.shared;
     let metrics = &shared.metrics;
     let limits = &shared.settings.limits;
