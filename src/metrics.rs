@@ -28,15 +28,14 @@ pub struct Gauge {
 impl Gauge {
     /// Raises the gauge until the returned guard drops (so a dropped future lowers it too).
     pub fn track(&self) -> GaugeGuard<'_> {
-        let now = self.value.fetch_add(1, Ordering::Relaxed) + 1;
-        self.peak.fetch_max(now, Ordering::Relaxed);
+        self.inc();
         GaugeGuard(self)
     }
 
     /// Raises the gauge by one, for values whose lifetime a guard cannot follow.
     pub fn inc(&self) {
         let now = self.value.fetch_add(1, Ordering::Relaxed) + 1;
-        self.peak.fetch_max(now, Ordering::Relaxed);
+        self.observe(now);
     }
 
     /// Raises the gauge by one unless it is already at `limit`; says whether it did.
@@ -47,7 +46,7 @@ impl Gauge {
                 (n < limit).then_some(n + 1)
             });
         if let Ok(before) = raised {
-            self.peak.fetch_max(before + 1, Ordering::Relaxed);
+            self.observe(before + 1);
         }
         raised.is_ok()
     }
@@ -58,7 +57,13 @@ impl Gauge {
 
     /// Records a value observed elsewhere (for peaks of per-session counts).
     pub fn observe(&self, value: u64) {
-        self.peak.fetch_max(value, Ordering::Relaxed);
+        // The peak only grows, so a value at or below it needs no write. `fetch_max` is a
+        // locked read-modify-write even when nothing changes, which takes the cache line
+        // from every other worker thread; a load does not, and this runs several times per
+        // request.
+        if value > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(value, Ordering::Relaxed);
+        }
     }
 
     pub fn get(&self) -> u64 {
