@@ -33,7 +33,7 @@ sleep 6 # valgrind starts slowly
 RESULT=$(taskset -c 1 "$LOAD" --targets "$TARGET" "$URL_FLAG" ws://127.0.0.1:$PORT/mcp \
   --connections 16 --pipeline 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 \
   --out "$(mktemp -d)" | grep '^RESULT_JSON ')
-kill -INT $SERVER_PID
+kill -TERM $SERVER_PID # mcp-ws drains and exits; a baseline ends on SIGTERM (callgrind still writes its profile)
 wait $SERVER_PID 2>/dev/null || true
 trap - EXIT
 
