@@ -5,9 +5,10 @@
 //!   inside a 10-entry batch;
 //! - `worker`: the same work run by a `RequestWorker` actor (`RequestWorker::run`, as the
 //!   session starts it) versus awaited inline, which is the per-request price of the worker
-//!   actor alone; and what it is made of: `message_only` (one `Finished` through the session's
-//!   mailbox, no actor) and `bare_actor` (an actix actor started with `Actor::start`, on a task
-//!   of its own, that only sends that message and stops).
+//!   actor alone; `worker_actor_own_task`, the same worker started with `Actor::start` on a
+//!   task of its own; and what it is made of: `message_only` (one `Finished` through the
+//!   session's mailbox, no actor) and `bare_actor` (an actix actor started with
+//!   `Actor::start` that only sends that message and stops).
 //!
 //! Run: `cargo bench --bench codec` (add `-- --quick` for a short run).
 
@@ -150,21 +151,35 @@ fn worker(c: &mut Criterion) {
             })
         })
     });
+    let job = || Job {
+        id: id.clone(),
+        work: Box::new(|_ctx: ToolContext| Box::pin(echo_work())),
+        timeout: Duration::from_secs(60),
+        wants_progress: false,
+        session: sink.clone(),
+        session_info: session_info.clone(),
+        shared: shared.clone(),
+        span: tracing::Span::none(),
+    };
     group.bench_function("worker_actor", |b| {
         b.iter_custom(|iters| {
             system.block_on(async {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    RequestWorker::run(Job {
-                        id: id.clone(),
-                        work: Box::new(|_ctx: ToolContext| Box::pin(echo_work())),
-                        timeout: Duration::from_secs(60),
-                        wants_progress: false,
-                        session: sink.clone(),
-                        session_info: session_info.clone(),
-                        shared: shared.clone(),
-                        span: tracing::Span::none(),
-                    });
+                    RequestWorker::run(job());
+                    black_box(events.recv().await.expect("finished"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    // The same worker started the usual actix way, on a task of its own.
+    group.bench_function("worker_actor_own_task", |b| {
+        b.iter_custom(|iters| {
+            system.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    RequestWorker::new(job()).start();
                     black_box(events.recv().await.expect("finished"));
                 }
                 start.elapsed()
