@@ -6,9 +6,9 @@
 //! - `worker`: the same work run by a `RequestWorker` actor (`RequestWorker::run`, as the
 //!   session starts it) versus awaited inline, which is the per-request price of the worker
 //!   actor alone; `worker_actor_own_task`, the same worker started with `Actor::start` on a
-//!   task of its own; and what it is made of: `message_only` (one `Finished` through the
-//!   session's mailbox, no actor) and `bare_actor` (an actix actor started with
-//!   `Actor::start` that only sends that message and stops).
+//!   task of its own; and two references: `message_only` (no worker, only this benchmark's
+//!   own round trip: a `Finished` to the sink actor and back to the loop) and `bare_actor`
+//!   (an actix actor started with `Actor::start` that only sends that message and stops).
 //!
 //! Run: `cargo bench --bench codec` (add `-- --quick` for a short run).
 

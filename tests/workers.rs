@@ -71,8 +71,9 @@ async fn cancel_mid_flight_sends_nothing_and_frees_the_slot() {
 async fn a_result_that_would_follow_its_cancel_is_dropped() {
     let server = start(settings());
     let mut client = Client::initialized(&server).await;
-    // The cancel is handled in the same frame, before the worker can finish: its result
-    // arrives after the cancel and must be dropped. The batch then has nothing to answer.
+    // The echo is done within its worker's first poll, but its result travels as a message
+    // and reaches the session only after the cancel in the same frame was handled: it must
+    // be dropped. The batch then has nothing to answer.
     client
         .send_json(json!([
             {"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}},
