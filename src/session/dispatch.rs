@@ -231,6 +231,8 @@ impl Session {
             shared: self.shared.clone(),
             span,
         });
+        // The worker may already be done here, but its `Finished` is a message in this
+        // actor's mailbox, handled after this call returns: the entry is always in place first.
         self.in_flight.insert(
             id,
             InFlight {
