@@ -162,62 +162,53 @@ fn worker(c: &mut Criterion) {
         span: tracing::Span::none(),
     };
     group.bench_function("worker_actor", |b| {
-        b.iter_custom(|iters| {
-            system.block_on(async {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    RequestWorker::run(job());
-                    black_box(events.recv().await.expect("finished"));
-                }
-                start.elapsed()
-            })
-        })
+        round_trips(b, &system, &mut events, || drop(RequestWorker::run(job())))
     });
     // The same worker started the usual actix way, on a task of its own.
     group.bench_function("worker_actor_own_task", |b| {
-        b.iter_custom(|iters| {
-            system.block_on(async {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    RequestWorker::new(job()).start();
-                    black_box(events.recv().await.expect("finished"));
-                }
-                start.elapsed()
-            })
+        round_trips(b, &system, &mut events, || {
+            drop(RequestWorker::new(job()).start())
         })
     });
     group.bench_function("message_only", |b| {
-        b.iter_custom(|iters| {
-            system.block_on(async {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    sink.do_send(WorkerEvent::Finished {
-                        id: id.clone(),
-                        outcome: Ok(String::new()),
-                    });
-                    black_box(events.recv().await.expect("finished"));
-                }
-                start.elapsed()
+        round_trips(b, &system, &mut events, || {
+            sink.do_send(WorkerEvent::Finished {
+                id: id.clone(),
+                outcome: Ok(String::new()),
             })
         })
     });
     group.bench_function("bare_actor", |b| {
-        b.iter_custom(|iters| {
-            system.block_on(async {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    BareActor {
-                        id: Some(id.clone()),
-                        session: sink.clone(),
-                    }
-                    .start();
-                    black_box(events.recv().await.expect("finished"));
+        round_trips(b, &system, &mut events, || {
+            drop(
+                BareActor {
+                    id: Some(id.clone()),
+                    session: sink.clone(),
                 }
-                start.elapsed()
-            })
+                .start(),
+            )
         })
     });
     group.finish();
+}
+
+/// Times `start` and the wait for the `Finished` it causes to reach the sink, `iters` times.
+fn round_trips(
+    b: &mut criterion::Bencher<'_>,
+    system: &SystemRunner,
+    events: &mut mpsc::UnboundedReceiver<WorkerEvent>,
+    start: impl Fn(),
+) {
+    b.iter_custom(|iters| {
+        system.block_on(async {
+            let begin = Instant::now();
+            for _ in 0..iters {
+                start();
+                black_box(events.recv().await.expect("finished"));
+            }
+            begin.elapsed()
+        })
+    })
 }
 
 /// An actix actor started the usual way (`Actor::start`, a task of its own) that only sends
