@@ -162,7 +162,6 @@ impl<'de, P: EagerParams<'de>> de::Visitor<'de> for EnvelopeSeed<P> {
             result: None,
             error: None,
         };
-        let mut params_seen = false;
         while let Some(member) = map.next_key::<Member>()? {
             match member {
                 Member::Jsonrpc => fill(&mut envelope.jsonrpc, &mut map)?,
@@ -171,8 +170,9 @@ impl<'de, P: EagerParams<'de>> de::Visitor<'de> for EnvelopeSeed<P> {
                 Member::Result => fill(&mut envelope.result, &mut map)?,
                 Member::Error => fill(&mut envelope.error, &mut map)?,
                 Member::Params => {
-                    if std::mem::replace(&mut params_seen, true) {
-                        return Err(de::Error::duplicate_field("params"));
+                    // A present `params` is never `Raw(None)` (`null` is kept as raw text).
+                    if !matches!(envelope.params, Params::Raw(None)) {
+                        return Err(duplicate_member());
                     }
                     let eager = self.eager
                         && envelope.method.and_then(json_str).as_deref() == Some(P::METHOD);
@@ -197,13 +197,19 @@ fn fill<'de, T: Deserialize<'de>, M: MapAccess<'de>>(
     map: &mut M,
 ) -> Result<(), M::Error> {
     if slot.is_some() {
-        return Err(de::Error::custom("duplicate member"));
+        return Err(duplicate_member());
     }
     *slot = Some(map.next_value()?);
     Ok(())
 }
 
+fn duplicate_member<E: de::Error>() -> E {
+    E::custom("duplicate member")
+}
+
 /// A member name of the envelope; unknown members are ignored.
+#[derive(serde::Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
 enum Member {
     Jsonrpc,
     Id,
@@ -211,36 +217,8 @@ enum Member {
     Params,
     Result,
     Error,
+    #[serde(other)]
     Other,
-}
-
-impl<'de> Deserialize<'de> for Member {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_identifier(MemberVisitor)
-    }
-}
-
-struct MemberVisitor;
-
-impl de::Visitor<'_> for MemberVisitor {
-    type Value = Member;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a member name")
-    }
-
-    // Called with the unescaped name, borrowed or not.
-    fn visit_str<E: de::Error>(self, name: &str) -> Result<Member, E> {
-        Ok(match name {
-            "jsonrpc" => Member::Jsonrpc,
-            "id" => Member::Id,
-            "method" => Member::Method,
-            "params" => Member::Params,
-            "result" => Member::Result,
-            "error" => Member::Error,
-            _ => Member::Other,
-        })
-    }
 }
 
 /// Deserializes `P` from a JSON object only: a derived struct would also accept an array.
@@ -270,21 +248,31 @@ fn decode_object<'a, P: EagerParams<'a>>(text: &'a str) -> Entry<'a, P> {
     match parse_envelope(text, true) {
         // Eager params belong to a request; anything else is decoded again with them raw.
         Ok(envelope) if !matches!(envelope.params, Params::Parsed(_)) || envelope.id.is_some() => {
-            classify(envelope)
+            return classify(envelope);
         }
-        // The eager pass failed or did not fit: a plain pass decides, errors included.
-        _ => match parse_envelope(text, false) {
-            Ok(envelope) => classify(envelope),
-            Err(e) if e.is_syntax() || e.is_eof() => {
-                // Only reachable for a single message (a batch was parsed whole already).
-                Entry::Invalid {
-                    id: None,
-                    error: Error::Parse,
-                }
-            }
-            // Valid JSON of the wrong shape, e.g. a duplicated member.
-            Err(_) => invalid(None, "malformed message object"),
-        },
+        // Not JSON: the plain pass reads the same bytes and would stop at the same place.
+        Err(e) if is_not_json(&e) => return not_json(),
+        _ => {}
+    }
+    // The eager pass failed on the params' shape, or did not fit: a plain pass decides,
+    // errors included.
+    match parse_envelope(text, false) {
+        Ok(envelope) => classify(envelope),
+        Err(e) if is_not_json(&e) => not_json(),
+        // Valid JSON of the wrong shape, e.g. a duplicated member.
+        Err(_) => invalid(None, "malformed message object"),
+    }
+}
+
+fn is_not_json(e: &serde_json::Error) -> bool {
+    e.is_syntax() || e.is_eof()
+}
+
+/// Only reachable for a single message (a batch was parsed whole already).
+fn not_json<P>() -> Entry<'static, P> {
+    Entry::Invalid {
+        id: None,
+        error: Error::Parse,
     }
 }
 
@@ -581,5 +569,14 @@ mod tests {
                 "{text}"
             );
         }
+        // Members read only for presence, or not at all, take any JSON number too.
+        assert!(matches!(
+            single(r#"{"jsonrpc":"2.0","id":5,"result":1e400}"#),
+            Entry::Response
+        ));
+        assert!(matches!(
+            single(r#"{"jsonrpc":"2.0","id":5,"method":"ping","x":-1e400}"#),
+            Entry::Request(_)
+        ));
     }
 }

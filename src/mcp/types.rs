@@ -320,3 +320,28 @@ impl CallToolResult {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::CallToolParams;
+    use crate::jsonrpc::{decode, Decoded, Entry, Params, Request};
+
+    /// The hot path's params really are parsed in the envelope's pass: if `CallToolParams`
+    /// ever stopped fitting it, every `tools/call` would silently be decoded twice.
+    #[test]
+    fn tools_call_params_are_parsed_in_the_envelope_pass() {
+        let frame = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"},"_meta":{"progressToken":"t"}}}"#;
+        match decode::<CallToolParams<'_>>(frame, 10) {
+            Decoded::Single(Entry::Request(Request {
+                params: Params::Parsed(params),
+                ..
+            })) => {
+                assert_eq!(params.name, "echo");
+                assert_eq!(params.arguments.map(|a| a.get()), Some(r#"{"text":"hi"}"#));
+                let token = params.meta.and_then(|m| m.progress_token).map(|t| t.get());
+                assert_eq!(token, Some(r#""t""#));
+            }
+            other => panic!("expected a request with parsed params, got {other:?}"),
+        }
+    }
+}
