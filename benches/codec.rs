@@ -3,12 +3,12 @@
 //! - `dispatch`: a frame through the session core and back, via the in-memory transport:
 //!   `ping` (answered inline), `tools/call echo` (through a worker actor), and the same echo
 //!   inside a 10-entry batch;
-//! - `worker`: the same work run by a `RequestWorker` actor (`RequestWorker::run`, as the
-//!   session starts it) versus awaited inline, which is the per-request price of the worker
-//!   actor alone; `worker_actor_own_task`, the same worker started with `Actor::start` on a
-//!   task of its own; and two references: `message_only` (no worker, only this benchmark's
-//!   own round trip: a `Finished` to the sink actor and back to the loop) and `bare_actor`
-//!   (an actix actor started with `Actor::start` that only sends that message and stops).
+//! - `worker`: the echo work awaited `inline`; the same work in a `RequestWorker`
+//!   (`worker_actor`, started with `RequestWorker::run` as the session does) and on a task
+//!   of its own (`worker_actor_own_task`, as `Actor::start` would run it); `message_only`,
+//!   this benchmark's own round trip without any worker (a `Finished` to the sink actor and
+//!   back to the loop), so `worker_actor - message_only` is the worker's price; and
+//!   `bare_actor`, an actix actor started with `Actor::start` that only sends that message.
 //!
 //! Run: `cargo bench --bench codec` (add `-- --quick` for a short run).
 
@@ -164,10 +164,10 @@ fn worker(c: &mut Criterion) {
     group.bench_function("worker_actor", |b| {
         round_trips(b, &system, &mut events, || drop(RequestWorker::run(job())))
     });
-    // The same worker started the usual actix way, on a task of its own.
+    // The same worker on a task of its own, as `Actor::start` would run it.
     group.bench_function("worker_actor_own_task", |b| {
         round_trips(b, &system, &mut events, || {
-            drop(RequestWorker::new(job()).start())
+            drop(RequestWorker::spawn(job()))
         })
     });
     group.bench_function("message_only", |b| {

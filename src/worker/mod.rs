@@ -84,19 +84,15 @@ pub struct Job {
     pub span: tracing::Span,
 }
 
+/// The worker actor. Its work is spawned into its context before it starts (see
+/// [`RequestWorker::run`]); the actor itself only holds what must outlive the work.
 pub struct RequestWorker {
-    job: Option<Job>,
     cancel: CancelFlag,
 }
 
-impl RequestWorker {
-    pub fn new(job: Job) -> Self {
-        Self {
-            job: Some(job),
-            cancel: CancelFlag::default(),
-        }
-    }
+type WorkerFuture = actix::dev::ContextFut<RequestWorker, Context<RequestWorker>>;
 
+impl RequestWorker {
     /// Starts the worker actor for `job` and runs it at once, on the caller's (the
     /// session's) task, as far as it gets without waiting. Work that is done by then (most
     /// tool calls) never needs a task of its own: `Actor::start` spawns one per actor, and
@@ -107,9 +103,7 @@ impl RequestWorker {
     /// Either way it is the same actor: its own context, mailbox and address, `Cancel` in
     /// and `WorkerEvent`s out as messages, never a call into the session.
     pub fn run(job: Job) -> Addr<Self> {
-        let context = Context::new();
-        let address = context.address();
-        let mut worker = context.into_future(Self::new(job));
+        let (address, mut worker) = Self::prepare(job);
         // No waker is needed for this first poll: if the worker is not done, its task polls
         // it again at once, and that poll registers every wakeup it waits for.
         let mut first_poll = std::task::Context::from_waker(std::task::Waker::noop());
@@ -118,39 +112,48 @@ impl RequestWorker {
         }
         address
     }
+
+    /// Starts the worker the way `Actor::start` would, on a task of its own from the first
+    /// poll. The server uses [`run`](Self::run); this is its reference in
+    /// `benches/codec.rs`.
+    pub fn spawn(job: Job) -> Addr<Self> {
+        let (address, worker) = Self::prepare(job);
+        actix_rt::spawn(worker);
+        address
+    }
+
+    /// The worker's context, its work spawned in it, as a future not yet polled.
+    fn prepare(mut job: Job) -> (Addr<Self>, WorkerFuture) {
+        let mut context = Context::new();
+        let session = job.session.clone();
+        let id = job.id.clone();
+        let cancel = CancelFlag::default();
+        // `execute` has no use for the span: it runs inside it.
+        let span = std::mem::replace(&mut job.span, tracing::Span::none());
+        let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
+        context.spawn(
+            actix::fut::wrap_future::<_, Self>(
+                execute(job, cancel.clone()).instrument(span.clone()),
+            )
+            .map(move |outcome, _worker, ctx| {
+                if let Some(started) = started {
+                    let _entered = span.enter();
+                    tracing::debug!(
+                        elapsed_us = started.elapsed().as_micros() as u64,
+                        outcome = if outcome.is_ok() { "ok" } else { "error" },
+                        "worker finished"
+                    );
+                }
+                session.do_send(WorkerEvent::Finished { id, outcome });
+                ctx.stop();
+            }),
+        );
+        (context.address(), context.into_future(Self { cancel }))
+    }
 }
 
 impl Actor for RequestWorker {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        let Some(mut job) = self.job.take() else {
-            return;
-        };
-        let session = job.session.clone();
-        let id = job.id.clone();
-        let cancel = self.cancel.clone();
-        // `execute` has no use for the span: it runs inside it.
-        let span = std::mem::replace(&mut job.span, tracing::Span::none());
-        let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
-        ctx.spawn(
-            execute(job, cancel)
-                .instrument(span.clone())
-                .into_actor(self)
-                .map(move |outcome, _worker, ctx| {
-                    if let Some(started) = started {
-                        let _entered = span.enter();
-                        tracing::debug!(
-                            elapsed_us = started.elapsed().as_micros() as u64,
-                            outcome = if outcome.is_ok() { "ok" } else { "error" },
-                            "worker finished"
-                        );
-                    }
-                    session.do_send(WorkerEvent::Finished { id, outcome });
-                    ctx.stop();
-                }),
-        );
-    }
 }
 
 impl Drop for RequestWorker {
