@@ -79,7 +79,7 @@ pub struct GaugeGuard<'a>(&'a Gauge);
 
 impl Drop for GaugeGuard<'_> {
     fn drop(&mut self) {
-        self.0.value.fetch_sub(1, Ordering::Relaxed);
+        self.0.dec();
     }
 }
 

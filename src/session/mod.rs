@@ -24,7 +24,7 @@ use crate::shared::Shared;
 use crate::worker::{Cancel, RequestWorker, SessionInbox, WorkerEvent};
 use actix::Addr;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{hash_map, HashMap};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -145,9 +145,10 @@ impl Session {
         );
         for entry in entries {
             let reply = self.on_entry(entry, Some(batch), tx);
-            let Some(pending) = self.batches.get_mut(&batch) else {
-                continue;
-            };
+            let pending = self
+                .batches
+                .get_mut(&batch)
+                .expect("the loop's own count keeps its batch registered");
             match reply {
                 Reply::Now(frame) => pending.responses.push(frame),
                 Reply::Later => pending.pending += 1,
@@ -306,16 +307,16 @@ impl Session {
     }
 
     fn batch_entry_done(&mut self, batch: u64, frame: Option<String>, tx: &mut dyn Transport) {
-        let Some(pending) = self.batches.get_mut(&batch) else {
+        let hash_map::Entry::Occupied(mut slot) = self.batches.entry(batch) else {
             return;
         };
+        let pending = slot.get_mut();
         pending.pending -= 1;
         pending.responses.extend(frame);
         if pending.pending == 0 {
-            if let Some(done) = self.batches.remove(&batch) {
-                if !done.responses.is_empty() {
-                    tx.send_text(encode_batch(&done.responses));
-                }
+            let done = slot.remove();
+            if !done.responses.is_empty() {
+                tx.send_text(encode_batch(&done.responses));
             }
         }
     }
