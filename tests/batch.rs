@@ -202,7 +202,15 @@ async fn cancelled_batch_entry_is_left_out_of_the_array() {
         .await;
     let entries = by_id(&client.recv().await);
     assert_eq!(entries.keys().cloned().collect::<Vec<_>>(), ["\"fast\""]);
-    wait_metric(&server, "mcp_workers", 0).await;
+    assert_cancel_stopped_the_worker(&server).await;
+}
+
+/// One request was cancelled, and its worker stopped: the pool slot the cancel does not
+/// free by itself came back (`mcp_workers` drops with the cancel alone).
+async fn assert_cancel_stopped_the_worker(server: &mcp_ws::server::RunningServer) {
+    wait_metric(server, "mcp_pool_running", 0).await;
+    wait_metric(server, "mcp_workers", 0).await;
+    assert_eq!(metric(server, "mcp_cancelled_total").await, 1);
 }
 
 /// A cancel inside the same batch as its request settles that entry at once; the batch is
@@ -221,6 +229,6 @@ async fn cancel_in_the_same_batch_leaves_the_request_out_and_the_batch_answered(
     let entries = by_id(&client.recv().await);
     assert_eq!(entries.keys().cloned().collect::<Vec<_>>(), ["\"p\""]);
     assert_eq!(assert_result(&entries["\"p\""], &json!("p")), json!({}));
-    wait_metric(&server, "mcp_workers", 0).await;
+    assert_cancel_stopped_the_worker(&server).await;
     client.expect_nothing_pending().await;
 }

@@ -133,12 +133,13 @@ async fn second_initialize_is_refused_and_the_first_stands() {
     // Still on 2024-11-05, which has no completions: had the second initialize taken,
     // completion/complete (2025-03-26+) would answer.
     let response = client
-        .request(
+        .request_with_id(
+            json!(3),
             "completion/complete",
             json!({"ref":{"type":"ref/prompt","name":"greet"},"argument":{"name":"name","value":""}}),
         )
         .await;
-    assert_error(&response, &response["id"], -32601);
+    assert_error(&response, &json!(3), -32601);
 }
 
 #[tokio::test]
@@ -194,30 +195,24 @@ async fn client_capabilities_are_kept_in_the_session() {
 
 #[tokio::test]
 async fn subprotocol_is_optional() {
-    use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-    use tokio_tungstenite::tungstenite::Message;
     let server = start(settings());
     let request = server.url().into_client_request().expect("request");
-    let (mut ws, response) = tokio_tungstenite::connect_async(request)
+    let (ws, response) = tokio_tungstenite::connect_async(request)
         .await
         .expect("connects");
     assert!(response.headers().get("sec-websocket-protocol").is_none());
-    // And the session works without it.
-    let initialize = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":initialize_params("2025-11-25")});
-    ws.send(Message::text(initialize.to_string()))
-        .await
-        .expect("send");
-    let frame = tokio::time::timeout(READ_TIMEOUT, ws.next())
-        .await
-        .expect("an answer in time")
-        .expect("open")
-        .expect("a frame");
-    let response: Value = serde_json::from_str(frame.to_text().expect("text")).expect("JSON");
+    // And the session works without it: initialize, then a request after it.
+    let mut client = Client::from_ws(ws);
+    let response = client
+        .request_with_id(json!(1), "initialize", initialize_params("2025-11-25"))
+        .await;
     assert_eq!(
-        response["result"]["protocolVersion"], "2025-11-25",
-        "{response}"
+        assert_result(&response, &json!(1))["protocolVersion"],
+        "2025-11-25"
     );
+    let response = client.request_with_id(json!(2), "ping", json!({})).await;
+    assert_eq!(assert_result(&response, &json!(2)), json!({}));
 }
 
 #[tokio::test]

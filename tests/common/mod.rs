@@ -112,6 +112,11 @@ impl Client {
             Some("mcp"),
             "the server selects the offered subprotocol"
         );
+        Self::from_ws(ws)
+    }
+
+    /// A client over a connection opened some other way.
+    pub fn from_ws(ws: Ws) -> Self {
         Self {
             ws,
             backlog: VecDeque::new(),
