@@ -17,22 +17,30 @@ ROUNDS=${ROUNDS:-10}
 PORT=${PORT_BASE:-18800}
 OUT=$(mktemp -d)
 
-measure() { # binary -> "req/s p50_us"
-  PORT=$((PORT + 1))
-  RUST_LOG=warn taskset -c 0 "$1" --listen 127.0.0.1:$PORT --config benches/load.toml &
-  local pid=$!
+measure() { # port binary [generator args...] -> "req/s p50_us"
+  local port=$1 binary=$2 line pid
+  shift 2
+  RUST_LOG=warn taskset -c 0 "$binary" --listen 127.0.0.1:$port --config benches/load.toml &
+  pid=$!
   sleep 0.7
-  taskset -c 1 "$LOAD" --targets mcp-ws --url ws://127.0.0.1:$PORT/mcp --server-pid $pid \
-    --out "$OUT" "${@:2}" | awk '$1 == "mcp-ws" {print $3, $4}'
-  kill $pid
+  line=$(taskset -c 1 "$LOAD" --targets mcp-ws --url ws://127.0.0.1:$port/mcp --server-pid $pid \
+    --out "$OUT" "$@" | awk '$1 == "mcp-ws" {print $3, $4}')
+  kill $pid 2>/dev/null || true
   wait $pid 2>/dev/null || true
+  # Exactly one non-zero figure: a server that did not start (e.g. an old build refusing today's
+  # load.toml) or several --connections values must stop the run, not skew the medians.
+  if ! [[ $line =~ ^[1-9][0-9.]*\ [0-9]+$ ]]; then
+    echo "ab.sh: no single figure from $binary on port $port (got '$line')" >&2
+    return 1
+  fi
+  echo "$line"
 }
 
 for i in $(seq 1 "$ROUNDS"); do
   if [ $((i % 2)) -eq 1 ]; then
-    old=$(measure "$OLD" "$@"); new=$(measure "$NEW" "$@")
+    old=$(measure $((PORT + 2 * i)) "$OLD" "$@"); new=$(measure $((PORT + 2 * i + 1)) "$NEW" "$@")
   else
-    new=$(measure "$NEW" "$@"); old=$(measure "$OLD" "$@")
+    new=$(measure $((PORT + 2 * i)) "$NEW" "$@"); old=$(measure $((PORT + 2 * i + 1)) "$OLD" "$@")
   fi
   echo "pair $i: old $old  new $new"
 done | tee "$OUT/pairs"

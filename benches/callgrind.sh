@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 PAYLOAD=${1:-64}
 SERVER=${2:-target/release/mcp-ws}
 TARGET=${TARGET:-mcp-ws}
-[ $# -ge 2 ] || cargo build --release --quiet
+# A given binary is used as is; only the default one (and only for mcp-ws) is built here.
+[ $# -ge 2 ] || [ "$TARGET" != mcp-ws ] || cargo build --release --quiet
 LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
 PORT=${PORT:-18790}
 OUT=$(mktemp /tmp/callgrind.$TARGET.XXXXXX)
@@ -26,7 +27,7 @@ else
   URL_FLAG=--$TARGET-url
 fi
 RUST_LOG=warn taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${SERVE[@]}" \
-  >/dev/null 2>&1 &
+  >"$OUT.log" 2>&1 &
 SERVER_PID=$!
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
 sleep 6 # valgrind starts slowly
@@ -37,8 +38,14 @@ kill -TERM $SERVER_PID # mcp-ws drains and exits; a baseline ends on SIGTERM (ca
 wait $SERVER_PID 2>/dev/null || true
 trap - EXIT
 
-ANSWERED=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1][len("RESULT_JSON "):]); print(d["targets"][sys.argv[2]]["points"][0]["answered"])' "$RESULT" "$TARGET")
+# Answered requests; a run with errors, lost or mismatched answers gives no figure.
+ANSWERED=$(python3 -c '
+import json, sys
+point = json.loads(sys.argv[1][len("RESULT_JSON "):])["targets"][sys.argv[2]]["points"][0]
+bad = point["errors"] + point["lost"] + point["mismatched"]
+sys.exit(f"callgrind.sh: {bad} errors/lost/mismatched answers; no figure") if bad else print(point["answered"])
+' "$RESULT" "$TARGET")
 # The whole process, start-up included; start-up is well under 1% of a 10 s run.
 INSTRUCTIONS=$(callgrind_annotate "$OUT" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
 echo "$TARGET, payload ${PAYLOAD} B: ${INSTRUCTIONS} instructions, ${ANSWERED} requests answered," \
-  "$((INSTRUCTIONS / ANSWERED)) instructions per request (profile: $OUT)"
+  "$((INSTRUCTIONS / ANSWERED)) instructions per request (profile: $OUT, server output: $OUT.log)"

@@ -156,7 +156,7 @@ fn measure_target(
     let target = match LiveTarget::start(kind, args) {
         Ok(target) => target,
         Err(e) => {
-            println!("{:<10} skipped: {e}", kind.name());
+            println!("{:<12} skipped: {e}", kind.name());
             return TargetOutcome {
                 kind,
                 placement: String::new(),
@@ -225,12 +225,10 @@ fn check_fd_limit(args: &Args, workload: &Workload) {
         Mode::Sessions => workload.sessions,
     };
     // In-process servers hold the other end of each connection.
-    let any_in_process = args.targets.iter().any(|kind| match kind {
-        TargetKind::McpWs => args.url.is_none(),
-        TargetKind::RawEcho => args.raw_echo_url.is_none(),
-        TargetKind::ActixInline => args.actix_inline_url.is_none(),
-        TargetKind::Jsonrpsee => args.jsonrpsee_url.is_none(),
-    });
+    let any_in_process = args
+        .targets
+        .iter()
+        .any(|kind| kind.external(args).is_none());
     let needed = (peak * if any_in_process { 2 } else { 1 } + 128) as u64;
     let Some((soft, hard)) = sys::fd_limits() else {
         return;

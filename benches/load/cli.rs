@@ -14,7 +14,8 @@ use crate::BoxError;
 const MAX_PHASE_SECS: f64 = 3600.0;
 /// Upper bound on concurrent connections / sessions per target.
 const MAX_CONNECTIONS: usize = 100_000;
-/// Upper bound on the echoed payload; the baselines accept 16 MiB messages.
+/// Upper bound on the echoed payload. raw-echo and jsonrpsee accept 16 MiB messages;
+/// mcp-ws (by default, `limits.max_message_bytes`) and actix-inline 4 MiB.
 const MAX_PAYLOAD_BYTES: usize = 8 * 1024 * 1024;
 
 /// Load generator for mcp-ws and three baselines (raw WebSocket echo, an

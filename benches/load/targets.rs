@@ -31,7 +31,8 @@ impl TargetKind {
         self != TargetKind::Jsonrpsee
     }
 
-    fn external(self, args: &Args) -> Option<(&str, Option<u32>)> {
+    /// The URL (and pid) of this target when it runs outside this process.
+    pub fn external(self, args: &Args) -> Option<(&str, Option<u32>)> {
         let (url, pid) = match self {
             TargetKind::McpWs => (&args.url, args.server_pid),
             TargetKind::RawEcho => (&args.raw_echo_url, args.raw_echo_pid),
