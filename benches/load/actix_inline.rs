@@ -6,8 +6,9 @@
 //! actor, the limits and the MCP session around each request.
 //!
 //! It is written to be fast, not naive: one typed parse of the envelope with
-//! borrowed strings, the id copied as raw JSON, one `serde_json::to_string`
-//! of the answer.
+//! borrowed strings, the id copied as raw JSON, the echoed text passed through
+//! as the JSON string it arrived as (never unescaped and escaped again, as
+//! mcp-ws does too), one `serde_json::to_string` of the answer.
 
 use std::borrow::Cow;
 use std::net::TcpListener;
@@ -101,8 +102,9 @@ struct ToolCall<'a> {
 
 #[derive(Deserialize)]
 struct EchoArguments<'a> {
+    /// The JSON string literal, quotes and escapes included.
     #[serde(borrow)]
-    text: Cow<'a, str>,
+    text: &'a RawValue,
 }
 
 #[derive(Serialize)]
@@ -134,7 +136,7 @@ struct ToolResult<'a> {
 struct TextContent<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    text: &'a str,
+    text: &'a RawValue,
 }
 
 /// The answer to one text frame, or nothing for a notification.
@@ -148,15 +150,17 @@ fn answer(frame: &str) -> Option<String> {
             .params
             .map(|params| serde_json::from_str::<ToolCall>(params.get()))
         {
-            Some(Ok(call)) if call.name == "echo" => to_response(
-                id,
-                ToolResult {
-                    content: [TextContent {
-                        kind: "text",
-                        text: &call.arguments.text,
-                    }],
-                },
-            ),
+            Some(Ok(call)) if call.name == "echo" && call.arguments.text.get().starts_with('"') => {
+                to_response(
+                    id,
+                    ToolResult {
+                        content: [TextContent {
+                            kind: "text",
+                            text: call.arguments.text,
+                        }],
+                    },
+                )
+            }
             _ => return Some(error(Some(id), -32602, "invalid params")),
         },
         "initialize" => to_response(
