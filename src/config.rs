@@ -17,6 +17,7 @@ pub const DEFAULT_CONFIG_PATH: &str = "config/default.toml";
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     pub server: ServerSettings,
+    pub http: HttpSettings,
     pub limits: Limits,
     pub progress: ProgressSettings,
     pub heartbeat: HeartbeatSettings,
@@ -35,6 +36,18 @@ pub struct ServerSettings {
     pub backlog: u32,
     /// Concurrent WebSocket sessions; an upgrade beyond this gets HTTP 503.
     pub max_sessions: usize,
+}
+
+/// Checks on every HTTP request to the MCP endpoint (WebSocket upgrades included).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpSettings {
+    /// Origins (`scheme://host[:port]`, or `"*"`) whose pages may use the server. Empty: only
+    /// an origin naming the request's own host, or a loopback origin on a loopback bind.
+    pub allowed_origins: Vec<String>,
+    /// `Host` values the server answers to (`name` for any port, or `name:port`). Empty: any
+    /// host, except on a loopback bind, where only loopback names (DNS-rebinding defence).
+    pub allowed_hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

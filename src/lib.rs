@@ -5,6 +5,7 @@
 //! A text frame travels down this list and its answer back up:
 //!
 //! - [`server`]: HTTP routes (`/mcp` upgrade, `/healthz`, `/metrics`), start, shutdown.
+//! - [`perimeter`]: what is checked before a session exists (Origin/Host, session cap).
 //! - [`transport`]: the WebSocket session actor (one per connection, the only writer to
 //!   its socket) and an in-memory twin for tests.
 //! - [`session`]: the protocol core of a connection: lifecycle, negotiated version and
@@ -23,6 +24,7 @@ pub mod error;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod metrics;
+pub mod perimeter;
 pub mod registry;
 pub mod server;
 pub mod session;

@@ -10,6 +10,7 @@
 
 use crate::config::Settings;
 use crate::error::StartupError;
+use crate::perimeter::Refusal;
 use crate::registry::Registry;
 use crate::shared::Shared;
 use crate::transport::ws::WsSession;
@@ -41,15 +42,14 @@ async fn mcp_upgrade(
     shared: web::Data<Shared>,
 ) -> Result<HttpResponse, actix_web::Error> {
     let shared = shared.into_inner();
+    shared.origin_policy.check(req.headers())?;
     let Some(slot) = shared.admit_session() else {
-        let reason = if shared.is_draining() {
-            "server shutting down"
+        return Err(if shared.is_draining() {
+            Refusal::ShuttingDown
         } else {
-            "too many sessions"
-        };
-        return Ok(HttpResponse::ServiceUnavailable()
-            .insert_header(("Retry-After", "1"))
-            .body(reason));
+            Refusal::TooManySessions
+        }
+        .into());
     };
     let max_message_bytes = shared.settings.limits.max_message_bytes;
     ws::WsResponseBuilder::new(WsSession::new(shared, slot), &req, stream)

@@ -4,6 +4,7 @@
 
 use crate::config::Settings;
 use crate::metrics::Metrics;
+use crate::perimeter::OriginPolicy;
 use crate::registry::Registry;
 use actix::{Message, Recipient};
 use dashmap::DashMap;
@@ -26,6 +27,8 @@ pub struct Shared {
     /// The global worker pool: one permit per running request, across all sessions.
     pub pool: Semaphore,
     pub metrics: Metrics,
+    /// The Origin/Host checks of every request to the MCP endpoint.
+    pub origin_policy: OriginPolicy,
     sessions: DashMap<u64, Recipient<Shutdown>>,
     next_session_id: AtomicU64,
     draining: AtomicBool,
@@ -35,6 +38,7 @@ impl Shared {
     pub fn new(settings: Settings, registry: Registry) -> Arc<Self> {
         Arc::new(Self {
             pool: Semaphore::new(settings.limits.max_concurrent_requests),
+            origin_policy: OriginPolicy::new(&settings.http, settings.server.listen),
             settings,
             registry,
             metrics: Metrics::default(),
