@@ -122,7 +122,7 @@ impl Handler<WorkerEvent> for Sink {
     }
 }
 
-async fn echo_work() -> Result<String, mcp_ws::error::Error> {
+async fn echo_work() -> Result<String, mcp_ws::mcp::Error> {
     Ok(r#"{"content":[{"type":"text","text":"x"}]}"#.to_owned())
 }
 

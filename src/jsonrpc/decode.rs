@@ -13,7 +13,7 @@
 //! so the outcome (and every error) is the same as without it.
 
 use super::RequestId;
-use crate::error::Error;
+use super::WireError as Error;
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess};
 use serde_json::value::RawValue;
 use std::borrow::Cow;

@@ -112,7 +112,7 @@ mod tests {
 
     #[test]
     fn error_without_id_uses_null() {
-        let text = encode_error(None, &crate::error::Error::Parse.to_wire());
+        let text = encode_error(None, &crate::jsonrpc::WireError::Parse.to_object());
         let value: serde_json::Value = serde_json::from_str(&text).expect("valid json");
         assert_eq!(value["id"], serde_json::Value::Null);
         assert_eq!(value["error"]["code"], -32700);

@@ -1,14 +1,14 @@
-//! The JSON-RPC error object and every error code this server can put on the wire.
+//! The JSON-RPC error object, the codes JSON-RPC 2.0 itself defines, and [`WireError`]: what
+//! can be wrong with a frame before any method means anything.
 //!
-//! The codes are the one enumerable list that clients (and models) branch on; the README's
-//! error table mirrors [`ErrorCode`]. Server-defined conditions use -32000..-32099 and never
-//! -32603, which is kept for bugs (a panicking handler) and carries no details.
+//! Codes of the layers above (MCP's, and the server's own in -32000..-32099) are defined
+//! there (`mcp::codes`); this layer only carries them.
 
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
-/// A JSON-RPC error code. Associated consts name every code the server emits.
+/// A JSON-RPC error code. The associated consts are JSON-RPC 2.0's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
 pub struct ErrorCode(pub i32);
@@ -24,35 +24,25 @@ impl ErrorCode {
     pub const INVALID_PARAMS: Self = Self(-32602);
     /// A bug in the server (a handler panicked). The message never carries details.
     pub const INTERNAL_ERROR: Self = Self(-32603);
-
-    /// A method other than `ping` arrived before `initialize`.
-    pub const NOT_INITIALIZED: Self = Self(-32000);
-    /// The request ran longer than its timeout and was stopped.
-    pub const REQUEST_TIMED_OUT: Self = Self(-32001);
-    /// MCP: `resources/read` of a URI the server does not have.
-    pub const RESOURCE_NOT_FOUND: Self = Self(-32002);
-    /// A request reused the id of a request of this session that is still in flight.
-    pub const DUPLICATE_REQUEST_ID: Self = Self(-32003);
-    /// The server is shutting down and takes no new requests.
-    pub const SHUTTING_DOWN: Self = Self(-32004);
-    /// No slot in the server-wide worker pool became free within the admission wait.
-    pub const SERVER_BUSY: Self = Self(-32008);
-    /// The session already has its maximum number of requests in flight.
-    pub const SESSION_BUSY: Self = Self(-32009);
-    /// A batch holds more entries than the configured maximum.
+    /// A batch holds more entries than the configured maximum (implementation-defined, in
+    /// the range JSON-RPC reserves for servers; jsonrpsee uses the same code).
     pub const BATCH_TOO_LARGE: Self = Self(-32010);
 }
 
 /// A JSON-RPC error object: `{"code", "message", "data"?}`.
 #[derive(Debug, Clone, Serialize)]
 pub struct ErrorObject {
+    /// What kind of error, for the client to branch on.
     pub code: ErrorCode,
+    /// A short description, written for the model that reads it.
     pub message: Cow<'static, str>,
+    /// Structured details (a limit, the offending field), already JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<Box<RawValue>>,
 }
 
 impl ErrorObject {
+    /// An error object without `data`.
     pub fn new(code: ErrorCode, message: impl Into<Cow<'static, str>>) -> Self {
         Self {
             code,
@@ -66,5 +56,54 @@ impl ErrorObject {
     pub fn with_data(mut self, data: impl Serialize) -> Self {
         self.data = serde_json::value::to_raw_value(&data).ok();
         self
+    }
+}
+
+/// What can be wrong with a frame at the JSON-RPC level, before any method means anything.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The frame is not JSON.
+    #[error("Parse error: the message is not valid JSON")]
+    Parse,
+    /// Valid JSON, but not a valid JSON-RPC request; the reason names the rule.
+    #[error("Invalid Request: {0}")]
+    InvalidRequest(&'static str),
+    /// A batch with more entries than allowed.
+    #[error("Batch too large")]
+    BatchTooLarge {
+        /// The configured maximum.
+        limit: usize,
+        /// How many entries the batch had.
+        received: usize,
+    },
+}
+
+impl WireError {
+    /// The code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::Parse => ErrorCode::PARSE_ERROR,
+            Self::InvalidRequest(_) => ErrorCode::INVALID_REQUEST,
+            Self::BatchTooLarge { .. } => ErrorCode::BATCH_TOO_LARGE,
+        }
+    }
+
+    /// The wire form.
+    pub fn to_object(&self) -> ErrorObject {
+        let object = ErrorObject::new(self.code(), self.to_string());
+        match self {
+            Self::BatchTooLarge { limit, received } => {
+                #[derive(Serialize)]
+                struct Data {
+                    limit: usize,
+                    received: usize,
+                }
+                object.with_data(Data {
+                    limit: *limit,
+                    received: *received,
+                })
+            }
+            _ => object,
+        }
     }
 }

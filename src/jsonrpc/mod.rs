@@ -13,5 +13,5 @@ pub use decode::{decode, Decoded, EagerParams, Entry, Notification, Params, Requ
 pub use encode::{
     encode_batch, encode_error, encode_notification, encode_result, encode_result_with,
 };
-pub use error::{ErrorCode, ErrorObject};
+pub use error::{ErrorCode, ErrorObject, WireError};
 pub use id::RequestId;

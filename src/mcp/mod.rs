@@ -6,11 +6,13 @@
 //! revisions this server also speaks.
 
 mod capabilities;
+mod error;
 mod methods;
 mod types;
 mod version;
 
 pub use capabilities::server_capabilities;
+pub use error::{codes, Error};
 pub use methods::{notifications, Capability, Method};
 pub use types::*;
 pub use version::ProtocolVersion;

@@ -10,7 +10,7 @@ pub use prompts::{Prompt, PromptArgument};
 pub use resources::{Resource, ResourceContents};
 pub use tools::{typed_tool, Arguments, Tool, ToolError, ToolFuture};
 
-use crate::error::Error;
+use crate::mcp::Error;
 use dashmap::DashMap;
 use serde_json::{json, Value};
 use std::collections::HashMap;

@@ -3,8 +3,8 @@
 //! under tool load), and the admission of `tools/call` into a worker actor.
 
 use super::{InFlight, Negotiated, Phase, Request, Session};
-use crate::error::Error;
 use crate::jsonrpc::{encode_result_with, Params, RequestId};
+use crate::mcp::Error;
 use crate::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef,
     GetPromptParams, InitializeParams, ListParams, LogLevel, Method, ProgressToken,
@@ -48,7 +48,7 @@ impl Session {
         let version = match (&self.phase, method) {
             // 2025-03-26, lifecycle: "The initialize request MUST NOT be part of a JSON-RPC batch".
             (_, Some(Method::Initialize)) if batch.is_some() => {
-                return Err(Error::InvalidRequest(
+                return Err(Error::invalid_request(
                     "initialize must not be sent in a batch",
                 ))
             }
@@ -72,7 +72,7 @@ impl Session {
         let registry = &self.shared.registry;
         let result = match method {
             Method::Initialize => {
-                return Err(Error::InvalidRequest("the session is already initialized"))
+                return Err(Error::invalid_request("the session is already initialized"))
             }
             Method::Ping => EMPTY_RESULT.into(),
             Method::ToolsCall => return self.prepare_tool_call(&request.params).map(Route::Worker),

@@ -11,11 +11,11 @@
 
 mod dispatch;
 
-use crate::error::Error;
 use crate::jsonrpc::{
     self, decode, encode_batch, encode_error, encode_notification, encode_result, Decoded,
     Notification, RequestId,
 };
+use crate::mcp::Error;
 use crate::mcp::{
     notifications, CallToolParams, CancelledParams, Implementation, LogLevel, LoggingMessageParams,
     ProgressParams, ProgressToken, ProtocolVersion,
@@ -117,7 +117,7 @@ impl Session {
     /// Handles one complete text message: a single JSON-RPC message or a batch.
     pub fn on_text(&mut self, text: &str, tx: &mut dyn Transport) {
         match decode::<CallToolParams<'_>>(text, self.shared.settings.limits.max_batch_len) {
-            Decoded::Rejected(error) => tx.send_text(encode_error(None, &error.to_wire())),
+            Decoded::Rejected(error) => tx.send_text(encode_error(None, &error.to_object())),
             Decoded::Single(entry) => {
                 if let Reply::Now(frame) = self.on_entry(entry, None, tx) {
                     tx.send_text(frame);
@@ -172,7 +172,9 @@ impl Session {
                 );
                 Reply::Silent
             }
-            Entry::Invalid { id, error } => Reply::Now(encode_error(id.as_ref(), &error.to_wire())),
+            Entry::Invalid { id, error } => {
+                Reply::Now(encode_error(id.as_ref(), &error.to_object()))
+            }
         }
     }
 

@@ -15,8 +15,8 @@ mod context;
 
 pub use context::{CancelFlag, SessionInfo, ToolContext};
 
-use crate::error::Error;
 use crate::jsonrpc::RequestId;
+use crate::mcp::Error;
 use crate::mcp::LogLevel;
 use crate::shared::Shared;
 use actix::prelude::*;
