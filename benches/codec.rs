@@ -6,25 +6,31 @@
 //! - `worker`: the echo work awaited `inline`; the same work in a `RequestWorker`
 //!   (`worker_actor`, started with `RequestWorker::run` as the session does) and on a task
 //!   of its own (`worker_actor_own_task`, as `Actor::start` would run it); `message_only`,
-//!   this benchmark's own round trip without any worker (a `Finished` to the sink actor and
-//!   back to the loop), so `worker_actor - message_only` is the worker's price; and
-//!   `bare_actor`, an actix actor started with `Actor::start` that only sends that message.
+//!   this benchmark's own round trip without any worker (a `Finished` posted to a session
+//!   inbox and taken back out by the loop), so `worker_actor - message_only` is the worker's
+//!   price; and `bare_actor`, an actix actor started with `Actor::start` that only posts that
+//!   event.
 //!
 //! Run: `cargo bench --bench codec` (add `-- --quick` for a short run).
 
 use actix::prelude::*;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use mcp_ws::config::Settings;
+use mcp_ws::context::SessionInfo;
+use mcp_ws::inbox::{Inbox, SessionEvent};
 use mcp_ws::jsonrpc::{decode, encode_result, Decoded, Entry, Params, Request, RequestId};
 use mcp_ws::mcp::CallToolParams;
+use mcp_ws::model::Implementation;
 use mcp_ws::shared::Shared;
 use mcp_ws::transport::memory::{ClientFrame, MemorySession};
-use mcp_ws::worker::{Job, RequestWorker, SessionInfo, ToolContext, WorkerEvent};
+use mcp_ws::worker::{Job, RequestWorker};
+use mcp_ws::{RequestContext, Server, Settings};
 use serde_json::value::RawValue;
+use std::future::poll_fn;
 use std::hint::black_box;
+use std::rc::Rc;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
 
 /// The allocator of the shipped binary (src/main.rs), so these figures match it.
 #[global_allocator]
@@ -72,7 +78,11 @@ fn codec(c: &mut Criterion) {
 }
 
 fn shared() -> Arc<Shared> {
-    Shared::new(Settings::default(), mcp_ws::builtins::registry())
+    mcp_ws::builtins::demo(Server::builder().settings(Settings::default()))
+        .build()
+        .expect("server builds")
+        .shared()
+        .clone()
 }
 
 /// Round trips of `frame` through a fresh initialized in-memory session; `answers` is how
@@ -108,20 +118,6 @@ fn dispatch(c: &mut Criterion) {
     session_round_trips(c, "echo_batch_10_via_workers", batch_of(ECHO, 10));
 }
 
-/// Receives a worker's `Finished` and hands it to the benchmark loop.
-struct Sink(mpsc::UnboundedSender<WorkerEvent>);
-
-impl Actor for Sink {
-    type Context = Context<Self>;
-}
-
-impl Handler<WorkerEvent> for Sink {
-    type Result = ();
-    fn handle(&mut self, event: WorkerEvent, _ctx: &mut Self::Context) {
-        let _ = self.0.send(event);
-    }
-}
-
 async fn echo_work() -> Result<String, mcp_ws::mcp::Error> {
     Ok(r#"{"content":[{"type":"text","text":"x"}]}"#.to_owned())
 }
@@ -131,13 +127,11 @@ fn worker(c: &mut Criterion) {
     let shared = shared();
     let raw = RawValue::from_string("1".into()).expect("json");
     let id = RequestId::from_raw(&raw).expect("id");
-    let (sink, mut events) = system.block_on(async {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (std::rc::Rc::new(Sink(tx).start().recipient()), rx)
-    });
+    let inbox = Rc::new(Inbox::default());
     let session_info = SessionInfo {
         protocol_version: mcp_ws::mcp::ProtocolVersion::LATEST,
         client_capabilities: Arc::new(serde_json::json!({})),
+        client_info: Arc::new(Implementation::new("bench", "0")),
     };
     let mut group = c.benchmark_group("worker");
     group.bench_function("inline", |b| {
@@ -153,37 +147,35 @@ fn worker(c: &mut Criterion) {
     });
     let job = || Job {
         id: id.clone(),
-        work: Box::new(|_ctx: ToolContext| Box::pin(echo_work())),
+        work: Box::new(|_id, _ctx: RequestContext| Box::pin(echo_work())),
         timeout: Duration::from_secs(60),
         wants_progress: false,
-        session: sink.clone(),
-        session_info: session_info.clone(),
+        inbox: inbox.clone(),
+        session: session_info.clone(),
         shared: shared.clone(),
         span: tracing::Span::none(),
     };
     group.bench_function("worker_actor", |b| {
-        round_trips(b, &system, &mut events, || drop(RequestWorker::run(job())))
+        round_trips(b, &system, &inbox, || drop(RequestWorker::run(job())))
     });
     // The same worker on a task of its own, as `Actor::start` would run it.
     group.bench_function("worker_actor_own_task", |b| {
-        round_trips(b, &system, &mut events, || {
-            drop(RequestWorker::spawn(job()))
-        })
+        round_trips(b, &system, &inbox, || drop(RequestWorker::spawn(job())))
     });
     group.bench_function("message_only", |b| {
-        round_trips(b, &system, &mut events, || {
-            sink.do_send(WorkerEvent::Finished {
+        round_trips(b, &system, &inbox, || {
+            inbox.post(SessionEvent::Finished {
                 id: id.clone(),
                 outcome: Ok(String::new()),
             })
         })
     });
     group.bench_function("bare_actor", |b| {
-        round_trips(b, &system, &mut events, || {
+        round_trips(b, &system, &inbox, || {
             drop(
                 BareActor {
                     id: Some(id.clone()),
-                    session: sink.clone(),
+                    inbox: inbox.clone(),
                 }
                 .start(),
             )
@@ -192,11 +184,11 @@ fn worker(c: &mut Criterion) {
     group.finish();
 }
 
-/// Times `start` and the wait for the `Finished` it causes to reach the sink, `iters` times.
+/// Times `start` and the wait for the `Finished` it causes to reach the inbox, `iters` times.
 fn round_trips(
     b: &mut criterion::Bencher<'_>,
     system: &SystemRunner,
-    events: &mut mpsc::UnboundedReceiver<WorkerEvent>,
+    inbox: &Rc<Inbox>,
     start: impl Fn(),
 ) {
     b.iter_custom(|iters| {
@@ -204,18 +196,30 @@ fn round_trips(
             let begin = Instant::now();
             for _ in 0..iters {
                 start();
-                black_box(events.recv().await.expect("finished"));
+                black_box(next_event(inbox).await);
             }
             begin.elapsed()
         })
     })
 }
 
+/// The inbox's next event, waiting for it the way a session's pump does.
+async fn next_event(inbox: &Inbox) -> SessionEvent {
+    poll_fn(|cx| {
+        inbox.register(cx.waker());
+        match inbox.take_event() {
+            Some(event) => Poll::Ready(event),
+            None => Poll::Pending,
+        }
+    })
+    .await
+}
+
 /// An actix actor started the usual way (`Actor::start`, a task of its own) that only sends
 /// one message to its session and stops.
 struct BareActor {
     id: Option<RequestId>,
-    session: std::rc::Rc<Recipient<WorkerEvent>>,
+    inbox: Rc<Inbox>,
 }
 
 impl Actor for BareActor {
@@ -223,7 +227,7 @@ impl Actor for BareActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         if let Some(id) = self.id.take() {
-            self.session.do_send(WorkerEvent::Finished {
+            self.inbox.post(SessionEvent::Finished {
                 id,
                 outcome: Ok(String::new()),
             });

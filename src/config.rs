@@ -13,18 +13,96 @@ use std::time::Duration;
 /// The file loaded when no `--config` is given and it exists in the working directory.
 pub const DEFAULT_CONFIG_PATH: &str = "config/default.toml";
 
+/// Everything that can be configured; `Default` equals `config/default.toml`.
+///
+/// ```
+/// let mut settings = mcp_ws::Settings::default();
+/// settings.server.listen = "127.0.0.1:9000".parse().unwrap();
+/// settings.limits.max_in_flight_per_session = 16;
+/// assert!(settings.validate().is_ok());
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
+    /// The listener and the session cap.
     pub server: ServerSettings,
+    /// How the server presents itself in `initialize`.
+    pub info: InfoSettings,
+    /// The demo capabilities the binary registers.
+    pub builtins: BuiltinsSettings,
+    /// Checks on every HTTP request to the MCP endpoint.
     pub http: HttpSettings,
+    /// Limits on what clients and tools can make the server hold.
     pub limits: Limits,
+    /// Requests the server sends the client for its tools.
+    pub client_requests: ClientRequestSettings,
+    /// Files served as resources.
+    pub resources: ResourceSettings,
+    /// Throttling of progress notifications.
     pub progress: ProgressSettings,
+    /// WebSocket pings.
     pub heartbeat: HeartbeatSettings,
+    /// Graceful shutdown.
     pub shutdown: ShutdownSettings,
+    /// Server logs and the client log level.
     pub logging: LoggingSettings,
 }
 
+/// How the server presents itself (`serverInfo` and `instructions` in `initialize`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InfoSettings {
+    /// `serverInfo.name`.
+    pub name: String,
+    /// `serverInfo.version`; empty means this crate's version.
+    pub version: String,
+    /// `serverInfo.title` (2025-06-18 sessions and newer); empty means none.
+    pub title: String,
+    /// `instructions`: how to use the server, for the model; empty means none.
+    pub instructions: String,
+}
+
+/// Which built-in capabilities the `mcp-ws` binary registers.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BuiltinsSettings {
+    /// `"demo"` (echo, add, sleep, fail, a readme, greet), `"conformance"` (the fixtures of
+    /// the official MCP conformance suite), or `"none"`.
+    pub set: String,
+}
+
+/// Requests the server sends the client on behalf of a tool (roots, sampling, elicitation).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientRequestSettings {
+    /// How long a tool waits for the client's answer before the request is cancelled, in ms.
+    pub timeout_ms: u64,
+}
+
+/// Files served as resources.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResourceSettings {
+    /// Directories whose files are resources (`file://` URIs), watched for changes.
+    pub directories: Vec<DirectorySettings>,
+}
+
+/// One directory of files served as resources.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirectorySettings {
+    /// The directory.
+    pub path: PathBuf,
+    /// Largest file served, in bytes; a larger one is listed but its read gets -32005.
+    #[serde(default = "default_max_file_bytes")]
+    pub max_file_bytes: u64,
+}
+
+fn default_max_file_bytes() -> u64 {
+    1024 * 1024
+}
+
+/// The listener and the session cap.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerSettings {
@@ -50,6 +128,7 @@ pub struct HttpSettings {
     pub allowed_hosts: Vec<String>,
 }
 
+/// Limits on what clients and tools can make the server hold, each with a clear refusal.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
@@ -69,8 +148,13 @@ pub struct Limits {
     pub max_request_timeout_ms: u64,
     /// Per-tool overrides of `request_timeout_ms`, by tool name.
     pub tool_timeout_ms: BTreeMap<String, u64>,
+    /// Entries per page of a `*/list` answer.
+    pub page_size: usize,
+    /// Resource subscriptions one session may hold.
+    pub max_subscriptions_per_session: usize,
 }
 
+/// Throttling of progress notifications.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProgressSettings {
@@ -79,6 +163,7 @@ pub struct ProgressSettings {
     pub min_interval_ms: u64,
 }
 
+/// WebSocket pings, and when a silent client is disconnected.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HeartbeatSettings {
@@ -88,6 +173,7 @@ pub struct HeartbeatSettings {
     pub client_timeout_ms: u64,
 }
 
+/// Graceful shutdown on SIGINT/SIGTERM.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ShutdownSettings {
@@ -95,6 +181,7 @@ pub struct ShutdownSettings {
     pub grace_ms: u64,
 }
 
+/// Server logs, and the level sent to clients.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoggingSettings {
@@ -127,7 +214,34 @@ impl Default for Limits {
             request_timeout_ms: 60_000,
             max_request_timeout_ms: 600_000,
             tool_timeout_ms: BTreeMap::new(),
+            page_size: 100,
+            max_subscriptions_per_session: 1000,
         }
+    }
+}
+
+impl Default for InfoSettings {
+    fn default() -> Self {
+        Self {
+            name: "mcp-ws".to_owned(),
+            version: String::new(),
+            title: String::new(),
+            instructions: String::new(),
+        }
+    }
+}
+
+impl Default for BuiltinsSettings {
+    fn default() -> Self {
+        Self {
+            set: "demo".to_owned(),
+        }
+    }
+}
+
+impl Default for ClientRequestSettings {
+    fn default() -> Self {
+        Self { timeout_ms: 60_000 }
     }
 }
 
@@ -164,6 +278,11 @@ impl Default for LoggingSettings {
 }
 
 impl Limits {
+    /// The time limit of a request that is not a tool call.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms.min(self.max_request_timeout_ms))
+    }
+
     /// The time limit of a call to `tool`.
     pub fn timeout_for_tool(&self, tool: &str) -> Duration {
         let ms = self
@@ -178,16 +297,23 @@ impl Limits {
 /// Why settings could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file cannot be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why.
         source: std::io::Error,
     },
+    /// The file is not valid TOML for these settings (an unknown key, a wrong type).
     #[error("invalid config file {path}: {source}")]
     Parse {
+        /// The file.
         path: PathBuf,
+        /// Why.
         source: toml::de::Error,
     },
+    /// A value the server cannot run with; the message names the setting.
     #[error("invalid setting: {0}")]
     Invalid(String),
 }
@@ -245,6 +371,11 @@ impl Settings {
                 self.heartbeat.client_timeout_ms,
             ),
             ("server.max_sessions", self.server.max_sessions as u64),
+            ("limits.page_size", l.page_size as u64),
+            (
+                "client_requests.timeout_ms",
+                self.client_requests.timeout_ms,
+            ),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(
@@ -255,6 +386,15 @@ impl Settings {
             return Err(ConfigError::Invalid(
                 "limits.max_request_timeout_ms must be >= limits.request_timeout_ms".into(),
             ));
+        }
+        if !["demo", "conformance", "none"].contains(&self.builtins.set.as_str()) {
+            return Err(ConfigError::Invalid(format!(
+                "builtins.set: {:?} is not one of demo, conformance, none",
+                self.builtins.set
+            )));
+        }
+        if self.info.name.is_empty() {
+            return Err(ConfigError::Invalid("info.name must not be empty".into()));
         }
         if crate::mcp::LogLevel::parse(&self.logging.client_level).is_none() {
             return Err(ConfigError::Invalid(format!(

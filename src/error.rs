@@ -1,16 +1,25 @@
-//! Failures to start the server: a bad configuration or an address that cannot be bound.
-//! Never sent to a client (request errors are `mcp::Error`).
+//! Why a server could not be built or run: a bad configuration, a refused registration, an
+//! address that cannot be bound. Never sent to a client (what a client is answered with is
+//! `mcp::Error`, mapped to the wire in one place).
 
-/// Failures to start the server (not sent to any client).
+/// Why a server could not be built or run.
 #[derive(Debug, thiserror::Error)]
-pub enum StartupError {
+pub enum Error {
+    /// The settings are invalid.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// A tool, resource, template or prompt could not be registered.
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
+    /// The listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address.
         addr: std::net::SocketAddr,
+        /// Why.
         source: std::io::Error,
     },
+    /// The server failed while running.
     #[error("server failed: {0}")]
     Io(#[from] std::io::Error),
 }

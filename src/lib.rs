@@ -1,34 +1,97 @@
-//! mcp-ws: Model Context Protocol sessions over WebSocket, for many clients at once.
+//! mcp-ws: a [Model Context Protocol](https://modelcontextprotocol.io) server for many
+//! clients at once, over WebSocket: your tools, resources and prompts, each request in its
+//! own worker actor under per-session and global limits, with cancellation, progress and
+//! requests to the client (roots, sampling, elicitation).
+//!
+//! ```no_run
+//! use mcp_ws::{RequestContext, Server, Tool, ToolError};
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Add {
+//!     /// The first number.
+//!     a: f64,
+//!     /// The second number.
+//!     b: f64,
+//! }
+//!
+//! async fn add(args: Add, _ctx: RequestContext) -> Result<String, ToolError> {
+//!     Ok((args.a + args.b).to_string())
+//! }
+//!
+//! fn main() -> Result<(), mcp_ws::Error> {
+//!     Server::builder()
+//!         .name("calculator")
+//!         .tool(Tool::new("add", "Adds two numbers", add))
+//!         .build()?
+//!         .run() // ws://127.0.0.1:8765/mcp until SIGINT/SIGTERM
+//! }
+//! ```
+//!
+//! # What is public
+//!
+//! - [`Server`] / [`ServerBuilder`] / [`RunningServer`]: build, run, stop; the [`Registry`]
+//!   changes what is offered while clients are connected.
+//! - [`Tool`], [`Resource`], [`ResourceTemplate`], [`Prompt`]: what a server offers, each an
+//!   async function run in a worker; [`tool`], [`resource`], [`prompt`] hold their details.
+//! - [`RequestContext`] ([`context`]): progress, logging, cancellation, the session, and
+//!   requests to the client.
+//! - [`model`]: content blocks and results; [`config`]: [`Settings`].
 //!
 //! # Layout
 //!
 //! A text frame travels down this list and its answer back up:
-//!
-//! - [`server`]: HTTP routes (`/mcp` upgrade, `/healthz`, `/metrics`), start, shutdown.
-//! - [`perimeter`]: what is checked before a session exists (Origin/Host, session cap).
-//! - [`transport`]: the WebSocket session actor (one per connection, the only writer to
-//!   its socket) and an in-memory twin for tests.
-//! - [`session`]: the protocol core of a connection: lifecycle, negotiated version and
-//!   capabilities, requests in flight, batches. Independent of the transport.
-//! - [`worker`]: one actor per long request: global pool admission, deadline,
-//!   cancellation, progress.
-//! - [`mcp`]: what messages mean: versions, method table, payload types.
-//! - [`jsonrpc`]: the wire: decoding and classifying frames, encoding answers, ids kept
-//!   byte-exact.
-//! - [`registry`] and [`builtins`]: the tools, resources and prompts offered.
-//! - [`shared`], [`metrics`], [`config`], [`error`], [`telemetry`]: the rest.
+//! `server` (routes, start, shutdown) → `perimeter` (Origin/Host, session cap) →
+//! `transport` (the actor hosting a session) → `session` (the protocol core: lifecycle,
+//! requests in flight, batches, client requests) → `worker` (one actor per request: pool,
+//! deadline, cancellation) → your code. `mcp` gives messages their meaning and `jsonrpc` is
+//! the wire; `registry` and `bus` hold what is offered and tell sessions when it changes.
+
+#![warn(missing_docs)]
 
 pub mod builtins;
 pub mod config;
-pub mod error;
-pub mod jsonrpc;
-pub mod mcp;
-pub mod metrics;
-pub mod perimeter;
-pub mod registry;
-pub mod server;
-pub mod session;
-pub mod shared;
+pub mod context;
+pub mod model;
+pub mod prompt;
+pub mod resource;
 pub mod telemetry;
+pub mod tool;
+
+mod error;
+mod files;
+mod registry;
+mod schema;
+mod server;
+
+#[doc(hidden)]
+pub mod bus;
+#[doc(hidden)]
+pub mod inbox;
+#[doc(hidden)]
+pub mod jsonrpc;
+#[doc(hidden)]
+pub mod mcp;
+#[doc(hidden)]
+pub mod metrics;
+#[doc(hidden)]
+pub mod perimeter;
+#[doc(hidden)]
+pub mod session;
+#[doc(hidden)]
+pub mod shared;
+#[doc(hidden)]
 pub mod transport;
+#[doc(hidden)]
 pub mod worker;
+
+pub use config::Settings;
+pub use context::{ClientRequestError, RequestContext};
+pub use error::Error;
+pub use prompt::{Prompt, PromptArgument, PromptError};
+pub use registry::{Registry, RegistryError};
+pub use resource::{Resource, ResourceError, ResourceTemplate};
+pub use server::{RunningServer, Server, ServerBuilder};
+pub use tool::{Json, Tool, ToolError};
+
+#[doc(hidden)]
+pub use server::{routes, SUBPROTOCOL};

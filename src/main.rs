@@ -1,7 +1,8 @@
-//! The `mcp-ws` binary: command line and environment → settings → logging → server.
+//! The `mcp-ws` binary: command line and environment → settings → logging → the built-in
+//! capability set named in the settings → the server, built through the public API.
 
 use clap::Parser;
-use mcp_ws::config::Settings;
+use mcp_ws::{Server, Settings};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,7 +34,16 @@ fn main() -> ExitCode {
         }
     };
     mcp_ws::telemetry::init(&settings.logging.filter);
-    match mcp_ws::server::run(settings) {
+    let set = settings.builtins.set.clone();
+    let server = match mcp_ws::builtins::by_name(&set, Server::builder().settings(settings)).build()
+    {
+        Ok(server) => server,
+        Err(error) => {
+            eprintln!("mcp-ws: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match server.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(%error, "mcp-ws failed");

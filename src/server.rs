@@ -1,6 +1,7 @@
-//! The HTTP server: routes (`GET /mcp` upgrades to a WebSocket session, `/healthz`,
-//! `/metrics`), starting in the foreground (`run`, the binary) or on a background thread
-//! (`spawn`, tests and benches), and graceful shutdown.
+//! The server: [`Server::builder`] (settings, how it presents itself, tools, resources,
+//! prompts), its routes (`GET /mcp` upgrades to a WebSocket session, `/healthz`,
+//! `/metrics`), running in the foreground ([`Server::run`], the binary) or on a background
+//! thread ([`Server::spawn`], tests and embedding), and graceful shutdown.
 //!
 //! Shutdown, on SIGINT/SIGTERM or `RunningServer::stop`: stop admitting sessions (a new
 //! upgrade gets 503 with `Retry-After`, an answer rather than a connection left hanging),
@@ -9,10 +10,13 @@
 //! to be gone, then stop the HTTP server.
 
 use crate::config::Settings;
-use crate::error::StartupError;
+use crate::error::Error;
 use crate::perimeter::Refusal;
+use crate::prompt::Prompt;
 use crate::registry::Registry;
+use crate::resource::{Resource, ResourceTemplate};
 use crate::shared::Shared;
+use crate::tool::Tool;
 use crate::transport::ws::WsSession;
 use actix_web::dev::ServerHandle;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -28,8 +32,201 @@ use tokio::sync::oneshot;
 /// The WebSocket subprotocol selected when the client offers it (the official SDKs do).
 pub const SUBPROTOCOL: &str = "mcp";
 
-/// Mounts the server's routes; shared by the real server and nothing else (tests drive the
-/// real server through a socket).
+/// Builds a [`Server`]: settings, how it presents itself, and what it offers.
+///
+/// ```no_run
+/// use mcp_ws::{Server, Tool, ToolError, RequestContext};
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Add { a: f64, b: f64 }
+/// async fn add(args: Add, _ctx: RequestContext) -> Result<String, ToolError> {
+///     Ok((args.a + args.b).to_string())
+/// }
+/// fn main() -> Result<(), mcp_ws::Error> {
+///     Server::builder()
+///         .name("calculator")
+///         .tool(Tool::new("add", "Adds two numbers", add))
+///         .build()?
+///         .run()
+/// }
+/// ```
+#[derive(Default)]
+pub struct ServerBuilder {
+    settings: Settings,
+    tools: Vec<Tool>,
+    resources: Vec<Resource>,
+    templates: Vec<ResourceTemplate>,
+    prompts: Vec<Prompt>,
+}
+
+impl ServerBuilder {
+    /// Uses these settings (default: [`Settings::default`], listening on 127.0.0.1:8765).
+    /// Set the name, version, title and instructions after this call, or in `settings.info`.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Sets `serverInfo.name`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.settings.info.name = name.into();
+        self
+    }
+
+    /// Sets `serverInfo.version` (default: this crate's version).
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.settings.info.version = version.into();
+        self
+    }
+
+    /// Sets `serverInfo.title`.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.settings.info.title = title.into();
+        self
+    }
+
+    /// Sets the `instructions` the model gets at `initialize`.
+    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.settings.info.instructions = instructions.into();
+        self
+    }
+
+    /// Sets the listen address.
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.settings.server.listen = addr;
+        self
+    }
+
+    /// Offers a tool.
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Offers a resource.
+    pub fn resource(mut self, resource: Resource) -> Self {
+        self.resources.push(resource);
+        self
+    }
+
+    /// Offers resources through a URI template.
+    pub fn resource_template(mut self, template: ResourceTemplate) -> Self {
+        self.templates.push(template);
+        self
+    }
+
+    /// Offers a prompt.
+    pub fn prompt(mut self, prompt: Prompt) -> Self {
+        self.prompts.push(prompt);
+        self
+    }
+
+    /// The server, ready to run.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for invalid settings, [`Error::Registry`] when two tools (or
+    /// resources, templates, prompts) share a name, or a template is invalid.
+    pub fn build(self) -> Result<Server, Error> {
+        self.settings.validate()?;
+        let registry = Registry::default();
+        for tool in self.tools {
+            registry.add_tool(tool)?;
+        }
+        for resource in self.resources {
+            registry.add_resource(resource)?;
+        }
+        for template in self.templates {
+            registry.add_resource_template(template)?;
+        }
+        for prompt in self.prompts {
+            registry.add_prompt(prompt)?;
+        }
+        crate::files::serve_directories(&registry, &self.settings.resources.directories)?;
+        Ok(Server {
+            shared: Shared::new(self.settings, registry),
+        })
+    }
+}
+
+/// An MCP server, built and not yet running; see [`ServerBuilder`].
+pub struct Server {
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    /// Starts building a server.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+
+    /// What the server offers; changes reach connected clients as `list_changed`.
+    pub fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+
+    /// The server's shared state (tests host sessions without a socket with it).
+    #[doc(hidden)]
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Runs in the foreground until SIGINT or SIGTERM, then shuts down gracefully.
+    ///
+    /// # Errors
+    /// [`Error::Bind`] when the address cannot be bound, [`Error::Io`] when serving fails.
+    pub fn run(self) -> Result<(), Error> {
+        let listen = self.shared.settings.server.listen;
+        let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+        let result =
+            actix_rt::System::new().block_on(serve(self.shared, bound_tx, termination_signal()));
+        match bound_rx.try_recv() {
+            Ok(Err(source)) => Err(Error::Bind {
+                addr: listen,
+                source,
+            }),
+            _ => result.map_err(Error::Io),
+        }
+    }
+
+    /// Runs on a background thread; returns once the address is bound.
+    ///
+    /// # Errors
+    /// [`Error::Bind`] when the address cannot be bound.
+    pub fn spawn(self) -> Result<RunningServer, Error> {
+        let listen = self.shared.settings.server.listen;
+        let shared = self.shared;
+        let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("mcp-ws-server".into())
+            .spawn(move || {
+                actix_rt::System::new().block_on(serve(thread_shared, bound_tx, async {
+                    let _ = stop_rx.await;
+                }))
+            })?;
+        match bound_rx.recv() {
+            Ok(Ok(addr)) => Ok(RunningServer {
+                addr,
+                shared,
+                stop: Some(stop_tx),
+                thread: Some(thread),
+            }),
+            Ok(Err(source)) => {
+                let _ = thread.join();
+                Err(Error::Bind {
+                    addr: listen,
+                    source,
+                })
+            }
+            Err(_) => Err(Error::Io(io::Error::other(
+                "server thread ended before binding",
+            ))),
+        }
+    }
+}
+
+/// Mounts the server's routes.
+#[doc(hidden)]
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/mcp", web::get().to(mcp_upgrade))
         .route("/healthz", web::get().to(healthz))
@@ -68,7 +265,7 @@ async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
         .body(shared.metrics.render())
 }
 
-/// A server running on its own thread.
+/// A server running on its own thread ([`Server::spawn`]); dropping it stops the server.
 pub struct RunningServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -77,6 +274,7 @@ pub struct RunningServer {
 }
 
 impl RunningServer {
+    /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -86,6 +284,13 @@ impl RunningServer {
         format!("ws://{}/mcp", self.addr)
     }
 
+    /// What the server offers; changes reach connected clients as `list_changed`.
+    pub fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+
+    /// The server's shared state (tests and benches read its metrics).
+    #[doc(hidden)]
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
@@ -112,54 +317,6 @@ impl RunningServer {
 impl Drop for RunningServer {
     fn drop(&mut self) {
         self.stop_and_join();
-    }
-}
-
-/// Starts the server with the demo registry on a background thread; returns once bound.
-pub fn spawn(settings: Settings) -> io::Result<RunningServer> {
-    spawn_with(settings, crate::builtins::registry())
-}
-
-/// Starts the server with the given registry on a background thread; returns once bound.
-pub fn spawn_with(settings: Settings, registry: Registry) -> io::Result<RunningServer> {
-    let shared = Shared::new(settings, registry);
-    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let thread_shared = shared.clone();
-    let thread = std::thread::Builder::new()
-        .name("mcp-ws-server".into())
-        .spawn(move || {
-            actix_rt::System::new().block_on(serve(thread_shared, bound_tx, async {
-                let _ = stop_rx.await;
-            }))
-        })?;
-    match bound_rx.recv() {
-        Ok(Ok(addr)) => Ok(RunningServer {
-            addr,
-            shared,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }),
-        Ok(Err(error)) => {
-            let _ = thread.join();
-            Err(error)
-        }
-        Err(_) => Err(io::Error::other("server thread ended before binding")),
-    }
-}
-
-/// Runs the server in the foreground until SIGINT or SIGTERM, then shuts down gracefully.
-pub fn run(settings: Settings) -> Result<(), StartupError> {
-    let listen = settings.server.listen;
-    let shared = Shared::new(settings, crate::builtins::registry());
-    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-    let result = actix_rt::System::new().block_on(serve(shared, bound_tx, termination_signal()));
-    match bound_rx.try_recv() {
-        Ok(Err(source)) => Err(StartupError::Bind {
-            addr: listen,
-            source,
-        }),
-        _ => result.map_err(StartupError::Io),
     }
 }
 

@@ -3,7 +3,9 @@
 //! fan out shutdown.
 
 use crate::config::Settings;
+use crate::mcp::LogLevel;
 use crate::metrics::Metrics;
+use crate::model::Implementation;
 use crate::perimeter::OriginPolicy;
 use crate::registry::Registry;
 use actix::{Message, Recipient};
@@ -21,9 +23,16 @@ pub struct Shutdown {
     pub grace: Duration,
 }
 
+/// See the module docs.
 pub struct Shared {
     pub settings: Settings,
     pub registry: Registry,
+    /// `serverInfo` of the `initialize` result.
+    pub server_info: Implementation,
+    /// `instructions` of the `initialize` result.
+    pub instructions: Option<String>,
+    /// The log level of a session until it calls `logging/setLevel`.
+    pub client_log_level: LogLevel,
     /// The global worker pool: one permit per running request, across all sessions.
     pub pool: Semaphore,
     pub metrics: Metrics,
@@ -36,7 +45,23 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(settings: Settings, registry: Registry) -> Arc<Self> {
+        let info = &settings.info;
+        let mut server_info = Implementation::new(
+            info.name.clone(),
+            if info.version.is_empty() {
+                env!("CARGO_PKG_VERSION").to_owned()
+            } else {
+                info.version.clone()
+            },
+        );
+        server_info.title = (!info.title.is_empty()).then(|| info.title.clone());
+        let instructions = (!info.instructions.is_empty()).then(|| info.instructions.clone());
+        let client_log_level =
+            LogLevel::parse(&settings.logging.client_level).unwrap_or(LogLevel::Info);
         Arc::new(Self {
+            server_info,
+            instructions,
+            client_log_level,
             pool: Semaphore::new(settings.limits.max_concurrent_requests),
             origin_policy: OriginPolicy::new(&settings.http, settings.server.listen),
             settings,

@@ -207,7 +207,7 @@ async fn cancelled_batch_entry_is_left_out_of_the_array() {
 
 /// One request was cancelled, and its worker stopped: the pool slot the cancel does not
 /// free by itself came back (`mcp_workers` drops with the cancel alone).
-async fn assert_cancel_stopped_the_worker(server: &mcp_ws::server::RunningServer) {
+async fn assert_cancel_stopped_the_worker(server: &mcp_ws::RunningServer) {
     wait_metric(server, "mcp_pool_running", 0).await;
     wait_metric(server, "mcp_workers", 0).await;
     assert_eq!(metric(server, "mcp_cancelled_total").await, 1);

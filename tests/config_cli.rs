@@ -12,7 +12,7 @@ mod common;
 use common::process::ServerProcess;
 use common::*;
 
-use mcp_ws::config::Settings;
+use mcp_ws::Settings;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 

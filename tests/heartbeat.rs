@@ -22,7 +22,7 @@ use tokio_tungstenite::tungstenite::Message;
 const INTERVAL_MS: u64 = 100;
 const TIMEOUT_MS: u64 = 1500;
 
-fn heartbeat_settings() -> mcp_ws::config::Settings {
+fn heartbeat_settings() -> mcp_ws::Settings {
     let mut s = settings();
     s.heartbeat.interval_ms = INTERVAL_MS;
     s.heartbeat.client_timeout_ms = TIMEOUT_MS;

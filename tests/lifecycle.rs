@@ -1,14 +1,14 @@
 //! MCP lifecycle (seed 000 §4; spec "Lifecycle"): `initialize` first; each supported
 //! protocol version is echoed and an unsupported one gets the newest; capabilities are
-//! declared truthfully per version; the client's capabilities are kept in the session; any
+//! declared from what is registered and per version; the client's capabilities are kept in the session; any
 //! method but `ping` before `initialize` gets -32000 and the connection stays open; a second
 //! `initialize` is refused; a method the negotiated version lacks answers -32601; the
 //! subprotocol `mcp` is selected when offered.
 
 mod common;
 use common::*;
-use mcp_ws::mcp::CallToolResult;
-use mcp_ws::registry::typed_tool;
+use mcp_ws::model::CallToolResult;
+use mcp_ws::Tool;
 use serde_json::{json, Value};
 
 const VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
@@ -33,12 +33,12 @@ async fn each_supported_version_is_negotiated_with_truthful_capabilities() {
         assert_eq!(result["serverInfo"]["name"], "mcp-ws");
         assert!(result["serverInfo"]["version"].is_string());
         let caps = &result["capabilities"];
-        assert_eq!(caps["tools"], json!({"listChanged": false}));
+        assert_eq!(caps["tools"], json!({"listChanged": true}));
         assert_eq!(
             caps["resources"],
-            json!({"subscribe": false, "listChanged": false})
+            json!({"subscribe": true, "listChanged": true})
         );
-        assert_eq!(caps["prompts"], json!({"listChanged": false}));
+        assert_eq!(caps["prompts"], json!({"listChanged": true}));
         assert_eq!(caps["logging"], json!({}));
         // `completions` exists from 2025-03-26 on.
         assert_eq!(
@@ -166,19 +166,14 @@ async fn malformed_initialize_params_are_invalid_params() {
 /// Client capabilities and the negotiated version reach the tools through their context.
 #[tokio::test]
 async fn client_capabilities_are_kept_in_the_session() {
-    let registry = mcp_ws::builtins::registry();
-    registry.add_tool(typed_tool(
-        "whoami",
-        "session facts",
-        |_: NoArgs, ctx| async move {
-            let facts = json!({
-                "version": ctx.session().protocol_version.as_str(),
-                "capabilities": *ctx.session().client_capabilities,
-            });
-            Ok(CallToolResult::text(facts.to_string()))
-        },
-    ));
-    let server = start_with(settings(), registry);
+    let tool = Tool::new("whoami", "session facts", |_: NoArgs, ctx| async move {
+        let facts = json!({
+            "version": ctx.session().protocol_version.as_str(),
+            "capabilities": *ctx.session().client_capabilities,
+        });
+        Ok(CallToolResult::text(facts.to_string()))
+    });
+    let server = start_with(settings(), |b| b.tool(tool));
     let mut client = Client::initialized_with_version(&server, "2025-06-18").await;
     let response = client.call_tool("whoami", json!({})).await;
     let text = response["result"]["content"][0]["text"]

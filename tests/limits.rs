@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use futures_util::SinkExt;
-use mcp_ws::server::RunningServer;
+use mcp_ws::RunningServer;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
@@ -55,7 +55,7 @@ fn ping_of_len(len: usize) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":"{pad}","method":"ping"}}"#)
 }
 
-fn small_limit() -> mcp_ws::config::Settings {
+fn small_limit() -> mcp_ws::Settings {
     let mut s = settings();
     s.limits.max_message_bytes = 1024;
     s

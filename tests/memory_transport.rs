@@ -28,7 +28,11 @@ struct Harness {
 
 impl Harness {
     fn start() -> Self {
-        let shared = Shared::new(settings(), mcp_ws::builtins::registry());
+        let shared = mcp_ws::builtins::demo(mcp_ws::Server::builder().settings(settings()))
+            .build()
+            .expect("server builds")
+            .shared()
+            .clone();
         let (session, frames) = MemorySession::start(shared.clone());
         Self {
             shared,
@@ -94,9 +98,9 @@ impl Harness {
                 "result": {
                     "protocolVersion": "2025-11-25",
                     "capabilities": {
-                        "tools": {"listChanged": false},
-                        "resources": {"subscribe": false, "listChanged": false},
-                        "prompts": {"listChanged": false},
+                        "tools": {"listChanged": true},
+                        "resources": {"subscribe": true, "listChanged": true},
+                        "prompts": {"listChanged": true},
                         "logging": {},
                         "completions": {},
                     },

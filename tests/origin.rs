@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use mcp_ws::server::RunningServer;
+use mcp_ws::RunningServer;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 

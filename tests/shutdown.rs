@@ -14,7 +14,7 @@ mod common;
 use common::process::ServerProcess;
 use common::*;
 
-use mcp_ws::server::RunningServer;
+use mcp_ws::RunningServer;
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -24,7 +24,7 @@ const SHUTTING_DOWN: i64 = -32004;
 
 /// Settings for these tests: no heartbeat during a test (a heartbeat close would be
 /// mistaken for the shutdown close), and `grace_ms`.
-fn shutdown_settings(grace_ms: u64) -> mcp_ws::config::Settings {
+fn shutdown_settings(grace_ms: u64) -> mcp_ws::Settings {
     let mut s = settings();
     s.heartbeat.interval_ms = 600_000;
     s.heartbeat.client_timeout_ms = 1_200_000;

@@ -10,9 +10,9 @@
 
 mod common;
 use common::*;
-use mcp_ws::mcp::CallToolResult;
-use mcp_ws::registry::typed_tool;
-use mcp_ws::server::RunningServer;
+use mcp_ws::model::CallToolResult;
+use mcp_ws::RunningServer;
+use mcp_ws::Tool;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -443,29 +443,24 @@ async fn disconnect_with_work_in_flight_frees_everything() {
 async fn a_tool_observes_cancellation_from_another_thread() {
     let (observed_tx, observed_rx) = std::sync::mpsc::channel::<bool>();
     let observed_tx = std::sync::Mutex::new(observed_tx);
-    let registry = mcp_ws::builtins::registry();
-    registry.add_tool(typed_tool(
-        "watch",
-        "waits for its cancel",
-        move |_: NoArgs, ctx| {
-            let flag = ctx.cancel_flag();
-            let report = observed_tx.lock().expect("lock").clone();
-            assert!(!ctx.is_cancelled(), "not cancelled at start");
-            // Blocking work on its own thread, polling the flag as such work would.
-            std::thread::spawn(move || {
-                let deadline = std::time::Instant::now() + READ_TIMEOUT;
-                while !flag.is_set() && std::time::Instant::now() < deadline {
-                    std::thread::sleep(std::time::Duration::from_millis(2));
-                }
-                let _ = report.send(flag.is_set());
-            });
-            async move {
-                std::future::pending::<()>().await;
-                Ok(CallToolResult::text("unreachable"))
+    let tool = Tool::new("watch", "waits for its cancel", move |_: NoArgs, ctx| {
+        let flag = ctx.cancel_flag();
+        let report = observed_tx.lock().expect("lock").clone();
+        assert!(!ctx.is_cancelled(), "not cancelled at start");
+        // Blocking work on its own thread, polling the flag as such work would.
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + READ_TIMEOUT;
+            while !flag.is_set() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(2));
             }
-        },
-    ));
-    let server = start_with(settings(), registry);
+            let _ = report.send(flag.is_set());
+        });
+        async move {
+            std::future::pending::<()>().await;
+            Ok(CallToolResult::text("unreachable"))
+        }
+    });
+    let server = start_with(settings(), |b| b.tool(tool));
     let mut client = Client::initialized(&server).await;
     client
         .send_json(json!({"jsonrpc":"2.0","id":"w","method":"tools/call","params":{"name":"watch","arguments":{}}}))
@@ -481,18 +476,13 @@ async fn a_tool_observes_cancellation_from_another_thread() {
 
 #[tokio::test]
 async fn a_panicking_tool_answers_internal_error_and_the_session_lives_on() {
-    let registry = mcp_ws::builtins::registry();
-    registry.add_tool(typed_tool(
-        "explode",
-        "panics",
-        |_: NoArgs, _ctx| async move {
-            if std::hint::black_box(true) {
-                panic!("secret internal detail /etc/passwd");
-            }
-            Ok(CallToolResult::text("unreachable"))
-        },
-    ));
-    let server = start_with(settings(), registry);
+    let tool = Tool::new("explode", "panics", |_: NoArgs, _ctx| async move {
+        if std::hint::black_box(true) {
+            panic!("secret internal detail /etc/passwd");
+        }
+        Ok(CallToolResult::text("unreachable"))
+    });
+    let server = start_with(settings(), |b| b.tool(tool));
     let mut client = Client::initialized(&server).await;
     let response = client.call_tool("explode", json!({})).await;
     let error = assert_error(&response, &response["id"], -32603);

@@ -1,7 +1,6 @@
 //! `add {a, b}`: the sum of two numbers, as text.
 
-use crate::mcp::CallToolResult;
-use crate::registry::{typed_tool, Tool};
+use crate::{RequestContext, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -12,19 +11,17 @@ struct AddArgs {
     b: f64,
 }
 
-pub fn tool() -> impl Tool {
-    typed_tool(
-        "add",
-        "Adds two numbers.",
-        |args: AddArgs, _ctx| async move {
-            // serde_json prints integral floats as `42.0`; print them as integers.
-            let sum = args.a + args.b;
-            let text = if sum.fract() == 0.0 && sum.abs() < 1e15 {
-                format!("{}", sum as i64)
-            } else {
-                sum.to_string()
-            };
-            Ok(CallToolResult::text(text))
-        },
-    )
+async fn add(args: AddArgs, _ctx: RequestContext) -> Result<String, ToolError> {
+    // serde_json prints integral floats as `42.0`; print them as integers.
+    let sum = args.a + args.b;
+    Ok(if sum.fract() == 0.0 && sum.abs() < 1e15 {
+        format!("{}", sum as i64)
+    } else {
+        sum.to_string()
+    })
+}
+
+/// The tool.
+pub fn tool() -> Tool {
+    Tool::new("add", "Adds two numbers.", add)
 }

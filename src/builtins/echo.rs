@@ -3,8 +3,8 @@
 //! The text is passed through as the JSON string literal received (`JsonString`), so it is
 //! scanned once and never decoded nor re-escaped.
 
-use crate::mcp::{CallToolResult, Content, JsonString};
-use crate::registry::{typed_tool, Tool};
+use crate::model::{CallToolResult, Content, JsonString};
+use crate::{RequestContext, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -15,15 +15,11 @@ struct EchoArgs {
     text: JsonString,
 }
 
-pub fn tool() -> impl Tool {
-    typed_tool(
-        "echo",
-        "Returns the given text unchanged.",
-        |args: EchoArgs, _ctx| async move {
-            Ok(CallToolResult {
-                content: vec![Content::JsonText { text: args.text }],
-                is_error: false,
-            })
-        },
-    )
+async fn echo(args: EchoArgs, _ctx: RequestContext) -> Result<CallToolResult, ToolError> {
+    Ok(CallToolResult::new(vec![Content::json_text(args.text)]))
+}
+
+/// The tool.
+pub fn tool() -> Tool {
+    Tool::new("echo", "Returns the given text unchanged.", echo)
 }

@@ -1,7 +1,7 @@
 //! `fail {message}`: always fails as a tool (a result with `isError: true`), never as a
 //! protocol error, so clients can check they tell the two apart.
 
-use crate::registry::{typed_tool, Tool, ToolError};
+use crate::{RequestContext, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -12,10 +12,15 @@ struct FailArgs {
     message: String,
 }
 
-pub fn tool() -> impl Tool {
-    typed_tool(
+async fn fail(args: FailArgs, _ctx: RequestContext) -> Result<String, ToolError> {
+    Err(ToolError::Failed(args.message))
+}
+
+/// The tool.
+pub fn tool() -> Tool {
+    Tool::new(
         "fail",
         "Always fails with the given message (a tool error, isError: true).",
-        |args: FailArgs, _ctx| async move { Err(ToolError::Failed(args.message)) },
+        fail,
     )
 }

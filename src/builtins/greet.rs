@@ -1,49 +1,36 @@
 //! The `greet` prompt, with one required argument `name` (and completion of it).
 
-use crate::registry::{Prompt, PromptArgument};
-use serde_json::{json, Value};
-use std::collections::HashMap;
+use crate::model::{GetPromptResult, PromptMessage};
+use crate::resource::CompletionRequest;
+use crate::{Prompt, PromptArgument, PromptError, RequestContext};
 
 const KNOWN_NAMES: [&str; 5] = ["Ada", "Alan", "Barbara", "Grace", "Linus"];
 
-pub struct Greet;
+async fn render(
+    arguments: crate::prompt::PromptArguments,
+    _ctx: RequestContext,
+) -> Result<GetPromptResult, PromptError> {
+    let name = arguments.get("name").map_or("", String::as_str);
+    Ok(GetPromptResult::new(vec![PromptMessage::user(format!(
+        "Please greet {name} warmly."
+    ))])
+    .description("A warm greeting"))
+}
 
-impl Prompt for Greet {
-    fn name(&self) -> &str {
-        "greet"
+async fn complete(request: CompletionRequest, _ctx: RequestContext) -> Vec<String> {
+    if request.argument != "name" {
+        return Vec::new();
     }
+    KNOWN_NAMES
+        .iter()
+        .filter(|n| n.starts_with(&request.value))
+        .map(|n| (*n).to_owned())
+        .collect()
+}
 
-    fn description(&self) -> &str {
-        "Asks the model to greet someone by name."
-    }
-
-    fn arguments(&self) -> &[PromptArgument] {
-        &[PromptArgument {
-            name: "name",
-            description: "Who to greet.",
-            required: true,
-        }]
-    }
-
-    fn render(&self, arguments: &HashMap<String, String>) -> Value {
-        let name = arguments.get("name").map_or("", String::as_str);
-        json!({
-            "description": "A warm greeting",
-            "messages": [{
-                "role": "user",
-                "content": { "type": "text", "text": format!("Please greet {name} warmly.") }
-            }]
-        })
-    }
-
-    fn complete(&self, argument: &str, prefix: &str) -> Vec<String> {
-        if argument != "name" {
-            return Vec::new();
-        }
-        KNOWN_NAMES
-            .iter()
-            .filter(|n| n.starts_with(prefix))
-            .map(|n| (*n).to_owned())
-            .collect()
-    }
+/// The prompt.
+pub fn prompt() -> Prompt {
+    Prompt::new("greet", "Asks the model to greet someone by name.", render)
+        .argument(PromptArgument::required("name", "Who to greet."))
+        .complete(complete)
 }

@@ -1,23 +1,42 @@
-//! The demo capabilities every client may rely on (`shared/design/CONTRACT.md`): tools
-//! `echo`, `add`, `sleep`, `fail`; the resource `mcp-ws://demo/readme`; the prompt `greet`.
+//! The built-in capability sets of the `mcp-ws` binary, registered through the same public
+//! API any user of the crate has ([`ServerBuilder`]):
+//!
+//! - [`demo`]: what every client may rely on (`shared/design/CONTRACT.md`): tools `echo`,
+//!   `add`, `sleep`, `fail`; the resource `mcp-ws://demo/readme`; the prompt `greet`.
+//! - [`conformance`]: the fixtures the official MCP conformance suite's server scenarios
+//!   call (`config/conformance.toml` selects it).
 
 mod add;
+pub mod conformance;
 mod echo;
 mod fail;
 mod greet;
 mod readme;
 mod sleep;
 
-use crate::registry::Registry;
+use crate::ServerBuilder;
 
-/// A registry holding all demo capabilities.
-pub fn registry() -> Registry {
-    let registry = Registry::default();
-    registry.add_tool(echo::tool());
-    registry.add_tool(add::tool());
-    registry.add_tool(sleep::tool());
-    registry.add_tool(fail::tool());
-    registry.add_resource(readme::Readme);
-    registry.add_prompt(greet::Greet);
-    registry
+/// Adds the demo set.
+///
+/// ```
+/// let server = mcp_ws::builtins::demo(mcp_ws::Server::builder()).build().unwrap();
+/// # let _ = server;
+/// ```
+pub fn demo(builder: ServerBuilder) -> ServerBuilder {
+    builder
+        .tool(echo::tool())
+        .tool(add::tool())
+        .tool(sleep::tool())
+        .tool(fail::tool())
+        .resource(readme::resource())
+        .prompt(greet::prompt())
+}
+
+/// Adds the set named by `builtins.set` (`demo`, `conformance` or `none`).
+pub fn by_name(set: &str, builder: ServerBuilder) -> ServerBuilder {
+    match set {
+        "demo" => demo(builder),
+        "conformance" => conformance::fixtures(builder),
+        _ => builder,
+    }
 }

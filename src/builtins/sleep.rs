@@ -1,8 +1,8 @@
 //! `sleep {ms}`: waits, reporting progress every 50 ms when the caller asked for it. The
 //! long-running, cancellable tool of the contract.
 
-use crate::mcp::{CallToolResult, LogLevel};
-use crate::registry::{typed_tool, Tool};
+use crate::model::LogLevel;
+use crate::{RequestContext, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -19,34 +19,37 @@ struct SleepArgs {
     ms: u64,
 }
 
-pub fn tool() -> impl Tool {
-    typed_tool(
-        "sleep",
-        "Waits for the given milliseconds, reporting progress; cancellable.",
-        |args: SleepArgs, ctx| async move {
-            ctx.log(LogLevel::Debug, json!({ "sleeping_ms": args.ms }));
-            let total = Duration::from_millis(args.ms);
-            let start = Instant::now();
-            let mut ticks = tokio::time::interval_at(start + PROGRESS_EVERY, PROGRESS_EVERY);
-            loop {
-                let remaining = total.saturating_sub(start.elapsed());
-                if remaining.is_zero() {
-                    break;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(remaining) => break,
-                    _ = ticks.tick() => {
-                        // No report once the time is up: the response follows at once, and
-                        // a progress frame arriving with it only races the response in
-                        // clients (the TS SDK handles notifications a microtask later).
-                        let done = start.elapsed();
-                        if done < total {
-                            ctx.report_progress(done.as_millis() as f64, Some(args.ms as f64), None);
-                        }
-                    }
+async fn sleep(args: SleepArgs, ctx: RequestContext) -> Result<String, ToolError> {
+    ctx.log(LogLevel::Debug, json!({ "sleeping_ms": args.ms }));
+    let total = Duration::from_millis(args.ms);
+    let start = Instant::now();
+    let mut ticks = tokio::time::interval_at(start + PROGRESS_EVERY, PROGRESS_EVERY);
+    loop {
+        let remaining = total.saturating_sub(start.elapsed());
+        if remaining.is_zero() {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(remaining) => break,
+            _ = ticks.tick() => {
+                // No report once the time is up: the response follows at once, and a
+                // progress frame arriving with it only races the response in clients (the
+                // TS SDK handles notifications a microtask later).
+                let done = start.elapsed();
+                if done < total {
+                    ctx.report_progress(done.as_millis() as f64, Some(args.ms as f64), None);
                 }
             }
-            Ok(CallToolResult::text(format!("slept {} ms", args.ms)))
-        },
+        }
+    }
+    Ok(format!("slept {} ms", args.ms))
+}
+
+/// The tool.
+pub fn tool() -> Tool {
+    Tool::new(
+        "sleep",
+        "Waits for the given milliseconds, reporting progress; cancellable.",
+        sleep,
     )
 }

@@ -56,9 +56,12 @@ pub struct Notification<'a> {
 pub enum Entry<'a, P> {
     Request(Request<'a, P>),
     Notification(Notification<'a>),
-    /// A response from the client to a server→client request. This server sends none, so
-    /// the caller logs and drops it.
-    Response,
+    /// A response from the client to a request the server sent it: its id and its `result`
+    /// (`Ok`) or `error` (`Err`), raw.
+    Response {
+        id: RequestId,
+        outcome: Result<&'a RawValue, &'a RawValue>,
+    },
     /// Not a valid JSON-RPC message: answered with `error`, echoing `id` when it was readable
     /// and `null` otherwise.
     Invalid {
@@ -128,8 +131,8 @@ struct Envelope<'a, P> {
     id: Option<&'a RawValue>,
     method: Option<&'a RawValue>,
     params: Params<'a, P>,
-    result: Option<IgnoredAny>,
-    error: Option<IgnoredAny>,
+    result: Option<&'a RawValue>,
+    error: Option<&'a RawValue>,
 }
 
 /// Parses an [`Envelope`]; `eager` says whether [`EagerParams`] may be tried.
@@ -299,8 +302,15 @@ fn classify<'a, P>(msg: Envelope<'a, P>) -> Entry<'a, P> {
         return invalid(echo_id, "\"jsonrpc\" must be exactly \"2.0\"");
     }
     let Some(method) = msg.method else {
-        return match (echo_id, msg.result.is_some(), msg.error.is_some()) {
-            (Some(_), true, false) | (Some(_), false, true) => Entry::Response,
+        return match (echo_id, msg.result, msg.error) {
+            (Some(id), Some(result), None) => Entry::Response {
+                id,
+                outcome: Ok(result),
+            },
+            (Some(id), None, Some(error)) => Entry::Response {
+                id,
+                outcome: Err(error),
+            },
             (echo_id, _, _) => invalid(echo_id, "a request needs a \"method\""),
         };
     };
@@ -395,11 +405,11 @@ mod tests {
         ));
         assert!(matches!(
             single(r#"{"jsonrpc":"2.0","id":"s","result":{}}"#),
-            Entry::Response
+            Entry::Response { .. }
         ));
         assert!(matches!(
             single(r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#),
-            Entry::Response
+            Entry::Response { .. }
         ));
     }
 
@@ -572,7 +582,7 @@ mod tests {
         // Members read only for presence, or not at all, take any JSON number too.
         assert!(matches!(
             single(r#"{"jsonrpc":"2.0","id":5,"result":1e400}"#),
-            Entry::Response
+            Entry::Response { .. }
         ));
         assert!(matches!(
             single(r#"{"jsonrpc":"2.0","id":5,"method":"ping","x":-1e400}"#),

@@ -20,6 +20,11 @@ impl RequestId {
         Self::is_valid(raw).then(|| Self(raw.get().into()))
     }
 
+    /// An integer id (for ids the server makes itself).
+    pub fn from_number(n: u64) -> Self {
+        Self(n.to_string().into())
+    }
+
     /// Whether `raw` may serve as an id: a string or a number (MCP also forbids null). Progress
     /// tokens follow the same rule.
     pub fn is_valid(raw: &RawValue) -> bool {

@@ -1,31 +1,32 @@
-//! The capabilities the server declares, per negotiated version. Declared truthfully: only
-//! what the server actually serves (no `listChanged` or `subscribe`, since the registries do
-//! not change at run time and there are no subscriptions).
+//! The capabilities the server declares to a session: from what is registered (a kind is
+//! declared once anything of it was registered) and what the session's version has.
+//! Declared truthfully: the server sends `list_changed` for every kind it declares, and
+//! resource updates to subscribers.
 
-use super::{Capability, ProtocolVersion};
+use super::ProtocolVersion;
+use crate::registry::Offers;
 use serde_json::{json, Map, Value};
 
-pub fn server_capabilities(version: ProtocolVersion) -> Value {
+/// The `capabilities` member of the `initialize` result.
+pub fn server_capabilities(version: ProtocolVersion, offers: Offers) -> Value {
     let mut caps = Map::new();
-    let all = [
-        (Capability::Tools, "tools", json!({ "listChanged": false })),
-        (
-            Capability::Resources,
-            "resources",
-            json!({ "subscribe": false, "listChanged": false }),
-        ),
-        (
-            Capability::Prompts,
-            "prompts",
-            json!({ "listChanged": false }),
-        ),
-        (Capability::Logging, "logging", json!({})),
-        (Capability::Completions, "completions", json!({})),
-    ];
-    for (capability, name, value) in all {
-        if version >= capability.since() {
-            caps.insert(name.to_owned(), value);
-        }
+    if offers.tools {
+        caps.insert("tools".into(), json!({ "listChanged": true }));
+    }
+    if offers.resources {
+        caps.insert(
+            "resources".into(),
+            json!({ "subscribe": true, "listChanged": true }),
+        );
+    }
+    if offers.prompts {
+        caps.insert("prompts".into(), json!({ "listChanged": true }));
+    }
+    // Any tool may log.
+    caps.insert("logging".into(), json!({}));
+    // `completions` appeared in 2025-03-26.
+    if offers.completions && version.has_audio() {
+        caps.insert("completions".into(), json!({}));
     }
     Value::Object(caps)
 }

@@ -26,6 +26,10 @@ pub mod codes {
     pub const SHUTTING_DOWN: ErrorCode = ErrorCode(-32004);
     /// No slot in the server-wide worker pool became free within the admission wait.
     pub const SERVER_BUSY: ErrorCode = ErrorCode(-32008);
+    /// A resource is larger than the server sends (`resources.max_bytes`).
+    pub const RESOURCE_TOO_LARGE: ErrorCode = ErrorCode(-32005);
+    /// A resource read or prompt render failed; the message says why.
+    pub const HANDLER_FAILED: ErrorCode = ErrorCode(-32006);
     /// The session already has its maximum number of requests in flight.
     pub const SESSION_BUSY: ErrorCode = ErrorCode(-32009);
 }
@@ -48,6 +52,12 @@ pub enum Error {
     MissingPromptArgument { prompt: String, argument: String },
     #[error("Resource not found")]
     ResourceNotFound { uri: String },
+    #[error("Resource too large: {size} bytes, the limit is {limit}")]
+    ResourceTooLarge { uri: String, size: u64, limit: u64 },
+    #[error("{0}")]
+    HandlerFailed(String),
+    #[error("Too many subscriptions: the session may hold {limit}")]
+    TooManySubscriptions { limit: usize },
     #[error("Server not initialized: send \"initialize\" first")]
     NotInitialized,
     #[error("Request timed out")]
@@ -80,6 +90,9 @@ impl Error {
             | Self::UnknownPrompt { .. }
             | Self::MissingPromptArgument { .. } => ErrorCode::INVALID_PARAMS,
             Self::ResourceNotFound { .. } => codes::RESOURCE_NOT_FOUND,
+            Self::ResourceTooLarge { .. } => codes::RESOURCE_TOO_LARGE,
+            Self::HandlerFailed(_) => codes::HANDLER_FAILED,
+            Self::TooManySubscriptions { .. } => ErrorCode::INVALID_PARAMS,
             Self::NotInitialized => codes::NOT_INITIALIZED,
             Self::TimedOut { .. } => codes::REQUEST_TIMED_OUT,
             Self::DuplicateRequestId => codes::DUPLICATE_REQUEST_ID,
@@ -102,6 +115,10 @@ impl Error {
                 object.with_data(json!({ "argument": argument }))
             }
             Self::ResourceNotFound { uri } => object.with_data(json!({ "uri": uri })),
+            Self::ResourceTooLarge { uri, size, limit } => {
+                object.with_data(json!({ "uri": uri, "size": size, "limit": limit }))
+            }
+            Self::TooManySubscriptions { limit } => object.with_data(json!({ "limit": limit })),
             Self::TimedOut { timeout_ms } => object.with_data(json!({ "timeoutMs": timeout_ms })),
             Self::ServerBusy { limit, waited_ms } => object
                 .with_data(json!({ "scope": "server", "limit": limit, "waitedMs": waited_ms })),

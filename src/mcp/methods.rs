@@ -34,6 +34,8 @@ pub enum Method {
     ResourcesList,
     ResourcesRead,
     ResourceTemplatesList,
+    ResourcesSubscribe,
+    ResourcesUnsubscribe,
     PromptsList,
     PromptsGet,
     LoggingSetLevel,
@@ -50,6 +52,8 @@ impl Method {
             "resources/list" => Self::ResourcesList,
             "resources/read" => Self::ResourcesRead,
             "resources/templates/list" => Self::ResourceTemplatesList,
+            "resources/subscribe" => Self::ResourcesSubscribe,
+            "resources/unsubscribe" => Self::ResourcesUnsubscribe,
             "prompts/list" => Self::PromptsList,
             "prompts/get" => Self::PromptsGet,
             "logging/setLevel" => Self::LoggingSetLevel,
@@ -62,9 +66,11 @@ impl Method {
         match self {
             Self::Initialize | Self::Ping => None,
             Self::ToolsList | Self::ToolsCall => Some(Capability::Tools),
-            Self::ResourcesList | Self::ResourcesRead | Self::ResourceTemplatesList => {
-                Some(Capability::Resources)
-            }
+            Self::ResourcesList
+            | Self::ResourcesRead
+            | Self::ResourceTemplatesList
+            | Self::ResourcesSubscribe
+            | Self::ResourcesUnsubscribe => Some(Capability::Resources),
             Self::PromptsList | Self::PromptsGet => Some(Capability::Prompts),
             Self::LoggingSetLevel => Some(Capability::Logging),
             Self::CompletionComplete => Some(Capability::Completions),
@@ -83,4 +89,9 @@ pub mod notifications {
     pub const CANCELLED: &str = "notifications/cancelled";
     pub const PROGRESS: &str = "notifications/progress";
     pub const MESSAGE: &str = "notifications/message";
+    pub const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
+    pub const RESOURCES_LIST_CHANGED: &str = "notifications/resources/list_changed";
+    pub const PROMPTS_LIST_CHANGED: &str = "notifications/prompts/list_changed";
+    pub const RESOURCES_UPDATED: &str = "notifications/resources/updated";
+    pub const ROOTS_LIST_CHANGED: &str = "notifications/roots/list_changed";
 }

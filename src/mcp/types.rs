@@ -84,19 +84,14 @@ impl ProgressToken {
     }
 }
 
+/// `initialize` params.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeParams<'a> {
     #[serde(borrow)]
     pub protocol_version: Cow<'a, str>,
     pub capabilities: serde_json::Map<String, Value>,
-    pub client_info: Implementation,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-pub struct Implementation {
-    pub name: String,
-    pub version: String,
+    pub client_info: crate::model::Implementation,
 }
 
 /// `_meta` of a request; only the progress token is read.
@@ -130,18 +125,31 @@ pub struct ListParams<'a> {
     pub cursor: Option<Cow<'a, str>>,
 }
 
+/// `resources/read` params.
 #[derive(Debug, Deserialize)]
 pub struct ReadResourceParams<'a> {
     #[serde(borrow)]
     pub uri: Cow<'a, str>,
+    #[serde(borrow, default, rename = "_meta")]
+    pub meta: Option<RequestMeta<'a>>,
 }
 
+/// `resources/subscribe` and `resources/unsubscribe` params.
+#[derive(Debug, Deserialize)]
+pub struct SubscribeParams<'a> {
+    #[serde(borrow)]
+    pub uri: Cow<'a, str>,
+}
+
+/// `prompts/get` params.
 #[derive(Debug, Deserialize)]
 pub struct GetPromptParams<'a> {
     #[serde(borrow)]
     pub name: Cow<'a, str>,
     #[serde(default)]
     pub arguments: std::collections::HashMap<String, String>,
+    #[serde(borrow, default, rename = "_meta")]
+    pub meta: Option<RequestMeta<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -150,11 +158,22 @@ pub struct SetLevelParams<'a> {
     pub level: Cow<'a, str>,
 }
 
+/// `completion/complete` params.
 #[derive(Debug, Deserialize)]
 pub struct CompleteParams {
     #[serde(rename = "ref")]
     pub reference: CompleteRef,
     pub argument: CompleteArgument,
+    /// Arguments already chosen (2025-06-18 on).
+    #[serde(default)]
+    pub context: Option<CompleteContext>,
+}
+
+/// `completion/complete` params' `context`.
+#[derive(Debug, Default, Deserialize)]
+pub struct CompleteContext {
+    #[serde(default)]
+    pub arguments: std::collections::HashMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -198,127 +217,6 @@ pub struct LoggingMessageParams<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logger: Option<&'a str>,
     pub data: &'a Value,
-}
-
-/// One content block of a tool result or prompt message.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Content {
-    Text {
-        text: String,
-    },
-    /// A text block whose text is already a JSON string literal (e.g. passed through from
-    /// the call's arguments): written as-is, never decoded and re-escaped. Escaping a large
-    /// text on the way out was the largest single cost of a 16 KiB echo.
-    JsonText {
-        text: JsonString,
-    },
-}
-
-/// A JSON string literal kept as the exact text received (quotes and escapes included).
-/// Deserializes only from a JSON string; advertised in schemas as `"type": "string"`.
-#[derive(Debug, Clone)]
-pub struct JsonString(Box<RawValue>);
-
-impl JsonString {
-    /// The literal as received, quotes included.
-    pub fn as_json(&self) -> &str {
-        self.0.get()
-    }
-}
-
-impl PartialEq for JsonString {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.get() == other.0.get()
-    }
-}
-
-impl<'de> Deserialize<'de> for JsonString {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = Box::<RawValue>::deserialize(deserializer)?;
-        if raw.get().starts_with('"') {
-            Ok(Self(raw))
-        } else {
-            // Name the kind, not the value: the value may be megabytes of client input.
-            Err(serde::de::Error::invalid_type(
-                serde::de::Unexpected::Other("a non-string value"),
-                &"a string",
-            ))
-        }
-    }
-}
-
-impl Serialize for JsonString {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
-    }
-}
-
-impl schemars::JsonSchema for JsonString {
-    fn schema_name() -> Cow<'static, str> {
-        String::schema_name()
-    }
-
-    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        String::json_schema(generator)
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-}
-
-/// `{"type":"text","text":…}`. Written by hand: serde's internally tagged enums buffer
-/// through a generic path that cost ~7% of a `tools/call` in profiles.
-impl Serialize for Content {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Self::Text { text } => text_block(serializer, text),
-            Self::JsonText { text } => text_block(serializer, text),
-        }
-    }
-}
-
-/// `{"type":"text","text":…}`, whichever form the text is kept in.
-fn text_block<S: serde::Serializer>(
-    serializer: S,
-    text: &impl Serialize,
-) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeStruct;
-    let mut block = serializer.serialize_struct("Content", 2)?;
-    block.serialize_field("type", "text")?;
-    block.serialize_field("text", text)?;
-    block.end()
-}
-
-impl Content {
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::Text { text: text.into() }
-    }
-}
-
-/// The result of `tools/call`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CallToolResult {
-    pub content: Vec<Content>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub is_error: bool,
-}
-
-impl CallToolResult {
-    pub fn text(text: impl Into<String>) -> Self {
-        Self {
-            content: vec![Content::text(text)],
-            is_error: false,
-        }
-    }
-
-    pub fn error(text: impl Into<String>) -> Self {
-        Self {
-            content: vec![Content::text(text)],
-            is_error: true,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -5,9 +5,13 @@ use std::fmt;
 /// The handshake-era MCP revisions, oldest first so that `Ord` follows time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ProtocolVersion {
+    /// 2024-11-05, the first.
     V2024_11_05,
+    /// 2025-03-26: batches, audio, tool annotations, completions.
     V2025_03_26,
+    /// 2025-06-18: titles, structured tool output, resource links, elicitation; no batches.
     V2025_06_18,
+    /// 2025-11-25: icons, URL elicitation, tasks (experimental).
     V2025_11_25,
 }
 
@@ -19,8 +23,26 @@ impl ProtocolVersion {
         Self::V2025_03_26,
         Self::V2024_11_05,
     ];
+    /// The newest handshake-era version.
     pub const LATEST: Self = Self::V2025_11_25;
 
+    /// Audio content, tool annotations and `completion/complete` (2025-03-26 on).
+    pub fn has_audio(self) -> bool {
+        self >= Self::V2025_03_26
+    }
+
+    /// Titles, `outputSchema`/`structuredContent`, `resource_link` content, `_meta` on
+    /// content and definitions, `lastModified` annotations, elicitation (2025-06-18 on).
+    pub fn has_titles_and_meta(self) -> bool {
+        self >= Self::V2025_06_18
+    }
+
+    /// Icons, server description and website, URL-mode elicitation (2025-11-25 on).
+    pub fn has_icons(self) -> bool {
+        self >= Self::V2025_11_25
+    }
+
+    /// The version's name on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::V2024_11_05 => "2024-11-05",
@@ -30,6 +52,7 @@ impl ProtocolVersion {
         }
     }
 
+    /// The version called `text`, if this server speaks it.
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|v| v.as_str() == text)
     }

@@ -1,140 +1,457 @@
-//! What the server offers: tools, resources and prompts, each kept in a `DashMap` by name
-//! (or URI) and shared by all sessions. Read-mostly; handlers clone the `Arc` out and let
-//! the map guard drop before anything awaits.
+//! What the server offers, changeable while sessions are live: tools, resources, resource
+//! templates and prompts, each by its key (name, URI or URI template), each enabled or
+//! disabled.
+//!
+//! Lookups (a call, a read, a render) go through a `DashMap` per kind. Lists are served from a
+//! snapshot per kind, rebuilt by the writer when it changes something, so a `*/list` never
+//! waits on a writer and its pages stay consistent: a snapshot is sorted by key
+//! (deterministic order) and its entries are encoded once per protocol version, on first use.
+//! Every change is published on the [`ChangeBus`], which tells the sessions.
+//!
+//! Pagination cursors are opaque: the snapshot's content hash and an offset, base64url. A
+//! cursor that does not decode, or whose list has changed since (another hash), is refused
+//! with -32602, never silently restarted from the first page. The hash covers only the
+//! definitions, so any node serving the same registry accepts the same cursors.
 
-mod prompts;
-mod resources;
-mod tools;
+mod snapshot;
 
-pub use prompts::{Prompt, PromptArgument};
-pub use resources::{Resource, ResourceContents};
-pub use tools::{typed_tool, Arguments, Tool, ToolError, ToolFuture};
-
-use crate::mcp::Error;
+use crate::bus::{BusEvent, ChangeBus};
+use crate::inbox::Changes;
+use crate::mcp::{Error, ProtocolVersion};
+use crate::prompt::Prompt;
+use crate::resource::{Resource, ResourceTemplate, TemplateVariables};
+use crate::tool::{Tool, ToolHandler};
 use dashmap::DashMap;
-use serde_json::{json, Value};
-use std::collections::HashMap;
-use std::sync::Arc;
+use snapshot::Snapshot;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+pub use snapshot::Page;
 
 /// Keys are inserted by the server only (clients can only look up), so a fast hasher is safe.
 type FastHash = foldhash::fast::RandomState;
 
-#[derive(Default)]
-pub struct Registry {
-    tools: DashMap<String, RegisteredTool, FastHash>,
-    resources: DashMap<String, Arc<dyn Resource>, FastHash>,
-    prompts: DashMap<String, Arc<dyn Prompt>, FastHash>,
+/// Why a registration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// Something of this kind is already registered under this key.
+    #[error("a {kind} named {key:?} is already registered")]
+    Duplicate {
+        /// `tool`, `resource`, `resource template` or `prompt`.
+        kind: &'static str,
+        /// The taken name, URI or template.
+        key: String,
+    },
+    /// A resource template that is not a valid RFC 6570 level-1 template.
+    #[error("invalid resource template: {0}")]
+    InvalidTemplate(String),
 }
 
-/// A tool with its `tools/list` entry computed once, at registration.
-struct RegisteredTool {
-    definition: Value,
-    tool: Arc<dyn Tool>,
+/// The kinds of things registered, for lists and changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// `tools/list`.
+    Tools,
+    /// `resources/list`.
+    Resources,
+    /// `resources/templates/list`.
+    ResourceTemplates,
+    /// `prompts/list`.
+    Prompts,
 }
+
+impl ListKind {
+    /// The member of the list result that holds the entries.
+    pub(crate) fn member(self) -> &'static str {
+        match self {
+            Self::Tools => "tools",
+            Self::Resources => "resources",
+            Self::ResourceTemplates => "resourceTemplates",
+            Self::Prompts => "prompts",
+        }
+    }
+
+    fn change(self) -> Changes {
+        match self {
+            Self::Tools => Changes::TOOLS,
+            Self::Resources | Self::ResourceTemplates => Changes::RESOURCES,
+            Self::Prompts => Changes::PROMPTS,
+        }
+    }
+}
+
+/// Something registered, with what lists say of it.
+trait Registered: Clone + Send + Sync + 'static {
+    const KIND: &'static str;
+    const LIST: ListKind;
+    fn key(&self) -> &str;
+    fn serialize_definition(&self, version: ProtocolVersion) -> String;
+}
+
+/// The tools, resources, templates and prompts of a server; a cheap handle (clones share
+/// them). Changes reach every initialized session as `notifications/*/list_changed`.
+///
+/// ```
+/// use mcp_ws::{Registry, Tool, ToolError, RequestContext};
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Args {}
+/// async fn ping(_: Args, _: RequestContext) -> Result<String, ToolError> { Ok("pong".into()) }
+/// let registry = Registry::default();
+/// registry.add_tool(Tool::new("ping", "Answers pong", ping)).unwrap();
+/// assert!(registry.add_tool(Tool::new("ping", "Again", ping)).is_err());
+/// registry.disable_tool("ping");
+/// assert!(registry.remove_tool("ping"));
+/// ```
+#[derive(Clone, Default)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    tools: Kind<Tool>,
+    resources: Kind<Resource>,
+    templates: Kind<ResourceTemplate>,
+    prompts: Kind<Prompt>,
+    bus: ChangeBus,
+}
+
+/// One kind: lookups by key, and the list snapshot.
+struct Kind<T> {
+    items: DashMap<String, Entry<T>, FastHash>,
+    snapshot: RwLock<Arc<Snapshot>>,
+    /// Serializes writers, so each rebuilds the snapshot from a map nobody else changes.
+    writer: Mutex<()>,
+    /// Set once anything of this kind was registered: its capability is declared from then.
+    ever: AtomicBool,
+}
+
+struct Entry<T> {
+    item: T,
+    enabled: bool,
+}
+
+impl<T> Default for Kind<T> {
+    fn default() -> Self {
+        Self {
+            items: DashMap::default(),
+            snapshot: RwLock::default(),
+            writer: Mutex::new(()),
+            ever: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<T: Registered> Kind<T> {
+    fn add(&self, item: T, bus: &ChangeBus) -> Result<(), RegistryError> {
+        let _writer = lock(&self.writer);
+        match self.items.entry(item.key().to_owned()) {
+            dashmap::Entry::Occupied(_) => {
+                return Err(RegistryError::Duplicate {
+                    kind: T::KIND,
+                    key: item.key().to_owned(),
+                })
+            }
+            dashmap::Entry::Vacant(slot) => {
+                slot.insert(Entry {
+                    item,
+                    enabled: true,
+                });
+            }
+        }
+        self.ever.store(true, Ordering::Relaxed);
+        self.changed(bus);
+        Ok(())
+    }
+
+    fn remove(&self, key: &str, bus: &ChangeBus) -> bool {
+        let _writer = lock(&self.writer);
+        let removed = self.items.remove(key).is_some();
+        if removed {
+            self.changed(bus);
+        }
+        removed
+    }
+
+    fn set_enabled(&self, key: &str, enabled: bool, bus: &ChangeBus) -> bool {
+        let _writer = lock(&self.writer);
+        let changed = match self.items.get_mut(key) {
+            Some(mut entry) if entry.enabled != enabled => {
+                entry.enabled = enabled;
+                true
+            }
+            _ => false,
+        };
+        if changed {
+            self.changed(bus);
+        }
+        changed
+    }
+
+    /// Rebuilds the snapshot (the writer lock is held) and tells the sessions.
+    fn changed(&self, bus: &ChangeBus) {
+        let mut items: Vec<T> = self
+            .items
+            .iter()
+            .filter(|e| e.enabled)
+            .map(|e| e.item.clone())
+            .collect();
+        items.sort_by(|a, b| a.key().cmp(b.key()));
+        let snapshot = Snapshot::new(items.into_iter().map(|item| {
+            let encode: Box<dyn Fn(ProtocolVersion) -> String + Send + Sync> =
+                Box::new(move |version| item.serialize_definition(version));
+            encode
+        }));
+        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
+        bus.publish(BusEvent::Lists(T::LIST.change()));
+    }
+
+    fn get(&self, key: &str) -> Option<T> {
+        self.items
+            .get(key)
+            .filter(|e| e.enabled)
+            .map(|e| e.item.clone())
+    }
+
+    fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+fn lock(mutex: &Mutex<()>) -> std::sync::MutexGuard<'_, ()> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A resource read's target: a fixed resource, or a template and the URI's variables.
+pub(crate) enum ResourceTarget {
+    Fixed(Resource),
+    Templated(ResourceTemplate, TemplateVariables),
+}
+
+macro_rules! registered {
+    ($type:ty, $kind:literal, $list:expr, $key:ident) => {
+        impl Registered for $type {
+            const KIND: &'static str = $kind;
+            const LIST: ListKind = $list;
+            fn key(&self) -> &str {
+                &self.definition.$key
+            }
+            fn serialize_definition(&self, version: ProtocolVersion) -> String {
+                serde_json::to_string(&crate::model::ForVersion(&*self.definition, version))
+                    .unwrap_or_default()
+            }
+        }
+    };
+}
+
+registered!(Tool, "tool", ListKind::Tools, name);
+registered!(Resource, "resource", ListKind::Resources, uri);
+registered!(
+    ResourceTemplate,
+    "resource template",
+    ListKind::ResourceTemplates,
+    uri_template
+);
+registered!(Prompt, "prompt", ListKind::Prompts, name);
 
 impl Registry {
-    pub fn add_tool(&self, tool: impl Tool) {
-        let definition = json!({
-            "name": tool.name(),
-            "description": tool.description(),
-            "inputSchema": tool.input_schema(),
-        });
-        self.tools.insert(
-            tool.name().to_owned(),
-            RegisteredTool {
-                definition,
-                tool: Arc::new(tool),
-            },
-        );
+    /// Registers a tool; its name must be free.
+    ///
+    /// # Errors
+    /// [`RegistryError::Duplicate`] when a tool of that name is registered.
+    pub fn add_tool(&self, tool: Tool) -> Result<(), RegistryError> {
+        self.inner.tools.add(tool, &self.inner.bus)
     }
 
-    pub fn add_resource(&self, resource: impl Resource) {
-        self.resources
-            .insert(resource.uri().to_owned(), Arc::new(resource));
+    /// Removes a tool; says whether there was one.
+    pub fn remove_tool(&self, name: &str) -> bool {
+        self.inner.tools.remove(name, &self.inner.bus)
     }
 
-    pub fn add_prompt(&self, prompt: impl Prompt) {
-        self.prompts
-            .insert(prompt.name().to_owned(), Arc::new(prompt));
+    /// Lists and serves a disabled tool again; says whether it was disabled.
+    pub fn enable_tool(&self, name: &str) -> bool {
+        self.inner.tools.set_enabled(name, true, &self.inner.bus)
     }
 
-    pub fn tool(&self, name: &str) -> Result<Arc<dyn Tool>, Error> {
-        self.tools
+    /// Hides a tool from lists and calls (an unknown tool then) without removing it; says
+    /// whether it was enabled.
+    pub fn disable_tool(&self, name: &str) -> bool {
+        self.inner.tools.set_enabled(name, false, &self.inner.bus)
+    }
+
+    /// Registers a resource; its URI must be free.
+    ///
+    /// # Errors
+    /// [`RegistryError::Duplicate`] when a resource with that URI is registered.
+    pub fn add_resource(&self, resource: Resource) -> Result<(), RegistryError> {
+        self.inner.resources.add(resource, &self.inner.bus)
+    }
+
+    /// Removes a resource; says whether there was one.
+    pub fn remove_resource(&self, uri: &str) -> bool {
+        self.inner.resources.remove(uri, &self.inner.bus)
+    }
+
+    /// Enables a disabled resource; says whether it was disabled.
+    pub fn enable_resource(&self, uri: &str) -> bool {
+        self.inner.resources.set_enabled(uri, true, &self.inner.bus)
+    }
+
+    /// Disables a resource; says whether it was enabled.
+    pub fn disable_resource(&self, uri: &str) -> bool {
+        self.inner
+            .resources
+            .set_enabled(uri, false, &self.inner.bus)
+    }
+
+    /// Registers a resource template; the template must be free and valid.
+    ///
+    /// # Errors
+    /// [`RegistryError::Duplicate`], or [`RegistryError::InvalidTemplate`].
+    pub fn add_resource_template(&self, template: ResourceTemplate) -> Result<(), RegistryError> {
+        if let Err(reason) = &template.template {
+            return Err(RegistryError::InvalidTemplate(reason.clone()));
+        }
+        self.inner.templates.add(template, &self.inner.bus)
+    }
+
+    /// Removes a resource template; says whether there was one.
+    pub fn remove_resource_template(&self, uri_template: &str) -> bool {
+        self.inner.templates.remove(uri_template, &self.inner.bus)
+    }
+
+    /// Enables a disabled resource template; says whether it was disabled.
+    pub fn enable_resource_template(&self, uri_template: &str) -> bool {
+        self.inner
+            .templates
+            .set_enabled(uri_template, true, &self.inner.bus)
+    }
+
+    /// Disables a resource template; says whether it was enabled.
+    pub fn disable_resource_template(&self, uri_template: &str) -> bool {
+        self.inner
+            .templates
+            .set_enabled(uri_template, false, &self.inner.bus)
+    }
+
+    /// Registers a prompt; its name must be free.
+    ///
+    /// # Errors
+    /// [`RegistryError::Duplicate`] when a prompt of that name is registered.
+    pub fn add_prompt(&self, prompt: Prompt) -> Result<(), RegistryError> {
+        self.inner.prompts.add(prompt, &self.inner.bus)
+    }
+
+    /// Removes a prompt; says whether there was one.
+    pub fn remove_prompt(&self, name: &str) -> bool {
+        self.inner.prompts.remove(name, &self.inner.bus)
+    }
+
+    /// Enables a disabled prompt; says whether it was disabled.
+    pub fn enable_prompt(&self, name: &str) -> bool {
+        self.inner.prompts.set_enabled(name, true, &self.inner.bus)
+    }
+
+    /// Disables a prompt; says whether it was enabled.
+    pub fn disable_prompt(&self, name: &str) -> bool {
+        self.inner.prompts.set_enabled(name, false, &self.inner.bus)
+    }
+
+    /// Tells the sessions subscribed to `uri` that the resource changed
+    /// (`notifications/resources/updated`).
+    pub fn resource_updated(&self, uri: &str) {
+        self.inner
+            .bus
+            .publish(BusEvent::ResourceUpdated(uri.into()));
+    }
+
+    /// The bus the registry publishes its changes on.
+    pub(crate) fn bus(&self) -> &ChangeBus {
+        &self.inner.bus
+    }
+
+    /// The handler of an enabled tool (the `tools/call` hot path: one `Arc` clone).
+    pub(crate) fn tool_handler(&self, name: &str) -> Result<Arc<dyn ToolHandler>, Error> {
+        self.inner
+            .tools
+            .items
             .get(name)
-            .map(|entry| entry.tool.clone())
+            .filter(|e| e.enabled)
+            .map(|e| e.item.handler.clone())
             .ok_or_else(|| Error::UnknownTool { name: name.into() })
     }
 
-    /// `tools/list` result, sorted by name so pages are stable.
-    pub fn list_tools(&self) -> Value {
-        let mut tools: Vec<Value> = self.tools.iter().map(|e| e.definition.clone()).collect();
-        sort_by_key(&mut tools, "name");
-        json!({ "tools": tools })
-    }
-
-    pub fn list_resources(&self) -> Value {
-        let mut resources: Vec<Value> = self.resources.iter().map(|e| e.definition()).collect();
-        sort_by_key(&mut resources, "uri");
-        json!({ "resources": resources })
-    }
-
-    pub fn read_resource(&self, uri: &str) -> Result<Value, Error> {
-        let resource = self
-            .resources
-            .get(uri)
-            .map(|e| e.value().clone())
-            .ok_or_else(|| Error::ResourceNotFound { uri: uri.into() })?;
-        Ok(json!({ "contents": [resource.read()] }))
-    }
-
-    pub fn list_prompts(&self) -> Value {
-        let mut prompts: Vec<Value> = self.prompts.iter().map(|e| e.definition()).collect();
-        sort_by_key(&mut prompts, "name");
-        json!({ "prompts": prompts })
-    }
-
-    /// `prompts/get`: checks the required arguments for every prompt, then renders it.
-    pub fn get_prompt(
-        &self,
-        name: &str,
-        arguments: &HashMap<String, String>,
-    ) -> Result<Value, Error> {
-        let prompt = self.prompt(name)?;
-        if let Some(missing) = prompt
-            .arguments()
-            .iter()
-            .find(|a| a.required && !arguments.contains_key(a.name))
-        {
-            return Err(Error::MissingPromptArgument {
-                prompt: name.into(),
-                argument: missing.name.into(),
-            });
+    /// What a read of `uri` reaches: a fixed resource first, else the first template (in
+    /// template order) that matches.
+    pub(crate) fn resource_target(&self, uri: &str) -> Option<ResourceTarget> {
+        if let Some(resource) = self.inner.resources.get(uri) {
+            return Some(ResourceTarget::Fixed(resource));
         }
-        Ok(prompt.render(arguments))
+        let mut templates: Vec<ResourceTemplate> = self
+            .inner
+            .templates
+            .items
+            .iter()
+            .filter(|e| e.enabled)
+            .map(|e| e.item.clone())
+            .collect();
+        templates.sort_by(|a, b| a.uri_template().cmp(b.uri_template()));
+        templates.into_iter().find_map(|template| {
+            let variables = template.template.as_ref().ok()?.matches(uri)?;
+            Some(ResourceTarget::Templated(template, variables))
+        })
     }
 
-    /// `completion/complete` for a prompt argument: at most 100 values, per the spec.
-    pub fn complete_prompt_argument(
+    /// An enabled prompt.
+    pub(crate) fn prompt(&self, name: &str) -> Option<Prompt> {
+        self.inner.prompts.get(name)
+    }
+
+    /// An enabled resource template.
+    pub(crate) fn resource_template(&self, uri_template: &str) -> Option<ResourceTemplate> {
+        self.inner.templates.get(uri_template)
+    }
+
+    /// One page of a list, for a session on `version`.
+    pub(crate) fn page(
         &self,
-        name: &str,
-        argument: &str,
-        prefix: &str,
-    ) -> Result<Value, Error> {
-        let prompt = self.prompt(name)?;
-        let mut values = prompt.complete(argument, prefix);
-        let total = values.len();
-        values.truncate(100);
-        Ok(json!({ "completion": { "values": values, "total": total, "hasMore": total > 100 } }))
+        kind: ListKind,
+        version: ProtocolVersion,
+        cursor: Option<&str>,
+        page_size: usize,
+    ) -> Result<Page, Error> {
+        let snapshot = match kind {
+            ListKind::Tools => self.inner.tools.snapshot(),
+            ListKind::Resources => self.inner.resources.snapshot(),
+            ListKind::ResourceTemplates => self.inner.templates.snapshot(),
+            ListKind::Prompts => self.inner.prompts.snapshot(),
+        };
+        snapshot.page(version, cursor, page_size)
     }
 
-    fn prompt(&self, name: &str) -> Result<Arc<dyn Prompt>, Error> {
-        self.prompts
-            .get(name)
-            .map(|e| e.value().clone())
-            .ok_or_else(|| Error::UnknownPrompt { name: name.into() })
+    /// Which capabilities to declare: a kind is declared once anything of it was registered.
+    #[doc(hidden)]
+    pub fn offers(&self) -> Offers {
+        let i = &self.inner;
+        Offers {
+            tools: i.tools.ever.load(Ordering::Relaxed),
+            resources: i.resources.ever.load(Ordering::Relaxed)
+                || i.templates.ever.load(Ordering::Relaxed),
+            prompts: i.prompts.ever.load(Ordering::Relaxed),
+            completions: i.prompts.ever.load(Ordering::Relaxed)
+                || i.templates.ever.load(Ordering::Relaxed),
+        }
     }
 }
 
-fn sort_by_key(items: &mut [Value], key: &str) {
-    items.sort_by(|a, b| a[key].as_str().cmp(&b[key].as_str()));
+/// The kinds a server offers (see [`Registry::offers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Offers {
+    pub tools: bool,
+    pub resources: bool,
+    pub prompts: bool,
+    pub completions: bool,
 }

@@ -1,33 +1,47 @@
-//! The protocol core of one connection, independent of how frames travel: it takes text
-//! frames and worker events in, and writes text frames out through a [`Transport`]. The
-//! WebSocket actor (`transport::ws`) and the in-memory actor (`transport::memory`) both
-//! drive this same core.
+//! The protocol core of one session, independent of how frames travel: it takes text
+//! messages in, drains its [`Inbox`] (worker outcomes, progress, log lines, client requests,
+//! list changes), and writes frames out through an [`Outlet`]. The WebSocket actor
+//! (`transport::ws`) and the in-memory actor (`transport::memory`) host this same core.
 //!
 //! It owns the session's lifecycle (awaiting `initialize`, then ready with the negotiated
-//! version and the client's capabilities), its log level, the map of requests in flight
-//! (each in a worker actor), and the batches still being collected. A worker's result or
-//! progress for an id that is no longer in flight (cancelled, or the session is gone) is
-//! dropped here, which is what makes "no response after cancel" hold.
+//! version and the client's capabilities), the map of requests in flight (each in a worker
+//! actor), the batches still being collected, and the requests it sent the client on behalf
+//! of its tools. A worker's outcome or progress for an id that is no longer in flight
+//! (cancelled, or the session is gone) is dropped here, which is what makes "no response
+//! after cancel" hold.
+//!
+//! Every incoming message is an *exchange* (the host numbers them): a frame on a WebSocket,
+//! a POST over HTTP. Each outgoing frame names its [`Route`]: the final answer of an
+//! exchange, a message during one (progress, a log line, a client request of a tool the
+//! exchange started), or a message of the session as a whole (list changes). A host with one
+//! socket writes them all to it; a host with several streams routes them.
 
 mod dispatch;
+mod pump;
 
+pub use pump::{InboxPump, SessionHost};
+
+use crate::bus::BusRegistration;
+use crate::context::SessionInfo;
+use crate::inbox::{Changes, ClientError, ClientRequest, Inbox, SessionEvent};
 use crate::jsonrpc::{
     self, decode, encode_batch, encode_error, encode_notification, encode_result, Decoded,
     Notification, RequestId,
 };
-use crate::mcp::Error;
 use crate::mcp::{
-    notifications, CallToolParams, CancelledParams, Implementation, LogLevel, LoggingMessageParams,
-    ProgressParams, ProgressToken, ProtocolVersion,
+    notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams, ProgressParams,
+    ProgressToken, ProtocolVersion,
 };
 use crate::shared::Shared;
-use crate::worker::{Cancel, RequestWorker, SessionInbox, WorkerEvent};
+use crate::worker::{Cancel, RequestWorker};
 use actix::Addr;
-use serde_json::Value;
+use serde::Serialize;
+use serde_json::value::RawValue;
 use std::collections::{hash_map, HashMap};
-
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
+use tokio::sync::oneshot;
 
 type FastHash = foldhash::fast::RandomState;
 
@@ -35,26 +49,53 @@ type FastHash = foldhash::fast::RandomState;
 type Entry<'a> = jsonrpc::Entry<'a, CallToolParams<'a>>;
 type Request<'a> = jsonrpc::Request<'a, CallToolParams<'a>>;
 
-/// What carries the session's frames out. Implemented by each transport actor's context.
-pub trait Transport {
-    fn send_text(&mut self, frame: String);
+/// Where an outgoing frame belongs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The final answer of this exchange (a response, or a batch's array).
+    Answer(u64),
+    /// A message sent while this exchange's requests run (progress, a log line, a request
+    /// to the client).
+    During(u64),
+    /// A message of the session, tied to no exchange (list changes, resource updates).
+    Session,
 }
 
+/// What carries the session's frames out. Implemented by each host.
+pub trait Outlet {
+    /// Sends one frame.
+    fn send(&mut self, frame: String, route: Route);
+}
+
+/// What became of an incoming message, for hosts that answer each message on its own
+/// (HTTP: 202, a JSON body, or a stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intake {
+    /// It needs no answer (notifications and responses only).
+    Silent,
+    /// Its answer was sent already (`Route::Answer`).
+    Answered,
+    /// Its answer comes later, as `Route::Answer`, unless a cancel drops it.
+    Pending,
+}
+
+/// The protocol core of one session; see the module docs.
 pub struct Session {
     shared: Arc<Shared>,
     /// Server-unique, for logs.
     id: u64,
     phase: Phase,
-    log_level: LogLevel,
+    inbox: Rc<Inbox>,
     /// Bounded by `max_in_flight_per_session`, so a fast hasher is safe from flooding.
     in_flight: HashMap<RequestId, InFlight, FastHash>,
     batches: HashMap<u64, PendingBatch, FastHash>,
     next_batch: u64,
+    /// Requests sent to the client for tools, by the server's id.
+    client_requests: HashMap<u64, PendingClientRequest, FastHash>,
     /// Set on shutdown: no new requests, in-flight ones may finish.
     draining: bool,
-    /// Where this session's workers send their events: the transport actor's address, given
-    /// once the actor has started (see [`Session::attach`]).
-    inbox: Option<SessionInbox>,
+    /// The session's place in the change fan-out, once initialized.
+    bus: Option<BusRegistration>,
 }
 
 enum Phase {
@@ -65,14 +106,17 @@ enum Phase {
 /// What `initialize` settled for this session.
 struct Negotiated {
     version: ProtocolVersion,
-    client_capabilities: Arc<Value>,
-    client_info: Implementation,
+    /// The kinds declared to this session in `initialize`.
+    offers: crate::registry::Offers,
+    info: SessionInfo,
 }
 
 /// A request running in a worker.
 struct InFlight {
     worker: Addr<RequestWorker>,
     progress_token: Option<ProgressToken>,
+    /// The exchange the request came in.
+    exchange: u64,
     /// The batch whose response array this request's response joins.
     batch: Option<u64>,
 }
@@ -81,49 +125,67 @@ struct InFlight {
 struct PendingBatch {
     pending: usize,
     responses: Vec<String>,
+    exchange: u64,
+}
+
+/// A request sent to the client on behalf of a tool, waiting for the client's response.
+struct PendingClientRequest {
+    reply: oneshot::Sender<Result<serde_json::Value, ClientError>>,
+    exchange: u64,
 }
 
 /// How a request was answered.
 enum Reply {
     Now(String),
-    /// A worker runs it; its response comes as a `WorkerEvent::Finished`.
+    /// A worker runs it; its response comes as a `SessionEvent::Finished`.
     Later,
     Silent,
 }
 
 impl Session {
+    /// A new session, awaiting `initialize`.
     pub fn new(shared: Arc<Shared>, id: u64) -> Self {
-        let log_level =
-            LogLevel::parse(&shared.settings.logging.client_level).unwrap_or(LogLevel::Info);
+        let inbox = Rc::new(Inbox::default());
+        inbox.set_log_level(shared.client_log_level);
         Self {
             shared,
             id,
             phase: Phase::AwaitingInit,
-            log_level,
+            inbox,
             in_flight: HashMap::default(),
             batches: HashMap::default(),
             next_batch: 0,
+            client_requests: HashMap::default(),
             draining: false,
-            inbox: None,
+            bus: None,
         }
     }
 
-    /// Gives the session its actor's address, for its workers' events. Called from the
-    /// transport actor's `started`, before any frame reaches the session.
-    pub fn attach(&mut self, inbox: SessionInbox) {
-        self.inbox = Some(inbox);
+    /// The session's inbox, for its host's [`InboxPump`].
+    pub fn inbox(&self) -> &Rc<Inbox> {
+        &self.inbox
     }
 
-    /// Handles one complete text message: a single JSON-RPC message or a batch.
-    pub fn on_text(&mut self, text: &str, tx: &mut dyn Transport) {
+    /// Handles one complete text message (a single JSON-RPC message or a batch), which is
+    /// exchange `exchange` of its host.
+    pub fn on_text(&mut self, text: &str, exchange: u64, out: &mut dyn Outlet) -> Intake {
         match decode::<CallToolParams<'_>>(text, self.shared.settings.limits.max_batch_len) {
-            Decoded::Rejected(error) => tx.send_text(encode_error(None, &error.to_object())),
-            Decoded::Single(entry) => {
-                if let Reply::Now(frame) = self.on_entry(entry, None, tx) {
-                    tx.send_text(frame);
-                }
+            Decoded::Rejected(error) => {
+                out.send(
+                    encode_error(None, &error.to_object()),
+                    Route::Answer(exchange),
+                );
+                Intake::Answered
             }
-            Decoded::Batch(entries) => self.on_batch(entries, tx),
+            Decoded::Single(entry) => match self.on_entry(entry, exchange, None, out) {
+                Reply::Now(frame) => {
+                    out.send(frame, Route::Answer(exchange));
+                    Intake::Answered
+                }
+                Reply::Later => Intake::Pending,
+                Reply::Silent => Intake::Silent,
+            },
+            Decoded::Batch(entries) => self.on_batch(entries, exchange, out),
         }
     }
 
@@ -133,7 +195,7 @@ impl Session {
     /// The batch is registered before its first entry runs, holding one count for the loop
     /// itself, so an entry that settles another at once (a cancel of a request earlier in the
     /// same batch) finds it; the loop's own count is released last, the same way.
-    fn on_batch(&mut self, entries: Vec<Entry<'_>>, tx: &mut dyn Transport) {
+    fn on_batch(&mut self, entries: Vec<Entry<'_>>, exchange: u64, out: &mut dyn Outlet) -> Intake {
         let batch = self.next_batch;
         self.next_batch += 1;
         self.batches.insert(
@@ -141,35 +203,51 @@ impl Session {
             PendingBatch {
                 pending: 1,
                 responses: Vec::new(),
+                exchange,
             },
         );
+        let mut answers = false;
         for entry in entries {
-            let reply = self.on_entry(entry, Some(batch), tx);
+            let reply = self.on_entry(entry, exchange, Some(batch), out);
             let pending = self
                 .batches
                 .get_mut(&batch)
                 .expect("the loop's own count keeps its batch registered");
             match reply {
-                Reply::Now(frame) => pending.responses.push(frame),
-                Reply::Later => pending.pending += 1,
+                Reply::Now(frame) => {
+                    answers = true;
+                    pending.responses.push(frame);
+                }
+                Reply::Later => {
+                    answers = true;
+                    pending.pending += 1;
+                }
                 Reply::Silent => {}
             }
         }
-        self.batch_entry_done(batch, None, tx);
+        let done = self.batch_entry_done(batch, None, out);
+        match (answers, done) {
+            (false, _) => Intake::Silent,
+            (true, true) => Intake::Answered,
+            (true, false) => Intake::Pending,
+        }
     }
 
-    fn on_entry(&mut self, entry: Entry<'_>, batch: Option<u64>, tx: &mut dyn Transport) -> Reply {
+    fn on_entry(
+        &mut self,
+        entry: Entry<'_>,
+        exchange: u64,
+        batch: Option<u64>,
+        out: &mut dyn Outlet,
+    ) -> Reply {
         match entry {
-            Entry::Request(request) => self.on_request(request, batch),
+            Entry::Request(request) => self.on_request(request, exchange, batch),
             Entry::Notification(notification) => {
-                self.on_notification(notification, tx);
+                self.on_notification(notification, out);
                 Reply::Silent
             }
-            Entry::Response => {
-                tracing::debug!(
-                    session = self.id,
-                    "dropping a response: this server sends no requests"
-                );
+            Entry::Response { id, outcome } => {
+                self.on_client_response(id, outcome);
                 Reply::Silent
             }
             Entry::Invalid { id, error } => {
@@ -178,7 +256,7 @@ impl Session {
         }
     }
 
-    fn on_request(&mut self, request: Request<'_>, batch: Option<u64>) -> Reply {
+    fn on_request(&mut self, request: Request<'_>, exchange: u64, batch: Option<u64>) -> Reply {
         self.shared.metrics.requests.inc();
         let span = tracing::debug_span!("request", session = self.id, id = %request.id, method = %request.method);
         let _entered = span.enter();
@@ -190,9 +268,9 @@ impl Session {
             Err(Error::ShuttingDown)
         } else {
             match self.route(&request, batch) {
-                Ok(dispatch::Route::Inline(result)) => Ok(Some(result)),
-                Ok(dispatch::Route::Worker(call)) => self
-                    .start_worker(request.id.clone(), call, batch)
+                Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
+                Ok(dispatch::Dispatch::Worker(job)) => self
+                    .start_worker(request.id.clone(), job, exchange, batch)
                     .map(|()| None),
                 Err(error) => Err(error),
             }
@@ -215,17 +293,17 @@ impl Session {
         }
     }
 
-    fn on_notification(&mut self, notification: Notification<'_>, tx: &mut dyn Transport) {
+    fn on_notification(&mut self, notification: Notification<'_>, out: &mut dyn Outlet) {
         match notification.method.as_ref() {
             // Requests are served once `initialize` is answered; the server sends no requests
-            // of its own that would have to wait for this.
+            // of its own before the client's tools ask for them.
             notifications::INITIALIZED => {
                 tracing::debug!(session = self.id, "notifications/initialized received")
             }
             notifications::CANCELLED => {
                 match crate::mcp::parse_object::<CancelledParams<'_>>(notification.params) {
                     Ok(params) => match RequestId::from_raw(params.request_id) {
-                        Some(id) => self.cancel(&id, tx),
+                        Some(id) => self.cancel(&id, out),
                         None => tracing::debug!(
                             session = self.id,
                             "cancel with an invalid requestId; ignored"
@@ -236,13 +314,36 @@ impl Session {
                     }
                 }
             }
+            notifications::ROOTS_LIST_CHANGED => {
+                tracing::debug!(session = self.id, "the client's roots changed");
+            }
             other => tracing::debug!(session = self.id, method = other, "notification ignored"),
         }
     }
 
+    /// A client's response to a request the server sent for a tool.
+    fn on_client_response(&mut self, id: RequestId, outcome: Result<&RawValue, &RawValue>) {
+        let pending = id
+            .as_json()
+            .parse::<u64>()
+            .ok()
+            .and_then(|server_id| self.client_requests.remove(&server_id));
+        let Some(pending) = pending else {
+            tracing::debug!(session = self.id, id = %id, "response to no request of ours; dropped");
+            return;
+        };
+        let answer = match outcome {
+            // Already checked to be JSON by the decoder.
+            Ok(result) => Ok(serde_json::from_str(result.get()).unwrap_or_default()),
+            Err(error) => Err(client_error(error)),
+        };
+        // The tool may have stopped waiting meanwhile; then nobody needs the answer.
+        let _ = pending.reply.send(answer);
+    }
+
     /// Stops a request in flight; no response will be sent for it. Unknown or finished ids
     /// are ignored, as the spec asks (the cancel may cross the response on the wire).
-    fn cancel(&mut self, id: &RequestId, tx: &mut dyn Transport) {
+    fn cancel(&mut self, id: &RequestId, out: &mut dyn Outlet) {
         let Some(entry) = self.in_flight.remove(id) else {
             tracing::debug!(session = self.id, id = %id, "cancel for a request not in flight; ignored");
             return;
@@ -252,13 +353,44 @@ impl Session {
         self.shared.metrics.cancelled.inc();
         tracing::debug!(session = self.id, id = %id, "cancelled");
         if let Some(batch) = entry.batch {
-            self.batch_entry_done(batch, None, tx);
+            self.batch_entry_done(batch, None, out);
         }
     }
 
-    pub fn on_worker_event(&mut self, event: WorkerEvent, tx: &mut dyn Transport) {
+    /// Handles everything waiting in the inbox: worker events in order, then list changes
+    /// and resource updates (one notification each, however many marks piled up).
+    pub fn on_inbox(&mut self, out: &mut dyn Outlet) {
+        while let Some(event) = self.inbox.take_event() {
+            self.on_event(event, out);
+        }
+        if !matches!(self.phase, Phase::Ready(_)) {
+            return;
+        }
+        let changes = self.inbox.take_changes();
+        for (change, method) in [
+            (Changes::TOOLS, notifications::TOOLS_LIST_CHANGED),
+            (Changes::RESOURCES, notifications::RESOURCES_LIST_CHANGED),
+            (Changes::PROMPTS, notifications::PROMPTS_LIST_CHANGED),
+        ] {
+            if changes.contains(change) {
+                out.send(encode_notification(method, &EmptyParams {}), Route::Session);
+            }
+        }
+        for uri in self.inbox.take_updated() {
+            #[derive(Serialize)]
+            struct Updated<'a> {
+                uri: &'a str,
+            }
+            out.send(
+                encode_notification(notifications::RESOURCES_UPDATED, &Updated { uri: &uri }),
+                Route::Session,
+            );
+        }
+    }
+
+    fn on_event(&mut self, event: SessionEvent, out: &mut dyn Outlet) {
         match event {
-            WorkerEvent::Finished { id, outcome } => {
+            SessionEvent::Finished { id, outcome } => {
                 let Some(entry) = self.in_flight.remove(&id) else {
                     tracing::debug!(session = self.id, id = %id, "dropping the result of a request no longer in flight");
                     return;
@@ -269,11 +401,13 @@ impl Session {
                     Err(error) => encode_error(Some(&id), &error.to_wire()),
                 };
                 match entry.batch {
-                    None => tx.send_text(frame),
-                    Some(batch) => self.batch_entry_done(batch, Some(frame), tx),
+                    None => out.send(frame, Route::Answer(entry.exchange)),
+                    Some(batch) => {
+                        self.batch_entry_done(batch, Some(frame), out);
+                    }
                 }
             }
-            WorkerEvent::Progress {
+            SessionEvent::Progress {
                 id,
                 progress,
                 total,
@@ -283,6 +417,7 @@ impl Session {
                 // its response, never after a cancel.
                 if let Some(InFlight {
                     progress_token: Some(token),
+                    exchange,
                     ..
                 }) = self.in_flight.get(&id)
                 {
@@ -292,35 +427,113 @@ impl Session {
                         total,
                         message: message.as_deref(),
                     };
-                    tx.send_text(encode_notification(notifications::PROGRESS, &params));
+                    out.send(
+                        encode_notification(notifications::PROGRESS, &params),
+                        Route::During(*exchange),
+                    );
                 }
             }
-            WorkerEvent::Log { id, level, data } => {
-                if level >= self.log_level && self.in_flight.contains_key(&id) {
-                    let params = LoggingMessageParams {
-                        level,
-                        logger: Some("mcp-ws"),
-                        data: &data,
-                    };
-                    tx.send_text(encode_notification(notifications::MESSAGE, &params));
+            SessionEvent::Log {
+                id,
+                level,
+                logger,
+                data,
+            } => {
+                if let Some(entry) = self.in_flight.get(&id) {
+                    if level >= self.inbox.log_level() {
+                        let params = LoggingMessageParams {
+                            level,
+                            logger: logger.as_deref(),
+                            data: &data,
+                        };
+                        out.send(
+                            encode_notification(notifications::MESSAGE, &params),
+                            Route::During(entry.exchange),
+                        );
+                    }
+                }
+            }
+            SessionEvent::ClientRequest(request) => self.send_client_request(request, out),
+            SessionEvent::ClientRequestAbandoned { server_id, reason } => {
+                if let Some(pending) = self.client_requests.remove(&server_id) {
+                    #[derive(Serialize)]
+                    #[serde(rename_all = "camelCase")]
+                    struct Cancelled<'a> {
+                        request_id: u64,
+                        reason: &'a str,
+                    }
+                    out.send(
+                        encode_notification(
+                            notifications::CANCELLED,
+                            &Cancelled {
+                                request_id: server_id,
+                                reason,
+                            },
+                        ),
+                        Route::During(pending.exchange),
+                    );
                 }
             }
         }
     }
 
-    fn batch_entry_done(&mut self, batch: u64, frame: Option<String>, tx: &mut dyn Transport) {
-        let hash_map::Entry::Occupied(mut slot) = self.batches.entry(batch) else {
+    /// Sends a tool's request to the client, on the stream of the exchange the tool runs
+    /// for, and remembers where its answer goes.
+    fn send_client_request(&mut self, request: ClientRequest, out: &mut dyn Outlet) {
+        let ClientRequest {
+            server_id,
+            on_behalf_of,
+            method,
+            params,
+            reply,
+        } = request;
+        let Some(entry) = self.in_flight.get(&on_behalf_of) else {
+            // The tool's own request is over; nobody waits for this answer.
+            let _ = reply.send(Err(ClientError::Disconnected));
             return;
+        };
+        #[derive(Serialize)]
+        struct Outgoing<'a> {
+            jsonrpc: &'static str,
+            id: u64,
+            method: &'a str,
+            params: &'a serde_json::Value,
+        }
+        let frame = serde_json::to_string(&Outgoing {
+            jsonrpc: "2.0",
+            id: server_id,
+            method,
+            params: &params,
+        })
+        .unwrap_or_default();
+        let exchange = entry.exchange;
+        self.client_requests
+            .insert(server_id, PendingClientRequest { reply, exchange });
+        out.send(frame, Route::During(exchange));
+    }
+
+    /// Settles one entry of a batch; sends the array when it was the last. Says whether the
+    /// batch is done.
+    fn batch_entry_done(
+        &mut self,
+        batch: u64,
+        frame: Option<String>,
+        out: &mut dyn Outlet,
+    ) -> bool {
+        let hash_map::Entry::Occupied(mut slot) = self.batches.entry(batch) else {
+            return true;
         };
         let pending = slot.get_mut();
         pending.pending -= 1;
         pending.responses.extend(frame);
-        if pending.pending == 0 {
-            let done = slot.remove();
-            if !done.responses.is_empty() {
-                tx.send_text(encode_batch(&done.responses));
-            }
+        if pending.pending > 0 {
+            return false;
         }
+        let done = slot.remove();
+        if !done.responses.is_empty() {
+            out.send(encode_batch(&done.responses), Route::Answer(done.exchange));
+        }
+        true
     }
 
     /// Shutdown began: refuse new requests, let those in flight finish.
@@ -328,17 +541,69 @@ impl Session {
         self.draining = true;
     }
 
+    /// Whether requests are still running.
     pub fn has_work_in_flight(&self) -> bool {
         !self.in_flight.is_empty()
     }
 
+    /// Whether `initialize` was answered.
+    pub fn is_initialized(&self) -> bool {
+        matches!(self.phase, Phase::Ready(_))
+    }
+
     /// Cancels every request in flight (the connection closed, or the grace ran out), each
     /// the way a client's cancel would: a batch cut short still sends the answers it
-    /// collected. (After a disconnect those frames go nowhere, which is harmless.)
-    pub fn cancel_all(&mut self, tx: &mut dyn Transport) {
+    /// collected. Requests sent to the client fail at once with "disconnected".
+    pub fn cancel_all(&mut self, out: &mut dyn Outlet) {
         let ids: Vec<RequestId> = self.in_flight.keys().cloned().collect();
         for id in ids {
-            self.cancel(&id, tx);
+            self.cancel(&id, out);
         }
+        for (_, pending) in self.client_requests.drain() {
+            let _ = pending.reply.send(Err(ClientError::Disconnected));
+        }
+    }
+
+    /// The client's name and version, once initialized.
+    pub fn client_info(&self) -> Option<(&str, &str)> {
+        match &self.phase {
+            Phase::Ready(n) => Some((
+                n.info.client_info.name.as_str(),
+                n.info.client_info.version.as_str(),
+            )),
+            Phase::AwaitingInit => None,
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Workers may outlive the session by a moment; what they post now goes nowhere.
+        self.inbox.close();
+    }
+}
+
+#[derive(Serialize)]
+struct EmptyParams {}
+
+fn client_error(error: &RawValue) -> ClientError {
+    #[derive(serde::Deserialize)]
+    struct ErrorObject {
+        code: i64,
+        message: String,
+        #[serde(default)]
+        data: Option<serde_json::Value>,
+    }
+    match serde_json::from_str::<ErrorObject>(error.get()) {
+        Ok(e) => ClientError::Rejected {
+            code: e.code,
+            message: e.message,
+            data: e.data,
+        },
+        Err(_) => ClientError::Rejected {
+            code: crate::jsonrpc::ErrorCode::INVALID_REQUEST.0 as i64,
+            message: "malformed error object".into(),
+            data: None,
+        },
     }
 }

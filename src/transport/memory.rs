@@ -2,11 +2,9 @@
 //! frames delivered to a channel. For in-process tests of the protocol core (the seed's
 //! "InMemoryTransport": assert on frames without a network).
 
-use crate::session::{Session, Transport};
+use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
 use crate::shared::Shared;
-use crate::worker::WorkerEvent;
 use actix::prelude::*;
-use std::rc::Rc;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -15,6 +13,7 @@ use tokio::sync::mpsc;
 #[rtype(result = "()")]
 pub struct ClientFrame(pub String);
 
+/// A session hosted by an actor with no socket; see the module docs.
 pub struct MemorySession {
     core: Session,
     /// Frames the server sends. Unbounded because the test reading them is the only
@@ -31,10 +30,17 @@ impl MemorySession {
     }
 }
 
-impl Transport for mpsc::UnboundedSender<String> {
-    fn send_text(&mut self, frame: String) {
+impl Outlet for mpsc::UnboundedSender<String> {
+    fn send(&mut self, frame: String, _route: Route) {
         // A closed receiver means the test is done with this session.
-        let _ = self.send(frame);
+        let _ = mpsc::UnboundedSender::send(self, frame);
+    }
+}
+
+impl SessionHost for MemorySession {
+    fn drain_inbox(&mut self, _ctx: &mut Self::Context) -> bool {
+        self.core.on_inbox(&mut self.outgoing);
+        true
     }
 }
 
@@ -42,7 +48,7 @@ impl Actor for MemorySession {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.core.attach(Rc::new(ctx.address().recipient()));
+        ctx.spawn(InboxPump::new(self.core.inbox().clone()));
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -54,14 +60,6 @@ impl Handler<ClientFrame> for MemorySession {
     type Result = ();
 
     fn handle(&mut self, frame: ClientFrame, _ctx: &mut Self::Context) {
-        self.core.on_text(&frame.0, &mut self.outgoing);
-    }
-}
-
-impl Handler<WorkerEvent> for MemorySession {
-    type Result = ();
-
-    fn handle(&mut self, event: WorkerEvent, _ctx: &mut Self::Context) {
-        self.core.on_worker_event(event, &mut self.outgoing);
+        self.core.on_text(&frame.0, 0, &mut self.outgoing);
     }
 }

@@ -1,24 +1,24 @@
 //! The WebSocket session actor: one per connection and the only writer to its socket.
 //!
 //! It owns the WebSocket plumbing and nothing of the protocol: text frames (continuations
-//! reassembled up to the message limit) go to the [`Session`] core; worker events come back
-//! through its mailbox. It also owns the heartbeat, the close codes, and shutdown.
+//! reassembled up to the message limit) go to the [`Session`] core, whose inbox (worker
+//! outcomes, progress, client requests, list changes) is drained by an [`InboxPump`] in this
+//! actor's context. It also owns the heartbeat, the close codes, and shutdown.
 //!
 //! Close codes: 1003 binary frames (text only), 1007 a reassembled message that is not
 //! UTF-8, 1009 a message over `limits.max_message_bytes`, 1002 a WebSocket protocol error,
 //! 1001 server shutdown or heartbeat timeout.
 
-use crate::session::{Session, Transport};
+use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
 use crate::shared::{SessionSlot, Shared, Shutdown};
-use crate::worker::WorkerEvent;
 use actix::prelude::*;
 use actix_http::ws::Item;
 use actix_web_actors::ws::{self, CloseCode, CloseReason, Message as WsMessage, ProtocolError};
 use bytes::BytesMut;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The WebSocket session actor; see the module docs.
 pub struct WsSession {
     core: Session,
     shared: Arc<Shared>,
@@ -36,6 +36,7 @@ pub struct WsSession {
 }
 
 impl WsSession {
+    /// A session for a connection that holds `slot`.
     pub fn new(shared: Arc<Shared>, slot: SessionSlot) -> Self {
         Self {
             core: Session::new(shared.clone(), slot.id()),
@@ -58,7 +59,8 @@ impl WsSession {
     }
 
     fn on_message(&mut self, text: &str, ctx: &mut ws::WebsocketContext<Self>) {
-        self.core.on_text(text, ctx);
+        // One socket: every exchange is answered on it, so they need no numbers.
+        self.core.on_text(text, 0, ctx);
         // A cancel may have taken the last request in flight during a drain.
         self.close_if_drained(ctx);
     }
@@ -126,9 +128,18 @@ impl WsSession {
     }
 }
 
-impl Transport for ws::WebsocketContext<WsSession> {
-    fn send_text(&mut self, frame: String) {
+impl Outlet for ws::WebsocketContext<WsSession> {
+    fn send(&mut self, frame: String, _route: Route) {
         self.text(frame);
+    }
+}
+
+impl SessionHost for WsSession {
+    fn drain_inbox(&mut self, ctx: &mut Self::Context) -> bool {
+        self.core.on_inbox(ctx);
+        // A worker's outcome may have been the last request in flight during a drain.
+        self.close_if_drained(ctx);
+        true
     }
 }
 
@@ -137,7 +148,7 @@ impl Actor for WsSession {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.slot.register(ctx.address().recipient());
-        self.core.attach(Rc::new(ctx.address().recipient()));
+        ctx.spawn(InboxPump::new(self.core.inbox().clone()));
         let interval = Duration::from_millis(self.shared.settings.heartbeat.interval_ms);
         ctx.run_interval(interval, Self::heartbeat);
         tracing::debug!(session = self.slot.id(), "session opened");
@@ -188,15 +199,6 @@ impl StreamHandler<Result<WsMessage, ProtocolError>> for WsSession {
                 self.close(ctx, CloseCode::Protocol, "websocket protocol error");
             }
         }
-    }
-}
-
-impl Handler<WorkerEvent> for WsSession {
-    type Result = ();
-
-    fn handle(&mut self, event: WorkerEvent, ctx: &mut Self::Context) {
-        self.core.on_worker_event(event, ctx);
-        self.close_if_drained(ctx);
     }
 }
 

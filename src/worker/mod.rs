@@ -1,7 +1,8 @@
 //! The per-request worker actor. The session starts one `RequestWorker` for each request
-//! that awaits (today `tools/call`); it waits for a slot in the global pool, runs the work
-//! under a deadline, and reports back to its session with messages: progress and log lines
-//! while it runs, exactly one `Finished` at the end.
+//! that runs user code (a tool call, a resource read, a prompt render, a completion); it
+//! waits for a slot in the global pool, runs the work under a deadline, and reports back to
+//! its session through the session's inbox: progress, log lines and client requests while
+//! it runs (through the request's context), exactly one `Finished` at the end.
 //!
 //! A worker runs at once on its session's task, as far as it gets without waiting; work that
 //! waits continues on a task of its own (see [`RequestWorker::run`]).
@@ -11,16 +12,12 @@
 //! pool permit is returned. The worker never touches the socket; its session decides what to
 //! write (and drops whatever arrives for a request no longer in flight).
 
-mod context;
-
-pub use context::{CancelFlag, SessionInfo, ToolContext};
-
+use crate::context::{CancelFlag, Deadline, RequestContext, SessionInfo};
+use crate::inbox::{Inbox, SessionEvent};
 use crate::jsonrpc::RequestId;
 use crate::mcp::Error;
-use crate::mcp::LogLevel;
 use crate::shared::Shared;
 use actix::prelude::*;
-use context::Deadline;
 use futures_util::future::{poll_immediate, LocalBoxFuture};
 use futures_util::FutureExt;
 use std::future::Future;
@@ -32,37 +29,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::{SemaphorePermit, TryAcquireError};
 use tracing::Instrument;
 
-/// The work a worker runs: given the tool context, the encoded response frame (serialized
-/// straight into the frame, see `jsonrpc::encode_result_with`) or an error.
-pub type Work = Box<dyn FnOnce(ToolContext) -> LocalBoxFuture<'static, Result<String, Error>>>;
-
-/// Where a session's workers send their events: the session actor's address, made once per
-/// session and shared by its workers and their tool contexts. (Cloning a `Recipient`
-/// allocates three times; cloning this `Rc` does not.)
-pub type SessionInbox = Rc<Recipient<WorkerEvent>>;
-
-/// Worker → session messages.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub enum WorkerEvent {
-    Progress {
-        id: RequestId,
-        progress: f64,
-        total: Option<f64>,
-        message: Option<String>,
-    },
-    Log {
-        id: RequestId,
-        level: LogLevel,
-        data: serde_json::Value,
-    },
-    /// The last message of every worker that was not cancelled: the response frame, or the
-    /// error to answer with.
-    Finished {
-        id: RequestId,
-        outcome: Result<String, Error>,
-    },
-}
+/// The work a worker runs: given the request's id and context, the encoded response frame
+/// (serialized straight into the frame, see `jsonrpc::encode_result_with`) or an error.
+pub type Work =
+    Box<dyn FnOnce(RequestId, RequestContext) -> LocalBoxFuture<'static, Result<String, Error>>>;
 
 /// Session → worker: stop now, send nothing more.
 #[derive(Debug, Message)]
@@ -76,8 +46,9 @@ pub struct Job {
     /// Run-time limit, counted from admission into the pool.
     pub timeout: Duration,
     pub wants_progress: bool,
-    pub session: SessionInbox,
-    pub session_info: SessionInfo,
+    /// The session's inbox, where the outcome and everything the work reports go.
+    pub inbox: Rc<Inbox>,
+    pub session: SessionInfo,
     pub shared: Arc<Shared>,
     /// The worker's span, a child of the request's (session, id, method): the work and its
     /// outcome are logged inside it.
@@ -125,7 +96,7 @@ impl RequestWorker {
     /// The worker's context, its work spawned in it, as a future not yet polled.
     fn prepare(mut job: Job) -> (Addr<Self>, WorkerFuture) {
         let mut context = Context::new();
-        let session = job.session.clone();
+        let inbox = job.inbox.clone();
         let id = job.id.clone();
         let cancel = CancelFlag::default();
         // `execute` has no use for the span: it runs inside it.
@@ -144,7 +115,7 @@ impl RequestWorker {
                         "worker finished"
                     );
                 }
-                session.do_send(WorkerEvent::Finished { id, outcome });
+                inbox.post(SessionEvent::Finished { id, outcome });
                 ctx.stop();
             }),
         );
@@ -194,17 +165,18 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
         job.timeout,
         Duration::from_millis(limits.max_request_timeout_ms),
     );
-    let ctx = ToolContext::new(
-        job.id,
+    let ctx = RequestContext::new(
+        job.id.clone(),
+        job.inbox,
         job.session,
-        job.wants_progress,
-        Duration::from_millis(shared.settings.progress.min_interval_ms),
+        job.wants_progress
+            .then(|| Duration::from_millis(shared.settings.progress.min_interval_ms)),
         deadline,
         cancel,
-        job.session_info,
+        Duration::from_millis(shared.settings.client_requests.timeout_ms),
     );
     let clock = ctx.clone();
-    let mut work = AssertUnwindSafe((job.work)(ctx)).catch_unwind();
+    let mut work = AssertUnwindSafe((job.work)(job.id, ctx)).catch_unwind();
     // Work that is ready at once never arms the deadline's timer.
     let outcome = match poll_immediate(&mut work).await {
         Some(outcome) => Some(outcome),
@@ -248,7 +220,7 @@ async fn wait_for_slot(shared: &Shared) -> Result<SemaphorePermit<'_>, Error> {
 }
 
 /// The work's output, or `None` once the (possibly extended) deadline has passed.
-async fn before_deadline<F: Future + Unpin>(work: F, clock: &ToolContext) -> Option<F::Output> {
+async fn before_deadline<F: Future + Unpin>(work: F, clock: &RequestContext) -> Option<F::Output> {
     tokio::select! {
         biased;
         outcome = work => Some(outcome),

@@ -7,11 +7,9 @@
 pub mod process;
 
 use futures_util::{SinkExt, StreamExt};
-use mcp_ws::config::Settings;
-use mcp_ws::mcp::CallToolResult;
-use mcp_ws::registry::{Arguments, Registry, Tool, ToolError, ToolFuture};
-use mcp_ws::server::{self, RunningServer};
-use mcp_ws::worker::ToolContext;
+use mcp_ws::model::CallToolResult;
+use mcp_ws::tool::{Arguments, ToolFuture, ToolHandler};
+use mcp_ws::{RequestContext, RunningServer, Server, ServerBuilder, Settings, Tool, ToolError};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -35,41 +33,42 @@ pub fn settings() -> Settings {
     s
 }
 
+/// The demo set, as the binary serves it by default.
 pub fn start(settings: Settings) -> RunningServer {
-    start_with(settings, mcp_ws::builtins::registry())
+    start_with(settings, |builder| builder)
 }
 
-pub fn start_with(settings: Settings, registry: Registry) -> RunningServer {
+/// The demo set plus whatever `extra` adds, through the public builder.
+pub fn start_with(
+    settings: Settings,
+    extra: impl FnOnce(ServerBuilder) -> ServerBuilder,
+) -> RunningServer {
     mcp_ws::telemetry::init("warn");
-    server::spawn_with(settings, registry).expect("server starts")
+    extra(mcp_ws::builtins::demo(Server::builder().settings(settings)))
+        .build()
+        .expect("server builds")
+        .spawn()
+        .expect("server starts")
 }
 
 /// The built-in tools plus `hold` (see [`Hold`]); returns the server and the gate.
 pub fn start_with_gate(settings: Settings) -> (RunningServer, Arc<Semaphore>) {
     let gate = Arc::new(Semaphore::new(0));
-    let registry = mcp_ws::builtins::registry();
-    registry.add_tool(Hold(gate.clone()));
-    (start_with(settings, registry), gate)
+    let hold = Tool::from_handler(
+        "hold",
+        "Waits until the test opens the gate.",
+        json!({"type": "object"}),
+        Hold(gate.clone()),
+    );
+    (start_with(settings, |b| b.tool(hold)), gate)
 }
 
 /// A tool that finishes only when the test adds a permit to its gate: work "in flight" for
 /// exactly as long as the test wants, with no timing involved.
 pub struct Hold(pub Arc<Semaphore>);
 
-impl Tool for Hold {
-    fn name(&self) -> &str {
-        "hold"
-    }
-
-    fn description(&self) -> &str {
-        "Waits until the test opens the gate."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-
-    fn call(&self, _arguments: Arguments, _ctx: ToolContext) -> ToolFuture {
+impl ToolHandler for Hold {
+    fn call(&self, _arguments: Arguments, _ctx: RequestContext) -> ToolFuture {
         let gate = self.0.clone();
         Box::pin(async move {
             let _permit = gate

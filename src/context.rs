@@ -1,0 +1,579 @@
+//! The context a tool call, resource read, prompt render or completion runs with: report
+//! progress, log to the client, notice cancellation, know the session (negotiated version,
+//! client capabilities and info), and ask the client things (its roots, a model completion,
+//! input from the user).
+//!
+//! The context knows nothing of how the request runs: it talks to its session through the
+//! session's [`Inbox`](crate::inbox::Inbox) only. [`RequestContext::test`] makes one without
+//! any server, for unit tests of a tool.
+//!
+//! Progress is throttled here (at most one report per `progress.min_interval_ms`, only
+//! strictly increasing values) and log lines below the session's level are dropped here, so
+//! what reaches the session is bounded at its source. Each progress report that goes out
+//! also moves the request's deadline forward, up to the hard maximum.
+
+use crate::inbox::{ClientError, ClientRequest, Inbox, SessionEvent};
+use crate::jsonrpc::RequestId;
+use crate::model::{
+    CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitResult, Implementation,
+    LogLevel, ProtocolVersion, Root,
+};
+use serde::Serialize;
+use serde_json::Value;
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// What a request may know about the session it came from.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    /// The protocol version the session negotiated.
+    pub protocol_version: ProtocolVersion,
+    /// The capabilities the client declared (`initialize` params' `capabilities`).
+    pub client_capabilities: Arc<Value>,
+    /// The client's name and version.
+    pub client_info: Arc<Implementation>,
+}
+
+impl SessionInfo {
+    /// Whether the client declared `capability` (a top-level member of its capabilities).
+    pub fn client_has(&self, capability: &str) -> bool {
+        self.client_capabilities.get(capability).is_some()
+    }
+}
+
+/// Set when the request is cancelled (or timed out). The request's future is dropped then
+/// anyway; the flag is for work handed to other threads (`spawn_blocking`).
+#[derive(Debug, Clone, Default)]
+pub struct CancelFlag(Arc<AtomicBool>);
+
+impl CancelFlag {
+    /// Whether the request was cancelled.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Why a request to the client got no usable answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClientRequestError {
+    /// The client did not declare the capability this request needs (or the session's
+    /// version does not have it), so it was not sent.
+    #[error("the client does not support {capability}")]
+    NotSupported {
+        /// The missing capability (`roots`, `sampling`, `elicitation.form`, …).
+        capability: &'static str,
+    },
+    /// The client answered with an error.
+    #[error("the client refused: {message} ({code})")]
+    Rejected {
+        /// Its JSON-RPC error code.
+        code: i64,
+        /// Its message.
+        message: String,
+    },
+    /// No answer within `client_requests.timeout_ms`; the request was cancelled.
+    #[error("the client did not answer within {timeout_ms} ms")]
+    TimedOut {
+        /// The timeout.
+        timeout_ms: u64,
+    },
+    /// The session ended before an answer came.
+    #[error("the client disconnected")]
+    Disconnected,
+    /// The answer does not have the expected shape (or, for a form, does not match the
+    /// requested schema).
+    #[error("the client's answer is invalid: {0}")]
+    InvalidResponse(String),
+}
+
+/// A request's deadline: `timeout` from start, moved forward by progress, never past
+/// `start + hard_max`.
+#[derive(Debug)]
+pub(crate) struct Deadline {
+    at: Cell<Instant>,
+    hard: Instant,
+    extension: Duration,
+}
+
+impl Deadline {
+    pub(crate) fn new(timeout: Duration, hard_max: Duration) -> Self {
+        let now = Instant::now();
+        Self {
+            at: Cell::new(now + timeout),
+            hard: now + hard_max.max(timeout),
+            extension: timeout,
+        }
+    }
+
+    fn extend(&self) {
+        let proposed = (Instant::now() + self.extension).min(self.hard);
+        if proposed > self.at.get() {
+            self.at.set(proposed);
+        }
+    }
+
+    /// Resolves once the (possibly extended) deadline has passed.
+    pub(crate) async fn expired(&self) {
+        loop {
+            let at = self.at.get();
+            tokio::time::sleep_until(at.into()).await;
+            if Instant::now() >= self.at.get() {
+                return;
+            }
+        }
+    }
+}
+
+/// How progress is reported: only when the client sent a progress token.
+#[derive(Debug)]
+struct ProgressGate {
+    min_interval: Duration,
+    last: Cell<Option<(Instant, f64)>>,
+}
+
+/// The context of one request (a tool call, a resource read, a prompt render or a
+/// completion). Cheap to clone; all clones are the same context.
+///
+/// ```
+/// use mcp_ws::{RequestContext, model::LogLevel};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let (ctx, probe) = RequestContext::test().progress_token().build();
+/// ctx.report_progress(1.0, Some(2.0), None);
+/// ctx.log(LogLevel::Info, "halfway");
+/// assert_eq!(probe.progress(), vec![(1.0, Some(2.0))]);
+/// assert_eq!(probe.logs().len(), 1);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RequestContext {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
+    id: RequestId,
+    inbox: Rc<Inbox>,
+    session: SessionInfo,
+    progress: Option<ProgressGate>,
+    deadline: Deadline,
+    cancel: CancelFlag,
+    client_timeout: Duration,
+    /// Answers client requests in a test context instead of a session.
+    test_client: Option<Rc<TestClientFn>>,
+}
+
+type TestClientFn = dyn Fn(&str, &Value) -> Result<Value, ClientError>;
+
+impl RequestContext {
+    pub(crate) fn new(
+        id: RequestId,
+        inbox: Rc<Inbox>,
+        session: SessionInfo,
+        progress_interval: Option<Duration>,
+        deadline: Deadline,
+        cancel: CancelFlag,
+        client_timeout: Duration,
+    ) -> Self {
+        Self {
+            inner: Rc::new(Inner {
+                id,
+                inbox,
+                session,
+                progress: progress_interval.map(|min_interval| ProgressGate {
+                    min_interval,
+                    last: Cell::new(None),
+                }),
+                deadline,
+                cancel,
+                client_timeout,
+                test_client: None,
+            }),
+        }
+    }
+
+    /// A context for unit tests, with no server behind it; see [`TestContextBuilder`].
+    pub fn test() -> TestContextBuilder {
+        TestContextBuilder::default()
+    }
+
+    /// The id of the request, as the client sent it (JSON text).
+    pub fn request_id(&self) -> &str {
+        self.inner.id.as_json()
+    }
+
+    /// The session the request came from.
+    pub fn session(&self) -> &SessionInfo {
+        &self.inner.session
+    }
+
+    /// The session's negotiated protocol version.
+    pub fn protocol_version(&self) -> ProtocolVersion {
+        self.inner.session.protocol_version
+    }
+
+    /// Reports progress. Does nothing when the client sent no progress token; drops values
+    /// that do not increase, and reports closer than `progress.min_interval_ms` to the last.
+    pub fn report_progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let inner = &self.inner;
+        let Some(gate) = &inner.progress else {
+            return;
+        };
+        if !progress.is_finite() {
+            return;
+        }
+        let now = Instant::now();
+        if let Some((at, last)) = gate.last.get() {
+            if progress <= last || now.duration_since(at) < gate.min_interval {
+                return;
+            }
+        }
+        gate.last.set(Some((now, progress)));
+        inner.deadline.extend();
+        inner.inbox.post(SessionEvent::Progress {
+            id: inner.id.clone(),
+            progress,
+            total,
+            message: message.map(str::to_owned),
+        });
+    }
+
+    /// Sends a log line to the client (`notifications/message`) if it is at or above the
+    /// session's level; below it, nothing is sent or queued.
+    pub fn log(&self, level: LogLevel, data: impl Serialize) {
+        self.log_to(level, None, data);
+    }
+
+    /// [`log`](Self::log) naming the logger.
+    pub fn log_to(&self, level: LogLevel, logger: Option<&str>, data: impl Serialize) {
+        let inner = &self.inner;
+        if level < inner.inbox.log_level() {
+            return;
+        }
+        let Ok(data) = serde_json::to_value(data) else {
+            return;
+        };
+        inner.inbox.post(SessionEvent::Log {
+            id: inner.id.clone(),
+            level,
+            logger: logger.map(str::to_owned),
+            data,
+        });
+    }
+
+    /// A flag set once the request is cancelled, for work on other threads.
+    pub fn cancel_flag(&self) -> CancelFlag {
+        self.inner.cancel.clone()
+    }
+
+    /// Whether the request was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_set()
+    }
+
+    /// Resolves once the request's (possibly extended) deadline has passed.
+    pub(crate) async fn deadline_expired(&self) {
+        self.inner.deadline.expired().await;
+    }
+
+    /// Asks the client for its roots (`roots/list`).
+    ///
+    /// # Errors
+    /// [`ClientRequestError::NotSupported`] when the client did not declare `roots`; the
+    /// other variants when it answers with an error, late, wrongly, or not at all.
+    pub async fn list_roots(&self) -> Result<Vec<Root>, ClientRequestError> {
+        #[derive(serde::Deserialize)]
+        struct ListRootsResult {
+            roots: Vec<Root>,
+        }
+        self.require("roots", true)?;
+        let result: ListRootsResult = parse(
+            self.ask("roots/list", Value::Object(Default::default()))
+                .await?,
+        )?;
+        Ok(result.roots)
+    }
+
+    /// Asks the client for a model completion (`sampling/createMessage`).
+    ///
+    /// # Errors
+    /// As for [`list_roots`](Self::list_roots); the capability is `sampling`.
+    pub async fn create_message(
+        &self,
+        request: CreateMessageRequest,
+    ) -> Result<CreateMessageResult, ClientRequestError> {
+        self.require("sampling", true)?;
+        let params = serde_json::to_value(&request)
+            .map_err(|e| ClientRequestError::InvalidResponse(e.to_string()))?;
+        parse(self.ask("sampling/createMessage", params).await?)
+    }
+
+    /// Asks the user for input (`elicitation/create`): a form, whose answer is checked
+    /// against the requested schema, or (2025-11-25) a URL to visit.
+    ///
+    /// # Errors
+    /// As for [`list_roots`](Self::list_roots); the capability is `elicitation` (form mode)
+    /// or `elicitation.url` on a 2025-11-25 session (URL mode). An accepted form whose
+    /// content does not match the schema is [`ClientRequestError::InvalidResponse`].
+    pub async fn elicit(&self, request: ElicitRequest) -> Result<ElicitResult, ClientRequestError> {
+        let session = &self.inner.session;
+        let elicitation = session.client_capabilities.get("elicitation");
+        match &request {
+            ElicitRequest::Form { .. } => {
+                // An empty `elicitation: {}` declares form mode (2025-11-25 compatibility rule).
+                let form =
+                    elicitation.is_some_and(|e| e.get("form").is_some() || e.get("url").is_none());
+                if !form || !session.protocol_version.has_titles_and_meta() {
+                    return Err(ClientRequestError::NotSupported {
+                        capability: "elicitation.form",
+                    });
+                }
+            }
+            ElicitRequest::Url { .. } => {
+                let url = elicitation.is_some_and(|e| e.get("url").is_some());
+                if !url || !session.protocol_version.has_icons() {
+                    return Err(ClientRequestError::NotSupported {
+                        capability: "elicitation.url",
+                    });
+                }
+            }
+        }
+        let result: ElicitResult =
+            parse(self.ask("elicitation/create", request.to_params()).await?)?;
+        if let (
+            ElicitRequest::Form {
+                requested_schema, ..
+            },
+            crate::model::ElicitAction::Accept,
+        ) = (&request, result.action)
+        {
+            let content = Value::Object(result.content.clone().unwrap_or_default());
+            crate::schema::check(requested_schema, &content)
+                .map_err(ClientRequestError::InvalidResponse)?;
+        }
+        Ok(result)
+    }
+
+    fn require(&self, capability: &'static str, gate: bool) -> Result<(), ClientRequestError> {
+        if gate && self.inner.session.client_has(capability) {
+            Ok(())
+        } else {
+            Err(ClientRequestError::NotSupported { capability })
+        }
+    }
+
+    /// Sends a request to the client and waits for its answer, at most
+    /// `client_requests.timeout_ms`. If this future is dropped first (the request was
+    /// cancelled, or the tool stopped waiting), the client is told with
+    /// `notifications/cancelled`.
+    async fn ask(&self, method: &'static str, params: Value) -> Result<Value, ClientRequestError> {
+        let inner = &self.inner;
+        if let Some(client) = &inner.test_client {
+            return client(method, &params).map_err(client_error);
+        }
+        let server_id = inner.inbox.next_server_id();
+        let (reply, answer) = oneshot::channel();
+        inner.inbox.post(SessionEvent::ClientRequest(ClientRequest {
+            server_id,
+            on_behalf_of: inner.id.clone(),
+            method,
+            params,
+            reply,
+        }));
+        let mut guard = AbandonOnDrop {
+            inbox: &inner.inbox,
+            server_id,
+            reason: Some("the request that asked was cancelled"),
+        };
+        match tokio::time::timeout(inner.client_timeout, answer).await {
+            Ok(Ok(outcome)) => {
+                guard.reason = None;
+                outcome.map_err(client_error)
+            }
+            Ok(Err(_session_gone)) => {
+                guard.reason = None;
+                Err(ClientRequestError::Disconnected)
+            }
+            Err(_elapsed) => {
+                guard.reason = Some("timed out");
+                Err(ClientRequestError::TimedOut {
+                    timeout_ms: inner.client_timeout.as_millis() as u64,
+                })
+            }
+        }
+    }
+}
+
+/// Tells the session a client request will not be waited for any more (unless disarmed).
+struct AbandonOnDrop<'a> {
+    inbox: &'a Inbox,
+    server_id: u64,
+    reason: Option<&'static str>,
+}
+
+impl Drop for AbandonOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(reason) = self.reason {
+            self.inbox.post(SessionEvent::ClientRequestAbandoned {
+                server_id: self.server_id,
+                reason,
+            });
+        }
+    }
+}
+
+fn client_error(error: ClientError) -> ClientRequestError {
+    match error {
+        ClientError::Rejected { code, message, .. } => {
+            ClientRequestError::Rejected { code, message }
+        }
+        ClientError::Disconnected => ClientRequestError::Disconnected,
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ClientRequestError> {
+    serde_json::from_value(value).map_err(|e| ClientRequestError::InvalidResponse(e.to_string()))
+}
+
+/// Builds a [`RequestContext`] for a unit test, and a [`ContextProbe`] to look at what it
+/// sent.
+///
+/// ```
+/// use mcp_ws::RequestContext;
+/// use serde_json::json;
+/// let (ctx, _probe) = RequestContext::test()
+///     .client_capabilities(json!({"roots": {}}))
+///     .client(|method, _params| match method {
+///         "roots/list" => Ok(json!({"roots": [{"uri": "file:///work"}]})),
+///         _ => Err("not in this test".into()),
+///     })
+///     .build();
+/// # let _ = ctx;
+/// ```
+pub struct TestContextBuilder {
+    version: ProtocolVersion,
+    capabilities: Value,
+    progress: bool,
+    client: Option<Rc<TestClientFn>>,
+}
+
+impl Default for TestContextBuilder {
+    fn default() -> Self {
+        Self {
+            version: ProtocolVersion::LATEST,
+            capabilities: Value::Object(Default::default()),
+            progress: false,
+            client: None,
+        }
+    }
+}
+
+impl TestContextBuilder {
+    /// The session's protocol version (default: the newest).
+    pub fn version(mut self, version: ProtocolVersion) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// The client's declared capabilities (default: none).
+    pub fn client_capabilities(mut self, capabilities: Value) -> Self {
+        self.capabilities = capabilities;
+        self
+    }
+
+    /// The request carries a progress token, so progress is reported.
+    pub fn progress_token(mut self) -> Self {
+        self.progress = true;
+        self
+    }
+
+    /// Answers the context's client requests: `(method, params)` to the result, or an error
+    /// message (answered as a client error with code -32603).
+    pub fn client(
+        mut self,
+        answer: impl Fn(&str, &Value) -> Result<Value, String> + 'static,
+    ) -> Self {
+        self.client = Some(Rc::new(move |method, params| {
+            answer(method, params).map_err(|message| ClientError::Rejected {
+                code: -32603,
+                message,
+                data: None,
+            })
+        }));
+        self
+    }
+
+    /// The context and its probe.
+    pub fn build(self) -> (RequestContext, ContextProbe) {
+        let inbox = Rc::new(Inbox::default());
+        inbox.set_log_level(LogLevel::Debug);
+        let id = RequestId::from_number(1);
+        let session = SessionInfo {
+            protocol_version: self.version,
+            client_capabilities: Arc::new(self.capabilities),
+            client_info: Arc::new(Implementation::new("test", "0")),
+        };
+        let hour = Duration::from_secs(3600);
+        let mut ctx = RequestContext::new(
+            id,
+            inbox.clone(),
+            session,
+            self.progress.then_some(Duration::ZERO),
+            Deadline::new(hour, hour),
+            CancelFlag::default(),
+            hour,
+        );
+        if let Some(inner) = Rc::get_mut(&mut ctx.inner) {
+            inner.test_client = self
+                .client
+                .or_else(|| Some(Rc::new(|_: &str, _: &Value| Err(ClientError::Disconnected))));
+        }
+        (ctx, ContextProbe { inbox })
+    }
+}
+
+/// What a test context sent: its progress reports and log lines.
+pub struct ContextProbe {
+    inbox: Rc<Inbox>,
+}
+
+impl ContextProbe {
+    /// Progress reports so far, as `(progress, total)`; reading takes them.
+    pub fn progress(&self) -> Vec<(f64, Option<f64>)> {
+        self.take(|event| match event {
+            SessionEvent::Progress {
+                progress, total, ..
+            } => Some((*progress, *total)),
+            _ => None,
+        })
+    }
+
+    /// Log lines so far, as `(level, data)`; reading takes them.
+    pub fn logs(&self) -> Vec<(LogLevel, Value)> {
+        self.take(|event| match event {
+            SessionEvent::Log { level, data, .. } => Some((*level, data.clone())),
+            _ => None,
+        })
+    }
+
+    fn take<T>(&self, pick: impl Fn(&SessionEvent) -> Option<T>) -> Vec<T> {
+        let mut picked = Vec::new();
+        let mut others = Vec::new();
+        while let Some(event) = self.inbox.take_event() {
+            match pick(&event) {
+                Some(value) => picked.push(value),
+                None => others.push(event),
+            }
+        }
+        for event in others {
+            self.inbox.post(event);
+        }
+        picked
+    }
+}

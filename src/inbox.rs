@@ -1,0 +1,251 @@
+//! A session's inbox: the queue through which its requests' workers and tool contexts talk
+//! back to it (progress, log lines, client requests, the final outcome), and the marks the
+//! change bus leaves on it (list changes, updated resources).
+//!
+//! A session and everything it started live on one thread (its actix arbiter), so the inbox
+//! is a plain queue and a waker behind an `Rc`: posting is a push and, if the session sleeps,
+//! a wake. It belongs to the session core, not to the actor hosting it, so when a session
+//! moves to another host (its socket dropped and it waits for a resume), its inbox, with
+//! every event not yet handled, in order, goes with it.
+//!
+//! The queue is fed only by producers bounded at their source (at most
+//! `max_in_flight_per_session` workers, each with throttled progress and log lines, a
+//! bounded number of client requests and exactly one outcome), so it has no cap of its own.
+
+use crate::jsonrpc::RequestId;
+use crate::mcp::{Error, LogLevel};
+use serde_json::Value;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::task::Waker;
+use tokio::sync::oneshot;
+
+/// What a session's requests tell it.
+#[derive(Debug)]
+pub enum SessionEvent {
+    /// A progress report of request `id` (already throttled and increasing).
+    Progress {
+        id: RequestId,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    },
+    /// A log line of request `id`, for `notifications/message`.
+    Log {
+        id: RequestId,
+        level: LogLevel,
+        logger: Option<String>,
+        data: Value,
+    },
+    /// A tool asks the client something (`roots/list`, `sampling/createMessage`,
+    /// `elicitation/create`).
+    ClientRequest(ClientRequest),
+    /// A client request's asker stopped waiting (its tool finished, was cancelled, or timed
+    /// out waiting): forget it, and tell the client.
+    ClientRequestAbandoned {
+        server_id: u64,
+        reason: &'static str,
+    },
+    /// The last event of every request that ran in a worker: its response frame, or the error
+    /// to answer with.
+    Finished {
+        id: RequestId,
+        outcome: Result<String, Error>,
+    },
+}
+
+/// A request from the server to the client, made by a tool.
+#[derive(Debug)]
+pub struct ClientRequest {
+    /// The id the server gives it on the wire (unique in the session).
+    pub server_id: u64,
+    /// The request of the tool that asks.
+    pub on_behalf_of: RequestId,
+    pub method: &'static str,
+    pub params: Value,
+    /// Where the client's answer goes: its `result`, or its error object.
+    pub reply: oneshot::Sender<Result<Value, ClientError>>,
+}
+
+/// A client's error response to a server request, or why there will be none.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientError {
+    /// The client answered with a JSON-RPC error.
+    Rejected {
+        code: i64,
+        message: String,
+        data: Option<Value>,
+    },
+    /// The session ended (or its connection dropped) before an answer came.
+    Disconnected,
+}
+
+/// Which lists changed since the session last looked (one bit each).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changes(u8);
+
+impl Changes {
+    pub const TOOLS: Self = Self(1);
+    pub const RESOURCES: Self = Self(2);
+    pub const PROMPTS: Self = Self(4);
+
+    pub fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0 && other.0 != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn union(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+}
+
+/// A session's inbox. See the module docs.
+#[derive(Debug, Default)]
+pub struct Inbox {
+    events: RefCell<VecDeque<SessionEvent>>,
+    waker: RefCell<Option<Waker>>,
+    changes: Cell<Changes>,
+    /// Subscribed resource URIs with an update not yet sent.
+    updated: RefCell<Vec<String>>,
+    /// The resource URIs the session subscribed to.
+    subscriptions: RefCell<std::collections::HashSet<String>>,
+    next_server_id: Cell<u64>,
+    /// The least severe level the client wants as `notifications/message`; contexts drop
+    /// lines below it before they are queued.
+    log_level: Cell<Option<LogLevel>>,
+    /// Set when the session is gone: what is posted after that is dropped at once.
+    closed: Cell<bool>,
+}
+
+impl Inbox {
+    /// Posts an event; wakes the session if it sleeps.
+    pub fn post(&self, event: SessionEvent) {
+        if self.closed.get() {
+            return;
+        }
+        self.events.borrow_mut().push_back(event);
+        self.wake();
+    }
+
+    /// The next event, oldest first.
+    pub fn take_event(&self) -> Option<SessionEvent> {
+        self.events.borrow_mut().pop_front()
+    }
+
+    /// Marks lists as changed; the session sends one `list_changed` per list however many
+    /// marks pile up before it looks.
+    pub fn mark_changed(&self, changes: Changes) {
+        if self.closed.get() {
+            return;
+        }
+        let before = self.changes.get();
+        let after = before.union(changes);
+        if after != before {
+            self.changes.set(after);
+            self.wake();
+        }
+    }
+
+    /// Takes the list changes marked since the last call.
+    pub fn take_changes(&self) -> Changes {
+        self.changes.replace(Changes::default())
+    }
+
+    /// Marks `uri` as updated if the session subscribed to it; says whether it did.
+    pub fn mark_updated(&self, uri: &str) -> bool {
+        if self.closed.get() || !self.subscriptions.borrow().contains(uri) {
+            return false;
+        }
+        let mut updated = self.updated.borrow_mut();
+        if !updated.iter().any(|u| u == uri) {
+            updated.push(uri.to_owned());
+        }
+        drop(updated);
+        self.wake();
+        true
+    }
+
+    /// Marks every subscribed URI as updated (the fan-out lost track of what changed).
+    pub fn mark_all_subscriptions_updated(&self) {
+        let all: Vec<String> = self.subscriptions.borrow().iter().cloned().collect();
+        for uri in all {
+            self.mark_updated(&uri);
+        }
+    }
+
+    /// Takes the updated URIs marked since the last call.
+    pub fn take_updated(&self) -> Vec<String> {
+        std::mem::take(&mut self.updated.borrow_mut())
+    }
+
+    /// Subscribes to updates of `uri`, unless the session already has `max` subscriptions.
+    /// Says whether the session is (now) subscribed.
+    pub fn subscribe(&self, uri: &str, max: usize) -> bool {
+        let mut subscriptions = self.subscriptions.borrow_mut();
+        if subscriptions.contains(uri) {
+            return true;
+        }
+        if subscriptions.len() >= max {
+            return false;
+        }
+        subscriptions.insert(uri.to_owned());
+        true
+    }
+
+    /// Ends a subscription; says whether there was one.
+    pub fn unsubscribe(&self, uri: &str) -> bool {
+        self.updated.borrow_mut().retain(|u| u != uri);
+        self.subscriptions.borrow_mut().remove(uri)
+    }
+
+    /// The session's log level (`Debug` until set).
+    pub fn log_level(&self) -> LogLevel {
+        self.log_level.get().unwrap_or(LogLevel::Debug)
+    }
+
+    /// Sets the session's log level.
+    pub fn set_log_level(&self, level: LogLevel) {
+        self.log_level.set(Some(level));
+    }
+
+    /// A fresh id for a server → client request.
+    pub fn next_server_id(&self) -> u64 {
+        let id = self.next_server_id.get() + 1;
+        self.next_server_id.set(id);
+        id
+    }
+
+    /// Remembers who to wake; called by the session's host before it drains the inbox.
+    pub fn register(&self, waker: &Waker) {
+        let mut slot = self.waker.borrow_mut();
+        match slot.as_ref() {
+            Some(current) if current.will_wake(waker) => {}
+            _ => *slot = Some(waker.clone()),
+        }
+    }
+
+    /// The session is gone: drop what is queued and whatever comes later.
+    pub fn close(&self) {
+        self.closed.set(true);
+        self.events.borrow_mut().clear();
+        self.subscriptions.borrow_mut().clear();
+        self.updated.borrow_mut().clear();
+        self.waker.borrow_mut().take();
+    }
+
+    /// Whether the session is gone.
+    pub fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+
+    fn wake(&self) {
+        // Taken, not cloned: one wake per sleep is enough, the host registers again.
+        let waker = self.waker.borrow_mut().take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}

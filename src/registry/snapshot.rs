@@ -1,0 +1,180 @@
+//! A list snapshot: one kind's enabled entries in key order, each encoded once per protocol
+//! version on first use, and the pages cut from them.
+
+use crate::mcp::{Error, ProtocolVersion};
+use base64::Engine;
+use std::hash::{Hash, Hasher};
+use std::sync::OnceLock;
+
+/// Encodes one entry for a version.
+type Encoder = Box<dyn Fn(ProtocolVersion) -> String + Send + Sync>;
+
+/// See the module docs.
+#[derive(Default)]
+pub(crate) struct Snapshot {
+    encoders: Vec<Encoder>,
+    /// The entries encoded per version (index: position in `ProtocolVersion::ALL`).
+    encoded: [OnceLock<Vec<String>>; ProtocolVersion::ALL.len()],
+    /// Identifies the content, for cursors: equal on every node with the same entries.
+    hash: u64,
+}
+
+/// One page of a list: the JSON array of its entries and the cursor of the next page.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    /// The entries, as a JSON array.
+    pub items_json: String,
+    /// The cursor of the next page, when there is one.
+    pub next_cursor: Option<String>,
+}
+
+impl Page {
+    /// The list result: `{"<member>": [...], "nextCursor"?: "..."}`.
+    pub fn to_result(&self, member: &str) -> String {
+        let mut out = String::with_capacity(self.items_json.len() + member.len() + 64);
+        out.push_str("{\"");
+        out.push_str(member);
+        out.push_str("\":");
+        out.push_str(&self.items_json);
+        if let Some(cursor) = &self.next_cursor {
+            out.push_str(",\"nextCursor\":\"");
+            out.push_str(cursor);
+            out.push('"');
+        }
+        out.push('}');
+        out
+    }
+}
+
+impl Snapshot {
+    pub(crate) fn new(encoders: impl Iterator<Item = Encoder>) -> Self {
+        let encoders: Vec<Encoder> = encoders.collect();
+        // Definitions as the newest version writes them carry every field, so they tell
+        // any two lists apart.
+        let mut hasher = std::hash::DefaultHasher::new();
+        for encode in &encoders {
+            encode(ProtocolVersion::LATEST).hash(&mut hasher);
+        }
+        Self {
+            encoders,
+            encoded: Default::default(),
+            hash: hasher.finish(),
+        }
+    }
+
+    fn encoded(&self, version: ProtocolVersion) -> &[String] {
+        let index = ProtocolVersion::ALL
+            .iter()
+            .position(|v| *v == version)
+            .unwrap_or(0);
+        self.encoded[index].get_or_init(|| self.encoders.iter().map(|e| e(version)).collect())
+    }
+
+    /// The page starting at `cursor` (the first page without one).
+    pub(crate) fn page(
+        &self,
+        version: ProtocolVersion,
+        cursor: Option<&str>,
+        page_size: usize,
+    ) -> Result<Page, Error> {
+        let start = match cursor {
+            None => 0,
+            Some(cursor) => self.decode_cursor(cursor)?,
+        };
+        let entries = self.encoded(version);
+        let end = (start + page_size.max(1)).min(entries.len());
+        let mut items_json = String::with_capacity(
+            entries[start..end]
+                .iter()
+                .map(|e| e.len() + 1)
+                .sum::<usize>()
+                + 2,
+        );
+        items_json.push('[');
+        for (i, entry) in entries[start..end].iter().enumerate() {
+            if i > 0 {
+                items_json.push(',');
+            }
+            items_json.push_str(entry);
+        }
+        items_json.push(']');
+        let next_cursor = (end < entries.len()).then(|| self.cursor(end));
+        Ok(Page {
+            items_json,
+            next_cursor,
+        })
+    }
+
+    fn cursor(&self, offset: usize) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(format!("{:016x}:{offset}", self.hash))
+    }
+
+    fn decode_cursor(&self, cursor: &str) -> Result<usize, Error> {
+        let bad = || Error::InvalidParams("cursor: not a cursor this server issued".into());
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(cursor)
+            .map_err(|_| bad())?;
+        let text = std::str::from_utf8(&bytes).map_err(|_| bad())?;
+        let (hash, offset) = text.split_once(':').ok_or_else(bad)?;
+        let hash = u64::from_str_radix(hash, 16).map_err(|_| bad())?;
+        let offset: usize = offset.parse().map_err(|_| bad())?;
+        if hash != self.hash {
+            return Err(Error::InvalidParams(
+                "cursor: the list changed since this cursor was issued; list again from the start"
+                    .into(),
+            ));
+        }
+        if offset == 0 || offset >= self.encoders.len() {
+            return Err(bad());
+        }
+        Ok(offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(names: &[&'static str]) -> Snapshot {
+        Snapshot::new(names.iter().map(|&name| {
+            let encode: Encoder = Box::new(move |_| format!("\"{name}\""));
+            encode
+        }))
+    }
+
+    #[test]
+    fn pages_follow_each_other_and_end() {
+        let s = snapshot(&["a", "b", "c", "d", "e"]);
+        let v = ProtocolVersion::LATEST;
+        let first = s.page(v, None, 2).expect("first");
+        assert_eq!(first.items_json, r#"["a","b"]"#);
+        let second = s.page(v, first.next_cursor.as_deref(), 2).expect("second");
+        assert_eq!(second.items_json, r#"["c","d"]"#);
+        let last = s.page(v, second.next_cursor.as_deref(), 2).expect("last");
+        assert_eq!(last.items_json, r#"["e"]"#);
+        assert_eq!(last.next_cursor, None);
+        assert_eq!(last.to_result("tools"), r#"{"tools":["e"]}"#);
+    }
+
+    #[test]
+    fn bad_and_stale_cursors_are_refused() {
+        let old = snapshot(&["a", "b", "c"]);
+        let cursor = old
+            .page(ProtocolVersion::LATEST, None, 1)
+            .expect("page")
+            .next_cursor
+            .expect("more");
+        let new = snapshot(&["a", "b", "x"]);
+        let stale = new
+            .page(ProtocolVersion::LATEST, Some(&cursor), 1)
+            .expect_err("a stale cursor is refused");
+        assert!(stale.to_string().contains("changed"), "{stale}");
+        for bad in ["", "!!", "bm90IGEgY3Vyc29y", &cursor[..cursor.len() - 2]] {
+            assert!(
+                old.page(ProtocolVersion::LATEST, Some(bad), 1).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}

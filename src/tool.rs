@@ -1,0 +1,367 @@
+//! Tools: a definition (name, schema of the arguments, optional schema of the output, hints)
+//! and the async code that runs a call.
+//!
+//! The usual way is [`Tool::new`] over an `async fn(Args, RequestContext)`, where `Args` is a
+//! `serde` + `schemars` struct: that one struct is both the advertised `inputSchema` and the
+//! parser of a call's arguments, so the two cannot drift apart. Returning [`Json<T>`] adds an
+//! `outputSchema` and `structuredContent` from `T` the same way. [`ToolHandler`] is there for
+//! tools that take their arguments raw.
+//!
+//! A call runs in a worker: dropping its future is how it is cancelled, so a tool must be
+//! cancel-safe (hold no state that a drop would corrupt). A tool that asks the client for
+//! input must not do irreversible work before asking: under the 2026-07-28 revision the call
+//! may be run again from the start once the answer comes.
+
+use crate::context::RequestContext;
+use crate::model::{CallToolResult, Content, Icon, ProtocolVersion, ToolAnnotations};
+use futures_util::future::LocalBoxFuture;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// What a tool call's future resolves to.
+pub type ToolFuture = LocalBoxFuture<'static, Result<CallToolResult, ToolError>>;
+
+/// How a tool call failed. Every variant becomes a result with `isError: true` and the
+/// message as text: a tool error is something the model can read and act on, never a
+/// JSON-RPC error.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The arguments do not fit the tool's argument type; names the field.
+    #[error("Invalid arguments: {0}")]
+    InvalidArguments(String),
+    /// The tool failed.
+    #[error("{0}")]
+    Failed(String),
+    /// A request to the client failed.
+    #[error(transparent)]
+    Client(#[from] crate::context::ClientRequestError),
+}
+
+impl ToolError {
+    /// A failure with this message.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::Failed(message.into())
+    }
+
+    /// The `isError` result this error is answered with.
+    pub fn into_result(self) -> CallToolResult {
+        CallToolResult::error(self.to_string())
+    }
+}
+
+/// The raw `arguments` object of a call, for tools that parse it themselves.
+#[derive(Debug, Default)]
+pub struct Arguments(Option<Box<RawValue>>);
+
+impl Arguments {
+    pub(crate) fn new(raw: Option<&RawValue>) -> Self {
+        Self(raw.map(ToOwned::to_owned))
+    }
+
+    /// Arguments from a JSON value (for tests of a tool).
+    pub fn from_value(value: &Value) -> Self {
+        Self(serde_json::value::to_raw_value(value).ok())
+    }
+
+    /// Length of the raw arguments JSON, in bytes.
+    pub fn len(&self) -> usize {
+        self.0.as_deref().map_or(0, |raw| raw.get().len())
+    }
+
+    /// Whether the call came without arguments.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// Parses into `T`; absent arguments read as `{}`.
+    ///
+    /// # Errors
+    /// [`ToolError::InvalidArguments`] naming the offending field (`text: invalid type: …`).
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ToolError> {
+        crate::mcp::parse_object(self.0.as_deref()).map_err(ToolError::InvalidArguments)
+    }
+}
+
+/// Runs calls of a tool whose arguments arrive raw.
+///
+/// ```
+/// use mcp_ws::tool::{Arguments, ToolFuture, ToolHandler};
+/// use mcp_ws::{model::CallToolResult, RequestContext};
+/// struct Now;
+/// impl ToolHandler for Now {
+///     fn call(&self, _args: Arguments, _ctx: RequestContext) -> ToolFuture {
+///         Box::pin(async { Ok(CallToolResult::text("12:00")) })
+///     }
+/// }
+/// ```
+pub trait ToolHandler: Send + Sync + 'static {
+    /// Starts a call.
+    fn call(&self, arguments: Arguments, ctx: RequestContext) -> ToolFuture;
+}
+
+/// What a typed tool function may return.
+pub trait ToolOutput: 'static {
+    /// The `outputSchema` this output type gives the tool, if any.
+    fn output_schema() -> Option<Value> {
+        None
+    }
+
+    /// The result of the call.
+    fn into_call_result(self) -> CallToolResult;
+}
+
+impl ToolOutput for CallToolResult {
+    fn into_call_result(self) -> CallToolResult {
+        self
+    }
+}
+
+impl ToolOutput for String {
+    fn into_call_result(self) -> CallToolResult {
+        CallToolResult::text(self)
+    }
+}
+
+impl ToolOutput for &'static str {
+    fn into_call_result(self) -> CallToolResult {
+        CallToolResult::text(self)
+    }
+}
+
+impl ToolOutput for Vec<Content> {
+    fn into_call_result(self) -> CallToolResult {
+        CallToolResult::new(self)
+    }
+}
+
+/// Structured tool output: `T`'s schema is the tool's `outputSchema`, and a call's result
+/// carries `T` as `structuredContent` (2025-06-18 sessions and newer) and, for every
+/// session, as JSON text.
+///
+/// ```
+/// use mcp_ws::{tool::Json, Tool, ToolError, RequestContext};
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct City { name: String }
+/// #[derive(serde::Serialize, schemars::JsonSchema)]
+/// struct Weather { celsius: f64 }
+/// async fn weather(_city: City, _ctx: RequestContext) -> Result<Json<Weather>, ToolError> {
+///     Ok(Json(Weather { celsius: 21.5 }))
+/// }
+/// let tool = Tool::new("weather", "Current weather of a city", weather);
+/// # let _ = tool;
+/// ```
+pub struct Json<T>(pub T);
+
+impl<T: Serialize + JsonSchema + 'static> ToolOutput for Json<T> {
+    fn output_schema() -> Option<Value> {
+        Some(schema_of::<T>())
+    }
+
+    fn into_call_result(self) -> CallToolResult {
+        match serde_json::to_value(&self.0) {
+            Ok(value) => CallToolResult::text(value.to_string()).with_structured(value),
+            Err(e) => CallToolResult::error(format!("the tool's output does not serialize: {e}")),
+        }
+    }
+}
+
+/// `T`'s JSON schema, without the draft marker and the Rust type name (noise to a client).
+pub(crate) fn schema_of<T: JsonSchema>() -> Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("$schema");
+        object.remove("title");
+    }
+    schema
+}
+
+/// A tool: its definition and the code that runs it.
+///
+/// ```
+/// use mcp_ws::{Tool, ToolError, RequestContext};
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Add { a: f64, b: f64 }
+/// async fn add(args: Add, _ctx: RequestContext) -> Result<String, ToolError> {
+///     Ok((args.a + args.b).to_string())
+/// }
+/// let tool = Tool::new("add", "Adds two numbers", add).title("Addition");
+/// assert_eq!(tool.name(), "add");
+/// ```
+#[derive(Clone)]
+pub struct Tool {
+    pub(crate) definition: Arc<ToolDefinition>,
+    pub(crate) handler: Arc<dyn ToolHandler>,
+}
+
+/// What `tools/list` says of a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolDefinition {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub annotations: Option<ToolAnnotations>,
+    pub icons: Vec<Icon>,
+    pub meta: Option<Value>,
+}
+
+impl Tool {
+    /// A tool running `handler`, an async function of its typed arguments and the request's
+    /// context. The arguments' type gives the `inputSchema`; the output type may give an
+    /// `outputSchema` ([`Json`]).
+    pub fn new<A, O, F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        handler: F,
+    ) -> Self
+    where
+        A: DeserializeOwned + JsonSchema + 'static,
+        O: ToolOutput,
+        F: Fn(A, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, ToolError>> + 'static,
+    {
+        let mut tool = Self::from_handler(
+            name,
+            description,
+            schema_of::<A>(),
+            TypedHandler {
+                run: handler,
+                _types: PhantomData,
+            },
+        );
+        tool.definition_mut().output_schema = O::output_schema();
+        tool
+    }
+
+    /// A tool whose arguments arrive raw, described by `input_schema`.
+    pub fn from_handler(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+        handler: impl ToolHandler,
+    ) -> Self {
+        Self {
+            definition: Arc::new(ToolDefinition {
+                name: name.into(),
+                title: None,
+                description: Some(description.into()),
+                input_schema,
+                output_schema: None,
+                annotations: None,
+                icons: Vec::new(),
+                meta: None,
+            }),
+            handler: Arc::new(handler),
+        }
+    }
+
+    fn definition_mut(&mut self) -> &mut ToolDefinition {
+        Arc::make_mut(&mut self.definition)
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.definition.name
+    }
+
+    /// Sets a human-readable title (2025-06-18 sessions and newer).
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.definition_mut().title = Some(title.into());
+        self
+    }
+
+    /// Sets hints about what the tool does (2025-03-26 sessions and newer).
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.definition_mut().annotations = Some(annotations);
+        self
+    }
+
+    /// Adds an icon (2025-11-25 sessions and newer).
+    pub fn icon(mut self, icon: Icon) -> Self {
+        self.definition_mut().icons.push(icon);
+        self
+    }
+
+    /// Sets the definition's `_meta` (2025-06-18 sessions and newer).
+    pub fn meta(mut self, meta: Value) -> Self {
+        self.definition_mut().meta = Some(meta);
+        self
+    }
+
+    /// Replaces the `outputSchema` (for tools built with [`Tool::from_handler`]).
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.definition_mut().output_schema = Some(schema);
+        self
+    }
+}
+
+impl crate::model::VersionedSerialize for ToolDefinition {
+    fn serialize_for<S: Serializer>(
+        &self,
+        version: ProtocolVersion,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("name", &self.name)?;
+        if version.has_titles_and_meta() {
+            if let Some(title) = &self.title {
+                map.serialize_entry("title", title)?;
+            }
+        }
+        if let Some(description) = &self.description {
+            map.serialize_entry("description", description)?;
+        }
+        map.serialize_entry("inputSchema", &self.input_schema)?;
+        if version.has_titles_and_meta() {
+            if let Some(schema) = &self.output_schema {
+                map.serialize_entry("outputSchema", schema)?;
+            }
+        }
+        if version.has_audio() {
+            if let Some(annotations) = &self.annotations {
+                map.serialize_entry("annotations", annotations)?;
+            }
+        }
+        if version.has_icons() && !self.icons.is_empty() {
+            map.serialize_entry("icons", &self.icons)?;
+        }
+        if version.has_titles_and_meta() {
+            if let Some(meta) = &self.meta {
+                map.serialize_entry("_meta", meta)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// A tool written as an async function of typed arguments.
+struct TypedHandler<A, O, F> {
+    run: F,
+    _types: PhantomData<fn(A) -> O>,
+}
+
+impl<A, O, F, Fut> ToolHandler for TypedHandler<A, O, F>
+where
+    A: DeserializeOwned + JsonSchema + 'static,
+    O: ToolOutput,
+    F: Fn(A, RequestContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, ToolError>> + 'static,
+{
+    fn call(&self, arguments: Arguments, ctx: RequestContext) -> ToolFuture {
+        match arguments.parse::<A>() {
+            Ok(args) => {
+                let call = (self.run)(args, ctx);
+                Box::pin(async move { call.await.map(ToolOutput::into_call_result) })
+            }
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
