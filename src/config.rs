@@ -38,6 +38,8 @@ pub struct Settings {
     pub client_requests: ClientRequestSettings,
     /// Files served as resources.
     pub resources: ResourceSettings,
+    /// Sessions that outlive a connection (HTTP), their event buffers and reaping.
+    pub sessions: SessionSettings,
     /// Throttling of progress notifications.
     pub progress: ProgressSettings,
     /// WebSocket pings.
@@ -77,6 +79,32 @@ pub struct BuiltinsSettings {
 pub struct ClientRequestSettings {
     /// How long a tool waits for the client's answer before the request is cancelled, in ms.
     pub timeout_ms: u64,
+}
+
+/// Sessions that outlive a connection: Streamable HTTP sessions and their SSE event buffers.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionSettings {
+    /// An HTTP session with no request, no open stream and nothing running for this long is
+    /// ended, in ms.
+    pub http_idle_timeout_ms: u64,
+    /// SSE events an HTTP session keeps for `Last-Event-ID` resumption.
+    pub event_buffer_messages: usize,
+    /// How long an SSE event is kept for resumption, in ms.
+    pub event_buffer_age_ms: u64,
+    /// Gap between SSE keep-alive comments on an idle stream, in ms.
+    pub sse_keep_alive_ms: u64,
+}
+
+impl Default for SessionSettings {
+    fn default() -> Self {
+        Self {
+            http_idle_timeout_ms: 300_000,
+            event_buffer_messages: 1000,
+            event_buffer_age_ms: 300_000,
+            sse_keep_alive_ms: 15_000,
+        }
+    }
 }
 
 /// Files served as resources.
@@ -372,6 +400,18 @@ impl Settings {
             ),
             ("server.max_sessions", self.server.max_sessions as u64),
             ("limits.page_size", l.page_size as u64),
+            (
+                "sessions.http_idle_timeout_ms",
+                self.sessions.http_idle_timeout_ms,
+            ),
+            (
+                "sessions.event_buffer_messages",
+                self.sessions.event_buffer_messages as u64,
+            ),
+            (
+                "sessions.sse_keep_alive_ms",
+                self.sessions.sse_keep_alive_ms,
+            ),
             (
                 "client_requests.timeout_ms",
                 self.client_requests.timeout_ms,

@@ -17,9 +17,10 @@ use crate::registry::Registry;
 use crate::resource::{Resource, ResourceTemplate};
 use crate::shared::Shared;
 use crate::tool::Tool;
+use crate::transport::http;
 use crate::transport::ws::WsSession;
 use actix_web::dev::ServerHandle;
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{guard, web, App, HttpRequest, HttpResponse, HttpServer};
 use actix_web_actors::ws;
 use std::future::Future;
 use std::io;
@@ -228,9 +229,28 @@ impl Server {
 /// Mounts the server's routes.
 #[doc(hidden)]
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/mcp", web::get().to(mcp_upgrade))
-        .route("/healthz", web::get().to(healthz))
-        .route("/metrics", web::get().to(metrics));
+    cfg.service(
+        web::resource("/mcp")
+            .route(
+                web::get()
+                    .guard(guard::fn_guard(|ctx| is_websocket_upgrade(ctx.head())))
+                    .to(mcp_upgrade),
+            )
+            .route(web::get().to(http::get))
+            .route(web::post().to(http::post))
+            .route(web::delete().to(http::delete))
+            .default_service(web::to(http::not_allowed)),
+    )
+    .route("/healthz", web::get().to(healthz))
+    .route("/metrics", web::get().to(metrics));
+}
+
+/// A `GET` asking for a WebSocket (`Upgrade: websocket`); any other `GET` is the SSE stream.
+fn is_websocket_upgrade(head: &actix_web::dev::RequestHead) -> bool {
+    head.headers()
+        .get(actix_web::http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
 async fn mcp_upgrade(
@@ -346,11 +366,16 @@ async fn serve(
 ) -> io::Result<()> {
     let settings = &shared.settings;
     let app_shared = web::Data::from(shared.clone());
-    let mut server =
-        HttpServer::new(move || App::new().app_data(app_shared.clone()).configure(routes))
-            .backlog(settings.server.backlog)
-            .disable_signals()
-            .shutdown_timeout(5);
+    let max_body = settings.limits.max_message_bytes;
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(app_shared.clone())
+            .app_data(web::PayloadConfig::new(max_body))
+            .configure(routes)
+    })
+    .backlog(settings.server.backlog)
+    .disable_signals()
+    .shutdown_timeout(5);
     if settings.server.workers > 0 {
         server = server.workers(settings.server.workers);
     }

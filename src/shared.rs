@@ -1,6 +1,6 @@
 //! State shared by every session and worker (an `Arc`, not an actor): settings, the
-//! registry, the global worker pool, metrics, and the directory of live sessions used to
-//! fan out shutdown.
+//! registry, the global worker pool, metrics, the live sessions (for the shutdown fan-out),
+//! and the directory of sessions a client can reach again by id (HTTP sessions).
 
 use crate::config::Settings;
 use crate::mcp::LogLevel;
@@ -8,7 +8,8 @@ use crate::metrics::Metrics;
 use crate::model::Implementation;
 use crate::perimeter::OriginPolicy;
 use crate::registry::Registry;
-use actix::{Message, Recipient};
+use crate::transport::hosted::HostedSession;
+use actix::{Addr, Message, Recipient};
 use dashmap::DashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,6 +40,8 @@ pub struct Shared {
     /// The Origin/Host checks of every request to the MCP endpoint.
     pub origin_policy: OriginPolicy,
     sessions: DashMap<u64, Recipient<Shutdown>>,
+    /// Sessions by the id their client holds (`Mcp-Session-Id`).
+    directory: DashMap<SessionId, Addr<HostedSession>>,
     next_session_id: AtomicU64,
     draining: AtomicBool,
 }
@@ -68,6 +71,7 @@ impl Shared {
             registry,
             metrics: Metrics::default(),
             sessions: DashMap::new(),
+            directory: DashMap::new(),
             next_session_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
         })
@@ -103,6 +107,59 @@ impl Shared {
 
     pub fn live_sessions(&self) -> u64 {
         self.metrics.sessions.get()
+    }
+
+    /// Makes a hosted session reachable by its id.
+    pub fn remember_session(&self, id: SessionId, session: Addr<HostedSession>) {
+        self.directory.insert(id, session);
+    }
+
+    /// The hosted session with this id, if it is live.
+    pub fn find_session(&self, id: &str) -> Option<Addr<HostedSession>> {
+        self.directory.get(id).map(|entry| entry.value().clone())
+    }
+
+    /// Forgets a session's id (it ended).
+    pub fn forget_session(&self, id: &SessionId) {
+        self.directory.remove(id);
+    }
+}
+
+/// A session id a client holds: 128 random bits, hex. It is a bearer secret, so its
+/// `Display` shows only the first 8 characters (for logs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionId(Arc<str>);
+
+impl SessionId {
+    /// A fresh, unguessable id.
+    pub fn generate() -> Self {
+        let mut bytes = [0u8; 16];
+        // The OS RNG does not fail on the systems this runs on; a failure would leave zeros,
+        // so refuse to continue rather than hand out guessable ids.
+        getrandom::fill(&mut bytes).expect("the OS random number generator works");
+        let mut hex = String::with_capacity(32);
+        for byte in bytes {
+            use std::fmt::Write;
+            let _ = write!(hex, "{byte:02x}");
+        }
+        Self(hex.into())
+    }
+
+    /// The full id, for the client (a header, never a log line).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for SessionId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}…", &self.0[..8.min(self.0.len())])
     }
 }
 

@@ -210,11 +210,13 @@ async fn subprotocol_is_optional() {
     assert_eq!(assert_result(&response, &json!(2)), json!({}));
 }
 
+/// A `GET` without `Upgrade: websocket` is the Streamable HTTP stream, which needs an
+/// `Accept: text/event-stream` (406 without) and a session.
 #[tokio::test]
-async fn plain_get_on_the_websocket_endpoint_is_refused() {
+async fn plain_get_on_the_endpoint_is_not_a_websocket() {
     let server = start(settings());
     let (status, _) = http_get(server.addr(), "/mcp").await;
-    assert_eq!(status, 400);
+    assert_eq!(status, 406);
     let (status, _) = http_get(server.addr(), "/nope").await;
     assert_eq!(status, 404);
 }

@@ -1,31 +1,69 @@
 //! The perimeter: everything checked on an HTTP request to the MCP endpoint before a session
-//! exists (a refused client costs no session, no worker and no memory beyond the request),
-//! and the one place where each refusal becomes an HTTP answer.
+//! handles it (a refused client costs no session, no worker and no memory beyond the
+//! request), and the one place where each refusal becomes an HTTP answer.
 //!
-//! Today: the Origin/Host policy ([`origin`]) and the session cap.
+//! Every refusal carries a JSON-RPC error object with a null id in its body (what the official
+//! TypeScript SDK sends), so a client can show why; the status is what clients act on.
 
 pub mod origin;
 
+use crate::mcp::ProtocolVersion;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
+use serde_json::json;
 
 pub use origin::OriginPolicy;
 
 /// Why a request was refused before reaching a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// `Origin` names a site that may not use this server (cross-site request).
-    #[error("origin not allowed")]
+    #[error("Forbidden: origin not allowed")]
     ForbiddenOrigin,
     /// `Host` is not a name this server answers to (DNS rebinding).
-    #[error("host not allowed")]
+    #[error("Forbidden: host not allowed")]
     ForbiddenHost,
     /// The session cap is reached.
-    #[error("too many sessions")]
+    #[error("Service unavailable: too many sessions")]
     TooManySessions,
     /// The server is shutting down.
-    #[error("server shutting down")]
+    #[error("Service unavailable: server shutting down")]
     ShuttingDown,
+    /// `MCP-Protocol-Version` names a version this server does not speak.
+    #[error("Bad Request: unsupported MCP-Protocol-Version {0:?}")]
+    UnsupportedProtocolVersion(String),
+    /// `Accept` lacks a media type the answer may need.
+    #[error("Not Acceptable: the client must accept {0}")]
+    NotAcceptable(&'static str),
+    /// The body is not `application/json`.
+    #[error("Unsupported Media Type: Content-Type must be application/json")]
+    UnsupportedMediaType,
+    /// The body is not UTF-8 text.
+    #[error("Parse error: the body is not UTF-8")]
+    BodyNotText,
+    /// A request other than `initialize` without `Mcp-Session-Id`.
+    #[error("Bad Request: Mcp-Session-Id header is required")]
+    SessionRequired,
+    /// `Mcp-Session-Id` names no live session (unknown, ended, or reaped): re-initialize.
+    #[error("Session not found")]
+    SessionNotFound,
+    /// `Last-Event-ID` asks for events the session no longer holds (or never had).
+    #[error("Bad Request: Last-Event-ID is not resumable: its events are no longer held")]
+    ResumeGone,
+    /// A method the endpoint does not serve.
+    #[error("Method not allowed")]
+    MethodNotAllowed,
+}
+
+impl Refusal {
+    /// The JSON-RPC code in the body.
+    fn code(&self) -> i32 {
+        match self {
+            Self::BodyNotText => -32700,
+            Self::SessionNotFound => -32001,
+            _ => -32000,
+        }
+    }
 }
 
 impl ResponseError for Refusal {
@@ -33,14 +71,35 @@ impl ResponseError for Refusal {
         match self {
             Self::ForbiddenOrigin | Self::ForbiddenHost => StatusCode::FORBIDDEN,
             Self::TooManySessions | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::UnsupportedProtocolVersion(_)
+            | Self::BodyNotText
+            | Self::SessionRequired
+            | Self::ResumeGone => StatusCode::BAD_REQUEST,
+            Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::SessionNotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
-        if self.status_code() == StatusCode::SERVICE_UNAVAILABLE {
-            response.insert_header(("Retry-After", "1"));
+        match self {
+            Self::TooManySessions | Self::ShuttingDown => {
+                response.insert_header(("Retry-After", "1"));
+            }
+            Self::MethodNotAllowed => {
+                response.insert_header(("Allow", "GET, POST, DELETE"));
+            }
+            _ => {}
         }
-        response.content_type("text/plain").body(self.to_string())
+        let mut error = json!({ "code": self.code(), "message": self.to_string() });
+        if let Self::UnsupportedProtocolVersion(_) = self {
+            let supported: Vec<&str> = ProtocolVersion::ALL.iter().map(|v| v.as_str()).collect();
+            error["data"] = json!({ "supported": supported });
+        }
+        response
+            .content_type("application/json")
+            .body(json!({ "jsonrpc": "2.0", "id": null, "error": error }).to_string())
     }
 }

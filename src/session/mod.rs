@@ -65,6 +65,10 @@ pub enum Route {
 pub trait Outlet {
     /// Sends one frame.
     fn send(&mut self, frame: String, route: Route);
+
+    /// Exchange `exchange` is over without an answer (its requests were cancelled): hosts that
+    /// answer each exchange on its own close it. Hosts with one socket have nothing to do.
+    fn close(&mut self, _exchange: u64) {}
 }
 
 /// What became of an incoming message, for hosts that answer each message on its own
@@ -352,8 +356,11 @@ impl Session {
         self.shared.metrics.workers.dec();
         self.shared.metrics.cancelled.inc();
         tracing::debug!(session = self.id, id = %id, "cancelled");
-        if let Some(batch) = entry.batch {
-            self.batch_entry_done(batch, None, out);
+        match entry.batch {
+            Some(batch) => {
+                self.batch_entry_done(batch, None, out);
+            }
+            None => out.close(entry.exchange),
         }
     }
 
@@ -530,7 +537,9 @@ impl Session {
             return false;
         }
         let done = slot.remove();
-        if !done.responses.is_empty() {
+        if done.responses.is_empty() {
+            out.close(done.exchange);
+        } else {
             out.send(encode_batch(&done.responses), Route::Answer(done.exchange));
         }
         true
@@ -549,6 +558,14 @@ impl Session {
     /// Whether `initialize` was answered.
     pub fn is_initialized(&self) -> bool {
         matches!(self.phase, Phase::Ready(_))
+    }
+
+    /// The version `initialize` settled, once it was answered.
+    pub fn negotiated_version(&self) -> Option<ProtocolVersion> {
+        match &self.phase {
+            Phase::Ready(n) => Some(n.version),
+            Phase::AwaitingInit => None,
+        }
     }
 
     /// Cancels every request in flight (the connection closed, or the grace ran out), each

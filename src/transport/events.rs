@@ -1,0 +1,312 @@
+//! The SSE side of an HTTP session: event ids, the bounded log that `Last-Event-ID` replays
+//! from, and the wire form of an event.
+//!
+//! Every SSE stream of a session has a number (the exchange that opened it; 0 for the
+//! session's `GET` stream) and counts its own events from 1. An event's id is
+//! `<stream>_<count>`, so a `Last-Event-ID` names both the stream to resume and where in it
+//! (Streamable HTTP: ids are unique across the session's streams and replay never crosses
+//! streams). The log keeps the session's newest events, bounded by count and by age; a
+//! resume that asks for events the log no longer holds is refused, never answered with a
+//! silent gap.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One SSE event: its id (none for a priming event's data) and its data (a JSON-RPC frame,
+/// or empty for a priming event).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    /// `<stream>_<count>`.
+    pub id: String,
+    /// The JSON-RPC message, or empty for a priming event.
+    pub data: Arc<str>,
+}
+
+impl SseEvent {
+    /// The event in the SSE wire format (one `data:` line: frames hold no raw newline).
+    pub fn to_wire(&self) -> String {
+        let mut out = String::with_capacity(self.data.len() + self.id.len() + 32);
+        out.push_str("id: ");
+        out.push_str(&self.id);
+        if self.data.is_empty() {
+            out.push_str("\ndata: \n\n");
+        } else {
+            out.push_str("\nevent: message\ndata: ");
+            out.push_str(&self.data);
+            out.push_str("\n\n");
+        }
+        out
+    }
+}
+
+/// A `Last-Event-ID`, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// The stream.
+    pub stream: u64,
+    /// The last event of it the client has.
+    pub count: u64,
+}
+
+impl Cursor {
+    /// Parses `<stream>_<count>`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (stream, count) = text.trim().split_once('_')?;
+        Some(Self {
+            stream: stream.parse().ok()?,
+            count: count.parse().ok()?,
+        })
+    }
+}
+
+/// Why a resume cannot be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayError {
+    /// The stream is unknown, or events after the cursor are no longer held.
+    Gone,
+}
+
+#[derive(Debug)]
+struct Logged {
+    stream: u64,
+    count: u64,
+    data: Arc<str>,
+    at: Instant,
+}
+
+/// What the log knows of one stream.
+#[derive(Debug, Default)]
+struct StreamRecord {
+    /// Events the stream has had.
+    events: u64,
+    /// Events of it still in the log.
+    retained: u64,
+    /// No more events will come (its answer was sent).
+    finished: bool,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct EventLog {
+    events: VecDeque<Logged>,
+    streams: HashMap<u64, StreamRecord>,
+    max_events: usize,
+    max_age: Duration,
+}
+
+impl EventLog {
+    /// A log holding at most `max_events` events, none older than `max_age`.
+    pub fn new(max_events: usize, max_age: Duration) -> Self {
+        Self {
+            events: VecDeque::new(),
+            streams: HashMap::new(),
+            max_events,
+            max_age,
+        }
+    }
+
+    /// The id the next event of `stream` will get, without logging anything (for a priming
+    /// event: resuming from it replays everything that follows).
+    pub fn current_id(&mut self, stream: u64) -> String {
+        let record = self.streams.entry(stream).or_default();
+        format!("{stream}_{}", record.events)
+    }
+
+    /// Logs an event of `stream`; returns it with its id.
+    pub fn push(&mut self, stream: u64, data: Arc<str>) -> SseEvent {
+        let record = self.streams.entry(stream).or_default();
+        record.events += 1;
+        record.retained += 1;
+        let count = record.events;
+        self.events.push_back(Logged {
+            stream,
+            count,
+            data: data.clone(),
+            at: Instant::now(),
+        });
+        self.evict();
+        SseEvent {
+            id: format!("{stream}_{count}"),
+            data,
+        }
+    }
+
+    /// Marks `stream` finished: it gets no more events, and is forgotten once its last
+    /// logged event is evicted.
+    pub fn finish(&mut self, stream: u64) {
+        if let Some(record) = self.streams.get_mut(&stream) {
+            record.finished = true;
+            if record.retained == 0 {
+                self.streams.remove(&stream);
+            }
+        }
+    }
+
+    /// Whether `stream` is finished (its answer was logged); unknown streams are.
+    pub fn is_finished(&self, stream: u64) -> bool {
+        self.streams.get(&stream).is_none_or(|r| r.finished)
+    }
+
+    /// The events of `cursor.stream` after `cursor.count`, in order.
+    ///
+    /// # Errors
+    /// [`ReplayError::Gone`] when the stream is unknown or some of those events were evicted.
+    pub fn replay(&mut self, cursor: Cursor) -> Result<Vec<SseEvent>, ReplayError> {
+        self.evict();
+        let record = self.streams.get(&cursor.stream).ok_or(ReplayError::Gone)?;
+        let held_from = record.events - record.retained + 1;
+        if cursor.count > record.events || cursor.count + 1 < held_from {
+            return Err(ReplayError::Gone);
+        }
+        Ok(self
+            .events
+            .iter()
+            .filter(|e| e.stream == cursor.stream && e.count > cursor.count)
+            .map(|e| SseEvent {
+                id: format!("{}_{}", e.stream, e.count),
+                data: e.data.clone(),
+            })
+            .collect())
+    }
+
+    fn evict(&mut self) {
+        let now = Instant::now();
+        while let Some(oldest) = self.events.front() {
+            let too_many = self.events.len() > self.max_events;
+            let too_old = now.duration_since(oldest.at) > self.max_age;
+            if !too_many && !too_old {
+                break;
+            }
+            let Some(gone) = self.events.pop_front() else {
+                break;
+            };
+            if let Some(record) = self.streams.get_mut(&gone.stream) {
+                record.retained -= 1;
+                if record.retained == 0 && record.finished {
+                    self.streams.remove(&gone.stream);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(text: &str) -> Arc<str> {
+        Arc::from(text)
+    }
+
+    #[test]
+    fn replay_gives_what_came_after_the_cursor_on_that_stream_only() {
+        let mut log = EventLog::new(100, Duration::from_secs(60));
+        assert_eq!(log.push(3, data("a")).id, "3_1");
+        log.push(0, data("session"));
+        log.push(3, data("b"));
+        log.push(3, data("c"));
+        let replayed = log
+            .replay(Cursor {
+                stream: 3,
+                count: 1,
+            })
+            .expect("held");
+        let texts: Vec<&str> = replayed.iter().map(|e| &*e.data).collect();
+        assert_eq!(texts, ["b", "c"]);
+        assert_eq!(replayed[0].id, "3_2");
+        assert!(log
+            .replay(Cursor {
+                stream: 3,
+                count: 3
+            })
+            .expect("held")
+            .is_empty());
+        assert_eq!(
+            log.replay(Cursor {
+                stream: 3,
+                count: 9
+            }),
+            Err(ReplayError::Gone)
+        );
+        assert_eq!(
+            log.replay(Cursor {
+                stream: 7,
+                count: 0
+            }),
+            Err(ReplayError::Gone)
+        );
+    }
+
+    #[test]
+    fn an_evicted_event_makes_an_older_cursor_a_gap() {
+        let mut log = EventLog::new(2, Duration::from_secs(60));
+        log.push(1, data("a"));
+        log.push(1, data("b"));
+        log.push(1, data("c"));
+        // "a" is gone: a client that has nothing of stream 1 cannot be made whole.
+        assert_eq!(
+            log.replay(Cursor {
+                stream: 1,
+                count: 0
+            }),
+            Err(ReplayError::Gone)
+        );
+        let replayed = log
+            .replay(Cursor {
+                stream: 1,
+                count: 1,
+            })
+            .expect("b and c are held");
+        assert_eq!(replayed.len(), 2);
+    }
+
+    #[test]
+    fn finished_streams_are_forgotten_with_their_last_event() {
+        let mut log = EventLog::new(1, Duration::from_secs(60));
+        log.push(5, data("answer"));
+        log.finish(5);
+        assert!(log
+            .replay(Cursor {
+                stream: 5,
+                count: 0
+            })
+            .is_ok());
+        log.push(6, data("other"));
+        assert_eq!(
+            log.replay(Cursor {
+                stream: 5,
+                count: 0
+            }),
+            Err(ReplayError::Gone)
+        );
+        assert!(log.is_finished(5));
+    }
+
+    #[test]
+    fn cursors_parse_and_events_have_one_data_line() {
+        assert_eq!(
+            Cursor::parse("12_7"),
+            Some(Cursor {
+                stream: 12,
+                count: 7
+            })
+        );
+        for bad in ["", "12", "a_1", "1_b", "1_2_3"] {
+            assert_eq!(Cursor::parse(bad), None, "{bad}");
+        }
+        let event = SseEvent {
+            id: "0_1".into(),
+            data: data(r#"{"a":1}"#),
+        };
+        assert_eq!(
+            event.to_wire(),
+            "id: 0_1\nevent: message\ndata: {\"a\":1}\n\n"
+        );
+        let priming = SseEvent {
+            id: "0_0".into(),
+            data: data(""),
+        };
+        assert_eq!(priming.to_wire(), "id: 0_0\ndata: \n\n");
+    }
+}

@@ -1,0 +1,358 @@
+//! A session core hosted by an actor of its own, for sessions that outlive any one connection:
+//! Streamable HTTP sessions, whose messages arrive as separate POSTs and leave on several SSE
+//! streams.
+//!
+//! The actor lives on the thread where the session began; HTTP handlers on any thread reach
+//! it by its id (the session directory in `Shared`) with messages, and get their answers
+//! back through channels. Its [`HttpOutlet`] routes each frame the core sends by its
+//! [`Route`]: the answer of a POST goes back as that POST's JSON body if nothing came before
+//! it, and otherwise everything of that exchange goes on the POST's SSE stream; messages of
+//! the session as a whole go on the `GET` stream. Every streamed event is also logged, so a
+//! dropped stream can be resumed with `Last-Event-ID`; a dropped stream never cancels its
+//! request (`notifications/cancelled` does).
+
+use super::events::{Cursor, EventLog, ReplayError, SseEvent};
+use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
+use crate::shared::{SessionId, SessionSlot, Shared, Shutdown};
+use actix::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Events a stream's reader may lag behind before it is cut off (it can then resume from the
+/// log); the log, not this, is what bounds what a session holds.
+const READER_SLACK: usize = 256;
+
+/// How a POST is answered.
+#[derive(Debug)]
+pub enum PostReply {
+    /// Nothing to answer (notifications and responses only, or the request was cancelled):
+    /// 202.
+    Accepted,
+    /// The answer, as a JSON body.
+    Json(String),
+    /// An SSE stream: what the exchange sends, ending with its answer.
+    Stream(mpsc::Receiver<SseEvent>),
+}
+
+/// A message from the client, in a POST: exchange it and answer through `reply`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Post {
+    /// The body.
+    pub text: String,
+    /// Where the answer goes.
+    pub reply: oneshot::Sender<PostReply>,
+}
+
+/// A `GET`: opens the session's stream, or resumes one after `Last-Event-ID`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct OpenStream {
+    /// The parsed `Last-Event-ID`, if any.
+    pub resume: Option<Cursor>,
+    /// The stream, or why it cannot be served.
+    pub reply: oneshot::Sender<Result<mpsc::Receiver<SseEvent>, ReplayError>>,
+}
+
+/// A `DELETE`: the client ends the session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct End;
+
+/// See the module docs.
+pub struct HostedSession {
+    core: Session,
+    shared: Arc<Shared>,
+    /// Counts the session against the cap and registers it for shutdown.
+    slot: SessionSlot,
+    id: SessionId,
+    out: HttpOutlet,
+    next_exchange: u64,
+    /// When a client last did something (a POST, a GET): idle sessions are reaped.
+    last_active: Instant,
+    closing: bool,
+}
+
+impl HostedSession {
+    /// A new HTTP session (awaiting its `initialize`) on the current thread.
+    pub fn start_http(shared: Arc<Shared>, slot: SessionSlot, id: SessionId) -> Addr<Self> {
+        let sessions = &shared.settings.sessions;
+        let out = HttpOutlet {
+            log: EventLog::new(
+                sessions.event_buffer_messages,
+                Duration::from_millis(sessions.event_buffer_age_ms),
+            ),
+            streams: HashMap::new(),
+            prime: false,
+        };
+        Self {
+            core: Session::new(shared.clone(), slot.id()),
+            shared,
+            slot,
+            id,
+            out,
+            next_exchange: 1,
+            last_active: Instant::now(),
+            closing: false,
+        }
+        .start()
+    }
+
+    /// Ends the session: cancels its work, closes its streams, forgets its id.
+    fn end(&mut self, ctx: &mut Context<Self>, why: &str) {
+        tracing::debug!(session = self.slot.id(), id = %self.id, why, "HTTP session ended");
+        self.core.cancel_all(&mut self.out);
+        self.out.close_all();
+        self.shared.forget_session(&self.id);
+        ctx.stop();
+    }
+
+    fn reap_if_idle(&mut self, ctx: &mut Context<Self>) {
+        let idle = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
+        if self.last_active.elapsed() >= idle
+            && self.out.is_idle()
+            && !self.core.has_work_in_flight()
+        {
+            self.end(ctx, "idle");
+        }
+    }
+
+    fn close_if_drained(&mut self, ctx: &mut Context<Self>) {
+        if self.closing && !self.core.has_work_in_flight() {
+            self.end(ctx, "server shutting down");
+        }
+    }
+}
+
+impl Actor for HostedSession {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.slot.register(ctx.address().recipient());
+        ctx.spawn(InboxPump::new(self.core.inbox().clone()));
+        let idle = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
+        ctx.run_interval(
+            (idle / 4).max(Duration::from_millis(10)),
+            Self::reap_if_idle,
+        );
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.core.cancel_all(&mut self.out);
+        self.shared.forget_session(&self.id);
+    }
+}
+
+impl SessionHost for HostedSession {
+    fn drain_inbox(&mut self, ctx: &mut Self::Context) -> bool {
+        self.core.on_inbox(&mut self.out);
+        self.close_if_drained(ctx);
+        true
+    }
+}
+
+impl Handler<Post> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, post: Post, ctx: &mut Self::Context) {
+        self.last_active = Instant::now();
+        let exchange = self.next_exchange;
+        self.next_exchange += 1;
+        self.out.streams.insert(
+            exchange,
+            StreamState {
+                waiting: Some(post.reply),
+                reader: None,
+            },
+        );
+        let intake = self.core.on_text(&post.text, exchange, &mut self.out);
+        // Priming events (SEP-1699) only for sessions whose version knows them.
+        self.out.prime = self
+            .core
+            .negotiated_version()
+            .is_some_and(|v| v.has_icons());
+        if intake == Intake::Silent {
+            self.out.close(exchange);
+        }
+        self.close_if_drained(ctx);
+    }
+}
+
+impl Handler<OpenStream> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, open: OpenStream, _ctx: &mut Self::Context) {
+        self.last_active = Instant::now();
+        let _ = open.reply.send(self.out.open(open.resume));
+    }
+}
+
+impl Handler<End> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, _end: End, ctx: &mut Self::Context) {
+        self.end(ctx, "deleted by the client");
+    }
+}
+
+impl Handler<Shutdown> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, shutdown: Shutdown, ctx: &mut Self::Context) {
+        if self.closing {
+            return;
+        }
+        self.closing = true;
+        self.core.begin_drain();
+        self.close_if_drained(ctx);
+        ctx.run_later(shutdown.grace, |session, ctx| {
+            session.end(ctx, "server shutting down");
+        });
+    }
+}
+
+/// One open stream: a POST waiting for its first frame, and the SSE reader once there is one.
+struct StreamState {
+    waiting: Option<oneshot::Sender<PostReply>>,
+    reader: Option<mpsc::Sender<SseEvent>>,
+}
+
+/// Routes a hosted HTTP session's frames (see the module docs).
+pub struct HttpOutlet {
+    log: EventLog,
+    /// Open streams: exchanges not yet answered, and 0, the session's `GET` stream.
+    streams: HashMap<u64, StreamState>,
+    /// Whether new streams start with a priming event (2025-11-25 sessions).
+    prime: bool,
+}
+
+impl HttpOutlet {
+    /// Whether no stream is open and no POST waits: nothing holds the session.
+    fn is_idle(&self) -> bool {
+        self.streams
+            .values()
+            .all(|s| s.waiting.is_none() && s.reader.as_ref().is_none_or(|r| r.is_closed()))
+    }
+
+    /// A fresh reader channel for `stream`, primed when the session's version wants it.
+    fn reader(
+        &mut self,
+        stream: u64,
+        backlog: usize,
+    ) -> (mpsc::Sender<SseEvent>, mpsc::Receiver<SseEvent>) {
+        let (tx, rx) = mpsc::channel(backlog + READER_SLACK);
+        if self.prime {
+            let _ = tx.try_send(SseEvent {
+                id: self.log.current_id(stream),
+                data: Arc::from(""),
+            });
+        }
+        (tx, rx)
+    }
+
+    /// Logs an event of `stream` and hands it to its reader, if it has one that keeps up.
+    fn stream_event(&mut self, stream: u64, frame: String) {
+        let event = self.log.push(stream, Arc::from(frame));
+        let Some(state) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        if let Some(reader) = &state.reader {
+            if reader.try_send(event).is_err() {
+                // Gone or too slow: the client resumes from the log with Last-Event-ID.
+                state.reader = None;
+            }
+        }
+    }
+
+    /// Opens the session stream, or resumes a stream after `resume`.
+    fn open(&mut self, resume: Option<Cursor>) -> Result<mpsc::Receiver<SseEvent>, ReplayError> {
+        let stream = resume.map_or(0, |c| c.stream);
+        let backlog = match resume {
+            Some(cursor) => self.log.replay(cursor)?,
+            None => Vec::new(),
+        };
+        let (tx, rx) = self.reader(stream, backlog.len());
+        for event in backlog {
+            let _ = tx.try_send(event);
+        }
+        // A finished stream (its answer is in the backlog) ends after the replay; an open
+        // one goes on live, replacing any reader it had.
+        if stream == 0 || !self.log.is_finished(stream) {
+            self.streams
+                .entry(stream)
+                .or_insert(StreamState {
+                    waiting: None,
+                    reader: None,
+                })
+                .reader = Some(tx);
+        }
+        Ok(rx)
+    }
+
+    /// The exchange is over without an answer (notifications only, or cancelled).
+    fn close(&mut self, exchange: u64) {
+        if let Some(mut state) = self.streams.remove(&exchange) {
+            if let Some(waiting) = state.waiting.take() {
+                let _ = waiting.send(PostReply::Accepted);
+            }
+        }
+        self.log.finish(exchange);
+    }
+
+    /// Closes every stream (the session ended).
+    fn close_all(&mut self) {
+        let streams: Vec<u64> = self.streams.keys().copied().collect();
+        for stream in streams {
+            self.close(stream);
+        }
+    }
+}
+
+impl Outlet for HttpOutlet {
+    fn send(&mut self, frame: String, route: Route) {
+        let (stream, answer) = match route {
+            Route::Answer(exchange) => (exchange, true),
+            Route::During(exchange) => (exchange, false),
+            Route::Session => (0, false),
+        };
+        // A message during an exchange whose POST is gone from the map (it cannot happen
+        // while its requests run) still reaches the client, on the session stream.
+        let stream = if self.streams.contains_key(&stream) {
+            stream
+        } else {
+            0
+        };
+        let waiting = self.streams.get_mut(&stream).and_then(|s| s.waiting.take());
+        match waiting {
+            // The answer comes first: a plain JSON body, nothing to stream or log.
+            Some(waiting) if answer => {
+                let _ = waiting.send(PostReply::Json(frame));
+                self.streams.remove(&stream);
+                self.log.finish(stream);
+                return;
+            }
+            // Something comes before the answer: the POST becomes an SSE stream.
+            Some(waiting) => {
+                let (tx, rx) = self.reader(stream, 0);
+                if waiting.send(PostReply::Stream(rx)).is_ok() {
+                    if let Some(state) = self.streams.get_mut(&stream) {
+                        state.reader = Some(tx);
+                    }
+                }
+            }
+            None => {}
+        }
+        self.stream_event(stream, frame);
+        if answer {
+            // The stream ends after its answer: dropping the reader closes the response.
+            self.streams.remove(&stream);
+            self.log.finish(stream);
+        }
+    }
+
+    fn close(&mut self, exchange: u64) {
+        HttpOutlet::close(self, exchange);
+    }
+}
