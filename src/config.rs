@@ -85,6 +85,12 @@ pub struct ClientRequestSettings {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SessionSettings {
+    /// How long a WebSocket session whose socket dropped is kept for a reconnect, in ms; 0
+    /// ends it with its socket.
+    pub resume_grace_ms: u64,
+    /// Messages a WebSocket session without a socket keeps for its reconnect; one more ends
+    /// the session (a reconnect could not be made whole).
+    pub resume_buffer_messages: usize,
     /// An HTTP session with no request, no open stream and nothing running for this long is
     /// ended, in ms.
     pub http_idle_timeout_ms: u64,
@@ -99,6 +105,8 @@ pub struct SessionSettings {
 impl Default for SessionSettings {
     fn default() -> Self {
         Self {
+            resume_grace_ms: 30_000,
+            resume_buffer_messages: 1000,
             http_idle_timeout_ms: 300_000,
             event_buffer_messages: 1000,
             event_buffer_age_ms: 300_000,

@@ -88,6 +88,8 @@ pub struct Metrics {
     /// WebSocket sessions admitted and not yet gone (the `server.max_sessions` cap counts
     /// these).
     pub sessions: Gauge,
+    /// WebSocket sessions whose socket dropped, kept for a reconnect.
+    pub parked_sessions: Gauge,
     /// `tools/call` requests in flight in workers: admitted by their session, not yet
     /// finished or cancelled (a cancelled worker may take a moment more to stop).
     pub workers: Gauge,
@@ -109,7 +111,16 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(2048);
         let gauges = [
-            ("mcp_sessions", "Open WebSocket sessions", &self.sessions),
+            (
+                "mcp_sessions",
+                "Sessions (WebSocket and HTTP, parked included)",
+                &self.sessions,
+            ),
+            (
+                "mcp_parked_sessions",
+                "WebSocket sessions waiting for a reconnect",
+                &self.parked_sessions,
+            ),
             (
                 "mcp_workers",
                 "tools/call requests in flight in worker actors",

@@ -17,8 +17,10 @@ use crate::registry::Registry;
 use crate::resource::{Resource, ResourceTemplate};
 use crate::shared::Shared;
 use crate::tool::Tool;
+use crate::transport::hosted::HostedSession;
 use crate::transport::http;
-use crate::transport::ws::WsSession;
+use crate::transport::ws::{Detach, WsSession};
+use actix::Addr;
 use actix_web::dev::ServerHandle;
 use actix_web::{guard, web, App, HttpRequest, HttpResponse, HttpServer};
 use actix_web_actors::ws;
@@ -32,6 +34,10 @@ use tokio::sync::oneshot;
 
 /// The WebSocket subprotocol selected when the client offers it (the official SDKs do).
 pub const SUBPROTOCOL: &str = "mcp";
+
+/// An offered subprotocol `mcp.session.<id>` asks to resume session `<id>` (it is never
+/// selected, so the id does not come back in the response).
+pub const RESUME_SUBPROTOCOL_PREFIX: &str = "mcp.session.";
 
 /// Builds a [`Server`]: settings, how it presents itself, and what it offers.
 ///
@@ -260,19 +266,66 @@ async fn mcp_upgrade(
 ) -> Result<HttpResponse, actix_web::Error> {
     let shared = shared.into_inner();
     shared.origin_policy.check(req.headers())?;
-    let Some(slot) = shared.admit_session() else {
-        return Err(if shared.is_draining() {
-            Refusal::ShuttingDown
-        } else {
-            Refusal::TooManySessions
-        }
-        .into());
-    };
     let max_message_bytes = shared.settings.limits.max_message_bytes;
-    ws::WsResponseBuilder::new(WsSession::new(shared, slot), &req, stream)
+    let session = match resumed_session_id(&req) {
+        Some(id) => WsSession::resume(shared.clone(), claim_session(&shared, &id).await?),
+        None => {
+            let Some(slot) = shared.admit_session() else {
+                return Err(if shared.is_draining() {
+                    Refusal::ShuttingDown
+                } else {
+                    Refusal::TooManySessions
+                }
+                .into());
+            };
+            WsSession::new(shared, slot)
+        }
+    };
+    ws::WsResponseBuilder::new(session, &req, stream)
         .protocols(&[SUBPROTOCOL])
         .frame_size(max_message_bytes)
         .start()
+}
+
+/// The session a WebSocket upgrade asks to resume: the `Mcp-Session-Id` header, or (browsers
+/// cannot set headers) an `mcp.session.<id>` entry among the offered subprotocols.
+fn resumed_session_id(req: &HttpRequest) -> Option<String> {
+    let headers = req.headers();
+    if let Some(id) = headers
+        .get(http::SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+    {
+        return Some(id.to_owned());
+    }
+    headers
+        .get_all(actix_web::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|offer| {
+            offer
+                .trim()
+                .strip_prefix(RESUME_SUBPROTOCOL_PREFIX)
+                .map(str::to_owned)
+        })
+}
+
+/// The hosted session to resume: one waiting for a reconnect, or one whose (older) socket is
+/// still attached, which is told to let go of it.
+async fn claim_session(shared: &Shared, id: &str) -> Result<Addr<HostedSession>, Refusal> {
+    if let Some(hosted) = shared.find_session(id) {
+        return Ok(hosted);
+    }
+    let socket = shared.find_socket(id).ok_or(Refusal::SessionNotFound)?;
+    let detach = Detach {
+        code: ws::CloseCode::Normal,
+        reason: "MCP session reconnected on another connection",
+    };
+    socket
+        .send(detach)
+        .await
+        .ok()
+        .flatten()
+        .ok_or(Refusal::SessionNotFound)
 }
 
 async fn healthz() -> HttpResponse {

@@ -9,6 +9,7 @@ use crate::model::Implementation;
 use crate::perimeter::OriginPolicy;
 use crate::registry::Registry;
 use crate::transport::hosted::HostedSession;
+use crate::transport::ws::WsSession;
 use actix::{Addr, Message, Recipient};
 use dashmap::DashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,8 +41,11 @@ pub struct Shared {
     /// The Origin/Host checks of every request to the MCP endpoint.
     pub origin_policy: OriginPolicy,
     sessions: DashMap<u64, Recipient<Shutdown>>,
-    /// Sessions by the id their client holds (`Mcp-Session-Id`).
+    /// Hosted sessions (HTTP, and WebSocket sessions waiting for a reconnect) by the id their
+    /// client holds.
     directory: DashMap<SessionId, Addr<HostedSession>>,
+    /// WebSocket sessions with their socket, by id: a reconnect takes the session over.
+    sockets: DashMap<SessionId, Addr<WsSession>>,
     next_session_id: AtomicU64,
     draining: AtomicBool,
 }
@@ -72,6 +76,7 @@ impl Shared {
             metrics: Metrics::default(),
             sessions: DashMap::new(),
             directory: DashMap::new(),
+            sockets: DashMap::new(),
             next_session_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
         })
@@ -122,6 +127,21 @@ impl Shared {
     /// Forgets a session's id (it ended).
     pub fn forget_session(&self, id: &SessionId) {
         self.directory.remove(id);
+    }
+
+    /// Makes a WebSocket session reachable by its id while it has its socket.
+    pub fn remember_socket(&self, id: SessionId, socket: Addr<WsSession>) {
+        self.sockets.insert(id, socket);
+    }
+
+    /// The socket holding the WebSocket session with this id.
+    pub fn find_socket(&self, id: &str) -> Option<Addr<WsSession>> {
+        self.sockets.get(id).map(|entry| entry.value().clone())
+    }
+
+    /// Forgets a socket's session id (the socket let go of its session).
+    pub fn forget_socket(&self, id: &SessionId) {
+        self.sockets.remove(id);
     }
 }
 

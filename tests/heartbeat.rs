@@ -26,6 +26,8 @@ fn heartbeat_settings() -> mcp_ws::Settings {
     let mut s = settings();
     s.heartbeat.interval_ms = INTERVAL_MS;
     s.heartbeat.client_timeout_ms = TIMEOUT_MS;
+    // A dropped socket's session waits this long for a reconnect before it ends.
+    s.sessions.resume_grace_ms = 300;
     s
 }
 
@@ -41,8 +43,11 @@ async fn silent_client_that_never_pongs_is_closed_with_1001() {
     wait_metric(&server, "mcp_sessions", 1).await;
 
     // The client now neither sends nor reads, so the server's pings go unanswered. Wait
-    // (over separate HTTP connections) for the server to drop the session.
+    // (over separate HTTP connections) for the server to drop the socket: the session is
+    // kept for a reconnect first, then ends when none comes within the grace.
+    wait_metric(&server, "mcp_parked_sessions_peak", 1).await;
     wait_metric(&server, "mcp_sessions", 0).await;
+    assert_eq!(metric(&server, "mcp_parked_sessions").await, 0);
 
     // What the client then reads: unanswered pings, then the server's close frame.
     let close = loop {

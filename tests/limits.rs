@@ -157,10 +157,12 @@ async fn sessions_beyond_the_cap_get_503() {
     let mut s = settings();
     s.server.max_sessions = 2;
     let server = start(s);
-    let first = Client::initialized(&server).await;
+    let mut first = Client::initialized(&server).await;
     let _second = Client::initialized(&server).await;
     assert_upgrade_refused_503(&server.url()).await;
-    drop(first);
+    // A normal close ends the session and frees its place (a dropped socket would keep it
+    // for a reconnect: tests/resume.rs).
+    first.ws.close(None).await.expect("close");
     wait_metric(&server, "mcp_sessions", 1).await;
     assert_server_alive(&server).await;
 }

@@ -43,6 +43,9 @@ pub(super) struct WorkerJob {
 
 const EMPTY_RESULT: &str = "{}";
 
+/// Where the `initialize` result tells a WebSocket client its session id, for a resume.
+pub const RESUME_ID_META: &str = "mcp-ws/sessionId";
+
 impl Session {
     pub(super) fn route(
         &mut self,
@@ -141,12 +144,18 @@ impl Session {
             server_info: ForVersion<'a, Implementation>,
             #[serde(skip_serializing_if = "Option::is_none")]
             instructions: Option<&'a str>,
+            #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+            meta: Option<Value>,
         }
         let result = serde_json::to_string(&InitializeResult {
             protocol_version: version.as_str(),
             capabilities: server_capabilities(version, offers),
             server_info: ForVersion(&self.shared.server_info, version),
             instructions: self.shared.instructions.as_deref(),
+            meta: self
+                .resume_id
+                .as_ref()
+                .map(|id| serde_json::json!({ RESUME_ID_META: id.as_str() })),
         })
         .map_err(|_| Error::Internal)?;
         tracing::info!(

@@ -32,7 +32,7 @@ use crate::mcp::{
     notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams, ProgressParams,
     ProgressToken, ProtocolVersion,
 };
-use crate::shared::Shared;
+use crate::shared::{SessionId, Shared};
 use crate::worker::{Cancel, RequestWorker};
 use actix::Addr;
 use serde::Serialize;
@@ -100,6 +100,9 @@ pub struct Session {
     draining: bool,
     /// The session's place in the change fan-out, once initialized.
     bus: Option<BusRegistration>,
+    /// The id a client resumes this session with, given to it in the `initialize` result
+    /// (WebSocket sessions; HTTP sessions have theirs in a header).
+    resume_id: Option<SessionId>,
 }
 
 enum Phase {
@@ -162,7 +165,13 @@ impl Session {
             client_requests: HashMap::default(),
             draining: false,
             bus: None,
+            resume_id: None,
         }
+    }
+
+    /// Sets the id the client resumes this session with (announced in `initialize`).
+    pub fn set_resume_id(&mut self, id: SessionId) {
+        self.resume_id = Some(id);
     }
 
     /// The session's inbox, for its host's [`InboxPump`].

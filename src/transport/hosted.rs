@@ -1,21 +1,27 @@
 //! A session core hosted by an actor of its own, for sessions that outlive any one connection:
-//! Streamable HTTP sessions, whose messages arrive as separate POSTs and leave on several SSE
-//! streams.
 //!
-//! The actor lives on the thread where the session began; HTTP handlers on any thread reach
-//! it by its id (the session directory in `Shared`) with messages, and get their answers
-//! back through channels. Its [`HttpOutlet`] routes each frame the core sends by its
-//! [`Route`]: the answer of a POST goes back as that POST's JSON body if nothing came before
-//! it, and otherwise everything of that exchange goes on the POST's SSE stream; messages of
-//! the session as a whole go on the `GET` stream. Every streamed event is also logged, so a
-//! dropped stream can be resumed with `Last-Event-ID`; a dropped stream never cancels its
-//! request (`notifications/cancelled` does).
+//! - Streamable HTTP sessions, whose messages arrive as separate POSTs and leave on several
+//!   SSE streams. The [`HttpOutlet`] routes each frame the core sends by its [`Route`]: the
+//!   answer of a POST goes back as that POST's JSON body if nothing came before it, and
+//!   otherwise everything of that exchange goes on the POST's SSE stream; messages of the
+//!   session as a whole go on the `GET` stream. Every streamed event is also logged, so a
+//!   dropped stream can be resumed with `Last-Event-ID`; a dropped stream never cancels its
+//!   request (`notifications/cancelled` does).
+//! - WebSocket sessions whose socket dropped: the [`SocketOutlet`] keeps what could not be
+//!   delivered (bounded) until a new socket attaches and gets it, in order, or until
+//!   `sessions.resume_grace_ms` passes and the session ends, its work cancelled.
+//!
+//! The actor lives on the thread where the session began (its workers and inbox live there
+//! too); handlers and sockets on any thread reach it by its id (the session directory in
+//! `Shared`) with messages, and get their answers back through channels.
 
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
+use super::ws::{Detach, WsSession};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
 use crate::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use actix::prelude::*;
-use std::collections::HashMap;
+use actix_web_actors::ws::CloseCode;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -61,6 +67,35 @@ pub struct OpenStream {
 #[rtype(result = "()")]
 pub struct End;
 
+/// A socket resumes a WebSocket session: it gets what was missed, then every frame. Answers
+/// `false` when the session cannot be resumed this way (an HTTP session, or it is ending).
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct AttachSocket {
+    /// The socket.
+    pub socket: Addr<WsSession>,
+}
+
+/// A resumed session's socket is gone; `end_session` when its client closed normally.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct DetachSocket {
+    /// The socket that went.
+    pub socket: Addr<WsSession>,
+    /// Whether the session ends with it.
+    pub end_session: bool,
+}
+
+/// A text message from a resumed session's socket.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Relayed(pub String);
+
+/// A frame for a resumed session's socket.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Deliver(pub String);
+
 /// See the module docs.
 pub struct HostedSession {
     core: Session,
@@ -68,8 +103,11 @@ pub struct HostedSession {
     /// Counts the session against the cap and registers it for shutdown.
     slot: SessionSlot,
     id: SessionId,
-    out: HttpOutlet,
+    out: Outlets,
     next_exchange: u64,
+    /// Counts detachments of a WebSocket session, so a grace timer knows whether the socket
+    /// it waited for came back meanwhile.
+    detached: u64,
     /// When a client last did something (a POST, a GET): idle sessions are reaped.
     last_active: Instant,
     closing: bool,
@@ -79,50 +117,126 @@ impl HostedSession {
     /// A new HTTP session (awaiting its `initialize`) on the current thread.
     pub fn start_http(shared: Arc<Shared>, slot: SessionSlot, id: SessionId) -> Addr<Self> {
         let sessions = &shared.settings.sessions;
-        let out = HttpOutlet {
+        let out = Outlets::Http(HttpOutlet {
             log: EventLog::new(
                 sessions.event_buffer_messages,
                 Duration::from_millis(sessions.event_buffer_age_ms),
             ),
             streams: HashMap::new(),
             prime: false,
-        };
+        });
+        let core = Session::new(shared.clone(), slot.id());
+        Self::host(shared, slot, id, core, out).start()
+    }
+
+    /// Keeps a WebSocket session whose socket dropped, on the current thread (its own).
+    pub fn park(
+        shared: Arc<Shared>,
+        slot: SessionSlot,
+        id: SessionId,
+        core: Session,
+    ) -> Addr<Self> {
+        let out = Outlets::Socket(SocketOutlet {
+            socket: None,
+            missed: VecDeque::new(),
+            max_missed: shared.settings.sessions.resume_buffer_messages,
+            overflowed: false,
+            waiting: false,
+        });
+        Self::host(shared, slot, id, core, out).start()
+    }
+
+    fn host(
+        shared: Arc<Shared>,
+        slot: SessionSlot,
+        id: SessionId,
+        core: Session,
+        out: Outlets,
+    ) -> Self {
         Self {
-            core: Session::new(shared.clone(), slot.id()),
+            core,
             shared,
             slot,
             id,
             out,
             next_exchange: 1,
+            detached: 0,
             last_active: Instant::now(),
             closing: false,
         }
-        .start()
     }
 
-    /// Ends the session: cancels its work, closes its streams, forgets its id.
+    /// Ends the session: cancels its work, closes its streams or socket, forgets its id.
     fn end(&mut self, ctx: &mut Context<Self>, why: &str) {
-        tracing::debug!(session = self.slot.id(), id = %self.id, why, "HTTP session ended");
+        tracing::debug!(session = self.slot.id(), id = %self.id, why, "session ended");
         self.core.cancel_all(&mut self.out);
-        self.out.close_all();
+        match &mut self.out {
+            Outlets::Http(http) => http.close_all(),
+            Outlets::Socket(socket) => {
+                if let Some(socket) = socket.socket.take() {
+                    let code = if self.closing {
+                        CloseCode::Away
+                    } else {
+                        CloseCode::Normal
+                    };
+                    socket.do_send(Detach {
+                        code,
+                        reason: "session ended",
+                    });
+                }
+            }
+        }
         self.shared.forget_session(&self.id);
         ctx.stop();
     }
 
     fn reap_if_idle(&mut self, ctx: &mut Context<Self>) {
+        let Outlets::Http(http) = &self.out else {
+            return;
+        };
         let idle = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
-        if self.last_active.elapsed() >= idle
-            && self.out.is_idle()
-            && !self.core.has_work_in_flight()
-        {
+        if self.last_active.elapsed() >= idle && http.is_idle() && !self.core.has_work_in_flight() {
             self.end(ctx, "idle");
         }
     }
 
-    fn close_if_drained(&mut self, ctx: &mut Context<Self>) {
+    /// Ends the session if it must: drained during shutdown, or it missed more than a
+    /// reconnect could be given.
+    fn end_if_due(&mut self, ctx: &mut Context<Self>) {
         if self.closing && !self.core.has_work_in_flight() {
             self.end(ctx, "server shutting down");
+        } else if matches!(&self.out, Outlets::Socket(s) if s.overflowed) {
+            self.end(ctx, "missed more messages than a reconnect can be given");
         }
+    }
+
+    /// Counts the session in `mcp_parked_sessions` while it has no socket.
+    fn set_waiting(&mut self, waiting: bool) {
+        if let Outlets::Socket(out) = &mut self.out {
+            if out.waiting != waiting {
+                out.waiting = waiting;
+                let gauge = &self.shared.metrics.parked_sessions;
+                if waiting {
+                    gauge.inc();
+                } else {
+                    gauge.dec();
+                }
+            }
+        }
+    }
+
+    /// A parked WebSocket session waits `resume_grace_ms` for a socket.
+    fn wait_for_socket(&mut self, ctx: &mut Context<Self>) {
+        self.set_waiting(true);
+        self.detached += 1;
+        let detached = self.detached;
+        let grace = Duration::from_millis(self.shared.settings.sessions.resume_grace_ms);
+        ctx.run_later(grace, move |session, ctx| {
+            let waiting = matches!(&session.out, Outlets::Socket(s) if s.socket.is_none());
+            if session.detached == detached && waiting {
+                session.end(ctx, "not resumed within the grace");
+            }
+        });
     }
 }
 
@@ -132,23 +246,30 @@ impl Actor for HostedSession {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.slot.register(ctx.address().recipient());
         ctx.spawn(InboxPump::new(self.core.inbox().clone()));
-        let idle = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
-        ctx.run_interval(
-            (idle / 4).max(Duration::from_millis(10)),
-            Self::reap_if_idle,
-        );
+        match self.out {
+            Outlets::Http(_) => {
+                let idle =
+                    Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
+                ctx.run_interval(
+                    (idle / 4).max(Duration::from_millis(10)),
+                    Self::reap_if_idle,
+                );
+            }
+            Outlets::Socket(_) => self.wait_for_socket(ctx),
+        }
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         self.core.cancel_all(&mut self.out);
         self.shared.forget_session(&self.id);
+        self.set_waiting(false);
     }
 }
 
 impl SessionHost for HostedSession {
     fn drain_inbox(&mut self, ctx: &mut Self::Context) -> bool {
         self.core.on_inbox(&mut self.out);
-        self.close_if_drained(ctx);
+        self.end_if_due(ctx);
         true
     }
 }
@@ -158,25 +279,30 @@ impl Handler<Post> for HostedSession {
 
     fn handle(&mut self, post: Post, ctx: &mut Self::Context) {
         self.last_active = Instant::now();
+        let Outlets::Http(http) = &mut self.out else {
+            // A WebSocket session's id is never in the HTTP handlers' hands; dropping the
+            // reply answers as for an unknown session.
+            return;
+        };
         let exchange = self.next_exchange;
         self.next_exchange += 1;
-        self.out.streams.insert(
+        http.streams.insert(
             exchange,
             StreamState {
                 waiting: Some(post.reply),
                 reader: None,
             },
         );
-        let intake = self.core.on_text(&post.text, exchange, &mut self.out);
+        let intake = self.core.on_text(&post.text, exchange, http);
         // Priming events (SEP-1699) only for sessions whose version knows them.
-        self.out.prime = self
+        http.prime = self
             .core
             .negotiated_version()
             .is_some_and(|v| v.has_icons());
         if intake == Intake::Silent {
-            self.out.close(exchange);
+            http.close(exchange);
         }
-        self.close_if_drained(ctx);
+        self.end_if_due(ctx);
     }
 }
 
@@ -185,7 +311,9 @@ impl Handler<OpenStream> for HostedSession {
 
     fn handle(&mut self, open: OpenStream, _ctx: &mut Self::Context) {
         self.last_active = Instant::now();
-        let _ = open.reply.send(self.out.open(open.resume));
+        if let Outlets::Http(http) = &mut self.out {
+            let _ = open.reply.send(http.open(open.resume));
+        }
     }
 }
 
@@ -206,10 +334,108 @@ impl Handler<Shutdown> for HostedSession {
         }
         self.closing = true;
         self.core.begin_drain();
-        self.close_if_drained(ctx);
+        self.end_if_due(ctx);
         ctx.run_later(shutdown.grace, |session, ctx| {
             session.end(ctx, "server shutting down");
         });
+    }
+}
+
+impl Handler<AttachSocket> for HostedSession {
+    type Result = bool;
+
+    fn handle(&mut self, attach: AttachSocket, _ctx: &mut Self::Context) -> bool {
+        let Outlets::Socket(out) = &mut self.out else {
+            return false;
+        };
+        if self.closing {
+            return false;
+        }
+        if let Some(older) = out.socket.replace(attach.socket.clone()) {
+            older.do_send(Detach {
+                code: CloseCode::Normal,
+                reason: "MCP session reconnected on another connection",
+            });
+        }
+        // What the client missed, in order, before anything new.
+        for frame in out.missed.drain(..) {
+            attach.socket.do_send(Deliver(frame));
+        }
+        self.detached += 1;
+        self.set_waiting(false);
+        tracing::debug!(session = self.slot.id(), id = %self.id, "session resumed");
+        true
+    }
+}
+
+impl Handler<DetachSocket> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, detach: DetachSocket, ctx: &mut Self::Context) {
+        let Outlets::Socket(out) = &mut self.out else {
+            return;
+        };
+        if out.socket.as_ref() != Some(&detach.socket) {
+            return;
+        }
+        out.socket = None;
+        if detach.end_session {
+            self.end(ctx, "closed by the client");
+        } else {
+            self.wait_for_socket(ctx);
+        }
+    }
+}
+
+impl Handler<Relayed> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, relayed: Relayed, ctx: &mut Self::Context) {
+        self.core.on_text(&relayed.0, 0, &mut self.out);
+        self.end_if_due(ctx);
+    }
+}
+
+/// How a hosted session's frames leave it.
+enum Outlets {
+    Http(HttpOutlet),
+    Socket(SocketOutlet),
+}
+
+impl Outlet for Outlets {
+    fn send(&mut self, frame: String, route: Route) {
+        match self {
+            Self::Http(http) => http.send(frame, route),
+            Self::Socket(socket) => socket.send(frame, route),
+        }
+    }
+
+    fn close(&mut self, exchange: u64) {
+        if let Self::Http(http) = self {
+            http.close(exchange);
+        }
+    }
+}
+
+/// A WebSocket session's way out: its current socket, or what it missed while it had none.
+pub struct SocketOutlet {
+    socket: Option<Addr<WsSession>>,
+    missed: VecDeque<String>,
+    max_missed: usize,
+    /// It missed more than `max_missed`: a reconnect could not be made whole, so the
+    /// session ends rather than resume with a gap.
+    overflowed: bool,
+    /// Whether it is counted as waiting for a socket.
+    waiting: bool,
+}
+
+impl Outlet for SocketOutlet {
+    fn send(&mut self, frame: String, _route: Route) {
+        match &self.socket {
+            Some(socket) => socket.do_send(Deliver(frame)),
+            None if self.missed.len() < self.max_missed => self.missed.push_back(frame),
+            None => self.overflowed = true,
+        }
     }
 }
 

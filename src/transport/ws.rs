@@ -5,12 +5,25 @@
 //! outcomes, progress, client requests, list changes) is drained by an [`InboxPump`] in this
 //! actor's context. It also owns the heartbeat, the close codes, and shutdown.
 //!
-//! Close codes: 1003 binary frames (text only), 1007 a reassembled message that is not
-//! UTF-8, 1009 a message over `limits.max_message_bytes`, 1002 a WebSocket protocol error,
-//! 1001 server shutdown or heartbeat timeout.
+//! **Resumable sessions.** A session is given an id at `initialize` (in the result's
+//! `_meta["mcp-ws/sessionId"]`, and the `Mcp-Session-Id` header of the upgrade). When its
+//! socket drops (anything but the client's own close 1000), the session is not ended: its
+//! core, with its requests in flight and its inbox, moves into a [`HostedSession`] on this
+//! thread, which keeps what the client could not be sent (bounded) for
+//! `sessions.resume_grace_ms`. A client that reconnects with the id (the `Mcp-Session-Id`
+//! header, or the subprotocol entry `mcp.session.<id>` for browsers) gets the same session,
+//! and what it missed, in order; this actor then relays its frames to the hosted session. An
+//! older socket still attached to the session is closed (1000, "MCP session reconnected on
+//! another connection"). Past the grace, everything is cancelled, as on a disconnect before.
+//!
+//! Close codes: 1000 normal or replaced by a reconnect, 1003 binary frames (text only), 1007 a
+//! reassembled message that is not UTF-8, 1009 a message over `limits.max_message_bytes`, 1002
+//! a WebSocket protocol error, 1001 server shutdown or heartbeat timeout, 4404 the session to
+//! resume ended meanwhile.
 
+use super::hosted::{AttachSocket, Deliver, DetachSocket, HostedSession, Relayed};
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
-use crate::shared::{SessionSlot, Shared, Shutdown};
+use crate::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use actix::prelude::*;
 use actix_http::ws::Item;
 use actix_web_actors::ws::{self, CloseCode, CloseReason, Message as WsMessage, ProtocolError};
@@ -18,12 +31,13 @@ use bytes::BytesMut;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Close code for a resume whose session ended before the socket could attach.
+const SESSION_GONE: u16 = 4404;
+
 /// The WebSocket session actor; see the module docs.
 pub struct WsSession {
-    core: Session,
     shared: Arc<Shared>,
-    /// Keeps the session counted and registered for shutdown until the actor is gone.
-    slot: SessionSlot,
+    core: Core,
     /// When the heartbeat last saw that the client had sent something.
     last_heard: Instant,
     /// Whether anything (frame or pong) came from the client since the last heartbeat; a
@@ -33,24 +47,66 @@ pub struct WsSession {
     fragments: Option<BytesMut>,
     /// Whether a shutdown close is pending until in-flight work finishes.
     closing: bool,
+    /// Whether the session ends with the socket (the client closed with 1000, or the server
+    /// is shutting down) rather than waiting for a reconnect.
+    ends_with_socket: bool,
+}
+
+/// Where this connection's session is.
+// `Local` is the common case and holds the session inline: boxing it would cost every frame an
+// indirection to save memory only on the rare relaying sockets.
+#[allow(clippy::large_enum_variant)]
+enum Core {
+    /// In this actor (a connection's own session): frames go straight to the core.
+    Local {
+        session: Session,
+        /// Keeps the session counted and registered for shutdown.
+        slot: SessionSlot,
+        id: SessionId,
+    },
+    /// A resumed session, hosted by its own actor: frames are relayed to it.
+    Relay(Addr<HostedSession>),
+    /// Handed on (to a hosted session, after the socket dropped or was replaced).
+    Gone,
 }
 
 impl WsSession {
-    /// A session for a connection that holds `slot`.
+    /// A new session for a connection that holds `slot`.
     pub fn new(shared: Arc<Shared>, slot: SessionSlot) -> Self {
+        let id = SessionId::generate();
+        let mut session = Session::new(shared.clone(), slot.id());
+        session.set_resume_id(id.clone());
+        Self::with_core(shared, Core::Local { session, slot, id })
+    }
+
+    /// A connection resuming the session hosted by `hosted`.
+    pub fn resume(shared: Arc<Shared>, hosted: Addr<HostedSession>) -> Self {
+        Self::with_core(shared, Core::Relay(hosted))
+    }
+
+    fn with_core(shared: Arc<Shared>, core: Core) -> Self {
         Self {
-            core: Session::new(shared.clone(), slot.id()),
             shared,
-            slot,
+            core,
             last_heard: Instant::now(),
             heard: false,
             fragments: None,
             closing: false,
+            ends_with_socket: false,
+        }
+    }
+
+    /// The session's id, for logs (its `Display` shows a prefix only).
+    fn log_id(&self) -> String {
+        match &self.core {
+            Core::Local { id, .. } => id.to_string(),
+            Core::Relay(_) => "relay".into(),
+            Core::Gone => "-".into(),
         }
     }
 
     fn close(&mut self, ctx: &mut ws::WebsocketContext<Self>, code: CloseCode, description: &str) {
-        tracing::debug!(session = self.slot.id(), ?code, description, "closing");
+        tracing::debug!(session = %self.log_id(), ?code, description, "closing");
         ctx.close(Some(CloseReason {
             code,
             description: Some(description.to_owned()),
@@ -59,10 +115,25 @@ impl WsSession {
     }
 
     fn on_message(&mut self, text: &str, ctx: &mut ws::WebsocketContext<Self>) {
-        // One socket: every exchange is answered on it, so they need no numbers.
-        self.core.on_text(text, 0, ctx);
-        // A cancel may have taken the last request in flight during a drain.
-        self.close_if_drained(ctx);
+        match &mut self.core {
+            Core::Local { session, .. } => {
+                // One socket: every exchange is answered on it, so they need no numbers.
+                session.on_text(text, 0, ctx);
+                // A cancel may have taken the last request in flight during a drain.
+                self.close_if_drained(ctx);
+            }
+            Core::Relay(hosted) => {
+                // Waiting for the hosted session to take the frame before reading the next
+                // one: a client cannot pile frames up between the two actors.
+                let relayed = hosted.send(Relayed(text.to_owned()));
+                ctx.wait(relayed.into_actor(self).map(|result, session, ctx| {
+                    if result.is_err() {
+                        session.close(ctx, CloseCode::Other(SESSION_GONE), "session ended");
+                    }
+                }));
+            }
+            Core::Gone => {}
+        }
     }
 
     fn on_fragment(&mut self, item: Item, ctx: &mut ws::WebsocketContext<Self>) {
@@ -112,7 +183,7 @@ impl WsSession {
         let timeout = Duration::from_millis(self.shared.settings.heartbeat.client_timeout_ms);
         if self.last_heard.elapsed() > timeout {
             tracing::info!(
-                session = self.slot.id(),
+                session = %self.log_id(),
                 "client silent past the heartbeat timeout; disconnecting"
             );
             return self.close(ctx, CloseCode::Away, "heartbeat timeout");
@@ -122,9 +193,33 @@ impl WsSession {
 
     /// During shutdown: close once nothing is left in flight.
     fn close_if_drained(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
-        if self.closing && !self.core.has_work_in_flight() {
-            self.close(ctx, CloseCode::Away, "server shutting down");
+        if let Core::Local { session, .. } = &self.core {
+            if self.closing && !session.has_work_in_flight() {
+                self.close(ctx, CloseCode::Away, "server shutting down");
+            }
         }
+    }
+
+    /// Hands a local session to a [`HostedSession`] on this thread, which keeps it for a
+    /// reconnect; returns its address. `None` when the session is not worth keeping (never
+    /// initialized, resume disabled, the server shutting down): it then ends here.
+    fn park(&mut self, ctx: &mut ws::WebsocketContext<Self>) -> Option<Addr<HostedSession>> {
+        let Core::Local { session, slot, id } = std::mem::replace(&mut self.core, Core::Gone)
+        else {
+            return None;
+        };
+        self.shared.forget_socket(&id);
+        let grace = Duration::from_millis(self.shared.settings.sessions.resume_grace_ms);
+        if !session.is_initialized() || grace.is_zero() || self.shared.is_draining() {
+            let mut session = session;
+            // A closed connection cancels all its workers, which returns their pool permits.
+            session.cancel_all(ctx);
+            return None;
+        }
+        tracing::debug!(session = %id, "socket gone; session kept for a reconnect");
+        let hosted = HostedSession::park(self.shared.clone(), slot, id.clone(), session);
+        self.shared.remember_session(id, hosted.clone());
+        Some(hosted)
     }
 }
 
@@ -136,7 +231,10 @@ impl Outlet for ws::WebsocketContext<WsSession> {
 
 impl SessionHost for WsSession {
     fn drain_inbox(&mut self, ctx: &mut Self::Context) -> bool {
-        self.core.on_inbox(ctx);
+        let Core::Local { session, .. } = &mut self.core else {
+            return false;
+        };
+        session.on_inbox(ctx);
         // A worker's outcome may have been the last request in flight during a drain.
         self.close_if_drained(ctx);
         true
@@ -147,23 +245,52 @@ impl Actor for WsSession {
     type Context = ws::WebsocketContext<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.slot.register(ctx.address().recipient());
-        ctx.spawn(InboxPump::new(self.core.inbox().clone()));
+        match &self.core {
+            Core::Local { session, slot, id } => {
+                slot.register(ctx.address().recipient());
+                self.shared.remember_socket(id.clone(), ctx.address());
+                ctx.spawn(InboxPump::new(session.inbox().clone()));
+            }
+            Core::Relay(hosted) => {
+                let attach = hosted.send(AttachSocket {
+                    socket: ctx.address(),
+                });
+                ctx.wait(attach.into_actor(self).map(|attached, session, ctx| {
+                    if !matches!(attached, Ok(true)) {
+                        session.core = Core::Gone;
+                        session.close(ctx, CloseCode::Other(SESSION_GONE), "session ended");
+                    }
+                }));
+            }
+            Core::Gone => {}
+        }
         let interval = Duration::from_millis(self.shared.settings.heartbeat.interval_ms);
         ctx.run_interval(interval, Self::heartbeat);
-        tracing::debug!(session = self.slot.id(), "session opened");
+        tracing::debug!(session = %self.log_id(), "socket opened");
     }
 
     fn stopped(&mut self, ctx: &mut Self::Context) {
-        // A closed connection cancels all its workers, which returns their pool permits.
-        self.core.cancel_all(ctx);
-        let (client, client_version) = self.core.client_info().unwrap_or(("-", "-"));
-        tracing::debug!(
-            session = self.slot.id(),
-            client,
-            client_version,
-            "session closed"
-        );
+        match std::mem::replace(&mut self.core, Core::Gone) {
+            Core::Local {
+                mut session,
+                slot,
+                id,
+            } if self.ends_with_socket => {
+                self.shared.forget_socket(&id);
+                session.cancel_all(ctx);
+                drop(slot);
+            }
+            local @ Core::Local { .. } => {
+                self.core = local;
+                self.park(ctx);
+            }
+            Core::Relay(hosted) => hosted.do_send(DetachSocket {
+                socket: ctx.address(),
+                end_session: self.ends_with_socket,
+            }),
+            Core::Gone => {}
+        }
+        tracing::debug!("socket closed");
     }
 }
 
@@ -190,12 +317,15 @@ impl StreamHandler<Result<WsMessage, ProtocolError>> for WsSession {
             Ok(WsMessage::Ping(payload)) => ctx.pong(&payload),
             Ok(WsMessage::Pong(_)) | Ok(WsMessage::Nop) => {}
             Ok(WsMessage::Close(reason)) => {
+                // A client that closes normally is done with its session; any other close
+                // (going away, an error) may be followed by a reconnect.
+                self.ends_with_socket = reason.as_ref().is_none_or(|r| r.code == CloseCode::Normal);
                 ctx.close(reason);
                 ctx.stop();
             }
             Err(ProtocolError::Overflow) => self.close(ctx, CloseCode::Size, "message too big"),
             Err(error) => {
-                tracing::debug!(session = self.slot.id(), %error, "websocket protocol error");
+                tracing::debug!(session = %self.log_id(), %error, "websocket protocol error");
                 self.close(ctx, CloseCode::Protocol, "websocket protocol error");
             }
         }
@@ -210,11 +340,53 @@ impl Handler<Shutdown> for WsSession {
             return;
         }
         self.closing = true;
-        self.core.begin_drain();
+        self.ends_with_socket = true;
+        if let Core::Local { session, .. } = &mut self.core {
+            session.begin_drain();
+        }
         self.close_if_drained(ctx);
         ctx.run_later(shutdown.grace, |session, ctx| {
-            session.core.cancel_all(ctx);
+            if let Core::Local { session: core, .. } = &mut session.core {
+                core.cancel_all(ctx);
+            }
             session.close(ctx, CloseCode::Away, "server shutting down");
         });
     }
+}
+
+/// A frame of a relayed session, for this socket.
+impl Handler<Deliver> for WsSession {
+    type Result = ();
+
+    fn handle(&mut self, deliver: Deliver, ctx: &mut Self::Context) {
+        ctx.text(deliver.0);
+    }
+}
+
+/// The session wants this socket gone: another one resumed it, its session ended, or the
+/// server is shutting down.
+impl Handler<Detach> for WsSession {
+    type Result = Option<Addr<HostedSession>>;
+
+    fn handle(&mut self, detach: Detach, ctx: &mut Self::Context) -> Self::Result {
+        let hosted = match &self.core {
+            Core::Local { .. } => self.park(ctx),
+            Core::Relay(hosted) => Some(hosted.clone()),
+            Core::Gone => None,
+        };
+        self.core = Core::Gone;
+        self.close(ctx, detach.code, detach.reason);
+        hosted
+    }
+}
+
+/// Asks a socket to let go of its session (and close with `code`); it answers with the
+/// hosted session that now holds it, if the session goes on.
+#[derive(Debug, Message)]
+#[rtype(result = "Option<Addr<HostedSession>>")]
+pub struct Detach {
+    /// The close code for the socket.
+    pub code: CloseCode,
+    /// The close reason.
+    pub reason: &'static str,
 }
