@@ -1,23 +1,25 @@
 //! Interop with the official TypeScript MCP SDK: `tests/interop/client.mjs`
-//! (`@modelcontextprotocol/sdk` over its `WebSocketClientTransport`) runs every one of its
-//! checks against the real server and all of them pass, and the server provokes no
-//! client-side protocol error (`[client error]` on the client's stderr).
+//! (`@modelcontextprotocol/sdk` 1.32.2 over its `WebSocketClientTransport`) reports every one
+//! of the checks in `tests/interop/harness.rs` passed against the real server, and the server
+//! provokes no client-side protocol error (`[client error]` on the client's stderr).
+//!
+//! Beyond requests and answers, the client answers the server's own requests from inside a
+//! tool (`roots/list`, `sampling/createMessage`, `elicitation/create`), hears
+//! `notifications/{tools,resources,prompts}/list_changed` when the server's owner changes the
+//! registry while the client is connected and idle, and `notifications/resources/updated` for
+//! the resources it subscribed to and no others. A server that sends a notification late, never
+//! or to the wrong client fails the client-side check, so this test fails.
 //!
 //! Needs Node 20+ and npm; the dependencies are installed with `npm ci` when missing. A
 //! machine without them fails this test: it is never skipped silently.
 
 mod common;
-use common::*;
+#[path = "interop/harness.rs"]
+mod harness;
 
-use std::io::Read;
+use harness::{assert_every_check_passed, interop_server, run_client};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-
-/// The checks `client.mjs` runs; it may grow, never shrink.
-const MIN_CHECKS: u64 = 13;
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
+use std::process::{Command, Stdio};
 
 fn interop_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop"))
@@ -51,100 +53,12 @@ fn ensure_node_deps() {
     );
 }
 
-fn read_all(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = pipe.read_to_string(&mut text);
-        text
-    })
-}
-
-/// Kills the client if the test ends while it still runs.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// `N passed, M failed`.
-fn parse_summary(line: &str) -> Option<(u64, u64)> {
-    let (passed, failed) = line.split_once(", ")?;
-    let passed = passed.strip_suffix(" passed")?.parse().ok()?;
-    let failed = failed.strip_suffix(" failed")?.parse().ok()?;
-    Some((passed, failed))
-}
-
 #[test]
 fn typescript_sdk_client_passes_every_check() {
     ensure_node_deps();
-    let server = start(settings());
-
-    let child = Command::new("node")
-        .arg(interop_dir().join("client.mjs"))
-        .arg(server.url())
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|error| panic!("this test needs node (20+) on PATH: {error}"));
-    let mut child = KillOnDrop(child);
-    let stdout = read_all(child.0.stdout.take().expect("piped stdout"));
-    let stderr = read_all(child.0.stderr.take().expect("piped stderr"));
-
-    let deadline = Instant::now() + CLIENT_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.0.try_wait().expect("try_wait") {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.0.kill();
-            let _ = child.0.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = stdout.join().expect("stdout reader");
-    let stderr = stderr.join().expect("stderr reader");
-    let report = format!("--- stdout ---\n{stdout}--- stderr ---\n{stderr}");
-
-    let status = status.unwrap_or_else(|| {
-        panic!(
-            "the client did not finish within {} s\n{report}",
-            CLIENT_TIMEOUT.as_secs()
-        )
-    });
-    assert!(status.success(), "client exit status {status}\n{report}");
-
-    let last = stdout
-        .lines()
-        .rev()
-        .find(|line| !line.trim().is_empty())
-        .unwrap_or_default();
-    let (passed, failed) = parse_summary(last)
-        .unwrap_or_else(|| panic!("last line is not `N passed, M failed`: {last:?}\n{report}"));
-    assert_eq!(failed, 0, "failed checks\n{report}");
-    assert!(
-        passed >= MIN_CHECKS,
-        "only {passed} checks ran, expected at least {MIN_CHECKS}\n{report}"
-    );
-    let ok_lines = stdout.lines().filter(|l| l.starts_with("ok ")).count() as u64;
-    assert_eq!(ok_lines, passed, "one `ok` line per passed check\n{report}");
-    assert!(
-        !stdout.lines().any(|l| l.starts_with("FAIL")),
-        "a check failed\n{report}"
-    );
-    let client_errors: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("client error") || l.contains("close error"))
-        .collect();
-    assert!(
-        client_errors.is_empty(),
-        "the server provoked client-side errors: {client_errors:?}\n{report}"
-    );
+    let server = interop_server();
+    let mut node = Command::new("node");
+    node.arg(interop_dir().join("client.mjs"));
+    let run = run_client(node, &server, "node (20+, needed on PATH)");
+    assert_every_check_passed(&run);
 }

@@ -5,11 +5,26 @@
 //
 // Prints one line per check ("ok <name>" or "FAIL <name>: <reason>"), then a
 // final line "N passed, M failed". Exits 0 only if nothing failed.
+//
+// Some checks need the server's owner to change something while this client is
+// connected: the client prints "@registry <action>" and tests/interop/harness.rs
+// makes the change (see there), then the client waits for the notifications the
+// change must cause. The check names and the fixtures (ask_* tools, the watched
+// resources, what "@registry add" adds) are the ones of harness.rs, and the same
+// as in client.py.
 
 import { WebSocket } from 'ws';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { WebSocketClientTransport } from '@modelcontextprotocol/sdk/client/websocket.js';
-import { McpError, ErrorCode } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CreateMessageRequestSchema,
+  ElicitRequestSchema,
+  ErrorCode,
+  ListRootsRequestSchema,
+  McpError,
+  ResourceUpdatedNotificationSchema,
+} from '@modelcontextprotocol/sdk/types.js';
+import { deepStrictEqual } from 'node:assert/strict';
 
 // The SDK transport does `new WebSocket(url, 'mcp')` against the global.
 // Node 20 has no global WebSocket, so provide the `ws` one (also on newer
@@ -22,6 +37,8 @@ Object.defineProperty(globalThis, 'WebSocket', {
 
 const OVERALL_TIMEOUT_MS = 30_000;
 const REQUEST_TIMEOUT_MS = 10_000;
+// How long to wait for a notification the server must send.
+const NOTIFICATION_TIMEOUT_MS = 10_000;
 
 const url = process.argv[2];
 if (!url) {
@@ -96,8 +113,104 @@ function firstText(result) {
   return c.text;
 }
 
-const client = new Client({ name: 'mcp-ws-interop', version: '0.1.0' });
+// What the server sent on its own (list changes, resource updates), in arrival
+// order. Each waiter takes the oldest entry of its kind not taken yet.
+class Notifications {
+  constructor() {
+    this.entries = [];
+    this.wakers = new Set();
+  }
+
+  push(kind, value) {
+    this.entries.push({ kind, value, taken: false });
+    for (const wake of this.wakers) wake();
+  }
+
+  // The oldest entry of `kind` not taken yet, waiting for it if needed.
+  async next(kind) {
+    const deadline = Date.now() + NOTIFICATION_TIMEOUT_MS;
+    for (;;) {
+      const entry = this.entries.find((e) => e.kind === kind && !e.taken);
+      if (entry) {
+        entry.taken = true;
+        return entry.value;
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`no ${kind} notification within ${NOTIFICATION_TIMEOUT_MS} ms`);
+      await new Promise((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          this.wakers.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, left);
+        this.wakers.add(wake);
+      });
+    }
+  }
+
+  // Entries of `kind` nobody took.
+  untaken(kind) {
+    return this.entries.filter((e) => e.kind === kind && !e.taken).map((e) => e.value);
+  }
+}
+
+const notifications = new Notifications();
+
+// Asks the test that owns the server for a change (tests/interop/harness.rs).
+function askRegistry(action) {
+  console.log(`@registry ${action}`);
+}
+
+// What the client answers to the server's requests, and what it was asked.
+const ROOTS = [
+  { uri: 'file:///interop/project', name: 'project' },
+  { uri: 'file:///interop/docs', name: 'docs' },
+];
+const PROFILE = { name: 'Ada Lovelace', subscribe: true };
+const MODEL = 'interop-model';
+const asked = { roots: 0, sampling: [], elicitation: [] };
+
+const onListChanged = (kind) => ({
+  autoRefresh: true,
+  debounceMs: 0,
+  onChanged: (error, items) => notifications.push(kind, { error, items }),
+});
+
+const client = new Client(
+  { name: 'mcp-ws-interop', version: '0.1.0' },
+  {
+    capabilities: { roots: { listChanged: true }, sampling: {}, elicitation: { form: {} } },
+    // The SDK's own list_changed handling: it re-lists on each notification.
+    listChanged: {
+      tools: onListChanged('tools'),
+      resources: onListChanged('resources'),
+      prompts: onListChanged('prompts'),
+    },
+  },
+);
 client.onerror = (e) => console.error(`[client error] ${describeError(e)}`);
+client.setRequestHandler(ListRootsRequestSchema, async () => {
+  asked.roots += 1;
+  return { roots: ROOTS };
+});
+client.setRequestHandler(CreateMessageRequestSchema, async (request) => {
+  asked.sampling.push(request.params);
+  const text = request.params.messages?.[0]?.content?.text;
+  return {
+    role: 'assistant',
+    content: { type: 'text', text: `sampled: ${text}` },
+    model: MODEL,
+    stopReason: 'endTurn',
+  };
+});
+client.setRequestHandler(ElicitRequestSchema, async (request) => {
+  asked.elicitation.push(request.params);
+  return { action: 'accept', content: PROFILE };
+});
+client.setNotificationHandler(ResourceUpdatedNotificationSchema, (notification) => {
+  notifications.push('updated', notification.params.uri);
+});
 const transport = new WebSocketClientTransport(new URL(url));
 
 const connected = await check('connect', async () => {
@@ -195,6 +308,132 @@ await check('ping', async () => {
 
 await check('logging/setLevel debug', async () => {
   await client.setLoggingLevel('debug', opts);
+});
+
+// --- Requests from the server, made from inside a tool ---
+
+// The JSON a tool answered with, after checking it did not fail.
+async function callForJson(name, args) {
+  const r = await client.callTool({ name, arguments: args }, undefined, opts);
+  const text = firstText(r);
+  assert(!r.isError, `isError is ${r.isError}: ${text}`);
+  return JSON.parse(text);
+}
+
+await check('roots/list answered inside a tool', async () => {
+  const answered = await callForJson('ask_roots', {});
+  assert(asked.roots === 1, `roots/list was asked ${asked.roots} times`);
+  deepStrictEqual(answered, { roots: ROOTS });
+});
+
+await check('sampling/createMessage answered inside a tool', async () => {
+  const args = { prompt: 'What is 6 x 7?', maxTokens: 64, systemPrompt: 'Answer briefly.' };
+  const answered = await callForJson('ask_sampling', args);
+  assert(asked.sampling.length === 1, `sampling was asked ${asked.sampling.length} times`);
+  const params = asked.sampling[0];
+  deepStrictEqual(params.messages, [{ role: 'user', content: { type: 'text', text: args.prompt } }]);
+  assert(params.maxTokens === args.maxTokens, `maxTokens ${params.maxTokens}`);
+  assert(params.systemPrompt === args.systemPrompt, `systemPrompt ${params.systemPrompt}`);
+  deepStrictEqual(answered, {
+    role: 'assistant',
+    model: MODEL,
+    text: `sampled: ${args.prompt}`,
+    stopReason: 'endTurn',
+  });
+});
+
+await check('elicitation/create answered inside a tool', async () => {
+  const message = 'Who are you?';
+  const answered = await callForJson('ask_elicitation', { message });
+  assert(asked.elicitation.length === 1, `elicitation was asked ${asked.elicitation.length} times`);
+  const params = asked.elicitation[0];
+  assert(params.mode === 'form', `mode ${params.mode}`);
+  assert(params.message === message, `message ${params.message}`);
+  const schema = params.requestedSchema;
+  assert(schema?.type === 'object', `requestedSchema ${JSON.stringify(schema)}`);
+  assert(schema.properties?.name?.type === 'string' && schema.properties?.subscribe?.type === 'boolean',
+    `requestedSchema properties ${JSON.stringify(schema.properties)}`);
+  deepStrictEqual(answered, { action: 'accept', content: PROFILE });
+});
+
+// --- Registry changes while connected (and idle) ---
+
+const ADDED = { tools: 'interop_added', resources: 'interop://added', prompts: 'interop_added' };
+const keyOf = { tools: (t) => t.name, resources: (r) => r.uri, prompts: (p) => p.name };
+
+// The next list change of `kind`, with the list the SDK fetched on it. The
+// server must declare it sends them (the SDK listens only then).
+async function nextListChange(kind) {
+  const declared = client.getServerCapabilities()?.[kind]?.listChanged;
+  assert(declared === true, `capabilities.${kind}.listChanged is ${declared}`);
+  const { error, items } = await notifications.next(kind);
+  if (error) throw error;
+  assert(Array.isArray(items), `the SDK re-listed ${kind} with no items: ${JSON.stringify(items)}`);
+  return items.map(keyOf[kind]);
+}
+
+askRegistry('add');
+
+await check('tools/list_changed after a tool is added', async () => {
+  const names = await nextListChange('tools');
+  assert(names.includes(ADDED.tools), `tools now: ${names.join(', ')}`);
+});
+
+await check('resources/list_changed after a resource is added', async () => {
+  const uris = await nextListChange('resources');
+  assert(uris.includes(ADDED.resources), `resources now: ${uris.join(', ')}`);
+});
+
+await check('prompts/list_changed after a prompt is added', async () => {
+  const names = await nextListChange('prompts');
+  assert(names.includes(ADDED.prompts), `prompts now: ${names.join(', ')}`);
+});
+
+await check('tools/call a tool added at run time', async () => {
+  const r = await client.callTool({ name: ADDED.tools, arguments: {} }, undefined, opts);
+  assert(!r.isError, `isError is ${r.isError}`);
+  const text = firstText(r);
+  assert(text === 'added at run time', `text ${JSON.stringify(text)}`);
+});
+
+askRegistry('remove');
+
+await check('list_changed for each list after the additions are removed', async () => {
+  for (const kind of ['tools', 'resources', 'prompts']) {
+    const keys = await nextListChange(kind);
+    assert(!keys.includes(ADDED[kind]), `${kind} still has ${ADDED[kind]}`);
+  }
+});
+
+// --- Resource subscriptions ---
+
+const WATCHED_A = 'interop://watched/a';
+const WATCHED_B = 'interop://watched/b';
+
+// Asks for updates of `quiet` then `loud` (published in that order), waits for
+// the one of `loud`, then for a ping: had the server sent one for `quiet`, it
+// would have come before the ping's answer.
+async function expectUpdateOfOnly(loud, quiet) {
+  askRegistry(`updated ${quiet}`);
+  askRegistry(`updated ${loud}`);
+  const uri = await notifications.next('updated');
+  assert(uri === loud, `resources/updated for ${uri}, expected ${loud}`);
+  await client.ping(opts);
+  const extra = notifications.untaken('updated');
+  assert(extra.length === 0, `resources/updated also for ${extra.join(', ')}`);
+}
+
+await check('resources/updated for a subscribed resource only', async () => {
+  const declared = client.getServerCapabilities()?.resources?.subscribe;
+  assert(declared === true, `capabilities.resources.subscribe is ${declared}`);
+  await client.subscribeResource({ uri: WATCHED_A }, opts);
+  await expectUpdateOfOnly(WATCHED_A, WATCHED_B);
+});
+
+await check('resources/unsubscribe stops its updates', async () => {
+  await client.unsubscribeResource({ uri: WATCHED_A }, opts);
+  await client.subscribeResource({ uri: WATCHED_B }, opts);
+  await expectUpdateOfOnly(WATCHED_B, WATCHED_A);
 });
 
 try {
