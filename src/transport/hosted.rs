@@ -302,6 +302,12 @@ impl Handler<Post> for HostedSession {
         if intake == Intake::Silent {
             http.close(exchange);
         }
+        if !self.core.is_initialized() {
+            // Only an `initialize` starts an HTTP session, and it was answered inline: if it
+            // failed, the session ends before its id is issued and holds no slot.
+            self.end(ctx, "initialize failed");
+            return;
+        }
         self.end_if_due(ctx);
     }
 }
