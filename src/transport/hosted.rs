@@ -469,15 +469,22 @@ impl HttpOutlet {
     }
 
     /// A fresh reader channel for `stream`, primed when the session's version wants it.
+    /// A resumed stream is primed with its cursor, not the stream's newest id: the backlog
+    /// follows, and a client that loses it must be able to ask for it again.
     fn reader(
         &mut self,
         stream: u64,
+        resumed_from: Option<Cursor>,
         backlog: usize,
     ) -> (mpsc::Sender<SseEvent>, mpsc::Receiver<SseEvent>) {
         let (tx, rx) = mpsc::channel(backlog + READER_SLACK);
         if self.prime {
+            let id = match resumed_from {
+                Some(cursor) => format!("{}_{}", cursor.stream, cursor.count),
+                None => self.log.current_id(stream),
+            };
             let _ = tx.try_send(SseEvent {
-                id: self.log.current_id(stream),
+                id,
                 data: Arc::from(""),
             });
         }
@@ -505,7 +512,7 @@ impl HttpOutlet {
             Some(cursor) => self.log.replay(cursor)?,
             None => Vec::new(),
         };
-        let (tx, rx) = self.reader(stream, backlog.len());
+        let (tx, rx) = self.reader(stream, resume, backlog.len());
         for event in backlog {
             let _ = tx.try_send(event);
         }
@@ -567,7 +574,7 @@ impl Outlet for HttpOutlet {
             }
             // Something comes before the answer: the POST becomes an SSE stream.
             Some(waiting) => {
-                let (tx, rx) = self.reader(stream, 0);
+                let (tx, rx) = self.reader(stream, None, 0);
                 if waiting.send(PostReply::Stream(rx)).is_ok() {
                     if let Some(state) = self.streams.get_mut(&stream) {
                         state.reader = Some(tx);
