@@ -38,6 +38,12 @@ pub enum Refusal {
     /// The body is not `application/json`.
     #[error("Unsupported Media Type: Content-Type must be application/json")]
     UnsupportedMediaType,
+    /// The body is larger than `limits.max_message_bytes`.
+    #[error("Payload Too Large: the body exceeds limits.max_message_bytes")]
+    PayloadTooLarge,
+    /// The body could not be read to its end (the client stopped sending, or a bad encoding).
+    #[error("Bad Request: the body could not be read")]
+    BodyUnreadable,
     /// The body is not UTF-8 text.
     #[error("Parse error: the body is not UTF-8")]
     BodyNotText,
@@ -73,10 +79,12 @@ impl ResponseError for Refusal {
             Self::TooManySessions | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::UnsupportedProtocolVersion(_)
             | Self::BodyNotText
+            | Self::BodyUnreadable
             | Self::SessionRequired
             | Self::ResumeGone => StatusCode::BAD_REQUEST,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::SessionNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }

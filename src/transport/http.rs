@@ -29,7 +29,7 @@ const LAST_EVENT_ID_HEADER: &str = "Last-Event-ID";
 /// `POST /mcp`: one client message (or a 2025-03-26 batch).
 pub async fn post(
     req: HttpRequest,
-    body: Bytes,
+    body: web::Payload,
     shared: web::Data<Shared>,
 ) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
@@ -48,7 +48,14 @@ pub async fn post(
     if !json_body {
         return Err(Refusal::UnsupportedMediaType);
     }
-    let text = String::from_utf8(body.to_vec()).map_err(|_| Refusal::BodyNotText)?;
+    // Read here rather than by an extractor, so that the checks above come first and an
+    // oversized body is refused like everything else (a JSON-RPC error, not actix's text).
+    let body = body
+        .to_bytes_limited(shared.settings.limits.max_message_bytes)
+        .await
+        .map_err(|_| Refusal::PayloadTooLarge)?
+        .map_err(|_| Refusal::BodyUnreadable)?;
+    let text = String::from_utf8(body.into()).map_err(|_| Refusal::BodyNotText)?;
     let (session, new_id) = match session_id(req.headers()) {
         Some(id) => (
             shared.find_session(id).ok_or(Refusal::SessionNotFound)?,
