@@ -132,6 +132,8 @@ fn worker(c: &mut Criterion) {
         protocol_version: mcp_ws::mcp::ProtocolVersion::LATEST,
         client_capabilities: Arc::new(serde_json::json!({})),
         client_info: Arc::new(Implementation::new("bench", "0")),
+        identity: mcp_ws::context::Identity::anonymous(),
+        trace_id: Arc::from("0af7651916cd43dd8448eb211c80319c"),
     };
     let mut group = c.benchmark_group("worker");
     group.bench_function("inline", |b| {
@@ -150,6 +152,7 @@ fn worker(c: &mut Criterion) {
         work: Box::new(|_id, _ctx: RequestContext| Box::pin(echo_work())),
         timeout: Duration::from_secs(60),
         wants_progress: false,
+        trace_id: None,
         inbox: inbox.clone(),
         session: session_info.clone(),
         shared: shared.clone(),

@@ -36,6 +36,62 @@ pub struct SessionInfo {
     pub client_capabilities: Arc<Value>,
     /// The client's name and version.
     pub client_info: Arc<Implementation>,
+    /// Who the client is, as the perimeter established it (anonymous without
+    /// authentication).
+    pub identity: Identity,
+    /// The trace id of the connection (from its `traceparent` / `X-Trace-Id`, or made up),
+    /// used for requests that bring none of their own.
+    pub trace_id: Arc<str>,
+}
+
+/// Who a client is: the subject its credentials name (an API key's name, a JWT's `sub`, a
+/// client certificate's subject), and the scopes they grant.
+///
+/// ```
+/// let someone = mcp_ws::context::Identity::anonymous();
+/// assert_eq!(someone.subject(), "anonymous");
+/// assert!(!someone.is_authenticated());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Identity {
+    subject: Arc<str>,
+    scopes: Arc<[String]>,
+    authenticated: bool,
+}
+
+impl Identity {
+    /// A client that presented no credentials.
+    pub fn anonymous() -> Self {
+        Self {
+            subject: Arc::from("anonymous"),
+            scopes: Arc::from(Vec::new()),
+            authenticated: false,
+        }
+    }
+
+    /// An authenticated client.
+    pub fn authenticated(subject: impl Into<Arc<str>>, scopes: Vec<String>) -> Self {
+        Self {
+            subject: subject.into(),
+            scopes: Arc::from(scopes),
+            authenticated: true,
+        }
+    }
+
+    /// The subject (`anonymous` without credentials).
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// The scopes granted.
+    pub fn scopes(&self) -> &[String] {
+        &self.scopes
+    }
+
+    /// Whether credentials were presented and accepted.
+    pub fn is_authenticated(&self) -> bool {
+        self.authenticated
+    }
 }
 
 impl SessionInfo {
@@ -132,6 +188,20 @@ impl Deadline {
     }
 }
 
+/// What a request's context is made of (the worker assembles it).
+pub(crate) struct ContextParts {
+    pub id: RequestId,
+    /// The trace id of the request's own `_meta.traceparent`, if any.
+    pub trace_id: Option<Box<str>>,
+    pub inbox: Rc<Inbox>,
+    pub session: SessionInfo,
+    /// Set when the request carries a progress token: the least gap between two reports.
+    pub progress_interval: Option<Duration>,
+    pub deadline: Deadline,
+    pub cancel: CancelFlag,
+    pub client_timeout: Duration,
+}
+
 /// How progress is reported: only when the client sent a progress token.
 #[derive(Debug)]
 struct ProgressGate {
@@ -159,6 +229,8 @@ pub struct RequestContext {
 
 struct Inner {
     id: RequestId,
+    /// The trace id from the request's own `_meta.traceparent`, when it had one.
+    trace_id: Option<Box<str>>,
     inbox: Rc<Inbox>,
     session: SessionInfo,
     progress: Option<ProgressGate>,
@@ -172,18 +244,21 @@ struct Inner {
 type TestClientFn = dyn Fn(&str, &Value) -> Result<Value, ClientError>;
 
 impl RequestContext {
-    pub(crate) fn new(
-        id: RequestId,
-        inbox: Rc<Inbox>,
-        session: SessionInfo,
-        progress_interval: Option<Duration>,
-        deadline: Deadline,
-        cancel: CancelFlag,
-        client_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(parts: ContextParts) -> Self {
+        let ContextParts {
+            id,
+            trace_id,
+            inbox,
+            session,
+            progress_interval,
+            deadline,
+            cancel,
+            client_timeout,
+        } = parts;
         Self {
             inner: Rc::new(Inner {
                 id,
+                trace_id,
                 inbox,
                 session,
                 progress: progress_interval.map(|min_interval| ProgressGate {
@@ -216,6 +291,20 @@ impl RequestContext {
     /// The session's negotiated protocol version.
     pub fn protocol_version(&self) -> ProtocolVersion {
         self.inner.session.protocol_version
+    }
+
+    /// Who the client is.
+    pub fn identity(&self) -> &Identity {
+        &self.inner.session.identity
+    }
+
+    /// The request's trace id (W3C, 32 hex digits, or what the client's `X-Trace-Id` said):
+    /// the request's own `_meta.traceparent` if it had one, else its connection's.
+    pub fn trace_id(&self) -> &str {
+        self.inner
+            .trace_id
+            .as_deref()
+            .unwrap_or(&self.inner.session.trace_id)
     }
 
     /// Reports progress. Does nothing when the client sent no progress token; drops values
@@ -518,17 +607,20 @@ impl TestContextBuilder {
             protocol_version: self.version,
             client_capabilities: Arc::new(self.capabilities),
             client_info: Arc::new(Implementation::new("test", "0")),
+            identity: Identity::anonymous(),
+            trace_id: Arc::from("00000000000000000000000000000000"),
         };
         let hour = Duration::from_secs(3600);
-        let mut ctx = RequestContext::new(
+        let mut ctx = RequestContext::new(ContextParts {
             id,
-            inbox.clone(),
+            trace_id: None,
+            inbox: inbox.clone(),
             session,
-            self.progress.then_some(Duration::ZERO),
-            Deadline::new(hour, hour),
-            CancelFlag::default(),
-            hour,
-        );
+            progress_interval: self.progress.then_some(Duration::ZERO),
+            deadline: Deadline::new(hour, hour),
+            cancel: CancelFlag::default(),
+            client_timeout: hour,
+        });
         if let Some(inner) = Rc::get_mut(&mut ctx.inner) {
             inner.test_client = self
                 .client

@@ -11,7 +11,7 @@
 
 use crate::config::Settings;
 use crate::error::Error;
-use crate::perimeter::Refusal;
+use crate::perimeter::{self, Refusal};
 use crate::prompt::Prompt;
 use crate::registry::Registry;
 use crate::resource::{Resource, ResourceTemplate};
@@ -265,7 +265,7 @@ async fn mcp_upgrade(
     shared: web::Data<Shared>,
 ) -> Result<HttpResponse, actix_web::Error> {
     let shared = shared.into_inner();
-    shared.origin_policy.check(req.headers())?;
+    let admission = perimeter::admit(&shared, &req)?;
     let max_message_bytes = shared.settings.limits.max_message_bytes;
     let session = match resumed_session_id(&req) {
         Some(id) => WsSession::resume(shared.clone(), claim_session(&shared, &id).await?),
@@ -278,7 +278,7 @@ async fn mcp_upgrade(
                 }
                 .into());
             };
-            WsSession::new(shared, slot)
+            WsSession::new(shared, slot, admission)
         }
     };
     ws::WsResponseBuilder::new(session, &req, stream)

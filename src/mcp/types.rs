@@ -100,6 +100,22 @@ pub struct InitializeParams<'a> {
 pub struct RequestMeta<'a> {
     #[serde(borrow, default)]
     pub progress_token: Option<&'a RawValue>,
+    /// W3C trace context of this request.
+    #[serde(borrow, default)]
+    pub traceparent: Option<&'a RawValue>,
+}
+
+impl RequestMeta<'_> {
+    /// The trace id of this request's `traceparent`, if it has a valid one.
+    pub fn trace_id(&self) -> Option<Box<str>> {
+        let raw = self.traceparent?.get();
+        let text: Cow<'_, str> = if raw.contains('\\') {
+            Cow::Owned(serde_json::from_str(raw).ok()?)
+        } else {
+            Cow::Borrowed(raw.strip_prefix('"')?.strip_suffix('"')?)
+        };
+        crate::trace::of_traceparent(&text).map(Box::from)
+    }
 }
 
 /// `tools/call` params. They are the hot path's, so the JSON-RPC decoder parses them in the

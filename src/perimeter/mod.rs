@@ -7,12 +7,67 @@
 
 pub mod origin;
 
+use crate::context::Identity;
 use crate::mcp::ProtocolVersion;
+use crate::shared::Shared;
+use actix_web::http::header::USER_AGENT;
 use actix_web::http::StatusCode;
-use actix_web::{HttpResponse, ResponseError};
+use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use serde_json::json;
+use std::net::IpAddr;
+use std::sync::Arc;
 
 pub use origin::OriginPolicy;
+
+/// What the perimeter established about an admitted client: who it is, where it connects
+/// from, and the trace id its requests default to.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// Who the client is.
+    pub identity: Identity,
+    /// The peer's address.
+    pub peer: Option<IpAddr>,
+    /// The client's `User-Agent`, for the access log.
+    pub user_agent: Option<Arc<str>>,
+    /// From the request's `traceparent` or `X-Trace-Id`, else made up.
+    pub trace_id: Arc<str>,
+}
+
+impl Admission {
+    /// An anonymous client with a fresh trace id (sessions made without an HTTP request:
+    /// tests, benches).
+    pub fn anonymous() -> Self {
+        Self {
+            identity: Identity::anonymous(),
+            peer: None,
+            user_agent: None,
+            trace_id: crate::trace::generate(),
+        }
+    }
+}
+
+/// Checks an HTTP request to the MCP endpoint, and establishes who sent it.
+///
+/// # Errors
+/// The [`Refusal`] to answer with.
+pub fn admit(shared: &Shared, req: &HttpRequest) -> Result<Admission, Refusal> {
+    let headers = req.headers();
+    shared.origin_policy.check(headers)?;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let trace_id = header("traceparent")
+        .and_then(crate::trace::of_traceparent)
+        .or_else(|| header("x-trace-id").and_then(crate::trace::of_header))
+        .map_or_else(crate::trace::generate, Arc::from);
+    Ok(Admission {
+        identity: Identity::anonymous(),
+        peer: req.peer_addr().map(|addr| addr.ip()),
+        user_agent: headers
+            .get(USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(|ua| Arc::from(&ua[..ua.len().min(256)])),
+        trace_id,
+    })
+}
 
 /// Why a request was refused before reaching a session.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

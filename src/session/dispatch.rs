@@ -36,6 +36,8 @@ pub(super) struct WorkerJob {
     work: Work,
     timeout: Duration,
     progress_token: Option<ProgressToken>,
+    /// The request's own trace id, when its `_meta` carried a `traceparent`.
+    trace_id: Option<Box<str>>,
     /// What runs, for the worker's span: a tool's name (only when debug logs are on: it is
     /// a copy), or the method.
     label: Cow<'static, str>,
@@ -173,6 +175,8 @@ impl Session {
                 protocol_version: version,
                 client_capabilities: Arc::new(Value::Object(p.capabilities)),
                 client_info: Arc::new(p.client_info),
+                identity: self.admission.identity.clone(),
+                trace_id: self.admission.trace_id.clone(),
             },
         });
         // From now on the session hears of list changes and resource updates.
@@ -228,6 +232,7 @@ impl Session {
         };
         let handler = self.shared.registry.tool_handler(&p.name)?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
+        let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let arguments = Arguments::new(p.arguments);
         let version = self.version();
         // A result is about as long as the arguments for pass-through tools (echo), and
@@ -247,6 +252,7 @@ impl Session {
             work,
             timeout: self.shared.settings.limits.timeout_for_tool(&p.name),
             progress_token,
+            trace_id,
             label: if tracing::enabled!(tracing::Level::DEBUG) {
                 Cow::Owned(p.name.clone().into_owned())
             } else {
@@ -265,6 +271,7 @@ impl Session {
             .resource_target(&uri)
             .ok_or_else(|| Error::ResourceNotFound { uri: uri.clone() })?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
+        let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let version = self.version();
         let work: Work = Box::new(move |id, ctx| {
             Box::pin(async move {
@@ -293,6 +300,7 @@ impl Session {
             work,
             timeout: self.shared.settings.limits.request_timeout(),
             progress_token,
+            trace_id,
             label: Cow::Borrowed("resources/read"),
         })
     }
@@ -314,6 +322,7 @@ impl Session {
             });
         }
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
+        let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let arguments = p.arguments;
         let version = self.version();
         let work: Work = Box::new(move |id, ctx| {
@@ -337,6 +346,7 @@ impl Session {
             work,
             timeout: self.shared.settings.limits.request_timeout(),
             progress_token,
+            trace_id,
             label: Cow::Borrowed("prompts/get"),
         })
     }
@@ -390,6 +400,7 @@ impl Session {
             work,
             timeout: self.shared.settings.limits.request_timeout(),
             progress_token: None,
+            trace_id: None,
             label: Cow::Borrowed("completion/complete"),
         }))
     }
@@ -410,15 +421,21 @@ impl Session {
             work,
             timeout,
             progress_token,
+            trace_id,
             label,
         } = job;
         // A child of the request span (session, id, method), which is entered here.
-        let span = tracing::debug_span!("worker", run = %label);
+        let span = tracing::debug_span!(
+            "worker",
+            run = %label,
+            trace = trace_id.as_deref().unwrap_or(&negotiated.info.trace_id),
+        );
         let worker = RequestWorker::run(Job {
             id: id.clone(),
             work,
             timeout,
             wants_progress: progress_token.is_some(),
+            trace_id,
             inbox: self.inbox.clone(),
             session: negotiated.info.clone(),
             shared: self.shared.clone(),

@@ -32,6 +32,7 @@ use crate::mcp::{
     notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams, ProgressParams,
     ProgressToken, ProtocolVersion,
 };
+use crate::perimeter::Admission;
 use crate::shared::{SessionId, Shared};
 use crate::worker::{Cancel, RequestWorker};
 use actix::Addr;
@@ -103,6 +104,8 @@ pub struct Session {
     /// The id a client resumes this session with, given to it in the `initialize` result
     /// (WebSocket sessions; HTTP sessions have theirs in a header).
     resume_id: Option<SessionId>,
+    /// Who the client is and where from, as the perimeter admitted it.
+    admission: Admission,
 }
 
 enum Phase {
@@ -150,8 +153,8 @@ enum Reply {
 }
 
 impl Session {
-    /// A new session, awaiting `initialize`.
-    pub fn new(shared: Arc<Shared>, id: u64) -> Self {
+    /// A new session for a client the perimeter admitted, awaiting `initialize`.
+    pub fn new(shared: Arc<Shared>, id: u64, admission: Admission) -> Self {
         let inbox = Rc::new(Inbox::default());
         inbox.set_log_level(shared.client_log_level);
         Self {
@@ -166,6 +169,7 @@ impl Session {
             draining: false,
             bus: None,
             resume_id: None,
+            admission,
         }
     }
 

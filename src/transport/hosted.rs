@@ -17,6 +17,7 @@
 
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use super::ws::{Detach, WsSession};
+use crate::perimeter::Admission;
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
 use crate::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use actix::prelude::*;
@@ -115,7 +116,12 @@ pub struct HostedSession {
 
 impl HostedSession {
     /// A new HTTP session (awaiting its `initialize`) on the current thread.
-    pub fn start_http(shared: Arc<Shared>, slot: SessionSlot, id: SessionId) -> Addr<Self> {
+    pub fn start_http(
+        shared: Arc<Shared>,
+        slot: SessionSlot,
+        id: SessionId,
+        admission: Admission,
+    ) -> Addr<Self> {
         let sessions = &shared.settings.sessions;
         let out = Outlets::Http(HttpOutlet {
             log: EventLog::new(
@@ -125,7 +131,7 @@ impl HostedSession {
             streams: HashMap::new(),
             prime: false,
         });
-        let core = Session::new(shared.clone(), slot.id());
+        let core = Session::new(shared.clone(), slot.id(), admission);
         Self::host(shared, slot, id, core, out).start()
     }
 

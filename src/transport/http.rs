@@ -11,7 +11,7 @@ use super::events::{Cursor, SseEvent};
 use super::hosted::{End, HostedSession, OpenStream, Post, PostReply};
 use crate::jsonrpc::{decode, Decoded, Entry};
 use crate::mcp::{CallToolParams, ProtocolVersion};
-use crate::perimeter::Refusal;
+use crate::perimeter::{self, Admission, Refusal};
 use crate::shared::{SessionId, Shared};
 use actix::Addr;
 use actix_web::http::header::{self, HeaderMap};
@@ -33,7 +33,7 @@ pub async fn post(
     shared: web::Data<Shared>,
 ) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
-    check_common(&req, &shared)?;
+    let admission = check_common(&req, &shared)?;
     if !accepts(req.headers(), "application/json") || !accepts(req.headers(), "text/event-stream") {
         return Err(Refusal::NotAcceptable(
             "both application/json and text/event-stream",
@@ -64,7 +64,7 @@ pub async fn post(
         None if is_initialize(&text) => {
             let slot = shared.admit_session().ok_or_else(|| busy(&shared))?;
             let id = SessionId::generate();
-            let session = HostedSession::start_http(shared.clone(), slot, id.clone());
+            let session = HostedSession::start_http(shared.clone(), slot, id.clone(), admission);
             shared.remember_session(id.clone(), session.clone());
             (session, Some(id))
         }
@@ -143,8 +143,8 @@ pub async fn not_allowed() -> Result<HttpResponse, Refusal> {
 
 /// Origin/Host, and the protocol version header when present (checked before the session,
 /// so a bad header is a 400 whether or not the session exists).
-fn check_common(req: &HttpRequest, shared: &Shared) -> Result<(), Refusal> {
-    shared.origin_policy.check(req.headers())?;
+fn check_common(req: &HttpRequest, shared: &Shared) -> Result<Admission, Refusal> {
+    let admission = perimeter::admit(shared, req)?;
     if let Some(value) = req.headers().get(PROTOCOL_VERSION_HEADER) {
         let text = value.to_str().unwrap_or("");
         // Any supported version is accepted: the session keeps the one it negotiated.
@@ -154,7 +154,7 @@ fn check_common(req: &HttpRequest, shared: &Shared) -> Result<(), Refusal> {
             ));
         }
     }
-    Ok(())
+    Ok(admission)
 }
 
 /// Hands a message to its session and waits for how to answer.

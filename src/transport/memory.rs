@@ -25,7 +25,7 @@ impl MemorySession {
     /// Starts a session on the current arbiter; returns its address and the frames it sends.
     pub fn start(shared: Arc<Shared>) -> (Addr<Self>, mpsc::UnboundedReceiver<String>) {
         let (outgoing, frames) = mpsc::unbounded_channel();
-        let core = Session::new(shared, 0);
+        let core = Session::new(shared, 0, crate::perimeter::Admission::anonymous());
         (Self { core, outgoing }.start(), frames)
     }
 }

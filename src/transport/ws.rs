@@ -22,6 +22,7 @@
 //! resume ended meanwhile.
 
 use super::hosted::{AttachSocket, Deliver, DetachSocket, HostedSession, Relayed};
+use crate::perimeter::Admission;
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
 use crate::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use actix::prelude::*;
@@ -71,10 +72,11 @@ enum Core {
 }
 
 impl WsSession {
-    /// A new session for a connection that holds `slot`.
-    pub fn new(shared: Arc<Shared>, slot: SessionSlot) -> Self {
+    /// A new session for a connection that holds `slot`, from a client the perimeter
+    /// admitted.
+    pub fn new(shared: Arc<Shared>, slot: SessionSlot, admission: Admission) -> Self {
         let id = SessionId::generate();
-        let mut session = Session::new(shared.clone(), slot.id());
+        let mut session = Session::new(shared.clone(), slot.id(), admission);
         session.set_resume_id(id.clone());
         Self::with_core(shared, Core::Local { session, slot, id })
     }

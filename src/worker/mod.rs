@@ -12,7 +12,7 @@
 //! pool permit is returned. The worker never touches the socket; its session decides what to
 //! write (and drops whatever arrives for a request no longer in flight).
 
-use crate::context::{CancelFlag, Deadline, RequestContext, SessionInfo};
+use crate::context::{CancelFlag, ContextParts, Deadline, RequestContext, SessionInfo};
 use crate::inbox::{Inbox, SessionEvent};
 use crate::jsonrpc::RequestId;
 use crate::mcp::Error;
@@ -46,6 +46,8 @@ pub struct Job {
     /// Run-time limit, counted from admission into the pool.
     pub timeout: Duration,
     pub wants_progress: bool,
+    /// The trace id of the request's own `_meta.traceparent`, if any.
+    pub trace_id: Option<Box<str>>,
     /// The session's inbox, where the outcome and everything the work reports go.
     pub inbox: Rc<Inbox>,
     pub session: SessionInfo,
@@ -165,16 +167,18 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
         job.timeout,
         Duration::from_millis(limits.max_request_timeout_ms),
     );
-    let ctx = RequestContext::new(
-        job.id.clone(),
-        job.inbox,
-        job.session,
-        job.wants_progress
+    let ctx = RequestContext::new(ContextParts {
+        id: job.id.clone(),
+        trace_id: job.trace_id,
+        inbox: job.inbox,
+        session: job.session,
+        progress_interval: job
+            .wants_progress
             .then(|| Duration::from_millis(shared.settings.progress.min_interval_ms)),
         deadline,
         cancel,
-        Duration::from_millis(shared.settings.client_requests.timeout_ms),
-    );
+        client_timeout: Duration::from_millis(shared.settings.client_requests.timeout_ms),
+    });
     let clock = ctx.clone();
     let mut work = AssertUnwindSafe((job.work)(job.id, ctx)).catch_unwind();
     // Work that is ready at once never arms the deadline's timer.
