@@ -150,7 +150,8 @@ impl ServerBuilder {
         for prompt in self.prompts {
             registry.add_prompt(prompt)?;
         }
-        let files = crate::files::serve_directories(&registry, &self.settings.resources.directories)?;
+        let files =
+            crate::files::serve_directories(&registry, &self.settings.resources.directories)?;
         Ok(Server {
             shared: Shared::new(self.settings, registry),
             files,

@@ -124,7 +124,7 @@ impl Root {
         }
         // `path` has no link in it, so this is the file itself.
         let metadata = std::fs::metadata(path).ok()?;
-        metadata.is_file().then(|| metadata.len())
+        metadata.is_file().then_some(metadata.len())
     }
 
     /// Every file under `dir` (the root or a directory inside it) that may be served, with

@@ -81,7 +81,10 @@ impl Root {
             .read_to_end(&mut bytes)
             .map_err(refusal)?;
         if bytes.len() as u64 > limit {
-            let size = file.metadata().map_or(0, |m| m.len()).max(bytes.len() as u64);
+            let size = file
+                .metadata()
+                .map_or(0, |m| m.len())
+                .max(bytes.len() as u64);
             return Err(ResourceError::TooLarge { size, limit });
         }
         Ok(bytes)

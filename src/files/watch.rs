@@ -103,7 +103,9 @@ impl DirectoryWatch {
             let stopping = stopping.clone();
             std::thread::Builder::new()
                 .name("mcp-ws-files".into())
-                .spawn(move || reconcile_until_stopped(served, registry, received, stopping, overflowed))
+                .spawn(move || {
+                    reconcile_until_stopped(served, registry, received, stopping, overflowed)
+                })
                 .map_err(Error::Io)?
         };
         Ok(Self {
@@ -293,8 +295,7 @@ impl Served {
             let RegistryError::Duplicate { key, .. } = error else {
                 continue;
             };
-            if let Some((index, path, _)) = change.added.iter().find(|(_, _, r)| r.uri() == key)
-            {
+            if let Some((index, path, _)) = change.added.iter().find(|(_, _, r)| r.uri() == key) {
                 self.roots[*index].files.remove(path);
             }
         }
