@@ -134,6 +134,16 @@ pub struct DirectorySettings {
     pub max_file_bytes: u64,
 }
 
+impl DirectorySettings {
+    /// `path`, with the default `max_file_bytes` (1 MiB).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            max_file_bytes: default_max_file_bytes(),
+        }
+    }
+}
+
 fn default_max_file_bytes() -> u64 {
     1024 * 1024
 }

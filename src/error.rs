@@ -11,6 +11,15 @@ pub enum Error {
     /// A tool, resource, template or prompt could not be registered.
     #[error(transparent)]
     Registry(#[from] crate::registry::RegistryError),
+    /// A directory of `resources.directories` cannot be served: it does not exist, is not a
+    /// directory, has a path that is not UTF-8, lies inside another, or cannot be watched.
+    #[error("resources.directories: cannot serve {path}: {source}")]
+    ResourceDirectory {
+        /// The directory, as configured.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {

@@ -11,6 +11,7 @@
 
 use crate::config::Settings;
 use crate::error::Error;
+use crate::files::DirectoryWatch;
 use crate::perimeter::{self, Refusal};
 use crate::prompt::Prompt;
 use crate::registry::Registry;
@@ -131,7 +132,9 @@ impl ServerBuilder {
     ///
     /// # Errors
     /// [`Error::Config`] for invalid settings, [`Error::Registry`] when two tools (or
-    /// resources, templates, prompts) share a name, or a template is invalid.
+    /// resources, templates, prompts) share a name, or a template is invalid,
+    /// [`Error::ResourceDirectory`] when a directory of `resources.directories` cannot be
+    /// served.
     pub fn build(self) -> Result<Server, Error> {
         self.settings.validate()?;
         let registry = Registry::default();
@@ -147,9 +150,11 @@ impl ServerBuilder {
         for prompt in self.prompts {
             registry.add_prompt(prompt)?;
         }
-        crate::files::serve_directories(&registry, &self.settings.resources.directories)?;
+        let files =
+            crate::files::serve_directories(&registry, &self.settings.resources.directories)?;
         Ok(Server {
             shared: Shared::new(self.settings, registry),
+            files,
         })
     }
 }
@@ -157,6 +162,8 @@ impl ServerBuilder {
 /// An MCP server, built and not yet running; see [`ServerBuilder`].
 pub struct Server {
     shared: Arc<Shared>,
+    /// The watch over `resources.directories`, for as long as the server lives.
+    files: Option<DirectoryWatch>,
 }
 
 impl Server {
@@ -182,6 +189,7 @@ impl Server {
     /// [`Error::Bind`] when the address cannot be bound, [`Error::Io`] when serving fails.
     pub fn run(self) -> Result<(), Error> {
         let listen = self.shared.settings.server.listen;
+        let _files = self.files;
         let (bound_tx, bound_rx) = std::sync::mpsc::channel();
         let result =
             actix_rt::System::new().block_on(serve(self.shared, bound_tx, termination_signal()));
@@ -215,6 +223,7 @@ impl Server {
             Ok(Ok(addr)) => Ok(RunningServer {
                 addr,
                 shared,
+                _files: self.files,
                 stop: Some(stop_tx),
                 thread: Some(thread),
             }),
@@ -342,6 +351,8 @@ async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
 pub struct RunningServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    /// Dropped after the server has stopped (fields drop after `Drop::drop`).
+    _files: Option<DirectoryWatch>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }

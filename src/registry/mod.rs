@@ -144,24 +144,58 @@ impl<T> Default for Kind<T> {
 
 impl<T: Registered> Kind<T> {
     fn add(&self, item: T, bus: &ChangeBus) -> Result<(), RegistryError> {
+        match self.change(&[], vec![item], Vec::new(), bus).pop() {
+            Some(refused) => Err(refused),
+            None => Ok(()),
+        }
+    }
+
+    /// Removes `removed`, adds `added` (refusing taken keys, returned) and replaces the
+    /// entries of `refreshed` that are present, under one writer lock: one snapshot, and one
+    /// change on the bus if anything came or went. A refresh alone (a file's new size) is
+    /// not a change of the list: it reaches whoever lists next, without a notification.
+    fn change(
+        &self,
+        removed: &[String],
+        added: Vec<T>,
+        refreshed: Vec<T>,
+        bus: &ChangeBus,
+    ) -> Vec<RegistryError> {
         let _writer = lock(&self.writer);
-        match self.items.entry(item.key().to_owned()) {
-            dashmap::Entry::Occupied(_) => {
-                return Err(RegistryError::Duplicate {
+        let mut listed = false;
+        for key in removed {
+            listed |= self.items.remove(key.as_str()).is_some();
+        }
+        let mut refused = Vec::new();
+        for item in added {
+            match self.items.entry(item.key().to_owned()) {
+                dashmap::Entry::Occupied(_) => refused.push(RegistryError::Duplicate {
                     kind: T::KIND,
                     key: item.key().to_owned(),
-                })
-            }
-            dashmap::Entry::Vacant(slot) => {
-                slot.insert(Entry {
-                    item,
-                    enabled: true,
-                });
+                }),
+                dashmap::Entry::Vacant(slot) => {
+                    slot.insert(Entry {
+                        item,
+                        enabled: true,
+                    });
+                    self.ever.store(true, Ordering::Relaxed);
+                    listed = true;
+                }
             }
         }
-        self.ever.store(true, Ordering::Relaxed);
-        self.changed(bus);
-        Ok(())
+        let mut redefined = false;
+        for item in refreshed {
+            if let Some(mut entry) = self.items.get_mut(item.key()) {
+                entry.item = item;
+                redefined = true;
+            }
+        }
+        if listed {
+            self.changed(bus);
+        } else if redefined {
+            self.rebuild();
+        }
+        refused
     }
 
     fn remove(&self, key: &str, bus: &ChangeBus) -> bool {
@@ -190,6 +224,12 @@ impl<T: Registered> Kind<T> {
 
     /// Rebuilds the snapshot (the writer lock is held) and tells the sessions.
     fn changed(&self, bus: &ChangeBus) {
+        self.rebuild();
+        bus.publish(BusEvent::Lists(T::LIST.change()));
+    }
+
+    /// Rebuilds the snapshot (the writer lock is held).
+    fn rebuild(&self) {
         let mut items: Vec<T> = self
             .items
             .iter()
@@ -203,7 +243,6 @@ impl<T: Registered> Kind<T> {
             encode
         }));
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
-        bus.publish(BusEvent::Lists(T::LIST.change()));
     }
 
     fn get(&self, key: &str) -> Option<T> {
@@ -358,6 +397,26 @@ impl Registry {
     /// Disables a prompt; says whether it was enabled.
     pub fn disable_prompt(&self, name: &str) -> bool {
         self.inner.prompts.set_enabled(name, false, &self.inner.bus)
+    }
+
+    /// Removes, adds and refreshes resources at once (the files of a watched directory): one
+    /// list snapshot, and one `list_changed` if a resource came or went; a refresh alone
+    /// (a new size) sends none. Returns the additions refused because their URI is taken.
+    pub(crate) fn change_resources(
+        &self,
+        removed: &[String],
+        added: Vec<Resource>,
+        refreshed: Vec<Resource>,
+    ) -> Vec<RegistryError> {
+        self.inner
+            .resources
+            .change(removed, added, refreshed, &self.inner.bus)
+    }
+
+    /// Declares the `resources` capability even while none is registered (a watched
+    /// directory that is empty for now).
+    pub(crate) fn offer_resources(&self) {
+        self.inner.resources.ever.store(true, Ordering::Relaxed);
     }
 
     /// Tells the sessions subscribed to `uri` that the resource changed

@@ -1,0 +1,384 @@
+//! Keeping the registry in step with the disk.
+//!
+//! `notify`'s recommended watcher (inotify on Linux) watches each directory recursively and
+//! calls back on its own thread. The callback only hands the event to a bounded channel and
+//! returns (a full channel is remembered as "rescan everything", never waited on). One
+//! thread per server takes the events, lets a burst settle (editors write a file in several
+//! steps: truncate, write, close, or write a temporary file and rename it over the old one)
+//! and then reconciles each path it saw with the disk, whatever the events said: a path that
+//! now holds a servable file is served, one that holds a directory is walked, one that is
+//! gone (or became a link) takes what was served under it along. A temporary file created
+//! and renamed away within the burst is never registered.
+//!
+//! What changed goes to the registry in one batch: files that came or went in one change
+//! (one `notifications/resources/list_changed` to every session, coalesced per session),
+//! new sizes of listed files as a refresh without a notification, and a
+//! `notifications/resources/updated` per changed file to the sessions subscribed to it.
+//! Opening or reading a file (the server's own reads included) changes nothing and is
+//! ignored.
+
+use super::Root;
+use crate::error::Error;
+use crate::registry::{Registry, RegistryError};
+use crate::resource::Resource;
+use notify::event::{AccessKind, AccessMode, ModifyKind};
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A burst is over when no event came for this long.
+const QUIET: Duration = Duration::from_millis(50);
+/// A burst that goes on is handled after this long anyway (a long copy shows progress).
+const MAX_DELAY: Duration = Duration::from_millis(500);
+/// Events waiting for the reconciling thread; more means "rescan everything".
+const CHANNEL_CAPACITY: usize = 4096;
+/// Distinct paths remembered in one burst; more means "rescan everything".
+const MAX_BATCH_PATHS: usize = 10_000;
+
+/// What the watcher callback hands the reconciling thread.
+enum Signal {
+    Event(notify::Result<Event>),
+    Stop,
+}
+
+/// The watch over the served directories; it stops when dropped (the server holds it).
+pub(crate) struct DirectoryWatch {
+    watcher: Option<RecommendedWatcher>,
+    signals: Option<SyncSender<Signal>>,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DirectoryWatch {
+    /// Watches `roots`, registers their files, and starts reconciling. The watch starts
+    /// before the first scan, so a change made during the scan is not missed.
+    pub(super) fn start(registry: Registry, roots: Vec<Arc<Root>>) -> Result<Self, Error> {
+        let (signals, received) = mpsc::sync_channel(CHANNEL_CAPACITY);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let handler = {
+            let signals = signals.clone();
+            let overflowed = overflowed.clone();
+            move |event: notify::Result<Event>| {
+                if let Err(TrySendError::Full(_)) = signals.try_send(Signal::Event(event)) {
+                    overflowed.store(true, Ordering::Relaxed);
+                }
+            }
+        };
+        let watch_error = |root: &Root, error: notify::Error| {
+            root.error(io::Error::other(format!("cannot watch it: {error}")))
+        };
+        let mut watcher = RecommendedWatcher::new(
+            handler,
+            notify::Config::default().with_follow_symlinks(false),
+        )
+        .map_err(|error| watch_error(&roots[0], error))?;
+        for root in &roots {
+            watcher
+                .watch(&root.dir, RecursiveMode::Recursive)
+                .map_err(|error| watch_error(root, error))?;
+        }
+
+        let mut served = Served {
+            roots: roots
+                .into_iter()
+                .map(|root| ServedDir {
+                    root,
+                    files: BTreeMap::new(),
+                })
+                .collect(),
+        };
+        let refused = served.apply(Batch::rescan(), &registry);
+        if let Some(refused) = refused.into_iter().next() {
+            return Err(Error::Registry(refused));
+        }
+        let stopping = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stopping = stopping.clone();
+            std::thread::Builder::new()
+                .name("mcp-ws-files".into())
+                .spawn(move || {
+                    reconcile_until_stopped(served, registry, received, stopping, overflowed)
+                })
+                .map_err(Error::Io)?
+        };
+        Ok(Self {
+            watcher: Some(watcher),
+            signals: Some(signals),
+            stopping,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for DirectoryWatch {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        drop(self.watcher.take());
+        if let Some(signals) = self.signals.take() {
+            // A full channel wakes the thread anyway, and it sees `stopping`.
+            let _ = signals.try_send(Signal::Stop);
+        }
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the file watch thread panicked");
+            }
+        }
+    }
+}
+
+/// The reconciling thread: one burst at a time, until the watch is dropped.
+fn reconcile_until_stopped(
+    mut served: Served,
+    registry: Registry,
+    signals: Receiver<Signal>,
+    stopping: Arc<AtomicBool>,
+    overflowed: Arc<AtomicBool>,
+) {
+    loop {
+        let mut batch = Batch::default();
+        match signals.recv() {
+            Ok(Signal::Event(event)) => batch.add(event),
+            Ok(Signal::Stop) | Err(_) => return,
+        }
+        let first = Instant::now();
+        loop {
+            if stopping.load(Ordering::Relaxed) {
+                return;
+            }
+            let left = MAX_DELAY.saturating_sub(first.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            match signals.recv_timeout(QUIET.min(left)) {
+                Ok(Signal::Event(event)) => batch.add(event),
+                Ok(Signal::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => break,
+            }
+        }
+        if overflowed.swap(false, Ordering::Relaxed) {
+            tracing::warn!("file events came faster than handled; rescanning");
+            batch.rescan = true;
+        }
+        for refused in served.apply(batch, &registry) {
+            tracing::warn!(%refused, "a file is not served");
+        }
+    }
+}
+
+/// The paths a burst of events touched.
+#[derive(Default)]
+struct Batch {
+    /// Each path, and whether its contents may have changed (not only its metadata).
+    paths: HashMap<PathBuf, bool>,
+    /// Reconcile every directory whole, and count every file as changed: events were lost.
+    rescan: bool,
+}
+
+impl Batch {
+    fn rescan() -> Self {
+        Self {
+            paths: HashMap::new(),
+            rescan: true,
+        }
+    }
+
+    fn add(&mut self, event: notify::Result<Event>) {
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => {
+                tracing::warn!(%error, "file watch error; rescanning");
+                self.rescan = true;
+                return;
+            }
+        };
+        if event.need_rescan() {
+            self.rescan = true;
+        }
+        let contents = match event.kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+            // Opening or reading a file changes nothing.
+            EventKind::Access(_) => return,
+            EventKind::Modify(ModifyKind::Metadata(_)) => false,
+            _ => true,
+        };
+        if self.rescan {
+            return;
+        }
+        for path in event.paths {
+            *self.paths.entry(path).or_default() |= contents;
+        }
+        if self.paths.len() > MAX_BATCH_PATHS {
+            self.paths.clear();
+            self.rescan = true;
+        }
+    }
+}
+
+/// What was seen of a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Its metadata changed (or it appeared, or went).
+    Metadata,
+    /// Its contents may have changed.
+    Contents,
+    /// Unknown (events were lost, or the first scan): anything listed may have changed.
+    Rescan,
+}
+
+/// What the served directories hold, as registered.
+struct Served {
+    roots: Vec<ServedDir>,
+}
+
+/// One served directory and the files it registered, with their listed sizes.
+struct ServedDir {
+    root: Arc<Root>,
+    files: BTreeMap<PathBuf, u64>,
+}
+
+/// What one burst changes in the registry.
+#[derive(Default)]
+struct Change {
+    removed: Vec<String>,
+    /// The new resources, with their directory (by index) and path.
+    added: Vec<(usize, PathBuf, Resource)>,
+    /// Listed resources with a new size.
+    resized: Vec<Resource>,
+    /// The URIs of files whose contents changed.
+    updated: Vec<String>,
+}
+
+impl Served {
+    /// Reconciles what `batch` touched with the disk and tells the registry; returns the
+    /// files refused because their URI is another resource's.
+    fn apply(&mut self, batch: Batch, registry: &Registry) -> Vec<RegistryError> {
+        let mut change = Change::default();
+        for (index, served) in self.roots.iter_mut().enumerate() {
+            if batch.rescan {
+                let dir = served.root.dir.clone();
+                served.reconcile(index, &dir, Seen::Rescan, &mut change);
+            }
+        }
+        if !batch.rescan {
+            for (path, contents) in batch.paths {
+                let seen = if contents {
+                    Seen::Contents
+                } else {
+                    Seen::Metadata
+                };
+                // Directories never nest, so at most one holds the path.
+                if let Some((index, served)) = self
+                    .roots
+                    .iter_mut()
+                    .enumerate()
+                    .find(|(_, s)| path.starts_with(&s.root.dir))
+                {
+                    served.reconcile(index, &path, seen, &mut change);
+                }
+            }
+        }
+        let added = change
+            .added
+            .iter()
+            .map(|(_, _, resource)| resource.clone())
+            .collect();
+        let refused = registry.change_resources(&change.removed, added, change.resized);
+        // A refused file stays unserved, so its removal never takes the other resource away.
+        for error in &refused {
+            let RegistryError::Duplicate { key, .. } = error else {
+                continue;
+            };
+            if let Some((index, path, _)) = change.added.iter().find(|(_, _, r)| r.uri() == key) {
+                self.roots[*index].files.remove(path);
+            }
+        }
+        for uri in &change.updated {
+            registry.resource_updated(uri);
+        }
+        refused
+    }
+}
+
+impl ServedDir {
+    /// Brings what is served at and under `path` in step with the disk.
+    fn reconcile(&mut self, index: usize, path: &Path, seen: Seen, change: &mut Change) {
+        match std::fs::symlink_metadata(path) {
+            Ok(metadata) if metadata.is_dir() => {
+                let found = self.root.scan(path);
+                let gone: Vec<PathBuf> = self
+                    .under(path)
+                    .filter(|p| !found.contains_key(*p))
+                    .cloned()
+                    .collect();
+                for path in gone {
+                    self.unserve(&path, change);
+                }
+                // A directory's own event says nothing of its files' contents.
+                let seen = if seen == Seen::Rescan {
+                    Seen::Rescan
+                } else {
+                    Seen::Metadata
+                };
+                for (path, size) in found {
+                    self.serve(index, path, size, seen, change);
+                }
+            }
+            Ok(metadata) if metadata.is_file() => match self.root.admit(path) {
+                Some(size) => self.serve(index, path.to_owned(), size, seen, change),
+                None => self.unserve(path, change),
+            },
+            // Gone, or now a link or a special file: nothing at or under it is served.
+            _ => {
+                if path == self.root.dir {
+                    tracing::warn!(dir = %self.root.configured.display(), "served directory is gone");
+                }
+                let gone: Vec<PathBuf> = self.under(path).cloned().collect();
+                for path in gone {
+                    self.unserve(&path, change);
+                }
+            }
+        }
+    }
+
+    /// The served files at or under `path` (paths order by component, so they are adjacent).
+    fn under<'a>(&'a self, path: &'a Path) -> impl Iterator<Item = &'a PathBuf> {
+        self.files
+            .range::<Path, _>((Bound::Included(path), Bound::Unbounded))
+            .map(|(p, _)| p)
+            .take_while(move |p| p.starts_with(path))
+    }
+
+    fn serve(&mut self, index: usize, path: PathBuf, size: u64, seen: Seen, change: &mut Change) {
+        match self.files.get_mut(&path) {
+            None => {
+                if let Some(resource) = self.root.resource(&path, size) {
+                    self.files.insert(path.clone(), size);
+                    change.added.push((index, path, resource));
+                }
+            }
+            Some(listed) => {
+                let resized = *listed != size;
+                if resized {
+                    *listed = size;
+                    change.resized.extend(self.root.resource(&path, size));
+                }
+                if resized || seen != Seen::Metadata {
+                    change.updated.extend(super::file_uri(&path));
+                }
+            }
+        }
+    }
+
+    fn unserve(&mut self, path: &Path, change: &mut Change) {
+        if self.files.remove(path).is_some() {
+            change.removed.extend(super::file_uri(path));
+        }
+    }
+}
