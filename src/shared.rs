@@ -6,7 +6,7 @@ use crate::config::Settings;
 use crate::mcp::LogLevel;
 use crate::metrics::Metrics;
 use crate::model::Implementation;
-use crate::perimeter::OriginPolicy;
+use crate::perimeter::{OriginPolicy, RequestGuard};
 use crate::registry::Registry;
 use crate::transport::hosted::HostedSession;
 use crate::transport::ws::WsSession;
@@ -40,6 +40,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// The Origin/Host checks of every request to the MCP endpoint.
     pub origin_policy: OriginPolicy,
+    /// The checks of every request before it is routed.
+    pub guard: RequestGuard,
     sessions: DashMap<u64, Recipient<Shutdown>>,
     /// Hosted sessions (HTTP, and WebSocket sessions waiting for a reconnect) by the id their
     /// client holds.
@@ -71,6 +73,7 @@ impl Shared {
             client_log_level,
             pool: Semaphore::new(settings.limits.max_concurrent_requests),
             origin_policy: OriginPolicy::new(&settings.http, settings.server.listen),
+            guard: RequestGuard::new(&settings),
             settings,
             registry,
             metrics: Metrics::default(),

@@ -5,6 +5,7 @@
 //! Every refusal carries a JSON-RPC error object with a null id in its body (what the official
 //! TypeScript SDK sends), so a client can show why; the status is what clients act on.
 
+pub mod guard;
 pub mod origin;
 
 use crate::context::Identity;
@@ -17,6 +18,7 @@ use serde_json::json;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+pub use guard::RequestGuard;
 pub use origin::OriginPolicy;
 
 /// What the perimeter established about an admitted client: who it is, where it connects

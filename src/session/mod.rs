@@ -279,10 +279,20 @@ impl Session {
         let _entered = span.enter();
         // Timed only when the span is logged: a clock read per request is measurable.
         let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
+        let raw_params = match request.params {
+            jsonrpc::Params::Raw(raw) => raw,
+            jsonrpc::Params::Parsed(_) => None,
+        };
         let outcome = if self.in_flight.contains_key(&request.id) {
             Err(Error::DuplicateRequestId)
         } else if self.draining {
             Err(Error::ShuttingDown)
+        } else if let Err(refused) =
+            self.shared
+                .guard
+                .check(&self.admission, &request.method, raw_params)
+        {
+            Err(refused)
         } else {
             match self.route(&request, batch) {
                 Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
