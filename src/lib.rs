@@ -74,6 +74,8 @@ pub mod mcp;
 #[doc(hidden)]
 pub mod metrics;
 #[doc(hidden)]
+pub mod mrtr;
+#[doc(hidden)]
 pub mod perimeter;
 #[doc(hidden)]
 pub mod session;

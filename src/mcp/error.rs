@@ -8,6 +8,7 @@
 //! and carries no details.
 
 use crate::jsonrpc::{ErrorCode, ErrorObject, WireError};
+use crate::mcp::ProtocolVersion;
 use serde_json::json;
 
 /// The codes MCP and this server add to JSON-RPC's own ([`ErrorCode`]'s consts).
@@ -32,6 +33,12 @@ pub mod codes {
     pub const HANDLER_FAILED: ErrorCode = ErrorCode(-32006);
     /// The session already has its maximum number of requests in flight.
     pub const SESSION_BUSY: ErrorCode = ErrorCode(-32009);
+    /// 2026-07-28: an HTTP header disagrees with the body, or is missing.
+    pub const HEADER_MISMATCH: ErrorCode = ErrorCode(-32020);
+    /// 2026-07-28: the request needs a client capability its `_meta` did not declare.
+    pub const MISSING_CLIENT_CAPABILITY: ErrorCode = ErrorCode(-32021);
+    /// 2026-07-28: the request names a protocol version this server does not speak.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: ErrorCode = ErrorCode(-32022);
 }
 
 /// Why a request is answered with a JSON-RPC error.
@@ -58,6 +65,21 @@ pub enum Error {
     HandlerFailed(String),
     #[error("Too many subscriptions: the session may hold {limit}")]
     TooManySubscriptions { limit: usize },
+    /// 2026-07-28: a request's `_meta` lacks a required key or has a malformed one.
+    #[error("Invalid params: {0}")]
+    MalformedMeta(String),
+    /// 2026-07-28: the request's `_meta` names a version this server does not speak.
+    #[error("Unsupported protocol version")]
+    UnsupportedProtocolVersion { requested: String },
+    /// 2026-07-28: the request needs client capabilities its `_meta` did not declare.
+    #[error("Missing required client capability")]
+    MissingClientCapability { required: serde_json::Value },
+    /// 2026-07-28: an HTTP header disagrees with the body, or a required one is missing.
+    #[error("Header mismatch: {0}")]
+    HeaderMismatch(String),
+    /// 2026-07-28: a `requestState` that is forged, altered, foreign or expired.
+    #[error("Invalid params: {0}")]
+    InvalidRequestState(crate::mrtr::StateError),
     #[error("Server not initialized: send \"initialize\" first")]
     NotInitialized,
     #[error("Request timed out")]
@@ -91,6 +113,10 @@ impl Error {
             | Self::MissingPromptArgument { .. } => ErrorCode::INVALID_PARAMS,
             Self::ResourceNotFound { .. } => codes::RESOURCE_NOT_FOUND,
             Self::ResourceTooLarge { .. } => codes::RESOURCE_TOO_LARGE,
+            Self::MalformedMeta(_) | Self::InvalidRequestState(_) => ErrorCode::INVALID_PARAMS,
+            Self::UnsupportedProtocolVersion { .. } => codes::UNSUPPORTED_PROTOCOL_VERSION,
+            Self::MissingClientCapability { .. } => codes::MISSING_CLIENT_CAPABILITY,
+            Self::HeaderMismatch(_) => codes::HEADER_MISMATCH,
             Self::HandlerFailed(_) => codes::HANDLER_FAILED,
             Self::TooManySubscriptions { .. } => ErrorCode::INVALID_PARAMS,
             Self::NotInitialized => codes::NOT_INITIALIZED,
@@ -100,6 +126,30 @@ impl Error {
             Self::ServerBusy { .. } => codes::SERVER_BUSY,
             Self::SessionBusy { .. } => codes::SESSION_BUSY,
             Self::Internal => ErrorCode::INTERNAL_ERROR,
+        }
+    }
+
+    /// The wire form for a request of the 2026-07-28 revision, where a missing resource is
+    /// -32602 (not -32002, which that revision forbids). See [`to_wire`](Self::to_wire).
+    pub fn to_wire_modern(&self) -> ErrorObject {
+        match self {
+            Self::ResourceNotFound { uri } => ErrorObject::new(ErrorCode::INVALID_PARAMS, "Resource not found")
+                .with_data(json!({ "uri": uri })),
+            other => other.to_wire(),
+        }
+    }
+
+    /// The HTTP status a 2026-07-28 request answered with this error gets (its Streamable
+    /// HTTP binding: 400 for header, capability and version errors and malformed `_meta`,
+    /// 404 for an unknown method; 200 with the error in the body otherwise).
+    pub fn http_status_modern(&self) -> u16 {
+        match self {
+            Self::MalformedMeta(_)
+            | Self::UnsupportedProtocolVersion { .. }
+            | Self::MissingClientCapability { .. }
+            | Self::HeaderMismatch(_) => 400,
+            Self::MethodNotFound { .. } => 404,
+            _ => 200,
         }
     }
 
@@ -119,6 +169,13 @@ impl Error {
                 object.with_data(json!({ "uri": uri, "size": size, "limit": limit }))
             }
             Self::TooManySubscriptions { limit } => object.with_data(json!({ "limit": limit })),
+            Self::UnsupportedProtocolVersion { requested } => {
+                let supported: Vec<&str> = ProtocolVersion::MODERN.iter().map(|v| v.as_str()).collect();
+                object.with_data(json!({ "supported": supported, "requested": requested }))
+            }
+            Self::MissingClientCapability { required } => {
+                object.with_data(json!({ "requiredCapabilities": required }))
+            }
             Self::TimedOut { timeout_ms } => object.with_data(json!({ "timeoutMs": timeout_ms })),
             Self::ServerBusy { limit, waited_ms } => object
                 .with_data(json!({ "scope": "server", "limit": limit, "waitedMs": waited_ms })),

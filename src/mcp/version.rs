@@ -1,8 +1,11 @@
-//! Protocol versions this server speaks and how one is chosen for a session.
+//! Protocol versions this server speaks: the handshake era (2024-11-05 … 2025-11-25), whose
+//! version `initialize` negotiates for a session, and the stateless 2026-07-28 revision, which
+//! every request names in its own `_meta`.
 
 use std::fmt;
 
-/// The handshake-era MCP revisions, oldest first so that `Ord` follows time.
+/// The MCP revisions, oldest first so that `Ord` follows time (a feature "from version V on"
+/// is `version >= V`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ProtocolVersion {
     /// 2024-11-05, the first.
@@ -13,18 +16,36 @@ pub enum ProtocolVersion {
     V2025_06_18,
     /// 2025-11-25: icons, URL elicitation, tasks (experimental).
     V2025_11_25,
+    /// 2026-07-28: stateless; every request carries its version and the client's
+    /// capabilities; multi round-trip results instead of server requests.
+    V2026_07_28,
 }
 
 impl ProtocolVersion {
     /// Every supported version, newest first.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 5] = [
+        Self::V2026_07_28,
         Self::V2025_11_25,
         Self::V2025_06_18,
         Self::V2025_03_26,
         Self::V2024_11_05,
     ];
+    /// The handshake-era versions (what `initialize` can negotiate), newest first.
+    pub const LEGACY: [Self; 4] = [
+        Self::V2025_11_25,
+        Self::V2025_06_18,
+        Self::V2025_03_26,
+        Self::V2024_11_05,
+    ];
+    /// The stateless versions (what a request's `_meta` may name), newest first.
+    pub const MODERN: [Self; 1] = [Self::V2026_07_28];
     /// The newest handshake-era version.
     pub const LATEST: Self = Self::V2025_11_25;
+
+    /// Whether this is a stateless (2026-07-28 on) version.
+    pub fn is_modern(self) -> bool {
+        self >= Self::V2026_07_28
+    }
 
     /// Audio content, tool annotations and `completion/complete` (2025-03-26 on).
     pub fn has_audio(self) -> bool {
@@ -49,6 +70,7 @@ impl ProtocolVersion {
             Self::V2025_03_26 => "2025-03-26",
             Self::V2025_06_18 => "2025-06-18",
             Self::V2025_11_25 => "2025-11-25",
+            Self::V2026_07_28 => "2026-07-28",
         }
     }
 
@@ -61,7 +83,10 @@ impl ProtocolVersion {
     /// it supports it, and otherwise with another version it supports, its latest. It is
     /// then the client's choice to go on or disconnect; this is not an error.
     pub fn negotiate(requested: &str) -> Self {
-        Self::parse(requested).unwrap_or(Self::LATEST)
+        Self::LEGACY
+            .into_iter()
+            .find(|v| v.as_str() == requested)
+            .unwrap_or(Self::LATEST)
     }
 }
 
@@ -77,7 +102,7 @@ mod tests {
 
     #[test]
     fn supported_versions_are_echoed_and_others_get_the_latest() {
-        for v in ProtocolVersion::ALL {
+        for v in ProtocolVersion::LEGACY {
             assert_eq!(ProtocolVersion::negotiate(v.as_str()), v);
         }
         assert_eq!(

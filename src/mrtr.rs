@@ -1,0 +1,255 @@
+//! Multi round-trip requests (MCP 2026-07-28): the `requestState` a server hands out with an
+//! `InputRequiredResult` and gets back with the client's `inputResponses`.
+//!
+//! The state is opaque to the client but must not be trusted: it carries what is needed to
+//! run the request again on any node (the answers gathered in earlier rounds, which asks are
+//! outstanding), and it is bound to the request it was issued for (method, target, a digest of
+//! the arguments, the identity) and to an expiry, all under an HMAC-SHA256 tag with the
+//! server's key (`mrtr.state_key`, the same on every node; a random key per process when
+//! unset). A state that was altered, issued for another request or identity, or has expired
+//! is refused with -32602; the tool does not run.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Signs and checks request states.
+#[derive(Clone)]
+pub struct StateKey {
+    key: [u8; 32],
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for StateKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key itself.
+        f.debug_struct("StateKey").field("ttl", &self.ttl).finish()
+    }
+}
+
+/// What a request state binds and carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestState {
+    /// The request it belongs to.
+    #[serde(flatten)]
+    pub binding: Binding,
+    /// The answers of earlier rounds, by key.
+    #[serde(rename = "r", default)]
+    pub responses: Map<String, Value>,
+    /// The keys asked in the round that issued this state.
+    #[serde(rename = "o", default)]
+    pub outstanding: Vec<String>,
+    /// Expiry, in milliseconds since the Unix epoch.
+    #[serde(rename = "e")]
+    pub expires_ms: u64,
+}
+
+/// The request a state was issued for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    /// `tools/call`, `prompts/get` or `resources/read`.
+    #[serde(rename = "m")]
+    pub method: String,
+    /// The tool or prompt name, or the resource URI.
+    #[serde(rename = "t")]
+    pub target: String,
+    /// SHA-256 of the arguments' JSON, hex.
+    #[serde(rename = "a")]
+    pub arguments: String,
+    /// The identity's subject.
+    #[serde(rename = "s")]
+    pub subject: String,
+}
+
+impl Binding {
+    /// The binding of a request: its method, target, arguments (raw JSON) and identity. The
+    /// arguments are digested in a canonical form (keys sorted), so a client that sends the
+    /// same arguments in another order retries the same request.
+    pub fn new(method: &str, target: &str, arguments: Option<&str>, subject: &str) -> Self {
+        let value: Value = serde_json::from_str(arguments.unwrap_or("{}")).unwrap_or(Value::Null);
+        let mut canonical = String::new();
+        write_canonical(&value, &mut canonical);
+        let digest = Sha256::digest(canonical.as_bytes());
+        Self {
+            method: method.to_owned(),
+            target: target.to_owned(),
+            arguments: hex(&digest),
+            subject: subject.to_owned(),
+        }
+    }
+}
+
+/// Why a state was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// Not a state this server issued, or altered since.
+    #[error("requestState is not valid: it was not issued by this server or was altered")]
+    Invalid,
+    /// Issued for another request (method, target, arguments or identity).
+    #[error("requestState belongs to another request")]
+    Mismatch,
+    /// Past its expiry.
+    #[error("requestState has expired; send the request again without it")]
+    Expired,
+}
+
+impl StateKey {
+    /// A key from configuration (any length, hashed to 32 bytes), or a random one.
+    pub fn new(configured: Option<&str>, ttl: Duration) -> Self {
+        let key = match configured {
+            Some(secret) => Sha256::digest(secret.as_bytes()).into(),
+            None => {
+                let mut key = [0u8; 32];
+                getrandom::fill(&mut key).expect("the OS random number generator works");
+                key
+            }
+        };
+        Self { key, ttl }
+    }
+
+    /// Issues a state for a request that asked `outstanding` and had gathered `responses`.
+    pub fn issue(&self, binding: Binding, responses: Map<String, Value>, outstanding: Vec<String>) -> String {
+        let state = RequestState {
+            binding,
+            responses,
+            outstanding,
+            expires_ms: now_ms() + self.ttl.as_millis() as u64,
+        };
+        let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&state).unwrap_or_default());
+        let tag = URL_SAFE_NO_PAD.encode(self.tag(payload.as_bytes()));
+        format!("{payload}.{tag}")
+    }
+
+    /// Checks a state handed back for the request bound as `binding`.
+    ///
+    /// # Errors
+    /// See [`StateError`].
+    pub fn verify(&self, token: &str, binding: &Binding) -> Result<RequestState, StateError> {
+        let (payload, tag) = token.split_once('.').ok_or(StateError::Invalid)?;
+        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| StateError::Invalid)?;
+        let mut mac = self.mac();
+        mac.update(payload.as_bytes());
+        mac.verify_slice(&tag).map_err(|_| StateError::Invalid)?;
+        let bytes = URL_SAFE_NO_PAD.decode(payload).map_err(|_| StateError::Invalid)?;
+        let state: RequestState = serde_json::from_slice(&bytes).map_err(|_| StateError::Invalid)?;
+        if &state.binding != binding {
+            return Err(StateError::Mismatch);
+        }
+        if state.expires_ms < now_ms() {
+            return Err(StateError::Expired);
+        }
+        Ok(state)
+    }
+
+    fn mac(&self) -> HmacSha256 {
+        <HmacSha256 as Mac>::new_from_slice(&self.key).expect("HMAC takes a key of any length")
+    }
+
+    fn tag(&self, payload: &[u8]) -> Vec<u8> {
+        let mut mac = self.mac();
+        mac.update(payload);
+        mac.finalize().into_bytes().to_vec()
+    }
+}
+
+/// JSON with object keys sorted at every depth.
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn binding() -> Binding {
+        Binding::new("tools/call", "greet", Some(r#"{"who":"x"}"#), "anonymous")
+    }
+
+    #[test]
+    fn a_state_round_trips_with_its_answers() {
+        let key = StateKey::new(Some("secret"), Duration::from_secs(60));
+        let mut responses = Map::new();
+        responses.insert("name".into(), json!({"action": "accept"}));
+        let token = key.issue(binding(), responses.clone(), vec!["age".into()]);
+        let state = key.verify(&token, &binding()).expect("valid");
+        assert_eq!(state.responses, responses);
+        assert_eq!(state.outstanding, ["age"]);
+        // Another node with the same configured key accepts it.
+        let other = StateKey::new(Some("secret"), Duration::from_secs(60));
+        assert!(other.verify(&token, &binding()).is_ok());
+    }
+
+    #[test]
+    fn altered_foreign_misbound_and_expired_states_are_refused() {
+        let key = StateKey::new(Some("secret"), Duration::from_secs(60));
+        let token = key.issue(binding(), Map::new(), vec![]);
+        let (payload, tag) = token.split_once('.').expect("two parts");
+        let forged_payload = URL_SAFE_NO_PAD.encode(
+            String::from_utf8(URL_SAFE_NO_PAD.decode(payload).expect("b64"))
+                .expect("utf8")
+                .replace("greet", "admin"),
+        );
+        let forged = format!("{forged_payload}.{tag}");
+        assert_eq!(key.verify(&forged, &binding()), Err(StateError::Invalid));
+        assert_eq!(key.verify("garbage", &binding()), Err(StateError::Invalid));
+        let stranger = StateKey::new(Some("other"), Duration::from_secs(60));
+        assert_eq!(stranger.verify(&token, &binding()), Err(StateError::Invalid));
+        let elsewhere = Binding::new("tools/call", "greet", Some(r#"{"who":"y"}"#), "anonymous");
+        assert_eq!(key.verify(&token, &elsewhere), Err(StateError::Mismatch));
+        let reordered = Binding::new("tools/call", "greet", Some(r#"{ "who" : "x" }"#), "anonymous");
+        assert!(key.verify(&token, &reordered).is_ok(), "same arguments, other spacing");
+        let someone_else = Binding::new("tools/call", "greet", Some(r#"{"who":"x"}"#), "mallory");
+        assert_eq!(key.verify(&token, &someone_else), Err(StateError::Mismatch));
+        let short = StateKey::new(Some("secret"), Duration::ZERO);
+        let stale = short.issue(binding(), Map::new(), vec![]);
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(short.verify(&stale, &binding()), Err(StateError::Expired));
+    }
+}
