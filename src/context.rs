@@ -344,8 +344,13 @@ impl RequestContext {
                 }
             }
         }
-        let result: ElicitResult =
-            parse(self.ask("elicitation/create", request.to_params()).await?)?;
+        let result: ElicitResult = parse(
+            self.ask(
+                "elicitation/create",
+                request.to_params(session.protocol_version),
+            )
+            .await?,
+        )?;
         if let (
             ElicitRequest::Form {
                 requested_schema, ..
