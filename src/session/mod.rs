@@ -570,14 +570,15 @@ impl Session {
 
     /// Cancels every request in flight (the connection closed, or the grace ran out), each
     /// the way a client's cancel would: a batch cut short still sends the answers it
-    /// collected. Requests sent to the client fail at once with "disconnected".
+    /// collected. Requests sent to the client fail first, with "disconnected": a cancelled
+    /// worker runs once more before it stops, so a tool waiting for the client learns why.
     pub fn cancel_all(&mut self, out: &mut dyn Outlet) {
+        for (_, pending) in self.client_requests.drain() {
+            let _ = pending.reply.send(Err(ClientError::Disconnected));
+        }
         let ids: Vec<RequestId> = self.in_flight.keys().cloned().collect();
         for id in ids {
             self.cancel(&id, out);
-        }
-        for (_, pending) in self.client_requests.drain() {
-            let _ = pending.reply.send(Err(ClientError::Disconnected));
         }
     }
 
