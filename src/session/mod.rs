@@ -366,20 +366,37 @@ impl Session {
 
     /// Handles everything waiting in the inbox: worker events in order, then list changes
     /// and resource updates (one notification each, however many marks piled up).
+    ///
+    /// A list change is sent only for a kind declared to this session at `initialize`: a
+    /// kind registered later is one the session cannot list (-32601), so its changes are
+    /// none of its business.
     pub fn on_inbox(&mut self, out: &mut dyn Outlet) {
         while let Some(event) = self.inbox.take_event() {
             self.on_event(event, out);
         }
-        if !matches!(self.phase, Phase::Ready(_)) {
+        let Phase::Ready(negotiated) = &self.phase else {
             return;
-        }
+        };
+        let offers = negotiated.offers;
         let changes = self.inbox.take_changes();
-        for (change, method) in [
-            (Changes::TOOLS, notifications::TOOLS_LIST_CHANGED),
-            (Changes::RESOURCES, notifications::RESOURCES_LIST_CHANGED),
-            (Changes::PROMPTS, notifications::PROMPTS_LIST_CHANGED),
+        for (change, declared, method) in [
+            (
+                Changes::TOOLS,
+                offers.tools,
+                notifications::TOOLS_LIST_CHANGED,
+            ),
+            (
+                Changes::RESOURCES,
+                offers.resources,
+                notifications::RESOURCES_LIST_CHANGED,
+            ),
+            (
+                Changes::PROMPTS,
+                offers.prompts,
+                notifications::PROMPTS_LIST_CHANGED,
+            ),
         ] {
-            if changes.contains(change) {
+            if declared && changes.contains(change) {
                 out.send(encode_notification(method, &EmptyParams {}), Route::Session);
             }
         }
