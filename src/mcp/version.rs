@@ -26,7 +26,8 @@ impl ProtocolVersion {
     /// The newest handshake-era version.
     pub const LATEST: Self = Self::V2025_11_25;
 
-    /// Audio content, tool annotations and `completion/complete` (2025-03-26 on).
+    /// Audio content, tool annotations, progress messages and `completion/complete`
+    /// (2025-03-26 on).
     pub fn has_audio(self) -> bool {
         self >= Self::V2025_03_26
     }

@@ -445,11 +445,13 @@ impl Session {
                     ..
                 }) = self.in_flight.get(&id)
                 {
+                    // `message` appeared in 2025-03-26.
+                    let has_message = self.negotiated_version().is_some_and(|v| v.has_audio());
                     let params = ProgressParams {
                         progress_token: token.as_raw(),
                         progress,
                         total,
-                        message: message.as_deref(),
+                        message: message.as_deref().filter(|_| has_message),
                     };
                     out.send(
                         encode_notification(notifications::PROGRESS, &params),
