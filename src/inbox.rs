@@ -80,6 +80,17 @@ pub enum ClientError {
     Disconnected,
 }
 
+/// What became of a `resources/subscribe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subscribed {
+    /// A new subscription.
+    Now,
+    /// The session was subscribed to this URI already.
+    Already,
+    /// The session holds its maximum of subscriptions.
+    Refused,
+}
+
 /// Which lists changed since the session last looked (one bit each).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Changes(u8);
@@ -182,17 +193,21 @@ impl Inbox {
     }
 
     /// Subscribes to updates of `uri`, unless the session already has `max` subscriptions.
-    /// Says whether the session is (now) subscribed.
-    pub fn subscribe(&self, uri: &str, max: usize) -> bool {
+    pub fn subscribe(&self, uri: &str, max: usize) -> Subscribed {
         let mut subscriptions = self.subscriptions.borrow_mut();
         if subscriptions.contains(uri) {
-            return true;
+            return Subscribed::Already;
         }
         if subscriptions.len() >= max {
-            return false;
+            return Subscribed::Refused;
         }
         subscriptions.insert(uri.to_owned());
-        true
+        Subscribed::Now
+    }
+
+    /// How many resource URIs the session is subscribed to.
+    pub fn subscription_count(&self) -> usize {
+        self.subscriptions.borrow().len()
     }
 
     /// Ends a subscription; says whether there was one.

@@ -615,6 +615,11 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        // Subscriptions end with the session.
+        self.shared
+            .metrics
+            .subscriptions
+            .sub(self.inbox.subscription_count() as u64);
         // Workers may outlive the session by a moment; what they post now goes nowhere.
         self.inbox.close();
     }
