@@ -88,6 +88,13 @@ pub enum ClientRequestError {
     /// The session ended before an answer came.
     #[error("the client disconnected")]
     Disconnected,
+    /// The session already has as many requests to the client outstanding as it may
+    /// (`limits.max_in_flight_per_session`), so this one was not sent.
+    #[error("too many requests to the client outstanding (at most {limit})")]
+    TooMany {
+        /// The limit.
+        limit: usize,
+    },
     /// The answer does not have the expected shape (or, for a form, does not match the
     /// requested schema).
     #[error("the client's answer is invalid: {0}")]
@@ -382,6 +389,10 @@ impl RequestContext {
         if let Some(client) = &inner.test_client {
             return client(method, &params).map_err(client_error);
         }
+        inner
+            .inbox
+            .begin_client_request()
+            .map_err(|limit| ClientRequestError::TooMany { limit })?;
         let server_id = inner.inbox.next_server_id();
         let (reply, answer) = oneshot::channel();
         inner.inbox.post(SessionEvent::ClientRequest(ClientRequest {
@@ -415,7 +426,8 @@ impl RequestContext {
     }
 }
 
-/// Tells the session a client request will not be waited for any more (unless disarmed).
+/// Ends the count of a client request once it is no longer waited for, and tells the
+/// session so when it was abandoned (unless disarmed: answered, or the session is gone).
 struct AbandonOnDrop<'a> {
     inbox: &'a Inbox,
     server_id: u64,
@@ -424,6 +436,7 @@ struct AbandonOnDrop<'a> {
 
 impl Drop for AbandonOnDrop<'_> {
     fn drop(&mut self) {
+        self.inbox.end_client_request();
         if let Some(reason) = self.reason {
             self.inbox.post(SessionEvent::ClientRequestAbandoned {
                 server_id: self.server_id,

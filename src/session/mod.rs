@@ -151,6 +151,7 @@ impl Session {
     pub fn new(shared: Arc<Shared>, id: u64) -> Self {
         let inbox = Rc::new(Inbox::default());
         inbox.set_log_level(shared.client_log_level);
+        inbox.set_client_request_limit(shared.settings.limits.max_in_flight_per_session);
         Self {
             shared,
             id,
