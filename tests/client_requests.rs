@@ -13,7 +13,9 @@
 //! is sent only to 2025-11-25 clients. Cancelling the tool's own request while its client
 //! request is outstanding sends the client `notifications/cancelled` for the server's
 //! request; a response for an unknown id is dropped and nothing breaks;
-//! `notifications/roots/list_changed` is accepted without an answer.
+//! `notifications/roots/list_changed` is accepted without an answer; a session has at most
+//! `limits.max_in_flight_per_session` requests to the client outstanding (more are refused
+//! with `TooMany`, unsent).
 //!
 //! Each test tool answers with (and reports on a channel, for when its client is gone) what
 //! it got: the answer, or the error's kind.
@@ -33,6 +35,7 @@ fn describe(error: &ClientRequestError) -> String {
         ClientRequestError::TimedOut { .. } => "TimedOut".into(),
         ClientRequestError::Disconnected => "Disconnected".into(),
         ClientRequestError::InvalidResponse(reason) => format!("InvalidResponse({reason})"),
+        ClientRequestError::TooMany { limit } => format!("TooMany({limit})"),
     }
 }
 
@@ -111,6 +114,21 @@ fn tools(outcomes: mpsc::UnboundedSender<String>) -> Vec<Tool> {
                 },
                 Err(e) => describe(&e),
             }
+        }),
+        asking_tool("roots_thrice", outcomes.clone(), |ctx| async move {
+            let one = |ctx: RequestContext| async move {
+                match ctx.list_roots().await {
+                    Ok(roots) => format!("{} roots", roots.len()),
+                    Err(e) => describe(&e),
+                }
+            };
+            let all = futures_util::future::join_all([
+                one(ctx.clone()),
+                one(ctx.clone()),
+                one(ctx.clone()),
+            ])
+            .await;
+            all.join(", ")
         }),
         asking_tool("elicit_url", outcomes, |ctx| async move {
             let request = ElicitRequest::url("Sign in", "https://example.com/login", "login-1");
@@ -559,4 +577,32 @@ async fn roots_list_changed_is_accepted_quietly() {
         tool_text(&client.recv_response(&id).await),
         "roots: file:///new"
     );
+}
+
+#[tokio::test]
+async fn requests_to_the_client_beyond_the_sessions_limit_are_not_sent() {
+    let mut s = settings();
+    s.limits.max_in_flight_per_session = 2;
+    let (server, _reports) = start_asking(s);
+    let mut client = init(&server, "2025-11-25", json!({"roots": {}})).await;
+    for round in 0..2 {
+        let id = client.fresh_id();
+        client.send_json(call(&id, "roots_thrice")).await;
+        // Two requests go out; the third is refused without being sent.
+        let first = recv_request(&mut client, "roots/list").await;
+        let second = recv_request(&mut client, "roots/list").await;
+        assert_ne!(first["id"], second["id"]);
+        client.expect_nothing_pending().await;
+        for request in [&first, &second] {
+            client
+                .send_json(json!({"jsonrpc":"2.0","id":request["id"],"result":{"roots":[]}}))
+                .await;
+        }
+        let response = client.recv_response(&id).await;
+        assert_eq!(
+            tool_text(&response),
+            "0 roots, 0 roots, TooMany(2)",
+            "round {round}: answered requests free their places"
+        );
+    }
 }
