@@ -310,12 +310,27 @@ impl RequestContext {
     /// Asks the client for a model completion (`sampling/createMessage`).
     ///
     /// # Errors
-    /// As for [`list_roots`](Self::list_roots); the capability is `sampling`.
+    /// As for [`list_roots`](Self::list_roots); the capability is `sampling`, and
+    /// `sampling.tools` on a 2025-11-25 session for a request offering the model tools
+    /// (`tools` or `toolChoice` among its extra members: servers must not send those to
+    /// other clients).
     pub async fn create_message(
         &self,
         request: CreateMessageRequest,
     ) -> Result<CreateMessageResult, ClientRequestError> {
         self.require("sampling", true)?;
+        if request.extra.contains_key("tools") || request.extra.contains_key("toolChoice") {
+            let session = &self.inner.session;
+            let tools = session
+                .client_capabilities
+                .get("sampling")
+                .is_some_and(|s| s.get("tools").is_some());
+            if !tools || !session.protocol_version.has_icons() {
+                return Err(ClientRequestError::NotSupported {
+                    capability: "sampling.tools",
+                });
+            }
+        }
         let params = serde_json::to_value(&request)
             .map_err(|e| ClientRequestError::InvalidResponse(e.to_string()))?;
         parse(self.ask("sampling/createMessage", params).await?)
