@@ -7,7 +7,8 @@
 //! one that answers with an error gives the tool `Rejected` with its code and message; one that
 //! never answers gives the tool `TimedOut` after `client_requests.timeout_ms` and receives
 //! `notifications/cancelled` for that request id; one that never declared the capability
-//! (or whose version lacks it) is never sent the request and the tool gets `NotSupported`;
+//! (or whose version lacks it; `sampling.tools` for a sampling request offering tools) is
+//! never sent the request and the tool gets `NotSupported`;
 //! one that disconnects mid-request gives the tool `Disconnected` and the server goes on.
 //! An accepted form that does not match the requested schema is `InvalidResponse`; `mode`
 //! is sent only to 2025-11-25 clients. Cancelling the tool's own request while its client
@@ -115,6 +116,18 @@ fn tools(outcomes: mpsc::UnboundedSender<String>) -> Vec<Tool> {
                 Err(e) => describe(&e),
             }
         }),
+        asking_tool("sample_with_tools", outcomes.clone(), |ctx| async move {
+            let mut request =
+                CreateMessageRequest::new(vec![SamplingMessage::user("Weather?")], 16);
+            request.extra.insert(
+                "tools".into(),
+                json!([{"name": "forecast", "inputSchema": {"type": "object"}}]),
+            );
+            match ctx.create_message(request).await {
+                Ok(result) => format!("sampled: {}", result.model),
+                Err(e) => describe(&e),
+            }
+        }),
         asking_tool("roots_thrice", outcomes.clone(), |ctx| async move {
             let one = |ctx: RequestContext| async move {
                 match ctx.list_roots().await {
@@ -210,6 +223,18 @@ fn asks() -> Vec<Ask> {
                     params["messages"],
                     json!([{"role": "user", "content": {"type": "text", "text": "What is 2 + 2?"}}])
                 );
+            },
+        },
+        Ask {
+            tool: "sample_with_tools",
+            method: "sampling/createMessage",
+            version: "2025-11-25",
+            capabilities: json!({"sampling": {"tools": {}}}),
+            answer: json!({"role": "assistant", "content": {"type": "text", "text": "sunny"},
+                           "model": "tool-model"}),
+            answered: "sampled: tool-model",
+            check: |params| {
+                assert_eq!(params["tools"][0]["name"], "forecast", "{params}");
             },
         },
         Ask {
@@ -409,6 +434,19 @@ async fn a_client_without_the_capability_is_never_asked() {
             "elicitation.url",
         ),
         ("roots", "2024-11-05", json!({}), "roots"),
+        // Offering the model tools needs `sampling.tools`, which appeared in 2025-11-25.
+        (
+            "sample_with_tools",
+            "2025-11-25",
+            json!({"sampling": {}}),
+            "sampling.tools",
+        ),
+        (
+            "sample_with_tools",
+            "2025-06-18",
+            json!({"sampling": {"tools": {}}}),
+            "sampling.tools",
+        ),
     ];
     for (tool, version, capabilities, missing) in cases {
         let mut client = init(&server, version, capabilities).await;
