@@ -6,7 +6,9 @@
 //! barrier after it shows no second copy), and the next `*/list` shows it; a change that
 //! changes nothing (removing what is not there, enabling what is enabled, a refused
 //! registration) sends nothing; a burst of changes made while a session's thread is busy
-//! reaches it coalesced (at least one notification, fewer than the changes); a session not
+//! reaches it coalesced (at least one notification, fewer than the changes), and a burst
+//! larger than the change bus holds marks every list and subscription changed (spurious
+//! notifications rather than lost ones); a session not
 //! yet initialized hears of no change, not even after it initializes; a session hears only
 //! of the kinds declared to it at `initialize`; a duplicate registration is
 //! `RegistryError::Duplicate` and leaves the first in place; a tool whose input or output
@@ -397,6 +399,66 @@ async fn a_burst_of_changes_while_the_session_is_busy_is_coalesced() {
         let name = format!("burst-{i:02}");
         assert!(names.contains(&name), "{name} listed: {names:?}");
     }
+}
+
+#[tokio::test]
+async fn a_fan_out_that_falls_behind_marks_everything_changed() {
+    // More changes than the change bus holds (1024) while the thread is blocked: the
+    // thread's fan-out loses track, and says so to its sessions rather than say nothing.
+    const TOGGLES: usize = 1100;
+    let (block, entered, release) = blocking_tool();
+    let server = start_with(settings(), |b| b.tool(block));
+    let mut client = Client::initialized(&server).await;
+    let subscribed = client
+        .request(
+            "resources/subscribe",
+            json!({"uri": "mcp-ws://demo/readme"}),
+        )
+        .await;
+    assert_eq!(subscribed["result"], json!({}));
+    client
+        .send_json(
+            json!({"jsonrpc":"2.0","id":"busy","method":"tools/call","params":{"name":"block"}}),
+        )
+        .await;
+    tokio::task::spawn_blocking(move || entered.recv_timeout(READ_TIMEOUT))
+        .await
+        .expect("join")
+        .expect("the tool is running and holds its thread");
+    for i in 0..TOGGLES {
+        let changed = if i % 2 == 0 {
+            server.registry().disable_tool("echo")
+        } else {
+            server.registry().enable_tool("echo")
+        };
+        assert!(changed);
+    }
+    release.send(()).expect("release");
+    let response = client.recv_response(&json!("busy")).await;
+    assert_eq!(response["result"]["content"][0]["text"], "released");
+    let frames = client.drain_until_barrier().await;
+    for method in [
+        "notifications/tools/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/updated",
+    ] {
+        let count = frames.iter().filter(|f| f["method"] == method).count();
+        assert!(
+            (1..=2).contains(&count),
+            "{method} sent {count} times: {frames:?}"
+        );
+    }
+    let updated = frames
+        .iter()
+        .find(|f| f["method"] == "notifications/resources/updated")
+        .expect("an update");
+    assert_eq!(updated["params"]["uri"], "mcp-ws://demo/readme");
+    let names = list_keys(&mut client, "tools/list", "tools", "name").await;
+    assert!(
+        names.contains(&"echo".to_owned()),
+        "an even number of toggles: {names:?}"
+    );
 }
 
 #[tokio::test]
