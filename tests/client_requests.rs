@@ -303,6 +303,12 @@ fn tool_text(response: &Value) -> String {
         .to_owned()
 }
 
+/// Ends the session the way a client does: a close frame without a code (a connection that
+/// drops without one may be parked for a resume instead).
+async fn hang_up(mut client: Client) {
+    let _ = client.ws.close(None).await;
+}
+
 #[tokio::test]
 async fn a_client_that_answers_gives_the_tool_its_answer() {
     let (server, _reports) = start_asking(settings());
@@ -473,7 +479,7 @@ async fn a_client_that_disconnects_mid_request_leaves_the_tool_disconnected() {
         client.send_json(call(&id, ask.tool)).await;
         recv_request(&mut client, ask.method).await;
         wait_metric(&server, "mcp_pool_running", 1).await;
-        drop(client);
+        hang_up(client).await;
         let outcome = tokio::time::timeout(READ_TIMEOUT, reports.recv())
             .await
             .expect("the tool reports in time")

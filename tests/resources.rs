@@ -136,6 +136,12 @@ async fn read(client: &mut Client, uri: &str) -> Value {
         .await
 }
 
+/// Ends the session the way a client does: a close frame without a code (a connection that
+/// drops without one may be parked for a resume instead).
+async fn hang_up(mut client: Client) {
+    let _ = client.ws.close(None).await;
+}
+
 #[tokio::test]
 async fn templates_are_listed() {
     let server = start_with(settings(), fixtures);
@@ -324,7 +330,7 @@ async fn subscriptions_end_with_their_session() {
         json!({})
     );
     assert_eq!(metric(&server, "mcp_subscriptions").await, 4);
-    drop(leaving);
+    hang_up(leaving).await;
     wait_metric(&server, "mcp_sessions", 1).await;
     wait_metric(&server, "mcp_subscriptions", 1).await;
     server.registry().resource_updated("test://items/1/data");
