@@ -140,6 +140,9 @@ async fn read(client: &mut Client, uri: &str) -> Value {
 /// drops without one may be parked for a resume instead).
 async fn hang_up(mut client: Client) {
     let _ = client.ws.close(None).await;
+    // The server's close completes the handshake; dropping before it could reset the
+    // connection under the close frame.
+    let _ = client.recv_close().await;
 }
 
 #[tokio::test]
