@@ -144,6 +144,13 @@ pub enum ClientRequestError {
     /// The session ended before an answer came.
     #[error("the client disconnected")]
     Disconnected,
+    /// The session already has as many requests to the client outstanding as it may
+    /// (`limits.max_in_flight_per_session`), so this one was not sent.
+    #[error("too many requests to the client outstanding (at most {limit})")]
+    TooMany {
+        /// The limit.
+        limit: usize,
+    },
     /// The answer does not have the expected shape (or, for a form, does not match the
     /// requested schema).
     #[error("the client's answer is invalid: {0}")]
@@ -392,12 +399,27 @@ impl RequestContext {
     /// Asks the client for a model completion (`sampling/createMessage`).
     ///
     /// # Errors
-    /// As for [`list_roots`](Self::list_roots); the capability is `sampling`.
+    /// As for [`list_roots`](Self::list_roots); the capability is `sampling`, and
+    /// `sampling.tools` on a 2025-11-25 session for a request offering the model tools
+    /// (`tools` or `toolChoice` among its extra members: servers must not send those to
+    /// other clients).
     pub async fn create_message(
         &self,
         request: CreateMessageRequest,
     ) -> Result<CreateMessageResult, ClientRequestError> {
         self.require("sampling", true)?;
+        if request.extra.contains_key("tools") || request.extra.contains_key("toolChoice") {
+            let session = &self.inner.session;
+            let tools = session
+                .client_capabilities
+                .get("sampling")
+                .is_some_and(|s| s.get("tools").is_some());
+            if !tools || !session.protocol_version.has_icons() {
+                return Err(ClientRequestError::NotSupported {
+                    capability: "sampling.tools",
+                });
+            }
+        }
         let params = serde_json::to_value(&request)
             .map_err(|e| ClientRequestError::InvalidResponse(e.to_string()))?;
         parse(self.ask("sampling/createMessage", params).await?)
@@ -433,8 +455,13 @@ impl RequestContext {
                 }
             }
         }
-        let result: ElicitResult =
-            parse(self.ask("elicitation/create", request.to_params()).await?)?;
+        let result: ElicitResult = parse(
+            self.ask(
+                "elicitation/create",
+                request.to_params(session.protocol_version),
+            )
+            .await?,
+        )?;
         if let (
             ElicitRequest::Form {
                 requested_schema, ..
@@ -466,6 +493,10 @@ impl RequestContext {
         if let Some(client) = &inner.test_client {
             return client(method, &params).map_err(client_error);
         }
+        inner
+            .inbox
+            .begin_client_request()
+            .map_err(|limit| ClientRequestError::TooMany { limit })?;
         let server_id = inner.inbox.next_server_id();
         let (reply, answer) = oneshot::channel();
         inner.inbox.post(SessionEvent::ClientRequest(ClientRequest {
@@ -499,7 +530,8 @@ impl RequestContext {
     }
 }
 
-/// Tells the session a client request will not be waited for any more (unless disarmed).
+/// Ends the count of a client request once it is no longer waited for, and tells the
+/// session so when it was abandoned (unless disarmed: answered, or the session is gone).
 struct AbandonOnDrop<'a> {
     inbox: &'a Inbox,
     server_id: u64,
@@ -508,6 +540,7 @@ struct AbandonOnDrop<'a> {
 
 impl Drop for AbandonOnDrop<'_> {
     fn drop(&mut self) {
+        self.inbox.end_client_request();
         if let Some(reason) = self.reason {
             self.inbox.post(SessionEvent::ClientRequestAbandoned {
                 server_id: self.server_id,

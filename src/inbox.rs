@@ -9,8 +9,9 @@
 //! every event not yet handled, in order, goes with it.
 //!
 //! The queue is fed only by producers bounded at their source (at most
-//! `max_in_flight_per_session` workers, each with throttled progress and log lines, a
-//! bounded number of client requests and exactly one outcome), so it has no cap of its own.
+//! `max_in_flight_per_session` workers, each with throttled progress and log lines, and
+//! exactly one outcome; at most `max_in_flight_per_session` requests to the client
+//! outstanding, counted here), so it has no cap of its own.
 
 use crate::jsonrpc::RequestId;
 use crate::mcp::{Error, LogLevel};
@@ -80,6 +81,17 @@ pub enum ClientError {
     Disconnected,
 }
 
+/// What became of a `resources/subscribe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subscribed {
+    /// A new subscription.
+    Now,
+    /// The session was subscribed to this URI already.
+    Already,
+    /// The session holds its maximum of subscriptions.
+    Refused,
+}
+
 /// Which lists changed since the session last looked (one bit each).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Changes(u8);
@@ -113,6 +125,10 @@ pub struct Inbox {
     /// The resource URIs the session subscribed to.
     subscriptions: RefCell<std::collections::HashSet<String>>,
     next_server_id: Cell<u64>,
+    /// Requests to the client that tools are waiting for.
+    client_requests: Cell<usize>,
+    /// How many of those may be outstanding at once (none: no limit, for test contexts).
+    client_request_limit: Cell<Option<usize>>,
     /// The least severe level the client wants as `notifications/message`; contexts drop
     /// lines below it before they are queued.
     log_level: Cell<Option<LogLevel>>,
@@ -182,17 +198,21 @@ impl Inbox {
     }
 
     /// Subscribes to updates of `uri`, unless the session already has `max` subscriptions.
-    /// Says whether the session is (now) subscribed.
-    pub fn subscribe(&self, uri: &str, max: usize) -> bool {
+    pub fn subscribe(&self, uri: &str, max: usize) -> Subscribed {
         let mut subscriptions = self.subscriptions.borrow_mut();
         if subscriptions.contains(uri) {
-            return true;
+            return Subscribed::Already;
         }
         if subscriptions.len() >= max {
-            return false;
+            return Subscribed::Refused;
         }
         subscriptions.insert(uri.to_owned());
-        true
+        Subscribed::Now
+    }
+
+    /// How many resource URIs the session is subscribed to.
+    pub fn subscription_count(&self) -> usize {
+        self.subscriptions.borrow().len()
     }
 
     /// Ends a subscription; says whether there was one.
@@ -216,6 +236,30 @@ impl Inbox {
         let id = self.next_server_id.get() + 1;
         self.next_server_id.set(id);
         id
+    }
+
+    /// Sets how many requests to the client may be outstanding at once.
+    pub fn set_client_request_limit(&self, limit: usize) {
+        self.client_request_limit.set(Some(limit));
+    }
+
+    /// Counts one more outstanding request to the client, unless the limit is reached (then
+    /// `Err(limit)`); each `Ok` is matched by one [`end_client_request`](Self::end_client_request).
+    pub fn begin_client_request(&self) -> Result<(), usize> {
+        let outstanding = self.client_requests.get();
+        match self.client_request_limit.get() {
+            Some(limit) if outstanding >= limit => Err(limit),
+            _ => {
+                self.client_requests.set(outstanding + 1);
+                Ok(())
+            }
+        }
+    }
+
+    /// A request to the client is no longer waited for.
+    pub fn end_client_request(&self) {
+        self.client_requests
+            .set(self.client_requests.get().saturating_sub(1));
     }
 
     /// Remembers who to wake; called by the session's host before it drains the inbox.

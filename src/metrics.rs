@@ -55,6 +55,11 @@ impl Gauge {
         self.value.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Lowers the gauge by `n`.
+    pub fn sub(&self, n: u64) {
+        self.value.fetch_sub(n, Ordering::Relaxed);
+    }
+
     /// Records a value observed elsewhere (for peaks of per-session counts).
     pub fn observe(&self, value: u64) {
         // The peak only grows, so a value at or below it needs no write. `fetch_max` is a
@@ -99,6 +104,8 @@ pub struct Metrics {
     pub pool_running: Gauge,
     /// Highest number of requests one session had in flight (value unused, peak only).
     pub session_in_flight: Gauge,
+    /// Resource subscriptions held by live sessions (`resources/subscribe`).
+    pub subscriptions: Gauge,
     pub requests: Counter,
     pub rejected_session_busy: Counter,
     pub rejected_server_busy: Counter,
@@ -135,6 +142,11 @@ impl Metrics {
                 "mcp_pool_running",
                 "Workers holding a global pool slot",
                 &self.pool_running,
+            ),
+            (
+                "mcp_subscriptions",
+                "Resource subscriptions held by live sessions",
+                &self.subscriptions,
             ),
         ];
         for (name, help, gauge) in gauges {

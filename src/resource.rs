@@ -366,9 +366,21 @@ impl ResourceTemplate {
         self
     }
 
+    /// Sets annotations of the resources.
+    pub fn annotations(mut self, annotations: Annotations) -> Self {
+        self.definition_mut().annotations = Some(annotations);
+        self
+    }
+
     /// Adds an icon (2025-11-25 sessions and newer).
     pub fn icon(mut self, icon: Icon) -> Self {
         self.definition_mut().icons.push(icon);
+        self
+    }
+
+    /// Sets the definition's `_meta` (2025-06-18 sessions and newer).
+    pub fn meta(mut self, meta: Value) -> Self {
+        self.definition_mut().meta = Some(meta);
         self
     }
 

@@ -143,7 +143,9 @@ impl ToolOutput for Vec<Content> {
 
 /// Structured tool output: `T`'s schema is the tool's `outputSchema`, and a call's result
 /// carries `T` as `structuredContent` (2025-06-18 sessions and newer) and, for every
-/// session, as JSON text.
+/// session, as JSON text. MCP wants both to be objects: `T` is a struct (or a map), and a
+/// tool returning anything else is refused when it is registered
+/// ([`RegistryError::InvalidToolSchema`](crate::RegistryError::InvalidToolSchema)).
 ///
 /// ```
 /// use mcp_ws::{tool::Json, Tool, ToolError, RequestContext};

@@ -47,7 +47,8 @@ impl ProtocolVersion {
         self >= Self::V2026_07_28
     }
 
-    /// Audio content, tool annotations and `completion/complete` (2025-03-26 on).
+    /// Audio content, tool annotations, progress messages and `completion/complete`
+    /// (2025-03-26 on).
     pub fn has_audio(self) -> bool {
         self >= Self::V2025_03_26
     }

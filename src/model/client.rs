@@ -1,6 +1,7 @@
 //! What a tool may ask the client through its context: the client's roots, a model
 //! completion (sampling), and input from the user (elicitation, as a form or a URL to visit).
 
+use crate::mcp::ProtocolVersion;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -210,14 +211,22 @@ impl ElicitRequest {
         }
     }
 
-    /// The request's params on the wire.
-    pub(crate) fn to_params(&self) -> Value {
+    /// The request's params on the wire, for a session on `version`. `mode` appeared in
+    /// 2025-11-25 (where a missing one means a form): a 2025-06-18 client gets none, since
+    /// its schema has no such member.
+    pub(crate) fn to_params(&self, version: ProtocolVersion) -> Value {
         match self {
             Self::Form {
                 message,
                 requested_schema,
-            } => {
+            } if version.has_icons() => {
                 serde_json::json!({ "mode": "form", "message": message, "requestedSchema": requested_schema })
+            }
+            Self::Form {
+                message,
+                requested_schema,
+            } => {
+                serde_json::json!({ "message": message, "requestedSchema": requested_schema })
             }
             Self::Url {
                 message,

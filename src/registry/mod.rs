@@ -45,6 +45,16 @@ pub enum RegistryError {
     /// A resource template that is not a valid RFC 6570 level-1 template.
     #[error("invalid resource template: {0}")]
     InvalidTemplate(String),
+    /// A tool whose `inputSchema` or `outputSchema` does not describe a JSON object
+    /// (`"type": "object"`), as MCP requires of both: `structuredContent` is an object, and
+    /// clients refuse a whole `tools/list` holding another kind of schema.
+    #[error("the {member} of tool {tool:?} must describe an object (\"type\": \"object\"); wrap the value in a struct")]
+    InvalidToolSchema {
+        /// The tool's name.
+        tool: String,
+        /// `inputSchema` or `outputSchema`.
+        member: &'static str,
+    },
 }
 
 /// The kinds of things registered, for lists and changes.
@@ -300,8 +310,22 @@ impl Registry {
     /// Registers a tool; its name must be free.
     ///
     /// # Errors
-    /// [`RegistryError::Duplicate`] when a tool of that name is registered.
+    /// [`RegistryError::Duplicate`] when a tool of that name is registered,
+    /// [`RegistryError::InvalidToolSchema`] when its input or output schema does not
+    /// describe an object (a [`Json`](crate::Json) output of a type that is not a struct).
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegistryError> {
+        let definition = &tool.definition;
+        for (member, schema) in [
+            ("inputSchema", Some(&definition.input_schema)),
+            ("outputSchema", definition.output_schema.as_ref()),
+        ] {
+            if schema.is_some_and(|s| s.get("type").and_then(|t| t.as_str()) != Some("object")) {
+                return Err(RegistryError::InvalidToolSchema {
+                    tool: definition.name.clone(),
+                    member,
+                });
+            }
+        }
         self.inner.tools.add(tool, &self.inner.bus)
     }
 

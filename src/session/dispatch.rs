@@ -5,6 +5,7 @@
 
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::context::SessionInfo;
+use crate::inbox::Subscribed;
 use crate::jsonrpc::{encode_result_with, Params, RequestId};
 use crate::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef, Error,
@@ -112,14 +113,18 @@ impl Session {
                     });
                 }
                 let max = self.shared.settings.limits.max_subscriptions_per_session;
-                if !self.inbox.subscribe(&p.uri, max) {
-                    return Err(Error::TooManySubscriptions { limit: max });
+                match self.inbox.subscribe(&p.uri, max) {
+                    Subscribed::Now => self.shared.metrics.subscriptions.inc(),
+                    Subscribed::Already => {}
+                    Subscribed::Refused => return Err(Error::TooManySubscriptions { limit: max }),
                 }
                 EMPTY_RESULT.into()
             }
             Method::ResourcesUnsubscribe => {
                 let p: SubscribeParams<'_> = parse_params(params)?;
-                self.inbox.unsubscribe(&p.uri);
+                if self.inbox.unsubscribe(&p.uri) {
+                    self.shared.metrics.subscriptions.dec();
+                }
                 EMPTY_RESULT.into()
             }
             Method::LoggingSetLevel => {

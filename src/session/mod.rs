@@ -157,6 +157,7 @@ impl Session {
     pub fn new(shared: Arc<Shared>, id: u64, admission: Admission) -> Self {
         let inbox = Rc::new(Inbox::default());
         inbox.set_log_level(shared.client_log_level);
+        inbox.set_client_request_limit(shared.settings.limits.max_in_flight_per_session);
         Self {
             shared,
             id,
@@ -389,20 +390,37 @@ impl Session {
 
     /// Handles everything waiting in the inbox: worker events in order, then list changes
     /// and resource updates (one notification each, however many marks piled up).
+    ///
+    /// A list change is sent only for a kind declared to this session at `initialize`: a
+    /// kind registered later is one the session cannot list (-32601), so its changes are
+    /// none of its business.
     pub fn on_inbox(&mut self, out: &mut dyn Outlet) {
         while let Some(event) = self.inbox.take_event() {
             self.on_event(event, out);
         }
-        if !matches!(self.phase, Phase::Ready(_)) {
+        let Phase::Ready(negotiated) = &self.phase else {
             return;
-        }
+        };
+        let offers = negotiated.offers;
         let changes = self.inbox.take_changes();
-        for (change, method) in [
-            (Changes::TOOLS, notifications::TOOLS_LIST_CHANGED),
-            (Changes::RESOURCES, notifications::RESOURCES_LIST_CHANGED),
-            (Changes::PROMPTS, notifications::PROMPTS_LIST_CHANGED),
+        for (change, declared, method) in [
+            (
+                Changes::TOOLS,
+                offers.tools,
+                notifications::TOOLS_LIST_CHANGED,
+            ),
+            (
+                Changes::RESOURCES,
+                offers.resources,
+                notifications::RESOURCES_LIST_CHANGED,
+            ),
+            (
+                Changes::PROMPTS,
+                offers.prompts,
+                notifications::PROMPTS_LIST_CHANGED,
+            ),
         ] {
-            if changes.contains(change) {
+            if declared && changes.contains(change) {
                 out.send(encode_notification(method, &EmptyParams {}), Route::Session);
             }
         }
@@ -451,11 +469,13 @@ impl Session {
                     ..
                 }) = self.in_flight.get(&id)
                 {
+                    // `message` appeared in 2025-03-26.
+                    let has_message = self.negotiated_version().is_some_and(|v| v.has_audio());
                     let params = ProgressParams {
                         progress_token: token.as_raw(),
                         progress,
                         total,
-                        message: message.as_deref(),
+                        message: message.as_deref().filter(|_| has_message),
                     };
                     out.send(
                         encode_notification(notifications::PROGRESS, &params),
@@ -593,14 +613,15 @@ impl Session {
 
     /// Cancels every request in flight (the connection closed, or the grace ran out), each
     /// the way a client's cancel would: a batch cut short still sends the answers it
-    /// collected. Requests sent to the client fail at once with "disconnected".
+    /// collected. Requests sent to the client fail first, with "disconnected": a cancelled
+    /// worker runs once more before it stops, so a tool waiting for the client learns why.
     pub fn cancel_all(&mut self, out: &mut dyn Outlet) {
+        for (_, pending) in self.client_requests.drain() {
+            let _ = pending.reply.send(Err(ClientError::Disconnected));
+        }
         let ids: Vec<RequestId> = self.in_flight.keys().cloned().collect();
         for id in ids {
             self.cancel(&id, out);
-        }
-        for (_, pending) in self.client_requests.drain() {
-            let _ = pending.reply.send(Err(ClientError::Disconnected));
         }
     }
 
@@ -618,6 +639,11 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        // Subscriptions end with the session.
+        self.shared
+            .metrics
+            .subscriptions
+            .sub(self.inbox.subscription_count() as u64);
         // Workers may outlive the session by a moment; what they post now goes nowhere.
         self.inbox.close();
     }

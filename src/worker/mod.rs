@@ -8,8 +8,8 @@
 //! waits continues on a task of its own (see [`RequestWorker::run`]).
 //!
 //! Cancellation is a `Cancel` message: the worker stops, and stopping an actix actor drops
-//! every future spawned in its context, so the work stops at its next await point and the
-//! pool permit is returned. The worker never touches the socket; its session decides what to
+//! every future spawned in its context, so the work stops at its next await point (after one
+//! last run, see the handler) and the pool permit is returned. The worker never touches the socket; its session decides what to
 //! write (and drops whatever arrives for a request no longer in flight).
 
 use crate::context::{CancelFlag, ContextParts, Deadline, RequestContext, SessionInfo};
@@ -140,8 +140,18 @@ impl Drop for RequestWorker {
 impl Handler<Cancel> for RequestWorker {
     type Result = ();
 
+    /// Stops the work at its next wait, after one more run: whatever the session settled
+    /// for it before cancelling reaches the tool first (when a session ends, a request the
+    /// tool made to the client fails with `Disconnected`, and the tool sees why). The stop is
+    /// an item spawned after the work, and a context polls its items in the order they were
+    /// spawned, each time it is woken (as it is by this message).
     fn handle(&mut self, _msg: Cancel, ctx: &mut Self::Context) {
-        ctx.stop();
+        self.cancel.set();
+        let stop = ActorFutureExt::map(
+            fut::ready(()),
+            |(), _worker: &mut Self, ctx: &mut Context<Self>| ctx.stop(),
+        );
+        ctx.spawn(stop);
     }
 }
 
@@ -159,7 +169,15 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
     let permit = match shared.pool.try_acquire() {
         Ok(permit) => permit,
         Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
-        Err(TryAcquireError::NoPermits) => Box::pin(wait_for_slot(&shared)).await?,
+        Err(TryAcquireError::NoPermits) => {
+            let permit = Box::pin(wait_for_slot(&shared)).await?;
+            if cancel.is_set() {
+                // Cancelled while it waited, and run once more before it stops (see the
+                // `Cancel` handler): the work must not start now. The stop comes next.
+                return std::future::pending().await;
+            }
+            permit
+        }
     };
     let _running = metrics.pool_running.track();
 
