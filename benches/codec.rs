@@ -155,6 +155,9 @@ fn worker(c: &mut Criterion) {
         trace_id: None,
         inbox: inbox.clone(),
         session: session_info.clone(),
+        input: mcp_ws::context::Input::Session,
+        log_floor: mcp_ws::context::LogFloor::Session,
+        on_input: None,
         shared: shared.clone(),
         span: tracing::Span::none(),
     };

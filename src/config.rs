@@ -40,6 +40,10 @@ pub struct Settings {
     pub resources: ResourceSettings,
     /// Sessions that outlive a connection (HTTP), their event buffers and reaping.
     pub sessions: SessionSettings,
+    /// Caching hints on 2026-07-28 results.
+    pub cache: CacheSettings,
+    /// Multi round-trip requests (2026-07-28).
+    pub mrtr: MrtrSettings,
     /// Throttling of progress notifications.
     pub progress: ProgressSettings,
     /// WebSocket pings.
@@ -111,6 +115,51 @@ impl Default for SessionSettings {
             event_buffer_messages: 1000,
             event_buffer_age_ms: 300_000,
             sse_keep_alive_ms: 15_000,
+        }
+    }
+}
+
+/// The caching hints (`ttlMs`, `cacheScope`) of 2026-07-28 results.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheSettings {
+    /// `ttlMs` of `server/discover`.
+    pub discover_ttl_ms: u64,
+    /// `ttlMs` of the `*/list` results (changes are announced on `subscriptions/listen`).
+    pub list_ttl_ms: u64,
+    /// `ttlMs` of `resources/read` results.
+    pub read_ttl_ms: u64,
+    /// `cacheScope`: `"public"` (results do not depend on who asks) or `"private"`.
+    pub scope: String,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        Self {
+            discover_ttl_ms: 300_000,
+            list_ttl_ms: 60_000,
+            read_ttl_ms: 0,
+            scope: "public".to_owned(),
+        }
+    }
+}
+
+/// Multi round-trip requests (2026-07-28): the `requestState` the server hands out.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MrtrSettings {
+    /// A file holding the secret that signs request states (any bytes; the same file on
+    /// every node, so any node can resume a request). Unset: a random secret per process.
+    pub state_key_file: Option<PathBuf>,
+    /// How long a request state stays valid, in ms.
+    pub state_ttl_ms: u64,
+}
+
+impl Default for MrtrSettings {
+    fn default() -> Self {
+        Self {
+            state_key_file: None,
+            state_ttl_ms: 600_000,
         }
     }
 }
@@ -196,8 +245,11 @@ pub struct Limits {
     pub tool_timeout_ms: BTreeMap<String, u64>,
     /// Entries per page of a `*/list` answer.
     pub page_size: usize,
-    /// Resource subscriptions one session may hold.
+    /// Resource subscriptions one session may hold (and resource URIs one
+    /// `subscriptions/listen` may name).
     pub max_subscriptions_per_session: usize,
+    /// `subscriptions/listen` streams one connection may hold open.
+    pub max_listens_per_session: usize,
 }
 
 /// Throttling of progress notifications.
@@ -262,6 +314,7 @@ impl Default for Limits {
             tool_timeout_ms: BTreeMap::new(),
             page_size: 100,
             max_subscriptions_per_session: 1000,
+            max_listens_per_session: 16,
         }
     }
 }
@@ -449,6 +502,12 @@ impl Settings {
             return Err(ConfigError::Invalid(format!(
                 "builtins.set: {:?} is not one of demo, conformance, none",
                 self.builtins.set
+            )));
+        }
+        if !["public", "private"].contains(&self.cache.scope.as_str()) {
+            return Err(ConfigError::Invalid(format!(
+                "cache.scope: {:?} is not public or private",
+                self.cache.scope
             )));
         }
         if self.info.name.is_empty() {

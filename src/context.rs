@@ -207,6 +207,8 @@ pub(crate) struct ContextParts {
     pub deadline: Deadline,
     pub cancel: CancelFlag,
     pub client_timeout: Duration,
+    pub input: Input,
+    pub log_floor: LogFloor,
 }
 
 /// How progress is reported: only when the client sent a progress token.
@@ -244,11 +246,119 @@ struct Inner {
     deadline: Deadline,
     cancel: CancelFlag,
     client_timeout: Duration,
-    /// Answers client requests in a test context instead of a session.
-    test_client: Option<Rc<TestClientFn>>,
+    /// How the request's asks reach the client.
+    input: Input,
+    /// Which log lines go out.
+    log_floor: LogFloor,
 }
 
 type TestClientFn = dyn Fn(&str, &Value) -> Result<Value, ClientError>;
+
+/// How a request's asks (roots, sampling, elicitation) reach the client.
+#[doc(hidden)]
+pub enum Input {
+    /// A handshake-era session: each ask is a request to the client, awaited.
+    Session,
+    /// A 2026-07-28 request: asks are answered from the request's `inputResponses`; an ask
+    /// without an answer stops the request, which is answered with the asks it reached.
+    Rounds(Rc<Rounds>),
+    /// A unit test: answered by the test's closure.
+    Test(Rc<TestClientFn>),
+}
+
+/// The least severe log level a request's lines must have to go out.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub enum LogFloor {
+    /// The session's level (`logging/setLevel`).
+    Session,
+    /// The request's own `_meta` level (2026-07-28); `None`: the request set none, so no
+    /// line goes out.
+    Request(Option<LogLevel>),
+}
+
+/// The asks and answers of one round of a 2026-07-28 multi round-trip request.
+#[doc(hidden)]
+pub struct Rounds {
+    /// The client's answers so far (earlier rounds, from the request state, and this one's
+    /// `inputResponses`), by key.
+    answers: serde_json::Map<String, Value>,
+    /// The asks this round reached that have no usable answer.
+    asked: std::cell::RefCell<Vec<Ask>>,
+    /// Woken when an ask is recorded (the worker watches for it).
+    watcher: std::cell::RefCell<Option<std::task::Waker>>,
+    /// Keys given to asks that name none: the n-th such ask is `"n"`.
+    next_key: Cell<u32>,
+}
+
+/// Something a 2026-07-28 request needs from the client: an entry of `inputRequests`.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ask {
+    /// Its key in `inputRequests` (and in the client's `inputResponses`).
+    pub key: String,
+    /// `elicitation/create`, `sampling/createMessage` or `roots/list`.
+    pub method: &'static str,
+    /// The request's params.
+    pub params: Value,
+}
+
+impl Rounds {
+    /// A round with these answers gathered.
+    pub fn new(answers: serde_json::Map<String, Value>) -> Self {
+        Self {
+            answers,
+            asked: Default::default(),
+            watcher: Default::default(),
+            next_key: Cell::new(0),
+        }
+    }
+
+    fn key(&self, explicit: Option<&str>) -> String {
+        match explicit {
+            Some(key) => key.to_owned(),
+            None => {
+                let n = self.next_key.get() + 1;
+                self.next_key.set(n);
+                n.to_string()
+            }
+        }
+    }
+
+    fn ask(&self, ask: Ask) {
+        let mut asked = self.asked.borrow_mut();
+        if !asked.iter().any(|a| a.key == ask.key) {
+            asked.push(ask);
+        }
+        drop(asked);
+        if let Some(waker) = self.watcher.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    /// The answers gathered so far (carried into the next round's state).
+    pub fn answers(&self) -> &serde_json::Map<String, Value> {
+        &self.answers
+    }
+
+    /// Resolves once the request asked for something it has no answer to.
+    pub async fn input_needed(&self) {
+        std::future::poll_fn(|cx| {
+            if self.asked.borrow().is_empty() {
+                *self.watcher.borrow_mut() = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            } else {
+                std::task::Poll::Ready(())
+            }
+        })
+        .await
+    }
+
+    /// The asks reached without an answer.
+    pub fn take_asks(&self) -> Vec<Ask> {
+        std::mem::take(&mut self.asked.borrow_mut())
+    }
+}
 
 impl RequestContext {
     pub(crate) fn new(parts: ContextParts) -> Self {
@@ -261,6 +371,8 @@ impl RequestContext {
             deadline,
             cancel,
             client_timeout,
+            input,
+            log_floor,
         } = parts;
         Self {
             inner: Rc::new(Inner {
@@ -275,7 +387,8 @@ impl RequestContext {
                 deadline,
                 cancel,
                 client_timeout,
-                test_client: None,
+                input,
+                log_floor,
             }),
         }
     }
@@ -349,7 +462,12 @@ impl RequestContext {
     /// [`log`](Self::log) naming the logger.
     pub fn log_to(&self, level: LogLevel, logger: Option<&str>, data: impl Serialize) {
         let inner = &self.inner;
-        if level < inner.inbox.log_level() {
+        let floor = match inner.log_floor {
+            LogFloor::Session => inner.inbox.log_level(),
+            LogFloor::Request(Some(level)) => level,
+            LogFloor::Request(None) => return,
+        };
+        if level < floor {
             return;
         }
         let Ok(data) = serde_json::to_value(data) else {
@@ -384,15 +502,28 @@ impl RequestContext {
     /// [`ClientRequestError::NotSupported`] when the client did not declare `roots`; the
     /// other variants when it answers with an error, late, wrongly, or not at all.
     pub async fn list_roots(&self) -> Result<Vec<Root>, ClientRequestError> {
+        self.list_roots_as(None).await
+    }
+
+    /// [`list_roots`](Self::list_roots), naming the ask `key` (for a 2026-07-28 client, the
+    /// key of its entry in `inputRequests`; unnamed asks are numbered in the order they are
+    /// made, so a tool whose asks depend on earlier answers should name them).
+    ///
+    /// # Errors
+    /// As for [`list_roots`](Self::list_roots).
+    pub async fn list_roots_as(
+        &self,
+        key: impl Into<Option<&str>>,
+    ) -> Result<Vec<Root>, ClientRequestError> {
         #[derive(serde::Deserialize)]
         struct ListRootsResult {
             roots: Vec<Root>,
         }
         self.require("roots", true)?;
-        let result: ListRootsResult = parse(
-            self.ask("roots/list", Value::Object(Default::default()))
-                .await?,
-        )?;
+        let params = Value::Object(Default::default());
+        let result: ListRootsResult = self
+            .request(key.into(), "roots/list", params, parse)
+            .await?;
         Ok(result.roots)
     }
 
@@ -405,6 +536,19 @@ impl RequestContext {
     /// other clients).
     pub async fn create_message(
         &self,
+        request: CreateMessageRequest,
+    ) -> Result<CreateMessageResult, ClientRequestError> {
+        self.create_message_as(None, request).await
+    }
+
+    /// [`create_message`](Self::create_message), naming the ask `key` (see
+    /// [`list_roots_as`](Self::list_roots_as)).
+    ///
+    /// # Errors
+    /// As for [`create_message`](Self::create_message).
+    pub async fn create_message_as(
+        &self,
+        key: impl Into<Option<&str>>,
         request: CreateMessageRequest,
     ) -> Result<CreateMessageResult, ClientRequestError> {
         self.require("sampling", true)?;
@@ -422,7 +566,8 @@ impl RequestContext {
         }
         let params = serde_json::to_value(&request)
             .map_err(|e| ClientRequestError::InvalidResponse(e.to_string()))?;
-        parse(self.ask("sampling/createMessage", params).await?)
+        self.request(key.into(), "sampling/createMessage", params, parse)
+            .await
     }
 
     /// Asks the user for input (`elicitation/create`): a form, whose answer is checked
@@ -433,6 +578,19 @@ impl RequestContext {
     /// or `elicitation.url` on a 2025-11-25 session (URL mode). An accepted form whose
     /// content does not match the schema is [`ClientRequestError::InvalidResponse`].
     pub async fn elicit(&self, request: ElicitRequest) -> Result<ElicitResult, ClientRequestError> {
+        self.elicit_as(None, request).await
+    }
+
+    /// [`elicit`](Self::elicit), naming the ask `key` (see
+    /// [`list_roots_as`](Self::list_roots_as)).
+    ///
+    /// # Errors
+    /// As for [`elicit`](Self::elicit).
+    pub async fn elicit_as(
+        &self,
+        key: impl Into<Option<&str>>,
+        request: ElicitRequest,
+    ) -> Result<ElicitResult, ClientRequestError> {
         let session = &self.inner.session;
         let elicitation = session.client_capabilities.get("elicitation");
         match &request {
@@ -455,25 +613,54 @@ impl RequestContext {
                 }
             }
         }
-        let result: ElicitResult = parse(
-            self.ask(
-                "elicitation/create",
-                request.to_params(session.protocol_version),
-            )
-            .await?,
-        )?;
-        if let (
-            ElicitRequest::Form {
-                requested_schema, ..
-            },
-            crate::model::ElicitAction::Accept,
-        ) = (&request, result.action)
-        {
-            let content = Value::Object(result.content.clone().unwrap_or_default());
-            crate::schema::check(requested_schema, &content)
-                .map_err(ClientRequestError::InvalidResponse)?;
+        let params = request.to_params(session.protocol_version);
+        let check = |answer: Value| -> Result<ElicitResult, ClientRequestError> {
+            let result: ElicitResult = parse(answer)?;
+            if let (
+                ElicitRequest::Form {
+                    requested_schema, ..
+                },
+                crate::model::ElicitAction::Accept,
+            ) = (&request, result.action)
+            {
+                let content = Value::Object(result.content.clone().unwrap_or_default());
+                crate::schema::check(requested_schema, &content)
+                    .map_err(ClientRequestError::InvalidResponse)?;
+            }
+            Ok(result)
+        };
+        self.request(key.into(), "elicitation/create", params, check)
+            .await
+    }
+
+    /// Asks the client and checks its answer. In a session, the ask is a request to the
+    /// client; under 2026-07-28 it is answered from the request's `inputResponses`, and an
+    /// ask without an answer that passes `check` is recorded and never resolves: the worker
+    /// then answers the request with what it asked (`InputRequiredResult`), and the client
+    /// runs it again with the answers.
+    async fn request<T>(
+        &self,
+        key: Option<&str>,
+        method: &'static str,
+        params: Value,
+        check: impl Fn(Value) -> Result<T, ClientRequestError>,
+    ) -> Result<T, ClientRequestError> {
+        if let Input::Rounds(rounds) = &self.inner.input {
+            let key = rounds.key(key);
+            if let Some(answer) = rounds.answers.get(&key) {
+                // An answer that does not fit is asked for again, never trusted.
+                if let Ok(value) = check(answer.clone()) {
+                    return Ok(value);
+                }
+            }
+            rounds.ask(Ask {
+                key,
+                method,
+                params,
+            });
+            return std::future::pending().await;
         }
-        Ok(result)
+        check(self.ask(method, params).await?)
     }
 
     fn require(&self, capability: &'static str, gate: bool) -> Result<(), ClientRequestError> {
@@ -490,7 +677,7 @@ impl RequestContext {
     /// `notifications/cancelled`.
     async fn ask(&self, method: &'static str, params: Value) -> Result<Value, ClientRequestError> {
         let inner = &self.inner;
-        if let Some(client) = &inner.test_client {
+        if let Input::Test(client) = &inner.input {
             return client(method, &params).map_err(client_error);
         }
         inner
@@ -644,7 +831,10 @@ impl TestContextBuilder {
             trace_id: Arc::from("00000000000000000000000000000000"),
         };
         let hour = Duration::from_secs(3600);
-        let mut ctx = RequestContext::new(ContextParts {
+        let client = self
+            .client
+            .unwrap_or_else(|| Rc::new(|_: &str, _: &Value| Err(ClientError::Disconnected)));
+        let ctx = RequestContext::new(ContextParts {
             id,
             trace_id: None,
             inbox: inbox.clone(),
@@ -653,12 +843,9 @@ impl TestContextBuilder {
             deadline: Deadline::new(hour, hour),
             cancel: CancelFlag::default(),
             client_timeout: hour,
+            input: Input::Test(client),
+            log_floor: LogFloor::Session,
         });
-        if let Some(inner) = Rc::get_mut(&mut ctx.inner) {
-            inner.test_client = self
-                .client
-                .or_else(|| Some(Rc::new(|_: &str, _: &Value| Err(ClientError::Disconnected))));
-        }
         (ctx, ContextProbe { inbox })
     }
 }

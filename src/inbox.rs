@@ -81,17 +81,6 @@ pub enum ClientError {
     Disconnected,
 }
 
-/// What became of a `resources/subscribe`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Subscribed {
-    /// A new subscription.
-    Now,
-    /// The session was subscribed to this URI already.
-    Already,
-    /// The session holds its maximum of subscriptions.
-    Refused,
-}
-
 /// Which lists changed since the session last looked (one bit each).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Changes(u8);
@@ -120,10 +109,12 @@ pub struct Inbox {
     events: RefCell<VecDeque<SessionEvent>>,
     waker: RefCell<Option<Waker>>,
     changes: Cell<Changes>,
-    /// Subscribed resource URIs with an update not yet sent.
+    /// Resource URIs of interest with an update not yet handled.
     updated: RefCell<Vec<String>>,
-    /// The resource URIs the session subscribed to.
-    subscriptions: RefCell<std::collections::HashSet<String>>,
+    /// The resource URIs the session wants updates of, each with the number of its
+    /// subscriptions that want it (a handshake-era subscription, `subscriptions/listen`
+    /// filters).
+    interests: RefCell<std::collections::HashMap<String, u32>>,
     next_server_id: Cell<u64>,
     /// Requests to the client that tools are waiting for.
     client_requests: Cell<usize>,
@@ -170,9 +161,9 @@ impl Inbox {
         self.changes.replace(Changes::default())
     }
 
-    /// Marks `uri` as updated if the session subscribed to it; says whether it did.
+    /// Marks `uri` as updated if the session wants its updates; says whether it did.
     pub fn mark_updated(&self, uri: &str) -> bool {
-        if self.closed.get() || !self.subscriptions.borrow().contains(uri) {
+        if self.closed.get() || !self.interests.borrow().contains_key(uri) {
             return false;
         }
         let mut updated = self.updated.borrow_mut();
@@ -186,7 +177,7 @@ impl Inbox {
 
     /// Marks every subscribed URI as updated (the fan-out lost track of what changed).
     pub fn mark_all_subscriptions_updated(&self) {
-        let all: Vec<String> = self.subscriptions.borrow().iter().cloned().collect();
+        let all: Vec<String> = self.interests.borrow().keys().cloned().collect();
         for uri in all {
             self.mark_updated(&uri);
         }
@@ -197,28 +188,25 @@ impl Inbox {
         std::mem::take(&mut self.updated.borrow_mut())
     }
 
-    /// Subscribes to updates of `uri`, unless the session already has `max` subscriptions.
-    pub fn subscribe(&self, uri: &str, max: usize) -> Subscribed {
-        let mut subscriptions = self.subscriptions.borrow_mut();
-        if subscriptions.contains(uri) {
-            return Subscribed::Already;
-        }
-        if subscriptions.len() >= max {
-            return Subscribed::Refused;
-        }
-        subscriptions.insert(uri.to_owned());
-        Subscribed::Now
+    /// One more subscription of the session wants updates of `uri`.
+    pub fn add_interest(&self, uri: &str) {
+        *self
+            .interests
+            .borrow_mut()
+            .entry(uri.to_owned())
+            .or_insert(0) += 1;
     }
 
-    /// How many resource URIs the session is subscribed to.
-    pub fn subscription_count(&self) -> usize {
-        self.subscriptions.borrow().len()
-    }
-
-    /// Ends a subscription; says whether there was one.
-    pub fn unsubscribe(&self, uri: &str) -> bool {
-        self.updated.borrow_mut().retain(|u| u != uri);
-        self.subscriptions.borrow_mut().remove(uri)
+    /// One subscription less wants updates of `uri`.
+    pub fn drop_interest(&self, uri: &str) {
+        let mut interests = self.interests.borrow_mut();
+        if let Some(count) = interests.get_mut(uri) {
+            *count -= 1;
+            if *count == 0 {
+                interests.remove(uri);
+                self.updated.borrow_mut().retain(|u| u != uri);
+            }
+        }
     }
 
     /// The session's log level (`Debug` until set).
@@ -275,7 +263,7 @@ impl Inbox {
     pub fn close(&self) {
         self.closed.set(true);
         self.events.borrow_mut().clear();
-        self.subscriptions.borrow_mut().clear();
+        self.interests.borrow_mut().clear();
         self.updated.borrow_mut().clear();
         self.waker.borrow_mut().take();
     }

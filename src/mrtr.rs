@@ -114,7 +114,12 @@ impl StateKey {
     }
 
     /// Issues a state for a request that asked `outstanding` and had gathered `responses`.
-    pub fn issue(&self, binding: Binding, responses: Map<String, Value>, outstanding: Vec<String>) -> String {
+    pub fn issue(
+        &self,
+        binding: Binding,
+        responses: Map<String, Value>,
+        outstanding: Vec<String>,
+    ) -> String {
         let state = RequestState {
             binding,
             responses,
@@ -132,12 +137,17 @@ impl StateKey {
     /// See [`StateError`].
     pub fn verify(&self, token: &str, binding: &Binding) -> Result<RequestState, StateError> {
         let (payload, tag) = token.split_once('.').ok_or(StateError::Invalid)?;
-        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| StateError::Invalid)?;
+        let tag = URL_SAFE_NO_PAD
+            .decode(tag)
+            .map_err(|_| StateError::Invalid)?;
         let mut mac = self.mac();
         mac.update(payload.as_bytes());
         mac.verify_slice(&tag).map_err(|_| StateError::Invalid)?;
-        let bytes = URL_SAFE_NO_PAD.decode(payload).map_err(|_| StateError::Invalid)?;
-        let state: RequestState = serde_json::from_slice(&bytes).map_err(|_| StateError::Invalid)?;
+        let bytes = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| StateError::Invalid)?;
+        let state: RequestState =
+            serde_json::from_slice(&bytes).map_err(|_| StateError::Invalid)?;
         if &state.binding != binding {
             return Err(StateError::Mismatch);
         }
@@ -197,10 +207,12 @@ fn now_ms() -> u64 {
 
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
-        let _ = write!(out, "{b:02x}");
-        out
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
 }
 
 #[cfg(test)]
@@ -240,11 +252,22 @@ mod tests {
         assert_eq!(key.verify(&forged, &binding()), Err(StateError::Invalid));
         assert_eq!(key.verify("garbage", &binding()), Err(StateError::Invalid));
         let stranger = StateKey::new(Some("other"), Duration::from_secs(60));
-        assert_eq!(stranger.verify(&token, &binding()), Err(StateError::Invalid));
+        assert_eq!(
+            stranger.verify(&token, &binding()),
+            Err(StateError::Invalid)
+        );
         let elsewhere = Binding::new("tools/call", "greet", Some(r#"{"who":"y"}"#), "anonymous");
         assert_eq!(key.verify(&token, &elsewhere), Err(StateError::Mismatch));
-        let reordered = Binding::new("tools/call", "greet", Some(r#"{ "who" : "x" }"#), "anonymous");
-        assert!(key.verify(&token, &reordered).is_ok(), "same arguments, other spacing");
+        let reordered = Binding::new(
+            "tools/call",
+            "greet",
+            Some(r#"{ "who" : "x" }"#),
+            "anonymous",
+        );
+        assert!(
+            key.verify(&token, &reordered).is_ok(),
+            "same arguments, other spacing"
+        );
         let someone_else = Binding::new("tools/call", "greet", Some(r#"{"who":"x"}"#), "mallory");
         assert_eq!(key.verify(&token, &someone_else), Err(StateError::Mismatch));
         let short = StateKey::new(Some("secret"), Duration::ZERO);

@@ -60,6 +60,9 @@ pub const RESUME_SUBPROTOCOL_PREFIX: &str = "mcp.session.";
 #[derive(Default)]
 pub struct ServerBuilder {
     settings: Settings,
+    /// The registry the server will have: handed out before `build`, so that a tool can
+    /// change what the server offers while it runs (an admin tool, say).
+    registry: Registry,
     tools: Vec<Tool>,
     resources: Vec<Resource>,
     templates: Vec<ResourceTemplate>,
@@ -104,6 +107,27 @@ impl ServerBuilder {
         self
     }
 
+    /// The registry the built server will use (a handle: clones share it). A tool that
+    /// captures it can add, remove, enable or disable tools, resources and prompts while
+    /// the server runs; connected clients hear of each change.
+    ///
+    /// ```
+    /// use mcp_ws::{Server, Tool, ToolError, RequestContext};
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Name { name: String }
+    /// let builder = Server::builder();
+    /// let registry = builder.registry();
+    /// let retire = Tool::new("retire", "Removes a tool", move |args: Name, _ctx: RequestContext| {
+    ///     let registry = registry.clone();
+    ///     async move { Ok::<_, ToolError>(registry.remove_tool(&args.name).to_string()) }
+    /// });
+    /// let server = builder.tool(retire).build().unwrap();
+    /// # let _ = server;
+    /// ```
+    pub fn registry(&self) -> Registry {
+        self.registry.clone()
+    }
+
     /// Offers a tool.
     pub fn tool(mut self, tool: Tool) -> Self {
         self.tools.push(tool);
@@ -137,7 +161,21 @@ impl ServerBuilder {
     /// served.
     pub fn build(self) -> Result<Server, Error> {
         self.settings.validate()?;
-        let registry = Registry::default();
+        let mrtr = &self.settings.mrtr;
+        let secret = match &mrtr.state_key_file {
+            Some(path) => Some(std::fs::read_to_string(path).map_err(|source| {
+                crate::config::ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
+        let state_key = crate::mrtr::StateKey::new(
+            secret.as_deref().map(str::trim),
+            std::time::Duration::from_millis(mrtr.state_ttl_ms),
+        );
+        let registry = self.registry;
         for tool in self.tools {
             registry.add_tool(tool)?;
         }
@@ -153,7 +191,7 @@ impl ServerBuilder {
         let files =
             crate::files::serve_directories(&registry, &self.settings.resources.directories)?;
         Ok(Server {
-            shared: Shared::new(self.settings, registry),
+            shared: Shared::new(self.settings, registry, state_key),
             files,
         })
     }

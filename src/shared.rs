@@ -6,8 +6,10 @@ use crate::config::Settings;
 use crate::mcp::LogLevel;
 use crate::metrics::Metrics;
 use crate::model::Implementation;
+use crate::mrtr::StateKey;
 use crate::perimeter::{OriginPolicy, RequestGuard};
 use crate::registry::Registry;
+use crate::session::ModernShape;
 use crate::transport::hosted::HostedSession;
 use crate::transport::ws::WsSession;
 use actix::{Addr, Message, Recipient};
@@ -35,6 +37,8 @@ pub struct Shared {
     pub instructions: Option<String>,
     /// The log level of a session until it calls `logging/setLevel`.
     pub client_log_level: LogLevel,
+    /// What 2026-07-28 results share (identity, request-state key).
+    pub modern: ModernShape,
     /// The global worker pool: one permit per running request, across all sessions.
     pub pool: Semaphore,
     pub metrics: Metrics,
@@ -53,7 +57,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(settings: Settings, registry: Registry) -> Arc<Self> {
+    pub fn new(settings: Settings, registry: Registry, state_key: StateKey) -> Arc<Self> {
         let info = &settings.info;
         let mut server_info = Implementation::new(
             info.name.clone(),
@@ -68,6 +72,7 @@ impl Shared {
         let client_log_level =
             LogLevel::parse(&settings.logging.client_level).unwrap_or(LogLevel::Info);
         Arc::new(Self {
+            modern: ModernShape::new(&server_info, state_key),
             server_info,
             instructions,
             client_log_level,

@@ -247,7 +247,7 @@ async fn initialize_declares_what_the_scenarios_use_and_empty_results_are_empty(
     assert_eq!(set_level["result"], json!({}), "{set_level}");
 }
 
-const TOOLS: [&str; 26] = [
+const TOOLS: [&str; 28] = [
     "test_simple_text",
     "test_image_content",
     "test_audio_content",
@@ -274,6 +274,8 @@ const TOOLS: [&str; 26] = [
     "test_input_required_result_multi_round",
     "test_input_required_result_tampered_state",
     "test_input_required_result_capabilities",
+    "test_trigger_tool_change",
+    "test_trigger_prompt_change",
 ];
 
 #[tokio::test]

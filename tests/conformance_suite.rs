@@ -64,9 +64,21 @@ fn start_profile() -> mcp_ws::RunningServer {
         .expect("the server starts")
 }
 
-/// Runs the suite `version` with `args` against a fresh server; asserts that it exits 0,
-/// that `scenarios` scenarios ran and all of them passed, and that no check failed.
-fn run_suite(version: &str, args: &[&str], scenarios: usize) {
+/// What one run of the suite reported.
+struct Outcome {
+    /// Every scenario of the summary, with whether it passed.
+    scenarios: Vec<(String, bool)>,
+    /// The scenarios the suite ran without scoring them (extensions, pending).
+    unscored: Vec<String>,
+    /// The summary's `Total:` line.
+    total: String,
+    exit_ok: bool,
+    /// The whole output, for failure messages.
+    log: String,
+}
+
+/// Runs the suite `version` with `args` against a fresh server.
+fn run(version: &str, args: &[&str]) -> Outcome {
     ensure_installed();
     let server = start_profile();
     let url = format!("http://127.0.0.1:{}/mcp", server.addr().port());
@@ -77,28 +89,105 @@ fn run_suite(version: &str, args: &[&str], scenarios: usize) {
         .stdin(Stdio::null())
         .output()
         .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    server.stop();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
+    let log = format!("{stdout}\n{stderr}");
     let summary: Vec<&str> = stdout
         .lines()
         .skip_while(|line| !line.contains("=== SUMMARY ==="))
         .collect();
-    let passed = summary.iter().filter(|l| l.starts_with('✓')).count();
-    let failed: Vec<&&str> = summary.iter().filter(|l| l.starts_with('✗')).collect();
+    // `✓ name: 2 passed, 0 failed` in the summary; `  ✗ name (extension)` in the list of
+    // unscored scenarios after it.
+    let scenario = |line: &str| -> Option<(String, bool)> {
+        let passed = line.starts_with('✓');
+        let rest = line.strip_prefix('✓').or_else(|| line.strip_prefix('✗'))?;
+        let name = rest.trim().split([':', ' ']).next()?.to_owned();
+        Some((name, passed))
+    };
+    let scenarios = summary
+        .iter()
+        .take_while(|l| !l.starts_with("Total: "))
+        .filter_map(|l| scenario(l))
+        .collect();
+    let unscored = summary
+        .iter()
+        .skip_while(|l| !l.starts_with("Not scored"))
+        .skip(1)
+        .filter_map(|l| scenario(l.trim_start()))
+        .map(|(name, _)| name)
+        .collect();
     let total = summary
         .iter()
         .find_map(|l| l.strip_prefix("Total: "))
-        .unwrap_or_else(|| panic!("no total in the suite's output:\n{stdout}\n{stderr}"));
+        .unwrap_or_else(|| panic!("no total in the suite's output:\n{log}"))
+        .to_owned();
+    Outcome {
+        scenarios,
+        unscored,
+        total,
+        exit_ok: output.status.success(),
+        log,
+    }
+}
+
+/// Runs the suite and asserts that it exits 0, that `scenarios` scenarios ran and all of
+/// them passed, and that no check failed.
+fn run_suite(version: &str, args: &[&str], scenarios: usize) {
+    let outcome = run(version, args);
+    let failed: Vec<&String> = outcome
+        .scenarios
+        .iter()
+        .filter(|(_, passed)| !passed)
+        .map(|(name, _)| name)
+        .collect();
     assert!(
-        output.status.success() && failed.is_empty() && total.ends_with(" 0 failed"),
-        "conformance {version} {args:?}: exit {}, failed scenarios {failed:?}, total {total}\n{stdout}\n{stderr}",
-        output.status
+        outcome.exit_ok && failed.is_empty() && outcome.total.ends_with(" 0 failed"),
+        "conformance {version} {args:?}: failed scenarios {failed:?}, total {}\n{}",
+        outcome.total,
+        outcome.log
     );
     assert_eq!(
-        passed, scenarios,
-        "conformance {version} {args:?} ran {passed} scenarios, expected {scenarios}:\n{stdout}"
+        outcome.scenarios.len(),
+        scenarios,
+        "conformance {version} {args:?}: scenario count\n{}",
+        outcome.log
     );
-    server.stop();
+}
+
+/// Runs the suite and asserts that `scored` scored scenarios ran and all of them passed,
+/// and that the unscored ones in `must_pass` passed too.
+fn run_scored(version: &str, args: &[&str], scored: usize, must_pass: &[&str]) -> Outcome {
+    let outcome = run(version, args);
+    let scored_outcomes: Vec<&(String, bool)> = outcome
+        .scenarios
+        .iter()
+        .filter(|(name, _)| !outcome.unscored.contains(name))
+        .collect();
+    let failed: Vec<&String> = scored_outcomes
+        .iter()
+        .filter(|(_, passed)| !passed)
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "conformance {version} {args:?}: failed scored scenarios {failed:?}\n{}",
+        outcome.log
+    );
+    assert_eq!(
+        scored_outcomes.len(),
+        scored,
+        "conformance {version} {args:?}: scored scenario count\n{}",
+        outcome.log
+    );
+    for name in must_pass {
+        assert!(
+            outcome.scenarios.iter().any(|(n, passed)| n == name && *passed),
+            "conformance {version} {args:?}: {name} did not pass\n{}",
+            outcome.log
+        );
+    }
+    outcome
 }
 
 #[test]
@@ -123,4 +212,18 @@ fn suite_0_1_16_pending_scenarios_pass_too() {
 #[test]
 fn suite_0_2_0_alpha_12_requirements_2025_11_25_pass() {
     run_suite("0.2.0-alpha.12", &["--requirements", "2025-11-25"], 33);
+}
+
+/// The 2026-07-28 requirement set: the 37 scored scenarios (stateless requests,
+/// `server/discover`, caching hints, multi round-trip requests, `subscriptions/listen`, the
+/// content scenarios in the new era) all pass, and so do two of the unscored (pending) ones:
+/// JSON Schema 2020-12 and HTTP header validation.
+#[test]
+fn suite_0_2_0_alpha_12_requirements_2026_07_28_scored_scenarios_pass() {
+    run_scored(
+        "0.2.0-alpha.12",
+        &["--requirements", "2026-07-28"],
+        37,
+        &["json-schema-2020-12", "http-header-validation"],
+    );
 }

@@ -573,7 +573,13 @@ async fn an_unsupported_protocol_version_header_is_400_before_any_session_check(
     let (server, _gate) = start_http(http_settings());
     let endpoint = Endpoint::new(&server);
     let session = endpoint.initialize("2025-11-25").await;
-    let supported = json!(["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]);
+    let supported = json!([
+        "2026-07-28",
+        "2025-11-25",
+        "2025-06-18",
+        "2025-03-26",
+        "2024-11-05"
+    ]);
     let list = request(json!(1), "tools/list", json!({}));
     for bad in ["invalid-protocol-version", "2000-01-01", "2099-01-01", ""] {
         let message = format!("Bad Request: unsupported MCP-Protocol-Version {bad:?}");

@@ -133,8 +133,10 @@ impl Error {
     /// -32602 (not -32002, which that revision forbids). See [`to_wire`](Self::to_wire).
     pub fn to_wire_modern(&self) -> ErrorObject {
         match self {
-            Self::ResourceNotFound { uri } => ErrorObject::new(ErrorCode::INVALID_PARAMS, "Resource not found")
-                .with_data(json!({ "uri": uri })),
+            Self::ResourceNotFound { uri } => {
+                ErrorObject::new(ErrorCode::INVALID_PARAMS, "Resource not found")
+                    .with_data(json!({ "uri": uri }))
+            }
             other => other.to_wire(),
         }
     }
@@ -170,7 +172,8 @@ impl Error {
             }
             Self::TooManySubscriptions { limit } => object.with_data(json!({ "limit": limit })),
             Self::UnsupportedProtocolVersion { requested } => {
-                let supported: Vec<&str> = ProtocolVersion::MODERN.iter().map(|v| v.as_str()).collect();
+                let supported: Vec<&str> =
+                    ProtocolVersion::MODERN.iter().map(|v| v.as_str()).collect();
                 object.with_data(json!({ "supported": supported, "requested": requested }))
             }
             Self::MissingClientCapability { required } => {

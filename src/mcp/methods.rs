@@ -28,6 +28,10 @@ impl Capability {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
     Initialize,
+    /// 2026-07-28.
+    Discover,
+    /// 2026-07-28.
+    SubscriptionsListen,
     Ping,
     ToolsList,
     ToolsCall,
@@ -46,6 +50,8 @@ impl Method {
     pub fn parse(name: &str) -> Option<Self> {
         Some(match name {
             "initialize" => Self::Initialize,
+            "server/discover" => Self::Discover,
+            "subscriptions/listen" => Self::SubscriptionsListen,
             "ping" => Self::Ping,
             "tools/list" => Self::ToolsList,
             "tools/call" => Self::ToolsCall,
@@ -64,7 +70,7 @@ impl Method {
 
     pub fn capability(self) -> Option<Capability> {
         match self {
-            Self::Initialize | Self::Ping => None,
+            Self::Initialize | Self::Ping | Self::Discover | Self::SubscriptionsListen => None,
             Self::ToolsList | Self::ToolsCall => Some(Capability::Tools),
             Self::ResourcesList
             | Self::ResourcesRead

@@ -103,6 +103,18 @@ pub struct RequestMeta<'a> {
     /// W3C trace context of this request.
     #[serde(borrow, default)]
     pub traceparent: Option<&'a RawValue>,
+    /// 2026-07-28: the request's protocol version (its presence makes it a 2026 request).
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
+    pub protocol_version: Option<&'a RawValue>,
+    /// 2026-07-28: the client's capabilities, for this request.
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/clientCapabilities")]
+    pub client_capabilities: Option<&'a RawValue>,
+    /// 2026-07-28: the client's name and version.
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/clientInfo")]
+    pub client_info: Option<&'a RawValue>,
+    /// 2026-07-28: the least severe level of log lines the request wants.
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/logLevel")]
+    pub log_level: Option<&'a RawValue>,
 }
 
 impl RequestMeta<'_> {
@@ -128,6 +140,12 @@ pub struct CallToolParams<'a> {
     pub arguments: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "_meta")]
     pub meta: Option<RequestMeta<'a>>,
+    /// 2026-07-28: the client's answers to an earlier round's asks.
+    #[serde(borrow, default, rename = "inputResponses")]
+    pub input_responses: Option<&'a RawValue>,
+    /// 2026-07-28: the state an earlier round handed out.
+    #[serde(borrow, default, rename = "requestState")]
+    pub request_state: Option<Cow<'a, str>>,
 }
 
 impl<'a> crate::jsonrpc::EagerParams<'a> for CallToolParams<'a> {
@@ -148,6 +166,12 @@ pub struct ReadResourceParams<'a> {
     pub uri: Cow<'a, str>,
     #[serde(borrow, default, rename = "_meta")]
     pub meta: Option<RequestMeta<'a>>,
+    /// 2026-07-28: the client's answers to an earlier round's asks.
+    #[serde(borrow, default, rename = "inputResponses")]
+    pub input_responses: Option<&'a RawValue>,
+    /// 2026-07-28: the state an earlier round handed out.
+    #[serde(borrow, default, rename = "requestState")]
+    pub request_state: Option<Cow<'a, str>>,
 }
 
 /// `resources/subscribe` and `resources/unsubscribe` params.
@@ -166,6 +190,12 @@ pub struct GetPromptParams<'a> {
     pub arguments: std::collections::HashMap<String, String>,
     #[serde(borrow, default, rename = "_meta")]
     pub meta: Option<RequestMeta<'a>>,
+    /// 2026-07-28: the client's answers to an earlier round's asks.
+    #[serde(borrow, default, rename = "inputResponses")]
+    pub input_responses: Option<&'a RawValue>,
+    /// 2026-07-28: the state an earlier round handed out.
+    #[serde(borrow, default, rename = "requestState")]
+    pub request_state: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -3,24 +3,29 @@
 //! once under load), and the admission of everything that runs user code (a tool call, a
 //! resource read, a prompt render, a completion) into a worker actor.
 
+use super::modern::{modern_result, required_capability, ModernRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
-use crate::context::SessionInfo;
-use crate::inbox::Subscribed;
-use crate::jsonrpc::{encode_result_with, Params, RequestId};
+use crate::context::{ClientRequestError, Input, LogFloor, Rounds, SessionInfo};
+use crate::jsonrpc::{encode_result, encode_result_with, Params, RequestId};
 use crate::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef, Error,
     GetPromptParams, InitializeParams, ListParams, LogLevel, Method, ProgressToken,
     ProtocolVersion, ReadResourceParams, SetLevelParams, SubscribeParams,
 };
 use crate::model::{Completion, ForVersion, Implementation};
+use crate::mrtr::Binding;
+use crate::registry::Page;
 use crate::registry::{ListKind, ResourceTarget};
 use crate::resource::{CompletionRequest, ResourceError};
 use crate::tool::Arguments;
+use crate::tool::ToolError;
+use crate::worker::OnInput;
 use crate::worker::{Job, RequestWorker, Work};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::borrow::Cow;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,10 +35,15 @@ pub(super) enum Dispatch {
     Inline(String),
     /// To run in a worker.
     Worker(WorkerJob),
+    /// A `subscriptions/listen` stream, open until the client cancels it or the server ends
+    /// it (no answer now): its acknowledgement, to send first.
+    Listening(String),
 }
 
 /// A request checked and ready to run in a worker.
 pub(super) struct WorkerJob {
+    /// How it runs: legacy session or 2026-07-28 request.
+    era: RequestEra,
     work: Work,
     timeout: Duration,
     progress_token: Option<ProgressToken>,
@@ -50,11 +60,18 @@ const EMPTY_RESULT: &str = "{}";
 pub const RESUME_ID_META: &str = "mcp-ws/sessionId";
 
 impl Session {
+    /// Routes a request of either era: `modern` is what a 2026-07-28 request's `_meta`
+    /// established (`None` for a handshake-era request, served by the session's state).
     pub(super) fn route(
         &mut self,
         request: &Request<'_>,
+        modern: Option<ModernRequest>,
+        exchange: u64,
         batch: Option<u64>,
     ) -> Result<Dispatch, Error> {
+        if let Some(modern) = modern {
+            return self.route_modern(request, modern, exchange, batch);
+        }
         let method = Method::parse(&request.method);
         // Only `tools/call` params come parsed (`CallToolParams` is the eager type).
         let params = match request.params {
@@ -93,12 +110,18 @@ impl Session {
             Method::Ping => EMPTY_RESULT.into(),
             Method::ToolsCall => {
                 return self
-                    .prepare_tool_call(&request.params)
+                    .prepare_tool_call(&request.params, None)
                     .map(Dispatch::Worker)
             }
-            Method::ResourcesRead => return self.prepare_read(params).map(Dispatch::Worker),
-            Method::PromptsGet => return self.prepare_prompt(params).map(Dispatch::Worker),
-            Method::CompletionComplete => return self.prepare_completion(params),
+            Method::ResourcesRead => return self.prepare_read(params, None).map(Dispatch::Worker),
+            Method::PromptsGet => return self.prepare_prompt(params, None).map(Dispatch::Worker),
+            Method::CompletionComplete => return self.prepare_completion(params, None),
+            // `serves` keeps 2026-07-28 methods from handshake-era sessions.
+            Method::Discover | Method::SubscriptionsListen => {
+                return Err(Error::MethodNotFound {
+                    method: request.method.clone().into_owned(),
+                })
+            }
             Method::ToolsList => self.list(ListKind::Tools, version, params)?,
             Method::ResourcesList => self.list(ListKind::Resources, version, params)?,
             Method::ResourceTemplatesList => {
@@ -113,16 +136,20 @@ impl Session {
                     });
                 }
                 let max = self.shared.settings.limits.max_subscriptions_per_session;
-                match self.inbox.subscribe(&p.uri, max) {
-                    Subscribed::Now => self.shared.metrics.subscriptions.inc(),
-                    Subscribed::Already => {}
-                    Subscribed::Refused => return Err(Error::TooManySubscriptions { limit: max }),
+                if !self.subscriptions.contains(p.uri.as_ref()) {
+                    if self.subscriptions.len() >= max {
+                        return Err(Error::TooManySubscriptions { limit: max });
+                    }
+                    self.subscriptions.insert(p.uri.clone().into_owned());
+                    self.inbox.add_interest(&p.uri);
+                    self.shared.metrics.subscriptions.inc();
                 }
                 EMPTY_RESULT.into()
             }
             Method::ResourcesUnsubscribe => {
                 let p: SubscribeParams<'_> = parse_params(params)?;
-                if self.inbox.unsubscribe(&p.uri) {
+                if self.subscriptions.remove(p.uri.as_ref()) {
+                    self.inbox.drop_interest(&p.uri);
                     self.shared.metrics.subscriptions.dec();
                 }
                 EMPTY_RESULT.into()
@@ -195,13 +222,23 @@ impl Session {
         version: ProtocolVersion,
         params: Option<&RawValue>,
     ) -> Result<String, Error> {
+        Ok(self
+            .list_page(kind, version, params)?
+            .to_result(kind.member()))
+    }
+
+    /// One page of a list, after the request's cursor.
+    pub(super) fn list_page(
+        &self,
+        kind: ListKind,
+        version: ProtocolVersion,
+        params: Option<&RawValue>,
+    ) -> Result<Page, Error> {
         let p: ListParams<'_> = parse_params(params)?;
         let page_size = self.shared.settings.limits.page_size;
-        let page = self
-            .shared
+        self.shared
             .registry
-            .page(kind, version, p.cursor.as_deref(), page_size)?;
-        Ok(page.to_result(kind.member()))
+            .page(kind, version, p.cursor.as_deref(), page_size)
     }
 
     /// The per-session cap, checked first and synchronously: an over-cap request is refused
@@ -215,16 +252,55 @@ impl Session {
         Ok(())
     }
 
-    fn version(&self) -> ProtocolVersion {
-        match &self.phase {
-            Phase::Ready(n) => n.version,
-            Phase::AwaitingInit => ProtocolVersion::LATEST,
+    /// How a request of either era runs: what its context knows of the client, which of its
+    /// log lines go out, and how its asks reach the client. For a 2026-07-28 request that
+    /// may ask (`binding` given), its earlier answers and state are checked here.
+    fn era(
+        &self,
+        modern: Option<ModernRequest>,
+        binding: Option<(Binding, Option<&RawValue>, Option<&str>)>,
+    ) -> Result<RequestEra, Error> {
+        match modern {
+            None => {
+                let Phase::Ready(negotiated) = &self.phase else {
+                    // `route` admits nothing that runs before `initialize`.
+                    return Err(Error::Internal);
+                };
+                Ok(RequestEra {
+                    info: negotiated.info.clone(),
+                    log_floor: LogFloor::Session,
+                    input: Input::Session,
+                    on_input: None,
+                    modern: false,
+                })
+            }
+            Some(modern) => {
+                let (input, on_input) = match binding {
+                    Some((binding, responses, state)) => {
+                        let (input, on_input) = self.rounds(binding, responses, state)?;
+                        (input, Some(on_input))
+                    }
+                    // Completions may not ask: an ask ends as if unanswerable.
+                    None => (
+                        Input::Rounds(Rc::new(Rounds::new(Default::default()))),
+                        None,
+                    ),
+                };
+                Ok(RequestEra {
+                    info: modern.info,
+                    log_floor: LogFloor::Request(modern.log_level),
+                    input,
+                    on_input,
+                    modern: true,
+                })
+            }
         }
     }
 
-    fn prepare_tool_call(
+    pub(super) fn prepare_tool_call(
         &self,
         params: &Params<'_, CallToolParams<'_>>,
+        modern: Option<ModernRequest>,
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let parsed;
@@ -239,20 +315,54 @@ impl Session {
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let arguments = Arguments::new(p.arguments);
-        let version = self.version();
+        let binding = modern.as_ref().map(|m| {
+            let binding = Binding::new(
+                "tools/call",
+                &p.name,
+                p.arguments.map(RawValue::get),
+                m.info.identity.subject(),
+            );
+            (binding, p.input_responses, p.request_state.as_deref())
+        });
+        let era = self.era(modern, binding)?;
+        let version = era.info.protocol_version;
         // A result is about as long as the arguments for pass-through tools (echo), and
         // short otherwise; the hint only sizes the frame's first allocation.
         let size_hint = arguments.len() + 64;
-        let work: Work = Box::new(move |id, ctx| {
-            Box::pin(async move {
-                let result = handler
-                    .call(arguments, ctx)
-                    .await
-                    .unwrap_or_else(|e| e.into_result());
-                encode_result_with(&id, &ForVersion(&result, version), size_hint)
-                    .map_err(|_| Error::Internal)
+        let work: Work = if era.modern {
+            let shared = self.shared.clone();
+            Box::new(move |id, ctx| {
+                Box::pin(async move {
+                    let result = match handler.call(arguments, ctx).await {
+                        Ok(result) => result,
+                        // 2026-07-28: a tool that could not go on without a capability the
+                        // request did not declare fails the request, naming it.
+                        Err(ToolError::Client(ClientRequestError::NotSupported { capability })) => {
+                            return Err(Error::MissingClientCapability {
+                                required: required_capability(capability),
+                            })
+                        }
+                        Err(e) => e.into_result(),
+                    };
+                    let body = serde_json::to_string(&ForVersion(&result, version))
+                        .map_err(|_| Error::Internal)?;
+                    let answer =
+                        modern_result(&shared.modern, &body, "", result.meta.as_ref(), "complete");
+                    Ok(encode_result(&id, &answer))
+                })
             })
-        });
+        } else {
+            Box::new(move |id, ctx| {
+                Box::pin(async move {
+                    let result = handler
+                        .call(arguments, ctx)
+                        .await
+                        .unwrap_or_else(|e| e.into_result());
+                    encode_result_with(&id, &ForVersion(&result, version), size_hint)
+                        .map_err(|_| Error::Internal)
+                })
+            })
+        };
         Ok(WorkerJob {
             work,
             timeout: self.shared.settings.limits.timeout_for_tool(&p.name),
@@ -263,10 +373,15 @@ impl Session {
             } else {
                 Cow::Borrowed("tools/call")
             },
+            era,
         })
     }
 
-    fn prepare_read(&self, params: Option<&RawValue>) -> Result<WorkerJob, Error> {
+    pub(super) fn prepare_read(
+        &self,
+        params: Option<&RawValue>,
+        modern: Option<ModernRequest>,
+    ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let p: ReadResourceParams<'_> = parse_params(params)?;
         let uri = p.uri.into_owned();
@@ -277,7 +392,18 @@ impl Session {
             .ok_or_else(|| Error::ResourceNotFound { uri: uri.clone() })?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
-        let version = self.version();
+        let binding = modern.as_ref().map(|m| {
+            let binding = Binding::new("resources/read", &uri, None, m.info.identity.subject());
+            (binding, p.input_responses, p.request_state.as_deref())
+        });
+        let era = self.era(modern, binding)?;
+        let version = era.info.protocol_version;
+        let modern = era.modern.then(|| {
+            (
+                self.shared.clone(),
+                self.cache_hints(self.shared.settings.cache.read_ttl_ms),
+            )
+        });
         let work: Work = Box::new(move |id, ctx| {
             Box::pin(async move {
                 let read = match target {
@@ -291,14 +417,17 @@ impl Session {
                 struct ReadResult<'a> {
                     contents: ForVersion<'a, Vec<crate::model::ResourceContents>>,
                 }
-                encode_result_with(
-                    &id,
-                    &ReadResult {
-                        contents: ForVersion(&contents, version),
-                    },
-                    256,
-                )
-                .map_err(|_| Error::Internal)
+                let result = ReadResult {
+                    contents: ForVersion(&contents, version),
+                };
+                match modern {
+                    None => encode_result_with(&id, &result, 256).map_err(|_| Error::Internal),
+                    Some((shared, hints)) => {
+                        let body = serde_json::to_string(&result).map_err(|_| Error::Internal)?;
+                        let answer = modern_result(&shared.modern, &body, &hints, None, "complete");
+                        Ok(encode_result(&id, &answer))
+                    }
+                }
             })
         });
         Ok(WorkerJob {
@@ -307,10 +436,15 @@ impl Session {
             progress_token,
             trace_id,
             label: Cow::Borrowed("resources/read"),
+            era,
         })
     }
 
-    fn prepare_prompt(&self, params: Option<&RawValue>) -> Result<WorkerJob, Error> {
+    pub(super) fn prepare_prompt(
+        &self,
+        params: Option<&RawValue>,
+        modern: Option<ModernRequest>,
+    ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let p: GetPromptParams<'_> = parse_params(params)?;
         let prompt = self
@@ -328,8 +462,23 @@ impl Session {
         }
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
+        let binding = match &modern {
+            Some(m) => {
+                let arguments = serde_json::to_string(&p.arguments).map_err(|_| Error::Internal)?;
+                let binding = Binding::new(
+                    "prompts/get",
+                    &p.name,
+                    Some(&arguments),
+                    m.info.identity.subject(),
+                );
+                Some((binding, p.input_responses, p.request_state.as_deref()))
+            }
+            None => None,
+        };
+        let era = self.era(modern, binding)?;
         let arguments = p.arguments;
-        let version = self.version();
+        let version = era.info.protocol_version;
+        let shared = era.modern.then(|| self.shared.clone());
         let work: Work = Box::new(move |id, ctx| {
             Box::pin(async move {
                 let rendered =
@@ -343,8 +492,16 @@ impl Session {
                             }
                             crate::prompt::PromptError::Failed(m) => Error::HandlerFailed(m),
                         })?;
-                encode_result_with(&id, &ForVersion(&rendered, version), 256)
-                    .map_err(|_| Error::Internal)
+                match shared {
+                    None => encode_result_with(&id, &ForVersion(&rendered, version), 256)
+                        .map_err(|_| Error::Internal),
+                    Some(shared) => {
+                        let body = serde_json::to_string(&ForVersion(&rendered, version))
+                            .map_err(|_| Error::Internal)?;
+                        let answer = modern_result(&shared.modern, &body, "", None, "complete");
+                        Ok(encode_result(&id, &answer))
+                    }
+                }
             })
         });
         Ok(WorkerJob {
@@ -353,10 +510,15 @@ impl Session {
             progress_token,
             trace_id,
             label: Cow::Borrowed("prompts/get"),
+            era,
         })
     }
 
-    fn prepare_completion(&self, params: Option<&RawValue>) -> Result<Dispatch, Error> {
+    pub(super) fn prepare_completion(
+        &self,
+        params: Option<&RawValue>,
+        modern: Option<ModernRequest>,
+    ) -> Result<Dispatch, Error> {
         let p: CompleteParams = parse_params(params)?;
         let registry = &self.shared.registry;
         let unknown_argument = || {
@@ -385,8 +547,16 @@ impl Session {
                 template.completer
             }
         };
+        let shared = modern.is_some().then(|| self.shared.clone());
+        let answer = move |completion: Completion| -> String {
+            let body = completion_result(completion);
+            match &shared {
+                None => body,
+                Some(shared) => modern_result(&shared.modern, &body, "", None, "complete"),
+            }
+        };
         let Some(completer) = completer else {
-            return Ok(Dispatch::Inline(completion_result(Completion::default())));
+            return Ok(Dispatch::Inline(answer(Completion::default())));
         };
         self.admit()?;
         let request = CompletionRequest {
@@ -394,11 +564,11 @@ impl Session {
             value: p.argument.value,
             context: p.context.map(|c| c.arguments).unwrap_or_default(),
         };
+        let era = self.era(modern, None)?;
         let work: Work = Box::new(move |id, ctx| {
             Box::pin(async move {
                 let values = completer.complete(request, ctx).await;
-                let result = completion_result(Completion::new(values));
-                Ok(crate::jsonrpc::encode_result(&id, &result))
+                Ok(encode_result(&id, &answer(Completion::new(values))))
             })
         });
         Ok(Dispatch::Worker(WorkerJob {
@@ -407,6 +577,7 @@ impl Session {
             progress_token: None,
             trace_id: None,
             label: Cow::Borrowed("completion/complete"),
+            era,
         }))
     }
 
@@ -418,23 +589,21 @@ impl Session {
         exchange: u64,
         batch: Option<u64>,
     ) -> Result<(), Error> {
-        let Phase::Ready(negotiated) = &self.phase else {
-            // `route` admits no worker job before `initialize`.
-            return Err(Error::Internal);
-        };
         let WorkerJob {
             work,
             timeout,
             progress_token,
             trace_id,
             label,
+            era,
         } = job;
         // A child of the request span (session, id, method), which is entered here.
         let span = tracing::debug_span!(
             "worker",
             run = %label,
-            trace = trace_id.as_deref().unwrap_or(&negotiated.info.trace_id),
+            trace = trace_id.as_deref().unwrap_or(&era.info.trace_id),
         );
+        let modern = era.modern;
         let worker = RequestWorker::run(Job {
             id: id.clone(),
             work,
@@ -442,7 +611,10 @@ impl Session {
             wants_progress: progress_token.is_some(),
             trace_id,
             inbox: self.inbox.clone(),
-            session: negotiated.info.clone(),
+            session: era.info,
+            input: era.input,
+            log_floor: era.log_floor,
+            on_input: era.on_input,
             shared: self.shared.clone(),
             span,
         });
@@ -455,6 +627,7 @@ impl Session {
                 progress_token,
                 exchange,
                 batch,
+                modern,
             },
         );
         self.shared.metrics.workers.inc();
@@ -466,10 +639,24 @@ impl Session {
     }
 }
 
+/// How a request of one era or the other runs in its worker.
+pub(super) struct RequestEra {
+    info: SessionInfo,
+    log_floor: LogFloor,
+    input: Input,
+    on_input: Option<OnInput>,
+    /// A 2026-07-28 request.
+    modern: bool,
+}
+
 impl Negotiated {
     /// Whether the session may call `method`: its capability was declared to this session.
     fn serves(&self, method: Method) -> bool {
         use crate::mcp::Capability;
+        if matches!(method, Method::Discover | Method::SubscriptionsListen) {
+            // 2026-07-28 methods: a handshake-era session does not have them.
+            return false;
+        }
         match method.capability() {
             None | Some(Capability::Logging) => true,
             Some(Capability::Tools) => self.offers.tools,

@@ -17,8 +17,10 @@
 //! socket writes them all to it; a host with several streams routes them.
 
 mod dispatch;
+mod modern;
 mod pump;
 
+pub use modern::ModernShape;
 pub use pump::{InboxPump, SessionHost};
 
 use crate::bus::BusRegistration;
@@ -70,6 +72,10 @@ pub trait Outlet {
     /// Exchange `exchange` is over without an answer (its requests were cancelled): hosts that
     /// answer each exchange on its own close it. Hosts with one socket have nothing to do.
     fn close(&mut self, _exchange: u64) {}
+
+    /// The answer about to be sent for `exchange` is an error of a 2026-07-28 request that its
+    /// HTTP binding gives this status (400, 404). Hosts without statuses ignore it.
+    fn status(&mut self, _exchange: u64, _status: u16) {}
 }
 
 /// What became of an incoming message, for hosts that answer each message on its own
@@ -106,6 +112,13 @@ pub struct Session {
     resume_id: Option<SessionId>,
     /// Who the client is and where from, as the perimeter admitted it.
     admission: Admission,
+    /// The resource URIs the handshake-era session subscribed to.
+    subscriptions: std::collections::HashSet<String>,
+    /// Open `subscriptions/listen` streams (2026-07-28), by the listen request's id.
+    listeners: HashMap<RequestId, Listener, FastHash>,
+    /// Serves 2026-07-28 requests only (a host for one HTTP request of that revision): a
+    /// request without its `_meta` is malformed, not a handshake-era one.
+    modern_only: bool,
 }
 
 enum Phase {
@@ -129,6 +142,18 @@ struct InFlight {
     exchange: u64,
     /// The batch whose response array this request's response joins.
     batch: Option<u64>,
+    /// A 2026-07-28 request (its log lines were filtered by its own level already).
+    modern: bool,
+}
+
+/// An open `subscriptions/listen` stream (2026-07-28).
+struct Listener {
+    /// The exchange it came in, where its notifications go.
+    exchange: u64,
+    /// What it asked for and the server honours.
+    filter: modern::ListenFilter,
+    /// `{"io.modelcontextprotocol/subscriptionId":<id>}`, tagging its notifications.
+    tag: String,
 }
 
 /// A batch answered once all its requests are done.
@@ -171,7 +196,15 @@ impl Session {
             bus: None,
             resume_id: None,
             admission,
+            subscriptions: Default::default(),
+            listeners: HashMap::default(),
+            modern_only: false,
         }
+    }
+
+    /// Serves 2026-07-28 requests only (see the field).
+    pub fn set_modern_only(&mut self) {
+        self.modern_only = true;
     }
 
     /// Sets the id the client resumes this session with (announced in `initialize`).
@@ -259,7 +292,7 @@ impl Session {
         out: &mut dyn Outlet,
     ) -> Reply {
         match entry {
-            Entry::Request(request) => self.on_request(request, exchange, batch),
+            Entry::Request(request) => self.on_request(request, exchange, batch, out),
             Entry::Notification(notification) => {
                 self.on_notification(notification, out);
                 Reply::Silent
@@ -274,7 +307,13 @@ impl Session {
         }
     }
 
-    fn on_request(&mut self, request: Request<'_>, exchange: u64, batch: Option<u64>) -> Reply {
+    fn on_request(
+        &mut self,
+        request: Request<'_>,
+        exchange: u64,
+        batch: Option<u64>,
+        out: &mut dyn Outlet,
+    ) -> Reply {
         self.shared.metrics.requests.inc();
         let span = tracing::debug_span!("request", session = self.id, id = %request.id, method = %request.method);
         let _entered = span.enter();
@@ -284,7 +323,13 @@ impl Session {
             jsonrpc::Params::Raw(raw) => raw,
             jsonrpc::Params::Parsed(_) => None,
         };
-        let outcome = if self.in_flight.contains_key(&request.id) {
+        // A request naming a version in `_meta` is a 2026-07-28 one, served from its own
+        // `_meta`; errors answering it take that revision's form.
+        let modern = self.modern_request(&request);
+        let is_modern = !matches!(modern, Ok(None));
+        let outcome = if self.in_flight.contains_key(&request.id)
+            || self.listeners.contains_key(&request.id)
+        {
             Err(Error::DuplicateRequestId)
         } else if self.draining {
             Err(Error::ShuttingDown)
@@ -295,11 +340,15 @@ impl Session {
         {
             Err(refused)
         } else {
-            match self.route(&request, batch) {
+            match modern.and_then(|modern| self.route(&request, modern, exchange, batch)) {
                 Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
                 Ok(dispatch::Dispatch::Worker(job)) => self
                     .start_worker(request.id.clone(), job, exchange, batch)
                     .map(|()| None),
+                Ok(dispatch::Dispatch::Listening(ack)) => {
+                    out.send(ack, Route::During(exchange));
+                    Ok(None)
+                }
                 Err(error) => Err(error),
             }
         };
@@ -317,6 +366,12 @@ impl Session {
         match outcome {
             Ok(Some(result)) => Reply::Now(encode_result(&request.id, &result)),
             Ok(None) => Reply::Later,
+            Err(error) if is_modern => {
+                if batch.is_none() {
+                    out.status(exchange, error.http_status_modern());
+                }
+                Reply::Now(encode_error(Some(&request.id), &error.to_wire_modern()))
+            }
             Err(error) => Reply::Now(encode_error(Some(&request.id), &error.to_wire())),
         }
     }
@@ -372,6 +427,12 @@ impl Session {
     /// Stops a request in flight; no response will be sent for it. Unknown or finished ids
     /// are ignored, as the spec asks (the cancel may cross the response on the wire).
     fn cancel(&mut self, id: &RequestId, out: &mut dyn Outlet) {
+        if let Some(listener) = self.listeners.remove(id) {
+            self.forget_listener(&listener);
+            tracing::debug!(session = self.id, id = %id, "listen stream cancelled");
+            out.close(listener.exchange);
+            return;
+        }
         let Some(entry) = self.in_flight.remove(id) else {
             tracing::debug!(session = self.id, id = %id, "cancel for a request not in flight; ignored");
             return;
@@ -398,41 +459,57 @@ impl Session {
         while let Some(event) = self.inbox.take_event() {
             self.on_event(event, out);
         }
-        let Phase::Ready(negotiated) = &self.phase else {
-            return;
-        };
-        let offers = negotiated.offers;
         let changes = self.inbox.take_changes();
-        for (change, declared, method) in [
-            (
-                Changes::TOOLS,
-                offers.tools,
-                notifications::TOOLS_LIST_CHANGED,
-            ),
-            (
-                Changes::RESOURCES,
-                offers.resources,
-                notifications::RESOURCES_LIST_CHANGED,
-            ),
-            (
-                Changes::PROMPTS,
-                offers.prompts,
-                notifications::PROMPTS_LIST_CHANGED,
-            ),
-        ] {
-            if declared && changes.contains(change) {
-                out.send(encode_notification(method, &EmptyParams {}), Route::Session);
+        let updated = self.inbox.take_updated();
+        if changes.is_empty() && updated.is_empty() {
+            return;
+        }
+        // The handshake-era session: unsolicited, for the kinds declared to it.
+        if let Phase::Ready(negotiated) = &self.phase {
+            let offers = negotiated.offers;
+            for (change, declared, method) in [
+                (
+                    Changes::TOOLS,
+                    offers.tools,
+                    notifications::TOOLS_LIST_CHANGED,
+                ),
+                (
+                    Changes::RESOURCES,
+                    offers.resources,
+                    notifications::RESOURCES_LIST_CHANGED,
+                ),
+                (
+                    Changes::PROMPTS,
+                    offers.prompts,
+                    notifications::PROMPTS_LIST_CHANGED,
+                ),
+            ] {
+                if declared && changes.contains(change) {
+                    out.send(encode_notification(method, &EmptyParams {}), Route::Session);
+                }
+            }
+            for uri in updated.iter().filter(|u| self.subscriptions.contains(*u)) {
+                #[derive(Serialize)]
+                struct Updated<'a> {
+                    uri: &'a str,
+                }
+                out.send(
+                    encode_notification(notifications::RESOURCES_UPDATED, &Updated { uri }),
+                    Route::Session,
+                );
             }
         }
-        for uri in self.inbox.take_updated() {
-            #[derive(Serialize)]
-            struct Updated<'a> {
-                uri: &'a str,
+        // 2026-07-28 listen streams: what each asked for, tagged with its id.
+        for listener in self.listeners.values() {
+            for method in listener.filter.changed(changes) {
+                let frame = modern::tagged(method, &listener.tag, None);
+                out.send(frame, Route::During(listener.exchange));
             }
-            out.send(
-                encode_notification(notifications::RESOURCES_UPDATED, &Updated { uri: &uri }),
-                Route::Session,
-            );
+            for uri in updated.iter().filter(|u| listener.filter.watches(u)) {
+                let frame =
+                    modern::tagged(notifications::RESOURCES_UPDATED, &listener.tag, Some(uri));
+                out.send(frame, Route::During(listener.exchange));
+            }
         }
     }
 
@@ -446,6 +523,12 @@ impl Session {
                 self.shared.metrics.workers.dec();
                 let frame = match outcome {
                     Ok(frame) => frame,
+                    Err(error) if entry.modern => {
+                        if entry.batch.is_none() {
+                            out.status(entry.exchange, error.http_status_modern());
+                        }
+                        encode_error(Some(&id), &error.to_wire_modern())
+                    }
                     Err(error) => encode_error(Some(&id), &error.to_wire()),
                 };
                 match entry.batch {
@@ -490,7 +573,8 @@ impl Session {
                 data,
             } => {
                 if let Some(entry) = self.in_flight.get(&id) {
-                    if level >= self.inbox.log_level() {
+                    // A 2026-07-28 request's lines were filtered by its own level.
+                    if entry.modern || level >= self.inbox.log_level() {
                         let params = LoggingMessageParams {
                             level,
                             logger: logger.as_deref(),
@@ -588,9 +672,18 @@ impl Session {
         true
     }
 
-    /// Shutdown began: refuse new requests, let those in flight finish.
-    pub fn begin_drain(&mut self) {
+    /// Shutdown began: refuse new requests, let those in flight finish, and end the listen
+    /// streams gracefully (their result says so, and that they closed cleanly).
+    pub fn begin_drain(&mut self, out: &mut dyn Outlet) {
         self.draining = true;
+        for (id, listener) in std::mem::take(&mut self.listeners) {
+            self.forget_listener(&listener);
+            let result = self.modern_result("{}", "", Some(&modern::tag_value(&id)));
+            out.send(
+                encode_result(&id, &result),
+                Route::Answer(listener.exchange),
+            );
+        }
     }
 
     /// Whether requests are still running.
@@ -643,7 +736,7 @@ impl Drop for Session {
         self.shared
             .metrics
             .subscriptions
-            .sub(self.inbox.subscription_count() as u64);
+            .sub(self.subscriptions.len() as u64);
         // Workers may outlive the session by a moment; what they post now goes nowhere.
         self.inbox.close();
     }

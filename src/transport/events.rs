@@ -24,15 +24,19 @@ pub struct SseEvent {
 }
 
 impl SseEvent {
-    /// The event in the SSE wire format (one `data:` line: frames hold no raw newline).
+    /// The event in the SSE wire format (one `data:` line: frames hold no raw newline). An
+    /// event without an id (2026-07-28 streams, which cannot be resumed) has no `id:` line.
     pub fn to_wire(&self) -> String {
         let mut out = String::with_capacity(self.data.len() + self.id.len() + 32);
-        out.push_str("id: ");
-        out.push_str(&self.id);
+        if !self.id.is_empty() {
+            out.push_str("id: ");
+            out.push_str(&self.id);
+            out.push('\n');
+        }
         if self.data.is_empty() {
-            out.push_str("\ndata: \n\n");
+            out.push_str("data: \n\n");
         } else {
-            out.push_str("\nevent: message\ndata: ");
+            out.push_str("event: message\ndata: ");
             out.push_str(&self.data);
             out.push_str("\n\n");
         }

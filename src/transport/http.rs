@@ -1,6 +1,8 @@
-//! Streamable HTTP (MCP 2025-03-26 … 2025-11-25) on the MCP endpoint, beside the WebSocket
-//! upgrade: `POST` carries one client message (or a batch), `GET` opens the session's SSE
-//! stream or resumes a dropped one (`Last-Event-ID`), `DELETE` ends the session.
+//! Streamable HTTP on the MCP endpoint, beside the WebSocket upgrade. For sessions (MCP
+//! 2025-03-26 … 2025-11-25): `POST` carries one client message (or a batch), `GET` opens the
+//! session's SSE stream or resumes a dropped one (`Last-Event-ID`), `DELETE` ends the
+//! session. For 2026-07-28 requests: each `POST` is self-contained (no session), its headers
+//! are checked against its body, and closing its answer's stream cancels it.
 //!
 //! These handlers only check the request and carry messages: the session itself is a
 //! [`HostedSession`] actor, the same protocol core as a WebSocket session's, reached by the
@@ -8,9 +10,8 @@
 //! mapping to HTTP).
 
 use super::events::{Cursor, SseEvent};
-use super::hosted::{End, HostedSession, OpenStream, Post, PostReply};
-use crate::jsonrpc::{decode, Decoded, Entry};
-use crate::mcp::{CallToolParams, ProtocolVersion};
+use super::hosted::{End, Hangup, HostedSession, OpenStream, Post, PostReply};
+use crate::mcp::ProtocolVersion;
 use crate::perimeter::{self, Admission, Refusal};
 use crate::shared::{SessionId, Shared};
 use actix::Addr;
@@ -18,6 +19,7 @@ use actix_web::http::header::{self, HeaderMap};
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream::{self, Stream};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -26,14 +28,15 @@ pub const SESSION_HEADER: &str = "Mcp-Session-Id";
 const PROTOCOL_VERSION_HEADER: &str = "MCP-Protocol-Version";
 const LAST_EVENT_ID_HEADER: &str = "Last-Event-ID";
 
-/// `POST /mcp`: one client message (or a 2025-03-26 batch).
+/// `POST /mcp`: one client message (or a 2025-03-26 batch) of a session, or one
+/// self-contained 2026-07-28 request.
 pub async fn post(
     req: HttpRequest,
     body: web::Payload,
     shared: web::Data<Shared>,
 ) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
-    let admission = check_common(&req, &shared)?;
+    let admission = perimeter::admit(&shared, &req)?;
     if !accepts(req.headers(), "application/json") || !accepts(req.headers(), "text/event-stream") {
         return Err(Refusal::NotAcceptable(
             "both application/json and text/event-stream",
@@ -56,12 +59,35 @@ pub async fn post(
         .map_err(|_| Refusal::PayloadTooLarge)?
         .map_err(|_| Refusal::BodyUnreadable)?;
     let text = String::from_utf8(body.into()).map_err(|_| Refusal::BodyNotText)?;
+    let header_version = req
+        .headers()
+        .get(PROTOCOL_VERSION_HEADER)
+        .map(|v| v.to_str().unwrap_or(""));
+    let probe = Probe::of(&text);
+    // A 2026-07-28 request says so in its `_meta` (and its header); it is served on its own,
+    // whatever session header it carries.
+    let modern_header = header_version
+        .and_then(ProtocolVersion::parse)
+        .is_some_and(ProtocolVersion::is_modern);
+    if probe.meta_version.is_some() || modern_header {
+        let header_version = header_version.map(str::to_owned);
+        return stateless(
+            &req,
+            &shared,
+            admission,
+            text,
+            &probe,
+            header_version.as_deref(),
+        )
+        .await;
+    }
+    check_version_header(header_version)?;
     let (session, new_id) = match session_id(req.headers()) {
         Some(id) => (
             shared.find_session(id).ok_or(Refusal::SessionNotFound)?,
             None,
         ),
-        None if is_initialize(&text) => {
+        None if probe.method.as_deref() == Some("initialize") && probe.single => {
             let slot = shared.admit_session().ok_or_else(|| busy(&shared))?;
             let id = SessionId::generate();
             let session = HostedSession::start_http(shared.clone(), slot, id.clone(), admission);
@@ -70,14 +96,7 @@ pub async fn post(
         }
         None => return Err(Refusal::SessionRequired),
     };
-    let reply = exchange(&session, text).await?;
-    let mut response = match reply {
-        PostReply::Accepted => HttpResponse::Accepted().finish(),
-        PostReply::Json(frame) => HttpResponse::Ok()
-            .content_type("application/json")
-            .body(frame),
-        PostReply::Stream(events) => sse(events, keep_alive(&shared)),
-    };
+    let mut response = answer(&shared, exchange(&session, text, false).await?);
     if let Some(id) = new_id {
         // The session exists only if `initialize` succeeded; otherwise it is gone already
         // and the client gets its error without an id to use.
@@ -90,6 +109,161 @@ pub async fn post(
         }
     }
     Ok(response)
+}
+
+/// A 2026-07-28 request: its headers must agree with its body (`MCP-Protocol-Version`,
+/// `Mcp-Method`, and `Mcp-Name` for the methods that name something; else -32020 with HTTP
+/// 400), then it runs in a host of its own, which ends with it. A client that goes away
+/// before the answer (or closes the answer's stream) cancels it.
+async fn stateless(
+    req: &HttpRequest,
+    shared: &Arc<Shared>,
+    admission: Admission,
+    text: String,
+    probe: &Probe,
+    header_version: Option<&str>,
+) -> Result<HttpResponse, Refusal> {
+    if !probe.is_request {
+        // This revision defines no client notification over HTTP (closing a stream
+        // cancels); whatever comes is accepted and ignored.
+        return Ok(HttpResponse::Accepted().finish());
+    }
+    if let Err(mismatch) = check_headers(req.headers(), probe, header_version) {
+        let error = crate::mcp::Error::HeaderMismatch(mismatch);
+        let frame = crate::jsonrpc::encode_error(probe.id.as_ref(), &error.to_wire_modern());
+        return Ok(json_answer(frame, 400));
+    }
+    let slot = shared.admit_session().ok_or_else(|| busy(shared))?;
+    let host = HostedSession::start_stateless(shared.clone(), slot, admission);
+    Ok(answer(shared, exchange(&host, text, true).await?))
+}
+
+/// The headers of a 2026-07-28 request against its body: what is wrong, if anything.
+fn check_headers(
+    headers: &HeaderMap,
+    probe: &Probe,
+    header_version: Option<&str>,
+) -> Result<(), String> {
+    let meta_version = probe.meta_version.as_deref();
+    match (header_version, meta_version) {
+        (None, _) => return Err("the MCP-Protocol-Version header is required".into()),
+        (Some(header), Some(meta)) if header != meta => return Err(format!(
+            "MCP-Protocol-Version header {header:?} does not match _meta protocolVersion {meta:?}"
+        )),
+        _ => {}
+    }
+    let method = probe.method.as_deref().unwrap_or("");
+    match headers
+        .get("mcp-method")
+        .map(|v| v.to_str().unwrap_or("").trim())
+    {
+        None => return Err("the Mcp-Method header is required".into()),
+        Some(header) if header != method => {
+            return Err(format!(
+                "Mcp-Method header {header:?} does not match body method {method:?}"
+            ))
+        }
+        Some(_) => {}
+    }
+    if let Some(name) = probe.name.as_deref() {
+        match headers
+            .get("mcp-name")
+            .map(|v| v.to_str().unwrap_or("").trim())
+        {
+            None => return Err("the Mcp-Name header is required for this method".into()),
+            Some(header) if header != name => {
+                return Err(format!(
+                    "Mcp-Name header {header:?} does not match body value {name:?}"
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// What the HTTP layer reads of a body before handing it on: whether it is one request, its
+/// id and method, the name the `Mcp-Name` header must repeat, and a 2026-07-28 version.
+struct Probe {
+    single: bool,
+    is_request: bool,
+    id: Option<crate::jsonrpc::RequestId>,
+    method: Option<String>,
+    name: Option<String>,
+    meta_version: Option<String>,
+}
+
+impl Probe {
+    fn of(text: &str) -> Self {
+        #[derive(serde::Deserialize)]
+        struct Envelope<'a> {
+            #[serde(borrow, default)]
+            id: Option<&'a serde_json::value::RawValue>,
+            #[serde(default)]
+            method: Option<&'a str>,
+            #[serde(borrow, default)]
+            params: Option<ProbeParams<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct ProbeParams<'a> {
+            #[serde(borrow, default)]
+            name: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default)]
+            uri: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default, rename = "_meta")]
+            meta: Option<ProbeMeta<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct ProbeMeta<'a> {
+            #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
+            version: Option<std::borrow::Cow<'a, str>>,
+        }
+        let Ok(envelope) = serde_json::from_str::<Envelope<'_>>(text) else {
+            return Self {
+                single: !text.trim_start().starts_with('['),
+                is_request: false,
+                id: None,
+                method: None,
+                name: None,
+                meta_version: None,
+            };
+        };
+        let method = envelope.method;
+        let params = envelope.params;
+        let name = params.as_ref().and_then(|p| match method {
+            Some("tools/call" | "prompts/get") => p.name.as_deref().map(str::to_owned),
+            Some("resources/read") => p.uri.as_deref().map(str::to_owned),
+            _ => None,
+        });
+        Self {
+            single: true,
+            is_request: method.is_some() && envelope.id.is_some(),
+            id: envelope.id.and_then(crate::jsonrpc::RequestId::from_raw),
+            method: method.map(str::to_owned),
+            name,
+            meta_version: params
+                .and_then(|p| p.meta)
+                .and_then(|m| m.version)
+                .map(|v| v.into_owned()),
+        }
+    }
+}
+
+fn json_answer(frame: String, status: u16) -> HttpResponse {
+    let status =
+        actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::OK);
+    HttpResponse::build(status)
+        .content_type("application/json")
+        .body(frame)
+}
+
+/// The HTTP answer to a POST.
+fn answer(shared: &Shared, reply: Answer) -> HttpResponse {
+    match reply.reply {
+        PostReply::Accepted => HttpResponse::Accepted().finish(),
+        PostReply::Json { frame, status } => json_answer(frame, status),
+        PostReply::Stream(events) => sse(events, keep_alive(shared), reply.hangup),
+    }
 }
 
 /// `GET /mcp` without a WebSocket upgrade: the session's SSE stream, or a resumed stream.
@@ -120,7 +294,7 @@ pub async fn get(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResp
         .await
         .map_err(|_| Refusal::SessionNotFound)?
         .map_err(|_| Refusal::ResumeGone)?;
-    Ok(sse(events, keep_alive(&shared)))
+    Ok(sse(events, keep_alive(&shared), None))
 }
 
 /// `DELETE /mcp`: the client ends its session.
@@ -145,26 +319,66 @@ pub async fn not_allowed() -> Result<HttpResponse, Refusal> {
 /// so a bad header is a 400 whether or not the session exists).
 fn check_common(req: &HttpRequest, shared: &Shared) -> Result<Admission, Refusal> {
     let admission = perimeter::admit(shared, req)?;
-    if let Some(value) = req.headers().get(PROTOCOL_VERSION_HEADER) {
-        let text = value.to_str().unwrap_or("");
-        // Any supported version is accepted: the session keeps the one it negotiated.
-        if ProtocolVersion::parse(text).is_none() {
-            return Err(Refusal::UnsupportedProtocolVersion(
-                text.chars().take(64).collect(),
-            ));
-        }
-    }
+    check_version_header(
+        req.headers()
+            .get(PROTOCOL_VERSION_HEADER)
+            .map(|v| v.to_str().unwrap_or("")),
+    )?;
     Ok(admission)
 }
 
-/// Hands a message to its session and waits for how to answer.
-async fn exchange(session: &Addr<HostedSession>, text: String) -> Result<PostReply, Refusal> {
+/// A handshake-era request's `MCP-Protocol-Version`, when present: any supported version is
+/// accepted (the session keeps the one it negotiated).
+fn check_version_header(version: Option<&str>) -> Result<(), Refusal> {
+    match version {
+        Some(text) if ProtocolVersion::parse(text).is_none() => Err(
+            Refusal::UnsupportedProtocolVersion(text.chars().take(64).collect()),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// How to answer a POST, and who to tell if its client goes away meanwhile.
+struct Answer {
+    reply: PostReply,
+    hangup: Option<HangupOnDrop>,
+}
+
+/// Hands a message to its session and waits for how to answer. With `cancel_on_hangup` (a
+/// 2026-07-28 request), a client that goes away before the answer (this future is dropped)
+/// or closes the answer's stream cancels the request.
+async fn exchange(
+    session: &Addr<HostedSession>,
+    text: String,
+    cancel_on_hangup: bool,
+) -> Result<Answer, Refusal> {
     let (reply, answer) = oneshot::channel();
+    let mut hangup = HangupOnDrop(cancel_on_hangup.then(|| session.clone()));
     session
         .send(Post { text, reply })
         .await
         .map_err(|_| Refusal::SessionNotFound)?;
-    answer.await.map_err(|_| Refusal::SessionNotFound)
+    let reply = answer.await.map_err(|_| Refusal::SessionNotFound)?;
+    // Answered in full: only a stream still has a client that can go away.
+    let hangup = match &reply {
+        PostReply::Stream(_) => Some(HangupOnDrop(hangup.0.take())),
+        _ => {
+            hangup.0 = None;
+            None
+        }
+    };
+    Ok(Answer { reply, hangup })
+}
+
+/// Tells a 2026-07-28 request's host that its client went away, when dropped armed.
+struct HangupOnDrop(Option<Addr<HostedSession>>);
+
+impl Drop for HangupOnDrop {
+    fn drop(&mut self) {
+        if let Some(host) = self.0.take() {
+            host.do_send(Hangup);
+        }
+    }
 }
 
 fn busy(shared: &Shared) -> Refusal {
@@ -191,38 +405,45 @@ fn accepts(headers: &HeaderMap, media: &str) -> bool {
     })
 }
 
-/// Whether a session-less POST is an `initialize` (the only message that may start one).
-fn is_initialize(text: &str) -> bool {
-    matches!(
-        decode::<CallToolParams<'_>>(text, 1),
-        Decoded::Single(Entry::Request(request)) if request.method == "initialize"
-    )
-}
-
 fn keep_alive(shared: &Shared) -> Duration {
     Duration::from_millis(shared.settings.sessions.sse_keep_alive_ms)
 }
 
 /// An SSE response streaming `events`, with a keep-alive comment when idle; it ends when the
-/// session drops the sender (the exchange was answered, or the session ended).
-fn sse(events: mpsc::Receiver<SseEvent>, keep_alive: Duration) -> HttpResponse {
+/// session drops the sender (the exchange was answered, or the session ended). `hangup`, if
+/// any, is told when the client drops the stream first.
+fn sse(
+    events: mpsc::Receiver<SseEvent>,
+    keep_alive: Duration,
+    hangup: Option<HangupOnDrop>,
+) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache, no-transform"))
         .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(sse_body(events, keep_alive))
+        .streaming(sse_body(events, keep_alive, hangup))
 }
 
 fn sse_body(
     events: mpsc::Receiver<SseEvent>,
     keep_alive: Duration,
+    hangup: Option<HangupOnDrop>,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
-    stream::unfold(events, move |mut events| async move {
-        let chunk = match tokio::time::timeout(keep_alive, events.recv()).await {
-            Ok(Some(event)) => Bytes::from(event.to_wire()),
-            Ok(None) => return None,
-            Err(_idle) => Bytes::from_static(b": keep-alive\n\n"),
-        };
-        Some((Ok(chunk), events))
-    })
+    stream::unfold(
+        (events, hangup),
+        move |(mut events, mut hangup)| async move {
+            let chunk = match tokio::time::timeout(keep_alive, events.recv()).await {
+                Ok(Some(event)) => Bytes::from(event.to_wire()),
+                Ok(None) => {
+                    // The stream ended with its answer: nobody to cancel.
+                    if let Some(hangup) = &mut hangup {
+                        hangup.0 = None;
+                    }
+                    return None;
+                }
+                Err(_idle) => Bytes::from_static(b": keep-alive\n\n"),
+            };
+            Some((Ok(chunk), (events, hangup)))
+        },
+    )
 }

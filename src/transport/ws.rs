@@ -344,7 +344,7 @@ impl Handler<Shutdown> for WsSession {
         self.closing = true;
         self.ends_with_socket = true;
         if let Core::Local { session, .. } = &mut self.core {
-            session.begin_drain();
+            session.begin_drain(ctx);
         }
         self.close_if_drained(ctx);
         ctx.run_later(shutdown.grace, |session, ctx| {

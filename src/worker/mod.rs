@@ -12,7 +12,9 @@
 //! last run, see the handler) and the pool permit is returned. The worker never touches the socket; its session decides what to
 //! write (and drops whatever arrives for a request no longer in flight).
 
-use crate::context::{CancelFlag, ContextParts, Deadline, RequestContext, SessionInfo};
+use crate::context::{
+    Ask, CancelFlag, ContextParts, Deadline, Input, LogFloor, RequestContext, Rounds, SessionInfo,
+};
 use crate::inbox::{Inbox, SessionEvent};
 use crate::jsonrpc::RequestId;
 use crate::mcp::Error;
@@ -34,6 +36,10 @@ use tracing::Instrument;
 pub type Work =
     Box<dyn FnOnce(RequestId, RequestContext) -> LocalBoxFuture<'static, Result<String, Error>>>;
 
+/// Answers a 2026-07-28 request that asked the client for something it has no answer to:
+/// given the request's id and the asks, the `InputRequiredResult` frame.
+pub type OnInput = Box<dyn FnOnce(RequestId, Vec<Ask>) -> Result<String, Error>>;
+
 /// Session → worker: stop now, send nothing more.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
@@ -51,6 +57,13 @@ pub struct Job {
     /// The session's inbox, where the outcome and everything the work reports go.
     pub inbox: Rc<Inbox>,
     pub session: SessionInfo,
+    /// How the work's asks reach the client.
+    pub input: Input,
+    /// Which log lines of the work go out.
+    pub log_floor: LogFloor,
+    /// For a 2026-07-28 request (`input` is `Input::Rounds`): how to answer when the work
+    /// asks for something it has no answer to.
+    pub on_input: Option<OnInput>,
     pub shared: Arc<Shared>,
     /// The worker's span, a child of the request's (session, id, method): the work and its
     /// outcome are logged inside it.
@@ -185,6 +198,10 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
         job.timeout,
         Duration::from_millis(limits.max_request_timeout_ms),
     );
+    let rounds = match &job.input {
+        Input::Rounds(rounds) => Some(rounds.clone()),
+        _ => None,
+    };
     let ctx = RequestContext::new(ContextParts {
         id: job.id.clone(),
         trace_id: job.trace_id,
@@ -196,30 +213,49 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
         deadline,
         cancel,
         client_timeout: Duration::from_millis(shared.settings.client_requests.timeout_ms),
+        input: job.input,
+        log_floor: job.log_floor,
     });
     let clock = ctx.clone();
-    let mut work = AssertUnwindSafe((job.work)(job.id, ctx)).catch_unwind();
+    let id = job.id;
+    let mut work = AssertUnwindSafe((job.work)(id.clone(), ctx)).catch_unwind();
     // Work that is ready at once never arms the deadline's timer.
-    let outcome = match poll_immediate(&mut work).await {
-        Some(outcome) => Some(outcome),
-        None => Box::pin(before_deadline(work, &clock)).await,
+    let ended = match poll_immediate(&mut work).await {
+        Some(outcome) => Ended::Done(outcome),
+        None => Box::pin(before_deadline(work, &clock, rounds.as_deref())).await,
     };
     drop(permit);
-    match outcome {
-        Some(Ok(outcome)) => outcome,
-        Some(Err(_panic)) => {
+    match ended {
+        Ended::Done(Ok(outcome)) => outcome,
+        Ended::Done(Err(_panic)) => {
             // The panic message went to the log through the panic hook; the client gets a
             // plain -32603 and the session lives on.
             metrics.panicked.inc();
             Err(Error::Internal)
         }
-        None => {
+        Ended::TimedOut => {
             metrics.timed_out.inc();
             Err(Error::TimedOut {
                 timeout_ms: job.timeout.as_millis() as u64,
             })
         }
+        Ended::InputNeeded => {
+            let asks = rounds.as_deref().map(Rounds::take_asks).unwrap_or_default();
+            match job.on_input {
+                Some(answer) => answer(id, asks),
+                None => Err(Error::Internal),
+            }
+        }
     }
+}
+
+/// How the work of a worker ended.
+enum Ended<T> {
+    Done(T),
+    TimedOut,
+    /// A 2026-07-28 request asked for something it has no answer to; the work was stopped
+    /// there.
+    InputNeeded,
 }
 
 /// Waits up to `admission_wait_ms` for a slot in the global pool.
@@ -241,11 +277,24 @@ async fn wait_for_slot(shared: &Shared) -> Result<SemaphorePermit<'_>, Error> {
     }
 }
 
-/// The work's output, or `None` once the (possibly extended) deadline has passed.
-async fn before_deadline<F: Future + Unpin>(work: F, clock: &RequestContext) -> Option<F::Output> {
+/// The work's output; or the deadline passed; or (2026-07-28) it asked for input it has no
+/// answer to. The work is polled first, so every ask it reaches in one poll is recorded
+/// before the request is answered with them.
+async fn before_deadline<F: Future + Unpin>(
+    work: F,
+    clock: &RequestContext,
+    rounds: Option<&Rounds>,
+) -> Ended<F::Output> {
+    let input_needed = async {
+        match rounds {
+            Some(rounds) => rounds.input_needed().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         biased;
-        outcome = work => Some(outcome),
-        () = clock.deadline_expired() => None,
+        outcome = work => Ended::Done(outcome),
+        () = input_needed => Ended::InputNeeded,
+        () = clock.deadline_expired() => Ended::TimedOut,
     }
 }

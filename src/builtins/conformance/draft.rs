@@ -62,14 +62,19 @@ fn answered(result: &ElicitResult, field: &str) -> Result<String, ToolError> {
 
 /// Key `user_name`.
 async fn elicitation(_: NoArgs, ctx: RequestContext) -> Result<String, ToolError> {
-    let answer = ctx.elicit(ask_text("What is your name?", "name")).await?;
+    let answer = ctx
+        .elicit_as("user_name", ask_text("What is your name?", "name"))
+        .await?;
     Ok(format!("Hello, {}!", answered(&answer, "name")?))
 }
 
 /// Key `capital_question`.
 async fn sampling(_: NoArgs, ctx: RequestContext) -> Result<String, ToolError> {
     let answer = ctx
-        .create_message(ask_sample("What is the capital of France?", 100))
+        .create_message_as(
+            "capital_question",
+            ask_sample("What is the capital of France?", 100),
+        )
         .await?;
     let text = answer
         .content
@@ -80,7 +85,7 @@ async fn sampling(_: NoArgs, ctx: RequestContext) -> Result<String, ToolError> {
 
 /// Key `client_roots`.
 async fn list_roots(_: NoArgs, ctx: RequestContext) -> Result<String, ToolError> {
-    let roots = ctx.list_roots().await?;
+    let roots = ctx.list_roots_as("client_roots").await?;
     let uris: Vec<&str> = roots.iter().map(|root| root.uri.as_str()).collect();
     Ok(format!(
         "Found {} root(s): {}",
@@ -91,7 +96,7 @@ async fn list_roots(_: NoArgs, ctx: RequestContext) -> Result<String, ToolError>
 
 /// Key `confirm`; the scenario checks that the retry carries the request state back.
 async fn request_state(_: NoArgs, ctx: RequestContext) -> Result<String, ToolError> {
-    let answer = ctx.elicit(ask_confirmation()).await?;
+    let answer = ctx.elicit_as("confirm", ask_confirmation()).await?;
     let confirmed = answer
         .content
         .as_ref()
@@ -112,9 +117,9 @@ async fn request_state(_: NoArgs, ctx: RequestContext) -> Result<String, ToolErr
 /// asked together.
 async fn multiple_inputs(_: NoArgs, ctx: RequestContext) -> Result<String, ToolError> {
     let (name, greeting, roots) = join3(
-        ctx.elicit(ask_text("What is your name?", "name")),
-        ctx.create_message(ask_sample("Generate a greeting", 50)),
-        ctx.list_roots(),
+        ctx.elicit_as("user_name", ask_text("What is your name?", "name")),
+        ctx.create_message_as("greeting", ask_sample("Generate a greeting", 50)),
+        ctx.list_roots_as("client_roots"),
     )
     .await;
     let name = answered(&name?, "name")?;
@@ -132,11 +137,14 @@ async fn multiple_inputs(_: NoArgs, ctx: RequestContext) -> Result<String, ToolE
 /// Key `step1` (a name), then, in a second round, `step2` (a colour).
 async fn multi_round(_: NoArgs, ctx: RequestContext) -> Result<String, ToolError> {
     let name = ctx
-        .elicit(ask_text("Step 1: What is your name?", "name"))
+        .elicit_as("step1", ask_text("Step 1: What is your name?", "name"))
         .await?;
     let name = answered(&name, "name")?;
     let color = ctx
-        .elicit(ask_text("Step 2: What is your favorite color?", "color"))
+        .elicit_as(
+            "step2",
+            ask_text("Step 2: What is your favorite color?", "color"),
+        )
         .await?;
     let color = answered(&color, "color")?;
     Ok(format!("Multi-round complete for {name} who likes {color}"))
@@ -145,7 +153,7 @@ async fn multi_round(_: NoArgs, ctx: RequestContext) -> Result<String, ToolError
 /// Like `test_input_required_result_request_state`: the scenario alters the request state
 /// of the retry, which the protocol core must refuse.
 async fn tampered_state(_: NoArgs, ctx: RequestContext) -> Result<String, ToolError> {
-    let answer = ctx.elicit(ask_confirmation()).await?;
+    let answer = ctx.elicit_as("confirm", ask_confirmation()).await?;
     Ok(format!("Confirmation received: {}", describe(&answer)))
 }
 
@@ -159,14 +167,20 @@ async fn capabilities(_: NoArgs, ctx: RequestContext) -> Result<String, ToolErro
     );
     let sample = async {
         if can_sample {
-            Some(ctx.create_message(ask_sample("Say hello", 20)).await)
+            Some(
+                ctx.create_message_as("hello", ask_sample("Say hello", 20))
+                    .await,
+            )
         } else {
             None
         }
     };
     let elicit = async {
         if can_elicit {
-            Some(ctx.elicit(ask_text("What is your name?", "name")).await)
+            Some(
+                ctx.elicit_as("user_name", ask_text("What is your name?", "name"))
+                    .await,
+            )
         } else {
             None
         }
@@ -207,7 +221,9 @@ async fn missing_capability(_: NoArgs, ctx: RequestContext) -> Result<String, To
 /// Asks for a name; under 2026-07-28 the ask must come back as an input-required result,
 /// never as a request on the response stream.
 async fn streaming_elicitation(_: NoArgs, ctx: RequestContext) -> Result<String, ToolError> {
-    let answer = ctx.elicit(ask_text("What is your name?", "name")).await?;
+    let answer = ctx
+        .elicit_as("user_name", ask_text("What is your name?", "name"))
+        .await?;
     Ok(format!("Hello, {}!", answered(&answer, "name")?))
 }
 
@@ -364,6 +380,63 @@ pub(super) fn tools() -> Vec<Tool> {
             }),
             EchoArguments {
                 label: "Custom header tool",
+            },
+        ),
+    ]
+}
+
+/// The diagnostic hooks of the `server-stateless` scenario: each call adds, or removes again,
+/// a tool (or prompt) of its own, so that `subscriptions/listen` streams that asked for
+/// tool (prompt) list changes get one. They hold the server's registry (taken from the
+/// builder) like any admin tool would.
+pub(super) fn triggers(registry: crate::Registry) -> Vec<Tool> {
+    let tools = registry.clone();
+    let prompts = registry;
+    vec![
+        Tool::new(
+            "test_trigger_tool_change",
+            "Adds or removes the tool test_dynamic_tool (a tool list change)",
+            move |_: NoArgs, _ctx: RequestContext| {
+                let registry = tools.clone();
+                async move {
+                    if registry.remove_tool("test_dynamic_tool") {
+                        return Ok::<_, ToolError>("removed test_dynamic_tool");
+                    }
+                    let dynamic = Tool::new(
+                        "test_dynamic_tool",
+                        "Added by test_trigger_tool_change",
+                        |_: NoArgs, _ctx: RequestContext| async { Ok::<_, ToolError>("dynamic") },
+                    );
+                    registry
+                        .add_tool(dynamic)
+                        .map_err(|e| ToolError::failed(e.to_string()))?;
+                    Ok("added test_dynamic_tool")
+                }
+            },
+        ),
+        Tool::new(
+            "test_trigger_prompt_change",
+            "Adds or removes the prompt test_dynamic_prompt (a prompt list change)",
+            move |_: NoArgs, _ctx: RequestContext| {
+                let registry = prompts.clone();
+                async move {
+                    if registry.remove_prompt("test_dynamic_prompt") {
+                        return Ok::<_, ToolError>("removed test_dynamic_prompt");
+                    }
+                    let dynamic = crate::Prompt::new(
+                        "test_dynamic_prompt",
+                        "Added by test_trigger_prompt_change",
+                        |_args, _ctx| async {
+                            Ok(crate::model::GetPromptResult::new(vec![
+                                crate::model::PromptMessage::user("dynamic"),
+                            ]))
+                        },
+                    );
+                    registry
+                        .add_prompt(dynamic)
+                        .map_err(|e| ToolError::failed(e.to_string()))?;
+                    Ok("added test_dynamic_prompt")
+                }
             },
         ),
     ]

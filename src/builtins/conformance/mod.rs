@@ -49,10 +49,12 @@ struct NoArgs {}
 /// assert!(server.is_ok());
 /// ```
 pub fn fixtures(builder: ServerBuilder) -> ServerBuilder {
+    let registry = builder.registry();
     let builder = content::tools()
         .into_iter()
         .chain(interaction::tools())
         .chain(draft::tools())
+        .chain(draft::triggers(registry))
         .fold(builder, ServerBuilder::tool);
     let builder = resources::resources()
         .into_iter()

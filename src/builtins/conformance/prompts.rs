@@ -83,10 +83,10 @@ async fn input_required(
         "required": ["context"]
     });
     let answer = ctx
-        .elicit(ElicitRequest::form(
-            "What context should the prompt use?",
-            form,
-        ))
+        .elicit_as(
+            "user_context",
+            ElicitRequest::form("What context should the prompt use?", form),
+        )
         .await
         .map_err(|e| PromptError::Failed(e.to_string()))?;
     let context = answer

@@ -1,0 +1,596 @@
+//! The stateless 2026-07-28 revision in the session core: a request whose `_meta` names a
+//! protocol version is served from that `_meta` alone (its version, the client's capabilities
+//! and info, its log level), whatever else the connection did; an `initialize` on the same
+//! connection starts a handshake-era session as before, and the two never share state.
+//!
+//! Here: recognising and checking such a request, its method table (`server/discover`,
+//! `subscriptions/listen`; no `initialize`, `ping`, `logging/setLevel`, `resources/subscribe`),
+//! multi round-trip requests (asks answered from `inputResponses`, a signed `requestState`),
+//! and the shape of its results (`resultType`, the server's identity in `_meta`, caching
+//! hints on discover, lists and reads).
+
+use super::dispatch::Dispatch;
+use super::{Request, Session};
+use crate::context::{Ask, Input, Rounds, SessionInfo};
+use crate::jsonrpc::{Params, RequestId};
+use crate::mcp::{server_capabilities, Error, LogLevel, Method, ProtocolVersion, RequestMeta};
+use crate::model::Implementation;
+use crate::mrtr::Binding;
+use crate::registry::{ListKind, Offers};
+use crate::worker::OnInput;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// The `_meta` key of the server's identity in every 2026-07-28 result.
+pub const SERVER_INFO_META: &str = "io.modelcontextprotocol/serverInfo";
+/// The `_meta` key tagging every notification of a `subscriptions/listen` stream.
+pub const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// What a 2026-07-28 request's `_meta` establishes for it.
+#[derive(Debug, Clone)]
+pub(super) struct ModernRequest {
+    /// Its version, capabilities and client, as a session's would be.
+    pub info: SessionInfo,
+    /// The least severe log level it wants `notifications/message` for; none: no logs.
+    pub log_level: Option<LogLevel>,
+}
+
+/// The `_meta` of a request whose params the decoder kept raw.
+#[derive(Deserialize)]
+struct MetaOnly<'a> {
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<RequestMeta<'a>>,
+}
+
+impl Session {
+    /// Whether `request` is a 2026-07-28 one, and what its `_meta` establishes.
+    ///
+    /// # Errors
+    /// For a request that names a version in `_meta`: -32602 for a malformed `_meta`, -32022
+    /// for a version this server does not speak.
+    pub(super) fn modern_request(
+        &self,
+        request: &Request<'_>,
+    ) -> Result<Option<ModernRequest>, Error> {
+        let parsed;
+        let meta = match &request.params {
+            Params::Parsed(p) => p.meta.as_ref(),
+            Params::Raw(Some(raw)) if raw.get().starts_with('{') => {
+                parsed = serde_json::from_str::<MetaOnly<'_>>(raw.get()).ok();
+                parsed.as_ref().and_then(|p| p.meta.as_ref())
+            }
+            Params::Raw(_) => None,
+        };
+        // Methods only 2026-07-28 has, and everything a 2026-07-28-only host (an HTTP request
+        // whose header named that revision) receives, need the per-request `_meta`.
+        let must_be_modern = self.modern_only
+            || matches!(
+                request.method.as_ref(),
+                "server/discover" | "subscriptions/listen"
+            );
+        let Some(version) = meta.and_then(|m| m.protocol_version) else {
+            return if must_be_modern {
+                Err(Error::MalformedMeta(
+                    "_meta.io.modelcontextprotocol/protocolVersion: required".into(),
+                ))
+            } else {
+                Ok(None)
+            };
+        };
+        let Some(meta) = meta else {
+            return Ok(None);
+        };
+        let malformed = |what: &str| Error::MalformedMeta(format!("_meta.{what}"));
+        let version: &str = serde_json::from_str(version.get())
+            .map_err(|_| malformed("io.modelcontextprotocol/protocolVersion: must be a string"))?;
+        let version = ProtocolVersion::MODERN
+            .into_iter()
+            .find(|v| v.as_str() == version)
+            .ok_or_else(|| Error::UnsupportedProtocolVersion {
+                requested: version.chars().take(64).collect(),
+            })?;
+        let capabilities = match meta.client_capabilities {
+            None => {
+                return Err(malformed(
+                    "io.modelcontextprotocol/clientCapabilities: required",
+                ))
+            }
+            Some(raw) if raw.get() == "{}" => self.shared.modern.no_capabilities.clone(),
+            Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
+                Ok(value @ Value::Object(_)) => Arc::new(value),
+                _ => {
+                    return Err(malformed(
+                        "io.modelcontextprotocol/clientCapabilities: must be an object",
+                    ))
+                }
+            },
+        };
+        let client_info = match meta.client_info {
+            None => self.shared.modern.unknown_client.clone(),
+            Some(raw) => Arc::new(serde_json::from_str::<Implementation>(raw.get()).map_err(
+                |_| malformed("io.modelcontextprotocol/clientInfo: not an Implementation"),
+            )?),
+        };
+        let log_level = match meta.log_level {
+            None => None,
+            Some(raw) => Some(
+                serde_json::from_str::<&str>(raw.get())
+                    .ok()
+                    .and_then(LogLevel::parse)
+                    .ok_or_else(|| malformed("io.modelcontextprotocol/logLevel: unknown level"))?,
+            ),
+        };
+        Ok(Some(ModernRequest {
+            info: SessionInfo {
+                protocol_version: version,
+                client_capabilities: capabilities,
+                client_info,
+                identity: self.admission.identity.clone(),
+                trace_id: self.admission.trace_id.clone(),
+            },
+            log_level,
+        }))
+    }
+
+    /// Routes a 2026-07-28 request.
+    pub(super) fn route_modern(
+        &mut self,
+        request: &Request<'_>,
+        modern: ModernRequest,
+        exchange: u64,
+        batch: Option<u64>,
+    ) -> Result<Dispatch, Error> {
+        if batch.is_some() {
+            return Err(Error::invalid_request(
+                "a 2026-07-28 request must not be sent in a batch",
+            ));
+        }
+        let offers = self.shared.registry.offers();
+        let params = match request.params {
+            Params::Raw(raw) => raw,
+            Params::Parsed(_) => None,
+        };
+        let method = Method::parse(&request.method)
+            .filter(|m| serves_modern(*m, offers))
+            .ok_or_else(|| Error::MethodNotFound {
+                method: request.method.clone().into_owned(),
+            })?;
+        let version = modern.info.protocol_version;
+        let inline = match method {
+            Method::Discover => self.discover(offers),
+            Method::ToolsList => self.list_modern(ListKind::Tools, version, params)?,
+            Method::ResourcesList => self.list_modern(ListKind::Resources, version, params)?,
+            Method::ResourceTemplatesList => {
+                self.list_modern(ListKind::ResourceTemplates, version, params)?
+            }
+            Method::PromptsList => self.list_modern(ListKind::Prompts, version, params)?,
+            Method::ToolsCall => {
+                return self
+                    .prepare_tool_call(&request.params, Some(modern))
+                    .map(Dispatch::Worker)
+            }
+            Method::ResourcesRead => {
+                return self
+                    .prepare_read(params, Some(modern))
+                    .map(Dispatch::Worker)
+            }
+            Method::PromptsGet => {
+                return self
+                    .prepare_prompt(params, Some(modern))
+                    .map(Dispatch::Worker)
+            }
+            Method::CompletionComplete => return self.prepare_completion(params, Some(modern)),
+            Method::SubscriptionsListen => {
+                return self
+                    .listen(request.id.clone(), params, exchange, offers)
+                    .map(Dispatch::Listening)
+            }
+            // Not served to 2026-07-28 requests (`serves_modern`).
+            Method::Initialize
+            | Method::Ping
+            | Method::LoggingSetLevel
+            | Method::ResourcesSubscribe
+            | Method::ResourcesUnsubscribe => {
+                return Err(Error::MethodNotFound {
+                    method: request.method.clone().into_owned(),
+                })
+            }
+        };
+        Ok(Dispatch::Inline(inline))
+    }
+
+    /// `server/discover`: versions, capabilities, instructions, caching hints.
+    fn discover(&self, offers: Offers) -> String {
+        let supported: Vec<&str> = ProtocolVersion::MODERN.iter().map(|v| v.as_str()).collect();
+        let mut body = json!({
+            "supportedVersions": supported,
+            "capabilities": server_capabilities(ProtocolVersion::V2026_07_28, offers),
+        });
+        if let Some(instructions) = &self.shared.instructions {
+            body["instructions"] = json!(instructions);
+        }
+        let cache = &self.shared.settings.cache;
+        self.modern_result(
+            &body.to_string(),
+            &self.cache_hints(cache.discover_ttl_ms),
+            None,
+        )
+    }
+
+    fn list_modern(
+        &self,
+        kind: ListKind,
+        version: ProtocolVersion,
+        params: Option<&RawValue>,
+    ) -> Result<String, Error> {
+        let page = self.list_page(kind, version, params)?;
+        let hints = self.cache_hints(self.shared.settings.cache.list_ttl_ms);
+        Ok(self.modern_result(&page.to_result(kind.member()), &hints, None))
+    }
+
+    /// `,"ttlMs":N,"cacheScope":"…"` for a cacheable result.
+    pub(super) fn cache_hints(&self, ttl_ms: u64) -> String {
+        format!(
+            r#","ttlMs":{ttl_ms},"cacheScope":"{}""#,
+            self.shared.settings.cache.scope
+        )
+    }
+
+    /// A 2026-07-28 result from a result object: `resultType` and the server's identity go
+    /// first, `extra` (members, each with a leading comma) last; `user_meta`, the result's own
+    /// `_meta`, is merged with the identity.
+    pub(super) fn modern_result(
+        &self,
+        body: &str,
+        extra: &str,
+        user_meta: Option<&Value>,
+    ) -> String {
+        modern_result(&self.shared.modern, body, extra, user_meta, "complete")
+    }
+
+    /// Sets up a multi round-trip request: checks its `requestState` against the request,
+    /// gathers the answers (from the state, then `inputResponses`), and says how to answer
+    /// when it asks for something it has no answer to.
+    pub(super) fn rounds(
+        &self,
+        binding: Binding,
+        input_responses: Option<&RawValue>,
+        request_state: Option<&str>,
+    ) -> Result<(Input, OnInput), Error> {
+        let mut answers = Map::new();
+        if let Some(token) = request_state {
+            let state = self
+                .shared
+                .modern
+                .state_key
+                .verify(token, &binding)
+                .map_err(Error::InvalidRequestState)?;
+            answers = state.responses;
+        }
+        // A malformed `inputResponses` (not an object) answers nothing: the asks are made
+        // again. Unknown keys are kept but never read.
+        if let Some(Ok(Value::Object(responses))) =
+            input_responses.map(|r| serde_json::from_str(r.get()))
+        {
+            answers.extend(responses);
+        }
+        let rounds = Rc::new(Rounds::new(answers));
+        let shared = self.shared.clone();
+        let carried = rounds.clone();
+        let on_input: OnInput = Box::new(move |id, asks| {
+            let frame = input_required(&shared.modern, &binding, carried.answers().clone(), asks);
+            Ok(crate::jsonrpc::encode_result(&id, &frame))
+        });
+        Ok((Input::Rounds(rounds), on_input))
+    }
+}
+
+impl Session {
+    /// Opens a `subscriptions/listen` stream: the filter's honoured part (the kinds this
+    /// server declares) is acknowledged first, then every matching change is sent on the
+    /// stream, tagged with the listen request's id, until the client cancels it (or closes
+    /// the HTTP stream) or the server ends it with a result. Returns the acknowledgement.
+    fn listen(
+        &mut self,
+        id: RequestId,
+        params: Option<&RawValue>,
+        exchange: u64,
+        offers: Offers,
+    ) -> Result<String, Error> {
+        #[derive(Deserialize)]
+        struct ListenParams {
+            notifications: ListenFilter,
+        }
+        let p: ListenParams = crate::mcp::parse_object(params).map_err(Error::InvalidParams)?;
+        let limits = &self.shared.settings.limits;
+        if self.listeners.len() >= limits.max_listens_per_session {
+            return Err(Error::InvalidParams(format!(
+                "too many subscriptions/listen streams: a connection may hold {}",
+                limits.max_listens_per_session
+            )));
+        }
+        let asked = p.notifications;
+        let mut uris = asked.resource_subscriptions.filter(|_| offers.resources);
+        if let Some(uris) = &mut uris {
+            uris.truncate(limits.max_subscriptions_per_session);
+            uris.sort();
+            uris.dedup();
+        }
+        let filter = ListenFilter {
+            tools_list_changed: asked.tools_list_changed && offers.tools,
+            prompts_list_changed: asked.prompts_list_changed && offers.prompts,
+            resources_list_changed: asked.resources_list_changed && offers.resources,
+            resource_subscriptions: uris,
+        };
+        if self.bus.is_none() {
+            self.bus = Some(self.shared.registry.bus().attach(&self.inbox));
+        }
+        for uri in filter.resource_subscriptions.iter().flatten() {
+            self.inbox.add_interest(uri);
+        }
+        let tag = subscription_meta(&id);
+        let ack = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{{"notifications":{},"_meta":{tag}}}}}"#,
+            serde_json::to_string(&filter).unwrap_or_else(|_| "{}".into()),
+        );
+        tracing::debug!(session = self.id, id = %id, "listen stream opened");
+        self.listeners.insert(
+            id,
+            super::Listener {
+                exchange,
+                filter,
+                tag,
+            },
+        );
+        Ok(ack)
+    }
+
+    /// Lets go of what a listen stream held.
+    pub(super) fn forget_listener(&self, listener: &super::Listener) {
+        for uri in listener.filter.resource_subscriptions.iter().flatten() {
+            self.inbox.drop_interest(uri);
+        }
+    }
+}
+
+/// What a `subscriptions/listen` stream asks for (and, acknowledged, what it gets).
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ListenFilter {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    tools_list_changed: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    prompts_list_changed: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    resources_list_changed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resource_subscriptions: Option<Vec<String>>,
+}
+
+impl ListenFilter {
+    /// The `list_changed` notifications these changes make for this stream.
+    pub(super) fn changed(
+        &self,
+        changes: crate::inbox::Changes,
+    ) -> impl Iterator<Item = &'static str> {
+        use crate::inbox::Changes;
+        use crate::mcp::notifications;
+        [
+            (
+                self.tools_list_changed,
+                Changes::TOOLS,
+                notifications::TOOLS_LIST_CHANGED,
+            ),
+            (
+                self.resources_list_changed,
+                Changes::RESOURCES,
+                notifications::RESOURCES_LIST_CHANGED,
+            ),
+            (
+                self.prompts_list_changed,
+                Changes::PROMPTS,
+                notifications::PROMPTS_LIST_CHANGED,
+            ),
+        ]
+        .into_iter()
+        .filter(move |(wanted, change, _)| *wanted && changes.contains(*change))
+        .map(|(_, _, method)| method)
+    }
+
+    /// Whether this stream wants updates of `uri`.
+    pub(super) fn watches(&self, uri: &str) -> bool {
+        self.resource_subscriptions
+            .as_ref()
+            .is_some_and(|uris| uris.binary_search_by(|u| u.as_str().cmp(uri)).is_ok())
+    }
+}
+
+/// A listen stream's notification: `method`, tagged, with the `uri` of an update.
+pub(super) fn tagged(method: &str, tag: &str, uri: Option<&str>) -> String {
+    match uri {
+        None => format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{{"_meta":{tag}}}}}"#),
+        Some(uri) => format!(
+            r#"{{"jsonrpc":"2.0","method":"{method}","params":{{"_meta":{tag},"uri":{}}}}}"#,
+            json!(uri)
+        ),
+    }
+}
+
+/// `{"io.modelcontextprotocol/subscriptionId": <id>}`, for the result that ends a stream.
+pub(super) fn tag_value(id: &RequestId) -> Value {
+    serde_json::from_str(&subscription_meta(id)).unwrap_or_default()
+}
+
+/// Whether a 2026-07-28 request may call `method` on a server offering `offers`.
+fn serves_modern(method: Method, offers: Offers) -> bool {
+    use crate::mcp::Capability;
+    match method {
+        Method::Initialize
+        | Method::Ping
+        | Method::LoggingSetLevel
+        | Method::ResourcesSubscribe
+        | Method::ResourcesUnsubscribe => false,
+        Method::Discover => true,
+        // Listening needs something to listen to.
+        Method::SubscriptionsListen => offers.tools || offers.resources || offers.prompts,
+        other => match other.capability() {
+            None | Some(Capability::Logging) => true,
+            Some(Capability::Tools) => offers.tools,
+            Some(Capability::Resources) => offers.resources,
+            Some(Capability::Prompts) => offers.prompts,
+            Some(Capability::Completions) => offers.completions,
+        },
+    }
+}
+
+/// What 2026-07-28 results of one server share: its identity for result `_meta`, the key
+/// that signs request states, and the defaults of per-request `_meta`.
+pub struct ModernShape {
+    /// `"io.modelcontextprotocol/serverInfo":{…}`, ready to splice into `_meta`.
+    server_info_member: String,
+    /// The server's `Implementation` as JSON, for merging into a result's own `_meta`.
+    server_info: Value,
+    /// Signs and checks `requestState`.
+    pub state_key: crate::mrtr::StateKey,
+    /// Shared by requests that declare no capabilities (`{}`).
+    pub no_capabilities: Arc<Value>,
+    /// Shared by requests that name no client.
+    pub unknown_client: Arc<Implementation>,
+}
+
+impl ModernShape {
+    /// The shape for a server presenting itself as `server_info`.
+    pub fn new(server_info: &Implementation, state_key: crate::mrtr::StateKey) -> Self {
+        let info = serde_json::to_value(crate::model::ForVersion(
+            server_info,
+            ProtocolVersion::V2026_07_28,
+        ))
+        .unwrap_or_default();
+        Self {
+            server_info_member: format!("{}:{}", json!(SERVER_INFO_META), info),
+            server_info: info,
+            state_key,
+            no_capabilities: Arc::new(Value::Object(Map::new())),
+            unknown_client: Arc::new(Implementation::new("unknown", "unknown")),
+        }
+    }
+}
+
+/// A 2026-07-28 result: `body` (a JSON object) with `resultType`, `_meta` (the server's
+/// identity, merged with `user_meta`) and `extra` members added.
+pub(crate) fn modern_result(
+    shape: &ModernShape,
+    body: &str,
+    extra: &str,
+    user_meta: Option<&Value>,
+    result_type: &str,
+) -> String {
+    let inner = body.trim();
+    let inner = inner
+        .strip_prefix('{')
+        .and_then(|b| b.strip_suffix('}'))
+        .unwrap_or("")
+        .trim();
+    let meta = match user_meta {
+        Some(Value::Object(user)) => {
+            let mut merged = user.clone();
+            merged.insert(SERVER_INFO_META.to_owned(), shape.server_info.clone());
+            Value::Object(merged).to_string()
+        }
+        _ => format!("{{{}}}", shape.server_info_member),
+    };
+    let mut out = String::with_capacity(inner.len() + meta.len() + extra.len() + 48);
+    out.push_str(r#"{"resultType":""#);
+    out.push_str(result_type);
+    out.push_str(r#"","_meta":"#);
+    out.push_str(&meta);
+    if !inner.is_empty() {
+        out.push(',');
+        out.push_str(inner);
+    }
+    out.push_str(extra);
+    out.push('}');
+    out
+}
+
+/// The `InputRequiredResult` of a request that asked `asks`, with the state that carries its
+/// answers so far into the next round.
+fn input_required(
+    shape: &ModernShape,
+    binding: &Binding,
+    answers: Map<String, Value>,
+    asks: Vec<Ask>,
+) -> String {
+    let outstanding: Vec<String> = asks.iter().map(|a| a.key.clone()).collect();
+    let requests: Map<String, Value> = asks
+        .into_iter()
+        .map(|ask| {
+            (
+                ask.key,
+                json!({ "method": ask.method, "params": ask.params }),
+            )
+        })
+        .collect();
+    let state = shape.state_key.issue(binding.clone(), answers, outstanding);
+    let body = json!({ "inputRequests": requests, "requestState": state }).to_string();
+    modern_result(shape, &body, "", None, "input_required")
+}
+
+/// The `requiredCapabilities` object naming a capability the client lacks (as
+/// `ClientRequestError::NotSupported` names it: `sampling`, `elicitation.url`, …).
+pub(crate) fn required_capability(capability: &str) -> Value {
+    match capability.split_once('.') {
+        // A form is what a bare `elicitation: {}` declares.
+        Some(("elicitation", "form")) => json!({ "elicitation": {} }),
+        Some((outer, inner)) => json!({ outer: { inner: {} } }),
+        None => json!({ capability: {} }),
+    }
+}
+
+/// The request id's JSON, for tagging a listen stream's notifications.
+pub(super) fn subscription_meta(id: &RequestId) -> String {
+    format!(r#"{{"{SUBSCRIPTION_ID_META}":{}}}"#, id.as_json())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modern_results_lead_with_result_type_and_identity() {
+        let shape = ModernShape::new(
+            &Implementation::new("srv", "1"),
+            crate::mrtr::StateKey::new(Some("k"), std::time::Duration::from_secs(1)),
+        );
+        let result = modern_result(&shape, r#"{"tools":[]}"#, r#","ttlMs":0"#, None, "complete");
+        let value: Value = serde_json::from_str(&result).expect("json");
+        assert_eq!(value["resultType"], "complete");
+        assert_eq!(value["_meta"][SERVER_INFO_META]["name"], "srv");
+        assert_eq!(value["tools"], json!([]));
+        assert_eq!(value["ttlMs"], 0);
+        let empty = modern_result(&shape, "{}", "", Some(&json!({"x": 1})), "complete");
+        let value: Value = serde_json::from_str(&empty).expect("json");
+        assert_eq!(value["_meta"]["x"], 1);
+        assert_eq!(value["_meta"][SERVER_INFO_META]["version"], "1");
+    }
+
+    #[test]
+    fn missing_capabilities_are_named_as_client_capabilities() {
+        assert_eq!(required_capability("sampling"), json!({"sampling": {}}));
+        assert_eq!(
+            required_capability("sampling.tools"),
+            json!({"sampling": {"tools": {}}})
+        );
+        assert_eq!(
+            required_capability("elicitation.form"),
+            json!({"elicitation": {}})
+        );
+        assert_eq!(
+            required_capability("elicitation.url"),
+            json!({"elicitation": {"url": {}}})
+        );
+    }
+}
