@@ -15,6 +15,9 @@ use crate::model::{Completion, ForVersion, Implementation};
 use crate::registry::{ListKind, ResourceTarget};
 use crate::resource::{CompletionRequest, ResourceError};
 use crate::tool::Arguments;
+use crate::dedup::recent::Fingerprint;
+use crate::dedup::Idempotency;
+use crate::perimeter::signature::Passed;
 use crate::worker::{Job, RequestWorker, Work};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -41,6 +44,9 @@ pub(super) struct WorkerJob {
     /// What runs, for the worker's span: a tool's name (only when debug logs are on: it is
     /// a copy), or the method.
     label: Cow<'static, str>,
+    /// What the request was, for the session's store of finished requests (`tools/call`
+    /// with de-duplication on).
+    replay: Option<Fingerprint>,
 }
 
 const EMPTY_RESULT: &str = "{}";
@@ -233,6 +239,16 @@ impl Session {
         let handler = self.shared.registry.tool_handler(&p.name)?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
+        let idempotency = match p.meta.as_ref().and_then(|m| m.idempotency_key) {
+            Some(key) if self.shared.settings.dedup.enabled => Some(Idempotency::of_tool_call(
+                &self.admission.identity,
+                key,
+                &p.name,
+                p.arguments,
+            )?),
+            _ => None,
+        };
+        let replay = self.recent.fingerprint(&p.name, p.arguments);
         let arguments = Arguments::new(p.arguments);
         let version = self.version();
         // A result is about as long as the arguments for pass-through tools (echo), and
@@ -249,7 +265,10 @@ impl Session {
             })
         });
         Ok(WorkerJob {
-            work,
+            work: match idempotency {
+                Some(keyed) => keyed.wrap(self.shared.clone(), work),
+                None => work,
+            },
             timeout: self.shared.settings.limits.timeout_for_tool(&p.name),
             progress_token,
             trace_id,
@@ -258,6 +277,7 @@ impl Session {
             } else {
                 Cow::Borrowed("tools/call")
             },
+            replay,
         })
     }
 
@@ -302,6 +322,7 @@ impl Session {
             progress_token,
             trace_id,
             label: Cow::Borrowed("resources/read"),
+            replay: None,
         })
     }
 
@@ -348,6 +369,7 @@ impl Session {
             progress_token,
             trace_id,
             label: Cow::Borrowed("prompts/get"),
+            replay: None,
         })
     }
 
@@ -402,14 +424,17 @@ impl Session {
             progress_token: None,
             trace_id: None,
             label: Cow::Borrowed("completion/complete"),
+            replay: None,
         }))
     }
 
-    /// Starts the worker of a job; the global pool is awaited inside the worker.
+    /// Starts the worker of a job; the global pool is awaited inside the worker, and what the
+    /// guard still asks (`passed`) before the work runs.
     pub(super) fn start_worker(
         &mut self,
         id: RequestId,
         job: WorkerJob,
+        passed: Passed,
         exchange: u64,
         batch: Option<u64>,
     ) -> Result<(), Error> {
@@ -423,7 +448,9 @@ impl Session {
             progress_token,
             trace_id,
             label,
+            replay,
         } = job;
+        let work = passed.guard_work(&self.shared, work);
         // A child of the request span (session, id, method), which is entered here.
         let span = tracing::debug_span!(
             "worker",
@@ -450,6 +477,7 @@ impl Session {
                 progress_token,
                 exchange,
                 batch,
+                replay,
             },
         );
         self.shared.metrics.workers.inc();

@@ -22,10 +22,11 @@ mod pump;
 pub use pump::{InboxPump, SessionHost};
 
 use crate::bus::BusRegistration;
+use crate::dedup::recent::{Fingerprint, RecentResponses};
 use crate::context::SessionInfo;
 use crate::inbox::{Changes, ClientError, ClientRequest, Inbox, SessionEvent};
 use crate::jsonrpc::{
-    self, decode, encode_batch, encode_error, encode_notification, encode_result, Decoded,
+    self, decode_with, encode_batch, encode_error, encode_notification, encode_result, Decoded,
     Notification, RequestId,
 };
 use crate::mcp::{
@@ -106,6 +107,10 @@ pub struct Session {
     resume_id: Option<SessionId>,
     /// Who the client is and where from, as the perimeter admitted it.
     admission: Admission,
+    /// Whether every request's params are kept raw by the decoder (its requests are signed).
+    raw_params: bool,
+    /// The `tools/call` requests this session finished, by id, for retries.
+    recent: RecentResponses,
 }
 
 enum Phase {
@@ -129,6 +134,8 @@ struct InFlight {
     exchange: u64,
     /// The batch whose response array this request's response joins.
     batch: Option<u64>,
+    /// Set when its response is to be remembered by id (see `RecentResponses`).
+    replay: Option<Fingerprint>,
 }
 
 /// A batch answered once all its requests are done.
@@ -157,6 +164,8 @@ impl Session {
     pub fn new(shared: Arc<Shared>, id: u64, admission: Admission) -> Self {
         let inbox = Rc::new(Inbox::default());
         inbox.set_log_level(shared.client_log_level);
+        let raw_params = shared.guard.needs_raw_params(&admission);
+        let recent = RecentResponses::new(&shared.settings.dedup);
         Self {
             shared,
             id,
@@ -170,6 +179,8 @@ impl Session {
             bus: None,
             resume_id: None,
             admission,
+            raw_params,
+            recent,
         }
     }
 
@@ -186,7 +197,8 @@ impl Session {
     /// Handles one complete text message (a single JSON-RPC message or a batch), which is
     /// exchange `exchange` of its host.
     pub fn on_text(&mut self, text: &str, exchange: u64, out: &mut dyn Outlet) -> Intake {
-        match decode::<CallToolParams<'_>>(text, self.shared.settings.limits.max_batch_len) {
+        let max_batch_len = self.shared.settings.limits.max_batch_len;
+        match decode_with::<CallToolParams<'_>>(text, max_batch_len, !self.raw_params) {
             Decoded::Rejected(error) => {
                 out.send(
                     encode_error(None, &error.to_object()),
@@ -287,19 +299,31 @@ impl Session {
             Err(Error::DuplicateRequestId)
         } else if self.draining {
             Err(Error::ShuttingDown)
-        } else if let Err(refused) =
-            self.shared
-                .guard
-                .check(&self.admission, &request.method, raw_params)
-        {
-            Err(refused)
         } else {
-            match self.route(&request, batch) {
-                Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
-                Ok(dispatch::Dispatch::Worker(job)) => self
-                    .start_worker(request.id.clone(), job, exchange, batch)
-                    .map(|()| None),
-                Err(error) => Err(error),
+            let metrics = &self.shared.metrics;
+            match self
+                .shared
+                .guard
+                .check(&self.admission, &request.method, raw_params, metrics)
+            {
+                Err(refused) => Err(refused),
+                Ok(passed) => match self.recent.replay(&request) {
+                    // A retry of a request this session finished: its response again.
+                    Some(replayed) => {
+                        match &replayed {
+                            Ok(_) => metrics.dedup_hits.inc(),
+                            Err(_) => metrics.dedup_conflicts.inc(),
+                        }
+                        replayed.map(Some)
+                    }
+                    None => match self.route(&request, batch) {
+                        Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
+                        Ok(dispatch::Dispatch::Worker(job)) => self
+                            .start_worker(request.id.clone(), job, passed, exchange, batch)
+                            .map(|()| None),
+                        Err(error) => Err(error),
+                    },
+                },
             }
         };
         if let Some(started) = started {
@@ -427,7 +451,12 @@ impl Session {
                 };
                 self.shared.metrics.workers.dec();
                 let frame = match outcome {
-                    Ok(frame) => frame,
+                    Ok(frame) => {
+                        if let Some(fingerprint) = entry.replay {
+                            self.recent.remember(id, fingerprint, &frame);
+                        }
+                        frame
+                    }
                     Err(error) => encode_error(Some(&id), &error.to_wire()),
                 };
                 match entry.batch {
