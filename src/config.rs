@@ -88,10 +88,7 @@ impl Default for RedisSettings {
 impl std::fmt::Debug for RedisSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisSettings")
-            .field(
-                "url",
-                &if self.url.is_empty() { "" } else { "<set>" },
-            )
+            .field("url", &if self.url.is_empty() { "" } else { "<set>" })
             .field("key_prefix", &self.key_prefix)
             .field("timeout_ms", &self.timeout_ms)
             .field("retry_after_ms", &self.retry_after_ms)

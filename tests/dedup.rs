@@ -120,7 +120,10 @@ async fn a_retry_with_the_same_key_on_a_new_connection_gets_the_stored_response_
     assert_eq!(text(&answer, &json!("retry")), "run 1: \"a\"");
     assert_eq!(counted.runs.load(Ordering::SeqCst), 1, "the tool ran once");
     assert_eq!(metric(&counted.server, "mcp_dedup_hits_total").await, 1);
-    assert_eq!(metric(&counted.server, "mcp_idempotent_runs_total").await, 1);
+    assert_eq!(
+        metric(&counted.server, "mcp_idempotent_runs_total").await,
+        1
+    );
     retry.expect_nothing_pending().await;
 }
 
@@ -135,7 +138,10 @@ async fn the_same_key_with_other_params_is_refused_and_runs_nothing() {
     let other_tool = send(&mut client, keyed_call(json!(3), "count_held", "a", "k")).await;
     assert_error(&other_tool, &json!(3), -32019);
     assert_eq!(counted.runs.load(Ordering::SeqCst), 1);
-    assert_eq!(metric(&counted.server, "mcp_dedup_conflicts_total").await, 2);
+    assert_eq!(
+        metric(&counted.server, "mcp_dedup_conflicts_total").await,
+        2
+    );
     // Another key runs, and the session goes on.
     let other = send(&mut client, keyed_call(json!(4), "count", "b", "k2")).await;
     assert_eq!(text(&other, &json!(4)), "run 2: \"b\"");
@@ -173,11 +179,17 @@ async fn a_request_that_ends_without_a_result_frees_its_key() {
         .await;
     wait_metric(&counted.server, "mcp_pool_running", 1).await;
     client
-        .send_json(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}))
+        .send_json(
+            json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}),
+        )
         .await;
     wait_metric(&counted.server, "mcp_pool_running", 0).await;
     counted.gate.add_permits(1);
-    let retry = send(&mut client, keyed_call(json!(2), "count_held", "x", "freed")).await;
+    let retry = send(
+        &mut client,
+        keyed_call(json!(2), "count_held", "x", "freed"),
+    )
+    .await;
     assert_eq!(text(&retry, &json!(2)), "run 2: \"x\"");
     assert_eq!(metric(&counted.server, "mcp_dedup_hits_total").await, 0);
 }
@@ -207,7 +219,10 @@ async fn a_finished_id_sent_again_in_the_session_gets_the_stored_response() {
     assert_eq!(error["data"], json!({"scope": "requestId"}));
     // In a batch too.
     client
-        .send_json(json!([plain_call(json!(7), "a"), plain_call(json!(8), "c")]))
+        .send_json(json!([
+            plain_call(json!(7), "a"),
+            plain_call(json!(8), "c")
+        ]))
         .await;
     let batch = client.recv().await;
     let texts: Vec<String> = batch

@@ -42,7 +42,10 @@ impl ToolHandler for Count {
                     .await
                     .map_err(|_| ToolError::Failed("gate closed".into()))?;
             }
-            Ok(CallToolResult::text(format!("{node} run {run}: {}", args["text"])))
+            Ok(CallToolResult::text(format!(
+                "{node} run {run}: {}",
+                args["text"]
+            )))
         })
     }
 }
@@ -113,7 +116,11 @@ async fn a_retry_on_the_other_node_is_answered_from_redis() {
 
     let first = send(&mut on_a, keyed_call(json!(1), "x", "order-1")).await;
     assert_eq!(text(&first, &json!(1)), "node-a run 1: \"x\"");
-    assert_eq!(redis.keys("mcp-ws:idem:*").len(), 1, "the entry is in Redis");
+    assert_eq!(
+        redis.keys("mcp-ws:idem:*").len(),
+        1,
+        "the entry is in Redis"
+    );
     let retry = send(&mut on_b, keyed_call(json!(9), "x", "order-1")).await;
     assert_eq!(text(&retry, &json!(9)), "node-a run 1: \"x\"");
     let conflict = send(&mut on_b, keyed_call(json!(10), "y", "order-1")).await;
@@ -123,9 +130,11 @@ async fn a_retry_on_the_other_node_is_answered_from_redis() {
     assert_eq!(metric(&b.server, "mcp_dedup_hits_total").await, 1);
 
     // A duplicate on node b while node a still runs the first joins it.
-    on_a.send_json(keyed_call(json!(2), "held", "order-2")).await;
+    on_a.send_json(keyed_call(json!(2), "held", "order-2"))
+        .await;
     wait_metric(&a.server, "mcp_pool_running", 1).await;
-    on_b.send_json(keyed_call(json!(3), "held", "order-2")).await;
+    on_b.send_json(keyed_call(json!(3), "held", "order-2"))
+        .await;
     wait_metric(&b.server, "mcp_workers", 1).await;
     a.gate.add_permits(1);
     let ran = on_a.recv_response(&json!(2)).await;
@@ -161,10 +170,16 @@ async fn registry_changes_and_resource_updates_reach_the_other_node() {
         .add_tool(Tool::new("added", "Added on node a", added))
         .expect("added");
     let heard = on_b.recv().await;
-    assert_eq!(heard["method"], "notifications/tools/list_changed", "{heard}");
+    assert_eq!(
+        heard["method"], "notifications/tools/list_changed",
+        "{heard}"
+    );
     a.server.registry().resource_updated("mcp-ws://demo/readme");
     let heard = on_b.recv().await;
-    assert_eq!(heard["method"], "notifications/resources/updated", "{heard}");
+    assert_eq!(
+        heard["method"], "notifications/resources/updated",
+        "{heard}"
+    );
     assert_eq!(heard["params"]["uri"], "mcp-ws://demo/readme");
     on_b.expect_nothing_pending().await;
     // Node a's own session heard its change once: its own message is not fed back.
@@ -203,14 +218,24 @@ async fn without_redis_requests_still_run_and_it_reconnects_by_itself() {
     let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
     let mut n = 0;
     while redis.keys("mcp-ws:idem:*").is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "node a never used Redis again");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node a never used Redis again"
+        );
         n += 1;
-        send(&mut on_a, keyed_call(json!(100 + n), "x", &format!("up-{n}"))).await;
+        send(
+            &mut on_a,
+            keyed_call(json!(100 + n), "x", &format!("up-{n}")),
+        )
+        .await;
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let mut on_b = Client::initialized(&b.server).await;
     let retry = send(&mut on_b, keyed_call(json!(3), "x", &format!("up-{n}"))).await;
-    assert_eq!(text(&retry, &json!(3)), format!("node-a run {}: \"x\"", 1 + n));
+    assert_eq!(
+        text(&retry, &json!(3)),
+        format!("node-a run {}: \"x\"", 1 + n)
+    );
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
     // And changes cross again. (A resource update, since a bridge that resubscribes also
     // tells every session that the lists may have changed.)

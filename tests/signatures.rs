@@ -38,13 +38,20 @@ fn key() -> SigningKey {
 
 fn signed_settings(mut s: Settings) -> Settings {
     let public = base64::engine::general_purpose::STANDARD.encode(key().verifying_key().as_bytes());
-    s.signatures.public_keys.insert("anonymous".into(), vec![public]);
+    s.signatures
+        .public_keys
+        .insert("anonymous".into(), vec![public]);
     s
 }
 
 fn start_counting(settings: Settings) -> (RunningServer, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
-    let count = Tool::from_handler("count", "Counts.", json!({"type":"object"}), Count(runs.clone()));
+    let count = Tool::from_handler(
+        "count",
+        "Counts.",
+        json!({"type":"object"}),
+        Count(runs.clone()),
+    );
     (start_with(settings, |b| b.tool(count)), runs)
 }
 
@@ -56,9 +63,22 @@ fn now_ms() -> u64 {
 }
 
 /// A request signed with `key`: params as given, `_meta.signature` added.
-fn signed(key: &SigningKey, id: Value, method: &str, params: Value, timestamp: u64, nonce: &str) -> Value {
-    let message = serde_jcs::to_vec(&json!(["mcp-ws-request-v1", method, params, timestamp, nonce]))
-        .expect("canonical JSON");
+fn signed(
+    key: &SigningKey,
+    id: Value,
+    method: &str,
+    params: Value,
+    timestamp: u64,
+    nonce: &str,
+) -> Value {
+    let message = serde_jcs::to_vec(&json!([
+        "mcp-ws-request-v1",
+        method,
+        params,
+        timestamp,
+        nonce
+    ]))
+    .expect("canonical JSON");
     let value = base64::engine::general_purpose::STANDARD.encode(key.sign(&message).to_bytes());
     let mut params = params;
     params
@@ -77,7 +97,14 @@ fn call_params() -> Value {
 /// A signed client: the handshake itself is signed.
 async fn signed_client(server: &RunningServer) -> Client {
     let mut client = Client::connect(server).await;
-    let init = signed(&key(), json!(0), "initialize", initialize_params("2025-11-25"), now_ms(), "init");
+    let init = signed(
+        &key(),
+        json!(0),
+        "initialize",
+        initialize_params("2025-11-25"),
+        now_ms(),
+        "init",
+    );
     client.send_json(init).await;
     let response = client.recv_response(&json!(0)).await;
     assert_result(&response, &json!(0));
@@ -92,30 +119,76 @@ async fn send(client: &mut Client, message: Value) -> Value {
 
 fn refused(response: &Value, id: Value) -> String {
     let error = assert_error(response, &id, -32018);
-    error["data"]["reason"].as_str().expect("a reason").to_owned()
+    error["data"]["reason"]
+        .as_str()
+        .expect("a reason")
+        .to_owned()
 }
 
 #[tokio::test]
 async fn signed_requests_run_and_bad_ones_are_refused_with_their_reason() {
     let (server, runs) = start_counting(signed_settings(settings()));
     let mut client = signed_client(&server).await;
-    let call = signed(&key(), json!(1), "tools/call", call_params(), now_ms(), "n-1");
+    let call = signed(
+        &key(),
+        json!(1),
+        "tools/call",
+        call_params(),
+        now_ms(),
+        "n-1",
+    );
     let ran = send(&mut client, call.clone()).await;
-    assert_eq!(assert_result(&ran, &json!(1))["content"][0]["text"], "run 1");
+    assert_eq!(
+        assert_result(&ran, &json!(1))["content"][0]["text"],
+        "run 1"
+    );
 
     let mut replay = call;
     replay["id"] = json!(2);
-    assert_eq!(refused(&send(&mut client, replay).await, json!(2)), "replayed");
-    let late = signed(&key(), json!(3), "tools/call", call_params(), now_ms() - 120_000, "n-3");
+    assert_eq!(
+        refused(&send(&mut client, replay).await, json!(2)),
+        "replayed"
+    );
+    let late = signed(
+        &key(),
+        json!(3),
+        "tools/call",
+        call_params(),
+        now_ms() - 120_000,
+        "n-3",
+    );
     assert_eq!(refused(&send(&mut client, late).await, json!(3)), "skew");
     let other_key = SigningKey::from_bytes(&[1; 32]);
-    let forged = signed(&other_key, json!(4), "tools/call", call_params(), now_ms(), "n-4");
-    assert_eq!(refused(&send(&mut client, forged).await, json!(4)), "invalid");
-    let mut tampered = signed(&key(), json!(5), "tools/call", call_params(), now_ms(), "n-5");
+    let forged = signed(
+        &other_key,
+        json!(4),
+        "tools/call",
+        call_params(),
+        now_ms(),
+        "n-4",
+    );
+    assert_eq!(
+        refused(&send(&mut client, forged).await, json!(4)),
+        "invalid"
+    );
+    let mut tampered = signed(
+        &key(),
+        json!(5),
+        "tools/call",
+        call_params(),
+        now_ms(),
+        "n-5",
+    );
     tampered["params"]["arguments"]["n"] = json!(2);
-    assert_eq!(refused(&send(&mut client, tampered).await, json!(5)), "invalid");
+    assert_eq!(
+        refused(&send(&mut client, tampered).await, json!(5)),
+        "invalid"
+    );
     let unsigned = json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":call_params()});
-    assert_eq!(refused(&send(&mut client, unsigned).await, json!(6)), "missing");
+    assert_eq!(
+        refused(&send(&mut client, unsigned).await, json!(6)),
+        "missing"
+    );
     let ping = json!({"jsonrpc":"2.0","id":7,"method":"ping"});
     assert_eq!(refused(&send(&mut client, ping).await, json!(7)), "missing");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "no refused request ran");
@@ -124,9 +197,19 @@ async fn signed_requests_run_and_bad_ones_are_refused_with_their_reason() {
     // The session goes on serving signed requests.
     let list = signed(&key(), json!(8), "tools/list", json!({}), now_ms(), "n-8");
     assert!(assert_result(&send(&mut client, list).await, &json!(8))["tools"].is_array());
-    let call = signed(&key(), json!(9), "tools/call", call_params(), now_ms(), "n-9");
+    let call = signed(
+        &key(),
+        json!(9),
+        "tools/call",
+        call_params(),
+        now_ms(),
+        "n-9",
+    );
     let ran = send(&mut client, call).await;
-    assert_eq!(assert_result(&ran, &json!(9))["content"][0]["text"], "run 2");
+    assert_eq!(
+        assert_result(&ran, &json!(9))["content"][0]["text"],
+        "run 2"
+    );
 }
 
 #[tokio::test]
@@ -141,7 +224,14 @@ async fn with_redis_a_nonce_used_on_one_node_is_refused_on_another() {
     let (b, runs_b) = start_counting(with_redis());
     let mut on_a = signed_client(&a).await;
     let mut on_b = signed_client(&b).await;
-    let call = signed(&key(), json!(1), "tools/call", call_params(), now_ms(), "shared-1");
+    let call = signed(
+        &key(),
+        json!(1),
+        "tools/call",
+        call_params(),
+        now_ms(),
+        "shared-1",
+    );
     assert_result(&send(&mut on_a, call.clone()).await, &json!(1));
     assert_eq!(refused(&send(&mut on_b, call).await, json!(1)), "replayed");
     assert_eq!(runs_a.load(Ordering::SeqCst), 1);

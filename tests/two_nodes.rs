@@ -41,7 +41,10 @@ impl Nginx {
             .replace(SAMPLE_NODE_A, &node_a.to_string())
             .replace(SAMPLE_NODE_B, &node_b.to_string())
             .replace(SAMPLE_LISTEN, &addr.to_string());
-        assert_ne!(config, sample, "the sample names the addresses the test replaces");
+        assert_ne!(
+            config, sample,
+            "the sample names the addresses the test replaces"
+        );
         for dir in ["logs", "tmp"] {
             std::fs::create_dir_all(prefix.join(dir)).expect("prefix dirs");
         }
@@ -216,18 +219,28 @@ async fn two_nodes_behind_nginx_share_retries_and_registry_changes() {
     );
 
     // A call on node a, retried (same key, another id) on node b.
-    on_a.send_json(keyed_echo(json!(1), "charge 10", "payment-7")).await;
+    on_a.send_json(keyed_echo(json!(1), "charge 10", "payment-7"))
+        .await;
     let first = on_a.recv_response(&json!(1)).await;
     assert_eq!(
         assert_result(&first, &json!(1))["content"][0]["text"],
         "charge 10"
     );
-    on_b.send_json(keyed_echo(json!("retry-1"), "charge 10", "payment-7")).await;
+    on_b.send_json(keyed_echo(json!("retry-1"), "charge 10", "payment-7"))
+        .await;
     let retry = on_b.recv_response(&json!("retry-1")).await;
     assert_eq!(retry["result"], first["result"], "the stored response");
     assert_eq!(retry["id"], "retry-1", "with the retry's own id");
-    assert_eq!(node_metric(&a, "mcp_idempotent_runs_total").await, 1, "ran on node a");
-    assert_eq!(node_metric(&b, "mcp_idempotent_runs_total").await, 0, "not on node b");
+    assert_eq!(
+        node_metric(&a, "mcp_idempotent_runs_total").await,
+        1,
+        "ran on node a"
+    );
+    assert_eq!(
+        node_metric(&b, "mcp_idempotent_runs_total").await,
+        0,
+        "not on node b"
+    );
     assert_eq!(node_metric(&b, "mcp_dedup_hits_total").await, 1);
     assert_eq!(node_metric(&a, "mcp_dedup_hits_total").await, 0);
 
@@ -235,11 +248,19 @@ async fn two_nodes_behind_nginx_share_retries_and_registry_changes() {
     on_b.expect_nothing_pending().await;
     std::fs::write(a.directory.join("added.txt"), "new\n").expect("file written");
     let heard = on_b.recv().await;
-    assert_eq!(heard["method"], "notifications/resources/list_changed", "{heard}");
-    let heard = on_a.recv().await;
-    assert_eq!(heard["method"], "notifications/resources/list_changed", "{heard}");
     assert_eq!(
-        std::fs::read_dir(&b.directory).expect("node b's directory").count(),
+        heard["method"], "notifications/resources/list_changed",
+        "{heard}"
+    );
+    let heard = on_a.recv().await;
+    assert_eq!(
+        heard["method"], "notifications/resources/list_changed",
+        "{heard}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&b.directory)
+            .expect("node b's directory")
+            .count(),
         0,
         "node b heard it through Redis, not from its own directory"
     );

@@ -129,7 +129,8 @@ async fn run(
         match found {
             None => {
                 shared.metrics.idempotent_runs.inc();
-                let lease = Lease::new(shared.clone(), keyed.key, keyed.fingerprint, owner, backend);
+                let lease =
+                    Lease::new(shared.clone(), keyed.key, keyed.fingerprint, owner, backend);
                 let outcome = work(id.clone(), ctx).await;
                 lease.settle(&outcome, &id, window).await;
                 return outcome;
@@ -271,7 +272,11 @@ mod tests {
     #[test]
     fn keys_are_scoped_to_the_identity() {
         let a = keyed("anonymous", r#""k""#, "{}");
-        assert_eq!(a.key, keyed("anonymous", r#""\u006b""#, "{}").key, "same string");
+        assert_eq!(
+            a.key,
+            keyed("anonymous", r#""\u006b""#, "{}").key,
+            "same string"
+        );
         assert_ne!(a.key, keyed("alice", r#""k""#, "{}").key);
         assert_ne!(a.key, keyed("anonymous", r#""k2""#, "{}").key);
     }
@@ -288,16 +293,9 @@ mod tests {
     #[test]
     fn bad_keys_are_invalid_params() {
         for key in ["1", r#""""#, "null", &format!("\"{}\"", "x".repeat(256))] {
-            let refused = Idempotency::of_tool_call(
-                &Identity::anonymous(),
-                &raw(key),
-                "echo",
-                None,
-            );
-            assert!(
-                matches!(refused, Err(Error::InvalidParams(_))),
-                "{key}"
-            );
+            let refused =
+                Idempotency::of_tool_call(&Identity::anonymous(), &raw(key), "echo", None);
+            assert!(matches!(refused, Err(Error::InvalidParams(_))), "{key}");
         }
     }
 }

@@ -66,7 +66,10 @@ impl RecentResponses {
 
     /// The answer to `request` if its id is one this session finished within the window:
     /// the stored result (JSON) when it asks the same again, else a conflict.
-    pub fn replay(&self, request: &Request<'_, CallToolParams<'_>>) -> Option<Result<String, Error>> {
+    pub fn replay(
+        &self,
+        request: &Request<'_, CallToolParams<'_>>,
+    ) -> Option<Result<String, Error>> {
         if self.map.is_empty() {
             return None;
         }
@@ -74,7 +77,8 @@ impl RecentResponses {
         if remembered.at.elapsed() >= self.window {
             return None;
         }
-        let same = crate::mcp::Method::parse(&request.method) == Some(crate::mcp::Method::ToolsCall)
+        let same = crate::mcp::Method::parse(&request.method)
+            == Some(crate::mcp::Method::ToolsCall)
             && match &request.params {
                 Params::Parsed(p) => self.fingerprint(&p.name, p.arguments),
                 Params::Raw(raw) => crate::mcp::parse_object::<CallToolParams<'_>>(*raw)

@@ -125,7 +125,10 @@ mod tests {
         let frame = encode_result(&id(r#""a""#), r#"{"x":[1]}"#);
         assert_eq!(result_of(&frame, &id(r#""a""#)), Some(r#"{"x":[1]}"#));
         assert_eq!(result_of(&frame, &id("1")), None);
-        let error = encode_error(Some(&id("1")), &crate::jsonrpc::WireError::Parse.to_object());
+        let error = encode_error(
+            Some(&id("1")),
+            &crate::jsonrpc::WireError::Parse.to_object(),
+        );
         assert_eq!(result_of(&error, &id("1")), None);
     }
 

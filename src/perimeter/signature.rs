@@ -132,11 +132,16 @@ impl Signatures {
         let Some(keys) = self.keys.get(identity.subject()) else {
             return Ok(Passed::default());
         };
-        self.verify(identity, keys, method, params).map_err(|reason| {
-            metrics.rejected_signature.inc();
-            tracing::debug!(subject = identity.subject(), reason = reason.as_str(), "signature refused");
-            Error::SignatureRefused { reason }
-        })
+        self.verify(identity, keys, method, params)
+            .map_err(|reason| {
+                metrics.rejected_signature.inc();
+                tracing::debug!(
+                    subject = identity.subject(),
+                    reason = reason.as_str(),
+                    "signature refused"
+                );
+                Error::SignatureRefused { reason }
+            })
     }
 
     fn verify(
@@ -261,8 +266,10 @@ mod tests {
 
     /// Signs `params` the way the module docs tell clients to, without the module's helpers.
     fn sign(key: &SigningKey, method: &str, params: Value, timestamp: u64, nonce: &str) -> String {
-        let message = serde_jcs::to_vec(&serde_json::json!([CONTEXT, method, params, timestamp, nonce]))
-            .expect("jcs");
+        let message = serde_jcs::to_vec(&serde_json::json!([
+            CONTEXT, method, params, timestamp, nonce
+        ]))
+        .expect("jcs");
         let value = base64::engine::general_purpose::STANDARD.encode(key.sign(&message).to_bytes());
         let mut params = params;
         let meta = params
@@ -270,13 +277,19 @@ mod tests {
             .expect("object")
             .entry("_meta")
             .or_insert_with(|| serde_json::json!({}));
-        meta["signature"] = serde_json::json!({"timestamp": timestamp, "nonce": nonce, "value": value});
+        meta["signature"] =
+            serde_json::json!({"timestamp": timestamp, "nonce": nonce, "value": value});
         params.to_string()
     }
 
     fn check(signatures: &Signatures, params: &str) -> Result<Passed, Error> {
         let raw = RawValue::from_string(params.to_owned()).expect("json");
-        signatures.check(&Identity::anonymous(), "tools/list", Some(&raw), &Metrics::default())
+        signatures.check(
+            &Identity::anonymous(),
+            "tools/list",
+            Some(&raw),
+            &Metrics::default(),
+        )
     }
 
     fn reason(outcome: Result<Passed, Error>) -> Option<&'static str> {
@@ -302,9 +315,15 @@ mod tests {
         assert_eq!(reason(check(&signatures, &forged)), Some("invalid"));
         let tampered = sign(&key, "tools/list", params, now(), "n4").replace("\"x\"", "\"y\"");
         assert_eq!(reason(check(&signatures, &tampered)), Some("invalid"));
-        assert_eq!(reason(check(&signatures, r#"{"cursor":"x"}"#)), Some("missing"));
         assert_eq!(
-            reason(check(&signatures, r#"{"_meta":{"signature":{"nonce":"n"}}}"#)),
+            reason(check(&signatures, r#"{"cursor":"x"}"#)),
+            Some("missing")
+        );
+        assert_eq!(
+            reason(check(
+                &signatures,
+                r#"{"_meta":{"signature":{"nonce":"n"}}}"#
+            )),
             Some("malformed")
         );
         // Without other _meta members, _meta is left out of what is signed.

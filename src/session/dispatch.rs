@@ -5,6 +5,8 @@
 
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::context::SessionInfo;
+use crate::dedup::recent::Fingerprint;
+use crate::dedup::Idempotency;
 use crate::jsonrpc::{encode_result_with, Params, RequestId};
 use crate::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef, Error,
@@ -12,12 +14,10 @@ use crate::mcp::{
     ProtocolVersion, ReadResourceParams, SetLevelParams, SubscribeParams,
 };
 use crate::model::{Completion, ForVersion, Implementation};
+use crate::perimeter::signature::Passed;
 use crate::registry::{ListKind, ResourceTarget};
 use crate::resource::{CompletionRequest, ResourceError};
 use crate::tool::Arguments;
-use crate::dedup::recent::Fingerprint;
-use crate::dedup::Idempotency;
-use crate::perimeter::signature::Passed;
 use crate::worker::{Job, RequestWorker, Work};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

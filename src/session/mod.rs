@@ -22,8 +22,8 @@ mod pump;
 pub use pump::{InboxPump, SessionHost};
 
 use crate::bus::BusRegistration;
-use crate::dedup::recent::{Fingerprint, RecentResponses};
 use crate::context::SessionInfo;
+use crate::dedup::recent::{Fingerprint, RecentResponses};
 use crate::inbox::{Changes, ClientError, ClientRequest, Inbox, SessionEvent};
 use crate::jsonrpc::{
     self, decode_with, encode_batch, encode_error, encode_notification, encode_result, Decoded,

@@ -219,7 +219,10 @@ mod tests {
         let lists = Message::of(7, &BusEvent::Lists(Changes::TOOLS.union(Changes::PROMPTS)));
         let text = serde_json::to_string(&lists).expect("encodes");
         assert_eq!(text, r#"{"node":7,"lists":["tools","prompts"]}"#);
-        assert_eq!(serde_json::from_str::<Message>(&text).expect("decodes"), lists);
+        assert_eq!(
+            serde_json::from_str::<Message>(&text).expect("decodes"),
+            lists
+        );
         let updated = Message::of(7, &BusEvent::ResourceUpdated(Arc::from("file:///a")));
         assert_eq!(
             serde_json::to_string(&updated).expect("encodes"),

@@ -200,7 +200,9 @@ impl NonceCache {
 /// A poisoned lock only means another thread panicked between two consistent states (every
 /// change under these locks is a single insert or remove): go on with the data.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
@@ -268,11 +270,17 @@ mod tests {
             assert!(store.claim(&key(n), running(1), TTL).is_none());
         }
         assert_eq!(store.len(), 3);
-        assert!(store.claim(&key(0), running(9), TTL).is_none(), "the oldest went");
+        assert!(
+            store.claim(&key(0), running(9), TTL).is_none(),
+            "the oldest went"
+        );
         store.complete(&key(3), 1, done("123456"), TTL);
         store.complete(&key(4), 1, done("123456"), TTL);
         assert!(
-            matches!(store.claim(&key(4), running(9), TTL), Some(Entry::Done { .. })),
+            matches!(
+                store.claim(&key(4), running(9), TTL),
+                Some(Entry::Done { .. })
+            ),
             "the newest result stays"
         );
         assert!(
@@ -295,7 +303,11 @@ mod tests {
         assert_eq!(cache.claim(&key(3), TTL), Err(NonceRefused::Full));
         let cache = NonceCache::new(1);
         assert_eq!(cache.claim(&key(1), Duration::ZERO), Ok(()));
-        assert_eq!(cache.claim(&key(2), TTL), Ok(()), "the expired one made room");
+        assert_eq!(
+            cache.claim(&key(2), TTL),
+            Ok(()),
+            "the expired one made room"
+        );
         assert_eq!(cache.claim(&key(1), TTL), Err(NonceRefused::Full));
     }
 }

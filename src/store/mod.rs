@@ -54,10 +54,12 @@ impl Entry {
     /// The Redis encoding (see `store::redis`).
     pub(crate) fn encode(&self) -> Vec<u8> {
         match self {
-            Self::Running { fingerprint, owner } => {
-                format!("R{}{}", redis::hex(fingerprint), redis::hex(&owner.to_be_bytes()))
-                    .into_bytes()
-            }
+            Self::Running { fingerprint, owner } => format!(
+                "R{}{}",
+                redis::hex(fingerprint),
+                redis::hex(&owner.to_be_bytes())
+            )
+            .into_bytes(),
             Self::Done {
                 fingerprint,
                 result,
@@ -222,7 +224,9 @@ impl Store {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -52,12 +52,16 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if self.connection().is_some_and(|mut c| {
-                redis::cmd("PING").query::<String>(&mut c).is_ok()
-            }) {
+            if self
+                .connection()
+                .is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+            {
                 return;
             }
-            assert!(Instant::now() < deadline, "redis-server did not answer PING");
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not answer PING"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
