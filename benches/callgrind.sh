@@ -5,6 +5,8 @@
 #
 #   benches/callgrind.sh [payload-bytes] [mcp-ws binary]     (defaults: 64, target/release/mcp-ws)
 #   TARGET=actix-inline benches/callgrind.sh [payload-bytes]  (a baseline instead, same workload)
+#   CONFIG=my.toml benches/callgrind.sh                       (mcp-ws with another config than
+#                                                              benches/load.toml, e.g. dedup off)
 #
 # The server runs under valgrind on core 0; the generator drives it from core 1 with 16
 # connections x 16 pipelined `tools/call echo` for 10 s. Needs valgrind (callgrind_annotate).
@@ -13,14 +15,16 @@ cd "$(dirname "$0")/.."
 PAYLOAD=${1:-64}
 SERVER=${2:-target/release/mcp-ws}
 TARGET=${TARGET:-mcp-ws}
+CONFIG=${CONFIG:-benches/load.toml}
 # A given binary is used as is; only the default one (and only for mcp-ws) is built here.
 [ $# -ge 2 ] || [ "$TARGET" != mcp-ws ] || cargo build --release --quiet
-LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
+# LOAD: a load generator already built (it does not depend on the server's code).
+LOAD=${LOAD:-$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 PORT=${PORT:-18790}
 OUT=$(mktemp /tmp/callgrind.$TARGET.XXXXXX)
 
 if [ "$TARGET" = mcp-ws ]; then
-  SERVE=("$SERVER" --listen 127.0.0.1:$PORT --config benches/load.toml)
+  SERVE=("$SERVER" --listen 127.0.0.1:$PORT --config "$CONFIG")
   URL_FLAG=--url
 else
   SERVE=("$LOAD" --serve-baseline "$TARGET" --listen 127.0.0.1:$PORT)

@@ -52,6 +52,109 @@ pub struct Settings {
     pub shutdown: ShutdownSettings,
     /// Server logs and the client log level.
     pub logging: LoggingSettings,
+    /// Redis, where the nodes of a deployment share state (none: each node keeps its own).
+    pub redis: RedisSettings,
+    /// De-duplication of retried requests.
+    pub dedup: DedupSettings,
+    /// Ed25519 request signatures, required of the identities given keys.
+    pub signatures: SignatureSettings,
+}
+
+/// Redis, shared by the nodes of a deployment: the de-duplication store, the signature nonce
+/// cache and the bridge of the change bus. Without a URL each node keeps its own.
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisSettings {
+    /// `redis://[user:password@]host:port[/db]`; empty means no Redis. It may hold a
+    /// password, so it is never logged and `Debug` hides it.
+    pub url: String,
+    /// Prefix of every key and channel the server uses, so deployments can share a Redis.
+    pub key_prefix: String,
+    /// Longest wait for one Redis operation, connecting included, in ms; past it the
+    /// operation counts as failed and the node goes on locally.
+    pub timeout_ms: u64,
+    /// After a failed operation, how long the node works locally before trying Redis again,
+    /// in ms.
+    pub retry_after_ms: u64,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            key_prefix: "mcp-ws:".to_owned(),
+            timeout_ms: 500,
+            retry_after_ms: 1000,
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &if self.url.is_empty() { "" } else { "<set>" })
+            .field("key_prefix", &self.key_prefix)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("retry_after_ms", &self.retry_after_ms)
+            .finish()
+    }
+}
+
+/// De-duplication of retried `tools/call` requests: by `params._meta.idempotencyKey` (per
+/// identity, on any connection and any node) and by request id within a session.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DedupSettings {
+    /// Whether retries are answered from the store; off, every request runs.
+    pub enabled: bool,
+    /// How long a response is kept for a retry, in ms.
+    pub window_ms: u64,
+    /// Idempotency keys a node keeps in memory (without Redis, or while it is away); the
+    /// oldest goes first.
+    pub max_entries: usize,
+    /// Bytes of responses a node keeps in memory for idempotency keys; the oldest goes first.
+    pub max_bytes: usize,
+    /// Finished requests one session remembers by id.
+    pub session_max_entries: usize,
+    /// Bytes of responses one session remembers by id.
+    pub session_max_bytes: usize,
+}
+
+impl Default for DedupSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            window_ms: 300_000,
+            max_entries: 10_000,
+            max_bytes: 64 * 1024 * 1024,
+            session_max_entries: 64,
+            session_max_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// Ed25519 request signatures (see the README for the canonical form).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SignatureSettings {
+    /// Identities (by subject) whose every request must be signed, each with its public keys
+    /// (base64 of the 32-byte Ed25519 key; several for a rotation). Empty: no signatures.
+    pub public_keys: BTreeMap<String, Vec<String>>,
+    /// Largest gap between a request's timestamp and the server's clock, either way, in ms.
+    pub max_skew_ms: u64,
+    /// Nonces a node remembers (each for twice `max_skew_ms`); when full of live ones, signed
+    /// requests are refused until some expire.
+    pub max_nonces: usize,
+}
+
+impl Default for SignatureSettings {
+    fn default() -> Self {
+        Self {
+            public_keys: BTreeMap::new(),
+            max_skew_ms: 60_000,
+            max_nonces: 100_000,
+        }
+    }
 }
 
 /// How the server presents itself (`serverInfo` and `instructions` in `initialize`).
@@ -487,6 +590,20 @@ impl Settings {
                 "client_requests.timeout_ms",
                 self.client_requests.timeout_ms,
             ),
+            ("redis.timeout_ms", self.redis.timeout_ms),
+            ("dedup.window_ms", self.dedup.window_ms),
+            ("dedup.max_entries", self.dedup.max_entries as u64),
+            ("dedup.max_bytes", self.dedup.max_bytes as u64),
+            (
+                "dedup.session_max_entries",
+                self.dedup.session_max_entries as u64,
+            ),
+            (
+                "dedup.session_max_bytes",
+                self.dedup.session_max_bytes as u64,
+            ),
+            ("signatures.max_skew_ms", self.signatures.max_skew_ms),
+            ("signatures.max_nonces", self.signatures.max_nonces as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(
@@ -512,6 +629,27 @@ impl Settings {
         }
         if self.info.name.is_empty() {
             return Err(ConfigError::Invalid("info.name must not be empty".into()));
+        }
+        if !self.redis.url.is_empty() && redis::Client::open(self.redis.url.as_str()).is_err() {
+            // The URL may hold a password: the message does not repeat it.
+            return Err(ConfigError::Invalid(
+                "redis.url is not a valid redis:// URL".into(),
+            ));
+        }
+        for (subject, keys) in &self.signatures.public_keys {
+            if keys.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "signatures.public_keys.{subject}: give at least one key"
+                )));
+            }
+            if let Some(bad) = keys
+                .iter()
+                .position(|key| crate::perimeter::signature::parse_public_key(key).is_none())
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "signatures.public_keys.{subject}[{bad}]: not the base64 of a 32-byte Ed25519 public key"
+                )));
+            }
         }
         if crate::mcp::LogLevel::parse(&self.logging.client_level).is_none() {
             return Err(ConfigError::Invalid(format!(

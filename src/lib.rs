@@ -57,11 +57,13 @@ pub mod resource;
 pub mod telemetry;
 pub mod tool;
 
+mod dedup;
 mod error;
 mod files;
 mod registry;
 mod schema;
 mod server;
+mod store;
 
 #[doc(hidden)]
 pub mod bus;

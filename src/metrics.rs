@@ -112,6 +112,28 @@ pub struct Metrics {
     pub cancelled: Counter,
     pub timed_out: Counter,
     pub panicked: Counter,
+    /// Requests answered from the de-duplication store (a stored response, or the response
+    /// of the run they joined), by idempotency key or by request id.
+    pub dedup_hits: Counter,
+    /// Requests refused because their idempotency key or id came with other params.
+    pub dedup_conflicts: Counter,
+    /// Requests with an idempotency key that ran (the first of their key).
+    pub idempotent_runs: Counter,
+    /// Requests refused for their signature (missing, malformed, late, replayed, invalid).
+    pub rejected_signature: Counter,
+    /// Redis operations that failed (refused, timed out, an error reply, a dropped
+    /// subscription); the node went on locally.
+    pub redis_errors: Counter,
+    /// Redis operations done locally instead, while Redis was paused after a failure.
+    pub redis_skipped: Counter,
+    /// Changes of this node's bus sent to the other nodes.
+    pub bridge_published: Counter,
+    /// Changes of other nodes fed into this node's bus.
+    pub bridge_received: Counter,
+    /// Changes of this node's bus that could not be sent to the other nodes.
+    pub bridge_dropped: Counter,
+    /// Whether the bus bridge holds its Redis subscription (0 or 1).
+    pub bridge_subscribed: Gauge,
 }
 
 impl Metrics {
@@ -193,7 +215,57 @@ impl Metrics {
                 "Requests whose handler panicked",
                 &self.panicked,
             ),
+            (
+                "mcp_dedup_hits_total",
+                "Requests answered from the de-duplication store (stored or joined)",
+                &self.dedup_hits,
+            ),
+            (
+                "mcp_dedup_conflicts_total",
+                "Requests whose idempotency key or id came with other params",
+                &self.dedup_conflicts,
+            ),
+            (
+                "mcp_idempotent_runs_total",
+                "Requests with an idempotency key that ran",
+                &self.idempotent_runs,
+            ),
+            (
+                "mcp_rejected_signature_total",
+                "Requests refused for their signature",
+                &self.rejected_signature,
+            ),
+            (
+                "mcp_redis_errors_total",
+                "Redis operations that failed (the node went on locally)",
+                &self.redis_errors,
+            ),
+            (
+                "mcp_redis_skipped_total",
+                "Redis operations done locally while Redis was paused after a failure",
+                &self.redis_skipped,
+            ),
+            (
+                "mcp_bus_bridge_published_total",
+                "Changes sent to the other nodes",
+                &self.bridge_published,
+            ),
+            (
+                "mcp_bus_bridge_received_total",
+                "Changes received from the other nodes",
+                &self.bridge_received,
+            ),
+            (
+                "mcp_bus_bridge_dropped_total",
+                "Changes that could not be sent to the other nodes",
+                &self.bridge_dropped,
+            ),
         ];
+        let _ = writeln!(
+            out,
+            "# HELP mcp_bus_bridge_subscribed Whether the change bus is subscribed to the other nodes\n# TYPE mcp_bus_bridge_subscribed gauge\nmcp_bus_bridge_subscribed {}",
+            self.bridge_subscribed.get()
+        );
         for (name, help, counter) in counters {
             let _ = writeln!(
                 out,

@@ -495,6 +495,8 @@ async fn serve(
         .unwrap_or(settings.server.listen);
     let server = server.run();
     let handle = server.handle();
+    // Registry changes reach the other nodes, and theirs this one (with Redis).
+    crate::store::bridge::start(&shared);
     let server_task = actix_rt::spawn(server);
     tracing::info!(%addr, "listening; WebSocket endpoint ws://{addr}/mcp");
     let _ = bound.send(Ok(addr));

@@ -10,6 +10,7 @@ use crate::mrtr::StateKey;
 use crate::perimeter::{OriginPolicy, RequestGuard};
 use crate::registry::Registry;
 use crate::session::ModernShape;
+use crate::store::Store;
 use crate::transport::hosted::HostedSession;
 use crate::transport::ws::WsSession;
 use actix::{Addr, Message, Recipient};
@@ -46,6 +47,8 @@ pub struct Shared {
     pub origin_policy: OriginPolicy,
     /// The checks of every request before it is routed.
     pub guard: RequestGuard,
+    /// What the nodes of a deployment share (de-duplication entries; Redis when configured).
+    pub(crate) store: Store,
     sessions: DashMap<u64, Recipient<Shutdown>>,
     /// Hosted sessions (HTTP, and WebSocket sessions waiting for a reconnect) by the id their
     /// client holds.
@@ -79,6 +82,7 @@ impl Shared {
             pool: Semaphore::new(settings.limits.max_concurrent_requests),
             origin_policy: OriginPolicy::new(&settings.http, settings.server.listen),
             guard: RequestGuard::new(&settings),
+            store: Store::new(&settings),
             settings,
             registry,
             metrics: Metrics::default(),

@@ -850,8 +850,11 @@ async fn a_request_answered_before_anything_else_is_a_json_body() {
 /// Calls `steps` with `n` and a token on `session` and checks the stream: `priming` or not
 /// first, then n progress events and the response, ids `<stream>_1..=n+1`, then the end.
 async fn assert_progress_stream(session: &HttpSession, version_header: &str, priming: bool) {
+    // A fresh id each time: a finished request's id sent again in the same session gets its
+    // stored response (de-duplication), not a new stream.
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(3);
     let token = json!("tok");
-    let id = json!(3);
+    let id = json!(NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let response = send(session.post_as(
         version_header,
         &call_with_token(id.clone(), "steps", json!({"n": 3}), token.clone()),

@@ -147,9 +147,15 @@ async fn duplicate_id_in_flight_is_refused_without_cross_wiring() {
     let response = client.recv().await;
     assert_eq!(response["result"]["content"][0]["text"], "released");
     client.expect_nothing_pending().await;
-    // Once finished, the id may be used again.
+    // Once finished, the same request again is a retry: its stored response, without running
+    // (the gate has no permit left, so a second run would hang); anything else under that id
+    // is a conflict (-32019), not a new request.
+    let retried = client
+        .request_with_id(json!(7), "tools/call", json!({"name":"hold"}))
+        .await;
+    assert_eq!(retried["result"]["content"][0]["text"], "released");
     let response = client.request_with_id(json!(7), "ping", json!({})).await;
-    assert_eq!(response["result"], json!({}));
+    assert_error(&response, &json!(7), -32019);
 }
 
 #[tokio::test]

@@ -84,13 +84,23 @@ pub enum Decoded<'a, P> {
 /// Decodes one frame. `max_batch_len` is checked before any batch entry is classified (the
 /// array itself is scanned first, entries kept raw).
 pub fn decode<'a, P: EagerParams<'a>>(text: &'a str, max_batch_len: usize) -> Decoded<'a, P> {
+    decode_with(text, max_batch_len, true)
+}
+
+/// [`decode`], with `eager: false` keeping every method's params raw (for a caller that needs
+/// the params' exact text, such as a signature check).
+pub fn decode_with<'a, P: EagerParams<'a>>(
+    text: &'a str,
+    max_batch_len: usize,
+    eager: bool,
+) -> Decoded<'a, P> {
     match text
         .trim_start_matches([' ', '\t', '\n', '\r'])
         .as_bytes()
         .first()
     {
-        Some(b'{') => Decoded::Single(decode_object(text)),
-        Some(b'[') => decode_batch(text, max_batch_len),
+        Some(b'{') => Decoded::Single(decode_object(text, eager)),
+        Some(b'[') => decode_batch(text, max_batch_len, eager),
         // Valid JSON that is not an object or array (`1`, `"x"`, `null`) is an invalid
         // request; anything else is a parse error.
         _ => match serde_json::from_str::<&RawValue>(text) {
@@ -100,7 +110,11 @@ pub fn decode<'a, P: EagerParams<'a>>(text: &'a str, max_batch_len: usize) -> De
     }
 }
 
-fn decode_batch<'a, P: EagerParams<'a>>(text: &'a str, max_batch_len: usize) -> Decoded<'a, P> {
+fn decode_batch<'a, P: EagerParams<'a>>(
+    text: &'a str,
+    max_batch_len: usize,
+    eager: bool,
+) -> Decoded<'a, P> {
     let items: Vec<&RawValue> = match serde_json::from_str(text) {
         Ok(items) => items,
         Err(_) => return Decoded::Rejected(Error::Parse),
@@ -118,7 +132,7 @@ fn decode_batch<'a, P: EagerParams<'a>>(text: &'a str, max_batch_len: usize) -> 
         items
             .into_iter()
             .map(|item| match item.get().as_bytes().first() {
-                Some(b'{') => decode_object(item.get()),
+                Some(b'{') => decode_object(item.get(), eager),
                 _ => invalid(None, "a batch entry must be a JSON object"),
             })
             .collect(),
@@ -247,8 +261,8 @@ impl<'de, P: Deserialize<'de>> de::Visitor<'de> for ObjectOnly<P> {
     }
 }
 
-fn decode_object<'a, P: EagerParams<'a>>(text: &'a str) -> Entry<'a, P> {
-    match parse_envelope(text, true) {
+fn decode_object<'a, P: EagerParams<'a>>(text: &'a str, eager: bool) -> Entry<'a, P> {
+    match parse_envelope(text, eager) {
         // Eager params belong to a request; anything else is decoded again with them raw.
         Ok(envelope) if !matches!(envelope.params, Params::Parsed(_)) || envelope.id.is_some() => {
             return classify(envelope);
@@ -531,6 +545,18 @@ mod tests {
             ),
         ] {
             assert_eq!(params_of(text), Err(Some(raw.to_owned())), "{text}");
+        }
+    }
+
+    #[test]
+    fn without_the_eager_pass_every_method_keeps_its_params_raw() {
+        let text = r#"{"jsonrpc":"2.0","id":1,"method":"call","params":{"name":"n"}}"#;
+        match super::decode_with::<CallParams<'_>>(text, 10, false) {
+            Decoded::Single(Entry::Request(Request {
+                params: Params::Raw(Some(raw)),
+                ..
+            })) => assert_eq!(raw.get(), r#"{"name":"n"}"#),
+            other => panic!("expected raw params, got {other:?}"),
         }
     }
 

@@ -37,6 +37,16 @@ pub fn encode_result_with(
     String::from_utf8(out).map_err(serde::ser::Error::custom)
 }
 
+/// The result JSON of a response frame made by [`encode_result`] or [`encode_result_with`]
+/// for `id`, so that it can be sent again for another id; `None` for any other frame.
+pub fn result_of<'a>(frame: &'a str, id: &RequestId) -> Option<&'a str> {
+    frame
+        .strip_prefix(r#"{"jsonrpc":"2.0","id":"#)?
+        .strip_prefix(id.as_json())?
+        .strip_prefix(r#","result":"#)?
+        .strip_suffix('}')
+}
+
 /// `{"jsonrpc":"2.0","id":<id or null>,"error":{...}}`.
 pub fn encode_error(id: Option<&RequestId>, error: &ErrorObject) -> String {
     let id = id.map_or(NULL_ID, RequestId::as_json);
@@ -108,6 +118,18 @@ mod tests {
         let frame =
             encode_result_with(&id(r#""x""#), &serde_json::json!({"a": [1]}), 0).expect("ok");
         assert_eq!(frame, r#"{"jsonrpc":"2.0","id":"x","result":{"a":[1]}}"#);
+    }
+
+    #[test]
+    fn a_result_is_taken_back_out_of_its_frame() {
+        let frame = encode_result(&id(r#""a""#), r#"{"x":[1]}"#);
+        assert_eq!(result_of(&frame, &id(r#""a""#)), Some(r#"{"x":[1]}"#));
+        assert_eq!(result_of(&frame, &id("1")), None);
+        let error = encode_error(
+            Some(&id("1")),
+            &crate::jsonrpc::WireError::Parse.to_object(),
+        );
+        assert_eq!(result_of(&error, &id("1")), None);
     }
 
     #[test]

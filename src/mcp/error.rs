@@ -39,6 +39,74 @@ pub mod codes {
     pub const MISSING_CLIENT_CAPABILITY: ErrorCode = ErrorCode(-32021);
     /// 2026-07-28: the request names a protocol version this server does not speak.
     pub const UNSUPPORTED_PROTOCOL_VERSION: ErrorCode = ErrorCode(-32022);
+    /// A request's Ed25519 signature is missing, malformed, outside the clock skew,
+    /// replayed or invalid (its identity must sign).
+    pub const SIGNATURE_REFUSED: ErrorCode = ErrorCode(-32018);
+    /// An idempotency key (or a finished request's id) came again with other params.
+    pub const IDEMPOTENCY_CONFLICT: ErrorCode = ErrorCode(-32019);
+}
+
+/// What an idempotency conflict was keyed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictScope {
+    /// `params._meta.idempotencyKey`, for the client's identity.
+    IdempotencyKey,
+    /// The id of a request the session finished.
+    RequestId,
+}
+
+impl ConflictScope {
+    /// The name in the error's `data`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::IdempotencyKey => "idempotencyKey",
+            Self::RequestId => "requestId",
+        }
+    }
+}
+
+/// Why a request's signature was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignatureProblem {
+    /// The identity must sign, and `params._meta.signature` is absent.
+    Missing,
+    /// `params._meta.signature` is not `{timestamp, nonce, value}` as documented.
+    Malformed,
+    /// The timestamp is further from the server's clock than `signatures.max_skew_ms`.
+    Skew,
+    /// The nonce was used before, within its lifetime, on this node or another.
+    Replayed,
+    /// The signature does not verify with the identity's keys.
+    Invalid,
+    /// The nonce cache is full of live nonces; retry later.
+    Busy,
+}
+
+impl SignatureProblem {
+    /// The name in the error's `data`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Malformed => "malformed",
+            Self::Skew => "skew",
+            Self::Replayed => "replayed",
+            Self::Invalid => "invalid",
+            Self::Busy => "busy",
+        }
+    }
+
+    fn message(self) -> &'static str {
+        match self {
+            Self::Missing => "Signature required: params._meta.signature is missing",
+            Self::Malformed => {
+                "Signature malformed: params._meta.signature must be {timestamp, nonce, value}"
+            }
+            Self::Skew => "Signature refused: the timestamp is outside the allowed clock skew",
+            Self::Replayed => "Signature refused: the nonce was used before",
+            Self::Invalid => "Signature refused: it does not verify",
+            Self::Busy => "Signature refused: too many recent nonces, retry later",
+        }
+    }
 }
 
 /// Why a request is answered with a JSON-RPC error.
@@ -92,6 +160,10 @@ pub enum Error {
     ServerBusy { limit: usize, waited_ms: u64 },
     #[error("Session busy: too many requests in flight, wait for some to finish")]
     SessionBusy { limit: usize },
+    #[error("{}", reason.message())]
+    SignatureRefused { reason: SignatureProblem },
+    #[error("Conflict: this {} was used before with other params", scope.as_str())]
+    IdempotencyConflict { scope: ConflictScope },
     #[error("Internal error")]
     Internal,
 }
@@ -125,6 +197,8 @@ impl Error {
             Self::ShuttingDown => codes::SHUTTING_DOWN,
             Self::ServerBusy { .. } => codes::SERVER_BUSY,
             Self::SessionBusy { .. } => codes::SESSION_BUSY,
+            Self::SignatureRefused { .. } => codes::SIGNATURE_REFUSED,
+            Self::IdempotencyConflict { .. } => codes::IDEMPOTENCY_CONFLICT,
             Self::Internal => ErrorCode::INTERNAL_ERROR,
         }
     }
@@ -184,6 +258,12 @@ impl Error {
                 .with_data(json!({ "scope": "server", "limit": limit, "waitedMs": waited_ms })),
             Self::SessionBusy { limit } => {
                 object.with_data(json!({ "scope": "session", "limit": limit }))
+            }
+            Self::SignatureRefused { reason } => {
+                object.with_data(json!({ "reason": reason.as_str() }))
+            }
+            Self::IdempotencyConflict { scope } => {
+                object.with_data(json!({ "scope": scope.as_str() }))
             }
             _ => object,
         }

@@ -12,7 +12,7 @@ mod types;
 mod version;
 
 pub use capabilities::server_capabilities;
-pub use error::{codes, Error};
+pub use error::{codes, ConflictScope, Error, SignatureProblem};
 pub use methods::{notifications, Capability, Method};
 pub use types::*;
 pub use version::ProtocolVersion;

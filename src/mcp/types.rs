@@ -94,7 +94,7 @@ pub struct InitializeParams<'a> {
     pub client_info: crate::model::Implementation,
 }
 
-/// `_meta` of a request; only the progress token is read.
+/// `_meta` of a request: the members the server reads, kept raw until used.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestMeta<'a> {
@@ -115,6 +115,9 @@ pub struct RequestMeta<'a> {
     /// 2026-07-28: the least severe level of log lines the request wants.
     #[serde(borrow, default, rename = "io.modelcontextprotocol/logLevel")]
     pub log_level: Option<&'a RawValue>,
+    /// The client's key for de-duplicating retries of this request (`tools/call`).
+    #[serde(borrow, default)]
+    pub idempotency_key: Option<&'a RawValue>,
 }
 
 impl RequestMeta<'_> {

@@ -6,6 +6,8 @@
 use super::modern::{modern_result, required_capability, ModernRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::context::{ClientRequestError, Input, LogFloor, Rounds, SessionInfo};
+use crate::dedup::recent::Fingerprint;
+use crate::dedup::Idempotency;
 use crate::jsonrpc::{encode_result, encode_result_with, Params, RequestId};
 use crate::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef, Error,
@@ -14,6 +16,7 @@ use crate::mcp::{
 };
 use crate::model::{Completion, ForVersion, Implementation};
 use crate::mrtr::Binding;
+use crate::perimeter::signature::Passed;
 use crate::registry::Page;
 use crate::registry::{ListKind, ResourceTarget};
 use crate::resource::{CompletionRequest, ResourceError};
@@ -52,6 +55,9 @@ pub(super) struct WorkerJob {
     /// What runs, for the worker's span: a tool's name (only when debug logs are on: it is
     /// a copy), or the method.
     label: Cow<'static, str>,
+    /// What the request was, for the session's store of finished requests (`tools/call`
+    /// with de-duplication on).
+    replay: Option<Fingerprint>,
 }
 
 const EMPTY_RESULT: &str = "{}";
@@ -314,6 +320,20 @@ impl Session {
         let handler = self.shared.registry.tool_handler(&p.name)?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
+        let idempotency = match p.meta.as_ref().and_then(|m| m.idempotency_key) {
+            Some(key) if self.shared.settings.dedup.enabled => Some(Idempotency::of_tool_call(
+                &self.admission.identity,
+                key,
+                &p.name,
+                p.arguments,
+                [
+                    p.request_state.as_deref(),
+                    p.input_responses.map(RawValue::get),
+                ],
+            )?),
+            _ => None,
+        };
+        let replay = self.recent.fingerprint(&p.name, p.arguments);
         let arguments = Arguments::new(p.arguments);
         let binding = modern.as_ref().map(|m| {
             let binding = Binding::new(
@@ -364,7 +384,10 @@ impl Session {
             })
         };
         Ok(WorkerJob {
-            work,
+            work: match idempotency {
+                Some(keyed) => keyed.wrap(self.shared.clone(), work),
+                None => work,
+            },
             timeout: self.shared.settings.limits.timeout_for_tool(&p.name),
             progress_token,
             trace_id,
@@ -374,6 +397,7 @@ impl Session {
                 Cow::Borrowed("tools/call")
             },
             era,
+            replay,
         })
     }
 
@@ -437,6 +461,7 @@ impl Session {
             trace_id,
             label: Cow::Borrowed("resources/read"),
             era,
+            replay: None,
         })
     }
 
@@ -511,6 +536,7 @@ impl Session {
             trace_id,
             label: Cow::Borrowed("prompts/get"),
             era,
+            replay: None,
         })
     }
 
@@ -578,14 +604,17 @@ impl Session {
             trace_id: None,
             label: Cow::Borrowed("completion/complete"),
             era,
+            replay: None,
         }))
     }
 
-    /// Starts the worker of a job; the global pool is awaited inside the worker.
+    /// Starts the worker of a job; the global pool is awaited inside the worker, and what the
+    /// guard still asks (`passed`) before the work runs.
     pub(super) fn start_worker(
         &mut self,
         id: RequestId,
         job: WorkerJob,
+        passed: Passed,
         exchange: u64,
         batch: Option<u64>,
     ) -> Result<(), Error> {
@@ -596,7 +625,9 @@ impl Session {
             trace_id,
             label,
             era,
+            replay,
         } = job;
+        let work = passed.guard_work(&self.shared, work);
         // A child of the request span (session, id, method), which is entered here.
         let span = tracing::debug_span!(
             "worker",
@@ -628,6 +659,7 @@ impl Session {
                 exchange,
                 batch,
                 modern,
+                replay,
             },
         );
         self.shared.metrics.workers.inc();

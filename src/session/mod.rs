@@ -25,9 +25,10 @@ pub use pump::{InboxPump, SessionHost};
 
 use crate::bus::BusRegistration;
 use crate::context::SessionInfo;
+use crate::dedup::recent::{Fingerprint, RecentResponses};
 use crate::inbox::{Changes, ClientError, ClientRequest, Inbox, SessionEvent};
 use crate::jsonrpc::{
-    self, decode, encode_batch, encode_error, encode_notification, encode_result, Decoded,
+    self, decode_with, encode_batch, encode_error, encode_notification, encode_result, Decoded,
     Notification, RequestId,
 };
 use crate::mcp::{
@@ -119,6 +120,10 @@ pub struct Session {
     /// Serves 2026-07-28 requests only (a host for one HTTP request of that revision): a
     /// request without its `_meta` is malformed, not a handshake-era one.
     modern_only: bool,
+    /// Whether every request's params are kept raw by the decoder (its requests are signed).
+    raw_params: bool,
+    /// The `tools/call` requests this session finished, by id, for retries.
+    recent: RecentResponses,
 }
 
 enum Phase {
@@ -144,6 +149,8 @@ struct InFlight {
     batch: Option<u64>,
     /// A 2026-07-28 request (its log lines were filtered by its own level already).
     modern: bool,
+    /// Set when its response is to be remembered by id (see `RecentResponses`).
+    replay: Option<Fingerprint>,
 }
 
 /// An open `subscriptions/listen` stream (2026-07-28).
@@ -183,6 +190,8 @@ impl Session {
         let inbox = Rc::new(Inbox::default());
         inbox.set_log_level(shared.client_log_level);
         inbox.set_client_request_limit(shared.settings.limits.max_in_flight_per_session);
+        let raw_params = shared.guard.needs_raw_params(&admission);
+        let recent = RecentResponses::new(&shared.settings.dedup);
         Self {
             shared,
             id,
@@ -199,6 +208,8 @@ impl Session {
             subscriptions: Default::default(),
             listeners: HashMap::default(),
             modern_only: false,
+            raw_params,
+            recent,
         }
     }
 
@@ -220,7 +231,8 @@ impl Session {
     /// Handles one complete text message (a single JSON-RPC message or a batch), which is
     /// exchange `exchange` of its host.
     pub fn on_text(&mut self, text: &str, exchange: u64, out: &mut dyn Outlet) -> Intake {
-        match decode::<CallToolParams<'_>>(text, self.shared.settings.limits.max_batch_len) {
+        let max_batch_len = self.shared.settings.limits.max_batch_len;
+        match decode_with::<CallToolParams<'_>>(text, max_batch_len, !self.raw_params) {
             Decoded::Rejected(error) => {
                 out.send(
                     encode_error(None, &error.to_object()),
@@ -333,23 +345,37 @@ impl Session {
             Err(Error::DuplicateRequestId)
         } else if self.draining {
             Err(Error::ShuttingDown)
-        } else if let Err(refused) =
-            self.shared
-                .guard
-                .check(&self.admission, &request.method, raw_params)
-        {
-            Err(refused)
         } else {
-            match modern.and_then(|modern| self.route(&request, modern, exchange, batch)) {
-                Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
-                Ok(dispatch::Dispatch::Worker(job)) => self
-                    .start_worker(request.id.clone(), job, exchange, batch)
-                    .map(|()| None),
-                Ok(dispatch::Dispatch::Listening(ack)) => {
-                    out.send(ack, Route::During(exchange));
-                    Ok(None)
-                }
-                Err(error) => Err(error),
+            let metrics = &self.shared.metrics;
+            match self
+                .shared
+                .guard
+                .check(&self.admission, &request.method, raw_params, metrics)
+            {
+                Err(refused) => Err(refused),
+                Ok(passed) => match self.recent.replay(&request) {
+                    // A retry of a request this session finished: its response again.
+                    Some(replayed) => {
+                        match &replayed {
+                            Ok(_) => metrics.dedup_hits.inc(),
+                            Err(_) => metrics.dedup_conflicts.inc(),
+                        }
+                        replayed.map(Some)
+                    }
+                    None => match modern
+                        .and_then(|modern| self.route(&request, modern, exchange, batch))
+                    {
+                        Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
+                        Ok(dispatch::Dispatch::Worker(job)) => self
+                            .start_worker(request.id.clone(), job, passed, exchange, batch)
+                            .map(|()| None),
+                        Ok(dispatch::Dispatch::Listening(ack)) => {
+                            out.send(ack, Route::During(exchange));
+                            Ok(None)
+                        }
+                        Err(error) => Err(error),
+                    },
+                },
             }
         };
         if let Some(started) = started {
@@ -522,7 +548,12 @@ impl Session {
                 };
                 self.shared.metrics.workers.dec();
                 let frame = match outcome {
-                    Ok(frame) => frame,
+                    Ok(frame) => {
+                        if let Some(fingerprint) = entry.replay {
+                            self.recent.remember(id, fingerprint, &frame);
+                        }
+                        frame
+                    }
                     Err(error) if entry.modern => {
                         if entry.batch.is_none() {
                             out.status(entry.exchange, error.http_status_modern());

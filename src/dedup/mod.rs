@@ -1,0 +1,344 @@
+//! De-duplication of retried `tools/call` requests, so a retry never runs a tool twice and
+//! two separate calls are never answered once. Two mechanisms:
+//!
+//! - **Idempotency keys** (this module): a request with `params._meta.idempotencyKey` is
+//!   keyed by the key and the identity of its client (never by connection or node). The
+//!   first request of a key runs; a later one with the same method and params, within
+//!   `dedup.window_ms`, gets the stored response with its own id, or, while the first still
+//!   runs, waits for it and gets its response; one with other params is refused
+//!   (`Error::IdempotencyConflict`). The check runs inside the request's worker (it may ask
+//!   Redis, and the session core never waits), by wrapping the request's work: a request
+//!   without a key is not touched and pays nothing.
+//! - **Request ids within a session** ([`recent`]): a finished request's id sent again in
+//!   the same session gets the same response, checked synchronously in the session core.
+//!   Ids are never compared across sessions: clients restart them on every connection.
+//!
+//! Only results are kept: a request that ends in an error (a timeout, a full pool, a crash)
+//! or is cancelled frees its key, so a retry runs again. A notification is never
+//! de-duplicated.
+
+pub(crate) mod recent;
+
+use crate::context::Identity;
+use crate::jsonrpc::{encode_result, result_of, RequestId};
+use crate::mcp::Error;
+use crate::shared::Shared;
+use crate::store::{Backend, Entry, Fingerprint, Key, Owner};
+use crate::worker::Work;
+use crate::RequestContext;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Longest idempotency key accepted, in characters.
+pub const MAX_KEY_CHARS: usize = 255;
+
+/// The first and the longest wait between two looks at a key running on another node.
+const FIRST_POLL: Duration = Duration::from_millis(5);
+const LONGEST_POLL: Duration = Duration::from_millis(200);
+/// A key running on this node wakes its waiters when it is done; they look again at least
+/// this often anyway.
+const LOCAL_WAIT: Duration = Duration::from_secs(1);
+
+/// A request's idempotency key, scoped to its client, with the fingerprint of what it asks.
+pub(crate) struct Idempotency {
+    key: Key,
+    fingerprint: Fingerprint,
+}
+
+impl Idempotency {
+    /// The key of a `tools/call` carrying `_meta.idempotencyKey` (`raw`). `round` is what
+    /// sets one round of a 2026-07-28 multi round-trip call apart from the others (its
+    /// `requestState` and `inputResponses`): each round is a request of its own under the
+    /// key, so answering the first round's questions is not taken for a conflicting retry.
+    ///
+    /// # Errors
+    /// -32602 when the key is not a non-empty string of at most [`MAX_KEY_CHARS`]
+    /// characters, or the arguments are too deeply nested to compare.
+    pub(crate) fn of_tool_call(
+        identity: &Identity,
+        raw: &RawValue,
+        name: &str,
+        arguments: Option<&RawValue>,
+        round: [Option<&str>; 2],
+    ) -> Result<Self, Error> {
+        let invalid = || {
+            Error::InvalidParams(format!(
+                "_meta.idempotencyKey: must be a non-empty string of at most {MAX_KEY_CHARS} characters"
+            ))
+        };
+        let key: String = serde_json::from_str(raw.get()).map_err(|_| invalid())?;
+        if key.is_empty() || key.chars().count() > MAX_KEY_CHARS {
+            return Err(invalid());
+        }
+        let mut scoped = Sha256::new();
+        for part in ["idempotency", identity.subject(), &key] {
+            scoped.update(part.as_bytes());
+            scoped.update([0]);
+        }
+        for part in round {
+            // Absent and empty are told apart (a 1 byte before a present part).
+            if let Some(part) = part {
+                scoped.update([1]);
+                scoped.update(part.as_bytes());
+            }
+            scoped.update([0]);
+        }
+        let mut params = serde_json::Map::new();
+        params.insert("name".into(), Value::String(name.to_owned()));
+        if let Some(arguments) = arguments {
+            let arguments: Value = serde_json::from_str(arguments.get())
+                .map_err(|e| Error::InvalidParams(format!("arguments: {e}")))?;
+            params.insert("arguments".into(), arguments);
+        }
+        Ok(Self {
+            key: scoped.finalize().into(),
+            fingerprint: fingerprint("tools/call", Value::Object(params))?,
+        })
+    }
+
+    /// Wraps a request's work: it runs only if it is the first of its key.
+    pub(crate) fn wrap(self, shared: Arc<Shared>, work: Work) -> Work {
+        Box::new(move |id, ctx| Box::pin(run(shared, self, id, ctx, work)))
+    }
+}
+
+/// SHA-256 of the canonical JSON (RFC 8785) of `[method, params]`: the same for any spelling
+/// of the same params (member order, whitespace, escapes).
+fn fingerprint(method: &str, params: Value) -> Result<Fingerprint, Error> {
+    let canonical = serde_jcs::to_vec(&(method, params))
+        .map_err(|e| Error::InvalidParams(format!("params: {e}")))?;
+    Ok(Sha256::digest(canonical).into())
+}
+
+/// The first request of a key runs `work`; the others get its response (see the module docs).
+async fn run(
+    shared: Arc<Shared>,
+    keyed: Idempotency,
+    id: RequestId,
+    ctx: RequestContext,
+    work: Work,
+) -> Result<String, Error> {
+    let settings = &shared.settings;
+    let window = Duration::from_millis(settings.dedup.window_ms);
+    // A running entry outlives any run (no request runs past the hard cap), so a node that
+    // dies mid-request holds its keys no longer than that.
+    let running_for = Duration::from_millis(settings.limits.max_request_timeout_ms).max(window);
+    let mut poll = FIRST_POLL;
+    loop {
+        let owner = shared.store.new_owner();
+        let running = Entry::Running {
+            fingerprint: keyed.fingerprint,
+            owner,
+        };
+        let (found, backend) = shared
+            .store
+            .claim(&shared.metrics, &keyed.key, running, running_for)
+            .await;
+        match found {
+            None => {
+                shared.metrics.idempotent_runs.inc();
+                let lease =
+                    Lease::new(shared.clone(), keyed.key, keyed.fingerprint, owner, backend);
+                let outcome = work(id.clone(), ctx).await;
+                lease.settle(&outcome, &id, window).await;
+                return outcome;
+            }
+            Some(Entry::Done {
+                fingerprint,
+                result,
+            }) if fingerprint == keyed.fingerprint => {
+                shared.metrics.dedup_hits.inc();
+                tracing::debug!(id = %id, "answered from the de-duplication store");
+                return Ok(encode_result(&id, &result));
+            }
+            Some(Entry::Running { fingerprint, .. }) if fingerprint == keyed.fingerprint => {
+                // Join the run: wait until it is settled, then look again (its response, or
+                // a free key if it ended without one).
+                match shared.store.watch_here(&keyed.key) {
+                    Some(mut done) => {
+                        let _ = tokio::time::timeout(LOCAL_WAIT, done.changed()).await;
+                    }
+                    None => {
+                        tokio::time::sleep(poll).await;
+                        poll = (poll * 2).min(LONGEST_POLL);
+                    }
+                }
+            }
+            Some(_) => {
+                shared.metrics.dedup_conflicts.inc();
+                return Err(Error::IdempotencyConflict {
+                    scope: crate::mcp::ConflictScope::IdempotencyKey,
+                });
+            }
+        }
+    }
+}
+
+/// A claim held by the run of a key: settled with its response, or released when the run
+/// ends without one (an error, or dropped: cancelled, timed out, disconnected).
+struct Lease {
+    shared: Arc<Shared>,
+    key: Key,
+    fingerprint: Fingerprint,
+    owner: Owner,
+    backend: Backend,
+    /// Wakes the duplicates waiting on this node when dropped.
+    here: watch::Sender<()>,
+    settled: bool,
+}
+
+impl Lease {
+    fn new(
+        shared: Arc<Shared>,
+        key: Key,
+        fingerprint: Fingerprint,
+        owner: Owner,
+        backend: Backend,
+    ) -> Self {
+        let here = shared.store.run_here(&key);
+        Self {
+            shared,
+            key,
+            fingerprint,
+            owner,
+            backend,
+            here,
+            settled: false,
+        }
+    }
+
+    async fn settle(mut self, outcome: &Result<String, Error>, id: &RequestId, window: Duration) {
+        let Some(result) = outcome.as_ref().ok().and_then(|frame| result_of(frame, id)) else {
+            return; // dropped: released
+        };
+        let done = Entry::Done {
+            fingerprint: self.fingerprint,
+            result: Arc::from(result),
+        };
+        self.shared
+            .store
+            .complete(
+                &self.shared.metrics,
+                &self.key,
+                self.owner,
+                done,
+                window,
+                self.backend,
+            )
+            .await;
+        self.settled = true;
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.shared.store.done_here(&self.key, &self.here);
+        if self.settled {
+            return;
+        }
+        let running = Entry::Running {
+            fingerprint: self.fingerprint,
+            owner: self.owner,
+        };
+        match self.backend {
+            Backend::Memory => self.shared.store.release_in_memory(&self.key, self.owner),
+            Backend::Redis => {
+                // Dropping cannot wait for Redis: the release runs on a task of its own
+                // (without a runtime, the entry expires by itself).
+                let shared = self.shared.clone();
+                let key = self.key;
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move {
+                        if let Some(redis) = shared.store.redis() {
+                            redis.release(&shared.metrics, &key, running.encode()).await;
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).expect("json")
+    }
+
+    fn keyed(subject: &str, key: &str, arguments: &str) -> Idempotency {
+        let identity = if subject == "anonymous" {
+            Identity::anonymous()
+        } else {
+            Identity::authenticated(subject, Vec::new())
+        };
+        Idempotency::of_tool_call(
+            &identity,
+            &raw(key),
+            "echo",
+            Some(&raw(arguments)),
+            [None, None],
+        )
+        .expect("a valid key")
+    }
+
+    #[test]
+    fn keys_are_scoped_to_the_identity() {
+        let a = keyed("anonymous", r#""k""#, "{}");
+        assert_eq!(
+            a.key,
+            keyed("anonymous", r#""\u006b""#, "{}").key,
+            "same string"
+        );
+        assert_ne!(a.key, keyed("alice", r#""k""#, "{}").key);
+        assert_ne!(a.key, keyed("anonymous", r#""k2""#, "{}").key);
+    }
+
+    #[test]
+    fn each_round_of_a_multi_round_trip_call_is_keyed_apart() {
+        let round = |state: Option<&str>, responses: Option<&str>| {
+            Idempotency::of_tool_call(
+                &Identity::anonymous(),
+                &raw(r#""k""#),
+                "echo",
+                None,
+                [state, responses],
+            )
+            .expect("a valid key")
+            .key
+        };
+        let first = round(None, None);
+        assert_eq!(first, round(None, None));
+        assert_ne!(first, round(Some("s1"), Some(r#"{"a":{}}"#)));
+        assert_ne!(round(Some("s1"), None), round(None, Some("s1")));
+        assert_ne!(round(Some(""), None), first);
+    }
+
+    #[test]
+    fn fingerprints_ignore_spelling_but_not_content() {
+        let a = keyed("anonymous", r#""k""#, r#"{"a":1,"b":"x"}"#);
+        let b = keyed("anonymous", r#""k""#, r#"{ "b" : "\u0078", "a":1 }"#);
+        let c = keyed("anonymous", r#""k""#, r#"{"a":2,"b":"x"}"#);
+        assert_eq!(a.fingerprint, b.fingerprint);
+        assert_ne!(a.fingerprint, c.fingerprint);
+    }
+
+    #[test]
+    fn bad_keys_are_invalid_params() {
+        for key in ["1", r#""""#, "null", &format!("\"{}\"", "x".repeat(256))] {
+            let refused = Idempotency::of_tool_call(
+                &Identity::anonymous(),
+                &raw(key),
+                "echo",
+                None,
+                [None, None],
+            );
+            assert!(matches!(refused, Err(Error::InvalidParams(_))), "{key}");
+        }
+    }
+}

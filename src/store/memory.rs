@@ -1,0 +1,313 @@
+//! The in-memory backend: one node's own de-duplication entries and signature nonces,
+//! bounded by count, bytes and age. It is the store without Redis, and the fallback while
+//! Redis is away.
+//!
+//! Each map sits behind a `Mutex` held only for a lookup and an insert (never across an
+//! await); only requests with an idempotency key or a signature take it, so the hot path of
+//! everything else never does.
+
+use super::{Entry, Key, Owner};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A node's own de-duplication entries; see the module docs.
+pub(crate) struct MemoryStore {
+    entries: Mutex<Entries>,
+    max_entries: usize,
+    max_bytes: usize,
+}
+
+/// A node's own signature nonces, each kept for a fixed time; see the module docs.
+pub(crate) struct NonceCache {
+    nonces: Mutex<Nonces>,
+    max_nonces: usize,
+}
+
+#[derive(Default)]
+struct Entries {
+    map: HashMap<Key, Slot>,
+    /// Keys in insertion order, each with the generation it was inserted as: the oldest is
+    /// evicted first, and a key re-inserted since is skipped.
+    order: VecDeque<(Key, u64)>,
+    /// Bytes of the results held.
+    bytes: usize,
+    next_generation: u64,
+}
+
+struct Slot {
+    entry: Entry,
+    expires: Instant,
+    generation: u64,
+}
+
+impl Slot {
+    fn bytes(&self) -> usize {
+        match &self.entry {
+            Entry::Running { .. } => 0,
+            Entry::Done { result, .. } => result.len(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Nonces {
+    /// When each nonce may be forgotten.
+    map: HashMap<Key, Instant>,
+    /// In insertion order, which is expiry order (every nonce lives as long).
+    order: VecDeque<(Key, Instant)>,
+}
+
+/// A nonce could not be recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NonceRefused {
+    /// Seen before, within its lifetime.
+    Replayed,
+    /// The cache is full of live nonces.
+    Full,
+}
+
+impl MemoryStore {
+    pub(crate) fn new(max_entries: usize, max_bytes: usize) -> Self {
+        Self {
+            entries: Mutex::default(),
+            max_entries,
+            max_bytes,
+        }
+    }
+
+    /// The live entry under `key`, or, when there is none, `Running` for `owner` is put
+    /// there for `ttl` and `None` is returned (the caller runs the request).
+    pub(crate) fn claim(&self, key: &Key, running: Entry, ttl: Duration) -> Option<Entry> {
+        let now = Instant::now();
+        let mut entries = lock(&self.entries);
+        if let Some(slot) = entries.map.get(key) {
+            if slot.expires > now {
+                return Some(slot.entry.clone());
+            }
+        }
+        self.insert(&mut entries, *key, running, now + ttl);
+        None
+    }
+
+    /// Puts `done` under `key` for `ttl`, whatever was there. A result larger than the whole
+    /// budget is not kept (the key is freed instead: a retry runs again).
+    pub(crate) fn complete(&self, key: &Key, owner: Owner, done: Entry, ttl: Duration) {
+        let mut entries = lock(&self.entries);
+        if matches!(&done, Entry::Done { result, .. } if result.len() > self.max_bytes) {
+            Self::remove_if_owned(&mut entries, key, owner);
+            return;
+        }
+        self.insert(&mut entries, *key, done, Instant::now() + ttl);
+    }
+
+    /// Frees `key` if `owner` still holds it running (the request ended without a result to
+    /// keep, or was dropped).
+    pub(crate) fn release(&self, key: &Key, owner: Owner) {
+        Self::remove_if_owned(&mut lock(&self.entries), key, owner);
+    }
+
+    fn remove_if_owned(entries: &mut Entries, key: &Key, owner: Owner) {
+        let owned = matches!(
+            entries.map.get(key),
+            Some(Slot { entry: Entry::Running { owner: o, .. }, .. }) if *o == owner
+        );
+        if owned {
+            if let Some(slot) = entries.map.remove(key) {
+                entries.bytes -= slot.bytes();
+            }
+        }
+    }
+
+    fn insert(&self, entries: &mut Entries, key: Key, entry: Entry, expires: Instant) {
+        let generation = entries.next_generation;
+        entries.next_generation += 1;
+        let slot = Slot {
+            entry,
+            expires,
+            generation,
+        };
+        entries.bytes += slot.bytes();
+        if let Some(old) = entries.map.insert(key, slot) {
+            entries.bytes -= old.bytes();
+        }
+        entries.order.push_back((key, generation));
+        // The oldest go first, however long they had left: the bounds hold at every insert.
+        let now = Instant::now();
+        while entries.map.len() > self.max_entries
+            || entries.bytes > self.max_bytes
+            || entries.order.len() > 2 * self.max_entries
+            || entries.order.front().is_some_and(|(key, generation)| {
+                entries
+                    .map
+                    .get(key)
+                    .is_none_or(|slot| slot.generation != *generation || slot.expires <= now)
+            })
+        {
+            let Some((oldest, generation)) = entries.order.pop_front() else {
+                break;
+            };
+            if entries
+                .map
+                .get(&oldest)
+                .is_some_and(|slot| slot.generation == generation)
+            {
+                if let Some(slot) = entries.map.remove(&oldest) {
+                    entries.bytes -= slot.bytes();
+                }
+            }
+        }
+    }
+
+    /// Entries held (tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.entries).map.len()
+    }
+}
+
+impl NonceCache {
+    pub(crate) fn new(max_nonces: usize) -> Self {
+        Self {
+            nonces: Mutex::default(),
+            max_nonces,
+        }
+    }
+
+    /// Records a nonce for `ttl`, unless it is live already or the cache is full of live ones.
+    pub(crate) fn claim(&self, key: &Key, ttl: Duration) -> Result<(), NonceRefused> {
+        let now = Instant::now();
+        let mut nonces = lock(&self.nonces);
+        while let Some((oldest, expires)) = nonces.order.front().copied() {
+            if expires > now {
+                break;
+            }
+            nonces.order.pop_front();
+            nonces.map.remove(&oldest);
+        }
+        if nonces.map.contains_key(key) {
+            return Err(NonceRefused::Replayed);
+        }
+        if nonces.map.len() >= self.max_nonces {
+            return Err(NonceRefused::Full);
+        }
+        nonces.map.insert(*key, now + ttl);
+        nonces.order.push_back((*key, now + ttl));
+        Ok(())
+    }
+}
+
+/// A poisoned lock only means another thread panicked between two consistent states (every
+/// change under these locks is a single insert or remove): go on with the data.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    const FP: [u8; 32] = [7; 32];
+    const TTL: Duration = Duration::from_secs(60);
+
+    fn key(n: u8) -> Key {
+        [n; 32]
+    }
+
+    fn running(owner: Owner) -> Entry {
+        Entry::Running {
+            fingerprint: FP,
+            owner,
+        }
+    }
+
+    fn done(result: &str) -> Entry {
+        Entry::Done {
+            fingerprint: FP,
+            result: Arc::from(result),
+        }
+    }
+
+    #[test]
+    fn the_first_claim_runs_and_later_ones_see_its_entry() {
+        let store = MemoryStore::new(10, 1000);
+        assert!(store.claim(&key(1), running(1), TTL).is_none());
+        assert!(matches!(
+            store.claim(&key(1), running(2), TTL),
+            Some(Entry::Running { owner: 1, .. })
+        ));
+        store.complete(&key(1), 1, done("{}"), TTL);
+        assert!(matches!(
+            store.claim(&key(1), running(2), TTL),
+            Some(Entry::Done { ref result, .. }) if &**result == "{}"
+        ));
+    }
+
+    #[test]
+    fn release_frees_only_the_owners_claim() {
+        let store = MemoryStore::new(10, 1000);
+        assert!(store.claim(&key(1), running(1), TTL).is_none());
+        store.release(&key(1), 2);
+        assert!(store.claim(&key(1), running(2), TTL).is_some());
+        store.release(&key(1), 1);
+        assert!(store.claim(&key(1), running(2), TTL).is_none());
+    }
+
+    #[test]
+    fn an_expired_entry_is_gone() {
+        let store = MemoryStore::new(10, 1000);
+        assert!(store.claim(&key(1), running(1), Duration::ZERO).is_none());
+        assert!(store.claim(&key(1), running(2), TTL).is_none());
+    }
+
+    #[test]
+    fn entries_and_bytes_are_bounded_oldest_first() {
+        let store = MemoryStore::new(3, 10);
+        for n in 0..5 {
+            assert!(store.claim(&key(n), running(1), TTL).is_none());
+        }
+        assert_eq!(store.len(), 3);
+        assert!(
+            store.claim(&key(0), running(9), TTL).is_none(),
+            "the oldest went"
+        );
+        store.complete(&key(3), 1, done("123456"), TTL);
+        store.complete(&key(4), 1, done("123456"), TTL);
+        assert!(
+            matches!(
+                store.claim(&key(4), running(9), TTL),
+                Some(Entry::Done { .. })
+            ),
+            "the newest result stays"
+        );
+        assert!(
+            store.claim(&key(3), running(9), TTL).is_none(),
+            "12 bytes are over the budget of 10: the older result went"
+        );
+        store.complete(&key(5), 1, done("12345678901"), TTL);
+        assert!(
+            store.claim(&key(5), running(9), TTL).is_none(),
+            "a result over the whole budget is not kept"
+        );
+    }
+
+    #[test]
+    fn nonces_are_refused_when_replayed_or_full_and_expire() {
+        let cache = NonceCache::new(2);
+        assert_eq!(cache.claim(&key(1), TTL), Ok(()));
+        assert_eq!(cache.claim(&key(1), TTL), Err(NonceRefused::Replayed));
+        assert_eq!(cache.claim(&key(2), TTL), Ok(()));
+        assert_eq!(cache.claim(&key(3), TTL), Err(NonceRefused::Full));
+        let cache = NonceCache::new(1);
+        assert_eq!(cache.claim(&key(1), Duration::ZERO), Ok(()));
+        assert_eq!(
+            cache.claim(&key(2), TTL),
+            Ok(()),
+            "the expired one made room"
+        );
+        assert_eq!(cache.claim(&key(1), TTL), Err(NonceRefused::Full));
+    }
+}

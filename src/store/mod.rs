@@ -1,0 +1,254 @@
+//! State the nodes of a deployment share: the de-duplication entries of idempotency keys,
+//! the signature nonces, and the change-bus bridge ([`bridge`]).
+//!
+//! Two backends hold the entries: [`MemoryStore`] (the node's own, bounded; the default) and
+//! [`RedisStore`] (one Redis for every node, when `redis.url` is set). [`Store`] puts them
+//! together: with Redis, every operation goes there first, and one that cannot (Redis away,
+//! or paused after a failure) is done in memory instead, so requests always run and a retry
+//! reaching the same node is still answered; only the sharing with other nodes is lost until
+//! Redis answers again. Which backend took a claim is remembered with it, so its result and
+//! its release go to the same place.
+//!
+//! Keys and fingerprints are SHA-256 digests (of the identity and the client's key; of the
+//! request), so what a client sends never becomes a Redis key as such, and every key has the
+//! same small size.
+
+pub(crate) mod bridge;
+mod memory;
+mod redis;
+
+pub(crate) use self::memory::{MemoryStore, NonceCache, NonceRefused};
+pub(crate) use self::redis::RedisStore;
+
+use crate::config::Settings;
+use crate::metrics::Metrics;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// A key in the store (a digest).
+pub(crate) type Key = [u8; 32];
+/// What a keyed request was (a digest of its method and params).
+pub(crate) type Fingerprint = [u8; 32];
+/// Who runs a claimed request: unique among all claims of all nodes.
+pub(crate) type Owner = u128;
+
+/// What the store holds under a key.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Entry {
+    /// A request is running under this key.
+    Running {
+        fingerprint: Fingerprint,
+        owner: Owner,
+    },
+    /// A request under this key finished with this result (the JSON of its `result`).
+    Done {
+        fingerprint: Fingerprint,
+        result: Arc<str>,
+    },
+}
+
+impl Entry {
+    /// The Redis encoding (see `store::redis`).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        match self {
+            Self::Running { fingerprint, owner } => format!(
+                "R{}{}",
+                redis::hex(fingerprint),
+                redis::hex(&owner.to_be_bytes())
+            )
+            .into_bytes(),
+            Self::Done {
+                fingerprint,
+                result,
+            } => format!("D{}{}", redis::hex(fingerprint), result).into_bytes(),
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let (tag, rest) = text.split_at_checked(1)?;
+        let (fingerprint, rest) = rest.split_at_checked(64)?;
+        let fingerprint = unhex::<32>(fingerprint)?;
+        match tag {
+            "R" => Some(Self::Running {
+                fingerprint,
+                owner: u128::from_be_bytes(unhex::<16>(rest)?),
+            }),
+            "D" => Some(Self::Done {
+                fingerprint,
+                result: Arc::from(rest),
+            }),
+            _ => None,
+        }
+    }
+}
+
+fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    if text.len() != 2 * N {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Which backend took a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backend {
+    Redis,
+    Memory,
+}
+
+/// See the module docs.
+pub(crate) struct Store {
+    memory: MemoryStore,
+    redis: Option<RedisStore>,
+    /// This node among the others (bus messages, owners): random per process.
+    node: u64,
+    next_owner: AtomicU64,
+    /// Keyed requests running on this node, so a duplicate arriving here waits for a wakeup
+    /// rather than polling: the runner holds the sender, and drops it when it is done.
+    running_here: Mutex<HashMap<Key, watch::Receiver<()>>>,
+}
+
+impl Store {
+    /// The stores the settings ask for.
+    pub(crate) fn new(settings: &Settings) -> Self {
+        let mut node = [0u8; 8];
+        // Without the OS generator, the time still tells processes apart.
+        if getrandom::fill(&mut node).is_err() {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            node = (now.as_nanos() as u64 ^ u64::from(std::process::id())).to_be_bytes();
+        }
+        Self {
+            memory: MemoryStore::new(settings.dedup.max_entries, settings.dedup.max_bytes),
+            redis: RedisStore::new(&settings.redis),
+            node: u64::from_be_bytes(node),
+            next_owner: AtomicU64::new(1),
+            running_here: Mutex::default(),
+        }
+    }
+
+    /// This node's id.
+    pub(crate) fn node(&self) -> u64 {
+        self.node
+    }
+
+    /// The Redis backend, when configured.
+    pub(crate) fn redis(&self) -> Option<&RedisStore> {
+        self.redis.as_ref()
+    }
+
+    /// A fresh owner for a claim.
+    pub(crate) fn new_owner(&self) -> Owner {
+        (u128::from(self.node) << 64) | u128::from(self.next_owner.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The live entry under `key`, or `None` when there was none and `running` was put
+    /// there for `ttl`; with the backend that answered.
+    pub(crate) async fn claim(
+        &self,
+        metrics: &Metrics,
+        key: &Key,
+        running: Entry,
+        ttl: Duration,
+    ) -> (Option<Entry>, Backend) {
+        if let Some(redis) = &self.redis {
+            match redis.claim(metrics, key, &running.encode(), ttl).await {
+                Some(None) => return (None, Backend::Redis),
+                Some(Some(found)) => match Entry::decode(&found) {
+                    Some(entry) => return (Some(entry), Backend::Redis),
+                    None => redis.failed(metrics, "claim", &"an entry in an unknown format"),
+                },
+                None => {}
+            }
+        }
+        (self.memory.claim(key, running, ttl), Backend::Memory)
+    }
+
+    /// Puts `done` under `key` for `ttl`, in the backend that took the claim (and in memory
+    /// if Redis cannot take it now).
+    pub(crate) async fn complete(
+        &self,
+        metrics: &Metrics,
+        key: &Key,
+        owner: Owner,
+        done: Entry,
+        ttl: Duration,
+        backend: Backend,
+    ) {
+        if let (Backend::Redis, Some(redis)) = (backend, &self.redis) {
+            if redis.complete(metrics, key, done.encode(), ttl).await {
+                return;
+            }
+        }
+        self.memory.complete(key, owner, done, ttl);
+    }
+
+    /// Frees a claim held in memory that ends without a result to keep. (One held in Redis
+    /// is freed with [`RedisStore::release`].)
+    pub(crate) fn release_in_memory(&self, key: &Key, owner: Owner) {
+        self.memory.release(key, owner);
+    }
+
+    /// Registers a keyed request running here; duplicates arriving here wait on it until
+    /// the returned sender is dropped.
+    pub(crate) fn run_here(&self, key: &Key) -> watch::Sender<()> {
+        let (sender, receiver) = watch::channel(());
+        lock(&self.running_here).insert(*key, receiver);
+        sender
+    }
+
+    /// Forgets a request that ran here (its sender is about to be dropped).
+    pub(crate) fn done_here(&self, key: &Key, sender: &watch::Sender<()>) {
+        let mut running = lock(&self.running_here);
+        if running
+            .get(key)
+            .is_some_and(|receiver| receiver.same_channel(&sender.subscribe()))
+        {
+            running.remove(key);
+        }
+    }
+
+    /// A wakeup for when the request running here under `key` is done, if one runs here.
+    pub(crate) fn watch_here(&self, key: &Key) -> Option<watch::Receiver<()>> {
+        lock(&self.running_here).get(key).cloned()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_survive_their_redis_encoding() {
+        for entry in [
+            Entry::Running {
+                fingerprint: [0xab; 32],
+                owner: u128::MAX - 7,
+            },
+            Entry::Done {
+                fingerprint: [1; 32],
+                result: Arc::from(r#"{"content":[{"type":"text","text":"é"}]}"#),
+            },
+        ] {
+            assert_eq!(Entry::decode(&entry.encode()), Some(entry));
+        }
+        for junk in [&b""[..], b"X", b"R12", &[0xff; 70]] {
+            assert_eq!(Entry::decode(junk), None);
+        }
+    }
+}

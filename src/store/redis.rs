@@ -1,0 +1,274 @@
+//! The Redis backend: the same entries and nonces as the memory backend, in one Redis shared
+//! by every node, through the `redis` crate's tokio connection manager (one multiplexed
+//! connection per node, which reconnects by itself).
+//!
+//! Every operation is bounded by `redis.timeout_ms`. One that fails (refused, timed out, an
+//! error reply) is counted in `mcp_redis_errors_total`, and the node then skips Redis for
+//! `redis.retry_after_ms`, working locally, rather than make every request wait for a
+//! Redis that is away; the first operation after that tries again (and the manager
+//! reconnects). The change from up to down, and back, is logged once each.
+//!
+//! Entries are encoded as `R<fingerprint hex><owner hex>` (running) and
+//! `D<fingerprint hex><result JSON>` (done). Claims and releases are Lua scripts, so each is
+//! one atomic step on the server.
+
+use super::Key;
+use crate::config::RedisSettings;
+use crate::metrics::Metrics;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncCommands, Script};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The entry under KEYS[1], or, when there is none, ARGV[1] is put there for ARGV[2] ms and
+/// nil is returned.
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false",
+    )
+});
+
+/// Deletes KEYS[1] if it still holds ARGV[1] (the caller's own running entry).
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0",
+    )
+});
+
+/// See the module docs.
+pub(crate) struct RedisStore {
+    client: redis::Client,
+    /// Made on first use: its tasks need the runtime, which the server starts later.
+    manager: OnceLock<Option<ConnectionManager>>,
+    prefix: String,
+    timeout: Duration,
+    retry_after: Duration,
+    /// Until when Redis is skipped, in ms since `epoch`; 0 while it answers.
+    down_until: AtomicU64,
+    epoch: Instant,
+}
+
+impl RedisStore {
+    /// `None` without a URL. The URL was checked by `Settings::validate`.
+    pub(crate) fn new(settings: &RedisSettings) -> Option<Self> {
+        if settings.url.is_empty() {
+            return None;
+        }
+        let client = redis::Client::open(settings.url.as_str()).ok()?;
+        Some(Self {
+            client,
+            manager: OnceLock::new(),
+            prefix: settings.key_prefix.clone(),
+            timeout: Duration::from_millis(settings.timeout_ms),
+            retry_after: Duration::from_millis(settings.retry_after_ms),
+            down_until: AtomicU64::new(0),
+            epoch: Instant::now(),
+        })
+    }
+
+    /// The client, for the bus bridge's own pub/sub connection.
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// The pub/sub channel of the change bus.
+    pub(crate) fn bus_channel(&self) -> String {
+        format!("{}bus", self.prefix)
+    }
+
+    /// The longest wait for one operation.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// How long the node works locally after a failure.
+    pub(crate) fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+
+    fn entry_key(&self, key: &Key) -> String {
+        format!("{}idem:{}", self.prefix, hex(key))
+    }
+
+    fn nonce_key(&self, key: &Key) -> String {
+        format!("{}nonce:{}", self.prefix, hex(key))
+    }
+
+    /// Whether Redis is worth trying now (it answered last time, or the pause is over).
+    pub(crate) fn is_available(&self) -> bool {
+        let until = self.down_until.load(Ordering::Relaxed);
+        until == 0 || self.now_ms() >= until
+    }
+
+    fn now_ms(&self) -> u64 {
+        // At least 1, so that a pause never ends at 0 ("up").
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Records a failed operation: counted, logged when Redis was up until now.
+    pub(crate) fn failed(&self, metrics: &Metrics, what: &str, error: &dyn std::fmt::Display) {
+        metrics.redis_errors.inc();
+        let until = self.now_ms() + self.retry_after.as_millis() as u64;
+        if self.down_until.swap(until, Ordering::Relaxed) == 0 {
+            tracing::warn!(
+                operation = what,
+                %error,
+                retry_after_ms = self.retry_after.as_millis() as u64,
+                "Redis unavailable; going on with this node's own store"
+            );
+        }
+    }
+
+    /// Records a successful operation: logged when Redis was down until now.
+    pub(crate) fn succeeded(&self) {
+        if self.down_until.load(Ordering::Relaxed) != 0
+            && self.down_until.swap(0, Ordering::Relaxed) != 0
+        {
+            tracing::info!("Redis reachable again; state is shared with the other nodes");
+        }
+    }
+
+    /// Runs `op` on the connection, bounded by the timeout. `None` when Redis is paused or
+    /// the operation failed (then counted and the pause begins).
+    async fn run<T, F, Fut>(&self, metrics: &Metrics, what: &'static str, op: F) -> Option<T>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        if !self.is_available() {
+            metrics.redis_skipped.inc();
+            return None;
+        }
+        let Some(manager) = self.manager() else {
+            self.failed(metrics, what, &"cannot start the connection manager");
+            return None;
+        };
+        match tokio::time::timeout(self.timeout, op(manager)).await {
+            Ok(Ok(value)) => {
+                self.succeeded();
+                Some(value)
+            }
+            Ok(Err(error)) => {
+                self.failed(metrics, what, &error);
+                None
+            }
+            Err(_elapsed) => {
+                self.failed(metrics, what, &"timed out");
+                None
+            }
+        }
+    }
+
+    fn manager(&self) -> Option<ConnectionManager> {
+        self.manager
+            .get_or_init(|| {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(self.retry_after);
+                ConnectionManager::new_lazy_with_config(self.client.clone(), config).ok()
+            })
+            .clone()
+    }
+
+    /// The encoded entry under `key`, or `Some(None)` when there was none and `running` was
+    /// put there for `ttl`. `None` when Redis could not be asked.
+    pub(crate) async fn claim(
+        &self,
+        metrics: &Metrics,
+        key: &Key,
+        running: &[u8],
+        ttl: Duration,
+    ) -> Option<Option<Vec<u8>>> {
+        let key = self.entry_key(key);
+        self.run(metrics, "claim", |mut con| async move {
+            CLAIM
+                .key(key)
+                .arg(running)
+                .arg(ttl.as_millis() as u64)
+                .invoke_async(&mut con)
+                .await
+        })
+        .await
+    }
+
+    /// Puts `done` under `key` for `ttl`. Whether Redis took it.
+    pub(crate) async fn complete(
+        &self,
+        metrics: &Metrics,
+        key: &Key,
+        done: Vec<u8>,
+        ttl: Duration,
+    ) -> bool {
+        let key = self.entry_key(key);
+        self.run(metrics, "complete", |mut con| async move {
+            con.pset_ex::<_, _, ()>(key, done, ttl.as_millis() as u64)
+                .await
+        })
+        .await
+        .is_some()
+    }
+
+    /// Deletes `key` if it still holds `running`.
+    pub(crate) async fn release(&self, metrics: &Metrics, key: &Key, running: Vec<u8>) {
+        let key = self.entry_key(key);
+        self.run(metrics, "release", |mut con| async move {
+            RELEASE
+                .key(key)
+                .arg(running)
+                .invoke_async::<i64>(&mut con)
+                .await
+        })
+        .await;
+    }
+
+    /// Records a nonce for `ttl`: `Some(true)` when it is new, `Some(false)` when another
+    /// request (on any node) had it. `None` when Redis could not be asked.
+    pub(crate) async fn claim_nonce(
+        &self,
+        metrics: &Metrics,
+        key: &Key,
+        ttl: Duration,
+    ) -> Option<bool> {
+        let key = self.nonce_key(key);
+        self.run(metrics, "nonce", |mut con| async move {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl.as_millis() as u64)
+                .query_async::<Option<String>>(&mut con)
+                .await
+                .map(|set| set.is_some())
+        })
+        .await
+    }
+
+    /// Publishes a message on the bus channel. Whether Redis took it.
+    pub(crate) async fn publish(&self, metrics: &Metrics, message: String) -> bool {
+        let channel = self.bus_channel();
+        self.run(metrics, "publish", |mut con| async move {
+            con.publish::<_, _, i64>(channel, message).await
+        })
+        .await
+        .is_some()
+    }
+}
+
+/// Lower-case hex of bytes.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
