@@ -33,6 +33,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How a request is served.
+// Returned by value once per request and consumed at once, never stored: boxing the large
+// variant would cost an allocation on every tool call to save a move.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Dispatch {
     /// Answered: the serialized result.
     Inline(String),
