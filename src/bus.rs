@@ -30,6 +30,19 @@ pub enum BusEvent {
     Lists(Changes),
     /// The resource at this URI changed.
     ResourceUpdated(Arc<str>),
+    /// A task's status was stored (2026-07-28 tasks extension).
+    Task(Arc<TaskNote>),
+}
+
+/// A task's status as stored, for the `subscriptions/listen` streams that follow the task.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TaskNote {
+    /// The task's id.
+    pub id: String,
+    /// The subject of the identity it belongs to: only its streams hear of it.
+    pub owner: String,
+    /// What `tasks/get` shows of it (the members of a JSON object).
+    pub fields: String,
 }
 
 /// Receives what is published on the bus besides the local sessions (the bridge to other
@@ -175,6 +188,9 @@ async fn fan_out(bus: u64, mut receiver: broadcast::Receiver<BusEvent>) {
                 Ok(BusEvent::Lists(changes)) => sessions.each(|inbox| inbox.mark_changed(*changes)),
                 Ok(BusEvent::ResourceUpdated(uri)) => sessions.each(|inbox| {
                     inbox.mark_updated(uri);
+                }),
+                Ok(BusEvent::Task(note)) => sessions.each(|inbox| {
+                    inbox.mark_task(note);
                 }),
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::warn!(

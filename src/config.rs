@@ -44,6 +44,8 @@ pub struct Settings {
     pub cache: CacheSettings,
     /// Multi round-trip requests (2026-07-28).
     pub mrtr: MrtrSettings,
+    /// Tasks (the 2026-07-28 `io.modelcontextprotocol/tasks` extension).
+    pub tasks: TaskSettings,
     /// Throttling of progress notifications.
     pub progress: ProgressSettings,
     /// WebSocket pings.
@@ -243,6 +245,35 @@ impl Default for CacheSettings {
             list_ttl_ms: 60_000,
             read_ttl_ms: 0,
             scope: "public".to_owned(),
+        }
+    }
+}
+
+/// Tasks: tool calls the server answers with a task id at once and runs on, for the client
+/// to poll (`tasks/get`), answer (`tasks/update`) or cancel (`tasks/cancel`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TaskSettings {
+    /// How long a task is kept from its creation (`ttlMs`), in ms; a task still running
+    /// then fails.
+    pub ttl_ms: u64,
+    /// How often a client should poll a task (`pollIntervalMs`), in ms.
+    pub poll_interval_ms: u64,
+    /// Tasks running at once on this node; a task-supporting call beyond it is refused
+    /// with -32008 (server busy).
+    pub max_running: usize,
+    /// Tasks (running or finished, not yet expired) this node keeps; beyond it a new
+    /// task is refused with -32008.
+    pub max_stored: usize,
+}
+
+impl Default for TaskSettings {
+    fn default() -> Self {
+        Self {
+            ttl_ms: 3_600_000,
+            poll_interval_ms: 1_000,
+            max_running: 256,
+            max_stored: 10_000,
         }
     }
 }
@@ -604,6 +635,10 @@ impl Settings {
             ),
             ("signatures.max_skew_ms", self.signatures.max_skew_ms),
             ("signatures.max_nonces", self.signatures.max_nonces as u64),
+            ("tasks.ttl_ms", self.tasks.ttl_ms),
+            ("tasks.poll_interval_ms", self.tasks.poll_interval_ms),
+            ("tasks.max_running", self.tasks.max_running as u64),
+            ("tasks.max_stored", self.tasks.max_stored as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(

@@ -262,6 +262,9 @@ pub enum Input {
     /// A 2026-07-28 request: asks are answered from the request's `inputResponses`; an ask
     /// without an answer stops the request, which is answered with the asks it reached.
     Rounds(Rc<Rounds>),
+    /// A 2026-07-28 call that may become a task: as `Rounds` until it does, then each ask
+    /// parks the task in `input_required` until `tasks/update` answers it.
+    Task(Rc<TaskAsks>),
     /// A unit test: answered by the test's closure.
     Test(Rc<TestClientFn>),
 }
@@ -354,9 +357,173 @@ impl Rounds {
         .await
     }
 
+    /// Whether the request asked for something it has no answer to.
+    pub fn has_asks(&self) -> bool {
+        !self.asked.borrow().is_empty()
+    }
+
     /// The asks reached without an answer.
     pub fn take_asks(&self) -> Vec<Ask> {
         std::mem::take(&mut self.asked.borrow_mut())
+    }
+}
+
+/// The asks of a call that may become a task (see [`Input::Task`]).
+#[doc(hidden)]
+pub struct TaskAsks {
+    /// Before the call became a task: its round's answers and asks.
+    rounds: Rc<Rounds>,
+    /// Set once the call became a task.
+    detached: Cell<bool>,
+    /// Asks waiting for `tasks/update`, by their key in `inputRequests`.
+    pending: std::cell::RefCell<std::collections::BTreeMap<String, PendingAsk>>,
+    /// Every key handed out: keys are never reused within a task.
+    used: std::cell::RefCell<std::collections::HashSet<String>>,
+    next_key: Cell<u32>,
+    /// Set when `pending` changed since the runner last looked.
+    changed: Cell<bool>,
+    /// Woken when `pending` changes (the task's runner watches for it).
+    watcher: std::cell::RefCell<Option<std::task::Waker>>,
+}
+
+struct PendingAsk {
+    ask: Ask,
+    reply: oneshot::Sender<Value>,
+}
+
+/// How often a task asks again after an answer that does not fit, before the ask fails.
+const TASK_ASK_ATTEMPTS: usize = 3;
+
+impl TaskAsks {
+    /// The asks of a call whose round has these answers.
+    pub fn new(rounds: Rc<Rounds>) -> Self {
+        Self {
+            rounds,
+            detached: Cell::new(false),
+            pending: Default::default(),
+            used: Default::default(),
+            next_key: Cell::new(0),
+            changed: Cell::new(false),
+            watcher: Default::default(),
+        }
+    }
+
+    /// The round the call ran in before it became a task.
+    pub fn rounds(&self) -> &Rc<Rounds> {
+        &self.rounds
+    }
+
+    /// From now on asks park the task.
+    pub fn detach(&self) {
+        self.detached.set(true);
+    }
+
+    /// A key not used before in this task: the tool's own when it is free.
+    fn key(&self, explicit: Option<&str>) -> String {
+        let mut used = self.used.borrow_mut();
+        let key = match explicit {
+            Some(key) if !used.contains(key) => key.to_owned(),
+            _ => loop {
+                let n = self.next_key.get() + 1;
+                self.next_key.set(n);
+                let candidate = match explicit {
+                    Some(key) => format!("{key}.{n}"),
+                    None => n.to_string(),
+                };
+                if !used.contains(&candidate) {
+                    break candidate;
+                }
+            },
+        };
+        used.insert(key.clone());
+        key
+    }
+
+    fn touch(&self) {
+        self.changed.set(true);
+        if let Some(waker) = self.watcher.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    /// Parks an ask until it is answered.
+    async fn park(
+        &self,
+        key: Option<&str>,
+        method: &'static str,
+        params: Value,
+    ) -> Result<Value, ClientRequestError> {
+        let key = self.key(key);
+        let (reply, answer) = oneshot::channel();
+        self.pending.borrow_mut().insert(
+            key.clone(),
+            PendingAsk {
+                ask: Ask {
+                    key: key.clone(),
+                    method,
+                    params,
+                },
+                reply,
+            },
+        );
+        self.touch();
+        // A tool that stops waiting (it raced the ask against something else) withdraws it.
+        struct Withdraw<'a>(&'a TaskAsks, String);
+        impl Drop for Withdraw<'_> {
+            fn drop(&mut self) {
+                if self.0.pending.borrow_mut().remove(&self.1).is_some() {
+                    self.0.touch();
+                }
+            }
+        }
+        let _withdraw = Withdraw(self, key);
+        answer.await.map_err(|_| ClientRequestError::Disconnected)
+    }
+
+    /// Gives the answers to the asks they name; answers to keys not outstanding are
+    /// ignored. Returns how many asks were answered.
+    pub fn answer(&self, responses: serde_json::Map<String, Value>) -> usize {
+        let mut answered = 0;
+        let mut pending = self.pending.borrow_mut();
+        for (key, value) in responses {
+            if let Some(waiting) = pending.remove(&key) {
+                // The tool may have stopped waiting meanwhile: nothing to do then.
+                let _ = waiting.reply.send(value);
+                answered += 1;
+            }
+        }
+        drop(pending);
+        if answered > 0 {
+            self.touch();
+        }
+        answered
+    }
+
+    /// The outstanding asks, as `inputRequests`.
+    pub fn outstanding(&self) -> serde_json::Map<String, Value> {
+        self.pending
+            .borrow()
+            .values()
+            .map(|p| {
+                (
+                    p.ask.key.clone(),
+                    serde_json::json!({ "method": p.ask.method, "params": p.ask.params }),
+                )
+            })
+            .collect()
+    }
+
+    /// Resolves once the outstanding asks changed since the last time it resolved.
+    pub async fn changed(&self) {
+        std::future::poll_fn(|cx| {
+            if self.changed.replace(false) {
+                std::task::Poll::Ready(())
+            } else {
+                *self.watcher.borrow_mut() = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        })
+        .await
     }
 }
 
@@ -645,7 +812,12 @@ impl RequestContext {
         params: Value,
         check: impl Fn(Value) -> Result<T, ClientRequestError>,
     ) -> Result<T, ClientRequestError> {
-        if let Input::Rounds(rounds) = &self.inner.input {
+        let rounds = match &self.inner.input {
+            Input::Rounds(rounds) => Some(rounds),
+            Input::Task(task) if !task.detached.get() => Some(&task.rounds),
+            _ => None,
+        };
+        if let Some(rounds) = rounds {
             let key = rounds.key(key);
             if let Some(answer) = rounds.answers.get(&key) {
                 // An answer that does not fit is asked for again, never trusted.
@@ -659,6 +831,17 @@ impl RequestContext {
                 params,
             });
             return std::future::pending().await;
+        }
+        if let Input::Task(task) = &self.inner.input {
+            // An answer that does not fit is asked for again (under a new key), a few times.
+            let mut refused = None;
+            for _ in 0..TASK_ASK_ATTEMPTS {
+                match check(task.park(key, method, params.clone()).await?) {
+                    Ok(value) => return Ok(value),
+                    Err(error) => refused = Some(error),
+                }
+            }
+            return Err(refused.unwrap_or(ClientRequestError::Disconnected));
         }
         check(self.ask(method, params).await?)
     }

@@ -115,6 +115,10 @@ pub struct Inbox {
     /// subscriptions that want it (a handshake-era subscription, `subscriptions/listen`
     /// filters).
     interests: RefCell<std::collections::HashMap<String, u32>>,
+    /// The tasks the session's listen streams follow, each with the number of streams.
+    task_interests: RefCell<std::collections::HashMap<String, u32>>,
+    /// The latest stored status of each followed task not yet sent.
+    task_notes: RefCell<Vec<std::sync::Arc<crate::bus::TaskNote>>>,
     next_server_id: Cell<u64>,
     /// Requests to the client that tools are waiting for.
     client_requests: Cell<usize>,
@@ -205,6 +209,48 @@ impl Inbox {
             if *count == 0 {
                 interests.remove(uri);
                 self.updated.borrow_mut().retain(|u| u != uri);
+            }
+        }
+    }
+
+    /// Keeps a task's status for the session if one of its streams follows the task
+    /// (replacing an older status of it not yet sent); says whether it did.
+    pub fn mark_task(&self, note: &std::sync::Arc<crate::bus::TaskNote>) -> bool {
+        if self.closed.get() || !self.task_interests.borrow().contains_key(&note.id) {
+            return false;
+        }
+        let mut notes = self.task_notes.borrow_mut();
+        match notes.iter_mut().find(|n| n.id == note.id) {
+            Some(older) => *older = note.clone(),
+            None => notes.push(note.clone()),
+        }
+        drop(notes);
+        self.wake();
+        true
+    }
+
+    /// Takes the task statuses kept since the last call.
+    pub fn take_task_notes(&self) -> Vec<std::sync::Arc<crate::bus::TaskNote>> {
+        std::mem::take(&mut self.task_notes.borrow_mut())
+    }
+
+    /// One more stream of the session follows task `id`.
+    pub fn add_task_interest(&self, id: &str) {
+        *self
+            .task_interests
+            .borrow_mut()
+            .entry(id.to_owned())
+            .or_insert(0) += 1;
+    }
+
+    /// One stream less follows task `id`.
+    pub fn drop_task_interest(&self, id: &str) {
+        let mut interests = self.task_interests.borrow_mut();
+        if let Some(count) = interests.get_mut(id) {
+            *count -= 1;
+            if *count == 0 {
+                interests.remove(id);
+                self.task_notes.borrow_mut().retain(|n| n.id != id);
             }
         }
     }

@@ -64,6 +64,7 @@ mod registry;
 mod schema;
 mod server;
 mod store;
+mod tasks;
 
 #[doc(hidden)]
 pub mod bus;
@@ -97,7 +98,7 @@ pub use prompt::{Prompt, PromptArgument, PromptError};
 pub use registry::{Registry, RegistryError};
 pub use resource::{Resource, ResourceError, ResourceTemplate};
 pub use server::{RunningServer, Server, ServerBuilder};
-pub use tool::{Json, Tool, ToolError};
+pub use tool::{Json, TaskSupport, Tool, ToolError};
 
 #[doc(hidden)]
 pub use server::{routes, SUBPROTOCOL};

@@ -134,6 +134,10 @@ pub struct Metrics {
     pub bridge_dropped: Counter,
     /// Whether the bus bridge holds its Redis subscription (0 or 1).
     pub bridge_subscribed: Gauge,
+    /// Tasks running on this node (2026-07-28 tasks extension).
+    pub tasks_running: Gauge,
+    /// Tasks created on this node.
+    pub tasks_created: Counter,
 }
 
 impl Metrics {
@@ -169,6 +173,11 @@ impl Metrics {
                 "mcp_subscriptions",
                 "Resource subscriptions held by live sessions",
                 &self.subscriptions,
+            ),
+            (
+                "mcp_tasks_running",
+                "Tasks running on this node",
+                &self.tasks_running,
             ),
         ];
         for (name, help, gauge) in gauges {
@@ -259,6 +268,11 @@ impl Metrics {
                 "mcp_bus_bridge_dropped_total",
                 "Changes that could not be sent to the other nodes",
                 &self.bridge_dropped,
+            ),
+            (
+                "mcp_tasks_created_total",
+                "Tool calls that became tasks on this node",
+                &self.tasks_created,
             ),
         ];
         let _ = writeln!(

@@ -49,6 +49,8 @@ pub struct Shared {
     pub guard: RequestGuard,
     /// What the nodes of a deployment share (de-duplication entries; Redis when configured).
     pub(crate) store: Store,
+    /// The tasks of this node (2026-07-28 tasks extension).
+    pub(crate) tasks: crate::tasks::Tasks,
     sessions: DashMap<u64, Recipient<Shutdown>>,
     /// Hosted sessions (HTTP, and WebSocket sessions waiting for a reconnect) by the id their
     /// client holds.
@@ -83,6 +85,7 @@ impl Shared {
             origin_policy: OriginPolicy::new(&settings.http, settings.server.listen),
             guard: RequestGuard::new(&settings),
             store: Store::new(&settings),
+            tasks: crate::tasks::Tasks::new(&settings.tasks),
             settings,
             registry,
             metrics: Metrics::default(),
@@ -117,6 +120,7 @@ impl Shared {
     /// Marks the server as shutting down and tells every live session.
     pub fn begin_shutdown(&self, grace: Duration) {
         self.draining.store(true, Ordering::Release);
+        self.tasks.shutdown();
         for entry in self.sessions.iter() {
             entry.value().do_send(Shutdown { grace });
         }

@@ -213,6 +213,29 @@ pub(crate) struct ToolDefinition {
     pub annotations: Option<ToolAnnotations>,
     pub icons: Vec<Icon>,
     pub meta: Option<Value>,
+    /// Whether a call may run on as a task (not listed: 2026-07-28 has no per-tool field).
+    pub task_support: TaskSupport,
+}
+
+/// Whether a tool's calls may become tasks (the 2026-07-28 `io.modelcontextprotocol/tasks`
+/// extension): answered at once with a task id, run on, polled by the client with
+/// `tasks/get`.
+///
+/// Only a client that declares the extension on its request gets a task; the call becomes
+/// one when the tool first waits on something other than the client (before then, what it
+/// asks the client is asked the multi round-trip way). Handshake-era sessions always run
+/// the call as an ordinary request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskSupport {
+    /// Always an ordinary request (the default).
+    #[default]
+    Forbidden,
+    /// A task when the client declares the extension; an ordinary request otherwise, and
+    /// also when the tool finishes without waiting.
+    Optional,
+    /// A task, always: a 2026-07-28 client that does not declare the extension is refused
+    /// with -32021 naming it.
+    Required,
 }
 
 impl Tool {
@@ -260,6 +283,7 @@ impl Tool {
                 annotations: None,
                 icons: Vec::new(),
                 meta: None,
+                task_support: TaskSupport::Forbidden,
             }),
             handler: Arc::new(handler),
         }
@@ -295,6 +319,23 @@ impl Tool {
     /// Sets the definition's `_meta` (2025-06-18 sessions and newer).
     pub fn meta(mut self, meta: Value) -> Self {
         self.definition_mut().meta = Some(meta);
+        self
+    }
+
+    /// Lets calls of this tool become tasks (see [`TaskSupport`]).
+    ///
+    /// ```
+    /// use mcp_ws::{RequestContext, TaskSupport, Tool, ToolError};
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Report { month: String }
+    /// let tool = Tool::new("monthly_report", "Builds a report", |r: Report, _ctx: RequestContext| async move {
+    ///     tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+    ///     Ok::<_, ToolError>(format!("report for {}", r.month))
+    /// })
+    /// .task_support(TaskSupport::Optional);
+    /// ```
+    pub fn task_support(mut self, support: TaskSupport) -> Self {
+        self.definition_mut().task_support = support;
         self
     }
 

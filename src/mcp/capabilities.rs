@@ -28,5 +28,12 @@ pub fn server_capabilities(version: ProtocolVersion, offers: Offers) -> Value {
     if offers.completions && version.has_audio() {
         caps.insert("completions".into(), json!({}));
     }
+    // Extensions are a 2026-07-28 notion; tasks are offered only there.
+    if offers.tasks && version.is_modern() {
+        caps.insert(
+            "extensions".into(),
+            json!({ crate::mcp::TASKS_EXTENSION: {} }),
+        );
+    }
     Value::Object(caps)
 }

@@ -133,6 +133,13 @@ pub enum Error {
     HandlerFailed(String),
     #[error("Too many subscriptions: the session may hold {limit}")]
     TooManySubscriptions { limit: usize },
+    /// 2026-07-28 tasks: no task with this id is visible to the client (never created,
+    /// expired, or another identity's).
+    #[error("Unknown task")]
+    UnknownTask { task_id: String },
+    /// 2026-07-28 tasks: this node holds as many tasks as it may.
+    #[error("Too many tasks: retry later")]
+    TooManyTasks { limit: usize },
     /// 2026-07-28: a request's `_meta` lacks a required key or has a malformed one.
     #[error("Invalid params: {0}")]
     MalformedMeta(String),
@@ -190,7 +197,10 @@ impl Error {
             Self::MissingClientCapability { .. } => codes::MISSING_CLIENT_CAPABILITY,
             Self::HeaderMismatch(_) => codes::HEADER_MISMATCH,
             Self::HandlerFailed(_) => codes::HANDLER_FAILED,
-            Self::TooManySubscriptions { .. } => ErrorCode::INVALID_PARAMS,
+            Self::TooManySubscriptions { .. } | Self::UnknownTask { .. } => {
+                ErrorCode::INVALID_PARAMS
+            }
+            Self::TooManyTasks { .. } => codes::SERVER_BUSY,
             Self::NotInitialized => codes::NOT_INITIALIZED,
             Self::TimedOut { .. } => codes::REQUEST_TIMED_OUT,
             Self::DuplicateRequestId => codes::DUPLICATE_REQUEST_ID,
@@ -245,6 +255,10 @@ impl Error {
                 object.with_data(json!({ "uri": uri, "size": size, "limit": limit }))
             }
             Self::TooManySubscriptions { limit } => object.with_data(json!({ "limit": limit })),
+            Self::UnknownTask { task_id } => object.with_data(json!({ "taskId": task_id })),
+            Self::TooManyTasks { limit } => {
+                object.with_data(json!({ "scope": "tasks", "limit": limit }))
+            }
             Self::UnsupportedProtocolVersion { requested } => {
                 let supported: Vec<&str> =
                     ProtocolVersion::MODERN.iter().map(|v| v.as_str()).collect();

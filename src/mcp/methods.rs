@@ -32,6 +32,12 @@ pub enum Method {
     Discover,
     /// 2026-07-28.
     SubscriptionsListen,
+    /// 2026-07-28, tasks extension.
+    TasksGet,
+    /// 2026-07-28, tasks extension.
+    TasksUpdate,
+    /// 2026-07-28, tasks extension.
+    TasksCancel,
     Ping,
     ToolsList,
     ToolsCall,
@@ -52,6 +58,9 @@ impl Method {
             "initialize" => Self::Initialize,
             "server/discover" => Self::Discover,
             "subscriptions/listen" => Self::SubscriptionsListen,
+            "tasks/get" => Self::TasksGet,
+            "tasks/update" => Self::TasksUpdate,
+            "tasks/cancel" => Self::TasksCancel,
             "ping" => Self::Ping,
             "tools/list" => Self::ToolsList,
             "tools/call" => Self::ToolsCall,
@@ -70,7 +79,13 @@ impl Method {
 
     pub fn capability(self) -> Option<Capability> {
         match self {
-            Self::Initialize | Self::Ping | Self::Discover | Self::SubscriptionsListen => None,
+            Self::Initialize
+            | Self::Ping
+            | Self::Discover
+            | Self::SubscriptionsListen
+            | Self::TasksGet
+            | Self::TasksUpdate
+            | Self::TasksCancel => None,
             Self::ToolsList | Self::ToolsCall => Some(Capability::Tools),
             Self::ResourcesList
             | Self::ResourcesRead
@@ -81,6 +96,18 @@ impl Method {
             Self::LoggingSetLevel => Some(Capability::Logging),
             Self::CompletionComplete => Some(Capability::Completions),
         }
+    }
+
+    /// Whether only 2026-07-28 requests have this method (a handshake-era session does not).
+    pub fn is_modern_only(self) -> bool {
+        matches!(
+            self,
+            Self::Discover
+                | Self::SubscriptionsListen
+                | Self::TasksGet
+                | Self::TasksUpdate
+                | Self::TasksCancel
+        )
     }
 
     /// Whether a session on `version` may call this method.
@@ -100,4 +127,6 @@ pub mod notifications {
     pub const PROMPTS_LIST_CHANGED: &str = "notifications/prompts/list_changed";
     pub const RESOURCES_UPDATED: &str = "notifications/resources/updated";
     pub const ROOTS_LIST_CHANGED: &str = "notifications/roots/list_changed";
+    /// 2026-07-28, tasks extension: a task's status, on a `subscriptions/listen` stream.
+    pub const TASKS: &str = "notifications/tasks";
 }

@@ -16,3 +16,6 @@ pub use error::{codes, ConflictScope, Error, SignatureProblem};
 pub use methods::{notifications, Capability, Method};
 pub use types::*;
 pub use version::ProtocolVersion;
+
+/// The tasks extension of 2026-07-28: its name in `capabilities.extensions`.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";

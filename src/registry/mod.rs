@@ -13,6 +13,7 @@
 //! with -32602, never silently restarted from the first page. The hash covers only the
 //! definitions, so any node serving the same registry accepts the same cursors.
 
+pub(crate) mod header_params;
 mod snapshot;
 
 use crate::bus::{BusEvent, ChangeBus};
@@ -54,6 +55,15 @@ pub enum RegistryError {
         tool: String,
         /// `inputSchema` or `outputSchema`.
         member: &'static str,
+    },
+    /// A tool whose `inputSchema` has an invalid `x-mcp-header` annotation (clients drop
+    /// such a tool).
+    #[error("tool {tool:?}: {reason}")]
+    InvalidHeaderAnnotation {
+        /// The tool's name.
+        tool: String,
+        /// What is wrong.
+        reason: String,
     },
 }
 
@@ -124,6 +134,10 @@ struct Inner {
     templates: Kind<ResourceTemplate>,
     prompts: Kind<Prompt>,
     bus: ChangeBus,
+    /// Set once a tool whose calls may become tasks was registered.
+    ever_tasks: AtomicBool,
+    /// The arguments tools mirror in HTTP headers, for the tools that have any.
+    tool_headers: DashMap<String, Arc<[header_params::HeaderParam]>, FastHash>,
 }
 
 /// One kind: lookups by key, and the list snapshot.
@@ -326,11 +340,35 @@ impl Registry {
                 });
             }
         }
-        self.inner.tools.add(tool, &self.inner.bus)
+        let headers = header_params::header_params(&definition.input_schema).map_err(|reason| {
+            RegistryError::InvalidHeaderAnnotation {
+                tool: definition.name.clone(),
+                reason,
+            }
+        })?;
+        let name = definition.name.clone();
+        let tasks = definition.task_support != crate::tool::TaskSupport::Forbidden;
+        self.inner.tools.add(tool, &self.inner.bus)?;
+        if !headers.is_empty() {
+            self.inner.tool_headers.insert(name, headers.into());
+        }
+        if tasks {
+            self.inner.ever_tasks.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// The arguments the tool `name` mirrors in HTTP headers (`x-mcp-header`), if any.
+    pub(crate) fn tool_header_params(
+        &self,
+        name: &str,
+    ) -> Option<Arc<[header_params::HeaderParam]>> {
+        self.inner.tool_headers.get(name).map(|p| p.value().clone())
     }
 
     /// Removes a tool; says whether there was one.
     pub fn remove_tool(&self, name: &str) -> bool {
+        self.inner.tool_headers.remove(name);
         self.inner.tools.remove(name, &self.inner.bus)
     }
 
@@ -457,13 +495,16 @@ impl Registry {
     }
 
     /// The handler of an enabled tool (the `tools/call` hot path: one `Arc` clone).
-    pub(crate) fn tool_handler(&self, name: &str) -> Result<Arc<dyn ToolHandler>, Error> {
+    pub(crate) fn tool_handler(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<dyn ToolHandler>, crate::tool::TaskSupport), Error> {
         self.inner
             .tools
             .items
             .get(name)
             .filter(|e| e.enabled)
-            .map(|e| e.item.handler.clone())
+            .map(|e| (e.item.handler.clone(), e.item.definition.task_support))
             .ok_or_else(|| Error::UnknownTool { name: name.into() })
     }
 
@@ -526,6 +567,7 @@ impl Registry {
             prompts: i.prompts.ever.load(Ordering::Relaxed),
             completions: i.prompts.ever.load(Ordering::Relaxed)
                 || i.templates.ever.load(Ordering::Relaxed),
+            tasks: i.ever_tasks.load(Ordering::Relaxed),
         }
     }
 }
@@ -537,4 +579,6 @@ pub struct Offers {
     pub resources: bool,
     pub prompts: bool,
     pub completions: bool,
+    /// A tool whose calls may become tasks (2026-07-28 tasks extension).
+    pub tasks: bool,
 }

@@ -20,8 +20,9 @@ use crate::perimeter::signature::Passed;
 use crate::registry::Page;
 use crate::registry::{ListKind, ResourceTarget};
 use crate::resource::{CompletionRequest, ResourceError};
+use crate::tasks::runner::{Begun, TaskCall};
 use crate::tool::Arguments;
-use crate::tool::ToolError;
+use crate::tool::{TaskSupport, ToolError};
 use crate::worker::OnInput;
 use crate::worker::{Job, RequestWorker, Work};
 use serde::{Deserialize, Serialize};
@@ -126,7 +127,11 @@ impl Session {
             Method::PromptsGet => return self.prepare_prompt(params, None).map(Dispatch::Worker),
             Method::CompletionComplete => return self.prepare_completion(params, None),
             // `serves` keeps 2026-07-28 methods from handshake-era sessions.
-            Method::Discover | Method::SubscriptionsListen => {
+            Method::Discover
+            | Method::SubscriptionsListen
+            | Method::TasksGet
+            | Method::TasksUpdate
+            | Method::TasksCancel => {
                 return Err(Error::MethodNotFound {
                     method: request.method.clone().into_owned(),
                 })
@@ -320,7 +325,7 @@ impl Session {
                 &parsed
             }
         };
-        let handler = self.shared.registry.tool_handler(&p.name)?;
+        let (handler, task_support) = self.shared.registry.tool_handler(&p.name)?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let idempotency = match p.meta.as_ref().and_then(|m| m.idempotency_key) {
@@ -347,31 +352,19 @@ impl Session {
             );
             (binding, p.input_responses, p.request_state.as_deref())
         });
-        let era = self.era(modern, binding)?;
+        let mut era = self.era(modern, binding)?;
         let version = era.info.protocol_version;
         // A result is about as long as the arguments for pass-through tools (echo), and
         // short otherwise; the hint only sizes the frame's first allocation.
         let size_hint = arguments.len() + 64;
-        let work: Work = if era.modern {
+        let work: Work = if era.modern && task_support != TaskSupport::Forbidden {
+            self.task_call(&mut era, handler, arguments, trace_id.clone(), task_support)?
+        } else if era.modern {
             let shared = self.shared.clone();
             Box::new(move |id, ctx| {
                 Box::pin(async move {
-                    let result = match handler.call(arguments, ctx).await {
-                        Ok(result) => result,
-                        // 2026-07-28: a tool that could not go on without a capability the
-                        // request did not declare fails the request, naming it.
-                        Err(ToolError::Client(ClientRequestError::NotSupported { capability })) => {
-                            return Err(Error::MissingClientCapability {
-                                required: required_capability(capability),
-                            })
-                        }
-                        Err(e) => e.into_result(),
-                    };
-                    let body = serde_json::to_string(&ForVersion(&result, version))
-                        .map_err(|_| Error::Internal)?;
-                    let answer =
-                        modern_result(&shared.modern, &body, "", result.meta.as_ref(), "complete");
-                    Ok(encode_result(&id, &answer))
+                    let outcome = handler.call(arguments, ctx).await;
+                    modern_call_answer(&shared, &id, outcome, version)
                 })
             })
         } else {
@@ -401,6 +394,88 @@ impl Session {
             },
             era,
             replay,
+        })
+    }
+
+    /// The work of a 2026-07-28 call of a tool whose calls may become tasks (see
+    /// `tasks::runner`). A request that does not declare the extension gets an ordinary
+    /// call, or -32021 when the tool requires tasks.
+    fn task_call(
+        &self,
+        era: &mut RequestEra,
+        handler: Arc<dyn crate::tool::ToolHandler>,
+        arguments: Arguments,
+        trace_id: Option<Box<str>>,
+        support: TaskSupport,
+    ) -> Result<Work, Error> {
+        let version = era.info.protocol_version;
+        let shared = self.shared.clone();
+        if !crate::tasks::declared(&era.info.client_capabilities) {
+            if support == TaskSupport::Required {
+                return Err(Error::MissingClientCapability {
+                    required: crate::tasks::required_capability(),
+                });
+            }
+            return Ok(Box::new(move |id, ctx| {
+                Box::pin(async move {
+                    let outcome = handler.call(arguments, ctx).await;
+                    modern_call_answer(&shared, &id, outcome, version)
+                })
+            }));
+        }
+        // The call runs in a context of its own (it may outlive this request); the
+        // request's round goes with it.
+        let Input::Rounds(rounds) = std::mem::replace(&mut era.input, Input::Session) else {
+            return Err(Error::Internal);
+        };
+        let on_input = era.on_input.take();
+        let info = era.info.clone();
+        let asks = Rc::new(crate::context::TaskAsks::new(rounds));
+        Ok(Box::new(move |id, _ctx| {
+            Box::pin(async move {
+                let call = TaskCall {
+                    shared: shared.clone(),
+                    handler,
+                    arguments,
+                    request_id: id.clone(),
+                    trace_id,
+                    info,
+                    asks,
+                    support,
+                };
+                match crate::tasks::runner::begin(call).await? {
+                    Begun::Done(outcome) => modern_call_answer(&shared, &id, outcome, version),
+                    Begun::InputRequired(asks) => match on_input {
+                        Some(answer) => answer(id, asks),
+                        None => Err(Error::Internal),
+                    },
+                    Begun::Task(record) => {
+                        let body = Value::Object(record.fields(false)).to_string();
+                        let answer = modern_result(&shared.modern, &body, "", None, "task");
+                        Ok(encode_result(&id, &answer))
+                    }
+                }
+            })
+        }))
+    }
+
+    /// A job for a 2026-07-28 request whose work only waits on the store (`tasks/*`).
+    pub(super) fn store_job(
+        &self,
+        work: Work,
+        modern: ModernRequest,
+        label: &'static str,
+    ) -> Result<WorkerJob, Error> {
+        self.admit()?;
+        let era = self.era(Some(modern), None)?;
+        Ok(WorkerJob {
+            work,
+            timeout: self.shared.settings.limits.request_timeout(),
+            progress_token: None,
+            trace_id: None,
+            label: Cow::Borrowed(label),
+            era,
+            replay: None,
         })
     }
 
@@ -674,6 +749,29 @@ impl Session {
     }
 }
 
+/// The answer to a 2026-07-28 `tools/call`: the tool's result (an `isError` one for a
+/// failed tool); a tool that could not go on without a capability the request did not
+/// declare fails the request, naming it (-32021).
+fn modern_call_answer(
+    shared: &crate::shared::Shared,
+    id: &RequestId,
+    outcome: Result<crate::model::CallToolResult, ToolError>,
+    version: ProtocolVersion,
+) -> Result<String, Error> {
+    let result = match outcome {
+        Ok(result) => result,
+        Err(ToolError::Client(ClientRequestError::NotSupported { capability })) => {
+            return Err(Error::MissingClientCapability {
+                required: required_capability(capability),
+            })
+        }
+        Err(e) => e.into_result(),
+    };
+    let body = serde_json::to_string(&ForVersion(&result, version)).map_err(|_| Error::Internal)?;
+    let answer = modern_result(&shared.modern, &body, "", result.meta.as_ref(), "complete");
+    Ok(encode_result(id, &answer))
+}
+
 /// How a request of one era or the other runs in its worker.
 pub(super) struct RequestEra {
     info: SessionInfo,
@@ -688,7 +786,7 @@ impl Negotiated {
     /// Whether the session may call `method`: its capability was declared to this session.
     fn serves(&self, method: Method) -> bool {
         use crate::mcp::Capability;
-        if matches!(method, Method::Discover | Method::SubscriptionsListen) {
+        if method.is_modern_only() {
             // 2026-07-28 methods: a handshake-era session does not have them.
             return false;
         }

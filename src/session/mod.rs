@@ -20,6 +20,7 @@ mod dispatch;
 mod modern;
 mod pump;
 
+pub(crate) use modern::required_capability;
 pub use modern::ModernShape;
 pub use pump::{InboxPump, SessionHost};
 
@@ -487,6 +488,10 @@ impl Session {
         }
         let changes = self.inbox.take_changes();
         let updated = self.inbox.take_updated();
+        let tasks = self.inbox.take_task_notes();
+        if !tasks.is_empty() {
+            self.tasks_changed(&tasks, out);
+        }
         if changes.is_empty() && updated.is_empty() {
             return;
         }

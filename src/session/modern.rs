@@ -185,8 +185,13 @@ impl Session {
             Method::CompletionComplete => return self.prepare_completion(params, Some(modern)),
             Method::SubscriptionsListen => {
                 return self
-                    .listen(request.id.clone(), params, exchange, offers)
+                    .listen(request.id.clone(), params, &modern, exchange, offers)
                     .map(Dispatch::Listening)
+            }
+            Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => {
+                return self
+                    .prepare_task_method(method, params, modern)
+                    .map(Dispatch::Worker)
             }
             // Not served to 2026-07-28 requests (`serves_modern`).
             Method::Initialize
@@ -297,6 +302,7 @@ impl Session {
         &mut self,
         id: RequestId,
         params: Option<&RawValue>,
+        modern: &ModernRequest,
         exchange: u64,
         offers: Offers,
     ) -> Result<String, Error> {
@@ -319,17 +325,32 @@ impl Session {
             uris.sort();
             uris.dedup();
         }
+        let mut task_ids = asked.task_ids.filter(|_| offers.tasks);
+        if let Some(ids) = &mut task_ids {
+            if !crate::tasks::declared(&modern.info.client_capabilities) {
+                return Err(Error::MissingClientCapability {
+                    required: crate::tasks::required_capability(),
+                });
+            }
+            ids.truncate(limits.max_subscriptions_per_session);
+            ids.sort();
+            ids.dedup();
+        }
         let filter = ListenFilter {
             tools_list_changed: asked.tools_list_changed && offers.tools,
             prompts_list_changed: asked.prompts_list_changed && offers.prompts,
             resources_list_changed: asked.resources_list_changed && offers.resources,
             resource_subscriptions: uris,
+            task_ids,
         };
         if self.bus.is_none() {
             self.bus = Some(self.shared.registry.bus().attach(&self.inbox));
         }
         for uri in filter.resource_subscriptions.iter().flatten() {
             self.inbox.add_interest(uri);
+        }
+        for task in filter.task_ids.iter().flatten() {
+            self.inbox.add_task_interest(task);
         }
         let tag = subscription_meta(&id);
         let ack = format!(
@@ -353,6 +374,105 @@ impl Session {
         for uri in listener.filter.resource_subscriptions.iter().flatten() {
             self.inbox.drop_interest(uri);
         }
+        for task in listener.filter.task_ids.iter().flatten() {
+            self.inbox.drop_task_interest(task);
+        }
+    }
+
+    /// Sends each stored task status to the listen streams that follow the task, for the
+    /// identity it belongs to (`notifications/tasks`: what `tasks/get` would show).
+    pub(super) fn tasks_changed(
+        &self,
+        notes: &[Arc<crate::bus::TaskNote>],
+        out: &mut dyn super::Outlet,
+    ) {
+        let subject = self.admission.identity.subject();
+        for note in notes.iter().filter(|n| n.owner == subject) {
+            for listener in self.listeners.values() {
+                if listener.filter.follows(&note.id) {
+                    let frame = format!(
+                        r#"{{"jsonrpc":"2.0","method":"{}","params":{{"_meta":{},{}}}}}"#,
+                        crate::mcp::notifications::TASKS,
+                        listener.tag,
+                        members(&note.fields),
+                    );
+                    out.send(frame, super::Route::During(listener.exchange));
+                }
+            }
+        }
+    }
+
+    /// `tasks/get`, `tasks/update`, `tasks/cancel`: for a request that declares the tasks
+    /// extension, the store operation in a worker (it may wait on Redis).
+    fn prepare_task_method(
+        &self,
+        method: Method,
+        params: Option<&RawValue>,
+        modern: ModernRequest,
+    ) -> Result<super::dispatch::WorkerJob, Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct TaskParams {
+            task_id: String,
+            #[serde(default)]
+            input_responses: Option<Value>,
+        }
+        if !crate::tasks::declared(&modern.info.client_capabilities) {
+            return Err(Error::MissingClientCapability {
+                required: crate::tasks::required_capability(),
+            });
+        }
+        let p: TaskParams = crate::mcp::parse_object(params).map_err(Error::InvalidParams)?;
+        let responses = match (method, p.input_responses) {
+            (Method::TasksUpdate, Some(Value::Object(responses))) => responses,
+            (Method::TasksUpdate, _) => {
+                return Err(Error::InvalidParams(
+                    "inputResponses: must be an object".into(),
+                ))
+            }
+            _ => Map::new(),
+        };
+        let owner = modern.info.identity.subject().to_owned();
+        let shared = self.shared.clone();
+        let task_id = p.task_id;
+        let work: crate::worker::Work = Box::new(move |id, _ctx| {
+            Box::pin(async move {
+                let body = match method {
+                    Method::TasksGet => {
+                        let record = crate::tasks::load(&shared, &task_id, &owner).await?;
+                        Value::Object(record.fields(true)).to_string()
+                    }
+                    Method::TasksUpdate => {
+                        crate::tasks::update(&shared, &task_id, &owner, responses).await?;
+                        "{}".to_owned()
+                    }
+                    _ => {
+                        crate::tasks::cancel(&shared, &task_id, &owner).await?;
+                        "{}".to_owned()
+                    }
+                };
+                let answer = modern_result(&shared.modern, &body, "", None, "complete");
+                Ok(crate::jsonrpc::encode_result(&id, &answer))
+            })
+        });
+        self.store_job(work, modern, method_label(method))
+    }
+}
+
+/// The members of a JSON object's text, without its braces.
+fn members(object: &str) -> &str {
+    object
+        .trim()
+        .strip_prefix('{')
+        .and_then(|o| o.strip_suffix('}'))
+        .unwrap_or("")
+}
+
+fn method_label(method: Method) -> &'static str {
+    match method {
+        Method::TasksGet => "tasks/get",
+        Method::TasksUpdate => "tasks/update",
+        _ => "tasks/cancel",
     }
 }
 
@@ -368,6 +488,9 @@ pub(super) struct ListenFilter {
     resources_list_changed: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     resource_subscriptions: Option<Vec<String>>,
+    /// Tasks whose status changes the stream wants (`notifications/tasks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    task_ids: Option<Vec<String>>,
 }
 
 impl ListenFilter {
@@ -398,6 +521,13 @@ impl ListenFilter {
         .into_iter()
         .filter(move |(wanted, change, _)| *wanted && changes.contains(*change))
         .map(|(_, _, method)| method)
+    }
+
+    /// Whether this stream follows the task `id`.
+    pub(super) fn follows(&self, id: &str) -> bool {
+        self.task_ids
+            .as_ref()
+            .is_some_and(|ids| ids.binary_search_by(|t| t.as_str().cmp(id)).is_ok())
     }
 
     /// Whether this stream wants updates of `uri`.
@@ -434,6 +564,7 @@ fn serves_modern(method: Method, offers: Offers) -> bool {
         | Method::ResourcesSubscribe
         | Method::ResourcesUnsubscribe => false,
         Method::Discover => true,
+        Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => offers.tasks,
         // Listening needs something to listen to.
         Method::SubscriptionsListen => offers.tools || offers.resources || offers.prompts,
         other => match other.capability() {

@@ -11,7 +11,7 @@
 //! sessions that everything changed and asks the other nodes to do the same (a spurious
 //! notification rather than a lost one, as the bus does locally).
 
-use crate::bus::{BusEvent, BusObserver, ChangeBus};
+use crate::bus::{BusEvent, BusObserver, ChangeBus, TaskNote};
 use crate::inbox::Changes;
 use crate::shared::Shared;
 use futures_util::StreamExt;
@@ -36,6 +36,22 @@ struct Message {
     /// The sender may have missed changes: everything may have changed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     everything: bool,
+    /// A task's stored status, for the listen streams that follow it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    task: Option<TaskNote>,
+    /// Answers or a cancel for a task, for the node that runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    steer: Option<Steer>,
+}
+
+/// What `tasks/update` and `tasks/cancel` send the node that runs a task.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Steer {
+    task: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    cancel: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    responses: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 const LISTS: [(Changes, &str); 3] = [
@@ -57,6 +73,8 @@ impl Message {
             lists: Vec::new(),
             updated: None,
             everything: false,
+            task: None,
+            steer: None,
         };
         match event {
             BusEvent::Lists(changes) => {
@@ -67,12 +85,29 @@ impl Message {
                     .collect();
             }
             BusEvent::ResourceUpdated(uri) => message.updated = Some(uri.to_string()),
+            BusEvent::Task(note) => message.task = Some(TaskNote::clone(note)),
         }
         message
     }
 
-    /// Feeds a remote change into this node's bus.
-    fn deliver(self, bus: &ChangeBus) {
+    /// Feeds a remote change into this node's bus, and a steer to the task it names if it
+    /// runs here.
+    fn deliver(self, bus: &ChangeBus, tasks: &crate::tasks::Tasks) {
+        if let Some(steer) = self.steer {
+            let signal = match steer.responses {
+                Some(responses) if !steer.cancel => crate::tasks::Signal::Answer {
+                    responses,
+                    applied: None,
+                },
+                _ => crate::tasks::Signal::Cancel { applied: None },
+            };
+            tasks.signal_local(&steer.task, signal);
+            return;
+        }
+        if let Some(note) = self.task {
+            bus.publish_local(BusEvent::Task(Arc::new(note)));
+            return;
+        }
         if self.everything {
             mark_everything_changed(bus);
             return;
@@ -179,6 +214,8 @@ async fn subscribe(shared: Arc<Shared>) {
                             lists: Vec::new(),
                             updated: None,
                             everything: true,
+                            task: None,
+                            steer: None,
                         },
                     )
                     .await;
@@ -192,7 +229,7 @@ async fn subscribe(shared: Arc<Shared>) {
                         Ok(message) if message.node == node => {}
                         Ok(message) => {
                             shared.metrics.bridge_received.inc();
-                            message.deliver(&bus);
+                            message.deliver(&bus, &shared.tasks);
                         }
                         Err(error) => {
                             tracing::debug!(%error, "unreadable message on the bus channel; ignored")
@@ -208,6 +245,29 @@ async fn subscribe(shared: Arc<Shared>) {
         missed = true;
         tokio::time::sleep(redis.retry_after()).await;
     }
+}
+
+/// Sends answers or a cancel for a task to the other nodes (the one that runs it acts on
+/// it). Without Redis there are no other nodes: nothing to do.
+pub(crate) async fn send_task_signal(shared: &Shared, id: &str, signal: crate::tasks::Signal) {
+    let (cancel, responses) = match signal {
+        crate::tasks::Signal::Answer { responses, .. } => (false, Some(responses)),
+        crate::tasks::Signal::Cancel { .. } => (true, None),
+        crate::tasks::Signal::Shutdown => return,
+    };
+    let message = Message {
+        node: shared.store.node(),
+        lists: Vec::new(),
+        updated: None,
+        everything: false,
+        task: None,
+        steer: Some(Steer {
+            task: id.to_owned(),
+            cancel,
+            responses,
+        }),
+    };
+    send(shared, &message).await;
 }
 
 #[cfg(test)]

@@ -252,6 +252,38 @@ impl RedisStore {
         .await
     }
 
+    fn task_key(&self, id: &str) -> String {
+        format!("{}task:{id}", self.prefix)
+    }
+
+    /// Stores a task (its JSON) for `ttl`. Whether Redis took it.
+    pub(crate) async fn put_task(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        json: String,
+        ttl: Duration,
+    ) -> bool {
+        let key = self.task_key(id);
+        // At least 1 ms: a task whose time is up is kept that long, not refused by Redis.
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        self.run(metrics, "put_task", |mut con| async move {
+            con.pset_ex::<_, _, ()>(key, json, ttl_ms).await
+        })
+        .await
+        .is_some()
+    }
+
+    /// The JSON of a task, `Some(None)` when there is none; `None` when Redis could not be
+    /// asked.
+    pub(crate) async fn get_task(&self, metrics: &Metrics, id: &str) -> Option<Option<String>> {
+        let key = self.task_key(id);
+        self.run(metrics, "get_task", |mut con| async move {
+            con.get::<_, Option<String>>(key).await
+        })
+        .await
+    }
+
     /// Publishes a message on the bus channel. Whether Redis took it.
     pub(crate) async fn publish(&self, metrics: &Metrics, message: String) -> bool {
         let channel = self.bus_channel();

@@ -128,7 +128,9 @@ async fn stateless(
         // cancels); whatever comes is accepted and ignored.
         return Ok(HttpResponse::Accepted().finish());
     }
-    if let Err(mismatch) = check_headers(req.headers(), probe, header_version) {
+    let checked = check_headers(req.headers(), probe, header_version)
+        .and_then(|()| check_param_headers(req.headers(), shared, probe, &text));
+    if let Err(mismatch) = checked {
         let error = crate::mcp::Error::HeaderMismatch(mismatch);
         let frame = crate::jsonrpc::encode_error(probe.id.as_ref(), &error.to_wire_modern());
         return Ok(json_answer(frame, 400));
@@ -184,6 +186,65 @@ fn check_headers(
     Ok(())
 }
 
+/// The `Mcp-Param-*` headers of a 2026-07-28 `tools/call` against the arguments they
+/// mirror (the tool's `x-mcp-header` annotations): each argument present and not null must
+/// be repeated, after decoding, by its header.
+fn check_param_headers(
+    headers: &HeaderMap,
+    shared: &Shared,
+    probe: &Probe,
+    text: &str,
+) -> Result<(), String> {
+    if probe.method.as_deref() != Some("tools/call") {
+        return Ok(());
+    }
+    let Some(params) = probe
+        .name
+        .as_deref()
+        .and_then(|name| shared.registry.tool_header_params(name))
+    else {
+        return Ok(());
+    };
+    // Only calls of annotated tools pay for reading the arguments here.
+    #[derive(serde::Deserialize)]
+    struct Call {
+        params: CallParams,
+    }
+    #[derive(serde::Deserialize)]
+    struct CallParams {
+        #[serde(default)]
+        arguments: serde_json::Value,
+    }
+    let Ok(call) = serde_json::from_str::<Call>(text) else {
+        // Not a call the session will take either; it answers the error.
+        return Ok(());
+    };
+    for param in params.iter() {
+        let Some(value) = param.value(&call.params.arguments) else {
+            continue;
+        };
+        let name = format!("mcp-param-{}", param.suffix.to_ascii_lowercase());
+        let header = match headers.get(name.as_str()).map(|v| v.to_str()) {
+            None => {
+                return Err(format!(
+                    "the Mcp-Param-{} header is required: the call has {}",
+                    param.suffix,
+                    param.path.join(".")
+                ))
+            }
+            Some(Err(_)) => {
+                return Err(format!(
+                    "the Mcp-Param-{} header has characters a header may not carry as such",
+                    param.suffix
+                ))
+            }
+            Some(Ok(header)) => header,
+        };
+        param.check(header, value)?;
+    }
+    Ok(())
+}
+
 /// What the HTTP layer reads of a body before handing it on: whether it is one request, its
 /// id and method, the name the `Mcp-Name` header must repeat, and a 2026-07-28 version.
 struct Probe {
@@ -212,6 +273,8 @@ impl Probe {
             name: Option<std::borrow::Cow<'a, str>>,
             #[serde(borrow, default)]
             uri: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default, rename = "taskId")]
+            task_id: Option<std::borrow::Cow<'a, str>>,
             #[serde(borrow, default, rename = "_meta")]
             meta: Option<ProbeMeta<'a>>,
         }
@@ -235,6 +298,9 @@ impl Probe {
         let name = params.as_ref().and_then(|p| match method {
             Some("tools/call" | "prompts/get") => p.name.as_deref().map(str::to_owned),
             Some("resources/read") => p.uri.as_deref().map(str::to_owned),
+            Some("tasks/get" | "tasks/update" | "tasks/cancel") => {
+                p.task_id.as_deref().map(str::to_owned)
+            }
             _ => None,
         });
         Self {

@@ -15,13 +15,15 @@
 //!   `input-required-result-*` family, `json-schema-2020-12`, the custom-header and
 //!   reconnection probes). They are ordinary tools asking through their context; what the
 //!   2026-07-28 wire adds (input-required results, request state, `_meta` capabilities) is
-//!   the protocol core's job, not theirs.
+//!   the protocol core's job, not theirs;
+//! - `tasks`: the tools the `tasks-*` scenarios (the tasks extension) call.
 
 mod content;
 mod draft;
 mod interaction;
 mod prompts;
 mod resources;
+mod tasks;
 
 use crate::ServerBuilder;
 use schemars::JsonSchema;
@@ -55,6 +57,7 @@ pub fn fixtures(builder: ServerBuilder) -> ServerBuilder {
         .chain(interaction::tools())
         .chain(draft::tools())
         .chain(draft::triggers(registry))
+        .chain(tasks::tools())
         .fold(builder, ServerBuilder::tool);
     let builder = resources::resources()
         .into_iter()

@@ -1,0 +1,246 @@
+//! Tool arguments mirrored in HTTP headers (2026-07-28, SEP-2243): a property of a tool's
+//! `inputSchema` annotated `"x-mcp-header": "Region"` is sent by clients as the header
+//! `Mcp-Param-Region` on `tools/call`, so that intermediaries can route on it without
+//! reading the body; the server checks that the header says what the body says.
+//!
+//! Here: reading and checking the annotations when a tool is registered (an invalid one is
+//! a registration error: clients must drop a tool that carries one), and comparing a header
+//! with its argument.
+
+use base64::Engine;
+use serde_json::Value;
+
+/// One annotated argument.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeaderParam {
+    /// The header's name after `Mcp-Param-`.
+    pub suffix: String,
+    /// The argument's path from the root of `arguments`, through `properties` only.
+    pub path: Vec<String>,
+    /// What the property holds.
+    pub kind: ParamKind,
+}
+
+/// The types an annotated property may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    String,
+    Integer,
+    Boolean,
+}
+
+/// The largest integer a client can carry exactly (2^53 − 1).
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+/// The annotated arguments of `schema`, checked: each annotation a non-empty RFC 9110
+/// token, unique (ignoring case) within the schema, on a string, integer or boolean
+/// property reached from the root through `properties` only.
+///
+/// # Errors
+/// What is wrong with the first invalid annotation.
+pub fn header_params(schema: &Value) -> Result<Vec<HeaderParam>, String> {
+    let mut found = Vec::new();
+    collect(schema, &mut Vec::new(), &mut found)?;
+    let mut seen = std::collections::HashSet::new();
+    for param in &found {
+        if !seen.insert(param.suffix.to_ascii_lowercase()) {
+            return Err(format!(
+                "x-mcp-header {:?} is used twice (header names ignore case)",
+                param.suffix
+            ));
+        }
+    }
+    Ok(found)
+}
+
+fn collect(
+    schema: &Value,
+    path: &mut Vec<String>,
+    found: &mut Vec<HeaderParam>,
+) -> Result<(), String> {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    for (name, property) in properties {
+        path.push(name.clone());
+        if let Some(annotation) = property.get("x-mcp-header") {
+            let suffix = annotation
+                .as_str()
+                .filter(|s| !s.is_empty() && s.bytes().all(is_token_byte))
+                .ok_or_else(|| {
+                    format!(
+                        "x-mcp-header of {} must be a non-empty header token",
+                        path.join(".")
+                    )
+                })?;
+            let kind = match property.get("type").and_then(Value::as_str) {
+                Some("string") => ParamKind::String,
+                Some("integer") => ParamKind::Integer,
+                Some("boolean") => ParamKind::Boolean,
+                _ => {
+                    return Err(format!(
+                        "x-mcp-header on {}: only string, integer and boolean properties may be headers",
+                        path.join(".")
+                    ))
+                }
+            };
+            found.push(HeaderParam {
+                suffix: suffix.to_owned(),
+                path: path.clone(),
+                kind,
+            });
+        }
+        collect(property, path, found)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+/// RFC 9110 `tchar`.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+impl HeaderParam {
+    /// The argument's value in `arguments`, if present and not null.
+    pub fn value<'a>(&self, arguments: &'a Value) -> Option<&'a Value> {
+        let mut value = arguments;
+        for key in &self.path {
+            value = value.get(key)?;
+        }
+        (!value.is_null()).then_some(value)
+    }
+
+    /// Whether the header (as sent, before decoding) says what `value` says.
+    ///
+    /// # Errors
+    /// Why not: an undecodable header, or a different value.
+    pub fn check(&self, header: &str, value: &Value) -> Result<(), String> {
+        let decoded = decode(header.trim()).ok_or_else(|| {
+            format!(
+                "Mcp-Param-{} header is not a valid =?base64?…?= value",
+                self.suffix
+            )
+        })?;
+        let matches = match (self.kind, value) {
+            (ParamKind::String, Value::String(s)) => decoded == *s,
+            (ParamKind::Integer, Value::Number(n)) => decoded
+                .parse::<f64>()
+                .ok()
+                .filter(|h| h.abs() <= MAX_SAFE_INTEGER)
+                .zip(n.as_f64())
+                .is_some_and(|(h, b)| h == b),
+            (ParamKind::Boolean, Value::Bool(b)) => decoded == if *b { "true" } else { "false" },
+            // The body's value is not of the declared type: the arguments are checked
+            // against the schema later; the header cannot match it.
+            _ => false,
+        };
+        if matches {
+            Ok(())
+        } else {
+            Err(format!(
+                "Mcp-Param-{} header does not match the argument {}",
+                self.suffix,
+                self.path.join(".")
+            ))
+        }
+    }
+}
+
+/// A header value as sent: `=?base64?…?=` (UTF-8, padded base64) or the value itself.
+fn decode(header: &str) -> Option<String> {
+    match header
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(header.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn region() -> HeaderParam {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "other": {"type": "string"}
+        }});
+        header_params(&schema).expect("valid").remove(0)
+    }
+
+    #[test]
+    fn annotations_are_found_through_properties() {
+        let schema = json!({"type": "object", "properties": {
+            "a": {"type": "integer", "x-mcp-header": "A"},
+            "nested": {"type": "object", "properties": {
+                "b": {"type": "boolean", "x-mcp-header": "B"}
+            }}
+        }});
+        let params = header_params(&schema).expect("valid");
+        assert_eq!(params.len(), 2);
+        assert_eq!(params[1].path, ["nested", "b"]);
+        assert_eq!(params[1].kind, ParamKind::Boolean);
+    }
+
+    #[test]
+    fn invalid_annotations_are_refused() {
+        for bad in [
+            json!({"properties": {"a": {"type": "number", "x-mcp-header": "A"}}}),
+            json!({"properties": {"a": {"type": "string", "x-mcp-header": ""}}}),
+            json!({"properties": {"a": {"type": "string", "x-mcp-header": "A B"}}}),
+            json!({"properties": {"a": {"type": "string", "x-mcp-header": 7}}}),
+            json!({"properties": {
+                "a": {"type": "string", "x-mcp-header": "X"},
+                "b": {"type": "string", "x-mcp-header": "x"}
+            }}),
+        ] {
+            assert!(header_params(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn headers_are_decoded_before_they_are_compared() {
+        let param = region();
+        let hello = json!("Hello");
+        assert!(param.check("=?base64?SGVsbG8=?=", &hello).is_ok());
+        assert!(param.check(" Hello ", &hello).is_ok());
+        assert!(
+            param.check("=?base64?SGVsbG8?=", &hello).is_err(),
+            "padding"
+        );
+        assert!(param.check("=?base64?SGVs!!!bG8=?=", &hello).is_err());
+        assert!(param.check("Hallo", &hello).is_err());
+        // Only the whole sentinel is an encoding.
+        assert!(param
+            .check("=?base64?SGVsbG8=", &json!("=?base64?SGVsbG8="))
+            .is_ok());
+    }
+
+    #[test]
+    fn integers_compare_numerically_and_booleans_literally() {
+        let int = HeaderParam {
+            suffix: "N".into(),
+            path: vec!["n".into()],
+            kind: ParamKind::Integer,
+        };
+        assert!(int.check("42", &json!(42)).is_ok());
+        assert!(int.check("42.0", &json!(42)).is_ok());
+        assert!(int.check("43", &json!(42)).is_err());
+        let flag = HeaderParam {
+            suffix: "F".into(),
+            path: vec!["f".into()],
+            kind: ParamKind::Boolean,
+        };
+        assert!(flag.check("true", &json!(true)).is_ok());
+        assert!(flag.check("True", &json!(true)).is_err());
+        assert_eq!(flag.value(&json!({"f": null})), None);
+    }
+}

@@ -1,0 +1,255 @@
+//! Running a call that may become a task.
+//!
+//! [`begin`] runs the tool until it first waits. Done by then: an ordinary answer (or, for
+//! a tool that requires tasks, a task stored already completed). Waiting on the client
+//! (an ask the request's `inputResponses` did not answer): a multi round-trip answer, as for
+//! any 2026-07-28 request. Waiting on anything else: the call becomes a task; its runner is
+//! spawned on this thread, stores the task, and only then is the call answered with it.
+//!
+//! The runner is the task's only writer. It drives the tool and, between its steps, the
+//! task's signals (answers from `tasks/update`, `tasks/cancel`, shutdown): it stores the
+//! task whenever its status or its outstanding asks change, cancels it by dropping the
+//! tool's future (the tool stops at its next wait), and fails it when its time is up. It
+//! holds one of this node's task slots until it ends; a task outlives the request, the
+//! session and the connection that created it.
+
+use super::{save, Signal, TaskRecord, TaskStatus, SIGNAL_CAPACITY};
+use crate::context::{
+    Ask, CancelFlag, ClientRequestError, ContextParts, Deadline, Input, LogFloor, RequestContext,
+    SessionInfo, TaskAsks,
+};
+use crate::inbox::Inbox;
+use crate::jsonrpc::RequestId;
+use crate::mcp::Error;
+use crate::model::{CallToolResult, ForVersion};
+use crate::shared::Shared;
+use crate::tool::{Arguments, TaskSupport, ToolError, ToolHandler};
+use futures_util::future::{poll_immediate, LocalBoxFuture};
+use futures_util::FutureExt;
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+
+/// A call that may become a task.
+pub(crate) struct TaskCall {
+    pub shared: Arc<Shared>,
+    pub handler: Arc<dyn ToolHandler>,
+    pub arguments: Arguments,
+    /// The request's id (the tool's context reports it).
+    pub request_id: RequestId,
+    pub trace_id: Option<Box<str>>,
+    /// What the request's `_meta` established.
+    pub info: SessionInfo,
+    /// The request's round (answers from `inputResponses` and `requestState`).
+    pub asks: Rc<TaskAsks>,
+    pub support: TaskSupport,
+}
+
+/// How a call that may become a task was answered.
+pub(crate) enum Begun {
+    /// Done without waiting: an ordinary result.
+    Done(Result<CallToolResult, ToolError>),
+    /// It asked the client for something the request did not answer.
+    InputRequired(Vec<Ask>),
+    /// It became a task, stored as this.
+    Task(TaskRecord),
+}
+
+type Outcome = Result<Result<CallToolResult, ToolError>, Box<dyn std::any::Any + Send>>;
+
+/// See the module docs.
+///
+/// # Errors
+/// -32008 when this node runs (or keeps) as many tasks as it may; -32603 when the tool
+/// panicked before it first waited.
+pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
+    let TaskCall {
+        shared,
+        handler,
+        arguments,
+        request_id,
+        trace_id,
+        info,
+        asks,
+        support,
+    } = call;
+    let slot = shared.tasks.reserve()?;
+    let settings = &shared.settings;
+    let ttl = Duration::from_millis(settings.tasks.ttl_ms);
+    let cancel = CancelFlag::default();
+    let owner = info.identity.subject().to_owned();
+    let ctx = RequestContext::new(ContextParts {
+        id: request_id,
+        trace_id,
+        // Nothing is posted to it: a task reports no progress, sends no log lines (the
+        // extension has neither) and asks through `asks`.
+        inbox: Rc::new(Inbox::default()),
+        session: info,
+        progress_interval: None,
+        deadline: Deadline::new(ttl, ttl),
+        cancel: cancel.clone(),
+        client_timeout: Duration::from_millis(settings.client_requests.timeout_ms),
+        input: Input::Task(asks.clone()),
+        log_floor: LogFloor::Request(None),
+    });
+    let mut work: LocalBoxFuture<'static, Outcome> =
+        Box::pin(AssertUnwindSafe(handler.call(arguments, ctx)).catch_unwind());
+    let first = poll_immediate(&mut work).await;
+    let mut record = TaskRecord::new(&owner, &settings.tasks);
+    match first {
+        Some(Ok(outcome)) if support == TaskSupport::Optional => return Ok(Begun::Done(outcome)),
+        Some(Err(_panic)) if support == TaskSupport::Optional => {
+            shared.metrics.panicked.inc();
+            return Err(Error::Internal);
+        }
+        Some(outcome) => {
+            // Required, and done at once: a task, finished already.
+            finish(&shared, &mut record, outcome);
+            save(&shared, &record).await;
+            shared.metrics.tasks_created.inc();
+            return Ok(Begun::Task(record));
+        }
+        None if asks.rounds().has_asks() => {
+            return Ok(Begun::InputRequired(asks.rounds().take_asks()));
+        }
+        None => {}
+    }
+    asks.detach();
+    let (signals, receiver) = mpsc::channel(SIGNAL_CAPACITY);
+    shared.tasks.running.insert(record.id.clone(), signals);
+    let (stored, created) = oneshot::channel();
+    let runner = Runner {
+        shared: shared.clone(),
+        record: record.clone(),
+        work,
+        asks,
+        signals: receiver,
+        cancel,
+        _slot: slot,
+    };
+    // On this thread (the tool's future is not `Send`), on a task of its own: the request
+    // that created it may end (or be cancelled) while it runs.
+    actix_rt::spawn(runner.run(stored));
+    // Answered once the task is stored, so that a `tasks/get` for it resolves.
+    let _ = created.await;
+    shared.metrics.tasks_created.inc();
+    Ok(Begun::Task(record))
+}
+
+/// A running task. See the module docs.
+struct Runner {
+    shared: Arc<Shared>,
+    record: TaskRecord,
+    work: LocalBoxFuture<'static, Outcome>,
+    asks: Rc<TaskAsks>,
+    signals: mpsc::Receiver<Signal>,
+    cancel: CancelFlag,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Runner {
+    async fn run(mut self, stored: oneshot::Sender<()>) {
+        let shared = self.shared.clone();
+        let _running = shared.metrics.tasks_running.track();
+        save(&self.shared, &self.record).await;
+        let _ = stored.send(());
+        let expiry = tokio::time::sleep(self.record.remaining());
+        tokio::pin!(expiry);
+        loop {
+            tokio::select! {
+                biased;
+                outcome = &mut self.work => {
+                    finish(&self.shared, &mut self.record, outcome);
+                    break;
+                }
+                signal = self.signals.recv() => match signal {
+                    Some(Signal::Answer { responses, applied }) => {
+                        self.asks.answer(responses);
+                        self.sync_asks().await;
+                        if let Some(applied) = applied {
+                            let _ = applied.send(());
+                        }
+                    }
+                    Some(Signal::Cancel { applied }) => {
+                        self.cancel.set();
+                        self.record.set(TaskStatus::Cancelled);
+                        save(&self.shared, &self.record).await;
+                        if let Some(applied) = applied {
+                            let _ = applied.send(());
+                        }
+                        break;
+                    }
+                    Some(Signal::Shutdown) | None => {
+                        self.cancel.set();
+                        fail(&mut self.record, &Error::ShuttingDown);
+                        break;
+                    }
+                },
+                () = self.asks.changed() => self.sync_asks().await,
+                () = &mut expiry => {
+                    self.cancel.set();
+                    let timeout_ms = self.record.ttl_ms;
+                    fail(&mut self.record, &Error::TimedOut { timeout_ms });
+                    break;
+                }
+            }
+        }
+        if self.record.status != TaskStatus::Cancelled {
+            save(&self.shared, &self.record).await;
+        }
+        self.shared.tasks.running.remove(&self.record.id);
+        // Dropping `self` drops the tool's future: a cancelled task stops at its next wait.
+    }
+
+    /// Stores the task when its outstanding asks changed: `input_required` with them, or
+    /// `working` again once none is left.
+    async fn sync_asks(&mut self) {
+        let outstanding = self.asks.outstanding();
+        let status = if outstanding.is_empty() {
+            TaskStatus::Working
+        } else {
+            TaskStatus::InputRequired
+        };
+        if status == self.record.status && outstanding == self.record.input_requests {
+            return;
+        }
+        self.record.input_requests = outstanding;
+        self.record.set(status);
+        save(&self.shared, &self.record).await;
+    }
+}
+
+/// Records how the tool ended: its result (an `isError` one too) completes the task; a
+/// capability the request did not declare, or a panic, fails it.
+fn finish(shared: &Shared, record: &mut TaskRecord, outcome: Outcome) {
+    let result = match outcome {
+        Ok(Ok(result)) => result,
+        Ok(Err(ToolError::Client(ClientRequestError::NotSupported { capability }))) => {
+            let required = crate::session::required_capability(capability);
+            return fail(record, &Error::MissingClientCapability { required });
+        }
+        Ok(Err(error)) => error.into_result(),
+        Err(_panic) => {
+            // The panic went to the log through the panic hook; the task says no more.
+            shared.metrics.panicked.inc();
+            return fail(record, &Error::Internal);
+        }
+    };
+    let version = crate::mcp::ProtocolVersion::V2026_07_28;
+    match serde_json::to_value(ForVersion(&result, version)) {
+        Ok(value) => {
+            record.result = Some(value);
+            record.set(TaskStatus::Completed);
+        }
+        Err(_) => fail(record, &Error::Internal),
+    }
+}
+
+/// Fails the task with `error` (its JSON-RPC error object).
+fn fail(record: &mut TaskRecord, error: &Error) {
+    record.error = serde_json::to_value(error.to_wire_modern()).ok();
+    record.result = None;
+    record.set(TaskStatus::Failed);
+}
