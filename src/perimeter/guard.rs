@@ -3,8 +3,8 @@
 //! (`mcp::Error`). Whatever a check needs across requests (token buckets, nonce caches) is
 //! bounded and lives here, shared by all sessions of the server.
 //!
-//! Today it holds no check; method allow-lists, per-identity rate limits and request
-//! signatures come here.
+//! Today it checks the client's own method allow-list (its policies, see `policy`);
+//! server-wide method allow-lists, per-identity rate limits and request signatures come here.
 
 use super::Admission;
 use crate::config::Settings;
@@ -28,10 +28,12 @@ impl RequestGuard {
     /// The error to answer the request with; the request does not run.
     pub fn check(
         &self,
-        _admission: &Admission,
-        _method: &str,
+        admission: &Admission,
+        method: &str,
         _params: Option<&RawValue>,
     ) -> Result<(), Error> {
+        // A method the client's policies do not allow is one it does not know of.
+        admission.access.check_method(method)?;
         Ok(())
     }
 }

@@ -11,7 +11,7 @@ use super::events::{Cursor, SseEvent};
 use super::hosted::{End, HostedSession, OpenStream, Post, PostReply};
 use crate::jsonrpc::{decode, Decoded, Entry};
 use crate::mcp::{CallToolParams, ProtocolVersion};
-use crate::perimeter::{self, Admission, Refusal};
+use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::shared::{SessionId, Shared};
 use actix::Addr;
 use actix_web::http::header::{self, HeaderMap};
@@ -56,16 +56,19 @@ pub async fn post(
         .map_err(|_| Refusal::PayloadTooLarge)?
         .map_err(|_| Refusal::BodyUnreadable)?;
     let text = String::from_utf8(body.into()).map_err(|_| Refusal::BodyNotText)?;
+    let owner = Owner::of(&admission.identity);
     let (session, new_id) = match session_id(req.headers()) {
         Some(id) => (
-            shared.find_session(id).ok_or(Refusal::SessionNotFound)?,
+            shared
+                .find_session(id, &owner)
+                .ok_or(Refusal::SessionNotFound)?,
             None,
         ),
         None if is_initialize(&text) => {
-            let slot = shared.admit_session().ok_or_else(|| busy(&shared))?;
+            let slot = perimeter::open_session(&shared, &admission)?;
             let id = SessionId::generate();
             let session = HostedSession::start_http(shared.clone(), slot, id.clone(), admission);
-            shared.remember_session(id.clone(), session.clone());
+            shared.remember_session(id.clone(), session.clone(), owner.clone());
             (session, Some(id))
         }
         None => return Err(Refusal::SessionRequired),
@@ -81,7 +84,7 @@ pub async fn post(
     if let Some(id) = new_id {
         // The session exists only if `initialize` succeeded; otherwise it is gone already
         // and the client gets its error without an id to use.
-        if shared.find_session(id.as_str()).is_some() {
+        if shared.find_session(id.as_str(), &owner).is_some() {
             if let Ok(value) = header::HeaderValue::from_str(id.as_str()) {
                 response
                     .headers_mut()
@@ -95,12 +98,14 @@ pub async fn post(
 /// `GET /mcp` without a WebSocket upgrade: the session's SSE stream, or a resumed stream.
 pub async fn get(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
-    check_common(&req, &shared)?;
+    let admission = check_common(&req, &shared)?;
     if !accepts(req.headers(), "text/event-stream") {
         return Err(Refusal::NotAcceptable("text/event-stream"));
     }
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
-    let session = shared.find_session(id).ok_or(Refusal::SessionNotFound)?;
+    let session = shared
+        .find_session(id, &Owner::of(&admission.identity))
+        .ok_or(Refusal::SessionNotFound)?;
     let resume = match req.headers().get(LAST_EVENT_ID_HEADER) {
         None => None,
         Some(value) => Some(
@@ -126,9 +131,11 @@ pub async fn get(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResp
 /// `DELETE /mcp`: the client ends its session.
 pub async fn delete(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
-    check_common(&req, &shared)?;
+    let admission = check_common(&req, &shared)?;
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
-    let session = shared.find_session(id).ok_or(Refusal::SessionNotFound)?;
+    let session = shared
+        .find_session(id, &Owner::of(&admission.identity))
+        .ok_or(Refusal::SessionNotFound)?;
     session
         .send(End)
         .await
@@ -165,14 +172,6 @@ async fn exchange(session: &Addr<HostedSession>, text: String) -> Result<PostRep
         .await
         .map_err(|_| Refusal::SessionNotFound)?;
     answer.await.map_err(|_| Refusal::SessionNotFound)
-}
-
-fn busy(shared: &Shared) -> Refusal {
-    if shared.is_draining() {
-        Refusal::ShuttingDown
-    } else {
-        Refusal::TooManySessions
-    }
 }
 
 fn session_id(headers: &HeaderMap) -> Option<&str> {
