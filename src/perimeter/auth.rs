@@ -534,11 +534,20 @@ fn validation(algorithm: Algorithm, auth: &AuthSettings, jwt: &JwtSettings) -> V
     validation.leeway = jwt.leeway_ms.div_ceil(1000);
     validation.validate_nbf = true;
     validation.set_required_spec_claims(&["exp", "aud", "iss", "sub"]);
-    if jwt.audiences.is_empty() {
-        validation.set_audience(&[auth.resource.trim_end_matches('/')]);
+    let audiences = if jwt.audiences.is_empty() {
+        std::slice::from_ref(&auth.resource)
     } else {
-        validation.set_audience(&jwt.audiences);
-    }
+        &jwt.audiences[..]
+    };
+    // A resource URI is the same with or without a trailing slash (RFC 8707 §2).
+    let audiences: Vec<String> = audiences
+        .iter()
+        .flat_map(|aud| {
+            let bare = aud.trim_end_matches('/');
+            [bare.to_owned(), format!("{bare}/")]
+        })
+        .collect();
+    validation.set_audience(&audiences);
     if jwt.issuers.is_empty() {
         validation.set_issuer(&auth.authorization_servers);
     } else {
