@@ -240,7 +240,8 @@ pub struct AuthSettings {
     pub authorization_servers: Vec<String>,
     /// Scopes advertised in the protected resource metadata.
     pub scopes_supported: Vec<String>,
-    /// Scopes every authenticated client must hold; one lacking any gets HTTP 403.
+    /// Scopes every client authenticated by a bearer token must hold; one lacking any gets
+    /// HTTP 403 (a client certificate grants no scopes: use policies for those clients).
     pub required_scopes: Vec<String>,
     /// Bearer API keys, each stored as the SHA-256 of the key.
     pub api_keys: Vec<ApiKeySettings>,
