@@ -32,6 +32,10 @@ pub struct Settings {
     pub builtins: BuiltinsSettings,
     /// Checks on every HTTP request to the MCP endpoint.
     pub http: HttpSettings,
+    /// TLS on the listener (`wss://`, `https://`), and client certificates.
+    pub tls: TlsSettings,
+    /// Who may connect (API keys, JWTs, client certificates) and what each may use.
+    pub auth: AuthSettings,
     /// Limits on what clients and tools can make the server hold.
     pub limits: Limits,
     /// Requests the server sends the client for its tools.
@@ -343,6 +347,12 @@ pub struct ServerSettings {
     pub backlog: u32,
     /// Concurrent WebSocket sessions; an upgrade beyond this gets HTTP 503.
     pub max_sessions: usize,
+    /// Concurrent sessions from one IP address; a new one beyond this gets HTTP 429. 0: no
+    /// limit.
+    pub max_sessions_per_ip: usize,
+    /// Concurrent sessions of one authenticated identity; a new one beyond this gets HTTP
+    /// 429. 0: no limit.
+    pub max_sessions_per_identity: usize,
 }
 
 /// Checks on every HTTP request to the MCP endpoint (WebSocket upgrades included).
@@ -355,6 +365,163 @@ pub struct HttpSettings {
     /// `Host` values the server answers to (`name` for any port, or `name:port`). Empty: any
     /// host, except on a loopback bind, where only loopback names (DNS-rebinding defence).
     pub allowed_hosts: Vec<String>,
+}
+
+/// TLS on the listener. With `cert_file` and `key_file` set, the listener speaks TLS only
+/// (`wss://`, `https://`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsSettings {
+    /// The server's certificate chain, PEM, leaf first. Empty: no TLS.
+    pub cert_file: PathBuf,
+    /// The server's private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// CA certificates (PEM) that client certificates must chain to; required unless
+    /// `client_auth` is `none`.
+    pub client_ca_file: PathBuf,
+    /// Whether clients present a certificate: `none`, `optional` (verified when presented)
+    /// or `required` (a handshake without one fails).
+    pub client_auth: ClientAuth,
+}
+
+impl TlsSettings {
+    /// Whether TLS is configured.
+    pub fn enabled(&self) -> bool {
+        !self.cert_file.as_os_str().is_empty() || !self.key_file.as_os_str().is_empty()
+    }
+}
+
+/// Whether TLS clients present a certificate (mutual TLS).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// No client certificates are asked for.
+    #[default]
+    None,
+    /// A certificate is asked for and verified when presented; clients without one connect
+    /// too.
+    Optional,
+    /// A client without a valid certificate cannot complete the TLS handshake.
+    Required,
+}
+
+/// Who may connect and what each client may use. With nothing configured, every client is
+/// admitted anonymously and may use everything.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthSettings {
+    /// Whether a client must authenticate (a bearer token, or a client certificate) to be
+    /// admitted; one without credentials gets HTTP 401.
+    pub required: bool,
+    /// The canonical URI of the MCP endpoint (`https://mcp.example.com/mcp`): `resource` in
+    /// the protected resource metadata, and the JWT audience when `jwt.audiences` is empty.
+    /// Empty: derived from each request (`scheme://Host/mcp`).
+    pub resource: String,
+    /// Issuers of the tokens this server accepts, advertised in the protected resource
+    /// metadata so that clients can find where to get a token; the JWT issuers when
+    /// `jwt.issuers` is empty.
+    pub authorization_servers: Vec<String>,
+    /// Scopes advertised in the protected resource metadata.
+    pub scopes_supported: Vec<String>,
+    /// Scopes every client authenticated by a bearer token must hold; one lacking any gets
+    /// HTTP 403 (a client certificate grants no scopes: use policies for those clients).
+    pub required_scopes: Vec<String>,
+    /// Bearer API keys, each stored as the SHA-256 of the key.
+    pub api_keys: Vec<ApiKeySettings>,
+    /// Bearer JWTs.
+    pub jwt: JwtSettings,
+    /// Allow-lists per identity or scope; empty: every admitted client may use everything.
+    pub policies: Vec<PolicySettings>,
+}
+
+/// One API key. The key itself is never configured: only its SHA-256, in hex.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeySettings {
+    /// The identity a client presenting this key has.
+    pub name: String,
+    /// SHA-256 of the key's UTF-8 bytes, 64 hex digits (`printf %s "$KEY" | sha256sum`).
+    pub sha256: String,
+    /// The scopes the key grants.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+}
+
+/// Bearer JWTs: enabled when a key is configured. The algorithm follows the key: HS256 for
+/// `secret_file`, RS256 or ES256 (P-256) for `public_key_file`, and for each key of
+/// `jwks_file` its `alg`, or RS256 / ES256 by its type. A token whose header names another
+/// algorithm is refused.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JwtSettings {
+    /// The HS256 shared secret: the file's bytes (a trailing newline is dropped).
+    pub secret_file: PathBuf,
+    /// An RSA or P-256 public key, PEM.
+    pub public_key_file: PathBuf,
+    /// A JWKS document (`{"keys": [...]}`); a token's `kid` selects the key.
+    pub jwks_file: PathBuf,
+    /// Accepted `iss` values. Empty: `auth.authorization_servers`.
+    pub issuers: Vec<String>,
+    /// Accepted `aud` values. Empty: `auth.resource`.
+    pub audiences: Vec<String>,
+    /// Clock skew tolerated on `exp` and `nbf`, in ms (rounded up to whole seconds).
+    pub leeway_ms: u64,
+}
+
+impl Default for JwtSettings {
+    fn default() -> Self {
+        Self {
+            secret_file: PathBuf::new(),
+            public_key_file: PathBuf::new(),
+            jwks_file: PathBuf::new(),
+            issuers: Vec::new(),
+            audiences: Vec::new(),
+            leeway_ms: 60_000,
+        }
+    }
+}
+
+impl JwtSettings {
+    /// Whether any JWT key is configured.
+    pub fn enabled(&self) -> bool {
+        [&self.secret_file, &self.public_key_file, &self.jwks_file]
+            .iter()
+            .any(|path| !path.as_os_str().is_empty())
+    }
+}
+
+/// What the clients a policy applies to may use: tools, resources and prompts by name or
+/// URI, and methods, each a list of patterns (exact, or with `*` matching any run of
+/// characters). A list left out allows everything of its kind. A client matching several
+/// policies may use what any of them allows.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySettings {
+    /// Identities the policy applies to: a subject (an API key's name, a JWT's `sub`, a
+    /// client certificate's subject), `"*"` for every authenticated client, `"anonymous"`
+    /// for clients without credentials.
+    #[serde(default)]
+    pub identities: Vec<String>,
+    /// Or clients holding any of these scopes.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// Tools the clients may list and call.
+    #[serde(default = "everything")]
+    pub tools: Vec<String>,
+    /// Resources (URIs; resource templates by their URI template) the clients may list,
+    /// read and subscribe to.
+    #[serde(default = "everything")]
+    pub resources: Vec<String>,
+    /// Prompts the clients may list, get and complete.
+    #[serde(default = "everything")]
+    pub prompts: Vec<String>,
+    /// Methods the clients may call (`initialize` and `ping` always).
+    #[serde(default = "everything")]
+    pub methods: Vec<String>,
+}
+
+fn everything() -> Vec<String> {
+    vec!["*".to_owned()]
 }
 
 /// Limits on what clients and tools can make the server hold, each with a clear refusal.
@@ -431,6 +598,8 @@ impl Default for ServerSettings {
             workers: 0,
             backlog: 4096,
             max_sessions: 10_000,
+            max_sessions_per_ip: 0,
+            max_sessions_per_identity: 0,
         }
     }
 }
@@ -686,11 +855,75 @@ impl Settings {
                 )));
             }
         }
+        self.validate_perimeter()?;
         if crate::mcp::LogLevel::parse(&self.logging.client_level).is_none() {
             return Err(ConfigError::Invalid(format!(
                 "logging.client_level: unknown level {:?}",
                 self.logging.client_level
             )));
+        }
+        Ok(())
+    }
+}
+
+impl Settings {
+    /// What `tls` and `auth` must satisfy beyond their types (the files themselves are read,
+    /// and checked, when the server is built).
+    fn validate_perimeter(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| Err(ConfigError::Invalid(message));
+        let tls = &self.tls;
+        let empty = |path: &PathBuf| path.as_os_str().is_empty();
+        if tls.enabled() && (empty(&tls.cert_file) || empty(&tls.key_file)) {
+            return invalid("tls: set both cert_file and key_file".into());
+        }
+        if tls.client_auth != ClientAuth::None && (!tls.enabled() || empty(&tls.client_ca_file)) {
+            return invalid(
+                "tls.client_auth needs tls.cert_file, tls.key_file and tls.client_ca_file".into(),
+            );
+        }
+        let auth = &self.auth;
+        let mut names = std::collections::HashSet::new();
+        for key in &auth.api_keys {
+            if key.name.is_empty() || key.name == "*" || key.name == "anonymous" {
+                return invalid(format!(
+                    "auth.api_keys: {:?} is not a usable name (empty, \"*\" and \"anonymous\" are reserved)",
+                    key.name
+                ));
+            }
+            if !names.insert(key.name.as_str()) {
+                return invalid(format!(
+                    "auth.api_keys: the name {:?} is used twice",
+                    key.name
+                ));
+            }
+            if key.sha256.len() != 64 || !key.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return invalid(format!(
+                    "auth.api_keys: the sha256 of {:?} must be 64 hex digits",
+                    key.name
+                ));
+            }
+        }
+        let jwt = &auth.jwt;
+        if jwt.enabled() {
+            if jwt.audiences.is_empty() && auth.resource.is_empty() {
+                return invalid("auth.jwt: set jwt.audiences or auth.resource (the audience tokens must be issued for)".into());
+            }
+            if jwt.issuers.is_empty() && auth.authorization_servers.is_empty() {
+                return invalid("auth.jwt: set jwt.issuers or auth.authorization_servers (the issuers tokens must come from)".into());
+            }
+        }
+        let credentials = !auth.api_keys.is_empty() || jwt.enabled();
+        if auth.required && !credentials && tls.client_auth == ClientAuth::None {
+            return invalid(
+                "auth.required: configure auth.api_keys, auth.jwt or tls.client_auth".into(),
+            );
+        }
+        for (i, policy) in auth.policies.iter().enumerate() {
+            if policy.identities.is_empty() && policy.scopes.is_empty() {
+                return invalid(format!(
+                    "auth.policies[{i}]: name the identities or scopes it applies to"
+                ));
+            }
         }
         Ok(())
     }

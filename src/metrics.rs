@@ -109,6 +109,16 @@ pub struct Metrics {
     pub requests: Counter,
     pub rejected_session_busy: Counter,
     pub rejected_server_busy: Counter,
+    /// Requests refused with 401 (no credentials where required, or invalid ones).
+    pub rejected_unauthenticated: Counter,
+    /// Requests refused with 403 for lack of scope (or of any policy).
+    pub rejected_forbidden: Counter,
+    /// New sessions refused by `server.max_sessions`.
+    pub rejected_sessions_full: Counter,
+    /// New sessions refused by `server.max_sessions_per_ip`.
+    pub rejected_ip_limit: Counter,
+    /// New sessions refused by `server.max_sessions_per_identity`.
+    pub rejected_identity_limit: Counter,
     pub cancelled: Counter,
     pub timed_out: Counter,
     pub panicked: Counter,
@@ -208,6 +218,31 @@ impl Metrics {
                 "mcp_rejected_server_busy_total",
                 "Requests that found no global pool slot in time",
                 &self.rejected_server_busy,
+            ),
+            (
+                "mcp_rejected_unauthenticated_total",
+                "Requests refused with 401: missing or invalid credentials",
+                &self.rejected_unauthenticated,
+            ),
+            (
+                "mcp_rejected_forbidden_total",
+                "Requests refused with 403: credentials without the scopes to connect",
+                &self.rejected_forbidden,
+            ),
+            (
+                "mcp_rejected_sessions_full_total",
+                "New sessions refused by server.max_sessions",
+                &self.rejected_sessions_full,
+            ),
+            (
+                "mcp_rejected_ip_limit_total",
+                "New sessions refused by server.max_sessions_per_ip",
+                &self.rejected_ip_limit,
+            ),
+            (
+                "mcp_rejected_identity_limit_total",
+                "New sessions refused by server.max_sessions_per_identity",
+                &self.rejected_identity_limit,
             ),
             (
                 "mcp_cancelled_total",

@@ -12,7 +12,7 @@
 use crate::config::Settings;
 use crate::error::Error;
 use crate::files::DirectoryWatch;
-use crate::perimeter::{self, Refusal};
+use crate::perimeter::{self, Owner, Perimeter, Refusal};
 use crate::prompt::Prompt;
 use crate::registry::Registry;
 use crate::resource::{Resource, ResourceTemplate};
@@ -155,12 +155,14 @@ impl ServerBuilder {
     /// The server, ready to run.
     ///
     /// # Errors
-    /// [`Error::Config`] for invalid settings, [`Error::Registry`] when two tools (or
+    /// [`Error::Config`] for invalid settings (or a TLS or JWT key file that cannot be read
+    /// or used), [`Error::Registry`] when two tools (or
     /// resources, templates, prompts) share a name, or a template is invalid,
     /// [`Error::ResourceDirectory`] when a directory of `resources.directories` cannot be
     /// served.
     pub fn build(self) -> Result<Server, Error> {
         self.settings.validate()?;
+        let perimeter = Perimeter::new(&self.settings)?;
         let mrtr = &self.settings.mrtr;
         let secret = match &mrtr.state_key_file {
             Some(path) => Some(std::fs::read_to_string(path).map_err(|source| {
@@ -191,7 +193,7 @@ impl ServerBuilder {
         let files =
             crate::files::serve_directories(&registry, &self.settings.resources.directories)?;
         Ok(Server {
-            shared: Shared::new(self.settings, registry, state_key),
+            shared: Shared::new(self.settings, registry, state_key, perimeter),
             files,
         })
     }
@@ -260,6 +262,7 @@ impl Server {
         match bound_rx.recv() {
             Ok(Ok(addr)) => Ok(RunningServer {
                 addr,
+                tls: shared.perimeter.tls.is_some(),
                 shared,
                 _files: self.files,
                 stop: Some(stop_tx),
@@ -294,6 +297,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::delete().to(http::delete))
             .default_service(web::to(http::not_allowed)),
     )
+    .service(
+        web::resource([
+            perimeter::auth::METADATA_PATH,
+            "/.well-known/oauth-protected-resource/{path:.*}",
+        ])
+        .route(web::get().to(perimeter::resource_metadata)),
+    )
     .route("/healthz", web::get().to(healthz))
     .route("/metrics", web::get().to(metrics));
 }
@@ -315,16 +325,12 @@ async fn mcp_upgrade(
     let admission = perimeter::admit(&shared, &req)?;
     let max_message_bytes = shared.settings.limits.max_message_bytes;
     let session = match resumed_session_id(&req) {
-        Some(id) => WsSession::resume(shared.clone(), claim_session(&shared, &id).await?),
+        Some(id) => {
+            let owner = Owner::of(&admission.identity);
+            WsSession::resume(shared.clone(), claim_session(&shared, &id, &owner).await?)
+        }
         None => {
-            let Some(slot) = shared.admit_session() else {
-                return Err(if shared.is_draining() {
-                    Refusal::ShuttingDown
-                } else {
-                    Refusal::TooManySessions
-                }
-                .into());
-            };
+            let slot = perimeter::open_session(&shared, &admission)?;
             WsSession::new(shared, slot, admission)
         }
     };
@@ -357,12 +363,18 @@ fn resumed_session_id(req: &HttpRequest) -> Option<String> {
 }
 
 /// The hosted session to resume: one waiting for a reconnect, or one whose (older) socket is
-/// still attached, which is told to let go of it.
-async fn claim_session(shared: &Shared, id: &str) -> Result<Addr<HostedSession>, Refusal> {
-    if let Some(hosted) = shared.find_session(id) {
+/// still attached, which is told to let go of it. Only its owner may resume it.
+async fn claim_session(
+    shared: &Shared,
+    id: &str,
+    owner: &Owner,
+) -> Result<Addr<HostedSession>, Refusal> {
+    if let Some(hosted) = shared.find_session(id, owner) {
         return Ok(hosted);
     }
-    let socket = shared.find_socket(id).ok_or(Refusal::SessionNotFound)?;
+    let socket = shared
+        .find_socket(id, owner)
+        .ok_or(Refusal::SessionNotFound)?;
     let detach = Detach {
         code: ws::CloseCode::Normal,
         reason: "MCP session reconnected on another connection",
@@ -388,6 +400,8 @@ async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
 /// A server running on its own thread ([`Server::spawn`]); dropping it stops the server.
 pub struct RunningServer {
     addr: SocketAddr,
+    /// Whether the listener speaks TLS.
+    tls: bool,
     shared: Arc<Shared>,
     /// Dropped after the server has stopped (fields drop after `Drop::drop`).
     _files: Option<DirectoryWatch>,
@@ -401,9 +415,10 @@ impl RunningServer {
         self.addr
     }
 
-    /// `ws://ADDR/mcp`.
+    /// `ws://ADDR/mcp`, or `wss://ADDR/mcp` with TLS.
     pub fn url(&self) -> String {
-        format!("ws://{}/mcp", self.addr)
+        let scheme = if self.tls { "wss" } else { "ws" };
+        format!("{scheme}://{}/mcp", self.addr)
     }
 
     /// What the server offers; changes reach connected clients as `list_changed`.
@@ -481,7 +496,15 @@ async fn serve(
     if settings.server.workers > 0 {
         server = server.workers(settings.server.workers);
     }
-    let server = match server.bind(settings.server.listen) {
+    let tls = shared.perimeter.tls.clone();
+    let bound_server = match tls {
+        Some(config) => server
+            // Set before binding: the callback is captured by the listener.
+            .on_connect(perimeter::tls::on_connect)
+            .bind_rustls_0_23(settings.server.listen, (*config).clone()),
+        None => server.bind(settings.server.listen),
+    };
+    let server = match bound_server {
         Ok(server) => server,
         Err(error) => {
             let _ = bound.send(Err(io::Error::new(error.kind(), error.to_string())));
@@ -498,7 +521,12 @@ async fn serve(
     // Registry changes reach the other nodes, and theirs this one (with Redis).
     crate::store::bridge::start(&shared);
     let server_task = actix_rt::spawn(server);
-    tracing::info!(%addr, "listening; WebSocket endpoint ws://{addr}/mcp");
+    let scheme = if shared.perimeter.tls.is_some() {
+        "wss"
+    } else {
+        "ws"
+    };
+    tracing::info!(%addr, "listening; WebSocket endpoint {scheme}://{addr}/mcp");
     let _ = bound.send(Ok(addr));
 
     stop.await;

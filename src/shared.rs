@@ -7,7 +7,7 @@ use crate::mcp::LogLevel;
 use crate::metrics::Metrics;
 use crate::model::Implementation;
 use crate::mrtr::StateKey;
-use crate::perimeter::{OriginPolicy, RequestGuard};
+use crate::perimeter::{ConnectionPermit, OriginPolicy, Owner, Perimeter, RequestGuard};
 use crate::registry::Registry;
 use crate::session::ModernShape;
 use crate::store::Store;
@@ -51,18 +51,25 @@ pub struct Shared {
     pub(crate) store: Store,
     /// The tasks of this node (2026-07-28 tasks extension).
     pub(crate) tasks: crate::tasks::Tasks,
+    /// TLS, authentication, authorization and the per-client session limits.
+    pub perimeter: Perimeter,
     sessions: DashMap<u64, Recipient<Shutdown>>,
     /// Hosted sessions (HTTP, and WebSocket sessions waiting for a reconnect) by the id their
-    /// client holds.
-    directory: DashMap<SessionId, Addr<HostedSession>>,
+    /// client holds, with whose they are.
+    directory: DashMap<SessionId, (Addr<HostedSession>, Owner)>,
     /// WebSocket sessions with their socket, by id: a reconnect takes the session over.
-    sockets: DashMap<SessionId, Addr<WsSession>>,
+    sockets: DashMap<SessionId, (Addr<WsSession>, Owner)>,
     next_session_id: AtomicU64,
     draining: AtomicBool,
 }
 
 impl Shared {
-    pub fn new(settings: Settings, registry: Registry, state_key: StateKey) -> Arc<Self> {
+    pub fn new(
+        settings: Settings,
+        registry: Registry,
+        state_key: StateKey,
+        perimeter: Perimeter,
+    ) -> Arc<Self> {
         let info = &settings.info;
         let mut server_info = Implementation::new(
             info.name.clone(),
@@ -86,6 +93,7 @@ impl Shared {
             guard: RequestGuard::new(&settings),
             store: Store::new(&settings),
             tasks: crate::tasks::Tasks::new(&settings.tasks),
+            perimeter,
             settings,
             registry,
             metrics: Metrics::default(),
@@ -110,6 +118,8 @@ impl Shared {
         Some(SessionSlot {
             shared: self.clone(),
             id: self.next_session_id.fetch_add(1, Ordering::Relaxed),
+            owner: Owner::default(),
+            _permit: None,
         })
     }
 
@@ -130,14 +140,18 @@ impl Shared {
         self.metrics.sessions.get()
     }
 
-    /// Makes a hosted session reachable by its id.
-    pub fn remember_session(&self, id: SessionId, session: Addr<HostedSession>) {
-        self.directory.insert(id, session);
+    /// Makes a hosted session of `owner` reachable by its id.
+    pub fn remember_session(&self, id: SessionId, session: Addr<HostedSession>, owner: Owner) {
+        self.directory.insert(id, (session, owner));
     }
 
-    /// The hosted session with this id, if it is live.
-    pub fn find_session(&self, id: &str) -> Option<Addr<HostedSession>> {
-        self.directory.get(id).map(|entry| entry.value().clone())
+    /// The hosted session with this id, if it is live and `owner`'s (anyone else is told
+    /// there is no such session).
+    pub fn find_session(&self, id: &str, owner: &Owner) -> Option<Addr<HostedSession>> {
+        self.directory
+            .get(id)
+            .filter(|entry| entry.value().1 == *owner)
+            .map(|entry| entry.value().0.clone())
     }
 
     /// Forgets a session's id (it ended).
@@ -145,14 +159,17 @@ impl Shared {
         self.directory.remove(id);
     }
 
-    /// Makes a WebSocket session reachable by its id while it has its socket.
-    pub fn remember_socket(&self, id: SessionId, socket: Addr<WsSession>) {
-        self.sockets.insert(id, socket);
+    /// Makes a WebSocket session of `owner` reachable by its id while it has its socket.
+    pub fn remember_socket(&self, id: SessionId, socket: Addr<WsSession>, owner: Owner) {
+        self.sockets.insert(id, (socket, owner));
     }
 
-    /// The socket holding the WebSocket session with this id.
-    pub fn find_socket(&self, id: &str) -> Option<Addr<WsSession>> {
-        self.sockets.get(id).map(|entry| entry.value().clone())
+    /// The socket holding the WebSocket session with this id, if the session is `owner`'s.
+    pub fn find_socket(&self, id: &str, owner: &Owner) -> Option<Addr<WsSession>> {
+        self.sockets
+            .get(id)
+            .filter(|entry| entry.value().1 == *owner)
+            .map(|entry| entry.value().0.clone())
     }
 
     /// Forgets a socket's session id (the socket let go of its session).
@@ -200,15 +217,31 @@ impl std::fmt::Display for SessionId {
 }
 
 /// A session's place in the server: registered for shutdown fan-out while the session
-/// runs, released (and the session count lowered) on drop.
+/// runs, released (and the session count lowered) on drop, with its owner and its place
+/// within its client's limits.
 pub struct SessionSlot {
     shared: Arc<Shared>,
     id: u64,
+    owner: Owner,
+    /// Given back when the session ends.
+    _permit: Option<ConnectionPermit>,
 }
 
 impl SessionSlot {
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The slot of a session of `owner`, holding `permit` for as long as it lives.
+    pub fn bound_to(mut self, owner: Owner, permit: Option<ConnectionPermit>) -> Self {
+        self.owner = owner;
+        self._permit = permit;
+        self
+    }
+
+    /// Whose session this is.
+    pub fn owner(&self) -> &Owner {
+        &self.owner
     }
 
     pub fn register(&self, shutdown: Recipient<Shutdown>) {

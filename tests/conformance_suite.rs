@@ -26,6 +26,11 @@ fn suite(version: &str) -> PathBuf {
 
 /// Installs the locked suite and Node 22 unless they are already there.
 fn ensure_installed() {
+    // The tests of this file run in parallel: on a fresh checkout each would start its own
+    // `npm ci` in the same directory, and they fail each other (ENOTEMPTY). One installs;
+    // the others wait for it and find everything in place.
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _installing = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
     if node().is_file() && suite("0.1.16").is_file() && suite("0.2.0-alpha.12").is_file() {
         return;
     }

@@ -3,8 +3,9 @@
 //! (`mcp::Error`). Whatever a check needs across requests (token buckets, nonce caches) is
 //! bounded and lives here, shared by all sessions of the server.
 //!
-//! Today it checks request signatures ([`signature`](super::signature)), for the identities
-//! that must sign; method allow-lists and per-identity rate limits come here too.
+//! Today it checks the client's own method allow-list (its policies, see `policy`) and
+//! request signatures ([`signature`](super::signature)) for the identities that must sign;
+//! server-wide method allow-lists and per-identity rate limits come here too.
 
 use super::signature::{Passed, Signatures};
 use super::Admission;
@@ -50,6 +51,8 @@ impl RequestGuard {
         params: Option<&RawValue>,
         metrics: &Metrics,
     ) -> Result<Passed, Error> {
+        // A method the client's policies do not allow is one it does not know of.
+        admission.access.check_method(method)?;
         match &self.signatures {
             None => Ok(Passed::default()),
             Some(signatures) => signatures.check(&admission.identity, method, params, metrics),

@@ -2,25 +2,83 @@
 //! handles it (a refused client costs no session, no worker and no memory beyond the
 //! request), and the one place where each refusal becomes an HTTP answer.
 //!
+//! In order: Origin/Host ([`origin`]), who the client is ([`auth`]: a bearer token or a TLS
+//! client certificate, [`tls`]), what it may use ([`policy`]), and, for a request that opens
+//! a session, its place within the per-client and global session limits ([`connections`]).
 //! Every refusal carries a JSON-RPC error object with a null id in its body (what the official
 //! TypeScript SDK sends), so a client can show why; the status is what clients act on.
 
+pub mod auth;
+pub mod connections;
 pub mod guard;
 pub mod origin;
 pub mod signature;
+pub mod policy;
+pub mod tls;
 
+use crate::config::{ConfigError, Settings};
 use crate::context::Identity;
 use crate::mcp::ProtocolVersion;
-use crate::shared::Shared;
-use actix_web::http::header::USER_AGENT;
+use crate::shared::{SessionSlot, Shared};
+use actix_web::http::header::{USER_AGENT, WWW_AUTHENTICATE};
 use actix_web::http::StatusCode;
-use actix_web::{HttpRequest, HttpResponse, ResponseError};
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use serde_json::json;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+pub use auth::{Authenticator, Challenge};
+pub use connections::{ClientLimit, ConnectionLimits, ConnectionPermit};
 pub use guard::RequestGuard;
 pub use origin::OriginPolicy;
+pub use policy::{Access, Policies};
+
+/// The perimeter's state, built once from the settings (reading the TLS and JWT key files).
+pub struct Perimeter {
+    /// The listener's TLS configuration, when `[tls]` is set.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Checks credentials.
+    pub auth: Authenticator,
+    /// The allow-lists of `auth.policies`.
+    pub policies: Policies,
+    /// The per-IP and per-identity session counters.
+    pub connections: Arc<ConnectionLimits>,
+}
+
+impl Perimeter {
+    /// The perimeter the settings ask for.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] when a certificate, key or JWKS file cannot be read or used.
+    pub fn new(settings: &Settings) -> Result<Self, ConfigError> {
+        let policies = Policies::new(&settings.auth.policies);
+        Ok(Self {
+            tls: tls::server_config(&settings.tls)?,
+            auth: Authenticator::new(settings, &policies)?,
+            policies,
+            connections: Arc::new(ConnectionLimits::new(
+                settings.server.max_sessions_per_ip,
+                settings.server.max_sessions_per_identity,
+            )),
+        })
+    }
+}
+
+/// Whose a session is: an authenticated client's subject, or nobody's (anonymous). A session
+/// id presented by anyone else is treated as unknown.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owner(Option<Arc<str>>);
+
+impl Owner {
+    /// The owner of sessions opened by `identity`.
+    pub fn of(identity: &Identity) -> Self {
+        Self(
+            identity
+                .is_authenticated()
+                .then(|| Arc::from(identity.subject())),
+        )
+    }
+}
 
 /// What the perimeter established about an admitted client: who it is, where it connects
 /// from, and the trace id its requests default to.
@@ -34,6 +92,8 @@ pub struct Admission {
     pub user_agent: Option<Arc<str>>,
     /// From the request's `traceparent` or `X-Trace-Id`, else made up.
     pub trace_id: Arc<str>,
+    /// What the client may use.
+    pub access: Access,
 }
 
 impl Admission {
@@ -45,6 +105,7 @@ impl Admission {
             peer: None,
             user_agent: None,
             trace_id: crate::trace::generate(),
+            access: Access::default(),
         }
     }
 }
@@ -56,13 +117,21 @@ impl Admission {
 pub fn admit(shared: &Shared, req: &HttpRequest) -> Result<Admission, Refusal> {
     let headers = req.headers();
     shared.origin_policy.check(headers)?;
+    let (identity, access) = authorize(shared, req).inspect_err(|refusal| {
+        let metrics = &shared.metrics;
+        match refusal {
+            Refusal::Unauthorized(_) => metrics.rejected_unauthenticated.inc(),
+            _ => metrics.rejected_forbidden.inc(),
+        }
+    })?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let trace_id = header("traceparent")
         .and_then(crate::trace::of_traceparent)
         .or_else(|| header("x-trace-id").and_then(crate::trace::of_header))
         .map_or_else(crate::trace::generate, Arc::from);
     Ok(Admission {
-        identity: Identity::anonymous(),
+        identity,
+        access,
         peer: req.peer_addr().map(|addr| addr.ip()),
         user_agent: headers
             .get(USER_AGENT)
@@ -70,6 +139,72 @@ pub fn admit(shared: &Shared, req: &HttpRequest) -> Result<Admission, Refusal> {
             .map(|ua| Arc::from(&ua[..ua.len().min(256)])),
         trace_id,
     })
+}
+
+/// Who the client is, and what it may use.
+fn authorize(shared: &Shared, req: &HttpRequest) -> Result<(Identity, Access), Refusal> {
+    let perimeter = &shared.perimeter;
+    let identity = perimeter.auth.authenticate(req)?;
+    match perimeter.policies.access_for(&identity) {
+        Some(access) => Ok((identity, access)),
+        None => {
+            tracing::debug!(
+                subject = identity.subject(),
+                "refused: no policy applies to the client"
+            );
+            Err(perimeter.auth.no_policy_for(req, &identity))
+        }
+    }
+}
+
+/// Opens a session for an admitted client: a place within its per-IP and per-identity
+/// limits, then within the global cap. The slot holds both for as long as the session lives.
+///
+/// # Errors
+/// 429 over a per-client limit, 503 over the global cap or while shutting down.
+pub fn open_session(shared: &Arc<Shared>, admission: &Admission) -> Result<SessionSlot, Refusal> {
+    let metrics = &shared.metrics;
+    let permit = shared
+        .perimeter
+        .connections
+        .acquire(admission)
+        .map_err(|(scope, limit)| {
+            match scope {
+                ClientLimit::Ip => metrics.rejected_ip_limit.inc(),
+                ClientLimit::Identity => metrics.rejected_identity_limit.inc(),
+            }
+            tracing::debug!(
+                peer = ?admission.peer,
+                subject = admission.identity.subject(),
+                limit,
+                "refused: too many sessions from one {}",
+                scope.as_str()
+            );
+            Refusal::TooManySessionsFrom { scope, limit }
+        })?;
+    let Some(slot) = shared.admit_session() else {
+        return Err(if shared.is_draining() {
+            Refusal::ShuttingDown
+        } else {
+            metrics.rejected_sessions_full.inc();
+            Refusal::TooManySessions
+        });
+    };
+    Ok(slot.bound_to(Owner::of(&admission.identity), permit))
+}
+
+/// `GET /.well-known/oauth-protected-resource[/…]`: the protected resource metadata (RFC
+/// 9728), when the server authenticates clients; 404 otherwise.
+pub async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
+    let auth = &shared.perimeter.auth;
+    if !auth.is_enabled() {
+        return HttpResponse::NotFound().finish();
+    }
+    HttpResponse::Ok()
+        .content_type("application/json")
+        // Browser-based clients read it from other origins.
+        .insert_header(("Access-Control-Allow-Origin", "*"))
+        .body(auth.metadata_document(&req).to_string())
 }
 
 /// Why a request was refused before reaching a session.
@@ -81,9 +216,23 @@ pub enum Refusal {
     /// `Host` is not a name this server answers to (DNS rebinding).
     #[error("Forbidden: host not allowed")]
     ForbiddenHost,
+    /// No credentials where they are required, or credentials that are not valid.
+    #[error("Unauthorized: {}", .0.description)]
+    Unauthorized(Challenge),
+    /// Valid credentials that do not grant access to this server.
+    #[error("Forbidden: {}", .0.description)]
+    InsufficientScope(Challenge),
     /// The session cap is reached.
     #[error("Service unavailable: too many sessions")]
     TooManySessions,
+    /// The client holds as many sessions as one IP address or identity may.
+    #[error("Too many sessions from this {}: the limit is {limit}", .scope.as_str())]
+    TooManySessionsFrom {
+        /// Which limit.
+        scope: ClientLimit,
+        /// Its value.
+        limit: usize,
+    },
     /// The server is shutting down.
     #[error("Service unavailable: server shutting down")]
     ShuttingDown,
@@ -133,7 +282,11 @@ impl Refusal {
 impl ResponseError for Refusal {
     fn status_code(&self) -> StatusCode {
         match self {
-            Self::ForbiddenOrigin | Self::ForbiddenHost => StatusCode::FORBIDDEN,
+            Self::ForbiddenOrigin | Self::ForbiddenHost | Self::InsufficientScope(_) => {
+                StatusCode::FORBIDDEN
+            }
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::TooManySessionsFrom { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::TooManySessions | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::UnsupportedProtocolVersion(_)
             | Self::BodyNotText
@@ -153,6 +306,13 @@ impl ResponseError for Refusal {
         match self {
             Self::TooManySessions | Self::ShuttingDown => {
                 response.insert_header(("Retry-After", "1"));
+            }
+            // A place comes back when one of the client's own sessions ends.
+            Self::TooManySessionsFrom { .. } => {
+                response.insert_header(("Retry-After", "5"));
+            }
+            Self::Unauthorized(challenge) | Self::InsufficientScope(challenge) => {
+                response.insert_header((WWW_AUTHENTICATE, challenge.header()));
             }
             Self::MethodNotAllowed => {
                 response.insert_header(("Allow", "GET, POST, DELETE"));

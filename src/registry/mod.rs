@@ -262,9 +262,10 @@ impl<T: Registered> Kind<T> {
             .collect();
         items.sort_by(|a, b| a.key().cmp(b.key()));
         let snapshot = Snapshot::new(items.into_iter().map(|item| {
+            let key = Box::from(item.key());
             let encode: Box<dyn Fn(ProtocolVersion) -> String + Send + Sync> =
                 Box::new(move |version| item.serialize_definition(version));
-            encode
+            (key, encode)
         }));
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
     }
@@ -539,13 +540,15 @@ impl Registry {
         self.inner.templates.get(uri_template)
     }
 
-    /// One page of a list, for a session on `version`.
+    /// One page of a list, for a session on `version`, of the entries whose key `visible`
+    /// admits (all without a filter).
     pub(crate) fn page(
         &self,
         kind: ListKind,
         version: ProtocolVersion,
         cursor: Option<&str>,
         page_size: usize,
+        visible: Option<&dyn Fn(&str) -> bool>,
     ) -> Result<Page, Error> {
         let snapshot = match kind {
             ListKind::Tools => self.inner.tools.snapshot(),
@@ -553,7 +556,7 @@ impl Registry {
             ListKind::ResourceTemplates => self.inner.templates.snapshot(),
             ListKind::Prompts => self.inner.prompts.snapshot(),
         };
-        snapshot.page(version, cursor, page_size)
+        snapshot.page(version, cursor, page_size, visible)
     }
 
     /// Which capabilities to declare: a kind is declared once anything of it was registered.

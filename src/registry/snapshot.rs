@@ -1,5 +1,7 @@
 //! A list snapshot: one kind's enabled entries in key order, each encoded once per protocol
-//! version on first use, and the pages cut from them.
+//! version on first use, and the pages cut from them (from all of them, or from those a
+//! client may see: a cursor is a position in the whole list, so a filtered page goes on
+//! where the last one stopped, and every client pages through exactly what it may see).
 
 use crate::mcp::{Error, ProtocolVersion};
 use base64::Engine;
@@ -12,6 +14,8 @@ type Encoder = Box<dyn Fn(ProtocolVersion) -> String + Send + Sync>;
 /// See the module docs.
 #[derive(Default)]
 pub(crate) struct Snapshot {
+    /// The entries' keys (name, URI or URI template), in list order.
+    keys: Vec<Box<str>>,
     encoders: Vec<Encoder>,
     /// The entries encoded per version (index: position in `ProtocolVersion::ALL`).
     encoded: [OnceLock<Vec<String>>; ProtocolVersion::ALL.len()],
@@ -47,8 +51,8 @@ impl Page {
 }
 
 impl Snapshot {
-    pub(crate) fn new(encoders: impl Iterator<Item = Encoder>) -> Self {
-        let encoders: Vec<Encoder> = encoders.collect();
+    pub(crate) fn new(entries: impl Iterator<Item = (Box<str>, Encoder)>) -> Self {
+        let (keys, encoders): (Vec<Box<str>>, Vec<Encoder>) = entries.unzip();
         // Definitions as the newest version writes them carry every field, so they tell
         // any two lists apart.
         let mut hasher = std::hash::DefaultHasher::new();
@@ -56,6 +60,7 @@ impl Snapshot {
             encode(ProtocolVersion::LATEST).hash(&mut hasher);
         }
         Self {
+            keys,
             encoders,
             encoded: Default::default(),
             hash: hasher.finish(),
@@ -70,28 +75,37 @@ impl Snapshot {
         self.encoded[index].get_or_init(|| self.encoders.iter().map(|e| e(version)).collect())
     }
 
-    /// The page starting at `cursor` (the first page without one).
+    /// The page starting at `cursor` (the first page without one), of the entries whose key
+    /// `visible` admits (all of them without a filter).
     pub(crate) fn page(
         &self,
         version: ProtocolVersion,
         cursor: Option<&str>,
         page_size: usize,
+        visible: Option<&dyn Fn(&str) -> bool>,
     ) -> Result<Page, Error> {
         let start = match cursor {
             None => 0,
             Some(cursor) => self.decode_cursor(cursor)?,
         };
         let entries = self.encoded(version);
-        let end = (start + page_size.max(1)).min(entries.len());
-        let mut items_json = String::with_capacity(
-            entries[start..end]
-                .iter()
-                .map(|e| e.len() + 1)
-                .sum::<usize>()
-                + 2,
-        );
+        let shown = |i: usize| visible.is_none_or(|visible| visible(&self.keys[i]));
+        let mut page = Vec::with_capacity(page_size.max(1).min(entries.len() - start));
+        let mut end = start;
+        while end < entries.len() && page.len() < page_size.max(1) {
+            if shown(end) {
+                page.push(entries[end].as_str());
+            }
+            end += 1;
+        }
+        // The next page starts at the next entry shown, if there is one.
+        while end < entries.len() && !shown(end) {
+            end += 1;
+        }
+        let mut items_json =
+            String::with_capacity(page.iter().map(|e| e.len() + 1).sum::<usize>() + 2);
         items_json.push('[');
-        for (i, entry) in entries[start..end].iter().enumerate() {
+        for (i, entry) in page.iter().enumerate() {
             if i > 0 {
                 items_json.push(',');
             }
@@ -139,7 +153,7 @@ mod tests {
     fn snapshot(names: &[&'static str]) -> Snapshot {
         Snapshot::new(names.iter().map(|&name| {
             let encode: Encoder = Box::new(move |_| format!("\"{name}\""));
-            encode
+            (Box::from(name), encode)
         }))
     }
 
@@ -147,11 +161,15 @@ mod tests {
     fn pages_follow_each_other_and_end() {
         let s = snapshot(&["a", "b", "c", "d", "e"]);
         let v = ProtocolVersion::LATEST;
-        let first = s.page(v, None, 2).expect("first");
+        let first = s.page(v, None, 2, None).expect("first");
         assert_eq!(first.items_json, r#"["a","b"]"#);
-        let second = s.page(v, first.next_cursor.as_deref(), 2).expect("second");
+        let second = s
+            .page(v, first.next_cursor.as_deref(), 2, None)
+            .expect("second");
         assert_eq!(second.items_json, r#"["c","d"]"#);
-        let last = s.page(v, second.next_cursor.as_deref(), 2).expect("last");
+        let last = s
+            .page(v, second.next_cursor.as_deref(), 2, None)
+            .expect("last");
         assert_eq!(last.items_json, r#"["e"]"#);
         assert_eq!(last.next_cursor, None);
         assert_eq!(last.to_result("tools"), r#"{"tools":["e"]}"#);
@@ -161,20 +179,39 @@ mod tests {
     fn bad_and_stale_cursors_are_refused() {
         let old = snapshot(&["a", "b", "c"]);
         let cursor = old
-            .page(ProtocolVersion::LATEST, None, 1)
+            .page(ProtocolVersion::LATEST, None, 1, None)
             .expect("page")
             .next_cursor
             .expect("more");
         let new = snapshot(&["a", "b", "x"]);
         let stale = new
-            .page(ProtocolVersion::LATEST, Some(&cursor), 1)
+            .page(ProtocolVersion::LATEST, Some(&cursor), 1, None)
             .expect_err("a stale cursor is refused");
         assert!(stale.to_string().contains("changed"), "{stale}");
         for bad in ["", "!!", "bm90IGEgY3Vyc29y", &cursor[..cursor.len() - 2]] {
             assert!(
-                old.page(ProtocolVersion::LATEST, Some(bad), 1).is_err(),
+                old.page(ProtocolVersion::LATEST, Some(bad), 1, None)
+                    .is_err(),
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn filtered_pages_hold_only_what_is_visible_and_end_with_it() {
+        let s = snapshot(&["a", "b", "c", "d", "e", "f", "g"]);
+        let v = ProtocolVersion::LATEST;
+        let vowels_and_d = |key: &str| matches!(key, "a" | "d" | "e");
+        let visible: Option<&dyn Fn(&str) -> bool> = Some(&vowels_and_d);
+        let first = s.page(v, None, 2, visible).expect("first");
+        assert_eq!(first.items_json, r#"["a","d"]"#);
+        let second = s
+            .page(v, first.next_cursor.as_deref(), 2, visible)
+            .expect("second");
+        assert_eq!(second.items_json, r#"["e"]"#);
+        assert_eq!(second.next_cursor, None, "nothing visible is left after e");
+        let nothing = |_: &str| false;
+        let empty = s.page(v, None, 2, Some(&nothing)).expect("empty");
+        assert_eq!((empty.items_json.as_str(), empty.next_cursor), ("[]", None));
     }
 }

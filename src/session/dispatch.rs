@@ -144,6 +144,7 @@ impl Session {
             Method::PromptsList => self.list(ListKind::Prompts, version, params)?,
             Method::ResourcesSubscribe => {
                 let p: SubscribeParams<'_> = parse_params(params)?;
+                self.admission.access.check_resource(&p.uri)?;
                 if self.shared.registry.resource_target(&p.uri).is_none() {
                     return Err(Error::ResourceNotFound {
                         uri: p.uri.into_owned(),
@@ -208,6 +209,7 @@ impl Session {
         .map_err(|_| Error::Internal)?;
         tracing::info!(
             session = self.id,
+            identity = self.admission.identity.subject(),
             client = %p.client_info.name,
             client_version = %p.client_info.version,
             requested = %p.protocol_version,
@@ -250,9 +252,13 @@ impl Session {
     ) -> Result<Page, Error> {
         let p: ListParams<'_> = parse_params(params)?;
         let page_size = self.shared.settings.limits.page_size;
+        // What the client may not use is not listed to it.
+        let access = &self.admission.access;
+        let shows = |key: &str| access.shows(kind, key);
+        let visible = (!access.is_unrestricted()).then_some(&shows as &dyn Fn(&str) -> bool);
         self.shared
             .registry
-            .page(kind, version, p.cursor.as_deref(), page_size)
+            .page(kind, version, p.cursor.as_deref(), page_size, visible)
     }
 
     /// The per-session cap, checked first and synchronously: an over-cap request is refused
@@ -325,6 +331,7 @@ impl Session {
                 &parsed
             }
         };
+        self.admission.access.check_tool(&p.name)?;
         let (handler, task_support) = self.shared.registry.tool_handler(&p.name)?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
@@ -486,6 +493,7 @@ impl Session {
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let p: ReadResourceParams<'_> = parse_params(params)?;
+        self.admission.access.check_resource(&p.uri)?;
         let uri = p.uri.into_owned();
         let target = self
             .shared
@@ -550,6 +558,7 @@ impl Session {
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let p: GetPromptParams<'_> = parse_params(params)?;
+        self.admission.access.check_prompt(&p.name)?;
         let prompt = self
             .shared
             .registry
@@ -633,6 +642,7 @@ impl Session {
         };
         let completer = match &p.reference {
             CompleteRef::Prompt { name } => {
+                self.admission.access.check_prompt(name)?;
                 let prompt = registry
                     .prompt(name)
                     .ok_or_else(|| Error::UnknownPrompt { name: name.clone() })?;
@@ -642,9 +652,12 @@ impl Session {
                 prompt.completer
             }
             CompleteRef::Resource { uri } => {
-                let template = registry.resource_template(uri).ok_or_else(|| {
-                    Error::InvalidParams(format!("ref.uri: unknown resource template {uri:?}"))
-                })?;
+                let template = registry
+                    .resource_template(uri)
+                    .filter(|_| self.admission.access.may_use_resource(uri))
+                    .ok_or_else(|| {
+                        Error::InvalidParams(format!("ref.uri: unknown resource template {uri:?}"))
+                    })?;
                 if !template.has_variable(&p.argument.name) {
                     return Err(unknown_argument());
                 }

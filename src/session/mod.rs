@@ -328,7 +328,7 @@ impl Session {
         out: &mut dyn Outlet,
     ) -> Reply {
         self.shared.metrics.requests.inc();
-        let span = tracing::debug_span!("request", session = self.id, id = %request.id, method = %request.method);
+        let span = tracing::debug_span!("request", session = self.id, id = %request.id, method = %request.method, identity = self.admission.identity.subject());
         let _entered = span.enter();
         // Timed only when the span is logged: a clock read per request is measurable.
         let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);

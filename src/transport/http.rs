@@ -12,7 +12,7 @@
 use super::events::{Cursor, SseEvent};
 use super::hosted::{End, Hangup, HostedSession, OpenStream, Post, PostReply};
 use crate::mcp::ProtocolVersion;
-use crate::perimeter::{self, Admission, Refusal};
+use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::shared::{SessionId, Shared};
 use actix::Addr;
 use actix_web::http::header::{self, HeaderMap};
@@ -82,16 +82,19 @@ pub async fn post(
         .await;
     }
     check_version_header(header_version)?;
+    let owner = Owner::of(&admission.identity);
     let (session, new_id) = match session_id(req.headers()) {
         Some(id) => (
-            shared.find_session(id).ok_or(Refusal::SessionNotFound)?,
+            shared
+                .find_session(id, &owner)
+                .ok_or(Refusal::SessionNotFound)?,
             None,
         ),
         None if probe.method.as_deref() == Some("initialize") && probe.single => {
-            let slot = shared.admit_session().ok_or_else(|| busy(&shared))?;
+            let slot = perimeter::open_session(&shared, &admission)?;
             let id = SessionId::generate();
             let session = HostedSession::start_http(shared.clone(), slot, id.clone(), admission);
-            shared.remember_session(id.clone(), session.clone());
+            shared.remember_session(id.clone(), session.clone(), owner.clone());
             (session, Some(id))
         }
         None => return Err(Refusal::SessionRequired),
@@ -100,7 +103,7 @@ pub async fn post(
     if let Some(id) = new_id {
         // The session exists only if `initialize` succeeded; otherwise it is gone already
         // and the client gets its error without an id to use.
-        if shared.find_session(id.as_str()).is_some() {
+        if shared.find_session(id.as_str(), &owner).is_some() {
             if let Ok(value) = header::HeaderValue::from_str(id.as_str()) {
                 response
                     .headers_mut()
@@ -135,7 +138,8 @@ async fn stateless(
         let frame = crate::jsonrpc::encode_error(probe.id.as_ref(), &error.to_wire_modern());
         return Ok(json_answer(frame, 400));
     }
-    let slot = shared.admit_session().ok_or_else(|| busy(shared))?;
+    // A stateless request holds a session slot while it runs: the same caps apply.
+    let slot = perimeter::open_session(shared, &admission)?;
     let host = HostedSession::start_stateless(shared.clone(), slot, admission);
     Ok(answer(shared, exchange(&host, text, true).await?))
 }
@@ -337,12 +341,14 @@ fn answer(shared: &Shared, reply: Answer) -> HttpResponse {
 /// `GET /mcp` without a WebSocket upgrade: the session's SSE stream, or a resumed stream.
 pub async fn get(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
-    check_common(&req, &shared)?;
+    let admission = check_common(&req, &shared)?;
     if !accepts(req.headers(), "text/event-stream") {
         return Err(Refusal::NotAcceptable("text/event-stream"));
     }
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
-    let session = shared.find_session(id).ok_or(Refusal::SessionNotFound)?;
+    let session = shared
+        .find_session(id, &Owner::of(&admission.identity))
+        .ok_or(Refusal::SessionNotFound)?;
     let resume = match req.headers().get(LAST_EVENT_ID_HEADER) {
         None => None,
         Some(value) => Some(
@@ -368,9 +374,11 @@ pub async fn get(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResp
 /// `DELETE /mcp`: the client ends its session.
 pub async fn delete(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
-    check_common(&req, &shared)?;
+    let admission = check_common(&req, &shared)?;
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
-    let session = shared.find_session(id).ok_or(Refusal::SessionNotFound)?;
+    let session = shared
+        .find_session(id, &Owner::of(&admission.identity))
+        .ok_or(Refusal::SessionNotFound)?;
     session
         .send(End)
         .await
@@ -446,14 +454,6 @@ impl Drop for HangupOnDrop {
         if let Some(host) = self.0.take() {
             host.do_send(Hangup);
         }
-    }
-}
-
-fn busy(shared: &Shared) -> Refusal {
-    if shared.is_draining() {
-        Refusal::ShuttingDown
-    } else {
-        Refusal::TooManySessions
     }
 }
 

@@ -219,8 +219,9 @@ impl WsSession {
             return None;
         }
         tracing::debug!(session = %id, "socket gone; session kept for a reconnect");
+        let owner = slot.owner().clone();
         let hosted = HostedSession::park(self.shared.clone(), slot, id.clone(), session);
-        self.shared.remember_session(id, hosted.clone());
+        self.shared.remember_session(id, hosted.clone(), owner);
         Some(hosted)
     }
 }
@@ -250,7 +251,8 @@ impl Actor for WsSession {
         match &self.core {
             Core::Local { session, slot, id } => {
                 slot.register(ctx.address().recipient());
-                self.shared.remember_socket(id.clone(), ctx.address());
+                self.shared
+                    .remember_socket(id.clone(), ctx.address(), slot.owner().clone());
                 ctx.spawn(InboxPump::new(session.inbox().clone()));
             }
             Core::Relay(hosted) => {

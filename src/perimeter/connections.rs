@@ -1,0 +1,173 @@
+//! Session limits per client: how many sessions one IP address, and one authenticated
+//! identity, may hold at once (`server.max_sessions_per_ip`, `max_sessions_per_identity`;
+//! the global cap is `server.max_sessions`, counted by `Shared`).
+//!
+//! A new session takes a [`ConnectionPermit`] before it exists, so a client over its limit
+//! costs nothing but the refused request; the session holds the permit for as long as it
+//! lives (a resumed WebSocket session keeps its own), and dropping it gives the place back.
+//! The counters are maps with one entry per IP or identity that holds a session: they are
+//! bounded by the session cap, and an entry is removed when its count falls to zero.
+
+use super::Admission;
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use std::hash::Hash;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Which per-client limit a new session is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientLimit {
+    /// `server.max_sessions_per_ip`.
+    Ip,
+    /// `server.max_sessions_per_identity`.
+    Identity,
+}
+
+impl ClientLimit {
+    /// How the limit is named to the client.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ip => "IP address",
+            Self::Identity => "identity",
+        }
+    }
+}
+
+/// The per-client session counters; see the module docs.
+#[derive(Debug, Default)]
+pub struct ConnectionLimits {
+    per_ip: usize,
+    per_identity: usize,
+    by_ip: DashMap<IpAddr, usize>,
+    by_identity: DashMap<Arc<str>, usize>,
+}
+
+/// A session's place within its client's limits; dropping it gives the place back.
+#[derive(Debug)]
+pub struct ConnectionPermit {
+    limits: Arc<ConnectionLimits>,
+    ip: Option<IpAddr>,
+    identity: Option<Arc<str>>,
+}
+
+impl ConnectionLimits {
+    /// Limits of `per_ip` and `per_identity` sessions (0: no limit).
+    pub fn new(per_ip: usize, per_identity: usize) -> Self {
+        Self {
+            per_ip,
+            per_identity,
+            ..Self::default()
+        }
+    }
+
+    /// Takes a place for a new session of the client admitted as `admission`, or says
+    /// which of its limits it is over. Unauthenticated clients count only per IP.
+    pub fn acquire(
+        self: &Arc<Self>,
+        admission: &Admission,
+    ) -> Result<Option<ConnectionPermit>, (ClientLimit, usize)> {
+        let ip = admission.peer.filter(|_| self.per_ip > 0);
+        let identity = (self.per_identity > 0 && admission.identity.is_authenticated())
+            .then(|| Arc::<str>::from(admission.identity.subject()));
+        if ip.is_none() && identity.is_none() {
+            return Ok(None);
+        }
+        if let Some(ip) = ip {
+            if !take(&self.by_ip, ip, self.per_ip) {
+                return Err((ClientLimit::Ip, self.per_ip));
+            }
+        }
+        if let Some(identity) = &identity {
+            if !take(&self.by_identity, identity.clone(), self.per_identity) {
+                if let Some(ip) = ip {
+                    give_back(&self.by_ip, &ip);
+                }
+                return Err((ClientLimit::Identity, self.per_identity));
+            }
+        }
+        Ok(Some(ConnectionPermit {
+            limits: self.clone(),
+            ip,
+            identity,
+        }))
+    }
+
+    /// Sessions held by `ip` now (for tests and diagnostics).
+    pub fn held_by_ip(&self, ip: &IpAddr) -> usize {
+        self.by_ip.get(ip).map_or(0, |count| *count)
+    }
+}
+
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        if let Some(ip) = &self.ip {
+            give_back(&self.limits.by_ip, ip);
+        }
+        if let Some(identity) = &self.identity {
+            give_back(&self.limits.by_identity, identity);
+        }
+    }
+}
+
+/// Counts one more session for `key` unless it holds `limit` already.
+fn take<K: Hash + Eq>(map: &DashMap<K, usize>, key: K, limit: usize) -> bool {
+    match map.entry(key) {
+        Entry::Occupied(entry) if *entry.get() >= limit => false,
+        Entry::Occupied(mut entry) => {
+            *entry.get_mut() += 1;
+            true
+        }
+        Entry::Vacant(entry) => {
+            entry.insert(1);
+            true
+        }
+    }
+}
+
+/// Counts one session fewer for `key`, forgetting it at zero.
+fn give_back<K: Hash + Eq>(map: &DashMap<K, usize>, key: &K) {
+    map.remove_if_mut(key, |_, count| {
+        *count = count.saturating_sub(1);
+        *count == 0
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::Identity;
+
+    fn from(ip: [u8; 4], identity: Identity) -> Admission {
+        let mut admission = Admission::anonymous();
+        admission.peer = Some(IpAddr::from(ip));
+        admission.identity = identity;
+        admission
+    }
+
+    #[test]
+    fn each_limit_holds_and_places_come_back() {
+        let limits = Arc::new(ConnectionLimits::new(2, 1));
+        let alice = Identity::authenticated("alice", vec![]);
+        let first = limits
+            .acquire(&from([10, 0, 0, 1], alice.clone()))
+            .expect("first");
+        let refused = limits.acquire(&from([10, 0, 0, 2], alice.clone()));
+        assert_eq!(refused.err(), Some((ClientLimit::Identity, 1)));
+        assert_eq!(
+            limits.held_by_ip(&IpAddr::from([10, 0, 0, 2])),
+            0,
+            "a refused session gives its IP place back"
+        );
+        let anon = limits
+            .acquire(&from([10, 0, 0, 1], Identity::anonymous()))
+            .expect("second from the IP");
+        let third = limits.acquire(&from([10, 0, 0, 1], Identity::anonymous()));
+        assert_eq!(third.err(), Some((ClientLimit::Ip, 2)));
+        drop(first);
+        drop(anon);
+        assert_eq!(limits.held_by_ip(&IpAddr::from([10, 0, 0, 1])), 0);
+        assert!(limits.by_ip.is_empty() && limits.by_identity.is_empty());
+        assert!(limits.acquire(&from([10, 0, 0, 1], alice)).is_ok());
+    }
+}
