@@ -8,8 +8,10 @@
 //! any server, for unit tests of a tool.
 //!
 //! Progress is throttled here (at most one report per `progress.min_interval_ms`, only
-//! strictly increasing values) and log lines below the session's level are dropped here, so
-//! what reaches the session is bounded at its source. Each progress report that goes out
+//! strictly increasing values), log lines below the session's level or over the request's
+//! budget (`limits.log_lines_per_second`) are dropped here, and a request may have at most
+//! `client_requests.max_outstanding_per_request` requests to the client unanswered, so what
+//! reaches the session is bounded at its source. Each progress report that goes out
 //! also moves the request's deadline forward, up to the hard maximum.
 
 use crate::inbox::{ClientError, ClientRequest, Inbox, SessionEvent};
@@ -18,6 +20,7 @@ use crate::model::{
     CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitResult, Implementation,
     LogLevel, ProtocolVersion, Root,
 };
+use crate::throttle::{LineBudget, Slots};
 use serde::Serialize;
 use serde_json::Value;
 use std::cell::Cell;
@@ -144,6 +147,13 @@ pub enum ClientRequestError {
     /// The session ended before an answer came.
     #[error("the client disconnected")]
     Disconnected,
+    /// This request already has `client_requests.max_outstanding_per_request` requests to
+    /// the client unanswered; this one was not sent.
+    #[error("too many requests to the client at once (at most {limit})")]
+    TooMany {
+        /// The limit.
+        limit: usize,
+    },
     /// The answer does not have the expected shape (or, for a form, does not match the
     /// requested schema).
     #[error("the client's answer is invalid: {0}")]
@@ -200,6 +210,8 @@ pub(crate) struct ContextParts {
     pub deadline: Deadline,
     pub cancel: CancelFlag,
     pub client_timeout: Duration,
+    pub log_budget: LineBudget,
+    pub max_client_requests: usize,
 }
 
 /// How progress is reported: only when the client sent a progress token.
@@ -237,6 +249,9 @@ struct Inner {
     deadline: Deadline,
     cancel: CancelFlag,
     client_timeout: Duration,
+    log_budget: LineBudget,
+    /// Requests to the client not yet answered.
+    client_requests: Slots,
     /// Answers client requests in a test context instead of a session.
     test_client: Option<Rc<TestClientFn>>,
 }
@@ -254,6 +269,8 @@ impl RequestContext {
             deadline,
             cancel,
             client_timeout,
+            log_budget,
+            max_client_requests,
         } = parts;
         Self {
             inner: Rc::new(Inner {
@@ -268,6 +285,8 @@ impl RequestContext {
                 deadline,
                 cancel,
                 client_timeout,
+                log_budget,
+                client_requests: Slots::new(max_client_requests),
                 test_client: None,
             }),
         }
@@ -334,7 +353,8 @@ impl RequestContext {
     }
 
     /// Sends a log line to the client (`notifications/message`) if it is at or above the
-    /// session's level; below it, nothing is sent or queued.
+    /// session's level and within the request's budget (`limits.log_lines_per_second`,
+    /// `log_lines_burst`); otherwise nothing is sent or queued.
     pub fn log(&self, level: LogLevel, data: impl Serialize) {
         self.log_to(level, None, data);
     }
@@ -342,7 +362,7 @@ impl RequestContext {
     /// [`log`](Self::log) naming the logger.
     pub fn log_to(&self, level: LogLevel, logger: Option<&str>, data: impl Serialize) {
         let inner = &self.inner;
-        if level < inner.inbox.log_level() {
+        if level < inner.inbox.log_level() || !inner.log_budget.take(&inner.inbox) {
             return;
         }
         let Ok(data) = serde_json::to_value(data) else {
@@ -463,6 +483,12 @@ impl RequestContext {
     /// `notifications/cancelled`.
     async fn ask(&self, method: &'static str, params: Value) -> Result<Value, ClientRequestError> {
         let inner = &self.inner;
+        let Some(_slot) = inner.client_requests.take() else {
+            inner.inbox.count_refused_client_request();
+            return Err(ClientRequestError::TooMany {
+                limit: inner.client_requests.max(),
+            });
+        };
         if let Some(client) = &inner.test_client {
             return client(method, &params).map_err(client_error);
         }
@@ -620,6 +646,9 @@ impl TestContextBuilder {
             deadline: Deadline::new(hour, hour),
             cancel: CancelFlag::default(),
             client_timeout: hour,
+            log_budget: LineBudget::unlimited(),
+            max_client_requests: crate::config::ClientRequestSettings::default()
+                .max_outstanding_per_request,
         });
         if let Some(inner) = Rc::get_mut(&mut ctx.inner) {
             inner.test_client = self

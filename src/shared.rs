@@ -37,7 +37,8 @@ pub struct Shared {
     pub client_log_level: LogLevel,
     /// The global worker pool: one permit per running request, across all sessions.
     pub pool: Semaphore,
-    pub metrics: Metrics,
+    /// Shared with the checks that count their refusals at their source (the guard).
+    pub metrics: Arc<Metrics>,
     /// The Origin/Host checks of every request to the MCP endpoint.
     pub origin_policy: OriginPolicy,
     /// The checks of every request before it is routed.
@@ -67,16 +68,17 @@ impl Shared {
         let instructions = (!info.instructions.is_empty()).then(|| info.instructions.clone());
         let client_log_level =
             LogLevel::parse(&settings.logging.client_level).unwrap_or(LogLevel::Info);
+        let metrics = Arc::new(Metrics::default());
         Arc::new(Self {
             server_info,
             instructions,
             client_log_level,
             pool: Semaphore::new(settings.limits.max_concurrent_requests),
             origin_policy: OriginPolicy::new(&settings.http, settings.server.listen),
-            guard: RequestGuard::new(&settings),
+            guard: RequestGuard::new(&settings, metrics.clone()),
             settings,
             registry,
-            metrics: Metrics::default(),
+            metrics,
             sessions: DashMap::new(),
             directory: DashMap::new(),
             sockets: DashMap::new(),

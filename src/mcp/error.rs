@@ -32,6 +32,9 @@ pub mod codes {
     pub const HANDLER_FAILED: ErrorCode = ErrorCode(-32006);
     /// The session already has its maximum number of requests in flight.
     pub const SESSION_BUSY: ErrorCode = ErrorCode(-32009);
+    /// The client's identity sent more requests than its rate allows; `data.retryAfterMs`
+    /// says when the next one will be served.
+    pub const RATE_LIMITED: ErrorCode = ErrorCode(-32019);
 }
 
 /// Why a request is answered with a JSON-RPC error.
@@ -42,6 +45,12 @@ pub enum Error {
     Wire(#[from] WireError),
     #[error("Method not found")]
     MethodNotFound { method: String },
+    /// A method outside `limits.allowed_methods`: answered exactly as an unknown method, told
+    /// apart only in metrics.
+    #[error("Method not found")]
+    MethodNotAllowed { method: String },
+    #[error("Rate limit exceeded: retry after {retry_after_ms} ms")]
+    RateLimited { retry_after_ms: u64 },
     #[error("Invalid params: {0}")]
     InvalidParams(String),
     #[error("Unknown tool: {name}")]
@@ -58,6 +67,8 @@ pub enum Error {
     HandlerFailed(String),
     #[error("Too many subscriptions: the session may hold {limit}")]
     TooManySubscriptions { limit: usize },
+    #[error("Invalid params: uri: a subscribed URI may have at most {limit} bytes")]
+    SubscriptionUriTooLong { limit: usize },
     #[error("Server not initialized: send \"initialize\" first")]
     NotInitialized,
     #[error("Request timed out")]
@@ -84,7 +95,10 @@ impl Error {
     pub fn code(&self) -> ErrorCode {
         match self {
             Self::Wire(wire) => wire.code(),
-            Self::MethodNotFound { .. } => ErrorCode::METHOD_NOT_FOUND,
+            Self::MethodNotFound { .. } | Self::MethodNotAllowed { .. } => {
+                ErrorCode::METHOD_NOT_FOUND
+            }
+            Self::RateLimited { .. } => codes::RATE_LIMITED,
             Self::InvalidParams(_)
             | Self::UnknownTool { .. }
             | Self::UnknownPrompt { .. }
@@ -92,7 +106,9 @@ impl Error {
             Self::ResourceNotFound { .. } => codes::RESOURCE_NOT_FOUND,
             Self::ResourceTooLarge { .. } => codes::RESOURCE_TOO_LARGE,
             Self::HandlerFailed(_) => codes::HANDLER_FAILED,
-            Self::TooManySubscriptions { .. } => ErrorCode::INVALID_PARAMS,
+            Self::TooManySubscriptions { .. } | Self::SubscriptionUriTooLong { .. } => {
+                ErrorCode::INVALID_PARAMS
+            }
             Self::NotInitialized => codes::NOT_INITIALIZED,
             Self::TimedOut { .. } => codes::REQUEST_TIMED_OUT,
             Self::DuplicateRequestId => codes::DUPLICATE_REQUEST_ID,
@@ -108,7 +124,12 @@ impl Error {
         let object = ErrorObject::new(self.code(), self.to_string());
         match self {
             Self::Wire(wire) => wire.to_object(),
-            Self::MethodNotFound { method } => object.with_data(json!({ "method": method })),
+            Self::MethodNotFound { method } | Self::MethodNotAllowed { method } => {
+                object.with_data(json!({ "method": method }))
+            }
+            Self::RateLimited { retry_after_ms } => {
+                object.with_data(json!({ "scope": "identity", "retryAfterMs": retry_after_ms }))
+            }
             Self::UnknownTool { name } => object.with_data(json!({ "tool": name })),
             Self::UnknownPrompt { name } => object.with_data(json!({ "prompt": name })),
             Self::MissingPromptArgument { argument, .. } => {
@@ -118,7 +139,9 @@ impl Error {
             Self::ResourceTooLarge { uri, size, limit } => {
                 object.with_data(json!({ "uri": uri, "size": size, "limit": limit }))
             }
-            Self::TooManySubscriptions { limit } => object.with_data(json!({ "limit": limit })),
+            Self::TooManySubscriptions { limit } | Self::SubscriptionUriTooLong { limit } => {
+                object.with_data(json!({ "limit": limit }))
+            }
             Self::TimedOut { timeout_ms } => object.with_data(json!({ "timeoutMs": timeout_ms })),
             Self::ServerBusy { limit, waited_ms } => object
                 .with_data(json!({ "scope": "server", "limit": limit, "waitedMs": waited_ms })),

@@ -7,6 +7,7 @@
 
 pub mod guard;
 pub mod origin;
+pub mod rate;
 
 use crate::context::Identity;
 use crate::mcp::ProtocolVersion;

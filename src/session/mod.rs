@@ -155,7 +155,7 @@ enum Reply {
 impl Session {
     /// A new session for a client the perimeter admitted, awaiting `initialize`.
     pub fn new(shared: Arc<Shared>, id: u64, admission: Admission) -> Self {
-        let inbox = Rc::new(Inbox::default());
+        let inbox = Rc::new(Inbox::new(shared.settings.limits.max_queued_notifications));
         inbox.set_log_level(shared.client_log_level);
         Self {
             shared,
@@ -186,8 +186,9 @@ impl Session {
     /// Handles one complete text message (a single JSON-RPC message or a batch), which is
     /// exchange `exchange` of its host.
     pub fn on_text(&mut self, text: &str, exchange: u64, out: &mut dyn Outlet) -> Intake {
-        match decode::<CallToolParams<'_>>(text, self.shared.settings.limits.max_batch_len) {
+        match decode::<CallToolParams<'_>>(text, self.shared.guard.frame_limits()) {
             Decoded::Rejected(error) => {
+                self.shared.metrics.limited.count_wire(&error);
                 out.send(
                     encode_error(None, &error.to_object()),
                     Route::Answer(exchange),
@@ -268,7 +269,13 @@ impl Session {
                 Reply::Silent
             }
             Entry::Invalid { id, error } => {
+                self.shared.metrics.limited.count_wire(&error);
                 Reply::Now(encode_error(id.as_ref(), &error.to_object()))
+            }
+            Entry::Dropped { error } => {
+                self.shared.metrics.limited.count_wire(&error);
+                tracing::debug!(session = self.id, %error, "notification over a limit; dropped");
+                Reply::Silent
             }
         }
     }
@@ -393,6 +400,7 @@ impl Session {
         while let Some(event) = self.inbox.take_event() {
             self.on_event(event, out);
         }
+        self.inbox.flush_dropped(&self.shared.metrics.limited);
         if !matches!(self.phase, Phase::Ready(_)) {
             return;
         }
@@ -619,6 +627,7 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         // Workers may outlive the session by a moment; what they post now goes nowhere.
+        self.inbox.flush_dropped(&self.shared.metrics.limited);
         self.inbox.close();
     }
 }

@@ -9,7 +9,7 @@
 
 use super::events::{Cursor, SseEvent};
 use super::hosted::{End, HostedSession, OpenStream, Post, PostReply};
-use crate::jsonrpc::{decode, Decoded, Entry};
+use crate::jsonrpc::{decode, Decoded, Entry, FrameLimits};
 use crate::mcp::{CallToolParams, ProtocolVersion};
 use crate::perimeter::{self, Admission, Refusal};
 use crate::shared::{SessionId, Shared};
@@ -53,7 +53,10 @@ pub async fn post(
     let body = body
         .to_bytes_limited(shared.settings.limits.max_message_bytes)
         .await
-        .map_err(|_| Refusal::PayloadTooLarge)?
+        .map_err(|_| {
+            shared.metrics.limited.message_too_large.inc();
+            Refusal::PayloadTooLarge
+        })?
         .map_err(|_| Refusal::BodyUnreadable)?;
     let text = String::from_utf8(body.into()).map_err(|_| Refusal::BodyNotText)?;
     let (session, new_id) = match session_id(req.headers()) {
@@ -194,7 +197,7 @@ fn accepts(headers: &HeaderMap, media: &str) -> bool {
 /// Whether a session-less POST is an `initialize` (the only message that may start one).
 fn is_initialize(text: &str) -> bool {
     matches!(
-        decode::<CallToolParams<'_>>(text, 1),
+        decode::<CallToolParams<'_>>(text, &FrameLimits::new(1)),
         Decoded::Single(Entry::Request(request)) if request.method == "initialize"
     )
 }

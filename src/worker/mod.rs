@@ -17,6 +17,7 @@ use crate::inbox::{Inbox, SessionEvent};
 use crate::jsonrpc::RequestId;
 use crate::mcp::Error;
 use crate::shared::Shared;
+use crate::throttle::LineBudget;
 use actix::prelude::*;
 use futures_util::future::{poll_immediate, LocalBoxFuture};
 use futures_util::FutureExt;
@@ -178,6 +179,8 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
         deadline,
         cancel,
         client_timeout: Duration::from_millis(shared.settings.client_requests.timeout_ms),
+        log_budget: LineBudget::new(limits.log_lines_per_second, limits.log_lines_burst),
+        max_client_requests: shared.settings.client_requests.max_outstanding_per_request,
     });
     let clock = ctx.clone();
     let mut work = AssertUnwindSafe((job.work)(job.id, ctx)).catch_unwind();
