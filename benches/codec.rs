@@ -17,7 +17,9 @@ use actix::prelude::*;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use mcp_ws::context::SessionInfo;
 use mcp_ws::inbox::{Inbox, SessionEvent};
-use mcp_ws::jsonrpc::{decode, encode_result, Decoded, Entry, Params, Request, RequestId};
+use mcp_ws::jsonrpc::{
+    decode, encode_result, Decoded, Entry, FrameLimits, Params, Request, RequestId,
+};
 use mcp_ws::mcp::CallToolParams;
 use mcp_ws::model::Implementation;
 use mcp_ws::shared::Shared;
@@ -51,7 +53,7 @@ fn codec(c: &mut Criterion) {
     let batch = batch_of(ECHO, 10);
     group.bench_function("decode_single", |b| {
         b.iter(
-            || match decode::<CallToolParams<'_>>(black_box(ECHO), 100) {
+            || match decode::<CallToolParams<'_>>(black_box(ECHO), &FrameLimits::new(100)) {
                 Decoded::Single(Entry::Request(Request {
                     params: Params::Parsed(p),
                     ..
@@ -62,7 +64,7 @@ fn codec(c: &mut Criterion) {
     });
     group.bench_function("decode_batch_10", |b| {
         b.iter(
-            || match decode::<CallToolParams<'_>>(black_box(&batch), 100) {
+            || match decode::<CallToolParams<'_>>(black_box(&batch), &FrameLimits::new(100)) {
                 Decoded::Batch(entries) => black_box(entries.len()),
                 _ => unreachable!(),
             },

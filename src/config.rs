@@ -551,6 +551,58 @@ pub struct Limits {
     pub max_subscriptions_per_session: usize,
     /// `subscriptions/listen` streams one connection may hold open.
     pub max_listens_per_session: usize,
+    /// Longest URI a session may subscribe to, in bytes (subscriptions are held until
+    /// undone, so their size is bounded here, not only by the message size).
+    pub max_subscription_uri_bytes: usize,
+    /// Deepest nesting of arrays and objects in a message; 0 = no limit (beyond what the
+    /// message size allows).
+    pub max_json_depth: usize,
+    /// Longest JSON string in a message (a member name or a value, as written), in bytes;
+    /// 0 = no limit.
+    pub max_string_bytes: usize,
+    /// Most entries in a JSON array of a message (a batch's own array has
+    /// `max_batch_len`); 0 = no limit.
+    pub max_array_len: usize,
+    /// Most members in a JSON object of a message; 0 = no limit.
+    pub max_object_members: usize,
+    /// The request methods served; any other is answered like an unknown method (-32601).
+    /// Empty: all. When set, it must include `initialize`.
+    pub allowed_methods: Vec<String>,
+    /// Log lines (`notifications/message`) one request may send per second, on average;
+    /// more are dropped at the tool's context. 0 = no limit.
+    pub log_lines_per_second: u32,
+    /// Log lines one request may send at once before `log_lines_per_second` applies.
+    pub log_lines_burst: u32,
+    /// Notifications (progress, log lines) a session may have queued for a client that
+    /// does not keep up; more are dropped until it catches up.
+    pub max_queued_notifications: usize,
+    /// Requests per identity and second (a token bucket shared by all of an identity's
+    /// sessions on this node).
+    pub rate: RateSettings,
+}
+
+/// The request rate allowed per identity: a token bucket of `burst` tokens refilled at
+/// `requests_per_second`, one per request. An authenticated identity has one bucket; an
+/// anonymous client has one per IP address.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateSettings {
+    /// Requests per second, on average; 0 = no limit.
+    pub requests_per_second: f64,
+    /// Requests at once before the rate applies.
+    pub burst: u32,
+    /// Buckets kept at once; beyond it idle buckets are dropped first, then the fullest.
+    pub max_identities: usize,
+}
+
+impl Default for RateSettings {
+    fn default() -> Self {
+        Self {
+            requests_per_second: 0.0,
+            burst: 50,
+            max_identities: 100_000,
+        }
+    }
 }
 
 /// Throttling of progress notifications.
@@ -618,6 +670,16 @@ impl Default for Limits {
             page_size: 100,
             max_subscriptions_per_session: 1000,
             max_listens_per_session: 16,
+            max_subscription_uri_bytes: 8192,
+            max_json_depth: 64,
+            max_string_bytes: 0,
+            max_array_len: 0,
+            max_object_members: 0,
+            allowed_methods: Vec::new(),
+            log_lines_per_second: 100,
+            log_lines_burst: 200,
+            max_queued_notifications: 4096,
+            rate: RateSettings::default(),
         }
     }
 }
@@ -643,7 +705,9 @@ impl Default for BuiltinsSettings {
 
 impl Default for ClientRequestSettings {
     fn default() -> Self {
-        Self { timeout_ms: 60_000 }
+        Self {
+            timeout_ms: 60_000,
+        }
     }
 }
 
@@ -808,6 +872,15 @@ impl Settings {
             ("tasks.poll_interval_ms", self.tasks.poll_interval_ms),
             ("tasks.max_running", self.tasks.max_running as u64),
             ("tasks.max_stored", self.tasks.max_stored as u64),
+            (
+                "limits.max_subscription_uri_bytes",
+                l.max_subscription_uri_bytes as u64,
+            ),
+            (
+                "limits.max_queued_notifications",
+                l.max_queued_notifications as u64,
+            ),
+            ("limits.rate.max_identities", l.rate.max_identities as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(
@@ -817,6 +890,29 @@ impl Settings {
         if l.max_request_timeout_ms < l.request_timeout_ms {
             return Err(ConfigError::Invalid(
                 "limits.max_request_timeout_ms must be >= limits.request_timeout_ms".into(),
+            ));
+        }
+        if l.log_lines_per_second > 0 && l.log_lines_burst == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.log_lines_burst must be greater than 0 when log_lines_per_second is set"
+                    .into(),
+            ));
+        }
+        let rate = l.rate.requests_per_second;
+        if !rate.is_finite() || rate < 0.0 {
+            return Err(ConfigError::Invalid(
+                "limits.rate.requests_per_second must be a number >= 0".into(),
+            ));
+        }
+        if rate > 0.0 && l.rate.burst == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.rate.burst must be greater than 0 when requests_per_second is set".into(),
+            ));
+        }
+        if !l.allowed_methods.is_empty() && !l.allowed_methods.iter().any(|m| m == "initialize") {
+            return Err(ConfigError::Invalid(
+                "limits.allowed_methods must include \"initialize\" (no session could start)"
+                    .into(),
             ));
         }
         if !["demo", "conformance", "none"].contains(&self.builtins.set.as_str()) {

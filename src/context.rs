@@ -8,8 +8,10 @@
 //! any server, for unit tests of a tool.
 //!
 //! Progress is throttled here (at most one report per `progress.min_interval_ms`, only
-//! strictly increasing values) and log lines below the session's level are dropped here, so
-//! what reaches the session is bounded at its source. Each progress report that goes out
+//! strictly increasing values), log lines below the session's level or over the request's
+//! budget (`limits.log_lines_per_second`) are dropped here, and a session may have at most
+//! `limits.max_in_flight_per_session` requests to the client unanswered, so what
+//! reaches the session is bounded at its source. Each progress report that goes out
 //! also moves the request's deadline forward, up to the hard maximum.
 
 use crate::inbox::{ClientError, ClientRequest, Inbox, SessionEvent};
@@ -18,6 +20,7 @@ use crate::model::{
     CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitResult, Implementation,
     LogLevel, ProtocolVersion, Root,
 };
+use crate::throttle::LineBudget;
 use serde::Serialize;
 use serde_json::Value;
 use std::cell::Cell;
@@ -209,6 +212,7 @@ pub(crate) struct ContextParts {
     pub client_timeout: Duration,
     pub input: Input,
     pub log_floor: LogFloor,
+    pub log_budget: LineBudget,
 }
 
 /// How progress is reported: only when the client sent a progress token.
@@ -250,6 +254,8 @@ struct Inner {
     input: Input,
     /// Which log lines go out.
     log_floor: LogFloor,
+    /// Log lines this request may still send (a token bucket).
+    log_budget: LineBudget,
 }
 
 type TestClientFn = dyn Fn(&str, &Value) -> Result<Value, ClientError>;
@@ -540,6 +546,7 @@ impl RequestContext {
             client_timeout,
             input,
             log_floor,
+            log_budget,
         } = parts;
         Self {
             inner: Rc::new(Inner {
@@ -556,6 +563,7 @@ impl RequestContext {
                 client_timeout,
                 input,
                 log_floor,
+                log_budget,
             }),
         }
     }
@@ -621,7 +629,8 @@ impl RequestContext {
     }
 
     /// Sends a log line to the client (`notifications/message`) if it is at or above the
-    /// session's level; below it, nothing is sent or queued.
+    /// session's level and within the request's budget (`limits.log_lines_per_second`,
+    /// `log_lines_burst`); otherwise nothing is sent or queued.
     pub fn log(&self, level: LogLevel, data: impl Serialize) {
         self.log_to(level, None, data);
     }
@@ -634,7 +643,8 @@ impl RequestContext {
             LogFloor::Request(Some(level)) => level,
             LogFloor::Request(None) => return,
         };
-        if level < floor {
+        // The budget is taken only by lines that would go out.
+        if level < floor || !inner.log_budget.take(&inner.inbox) {
             return;
         }
         let Ok(data) = serde_json::to_value(data) else {
@@ -863,10 +873,10 @@ impl RequestContext {
         if let Input::Test(client) = &inner.input {
             return client(method, &params).map_err(client_error);
         }
-        inner
-            .inbox
-            .begin_client_request()
-            .map_err(|limit| ClientRequestError::TooMany { limit })?;
+        inner.inbox.begin_client_request().map_err(|limit| {
+            inner.inbox.count_refused_client_request();
+            ClientRequestError::TooMany { limit }
+        })?;
         let server_id = inner.inbox.next_server_id();
         let (reply, answer) = oneshot::channel();
         inner.inbox.post(SessionEvent::ClientRequest(ClientRequest {
@@ -1028,6 +1038,7 @@ impl TestContextBuilder {
             client_timeout: hour,
             input: Input::Test(client),
             log_floor: LogFloor::Session,
+            log_budget: LineBudget::unlimited(),
         });
         (ctx, ContextProbe { inbox })
     }

@@ -11,7 +11,11 @@
 //! The queue is fed only by producers bounded at their source (at most
 //! `max_in_flight_per_session` workers, each with throttled progress and log lines, and
 //! exactly one outcome; at most `max_in_flight_per_session` requests to the client
-//! outstanding, counted here), so it has no cap of its own.
+//! outstanding, counted here). Those rates still add up while the session is not drained (a
+//! WebSocket client that stops reading stalls its session), so notifications (progress, log
+//! lines) are also capped in the queue (`limits.max_queued_notifications`): past it they are
+//! dropped, and counted. Outcomes and client requests are never dropped; their number is
+//! bounded at their source.
 
 use crate::jsonrpc::RequestId;
 use crate::mcp::{Error, LogLevel};
@@ -103,10 +107,34 @@ impl Changes {
     }
 }
 
+impl SessionEvent {
+    /// Whether the client can do without it: a progress report (a later one supersedes it)
+    /// or a log line. Only these are dropped when the queue is full.
+    fn is_notification(&self) -> bool {
+        matches!(self, Self::Progress { .. } | Self::Log { .. })
+    }
+}
+
+/// What was dropped at the session's sources since it last looked (see
+/// [`Inbox::take_dropped`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// Log lines over their request's budget (`limits.log_lines_per_second`).
+    pub log_lines: u64,
+    /// Notifications over `limits.max_queued_notifications`.
+    pub queued_notifications: u64,
+    /// Requests to the client refused by `limits.max_in_flight_per_session`.
+    pub client_requests: u64,
+}
+
 /// A session's inbox. See the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Inbox {
     events: RefCell<VecDeque<SessionEvent>>,
+    /// Notifications among `events`.
+    queued_notifications: Cell<usize>,
+    max_queued_notifications: usize,
+    dropped: Cell<Dropped>,
     waker: RefCell<Option<Waker>>,
     changes: Cell<Changes>,
     /// Resource URIs of interest with an update not yet handled.
@@ -131,11 +159,48 @@ pub struct Inbox {
     closed: Cell<bool>,
 }
 
+impl Default for Inbox {
+    /// An inbox with no cap on queued notifications (for tests).
+    fn default() -> Self {
+        Self::new(usize::MAX)
+    }
+}
+
 impl Inbox {
-    /// Posts an event; wakes the session if it sleeps.
+    /// An inbox holding at most `max_queued_notifications` notifications at once.
+    pub fn new(max_queued_notifications: usize) -> Self {
+        Self {
+            events: RefCell::default(),
+            queued_notifications: Cell::new(0),
+            max_queued_notifications,
+            dropped: Cell::default(),
+            waker: RefCell::default(),
+            changes: Cell::default(),
+            updated: RefCell::default(),
+            interests: RefCell::default(),
+            task_interests: RefCell::default(),
+            task_notes: RefCell::default(),
+            next_server_id: Cell::new(0),
+            client_requests: Cell::new(0),
+            client_request_limit: Cell::new(None),
+            log_level: Cell::new(None),
+            closed: Cell::new(false),
+        }
+    }
+
+    /// Posts an event; wakes the session if it sleeps. A notification is dropped (and
+    /// counted) when the queue holds its maximum of them already.
     pub fn post(&self, event: SessionEvent) {
         if self.closed.get() {
             return;
+        }
+        if event.is_notification() {
+            let queued = self.queued_notifications.get();
+            if queued >= self.max_queued_notifications {
+                self.count(|d| d.queued_notifications += 1);
+                return;
+            }
+            self.queued_notifications.set(queued + 1);
         }
         self.events.borrow_mut().push_back(event);
         self.wake();
@@ -143,7 +208,46 @@ impl Inbox {
 
     /// The next event, oldest first.
     pub fn take_event(&self) -> Option<SessionEvent> {
-        self.events.borrow_mut().pop_front()
+        let event = self.events.borrow_mut().pop_front()?;
+        if event.is_notification() {
+            self.queued_notifications
+                .set(self.queued_notifications.get() - 1);
+        }
+        Some(event)
+    }
+
+    /// Counts a log line its request's budget dropped.
+    pub fn count_dropped_log_line(&self) {
+        self.count(|d| d.log_lines += 1);
+    }
+
+    /// Counts a request to the client refused by its request's cap.
+    pub fn count_refused_client_request(&self) {
+        self.count(|d| d.client_requests += 1);
+    }
+
+    /// What was dropped since the last call.
+    pub fn take_dropped(&self) -> Dropped {
+        self.dropped.take()
+    }
+
+    /// Adds what was dropped since the last call to `limited`.
+    pub fn flush_dropped(&self, limited: &crate::metrics::Limited) {
+        let dropped = self.dropped.get();
+        if dropped != Dropped::default() {
+            self.dropped.set(Dropped::default());
+            limited.log_lines.add(dropped.log_lines);
+            limited
+                .queued_notifications
+                .add(dropped.queued_notifications);
+            limited.client_requests.add(dropped.client_requests);
+        }
+    }
+
+    fn count(&self, what: impl FnOnce(&mut Dropped)) {
+        let mut dropped = self.dropped.get();
+        what(&mut dropped);
+        self.dropped.set(dropped);
     }
 
     /// Marks lists as changed; the session sends one `list_changed` per list however many
@@ -310,6 +414,7 @@ impl Inbox {
         self.closed.set(true);
         self.events.borrow_mut().clear();
         self.interests.borrow_mut().clear();
+        self.queued_notifications.set(0);
         self.updated.borrow_mut().clear();
         self.waker.borrow_mut().take();
     }

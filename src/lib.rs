@@ -85,6 +85,8 @@ pub mod session;
 #[doc(hidden)]
 pub mod shared;
 #[doc(hidden)]
+pub mod throttle;
+#[doc(hidden)]
 pub mod trace;
 #[doc(hidden)]
 pub mod transport;

@@ -16,6 +16,12 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+
+    pub fn add(&self, n: u64) {
+        if n > 0 {
+            self.0.fetch_add(n, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A gauge that also remembers its highest value.
@@ -148,6 +154,92 @@ pub struct Metrics {
     pub tasks_running: Gauge,
     /// Tasks created on this node.
     pub tasks_created: Counter,
+    /// What the limits refused or dropped, by reason.
+    pub limited: Limited,
+}
+
+/// What a limit refused (`mcp_rejected_total{reason}`: a message, a request, a tool's
+/// request to the client) or dropped (`mcp_dropped_total{reason}`: notifications that never
+/// reach the client).
+#[derive(Debug, Default)]
+pub struct Limited {
+    /// `limits.max_message_bytes` (WebSocket close 1009, HTTP 413).
+    pub message_too_large: Counter,
+    /// `limits.max_batch_len` (-32010).
+    pub batch_too_large: Counter,
+    /// `limits.max_json_depth`.
+    pub json_depth: Counter,
+    /// `limits.max_string_bytes`.
+    pub json_string: Counter,
+    /// `limits.max_array_len`.
+    pub json_array: Counter,
+    /// `limits.max_object_members`.
+    pub json_object: Counter,
+    /// `limits.allowed_methods`.
+    pub method_not_allowed: Counter,
+    /// `limits.rate`.
+    pub rate: Counter,
+    /// `limits.max_subscriptions_per_session` and `max_subscription_uri_bytes`.
+    pub subscriptions: Counter,
+    /// Requests to the client past `limits.max_in_flight_per_session` outstanding.
+    pub client_requests: Counter,
+    /// Log lines over `limits.log_lines_per_second` / `log_lines_burst` (dropped).
+    pub log_lines: Counter,
+    /// Notifications over `limits.max_queued_notifications` (dropped).
+    pub queued_notifications: Counter,
+}
+
+impl Limited {
+    /// Counts a wire-level refusal, if a limit made it.
+    pub fn count_wire(&self, error: &crate::jsonrpc::WireError) {
+        use crate::jsonrpc::{JsonLimit, WireError};
+        let counter = match error {
+            WireError::BatchTooLarge { .. } => &self.batch_too_large,
+            WireError::LimitExceeded(exceeded) => match exceeded.kind {
+                JsonLimit::Depth => &self.json_depth,
+                JsonLimit::StringBytes => &self.json_string,
+                JsonLimit::ArrayLen => &self.json_array,
+                JsonLimit::ObjectMembers => &self.json_object,
+            },
+            WireError::Parse | WireError::InvalidRequest(_) => return,
+        };
+        counter.inc();
+    }
+
+    fn render(&self, out: &mut String) {
+        let families = [
+            (
+                "mcp_rejected_total",
+                "Messages, requests and tool requests to the client refused by a limit",
+                &[
+                    ("message_too_large", &self.message_too_large),
+                    ("batch_too_large", &self.batch_too_large),
+                    ("json_depth", &self.json_depth),
+                    ("json_string", &self.json_string),
+                    ("json_array", &self.json_array),
+                    ("json_object", &self.json_object),
+                    ("method_not_allowed", &self.method_not_allowed),
+                    ("rate", &self.rate),
+                    ("subscriptions", &self.subscriptions),
+                    ("client_requests", &self.client_requests),
+                ][..],
+            ),
+            (
+                "mcp_dropped_total",
+                "Notifications to clients dropped by a limit",
+                &[
+                    ("log_lines", &self.log_lines),
+                    ("queued_notifications", &self.queued_notifications),
+                ][..],
+            ),
+        ];
+        for (name, help, reasons) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (reason, counter) in reasons {
+                let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {}", counter.get());
+            }
+        }
+    }
 }
 
 impl Metrics {
@@ -322,6 +414,7 @@ impl Metrics {
                 counter.get()
             );
         }
+        self.limited.render(&mut out);
         out
     }
 }

@@ -42,7 +42,8 @@ pub struct Shared {
     pub modern: ModernShape,
     /// The global worker pool: one permit per running request, across all sessions.
     pub pool: Semaphore,
-    pub metrics: Metrics,
+    /// Shared with the checks that count their refusals at their source (the guard).
+    pub metrics: Arc<Metrics>,
     /// The Origin/Host checks of every request to the MCP endpoint.
     pub origin_policy: OriginPolicy,
     /// The checks of every request before it is routed.
@@ -83,6 +84,7 @@ impl Shared {
         let instructions = (!info.instructions.is_empty()).then(|| info.instructions.clone());
         let client_log_level =
             LogLevel::parse(&settings.logging.client_level).unwrap_or(LogLevel::Info);
+        let metrics = Arc::new(Metrics::default());
         Arc::new(Self {
             modern: ModernShape::new(&server_info, state_key),
             server_info,
@@ -96,7 +98,7 @@ impl Shared {
             perimeter,
             settings,
             registry,
-            metrics: Metrics::default(),
+            metrics,
             sessions: DashMap::new(),
             directory: DashMap::new(),
             sockets: DashMap::new(),

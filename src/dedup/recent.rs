@@ -136,7 +136,7 @@ impl RecentResponses {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonrpc::{decode, Decoded, Entry};
+    use crate::jsonrpc::{decode, Decoded, Entry, FrameLimits};
 
     fn settings(entries: usize, bytes: usize) -> DedupSettings {
         DedupSettings {
@@ -147,7 +147,7 @@ mod tests {
     }
 
     fn with_request<T>(frame: &str, f: impl FnOnce(&Request<'_, CallToolParams<'_>>) -> T) -> T {
-        match decode::<CallToolParams<'_>>(frame, 10) {
+        match decode::<CallToolParams<'_>>(frame, &FrameLimits::new(10)) {
             Decoded::Single(Entry::Request(request)) => f(&request),
             other => panic!("{other:?}"),
         }

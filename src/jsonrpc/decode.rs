@@ -12,9 +12,11 @@
 //! instead of twice. Anything that pass cannot take cleanly is decoded again with raw params,
 //! so the outcome (and every error) is the same as without it.
 
-use super::RequestId;
 use super::WireError as Error;
-use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess};
+use super::{FrameLimits, RequestId};
+use serde::de::{
+    self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
+};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::fmt;
@@ -68,6 +70,11 @@ pub enum Entry<'a, P> {
         id: Option<RequestId>,
         error: Error,
     },
+    /// A notification (or a response) refused by a frame limit: never answered, as no
+    /// notification is, not even on error.
+    Dropped {
+        error: Error,
+    },
 }
 
 /// What a text frame held.
@@ -81,26 +88,31 @@ pub enum Decoded<'a, P> {
     Rejected(Error),
 }
 
-/// Decodes one frame. `max_batch_len` is checked before any batch entry is classified (the
-/// array itself is scanned first, entries kept raw).
-pub fn decode<'a, P: EagerParams<'a>>(text: &'a str, max_batch_len: usize) -> Decoded<'a, P> {
-    decode_with(text, max_batch_len, true)
+/// Decodes one frame. The frame is first measured against the shape limits of `limits` (see
+/// [`FrameLimits`]); one that exceeds them is not parsed further than its envelope, so a
+/// request is answered under its own id. A batch is counted while it is parsed, and refused
+/// once it holds more than the batch limit (its entries are then not kept).
+pub fn decode<'a, P: EagerParams<'a>>(text: &'a str, limits: &FrameLimits) -> Decoded<'a, P> {
+    decode_with(text, limits, true)
 }
 
 /// [`decode`], with `eager: false` keeping every method's params raw (for a caller that needs
 /// the params' exact text, such as a signature check).
 pub fn decode_with<'a, P: EagerParams<'a>>(
     text: &'a str,
-    max_batch_len: usize,
+    limits: &FrameLimits,
     eager: bool,
 ) -> Decoded<'a, P> {
-    match text
+    let first = text
         .trim_start_matches([' ', '\t', '\n', '\r'])
         .as_bytes()
-        .first()
-    {
+        .first();
+    if let Err(exceeded) = limits.check(text) {
+        return refuse(text, first, Error::LimitExceeded(exceeded));
+    }
+    match first {
         Some(b'{') => Decoded::Single(decode_object(text, eager)),
-        Some(b'[') => decode_batch(text, max_batch_len, eager),
+        Some(b'[') => decode_batch(text, limits.batch_len(), eager),
         // Valid JSON that is not an object or array (`1`, `"x"`, `null`) is an invalid
         // request; anything else is a parse error.
         _ => match serde_json::from_str::<&RawValue>(text) {
@@ -110,23 +122,53 @@ pub fn decode_with<'a, P: EagerParams<'a>>(
     }
 }
 
+/// A frame over a shape limit: a single request is answered under its id (its envelope is
+/// read, its params kept raw), a single notification or response is dropped, anything else
+/// (a batch, or no readable envelope) is refused as a whole.
+fn refuse<'a, P: EagerParams<'a>>(
+    text: &'a str,
+    first: Option<&u8>,
+    error: Error,
+) -> Decoded<'a, P> {
+    if first != Some(&b'{') {
+        return Decoded::Rejected(error);
+    }
+    let Ok(envelope) = parse_envelope::<P>(text, false) else {
+        return Decoded::Rejected(error);
+    };
+    Decoded::Single(match classify(envelope) {
+        Entry::Request(request) => Entry::Invalid {
+            id: Some(request.id),
+            error,
+        },
+        Entry::Invalid { id, .. } => Entry::Invalid { id, error },
+        Entry::Notification(_) | Entry::Response { .. } | Entry::Dropped { .. } => {
+            Entry::Dropped { error }
+        }
+    })
+}
+
 fn decode_batch<'a, P: EagerParams<'a>>(
     text: &'a str,
     max_batch_len: usize,
     eager: bool,
 ) -> Decoded<'a, P> {
-    let items: Vec<&RawValue> = match serde_json::from_str(text) {
-        Ok(items) => items,
+    let mut de = serde_json::Deserializer::from_str(text);
+    let counted = de
+        .deserialize_seq(BatchSeed { max_batch_len })
+        .and_then(|counted| de.end().map(|()| counted));
+    let items = match counted {
+        Ok(Ok(items)) => items,
+        Ok(Err(received)) => {
+            return Decoded::Rejected(Error::BatchTooLarge {
+                limit: max_batch_len,
+                received,
+            })
+        }
         Err(_) => return Decoded::Rejected(Error::Parse),
     };
     if items.is_empty() {
         return Decoded::Rejected(Error::InvalidRequest("an empty batch is not a request"));
-    }
-    if items.len() > max_batch_len {
-        return Decoded::Rejected(Error::BatchTooLarge {
-            limit: max_batch_len,
-            received: items.len(),
-        });
     }
     Decoded::Batch(
         items
@@ -137,6 +179,36 @@ fn decode_batch<'a, P: EagerParams<'a>>(
             })
             .collect(),
     )
+}
+
+/// Reads a batch's array, keeping at most `max_batch_len` entries (raw): past that, the rest
+/// is only counted, so a frame of a million entries costs no more memory than one of
+/// `max_batch_len + 1`. The count is the `Err` of the value.
+struct BatchSeed {
+    max_batch_len: usize,
+}
+
+impl<'de> de::Visitor<'de> for BatchSeed {
+    type Value = Result<Vec<&'de RawValue>, usize>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a batch array")
+    }
+
+    fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<&RawValue>()? {
+            if items.len() == self.max_batch_len {
+                let mut received = items.len() + 1;
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    received += 1;
+                }
+                return Ok(Err(received));
+            }
+            items.push(item);
+        }
+        Ok(Ok(items))
+    }
 }
 
 /// The members of a message object, each `Some` when present (an explicit `null` included).
@@ -388,7 +460,7 @@ mod tests {
     type TestEntry<'a> = Entry<'a, CallParams<'a>>;
 
     fn decode(text: &str, max_batch_len: usize) -> Decoded<'_, CallParams<'_>> {
-        super::decode(text, max_batch_len)
+        super::decode(text, &FrameLimits::new(max_batch_len))
     }
 
     fn single(text: &str) -> TestEntry<'_> {
@@ -477,6 +549,70 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_over_its_limit_is_counted_not_kept() {
+        let batch = format!("[{}0]", "0,".repeat(9999));
+        assert!(matches!(
+            decode(&batch, 100),
+            Decoded::Rejected(Error::BatchTooLarge {
+                limit: 100,
+                received: 10_000
+            })
+        ));
+        // At the limit it is a batch; broken JSON past the limit is still a parse error.
+        assert!(matches!(decode("[1,2]", 2), Decoded::Batch(ref e) if e.len() == 2));
+        assert!(matches!(
+            decode("[1,2,3,", 2),
+            Decoded::Rejected(Error::Parse)
+        ));
+        assert!(matches!(
+            decode("[1,2,3] x", 2),
+            Decoded::Rejected(Error::Parse)
+        ));
+    }
+
+    #[test]
+    fn a_frame_over_a_shape_limit_is_answered_under_its_id_or_not_at_all() {
+        let limits = FrameLimits::new(10).max_depth(3);
+        let decode = |text| super::decode::<CallParams<'_>>(text, &limits);
+        let deep = r#"{"jsonrpc":"2.0","id":"d","method":"call","params":{"a":[[1]]}}"#;
+        match decode(deep) {
+            Decoded::Single(Entry::Invalid {
+                id: Some(id),
+                error: Error::LimitExceeded(exceeded),
+            }) => {
+                assert_eq!(id.as_json(), r#""d""#);
+                assert_eq!(exceeded.kind, super::super::JsonLimit::Depth);
+                assert_eq!(exceeded.limit, 3);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A notification over the limit is never answered.
+        let notification = r#"{"jsonrpc":"2.0","method":"call","params":{"a":[[1]]}}"#;
+        assert!(matches!(
+            decode(notification),
+            Decoded::Single(Entry::Dropped {
+                error: Error::LimitExceeded(_)
+            })
+        ));
+        // A batch over it is refused as a whole, as is a frame with no readable envelope.
+        for text in [
+            r#"[{"jsonrpc":"2.0","id":1,"method":"call","params":{"a":[1]}}]"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"call","params":{"a":[[1]]}"#,
+        ] {
+            assert!(
+                matches!(decode(text), Decoded::Rejected(Error::LimitExceeded(_))),
+                "{text}"
+            );
+        }
+        // The same frames within the limit decode as usual.
+        let within = FrameLimits::new(10).max_depth(4);
+        assert!(matches!(
+            super::decode::<CallParams<'_>>(deep, &within),
+            Decoded::Single(Entry::Request(_))
+        ));
+    }
+
+    #[test]
     fn batch_entries_are_classified_one_by_one() {
         let Decoded::Batch(entries) = decode(
             r#"[1, {"jsonrpc":"2.0","id":1,"method":"ping"}, {"jsonrpc":"2.0","method":"n"}]"#,
@@ -551,7 +687,7 @@ mod tests {
     #[test]
     fn without_the_eager_pass_every_method_keeps_its_params_raw() {
         let text = r#"{"jsonrpc":"2.0","id":1,"method":"call","params":{"name":"n"}}"#;
-        match super::decode_with::<CallParams<'_>>(text, 10, false) {
+        match super::decode_with::<CallParams<'_>>(text, &FrameLimits::new(10), false) {
             Decoded::Single(Entry::Request(Request {
                 params: Params::Raw(Some(raw)),
                 ..

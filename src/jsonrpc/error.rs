@@ -4,6 +4,7 @@
 //! Codes of the layers above (MCP's, and the server's own in -32000..-32099) are defined
 //! there (`mcp::codes`); this layer only carries them.
 
+use super::limits::Exceeded;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -68,6 +69,10 @@ pub enum WireError {
     /// Valid JSON, but not a valid JSON-RPC request; the reason names the rule.
     #[error("Invalid Request: {0}")]
     InvalidRequest(&'static str),
+    /// The frame exceeds a limit on its JSON's shape (nesting, a string, an array, an
+    /// object); it was not parsed.
+    #[error("Invalid Request: {0}")]
+    LimitExceeded(Exceeded),
     /// A batch with more entries than allowed.
     #[error("Batch too large")]
     BatchTooLarge {
@@ -83,7 +88,7 @@ impl WireError {
     pub fn code(&self) -> ErrorCode {
         match self {
             Self::Parse => ErrorCode::PARSE_ERROR,
-            Self::InvalidRequest(_) => ErrorCode::INVALID_REQUEST,
+            Self::InvalidRequest(_) | Self::LimitExceeded(_) => ErrorCode::INVALID_REQUEST,
             Self::BatchTooLarge { .. } => ErrorCode::BATCH_TOO_LARGE,
         }
     }
@@ -101,6 +106,17 @@ impl WireError {
                 object.with_data(Data {
                     limit: *limit,
                     received: *received,
+                })
+            }
+            Self::LimitExceeded(exceeded) => {
+                #[derive(Serialize)]
+                struct Data {
+                    kind: &'static str,
+                    limit: usize,
+                }
+                object.with_data(Data {
+                    kind: exceeded.kind.name(),
+                    limit: exceeded.limit,
                 })
             }
             _ => object,

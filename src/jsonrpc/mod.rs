@@ -2,12 +2,16 @@
 //! messages, error objects with their codes, and encoding responses with the request's id
 //! spliced back byte-exact. This layer knows no MCP method and does no IO.
 //!
+//! Frames are measured against [`FrameLimits`] (one byte scan, before any parse) and a batch
+//! is counted while it is parsed, so a hostile frame is refused before it is held whole.
+//!
 //! Spec: <https://www.jsonrpc.org/specification>.
 
 mod decode;
 mod encode;
 mod error;
 mod id;
+mod limits;
 
 pub use decode::{decode, decode_with, Decoded, EagerParams, Entry, Notification, Params, Request};
 pub use encode::{
@@ -15,3 +19,4 @@ pub use encode::{
 };
 pub use error::{ErrorCode, ErrorObject, WireError};
 pub use id::RequestId;
+pub use limits::{Exceeded, FrameLimits, JsonLimit};

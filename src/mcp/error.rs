@@ -44,6 +44,9 @@ pub mod codes {
     pub const SIGNATURE_REFUSED: ErrorCode = ErrorCode(-32018);
     /// An idempotency key (or a finished request's id) came again with other params.
     pub const IDEMPOTENCY_CONFLICT: ErrorCode = ErrorCode(-32019);
+    /// The client's identity sent more requests than its rate allows; `data.retryAfterMs`
+    /// says when the next one will be served.
+    pub const RATE_LIMITED: ErrorCode = ErrorCode(-32017);
 }
 
 /// What an idempotency conflict was keyed by.
@@ -117,6 +120,12 @@ pub enum Error {
     Wire(#[from] WireError),
     #[error("Method not found")]
     MethodNotFound { method: String },
+    /// A method outside `limits.allowed_methods`: answered exactly as an unknown method, told
+    /// apart only in metrics.
+    #[error("Method not found")]
+    MethodNotAllowed { method: String },
+    #[error("Rate limit exceeded: retry after {retry_after_ms} ms")]
+    RateLimited { retry_after_ms: u64 },
     #[error("Invalid params: {0}")]
     InvalidParams(String),
     #[error("Unknown tool: {name}")]
@@ -155,6 +164,8 @@ pub enum Error {
     /// 2026-07-28: a `requestState` that is forged, altered, foreign or expired.
     #[error("Invalid params: {0}")]
     InvalidRequestState(crate::mrtr::StateError),
+    #[error("Invalid params: uri: a subscribed URI may have at most {limit} bytes")]
+    SubscriptionUriTooLong { limit: usize },
     #[error("Server not initialized: send \"initialize\" first")]
     NotInitialized,
     #[error("Request timed out")]
@@ -185,7 +196,10 @@ impl Error {
     pub fn code(&self) -> ErrorCode {
         match self {
             Self::Wire(wire) => wire.code(),
-            Self::MethodNotFound { .. } => ErrorCode::METHOD_NOT_FOUND,
+            Self::MethodNotFound { .. } | Self::MethodNotAllowed { .. } => {
+                ErrorCode::METHOD_NOT_FOUND
+            }
+            Self::RateLimited { .. } => codes::RATE_LIMITED,
             Self::InvalidParams(_)
             | Self::UnknownTool { .. }
             | Self::UnknownPrompt { .. }
@@ -197,9 +211,9 @@ impl Error {
             Self::MissingClientCapability { .. } => codes::MISSING_CLIENT_CAPABILITY,
             Self::HeaderMismatch(_) => codes::HEADER_MISMATCH,
             Self::HandlerFailed(_) => codes::HANDLER_FAILED,
-            Self::TooManySubscriptions { .. } | Self::UnknownTask { .. } => {
-                ErrorCode::INVALID_PARAMS
-            }
+            Self::TooManySubscriptions { .. }
+            | Self::SubscriptionUriTooLong { .. }
+            | Self::UnknownTask { .. } => ErrorCode::INVALID_PARAMS,
             Self::TooManyTasks { .. } => codes::SERVER_BUSY,
             Self::NotInitialized => codes::NOT_INITIALIZED,
             Self::TimedOut { .. } => codes::REQUEST_TIMED_OUT,
@@ -244,7 +258,12 @@ impl Error {
         let object = ErrorObject::new(self.code(), self.to_string());
         match self {
             Self::Wire(wire) => wire.to_object(),
-            Self::MethodNotFound { method } => object.with_data(json!({ "method": method })),
+            Self::MethodNotFound { method } | Self::MethodNotAllowed { method } => {
+                object.with_data(json!({ "method": method }))
+            }
+            Self::RateLimited { retry_after_ms } => {
+                object.with_data(json!({ "scope": "identity", "retryAfterMs": retry_after_ms }))
+            }
             Self::UnknownTool { name } => object.with_data(json!({ "tool": name })),
             Self::UnknownPrompt { name } => object.with_data(json!({ "prompt": name })),
             Self::MissingPromptArgument { argument, .. } => {
@@ -254,7 +273,9 @@ impl Error {
             Self::ResourceTooLarge { uri, size, limit } => {
                 object.with_data(json!({ "uri": uri, "size": size, "limit": limit }))
             }
-            Self::TooManySubscriptions { limit } => object.with_data(json!({ "limit": limit })),
+            Self::TooManySubscriptions { limit } | Self::SubscriptionUriTooLong { limit } => {
+                object.with_data(json!({ "limit": limit }))
+            }
             Self::UnknownTask { task_id } => object.with_data(json!({ "taskId": task_id })),
             Self::TooManyTasks { limit } => {
                 object.with_data(json!({ "scope": "tasks", "limit": limit }))

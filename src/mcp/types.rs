@@ -278,7 +278,7 @@ mod tests {
     #[test]
     fn tools_call_params_are_parsed_in_the_envelope_pass() {
         let frame = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"},"_meta":{"progressToken":"t"}}}"#;
-        match decode::<CallToolParams<'_>>(frame, 10) {
+        match decode::<CallToolParams<'_>>(frame, &crate::jsonrpc::FrameLimits::new(10)) {
             Decoded::Single(Entry::Request(Request {
                 params: Params::Parsed(params),
                 ..

@@ -12,8 +12,9 @@ pub mod auth;
 pub mod connections;
 pub mod guard;
 pub mod origin;
-pub mod signature;
 pub mod policy;
+pub mod rate;
+pub mod signature;
 pub mod tls;
 
 use crate::config::{ConfigError, Settings};

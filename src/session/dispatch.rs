@@ -145,14 +145,23 @@ impl Session {
             Method::ResourcesSubscribe => {
                 let p: SubscribeParams<'_> = parse_params(params)?;
                 self.admission.access.check_resource(&p.uri)?;
+                let limits = &self.shared.settings.limits;
+                let refused = &self.shared.metrics.limited.subscriptions;
+                if p.uri.len() > limits.max_subscription_uri_bytes {
+                    refused.inc();
+                    return Err(Error::SubscriptionUriTooLong {
+                        limit: limits.max_subscription_uri_bytes,
+                    });
+                }
                 if self.shared.registry.resource_target(&p.uri).is_none() {
                     return Err(Error::ResourceNotFound {
                         uri: p.uri.into_owned(),
                     });
                 }
-                let max = self.shared.settings.limits.max_subscriptions_per_session;
+                let max = limits.max_subscriptions_per_session;
                 if !self.subscriptions.contains(p.uri.as_ref()) {
                     if self.subscriptions.len() >= max {
+                        refused.inc();
                         return Err(Error::TooManySubscriptions { limit: max });
                     }
                     self.subscriptions.insert(p.uri.clone().into_owned());

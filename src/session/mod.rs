@@ -188,7 +188,7 @@ enum Reply {
 impl Session {
     /// A new session for a client the perimeter admitted, awaiting `initialize`.
     pub fn new(shared: Arc<Shared>, id: u64, admission: Admission) -> Self {
-        let inbox = Rc::new(Inbox::default());
+        let inbox = Rc::new(Inbox::new(shared.settings.limits.max_queued_notifications));
         inbox.set_log_level(shared.client_log_level);
         inbox.set_client_request_limit(shared.settings.limits.max_in_flight_per_session);
         let raw_params = shared.guard.needs_raw_params(&admission);
@@ -232,9 +232,13 @@ impl Session {
     /// Handles one complete text message (a single JSON-RPC message or a batch), which is
     /// exchange `exchange` of its host.
     pub fn on_text(&mut self, text: &str, exchange: u64, out: &mut dyn Outlet) -> Intake {
-        let max_batch_len = self.shared.settings.limits.max_batch_len;
-        match decode_with::<CallToolParams<'_>>(text, max_batch_len, !self.raw_params) {
+        match decode_with::<CallToolParams<'_>>(
+            text,
+            self.shared.guard.frame_limits(),
+            !self.raw_params,
+        ) {
             Decoded::Rejected(error) => {
+                self.shared.metrics.limited.count_wire(&error);
                 out.send(
                     encode_error(None, &error.to_object()),
                     Route::Answer(exchange),
@@ -315,7 +319,13 @@ impl Session {
                 Reply::Silent
             }
             Entry::Invalid { id, error } => {
+                self.shared.metrics.limited.count_wire(&error);
                 Reply::Now(encode_error(id.as_ref(), &error.to_object()))
+            }
+            Entry::Dropped { error } => {
+                self.shared.metrics.limited.count_wire(&error);
+                tracing::debug!(session = self.id, %error, "notification over a limit; dropped");
+                Reply::Silent
             }
         }
     }
@@ -486,6 +496,7 @@ impl Session {
         while let Some(event) = self.inbox.take_event() {
             self.on_event(event, out);
         }
+        self.inbox.flush_dropped(&self.shared.metrics.limited);
         let changes = self.inbox.take_changes();
         let updated = self.inbox.take_updated();
         let tasks = self.inbox.take_task_notes();
@@ -774,6 +785,7 @@ impl Drop for Session {
             .subscriptions
             .sub(self.subscriptions.len() as u64);
         // Workers may outlive the session by a moment; what they post now goes nowhere.
+        self.inbox.flush_dropped(&self.shared.metrics.limited);
         self.inbox.close();
     }
 }

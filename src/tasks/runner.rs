@@ -93,6 +93,7 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
         client_timeout: Duration::from_millis(settings.client_requests.timeout_ms),
         input: Input::Task(asks.clone()),
         log_floor: LogFloor::Request(None),
+        log_budget: crate::throttle::LineBudget::unlimited(),
     });
     let mut work: LocalBoxFuture<'static, Outcome> =
         Box::pin(AssertUnwindSafe(handler.call(arguments, ctx)).catch_unwind());

@@ -164,6 +164,7 @@ impl WsSession {
         };
         if buffer.len() + bytes.len() > max {
             self.fragments = None;
+            self.shared.metrics.limited.message_too_large.inc();
             return self.close(ctx, CloseCode::Size, "message too big");
         }
         buffer.extend_from_slice(&bytes);
@@ -327,7 +328,10 @@ impl StreamHandler<Result<WsMessage, ProtocolError>> for WsSession {
                 ctx.close(reason);
                 ctx.stop();
             }
-            Err(ProtocolError::Overflow) => self.close(ctx, CloseCode::Size, "message too big"),
+            Err(ProtocolError::Overflow) => {
+                self.shared.metrics.limited.message_too_large.inc();
+                self.close(ctx, CloseCode::Size, "message too big");
+            }
             Err(error) => {
                 tracing::debug!(session = %self.log_id(), %error, "websocket protocol error");
                 self.close(ctx, CloseCode::Protocol, "websocket protocol error");

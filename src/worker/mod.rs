@@ -19,6 +19,7 @@ use crate::inbox::{Inbox, SessionEvent};
 use crate::jsonrpc::RequestId;
 use crate::mcp::Error;
 use crate::shared::Shared;
+use crate::throttle::LineBudget;
 use actix::prelude::*;
 use futures_util::future::{poll_immediate, LocalBoxFuture};
 use futures_util::FutureExt;
@@ -215,6 +216,7 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
         client_timeout: Duration::from_millis(shared.settings.client_requests.timeout_ms),
         input: job.input,
         log_floor: job.log_floor,
+        log_budget: LineBudget::new(limits.log_lines_per_second, limits.log_lines_burst),
     });
     let clock = ctx.clone();
     let id = job.id;
