@@ -1,18 +1,27 @@
-//! Server-wide counters and gauges, rendered for `GET /metrics` in the Prometheus text
-//! format. Plain atomics: cheap enough for the hot path, and readable by tests without
-//! timing (a peak gauge shows a limit held, whatever the scheduling was).
+//! Server-wide counters, gauges and latency histograms, rendered for `GET /metrics` in the
+//! Prometheus text format. Plain atomics: cheap enough for the hot path, and readable by
+//! tests without timing (a peak gauge shows a limit held, whatever the scheduling was).
+//!
+//! Every refusal by a policy (origin, a limit, a rate, authentication) is counted in
+//! [`Rejections`], one counter per reason, rendered as `mcp_rejections_total{reason="…"}`:
+//! a new reason is one line in the `rejections!` table below.
 
+use crate::mcp::Method;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
+/// A monotonic count.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
 
 impl Counter {
+    /// Adds one.
     pub fn inc(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The count.
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
@@ -100,11 +109,19 @@ pub struct Metrics {
     /// Highest number of requests one session had in flight (value unused, peak only).
     pub session_in_flight: Gauge,
     pub requests: Counter,
-    pub rejected_session_busy: Counter,
-    pub rejected_server_busy: Counter,
     pub cancelled: Counter,
     pub timed_out: Counter,
     pub panicked: Counter,
+    /// Refusals by reason (see [`Rejections`]).
+    pub rejections: Rejections,
+    /// Requests answered from the de-duplication store (a retry) or joined to the same
+    /// request still running, instead of running again.
+    pub dedup_hits: Counter,
+    /// Failed operations on Redis (a command that errored or a lost connection); the
+    /// server goes on without it.
+    pub redis_errors: Counter,
+    /// How long requests took, by method.
+    pub latency: Latencies,
 }
 
 impl Metrics {
@@ -157,16 +174,6 @@ impl Metrics {
         let counters = [
             ("mcp_requests_total", "Requests received", &self.requests),
             (
-                "mcp_rejected_session_busy_total",
-                "Requests refused by the per-session cap",
-                &self.rejected_session_busy,
-            ),
-            (
-                "mcp_rejected_server_busy_total",
-                "Requests that found no global pool slot in time",
-                &self.rejected_server_busy,
-            ),
-            (
                 "mcp_cancelled_total",
                 "Requests cancelled by the client or a disconnect",
                 &self.cancelled,
@@ -181,6 +188,16 @@ impl Metrics {
                 "Requests whose handler panicked",
                 &self.panicked,
             ),
+            (
+                "mcp_dedup_hits_total",
+                "Requests answered from the de-duplication store or joined to the same request still running",
+                &self.dedup_hits,
+            ),
+            (
+                "mcp_redis_errors_total",
+                "Failed Redis operations (the server went on without Redis)",
+                &self.redis_errors,
+            ),
         ];
         for (name, help, counter) in counters {
             let _ = writeln!(
@@ -189,6 +206,204 @@ impl Metrics {
                 counter.get()
             );
         }
+        self.rejections.render(&mut out);
+        self.latency.render(&mut out);
         out
+    }
+}
+
+/// Declares [`Rejections`]: one counter per reason, each with the label value it is
+/// rendered with and what it counts.
+macro_rules! rejections {
+    ($($(#[doc = $doc:literal])+ $field:ident => $label:literal,)+) => {
+        /// Requests and connections refused by a policy, by reason. To count a new reason,
+        /// add a line to the `rejections!` table in `metrics.rs` and call
+        /// `shared.metrics.rejections.<reason>.inc()` where the refusal is made (HTTP
+        /// refusals are counted in one place, from [`Refusal`](crate::perimeter::Refusal)).
+        #[derive(Debug, Default)]
+        pub struct Rejections {
+            $($(#[doc = $doc])+ pub $field: Counter,)+
+        }
+
+        impl Rejections {
+            /// Every reason with its label value.
+            pub fn all(&self) -> [(&'static str, &Counter); [$($label),+].len()] {
+                [$(($label, &self.$field)),+]
+            }
+        }
+    };
+}
+
+rejections! {
+    /// An `Origin` header names a site that may not use the server (HTTP 403).
+    origin => "origin",
+    /// A `Host` header names a host the server does not answer to (HTTP 403).
+    host => "host",
+    /// `server.max_sessions` sessions are open (HTTP 503).
+    session_cap => "session_cap",
+    /// A message over `limits.max_message_bytes` (WebSocket close 1009, HTTP 413).
+    message_too_large => "message_too_large",
+    /// A batch over `limits.max_batch_len` entries (-32010).
+    batch_too_large => "batch_too_large",
+    /// `limits.max_in_flight_per_session` requests already in flight (-32009).
+    session_busy => "session_busy",
+    /// No global pool slot within `limits.admission_wait_ms` (-32008).
+    server_busy => "server_busy",
+}
+
+impl Rejections {
+    fn render(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP mcp_rejections_total Requests and connections refused by a policy, by reason\n# TYPE mcp_rejections_total counter"
+        );
+        for (reason, counter) in self.all() {
+            let _ = writeln!(
+                out,
+                "mcp_rejections_total{{reason=\"{reason}\"}} {}",
+                counter.get()
+            );
+        }
+    }
+}
+
+/// Upper bounds of the latency buckets, in seconds as rendered (`le`) and in nanoseconds as
+/// compared. Fixed, so that every node of a deployment reports the same buckets.
+const BUCKETS: [(&str, u64); 19] = [
+    ("0.0001", 100_000),
+    ("0.00025", 250_000),
+    ("0.0005", 500_000),
+    ("0.001", 1_000_000),
+    ("0.0025", 2_500_000),
+    ("0.005", 5_000_000),
+    ("0.01", 10_000_000),
+    ("0.025", 25_000_000),
+    ("0.05", 50_000_000),
+    ("0.1", 100_000_000),
+    ("0.25", 250_000_000),
+    ("0.5", 500_000_000),
+    ("1", 1_000_000_000),
+    ("2.5", 2_500_000_000),
+    ("5", 5_000_000_000),
+    ("10", 10_000_000_000),
+    ("30", 30_000_000_000),
+    ("60", 60_000_000_000),
+    ("300", 300_000_000_000),
+];
+
+/// A latency histogram with the fixed `BUCKETS`: one count per bucket (not cumulative: an
+/// observation touches one counter; the cumulative counts are summed when rendered) and the
+/// sum of the observed durations.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// `counts[i]` counts durations in `(BUCKETS[i-1], BUCKETS[i]]`; the last one those
+    /// above every bound.
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one duration: two relaxed atomic adds, after a scan that stops at the first
+    /// bucket that fits (the first few for fast requests).
+    pub fn observe(&self, elapsed: Duration) {
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = BUCKETS
+            .iter()
+            .position(|&(_, bound)| nanos <= bound)
+            .unwrap_or(BUCKETS.len());
+        self.counts[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// How many durations were recorded.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    fn render(&self, name: &str, labels: &str, out: &mut String) {
+        let mut cumulative = 0;
+        for (i, (le, _)) in BUCKETS.iter().enumerate() {
+            cumulative += self.counts[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        cumulative += self.counts[BUCKETS.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+        let seconds = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {seconds}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+    }
+}
+
+/// The methods latencies are kept for: the ones the server serves, and `other` for every
+/// request refused before it had one (an unknown method, one not negotiated).
+const METHODS: [(Option<Method>, &str); 14] = [
+    (Some(Method::Initialize), "initialize"),
+    (Some(Method::Ping), "ping"),
+    (Some(Method::ToolsList), "tools/list"),
+    (Some(Method::ToolsCall), "tools/call"),
+    (Some(Method::ResourcesList), "resources/list"),
+    (Some(Method::ResourcesRead), "resources/read"),
+    (
+        Some(Method::ResourceTemplatesList),
+        "resources/templates/list",
+    ),
+    (Some(Method::ResourcesSubscribe), "resources/subscribe"),
+    (Some(Method::ResourcesUnsubscribe), "resources/unsubscribe"),
+    (Some(Method::PromptsList), "prompts/list"),
+    (Some(Method::PromptsGet), "prompts/get"),
+    (Some(Method::LoggingSetLevel), "logging/setLevel"),
+    (Some(Method::CompletionComplete), "completion/complete"),
+    (None, "other"),
+];
+
+/// A request's method as the latency histograms know it (an index into `METHODS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MethodLabel(u8);
+
+impl MethodLabel {
+    /// The label of a request method (`other` for one the server does not serve).
+    pub fn of(method: &str) -> Self {
+        let method = Method::parse(method);
+        let index = METHODS
+            .iter()
+            .position(|(m, _)| *m == method)
+            .unwrap_or(METHODS.len() - 1);
+        Self(index as u8)
+    }
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        METHODS[usize::from(self.0)].1
+    }
+}
+
+/// Request latencies, one histogram per method: from the request's arrival in its session to
+/// its answer (for a worker, until its outcome is back in the session; a cancelled request
+/// is not observed).
+#[derive(Debug, Default)]
+pub struct Latencies {
+    by_method: [Histogram; METHODS.len()],
+}
+
+impl Latencies {
+    /// Records a request's duration.
+    pub fn observe(&self, method: MethodLabel, elapsed: Duration) {
+        self.by_method[usize::from(method.0)].observe(elapsed);
+    }
+
+    /// The histogram of one method.
+    pub fn of(&self, method: MethodLabel) -> &Histogram {
+        &self.by_method[usize::from(method.0)]
+    }
+
+    fn render(&self, out: &mut String) {
+        let name = "mcp_request_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time from a request's arrival to its answer, by method\n# TYPE {name} histogram"
+        );
+        for (histogram, (_, method)) in self.by_method.iter().zip(METHODS) {
+            histogram.render(name, &format!("method=\"{method}\""), out);
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The server: [`Server::builder`] (settings, how it presents itself, tools, resources,
 //! prompts), its routes (`GET /mcp` upgrades to a WebSocket session, `/healthz`,
-//! `/metrics`), running in the foreground ([`Server::run`], the binary) or on a background
+//! `/metrics`, the last two on an admin listener of their own when `server.admin_listen`
+//! is set), running in the foreground ([`Server::run`], the binary) or on a background
 //! thread ([`Server::spawn`], tests and embedding), and graceful shutdown.
 //!
 //! Shutdown, on SIGINT/SIGTERM or `RunningServer::stop`: stop admitting sessions (a new
@@ -188,16 +189,12 @@ impl Server {
     /// # Errors
     /// [`Error::Bind`] when the address cannot be bound, [`Error::Io`] when serving fails.
     pub fn run(self) -> Result<(), Error> {
-        let listen = self.shared.settings.server.listen;
         let _files = self.files;
         let (bound_tx, bound_rx) = std::sync::mpsc::channel();
         let result =
             actix_rt::System::new().block_on(serve(self.shared, bound_tx, termination_signal()));
         match bound_rx.try_recv() {
-            Ok(Err(source)) => Err(Error::Bind {
-                addr: listen,
-                source,
-            }),
+            Ok(Err((addr, source))) => Err(Error::Bind { addr, source }),
             _ => result.map_err(Error::Io),
         }
     }
@@ -207,7 +204,6 @@ impl Server {
     /// # Errors
     /// [`Error::Bind`] when the address cannot be bound.
     pub fn spawn(self) -> Result<RunningServer, Error> {
-        let listen = self.shared.settings.server.listen;
         let shared = self.shared;
         let (bound_tx, bound_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -220,19 +216,17 @@ impl Server {
                 }))
             })?;
         match bound_rx.recv() {
-            Ok(Ok(addr)) => Ok(RunningServer {
+            Ok(Ok(Bound { addr, admin })) => Ok(RunningServer {
                 addr,
+                admin_addr: admin,
                 shared,
                 _files: self.files,
                 stop: Some(stop_tx),
                 thread: Some(thread),
             }),
-            Ok(Err(source)) => {
+            Ok(Err((addr, source))) => {
                 let _ = thread.join();
-                Err(Error::Bind {
-                    addr: listen,
-                    source,
-                })
+                Err(Error::Bind { addr, source })
             }
             Err(_) => Err(Error::Io(io::Error::other(
                 "server thread ended before binding",
@@ -241,11 +235,19 @@ impl Server {
     }
 }
 
-/// Mounts the server's routes.
+/// Mounts the server's routes, all on one listener: the MCP endpoint, `/healthz`, `/metrics`.
 #[doc(hidden)]
 pub fn routes(cfg: &mut web::ServiceConfig) {
+    public_routes(cfg);
+    cfg.route("/metrics", web::get().to(metrics));
+}
+
+/// The routes of the public listener when `/metrics` has an admin listener of its own: the
+/// MCP endpoint and `/healthz` (for load balancers, which probe the public address).
+fn public_routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/mcp")
+            .wrap(actix_web::middleware::from_fn(perimeter::count_refusals))
             .route(
                 web::get()
                     .guard(guard::fn_guard(|ctx| is_websocket_upgrade(ctx.head())))
@@ -256,8 +258,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::delete().to(http::delete))
             .default_service(web::to(http::not_allowed)),
     )
-    .route("/healthz", web::get().to(healthz))
-    .route("/metrics", web::get().to(metrics));
+    .route("/healthz", web::get().to(healthz));
+}
+
+/// The routes of the admin listener (`server.admin_listen`): `/metrics` and `/healthz`.
+fn admin_routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(healthz))
+        .route("/metrics", web::get().to(metrics));
 }
 
 /// A `GET` asking for a WebSocket (`Upgrade: websocket`); any other `GET` is the SSE stream.
@@ -350,6 +357,7 @@ async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
 /// A server running on its own thread ([`Server::spawn`]); dropping it stops the server.
 pub struct RunningServer {
     addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     /// Dropped after the server has stopped (fields drop after `Drop::drop`).
     _files: Option<DirectoryWatch>,
@@ -361,6 +369,12 @@ impl RunningServer {
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The bound address of the admin listener (`/metrics`, `/healthz`), when
+    /// `server.admin_listen` is set.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 
     /// `ws://ADDR/mcp`.
@@ -421,21 +435,38 @@ async fn termination_signal() {
     tracing::info!("termination signal received");
 }
 
-/// Binds, reports the bound address (or the bind error) through `bound`, serves until
-/// `stop` resolves, then shuts down gracefully.
+/// The addresses a server bound.
+#[derive(Debug, Clone, Copy)]
+struct Bound {
+    /// The public listener (the MCP endpoint).
+    addr: SocketAddr,
+    /// The admin listener (`/metrics`, `/healthz`), when `server.admin_listen` is set.
+    admin: Option<SocketAddr>,
+}
+
+/// Why a listener could not be bound: its configured address and the error.
+type BindFailure = (SocketAddr, io::Error);
+
+/// Binds the listeners, reports their addresses (or the bind error) through `bound`, serves
+/// until `stop` resolves, then shuts down gracefully.
 async fn serve(
     shared: Arc<Shared>,
-    bound: std::sync::mpsc::Sender<io::Result<SocketAddr>>,
+    bound: std::sync::mpsc::Sender<Result<Bound, BindFailure>>,
     stop: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let settings = &shared.settings;
     let app_shared = web::Data::from(shared.clone());
     let max_body = settings.limits.max_message_bytes;
+    let separate_admin = settings.server.admin_listen.is_some();
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(app_shared.clone())
             .app_data(web::PayloadConfig::new(max_body))
-            .configure(routes)
+            .configure(if separate_admin {
+                public_routes
+            } else {
+                routes
+            })
     })
     .backlog(settings.server.backlog)
     .disable_signals()
@@ -443,10 +474,16 @@ async fn serve(
     if settings.server.workers > 0 {
         server = server.workers(settings.server.workers);
     }
+    let report = |listen: SocketAddr, error: &io::Error| {
+        let _ = bound.send(Err((
+            listen,
+            io::Error::new(error.kind(), error.to_string()),
+        )));
+    };
     let server = match server.bind(settings.server.listen) {
         Ok(server) => server,
         Err(error) => {
-            let _ = bound.send(Err(io::Error::new(error.kind(), error.to_string())));
+            report(settings.server.listen, &error);
             return Err(error);
         }
     };
@@ -455,14 +492,54 @@ async fn serve(
         .first()
         .copied()
         .unwrap_or(settings.server.listen);
+    // The admin listener: its own small server (one thread), so that scrapes never compete
+    // with sessions for a worker and /metrics never answers on the public address.
+    let admin = match settings.server.admin_listen {
+        None => None,
+        Some(listen) => {
+            let admin_shared = web::Data::from(shared.clone());
+            let admin = HttpServer::new(move || {
+                App::new()
+                    .app_data(admin_shared.clone())
+                    .configure(admin_routes)
+            })
+            .workers(1)
+            .disable_signals()
+            .shutdown_timeout(1)
+            .bind(listen);
+            match admin {
+                Ok(admin) => Some((admin.addrs().first().copied().unwrap_or(listen), admin)),
+                Err(error) => {
+                    report(listen, &error);
+                    return Err(error);
+                }
+            }
+        }
+    };
     let server = server.run();
     let handle = server.handle();
     let server_task = actix_rt::spawn(server);
     tracing::info!(%addr, "listening; WebSocket endpoint ws://{addr}/mcp");
-    let _ = bound.send(Ok(addr));
+    let (admin_addr, admin_handle) = match admin {
+        Some((admin_addr, admin)) => {
+            let admin = admin.run();
+            let admin_handle = admin.handle();
+            actix_rt::spawn(admin);
+            tracing::info!(addr = %admin_addr, "admin listener: /metrics and /healthz");
+            (Some(admin_addr), Some(admin_handle))
+        }
+        None => (None, None),
+    };
+    let _ = bound.send(Ok(Bound {
+        addr,
+        admin: admin_addr,
+    }));
 
     stop.await;
     shut_down(&shared, &handle).await;
+    if let Some(admin) = admin_handle {
+        admin.stop(true).await;
+    }
     server_task.await.map_err(io::Error::other)?
 }
 

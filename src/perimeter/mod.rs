@@ -10,10 +10,14 @@ pub mod origin;
 
 use crate::context::Identity;
 use crate::mcp::ProtocolVersion;
+use crate::metrics::{Counter, Rejections};
 use crate::shared::Shared;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::USER_AGENT;
 use actix_web::http::StatusCode;
-use actix_web::{HttpRequest, HttpResponse, ResponseError};
+use actix_web::middleware::Next;
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use serde_json::json;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -118,7 +122,52 @@ pub enum Refusal {
     MethodNotAllowed,
 }
 
+/// Counts every [`Refusal`] answered on the MCP endpoint in its reason's counter (see
+/// [`Refusal::rejection`]): the one place HTTP refusals are counted, whichever check made
+/// them (middleware around the `/mcp` resource).
+///
+/// # Errors
+/// Those of the wrapped service, unchanged.
+pub async fn count_refusals(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let shared = req.app_data::<web::Data<Shared>>().cloned();
+    let response = next.call(req).await?;
+    let refusal = response
+        .response()
+        .error()
+        .and_then(|error| error.as_error::<Refusal>());
+    if let (Some(shared), Some(refusal)) = (shared, refusal) {
+        if let Some(counter) = refusal.rejection(&shared.metrics.rejections) {
+            counter.inc();
+        }
+    }
+    Ok(response)
+}
+
 impl Refusal {
+    /// The counter this refusal counts in, when a policy made it (origin, host, a limit);
+    /// a client's mistake (a bad header, an unknown session) or a shutdown counts in none.
+    pub fn rejection<'a>(&self, rejections: &'a Rejections) -> Option<&'a Counter> {
+        match self {
+            Self::ForbiddenOrigin => Some(&rejections.origin),
+            Self::ForbiddenHost => Some(&rejections.host),
+            Self::TooManySessions => Some(&rejections.session_cap),
+            Self::PayloadTooLarge => Some(&rejections.message_too_large),
+            Self::ShuttingDown
+            | Self::UnsupportedProtocolVersion(_)
+            | Self::NotAcceptable(_)
+            | Self::UnsupportedMediaType
+            | Self::BodyUnreadable
+            | Self::BodyNotText
+            | Self::SessionRequired
+            | Self::SessionNotFound
+            | Self::ResumeGone
+            | Self::MethodNotAllowed => None,
+        }
+    }
+
     /// The JSON-RPC code in the body.
     fn code(&self) -> i32 {
         match self {

@@ -109,6 +109,9 @@ impl WsSession {
 
     fn close(&mut self, ctx: &mut ws::WebsocketContext<Self>, code: CloseCode, description: &str) {
         tracing::debug!(session = %self.log_id(), ?code, description, "closing");
+        if code == CloseCode::Size {
+            self.shared.metrics.rejections.message_too_large.inc();
+        }
         ctx.close(Some(CloseReason {
             code,
             description: Some(description.to_owned()),

@@ -42,6 +42,9 @@ pub struct Cancel;
 /// Everything a worker needs, handed over at start.
 pub struct Job {
     pub id: RequestId,
+    /// When the request arrived in its session (the clock read its latency starts from):
+    /// also the deadline's start when a pool slot is free at once.
+    pub received: Instant,
     pub work: Work,
     /// Run-time limit, counted from admission into the pool.
     pub timeout: Duration,
@@ -156,14 +159,19 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
     let metrics = &shared.metrics;
     let limits = &shared.settings.limits;
 
-    let permit = match shared.pool.try_acquire() {
-        Ok(permit) => permit,
+    // The timeout counts from admission into the pool. Admitted at once, that is when the
+    // request arrived, a moment ago: its clock read serves, and this path reads no clock.
+    let (permit, admitted) = match shared.pool.try_acquire() {
+        Ok(permit) => (permit, job.received),
         Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
-        Err(TryAcquireError::NoPermits) => Box::pin(wait_for_slot(&shared)).await?,
+        Err(TryAcquireError::NoPermits) => {
+            (Box::pin(wait_for_slot(&shared)).await?, Instant::now())
+        }
     };
     let _running = metrics.pool_running.track();
 
     let deadline = Deadline::new(
+        admitted,
         job.timeout,
         Duration::from_millis(limits.max_request_timeout_ms),
     );
@@ -214,7 +222,7 @@ async fn wait_for_slot(shared: &Shared) -> Result<SemaphorePermit<'_>, Error> {
         Ok(Ok(permit)) => Ok(permit),
         Ok(Err(_closed)) => Err(Error::ShuttingDown),
         Err(_elapsed) => {
-            metrics.rejected_server_busy.inc();
+            metrics.rejections.server_busy.inc();
             Err(Error::ServerBusy {
                 limit: limits.max_concurrent_requests,
                 waited_ms: limits.admission_wait_ms,
