@@ -2,12 +2,14 @@
 //! registry, the global worker pool, metrics, the live sessions (for the shutdown fan-out),
 //! and the directory of sessions a client can reach again by id (HTTP sessions).
 
+use crate::access::Redaction;
 use crate::config::Settings;
 use crate::mcp::LogLevel;
 use crate::metrics::Metrics;
 use crate::model::Implementation;
 use crate::perimeter::{OriginPolicy, RequestGuard};
 use crate::registry::Registry;
+use crate::rollout::Rollout;
 use crate::transport::hosted::HostedSession;
 use crate::transport::ws::WsSession;
 use actix::{Addr, Message, Recipient};
@@ -42,6 +44,10 @@ pub struct Shared {
     pub origin_policy: OriginPolicy,
     /// The checks of every request before it is routed.
     pub guard: RequestGuard,
+    /// Which version of a tool in several versions each identity sees.
+    pub rollout: Rollout,
+    /// What the access log hides of params.
+    pub redaction: Redaction,
     sessions: DashMap<u64, Recipient<Shutdown>>,
     /// Hosted sessions (HTTP, and WebSocket sessions waiting for a reconnect) by the id their
     /// client holds.
@@ -74,6 +80,11 @@ impl Shared {
             pool: Semaphore::new(settings.limits.max_concurrent_requests),
             origin_policy: OriginPolicy::new(&settings.http, settings.server.listen),
             guard: RequestGuard::new(&settings),
+            rollout: Rollout::new(&settings.rollout.rules),
+            redaction: Redaction::new(
+                &settings.logging.redact_keys,
+                settings.logging.access_params_max_bytes,
+            ),
             settings,
             registry,
             metrics: Metrics::default(),

@@ -94,14 +94,15 @@ pub struct InitializeParams<'a> {
     pub client_info: crate::model::Implementation,
 }
 
-/// `_meta` of a request; only the progress token is read.
-#[derive(Debug, Default, Deserialize)]
+/// `_meta` of a request: the keys the server reads, raw. Serialized (the keys present) for
+/// the access log of a `tools/call`, whose params are not kept raw.
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestMeta<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub progress_token: Option<&'a RawValue>,
     /// W3C trace context of this request.
-    #[serde(borrow, default)]
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<&'a RawValue>,
 }
 

@@ -4,6 +4,7 @@
 //! resource read, a prompt render, a completion) into a worker actor.
 
 use super::{InFlight, Negotiated, Phase, Request, Session};
+use crate::access::RequestRecord;
 use crate::context::SessionInfo;
 use crate::jsonrpc::{encode_result_with, Params, RequestId};
 use crate::mcp::{
@@ -166,6 +167,8 @@ impl Session {
             client_version = %p.client_info.version,
             requested = %p.protocol_version,
             negotiated = %version,
+            identity = %self.admission.identity.subject(),
+            trace = %self.admission.trace_id,
             "session initialized"
         );
         self.phase = Phase::Ready(Negotiated {
@@ -192,10 +195,14 @@ impl Session {
     ) -> Result<String, Error> {
         let p: ListParams<'_> = parse_params(params)?;
         let page_size = self.shared.settings.limits.page_size;
-        let page = self
+        let chooser = self
             .shared
-            .registry
-            .page(kind, version, p.cursor.as_deref(), page_size)?;
+            .rollout
+            .for_subject(self.admission.identity.subject());
+        let page =
+            self.shared
+                .registry
+                .page(kind, version, p.cursor.as_deref(), page_size, &chooser)?;
         Ok(page.to_result(kind.member()))
     }
 
@@ -204,7 +211,7 @@ impl Session {
     fn admit(&self) -> Result<(), Error> {
         let limit = self.shared.settings.limits.max_in_flight_per_session;
         if self.in_flight.len() >= limit {
-            self.shared.metrics.rejected_session_busy.inc();
+            self.shared.metrics.rejections.session_busy.inc();
             return Err(Error::SessionBusy { limit });
         }
         Ok(())
@@ -230,7 +237,11 @@ impl Session {
                 &parsed
             }
         };
-        let handler = self.shared.registry.tool_handler(&p.name)?;
+        let chooser = self
+            .shared
+            .rollout
+            .for_subject(self.admission.identity.subject());
+        let handler = self.shared.registry.tool_handler(&p.name, &chooser)?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let arguments = Arguments::new(p.arguments);
@@ -405,16 +416,22 @@ impl Session {
         }))
     }
 
-    /// Starts the worker of a job; the global pool is awaited inside the worker.
+    /// Starts the worker of a job; the global pool is awaited inside the worker. The
+    /// request's record moves into its in-flight entry.
     pub(super) fn start_worker(
         &mut self,
         id: RequestId,
         job: WorkerJob,
         exchange: u64,
         batch: Option<u64>,
+        record: &mut Option<RequestRecord>,
     ) -> Result<(), Error> {
         let Phase::Ready(negotiated) = &self.phase else {
             // `route` admits no worker job before `initialize`.
+            return Err(Error::Internal);
+        };
+        let Some(record) = record.take() else {
+            // `on_request` hands over the record it began.
             return Err(Error::Internal);
         };
         let WorkerJob {
@@ -432,6 +449,7 @@ impl Session {
         );
         let worker = RequestWorker::run(Job {
             id: id.clone(),
+            received: record.started(),
             work,
             timeout,
             wants_progress: progress_token.is_some(),
@@ -450,6 +468,7 @@ impl Session {
                 progress_token,
                 exchange,
                 batch,
+                record,
             },
         );
         self.shared.metrics.workers.inc();

@@ -21,6 +21,7 @@ mod pump;
 
 pub use pump::{InboxPump, SessionHost};
 
+use crate::access::{Outcome, RequestRecord};
 use crate::bus::BusRegistration;
 use crate::context::SessionInfo;
 use crate::inbox::{Changes, ClientError, ClientRequest, Inbox, SessionEvent};
@@ -41,7 +42,6 @@ use serde_json::value::RawValue;
 use std::collections::{hash_map, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
 use tokio::sync::oneshot;
 
 type FastHash = foldhash::fast::RandomState;
@@ -129,6 +129,8 @@ struct InFlight {
     exchange: u64,
     /// The batch whose response array this request's response joins.
     batch: Option<u64>,
+    /// Its latency and access-log line, finished with its answer or cancel.
+    record: RequestRecord,
 }
 
 /// A batch answered once all its requests are done.
@@ -188,6 +190,9 @@ impl Session {
     pub fn on_text(&mut self, text: &str, exchange: u64, out: &mut dyn Outlet) -> Intake {
         match decode::<CallToolParams<'_>>(text, self.shared.settings.limits.max_batch_len) {
             Decoded::Rejected(error) => {
+                if let jsonrpc::WireError::BatchTooLarge { .. } = error {
+                    self.shared.metrics.rejections.batch_too_large.inc();
+                }
                 out.send(
                     encode_error(None, &error.to_object()),
                     Route::Answer(exchange),
@@ -275,10 +280,18 @@ impl Session {
 
     fn on_request(&mut self, request: Request<'_>, exchange: u64, batch: Option<u64>) -> Reply {
         self.shared.metrics.requests.inc();
-        let span = tracing::debug_span!("request", session = self.id, id = %request.id, method = %request.method);
+        let span = tracing::debug_span!(
+            "request",
+            session = self.id,
+            id = %request.id,
+            method = %request.method,
+            trace = tracing::field::Empty,
+        );
         let _entered = span.enter();
-        // Timed only when the span is logged: a clock read per request is measurable.
-        let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
+        // Its latency and access-log line; taken by the worker's entry if one runs it.
+        let record = RequestRecord::begin(&self.shared, &self.admission, &request, &span);
+        let started = record.started();
+        let mut record = Some(record);
         let raw_params = match request.params {
             jsonrpc::Params::Raw(raw) => raw,
             jsonrpc::Params::Parsed(_) => None,
@@ -297,12 +310,12 @@ impl Session {
             match self.route(&request, batch) {
                 Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
                 Ok(dispatch::Dispatch::Worker(job)) => self
-                    .start_worker(request.id.clone(), job, exchange, batch)
+                    .start_worker(request.id.clone(), job, exchange, batch, &mut record)
                     .map(|()| None),
                 Err(error) => Err(error),
             }
         };
-        if let Some(started) = started {
+        if tracing::enabled!(tracing::Level::DEBUG) {
             tracing::debug!(
                 elapsed_us = started.elapsed().as_micros() as u64,
                 outcome = match &outcome {
@@ -313,11 +326,17 @@ impl Session {
                 "request handled"
             );
         }
-        match outcome {
+        let answered = Outcome::of(&outcome);
+        let reply = match outcome {
             Ok(Some(result)) => Reply::Now(encode_result(&request.id, &result)),
             Ok(None) => Reply::Later,
             Err(error) => Reply::Now(encode_error(Some(&request.id), &error.to_wire())),
+        };
+        // Answered here (a worker took the record otherwise).
+        if let Some(record) = record {
+            record.finish(&self.shared, &self.admission, self.id, answered);
         }
+        reply
     }
 
     fn on_notification(&mut self, notification: Notification<'_>, out: &mut dyn Outlet) {
@@ -378,6 +397,9 @@ impl Session {
         entry.worker.do_send(Cancel);
         self.shared.metrics.workers.dec();
         self.shared.metrics.cancelled.inc();
+        entry
+            .record
+            .finish(&self.shared, &self.admission, self.id, Outcome::Cancelled);
         tracing::debug!(session = self.id, id = %id, "cancelled");
         match entry.batch {
             Some(batch) => {
@@ -426,6 +448,12 @@ impl Session {
                     return;
                 };
                 self.shared.metrics.workers.dec();
+                entry.record.finish(
+                    &self.shared,
+                    &self.admission,
+                    self.id,
+                    Outcome::of(&outcome),
+                );
                 let frame = match outcome {
                     Ok(frame) => frame,
                     Err(error) => encode_error(Some(&id), &error.to_wire()),
