@@ -56,6 +56,20 @@ impl Redaction {
 
     /// Whether a member of this name is redacted.
     pub fn hides(&self, key: &str) -> bool {
+        // Member names are short and ASCII: normalized on the stack, not in a new String.
+        let mut buffer = [0u8; 64];
+        if key.len() <= buffer.len() && key.is_ascii() {
+            let mut len = 0;
+            for byte in key.bytes().filter(|b| *b != b'_' && *b != b'-') {
+                buffer[len] = byte.to_ascii_lowercase();
+                len += 1;
+            }
+            let key = &buffer[..len];
+            return self.fragments.iter().any(|f| {
+                let f = f.as_bytes();
+                f.is_empty() || key.windows(f.len()).any(|w| w == f)
+            });
+        }
         let key = normalize(key);
         self.fragments.iter().any(|f| key.contains(f.as_str()))
     }
@@ -123,39 +137,60 @@ fn normalize(key: &str) -> String {
 
 /// Cuts `out` to at most `max` bytes (at a character boundary) and marks the cut.
 fn cut(out: &mut String, max: usize) {
-    let mut end = max.min(out.len());
-    while !out.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = floor_char_boundary(out, max);
     out.truncate(end);
     out.push('…');
 }
 
-/// Writes `text` as a JSON string, escaping what JSON requires and every control character,
-/// reading at most about `max` bytes of it.
+/// Writes `text` as a JSON string, escaping what JSON requires and every control character
+/// (C1 included, which JSON allows but a terminal would act on), reading at most about `max`
+/// bytes of it. Runs without escapes are copied whole.
 fn push_json_string(out: &mut String, text: &str, max: usize) {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = floor_char_boundary(text, max);
+    let text_part = &text[..end];
     out.push('"');
-    for c in text[..end].chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
+    let bytes = text_part.as_bytes();
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let (escape, width): (Option<&str>, usize) = match bytes[i] {
+            b'"' => (Some("\\\""), 1),
+            b'\\' => (Some("\\\\"), 1),
+            b'\n' => (Some("\\n"), 1),
+            b'\r' => (Some("\\r"), 1),
+            b'\t' => (Some("\\t"), 1),
+            0..=0x1f | 0x7f => (None, 1),
+            0xc2 if matches!(bytes.get(i + 1), Some(0x80..=0x9f)) => (None, 2),
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        out.push_str(&text_part[copied..i]);
+        match escape {
+            Some(escape) => out.push_str(escape),
+            None => {
+                let c = text_part[i..].chars().next().unwrap_or_default();
                 let _ = write!(out, "\\u{:04x}", u32::from(c));
             }
-            c => out.push(c),
         }
+        i += width;
+        copied = i;
     }
+    out.push_str(&text_part[copied..]);
     if end < text.len() {
         out.push('…');
     }
     out.push('"');
+}
+
+/// The largest character boundary of `text` at or below `max`.
+fn floor_char_boundary(text: &str, max: usize) -> usize {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
 }
 
 /// Re-writes one JSON value into `out`, redacting as it goes; fails with [`FULL`] once
@@ -459,7 +494,7 @@ impl RequestRecord {
             code = outcome.code(),
             duration_us = elapsed.as_micros() as u64,
             peer = %Peer(admission.peer),
-            user_agent = %user_agent,
+            user_agent,
             identity = %identity,
             trace_id = %line.trace_id,
             "request"
@@ -467,18 +502,25 @@ impl RequestRecord {
     }
 }
 
-/// Appends `text`, cut at [`MAX_NAME_BYTES`], with control characters escaped, so that a
-/// client's string cannot break a text log line.
+/// Appends `text`, cut at [`MAX_NAME_BYTES`], with control characters (C0, DEL, C1)
+/// escaped, so that a client's string cannot break or color a text log line.
 fn push_clean(out: &mut String, text: &str) {
-    let mut end = text.len().min(MAX_NAME_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    for c in text[..end].chars() {
-        if c.is_control() {
-            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-        } else {
-            out.push(c);
+    let end = floor_char_boundary(text, MAX_NAME_BYTES);
+    let part = &text[..end];
+    let bytes = part.as_bytes();
+    let clean = !bytes.iter().enumerate().any(|(i, b)| {
+        matches!(b, 0..=0x1f | 0x7f)
+            || (*b == 0xc2 && matches!(bytes.get(i + 1), Some(0x80..=0x9f)))
+    });
+    if clean {
+        out.push_str(part);
+    } else {
+        for c in part.chars() {
+            if c.is_control() {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            } else {
+                out.push(c);
+            }
         }
     }
     if end < text.len() {
@@ -585,8 +627,15 @@ mod tests {
     #[test]
     fn client_strings_cannot_break_a_line() {
         let mut out = String::new();
-        push_clean(&mut out, "a\nb\u{1b}c");
-        assert_eq!(out, "a\\u{a}b\\u{1b}c");
+        push_clean(&mut out, "a\nb\u{1b}c\u{9b}dé");
+        assert_eq!(out, "a\\u{a}b\\u{1b}c\\u{9b}dé");
+        let mut json = String::new();
+        push_json_string(&mut json, "q\"\\\n\u{1}\u{9b}é\u{7f}", 100);
+        assert_eq!(json, r#""q\"\\\n\u0001\u009bé\u007f""#);
+        assert_eq!(
+            serde_json::from_str::<String>(&json).expect("valid JSON"),
+            "q\"\\\n\u{1}\u{9b}é\u{7f}"
+        );
         let mut long = String::new();
         push_clean(&mut long, &"m".repeat(1000));
         assert_eq!(long.len(), MAX_NAME_BYTES + '…'.len_utf8());
