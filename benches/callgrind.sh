@@ -7,6 +7,8 @@
 #   TARGET=actix-inline benches/callgrind.sh [payload-bytes]  (a baseline instead, same workload)
 #   CONFIG=my.toml benches/callgrind.sh                       (mcp-ws with another config than
 #                                                              benches/load.toml, e.g. dedup off)
+#   SERVER_LOG=info benches/callgrind.sh                      (the server's RUST_LOG; default warn,
+#                                                               which filters out the access log)
 #
 # The server runs under valgrind on core 0; the generator drives it from core 1 with 16
 # connections x 16 pipelined `tools/call echo` for 10 s. Needs valgrind (callgrind_annotate).
@@ -30,7 +32,7 @@ else
   SERVE=("$LOAD" --serve-baseline "$TARGET" --listen 127.0.0.1:$PORT)
   URL_FLAG=--$TARGET-url
 fi
-RUST_LOG=warn taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${SERVE[@]}" \
+RUST_LOG=${SERVER_LOG:-warn} taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${SERVE[@]}" \
   >"$OUT.log" 2>&1 &
 SERVER_PID=$!
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT

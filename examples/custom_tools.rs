@@ -33,7 +33,7 @@ async fn count(args: Count, ctx: RequestContext) -> Result<Json<Counted>, ToolEr
 fn main() -> Result<(), mcp_ws::Error> {
     mcp_ws::telemetry::init("info");
     // 2026-07-28 clients with the tasks extension may run it as a task and poll it.
-    let tool = Tool::new("count", "Counts to a number, slowly", count)
-        .task_support(TaskSupport::Optional);
+    let tool =
+        Tool::new("count", "Counts to a number, slowly", count).task_support(TaskSupport::Optional);
     Server::builder().name("counter").tool(tool).build()?.run()
 }

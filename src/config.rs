@@ -4,7 +4,7 @@
 //! `MCP_WS_CONFIG`, else `config/default.toml` when present) < `MCP_WS_LISTEN` /
 //! `--listen`. Durations carry their unit in the field name.
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -56,7 +56,7 @@ pub struct Settings {
     pub heartbeat: HeartbeatSettings,
     /// Graceful shutdown.
     pub shutdown: ShutdownSettings,
-    /// Server logs and the client log level.
+    /// Server logs (format, access-log redaction) and the client log level.
     pub logging: LoggingSettings,
     /// Redis, where the nodes of a deployment share state (none: each node keeps its own).
     pub redis: RedisSettings,
@@ -64,6 +64,8 @@ pub struct Settings {
     pub dedup: DedupSettings,
     /// Ed25519 request signatures, required of the identities given keys.
     pub signatures: SignatureSettings,
+    /// Which version of a tool registered in several versions each session sees.
+    pub rollout: RolloutSettings,
 }
 
 /// Redis, shared by the nodes of a deployment: the de-duplication store, the signature nonce
@@ -161,6 +163,32 @@ impl Default for SignatureSettings {
             max_nonces: 100_000,
         }
     }
+}
+
+/// Gray release of tool versions: rules choosing, per session, which version of a tool
+/// registered in several versions ([`Tool::version`](crate::Tool::version)) it sees.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RolloutSettings {
+    /// The rules, first match first (`[[rollout.rules]]`).
+    pub rules: Vec<RolloutRule>,
+}
+
+/// Serves `version` of `tool` to the identities listed, and to `percent` percent of all
+/// identities, chosen by a stable hash of the identity and the tool's name.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutRule {
+    /// The tool's name.
+    pub tool: String,
+    /// The version served to the identities this rule selects.
+    pub version: String,
+    /// Identities (subjects) that get this version.
+    #[serde(default)]
+    pub identities: Vec<String>,
+    /// Share of all identities, 0 to 100 (hundredths count), that get this version.
+    #[serde(default)]
+    pub percent: f64,
 }
 
 /// How the server presents itself (`serverInfo` and `instructions` in `initialize`).
@@ -353,6 +381,21 @@ pub struct ServerSettings {
     /// Concurrent sessions of one authenticated identity; a new one beyond this gets HTTP
     /// 429. 0: no limit.
     pub max_sessions_per_identity: usize,
+    /// Address of a separate admin listener serving `/metrics` and `/healthz`; then
+    /// `/metrics` is not served on `listen`. Empty in TOML (`None`): `/metrics` on `listen`.
+    #[serde(deserialize_with = "optional_addr")]
+    pub admin_listen: Option<SocketAddr>,
+}
+
+/// An address, or `""` for none (TOML has no null).
+fn optional_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let text = String::deserialize(d)?;
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("{text:?} is not a socket address: {e}")))
 }
 
 /// Checks on every HTTP request to the MCP endpoint (WebSocket upgrades included).
@@ -636,11 +679,32 @@ pub struct ShutdownSettings {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoggingSettings {
-    /// Server-side log filter (tracing `EnvFilter` syntax); `RUST_LOG` overrides it.
+    /// Server-side log filter (tracing `EnvFilter` syntax); `RUST_LOG` overrides it. The
+    /// access log is the target `mcp_ws::access` at `info` (off: `mcp_ws::access=off`).
     pub filter: String,
+    /// `text` (human-readable lines) or `json` (one JSON object per line).
+    pub format: LogFormat,
     /// Least severe level sent to a client as `notifications/message` until it calls
     /// `logging/setLevel`.
     pub client_level: String,
+    /// Params members whose values the access log replaces with `"[redacted]"`, at any
+    /// depth: a member is redacted when its name, lowercased and without `_` and `-`,
+    /// contains one of these (so `token` covers `accessToken` and `refresh_token`).
+    pub redact_keys: Vec<String>,
+    /// Longest params text in an access-log line, in bytes; longer is cut, ending in `…`.
+    pub access_params_max_bytes: usize,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (`tracing_subscriber`'s full format).
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, the event's fields at the
+    /// top level (`message` included), and `span` / `spans` with their fields.
+    Json,
 }
 
 impl Default for ServerSettings {
@@ -652,6 +716,7 @@ impl Default for ServerSettings {
             max_sessions: 10_000,
             max_sessions_per_ip: 0,
             max_sessions_per_identity: 0,
+            admin_listen: None,
         }
     }
 }
@@ -705,9 +770,7 @@ impl Default for BuiltinsSettings {
 
 impl Default for ClientRequestSettings {
     fn default() -> Self {
-        Self {
-            timeout_ms: 60_000,
-        }
+        Self { timeout_ms: 60_000 }
     }
 }
 
@@ -738,7 +801,23 @@ impl Default for LoggingSettings {
     fn default() -> Self {
         Self {
             filter: "info".to_owned(),
+            format: LogFormat::Text,
             client_level: "info".to_owned(),
+            redact_keys: [
+                "password",
+                "passwd",
+                "secret",
+                "token",
+                "apikey",
+                "authorization",
+                "cookie",
+                "credential",
+                "privatekey",
+                "signature",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            access_params_max_bytes: 2048,
         }
     }
 }
@@ -881,6 +960,10 @@ impl Settings {
                 l.max_queued_notifications as u64,
             ),
             ("limits.rate.max_identities", l.rate.max_identities as u64),
+            (
+                "logging.access_params_max_bytes",
+                self.logging.access_params_max_bytes as u64,
+            ),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(
@@ -952,6 +1035,30 @@ impl Settings {
             }
         }
         self.validate_perimeter()?;
+        if self
+            .logging
+            .redact_keys
+            .iter()
+            .any(|k| k.chars().all(|c| c == '_' || c == '-' || c.is_whitespace()))
+        {
+            return Err(ConfigError::Invalid(
+                "logging.redact_keys: an empty key would redact every member".into(),
+            ));
+        }
+        for (i, rule) in self.rollout.rules.iter().enumerate() {
+            let name = format!("rollout.rules[{i}]");
+            if rule.tool.is_empty() || rule.version.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "{name}: tool and version must not be empty"
+                )));
+            }
+            if !(0.0..=100.0).contains(&rule.percent) {
+                return Err(ConfigError::Invalid(format!(
+                    "{name}.percent: {} is not between 0 and 100",
+                    rule.percent
+                )));
+            }
+        }
         if crate::mcp::LogLevel::parse(&self.logging.client_level).is_none() {
             return Err(ConfigError::Invalid(format!(
                 "logging.client_level: unknown level {:?}",

@@ -170,8 +170,8 @@ pub(crate) struct Deadline {
 }
 
 impl Deadline {
-    pub(crate) fn new(timeout: Duration, hard_max: Duration) -> Self {
-        let now = Instant::now();
+    /// A deadline `timeout` after `now` (a clock read the caller already made).
+    pub(crate) fn new(now: Instant, timeout: Duration, hard_max: Duration) -> Self {
         Self {
             at: Cell::new(now + timeout),
             hard: now + hard_max.max(timeout),
@@ -594,7 +594,30 @@ impl RequestContext {
     }
 
     /// The request's trace id (W3C, 32 hex digits, or what the client's `X-Trace-Id` said):
-    /// the request's own `_meta.traceparent` if it had one, else its connection's.
+    /// the request's own `_meta.traceparent` if it had one, else its connection's (its
+    /// upgrade's `traceparent` or `X-Trace-Id`), else one made up for the connection. It is
+    /// on every server log line of the request and in its access-log line.
+    ///
+    /// Pass it on to what the tool calls, so their logs join the request's: as a
+    /// `traceparent` with a span id of the tool's own when it is a W3C id (32 hex digits),
+    /// else as `X-Trace-Id`.
+    ///
+    /// ```
+    /// use mcp_ws::RequestContext;
+    /// /// The tracing headers of a downstream HTTP call made for this request.
+    /// fn downstream_headers(ctx: &RequestContext, span_id: u64) -> (&'static str, String) {
+    ///     let trace = ctx.trace_id();
+    ///     if trace.len() == 32 && trace.bytes().all(|b| b.is_ascii_hexdigit()) {
+    ///         ("traceparent", format!("00-{trace}-{span_id:016x}-01"))
+    ///     } else {
+    ///         ("X-Trace-Id", trace.to_owned())
+    ///     }
+    /// }
+    /// let (ctx, _probe) = RequestContext::test().build();
+    /// let (name, value) = downstream_headers(&ctx, 0xabc);
+    /// assert_eq!(name, "traceparent");
+    /// assert!(value.starts_with("00-") && value.ends_with("-0000000000000abc-01"));
+    /// ```
     pub fn trace_id(&self) -> &str {
         self.inner
             .trace_id
@@ -1033,7 +1056,7 @@ impl TestContextBuilder {
             inbox: inbox.clone(),
             session,
             progress_interval: self.progress.then_some(Duration::ZERO),
-            deadline: Deadline::new(hour, hour),
+            deadline: Deadline::new(Instant::now(), hour, hour),
             cancel: CancelFlag::default(),
             client_timeout: hour,
             input: Input::Test(client),

@@ -232,15 +232,19 @@ impl Inbox {
     }
 
     /// Adds what was dropped since the last call to `limited`.
-    pub fn flush_dropped(&self, limited: &crate::metrics::Limited) {
+    pub fn flush_dropped(&self, metrics: &crate::metrics::Metrics) {
         let dropped = self.dropped.get();
         if dropped != Dropped::default() {
             self.dropped.set(Dropped::default());
-            limited.log_lines.add(dropped.log_lines);
-            limited
+            metrics.dropped.log_lines.add(dropped.log_lines);
+            metrics
+                .dropped
                 .queued_notifications
                 .add(dropped.queued_notifications);
-            limited.client_requests.add(dropped.client_requests);
+            metrics
+                .rejections
+                .client_requests
+                .add(dropped.client_requests);
         }
     }
 

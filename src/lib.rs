@@ -35,7 +35,8 @@
 //!   async function run in a worker; [`tool`], [`resource`], [`prompt`] hold their details.
 //! - [`RequestContext`] ([`context`]): progress, logging, cancellation, the session, and
 //!   requests to the client.
-//! - [`model`]: content blocks and results; [`config`]: [`Settings`].
+//! - [`model`]: content blocks and results; [`config`]: [`Settings`]; [`rollout`]: which
+//!   version of a tool in several versions a session sees.
 //!
 //! # Layout
 //!
@@ -54,9 +55,11 @@ pub mod context;
 pub mod model;
 pub mod prompt;
 pub mod resource;
+pub mod rollout;
 pub mod telemetry;
 pub mod tool;
 
+mod access;
 mod dedup;
 mod error;
 mod files;

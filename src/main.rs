@@ -33,7 +33,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    mcp_ws::telemetry::init(&settings.logging.filter);
+    mcp_ws::telemetry::init_with(&settings.logging);
     let set = settings.builtins.set.clone();
     let server = match mcp_ws::builtins::by_name(&set, Server::builder().settings(settings)).build()
     {

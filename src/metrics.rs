@@ -2,8 +2,10 @@
 //! format. Plain atomics: cheap enough for the hot path, and readable by tests without
 //! timing (a peak gauge shows a limit held, whatever the scheduling was).
 
+use crate::mcp::Method;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
@@ -113,18 +115,6 @@ pub struct Metrics {
     /// Resource subscriptions held by live sessions (`resources/subscribe`).
     pub subscriptions: Gauge,
     pub requests: Counter,
-    pub rejected_session_busy: Counter,
-    pub rejected_server_busy: Counter,
-    /// Requests refused with 401 (no credentials where required, or invalid ones).
-    pub rejected_unauthenticated: Counter,
-    /// Requests refused with 403 for lack of scope (or of any policy).
-    pub rejected_forbidden: Counter,
-    /// New sessions refused by `server.max_sessions`.
-    pub rejected_sessions_full: Counter,
-    /// New sessions refused by `server.max_sessions_per_ip`.
-    pub rejected_ip_limit: Counter,
-    /// New sessions refused by `server.max_sessions_per_identity`.
-    pub rejected_identity_limit: Counter,
     pub cancelled: Counter,
     pub timed_out: Counter,
     pub panicked: Counter,
@@ -135,8 +125,6 @@ pub struct Metrics {
     pub dedup_conflicts: Counter,
     /// Requests with an idempotency key that ran (the first of their key).
     pub idempotent_runs: Counter,
-    /// Requests refused for their signature (missing, malformed, late, replayed, invalid).
-    pub rejected_signature: Counter,
     /// Redis operations that failed (refused, timed out, an error reply, a dropped
     /// subscription); the node went on locally.
     pub redis_errors: Counter,
@@ -154,92 +142,12 @@ pub struct Metrics {
     pub tasks_running: Gauge,
     /// Tasks created on this node.
     pub tasks_created: Counter,
-    /// What the limits refused or dropped, by reason.
-    pub limited: Limited,
-}
-
-/// What a limit refused (`mcp_rejected_total{reason}`: a message, a request, a tool's
-/// request to the client) or dropped (`mcp_dropped_total{reason}`: notifications that never
-/// reach the client).
-#[derive(Debug, Default)]
-pub struct Limited {
-    /// `limits.max_message_bytes` (WebSocket close 1009, HTTP 413).
-    pub message_too_large: Counter,
-    /// `limits.max_batch_len` (-32010).
-    pub batch_too_large: Counter,
-    /// `limits.max_json_depth`.
-    pub json_depth: Counter,
-    /// `limits.max_string_bytes`.
-    pub json_string: Counter,
-    /// `limits.max_array_len`.
-    pub json_array: Counter,
-    /// `limits.max_object_members`.
-    pub json_object: Counter,
-    /// `limits.allowed_methods`.
-    pub method_not_allowed: Counter,
-    /// `limits.rate`.
-    pub rate: Counter,
-    /// `limits.max_subscriptions_per_session` and `max_subscription_uri_bytes`.
-    pub subscriptions: Counter,
-    /// Requests to the client past `limits.max_in_flight_per_session` outstanding.
-    pub client_requests: Counter,
-    /// Log lines over `limits.log_lines_per_second` / `log_lines_burst` (dropped).
-    pub log_lines: Counter,
-    /// Notifications over `limits.max_queued_notifications` (dropped).
-    pub queued_notifications: Counter,
-}
-
-impl Limited {
-    /// Counts a wire-level refusal, if a limit made it.
-    pub fn count_wire(&self, error: &crate::jsonrpc::WireError) {
-        use crate::jsonrpc::{JsonLimit, WireError};
-        let counter = match error {
-            WireError::BatchTooLarge { .. } => &self.batch_too_large,
-            WireError::LimitExceeded(exceeded) => match exceeded.kind {
-                JsonLimit::Depth => &self.json_depth,
-                JsonLimit::StringBytes => &self.json_string,
-                JsonLimit::ArrayLen => &self.json_array,
-                JsonLimit::ObjectMembers => &self.json_object,
-            },
-            WireError::Parse | WireError::InvalidRequest(_) => return,
-        };
-        counter.inc();
-    }
-
-    fn render(&self, out: &mut String) {
-        let families = [
-            (
-                "mcp_rejected_total",
-                "Messages, requests and tool requests to the client refused by a limit",
-                &[
-                    ("message_too_large", &self.message_too_large),
-                    ("batch_too_large", &self.batch_too_large),
-                    ("json_depth", &self.json_depth),
-                    ("json_string", &self.json_string),
-                    ("json_array", &self.json_array),
-                    ("json_object", &self.json_object),
-                    ("method_not_allowed", &self.method_not_allowed),
-                    ("rate", &self.rate),
-                    ("subscriptions", &self.subscriptions),
-                    ("client_requests", &self.client_requests),
-                ][..],
-            ),
-            (
-                "mcp_dropped_total",
-                "Notifications to clients dropped by a limit",
-                &[
-                    ("log_lines", &self.log_lines),
-                    ("queued_notifications", &self.queued_notifications),
-                ][..],
-            ),
-        ];
-        for (name, help, reasons) in families {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (reason, counter) in reasons {
-                let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {}", counter.get());
-            }
-        }
-    }
+    /// Requests, messages and connections refused, by reason (see [`Rejections`]).
+    pub rejections: Rejections,
+    /// Notifications dropped on their way to a client, by reason.
+    pub dropped: Drops,
+    /// How long requests took, by method.
+    pub latency: Latencies,
 }
 
 impl Metrics {
@@ -302,41 +210,6 @@ impl Metrics {
         let counters = [
             ("mcp_requests_total", "Requests received", &self.requests),
             (
-                "mcp_rejected_session_busy_total",
-                "Requests refused by the per-session cap",
-                &self.rejected_session_busy,
-            ),
-            (
-                "mcp_rejected_server_busy_total",
-                "Requests that found no global pool slot in time",
-                &self.rejected_server_busy,
-            ),
-            (
-                "mcp_rejected_unauthenticated_total",
-                "Requests refused with 401: missing or invalid credentials",
-                &self.rejected_unauthenticated,
-            ),
-            (
-                "mcp_rejected_forbidden_total",
-                "Requests refused with 403: credentials without the scopes to connect",
-                &self.rejected_forbidden,
-            ),
-            (
-                "mcp_rejected_sessions_full_total",
-                "New sessions refused by server.max_sessions",
-                &self.rejected_sessions_full,
-            ),
-            (
-                "mcp_rejected_ip_limit_total",
-                "New sessions refused by server.max_sessions_per_ip",
-                &self.rejected_ip_limit,
-            ),
-            (
-                "mcp_rejected_identity_limit_total",
-                "New sessions refused by server.max_sessions_per_identity",
-                &self.rejected_identity_limit,
-            ),
-            (
                 "mcp_cancelled_total",
                 "Requests cancelled by the client or a disconnect",
                 &self.cancelled,
@@ -365,11 +238,6 @@ impl Metrics {
                 "mcp_idempotent_runs_total",
                 "Requests with an idempotency key that ran",
                 &self.idempotent_runs,
-            ),
-            (
-                "mcp_rejected_signature_total",
-                "Requests refused for their signature",
-                &self.rejected_signature,
             ),
             (
                 "mcp_redis_errors_total",
@@ -414,7 +282,280 @@ impl Metrics {
                 counter.get()
             );
         }
-        self.limited.render(&mut out);
+        self.rejections.render(&mut out);
+        self.dropped.render(&mut out);
+        self.latency.render(&mut out);
         out
+    }
+}
+
+/// Declares [`Rejections`]: one counter per reason, each with the label value it is
+/// rendered with and what it counts.
+macro_rules! rejections {
+    ($($(#[doc = $doc:literal])+ $field:ident => $label:literal,)+) => {
+        /// Requests, messages and connections refused by a limit or policy, by reason. To count a new reason,
+        /// add a line to the `rejections!` table in `metrics.rs` and call
+        /// `shared.metrics.rejections.<reason>.inc()` where the refusal is made (HTTP
+        /// refusals are counted in one place, from [`Refusal`](crate::perimeter::Refusal)).
+        #[derive(Debug, Default)]
+        pub struct Rejections {
+            $($(#[doc = $doc])+ pub $field: Counter,)+
+        }
+
+        impl Rejections {
+            /// Every reason with its label value.
+            pub fn all(&self) -> [(&'static str, &Counter); [$($label),+].len()] {
+                [$(($label, &self.$field)),+]
+            }
+        }
+    };
+}
+
+rejections! {
+    /// An `Origin` header names a site that may not use the server (HTTP 403).
+    origin => "origin",
+    /// A `Host` header names a host the server does not answer to (HTTP 403).
+    host => "host",
+    /// Missing or invalid credentials where they are required (HTTP 401).
+    unauthenticated => "unauthenticated",
+    /// Credentials without a required scope (HTTP 403).
+    forbidden => "forbidden",
+    /// `server.max_sessions` sessions are open (HTTP 503).
+    session_cap => "session_cap",
+    /// `server.max_sessions_per_ip` sessions from one address (HTTP 429).
+    ip_limit => "ip_limit",
+    /// `server.max_sessions_per_identity` sessions of one identity (HTTP 429).
+    identity_limit => "identity_limit",
+    /// A message over `limits.max_message_bytes` (WebSocket close 1009, HTTP 413).
+    message_too_large => "message_too_large",
+    /// A batch over `limits.max_batch_len` entries (-32010).
+    batch_too_large => "batch_too_large",
+    /// `limits.max_json_depth` (-32600).
+    json_depth => "json_depth",
+    /// `limits.max_string_bytes` (-32600).
+    json_string => "json_string",
+    /// `limits.max_array_len` (-32600).
+    json_array => "json_array",
+    /// `limits.max_object_members` (-32600).
+    json_object => "json_object",
+    /// A method outside `limits.allowed_methods` (-32601).
+    method_not_allowed => "method_not_allowed",
+    /// Over the identity's `limits.rate` (-32017).
+    rate => "rate",
+    /// A request signature missing, malformed, late, replayed or invalid (-32018).
+    signature => "signature",
+    /// `limits.max_subscriptions_per_session` or `max_subscription_uri_bytes` (-32602).
+    subscriptions => "subscriptions",
+    /// A tool's request to the client past `limits.max_in_flight_per_session` outstanding.
+    client_requests => "client_requests",
+    /// `limits.max_in_flight_per_session` requests already in flight (-32009).
+    session_busy => "session_busy",
+    /// No global pool slot within `limits.admission_wait_ms` (-32008).
+    server_busy => "server_busy",
+}
+
+impl Rejections {
+    /// Counts a wire-level refusal, if a limit made it.
+    pub fn count_wire(&self, error: &crate::jsonrpc::WireError) {
+        use crate::jsonrpc::{JsonLimit, WireError};
+        let counter = match error {
+            WireError::BatchTooLarge { .. } => &self.batch_too_large,
+            WireError::LimitExceeded(exceeded) => match exceeded.kind {
+                JsonLimit::Depth => &self.json_depth,
+                JsonLimit::StringBytes => &self.json_string,
+                JsonLimit::ArrayLen => &self.json_array,
+                JsonLimit::ObjectMembers => &self.json_object,
+            },
+            WireError::Parse | WireError::InvalidRequest(_) => return,
+        };
+        counter.inc();
+    }
+
+    fn render(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP mcp_rejected_total Requests, messages and connections refused by a limit or policy, by reason\n# TYPE mcp_rejected_total counter"
+        );
+        for (reason, counter) in self.all() {
+            let _ = writeln!(
+                out,
+                "mcp_rejected_total{{reason=\"{reason}\"}} {}",
+                counter.get()
+            );
+        }
+    }
+}
+
+/// Upper bounds of the latency buckets, in seconds as rendered (`le`) and in nanoseconds as
+/// compared. Fixed, so that every node of a deployment reports the same buckets.
+const BUCKETS: [(&str, u64); 19] = [
+    ("0.0001", 100_000),
+    ("0.00025", 250_000),
+    ("0.0005", 500_000),
+    ("0.001", 1_000_000),
+    ("0.0025", 2_500_000),
+    ("0.005", 5_000_000),
+    ("0.01", 10_000_000),
+    ("0.025", 25_000_000),
+    ("0.05", 50_000_000),
+    ("0.1", 100_000_000),
+    ("0.25", 250_000_000),
+    ("0.5", 500_000_000),
+    ("1", 1_000_000_000),
+    ("2.5", 2_500_000_000),
+    ("5", 5_000_000_000),
+    ("10", 10_000_000_000),
+    ("30", 30_000_000_000),
+    ("60", 60_000_000_000),
+    ("300", 300_000_000_000),
+];
+
+/// A latency histogram with the fixed `BUCKETS`: one count per bucket (not cumulative: an
+/// observation touches one counter; the cumulative counts are summed when rendered) and the
+/// sum of the observed durations.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// `counts[i]` counts durations in `(BUCKETS[i-1], BUCKETS[i]]`; the last one those
+    /// above every bound.
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one duration: two relaxed atomic adds, after a scan that stops at the first
+    /// bucket that fits (the first few for fast requests).
+    pub fn observe(&self, elapsed: Duration) {
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = BUCKETS
+            .iter()
+            .position(|&(_, bound)| nanos <= bound)
+            .unwrap_or(BUCKETS.len());
+        self.counts[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// How many durations were recorded.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    fn render(&self, name: &str, labels: &str, out: &mut String) {
+        let mut cumulative = 0;
+        for (i, (le, _)) in BUCKETS.iter().enumerate() {
+            cumulative += self.counts[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        cumulative += self.counts[BUCKETS.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+        let seconds = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {seconds}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+    }
+}
+
+/// The methods latencies are kept for: the ones the server serves, and `other` for every
+/// request refused before it had one (an unknown method, one not negotiated).
+const METHODS: [(Option<Method>, &str); 19] = [
+    (Some(Method::Initialize), "initialize"),
+    (Some(Method::Discover), "server/discover"),
+    (Some(Method::SubscriptionsListen), "subscriptions/listen"),
+    (Some(Method::TasksGet), "tasks/get"),
+    (Some(Method::TasksUpdate), "tasks/update"),
+    (Some(Method::TasksCancel), "tasks/cancel"),
+    (Some(Method::Ping), "ping"),
+    (Some(Method::ToolsList), "tools/list"),
+    (Some(Method::ToolsCall), "tools/call"),
+    (Some(Method::ResourcesList), "resources/list"),
+    (Some(Method::ResourcesRead), "resources/read"),
+    (
+        Some(Method::ResourceTemplatesList),
+        "resources/templates/list",
+    ),
+    (Some(Method::ResourcesSubscribe), "resources/subscribe"),
+    (Some(Method::ResourcesUnsubscribe), "resources/unsubscribe"),
+    (Some(Method::PromptsList), "prompts/list"),
+    (Some(Method::PromptsGet), "prompts/get"),
+    (Some(Method::LoggingSetLevel), "logging/setLevel"),
+    (Some(Method::CompletionComplete), "completion/complete"),
+    (None, "other"),
+];
+
+/// A request's method as the latency histograms know it (an index into `METHODS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MethodLabel(u8);
+
+impl MethodLabel {
+    /// The label of a request method (`other` for one the server does not serve).
+    pub fn of(method: &str) -> Self {
+        let method = Method::parse(method);
+        let index = METHODS
+            .iter()
+            .position(|(m, _)| *m == method)
+            .unwrap_or(METHODS.len() - 1);
+        Self(index as u8)
+    }
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        METHODS[usize::from(self.0)].1
+    }
+}
+
+/// Request latencies, one histogram per method: from the request's arrival in its session to
+/// its answer (for a worker, until its outcome is back in the session; a cancelled request
+/// is not observed).
+#[derive(Debug, Default)]
+pub struct Latencies {
+    by_method: [Histogram; METHODS.len()],
+}
+
+impl Latencies {
+    /// Records a request's duration.
+    pub fn observe(&self, method: MethodLabel, elapsed: Duration) {
+        self.by_method[usize::from(method.0)].observe(elapsed);
+    }
+
+    /// The histogram of one method.
+    pub fn of(&self, method: MethodLabel) -> &Histogram {
+        &self.by_method[usize::from(method.0)]
+    }
+
+    fn render(&self, out: &mut String) {
+        let name = "mcp_request_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time from a request's arrival to its answer, by method\n# TYPE {name} histogram"
+        );
+        for (histogram, (_, method)) in self.by_method.iter().zip(METHODS) {
+            histogram.render(name, &format!("method=\"{method}\""), out);
+        }
+    }
+}
+
+/// Notifications dropped on their way to a client (`mcp_dropped_total{reason}`).
+#[derive(Debug, Default)]
+pub struct Drops {
+    /// Log lines over `limits.log_lines_per_second` / `log_lines_burst`.
+    pub log_lines: Counter,
+    /// Notifications over `limits.max_queued_notifications`.
+    pub queued_notifications: Counter,
+}
+
+impl Drops {
+    fn render(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP mcp_dropped_total Notifications to clients dropped by a limit\n# TYPE mcp_dropped_total counter"
+        );
+        for (reason, counter) in [
+            ("log_lines", &self.log_lines),
+            ("queued_notifications", &self.queued_notifications),
+        ] {
+            let _ = writeln!(
+                out,
+                "mcp_dropped_total{{reason=\"{reason}\"}} {}",
+                counter.get()
+            );
+        }
     }
 }

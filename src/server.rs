@@ -1,6 +1,7 @@
 //! The server: [`Server::builder`] (settings, how it presents itself, tools, resources,
 //! prompts), its routes (`GET /mcp` upgrades to a WebSocket session, `/healthz`,
-//! `/metrics`), running in the foreground ([`Server::run`], the binary) or on a background
+//! `/metrics`, the last two on an admin listener of their own when `server.admin_listen`
+//! is set), running in the foreground ([`Server::run`], the binary) or on a background
 //! thread ([`Server::spawn`], tests and embedding), and graceful shutdown.
 //!
 //! Shutdown, on SIGINT/SIGTERM or `RunningServer::stop`: stop admitting sessions (a new
@@ -12,6 +13,7 @@
 use crate::config::Settings;
 use crate::error::Error;
 use crate::files::DirectoryWatch;
+use crate::mcp::ProtocolVersion;
 use crate::perimeter::{self, Owner, Perimeter, Refusal};
 use crate::prompt::Prompt;
 use crate::registry::Registry;
@@ -39,6 +41,10 @@ pub const SUBPROTOCOL: &str = "mcp";
 /// An offered subprotocol `mcp.session.<id>` asks to resume session `<id>` (it is never
 /// selected, so the id does not come back in the response).
 pub const RESUME_SUBPROTOCOL_PREFIX: &str = "mcp.session.";
+
+/// An offered subprotocol `mcp.version.<version>` pins the connection to that protocol
+/// version (the WebSocket transport proposal, SEP-1288); it is selected when offered.
+pub const VERSION_SUBPROTOCOL_PREFIX: &str = "mcp.version.";
 
 /// Builds a [`Server`]: settings, how it presents itself, and what it offers.
 ///
@@ -228,16 +234,12 @@ impl Server {
     /// # Errors
     /// [`Error::Bind`] when the address cannot be bound, [`Error::Io`] when serving fails.
     pub fn run(self) -> Result<(), Error> {
-        let listen = self.shared.settings.server.listen;
         let _files = self.files;
         let (bound_tx, bound_rx) = std::sync::mpsc::channel();
         let result =
             actix_rt::System::new().block_on(serve(self.shared, bound_tx, termination_signal()));
         match bound_rx.try_recv() {
-            Ok(Err(source)) => Err(Error::Bind {
-                addr: listen,
-                source,
-            }),
+            Ok(Err((addr, source))) => Err(Error::Bind { addr, source }),
             _ => result.map_err(Error::Io),
         }
     }
@@ -247,7 +249,6 @@ impl Server {
     /// # Errors
     /// [`Error::Bind`] when the address cannot be bound.
     pub fn spawn(self) -> Result<RunningServer, Error> {
-        let listen = self.shared.settings.server.listen;
         let shared = self.shared;
         let (bound_tx, bound_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -260,20 +261,18 @@ impl Server {
                 }))
             })?;
         match bound_rx.recv() {
-            Ok(Ok(addr)) => Ok(RunningServer {
+            Ok(Ok(Bound { addr, admin })) => Ok(RunningServer {
                 addr,
                 tls: shared.perimeter.tls.is_some(),
+                admin_addr: admin,
                 shared,
                 _files: self.files,
                 stop: Some(stop_tx),
                 thread: Some(thread),
             }),
-            Ok(Err(source)) => {
+            Ok(Err((addr, source))) => {
                 let _ = thread.join();
-                Err(Error::Bind {
-                    addr: listen,
-                    source,
-                })
+                Err(Error::Bind { addr, source })
             }
             Err(_) => Err(Error::Io(io::Error::other(
                 "server thread ended before binding",
@@ -282,11 +281,19 @@ impl Server {
     }
 }
 
-/// Mounts the server's routes.
+/// Mounts the server's routes, all on one listener: the MCP endpoint, `/healthz`, `/metrics`.
 #[doc(hidden)]
 pub fn routes(cfg: &mut web::ServiceConfig) {
+    public_routes(cfg);
+    cfg.route("/metrics", web::get().to(metrics));
+}
+
+/// The routes of the public listener when `/metrics` has an admin listener of its own: the
+/// MCP endpoint and `/healthz` (for load balancers, which probe the public address).
+fn public_routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/mcp")
+            .wrap(actix_web::middleware::from_fn(perimeter::count_refusals))
             .route(
                 web::get()
                     .guard(guard::fn_guard(|ctx| is_websocket_upgrade(ctx.head())))
@@ -304,8 +311,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         ])
         .route(web::get().to(perimeter::resource_metadata)),
     )
-    .route("/healthz", web::get().to(healthz))
-    .route("/metrics", web::get().to(metrics));
+    .route("/healthz", web::get().to(healthz));
+}
+
+/// The routes of the admin listener (`server.admin_listen`): `/metrics` and `/healthz`.
+fn admin_routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(healthz))
+        .route("/metrics", web::get().to(metrics));
 }
 
 /// A `GET` asking for a WebSocket (`Upgrade: websocket`); any other `GET` is the SSE stream.
@@ -324,20 +336,49 @@ async fn mcp_upgrade(
     let shared = shared.into_inner();
     let admission = perimeter::admit(&shared, &req)?;
     let max_message_bytes = shared.settings.limits.max_message_bytes;
+    let pinned = pinned_version(&req)?;
     let session = match resumed_session_id(&req) {
+        // A resumed session keeps what it negotiated; a version offer is only checked.
         Some(id) => {
             let owner = Owner::of(&admission.identity);
             WsSession::resume(shared.clone(), claim_session(&shared, &id, &owner).await?)
         }
         None => {
             let slot = perimeter::open_session(&shared, &admission)?;
-            WsSession::new(shared, slot, admission)
+            WsSession::new(shared, slot, admission, pinned)
         }
     };
+    // The selected subprotocol must be one the client offered: the version it pinned, else
+    // plain `mcp`; never its `mcp.auth.<token>` or `mcp.session.<id>` (secrets). (actix
+    // takes the first offer the list holds, so a pin is the list's only entry.)
+    let version_protocol = pinned.map(|v| format!("{VERSION_SUBPROTOCOL_PREFIX}{v}"));
+    let protocols = [version_protocol.as_deref().unwrap_or(SUBPROTOCOL)];
     ws::WsResponseBuilder::new(session, &req, stream)
-        .protocols(&[SUBPROTOCOL])
+        .protocols(&protocols)
         .frame_size(max_message_bytes)
         .start()
+}
+
+/// The protocol version the upgrade pins with an `mcp.version.<version>` offer: the first
+/// offered one this server speaks.
+///
+/// # Errors
+/// HTTP 400 (with the supported versions) when versions are offered and none is spoken.
+fn pinned_version(req: &HttpRequest) -> Result<Option<ProtocolVersion>, Refusal> {
+    let mut offered = req
+        .headers()
+        .get_all(actix_web::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|offer| offer.trim().strip_prefix(VERSION_SUBPROTOCOL_PREFIX))
+        .peekable();
+    let Some(first) = offered.peek().map(|v| (*v).to_owned()) else {
+        return Ok(None);
+    };
+    offered
+        .find_map(ProtocolVersion::parse)
+        .map(Some)
+        .ok_or_else(|| Refusal::UnsupportedProtocolVersion(first.chars().take(64).collect()))
 }
 
 /// The session a WebSocket upgrade asks to resume: the `Mcp-Session-Id` header, or (browsers
@@ -402,6 +443,7 @@ pub struct RunningServer {
     addr: SocketAddr,
     /// Whether the listener speaks TLS.
     tls: bool,
+    admin_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     /// Dropped after the server has stopped (fields drop after `Drop::drop`).
     _files: Option<DirectoryWatch>,
@@ -413,6 +455,12 @@ impl RunningServer {
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The bound address of the admin listener (`/metrics`, `/healthz`), when
+    /// `server.admin_listen` is set.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 
     /// `ws://ADDR/mcp`, or `wss://ADDR/mcp` with TLS.
@@ -474,21 +522,38 @@ async fn termination_signal() {
     tracing::info!("termination signal received");
 }
 
-/// Binds, reports the bound address (or the bind error) through `bound`, serves until
-/// `stop` resolves, then shuts down gracefully.
+/// The addresses a server bound.
+#[derive(Debug, Clone, Copy)]
+struct Bound {
+    /// The public listener (the MCP endpoint).
+    addr: SocketAddr,
+    /// The admin listener (`/metrics`, `/healthz`), when `server.admin_listen` is set.
+    admin: Option<SocketAddr>,
+}
+
+/// Why a listener could not be bound: its configured address and the error.
+type BindFailure = (SocketAddr, io::Error);
+
+/// Binds the listeners, reports their addresses (or the bind error) through `bound`, serves
+/// until `stop` resolves, then shuts down gracefully.
 async fn serve(
     shared: Arc<Shared>,
-    bound: std::sync::mpsc::Sender<io::Result<SocketAddr>>,
+    bound: std::sync::mpsc::Sender<Result<Bound, BindFailure>>,
     stop: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let settings = &shared.settings;
     let app_shared = web::Data::from(shared.clone());
     let max_body = settings.limits.max_message_bytes;
+    let separate_admin = settings.server.admin_listen.is_some();
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(app_shared.clone())
             .app_data(web::PayloadConfig::new(max_body))
-            .configure(routes)
+            .configure(if separate_admin {
+                public_routes
+            } else {
+                routes
+            })
     })
     .backlog(settings.server.backlog)
     .disable_signals()
@@ -504,10 +569,16 @@ async fn serve(
             .bind_rustls_0_23(settings.server.listen, (*config).clone()),
         None => server.bind(settings.server.listen),
     };
+    let report = |listen: SocketAddr, error: &io::Error| {
+        let _ = bound.send(Err((
+            listen,
+            io::Error::new(error.kind(), error.to_string()),
+        )));
+    };
     let server = match bound_server {
         Ok(server) => server,
         Err(error) => {
-            let _ = bound.send(Err(io::Error::new(error.kind(), error.to_string())));
+            report(settings.server.listen, &error);
             return Err(error);
         }
     };
@@ -516,6 +587,30 @@ async fn serve(
         .first()
         .copied()
         .unwrap_or(settings.server.listen);
+    // The admin listener: its own small server (one thread), so that scrapes never compete
+    // with sessions for a worker and /metrics never answers on the public address.
+    let admin = match settings.server.admin_listen {
+        None => None,
+        Some(listen) => {
+            let admin_shared = web::Data::from(shared.clone());
+            let admin = HttpServer::new(move || {
+                App::new()
+                    .app_data(admin_shared.clone())
+                    .configure(admin_routes)
+            })
+            .workers(1)
+            .disable_signals()
+            .shutdown_timeout(1)
+            .bind(listen);
+            match admin {
+                Ok(admin) => Some((admin.addrs().first().copied().unwrap_or(listen), admin)),
+                Err(error) => {
+                    report(listen, &error);
+                    return Err(error);
+                }
+            }
+        }
+    };
     let server = server.run();
     let handle = server.handle();
     // Registry changes reach the other nodes, and theirs this one (with Redis).
@@ -527,10 +622,26 @@ async fn serve(
         "ws"
     };
     tracing::info!(%addr, "listening; WebSocket endpoint {scheme}://{addr}/mcp");
-    let _ = bound.send(Ok(addr));
+    let (admin_addr, admin_handle) = match admin {
+        Some((admin_addr, admin)) => {
+            let admin = admin.run();
+            let admin_handle = admin.handle();
+            actix_rt::spawn(admin);
+            tracing::info!(addr = %admin_addr, "admin listener: /metrics and /healthz");
+            (Some(admin_addr), Some(admin_handle))
+        }
+        None => (None, None),
+    };
+    let _ = bound.send(Ok(Bound {
+        addr,
+        admin: admin_addr,
+    }));
 
     stop.await;
     shut_down(&shared, &handle).await;
+    if let Some(admin) = admin_handle {
+        admin.stop(true).await;
+    }
     server_task.await.map_err(io::Error::other)?
 }
 

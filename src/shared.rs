@@ -2,6 +2,7 @@
 //! registry, the global worker pool, metrics, the live sessions (for the shutdown fan-out),
 //! and the directory of sessions a client can reach again by id (HTTP sessions).
 
+use crate::access::Redaction;
 use crate::config::Settings;
 use crate::mcp::LogLevel;
 use crate::metrics::Metrics;
@@ -9,6 +10,7 @@ use crate::model::Implementation;
 use crate::mrtr::StateKey;
 use crate::perimeter::{ConnectionPermit, OriginPolicy, Owner, Perimeter, RequestGuard};
 use crate::registry::Registry;
+use crate::rollout::Rollout;
 use crate::session::ModernShape;
 use crate::store::Store;
 use crate::transport::hosted::HostedSession;
@@ -54,6 +56,10 @@ pub struct Shared {
     pub(crate) tasks: crate::tasks::Tasks,
     /// TLS, authentication, authorization and the per-client session limits.
     pub perimeter: Perimeter,
+    /// Which version of a tool in several versions each identity sees.
+    pub rollout: Rollout,
+    /// What the access log hides of params.
+    pub redaction: Redaction,
     sessions: DashMap<u64, Recipient<Shutdown>>,
     /// Hosted sessions (HTTP, and WebSocket sessions waiting for a reconnect) by the id their
     /// client holds, with whose they are.
@@ -96,6 +102,11 @@ impl Shared {
             store: Store::new(&settings),
             tasks: crate::tasks::Tasks::new(&settings.tasks),
             perimeter,
+            rollout: Rollout::new(&settings.rollout.rules),
+            redaction: Redaction::new(
+                &settings.logging.redact_keys,
+                settings.logging.access_params_max_bytes,
+            ),
             settings,
             registry,
             metrics,

@@ -200,7 +200,12 @@ pub(crate) fn schema_of<T: JsonSchema>() -> Value {
 pub struct Tool {
     pub(crate) definition: Arc<ToolDefinition>,
     pub(crate) handler: Arc<dyn ToolHandler>,
+    /// See [`Tool::version`].
+    pub(crate) version: Arc<str>,
 }
+
+/// The version of a tool registered without [`Tool::version`].
+pub const DEFAULT_TOOL_VERSION: &str = "1";
 
 /// What `tools/list` says of a tool.
 #[derive(Debug, Clone, PartialEq)]
@@ -286,6 +291,7 @@ impl Tool {
                 task_support: TaskSupport::Forbidden,
             }),
             handler: Arc::new(handler),
+            version: Arc::from(DEFAULT_TOOL_VERSION),
         }
     }
 
@@ -296,6 +302,34 @@ impl Tool {
     /// The tool's name.
     pub fn name(&self) -> &str {
         &self.definition.name
+    }
+
+    /// Sets the tool's version (default `"1"`). A server may register one name in several
+    /// versions; each session sees one of them, under the plain name, in its lists and its
+    /// calls: the one the `[[rollout.rules]]` of the settings choose for its identity, else
+    /// the lowest version no rule names (see the `rollout` settings). Versions order by
+    /// their dot-separated parts, numerically where both are numbers (`2` < `10`).
+    ///
+    /// ```
+    /// use mcp_ws::{Registry, Tool, ToolError, RequestContext};
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Query { q: String }
+    /// async fn search_v1(args: Query, _: RequestContext) -> Result<String, ToolError> {
+    ///     Ok(format!("v1: {}", args.q))
+    /// }
+    /// async fn search_v2(args: Query, _: RequestContext) -> Result<String, ToolError> {
+    ///     Ok(format!("v2: {}", args.q))
+    /// }
+    /// let registry = Registry::default();
+    /// registry.add_tool(Tool::new("search", "Searches", search_v1)).unwrap();
+    /// registry.add_tool(Tool::new("search", "Searches better", search_v2).version("2")).unwrap();
+    /// assert_eq!(registry.tool_versions("search"), ["1", "2"]);
+    /// // The same name and version twice is refused.
+    /// assert!(registry.add_tool(Tool::new("search", "Again", search_v1).version("2")).is_err());
+    /// ```
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Arc::from(version.into());
+        self
     }
 
     /// Sets a human-readable title (2025-06-18 sessions and newer).

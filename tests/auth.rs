@@ -263,7 +263,7 @@ async fn without_credentials_where_required_the_upgrade_is_401_pointing_at_the_m
         .refused("refused");
     assert_eq!(basic.status, 401);
     assert_eq!(
-        metric(&server, "mcp_rejected_unauthenticated_total").await,
+        metric(&server, "mcp_rejected_total{reason=\"unauthenticated\"}").await,
         2
     );
     assert_no_session_and_still_serving(&server).await;
@@ -287,7 +287,7 @@ async fn an_unknown_api_key_is_401_invalid_token_even_when_authentication_is_opt
         .refused("refused");
     assert_eq!(refused.status, 401);
     assert_eq!(
-        metric(&server, "mcp_rejected_unauthenticated_total").await,
+        metric(&server, "mcp_rejected_total{reason=\"unauthenticated\"}").await,
         2
     );
     assert_no_session_and_still_serving(&server).await;
@@ -398,7 +398,7 @@ async fn every_invalid_jwt_is_401_invalid_token_saying_why() {
         assert_invalid_token(&refused, description);
     }
     assert_eq!(
-        metric(&server, "mcp_rejected_unauthenticated_total").await,
+        metric(&server, "mcp_rejected_total{reason=\"unauthenticated\"}").await,
         cases.len() as u64
     );
     assert_no_session_and_still_serving(&server).await;
@@ -543,7 +543,10 @@ async fn a_token_without_the_required_scopes_is_403_insufficient_scope() {
     );
     assert!(header.contains("scope=\"mcp:read\""), "{header}");
     assert!(header.contains("resource_metadata=\""), "{header}");
-    assert_eq!(metric(&server, "mcp_rejected_forbidden_total").await, 1);
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"forbidden\"}").await,
+        1
+    );
     assert_eq!(metric(&server, "mcp_sessions_peak").await, 0);
     let mut alice = session_with(&server, &hs256(&claims("alice"))).await;
     assert_eq!(identity_of(&mut alice).await["subject"], "alice");
@@ -981,7 +984,10 @@ async fn a_client_no_policy_applies_to_is_refused_and_scopes_select_policies() {
     let header = refused.www_authenticate.expect("WWW-Authenticate");
     assert!(header.contains("error=\"insufficient_scope\""), "{header}");
     assert!(header.contains("scope=\"mcp:read\""), "{header}");
-    assert_eq!(metric(&server, "mcp_rejected_forbidden_total").await, 1);
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"forbidden\"}").await,
+        1
+    );
 
     // A JWT with the scope is admitted under the scope's policy.
     let mut alice = session_with(&server, &hs256(&claims("alice"))).await;

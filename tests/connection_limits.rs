@@ -178,7 +178,10 @@ async fn sessions_per_ip_are_limited_and_a_place_comes_back_when_a_session_ends(
         .refused("a third session");
     assert_limit(&refused, "IP address", 2);
     assert_eq!(http_initialize_from(&server, HERE).await, 429);
-    assert_eq!(metric(&server, "mcp_rejected_ip_limit_total").await, 2);
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"ip_limit\"}").await,
+        2
+    );
     assert_eq!(metric(&server, "mcp_sessions").await, 2, "nothing opened");
     // Another address is served, and this address's sessions go on.
     let (mut elsewhere, _) = session_from(&server, ELSEWHERE, &[]).await;
@@ -234,7 +237,7 @@ async fn sessions_per_identity_are_limited_for_authenticated_clients_only() {
         .refused("a second session of alice");
     assert_limit(&refused, "identity", 1);
     assert_eq!(
-        metric(&server, "mcp_rejected_identity_limit_total").await,
+        metric(&server, "mcp_rejected_total{reason=\"identity_limit\"}").await,
         1
     );
     let (mut bob, _) = session_from(&server, HERE, &[("Authorization", "Bearer bob-key")]).await;
@@ -258,7 +261,10 @@ async fn the_global_cap_is_503_with_retry_after_and_counted() {
     let refused = upgrade_from(&server, ELSEWHERE, &[]).await.refused("full");
     assert_eq!(refused.status, 503);
     assert_eq!(refused.retry_after.as_deref(), Some("1"));
-    assert_eq!(metric(&server, "mcp_rejected_sessions_full_total").await, 1);
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"session_cap\"}").await,
+        1
+    );
     let _closed = close(first).await;
     wait_metric(&server, "mcp_sessions", 0).await;
     session_from(&server, ELSEWHERE, &[]).await;

@@ -541,9 +541,9 @@ async fn a_duplicate_registration_is_refused_and_the_first_stays() {
 
     assert_eq!(
         registry.add_tool(tool("echo", "impostor")),
-        Err(RegistryError::Duplicate {
-            kind: "tool",
-            key: "echo".into()
+        Err(RegistryError::DuplicateVersion {
+            name: "echo".into(),
+            version: "1".into(),
         })
     );
     assert_eq!(
@@ -675,8 +675,9 @@ fn the_builder_refuses_duplicates_and_invalid_templates() {
         .tool(tool("twice", "b"))
         .build();
     match duplicate {
-        Err(mcp_ws::Error::Registry(RegistryError::Duplicate { kind, key })) => {
-            assert_eq!((kind, key.as_str()), ("tool", "twice"));
+        // A tool name may hold several versions; the same name in the same version is taken.
+        Err(mcp_ws::Error::Registry(RegistryError::DuplicateVersion { name, version })) => {
+            assert_eq!((name.as_str(), version.as_str()), ("twice", "1"));
         }
         Err(other) => panic!("expected a duplicate, got {other}"),
         Ok(_) => panic!("expected a duplicate, got a server"),

@@ -192,7 +192,10 @@ async fn signed_requests_run_and_bad_ones_are_refused_with_their_reason() {
     let ping = json!({"jsonrpc":"2.0","id":7,"method":"ping"});
     assert_eq!(refused(&send(&mut client, ping).await, json!(7)), "missing");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "no refused request ran");
-    assert_eq!(metric(&server, "mcp_rejected_signature_total").await, 6);
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"signature\"}").await,
+        6
+    );
 
     // The session goes on serving signed requests.
     let list = signed(&key(), json!(8), "tools/list", json!({}), now_ms(), "n-8");

@@ -237,7 +237,7 @@ async fn two_hundred_concurrent_requests_are_each_answered_exactly_once() {
             assert_eq!(error["data"], json!({"scope":"session","limit":64}));
         }
     }
-    let refused = metric(&server, "mcp_rejected_session_busy_total").await;
+    let refused = metric(&server, r#"mcp_rejected_total{reason="session_busy"}"#).await;
     assert!(results >= 64, "at least the cap's worth ran: {results}");
     assert_eq!(results + refused, 200);
     assert_eq!(metric(&server, "mcp_session_in_flight_peak").await, 64);
@@ -297,7 +297,10 @@ async fn the_global_pool_bounds_concurrency_across_sessions() {
     }
     assert_eq!(metric(&server, "mcp_pool_running_peak").await, 2);
     assert!(metric(&server, "mcp_pool_waiting_peak").await >= 1);
-    assert_eq!(metric(&server, "mcp_rejected_server_busy_total").await, 0);
+    assert_eq!(
+        metric(&server, r#"mcp_rejected_total{reason="server_busy"}"#).await,
+        0
+    );
 }
 
 /// A server whose global pool has one slot, held by a sleep (id "hold") of the returned
@@ -323,7 +326,10 @@ async fn pool_wait_is_bounded_with_server_busy() {
         error["data"],
         json!({"scope":"server","limit":1,"waitedMs":100})
     );
-    assert_eq!(metric(&server, "mcp_rejected_server_busy_total").await, 1);
+    assert_eq!(
+        metric(&server, r#"mcp_rejected_total{reason="server_busy"}"#).await,
+        1
+    );
     holder.send_json(cancel(json!("hold"))).await;
     wait_metric(&server, "mcp_pool_running", 0).await;
 }

@@ -154,7 +154,13 @@ pub enum Error {
     MalformedMeta(String),
     /// 2026-07-28: the request's `_meta` names a version this server does not speak.
     #[error("Unsupported protocol version")]
-    UnsupportedProtocolVersion { requested: String },
+    UnsupportedProtocolVersion {
+        /// The version asked for (cut to 64 characters).
+        requested: String,
+        /// The one version the connection serves, when its client chose one (`data.supported`
+        /// then names it alone; otherwise the 2026-era versions).
+        pinned: Option<ProtocolVersion>,
+    },
     /// 2026-07-28: the request needs client capabilities its `_meta` did not declare.
     #[error("Missing required client capability")]
     MissingClientCapability { required: serde_json::Value },
@@ -280,9 +286,11 @@ impl Error {
             Self::TooManyTasks { limit } => {
                 object.with_data(json!({ "scope": "tasks", "limit": limit }))
             }
-            Self::UnsupportedProtocolVersion { requested } => {
-                let supported: Vec<&str> =
-                    ProtocolVersion::MODERN.iter().map(|v| v.as_str()).collect();
+            Self::UnsupportedProtocolVersion { requested, pinned } => {
+                let supported: Vec<&str> = match pinned {
+                    Some(pinned) => vec![pinned.as_str()],
+                    None => ProtocolVersion::MODERN.iter().map(|v| v.as_str()).collect(),
+                };
                 object.with_data(json!({ "supported": supported, "requested": requested }))
             }
             Self::MissingClientCapability { required } => {

@@ -94,29 +94,50 @@ pub struct InitializeParams<'a> {
     pub client_info: crate::model::Implementation,
 }
 
-/// `_meta` of a request: the members the server reads, kept raw until used.
-#[derive(Debug, Default, Deserialize)]
+/// `_meta` of a request: the keys the server reads, raw. Serialized (the keys present) for
+/// the access log of a `tools/call`, whose params are not kept raw.
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestMeta<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub progress_token: Option<&'a RawValue>,
     /// W3C trace context of this request.
-    #[serde(borrow, default)]
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<&'a RawValue>,
     /// 2026-07-28: the request's protocol version (its presence makes it a 2026 request).
-    #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
+    #[serde(
+        borrow,
+        default,
+        rename = "io.modelcontextprotocol/protocolVersion",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub protocol_version: Option<&'a RawValue>,
     /// 2026-07-28: the client's capabilities, for this request.
-    #[serde(borrow, default, rename = "io.modelcontextprotocol/clientCapabilities")]
+    #[serde(
+        borrow,
+        default,
+        rename = "io.modelcontextprotocol/clientCapabilities",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub client_capabilities: Option<&'a RawValue>,
     /// 2026-07-28: the client's name and version.
-    #[serde(borrow, default, rename = "io.modelcontextprotocol/clientInfo")]
+    #[serde(
+        borrow,
+        default,
+        rename = "io.modelcontextprotocol/clientInfo",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub client_info: Option<&'a RawValue>,
     /// 2026-07-28: the least severe level of log lines the request wants.
-    #[serde(borrow, default, rename = "io.modelcontextprotocol/logLevel")]
+    #[serde(
+        borrow,
+        default,
+        rename = "io.modelcontextprotocol/logLevel",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub log_level: Option<&'a RawValue>,
     /// The client's key for de-duplicating retries of this request (`tools/call`).
-    #[serde(borrow, default)]
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<&'a RawValue>,
 }
 

@@ -91,7 +91,7 @@ impl RequestGuard {
                 Holder::Address(admission.peer)
             };
             if let Err(wait) = rate.take(holder) {
-                metrics.limited.rate.inc();
+                metrics.rejections.rate.inc();
                 return Err(Error::RateLimited {
                     // Rounded up: a client that waits exactly this long finds a token.
                     retry_after_ms: u64::try_from(wait.as_micros().div_ceil(1000))
@@ -101,7 +101,7 @@ impl RequestGuard {
         }
         if let Some(allowed) = &self.allowed_methods {
             if !allowed.contains(method) {
-                metrics.limited.method_not_allowed.inc();
+                metrics.rejections.method_not_allowed.inc();
                 return Err(Error::MethodNotAllowed {
                     method: method.to_owned(),
                 });

@@ -20,9 +20,13 @@ pub mod tls;
 use crate::config::{ConfigError, Settings};
 use crate::context::Identity;
 use crate::mcp::ProtocolVersion;
+use crate::metrics::{Counter, Rejections};
 use crate::shared::{SessionSlot, Shared};
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{USER_AGENT, WWW_AUTHENTICATE};
 use actix_web::http::StatusCode;
+use actix_web::middleware::Next;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use serde_json::json;
 use std::net::IpAddr;
@@ -118,13 +122,7 @@ impl Admission {
 pub fn admit(shared: &Shared, req: &HttpRequest) -> Result<Admission, Refusal> {
     let headers = req.headers();
     shared.origin_policy.check(headers)?;
-    let (identity, access) = authorize(shared, req).inspect_err(|refusal| {
-        let metrics = &shared.metrics;
-        match refusal {
-            Refusal::Unauthorized(_) => metrics.rejected_unauthenticated.inc(),
-            _ => metrics.rejected_forbidden.inc(),
-        }
-    })?;
+    let (identity, access) = authorize(shared, req)?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let trace_id = header("traceparent")
         .and_then(crate::trace::of_traceparent)
@@ -164,16 +162,11 @@ fn authorize(shared: &Shared, req: &HttpRequest) -> Result<(Identity, Access), R
 /// # Errors
 /// 429 over a per-client limit, 503 over the global cap or while shutting down.
 pub fn open_session(shared: &Arc<Shared>, admission: &Admission) -> Result<SessionSlot, Refusal> {
-    let metrics = &shared.metrics;
     let permit = shared
         .perimeter
         .connections
         .acquire(admission)
         .map_err(|(scope, limit)| {
-            match scope {
-                ClientLimit::Ip => metrics.rejected_ip_limit.inc(),
-                ClientLimit::Identity => metrics.rejected_identity_limit.inc(),
-            }
             tracing::debug!(
                 peer = ?admission.peer,
                 subject = admission.identity.subject(),
@@ -187,7 +180,6 @@ pub fn open_session(shared: &Arc<Shared>, admission: &Admission) -> Result<Sessi
         return Err(if shared.is_draining() {
             Refusal::ShuttingDown
         } else {
-            metrics.rejected_sessions_full.inc();
             Refusal::TooManySessions
         });
     };
@@ -269,7 +261,58 @@ pub enum Refusal {
     MethodNotAllowed,
 }
 
+/// Counts every [`Refusal`] answered on the MCP endpoint in its reason's counter (see
+/// [`Refusal::rejection`]): the one place HTTP refusals are counted, whichever check made
+/// them (middleware around the `/mcp` resource).
+///
+/// # Errors
+/// Those of the wrapped service, unchanged.
+pub async fn count_refusals(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let shared = req.app_data::<web::Data<Shared>>().cloned();
+    let response = next.call(req).await?;
+    let refusal = response
+        .response()
+        .error()
+        .and_then(|error| error.as_error::<Refusal>());
+    if let (Some(shared), Some(refusal)) = (shared, refusal) {
+        if let Some(counter) = refusal.rejection(&shared.metrics.rejections) {
+            counter.inc();
+        }
+    }
+    Ok(response)
+}
+
 impl Refusal {
+    /// The counter this refusal counts in, when a policy made it (origin, host, a limit);
+    /// a client's mistake (a bad header, an unknown session) or a shutdown counts in none.
+    pub fn rejection<'a>(&self, rejections: &'a Rejections) -> Option<&'a Counter> {
+        match self {
+            Self::ForbiddenOrigin => Some(&rejections.origin),
+            Self::ForbiddenHost => Some(&rejections.host),
+            Self::TooManySessions => Some(&rejections.session_cap),
+            Self::PayloadTooLarge => Some(&rejections.message_too_large),
+            Self::Unauthorized(_) => Some(&rejections.unauthenticated),
+            Self::InsufficientScope(_) => Some(&rejections.forbidden),
+            Self::TooManySessionsFrom { scope, .. } => Some(match scope {
+                ClientLimit::Ip => &rejections.ip_limit,
+                ClientLimit::Identity => &rejections.identity_limit,
+            }),
+            Self::ShuttingDown
+            | Self::UnsupportedProtocolVersion(_)
+            | Self::NotAcceptable(_)
+            | Self::UnsupportedMediaType
+            | Self::BodyUnreadable
+            | Self::BodyNotText
+            | Self::SessionRequired
+            | Self::SessionNotFound
+            | Self::ResumeGone
+            | Self::MethodNotAllowed => None,
+        }
+    }
+
     /// The JSON-RPC code in the body.
     fn code(&self) -> i32 {
         match self {

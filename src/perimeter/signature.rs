@@ -134,7 +134,7 @@ impl Signatures {
         };
         self.verify(identity, keys, method, params)
             .map_err(|reason| {
-                metrics.rejected_signature.inc();
+                metrics.rejections.signature.inc();
                 tracing::debug!(
                     subject = identity.subject(),
                     reason = reason.as_str(),
@@ -231,7 +231,7 @@ impl Passed {
                 let lifetime = Duration::from_millis(2 * shared.settings.signatures.max_skew_ms);
                 if let Some(redis) = shared.store.redis() {
                     if redis.claim_nonce(&shared.metrics, &nonce, lifetime).await == Some(false) {
-                        shared.metrics.rejected_signature.inc();
+                        shared.metrics.rejections.signature.inc();
                         return Err(Error::SignatureRefused {
                             reason: SignatureProblem::Replayed,
                         });

@@ -8,6 +8,10 @@
 //! (deterministic order) and its entries are encoded once per protocol version, on first use.
 //! Every change is published on the [`ChangeBus`], which tells the sessions.
 //!
+//! A tool may be registered in several versions ([`Tool::version`]): its entry holds them
+//! all, lowest first, and a [`VersionChooser`] (the session's rollout) picks the one a list
+//! shows and a call runs. A tool registered once costs a call nothing more.
+//!
 //! Pagination cursors are opaque: the snapshot's content hash and an offset, base64url. A
 //! cursor that does not decode, or whose list has changed since (another hash), is refused
 //! with -32602, never silently restarted from the first page. The hash covers only the
@@ -21,6 +25,7 @@ use crate::inbox::Changes;
 use crate::mcp::{Error, ProtocolVersion};
 use crate::prompt::Prompt;
 use crate::resource::{Resource, ResourceTemplate, TemplateVariables};
+use crate::rollout::compare_versions;
 use crate::tool::{Tool, ToolHandler};
 use dashmap::DashMap;
 use snapshot::Snapshot;
@@ -42,6 +47,14 @@ pub enum RegistryError {
         kind: &'static str,
         /// The taken name, URI or template.
         key: String,
+    },
+    /// A tool of this name is already registered in this version.
+    #[error("a tool named {name:?} is already registered in version {version:?}")]
+    DuplicateVersion {
+        /// The tool's name.
+        name: String,
+        /// The taken version.
+        version: String,
     },
     /// A resource template that is not a valid RFC 6570 level-1 template.
     #[error("invalid resource template: {0}")]
@@ -105,7 +118,96 @@ trait Registered: Clone + Send + Sync + 'static {
     const KIND: &'static str;
     const LIST: ListKind;
     fn key(&self) -> &str;
-    fn serialize_definition(&self, version: ProtocolVersion) -> String;
+    /// The versions this entry holds, lowest first; empty for kinds without versions.
+    fn versions(&self) -> &Arc<[Arc<str>]>;
+    /// The definition of the version at `variant` (0 for kinds without versions).
+    fn serialize_definition(&self, variant: usize, version: ProtocolVersion) -> String;
+    /// Adds `other` (of the same key) to this entry: refused for kinds without versions and
+    /// for a version already held.
+    fn merge(&mut self, other: Self) -> Result<(), RegistryError> {
+        Err(RegistryError::Duplicate {
+            kind: Self::KIND,
+            key: other.key().to_owned(),
+        })
+    }
+}
+
+/// Picks which of a tool's registered versions a session sees.
+pub trait VersionChooser {
+    /// An index into `versions` (the registered versions of `tool`, lowest first; at least
+    /// two). Out of range reads as 0.
+    fn choose(&self, tool: &str, versions: &[Arc<str>]) -> usize;
+}
+
+/// Every registered version of one tool name, lowest first (see [`Tool::version`]).
+#[derive(Clone)]
+pub(crate) struct ToolVersions {
+    tools: Vec<Tool>,
+    versions: Arc<[Arc<str>]>,
+}
+
+impl ToolVersions {
+    fn of(tool: Tool) -> Self {
+        Self {
+            versions: Arc::from(vec![tool.version.clone()]),
+            tools: vec![tool],
+        }
+    }
+
+    /// The version `chooser` picks (the only one, without asking, for a single version).
+    fn chosen(&self, chooser: &dyn VersionChooser) -> &Tool {
+        match self.tools.as_slice() {
+            [only] => only,
+            tools => {
+                &tools[chooser
+                    .choose(tools[0].name(), &self.versions)
+                    .min(tools.len() - 1)]
+            }
+        }
+    }
+
+    /// Removes one version; says whether it was there.
+    fn remove(&mut self, version: &str) -> bool {
+        let before = self.tools.len();
+        self.tools.retain(|tool| &*tool.version != version);
+        self.versions = self.tools.iter().map(|tool| tool.version.clone()).collect();
+        self.tools.len() != before
+    }
+}
+
+impl Registered for ToolVersions {
+    const KIND: &'static str = "tool";
+    const LIST: ListKind = ListKind::Tools;
+
+    fn key(&self) -> &str {
+        self.tools[0].name()
+    }
+
+    fn versions(&self) -> &Arc<[Arc<str>]> {
+        &self.versions
+    }
+
+    fn serialize_definition(&self, variant: usize, version: ProtocolVersion) -> String {
+        let tool = &self.tools[variant.min(self.tools.len() - 1)];
+        serde_json::to_string(&crate::model::ForVersion(&*tool.definition, version))
+            .unwrap_or_default()
+    }
+
+    fn merge(&mut self, other: Self) -> Result<(), RegistryError> {
+        for tool in other.tools {
+            if self.tools.iter().any(|t| t.version == tool.version) {
+                return Err(RegistryError::DuplicateVersion {
+                    name: tool.name().to_owned(),
+                    version: tool.version.to_string(),
+                });
+            }
+            self.tools.push(tool);
+        }
+        self.tools
+            .sort_by(|a, b| compare_versions(&a.version, &b.version));
+        self.versions = self.tools.iter().map(|tool| tool.version.clone()).collect();
+        Ok(())
+    }
 }
 
 /// The tools, resources, templates and prompts of a server; a cheap handle (clones share
@@ -129,7 +231,7 @@ pub struct Registry {
 
 #[derive(Default)]
 struct Inner {
-    tools: Kind<Tool>,
+    tools: Kind<ToolVersions>,
     resources: Kind<Resource>,
     templates: Kind<ResourceTemplate>,
     prompts: Kind<Prompt>,
@@ -193,10 +295,10 @@ impl<T: Registered> Kind<T> {
         let mut refused = Vec::new();
         for item in added {
             match self.items.entry(item.key().to_owned()) {
-                dashmap::Entry::Occupied(_) => refused.push(RegistryError::Duplicate {
-                    kind: T::KIND,
-                    key: item.key().to_owned(),
-                }),
+                dashmap::Entry::Occupied(mut slot) => match slot.get_mut().item.merge(item) {
+                    Ok(()) => listed = true,
+                    Err(refusal) => refused.push(refusal),
+                },
                 dashmap::Entry::Vacant(slot) => {
                     slot.insert(Entry {
                         item,
@@ -262,10 +364,15 @@ impl<T: Registered> Kind<T> {
             .collect();
         items.sort_by(|a, b| a.key().cmp(b.key()));
         let snapshot = Snapshot::new(items.into_iter().map(|item| {
-            let key = Box::from(item.key());
-            let encode: Box<dyn Fn(ProtocolVersion) -> String + Send + Sync> =
-                Box::new(move |version| item.serialize_definition(version));
-            (key, encode)
+            let key: Arc<str> = item.key().into();
+            let versions = item.versions().clone();
+            let encode: snapshot::Encoder =
+                Box::new(move |variant, version| item.serialize_definition(variant, version));
+            snapshot::Listed {
+                key,
+                versions,
+                encode,
+            }
         }));
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
     }
@@ -295,6 +402,12 @@ pub(crate) enum ResourceTarget {
     Templated(ResourceTemplate, TemplateVariables),
 }
 
+/// No versions: what the kinds without versions hold.
+fn unversioned() -> &'static Arc<[Arc<str>]> {
+    static NONE: std::sync::OnceLock<Arc<[Arc<str>]>> = std::sync::OnceLock::new();
+    NONE.get_or_init(|| Arc::from(Vec::new()))
+}
+
 macro_rules! registered {
     ($type:ty, $kind:literal, $list:expr, $key:ident) => {
         impl Registered for $type {
@@ -303,7 +416,10 @@ macro_rules! registered {
             fn key(&self) -> &str {
                 &self.definition.$key
             }
-            fn serialize_definition(&self, version: ProtocolVersion) -> String {
+            fn versions(&self) -> &Arc<[Arc<str>]> {
+                unversioned()
+            }
+            fn serialize_definition(&self, _variant: usize, version: ProtocolVersion) -> String {
                 serde_json::to_string(&crate::model::ForVersion(&*self.definition, version))
                     .unwrap_or_default()
             }
@@ -311,7 +427,6 @@ macro_rules! registered {
     };
 }
 
-registered!(Tool, "tool", ListKind::Tools, name);
 registered!(Resource, "resource", ListKind::Resources, uri);
 registered!(
     ResourceTemplate,
@@ -322,10 +437,12 @@ registered!(
 registered!(Prompt, "prompt", ListKind::Prompts, name);
 
 impl Registry {
-    /// Registers a tool; its name must be free.
+    /// Registers a tool; its name and version must be free. A tool of a name already
+    /// registered in other versions becomes one more version of it (see [`Tool::version`]).
     ///
     /// # Errors
-    /// [`RegistryError::Duplicate`] when a tool of that name is registered,
+    /// [`RegistryError::DuplicateVersion`] when a tool of that name is registered in that
+    /// version,
     /// [`RegistryError::InvalidToolSchema`] when its input or output schema does not
     /// describe an object (a [`Json`](crate::Json) output of a type that is not a struct).
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegistryError> {
@@ -349,7 +466,9 @@ impl Registry {
         })?;
         let name = definition.name.clone();
         let tasks = definition.task_support != crate::tool::TaskSupport::Forbidden;
-        self.inner.tools.add(tool, &self.inner.bus)?;
+        self.inner
+            .tools
+            .add(ToolVersions::of(tool), &self.inner.bus)?;
         if !headers.is_empty() {
             self.inner.tool_headers.insert(name, headers.into());
         }
@@ -359,7 +478,8 @@ impl Registry {
         Ok(())
     }
 
-    /// The arguments the tool `name` mirrors in HTTP headers (`x-mcp-header`), if any.
+    /// The arguments the tool `name` mirrors in HTTP headers (`x-mcp-header`), if any (of
+    /// its version registered last, when it has several).
     pub(crate) fn tool_header_params(
         &self,
         name: &str,
@@ -367,19 +487,50 @@ impl Registry {
         self.inner.tool_headers.get(name).map(|p| p.value().clone())
     }
 
-    /// Removes a tool; says whether there was one.
+    /// Removes a tool, every version of it; says whether there was one.
     pub fn remove_tool(&self, name: &str) -> bool {
         self.inner.tool_headers.remove(name);
         self.inner.tools.remove(name, &self.inner.bus)
     }
 
-    /// Lists and serves a disabled tool again; says whether it was disabled.
+    /// Removes one version of a tool (the tool itself with its last version); says whether
+    /// it was registered.
+    pub fn remove_tool_version(&self, name: &str, version: &str) -> bool {
+        let kind = &self.inner.tools;
+        let _writer = lock(&kind.writer);
+        let (removed, emptied) = match kind.items.get_mut(name) {
+            Some(mut entry) => {
+                let removed = entry.item.remove(version);
+                (removed, entry.item.tools.is_empty())
+            }
+            None => (false, false),
+        };
+        if emptied {
+            kind.items.remove(name);
+        }
+        if removed {
+            kind.changed(&self.inner.bus);
+        }
+        removed
+    }
+
+    /// The registered versions of a tool, lowest first (none when it is not registered).
+    pub fn tool_versions(&self, name: &str) -> Vec<String> {
+        self.inner
+            .tools
+            .items
+            .get(name)
+            .map(|entry| entry.item.versions.iter().map(|v| v.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Lists and serves a disabled tool (every version) again; says whether it was disabled.
     pub fn enable_tool(&self, name: &str) -> bool {
         self.inner.tools.set_enabled(name, true, &self.inner.bus)
     }
 
-    /// Hides a tool from lists and calls (an unknown tool then) without removing it; says
-    /// whether it was enabled.
+    /// Hides a tool (every version) from lists and calls (an unknown tool then) without
+    /// removing it; says whether it was enabled.
     pub fn disable_tool(&self, name: &str) -> bool {
         self.inner.tools.set_enabled(name, false, &self.inner.bus)
     }
@@ -495,17 +646,22 @@ impl Registry {
         &self.inner.bus
     }
 
-    /// The handler of an enabled tool (the `tools/call` hot path: one `Arc` clone).
+    /// The handler of an enabled tool, in the version `chooser` picks when it has several,
+    /// with its task support (the `tools/call` hot path: one `Arc` clone).
     pub(crate) fn tool_handler(
         &self,
         name: &str,
+        chooser: &dyn VersionChooser,
     ) -> Result<(Arc<dyn ToolHandler>, crate::tool::TaskSupport), Error> {
         self.inner
             .tools
             .items
             .get(name)
             .filter(|e| e.enabled)
-            .map(|e| (e.item.handler.clone(), e.item.definition.task_support))
+            .map(|e| {
+                let tool = e.item.chosen(chooser);
+                (tool.handler.clone(), tool.definition.task_support)
+            })
             .ok_or_else(|| Error::UnknownTool { name: name.into() })
     }
 
@@ -541,7 +697,7 @@ impl Registry {
     }
 
     /// One page of a list, for a session on `version`, of the entries whose key `visible`
-    /// admits (all without a filter).
+    /// admits (all without a filter), showing of each tool the version `chooser` picks.
     pub(crate) fn page(
         &self,
         kind: ListKind,
@@ -549,6 +705,7 @@ impl Registry {
         cursor: Option<&str>,
         page_size: usize,
         visible: Option<&dyn Fn(&str) -> bool>,
+        chooser: &dyn VersionChooser,
     ) -> Result<Page, Error> {
         let snapshot = match kind {
             ListKind::Tools => self.inner.tools.snapshot(),
@@ -556,7 +713,7 @@ impl Registry {
             ListKind::ResourceTemplates => self.inner.templates.snapshot(),
             ListKind::Prompts => self.inner.prompts.snapshot(),
         };
-        snapshot.page(version, cursor, page_size, visible)
+        snapshot.page(version, cursor, page_size, visible, chooser)
     }
 
     /// Which capabilities to declare: a kind is declared once anything of it was registered.

@@ -1,23 +1,44 @@
 //! A list snapshot: one kind's enabled entries in key order, each encoded once per protocol
-//! version on first use, and the pages cut from them (from all of them, or from those a
-//! client may see: a cursor is a position in the whole list, so a filtered page goes on
-//! where the last one stopped, and every client pages through exactly what it may see).
+//! version on first use, and the pages cut from them. An entry registered in several
+//! versions (a tool) is encoded in each; a page shows the one the session's chooser picks,
+//! so entries (and cursor offsets) are the same for every session. A page is cut from all
+//! entries or from those a client may see: a cursor is a position in the whole list, so a
+//! filtered page goes on where the last one stopped, and every client pages through exactly
+//! what it may see.
 
+use super::VersionChooser;
 use crate::mcp::{Error, ProtocolVersion};
 use base64::Engine;
 use std::hash::{Hash, Hasher};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-/// Encodes one entry for a version.
-type Encoder = Box<dyn Fn(ProtocolVersion) -> String + Send + Sync>;
+/// Encodes one version (`variant`, 0 for kinds without versions) of an entry for a protocol
+/// version.
+pub(crate) type Encoder = Box<dyn Fn(usize, ProtocolVersion) -> String + Send + Sync>;
+
+/// One entry of a list.
+pub(crate) struct Listed {
+    /// The name (or URI) the chooser is asked about.
+    pub key: Arc<str>,
+    /// The versions registered, lowest first (empty or one: nothing to choose).
+    pub versions: Arc<[Arc<str>]>,
+    pub encode: Encoder,
+}
+
+impl Listed {
+    fn variants(&self) -> usize {
+        self.versions.len().max(1)
+    }
+}
 
 /// See the module docs.
 #[derive(Default)]
 pub(crate) struct Snapshot {
-    /// The entries' keys (name, URI or URI template), in list order.
-    keys: Vec<Box<str>>,
-    encoders: Vec<Encoder>,
-    /// The entries encoded per version (index: position in `ProtocolVersion::ALL`).
+    entries: Vec<Listed>,
+    /// Where each entry's first variant is in an encoded list.
+    starts: Vec<usize>,
+    /// Every variant of every entry, in order, encoded per version (index: position in
+    /// `ProtocolVersion::ALL`).
     encoded: [OnceLock<Vec<String>>; ProtocolVersion::ALL.len()],
     /// Identifies the content, for cursors: equal on every node with the same entries.
     hash: u64,
@@ -51,17 +72,23 @@ impl Page {
 }
 
 impl Snapshot {
-    pub(crate) fn new(entries: impl Iterator<Item = (Box<str>, Encoder)>) -> Self {
-        let (keys, encoders): (Vec<Box<str>>, Vec<Encoder>) = entries.unzip();
+    pub(crate) fn new(entries: impl Iterator<Item = Listed>) -> Self {
+        let entries: Vec<Listed> = entries.collect();
+        let mut starts = Vec::with_capacity(entries.len());
         // Definitions as the newest version writes them carry every field, so they tell
         // any two lists apart.
         let mut hasher = std::hash::DefaultHasher::new();
-        for encode in &encoders {
-            encode(ProtocolVersion::LATEST).hash(&mut hasher);
+        let mut next = 0;
+        for entry in &entries {
+            starts.push(next);
+            next += entry.variants();
+            for variant in 0..entry.variants() {
+                (entry.encode)(variant, ProtocolVersion::LATEST).hash(&mut hasher);
+            }
         }
         Self {
-            keys,
-            encoders,
+            entries,
+            starts,
             encoded: Default::default(),
             hash: hasher.finish(),
         }
@@ -72,47 +99,60 @@ impl Snapshot {
             .iter()
             .position(|v| *v == version)
             .unwrap_or(0);
-        self.encoded[index].get_or_init(|| self.encoders.iter().map(|e| e(version)).collect())
+        self.encoded[index].get_or_init(|| {
+            self.entries
+                .iter()
+                .flat_map(|e| (0..e.variants()).map(move |variant| (e.encode)(variant, version)))
+                .collect()
+        })
     }
 
     /// The page starting at `cursor` (the first page without one), of the entries whose key
-    /// `visible` admits (all of them without a filter).
+    /// `visible` admits (all of them without a filter), showing of each entry the version
+    /// `chooser` picks.
     pub(crate) fn page(
         &self,
         version: ProtocolVersion,
         cursor: Option<&str>,
         page_size: usize,
         visible: Option<&dyn Fn(&str) -> bool>,
+        chooser: &dyn VersionChooser,
     ) -> Result<Page, Error> {
         let start = match cursor {
             None => 0,
             Some(cursor) => self.decode_cursor(cursor)?,
         };
-        let entries = self.encoded(version);
-        let shown = |i: usize| visible.is_none_or(|visible| visible(&self.keys[i]));
-        let mut page = Vec::with_capacity(page_size.max(1).min(entries.len() - start));
+        let encoded = self.encoded(version);
+        let count = self.entries.len();
+        let shown = |i: usize| visible.is_none_or(|visible| visible(&self.entries[i].key));
+        let mut chosen: Vec<&str> = Vec::with_capacity(page_size.max(1).min(count - start));
         let mut end = start;
-        while end < entries.len() && page.len() < page_size.max(1) {
+        while end < count && chosen.len() < page_size.max(1) {
             if shown(end) {
-                page.push(entries[end].as_str());
+                let entry = &self.entries[end];
+                let variant = match entry.variants() {
+                    1 => 0,
+                    n => chooser.choose(&entry.key, &entry.versions).min(n - 1),
+                };
+                chosen.push(encoded[self.starts[end] + variant].as_str());
             }
             end += 1;
         }
         // The next page starts at the next entry shown, if there is one.
-        while end < entries.len() && !shown(end) {
+        while end < count && !shown(end) {
             end += 1;
         }
         let mut items_json =
-            String::with_capacity(page.iter().map(|e| e.len() + 1).sum::<usize>() + 2);
+            String::with_capacity(chosen.iter().map(|e| e.len() + 1).sum::<usize>() + 2);
         items_json.push('[');
-        for (i, entry) in page.iter().enumerate() {
+        for (i, entry) in chosen.iter().enumerate() {
             if i > 0 {
                 items_json.push(',');
             }
             items_json.push_str(entry);
         }
         items_json.push(']');
-        let next_cursor = (end < entries.len()).then(|| self.cursor(end));
+        let next_cursor = (end < self.entries.len()).then(|| self.cursor(end));
         Ok(Page {
             items_json,
             next_cursor,
@@ -139,7 +179,7 @@ impl Snapshot {
                     .into(),
             ));
         }
-        if offset == 0 || offset >= self.encoders.len() {
+        if offset == 0 || offset >= self.entries.len() {
             return Err(bad());
         }
         Ok(offset)
@@ -151,24 +191,80 @@ mod tests {
     use super::*;
 
     fn snapshot(names: &[&'static str]) -> Snapshot {
-        Snapshot::new(names.iter().map(|&name| {
-            let encode: Encoder = Box::new(move |_| format!("\"{name}\""));
-            (Box::from(name), encode)
+        Snapshot::new(names.iter().map(|&name| Listed {
+            key: name.into(),
+            versions: Arc::from(Vec::new()),
+            encode: Box::new(move |_, _| format!("\"{name}\"")),
         }))
+    }
+
+    /// Picks the lowest version of every entry.
+    struct Lowest;
+
+    impl VersionChooser for Lowest {
+        fn choose(&self, _tool: &str, _versions: &[Arc<str>]) -> usize {
+            0
+        }
+    }
+
+    /// Picks the highest version of every entry.
+    struct Highest;
+
+    impl VersionChooser for Highest {
+        fn choose(&self, _tool: &str, versions: &[Arc<str>]) -> usize {
+            versions.len() - 1
+        }
+    }
+
+    #[test]
+    fn an_entry_in_several_versions_shows_the_chosen_one_in_its_place() {
+        let versions: Arc<[Arc<str>]> = Arc::from(vec![Arc::from("1"), Arc::from("2")]);
+        let s = Snapshot::new(
+            [
+                Listed {
+                    key: "a".into(),
+                    versions: Arc::from(Vec::new()),
+                    encode: Box::new(|_, _| "\"a\"".into()),
+                },
+                Listed {
+                    key: "b".into(),
+                    versions,
+                    encode: Box::new(|variant, _| format!("\"b{}\"", variant + 1)),
+                },
+                Listed {
+                    key: "c".into(),
+                    versions: Arc::from(Vec::new()),
+                    encode: Box::new(|_, _| "\"c\"".into()),
+                },
+            ]
+            .into_iter(),
+        );
+        let v = ProtocolVersion::LATEST;
+        let lowest = s.page(v, None, 10, None, &Lowest).expect("page");
+        assert_eq!(lowest.items_json, r#"["a","b1","c"]"#);
+        let highest = s.page(v, None, 10, None, &Highest).expect("page");
+        assert_eq!(highest.items_json, r#"["a","b2","c"]"#);
+        // Pages count entries, not versions: the same cursors for every session.
+        let first = s.page(v, None, 2, None, &Highest).expect("first");
+        assert_eq!(first.items_json, r#"["a","b2"]"#);
+        let next = s
+            .page(v, first.next_cursor.as_deref(), 2, None, &Lowest)
+            .expect("next");
+        assert_eq!(next.items_json, r#"["c"]"#);
     }
 
     #[test]
     fn pages_follow_each_other_and_end() {
         let s = snapshot(&["a", "b", "c", "d", "e"]);
         let v = ProtocolVersion::LATEST;
-        let first = s.page(v, None, 2, None).expect("first");
+        let first = s.page(v, None, 2, None, &Highest).expect("first");
         assert_eq!(first.items_json, r#"["a","b"]"#);
         let second = s
-            .page(v, first.next_cursor.as_deref(), 2, None)
+            .page(v, first.next_cursor.as_deref(), 2, None, &Highest)
             .expect("second");
         assert_eq!(second.items_json, r#"["c","d"]"#);
         let last = s
-            .page(v, second.next_cursor.as_deref(), 2, None)
+            .page(v, second.next_cursor.as_deref(), 2, None, &Highest)
             .expect("last");
         assert_eq!(last.items_json, r#"["e"]"#);
         assert_eq!(last.next_cursor, None);
@@ -179,39 +275,38 @@ mod tests {
     fn bad_and_stale_cursors_are_refused() {
         let old = snapshot(&["a", "b", "c"]);
         let cursor = old
-            .page(ProtocolVersion::LATEST, None, 1, None)
+            .page(ProtocolVersion::LATEST, None, 1, None, &Highest)
             .expect("page")
             .next_cursor
             .expect("more");
         let new = snapshot(&["a", "b", "x"]);
         let stale = new
-            .page(ProtocolVersion::LATEST, Some(&cursor), 1, None)
+            .page(ProtocolVersion::LATEST, Some(&cursor), 1, None, &Highest)
             .expect_err("a stale cursor is refused");
         assert!(stale.to_string().contains("changed"), "{stale}");
         for bad in ["", "!!", "bm90IGEgY3Vyc29y", &cursor[..cursor.len() - 2]] {
             assert!(
-                old.page(ProtocolVersion::LATEST, Some(bad), 1, None)
+                old.page(ProtocolVersion::LATEST, Some(bad), 1, None, &Highest)
                     .is_err(),
                 "{bad}"
             );
         }
     }
-
     #[test]
     fn filtered_pages_hold_only_what_is_visible_and_end_with_it() {
         let s = snapshot(&["a", "b", "c", "d", "e", "f", "g"]);
         let v = ProtocolVersion::LATEST;
         let vowels_and_d = |key: &str| matches!(key, "a" | "d" | "e");
         let visible: Option<&dyn Fn(&str) -> bool> = Some(&vowels_and_d);
-        let first = s.page(v, None, 2, visible).expect("first");
+        let first = s.page(v, None, 2, visible, &Highest).expect("first");
         assert_eq!(first.items_json, r#"["a","d"]"#);
         let second = s
-            .page(v, first.next_cursor.as_deref(), 2, visible)
+            .page(v, first.next_cursor.as_deref(), 2, visible, &Highest)
             .expect("second");
         assert_eq!(second.items_json, r#"["e"]"#);
         assert_eq!(second.next_cursor, None, "nothing visible is left after e");
         let nothing = |_: &str| false;
-        let empty = s.page(v, None, 2, Some(&nothing)).expect("empty");
+        let empty = s.page(v, None, 2, Some(&nothing), &Highest).expect("empty");
         assert_eq!((empty.items_json.as_str(), empty.next_cursor), ("[]", None));
     }
 }

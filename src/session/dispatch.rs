@@ -5,6 +5,7 @@
 
 use super::modern::{modern_result, required_capability, ModernRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
+use crate::access::RequestRecord;
 use crate::context::{ClientRequestError, Input, LogFloor, Rounds, SessionInfo};
 use crate::dedup::recent::Fingerprint;
 use crate::dedup::Idempotency;
@@ -146,7 +147,7 @@ impl Session {
                 let p: SubscribeParams<'_> = parse_params(params)?;
                 self.admission.access.check_resource(&p.uri)?;
                 let limits = &self.shared.settings.limits;
-                let refused = &self.shared.metrics.limited.subscriptions;
+                let refused = &self.shared.metrics.rejections.subscriptions;
                 if p.uri.len() > limits.max_subscription_uri_bytes {
                     refused.inc();
                     return Err(Error::SubscriptionUriTooLong {
@@ -192,7 +193,11 @@ impl Session {
 
     fn initialize(&mut self, params: Option<&RawValue>) -> Result<String, Error> {
         let p: InitializeParams<'_> = parse_params(params)?;
-        let version = ProtocolVersion::negotiate(&p.protocol_version);
+        // A connection pinned to a handshake-era version gets that one, whatever is asked.
+        let version = match self.pinned {
+            Some(pinned) if !pinned.is_modern() => pinned,
+            _ => ProtocolVersion::negotiate(&p.protocol_version),
+        };
         let offers = self.shared.registry.offers();
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
@@ -223,6 +228,8 @@ impl Session {
             client_version = %p.client_info.version,
             requested = %p.protocol_version,
             negotiated = %version,
+            identity = %self.admission.identity.subject(),
+            trace = %self.admission.trace_id,
             "session initialized"
         );
         self.phase = Phase::Ready(Negotiated {
@@ -265,9 +272,18 @@ impl Session {
         let access = &self.admission.access;
         let shows = |key: &str| access.shows(kind, key);
         let visible = (!access.is_unrestricted()).then_some(&shows as &dyn Fn(&str) -> bool);
-        self.shared
-            .registry
-            .page(kind, version, p.cursor.as_deref(), page_size, visible)
+        let chooser = self
+            .shared
+            .rollout
+            .for_subject(self.admission.identity.subject());
+        self.shared.registry.page(
+            kind,
+            version,
+            p.cursor.as_deref(),
+            page_size,
+            visible,
+            &chooser,
+        )
     }
 
     /// The per-session cap, checked first and synchronously: an over-cap request is refused
@@ -275,7 +291,7 @@ impl Session {
     fn admit(&self) -> Result<(), Error> {
         let limit = self.shared.settings.limits.max_in_flight_per_session;
         if self.in_flight.len() >= limit {
-            self.shared.metrics.rejected_session_busy.inc();
+            self.shared.metrics.rejections.session_busy.inc();
             return Err(Error::SessionBusy { limit });
         }
         Ok(())
@@ -341,7 +357,11 @@ impl Session {
             }
         };
         self.admission.access.check_tool(&p.name)?;
-        let (handler, task_support) = self.shared.registry.tool_handler(&p.name)?;
+        let chooser = self
+            .shared
+            .rollout
+            .for_subject(self.admission.identity.subject());
+        let (handler, task_support) = self.shared.registry.tool_handler(&p.name, &chooser)?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let idempotency = match p.meta.as_ref().and_then(|m| m.idempotency_key) {
@@ -709,7 +729,8 @@ impl Session {
     }
 
     /// Starts the worker of a job; the global pool is awaited inside the worker, and what the
-    /// guard still asks (`passed`) before the work runs.
+    /// guard still asks (`passed`) before the work runs. The request's record moves into its
+    /// in-flight entry.
     pub(super) fn start_worker(
         &mut self,
         id: RequestId,
@@ -717,7 +738,12 @@ impl Session {
         passed: Passed,
         exchange: u64,
         batch: Option<u64>,
+        record: &mut Option<RequestRecord>,
     ) -> Result<(), Error> {
+        let Some(record) = record.take() else {
+            // `on_request` hands over the record it began.
+            return Err(Error::Internal);
+        };
         let WorkerJob {
             work,
             timeout,
@@ -737,6 +763,7 @@ impl Session {
         let modern = era.modern;
         let worker = RequestWorker::run(Job {
             id: id.clone(),
+            received: record.started(),
             work,
             timeout,
             wants_progress: progress_token.is_some(),
@@ -760,6 +787,7 @@ impl Session {
                 batch,
                 modern,
                 replay,
+                record,
             },
         );
         self.shared.metrics.workers.inc();

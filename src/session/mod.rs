@@ -24,6 +24,7 @@ pub(crate) use modern::required_capability;
 pub use modern::ModernShape;
 pub use pump::{InboxPump, SessionHost};
 
+use crate::access::{Outcome, RequestRecord};
 use crate::bus::BusRegistration;
 use crate::context::SessionInfo;
 use crate::dedup::recent::{Fingerprint, RecentResponses};
@@ -45,7 +46,6 @@ use serde_json::value::RawValue;
 use std::collections::{hash_map, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
 use tokio::sync::oneshot;
 
 type FastHash = foldhash::fast::RandomState;
@@ -121,6 +121,9 @@ pub struct Session {
     /// Serves 2026-07-28 requests only (a host for one HTTP request of that revision): a
     /// request without its `_meta` is malformed, not a handshake-era one.
     modern_only: bool,
+    /// The one protocol version the connection's client chose up front (a WebSocket
+    /// `mcp.version.<v>` subprotocol): requests of any other version are refused.
+    pinned: Option<ProtocolVersion>,
     /// Whether every request's params are kept raw by the decoder (its requests are signed).
     raw_params: bool,
     /// The `tools/call` requests this session finished, by id, for retries.
@@ -152,6 +155,8 @@ struct InFlight {
     modern: bool,
     /// Set when its response is to be remembered by id (see `RecentResponses`).
     replay: Option<Fingerprint>,
+    /// Its latency and access-log line, finished with its answer or cancel.
+    record: RequestRecord,
 }
 
 /// An open `subscriptions/listen` stream (2026-07-28).
@@ -209,6 +214,7 @@ impl Session {
             subscriptions: Default::default(),
             listeners: HashMap::default(),
             modern_only: false,
+            pinned: None,
             raw_params,
             recent,
         }
@@ -217,6 +223,17 @@ impl Session {
     /// Serves 2026-07-28 requests only (see the field).
     pub fn set_modern_only(&mut self) {
         self.modern_only = true;
+    }
+
+    /// Serves `version` only, as the client chose when it connected: a 2026-07-28 pin makes
+    /// every request a 2026-07-28 one (as [`set_modern_only`](Self::set_modern_only)), a
+    /// handshake-era pin is what `initialize` negotiates, whatever the client asks, and
+    /// refuses 2026-07-28 requests (-32022).
+    pub fn pin_version(&mut self, version: ProtocolVersion) {
+        self.pinned = Some(version);
+        if version.is_modern() {
+            self.modern_only = true;
+        }
     }
 
     /// Sets the id the client resumes this session with (announced in `initialize`).
@@ -238,7 +255,7 @@ impl Session {
             !self.raw_params,
         ) {
             Decoded::Rejected(error) => {
-                self.shared.metrics.limited.count_wire(&error);
+                self.shared.metrics.rejections.count_wire(&error);
                 out.send(
                     encode_error(None, &error.to_object()),
                     Route::Answer(exchange),
@@ -319,11 +336,11 @@ impl Session {
                 Reply::Silent
             }
             Entry::Invalid { id, error } => {
-                self.shared.metrics.limited.count_wire(&error);
+                self.shared.metrics.rejections.count_wire(&error);
                 Reply::Now(encode_error(id.as_ref(), &error.to_object()))
             }
             Entry::Dropped { error } => {
-                self.shared.metrics.limited.count_wire(&error);
+                self.shared.metrics.rejections.count_wire(&error);
                 tracing::debug!(session = self.id, %error, "notification over a limit; dropped");
                 Reply::Silent
             }
@@ -338,10 +355,19 @@ impl Session {
         out: &mut dyn Outlet,
     ) -> Reply {
         self.shared.metrics.requests.inc();
-        let span = tracing::debug_span!("request", session = self.id, id = %request.id, method = %request.method, identity = self.admission.identity.subject());
+        let span = tracing::debug_span!(
+            "request",
+            session = self.id,
+            id = %request.id,
+            method = %request.method,
+            identity = self.admission.identity.subject(),
+            trace = tracing::field::Empty,
+        );
         let _entered = span.enter();
-        // Timed only when the span is logged: a clock read per request is measurable.
-        let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
+        // Its latency and access-log line; taken by the worker's entry if one runs it.
+        let record = RequestRecord::begin(&self.shared, &self.admission, &request, &span);
+        let started = record.started();
+        let mut record = Some(record);
         let raw_params = match request.params {
             jsonrpc::Params::Raw(raw) => raw,
             jsonrpc::Params::Parsed(_) => None,
@@ -378,7 +404,14 @@ impl Session {
                     {
                         Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
                         Ok(dispatch::Dispatch::Worker(job)) => self
-                            .start_worker(request.id.clone(), job, passed, exchange, batch)
+                            .start_worker(
+                                request.id.clone(),
+                                job,
+                                passed,
+                                exchange,
+                                batch,
+                                &mut record,
+                            )
                             .map(|()| None),
                         Ok(dispatch::Dispatch::Listening(ack)) => {
                             out.send(ack, Route::During(exchange));
@@ -389,7 +422,7 @@ impl Session {
                 },
             }
         };
-        if let Some(started) = started {
+        if tracing::enabled!(tracing::Level::DEBUG) {
             tracing::debug!(
                 elapsed_us = started.elapsed().as_micros() as u64,
                 outcome = match &outcome {
@@ -400,7 +433,8 @@ impl Session {
                 "request handled"
             );
         }
-        match outcome {
+        let answered = Outcome::of(&outcome);
+        let reply = match outcome {
             Ok(Some(result)) => Reply::Now(encode_result(&request.id, &result)),
             Ok(None) => Reply::Later,
             Err(error) if is_modern => {
@@ -410,7 +444,12 @@ impl Session {
                 Reply::Now(encode_error(Some(&request.id), &error.to_wire_modern()))
             }
             Err(error) => Reply::Now(encode_error(Some(&request.id), &error.to_wire())),
+        };
+        // Answered here (a worker took the record otherwise).
+        if let Some(record) = record {
+            record.finish(&self.shared, &self.admission, self.id, answered);
         }
+        reply
     }
 
     fn on_notification(&mut self, notification: Notification<'_>, out: &mut dyn Outlet) {
@@ -477,6 +516,9 @@ impl Session {
         entry.worker.do_send(Cancel);
         self.shared.metrics.workers.dec();
         self.shared.metrics.cancelled.inc();
+        entry
+            .record
+            .finish(&self.shared, &self.admission, self.id, Outcome::Cancelled);
         tracing::debug!(session = self.id, id = %id, "cancelled");
         match entry.batch {
             Some(batch) => {
@@ -496,7 +538,7 @@ impl Session {
         while let Some(event) = self.inbox.take_event() {
             self.on_event(event, out);
         }
-        self.inbox.flush_dropped(&self.shared.metrics.limited);
+        self.inbox.flush_dropped(&self.shared.metrics);
         let changes = self.inbox.take_changes();
         let updated = self.inbox.take_updated();
         let tasks = self.inbox.take_task_notes();
@@ -563,6 +605,12 @@ impl Session {
                     return;
                 };
                 self.shared.metrics.workers.dec();
+                entry.record.finish(
+                    &self.shared,
+                    &self.admission,
+                    self.id,
+                    Outcome::of(&outcome),
+                );
                 let frame = match outcome {
                     Ok(frame) => {
                         if let Some(fingerprint) = entry.replay {
@@ -785,7 +833,7 @@ impl Drop for Session {
             .subscriptions
             .sub(self.subscriptions.len() as u64);
         // Workers may outlive the session by a moment; what they post now goes nowhere.
-        self.inbox.flush_dropped(&self.shared.metrics.limited);
+        self.inbox.flush_dropped(&self.shared.metrics);
         self.inbox.close();
     }
 }

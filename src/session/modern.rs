@@ -72,6 +72,14 @@ impl Session {
                 "server/discover" | "subscriptions/listen"
             );
         let Some(version) = meta.and_then(|m| m.protocol_version) else {
+            if must_be_modern && request.method == "initialize" {
+                // A connection pinned to 2026-07-28 has no handshake: say which version to
+                // speak instead.
+                return Err(Error::UnsupportedProtocolVersion {
+                    requested: requested_in_initialize(&request.params),
+                    pinned: self.pinned,
+                });
+            }
             return if must_be_modern {
                 Err(Error::MalformedMeta(
                     "_meta.io.modelcontextprotocol/protocolVersion: required".into(),
@@ -89,8 +97,10 @@ impl Session {
         let version = ProtocolVersion::MODERN
             .into_iter()
             .find(|v| v.as_str() == version)
+            .filter(|v| self.pinned.is_none_or(|pinned| pinned == *v))
             .ok_or_else(|| Error::UnsupportedProtocolVersion {
                 requested: version.chars().take(64).collect(),
+                pinned: self.pinned,
             })?;
         let capabilities = match meta.client_capabilities {
             None => {
@@ -684,6 +694,23 @@ pub(crate) fn required_capability(capability: &str) -> Value {
 /// The request id's JSON, for tagging a listen stream's notifications.
 pub(super) fn subscription_meta(id: &RequestId) -> String {
     format!(r#"{{"{SUBSCRIPTION_ID_META}":{}}}"#, id.as_json())
+}
+
+/// The `protocolVersion` an `initialize` asks for (at most 64 characters), or `""`.
+fn requested_in_initialize(params: &Params<'_, crate::mcp::CallToolParams<'_>>) -> String {
+    #[derive(Deserialize)]
+    struct Asked<'a> {
+        #[serde(borrow, rename = "protocolVersion")]
+        protocol_version: Option<std::borrow::Cow<'a, str>>,
+    }
+    match params {
+        Params::Raw(Some(raw)) => serde_json::from_str::<Asked<'_>>(raw.get())
+            .ok()
+            .and_then(|asked| asked.protocol_version)
+            .map(|v| v.chars().take(64).collect())
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
 }
 
 #[cfg(test)]

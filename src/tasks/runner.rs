@@ -88,7 +88,7 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
         inbox: Rc::new(Inbox::default()),
         session: info,
         progress_interval: None,
-        deadline: Deadline::new(ttl, ttl),
+        deadline: Deadline::new(std::time::Instant::now(), ttl, ttl),
         cancel: cancel.clone(),
         client_timeout: Duration::from_millis(settings.client_requests.timeout_ms),
         input: Input::Task(asks.clone()),

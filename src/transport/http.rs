@@ -56,10 +56,8 @@ pub async fn post(
     let body = body
         .to_bytes_limited(shared.settings.limits.max_message_bytes)
         .await
-        .map_err(|_| {
-            shared.metrics.limited.message_too_large.inc();
-            Refusal::PayloadTooLarge
-        })?
+        // Counted with the other refusals, by `perimeter::count_refusals`.
+        .map_err(|_| Refusal::PayloadTooLarge)?
         .map_err(|_| Refusal::BodyUnreadable)?;
     let text = String::from_utf8(body.into()).map_err(|_| Refusal::BodyNotText)?;
     let header_version = req

@@ -2,6 +2,7 @@
 //! frames delivered to a channel. For in-process tests of the protocol core (the seed's
 //! "InMemoryTransport": assert on frames without a network).
 
+use crate::perimeter::Admission;
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
 use crate::shared::Shared;
 use actix::prelude::*;
@@ -24,8 +25,17 @@ pub struct MemorySession {
 impl MemorySession {
     /// Starts a session on the current arbiter; returns its address and the frames it sends.
     pub fn start(shared: Arc<Shared>) -> (Addr<Self>, mpsc::UnboundedReceiver<String>) {
+        Self::start_as(shared, Admission::anonymous())
+    }
+
+    /// Starts a session for a client admitted as `admission` (an identity the perimeter
+    /// would have established: tests of what depends on who the client is).
+    pub fn start_as(
+        shared: Arc<Shared>,
+        admission: Admission,
+    ) -> (Addr<Self>, mpsc::UnboundedReceiver<String>) {
         let (outgoing, frames) = mpsc::unbounded_channel();
-        let core = Session::new(shared, 0, crate::perimeter::Admission::anonymous());
+        let core = Session::new(shared, 0, admission);
         (Self { core, outgoing }.start(), frames)
     }
 }

@@ -22,6 +22,7 @@
 //! resume ended meanwhile.
 
 use super::hosted::{AttachSocket, Deliver, DetachSocket, HostedSession, Relayed};
+use crate::mcp::ProtocolVersion;
 use crate::perimeter::Admission;
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
 use crate::shared::{SessionId, SessionSlot, Shared, Shutdown};
@@ -73,10 +74,18 @@ enum Core {
 
 impl WsSession {
     /// A new session for a connection that holds `slot`, from a client the perimeter
-    /// admitted.
-    pub fn new(shared: Arc<Shared>, slot: SessionSlot, admission: Admission) -> Self {
+    /// admitted, serving only `pinned` when the client chose a version up front.
+    pub fn new(
+        shared: Arc<Shared>,
+        slot: SessionSlot,
+        admission: Admission,
+        pinned: Option<ProtocolVersion>,
+    ) -> Self {
         let id = SessionId::generate();
         let mut session = Session::new(shared.clone(), slot.id(), admission);
+        if let Some(version) = pinned {
+            session.pin_version(version);
+        }
         session.set_resume_id(id.clone());
         Self::with_core(shared, Core::Local { session, slot, id })
     }
@@ -109,6 +118,9 @@ impl WsSession {
 
     fn close(&mut self, ctx: &mut ws::WebsocketContext<Self>, code: CloseCode, description: &str) {
         tracing::debug!(session = %self.log_id(), ?code, description, "closing");
+        if code == CloseCode::Size {
+            self.shared.metrics.rejections.message_too_large.inc();
+        }
         ctx.close(Some(CloseReason {
             code,
             description: Some(description.to_owned()),
@@ -164,7 +176,6 @@ impl WsSession {
         };
         if buffer.len() + bytes.len() > max {
             self.fragments = None;
-            self.shared.metrics.limited.message_too_large.inc();
             return self.close(ctx, CloseCode::Size, "message too big");
         }
         buffer.extend_from_slice(&bytes);
@@ -329,7 +340,6 @@ impl StreamHandler<Result<WsMessage, ProtocolError>> for WsSession {
                 ctx.stop();
             }
             Err(ProtocolError::Overflow) => {
-                self.shared.metrics.limited.message_too_large.inc();
                 self.close(ctx, CloseCode::Size, "message too big");
             }
             Err(error) => {

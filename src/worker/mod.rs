@@ -49,6 +49,9 @@ pub struct Cancel;
 /// Everything a worker needs, handed over at start.
 pub struct Job {
     pub id: RequestId,
+    /// When the request arrived in its session (the clock read its latency starts from):
+    /// also the deadline's start when a pool slot is free at once.
+    pub received: Instant,
     pub work: Work,
     /// Run-time limit, counted from admission into the pool.
     pub timeout: Duration,
@@ -180,8 +183,10 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
     let metrics = &shared.metrics;
     let limits = &shared.settings.limits;
 
-    let permit = match shared.pool.try_acquire() {
-        Ok(permit) => permit,
+    // The timeout counts from admission into the pool. Admitted at once, that is when the
+    // request arrived, a moment ago: its clock read serves, and this path reads no clock.
+    let (permit, admitted) = match shared.pool.try_acquire() {
+        Ok(permit) => (permit, job.received),
         Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
         Err(TryAcquireError::NoPermits) => {
             let permit = Box::pin(wait_for_slot(&shared)).await?;
@@ -190,12 +195,13 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
                 // `Cancel` handler): the work must not start now. The stop comes next.
                 return std::future::pending().await;
             }
-            permit
+            (permit, Instant::now())
         }
     };
     let _running = metrics.pool_running.track();
 
     let deadline = Deadline::new(
+        admitted,
         job.timeout,
         Duration::from_millis(limits.max_request_timeout_ms),
     );
@@ -270,7 +276,7 @@ async fn wait_for_slot(shared: &Shared) -> Result<SemaphorePermit<'_>, Error> {
         Ok(Ok(permit)) => Ok(permit),
         Ok(Err(_closed)) => Err(Error::ShuttingDown),
         Err(_elapsed) => {
-            metrics.rejected_server_busy.inc();
+            metrics.rejections.server_busy.inc();
             Err(Error::ServerBusy {
                 limit: limits.max_concurrent_requests,
                 waited_ms: limits.admission_wait_ms,

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Server instructions per answered request, counted by callgrind: reproducible to about 1% on
+# a noisy machine, where wall-clock figures drift by tens of percent between runs. Use it to
+# compare two builds of the hot path; use benches/pinned.sh for throughput and latency.
+#
+#   benches/callgrind.sh [payload-bytes] [mcp-ws binary]     (defaults: 64, target/release/mcp-ws)
+#   TARGET=actix-inline benches/callgrind.sh [payload-bytes]  (a baseline instead, same workload)
+#   SERVER_LOG=info benches/callgrind.sh                      (the server's RUST_LOG; default warn,
+#                                                               which filters out the access log)
+#
+# The server runs under valgrind on core 0; the generator drives it from core 1 with 16
+# connections x 16 pipelined `tools/call echo` for 10 s. Needs valgrind (callgrind_annotate).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PAYLOAD=${1:-64}
+SERVER=${2:-target/release/mcp-ws}
+TARGET=${TARGET:-mcp-ws}
+# A given binary is used as is; only the default one (and only for mcp-ws) is built here.
+[ $# -ge 2 ] || [ "$TARGET" != mcp-ws ] || cargo build --release --quiet
+LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
+PORT=${PORT:-18790}
+OUT=$(mktemp /tmp/callgrind.$TARGET.XXXXXX)
+
+if [ "$TARGET" = mcp-ws ]; then
+  SERVE=("$SERVER" --listen 127.0.0.1:$PORT --config /tmp/load-json.toml)
+  URL_FLAG=--url
+else
+  SERVE=("$LOAD" --serve-baseline "$TARGET" --listen 127.0.0.1:$PORT)
+  URL_FLAG=--$TARGET-url
+fi
+RUST_LOG=${SERVER_LOG:-warn} taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${SERVE[@]}" \
+  >"$OUT.log" 2>&1 &
+SERVER_PID=$!
+trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
+sleep 6 # valgrind starts slowly
+RESULT=$(taskset -c 1 "$LOAD" --targets "$TARGET" "$URL_FLAG" ws://127.0.0.1:$PORT/mcp \
+  --connections 16 --pipeline 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 \
+  --out "$(mktemp -d)" | grep '^RESULT_JSON ')
+kill -TERM $SERVER_PID # mcp-ws drains and exits; a baseline ends on SIGTERM (callgrind still writes its profile)
+wait $SERVER_PID 2>/dev/null || true
+trap - EXIT
+
+# Answered requests; a run with errors, lost or mismatched answers gives no figure.
+ANSWERED=$(python3 -c '
+import json, sys
+point = json.loads(sys.argv[1][len("RESULT_JSON "):])["targets"][sys.argv[2]]["points"][0]
+bad = point["errors"] + point["lost"] + point["mismatched"]
+sys.exit(f"callgrind.sh: {bad} errors/lost/mismatched answers; no figure") if bad else print(point["answered"])
+' "$RESULT" "$TARGET")
+# The whole process, start-up included; start-up is well under 1% of a 10 s run.
+INSTRUCTIONS=$(callgrind_annotate "$OUT" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
+echo "$TARGET, payload ${PAYLOAD} B: ${INSTRUCTIONS} instructions, ${ANSWERED} requests answered," \
+  "$((INSTRUCTIONS / ANSWERED)) instructions per request (profile: $OUT, server output: $OUT.log)"

@@ -1,0 +1,643 @@
+//! What is recorded of each request when it is done: its latency, in the histogram of its
+//! method (`/metrics`), and its access-log line, an `info` event of the target
+//! `mcp_ws::access` (this module's path).
+//!
+//! A [`RequestRecord`] is begun when a request arrives in its session and finished when it
+//! is answered (inline, or by its worker) or cancelled: exactly one line per request. The
+//! line carries the request's id, method and params (the values of `logging.redact_keys`
+//! replaced, at any depth, and cut at `logging.access_params_max_bytes`), the outcome (`ok`,
+//! `error` with its `code`, `timed_out`, `cancelled`), the duration, the client's address,
+//! `User-Agent` and identity, the session and the trace id.
+//!
+//! Cost: the clock is read when a request arrives and when it is answered (the worker's
+//! deadline reuses the first read). When the access target is filtered out, the line costs
+//! one `enabled!` check (a cached callsite interest) and nothing is copied or formatted.
+
+use crate::jsonrpc::{self, Params};
+use crate::mcp::{CallToolParams, Error, RequestMeta};
+use crate::metrics::MethodLabel;
+use crate::perimeter::Admission;
+use crate::shared::Shared;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::fmt::{self, Write};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The target of access-log lines (`RUST_LOG=mcp_ws::access=off` turns them off).
+pub const TARGET: &str = "mcp_ws::access";
+
+/// Longest id or method text in a line, in bytes; longer is cut (a client chooses them).
+const MAX_NAME_BYTES: usize = 128;
+
+/// What the access log hides: members whose name contains one of the configured fragments.
+#[derive(Debug)]
+pub struct Redaction {
+    /// The fragments, normalized (lowercase, without `_` and `-`).
+    fragments: Vec<String>,
+    max_bytes: usize,
+}
+
+/// What a redacted value is written as.
+const REDACTED: &str = "\"[redacted]\"";
+
+/// The error that stops a transcoding once its output is long enough.
+const FULL: &str = "access-log params budget reached";
+
+impl Redaction {
+    /// From `logging.redact_keys` and `logging.access_params_max_bytes`.
+    pub fn new(keys: &[String], max_bytes: usize) -> Self {
+        Self {
+            fragments: keys.iter().map(|k| normalize(k)).collect(),
+            max_bytes,
+        }
+    }
+
+    /// Whether a member of this name is redacted.
+    pub fn hides(&self, key: &str) -> bool {
+        // Member names are short and ASCII: normalized on the stack, not in a new String.
+        let mut buffer = [0u8; 64];
+        if key.len() <= buffer.len() && key.is_ascii() {
+            let mut len = 0;
+            for byte in key.bytes().filter(|b| *b != b'_' && *b != b'-') {
+                buffer[len] = byte.to_ascii_lowercase();
+                len += 1;
+            }
+            let key = &buffer[..len];
+            return self.fragments.iter().any(|f| {
+                let f = f.as_bytes();
+                f.is_empty() || key.windows(f.len()).any(|w| w == f)
+            });
+        }
+        let key = normalize(key);
+        self.fragments.iter().any(|f| key.contains(f.as_str()))
+    }
+
+    /// `json` (valid JSON) with the values of hidden members replaced by `"[redacted]"`, at
+    /// any depth, cut to at most `max_bytes` (then ending in `…`). Streams: no tree is built,
+    /// and a long value stops being read once the budget is spent.
+    pub fn apply(&self, json: &str) -> String {
+        let mut out = String::with_capacity(json.len().min(self.max_bytes) + 4);
+        self.append(json, &mut out);
+        out
+    }
+
+    /// [`apply`](Self::apply), appended to `out`, within the budget left in `out`.
+    fn append(&self, json: &str, out: &mut String) {
+        if out.len() >= self.max_bytes {
+            return;
+        }
+        let mut de = serde_json::Deserializer::from_str(json);
+        let transcode = Transcode {
+            redaction: self,
+            out: &mut *out,
+        };
+        if transcode.deserialize(&mut de).is_err() && out.len() >= self.max_bytes {
+            cut(out, self.max_bytes);
+        }
+    }
+
+    /// A request's params for its line: the raw params, or for a `tools/call` parsed in the
+    /// decoder's pass, its name, arguments and `_meta` written back as JSON.
+    fn params(&self, params: &Params<'_, CallToolParams<'_>>) -> String {
+        match params {
+            Params::Raw(None) => "-".to_owned(),
+            Params::Raw(Some(raw)) => self.apply(raw.get()),
+            Params::Parsed(call) => {
+                let mut out = String::with_capacity(64);
+                out.push_str("{\"name\":");
+                push_json_string(&mut out, &call.name, self.max_bytes);
+                if let Some(arguments) = call.arguments {
+                    out.push_str(",\"arguments\":");
+                    self.append(arguments.get(), &mut out);
+                }
+                if let Some(meta) = &call.meta {
+                    if let Ok(meta) = serde_json::to_string(meta) {
+                        out.push_str(",\"_meta\":");
+                        self.append(&meta, &mut out);
+                    }
+                }
+                out.push('}');
+                if out.len() > self.max_bytes {
+                    cut(&mut out, self.max_bytes);
+                }
+                out
+            }
+        }
+    }
+}
+
+fn normalize(key: &str) -> String {
+    key.chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// Cuts `out` to at most `max` bytes (at a character boundary) and marks the cut.
+fn cut(out: &mut String, max: usize) {
+    let end = floor_char_boundary(out, max);
+    out.truncate(end);
+    out.push('…');
+}
+
+/// Writes `text` as a JSON string, escaping what JSON requires and every control character
+/// (C1 included, which JSON allows but a terminal would act on), reading at most about `max`
+/// bytes of it. Runs without escapes are copied whole.
+fn push_json_string(out: &mut String, text: &str, max: usize) {
+    let end = floor_char_boundary(text, max);
+    let text_part = &text[..end];
+    out.push('"');
+    let bytes = text_part.as_bytes();
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let (escape, width): (Option<&str>, usize) = match bytes[i] {
+            b'"' => (Some("\\\""), 1),
+            b'\\' => (Some("\\\\"), 1),
+            b'\n' => (Some("\\n"), 1),
+            b'\r' => (Some("\\r"), 1),
+            b'\t' => (Some("\\t"), 1),
+            0..=0x1f | 0x7f => (None, 1),
+            0xc2 if matches!(bytes.get(i + 1), Some(0x80..=0x9f)) => (None, 2),
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        out.push_str(&text_part[copied..i]);
+        match escape {
+            Some(escape) => out.push_str(escape),
+            None => {
+                let c = text_part[i..].chars().next().unwrap_or_default();
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+        }
+        i += width;
+        copied = i;
+    }
+    out.push_str(&text_part[copied..]);
+    if end < text.len() {
+        out.push('…');
+    }
+    out.push('"');
+}
+
+/// The largest character boundary of `text` at or below `max`.
+fn floor_char_boundary(text: &str, max: usize) -> usize {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
+}
+
+/// Re-writes one JSON value into `out`, redacting as it goes; fails with [`FULL`] once
+/// `out` holds the budget.
+struct Transcode<'a> {
+    redaction: &'a Redaction,
+    out: &'a mut String,
+}
+
+impl Transcode<'_> {
+    fn check<E: de::Error>(&self) -> Result<(), E> {
+        if self.out.len() >= self.redaction.max_bytes {
+            return Err(E::custom(FULL));
+        }
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Transcode<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Transcode<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.out.push_str(if v { "true" } else { "false" });
+        self.check()
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        let _ = write!(self.out, "{v}");
+        self.check()
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        let _ = write!(self.out, "{v}");
+        self.check()
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        match serde_json::Number::from_f64(v) {
+            Some(n) => {
+                let _ = write!(self.out, "{n}");
+            }
+            None => self.out.push_str("null"),
+        }
+        self.check()
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        let room = self.redaction.max_bytes.saturating_sub(self.out.len());
+        push_json_string(self.out, v, room);
+        self.check()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.out.push_str("null");
+        self.check()
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.out.push('[');
+        let mut first = true;
+        loop {
+            if !first {
+                self.out.push(',');
+            }
+            let element = Transcode {
+                redaction: self.redaction,
+                out: &mut *self.out,
+            };
+            if seq.next_element_seed(element)?.is_none() {
+                if !first {
+                    self.out.pop();
+                }
+                break;
+            }
+            first = false;
+        }
+        self.out.push(']');
+        self.check()
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.out.push('{');
+        let mut first = true;
+        loop {
+            let key = Key {
+                redaction: self.redaction,
+                out: &mut *self.out,
+                comma: !first,
+            };
+            let Some(hidden) = map.next_key_seed(key)? else {
+                break;
+            };
+            first = false;
+            self.out.push(':');
+            if hidden {
+                map.next_value::<IgnoredAny>()?;
+                self.out.push_str(REDACTED);
+            } else {
+                map.next_value_seed(Transcode {
+                    redaction: self.redaction,
+                    out: &mut *self.out,
+                })?;
+            }
+            self.check()?;
+        }
+        self.out.push('}');
+        self.check()
+    }
+}
+
+/// Writes a member's name (after a comma unless it is the first); says whether its value is
+/// hidden.
+struct Key<'a> {
+    redaction: &'a Redaction,
+    out: &'a mut String,
+    comma: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Key<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+        if self.comma {
+            self.out.push(',');
+        }
+        let room = self.redaction.max_bytes.saturating_sub(self.out.len());
+        push_json_string(self.out, v, room);
+        Ok(self.redaction.hides(v))
+    }
+}
+
+/// A request from its arrival to its answer; see the module docs.
+pub(crate) struct RequestRecord {
+    started: Instant,
+    method: MethodLabel,
+    /// What the access-log line needs beyond the session's admission, captured while the
+    /// frame is at hand; `None` when the line is filtered out.
+    line: Option<Box<AccessLine>>,
+}
+
+struct AccessLine {
+    id: String,
+    method: String,
+    params: String,
+    trace_id: Arc<str>,
+}
+
+/// How a request ended, for its line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Answered with a result.
+    Ok,
+    /// Answered with an error of this code.
+    Error(i32),
+    /// Cancelled by the client or a disconnect: not answered.
+    Cancelled,
+}
+
+impl Outcome {
+    /// The outcome of an answer.
+    pub(crate) fn of<T>(answer: &Result<T, Error>) -> Self {
+        match answer {
+            Ok(_) => Self::Ok,
+            Err(error) => Self::Error(error.code().0),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Error(code) if code == crate::mcp::codes::REQUEST_TIMED_OUT.0 => "timed_out",
+            Self::Error(_) => "error",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    fn code(self) -> Option<i64> {
+        match self {
+            Self::Error(code) => Some(i64::from(code)),
+            Self::Ok | Self::Cancelled => None,
+        }
+    }
+}
+
+/// `_meta` of a request whose params the decoder kept raw.
+#[derive(Deserialize)]
+struct MetaOnly<'a> {
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<RequestMeta<'a>>,
+}
+
+/// The trace id of a request's own `params._meta.traceparent`, if it has a valid one.
+fn own_trace_id(params: &Params<'_, CallToolParams<'_>>) -> Option<Box<str>> {
+    match params {
+        Params::Parsed(call) => call.meta.as_ref()?.trace_id(),
+        Params::Raw(raw) => serde_json::from_str::<MetaOnly<'_>>(raw.map(RawValue::get)?)
+            .ok()?
+            .meta?
+            .trace_id(),
+    }
+}
+
+impl RequestRecord {
+    /// Starts the record of `request`, which arrived in a session admitted as `admission`.
+    /// When `span` (the request's) is enabled, the request's trace id is recorded in its
+    /// `trace` field.
+    pub(crate) fn begin(
+        shared: &Shared,
+        admission: &Admission,
+        request: &jsonrpc::Request<'_, CallToolParams<'_>>,
+        span: &tracing::Span,
+    ) -> Self {
+        let started = Instant::now();
+        let method = MethodLabel::of(&request.method);
+        let logged = tracing::enabled!(target: TARGET, tracing::Level::INFO);
+        let line = if logged || !span.is_disabled() {
+            let trace_id: Arc<str> =
+                own_trace_id(&request.params).map_or_else(|| admission.trace_id.clone(), Arc::from);
+            span.record("trace", &*trace_id);
+            logged.then(|| {
+                let mut id = String::new();
+                push_clean(&mut id, request.id.as_json());
+                let mut method = String::new();
+                push_clean(&mut method, &request.method);
+                Box::new(AccessLine {
+                    id,
+                    method,
+                    params: shared.redaction.params(&request.params),
+                    trace_id,
+                })
+            })
+        } else {
+            None
+        };
+        Self {
+            started,
+            method,
+            line,
+        }
+    }
+
+    /// When the request arrived.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// The request is done: its latency goes into its method's histogram (unless it was
+    /// cancelled: it got no answer), and its line is written.
+    pub(crate) fn finish(
+        self,
+        shared: &Shared,
+        admission: &Admission,
+        session: u64,
+        outcome: Outcome,
+    ) {
+        let elapsed = self.started.elapsed();
+        if outcome != Outcome::Cancelled {
+            shared.metrics.latency.observe(self.method, elapsed);
+        }
+        let Some(line) = self.line else {
+            return;
+        };
+        let mut user_agent = String::new();
+        push_clean(
+            &mut user_agent,
+            admission.user_agent.as_deref().unwrap_or("-"),
+        );
+        let mut identity = String::new();
+        push_clean(&mut identity, admission.identity.subject());
+        tracing::info!(
+            target: TARGET,
+            session,
+            id = %line.id,
+            method = %line.method,
+            params = %line.params,
+            outcome = outcome.label(),
+            code = outcome.code(),
+            duration_us = elapsed.as_micros() as u64,
+            peer = %Peer(admission.peer),
+            user_agent,
+            identity = %identity,
+            trace_id = %line.trace_id,
+            "request"
+        );
+    }
+}
+
+/// Appends `text`, cut at [`MAX_NAME_BYTES`], with control characters (C0, DEL, C1)
+/// escaped, so that a client's string cannot break or color a text log line.
+fn push_clean(out: &mut String, text: &str) {
+    let end = floor_char_boundary(text, MAX_NAME_BYTES);
+    let part = &text[..end];
+    let bytes = part.as_bytes();
+    let clean = !bytes.iter().enumerate().any(|(i, b)| {
+        matches!(b, 0..=0x1f | 0x7f)
+            || (*b == 0xc2 && matches!(bytes.get(i + 1), Some(0x80..=0x9f)))
+    });
+    if clean {
+        out.push_str(part);
+    } else {
+        for c in part.chars() {
+            if c.is_control() {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            } else {
+                out.push(c);
+            }
+        }
+    }
+    if end < text.len() {
+        out.push('…');
+    }
+}
+
+/// A peer address, `-` when unknown.
+struct Peer(Option<std::net::IpAddr>);
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(ip) => write!(f, "{ip}"),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn redaction(max: usize) -> Redaction {
+        Redaction::new(&crate::config::LoggingSettings::default().redact_keys, max)
+    }
+
+    #[test]
+    fn hidden_members_are_redacted_at_any_depth() {
+        let params = json!({
+            "name": "login",
+            "arguments": {
+                "user": "alice",
+                "password": "hunter2",
+                "nested": [{"api_key": {"id": 1}, "keep": true}, {"Refresh-Token": "r"}],
+                "x": {"y": {"clientSecret": null, "z": 1.5}}
+            },
+            "_meta": {"authorization": "Bearer abc", "progressToken": 7}
+        });
+        let out: Value =
+            serde_json::from_str(&redaction(10_000).apply(&params.to_string())).expect("JSON");
+        assert_eq!(
+            out,
+            json!({
+                "name": "login",
+                "arguments": {
+                    "user": "alice",
+                    "password": "[redacted]",
+                    "nested": [{"api_key": "[redacted]", "keep": true}, {"Refresh-Token": "[redacted]"}],
+                    "x": {"y": {"clientSecret": "[redacted]", "z": 1.5}}
+                },
+                "_meta": {"authorization": "[redacted]", "progressToken": "[redacted]"}
+            })
+        );
+    }
+
+    #[test]
+    fn values_round_trip_when_nothing_is_hidden() {
+        for text in [
+            r#"{}"#,
+            r#"[]"#,
+            r#"{"a":[1,-2,3.25,true,false,null,"\"q\" \\ \n \u0001 é"],"b":{}}"#,
+            r#"{"big":18446744073709551615,"neg":-9223372036854775808,"e":1e300}"#,
+        ] {
+            let out = redaction(10_000).apply(text);
+            let a: Value = serde_json::from_str(text).expect("input");
+            let b: Value = serde_json::from_str(&out).expect("output is JSON");
+            assert_eq!(a, b, "{out}");
+        }
+    }
+
+    #[test]
+    fn long_params_are_cut_at_the_budget() {
+        let long = json!({"text": "é".repeat(10_000), "then": [1, 2, 3]}).to_string();
+        let out = redaction(100).apply(&long);
+        assert!(out.len() <= 100 + '…'.len_utf8(), "{} bytes", out.len());
+        assert!(out.ends_with('…'), "{out}");
+        assert!(out.starts_with("{\"text\":\"éé"), "{out}");
+        let many = serde_json::to_string(&vec![1; 100_000]).expect("json");
+        let out = redaction(64).apply(&many);
+        assert!(out.len() <= 64 + 3 && out.ends_with('…'), "{out}");
+    }
+
+    #[test]
+    fn names_are_matched_without_case_underscores_or_dashes() {
+        let r = redaction(100);
+        for hidden in [
+            "password",
+            "PASSWORD",
+            "user_password",
+            "apiKey",
+            "x-api-key",
+            "SessionToken",
+            "set-cookie",
+        ] {
+            assert!(r.hides(hidden), "{hidden}");
+        }
+        for shown in ["name", "text", "user", "key", "pass", "tok"] {
+            assert!(!r.hides(shown), "{shown}");
+        }
+    }
+
+    #[test]
+    fn client_strings_cannot_break_a_line() {
+        let mut out = String::new();
+        push_clean(&mut out, "a\nb\u{1b}c\u{9b}dé");
+        assert_eq!(out, "a\\u{a}b\\u{1b}c\\u{9b}dé");
+        let mut json = String::new();
+        push_json_string(&mut json, "q\"\\\n\u{1}\u{9b}é\u{7f}", 100);
+        assert_eq!(json, r#""q\"\\\n\u0001\u009bé\u007f""#);
+        assert_eq!(
+            serde_json::from_str::<String>(&json).expect("valid JSON"),
+            "q\"\\\n\u{1}\u{9b}é\u{7f}"
+        );
+        let mut long = String::new();
+        push_clean(&mut long, &"m".repeat(1000));
+        assert_eq!(long.len(), MAX_NAME_BYTES + '…'.len_utf8());
+    }
+}
