@@ -580,11 +580,14 @@ impl Session {
                 if let Some(InFlight {
                     progress_token: Some(token),
                     exchange,
+                    modern,
                     ..
                 }) = self.in_flight.get(&id)
                 {
-                    // `message` appeared in 2025-03-26.
-                    let has_message = self.negotiated_version().is_some_and(|v| v.has_audio());
+                    // `message` appeared in 2025-03-26; a 2026-07-28 request has it whatever
+                    // the connection's session negotiated (or whether it has one).
+                    let has_message =
+                        *modern || self.negotiated_version().is_some_and(|v| v.has_audio());
                     let params = ProgressParams {
                         progress_token: token.as_raw(),
                         progress,
