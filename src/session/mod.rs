@@ -720,6 +720,25 @@ impl Session {
         }
     }
 
+    /// The connection is gone while its handshake-era session is kept for a reconnect: the
+    /// 2026-07-28 requests it carried are not kept with it (that revision has no resumption:
+    /// a lost connection loses its requests and listens, and the client sends them again).
+    /// Their workers are cancelled and their listen streams end, without an answer.
+    pub fn end_modern_requests(&mut self, out: &mut dyn Outlet) {
+        let modern: Vec<RequestId> = self
+            .in_flight
+            .iter()
+            .filter(|(_, entry)| entry.modern)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in modern {
+            self.cancel(&id, out);
+        }
+        for (_, listener) in std::mem::take(&mut self.listeners) {
+            self.forget_listener(&listener);
+        }
+    }
+
     /// Whether requests are still running.
     pub fn has_work_in_flight(&self) -> bool {
         !self.in_flight.is_empty()
