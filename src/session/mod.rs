@@ -644,11 +644,14 @@ impl Session {
                 if let Some(InFlight {
                     progress_token: Some(token),
                     exchange,
+                    modern,
                     ..
                 }) = self.in_flight.get(&id)
                 {
-                    // `message` appeared in 2025-03-26.
-                    let has_message = self.negotiated_version().is_some_and(|v| v.has_audio());
+                    // `message` appeared in 2025-03-26; a 2026-07-28 request has it whatever
+                    // the connection's session negotiated (or whether it has one).
+                    let has_message =
+                        *modern || self.negotiated_version().is_some_and(|v| v.has_audio());
                     let params = ProgressParams {
                         progress_token: token.as_raw(),
                         progress,
@@ -778,6 +781,25 @@ impl Session {
                 encode_result(&id, &result),
                 Route::Answer(listener.exchange),
             );
+        }
+    }
+
+    /// The connection is gone while its handshake-era session is kept for a reconnect: the
+    /// 2026-07-28 requests it carried are not kept with it (that revision has no resumption:
+    /// a lost connection loses its requests and listens, and the client sends them again).
+    /// Their workers are cancelled and their listen streams end, without an answer.
+    pub fn end_modern_requests(&mut self, out: &mut dyn Outlet) {
+        let modern: Vec<RequestId> = self
+            .in_flight
+            .iter()
+            .filter(|(_, entry)| entry.modern)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in modern {
+            self.cancel(&id, out);
+        }
+        for (_, listener) in std::mem::take(&mut self.listeners) {
+            self.forget_listener(&listener);
         }
     }
 
