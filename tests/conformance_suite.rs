@@ -182,7 +182,10 @@ fn run_scored(version: &str, args: &[&str], scored: usize, must_pass: &[&str]) -
     );
     for name in must_pass {
         assert!(
-            outcome.scenarios.iter().any(|(n, passed)| n == name && *passed),
+            outcome
+                .scenarios
+                .iter()
+                .any(|(n, passed)| n == name && *passed),
             "conformance {version} {args:?}: {name} did not pass\n{}",
             outcome.log
         );

@@ -147,9 +147,11 @@ fn check_headers(
     let meta_version = probe.meta_version.as_deref();
     match (header_version, meta_version) {
         (None, _) => return Err("the MCP-Protocol-Version header is required".into()),
-        (Some(header), Some(meta)) if header != meta => return Err(format!(
+        (Some(header), Some(meta)) if header != meta => {
+            return Err(format!(
             "MCP-Protocol-Version header {header:?} does not match _meta protocolVersion {meta:?}"
-        )),
+        ))
+        }
         _ => {}
     }
     let method = probe.method.as_deref().unwrap_or("");
