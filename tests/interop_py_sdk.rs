@@ -1,8 +1,11 @@
-//! Interop with the official Python MCP SDK: `tests/interop/client.py` (`mcp[ws]` 1.30.0,
-//! `mcp.client.websocket.websocket_client` with a `ClientSession`) reports every one of the
-//! checks in `tests/interop/harness.rs` passed against the real server, the same checks as the
-//! TypeScript client's, and the server provokes no client-side protocol error (the SDK's
-//! warnings and errors, printed as `[client error]` on the client's stderr).
+//! Interop with the official Python MCP SDK: `tests/interop/client.py` (`mcp[ws]` 1.30.0, a
+//! `ClientSession`) reports every one of the checks in `tests/interop/harness.rs` passed
+//! against the real server, the same checks as the TypeScript client's, and the server
+//! provokes no client-side protocol error (the SDK's warnings and errors, printed as
+//! `[client error]` on the client's stderr), over each transport:
+//! `mcp.client.websocket.websocket_client`, and `mcp.client.streamable_http.streamable_http_client`
+//! (a 2025-11-25 session with `Mcp-Session-Id`), where the list changes and resource updates
+//! arrive on the session's `GET` stream and `DELETE` ends the session (its id is then 404).
 //!
 //! The client answers the server's own requests from inside a tool (roots, sampling and
 //! elicitation callbacks), hears `notifications/{tools,resources,prompts}/list_changed` when the
@@ -20,9 +23,10 @@ mod common;
 #[path = "interop/harness.rs"]
 mod harness;
 
-use harness::{assert_every_check_passed, interop_server, run_client};
+use harness::{assert_every_check_passed, interop_server, run_client, Transport};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 fn interop_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop"))
@@ -43,9 +47,16 @@ fn run_setup_step(command: &mut Command, hint: &str) {
     );
 }
 
-/// The venv's interpreter, with `requirements.txt` installed. A venv is reused only if it was
-/// made from the current `requirements.txt` (a copy is kept in it once the install succeeded).
-fn ensure_python_env() -> PathBuf {
+/// The venv's interpreter, with `requirements.txt` installed (made once per test binary: its
+/// tests run in parallel, and two would trip over each other making one venv).
+fn ensure_python_env() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(make_python_env)
+}
+
+/// A venv is reused only if it was made from the current `requirements.txt` (a copy is kept in
+/// it once the install succeeded).
+fn make_python_env() -> PathBuf {
     let dir = interop_dir();
     let requirements_file = dir.join("requirements.txt");
     let requirements = std::fs::read_to_string(&requirements_file).expect("requirements.txt");
@@ -81,12 +92,21 @@ fn ensure_python_env() -> PathBuf {
     python
 }
 
-#[test]
-fn python_sdk_client_passes_every_check() {
+fn run_checks(transport: Transport) {
     let python = ensure_python_env();
     let server = interop_server();
-    let mut client = Command::new(&python);
+    let mut client = Command::new(python);
     client.arg(interop_dir().join("client.py"));
-    let run = run_client(client, &server, "the venv's python");
-    assert_every_check_passed(&run);
+    let run = run_client(client, &server, transport, "the venv's python");
+    assert_every_check_passed(&run, &transport.expected_checks());
+}
+
+#[test]
+fn python_sdk_client_passes_every_check() {
+    run_checks(Transport::WebSocket);
+}
+
+#[test]
+fn python_sdk_client_passes_every_check_over_streamable_http() {
+    run_checks(Transport::Http);
 }

@@ -1,7 +1,14 @@
 // Interop client: drives an mcp-ws server with the official TypeScript MCP SDK
-// (@modelcontextprotocol/sdk, WebSocketClientTransport).
+// (@modelcontextprotocol/sdk), over WebSocket (WebSocketClientTransport) or
+// Streamable HTTP (StreamableHTTPClientTransport, a 2025-11-25 session).
 //
-// Usage: node client.mjs ws://127.0.0.1:PORT/mcp
+// Usage: node client.mjs [--transport ws|http] URL
+//   node client.mjs --transport ws ws://127.0.0.1:PORT/mcp     (the default)
+//   node client.mjs --transport http http://127.0.0.1:PORT/mcp
+//
+// Over HTTP the same checks run, plus two of the transport's own: the GET
+// stream (which carries the list changes and resource updates, the client
+// being idle) opens, and DELETE ends the session (its id is then unknown).
 //
 // Prints one line per check ("ok <name>" or "FAIL <name>: <reason>"), then a
 // final line "N passed, M failed". Exits 0 only if nothing failed.
@@ -16,6 +23,7 @@
 import { WebSocket } from 'ws';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { WebSocketClientTransport } from '@modelcontextprotocol/sdk/client/websocket.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import {
   CreateMessageRequestSchema,
   ElicitRequestSchema,
@@ -40,11 +48,19 @@ const REQUEST_TIMEOUT_MS = 10_000;
 // How long to wait for a notification the server must send.
 const NOTIFICATION_TIMEOUT_MS = 10_000;
 
-const url = process.argv[2];
-if (!url) {
-  console.error('usage: node client.mjs ws://127.0.0.1:PORT/mcp');
+const USAGE = 'usage: node client.mjs [--transport ws|http] URL';
+const args = process.argv.slice(2);
+let transportKind = 'ws';
+if (args[0] === '--transport') {
+  transportKind = args[1];
+  args.splice(0, 2);
+}
+const url = args[0];
+if (!url || args.length !== 1 || !['ws', 'http'].includes(transportKind)) {
+  console.error(USAGE);
   process.exit(2);
 }
+const overHttp = transportKind === 'http';
 
 let passed = 0;
 let failed = 0;
@@ -211,7 +227,24 @@ client.setRequestHandler(ElicitRequestSchema, async (request) => {
 client.setNotificationHandler(ResourceUpdatedNotificationSchema, (notification) => {
   notifications.push('updated', notification.params.uri);
 });
-const transport = new WebSocketClientTransport(new URL(url));
+// Over HTTP: every request the transport makes, with its answer's status and
+// type, and the first GET (the session's stream) once its answer arrives.
+const httpLog = [];
+let getStreamOpened;
+const getStreamAnswered = new Promise((resolve) => {
+  getStreamOpened = resolve;
+});
+async function recordingFetch(input, init) {
+  const response = await fetch(input, init);
+  const method = init?.method ?? 'GET';
+  httpLog.push({ method, status: response.status, type: response.headers.get('content-type') });
+  if (method === 'GET') getStreamOpened(response);
+  return response;
+}
+
+const transport = overHttp
+  ? new StreamableHTTPClientTransport(new URL(url), { fetch: recordingFetch })
+  : new WebSocketClientTransport(new URL(url));
 
 const connected = await check('connect', async () => {
   await client.connect(transport, opts);
@@ -219,6 +252,20 @@ const connected = await check('connect', async () => {
 if (!connected) {
   clearTimeout(overallTimer);
   summaryAndExit(1);
+}
+
+if (overHttp) {
+  // The SDK opens it after `notifications/initialized`, on its own time; what
+  // the server sends the session before it is open is not for this client.
+  // The checks below that wait for list changes and updates need it open.
+  await check('GET stream opened', async () => {
+    const timeout = new Promise((_, reject) =>
+      setTimeout(() => reject(new Error(`no GET answered within ${REQUEST_TIMEOUT_MS} ms`)), REQUEST_TIMEOUT_MS));
+    const response = await Promise.race([getStreamAnswered, timeout]);
+    assert(response.status === 200, `GET answered ${response.status}`);
+    const type = response.headers.get('content-type') ?? '';
+    assert(type.startsWith('text/event-stream'), `GET answered content-type ${type}`);
+  });
 }
 
 await check('server-info', async () => {
@@ -411,14 +458,19 @@ const WATCHED_A = 'interop://watched/a';
 const WATCHED_B = 'interop://watched/b';
 
 // Asks for updates of `quiet` then `loud` (published in that order), waits for
-// the one of `loud`, then for a ping: had the server sent one for `quiet`, it
-// would have come before the ping's answer.
+// the one of `loud`, then asks for `loud` again and waits for that one too: the
+// server sends what is not part of a request on one ordered stream (the socket,
+// or the GET stream), so had it sent one for `quiet`, published before, it
+// would have come before this fence. (A ping's answer is no fence over HTTP: it
+// comes back on another connection.)
 async function expectUpdateOfOnly(loud, quiet) {
   askRegistry(`updated ${quiet}`);
   askRegistry(`updated ${loud}`);
   const uri = await notifications.next('updated');
   assert(uri === loud, `resources/updated for ${uri}, expected ${loud}`);
-  await client.ping(opts);
+  askRegistry(`updated ${loud}`);
+  const fence = await notifications.next('updated');
+  assert(fence === loud, `resources/updated for ${fence}, expected ${loud} again`);
   const extra = notifications.untaken('updated');
   assert(extra.length === 0, `resources/updated also for ${extra.join(', ')}`);
 }
@@ -436,10 +488,39 @@ await check('resources/unsubscribe stops its updates', async () => {
   await expectUpdateOfOnly(WATCHED_B, WATCHED_A);
 });
 
-try {
-  await client.close();
-} catch (e) {
-  console.error(`[close error] ${describeError(e)}`);
+async function closeClient() {
+  try {
+    await client.close();
+  } catch (e) {
+    console.error(`[close error] ${describeError(e)}`);
+  }
+}
+
+if (overHttp) {
+  await check('session ended with DELETE (its id is then unknown: 404)', async () => {
+    const id = transport.sessionId;
+    assert(typeof id === 'string' && id.length > 0, `no session id: ${id}`);
+    await transport.terminateSession();
+    // The SDK takes 405 (termination not supported) as success too.
+    const deletes = httpLog.filter((r) => r.method === 'DELETE').map((r) => r.status);
+    deepStrictEqual(deletes, [200]);
+    assert(transport.sessionId === undefined, 'the SDK still holds the session id');
+    // Closed before the GET stream, ended by the server, would be retried.
+    await closeClient();
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-session-id': id,
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 'after-delete', method: 'ping' }),
+    });
+    await response.body?.cancel();
+    assert(response.status === 404, `a POST with the ended session's id got ${response.status}`);
+  });
+} else {
+  await closeClient();
 }
 
 clearTimeout(overallTimer);

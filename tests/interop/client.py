@@ -1,7 +1,14 @@
 """Interop client: drives an mcp-ws server with the official Python MCP SDK
-(mcp[ws] 1.30.0: mcp.client.websocket.websocket_client and ClientSession).
+(mcp[ws] 1.30.0: a ClientSession over mcp.client.websocket.websocket_client, or over
+mcp.client.streamable_http.streamable_http_client, a 2025-11-25 session).
 
-Usage: python client.py ws://127.0.0.1:PORT/mcp
+Usage: python client.py [--transport ws|http] URL
+  python client.py --transport ws ws://127.0.0.1:PORT/mcp     (the default)
+  python client.py --transport http http://127.0.0.1:PORT/mcp
+
+Over HTTP the same checks run, plus two of the transport's own: the GET stream (which
+carries the list changes and resource updates, the client being idle) opens, and DELETE
+ends the session (its id is then unknown).
 
 Prints one line per check ("ok <name>" or "FAIL <name>: <reason>"), then a final
 line "N passed, M failed". Exits 0 only if nothing failed.
@@ -22,8 +29,11 @@ from contextlib import AsyncExitStack
 from datetime import timedelta
 
 import anyio
+import httpx
 import mcp.types as types
 from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import McpError
 
 # websocket_client is deprecated in favour of streamable HTTP ("WebSocket was never part of
@@ -181,14 +191,44 @@ async def on_message(message) -> None:
             notifications.push("updated", str(params.uri))
 
 
-async def run_checks(url: str) -> None:
+class HttpLog:
+    """Over HTTP: every request the transport makes, with its answer's status and type, and
+    the first GET (the session's stream) once its answer arrives."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, int, str]] = []
+        self.get_stream: httpx.Response | None = None
+        self.get_stream_answered = anyio.Event()
+
+    async def on_response(self, response: httpx.Response) -> None:
+        method = response.request.method
+        self.requests.append((method, response.status_code, response.headers.get("content-type", "")))
+        if method == "GET" and self.get_stream is None:
+            self.get_stream = response
+            self.get_stream_answered.set()
+
+
+async def run_checks(transport: str, url: str) -> None:
+    over_http = transport == "http"
+    http_log = HttpLog()
+    session_id = lambda: None  # noqa: E731 (over HTTP, the transport's)
     async with AsyncExitStack() as stack:
         session: ClientSession | None = None
         init: types.InitializeResult | None = None
 
+        async def open_streams():
+            nonlocal session_id
+            if not over_http:
+                return await stack.enter_async_context(websocket_client(url))
+            http_client = await stack.enter_async_context(create_mcp_http_client())
+            http_client.event_hooks["response"].append(http_log.on_response)
+            read, write, session_id = await stack.enter_async_context(
+                streamable_http_client(url, http_client=http_client))
+            return read, write
+
         async def connect() -> None:
             nonlocal session, init
-            read, write = await stack.enter_async_context(websocket_client(url))
+            read, write = await open_streams()
             session = await stack.enter_async_context(ClientSession(
                 read, write,
                 read_timeout_seconds=REQUEST_TIMEOUT,
@@ -203,6 +243,20 @@ async def run_checks(url: str) -> None:
         if not await check("connect", connect):
             return
         s = session
+
+        async def get_stream_opened() -> None:
+            """The SDK opens it after `notifications/initialized`, on its own time; what the
+            server sends the session before it is open is not for this client. The checks
+            below that wait for list changes and updates need it open."""
+            with anyio.fail_after(REQUEST_TIMEOUT.total_seconds()):
+                await http_log.get_stream_answered.wait()
+            response = http_log.get_stream
+            assert response.status_code == 200, f"GET answered {response.status_code}"
+            kind = response.headers.get("content-type", "")
+            assert kind.startswith("text/event-stream"), f"GET answered content-type {kind}"
+
+        if over_http:
+            await check("GET stream opened", get_stream_opened)
 
         async def server_info() -> None:
             assert init.serverInfo.name, f"serverInfo has no name: {init.serverInfo!r}"
@@ -387,13 +441,18 @@ async def run_checks(url: str) -> None:
 
         async def expect_update_of_only(loud: str, quiet: str) -> None:
             """Asks for updates of `quiet` then `loud` (published in that order), waits for the
-            one of `loud`, then for a ping: had the server sent one for `quiet`, it would have
-            come before the ping's answer."""
+            one of `loud`, then asks for `loud` again and waits for that one too: the server
+            sends what is not part of a request on one ordered stream (the socket, or the GET
+            stream), so had it sent one for `quiet`, published before, it would have come
+            before this fence. (A ping's answer is no fence over HTTP: it comes back on another
+            connection.)"""
             ask_registry(f"updated {quiet}")
             ask_registry(f"updated {loud}")
             uri = await notifications.next("updated")
             assert uri == loud, f"resources/updated for {uri}, expected {loud}"
-            await s.send_ping()
+            ask_registry(f"updated {loud}")
+            fence = await notifications.next("updated")
+            assert fence == loud, f"resources/updated for {fence}, expected {loud} again"
             extra = notifications.untaken("updated")
             assert not extra, f"resources/updated also for {', '.join(extra)}"
 
@@ -412,15 +471,38 @@ async def run_checks(url: str) -> None:
 
         await check("resources/unsubscribe stops its updates", unsubscribed)
 
+        async def ended_with_delete() -> None:
+            ended = session_id()
+            assert ended, f"no session id: {ended!r}"
+            # Leaving the transport's context sends DELETE (the SDK only logs a failure).
+            await stack.aclose()
+            deletes = [status for method, status, _ in http_log.requests if method == "DELETE"]
+            assert deletes == [200], f"DELETE answered {deletes}"
+            async with httpx.AsyncClient() as plain:
+                response = await plain.post(url, headers={
+                    "content-type": "application/json",
+                    "accept": "application/json, text/event-stream",
+                    "mcp-session-id": ended,
+                }, json={"jsonrpc": "2.0", "id": "after-delete", "method": "ping"})
+            assert response.status_code == 404, \
+                f"a POST with the ended session's id got {response.status_code}"
+
+        if over_http:
+            await check("session ended with DELETE (its id is then unknown: 404)", ended_with_delete)
+
 
 async def main() -> int:
     global failed
-    if len(sys.argv) != 2:
-        print("usage: python client.py ws://127.0.0.1:PORT/mcp", file=sys.stderr)
+    args = sys.argv[1:]
+    transport = "ws"
+    if args[:1] == ["--transport"]:
+        transport, args = args[1] if len(args) > 1 else "", args[2:]
+    if len(args) != 1 or transport not in ("ws", "http"):
+        print("usage: python client.py [--transport ws|http] URL", file=sys.stderr)
         return 2
     try:
         with anyio.fail_after(OVERALL_TIMEOUT_S):
-            await run_checks(sys.argv[1])
+            await run_checks(transport, args[0])
     except TimeoutError:
         failed += 1
         out(f"FAIL overall-timeout: not finished within {OVERALL_TIMEOUT_S} s")

@@ -1,10 +1,11 @@
-//! What the interop tests share (`tests/interop_ts_sdk.rs`, `tests/interop_py_sdk.rs`): the
-//! server they drive, with the fixtures the clients' checks need, the run of a client process
-//! and the relay of what it asks the server's owner to do, and the verdict over its report.
+//! What the interop tests share (`tests/interop_ts_sdk.rs`, `tests/interop_py_sdk.rs`,
+//! `tests/interop_rmcp.rs`): the server they drive, with the fixtures the clients' checks
+//! need, the run of a client process over a [`Transport`] and the relay of what it asks the
+//! server's owner to do, and the verdict over its report.
 //!
 //! A client prints one line per check (`ok NAME` or `FAIL NAME: reason`) and ends with
-//! `N passed, M failed`. [`EXPECTED_CHECKS`] is the contract: each of its names must be
-//! reported passed, exactly once, and nothing else may be reported.
+//! `N passed, M failed`. [`Transport::expected_checks`] is the contract: each of its names
+//! must be reported passed, exactly once, and nothing else may be reported.
 //!
 //! Some checks need a change made by whoever owns the server, not by a request: a registry
 //! change while the client is connected and idle, a resource update. The client asks for it
@@ -19,6 +20,8 @@
 //!
 //! The client then waits for the notifications these changes must cause, each with a
 //! timeout, so a server that does not send one fails that client-side check.
+
+#![allow(dead_code)] // each test binary uses a different subset
 
 use crate::common::{settings, start_with};
 use mcp_ws::model::{
@@ -35,7 +38,8 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Every check a client runs; each must pass. The clients print exactly these names.
+/// Every check a client runs on either transport; each must pass. The clients print exactly
+/// these names.
 pub const EXPECTED_CHECKS: &[&str] = &[
     "connect",
     "server-info",
@@ -61,6 +65,49 @@ pub const EXPECTED_CHECKS: &[&str] = &[
     "resources/updated for a subscribed resource only",
     "resources/unsubscribe stops its updates",
 ];
+
+/// The checks a client runs only over Streamable HTTP.
+pub const HTTP_CHECKS: &[&str] = &[
+    "GET stream opened",
+    "session ended with DELETE (its id is then unknown: 404)",
+];
+
+/// How a client reaches the server: the clients take `--transport ws|http` and the URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `ws://ADDR/mcp`, one session per socket.
+    WebSocket,
+    /// `http://ADDR/mcp`, Streamable HTTP: a handshake-era session (`Mcp-Session-Id`), its
+    /// `GET` stream, `DELETE` at the end.
+    Http,
+}
+
+impl Transport {
+    /// The value of the clients' `--transport`.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Transport::WebSocket => "ws",
+            Transport::Http => "http",
+        }
+    }
+
+    /// The server's endpoint for this transport.
+    pub fn url(self, server: &RunningServer) -> String {
+        match self {
+            Transport::WebSocket => server.url(),
+            Transport::Http => format!("http://{}/mcp", server.addr()),
+        }
+    }
+
+    /// Every check a client must report passed over this transport.
+    pub fn expected_checks(self) -> Vec<&'static str> {
+        let extra: &[&str] = match self {
+            Transport::WebSocket => &[],
+            Transport::Http => HTTP_CHECKS,
+        };
+        EXPECTED_CHECKS.iter().chain(extra).copied().collect()
+    }
+}
 
 /// How long a client may take, from start to exit.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -178,7 +225,7 @@ async fn added_prompt(
 }
 
 /// Makes the change a client asked for with `@registry ACTION`.
-fn apply(server: &RunningServer, action: &str) -> Result<(), String> {
+pub fn apply(server: &RunningServer, action: &str) -> Result<(), String> {
     let registry = server.registry();
     match action.split_once(' ').unwrap_or((action, "")) {
         ("add", "") => {
@@ -261,11 +308,18 @@ fn read_all(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
     })
 }
 
-/// Runs `command` (a client, given the server's URL as its last argument) to the end, making
-/// the registry changes it asks for on the way. `what` names the client in panics.
-pub fn run_client(mut command: Command, server: &RunningServer, what: &str) -> ClientRun {
+/// Runs `command` (a client, given `--transport` and the server's URL as its last arguments)
+/// to the end, making the registry changes it asks for on the way. `what` names the client in
+/// panics.
+pub fn run_client(
+    mut command: Command,
+    server: &RunningServer,
+    transport: Transport,
+    what: &str,
+) -> ClientRun {
     let child = command
-        .arg(server.url())
+        .args(["--transport", transport.flag()])
+        .arg(transport.url(server))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -333,10 +387,10 @@ fn parse_summary(line: &str) -> Option<(usize, usize)> {
     Some((passed, failed))
 }
 
-/// The client finished in time and successfully, reported every one of [`EXPECTED_CHECKS`]
-/// passed (and nothing else), its summary agrees, and the server provoked no client-side
-/// protocol error (`client error` on its stderr).
-pub fn assert_every_check_passed(run: &ClientRun) {
+/// The client finished in time and successfully, reported every one of `expected` passed
+/// (and nothing else), its summary agrees, and the server provoked no client-side protocol
+/// error (`client error` on its stderr).
+pub fn assert_every_check_passed(run: &ClientRun, expected: &[&str]) {
     let report = run.report();
     // Shown with `--nocapture`.
     println!("{report}");
@@ -361,7 +415,7 @@ pub fn assert_every_check_passed(run: &ClientRun) {
     for name in run.stdout.lines().filter_map(|l| l.strip_prefix("ok ")) {
         *passed.entry(name).or_default() += 1;
     }
-    let missing: Vec<&str> = EXPECTED_CHECKS
+    let missing: Vec<&str> = expected
         .iter()
         .copied()
         .filter(|name| !passed.contains_key(name))
@@ -372,12 +426,12 @@ pub fn assert_every_check_passed(run: &ClientRun) {
     );
     let unexpected: Vec<(&str, usize)> = passed
         .iter()
-        .filter(|(name, count)| **count > 1 || !EXPECTED_CHECKS.contains(name))
+        .filter(|(name, count)| **count > 1 || !expected.contains(name))
         .map(|(name, count)| (*name, *count))
         .collect();
     assert!(
         unexpected.is_empty(),
-        "checks reported twice or not in EXPECTED_CHECKS: {unexpected:?}\n{report}"
+        "checks reported twice or not expected: {unexpected:?}\n{report}"
     );
 
     let last = run
@@ -388,7 +442,7 @@ pub fn assert_every_check_passed(run: &ClientRun) {
         .unwrap_or_default();
     let summary = parse_summary(last)
         .unwrap_or_else(|| panic!("last line is not `N passed, M failed`: {last:?}\n{report}"));
-    assert_eq!(summary, (EXPECTED_CHECKS.len(), 0), "summary\n{report}");
+    assert_eq!(summary, (expected.len(), 0), "summary\n{report}");
     assert!(status.success(), "client exit status {status}\n{report}");
 
     let client_errors: Vec<&str> = run
