@@ -249,10 +249,12 @@ fn check_fd_limit(args: &Args, workload: &Workload) {
         Mode::Sessions | Mode::Fanout => workload.sessions,
     };
     // In-process servers hold the other end of each connection.
-    let any_in_process = args
-        .targets
-        .iter()
-        .any(|kind| kind.external(args).is_none());
+    // (http and fanout only ever drive external servers.)
+    let any_in_process = matches!(args.mode, Mode::Throughput | Mode::Sessions)
+        && args
+            .targets
+            .iter()
+            .any(|kind| kind.external(args).is_none());
     let needed = (peak * if any_in_process { 2 } else { 1 } + 128) as u64;
     let Some((soft, hard)) = sys::fd_limits() else {
         return;
