@@ -7,16 +7,18 @@
 #
 #   benches/era.sh [generator args...]      e.g. --duration 4 --payload 64
 #   ROUNDS=6 TRANSPORTS="ws http" benches/era.sh
+#   SERVER=/path/to/other/mcp-ws benches/era.sh    (another build; then nothing is built here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
+SERVER=${SERVER:-}
+[ -n "$SERVER" ] || { cargo build --release --quiet; SERVER=target/release/mcp-ws; }
 LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
 ROUNDS=${ROUNDS:-6}
 TRANSPORTS=${TRANSPORTS:-ws http}
 PORT=${PORT_BASE:-18875}
 OUT=${OUT:-bench-results/era-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
-RUST_LOG=warn taskset -c 0 target/release/mcp-ws --listen 127.0.0.1:$PORT --config benches/load.toml &
+RUST_LOG=warn taskset -c 0 "$SERVER" --listen 127.0.0.1:$PORT --config benches/load.toml &
 MCP=$!
 trap 'kill $MCP 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 sleep 1
