@@ -9,6 +9,8 @@
 #                                                              benches/load.toml, e.g. dedup off)
 #   SERVER_LOG=info benches/callgrind.sh                      (the server's RUST_LOG; default warn,
 #                                                               which filters out the access log)
+#   ERA=2026-07-28 benches/callgrind.sh                       (mcp-ws: stateless 2026-07-28
+#                                                              requests, `_meta` and no initialize)
 #
 # The server runs under valgrind on core 0; the generator drives it from core 1 with 16
 # connections x 16 pipelined `tools/call echo` for 10 s. Needs valgrind (callgrind_annotate).
@@ -18,6 +20,7 @@ PAYLOAD=${1:-64}
 SERVER=${2:-target/release/mcp-ws}
 TARGET=${TARGET:-mcp-ws}
 CONFIG=${CONFIG:-benches/load.toml}
+ERA=${ERA:-2025-11-25}
 # A given binary is used as is; only the default one (and only for mcp-ws) is built here.
 [ $# -ge 2 ] || [ "$TARGET" != mcp-ws ] || cargo build --release --quiet
 # LOAD: a load generator already built (it does not depend on the server's code).
@@ -38,7 +41,7 @@ SERVER_PID=$!
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
 sleep 6 # valgrind starts slowly
 RESULT=$(taskset -c 1 "$LOAD" --targets "$TARGET" "$URL_FLAG" ws://127.0.0.1:$PORT/mcp \
-  --connections 16 --pipeline 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 \
+  --connections 16 --pipeline 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 --era "$ERA" \
   --out "$(mktemp -d)" | grep '^RESULT_JSON ')
 kill -TERM $SERVER_PID # mcp-ws drains and exits; a baseline ends on SIGTERM (callgrind still writes its profile)
 wait $SERVER_PID 2>/dev/null || true
@@ -53,5 +56,5 @@ sys.exit(f"callgrind.sh: {bad} errors/lost/mismatched answers; no figure") if ba
 ' "$RESULT" "$TARGET")
 # The whole process, start-up included; start-up is well under 1% of a 10 s run.
 INSTRUCTIONS=$(callgrind_annotate "$OUT" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
-echo "$TARGET, payload ${PAYLOAD} B: ${INSTRUCTIONS} instructions, ${ANSWERED} requests answered," \
+echo "$TARGET, era $ERA, payload ${PAYLOAD} B: ${INSTRUCTIONS} instructions, ${ANSWERED} requests answered," \
   "$((INSTRUCTIONS / ANSWERED)) instructions per request (profile: $OUT, server output: $OUT.log)"

@@ -17,6 +17,10 @@ mod baseline;
 mod cli;
 #[path = "load/client.rs"]
 mod client;
+#[path = "load/fanout.rs"]
+mod fanout;
+#[path = "load/http.rs"]
+mod http;
 #[path = "load/jsonrpsee_server.rs"]
 mod jsonrpsee_server;
 #[path = "load/mcp_ws_inprocess.rs"]
@@ -55,7 +59,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Pause between two sweep points (and targets) so the server finishes
 /// tearing down the previous connections before the next ones arrive.
-const SETTLE_BETWEEN_RUNS: Duration = Duration::from_millis(300);
+pub(crate) const SETTLE_BETWEEN_RUNS: Duration = Duration::from_millis(300);
 
 fn main() -> ExitCode {
     let raw_args: Vec<String> = std::env::args().collect();
@@ -77,6 +81,9 @@ fn run(args: &Args) -> Result<(), BoxError> {
     if let Some(kind) = args.serve_baseline {
         return serve_baseline(kind, args);
     }
+    if args.serve_fanout {
+        return fanout::serve(args);
+    }
     let workload = args.workload()?;
     if let Some(cpus) = &args.client_cpus {
         // The client runtime's threads are created later and inherit this.
@@ -84,6 +91,21 @@ fn run(args: &Args) -> Result<(), BoxError> {
     }
     check_fd_limit(args, &workload);
     let ticks_per_sec = sys::clock_ticks_per_sec();
+    match args.mode {
+        Mode::Http => {
+            let runtime = client_runtime(args.client_threads)?;
+            let result = http::run(args, &workload, ticks_per_sec, &runtime);
+            runtime.shutdown_timeout(Duration::from_secs(2));
+            return result;
+        }
+        Mode::Fanout => {
+            let runtime = client_runtime(args.client_threads)?;
+            let result = runtime.block_on(fanout::run(args, &workload, ticks_per_sec));
+            runtime.shutdown_timeout(Duration::from_secs(2));
+            return result;
+        }
+        Mode::Throughput | Mode::Sessions => {}
+    }
 
     let mut targets: Vec<TargetKind> = Vec::new();
     for kind in &args.targets {
@@ -94,7 +116,8 @@ fn run(args: &Args) -> Result<(), BoxError> {
 
     if args.mode == Mode::Throughput {
         println!(
-            "throughput: pipeline {} payload {} B, warmup {:.1}s, window {:.1}s, drain {:.1}s, client threads {}",
+            "throughput: era {} (mcp-ws), pipeline {} payload {} B, warmup {:.1}s, window {:.1}s, drain {:.1}s, client threads {}",
+            args.era.name(),
             workload.pipeline,
             workload.payload,
             workload.warmup.as_secs_f64(),
@@ -187,6 +210,7 @@ fn measure_target(
                     }
                     Measured::Throughput(points)
                 }
+                Mode::Http | Mode::Fanout => unreachable!("run() serves these modes itself"),
                 Mode::Sessions => {
                     let result =
                         runtime.block_on(sessions::run(&target.endpoint, &placement, workload));
@@ -221,14 +245,16 @@ fn client_runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
 /// fatal here: connects then fail with EMFILE, reported as such.
 fn check_fd_limit(args: &Args, workload: &Workload) {
     let peak = match args.mode {
-        Mode::Throughput => workload.connections.iter().copied().max().unwrap_or(0),
-        Mode::Sessions => workload.sessions,
+        Mode::Throughput | Mode::Http => workload.connections.iter().copied().max().unwrap_or(0),
+        Mode::Sessions | Mode::Fanout => workload.sessions,
     };
     // In-process servers hold the other end of each connection.
-    let any_in_process = args
-        .targets
-        .iter()
-        .any(|kind| kind.external(args).is_none());
+    // (http and fanout only ever drive external servers.)
+    let any_in_process = matches!(args.mode, Mode::Throughput | Mode::Sessions)
+        && args
+            .targets
+            .iter()
+            .any(|kind| kind.external(args).is_none());
     let needed = (peak * if any_in_process { 2 } else { 1 } + 128) as u64;
     let Some((soft, hard)) = sys::fd_limits() else {
         return;

@@ -79,6 +79,29 @@ pub struct Args {
     #[arg(long, default_value_t = 1.0)]
     pub warmup: f64,
 
+    /// Throughput: protocol revision of mcp-ws's requests. `2026-07-28`: no
+    /// `initialize`, each request carries `_meta` (the baselines ignore this).
+    #[arg(long, value_enum, default_value_t = EraArg::Session)]
+    pub era: EraArg,
+
+    /// Http: a Streamable HTTP target, `LABEL,DIALECT,URL[,PID]`, repeatable;
+    /// measured one after another in the order given. DIALECT: `session`
+    /// (initialize, then `Mcp-Session-Id`), `stateless` (2025-11-25 requests
+    /// without a session), `modern` (2026-07-28 requests with their headers).
+    #[arg(long = "http-target")]
+    pub http_targets: Vec<String>,
+
+    /// Fanout: control address of `--serve-fanout` (line protocol, loopback).
+    #[arg(long, default_value = "127.0.0.1:8799")]
+    pub control: SocketAddr,
+    /// Fanout: registry changes to make, one after another.
+    #[arg(long, default_value_t = 20)]
+    pub changes: usize,
+    /// Fanout: quiet time after every session got a change before the next
+    /// one, in ms (a duplicate notification would arrive in it).
+    #[arg(long, default_value_t = 300)]
+    pub change_gap_ms: u64,
+
     /// Sessions: initialized sessions to open and hold.
     #[arg(long, default_value_t = 1000)]
     pub sessions: usize,
@@ -123,6 +146,11 @@ pub struct Args {
     #[arg(long, default_value_t = 3600.0)]
     pub serve_for: f64,
 
+    /// Run ONLY an mcp-ws (library API, demo set, room for 20 000 sessions) whose
+    /// registry `--control` changes on request: the server side of `fanout`.
+    #[arg(long)]
+    pub serve_fanout: bool,
+
     /// Passed by `cargo bench`; accepted and ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
@@ -134,6 +162,39 @@ pub enum Mode {
     Throughput,
     /// Many idle initialized sessions; memory and ping latency.
     Sessions,
+    /// `tools/call` echo over Streamable HTTP (keep-alive, one request in
+    /// flight per connection) against `--http-target`s.
+    Http,
+    /// `notifications/tools/list_changed` fan-out to `--sessions` sessions of
+    /// a `--serve-fanout` server, over `--changes` registry changes.
+    Fanout,
+}
+
+/// `--era`: the revision mcp-ws's requests are written in.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EraArg {
+    /// Handshake era: `initialize`, then requests on the session.
+    #[value(name = "2025-11-25")]
+    Session,
+    /// Stateless: `_meta` on every request, no `initialize`.
+    #[value(name = "2026-07-28")]
+    Stateless,
+}
+
+impl EraArg {
+    pub fn era(self) -> crate::client::Era {
+        match self {
+            EraArg::Session => crate::client::Era::Session,
+            EraArg::Stateless => crate::client::Era::Stateless,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EraArg::Session => "2025-11-25",
+            EraArg::Stateless => "2026-07-28",
+        }
+    }
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -233,6 +294,21 @@ impl Args {
         }
         if self.client_threads == 0 || self.client_threads > 256 {
             return Err("--client-threads must be in 1..=256".into());
+        }
+        if self.era == EraArg::Stateless && self.mode == Mode::Sessions {
+            return Err("--era 2026-07-28 has no sessions (and no ping) to hold".into());
+        }
+        if self.mode == Mode::Http && self.http_targets.is_empty() {
+            return Err("http mode needs at least one --http-target".into());
+        }
+        if self.changes == 0 || self.changes > 10_000 {
+            return Err("--changes must be in 1..=10000".into());
+        }
+        if self.change_gap_ms > 60_000 {
+            return Err("--change-gap-ms must be at most 60000".into());
+        }
+        if !self.control.ip().is_loopback() {
+            return Err("--control must be a loopback address".into());
         }
         if self.targets.is_empty() {
             return Err("--targets must name at least one target".into());

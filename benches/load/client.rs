@@ -35,6 +35,20 @@ const INITIALIZED_NOTIFICATION: &str = r#"{"jsonrpc":"2.0","method":"notificatio
 /// burst forever.
 pub const SESSION_SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Which protocol revision the requests are written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Era {
+    /// 2025-11-25: `initialize` first, then plain requests on that session.
+    #[default]
+    Session,
+    /// 2026-07-28: no `initialize`; every request carries its version, client
+    /// capabilities and client info in `_meta` ([`MODERN_META`]).
+    Stateless,
+}
+
+/// The `_meta` of every 2026-07-28 request the generator sends.
+pub const MODERN_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"load","version":"0"}}"#;
+
 /// How the target answers a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplyStyle {
@@ -55,6 +69,8 @@ pub struct Endpoint {
     /// select it.
     pub offer_subprotocol: bool,
     pub reply_style: ReplyStyle,
+    /// The revision of the requests (mcp-ws only; baselines speak 2025-11-25).
+    pub era: Era,
 }
 
 impl Endpoint {
@@ -92,6 +108,7 @@ impl Endpoint {
             addr,
             offer_subprotocol,
             reply_style,
+            era: Era::Session,
         })
     }
 }
@@ -225,7 +242,10 @@ pub async fn initialize(ws: &mut Ws, style: ReplyStyle) -> Result<(), SetupError
 pub async fn open_session(endpoint: &Endpoint, read_buffer: usize) -> Result<Ws, SetupError> {
     let setup = async {
         let mut ws = connect(endpoint, read_buffer).await?;
-        initialize(&mut ws, endpoint.reply_style).await?;
+        // A 2026-07-28 client has no handshake: each request stands alone.
+        if endpoint.era == Era::Session {
+            initialize(&mut ws, endpoint.reply_style).await?;
+        }
         Ok(ws)
     };
     match tokio::time::timeout(SESSION_SETUP_TIMEOUT, setup).await {
@@ -327,11 +347,16 @@ pub fn payload_text(len: usize) -> String {
         .collect()
 }
 
-/// `tools/call` of the `echo` tool; `payload` must need no JSON escaping.
-pub fn tools_call_request(id: u64, payload: &str) -> String {
-    format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}}}}}}"#
-    )
+/// `tools/call` of the `echo` tool in `era`; `payload` must need no JSON escaping.
+pub fn tools_call_request(id: u64, payload: &str, era: Era) -> String {
+    match era {
+        Era::Session => format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}}}}}}"#
+        ),
+        Era::Stateless => format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}},{MODERN_META}}}}}"#
+        ),
+    }
 }
 
 pub fn ping_request(id: u64) -> String {

@@ -328,10 +328,12 @@ pub fn result_json(
             "connections": workload.connections,
             "pipeline": workload.pipeline,
             "payload_bytes": workload.payload,
+            "era": args.era.name(),
             "duration_s": workload.duration.as_secs_f64(),
             "warmup_s": workload.warmup.as_secs_f64(),
             "drain_s": DRAIN.as_secs_f64(),
         }),
+        Mode::Http | Mode::Fanout => Value::Null,
         Mode::Sessions => json!({
             "sessions": workload.sessions,
             "hold_s": workload.hold.as_secs_f64(),
@@ -340,7 +342,7 @@ pub fn result_json(
         }),
     };
     json!({
-        "mode": match args.mode { Mode::Throughput => "throughput", Mode::Sessions => "sessions" },
+        "mode": mode_name(args.mode),
         "config": config,
         "client_threads": args.client_threads,
         "server_cpus": args.server_cpus,
@@ -374,5 +376,7 @@ pub fn mode_name(mode: Mode) -> &'static str {
     match mode {
         Mode::Throughput => "throughput",
         Mode::Sessions => "sessions",
+        Mode::Http => "http",
+        Mode::Fanout => "fanout",
     }
 }

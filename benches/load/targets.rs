@@ -110,9 +110,16 @@ impl LiveTarget {
     /// Uses the external URL if one was given, else starts the server here.
     /// Must be called outside any tokio runtime (servers bring their own).
     pub fn start(kind: TargetKind, args: &Args) -> Result<Self, BoxError> {
+        let endpoint = |url: &str| -> Result<Endpoint, BoxError> {
+            let mut endpoint = Endpoint::new(url, kind.offers_subprotocol(), kind.reply_style())?;
+            if kind == TargetKind::McpWs {
+                endpoint.era = args.era.era();
+            }
+            Ok(endpoint)
+        };
         if let Some((url, pid)) = kind.external(args) {
             return Ok(Self {
-                endpoint: Endpoint::new(url, kind.offers_subprotocol(), kind.reply_style())?,
+                endpoint: endpoint(url)?,
                 placement: Placement::External { pid },
                 server: None,
             });
@@ -125,7 +132,7 @@ impl LiveTarget {
         };
         let url = format!("ws://{addr}/mcp");
         Ok(Self {
-            endpoint: Endpoint::new(&url, kind.offers_subprotocol(), kind.reply_style())?,
+            endpoint: endpoint(&url)?,
             placement: Placement::InProcess { threads_before },
             server: Some(server),
         })

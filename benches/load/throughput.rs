@@ -20,7 +20,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::cli::Workload;
-use crate::client::{self, Endpoint, Frame, Outcome, ReplyStyle, Ws};
+use crate::client::{self, Endpoint, Era, Frame, Outcome, ReplyStyle, Ws};
 use crate::targets::Placement;
 
 /// After the measured window, how long outstanding requests may still be
@@ -40,14 +40,14 @@ pub fn latency_histogram() -> Histogram<u64> {
 
 /// The shared timeline of one run.
 #[derive(Debug, Clone, Copy)]
-struct Timeline {
-    warmup_end: Instant,
-    measure_end: Instant,
-    drain_end: Instant,
+pub struct Timeline {
+    pub warmup_end: Instant,
+    pub measure_end: Instant,
+    pub drain_end: Instant,
 }
 
 impl Timeline {
-    fn in_window(&self, at: Instant) -> bool {
+    pub fn in_window(&self, at: Instant) -> bool {
         at >= self.warmup_end && at < self.measure_end
     }
 }
@@ -74,7 +74,7 @@ pub struct Tally {
 }
 
 impl Tally {
-    fn new() -> Self {
+    pub fn new() -> Self {
         Self {
             latency_us: latency_histogram(),
             completed_in_window: 0,
@@ -88,7 +88,7 @@ impl Tally {
         }
     }
 
-    fn merge(&mut self, other: Tally) {
+    pub fn merge(&mut self, other: Tally) {
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.latency_us.add(&other.latency_us);
         self.completed_in_window += other.completed_in_window;
@@ -126,19 +126,19 @@ impl PointResult {
     }
 }
 
-struct CpuSample {
-    server: Option<u64>,
-    client: Option<u64>,
+pub struct CpuSample {
+    pub server: Option<u64>,
+    pub client: Option<u64>,
 }
 
-fn sample_cpu(placement: &Placement) -> CpuSample {
+pub fn sample_cpu(placement: &Placement) -> CpuSample {
     CpuSample {
         server: placement.server_cpu_ticks(),
         client: placement.client_cpu_ticks(),
     }
 }
 
-fn cores_used(
+pub fn cores_used(
     before: Option<u64>,
     after: Option<u64>,
     window: Duration,
@@ -187,6 +187,7 @@ pub async fn run_point(
         drivers.spawn(drive_connection(
             ws,
             endpoint.reply_style,
+            endpoint.era,
             workload.pipeline,
             Arc::clone(&payload),
             timeline,
@@ -232,6 +233,7 @@ pub async fn run_point(
 async fn drive_connection(
     ws: Ws,
     style: ReplyStyle,
+    era: Era,
     pipeline: usize,
     payload: Arc<str>,
     timeline: Timeline,
@@ -248,7 +250,7 @@ async fn drive_connection(
         pipeline,
         timeline,
     ));
-    let written = write_requests(&mut sink, sent_tx, &credits, &payload, timeline).await;
+    let written = write_requests(&mut sink, sent_tx, &credits, &payload, era, timeline).await;
     let mut tally = match reader.await {
         Ok(tally) => tally,
         Err(e) => {
@@ -276,6 +278,7 @@ async fn write_requests(
     sent_tx: mpsc::UnboundedSender<(u64, Instant)>,
     credits: &Semaphore,
     payload: &str,
+    era: Era,
     timeline: Timeline,
 ) -> Result<u64, (u64, String)> {
     let stop = sleep_until(timeline.measure_end);
@@ -311,7 +314,7 @@ async fn write_requests(
             if sent_tx.send((id, Instant::now())).is_err() {
                 return Ok(id - 1);
             }
-            let frame = Message::text(client::tools_call_request(id, payload));
+            let frame = Message::text(client::tools_call_request(id, payload, era));
             if let Err(e) = sink.feed(frame).await {
                 return Err((id, format!("send: {e}")));
             }

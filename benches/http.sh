@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Streamable HTTP `tools/call` echo (issue 10): mcp-ws against rmcp 3.11 (stateless JSON mode
+# and its default, stateful SSE) and tower-mcp 0.25 (JSON), each server alone on core 0, the
+# generator on core 1 (C keep-alive connections, one request in flight each), all in the same
+# run. Prints the table of every run, then medians and same-run ratios (mcp-ws / other).
+#
+#   benches/http.sh [generator args...]     e.g. --connections 16 --payload 64 --duration 5
+#   RUNS=5 benches/http.sh                  five runs (default 3); OUT=dir keeps the logs
+#
+# The peers are standalone cargo projects in benches/peers/ (own [workspace], own target dir
+# target/peers), built here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
+PEERS=$PWD/target/peers
+for peer in rmcp tower-mcp; do
+  CARGO_TARGET_DIR=$PEERS cargo build --release --quiet --manifest-path benches/peers/$peer/Cargo.toml
+done
+RUNS=${RUNS:-3}
+PORT=${PORT_BASE:-18865}
+OUT=${OUT:-bench-results/http-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT"
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+RUST_LOG=warn taskset -c 0 target/release/mcp-ws --listen 127.0.0.1:$PORT --config benches/load.toml &
+MCP=$!; pids+=($MCP)
+taskset -c 0 "$PEERS/release/bench-rmcp" 127.0.0.1:$((PORT + 1)) & RMCP_SSE=$!; pids+=($RMCP_SSE)
+MODE=stateless-json taskset -c 0 "$PEERS/release/bench-rmcp" 127.0.0.1:$((PORT + 2)) & RMCP_JSON=$!
+pids+=($RMCP_JSON)
+taskset -c 0 "$PEERS/release/bench-tower" 127.0.0.1:$((PORT + 3)) & TOWER=$!; pids+=($TOWER)
+sleep 1
+
+for run in $(seq 1 "$RUNS"); do
+  echo "== run $run/$RUNS"
+  taskset -c 1 "$LOAD" http --out "$OUT/run-$run" "$@" \
+    --http-target mcp-ws,session,http://127.0.0.1:$PORT/mcp,$MCP \
+    --http-target rmcp-json,stateless,http://127.0.0.1:$((PORT + 2))/mcp,$RMCP_JSON \
+    --http-target rmcp-sse,session,http://127.0.0.1:$((PORT + 1))/mcp,$RMCP_SSE \
+    --http-target tower-mcp,session,http://127.0.0.1:$((PORT + 3))/mcp,$TOWER \
+    | tee "$OUT/run-$run.log"
+done
+python3 benches/median.py "$OUT"/run-*.log | tee "$OUT/summary.md"
