@@ -85,6 +85,31 @@ impl Binding {
     }
 }
 
+/// What a [`Binding`] is made of, kept until one is needed: only a request that carries a
+/// `requestState`, or whose handler asks for input, pays for the digest.
+pub struct BindingParts {
+    /// `tools/call`, `prompts/get` or `resources/read`.
+    pub method: &'static str,
+    /// The tool or prompt name, or the resource URI.
+    pub target: String,
+    /// The arguments' raw JSON.
+    pub arguments: Option<String>,
+    /// The identity's subject.
+    pub subject: String,
+}
+
+impl BindingParts {
+    /// The binding these parts describe.
+    pub fn binding(&self) -> Binding {
+        Binding::new(
+            self.method,
+            &self.target,
+            self.arguments.as_deref(),
+            &self.subject,
+        )
+    }
+}
+
 /// Why a state was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {

@@ -15,7 +15,7 @@ use crate::context::{Ask, Input, Rounds, SessionInfo};
 use crate::jsonrpc::{Params, RequestId};
 use crate::mcp::{server_capabilities, Error, LogLevel, Method, ProtocolVersion, RequestMeta};
 use crate::model::Implementation;
-use crate::mrtr::Binding;
+use crate::mrtr::{Binding, BindingParts};
 use crate::registry::{ListKind, Offers};
 use crate::worker::OnInput;
 use serde::Deserialize;
@@ -271,7 +271,7 @@ impl Session {
     /// when it asks for something it has no answer to.
     pub(super) fn rounds(
         &self,
-        binding: Binding,
+        binding: BindingParts,
         input_responses: Option<&RawValue>,
         request_state: Option<&str>,
     ) -> Result<(Input, OnInput), Error> {
@@ -281,7 +281,7 @@ impl Session {
                 .shared
                 .modern
                 .state_key
-                .verify(token, &binding)
+                .verify(token, &binding.binding())
                 .map_err(Error::InvalidRequestState)?;
             answers = state.responses;
         }
@@ -296,6 +296,7 @@ impl Session {
         let shared = self.shared.clone();
         let carried = rounds.clone();
         let on_input: OnInput = Box::new(move |id, asks| {
+            let binding = binding.binding();
             let frame = input_required(&shared.modern, &binding, carried.answers().clone(), asks);
             Ok(crate::jsonrpc::encode_result(&id, &frame))
         });
