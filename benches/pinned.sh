@@ -3,6 +3,8 @@
 # on core 1, every target measured one after another in the same run.
 #   benches/pinned.sh [generator args...]      e.g. --connections 1,16,64 --payload 64
 #   benches/pinned.sh sessions --sessions 18000 --hold 10
+#   CONFIG=benches/hardened.toml MCP_WS_BEARER=bench-key-0123456789 benches/pinned.sh ...
+#                                   (mcp-ws with another config; the token goes to every target)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
@@ -14,7 +16,7 @@ trap cleanup EXIT
 prlimit --pid $$ --nofile=20000:20000 2>/dev/null || true
 ulimit -n 20000 2>/dev/null || true
 
-RUST_LOG=warn taskset -c 0 target/release/mcp-ws --listen 127.0.0.1:$PORT_BASE --config benches/load.toml &
+RUST_LOG=warn taskset -c 0 target/release/mcp-ws --listen 127.0.0.1:$PORT_BASE --config "${CONFIG:-benches/load.toml}" &
 MCP=$!; pids+=($MCP)
 taskset -c 0 "$LOAD" --serve-baseline raw-echo --listen 127.0.0.1:$((PORT_BASE + 1)) >/dev/null & RAW=$!; pids+=($RAW)
 taskset -c 0 "$LOAD" --serve-baseline jsonrpsee --listen 127.0.0.1:$((PORT_BASE + 2)) >/dev/null & JR=$!; pids+=($JR)

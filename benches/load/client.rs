@@ -188,6 +188,13 @@ pub async fn connect(endpoint: &Endpoint, read_buffer: usize) -> Result<Ws, Setu
             HeaderValue::from_static(MCP_SUBPROTOCOL),
         );
     }
+    // A bearer token for servers that authenticate (`MCP_WS_BEARER`, for the hardened
+    // config's cost; baselines ignore the header).
+    if let Ok(token) = std::env::var("MCP_WS_BEARER") {
+        let value = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|e| SetupError::Failed(format!("MCP_WS_BEARER: {e}")))?;
+        request.headers_mut().insert("Authorization", value);
+    }
     let (ws, _response) =
         tokio_tungstenite::client_async_with_config(request, tcp, Some(client_config(read_buffer)))
             .await

@@ -27,7 +27,7 @@ pub mod codes {
     pub const SHUTTING_DOWN: ErrorCode = ErrorCode(-32004);
     /// No slot in the server-wide worker pool became free within the admission wait.
     pub const SERVER_BUSY: ErrorCode = ErrorCode(-32008);
-    /// A resource is larger than the server sends (`resources.max_bytes`).
+    /// A resource is larger than the server sends (`max_file_bytes` of its `[[resources.directories]]` entry).
     pub const RESOURCE_TOO_LARGE: ErrorCode = ErrorCode(-32005);
     /// A resource read or prompt render failed; the message says why.
     pub const HANDLER_FAILED: ErrorCode = ErrorCode(-32006);
