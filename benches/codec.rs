@@ -170,11 +170,15 @@ fn worker(c: &mut Criterion) {
         span: tracing::Span::none(),
     };
     group.bench_function("worker_actor", |b| {
-        round_trips(b, &system, &inbox, || drop(RequestWorker::run(job())))
+        round_trips(b, &system, &inbox, || {
+            drop(RequestWorker::run(Box::new(job())))
+        })
     });
     // The same worker on a task of its own, as `Actor::start` would run it.
     group.bench_function("worker_actor_own_task", |b| {
-        round_trips(b, &system, &inbox, || drop(RequestWorker::spawn(job())))
+        round_trips(b, &system, &inbox, || {
+            drop(RequestWorker::spawn(Box::new(job())))
+        })
     });
     group.bench_function("message_only", |b| {
         round_trips(b, &system, &inbox, || {

@@ -654,8 +654,12 @@ async fn shut_down(shared: &Arc<Shared>, handle: &ServerHandle) {
     );
     shared.begin_shutdown(grace);
     // Sessions close themselves within the grace; the margin covers the close handshake.
+    // Running tasks record their failure (-32004) in the store first, so that a client
+    // polling through another node sees it.
     let deadline = Instant::now() + grace + Duration::from_secs(2);
-    while shared.live_sessions() > 0 && Instant::now() < deadline {
+    while (shared.live_sessions() > 0 || shared.metrics.tasks_running.get() > 0)
+        && Instant::now() < deadline
+    {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     handle.stop(true).await;

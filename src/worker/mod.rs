@@ -92,7 +92,7 @@ impl RequestWorker {
     ///
     /// Either way it is the same actor: its own context, mailbox and address, `Cancel` in
     /// and `WorkerEvent`s out as messages, never a call into the session.
-    pub fn run(job: Job) -> Addr<Self> {
+    pub fn run(job: Box<Job>) -> Addr<Self> {
         let (address, mut worker) = Self::prepare(job);
         // No waker is needed for this first poll: if the worker is not done, its task polls
         // it again at once, and that poll registers every wakeup it waits for.
@@ -106,14 +106,14 @@ impl RequestWorker {
     /// Starts the worker the way `Actor::start` would, on a task of its own from the first
     /// poll. The server uses [`run`](Self::run); this is its reference in
     /// `benches/codec.rs`.
-    pub fn spawn(job: Job) -> Addr<Self> {
+    pub fn spawn(job: Box<Job>) -> Addr<Self> {
         let (address, worker) = Self::prepare(job);
         actix_rt::spawn(worker);
         address
     }
 
     /// The worker's context, its work spawned in it, as a future not yet polled.
-    fn prepare(mut job: Job) -> (Addr<Self>, WorkerFuture) {
+    fn prepare(mut job: Box<Job>) -> (Addr<Self>, WorkerFuture) {
         let mut context = Context::new();
         let inbox = job.inbox.clone();
         let id = job.id.clone();
@@ -178,8 +178,11 @@ impl Handler<Cancel> for RequestWorker {
 /// finish at once, against its deadline) run in boxed futures of their own: this future is
 /// moved several times on its way into the worker's context, and their timers would add to its
 /// size (552 bytes with them inline, 440 without).
-async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
-    let shared = job.shared;
+///
+/// The job stays boxed until a pool slot is held: the future (moved several times on its way
+/// into the worker's context, see `RequestWorker::run`) holds a pointer, not the job.
+async fn execute(job: Box<Job>, cancel: CancelFlag) -> Result<String, Error> {
+    let shared = job.shared.clone();
     let metrics = &shared.metrics;
     let limits = &shared.settings.limits;
 
@@ -199,34 +202,47 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
         }
     };
     let _running = metrics.pool_running.track();
+    let Job {
+        id,
+        received: _,
+        work,
+        timeout,
+        wants_progress,
+        trace_id,
+        inbox,
+        session,
+        input,
+        log_floor,
+        on_input,
+        shared: _,
+        span: _,
+    } = *job;
 
     let deadline = Deadline::new(
         admitted,
-        job.timeout,
+        timeout,
         Duration::from_millis(limits.max_request_timeout_ms),
     );
-    let rounds = match &job.input {
+    let rounds = match &input {
         Input::Rounds(rounds) => Some(rounds.clone()),
         _ => None,
     };
     let ctx = RequestContext::new(ContextParts {
-        id: job.id.clone(),
-        trace_id: job.trace_id,
-        inbox: job.inbox,
-        session: job.session,
-        progress_interval: job
-            .wants_progress
+        id: id.clone(),
+        trace_id,
+        inbox,
+        session,
+        progress_interval: wants_progress
             .then(|| Duration::from_millis(shared.settings.progress.min_interval_ms)),
         deadline,
         cancel,
         client_timeout: Duration::from_millis(shared.settings.client_requests.timeout_ms),
-        input: job.input,
-        log_floor: job.log_floor,
+        input,
+        log_floor,
         log_budget: LineBudget::new(limits.log_lines_per_second, limits.log_lines_burst),
     });
     let clock = ctx.clone();
-    let id = job.id;
-    let mut work = AssertUnwindSafe((job.work)(id.clone(), ctx)).catch_unwind();
+    let mut work = AssertUnwindSafe(work(id.clone(), ctx)).catch_unwind();
     // Work that is ready at once never arms the deadline's timer.
     let ended = match poll_immediate(&mut work).await {
         Some(outcome) => Ended::Done(outcome),
@@ -244,12 +260,12 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
         Ended::TimedOut => {
             metrics.timed_out.inc();
             Err(Error::TimedOut {
-                timeout_ms: job.timeout.as_millis() as u64,
+                timeout_ms: timeout.as_millis() as u64,
             })
         }
         Ended::InputNeeded => {
             let asks = rounds.as_deref().map(Rounds::take_asks).unwrap_or_default();
-            match job.on_input {
+            match on_input {
                 Some(answer) => answer(id, asks),
                 None => Err(Error::Internal),
             }
