@@ -8,6 +8,8 @@
 //!   refuses the upgrade with HTTP 400 listing the supported ones.
 //! - A connection without the offer serves both eras, as before (covered in tests/modern*.rs).
 //! - A bearer token offered beside it (`mcp.auth.<token>`) is never the echoed protocol.
+//! - On one connection, each 2026-07-28 request is served with its own `clientInfo` and
+//!   capabilities (the session reuses the last ones parsed only when their text is the same).
 
 mod common;
 
@@ -153,4 +155,42 @@ async fn a_token_offered_beside_a_version_is_never_the_selected_protocol() {
     )
     .await;
     assert_eq!(selected.as_deref(), Some("mcp.version.2025-11-25"));
+}
+
+/// Who the tool thinks is calling: the client's name and whether it declared sampling.
+async fn whoami(_: NoArgs, ctx: mcp_ws::RequestContext) -> Result<String, mcp_ws::ToolError> {
+    let session = ctx.session();
+    Ok(format!(
+        "{} sampling={}",
+        session.client_info.name,
+        session.client_capabilities.get("sampling").is_some()
+    ))
+}
+
+#[tokio::test]
+async fn each_2026_request_is_served_with_its_own_client_info_and_capabilities() {
+    // The session keeps the last `clientInfo` and capabilities it parsed, by their text:
+    // a request that changes them must not be served with the previous ones.
+    let server = start_with(settings(), |b| {
+        b.tool(mcp_ws::Tool::new("whoami", "Who calls", whoami))
+    });
+    let (mut client, _) = connect_offering(&server.url(), "mcp").await;
+    let call = |name: &str, capabilities: Value| {
+        json!({"name": "whoami", "arguments": {}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+            "io.modelcontextprotocol/clientInfo": {"name": name, "version": "1"},
+        }})
+    };
+    for (name, capabilities, expected) in [
+        ("first", json!({"sampling": {}}), "first sampling=true"),
+        ("first", json!({"sampling": {}}), "first sampling=true"),
+        ("second", json!({"sampling": {}}), "second sampling=true"),
+        ("second", json!({"roots": {}}), "second sampling=false"),
+        ("first", json!({}), "first sampling=false"),
+    ] {
+        let response = client.request("tools/call", call(name, capabilities)).await;
+        let result = assert_result(&response, &response["id"]);
+        assert_eq!(result["content"][0]["text"], expected, "{response}");
+    }
 }

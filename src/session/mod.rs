@@ -128,6 +128,10 @@ pub struct Session {
     raw_params: bool,
     /// The `tools/call` requests this session finished, by id, for retries.
     recent: RecentResponses,
+    /// The `clientInfo` of the last 2026-07-28 request, with its text (see `modern_request`).
+    last_client_info: std::cell::RefCell<Option<(Box<str>, Arc<crate::model::Implementation>)>>,
+    /// The `clientCapabilities` of the last 2026-07-28 request, with its text.
+    last_client_capabilities: std::cell::RefCell<Option<(Box<str>, Arc<serde_json::Value>)>>,
 }
 
 enum Phase {
@@ -217,6 +221,8 @@ impl Session {
             pinned: None,
             raw_params,
             recent,
+            last_client_info: std::cell::RefCell::default(),
+            last_client_capabilities: std::cell::RefCell::default(),
         }
     }
 

@@ -109,20 +109,47 @@ impl Session {
                 ))
             }
             Some(raw) if raw.get() == "{}" => self.shared.modern.no_capabilities.clone(),
-            Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
-                Ok(value @ Value::Object(_)) => Arc::new(value),
-                _ => {
-                    return Err(malformed(
-                        "io.modelcontextprotocol/clientCapabilities: must be an object",
-                    ))
+            // Kept with its text like `clientInfo` below: a client repeats it every request.
+            Some(raw) => {
+                let mut last = self.last_client_capabilities.borrow_mut();
+                match &*last {
+                    Some((text, capabilities)) if **text == *raw.get() => capabilities.clone(),
+                    _ => match serde_json::from_str::<Value>(raw.get()) {
+                        Ok(value @ Value::Object(_)) => {
+                            let capabilities = Arc::new(value);
+                            *last = Some((Box::from(raw.get()), capabilities.clone()));
+                            capabilities
+                        }
+                        _ => {
+                            return Err(malformed(
+                                "io.modelcontextprotocol/clientCapabilities: must be an object",
+                            ))
+                        }
+                    },
                 }
-            },
+            }
         };
         let client_info = match meta.client_info {
             None => self.shared.modern.unknown_client.clone(),
-            Some(raw) => Arc::new(serde_json::from_str::<Implementation>(raw.get()).map_err(
-                |_| malformed("io.modelcontextprotocol/clientInfo: not an Implementation"),
-            )?),
+            Some(raw) => {
+                // A client sends the same `clientInfo` with every request: the last one parsed
+                // is kept with its text, and a request carrying the same text reuses it.
+                let mut last = self.last_client_info.borrow_mut();
+                match &*last {
+                    Some((text, info)) if **text == *raw.get() => info.clone(),
+                    _ => {
+                        let info = Arc::new(
+                            serde_json::from_str::<Implementation>(raw.get()).map_err(|_| {
+                                malformed(
+                                    "io.modelcontextprotocol/clientInfo: not an Implementation",
+                                )
+                            })?,
+                        );
+                        *last = Some((Box::from(raw.get()), info.clone()));
+                        info
+                    }
+                }
+            }
         };
         let log_level = match meta.log_level {
             None => None,
@@ -591,8 +618,9 @@ fn serves_modern(method: Method, offers: Offers) -> bool {
 /// What 2026-07-28 results of one server share: its identity for result `_meta`, the key
 /// that signs request states, and the defaults of per-request `_meta`.
 pub struct ModernShape {
-    /// `"io.modelcontextprotocol/serverInfo":{…}`, ready to splice into `_meta`.
-    server_info_member: String,
+    /// `{"io.modelcontextprotocol/serverInfo":{…}}`: the `_meta` of a result that has none
+    /// of its own, written once (a `format!` per result was a tenth of a request's cost).
+    server_info_meta: String,
     /// The server's `Implementation` as JSON, for merging into a result's own `_meta`.
     server_info: Value,
     /// Signs and checks `requestState`.
@@ -612,7 +640,7 @@ impl ModernShape {
         ))
         .unwrap_or_default();
         Self {
-            server_info_member: format!("{}:{}", json!(SERVER_INFO_META), info),
+            server_info_meta: format!("{{{}:{}}}", json!(SERVER_INFO_META), info),
             server_info: info,
             state_key,
             no_capabilities: Arc::new(Value::Object(Map::new())),
@@ -636,19 +664,21 @@ pub(crate) fn modern_result(
         .and_then(|b| b.strip_suffix('}'))
         .unwrap_or("")
         .trim();
+    let merged;
     let meta = match user_meta {
         Some(Value::Object(user)) => {
-            let mut merged = user.clone();
-            merged.insert(SERVER_INFO_META.to_owned(), shape.server_info.clone());
-            Value::Object(merged).to_string()
+            let mut user = user.clone();
+            user.insert(SERVER_INFO_META.to_owned(), shape.server_info.clone());
+            merged = Value::Object(user).to_string();
+            merged.as_str()
         }
-        _ => format!("{{{}}}", shape.server_info_member),
+        _ => shape.server_info_meta.as_str(),
     };
     let mut out = String::with_capacity(inner.len() + meta.len() + extra.len() + 48);
     out.push_str(r#"{"resultType":""#);
     out.push_str(result_type);
     out.push_str(r#"","_meta":"#);
-    out.push_str(&meta);
+    out.push_str(meta);
     if !inner.is_empty() {
         out.push(',');
         out.push_str(inner);
