@@ -322,10 +322,7 @@ fn admin_routes(cfg: &mut web::ServiceConfig) {
 
 /// A `GET` asking for a WebSocket (`Upgrade: websocket`); any other `GET` is the SSE stream.
 fn is_websocket_upgrade(head: &actix_web::dev::RequestHead) -> bool {
-    head.headers()
-        .get(actix_web::http::header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+    perimeter::is_websocket_upgrade(head.headers())
 }
 
 async fn mcp_upgrade(
@@ -365,12 +362,8 @@ async fn mcp_upgrade(
 /// # Errors
 /// HTTP 400 (with the supported versions) when versions are offered and none is spoken.
 fn pinned_version(req: &HttpRequest) -> Result<Option<ProtocolVersion>, Refusal> {
-    let mut offered = req
-        .headers()
-        .get_all(actix_web::http::header::SEC_WEBSOCKET_PROTOCOL)
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|offer| offer.trim().strip_prefix(VERSION_SUBPROTOCOL_PREFIX))
+    let mut offered = perimeter::offered_subprotocols(req.headers())
+        .filter_map(|offer| offer.strip_prefix(VERSION_SUBPROTOCOL_PREFIX))
         .peekable();
     let Some(first) = offered.peek().map(|v| (*v).to_owned()) else {
         return Ok(None);
@@ -391,16 +384,9 @@ fn resumed_session_id(req: &HttpRequest) -> Option<String> {
     {
         return Some(id.to_owned());
     }
-    headers
-        .get_all(actix_web::http::header::SEC_WEBSOCKET_PROTOCOL)
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .find_map(|offer| {
-            offer
-                .trim()
-                .strip_prefix(RESUME_SUBPROTOCOL_PREFIX)
-                .map(str::to_owned)
-        })
+    perimeter::offered_subprotocols(headers)
+        .find_map(|offer| offer.strip_prefix(RESUME_SUBPROTOCOL_PREFIX))
+        .map(str::to_owned)
 }
 
 /// The hosted session to resume: one waiting for a reconnect, or one whose (older) socket is

@@ -22,7 +22,7 @@ use super::tls::ClientCertificate;
 use super::Refusal;
 use crate::config::{AuthSettings, ClientAuth, ConfigError, JwtSettings, Settings};
 use crate::context::Identity;
-use actix_web::http::header::{HeaderMap, AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
+use actix_web::http::header::{HeaderMap, AUTHORIZATION};
 use actix_web::HttpRequest;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm};
@@ -407,18 +407,11 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
             .then(|| token.trim())
             .filter(|token| !token.is_empty());
     }
-    let upgrade = headers
-        .get(UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    if !upgrade {
+    if !super::is_websocket_upgrade(headers) {
         return None;
     }
-    headers
-        .get_all(SEC_WEBSOCKET_PROTOCOL)
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .find_map(|offer| offer.trim().strip_prefix(AUTH_SUBPROTOCOL_PREFIX))
+    super::offered_subprotocols(headers)
+        .find_map(|offer| offer.strip_prefix(AUTH_SUBPROTOCOL_PREFIX))
         .filter(|token| !token.is_empty())
 }
 
@@ -559,7 +552,7 @@ fn validation(algorithm: Algorithm, auth: &AuthSettings, jwt: &JwtSettings) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actix_web::http::header::{HeaderName, HeaderValue};
+    use actix_web::http::header::{HeaderName, HeaderValue, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
 
     fn headers(pairs: &[(HeaderName, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();

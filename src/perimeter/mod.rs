@@ -115,6 +115,27 @@ impl Admission {
     }
 }
 
+/// Whether a request asks for a WebSocket (`Upgrade: websocket`).
+pub fn is_websocket_upgrade(headers: &actix_web::http::header::HeaderMap) -> bool {
+    headers
+        .get(actix_web::http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
+/// The subprotocols a WebSocket upgrade offers (`Sec-WebSocket-Protocol`, every header and
+/// comma-separated entry, trimmed), in the client's order: where browsers put what they
+/// cannot send as headers (`mcp.auth.*`, `mcp.session.*`, `mcp.version.*`).
+pub fn offered_subprotocols(
+    headers: &actix_web::http::header::HeaderMap,
+) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(actix_web::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+}
+
 /// Checks an HTTP request to the MCP endpoint, and establishes who sent it.
 ///
 /// # Errors

@@ -128,10 +128,10 @@ pub struct Session {
     raw_params: bool,
     /// The `tools/call` requests this session finished, by id, for retries.
     recent: RecentResponses,
-    /// The `clientInfo` of the last 2026-07-28 request, with its text (see `modern_request`).
-    last_client_info: std::cell::RefCell<Option<(Box<str>, Arc<crate::model::Implementation>)>>,
-    /// The `clientCapabilities` of the last 2026-07-28 request, with its text.
-    last_client_capabilities: std::cell::RefCell<Option<(Box<str>, Arc<serde_json::Value>)>>,
+    /// The `clientInfo` of the last 2026-07-28 request.
+    last_client_info: modern::LastParsed<crate::model::Implementation>,
+    /// The `clientCapabilities` of the last 2026-07-28 request.
+    last_client_capabilities: modern::LastParsed<serde_json::Value>,
 }
 
 enum Phase {
@@ -221,8 +221,8 @@ impl Session {
             pinned: None,
             raw_params,
             recent,
-            last_client_info: std::cell::RefCell::default(),
-            last_client_capabilities: std::cell::RefCell::default(),
+            last_client_info: modern::LastParsed::default(),
+            last_client_capabilities: modern::LastParsed::default(),
         }
     }
 

@@ -109,47 +109,24 @@ impl Session {
                 ))
             }
             Some(raw) if raw.get() == "{}" => self.shared.modern.no_capabilities.clone(),
-            // Kept with its text like `clientInfo` below: a client repeats it every request.
-            Some(raw) => {
-                let mut last = self.last_client_capabilities.borrow_mut();
-                match &*last {
-                    Some((text, capabilities)) if **text == *raw.get() => capabilities.clone(),
-                    _ => match serde_json::from_str::<Value>(raw.get()) {
-                        Ok(value @ Value::Object(_)) => {
-                            let capabilities = Arc::new(value);
-                            *last = Some((Box::from(raw.get()), capabilities.clone()));
-                            capabilities
-                        }
-                        _ => {
-                            return Err(malformed(
-                                "io.modelcontextprotocol/clientCapabilities: must be an object",
-                            ))
-                        }
-                    },
-                }
-            }
+            Some(raw) => self
+                .last_client_capabilities
+                .get_or_parse(raw.get(), |text| match serde_json::from_str(text) {
+                    Ok(value @ Value::Object(_)) => Some(value),
+                    _ => None,
+                })
+                .ok_or_else(|| {
+                    malformed("io.modelcontextprotocol/clientCapabilities: must be an object")
+                })?,
         };
         let client_info = match meta.client_info {
             None => self.shared.modern.unknown_client.clone(),
-            Some(raw) => {
-                // A client sends the same `clientInfo` with every request: the last one parsed
-                // is kept with its text, and a request carrying the same text reuses it.
-                let mut last = self.last_client_info.borrow_mut();
-                match &*last {
-                    Some((text, info)) if **text == *raw.get() => info.clone(),
-                    _ => {
-                        let info = Arc::new(
-                            serde_json::from_str::<Implementation>(raw.get()).map_err(|_| {
-                                malformed(
-                                    "io.modelcontextprotocol/clientInfo: not an Implementation",
-                                )
-                            })?,
-                        );
-                        *last = Some((Box::from(raw.get()), info.clone()));
-                        info
-                    }
-                }
-            }
+            Some(raw) => self
+                .last_client_info
+                .get_or_parse(raw.get(), |text| serde_json::from_str(text).ok())
+                .ok_or_else(|| {
+                    malformed("io.modelcontextprotocol/clientInfo: not an Implementation")
+                })?,
         };
         let log_level = match meta.log_level {
             None => None,
@@ -725,6 +702,33 @@ pub(crate) fn required_capability(capability: &str) -> Value {
 /// The request id's JSON, for tagging a listen stream's notifications.
 pub(super) fn subscription_meta(id: &RequestId) -> String {
     format!(r#"{{"{SUBSCRIPTION_ID_META}":{}}}"#, id.as_json())
+}
+
+/// The last value parsed from a `_meta` member, with the text it came from. A client sends
+/// the same `clientInfo` and capabilities with every 2026-07-28 request, so a request
+/// carrying the same text reuses the parsed value instead of parsing it again.
+pub(super) struct LastParsed<T>(std::cell::RefCell<Option<(Box<str>, Arc<T>)>>);
+
+impl<T> Default for LastParsed<T> {
+    fn default() -> Self {
+        Self(std::cell::RefCell::default())
+    }
+}
+
+impl<T> LastParsed<T> {
+    /// The value of `text`: the kept one when `text` is the same, else `parse(text)` (kept
+    /// in its place); `None` when it does not parse.
+    fn get_or_parse(&self, text: &str, parse: impl FnOnce(&str) -> Option<T>) -> Option<Arc<T>> {
+        let mut last = self.0.borrow_mut();
+        if let Some((kept, value)) = &*last {
+            if **kept == *text {
+                return Some(value.clone());
+            }
+        }
+        let value = Arc::new(parse(text)?);
+        *last = Some((Box::from(text), value.clone()));
+        Some(value)
+    }
 }
 
 /// The `protocolVersion` an `initialize` asks for (at most 64 characters), or `""`.
