@@ -162,8 +162,10 @@ pub struct CallToolParams<'a> {
     pub name: Cow<'a, str>,
     #[serde(borrow, default)]
     pub arguments: Option<&'a RawValue>,
+    /// Boxed: these params travel inside the decoded message, which is moved several times
+    /// on its way to the session, and most calls carry no `_meta` (ten slots of 16 bytes).
     #[serde(borrow, default, rename = "_meta")]
-    pub meta: Option<RequestMeta<'a>>,
+    pub meta: Option<Box<RequestMeta<'a>>>,
     /// 2026-07-28: the client's answers to an earlier round's asks.
     #[serde(borrow, default, rename = "inputResponses")]
     pub input_responses: Option<&'a RawValue>,

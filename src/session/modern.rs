@@ -57,7 +57,7 @@ impl Session {
     ) -> Result<Option<ModernRequest>, Error> {
         let parsed;
         let meta = match &request.params {
-            Params::Parsed(p) => p.meta.as_ref(),
+            Params::Parsed(p) => p.meta.as_deref(),
             Params::Raw(Some(raw)) if raw.get().starts_with('{') => {
                 parsed = serde_json::from_str::<MetaOnly<'_>>(raw.get()).ok();
                 parsed.as_ref().and_then(|p| p.meta.as_ref())
