@@ -11,6 +11,8 @@
 #                                                               which filters out the access log)
 #   ERA=2026-07-28 benches/callgrind.sh                       (mcp-ws: stateless 2026-07-28
 #                                                              requests, `_meta` and no initialize)
+#   LOAD_ARGS=--idempotency-keys benches/callgrind.sh         (more generator arguments: here
+#                                                              a fresh idempotency key per request)
 #
 # The server runs under valgrind on core 0; the generator drives it from core 1 with 16
 # connections x 16 pipelined `tools/call echo` for 10 s. Needs valgrind (callgrind_annotate).
@@ -41,7 +43,7 @@ SERVER_PID=$!
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
 sleep 6 # valgrind starts slowly
 RESULT=$(taskset -c 1 "$LOAD" --targets "$TARGET" "$URL_FLAG" ws://127.0.0.1:$PORT/mcp \
-  --connections 16 --pipeline 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 --era "$ERA" \
+  --connections 16 --pipeline 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 --era "$ERA" ${LOAD_ARGS:-} \
   --out "$(mktemp -d)" | grep '^RESULT_JSON ')
 kill -TERM $SERVER_PID # mcp-ws drains and exits; a baseline ends on SIGTERM (callgrind still writes its profile)
 wait $SERVER_PID 2>/dev/null || true

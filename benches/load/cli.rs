@@ -83,6 +83,11 @@ pub struct Args {
     /// `initialize`, each request carries `_meta` (the baselines ignore this).
     #[arg(long, value_enum, default_value_t = EraArg::Session)]
     pub era: EraArg,
+    /// Throughput: every mcp-ws `tools/call` carries a fresh `_meta.idempotencyKey`, so
+    /// each one is stored for de-duplication (in memory, or in Redis when the server is
+    /// configured with it). The baselines ignore it.
+    #[arg(long)]
+    pub idempotency_keys: bool,
 
     /// Http: a Streamable HTTP target, `LABEL,DIALECT,URL[,PID]`, repeatable;
     /// measured one after another in the order given. DIALECT: `session`

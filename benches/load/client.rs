@@ -71,6 +71,10 @@ pub struct Endpoint {
     pub reply_style: ReplyStyle,
     /// The revision of the requests (mcp-ws only; baselines speak 2025-11-25).
     pub era: Era,
+    /// Set: every `tools/call` carries a fresh `_meta.idempotencyKey` made of this run's
+    /// number, its connection and its id (mcp-ws only), so none is a retry of another, in
+    /// this run or an earlier one that left keys in a shared store.
+    pub idempotency_run: Option<u64>,
 }
 
 impl Endpoint {
@@ -109,6 +113,7 @@ impl Endpoint {
             offer_subprotocol,
             reply_style,
             era: Era::Session,
+            idempotency_run: None,
         })
     }
 }
@@ -354,15 +359,27 @@ pub fn payload_text(len: usize) -> String {
         .collect()
 }
 
-/// `tools/call` of the `echo` tool in `era`; `payload` must need no JSON escaping.
-pub fn tools_call_request(id: u64, payload: &str, era: Era) -> String {
-    match era {
-        Era::Session => format!(
+/// `tools/call` of the `echo` tool in `era`; `payload` must need no JSON escaping. With
+/// `key` (a run number and a connection's index), it carries `_meta.idempotencyKey`.
+pub fn tools_call_request(id: u64, payload: &str, era: Era, key: Option<(u64, usize)>) -> String {
+    let key =
+        key.map(|(run, connection)| format!(r#""idempotencyKey":"{run:x}-{connection}-{id}""#));
+    match (era, key) {
+        (Era::Session, None) => format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}}}}}}"#
         ),
-        Era::Stateless => format!(
+        (Era::Session, Some(key)) => format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}},"_meta":{{{key}}}}}}}"#
+        ),
+        (Era::Stateless, None) => format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}},{MODERN_META}}}}}"#
         ),
+        (Era::Stateless, Some(key)) => {
+            let meta = MODERN_META.strip_suffix('}').unwrap_or(MODERN_META);
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}},{meta},{key}}}}}}}"#
+            )
+        }
     }
 }
 

@@ -349,7 +349,7 @@ async fn drive(
     let mut id: u64 = 0;
     while Instant::now() < timeline.measure_end {
         id += 1;
-        let body = client::tools_call_request(id, &payload, era);
+        let body = client::tools_call_request(id, &payload, era, None);
         let sent_at = Instant::now();
         tally.sent += 1;
         let exchange = async {

@@ -114,6 +114,11 @@ impl LiveTarget {
             let mut endpoint = Endpoint::new(url, kind.offers_subprotocol(), kind.reply_style())?;
             if kind == TargetKind::McpWs {
                 endpoint.era = args.era.era();
+                endpoint.idempotency_run = args.idempotency_keys.then(|| {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |since| since.as_nanos() as u64)
+                });
             }
             Ok(endpoint)
         };

@@ -183,11 +183,12 @@ pub async fn run_point(
         drain_end: start + workload.warmup + workload.duration + DRAIN,
     };
     let mut drivers = tokio::task::JoinSet::new();
-    for ws in opened.sessions {
+    for (index, ws) in opened.sessions.into_iter().enumerate() {
         drivers.spawn(drive_connection(
             ws,
             endpoint.reply_style,
             endpoint.era,
+            endpoint.idempotency_run.map(|run| (run, index)),
             workload.pipeline,
             Arc::clone(&payload),
             timeline,
@@ -234,6 +235,7 @@ async fn drive_connection(
     ws: Ws,
     style: ReplyStyle,
     era: Era,
+    key: Option<(u64, usize)>,
     pipeline: usize,
     payload: Arc<str>,
     timeline: Timeline,
@@ -250,7 +252,7 @@ async fn drive_connection(
         pipeline,
         timeline,
     ));
-    let written = write_requests(&mut sink, sent_tx, &credits, &payload, era, timeline).await;
+    let written = write_requests(&mut sink, sent_tx, &credits, &payload, era, key, timeline).await;
     let mut tally = match reader.await {
         Ok(tally) => tally,
         Err(e) => {
@@ -279,6 +281,7 @@ async fn write_requests(
     credits: &Semaphore,
     payload: &str,
     era: Era,
+    key: Option<(u64, usize)>,
     timeline: Timeline,
 ) -> Result<u64, (u64, String)> {
     let stop = sleep_until(timeline.measure_end);
@@ -314,7 +317,7 @@ async fn write_requests(
             if sent_tx.send((id, Instant::now())).is_err() {
                 return Ok(id - 1);
             }
-            let frame = Message::text(client::tools_call_request(id, payload, era));
+            let frame = Message::text(client::tools_call_request(id, payload, era, key));
             if let Err(e) = sink.feed(frame).await {
                 return Err((id, format!("send: {e}")));
             }
