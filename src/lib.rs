@@ -109,3 +109,8 @@ pub use tool::{Json, TaskSupport, Tool, ToolError};
 
 #[doc(hidden)]
 pub use server::{routes, SUBPROTOCOL};
+
+/// The hasher of the server's maps: foldhash, seeded per process, so keys a client chooses
+/// (request ids, idempotency keys, tool names it looks up) cannot be ground into collisions
+/// offline, at a fraction of SipHash's cost for the short keys these maps hold.
+pub(crate) type FastHash = foldhash::fast::RandomState;

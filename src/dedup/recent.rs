@@ -16,7 +16,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
-type FastHash = foldhash::fast::RandomState;
+use crate::FastHash;
 
 /// See the module docs.
 pub struct RecentResponses {

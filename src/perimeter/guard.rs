@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use serde_json::value::RawValue;
 use std::collections::HashSet;
 
-type FastHash = foldhash::fast::RandomState;
+use crate::FastHash;
 
 /// See the module docs.
 #[derive(Debug)]

@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-type FastHash = foldhash::fast::RandomState;
+use crate::FastHash;
 
 /// Buckets looked at when a full map has no idle bucket to drop.
 const EVICTION_SAMPLE: usize = 32;

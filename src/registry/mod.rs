@@ -34,8 +34,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 pub use snapshot::Page;
 
-/// Keys are inserted by the server only (clients can only look up), so a fast hasher is safe.
-type FastHash = foldhash::fast::RandomState;
+use crate::FastHash;
 
 /// Why a registration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

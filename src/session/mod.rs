@@ -48,7 +48,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-type FastHash = foldhash::fast::RandomState;
+use crate::FastHash;
 
 /// Messages as this server decodes them: `tools/call` params parsed in the envelope's pass.
 type Entry<'a> = jsonrpc::Entry<'a, CallToolParams<'a>>;

@@ -7,6 +7,7 @@
 //! everything else never does.
 
 use super::{Entry, Key, Owner};
+use crate::FastHash;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -26,7 +27,7 @@ pub(crate) struct NonceCache {
 
 #[derive(Default)]
 struct Entries {
-    map: HashMap<Key, Slot>,
+    map: HashMap<Key, Slot, FastHash>,
     /// Keys in insertion order, each with the generation it was inserted as: the oldest is
     /// evicted first, and a key re-inserted since is skipped.
     order: VecDeque<(Key, u64)>,
@@ -53,7 +54,7 @@ impl Slot {
 #[derive(Default)]
 struct Nonces {
     /// When each nonce may be forgotten.
-    map: HashMap<Key, Instant>,
+    map: HashMap<Key, Instant, FastHash>,
     /// In insertion order, which is expiry order (every nonce lives as long).
     order: VecDeque<(Key, Instant)>,
 }
@@ -86,7 +87,7 @@ impl MemoryStore {
                 return Some(slot.entry.clone());
             }
         }
-        self.insert(&mut entries, *key, running, now + ttl);
+        self.insert(&mut entries, *key, running, now, ttl);
         None
     }
 
@@ -98,7 +99,7 @@ impl MemoryStore {
             Self::remove_if_owned(&mut entries, key, owner);
             return;
         }
-        self.insert(&mut entries, *key, done, Instant::now() + ttl);
+        self.insert(&mut entries, *key, done, Instant::now(), ttl);
     }
 
     /// Frees `key` if `owner` still holds it running (the request ended without a result to
@@ -119,7 +120,10 @@ impl MemoryStore {
         }
     }
 
-    fn insert(&self, entries: &mut Entries, key: Key, entry: Entry, expires: Instant) {
+    /// Puts `entry` under `key` until `now + ttl` (`now`: the caller's clock read), then
+    /// evicts down to the bounds.
+    fn insert(&self, entries: &mut Entries, key: Key, entry: Entry, now: Instant, ttl: Duration) {
+        let expires = now + ttl;
         let generation = entries.next_generation;
         entries.next_generation += 1;
         let slot = Slot {
@@ -133,7 +137,6 @@ impl MemoryStore {
         }
         entries.order.push_back((key, generation));
         // The oldest go first, however long they had left: the bounds hold at every insert.
-        let now = Instant::now();
         while entries.map.len() > self.max_entries
             || entries.bytes > self.max_bytes
             || entries.order.len() > 2 * self.max_entries
