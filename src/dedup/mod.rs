@@ -87,16 +87,13 @@ impl Idempotency {
             }
             scoped.update([0]);
         }
-        let mut params = serde_json::Map::new();
-        params.insert("name".into(), Value::String(name.to_owned()));
-        if let Some(arguments) = arguments {
-            let arguments: Value = serde_json::from_str(arguments.get())
-                .map_err(|e| Error::InvalidParams(format!("arguments: {e}")))?;
-            params.insert("arguments".into(), arguments);
-        }
+        let arguments: Option<Value> = arguments
+            .map(|arguments| serde_json::from_str(arguments.get()))
+            .transpose()
+            .map_err(|e| Error::InvalidParams(format!("arguments: {e}")))?;
         Ok(Self {
             key: scoped.finalize().into(),
-            fingerprint: fingerprint("tools/call", Value::Object(params))?,
+            fingerprint: tool_call_fingerprint(name, arguments.as_ref()),
         })
     }
 
@@ -106,12 +103,71 @@ impl Idempotency {
     }
 }
 
-/// SHA-256 of the canonical JSON (RFC 8785) of `[method, params]`: the same for any spelling
-/// of the same params (member order, whitespace, escapes).
-fn fingerprint(method: &str, params: Value) -> Result<Fingerprint, Error> {
-    let canonical = serde_jcs::to_vec(&(method, params))
-        .map_err(|e| Error::InvalidParams(format!("params: {e}")))?;
-    Ok(Sha256::digest(canonical).into())
+/// SHA-256 of `["tools/call", params]` in a canonical form (see [`write_canonical`]): the
+/// same for any spelling of the same params (member order, whitespace, escapes, `1.0` for
+/// `1`), different for different ones.
+fn tool_call_fingerprint(name: &str, arguments: Option<&Value>) -> Fingerprint {
+    let mut canonical = Vec::with_capacity(64);
+    canonical.extend_from_slice(br#"["tools/call",{"#);
+    // Members in name order: "arguments" < "name".
+    if let Some(arguments) = arguments {
+        canonical.extend_from_slice(br#""arguments":"#);
+        write_canonical(&mut canonical, arguments);
+        canonical.push(b',');
+    }
+    canonical.extend_from_slice(br#""name":"#);
+    write_canonical(&mut canonical, &Value::from(name));
+    canonical.extend_from_slice(b"}]");
+    Sha256::digest(canonical).into()
+}
+
+/// Writes `value` as compact JSON with every object's members sorted by name (byte order),
+/// strings escaped as serde_json escapes them, and integral floats up to 2^53 written as
+/// integers, so equal values are written alike whatever their spelling. It serves the same
+/// purpose as RFC 8785 (which `perimeter::signature` uses, as clients must reproduce it) at
+/// a fraction of its cost: this form is only ever compared with itself.
+fn write_canonical(out: &mut Vec<u8>, value: &Value) {
+    /// Floats in ±2^53 with no fraction are written as the integers they equal.
+    const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0;
+    match value {
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(members) => {
+            let mut sorted: Vec<_> = members.iter().collect();
+            sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (name, member)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_scalar(out, &Value::from(name.as_str()));
+                out.push(b':');
+                write_canonical(out, member);
+            }
+            out.push(b'}');
+        }
+        Value::Number(number) => match number.as_f64() {
+            Some(x) if number.is_f64() && x.fract() == 0.0 && x.abs() <= EXACT_INTEGERS => {
+                out.extend_from_slice((x as i64).to_string().as_bytes())
+            }
+            _ => write_scalar(out, value),
+        },
+        Value::Null | Value::Bool(_) | Value::String(_) => write_scalar(out, value),
+    }
+}
+
+/// A string, number, boolean or null as serde_json writes it (writing into a `Vec` cannot
+/// fail, and a `Value` always serializes).
+fn write_scalar(out: &mut Vec<u8>, value: &Value) {
+    let _ = serde_json::to_writer(out, value);
 }
 
 /// The first request of a key runs `work`; the others get its response (see the module docs).
@@ -321,11 +377,43 @@ mod tests {
 
     #[test]
     fn fingerprints_ignore_spelling_but_not_content() {
-        let a = keyed("anonymous", r#""k""#, r#"{"a":1,"b":"x"}"#);
-        let b = keyed("anonymous", r#""k""#, r#"{ "b" : "\u0078", "a":1 }"#);
-        let c = keyed("anonymous", r#""k""#, r#"{"a":2,"b":"x"}"#);
+        let a = keyed(
+            "anonymous",
+            r#""k""#,
+            r#"{"a":1,"b":"x","c":[{"z":0,"y":1.5}]}"#,
+        );
+        let b = keyed(
+            "anonymous",
+            r#""k""#,
+            r#"{ "c" : [ { "y":15e-1, "z":0.0 } ], "b" : "\u0078", "a":1.0 }"#,
+        );
         assert_eq!(a.fingerprint, b.fingerprint);
-        assert_ne!(a.fingerprint, c.fingerprint);
+        for other in [
+            r#"{"a":2,"b":"x","c":[{"z":0,"y":1.5}]}"#,
+            r#"{"a":"1","b":"x","c":[{"z":0,"y":1.5}]}"#,
+            r#"{"a":1,"b":"x","c":[{"y":1.5,"z":0}],"d":null}"#,
+            r#"{"a":1,"b":"x","c":[{"z":0,"y":1.5},{}]}"#,
+            r#"{"a":1,"b":"x","c":{"z":0,"y":1.5}}"#,
+            r#"{"a":1,"b":"x","c":[{"z":0,"y":1.25}]}"#,
+        ] {
+            assert_ne!(
+                a.fingerprint,
+                keyed("anonymous", r#""k""#, other).fingerprint,
+                "{other}"
+            );
+        }
+        let no_arguments = Idempotency::of_tool_call(
+            &Identity::anonymous(),
+            &raw(r#""k""#),
+            "echo",
+            None,
+            [None, None],
+        )
+        .expect("a valid key");
+        assert_ne!(
+            no_arguments.fingerprint,
+            keyed("anonymous", r#""k""#, "{}").fingerprint
+        );
     }
 
     #[test]
