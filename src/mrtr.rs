@@ -79,7 +79,7 @@ impl Binding {
         Self {
             method: method.to_owned(),
             target: target.to_owned(),
-            arguments: hex(&digest),
+            arguments: data_encoding::HEXLOWER.encode(&digest),
             subject: subject.to_owned(),
         }
     }
@@ -228,16 +228,6 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
-            let _ = write!(out, "{b:02x}");
-            out
-        })
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub(crate) use self::redis::RedisStore;
 
 use crate::config::Settings;
 use crate::metrics::Metrics;
+use data_encoding::HEXLOWER;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,16 +55,23 @@ impl Entry {
     /// The Redis encoding (see `store::redis`).
     pub(crate) fn encode(&self) -> Vec<u8> {
         match self {
-            Self::Running { fingerprint, owner } => format!(
-                "R{}{}",
-                redis::hex(fingerprint),
-                redis::hex(&owner.to_be_bytes())
-            )
-            .into_bytes(),
+            Self::Running { fingerprint, owner } => {
+                let mut text = String::with_capacity(1 + 64 + 32);
+                text.push('R');
+                HEXLOWER.encode_append(fingerprint, &mut text);
+                HEXLOWER.encode_append(&owner.to_be_bytes(), &mut text);
+                text.into_bytes()
+            }
             Self::Done {
                 fingerprint,
                 result,
-            } => format!("D{}{}", redis::hex(fingerprint), result).into_bytes(),
+            } => {
+                let mut text = String::with_capacity(1 + 64 + result.len());
+                text.push('D');
+                HEXLOWER.encode_append(fingerprint, &mut text);
+                text.push_str(result);
+                text.into_bytes()
+            }
         }
     }
 
@@ -87,14 +95,7 @@ impl Entry {
 }
 
 fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
-    if text.len() != 2 * N {
-        return None;
-    }
-    let mut out = [0u8; N];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
+    HEXLOWER.decode(text.as_bytes()).ok()?.try_into().ok()
 }
 
 /// Which backend took a claim.
@@ -247,7 +248,8 @@ mod tests {
         ] {
             assert_eq!(Entry::decode(&entry.encode()), Some(entry));
         }
-        for junk in [&b""[..], b"X", b"R12", &[0xff; 70]] {
+        let upper_case = format!("R{}{}", "AB".repeat(32), "0".repeat(32));
+        for junk in [&b""[..], b"X", b"R12", &[0xff; 70], upper_case.as_bytes()] {
             assert_eq!(Entry::decode(junk), None);
         }
     }

@@ -93,11 +93,20 @@ impl RedisStore {
     }
 
     fn entry_key(&self, key: &Key) -> String {
-        format!("{}idem:{}", self.prefix, hex(key))
+        self.key_name("idem:", key)
     }
 
     fn nonce_key(&self, key: &Key) -> String {
-        format!("{}nonce:{}", self.prefix, hex(key))
+        self.key_name("nonce:", key)
+    }
+
+    /// `<prefix><kind><hex of key>`.
+    fn key_name(&self, kind: &str, key: &Key) -> String {
+        let mut name = String::with_capacity(self.prefix.len() + kind.len() + 2 * key.len());
+        name.push_str(&self.prefix);
+        name.push_str(kind);
+        data_encoding::HEXLOWER.encode_append(key, &mut name);
+        name
     }
 
     /// Whether Redis is worth trying now (it answered last time, or the pause is over).
@@ -293,14 +302,4 @@ impl RedisStore {
         .await
         .is_some()
     }
-}
-
-/// Lower-case hex of bytes.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
 }
