@@ -39,8 +39,7 @@ use crate::mcp::{
 };
 use crate::perimeter::Admission;
 use crate::shared::{SessionId, Shared};
-use crate::worker::{Cancel, RequestWorker};
-use actix::Addr;
+use crate::worker::WorkerHandle;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::collections::{hash_map, HashMap};
@@ -149,7 +148,7 @@ struct Negotiated {
 
 /// A request running in a worker.
 struct InFlight {
-    worker: Addr<RequestWorker>,
+    worker: WorkerHandle,
     progress_token: Option<ProgressToken>,
     /// The exchange the request came in.
     exchange: u64,
@@ -519,7 +518,7 @@ impl Session {
             tracing::debug!(session = self.id, id = %id, "cancel for a request not in flight; ignored");
             return;
         };
-        entry.worker.do_send(Cancel);
+        entry.worker.cancel();
         self.shared.metrics.workers.dec();
         self.shared.metrics.cancelled.inc();
         entry

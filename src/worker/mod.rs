@@ -1,16 +1,18 @@
-//! The per-request worker actor. The session starts one `RequestWorker` for each request
-//! that runs user code (a tool call, a resource read, a prompt render, a completion); it
-//! waits for a slot in the global pool, runs the work under a deadline, and reports back to
-//! its session through the session's inbox: progress, log lines and client requests while
-//! it runs (through the request's context), exactly one `Finished` at the end.
+//! The per-request worker. The session starts one for each request that runs user code (a
+//! tool call, a resource read, a prompt render, a completion); it waits for a slot in the
+//! global pool, runs the work under a deadline, and reports back to its session through the
+//! session's inbox: progress, log lines and client requests while it runs (through the
+//! request's context), exactly one `Finished` at the end.
 //!
-//! A worker runs at once on its session's task, as far as it gets without waiting; work that
-//! waits continues on a task of its own (see [`RequestWorker::run`]).
+//! A worker runs at once on its session's task, as far as it gets without waiting. Work done
+//! by then (most tool calls) is over; work that waits (a long request) continues as a
+//! `RequestWorker` actor on a task of its own (see [`RequestWorker::run`]).
 //!
-//! Cancellation is a `Cancel` message: the worker stops, and stopping an actix actor drops
-//! every future spawned in its context, so the work stops at its next await point (after one
-//! last run, see the handler) and the pool permit is returned. The worker never touches the socket; its session decides what to
-//! write (and drops whatever arrives for a request no longer in flight).
+//! Cancellation is a `Cancel` message to that actor: it stops, and stopping an actix actor
+//! drops every future spawned in its context, so the work stops at its next await point
+//! (after one last run, see the handler) and the pool permit is returned. The worker never
+//! touches the socket; its session decides what to write (and drops whatever arrives for a
+//! request no longer in flight).
 
 use crate::context::{
     Ask, CancelFlag, ContextParts, Deadline, Input, LogFloor, RequestContext, Rounds, SessionInfo,
@@ -74,71 +76,129 @@ pub struct Job {
     pub span: tracing::Span,
 }
 
-/// The worker actor. Its work is spawned into its context before it starts (see
-/// [`RequestWorker::run`]); the actor itself only holds what must outlive the work.
+/// The worker actor of a request whose work waits. Its work is spawned into its context
+/// before it starts (see [`RequestWorker::run`]); the actor itself only holds what must
+/// outlive the work.
 pub struct RequestWorker {
     cancel: CancelFlag,
 }
 
 type WorkerFuture = actix::dev::ContextFut<RequestWorker, Context<RequestWorker>>;
 
-impl RequestWorker {
-    /// Starts the worker actor for `job` and runs it at once, on the caller's (the
-    /// session's) task, as far as it gets without waiting. Work that is done by then (most
-    /// tool calls) never needs a task of its own: `Actor::start` spawns one per actor, and
-    /// that task (allocated, scheduled, polled and torn down once per request) was a tenth
-    /// of the server's instructions per request. Work that waits continues on a task of its
-    /// own, as with `Actor::start`.
-    ///
-    /// Either way it is the same actor: its own context, mailbox and address, `Cancel` in
-    /// and `WorkerEvent`s out as messages, never a call into the session.
-    pub fn run(job: Box<Job>) -> Addr<Self> {
-        let (address, mut worker) = Self::prepare(job);
-        // No waker is needed for this first poll: if the worker is not done, its task polls
-        // it again at once, and that poll registers every wakeup it waits for.
-        let mut first_poll = std::task::Context::from_waker(std::task::Waker::noop());
-        if Pin::new(&mut worker).poll(&mut first_poll).is_pending() {
-            actix_rt::spawn(worker);
+/// A request's work, made of its job: the outcome, once admitted and run.
+type Execution = Pin<Box<dyn Future<Output = Result<String, Error>>>>;
+
+/// A started worker, as its session holds it.
+pub enum WorkerHandle {
+    /// The work finished in its first poll: its `Finished` waits in the inbox, and there is
+    /// nothing left to stop.
+    Finished,
+    /// The work waits: its actor, which [`Cancel`] stops.
+    Running(Addr<RequestWorker>),
+}
+
+impl WorkerHandle {
+    /// Stops the work if it still runs; it sends nothing more.
+    pub fn cancel(&self) {
+        if let Self::Running(worker) = self {
+            worker.do_send(Cancel);
         }
-        address
+    }
+}
+
+impl RequestWorker {
+    /// Starts the work of `job` at once, on the caller's (the session's) task, as far as it
+    /// gets without waiting. Work that is done by then (most tool calls) never needs an actor:
+    /// its outcome goes to the inbox like any worker's, and nothing was allocated for a
+    /// context, a mailbox or a task it would not use (`Actor::start` spawned a task per
+    /// request, a tenth of the server's instructions per request, and the context and its
+    /// mailbox cost about as much again). Work that waits becomes a worker actor on a task of
+    /// its own, as with `Actor::start`: its own context, mailbox and address, `Cancel` in and
+    /// its outcome out as messages, never a call into the session.
+    pub fn run(job: Box<Job>) -> WorkerHandle {
+        let (mut execution, cancel, report) = Self::prepare(job);
+        // No waker is needed for this first poll: if the work is not done, the actor's task
+        // polls it again at once, and that poll registers every wakeup it waits for.
+        let mut first_poll = std::task::Context::from_waker(std::task::Waker::noop());
+        match execution.as_mut().poll(&mut first_poll) {
+            std::task::Poll::Ready(outcome) => {
+                report.send(outcome);
+                WorkerHandle::Finished
+            }
+            std::task::Poll::Pending => {
+                let (address, worker) = Self::actor(execution, cancel, report);
+                actix_rt::spawn(worker);
+                WorkerHandle::Running(address)
+            }
+        }
     }
 
-    /// Starts the worker the way `Actor::start` would, on a task of its own from the first
-    /// poll. The server uses [`run`](Self::run); this is its reference in
+    /// Starts the worker the way `Actor::start` would: an actor on a task of its own from the
+    /// first poll. The server uses [`run`](Self::run); this is its reference in
     /// `benches/codec.rs`.
     pub fn spawn(job: Box<Job>) -> Addr<Self> {
-        let (address, worker) = Self::prepare(job);
+        let (execution, cancel, report) = Self::prepare(job);
+        let (address, worker) = Self::actor(execution, cancel, report);
         actix_rt::spawn(worker);
         address
     }
 
-    /// The worker's context, its work spawned in it, as a future not yet polled.
-    fn prepare(mut job: Box<Job>) -> (Addr<Self>, WorkerFuture) {
-        let mut context = Context::new();
-        let inbox = job.inbox.clone();
-        let id = job.id.clone();
+    /// The work of `job`, not yet polled, with its cancel flag and where its outcome goes.
+    fn prepare(mut job: Box<Job>) -> (Execution, CancelFlag, Report) {
         let cancel = CancelFlag::default();
         // `execute` has no use for the span: it runs inside it.
         let span = std::mem::replace(&mut job.span, tracing::Span::none());
-        let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
-        context.spawn(
-            actix::fut::wrap_future::<_, Self>(
-                execute(job, cancel.clone()).instrument(span.clone()),
-            )
-            .map(move |outcome, _worker, ctx| {
-                if let Some(started) = started {
-                    let _entered = span.enter();
-                    tracing::debug!(
-                        elapsed_us = started.elapsed().as_micros() as u64,
-                        outcome = if outcome.is_ok() { "ok" } else { "error" },
-                        "worker finished"
-                    );
-                }
-                inbox.post(SessionEvent::Finished { id, outcome });
+        let report = Report {
+            inbox: job.inbox.clone(),
+            id: job.id.clone(),
+            started: tracing::enabled!(tracing::Level::DEBUG).then(Instant::now),
+            span: span.clone(),
+        };
+        let execution = Box::pin(execute(job, cancel.clone()).instrument(span));
+        (execution, cancel, report)
+    }
+
+    /// The actor that runs `execution` to its end (or until cancelled), as a future not yet
+    /// polled.
+    fn actor(
+        execution: Execution,
+        cancel: CancelFlag,
+        report: Report,
+    ) -> (Addr<Self>, WorkerFuture) {
+        let mut context = Context::new();
+        context.spawn(actix::fut::wrap_future::<_, Self>(execution).map(
+            move |outcome, _worker, ctx| {
+                report.send(outcome);
                 ctx.stop();
-            }),
-        );
+            },
+        ));
         (context.address(), context.into_future(Self { cancel }))
+    }
+}
+
+/// Where a worker's outcome goes: its session's inbox, as its request's one `Finished`.
+struct Report {
+    inbox: Rc<Inbox>,
+    id: RequestId,
+    /// When the work started, only when debug logs are on.
+    started: Option<Instant>,
+    span: tracing::Span,
+}
+
+impl Report {
+    fn send(self, outcome: Result<String, Error>) {
+        if let Some(started) = self.started {
+            let _entered = self.span.enter();
+            tracing::debug!(
+                elapsed_us = started.elapsed().as_micros() as u64,
+                outcome = if outcome.is_ok() { "ok" } else { "error" },
+                "worker finished"
+            );
+        }
+        self.inbox.post(SessionEvent::Finished {
+            id: self.id,
+            outcome,
+        });
     }
 }
 
