@@ -462,20 +462,22 @@ impl RequestRecord {
     }
 
     /// The request is done: its latency goes into its method's histogram (unless it was
-    /// cancelled: it got no answer), and its line is written.
+    /// cancelled: it got no answer), and its line is written. Returns the clock read that
+    /// ended it, for the caller's own bookkeeping of the same moment.
     pub(crate) fn finish(
         self,
         shared: &Shared,
         admission: &Admission,
         session: u64,
         outcome: Outcome,
-    ) {
-        let elapsed = self.started.elapsed();
+    ) -> Instant {
+        let finished = Instant::now();
+        let elapsed = finished.saturating_duration_since(self.started);
         if outcome != Outcome::Cancelled {
             shared.metrics.latency.observe(self.method, elapsed);
         }
         let Some(line) = self.line else {
-            return;
+            return finished;
         };
         let mut user_agent = String::new();
         push_clean(
@@ -499,6 +501,7 @@ impl RequestRecord {
             trace_id = %line.trace_id,
             "request"
         );
+        finished
     }
 }
 

@@ -94,15 +94,14 @@ impl RecentResponses {
         })
     }
 
-    /// Remembers the response `frame` of the finished request `id`.
-    pub fn remember(&mut self, id: RequestId, fingerprint: Fingerprint, frame: &str) {
+    /// Remembers the response `frame` of the request `id`, finished `now`.
+    pub fn remember(&mut self, id: RequestId, fingerprint: Fingerprint, frame: &str, now: Instant) {
         let Some(result) = result_of(frame, &id) else {
             return;
         };
         if result.len() > self.max_bytes {
             return;
         }
-        let now = Instant::now();
         let remembered = Remembered {
             fingerprint,
             result: result.into(),
@@ -167,7 +166,7 @@ mod tests {
         .expect("on");
         let frame = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"{text}"}}"#);
         let request_id = with_request(&call(id, text), |r| r.id.clone());
-        recent.remember(request_id, fingerprint, &frame);
+        recent.remember(request_id, fingerprint, &frame, Instant::now());
     }
 
     #[test]

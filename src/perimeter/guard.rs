@@ -18,6 +18,7 @@ use crate::mcp::Error;
 use crate::metrics::Metrics;
 use serde_json::value::RawValue;
 use std::collections::HashSet;
+use std::time::Instant;
 
 use crate::FastHash;
 
@@ -72,7 +73,8 @@ impl RequestGuard {
     /// the raw params when the decoder kept them raw (every method but `tools/call`, and
     /// every method for sessions that [need them raw](Self::needs_raw_params)).
     ///
-    /// The rate is checked first: a refused method still costs its sender a token.
+    /// The rate is checked first, at `now` (the request's arrival): a refused method still
+    /// costs its sender a token.
     ///
     /// # Errors
     /// The error to answer the request with; the request does not run.
@@ -82,6 +84,7 @@ impl RequestGuard {
         method: &str,
         params: Option<&RawValue>,
         metrics: &Metrics,
+        now: Instant,
     ) -> Result<Passed, Error> {
         if let Some(rate) = &self.rate {
             let identity = &admission.identity;
@@ -90,7 +93,7 @@ impl RequestGuard {
             } else {
                 Holder::Address(admission.peer)
             };
-            if let Err(wait) = rate.take(holder) {
+            if let Err(wait) = rate.take(holder, now) {
                 metrics.rejections.rate.inc();
                 return Err(Error::RateLimited {
                     // Rounded up: a client that waits exactly this long finds a token.

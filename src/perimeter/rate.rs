@@ -58,12 +58,12 @@ impl RateLimiter {
         })
     }
 
-    /// Takes a token from `holder`'s bucket.
+    /// Takes a token from `holder`'s bucket at `now` (the caller's clock read: the
+    /// request's arrival).
     ///
     /// # Errors
     /// How long until a token is there, when there is none now.
-    pub fn take(&self, holder: Holder<'_>) -> Result<(), Duration> {
-        let now = Instant::now();
+    pub fn take(&self, holder: Holder<'_>, now: Instant) -> Result<(), Duration> {
         match holder {
             Holder::Subject(subject) => {
                 if let Some(mut bucket) = self.by_subject.get_mut(subject) {
@@ -171,26 +171,28 @@ mod tests {
         let limiter = limiter(1.0, 3, 10);
         let alice = Holder::Subject("alice");
         for _ in 0..3 {
-            assert_eq!(limiter.take(alice), Ok(()));
+            assert_eq!(limiter.take(alice, Instant::now()), Ok(()));
         }
-        let wait = limiter.take(alice).expect_err("the burst is spent");
+        let wait = limiter
+            .take(alice, Instant::now())
+            .expect_err("the burst is spent");
         assert!(
             wait > Duration::ZERO && wait <= Duration::from_secs(1),
             "{wait:?}"
         );
         // Another identity, and an anonymous address, have buckets of their own.
-        assert_eq!(limiter.take(Holder::Subject("bob")), Ok(()));
-        assert_eq!(limiter.take(Holder::Address(None)), Ok(()));
+        assert_eq!(limiter.take(Holder::Subject("bob"), Instant::now()), Ok(()));
+        assert_eq!(limiter.take(Holder::Address(None), Instant::now()), Ok(()));
     }
 
     #[test]
     fn a_spent_bucket_refills() {
         let limiter = limiter(1000.0, 1, 10);
         let holder = Holder::Address(Some([127, 0, 0, 1].into()));
-        assert_eq!(limiter.take(holder), Ok(()));
+        assert_eq!(limiter.take(holder, Instant::now()), Ok(()));
         let deadline = Instant::now() + Duration::from_secs(10);
         // Eventually served again (a token takes a millisecond to refill).
-        while limiter.take(holder).is_err() {
+        while limiter.take(holder, Instant::now()).is_err() {
             assert!(Instant::now() < deadline, "never refilled");
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -201,7 +203,7 @@ mod tests {
         let limiter = limiter(0.001, 2, 8);
         for i in 0..1000 {
             let subject = format!("user-{i}");
-            let _ = limiter.take(Holder::Subject(&subject));
+            let _ = limiter.take(Holder::Subject(&subject), Instant::now());
             assert!(limiter.len() <= 8, "{} buckets", limiter.len());
         }
     }
@@ -210,11 +212,11 @@ mod tests {
     fn idle_buckets_are_swept_first() {
         let limiter = limiter(1_000_000.0, 1, 4);
         for i in 0..4 {
-            let _ = limiter.take(Holder::Subject(&format!("idle-{i}")));
+            let _ = limiter.take(Holder::Subject(&format!("idle-{i}")), Instant::now());
         }
         std::thread::sleep(Duration::from_millis(5));
         // All four refilled: the next newcomer sweeps them all away.
-        let _ = limiter.take(Holder::Subject("new"));
+        let _ = limiter.take(Holder::Subject("new"), Instant::now());
         assert_eq!(limiter.len(), 1);
     }
 }

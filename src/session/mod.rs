@@ -389,11 +389,13 @@ impl Session {
             Err(Error::ShuttingDown)
         } else {
             let metrics = &self.shared.metrics;
-            match self
-                .shared
-                .guard
-                .check(&self.admission, &request.method, raw_params, metrics)
-            {
+            match self.shared.guard.check(
+                &self.admission,
+                &request.method,
+                raw_params,
+                metrics,
+                started,
+            ) {
                 Err(refused) => Err(refused),
                 Ok(passed) => match self.recent.replay(&request) {
                     // A retry of a request this session finished: its response again.
@@ -610,7 +612,7 @@ impl Session {
                     return;
                 };
                 self.shared.metrics.workers.dec();
-                entry.record.finish(
+                let finished = entry.record.finish(
                     &self.shared,
                     &self.admission,
                     self.id,
@@ -619,7 +621,7 @@ impl Session {
                 let frame = match outcome {
                     Ok(frame) => {
                         if let Some(fingerprint) = entry.replay {
-                            self.recent.remember(id, fingerprint, &frame);
+                            self.recent.remember(id, fingerprint, &frame, finished);
                         }
                         frame
                     }
