@@ -12,7 +12,7 @@ use crate::config::DedupSettings;
 use crate::jsonrpc::{result_of, Params, Request, RequestId};
 use crate::mcp::{CallToolParams, ConflictScope, Error};
 use serde_json::value::RawValue;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{hash_map, HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
@@ -123,9 +123,9 @@ impl RecentResponses {
                 break;
             };
             // An id remembered again since is the newer entry's to keep.
-            if self.map.get(&oldest).is_some_and(|r| r.at == at) {
-                if let Some(gone) = self.map.remove(&oldest) {
-                    self.bytes -= gone.result.len();
+            if let hash_map::Entry::Occupied(entry) = self.map.entry(oldest) {
+                if entry.get().at == at {
+                    self.bytes -= entry.remove().result.len();
                 }
             }
         }
