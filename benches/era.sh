@@ -3,7 +3,9 @@
 # no initialize) and as a 2025-11-25 session request, against ONE mcp-ws pinned to core 0
 # (generator on core 1), over WebSocket (C=16, P=16) and over Streamable HTTP (C=16, one in
 # flight each). ROUNDS alternating pairs per transport (order flipped every other pair);
-# prints server CPU per request for each run and the median modern/legacy ratio.
+# prints server CPU per request for each run and the median modern/legacy ratio. Over
+# WebSocket each round also measures a legacy request padded to the modern one's length
+# (`--era 2025-11-25-padded`), which tells the bigger frame's own cost from the rest.
 #
 #   benches/era.sh [generator args...]      e.g. --duration 4 --payload 64
 #   ROUNDS=6 TRANSPORTS="ws http" benches/era.sh
@@ -54,6 +56,9 @@ for transport in $TRANSPORTS; do
     else
       measure "$transport" 2026-07-28 "$@"; measure "$transport" 2025-11-25 "$@"
     fi
+    # WebSocket: also a 2025-11-25 request padded to the 2026-07-28 one's length with
+    # `_meta` members no server knows, to tell the bigger frame's cost from the rest.
+    [ "$transport" = ws ] && measure ws 2025-11-25-padded "$@"
   done
 done | tee "$OUT/runs.txt"
 
@@ -79,4 +84,9 @@ for transport, eras in runs.items():
     ratios = [(m[1] / m[0]) / (l[1] / l[0]) for l, m in zip(eras["2025-11-25"], eras["2026-07-28"])]
     print(f"{transport}: 2026-07-28 / 2025-11-25 server CPU per request, median of {len(ratios)} pairs: "
           f"{statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}); goal <= 1.10")
+    if "2025-11-25-padded" in eras:
+        # The same frame length without the meaning: the part of the cost that is parsing.
+        padded = [(p[1] / p[0]) / (l[1] / l[0]) for l, p in zip(eras["2025-11-25"], eras["2025-11-25-padded"])]
+        print(f"{transport}: 2025-11-25 padded to the same length / 2025-11-25, median of {len(padded)}: "
+              f"{statistics.median(padded):.3f} (range {min(padded):.3f}-{max(padded):.3f})")
 PY

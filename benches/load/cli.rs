@@ -184,6 +184,10 @@ pub enum EraArg {
     /// Stateless: `_meta` on every request, no `initialize`.
     #[value(name = "2026-07-28")]
     Stateless,
+    /// Handshake era, every request padded with a `_meta` as long as a 2026-07-28
+    /// one's that no server knows: the cost of the bigger frame alone.
+    #[value(name = "2025-11-25-padded")]
+    PaddedSession,
 }
 
 impl EraArg {
@@ -191,6 +195,7 @@ impl EraArg {
         match self {
             EraArg::Session => crate::client::Era::Session,
             EraArg::Stateless => crate::client::Era::Stateless,
+            EraArg::PaddedSession => crate::client::Era::PaddedSession,
         }
     }
 
@@ -198,6 +203,7 @@ impl EraArg {
         match self {
             EraArg::Session => "2025-11-25",
             EraArg::Stateless => "2026-07-28",
+            EraArg::PaddedSession => "2025-11-25-padded",
         }
     }
 }

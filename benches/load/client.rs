@@ -44,10 +44,24 @@ pub enum Era {
     /// 2026-07-28: no `initialize`; every request carries its version, client
     /// capabilities and client info in `_meta` ([`MODERN_META`]).
     Stateless,
+    /// 2025-11-25 on a session, every request carrying a `_meta` exactly as long as a
+    /// 2026-07-28 one's ([`PADDED_META`]) under member names no server knows: what the
+    /// bigger frame alone costs, without the meaning of its members.
+    PaddedSession,
+}
+
+impl Era {
+    /// Whether requests are sent on a session opened with `initialize`.
+    pub fn has_session(self) -> bool {
+        self != Self::Stateless
+    }
 }
 
 /// The `_meta` of every 2026-07-28 request the generator sends.
 pub const MODERN_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"load","version":"0"}}"#;
+
+/// [`MODERN_META`] with every member renamed (same length): ignored by any server.
+pub const PADDED_META: &str = r#""_meta":{"io.example.padding.xxxx/protocolVersion":"2026-07-28","io.example.padding.xxxx/clientCapabilities":{},"io.example.padding.xxxx/clientInfo":{"name":"load","version":"0"}}"#;
 
 /// How the target answers a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,7 +269,7 @@ pub async fn open_session(endpoint: &Endpoint, read_buffer: usize) -> Result<Ws,
     let setup = async {
         let mut ws = connect(endpoint, read_buffer).await?;
         // A 2026-07-28 client has no handshake: each request stands alone.
-        if endpoint.era == Era::Session {
+        if endpoint.era.has_session() {
             initialize(&mut ws, endpoint.reply_style).await?;
         }
         Ok(ws)
@@ -362,20 +376,24 @@ pub fn payload_text(len: usize) -> String {
 /// `tools/call` of the `echo` tool in `era`; `payload` must need no JSON escaping. With
 /// `key` (a run number and a connection's index), it carries `_meta.idempotencyKey`.
 pub fn tools_call_request(id: u64, payload: &str, era: Era, key: Option<(u64, usize)>) -> String {
-    let key =
-        key.map(|(run, connection)| format!(r#""idempotencyKey":"{run:x}-{connection}-{id}""#));
-    match (era, key) {
-        (Era::Session, None) => format!(
+    let meta = match era {
+        Era::Session => None,
+        Era::Stateless => Some(MODERN_META),
+        Era::PaddedSession => Some(PADDED_META),
+    };
+    let key = key.map(|(run, connection)| format!(r#""idempotencyKey":"{run:x}-{connection}-{id}""#));
+    match (meta, key) {
+        (None, None) => format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}}}}}}"#
         ),
-        (Era::Session, Some(key)) => format!(
+        (None, Some(key)) => format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}},"_meta":{{{key}}}}}}}"#
         ),
-        (Era::Stateless, None) => format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}},{MODERN_META}}}}}"#
+        (Some(meta), None) => format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}},{meta}}}}}"#
         ),
-        (Era::Stateless, Some(key)) => {
-            let meta = MODERN_META.strip_suffix('}').unwrap_or(MODERN_META);
+        (Some(meta), Some(key)) => {
+            let meta = meta.strip_suffix('}').unwrap_or(meta);
             format!(
                 r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}},{meta},{key}}}}}}}"#
             )
