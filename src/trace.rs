@@ -33,17 +33,13 @@ pub fn of_header(value: &str) -> Option<&str> {
     safe.then_some(value)
 }
 
-/// A fresh trace id: 128 random bits, hex.
+/// A fresh trace id: 128 random bits, hex. From the thread's RNG (seeded by the OS, as
+/// actix-http's WebSocket masks are), not a `getrandom` system call per id: every HTTP
+/// request without a trace header of its own gets one.
 pub fn generate() -> Arc<str> {
-    let mut bytes = [0u8; 16];
-    // A zeroed id (the RNG failed) is still a usable, if unhelpful, trace id.
-    let _ = getrandom::fill(&mut bytes);
-    let mut hex = String::with_capacity(32);
-    for byte in bytes {
-        use std::fmt::Write;
-        let _ = write!(hex, "{byte:02x}");
-    }
-    hex.into()
+    data_encoding::HEXLOWER
+        .encode(&rand::random::<[u8; 16]>())
+        .into()
 }
 
 #[cfg(test)]
@@ -73,6 +69,12 @@ mod tests {
         assert_eq!(of_header(" req-42.a_b "), Some("req-42.a_b"));
         assert_eq!(of_header("a\nfake=log"), None);
         assert_eq!(of_header(&"x".repeat(65)), None);
-        assert_eq!(generate().len(), 32);
+        let (a, b) = (generate(), generate());
+        assert_eq!(a.len(), 32);
+        assert!(
+            a.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')),
+            "{a}"
+        );
+        assert_ne!(a, b, "fresh ids differ");
     }
 }

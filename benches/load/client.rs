@@ -381,7 +381,8 @@ pub fn tools_call_request(id: u64, payload: &str, era: Era, key: Option<(u64, us
         Era::Stateless => Some(MODERN_META),
         Era::PaddedSession => Some(PADDED_META),
     };
-    let key = key.map(|(run, connection)| format!(r#""idempotencyKey":"{run:x}-{connection}-{id}""#));
+    let key =
+        key.map(|(run, connection)| format!(r#""idempotencyKey":"{run:x}-{connection}-{id}""#));
     match (meta, key) {
         (None, None) => format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}}}}}}"#
