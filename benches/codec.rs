@@ -170,15 +170,11 @@ fn worker(c: &mut Criterion) {
         span: tracing::Span::none(),
     };
     group.bench_function("worker_actor", |b| {
-        round_trips(b, &system, &inbox, || {
-            drop(RequestWorker::run(Box::new(job())))
-        })
+        round_trips(b, &system, &inbox, || drop(RequestWorker::run(job())))
     });
     // The same worker on a task of its own, as `Actor::start` would run it.
     group.bench_function("worker_actor_own_task", |b| {
-        round_trips(b, &system, &inbox, || {
-            drop(RequestWorker::spawn(Box::new(job())))
-        })
+        round_trips(b, &system, &inbox, || drop(RequestWorker::spawn(job())))
     });
     group.bench_function("message_only", |b| {
         round_trips(b, &system, &inbox, || {

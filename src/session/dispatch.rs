@@ -766,7 +766,7 @@ impl Session {
             trace = trace_id.as_deref().unwrap_or(&era.info.trace_id),
         );
         let modern = era.modern;
-        let worker = RequestWorker::run(Box::new(Job {
+        let worker = RequestWorker::run(Job {
             id: id.clone(),
             received: record.started(),
             work,
@@ -780,7 +780,7 @@ impl Session {
             on_input: era.on_input,
             shared: self.shared.clone(),
             span,
-        }));
+        });
         // The worker may already be done here, but its `Finished` waits in the inbox, which
         // is drained after this call returns: the entry is always in place first.
         self.in_flight.insert(

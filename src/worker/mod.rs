@@ -115,7 +115,7 @@ impl RequestWorker {
     /// mailbox cost about as much again). Work that waits becomes a worker actor on a task of
     /// its own, as with `Actor::start`: its own context, mailbox and address, `Cancel` in and
     /// its outcome out as messages, never a call into the session.
-    pub fn run(job: Box<Job>) -> WorkerHandle {
+    pub fn run(job: Job) -> WorkerHandle {
         let (mut execution, cancel, report) = Self::prepare(job);
         // No waker is needed for this first poll: if the work is not done, the actor's task
         // polls it again at once, and that poll registers every wakeup it waits for.
@@ -136,7 +136,7 @@ impl RequestWorker {
     /// Starts the worker the way `Actor::start` would: an actor on a task of its own from the
     /// first poll. The server uses [`run`](Self::run); this is its reference in
     /// `benches/codec.rs`.
-    pub fn spawn(job: Box<Job>) -> Addr<Self> {
+    pub fn spawn(job: Job) -> Addr<Self> {
         let (execution, cancel, report) = Self::prepare(job);
         let (address, worker) = Self::actor(execution, cancel, report);
         actix_rt::spawn(worker);
@@ -144,7 +144,7 @@ impl RequestWorker {
     }
 
     /// The work of `job`, not yet polled, with its cancel flag and where its outcome goes.
-    fn prepare(mut job: Box<Job>) -> (Execution, CancelFlag, Report) {
+    fn prepare(mut job: Job) -> (Execution, CancelFlag, Report) {
         let cancel = CancelFlag::default();
         // `execute` has no use for the span: it runs inside it.
         let span = std::mem::replace(&mut job.span, tracing::Span::none());
@@ -235,13 +235,10 @@ impl Handler<Cancel> for RequestWorker {
 /// Admission, then the work under its deadline, with panics turned into -32603.
 ///
 /// The waits only some requests need (for a slot in a full pool; for work that does not
-/// finish at once, against its deadline) run in boxed futures of their own: this future is
-/// moved several times on its way into the worker's context, and their timers would add to its
-/// size (552 bytes with them inline, 440 without).
-///
-/// The job stays boxed until a pool slot is held: the future (moved several times on its way
-/// into the worker's context, see `RequestWorker::run`) holds a pointer, not the job.
-async fn execute(job: Box<Job>, cancel: CancelFlag) -> Result<String, Error> {
+/// finish at once, against its deadline) run in boxed futures of their own, so their timers
+/// do not add to the size of this future, which is copied into its box whole (see
+/// `RequestWorker::prepare`), job included.
+async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
     let shared = job.shared.clone();
     let metrics = &shared.metrics;
     let limits = &shared.settings.limits;
@@ -276,7 +273,7 @@ async fn execute(job: Box<Job>, cancel: CancelFlag) -> Result<String, Error> {
         on_input,
         shared: _,
         span: _,
-    } = *job;
+    } = job;
 
     let deadline = Deadline::new(
         admitted,
