@@ -10,11 +10,22 @@ const NULL_ID: &str = "null";
 
 /// `{"jsonrpc":"2.0","id":<id>,"result":<result>}` from an already-serialized result.
 pub fn encode_result(id: &RequestId, result_json: &str) -> String {
-    let mut out = String::with_capacity(36 + id.as_json().len() + result_json.len());
+    encode_result_by(id, result_json.len(), |out| out.push_str(result_json))
+}
+
+/// `{"jsonrpc":"2.0","id":<id>,"result":<result>}`, with the result written into the frame's
+/// own buffer by `write` (which must write one JSON value): no result string to copy in.
+/// `size_hint` is the result's expected length.
+pub fn encode_result_by(
+    id: &RequestId,
+    size_hint: usize,
+    write: impl FnOnce(&mut String),
+) -> String {
+    let mut out = String::with_capacity(36 + id.as_json().len() + size_hint);
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
     out.push_str(id.as_json());
     out.push_str(r#","result":"#);
-    out.push_str(result_json);
+    write(&mut out);
     out.push('}');
     out
 }

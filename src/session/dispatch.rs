@@ -3,13 +3,13 @@
 //! once under load), and the admission of everything that runs user code (a tool call, a
 //! resource read, a prompt render, a completion) into a worker actor.
 
-use super::modern::{modern_result, required_capability, ModernRequest};
+use super::modern::{modern_result, push_modern_result, required_capability, ModernRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::access::RequestRecord;
 use crate::context::{ClientRequestError, Input, LogFloor, Rounds, SessionInfo};
 use crate::dedup::recent::Fingerprint;
 use crate::dedup::Idempotency;
-use crate::jsonrpc::{encode_result, encode_result_with, Params, RequestId};
+use crate::jsonrpc::{encode_result, encode_result_by, encode_result_with, Params, RequestId};
 use crate::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef, Error,
     GetPromptParams, InitializeParams, ListParams, LogLevel, Method, ProgressToken,
@@ -823,8 +823,17 @@ fn modern_call_answer(
         Err(e) => e.into_result(),
     };
     let body = serde_json::to_string(&ForVersion(&result, version)).map_err(|_| Error::Internal)?;
-    let answer = modern_result(&shared.modern, &body, "", result.meta.as_ref(), "complete");
-    Ok(encode_result(id, &answer))
+    let size_hint = body.len() + 48 + shared.modern.server_info_meta_len();
+    Ok(encode_result_by(id, size_hint, |out| {
+        push_modern_result(
+            out,
+            &shared.modern,
+            &body,
+            "",
+            result.meta.as_ref(),
+            "complete",
+        )
+    }))
 }
 
 /// How a request of one era or the other runs in its worker.

@@ -609,6 +609,11 @@ pub struct ModernShape {
 }
 
 impl ModernShape {
+    /// Bytes of the `_meta` a result carries when the tool adds none of its own.
+    pub fn server_info_meta_len(&self) -> usize {
+        self.server_info_meta.len()
+    }
+
     /// The shape for a server presenting itself as `server_info`.
     pub fn new(server_info: &Implementation, state_key: crate::mrtr::StateKey) -> Self {
         let info = serde_json::to_value(crate::model::ForVersion(
@@ -635,12 +640,28 @@ pub(crate) fn modern_result(
     user_meta: Option<&Value>,
     result_type: &str,
 ) -> String {
-    let inner = body.trim();
+    let mut out =
+        String::with_capacity(body.len() + extra.len() + 48 + shape.server_info_meta_len());
+    push_modern_result(&mut out, shape, body, extra, user_meta, result_type);
+    out
+}
+
+/// [`modern_result`], written at the end of `out` (e.g. inside its response frame, see
+/// `jsonrpc::encode_result_by`).
+pub(crate) fn push_modern_result(
+    out: &mut String,
+    shape: &ModernShape,
+    body: &str,
+    extra: &str,
+    user_meta: Option<&Value>,
+    result_type: &str,
+) {
+    let inner = body.trim_ascii();
     let inner = inner
         .strip_prefix('{')
         .and_then(|b| b.strip_suffix('}'))
         .unwrap_or("")
-        .trim();
+        .trim_ascii();
     let merged;
     let meta = match user_meta {
         Some(Value::Object(user)) => {
@@ -651,7 +672,6 @@ pub(crate) fn modern_result(
         }
         _ => shape.server_info_meta.as_str(),
     };
-    let mut out = String::with_capacity(inner.len() + meta.len() + extra.len() + 48);
     out.push_str(r#"{"resultType":""#);
     out.push_str(result_type);
     out.push_str(r#"","_meta":"#);
@@ -662,7 +682,6 @@ pub(crate) fn modern_result(
     }
     out.push_str(extra);
     out.push('}');
-    out
 }
 
 /// The `InputRequiredResult` of a request that asked `asks`, with the state that carries its
