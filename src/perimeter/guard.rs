@@ -9,7 +9,7 @@
 //! the limits on frames too ([`FrameLimits`], for the session's decoder). A check that is
 //! off costs a branch: no clock read, no lock, no allocation.
 
-use super::rate::{Holder, RateLimiter};
+use super::rate::{Holder, RateLimiter, SessionBucket};
 use super::signature::{Passed, Signatures};
 use super::Admission;
 use crate::config::Settings;
@@ -73,8 +73,8 @@ impl RequestGuard {
     /// the raw params when the decoder kept them raw (every method but `tools/call`, and
     /// every method for sessions that [need them raw](Self::needs_raw_params)).
     ///
-    /// The rate is checked first, at `now` (the request's arrival): a refused method still
-    /// costs its sender a token.
+    /// The rate is checked first, at `now` (the request's arrival), from the session's
+    /// `bucket`: a refused method still costs its sender a token.
     ///
     /// # Errors
     /// The error to answer the request with; the request does not run.
@@ -85,6 +85,7 @@ impl RequestGuard {
         params: Option<&RawValue>,
         metrics: &Metrics,
         now: Instant,
+        bucket: &SessionBucket,
     ) -> Result<Passed, Error> {
         if let Some(rate) = &self.rate {
             let identity = &admission.identity;
@@ -93,7 +94,7 @@ impl RequestGuard {
             } else {
                 Holder::Address(admission.peer)
             };
-            if let Err(wait) = rate.take(holder, now) {
+            if let Err(wait) = rate.take_for_session(bucket, holder, now) {
                 metrics.rejections.rate.inc();
                 return Err(Error::RateLimited {
                     // Rounded up: a client that waits exactly this long finds a token.

@@ -2,11 +2,16 @@
 //! sessions on this node. An authenticated identity is known by its subject; an anonymous
 //! client by its IP address (otherwise every anonymous client would share one bucket).
 //!
-//! Memory is bounded: at most `max_identities` buckets. A bucket that has refilled completely
-//! holds nothing a new one would not, so when the map is full such idle buckets are dropped
-//! first (a sweep, at most once per refill time); if none is idle, the fullest of a small
-//! sample is dropped, which gives that identity a fresh bucket a little early rather than
-//! letting the map grow or refusing newcomers.
+//! A session keeps its identity's bucket once it has it ([`SessionBucket`]), so its requests
+//! take a token without a map lookup; a bucket a session holds is never dropped from the map,
+//! so every session of an identity keeps sharing one bucket.
+//!
+//! Memory is bounded: at most `max_identities` buckets not held by a session (those held are
+//! bounded by the session cap). A bucket that has refilled completely holds nothing a new one
+//! would not, so when the map is full such idle buckets are dropped first (a sweep, at most
+//! once per refill time); if none is idle, the fullest of a small sample is dropped, which
+//! gives that identity a fresh bucket a little early rather than letting the map grow or
+//! refusing newcomers.
 
 use crate::config::RateSettings;
 use crate::throttle::{Rate, TokenBucket};
@@ -14,6 +19,7 @@ use dashmap::DashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::FastHash;
@@ -27,14 +33,41 @@ pub struct RateLimiter {
     rate: Rate,
     max_buckets: usize,
     /// Authenticated identities by subject (looked up by `&str`, so a hit allocates nothing).
-    by_subject: DashMap<Box<str>, TokenBucket, FastHash>,
+    by_subject: DashMap<Box<str>, Arc<Bucket>, FastHash>,
     /// Anonymous clients by IP address (`None`: no address, e.g. an in-process session).
-    by_address: DashMap<Option<IpAddr>, TokenBucket, FastHash>,
+    by_address: DashMap<Option<IpAddr>, Arc<Bucket>, FastHash>,
     /// Time base of `last_sweep_ms`.
     epoch: Instant,
     /// When full maps were last swept for idle buckets, in ms since `epoch` (0: never).
     last_sweep_ms: AtomicU64,
 }
+
+/// One identity's token bucket, shared by its sessions.
+#[derive(Debug, Default)]
+pub struct Bucket(Mutex<TokenBucket>);
+
+impl Bucket {
+    fn get(&self) -> TokenBucket {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn take(&self, rate: &Rate, now: Instant) -> Result<(), Duration> {
+        rate.take(
+            &mut self
+                .0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            now,
+        )
+    }
+}
+
+/// The bucket a session's requests take their tokens from, found on its first request.
+#[derive(Debug, Default)]
+pub struct SessionBucket(OnceLock<Arc<Bucket>>);
 
 /// Who a bucket belongs to.
 #[derive(Debug, Clone, Copy)]
@@ -64,22 +97,46 @@ impl RateLimiter {
     /// # Errors
     /// How long until a token is there, when there is none now.
     pub fn take(&self, holder: Holder<'_>, now: Instant) -> Result<(), Duration> {
+        self.bucket(holder, now).take(&self.rate, now)
+    }
+
+    /// [`take`](Self::take) for a session, which keeps the bucket in `held` from its first
+    /// request on (its holder never changes).
+    ///
+    /// # Errors
+    /// How long until a token is there, when there is none now.
+    pub fn take_for_session(
+        &self,
+        held: &SessionBucket,
+        holder: Holder<'_>,
+        now: Instant,
+    ) -> Result<(), Duration> {
+        let bucket = match held.0.get() {
+            Some(bucket) => bucket,
+            None => held.0.get_or_init(|| self.bucket(holder, now)),
+        };
+        bucket.take(&self.rate, now)
+    }
+
+    /// `holder`'s bucket, made (room permitting, see the module docs) when it has none.
+    fn bucket(&self, holder: Holder<'_>, now: Instant) -> Arc<Bucket> {
         match holder {
             Holder::Subject(subject) => {
-                if let Some(mut bucket) = self.by_subject.get_mut(subject) {
-                    return self.rate.take(&mut bucket, now);
+                if let Some(bucket) = self.by_subject.get(subject) {
+                    return bucket.clone();
                 }
                 self.make_room(now);
-                let mut bucket = self.by_subject.entry(Box::from(subject)).or_default();
-                self.rate.take(&mut bucket, now)
+                self.by_subject
+                    .entry(Box::from(subject))
+                    .or_default()
+                    .clone()
             }
             Holder::Address(address) => {
-                if let Some(mut bucket) = self.by_address.get_mut(&address) {
-                    return self.rate.take(&mut bucket, now);
+                if let Some(bucket) = self.by_address.get(&address) {
+                    return bucket.clone();
                 }
                 self.make_room(now);
-                let mut bucket = self.by_address.entry(address).or_default();
-                self.rate.take(&mut bucket, now)
+                self.by_address.entry(address).or_default().clone()
             }
         }
     }
@@ -110,10 +167,8 @@ impl RateLimiter {
                 .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            self.by_subject
-                .retain(|_, bucket| !self.rate.is_full(bucket, now));
-            self.by_address
-                .retain(|_, bucket| !self.rate.is_full(bucket, now));
+            self.by_subject.retain(|_, bucket| self.keeps(bucket, now));
+            self.by_address.retain(|_, bucket| self.keeps(bucket, now));
         }
         if self.len() < self.max_buckets {
             return;
@@ -134,15 +189,26 @@ impl RateLimiter {
         }
     }
 
-    /// The fullest bucket among the first few of `map`, and its tokens.
+    /// Whether a sweep keeps `bucket`: a session holds it, or it has not refilled yet.
+    fn keeps(&self, bucket: &Arc<Bucket>, now: Instant) -> bool {
+        Arc::strong_count(bucket) > 1 || !self.rate.is_full(&bucket.get(), now)
+    }
+
+    /// The fullest bucket among the first few of `map` that no session holds, and its tokens.
     fn fullest<K: Hash + Eq + Clone>(
         &self,
-        map: &DashMap<K, TokenBucket, FastHash>,
+        map: &DashMap<K, Arc<Bucket>, FastHash>,
         now: Instant,
     ) -> Option<(K, f64)> {
         map.iter()
             .take(EVICTION_SAMPLE)
-            .map(|entry| (entry.key().clone(), self.rate.tokens(entry.value(), now)))
+            .filter(|entry| Arc::strong_count(entry.value()) == 1)
+            .map(|entry| {
+                (
+                    entry.key().clone(),
+                    self.rate.tokens(&entry.value().get(), now),
+                )
+            })
             .max_by(|a, b| a.1.total_cmp(&b.1))
     }
 }
@@ -218,5 +284,39 @@ mod tests {
         // All four refilled: the next newcomer sweeps them all away.
         let _ = limiter.take(Holder::Subject("new"), Instant::now());
         assert_eq!(limiter.len(), 1);
+    }
+
+    #[test]
+    fn the_sessions_of_an_identity_share_its_bucket() {
+        let limiter = limiter(1.0, 2, 10);
+        let (first, second) = (SessionBucket::default(), SessionBucket::default());
+        let alice = Holder::Subject("alice");
+        let now = Instant::now();
+        assert_eq!(limiter.take_for_session(&first, alice, now), Ok(()));
+        assert_eq!(limiter.take_for_session(&second, alice, now), Ok(()));
+        // One bucket for both sessions (and for requests outside a session): the burst of
+        // two is spent.
+        assert!(limiter.take_for_session(&first, alice, now).is_err());
+        assert!(limiter.take(alice, now).is_err());
+        assert_eq!(limiter.len(), 1);
+    }
+
+    #[test]
+    fn a_bucket_a_session_holds_is_never_dropped() {
+        let limiter = limiter(1_000_000.0, 1, 1);
+        let held = SessionBucket::default();
+        let _ = limiter.take_for_session(&held, Holder::Subject("held"), Instant::now());
+        std::thread::sleep(Duration::from_millis(5));
+        // Refilled, so idle; but a session holds it: the newcomer gets room beside it.
+        let _ = limiter.take(Holder::Subject("new"), Instant::now());
+        assert_eq!(limiter.len(), 2);
+        let in_map = limiter.by_subject.get("held").expect("kept").clone();
+        assert!(Arc::ptr_eq(held.0.get().expect("taken"), &in_map));
+        // Once the session is gone, it is an idle bucket like any other.
+        drop(held);
+        drop(in_map);
+        std::thread::sleep(Duration::from_millis(5));
+        let _ = limiter.take(Holder::Subject("third"), Instant::now());
+        assert!(limiter.by_subject.get("held").is_none());
     }
 }

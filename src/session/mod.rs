@@ -37,6 +37,7 @@ use crate::mcp::{
     notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams, ProgressParams,
     ProgressToken, ProtocolVersion,
 };
+use crate::perimeter::rate::SessionBucket;
 use crate::perimeter::Admission;
 use crate::shared::{SessionId, Shared};
 use crate::worker::WorkerHandle;
@@ -113,6 +114,8 @@ pub struct Session {
     resume_id: Option<SessionId>,
     /// Who the client is and where from, as the perimeter admitted it.
     admission: Admission,
+    /// The rate limiter's bucket for that client, kept from its first request on.
+    rate_bucket: SessionBucket,
     /// The resource URIs the handshake-era session subscribed to.
     subscriptions: std::collections::HashSet<String>,
     /// Open `subscriptions/listen` streams (2026-07-28), by the listen request's id.
@@ -214,6 +217,7 @@ impl Session {
             bus: None,
             resume_id: None,
             admission,
+            rate_bucket: SessionBucket::default(),
             subscriptions: Default::default(),
             listeners: HashMap::default(),
             modern_only: false,
@@ -395,6 +399,7 @@ impl Session {
                 raw_params,
                 metrics,
                 started,
+                &self.rate_bucket,
             ) {
                 Err(refused) => Err(refused),
                 Ok(passed) => match self.recent.replay(&request) {
