@@ -151,13 +151,13 @@ impl FrameLimits {
     /// no longer than `max_string_bytes` no string over it. Most frames pass it, so only
     /// frames that might exceed a limit are scanned.
     fn cannot_exceed(&self, bytes: &[u8]) -> bool {
-        // `[` and `{` differ in one bit only (0x5B, 0x7B).
-        let opens = count(bytes, |byte| byte | 0x20 == b'{');
-        if opens > self.max_depth || bytes.len() > self.max_string_bytes {
+        if bytes.len() > self.max_string_bytes {
             return false;
         }
         let entries = self.max_array_len.min(self.max_object_members);
-        entries == OFF || count(bytes, |byte| byte == b',') < entries
+        // `[` and `{` differ in one bit only (0x5B, 0x7B).
+        let (opens, commas) = count2(bytes, |byte| byte | 0x20 == b'{', |byte| byte == b',');
+        opens <= self.max_depth && (entries == OFF || commas < entries)
     }
 
     fn counts_entries(&self) -> bool {
@@ -239,18 +239,18 @@ impl FrameLimits {
     }
 }
 
-/// How many bytes match: counted in runs of 255 in a byte-wide counter, which the compiler
-/// turns into vector compares and adds.
-fn count(bytes: &[u8], matches: impl Fn(u8) -> bool) -> usize {
-    bytes
-        .chunks(255)
-        .map(|run| {
-            let n = run
-                .iter()
-                .fold(0u8, |n, &byte| n.wrapping_add(u8::from(matches(byte))));
-            usize::from(n)
-        })
-        .sum()
+/// How many bytes match `first` and how many match `second`, in one pass: counted in runs of
+/// 255 in byte-wide counters, which the compiler turns into vector compares and adds.
+fn count2(bytes: &[u8], first: impl Fn(u8) -> bool, second: impl Fn(u8) -> bool) -> (usize, usize) {
+    bytes.chunks(255).fold((0, 0), |(a, b), run| {
+        let (n, m) = run.iter().fold((0u8, 0u8), |(n, m), &byte| {
+            (
+                n.wrapping_add(u8::from(first(byte))),
+                m.wrapping_add(u8::from(second(byte))),
+            )
+        });
+        (a + usize::from(n), b + usize::from(m))
+    })
 }
 
 /// The containers open at the scan's position: their depth, and for each the commas seen at
