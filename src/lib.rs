@@ -114,3 +114,12 @@ pub use server::{routes, SUBPROTOCOL};
 /// (request ids, idempotency keys, tool names it looks up) cannot be ground into collisions
 /// offline, at a fraction of SipHash's cost for the short keys these maps hold.
 pub(crate) type FastHash = foldhash::fast::RandomState;
+
+/// Locks `mutex`, going on with its data if another thread panicked while holding it: every
+/// change made under the server's mutexes is a single insert, remove or assignment, so the
+/// data is consistent between any two of them.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::FastHash;
+use crate::{lock, FastHash};
 
 /// Buckets looked at when a full map has no idle bucket to drop.
 const EVICTION_SAMPLE: usize = 32;
@@ -48,20 +48,11 @@ pub struct Bucket(Mutex<TokenBucket>);
 
 impl Bucket {
     fn get(&self) -> TokenBucket {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        *lock(&self.0)
     }
 
     fn take(&self, rate: &Rate, now: Instant) -> Result<(), Duration> {
-        rate.take(
-            &mut self
-                .0
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
-            now,
-        )
+        rate.take(&mut lock(&self.0), now)
     }
 }
 

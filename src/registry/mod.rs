@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 pub use snapshot::Page;
 
-use crate::FastHash;
+use crate::{lock, FastHash};
 
 /// Why a registration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -389,10 +389,6 @@ impl<T: Registered> Kind<T> {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
-}
-
-fn lock(mutex: &Mutex<()>) -> std::sync::MutexGuard<'_, ()> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A resource read's target: a fixed resource, or a template and the URI's variables.

@@ -7,7 +7,7 @@
 //! everything else never does.
 
 use super::{Entry, Key, Owner};
-use crate::FastHash;
+use crate::{lock, FastHash};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -198,14 +198,6 @@ impl NonceCache {
         nonces.order.push_back((*key, now + ttl));
         Ok(())
     }
-}
-
-/// A poisoned lock only means another thread panicked between two consistent states (every
-/// change under these locks is a single insert or remove): go on with the data.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub(crate) use self::memory::{MemoryStore, NonceCache, NonceRefused};
 pub(crate) use self::redis::RedisStore;
 
 use crate::config::Settings;
+use crate::lock;
 use crate::metrics::Metrics;
 use data_encoding::HEXLOWER;
 use std::collections::HashMap;
@@ -222,12 +223,6 @@ impl Store {
     pub(crate) fn watch_here(&self, key: &Key) -> Option<watch::Receiver<()>> {
         lock(&self.running_here).get(key).cloned()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
