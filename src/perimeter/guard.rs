@@ -94,7 +94,7 @@ impl RequestGuard {
             } else {
                 Holder::Address(admission.peer)
             };
-            if let Err(wait) = rate.take_for_session(bucket, holder, now) {
+            if let Err(wait) = rate.take(bucket, holder, now) {
                 metrics.rejections.rate.inc();
                 return Err(Error::RateLimited {
                     // Rounded up: a client that waits exactly this long finds a token.

@@ -82,31 +82,21 @@ impl RateLimiter {
         })
     }
 
-    /// Takes a token from `holder`'s bucket at `now` (the caller's clock read: the
-    /// request's arrival).
+    /// Takes a token from `holder`'s bucket at `now` (the caller's clock read: the request's
+    /// arrival). The bucket is looked up once per session and kept in `held` (a session's
+    /// holder never changes); a fresh `held` serves a request outside any session.
     ///
     /// # Errors
     /// How long until a token is there, when there is none now.
-    pub fn take(&self, holder: Holder<'_>, now: Instant) -> Result<(), Duration> {
-        self.bucket(holder, now).take(&self.rate, now)
-    }
-
-    /// [`take`](Self::take) for a session, which keeps the bucket in `held` from its first
-    /// request on (its holder never changes).
-    ///
-    /// # Errors
-    /// How long until a token is there, when there is none now.
-    pub fn take_for_session(
+    pub fn take(
         &self,
         held: &SessionBucket,
         holder: Holder<'_>,
         now: Instant,
     ) -> Result<(), Duration> {
-        let bucket = match held.0.get() {
-            Some(bucket) => bucket,
-            None => held.0.get_or_init(|| self.bucket(holder, now)),
-        };
-        bucket.take(&self.rate, now)
+        held.0
+            .get_or_init(|| self.bucket(holder, now))
+            .take(&self.rate, now)
     }
 
     /// `holder`'s bucket, made (room permitting, see the module docs) when it has none.
@@ -208,6 +198,11 @@ impl RateLimiter {
 mod tests {
     use super::*;
 
+    /// A request outside any session: its bucket is not held afterwards.
+    fn fresh() -> SessionBucket {
+        SessionBucket::default()
+    }
+
     fn limiter(per_second: f64, burst: u32, max_identities: usize) -> RateLimiter {
         RateLimiter::new(&RateSettings {
             requests_per_second: per_second,
@@ -228,28 +223,34 @@ mod tests {
         let limiter = limiter(1.0, 3, 10);
         let alice = Holder::Subject("alice");
         for _ in 0..3 {
-            assert_eq!(limiter.take(alice, Instant::now()), Ok(()));
+            assert_eq!(limiter.take(&fresh(), alice, Instant::now()), Ok(()));
         }
         let wait = limiter
-            .take(alice, Instant::now())
+            .take(&fresh(), alice, Instant::now())
             .expect_err("the burst is spent");
         assert!(
             wait > Duration::ZERO && wait <= Duration::from_secs(1),
             "{wait:?}"
         );
         // Another identity, and an anonymous address, have buckets of their own.
-        assert_eq!(limiter.take(Holder::Subject("bob"), Instant::now()), Ok(()));
-        assert_eq!(limiter.take(Holder::Address(None), Instant::now()), Ok(()));
+        assert_eq!(
+            limiter.take(&fresh(), Holder::Subject("bob"), Instant::now()),
+            Ok(())
+        );
+        assert_eq!(
+            limiter.take(&fresh(), Holder::Address(None), Instant::now()),
+            Ok(())
+        );
     }
 
     #[test]
     fn a_spent_bucket_refills() {
         let limiter = limiter(1000.0, 1, 10);
         let holder = Holder::Address(Some([127, 0, 0, 1].into()));
-        assert_eq!(limiter.take(holder, Instant::now()), Ok(()));
+        assert_eq!(limiter.take(&fresh(), holder, Instant::now()), Ok(()));
         let deadline = Instant::now() + Duration::from_secs(10);
         // Eventually served again (a token takes a millisecond to refill).
-        while limiter.take(holder, Instant::now()).is_err() {
+        while limiter.take(&fresh(), holder, Instant::now()).is_err() {
             assert!(Instant::now() < deadline, "never refilled");
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -260,7 +261,7 @@ mod tests {
         let limiter = limiter(0.001, 2, 8);
         for i in 0..1000 {
             let subject = format!("user-{i}");
-            let _ = limiter.take(Holder::Subject(&subject), Instant::now());
+            let _ = limiter.take(&fresh(), Holder::Subject(&subject), Instant::now());
             assert!(limiter.len() <= 8, "{} buckets", limiter.len());
         }
     }
@@ -269,11 +270,15 @@ mod tests {
     fn idle_buckets_are_swept_first() {
         let limiter = limiter(1_000_000.0, 1, 4);
         for i in 0..4 {
-            let _ = limiter.take(Holder::Subject(&format!("idle-{i}")), Instant::now());
+            let _ = limiter.take(
+                &fresh(),
+                Holder::Subject(&format!("idle-{i}")),
+                Instant::now(),
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
         // All four refilled: the next newcomer sweeps them all away.
-        let _ = limiter.take(Holder::Subject("new"), Instant::now());
+        let _ = limiter.take(&fresh(), Holder::Subject("new"), Instant::now());
         assert_eq!(limiter.len(), 1);
     }
 
@@ -283,12 +288,12 @@ mod tests {
         let (first, second) = (SessionBucket::default(), SessionBucket::default());
         let alice = Holder::Subject("alice");
         let now = Instant::now();
-        assert_eq!(limiter.take_for_session(&first, alice, now), Ok(()));
-        assert_eq!(limiter.take_for_session(&second, alice, now), Ok(()));
+        assert_eq!(limiter.take(&first, alice, now), Ok(()));
+        assert_eq!(limiter.take(&second, alice, now), Ok(()));
         // One bucket for both sessions (and for requests outside a session): the burst of
         // two is spent.
-        assert!(limiter.take_for_session(&first, alice, now).is_err());
-        assert!(limiter.take(alice, now).is_err());
+        assert!(limiter.take(&first, alice, now).is_err());
+        assert!(limiter.take(&fresh(), alice, now).is_err());
         assert_eq!(limiter.len(), 1);
     }
 
@@ -296,10 +301,10 @@ mod tests {
     fn a_bucket_a_session_holds_is_never_dropped() {
         let limiter = limiter(1_000_000.0, 1, 1);
         let held = SessionBucket::default();
-        let _ = limiter.take_for_session(&held, Holder::Subject("held"), Instant::now());
+        let _ = limiter.take(&held, Holder::Subject("held"), Instant::now());
         std::thread::sleep(Duration::from_millis(5));
         // Refilled, so idle; but a session holds it: the newcomer gets room beside it.
-        let _ = limiter.take(Holder::Subject("new"), Instant::now());
+        let _ = limiter.take(&fresh(), Holder::Subject("new"), Instant::now());
         assert_eq!(limiter.len(), 2);
         let in_map = limiter.by_subject.get("held").expect("kept").clone();
         assert!(Arc::ptr_eq(held.0.get().expect("taken"), &in_map));
@@ -307,7 +312,7 @@ mod tests {
         drop(held);
         drop(in_map);
         std::thread::sleep(Duration::from_millis(5));
-        let _ = limiter.take(Holder::Subject("third"), Instant::now());
+        let _ = limiter.take(&fresh(), Holder::Subject("third"), Instant::now());
         assert!(limiter.by_subject.get("held").is_none());
     }
 }
