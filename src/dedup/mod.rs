@@ -116,7 +116,7 @@ fn tool_call_fingerprint(name: &str, arguments: Option<&Value>) -> Fingerprint {
         canonical.push(b',');
     }
     canonical.extend_from_slice(br#""name":"#);
-    write_canonical(&mut canonical, &Value::from(name));
+    write_json(&mut canonical, name);
     canonical.extend_from_slice(b"}]");
     Sha256::digest(canonical).into()
 }
@@ -148,7 +148,7 @@ fn write_canonical(out: &mut Vec<u8>, value: &Value) {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_scalar(out, &Value::from(name.as_str()));
+                write_json(out, name);
                 out.push(b':');
                 write_canonical(out, member);
             }
@@ -156,17 +156,17 @@ fn write_canonical(out: &mut Vec<u8>, value: &Value) {
         }
         Value::Number(number) => match number.as_f64() {
             Some(x) if number.is_f64() && x.fract() == 0.0 && x.abs() <= EXACT_INTEGERS => {
-                out.extend_from_slice((x as i64).to_string().as_bytes())
+                write_json(out, &(x as i64))
             }
-            _ => write_scalar(out, value),
+            _ => write_json(out, number),
         },
-        Value::Null | Value::Bool(_) | Value::String(_) => write_scalar(out, value),
+        Value::Null | Value::Bool(_) | Value::String(_) => write_json(out, value),
     }
 }
 
 /// A string, number, boolean or null as serde_json writes it (writing into a `Vec` cannot
-/// fail, and a `Value` always serializes).
-fn write_scalar(out: &mut Vec<u8>, value: &Value) {
+/// fail, and these always serialize).
+fn write_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
     let _ = serde_json::to_writer(out, value);
 }
 
@@ -385,7 +385,7 @@ mod tests {
         let b = keyed(
             "anonymous",
             r#""k""#,
-            r#"{ "c" : [ { "y":15e-1, "z":0.0 } ], "b" : "\u0078", "a":1.0 }"#,
+            r#"{ "c" : [ { "y":15e-1, "z":0.0 } ], "b" : "\u0078", "\u0061":1.0 }"#,
         );
         assert_eq!(a.fingerprint, b.fingerprint);
         for other in [
