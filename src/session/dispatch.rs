@@ -3,13 +3,13 @@
 //! once under load), and the admission of everything that runs user code (a tool call, a
 //! resource read, a prompt render, a completion) into a worker actor.
 
-use super::modern::{modern_result, push_modern_result, required_capability, ModernRequest};
+use super::modern::{modern_answer, modern_result, required_capability, ModernRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::access::RequestRecord;
 use crate::context::{ClientRequestError, Input, LogFloor, Rounds, SessionInfo};
 use crate::dedup::recent::Fingerprint;
 use crate::dedup::Idempotency;
-use crate::jsonrpc::{encode_result, encode_result_by, encode_result_with, Params, RequestId};
+use crate::jsonrpc::{encode_result, encode_result_with, Params, RequestId};
 use crate::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef, Error,
     GetPromptParams, InitializeParams, ListParams, LogLevel, Method, ProgressToken,
@@ -487,8 +487,7 @@ impl Session {
                     },
                     Begun::Task(record) => {
                         let body = Value::Object(record.fields(false)).to_string();
-                        let answer = modern_result(&shared.modern, &body, "", None, "task");
-                        Ok(encode_result(&id, &answer))
+                        Ok(modern_answer(&shared.modern, &id, &body, "", None, "task"))
                     }
                 }
             })
@@ -568,8 +567,14 @@ impl Session {
                     None => encode_result_with(&id, &result, 256).map_err(|_| Error::Internal),
                     Some((shared, hints)) => {
                         let body = serde_json::to_string(&result).map_err(|_| Error::Internal)?;
-                        let answer = modern_result(&shared.modern, &body, &hints, None, "complete");
-                        Ok(encode_result(&id, &answer))
+                        Ok(modern_answer(
+                            &shared.modern,
+                            &id,
+                            &body,
+                            &hints,
+                            None,
+                            "complete",
+                        ))
                     }
                 }
             })
@@ -644,8 +649,14 @@ impl Session {
                     Some(shared) => {
                         let body = serde_json::to_string(&ForVersion(&rendered, version))
                             .map_err(|_| Error::Internal)?;
-                        let answer = modern_result(&shared.modern, &body, "", None, "complete");
-                        Ok(encode_result(&id, &answer))
+                        Ok(modern_answer(
+                            &shared.modern,
+                            &id,
+                            &body,
+                            "",
+                            None,
+                            "complete",
+                        ))
                     }
                 }
             })
@@ -823,17 +834,14 @@ fn modern_call_answer(
         Err(e) => e.into_result(),
     };
     let body = serde_json::to_string(&ForVersion(&result, version)).map_err(|_| Error::Internal)?;
-    let size_hint = body.len() + 48 + shared.modern.server_info_meta_len();
-    Ok(encode_result_by(id, size_hint, |out| {
-        push_modern_result(
-            out,
-            &shared.modern,
-            &body,
-            "",
-            result.meta.as_ref(),
-            "complete",
-        )
-    }))
+    Ok(modern_answer(
+        &shared.modern,
+        id,
+        &body,
+        "",
+        result.meta.as_ref(),
+        "complete",
+    ))
 }
 
 /// How a request of one era or the other runs in its worker.

@@ -12,7 +12,7 @@
 use super::dispatch::Dispatch;
 use super::{Request, Session};
 use crate::context::{Ask, Input, Rounds, SessionInfo};
-use crate::jsonrpc::{Params, RequestId};
+use crate::jsonrpc::{encode_result_by, Params, RequestId};
 use crate::mcp::{server_capabilities, Error, LogLevel, Method, ProtocolVersion, RequestMeta};
 use crate::model::Implementation;
 use crate::mrtr::{Binding, BindingParts};
@@ -466,8 +466,14 @@ impl Session {
                         "{}".to_owned()
                     }
                 };
-                let answer = modern_result(&shared.modern, &body, "", None, "complete");
-                Ok(crate::jsonrpc::encode_result(&id, &answer))
+                Ok(modern_answer(
+                    &shared.modern,
+                    &id,
+                    &body,
+                    "",
+                    None,
+                    "complete",
+                ))
             })
         });
         self.store_job(work, modern, method_label(method))
@@ -609,11 +615,6 @@ pub struct ModernShape {
 }
 
 impl ModernShape {
-    /// Bytes of the `_meta` a result carries when the tool adds none of its own.
-    pub fn server_info_meta_len(&self) -> usize {
-        self.server_info_meta.len()
-    }
-
     /// The shape for a server presenting itself as `server_info`.
     pub fn new(server_info: &Implementation, state_key: crate::mrtr::StateKey) -> Self {
         let info = serde_json::to_value(crate::model::ForVersion(
@@ -640,15 +641,34 @@ pub(crate) fn modern_result(
     user_meta: Option<&Value>,
     result_type: &str,
 ) -> String {
-    let mut out =
-        String::with_capacity(body.len() + extra.len() + 48 + shape.server_info_meta_len());
+    let mut out = String::with_capacity(result_len_hint(shape, body, extra));
     push_modern_result(&mut out, shape, body, extra, user_meta, result_type);
     out
 }
 
-/// [`modern_result`], written at the end of `out` (e.g. inside its response frame, see
-/// `jsonrpc::encode_result_by`).
-pub(crate) fn push_modern_result(
+/// [`modern_result`] as the response frame to `id`, the result written straight into the
+/// frame's buffer (not made as a string of its own and copied in).
+pub(crate) fn modern_answer(
+    shape: &ModernShape,
+    id: &RequestId,
+    body: &str,
+    extra: &str,
+    user_meta: Option<&Value>,
+    result_type: &str,
+) -> String {
+    encode_result_by(id, result_len_hint(shape, body, extra), |out| {
+        push_modern_result(out, shape, body, extra, user_meta, result_type)
+    })
+}
+
+/// About how long a 2026-07-28 result is: `body`, `extra`, the server's `_meta` and the
+/// `resultType` member.
+fn result_len_hint(shape: &ModernShape, body: &str, extra: &str) -> usize {
+    body.len() + extra.len() + shape.server_info_meta.len() + 48
+}
+
+/// [`modern_result`], written at the end of `out`.
+fn push_modern_result(
     out: &mut String,
     shape: &ModernShape,
     body: &str,
