@@ -381,25 +381,32 @@ pub fn tools_call_request(id: u64, payload: &str, era: Era, key: Option<(u64, us
         Era::Stateless => Some(MODERN_META),
         Era::PaddedSession => Some(PADDED_META),
     };
-    let key =
-        key.map(|(run, connection)| format!(r#""idempotencyKey":"{run:x}-{connection}-{id}""#));
+    let mut frame = format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}}"#
+    );
+    // `_meta`: the era's members, then the key, if any.
     match (meta, key) {
-        (None, None) => format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}}}}}}"#
-        ),
-        (None, Some(key)) => format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}},"_meta":{{{key}}}}}}}"#
-        ),
-        (Some(meta), None) => format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}},{meta}}}}}"#
-        ),
-        (Some(meta), Some(key)) => {
-            let meta = meta.strip_suffix('}').unwrap_or(meta);
-            format!(
-                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{payload}"}},{meta},{key}}}}}}}"#
-            )
+        (None, None) => {}
+        (Some(meta), None) => {
+            frame.push(',');
+            frame.push_str(meta);
+        }
+        (meta, Some((run, connection))) => {
+            frame.push(',');
+            match meta.and_then(|meta| meta.strip_suffix('}')) {
+                Some(open) => frame.push_str(open),
+                None => frame.push_str(r#""_meta":{"#),
+            }
+            if meta.is_some() {
+                frame.push(',');
+            }
+            frame.push_str(&format!(
+                r#""idempotencyKey":"{run:x}-{connection}-{id}"}}"#
+            ));
         }
     }
+    frame.push_str("}}");
+    frame
 }
 
 pub fn ping_request(id: u64) -> String {
