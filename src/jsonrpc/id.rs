@@ -6,23 +6,25 @@
 
 use serde_json::value::RawValue;
 use std::fmt;
-use std::sync::Arc;
+use smol_str::SmolStr;
 
 /// A request id exactly as received: a JSON string or number (never `null`, which MCP forbids).
-/// Shared, because the in-flight map, the worker and the tool context each hold it.
+/// The in-flight map, the worker and the tool context each hold a copy: an id of up to 23
+/// bytes (every id clients send in practice) is kept inline, so a request's id costs no
+/// allocation and its copies no reference counting; a longer one is shared.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct RequestId(Arc<str>);
+pub struct RequestId(SmolStr);
 
 impl RequestId {
     /// Accepts the raw JSON of an `id` member if it is a string or a number.
     /// Returns `None` for `null`, booleans, arrays and objects.
     pub fn from_raw(raw: &RawValue) -> Option<Self> {
-        Self::is_valid(raw).then(|| Self(raw.get().into()))
+        Self::is_valid(raw).then(|| Self(SmolStr::new(raw.get())))
     }
 
     /// An integer id (for ids the server makes itself).
     pub fn from_number(n: u64) -> Self {
-        Self(n.to_string().into())
+        Self(smol_str::format_smolstr!("{n}"))
     }
 
     /// Whether `raw` may serve as an id: a string or a number (MCP also forbids null). Progress
