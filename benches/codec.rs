@@ -134,13 +134,13 @@ fn worker(c: &mut Criterion) {
     let raw = RawValue::from_string("1".into()).expect("json");
     let id = RequestId::from_raw(&raw).expect("id");
     let inbox = Rc::new(Inbox::default());
-    let session_info = SessionInfo {
+    let session_info = Rc::new(SessionInfo {
         protocol_version: mcp_ws::mcp::ProtocolVersion::LATEST,
         client_capabilities: Arc::new(serde_json::json!({})),
         client_info: Arc::new(Implementation::new("bench", "0")),
         identity: mcp_ws::context::Identity::anonymous(),
         trace_id: Arc::from("0af7651916cd43dd8448eb211c80319c"),
-    };
+    });
     let mut group = c.benchmark_group("worker");
     group.bench_function("inline", |b| {
         b.iter_custom(|iters| {

@@ -204,7 +204,7 @@ pub(crate) struct ContextParts {
     /// The trace id of the request's own `_meta.traceparent`, if any.
     pub trace_id: Option<Box<str>>,
     pub inbox: Rc<Inbox>,
-    pub session: SessionInfo,
+    pub session: Rc<SessionInfo>,
     /// Set when the request carries a progress token: the least gap between two reports.
     pub progress_interval: Option<Duration>,
     pub deadline: Deadline,
@@ -245,7 +245,9 @@ struct Inner {
     /// The trace id from the request's own `_meta.traceparent`, when it had one.
     trace_id: Option<Box<str>>,
     inbox: Rc<Inbox>,
-    session: SessionInfo,
+    /// Shared with the session's other requests: made once per session (per request in
+    /// 2026-07-28), not copied member by member into every request.
+    session: Rc<SessionInfo>,
     progress: Option<ProgressGate>,
     deadline: Deadline,
     cancel: CancelFlag,
@@ -1039,13 +1041,13 @@ impl TestContextBuilder {
         let inbox = Rc::new(Inbox::default());
         inbox.set_log_level(LogLevel::Debug);
         let id = RequestId::from_number(1);
-        let session = SessionInfo {
+        let session = Rc::new(SessionInfo {
             protocol_version: self.version,
             client_capabilities: Arc::new(self.capabilities),
             client_info: Arc::new(Implementation::new("test", "0")),
             identity: Identity::anonymous(),
             trace_id: Arc::from("00000000000000000000000000000000"),
-        };
+        });
         let hour = Duration::from_secs(3600);
         let client = self
             .client

@@ -235,13 +235,13 @@ impl Session {
         self.phase = Phase::Ready(Negotiated {
             version,
             offers,
-            info: SessionInfo {
+            info: Rc::new(SessionInfo {
                 protocol_version: version,
                 client_capabilities: Arc::new(Value::Object(p.capabilities)),
                 client_info: Arc::new(p.client_info),
                 identity: self.admission.identity.clone(),
                 trace_id: self.admission.trace_id.clone(),
-            },
+            }),
         });
         // From now on the session hears of list changes and resource updates.
         self.bus = Some(self.shared.registry.bus().attach(&self.inbox));
@@ -332,7 +332,7 @@ impl Session {
                     ),
                 };
                 Ok(RequestEra {
-                    info: modern.info,
+                    info: Rc::new(modern.info),
                     log_floor: LogFloor::Request(modern.log_level),
                     input,
                     on_input,
@@ -846,7 +846,7 @@ fn modern_call_answer(
 
 /// How a request of one era or the other runs in its worker.
 pub(super) struct RequestEra {
-    info: SessionInfo,
+    info: Rc<SessionInfo>,
     log_floor: LogFloor,
     input: Input,
     on_input: Option<OnInput>,

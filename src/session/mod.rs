@@ -146,7 +146,8 @@ struct Negotiated {
     version: ProtocolVersion,
     /// The kinds declared to this session in `initialize`.
     offers: crate::registry::Offers,
-    info: SessionInfo,
+    /// What every request of the session knows of it, shared by them.
+    info: Rc<SessionInfo>,
 }
 
 /// A request running in a worker.

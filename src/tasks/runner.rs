@@ -41,7 +41,7 @@ pub(crate) struct TaskCall {
     pub request_id: RequestId,
     pub trace_id: Option<Box<str>>,
     /// What the request's `_meta` established.
-    pub info: SessionInfo,
+    pub info: Rc<SessionInfo>,
     /// The request's round (answers from `inputResponses` and `requestState`).
     pub asks: Rc<TaskAsks>,
     pub support: TaskSupport,

@@ -62,7 +62,7 @@ pub struct Job {
     pub trace_id: Option<Box<str>>,
     /// The session's inbox, where the outcome and everything the work reports go.
     pub inbox: Rc<Inbox>,
-    pub session: SessionInfo,
+    pub session: Rc<SessionInfo>,
     /// How the work's asks reach the client.
     pub input: Input,
     /// Which log lines of the work go out.
