@@ -239,14 +239,28 @@ impl Handler<Cancel> for RequestWorker {
 /// do not add to the size of this future, which is copied into its box whole (see
 /// `RequestWorker::prepare`), job included.
 async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
-    let shared = job.shared.clone();
+    let Job {
+        id,
+        received,
+        work,
+        timeout,
+        wants_progress,
+        trace_id,
+        inbox,
+        session,
+        input,
+        log_floor,
+        on_input,
+        shared,
+        span: _,
+    } = job;
     let metrics = &shared.metrics;
     let limits = &shared.settings.limits;
 
     // The timeout counts from admission into the pool. Admitted at once, that is when the
     // request arrived, a moment ago: its clock read serves, and this path reads no clock.
     let (permit, admitted) = match shared.pool.try_acquire() {
-        Ok(permit) => (permit, job.received),
+        Ok(permit) => (permit, received),
         Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
         Err(TryAcquireError::NoPermits) => {
             let permit = Box::pin(wait_for_slot(&shared)).await?;
@@ -259,21 +273,6 @@ async fn execute(job: Job, cancel: CancelFlag) -> Result<String, Error> {
         }
     };
     let _running = metrics.pool_running.track();
-    let Job {
-        id,
-        received: _,
-        work,
-        timeout,
-        wants_progress,
-        trace_id,
-        inbox,
-        session,
-        input,
-        log_floor,
-        on_input,
-        shared: _,
-        span: _,
-    } = job;
 
     let deadline = Deadline::new(
         admitted,
