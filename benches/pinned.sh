@@ -5,10 +5,14 @@
 #   benches/pinned.sh sessions --sessions 18000 --hold 10
 #   CONFIG=benches/hardened.toml MCP_WS_BEARER=bench-key-0123456789 benches/pinned.sh ...
 #                                   (mcp-ws with another config; the token goes to every target)
+#   SERVER=/path/to/other/mcp-ws LOAD=/path/to/load benches/pinned.sh ...
+#                                   (given builds: then nothing is built here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
-LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
+SERVER=${SERVER:-}
+[ -n "$SERVER" ] || { cargo build --release --quiet; SERVER=target/release/mcp-ws; }
+# LOAD: a load generator already built (as in callgrind.sh).
+LOAD=${LOAD:-$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 PORT_BASE=${PORT_BASE:-18765}
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
@@ -16,7 +20,7 @@ trap cleanup EXIT
 prlimit --pid $$ --nofile=20000:20000 2>/dev/null || true
 ulimit -n 20000 2>/dev/null || true
 
-RUST_LOG=warn taskset -c 0 target/release/mcp-ws --listen 127.0.0.1:$PORT_BASE --config "${CONFIG:-benches/load.toml}" &
+RUST_LOG=warn taskset -c 0 "$SERVER" --listen 127.0.0.1:$PORT_BASE --config "${CONFIG:-benches/load.toml}" &
 MCP=$!; pids+=($MCP)
 taskset -c 0 "$LOAD" --serve-baseline raw-echo --listen 127.0.0.1:$((PORT_BASE + 1)) >/dev/null & RAW=$!; pids+=($RAW)
 taskset -c 0 "$LOAD" --serve-baseline jsonrpsee --listen 127.0.0.1:$((PORT_BASE + 2)) >/dev/null & JR=$!; pids+=($JR)

@@ -5,8 +5,11 @@
 //! throughput mode.
 //!
 //! A target is `LABEL,DIALECT,URL[,PID]`; the dialect says how requests are
-//! made (see [`Dialect`]). Each connection is its own `reqwest::Client` with
-//! one pooled connection, so exactly C TCP connections carry the load. Answers
+//! made (see [`Dialect`]). Each connection sets its session up (and ends it)
+//! with a `reqwest::Client`, and sends its measured requests on a bare hyper
+//! HTTP/1.1 connection of its own, so exactly C TCP connections carry the load:
+//! reqwest's own work per request (URL parsing, its pool, header copies) took
+//! the generator's whole core before the fastest server's. Answers
 //! may be JSON or SSE (whatever the server picks for
 //! `Accept: application/json, text/event-stream`); both are parsed, and how
 //! many of each came back is reported, so a table says which mode was measured.
@@ -15,7 +18,11 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE, HOST};
+use hyper::{Method, StatusCode, Uri};
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 use tokio::time::{sleep_until, timeout_at, Instant};
@@ -166,10 +173,12 @@ impl HttpPoint {
     }
 }
 
-/// One set-up connection: its client (one pooled TCP connection) and the
-/// headers of its `tools/call`s.
+/// One set-up connection: its client for set-up and teardown, the HTTP/1.1
+/// connection its `tools/call`s go on, and their path and headers.
 struct Connection {
     client: reqwest::Client,
+    sender: SendRequest<Full<Bytes>>,
+    path: Uri,
     headers: HeaderMap,
     session: Option<HeaderValue>,
 }
@@ -194,16 +203,24 @@ struct Answer {
 /// events' `data`, priming events without data skipped).
 async fn read_answer(response: reqwest::Response, id: u64) -> Result<Answer, String> {
     let status = response.status();
-    let sse = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let sse = is_sse(response.headers());
     let body = response
         .bytes()
         .await
         .map_err(|e| format!("read body: {e}"))?;
-    let text = String::from_utf8_lossy(&body);
+    parse_answer(status, sse, &body, id)
+}
+
+fn is_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// [`read_answer`] for a response read whole on the bare connection.
+fn parse_answer(status: StatusCode, sse: bool, body: &[u8], id: u64) -> Result<Answer, String> {
+    let text = String::from_utf8_lossy(body);
     if !status.is_success() {
         return Ok(Answer {
             outcome: Err(format!("HTTP {status}: {}", client::truncate(&text, 200))),
@@ -325,16 +342,65 @@ async fn open(target: &HttpTarget) -> Result<Connection, String> {
             }
         }
     }
+    let uri: Uri = target.url.parse().map_err(|e| format!("url: {e}"))?;
+    let authority = uri.authority().ok_or("url without host")?.clone();
+    headers.insert(
+        HOST,
+        HeaderValue::from_str(authority.as_str()).map_err(|e| format!("host: {e}"))?,
+    );
+    let stream = tokio::net::TcpStream::connect(authority.as_str())
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(connection);
+    let path = Uri::builder()
+        .path_and_query(uri.path_and_query().map_or("/", |p| p.as_str()))
+        .build()
+        .map_err(|e| format!("path: {e}"))?;
     Ok(Connection {
         client,
+        sender,
+        path,
         headers,
         session,
     })
 }
 
+/// One `tools/call` on the bare connection, and its answer read whole.
+async fn exchange(
+    sender: &mut SendRequest<Full<Bytes>>,
+    path: &Uri,
+    headers: &HeaderMap,
+    body: String,
+    id: u64,
+) -> Result<Answer, String> {
+    let mut request = hyper::Request::new(Full::new(Bytes::from(body)));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = path.clone();
+    *request.headers_mut() = headers.clone();
+    sender.ready().await.map_err(|e| format!("send: {e}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("send: {e}"))?;
+    let status = response.status();
+    let sse = is_sse(response.headers());
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("read body: {e}"))?
+        .to_bytes();
+    parse_answer(status, sse, &body, id)
+}
+
 /// One connection's closed loop from the first request to the session's end.
 async fn drive(
-    connection: Connection,
+    mut connection: Connection,
     url: Arc<str>,
     dialect: Dialect,
     payload: Arc<str>,
@@ -352,17 +418,13 @@ async fn drive(
         let body = client::tools_call_request(id, &payload, era, None);
         let sent_at = Instant::now();
         tally.sent += 1;
-        let exchange = async {
-            let response = connection
-                .client
-                .post(&*url)
-                .headers(connection.headers.clone())
-                .body(body)
-                .send()
-                .await
-                .map_err(|e| format!("send: {e}"))?;
-            read_answer(response, id).await
-        };
+        let exchange = exchange(
+            &mut connection.sender,
+            &connection.path,
+            &connection.headers,
+            body,
+            id,
+        );
         let answer = match timeout_at(timeline.drain_end, exchange).await {
             Err(_) => {
                 tally.lost += 1;
