@@ -379,7 +379,7 @@ fn pinned_version(req: &HttpRequest) -> Result<Option<ProtocolVersion>, Refusal>
 fn resumed_session_id(req: &HttpRequest) -> Option<String> {
     let headers = req.headers();
     if let Some(id) = headers
-        .get(http::SESSION_HEADER)
+        .get(&http::SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
     {
         return Some(id.to_owned());

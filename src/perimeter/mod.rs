@@ -24,13 +24,17 @@ use crate::metrics::{Counter, Rejections};
 use crate::shared::{SessionSlot, Shared};
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{USER_AGENT, WWW_AUTHENTICATE};
+use actix_web::http::header::{HeaderName, USER_AGENT, WWW_AUTHENTICATE};
 use actix_web::http::StatusCode;
 use actix_web::middleware::Next;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use serde_json::json;
 use std::net::IpAddr;
 use std::sync::Arc;
+
+/// The trace headers a request may bring (W3C Trace Context, or a plain id), named once.
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static X_TRACE_ID: HeaderName = HeaderName::from_static("x-trace-id");
 
 pub use auth::{Authenticator, Challenge};
 pub use connections::{ClientLimit, ConnectionLimits, ConnectionPermit};
@@ -144,10 +148,10 @@ pub fn admit(shared: &Shared, req: &HttpRequest) -> Result<Admission, Refusal> {
     let headers = req.headers();
     shared.origin_policy.check(headers)?;
     let (identity, access) = authorize(shared, req)?;
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let trace_id = header("traceparent")
+    let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let trace_id = header(&TRACEPARENT)
         .and_then(crate::trace::of_traceparent)
-        .or_else(|| header("x-trace-id").and_then(crate::trace::of_header))
+        .or_else(|| header(&X_TRACE_ID).and_then(crate::trace::of_header))
         .map_or_else(crate::trace::generate, Arc::from);
     Ok(Admission {
         identity,

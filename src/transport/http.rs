@@ -14,8 +14,9 @@ use super::hosted::{End, Hangup, HostedSession, OpenStream, Post, PostReply};
 use crate::mcp::ProtocolVersion;
 use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::shared::{SessionId, Shared};
+use actix::dev::SendError;
 use actix::Addr;
-use actix_web::http::header::{self, HeaderMap};
+use actix_web::http::header::{self, HeaderMap, HeaderName};
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream::{self, Stream};
@@ -23,10 +24,14 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// The session header, as the spec spells it (header names are case-insensitive).
-pub const SESSION_HEADER: &str = "Mcp-Session-Id";
-const PROTOCOL_VERSION_HEADER: &str = "MCP-Protocol-Version";
-const LAST_EVENT_ID_HEADER: &str = "Last-Event-ID";
+// The headers this transport reads, named once: a lookup by `&str` parses and lower-cases
+// the name again on every request.
+/// The session header (the spec spells it `Mcp-Session-Id`; names are case-insensitive).
+pub static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+static PROTOCOL_VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+static LAST_EVENT_ID_HEADER: HeaderName = HeaderName::from_static("last-event-id");
+static METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
+static NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 
 /// `POST /mcp`: one client message (or a 2025-03-26 batch) of a session, or one
 /// self-contained 2026-07-28 request.
@@ -37,7 +42,7 @@ pub async fn post(
 ) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
     let admission = perimeter::admit(&shared, &req)?;
-    if !accepts(req.headers(), "application/json") || !accepts(req.headers(), "text/event-stream") {
+    if !accepts(req.headers(), ["application/json", "text/event-stream"]) {
         return Err(Refusal::NotAcceptable(
             "both application/json and text/event-stream",
         ));
@@ -62,7 +67,7 @@ pub async fn post(
     let text = String::from_utf8(body.into()).map_err(|_| Refusal::BodyNotText)?;
     let header_version = req
         .headers()
-        .get(PROTOCOL_VERSION_HEADER)
+        .get(&PROTOCOL_VERSION_HEADER)
         .map(|v| v.to_str().unwrap_or(""));
     let probe = Probe::of(&text);
     // A 2026-07-28 request says so in its `_meta` (and its header); it is served on its own,
@@ -108,7 +113,7 @@ pub async fn post(
             if let Ok(value) = header::HeaderValue::from_str(id.as_str()) {
                 response
                     .headers_mut()
-                    .insert(header::HeaderName::from_static("mcp-session-id"), value);
+                    .insert(SESSION_HEADER.clone(), value);
             }
         }
     }
@@ -163,7 +168,7 @@ fn check_headers(
     }
     let method = probe.method.as_deref().unwrap_or("");
     match headers
-        .get("mcp-method")
+        .get(&METHOD_HEADER)
         .map(|v| v.to_str().unwrap_or("").trim())
     {
         None => return Err("the Mcp-Method header is required".into()),
@@ -176,7 +181,7 @@ fn check_headers(
     }
     if let Some(name) = probe.name.as_deref() {
         match headers
-            .get("mcp-name")
+            .get(&NAME_HEADER)
             .map(|v| v.to_str().unwrap_or("").trim())
         {
             None => return Err("the Mcp-Name header is required for this method".into()),
@@ -343,14 +348,14 @@ fn answer(shared: &Shared, reply: Answer) -> HttpResponse {
 pub async fn get(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
     let admission = check_common(&req, &shared)?;
-    if !accepts(req.headers(), "text/event-stream") {
+    if !accepts(req.headers(), ["text/event-stream"]) {
         return Err(Refusal::NotAcceptable("text/event-stream"));
     }
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
     let session = shared
         .find_session(id, &Owner::of(&admission.identity))
         .ok_or(Refusal::SessionNotFound)?;
-    let resume = match req.headers().get(LAST_EVENT_ID_HEADER) {
+    let resume = match req.headers().get(&LAST_EVENT_ID_HEADER) {
         None => None,
         Some(value) => Some(
             value
@@ -398,7 +403,7 @@ fn check_common(req: &HttpRequest, shared: &Shared) -> Result<Admission, Refusal
     let admission = perimeter::admit(shared, req)?;
     check_version_header(
         req.headers()
-            .get(PROTOCOL_VERSION_HEADER)
+            .get(&PROTOCOL_VERSION_HEADER)
             .map(|v| v.to_str().unwrap_or("")),
     )?;
     Ok(admission)
@@ -431,10 +436,17 @@ async fn exchange(
 ) -> Result<Answer, Refusal> {
     let (reply, answer) = oneshot::channel();
     let mut hangup = HangupOnDrop(cancel_on_hangup.then(|| session.clone()));
-    session
-        .send(Post { text, reply })
-        .await
-        .map_err(|_| Refusal::SessionNotFound)?;
+    // Into the mailbox at once when it has room: the answer comes through `reply`, so
+    // actix's own reply channel (`send`) would be a second one per request. A full mailbox
+    // is waited on, so clients cannot grow it.
+    match session.try_send(Post { text, reply }) {
+        Ok(()) => {}
+        Err(SendError::Full(post)) => session
+            .send(post)
+            .await
+            .map_err(|_| Refusal::SessionNotFound)?,
+        Err(SendError::Closed(_)) => return Err(Refusal::SessionNotFound),
+    }
     let reply = answer.await.map_err(|_| Refusal::SessionNotFound)?;
     // Answered in full: only a stream still has a client that can go away.
     let hangup = match &reply {
@@ -459,19 +471,25 @@ impl Drop for HangupOnDrop {
 }
 
 fn session_id(headers: &HeaderMap) -> Option<&str> {
-    headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok())
+    headers.get(&SESSION_HEADER).and_then(|v| v.to_str().ok())
 }
 
-/// Whether `Accept` admits `media` (or anything).
-fn accepts(headers: &HeaderMap, media: &str) -> bool {
-    headers.get_all(header::ACCEPT).any(|value| {
-        value.to_str().is_ok_and(|v| {
-            v.split(',').any(|part| {
-                let part = part.split(';').next().unwrap_or("").trim();
-                part.eq_ignore_ascii_case(media) || part == "*/*"
-            })
-        })
-    })
+/// Whether the `Accept` headers take each of `media` (`*/*` takes all), read in one pass.
+fn accepts<const N: usize>(headers: &HeaderMap, media: [&str; N]) -> bool {
+    let mut taken = [false; N];
+    for value in headers.get_all(header::ACCEPT) {
+        let Ok(value) = value.to_str() else { continue };
+        for part in value.split(',') {
+            let part = part.split(';').next().unwrap_or("").trim();
+            if part == "*/*" {
+                return true;
+            }
+            for (wanted, taken) in media.iter().zip(&mut taken) {
+                *taken |= part.eq_ignore_ascii_case(wanted);
+            }
+        }
+    }
+    taken.iter().all(|&taken| taken)
 }
 
 fn keep_alive(shared: &Shared) -> Duration {
