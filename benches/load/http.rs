@@ -21,8 +21,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE, HOST};
 use hyper::{Method, StatusCode, Uri};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE, HOST};
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 use tokio::time::{sleep_until, timeout_at, Instant};
@@ -351,7 +351,9 @@ async fn open(target: &HttpTarget) -> Result<Connection, String> {
     let stream = tokio::net::TcpStream::connect(authority.as_str())
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    stream.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| format!("nodelay: {e}"))?;
     let (sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await

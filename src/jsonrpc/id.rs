@@ -5,8 +5,8 @@
 //! would change what is echoed back. We keep the raw text and compare ids by it.
 
 use serde_json::value::RawValue;
-use std::fmt;
 use smol_str::SmolStr;
+use std::fmt;
 
 /// A request id exactly as received: a JSON string or number (never `null`, which MCP forbids).
 /// The in-flight map, the worker and the tool context each hold a copy: an id of up to 23

@@ -111,9 +111,7 @@ pub async fn post(
         // and the client gets its error without an id to use.
         if shared.find_session(id.as_str(), &owner).is_some() {
             if let Ok(value) = header::HeaderValue::from_str(id.as_str()) {
-                response
-                    .headers_mut()
-                    .insert(SESSION_HEADER.clone(), value);
+                response.headers_mut().insert(SESSION_HEADER.clone(), value);
             }
         }
     }
