@@ -14,7 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SERVER=${SERVER:-}
 [ -n "$SERVER" ] || { cargo build --release --quiet; SERVER=target/release/mcp-ws; }
-LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
+# LOAD: a load generator already built (it does not depend on the server's code).
+LOAD=${LOAD:-$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 ROUNDS=${ROUNDS:-6}
 TRANSPORTS=${TRANSPORTS:-ws http}
 PORT=${PORT_BASE:-18875}
@@ -58,7 +59,7 @@ for transport in $TRANSPORTS; do
     fi
     # WebSocket: also a 2025-11-25 request padded to the 2026-07-28 one's length with
     # `_meta` members no server knows, to tell the bigger frame's cost from the rest.
-    [ "$transport" = ws ] && measure ws 2025-11-25-padded "$@"
+    if [ "$transport" = ws ]; then measure ws 2025-11-25-padded "$@"; fi
   done
 done | tee "$OUT/runs.txt"
 

@@ -689,7 +689,8 @@ fn warnings(results: &[(HttpTarget, Vec<HttpPoint>)], client_threads: usize) -> 
             {
                 found.push(format!(
                     "{name} @ {c} conns: the generator saturated its {client_threads} thread(s); \
-                     req/s is a lower bound (req/cpu-s is not affected)"
+                     the server was under-driven: req/s is a lower bound, and so is req/cpu-s \
+                     (a server that idles between requests spends more per request)"
                 ));
             }
             if p.server_cpu_cores.is_none() {
