@@ -200,6 +200,26 @@ enum Reply {
 impl Session {
     /// A new session for a client the perimeter admitted, awaiting `initialize`.
     pub fn new(shared: Arc<Shared>, id: u64, admission: Admission) -> Self {
+        Self::with_parse_caches(shared, id, admission, modern::ParseCaches::default())
+    }
+
+    /// A session for one stateless 2026-07-28 request (its host ends with it). Its `_meta`
+    /// parse caches are its thread's, shared with the other such sessions, so a client that
+    /// repeats its `clientInfo` and capabilities (all do) has them parsed once, not per
+    /// request.
+    pub fn stateless(shared: Arc<Shared>, id: u64, admission: Admission) -> Self {
+        let mut session =
+            Self::with_parse_caches(shared, id, admission, modern::stateless_parse_caches());
+        session.set_modern_only();
+        session
+    }
+
+    fn with_parse_caches(
+        shared: Arc<Shared>,
+        id: u64,
+        admission: Admission,
+        (last_client_info, last_client_capabilities): modern::ParseCaches,
+    ) -> Self {
         let inbox = Rc::new(Inbox::new(shared.settings.limits.max_queued_notifications));
         inbox.set_log_level(shared.client_log_level);
         inbox.set_client_request_limit(shared.settings.limits.max_in_flight_per_session);
@@ -225,8 +245,8 @@ impl Session {
             pinned: None,
             raw_params,
             recent,
-            last_client_info: modern::LastParsed::default(),
-            last_client_capabilities: modern::LastParsed::default(),
+            last_client_info,
+            last_client_capabilities,
         }
     }
 

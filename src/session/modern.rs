@@ -745,13 +745,39 @@ pub(super) fn subscription_meta(id: &RequestId) -> String {
 
 /// The last value parsed from a `_meta` member, with the text it came from. A client sends
 /// the same `clientInfo` and capabilities with every 2026-07-28 request, so a request
-/// carrying the same text reuses the parsed value instead of parsing it again.
-pub(super) struct LastParsed<T>(std::cell::RefCell<Option<(Box<str>, Arc<T>)>>);
+/// carrying the same text reuses the parsed value instead of parsing it again. Clones share
+/// the one entry.
+pub(super) struct LastParsed<T>(Rc<std::cell::RefCell<Option<Parsed<T>>>>);
+
+/// A parsed value and the text it came from.
+type Parsed<T> = (Box<str>, Arc<T>);
 
 impl<T> Default for LastParsed<T> {
     fn default() -> Self {
-        Self(std::cell::RefCell::default())
+        Self(Rc::default())
     }
+}
+
+impl<T> Clone for LastParsed<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+/// The `_meta` caches of a thread's stateless hosts (`clientInfo`, capabilities), shared:
+/// a host serves one request (an HTTP POST), so a cache of its own would never be read.
+pub(super) type ParseCaches = (
+    LastParsed<crate::model::Implementation>,
+    LastParsed<serde_json::Value>,
+);
+
+thread_local! {
+    static STATELESS_PARSE_CACHES: ParseCaches = Default::default();
+}
+
+/// This thread's [`ParseCaches`] for stateless hosts.
+pub(super) fn stateless_parse_caches() -> ParseCaches {
+    STATELESS_PARSE_CACHES.with(|(info, capabilities)| (info.clone(), capabilities.clone()))
 }
 
 impl<T> LastParsed<T> {

@@ -164,8 +164,7 @@ impl HostedSession {
             resumable: false,
             statuses: HashMap::new(),
         });
-        let mut core = Session::new(shared.clone(), slot.id(), admission);
-        core.set_modern_only();
+        let core = Session::stateless(shared.clone(), slot.id(), admission);
         Self::host(shared, slot, SessionId::generate(), core, out).start()
     }
 
