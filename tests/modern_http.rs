@@ -294,6 +294,34 @@ async fn errors_of_2026_posts_carry_their_http_status() {
 // ---------------------------------------------------------------------------------------
 // Streams of one request: logs, progress
 
+/// Stateless hosts of one thread share their `_meta` parse caches: a request must still be
+/// served with its own capabilities when the one before it declared others.
+#[tokio::test]
+async fn each_2026_post_is_served_with_its_own_capabilities_when_they_alternate() {
+    let (server, _) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let ask = json!({"name": "ask_name", "arguments": {"greeting": "Hi"}});
+    for round in 0..3 {
+        let asks = json!(format!("asks-{round}"));
+        let (status, response) = http
+            .json(
+                asks.clone(),
+                "tools/call",
+                modern_with(all_asks(), ask.clone()),
+            )
+            .await;
+        assert_eq!(status, 200, "round {round}: {response}");
+        assert_input_required(&response, &asks, &["name"]);
+
+        // Capabilities of its own, without elicitation (`{}` would not reach the cache).
+        let other = json!(format!("other-{round}"));
+        let sampling_only = modern_with(json!({"sampling": {}}), ask.clone());
+        let (status, response) = http.json(other.clone(), "tools/call", sampling_only).await;
+        assert_eq!(status, 400, "round {round}: {response}");
+        assert_error(&response, &other, -32021);
+    }
+}
+
 #[tokio::test]
 async fn log_lines_go_on_the_post_stream_only_for_a_request_that_set_a_level() {
     let (server, _) = start_modern(modern_settings());
