@@ -348,7 +348,8 @@ async fn open(target: &HttpTarget) -> Result<Connection, String> {
         HOST,
         HeaderValue::from_str(authority.as_str()).map_err(|e| format!("host: {e}"))?,
     );
-    let stream = tokio::net::TcpStream::connect(authority.as_str())
+    let port = authority.port_u16().unwrap_or(80);
+    let stream = tokio::net::TcpStream::connect((authority.host(), port))
         .await
         .map_err(|e| format!("connect: {e}"))?;
     stream
