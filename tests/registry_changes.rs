@@ -689,6 +689,43 @@ fn the_builder_refuses_duplicates_and_invalid_templates() {
     ));
 }
 
+/// A session keeps the tools it called while the registry stands still: every change
+/// reaches its next call (a disabled tool is unknown, a replaced one runs its new code).
+#[tokio::test]
+async fn a_session_calls_what_the_registry_holds_now_after_each_change() {
+    let server = start_with(settings(), |b| b.tool(tool("versioned", "first")));
+    let mut client = Client::initialized(&server).await;
+    let registry = server.registry();
+    let answer = |response: &Value| response["result"]["content"][0]["text"].clone();
+
+    for _ in 0..2 {
+        let called = client.call_tool("versioned", json!({})).await;
+        assert_eq!(answer(&called), "first", "{called}");
+    }
+    assert!(registry.disable_tool("versioned"));
+    expect_exactly_one(&mut client, "notifications/tools/list_changed").await;
+    let id = client.fresh_id();
+    let response = client
+        .request_with_id(id.clone(), "tools/call", json!({"name": "versioned"}))
+        .await;
+    assert_eq!(
+        assert_error(&response, &id, -32602)["data"]["tool"],
+        "versioned"
+    );
+
+    assert!(registry.enable_tool("versioned"));
+    expect_exactly_one(&mut client, "notifications/tools/list_changed").await;
+    let called = client.call_tool("versioned", json!({})).await;
+    assert_eq!(answer(&called), "first", "{called}");
+
+    assert!(registry.remove_tool("versioned"));
+    expect_exactly_one(&mut client, "notifications/tools/list_changed").await;
+    assert!(registry.add_tool(tool("versioned", "second")).is_ok());
+    expect_exactly_one(&mut client, "notifications/tools/list_changed").await;
+    let called = client.call_tool("versioned", json!({})).await;
+    assert_eq!(answer(&called), "second", "{called}");
+}
+
 #[tokio::test]
 async fn a_disabled_entry_is_unknown_and_unlisted_until_enabled() {
     let server = start_with(settings(), |b| {

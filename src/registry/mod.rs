@@ -12,6 +12,10 @@
 //! all, lowest first, and a [`VersionChooser`] (the session's rollout) picks the one a list
 //! shows and a call runs. A tool registered once costs a call nothing more.
 //!
+//! Each kind counts its changes (its generation, bumped with every snapshot rebuild, which
+//! every change ends in). A session keeps the tools it called in a [`ToolCache`] while the
+//! count stands still, instead of taking a shard lock of the map per call.
+//!
 //! Pagination cursors are opaque: the snapshot's content hash and an offset, base64url. A
 //! cursor that does not decode, or whose list has changed since (another hash), is refused
 //! with -32602, never silently restarted from the first page. The hash covers only the
@@ -29,7 +33,9 @@ use crate::rollout::compare_versions;
 use crate::tool::{Tool, ToolHandler};
 use dashmap::DashMap;
 use snapshot::Snapshot;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub use snapshot::Page;
@@ -249,6 +255,8 @@ struct Kind<T> {
     writer: Mutex<()>,
     /// Set once anything of this kind was registered: its capability is declared from then.
     ever: AtomicBool,
+    /// How many times this kind changed (see the module docs).
+    generation: AtomicU64,
 }
 
 struct Entry<T> {
@@ -263,6 +271,7 @@ impl<T> Default for Kind<T> {
             snapshot: RwLock::default(),
             writer: Mutex::new(()),
             ever: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
         }
     }
 }
@@ -374,6 +383,8 @@ impl<T: Registered> Kind<T> {
             }
         }));
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
+        // Last, after the map and the snapshot: a cache that sees the new count sees them.
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     fn get(&self, key: &str) -> Option<T> {
@@ -643,11 +654,36 @@ impl Registry {
 
     /// The handler of an enabled tool, in the version `chooser` picks when it has several,
     /// with its task support (the `tools/call` hot path: one `Arc` clone).
+    /// [`tool_handler`](Self::tool_handler) through a session's `cache`: the same answer
+    /// while the tools do not change. The cache must belong to one chooser (one identity).
+    pub(crate) fn cached_tool_handler(
+        &self,
+        name: &str,
+        chooser: &dyn VersionChooser,
+        cache: &ToolCache,
+    ) -> Result<CachedTool, Error> {
+        let generation = self.inner.tools.generation.load(Ordering::Acquire);
+        let mut tools = cache.tools.borrow_mut();
+        if cache.generation.replace(generation) != generation {
+            tools.clear();
+        }
+        if let Some((handler, support)) = tools.get(name) {
+            return Ok((handler.clone(), *support));
+        }
+        let found = self.tool_handler(name, chooser)?;
+        // Only registered tools get in, and at most `MAX` of them: the client names the tools.
+        if tools.len() == ToolCache::MAX {
+            tools.clear();
+        }
+        tools.insert(name.into(), found.clone());
+        Ok(found)
+    }
+
     pub(crate) fn tool_handler(
         &self,
         name: &str,
         chooser: &dyn VersionChooser,
-    ) -> Result<(Arc<dyn ToolHandler>, crate::tool::TaskSupport), Error> {
+    ) -> Result<CachedTool, Error> {
         self.inner
             .tools
             .items
@@ -736,4 +772,21 @@ pub struct Offers {
     pub completions: bool,
     /// A tool whose calls may become tasks (2026-07-28 tasks extension).
     pub tasks: bool,
+}
+
+/// The tools one session called, by name, with the version its identity's rollout chose:
+/// kept while the registry's tools do not change (see the module docs).
+#[derive(Default)]
+pub(crate) struct ToolCache {
+    /// The tools' generation the entries belong to.
+    generation: Cell<u64>,
+    tools: RefCell<HashMap<Box<str>, CachedTool, FastHash>>,
+}
+
+/// A tool's handler and whether its calls may become tasks.
+pub(crate) type CachedTool = (Arc<dyn ToolHandler>, crate::tool::TaskSupport);
+
+impl ToolCache {
+    /// The most tools a session keeps; past that it starts over.
+    const MAX: usize = 32;
 }

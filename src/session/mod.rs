@@ -130,6 +130,8 @@ pub struct Session {
     raw_params: bool,
     /// The `tools/call` requests this session finished, by id, for retries.
     recent: RecentResponses,
+    /// The tools this session called (its identity's versions), while the tools stand still.
+    tool_cache: crate::registry::ToolCache,
     /// The `clientInfo` of the last 2026-07-28 request.
     last_client_info: modern::LastParsed<crate::model::Implementation>,
     /// The `clientCapabilities` of the last 2026-07-28 request.
@@ -245,6 +247,7 @@ impl Session {
             pinned: None,
             raw_params,
             recent,
+            tool_cache: Default::default(),
             last_client_info,
             last_client_capabilities,
         }
