@@ -652,8 +652,6 @@ impl Registry {
         &self.inner.bus
     }
 
-    /// The handler of an enabled tool, in the version `chooser` picks when it has several,
-    /// with its task support (the `tools/call` hot path: one `Arc` clone).
     /// [`tool_handler`](Self::tool_handler) through a session's `cache`: the same answer
     /// while the tools do not change. The cache must belong to one chooser (one identity).
     pub(crate) fn cached_tool_handler(
@@ -679,6 +677,8 @@ impl Registry {
         Ok(found)
     }
 
+    /// The handler of an enabled tool, in the version `chooser` picks when it has several,
+    /// with its task support (one `Arc` clone).
     pub(crate) fn tool_handler(
         &self,
         name: &str,
