@@ -156,6 +156,24 @@ async fn discover_names_versions_capabilities_identity_instructions_and_cache_hi
     );
 }
 
+/// A tool result with a `_meta` of its own gets the server's identity merged into it: one
+/// `_meta` member in the frame (a JSON object must not name a member twice), holding both.
+#[tokio::test]
+async fn a_tool_result_meta_is_merged_with_the_server_identity_into_one_member() {
+    let (server, _) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    client
+        .send_json(json!({"jsonrpc": "2.0", "id": "m", "method": "tools/call",
+                          "params": modern(json!({"name": "with_meta"}))}))
+        .await;
+    let frame = client.recv_text().await;
+    assert_eq!(frame.matches(r#""_meta""#).count(), 1, "{frame}");
+    let response: Value = serde_json::from_str(&frame).expect("json");
+    let result = assert_complete(&response, &json!("m"));
+    assert_eq!(result["_meta"][TOOL_META_KEY], "kept", "{result}");
+    assert_eq!(text_of(&result), "annotated");
+}
+
 #[tokio::test]
 async fn discover_capabilities_follow_what_is_registered() {
     let server = start_bare(|b| b);

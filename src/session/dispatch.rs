@@ -827,7 +827,7 @@ fn modern_call_answer(
     outcome: Result<crate::model::CallToolResult, ToolError>,
     version: ProtocolVersion,
 ) -> Result<String, Error> {
-    let result = match outcome {
+    let mut result = match outcome {
         Ok(result) => result,
         Err(ToolError::Client(ClientRequestError::NotSupported { capability })) => {
             return Err(Error::MissingClientCapability {
@@ -836,13 +836,16 @@ fn modern_call_answer(
         }
         Err(e) => e.into_result(),
     };
+    // The result's own `_meta` is merged with the server's identity into the one `_meta`
+    // member; left in the body, it would be written a second time.
+    let meta = result.meta.take();
     let body = serde_json::to_string(&ForVersion(&result, version)).map_err(|_| Error::Internal)?;
     Ok(modern_answer(
         &shared.modern,
         id,
         &body,
         "",
-        result.meta.as_ref(),
+        meta.as_ref(),
         "complete",
     ))
 }

@@ -633,7 +633,8 @@ impl ModernShape {
 }
 
 /// A 2026-07-28 result: `body` (a JSON object) with `resultType`, `_meta` (the server's
-/// identity, merged with `user_meta`) and `extra` members added.
+/// identity, merged with `user_meta`) and `extra` members added. `body` must not hold a
+/// `_meta` of its own: it goes in `user_meta`.
 pub(crate) fn modern_result(
     shape: &ModernShape,
     body: &str,

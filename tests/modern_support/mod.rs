@@ -11,8 +11,8 @@
 use crate::common::{settings, start_with, Client, NoArgs, READ_TIMEOUT};
 use futures_util::{Stream, StreamExt};
 use mcp_ws::model::{
-    CreateMessageRequest, ElicitAction, ElicitRequest, GetPromptResult, LogLevel, PromptMessage,
-    ResourceContents, SamplingMessage,
+    CallToolResult, CreateMessageRequest, ElicitAction, ElicitRequest, GetPromptResult, LogLevel,
+    PromptMessage, ResourceContents, SamplingMessage,
 };
 use mcp_ws::{
     Prompt, PromptArgument, PromptError, RequestContext, Resource, ResourceError, ResourceTemplate,
@@ -137,6 +137,9 @@ pub fn assert_modern_result(response: &Value, id: &Value, result_type: &str) -> 
 }
 
 /// A complete 2026-07-28 result.
+/// The `_meta` member the `with_meta` tool puts in its result.
+pub const TOOL_META_KEY: &str = "example.com/annotation";
+
 pub fn assert_complete(response: &Value, id: &Value) -> Value {
     assert_modern_result(response, id, "complete")
 }
@@ -413,6 +416,15 @@ pub fn add_fixtures(builder: ServerBuilder, fixtures: &Fixtures) -> ServerBuilde
             move |args, ctx| two_at_once(args, ctx, two_runs.clone()),
         ))
         .tool(Tool::new("chatty", "Logs at four levels.", chatty))
+        .tool(Tool::new(
+            "with_meta",
+            "Answers with a result `_meta` of its own.",
+            |_: NoArgs, _ctx| async move {
+                let mut result = CallToolResult::text("annotated");
+                result.meta = Some(json!({TOOL_META_KEY: "kept"}));
+                Ok::<_, ToolError>(result)
+            },
+        ))
         .tool(Tool::new("steps", "Reports n progress steps.", steps))
         .tool(step_then_hold(fixtures.gate.clone()))
         .prompt(
