@@ -3,7 +3,9 @@
 //! once under load), and the admission of everything that runs user code (a tool call, a
 //! resource read, a prompt render, a completion) into a worker actor.
 
-use super::modern::{modern_answer, modern_result, required_capability, ModernRequest};
+use super::modern::{
+    complete_answer, modern_answer, modern_result, required_capability, ModernRequest,
+};
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::access::RequestRecord;
 use crate::context::{ClientRequestError, Input, LogFloor, Rounds, SessionInfo};
@@ -569,15 +571,7 @@ impl Session {
                 match modern {
                     None => encode_result_with(&id, &result, 256).map_err(|_| Error::Internal),
                     Some((shared, hints)) => {
-                        let body = serde_json::to_string(&result).map_err(|_| Error::Internal)?;
-                        Ok(modern_answer(
-                            &shared.modern,
-                            &id,
-                            &body,
-                            &hints,
-                            None,
-                            "complete",
-                        ))
+                        complete_answer(&shared.modern, &id, &result, &hints, None)
                     }
                 }
             })
@@ -649,18 +643,13 @@ impl Session {
                 match shared {
                     None => encode_result_with(&id, &ForVersion(&rendered, version), 256)
                         .map_err(|_| Error::Internal),
-                    Some(shared) => {
-                        let body = serde_json::to_string(&ForVersion(&rendered, version))
-                            .map_err(|_| Error::Internal)?;
-                        Ok(modern_answer(
-                            &shared.modern,
-                            &id,
-                            &body,
-                            "",
-                            None,
-                            "complete",
-                        ))
-                    }
+                    Some(shared) => complete_answer(
+                        &shared.modern,
+                        &id,
+                        &ForVersion(&rendered, version),
+                        "",
+                        None,
+                    ),
                 }
             })
         });
@@ -839,15 +828,13 @@ fn modern_call_answer(
     // The result's own `_meta` is merged with the server's identity into the one `_meta`
     // member; left in the body, it would be written a second time.
     let meta = result.meta.take();
-    let body = serde_json::to_string(&ForVersion(&result, version)).map_err(|_| Error::Internal)?;
-    Ok(modern_answer(
+    complete_answer(
         &shared.modern,
         id,
-        &body,
+        &ForVersion(&result, version),
         "",
         meta.as_ref(),
-        "complete",
-    ))
+    )
 }
 
 /// How a request of one era or the other runs in its worker.

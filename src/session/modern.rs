@@ -452,28 +452,21 @@ impl Session {
         let task_id = p.task_id;
         let work: crate::worker::Work = Box::new(move |id, _ctx| {
             Box::pin(async move {
-                let body = match method {
+                let result = match method {
                     Method::TasksGet => {
                         let record = crate::tasks::load(&shared, &task_id, &owner).await?;
-                        Value::Object(record.fields(true)).to_string()
+                        record.fields(true)
                     }
                     Method::TasksUpdate => {
                         crate::tasks::update(&shared, &task_id, &owner, responses).await?;
-                        "{}".to_owned()
+                        Map::new()
                     }
                     _ => {
                         crate::tasks::cancel(&shared, &task_id, &owner).await?;
-                        "{}".to_owned()
+                        Map::new()
                     }
                 };
-                Ok(modern_answer(
-                    &shared.modern,
-                    &id,
-                    &body,
-                    "",
-                    None,
-                    "complete",
-                ))
+                complete_answer(&shared.modern, &id, &result, "", None)
             })
         });
         self.store_job(work, modern, method_label(method))
@@ -660,6 +653,21 @@ pub(crate) fn modern_answer(
     encode_result_by(id, result_len_hint(shape, body, extra), |out| {
         push_modern_result(out, shape, body, extra, user_meta, result_type)
     })
+}
+
+/// The `complete` answer to `id` of `result`, serialized; its `_meta`, if any, goes in
+/// `user_meta` (see [`modern_result`]).
+pub(crate) fn complete_answer(
+    shape: &ModernShape,
+    id: &RequestId,
+    result: &impl serde::Serialize,
+    extra: &str,
+    user_meta: Option<&Value>,
+) -> Result<String, Error> {
+    let body = serde_json::to_string(result).map_err(|_| Error::Internal)?;
+    Ok(modern_answer(
+        shape, id, &body, extra, user_meta, "complete",
+    ))
 }
 
 /// About how long a 2026-07-28 result is: `body`, `extra`, the server's `_meta` and the
