@@ -191,21 +191,15 @@ impl Shared {
     }
 }
 
-/// A session id a client holds: 128 random bits, hex. It is a bearer secret, so its
-/// `Display` shows only the first 8 characters (for logs). The bits come from the thread's
-/// CSPRNG (`rand`'s ChaCha, seeded from the OS): unguessable, and no system call per id,
-/// which a stateless 2026-07-28 request (one host each) would pay.
+/// A session id a client holds: 128 random bits, hex (see `crate::random_id`). It is a
+/// bearer secret, so its `Display` shows only the first 8 characters (for logs).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionId(Arc<str>);
 
 impl SessionId {
     /// A fresh, unguessable id.
     pub fn generate() -> Self {
-        Self(
-            data_encoding::HEXLOWER
-                .encode(&rand::random::<[u8; 16]>())
-                .into(),
-        )
+        Self(crate::random_id())
     }
 
     /// The full id, for the client (a header, never a log line).

@@ -33,13 +33,9 @@ pub fn of_header(value: &str) -> Option<&str> {
     safe.then_some(value)
 }
 
-/// A fresh trace id: 128 random bits, hex. From the thread's RNG (seeded by the OS, as
-/// actix-http's WebSocket masks are), not a `getrandom` system call per id: every HTTP
-/// request without a trace header of its own gets one.
+/// A fresh trace id: 128 random bits, hex (see `crate::random_id`).
 pub fn generate() -> Arc<str> {
-    data_encoding::HEXLOWER
-        .encode(&rand::random::<[u8; 16]>())
-        .into()
+    crate::random_id()
 }
 
 #[cfg(test)]
