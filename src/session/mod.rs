@@ -212,7 +212,7 @@ impl Session {
     pub fn stateless(shared: Arc<Shared>, id: u64, admission: Admission) -> Self {
         let mut session =
             Self::with_parse_caches(shared, id, admission, modern::stateless_parse_caches());
-        session.set_modern_only();
+        session.modern_only = true;
         session
     }
 
@@ -253,13 +253,8 @@ impl Session {
         }
     }
 
-    /// Serves 2026-07-28 requests only (see the field).
-    pub fn set_modern_only(&mut self) {
-        self.modern_only = true;
-    }
-
     /// Serves `version` only, as the client chose when it connected: a 2026-07-28 pin makes
-    /// every request a 2026-07-28 one (as [`set_modern_only`](Self::set_modern_only)), a
+    /// every request a 2026-07-28 one (as a [`stateless`](Self::stateless) session serves), a
     /// handshake-era pin is what `initialize` negotiates, whatever the client asks, and
     /// refuses 2026-07-28 requests (-32022).
     pub fn pin_version(&mut self, version: ProtocolVersion) {
