@@ -20,7 +20,7 @@ use dashmap::DashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
 /// Tells a session the server is shutting down: finish in-flight work within `grace`, then
 /// close with 1001.
@@ -68,6 +68,9 @@ pub struct Shared {
     sockets: DashMap<SessionId, (Addr<WsSession>, Owner)>,
     next_session_id: AtomicU64,
     draining: AtomicBool,
+    /// Turns `true` when shutdown begins, for work that waits outside any actor (2026-07-28
+    /// requests over HTTP) and so is not in `sessions`.
+    shutdown: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -115,6 +118,7 @@ impl Shared {
             sockets: DashMap::new(),
             next_session_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
+            shutdown: watch::Sender::new(false),
         })
     }
 
@@ -140,9 +144,15 @@ impl Shared {
         self.draining.load(Ordering::Acquire)
     }
 
+    /// Watches for the shutdown: `true` once it began (it never turns back).
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
     /// Marks the server as shutting down and tells every live session.
     pub fn begin_shutdown(&self, grace: Duration) {
         self.draining.store(true, Ordering::Release);
+        self.shutdown.send_replace(true);
         self.tasks.shutdown();
         for entry in self.sessions.iter() {
             entry.value().do_send(Shutdown { grace });

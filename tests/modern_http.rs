@@ -19,8 +19,11 @@
 //!   to host; a tampered or replayed state is -32602 and nothing runs.
 //! - `subscriptions/listen`: the POST's SSE stream carries the acknowledgement first, then
 //!   only the notifications its filter asked for, tagged with its id; two listens are kept
-//!   apart; a client that goes away ends its listen (the host is gone: `mcp_sessions`);
+//!   apart; a client that goes away ends its listen (its exchange is gone: `mcp_sessions`);
 //!   shutdown ends it with a result.
+//! - Shutdown and a 2026 POST in flight: new POSTs are refused at once (503) while it runs
+//!   on and is answered within the grace; one that outlives the grace is cancelled and
+//!   answered 503 with -32004 and its own id.
 //! - Cancellation is the client going away: closing a 2026 stream stops its request
 //!   (`mcp_workers`, `mcp_cancelled_total`); a 2026 notification POST is 202 and ignored.
 //!
@@ -30,7 +33,7 @@ mod common;
 mod modern_support;
 
 use common::*;
-use mcp_ws::Settings;
+use mcp_ws::{RunningServer, Settings};
 use modern_support::*;
 use serde_json::{json, Value};
 
@@ -588,4 +591,84 @@ async fn shutdown_ends_an_http_listen_with_its_result() {
         .await
         .expect("the server stops in time")
         .expect("stop() does not panic");
+}
+
+/// Settings with a shutdown grace of `grace_ms`.
+fn grace_settings(grace_ms: u64) -> Settings {
+    let mut s = modern_settings();
+    s.shutdown.grace_ms = grace_ms;
+    s
+}
+
+/// Posts `step_then_hold` (no progress token: its answer is a JSON body) on a task of its
+/// own, and waits until it runs.
+async fn held_post(server: &RunningServer, http: &Http) -> tokio::task::JoinHandle<(u16, Value)> {
+    let body = request(
+        json!("held"),
+        "tools/call",
+        modern(json!({"name": "step_then_hold", "arguments": {}})),
+    );
+    let post = http.post(&body);
+    let held = tokio::spawn(async move { json_reply(send(post).await).await });
+    wait_metric(server, "mcp_workers", 1).await;
+    held
+}
+
+#[tokio::test]
+async fn a_2026_post_in_flight_at_shutdown_runs_on_and_is_answered_within_the_grace() {
+    let (server, fixtures) = start_modern(grace_settings(30_000));
+    let http = Http::new(&server);
+    let held = held_post(&server, &http).await;
+    let stopper = tokio::task::spawn_blocking(move || server.stop());
+    // The drain has begun once a new request is refused.
+    loop {
+        let body = request(json!("late"), "tools/list", modern(json!({})));
+        let response = send(http.post(&body)).await;
+        if response.status() == 503 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        !held.is_finished(),
+        "the held request still runs during the drain"
+    );
+    fixtures.gate.add_permits(1);
+    let (status, response) = tokio::time::timeout(READ_TIMEOUT, held)
+        .await
+        .expect("answered in time")
+        .expect("the client task ends");
+    assert_eq!(status, 200);
+    assert_eq!(
+        text_of(&assert_complete(&response, &json!("held"))),
+        "released"
+    );
+    tokio::time::timeout(READ_TIMEOUT, stopper)
+        .await
+        .expect("the server stops in time")
+        .expect("stop() does not panic");
+}
+
+#[tokio::test]
+async fn a_2026_post_outliving_the_grace_is_cancelled_and_answered_503_32004() {
+    let (server, fixtures) = start_modern(grace_settings(200));
+    let shared = server.shared().clone();
+    let http = Http::new(&server);
+    let held = held_post(&server, &http).await;
+    let stopper = tokio::task::spawn_blocking(move || server.stop());
+    let (status, response) = tokio::time::timeout(READ_TIMEOUT, held)
+        .await
+        .expect("answered in time")
+        .expect("the client task ends");
+    assert_eq!(status, 503);
+    assert_error(&response, &json!("held"), -32004);
+    tokio::time::timeout(READ_TIMEOUT, stopper)
+        .await
+        .expect("the server stops in time")
+        .expect("stop() does not panic");
+    assert_eq!(shared.metrics.cancelled.get(), 1, "the call was cancelled");
+    assert_eq!(shared.metrics.workers.get(), 0);
+    assert_eq!(shared.metrics.sessions.get(), 0);
+    // Never released: it ended because the grace ran out.
+    assert_eq!(fixtures.gate.available_permits(), 0);
 }

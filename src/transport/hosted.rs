@@ -37,14 +37,8 @@ pub enum PostReply {
     /// Nothing to answer (notifications and responses only, or the request was cancelled):
     /// 202.
     Accepted,
-    /// The answer, as a JSON body, with its HTTP status (200, or what a 2026-07-28 error's
-    /// binding asks for).
-    Json {
-        /// The answer.
-        frame: String,
-        /// The HTTP status.
-        status: u16,
-    },
+    /// The answer, as a JSON body.
+    Json(String),
     /// An SSE stream: what the exchange sends, ending with its answer.
     Stream(mpsc::Receiver<SseEvent>),
 }
@@ -68,12 +62,6 @@ pub struct OpenStream {
     /// The stream, or why it cannot be served.
     pub reply: oneshot::Sender<Result<mpsc::Receiver<SseEvent>, ReplayError>>,
 }
-
-/// The client of a 2026-07-28 POST went away (its connection closed before the answer, or
-/// it closed the answer's stream): under that revision, that cancels the request.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Hangup;
 
 /// A `DELETE`: the client ends the session.
 #[derive(Message)]
@@ -142,30 +130,9 @@ impl HostedSession {
             ),
             streams: HashMap::new(),
             prime: false,
-            resumable: true,
-            statuses: HashMap::new(),
         });
         let core = Session::new(shared.clone(), slot.id(), admission);
         Self::host(shared, slot, id, core, out).start()
-    }
-
-    /// A host for one 2026-07-28 POST (no session: the request carries its own state), on the
-    /// current thread. It ends once its request is answered, or its client went away. It
-    /// holds a slot like a session, so the cap bounds these too, and shutdown reaches them.
-    pub fn start_stateless(
-        shared: Arc<Shared>,
-        slot: SessionSlot,
-        admission: Admission,
-    ) -> Addr<Self> {
-        let out = Outlets::Http(HttpOutlet {
-            log: EventLog::new(0, Duration::ZERO),
-            streams: HashMap::new(),
-            prime: false,
-            resumable: false,
-            statuses: HashMap::new(),
-        });
-        let core = Session::stateless(shared.clone(), slot.id(), admission);
-        Self::host(shared, slot, SessionId::generate(), core, out).start()
     }
 
     /// Keeps a WebSocket session whose socket dropped, on the current thread (its own).
@@ -246,11 +213,6 @@ impl HostedSession {
             self.end(ctx, "server shutting down");
         } else if matches!(&self.out, Outlets::Socket(s) if s.overflowed) {
             self.end(ctx, "missed more messages than a reconnect can be given");
-        } else if matches!(&self.out, Outlets::Http(h) if !h.resumable && h.streams.is_empty())
-            && !self.core.has_work_in_flight()
-        {
-            // A 2026-07-28 POST's host: its request was answered (or its client left).
-            ctx.stop();
         }
     }
 
@@ -346,8 +308,7 @@ impl Handler<Post> for HostedSession {
         if intake == Intake::Silent {
             http.close(exchange);
         }
-        let resumable = http.resumable;
-        if resumable && !self.core.is_initialized() {
+        if !self.core.is_initialized() {
             // Only an `initialize` starts an HTTP session, and it was answered inline: if it
             // failed, the session ends before its id is issued and holds no slot.
             self.end(ctx, "initialize failed");
@@ -364,22 +325,6 @@ impl Handler<OpenStream> for HostedSession {
         self.last_active = Instant::now();
         if let Outlets::Http(http) = &mut self.out {
             let _ = open.reply.send(http.open(open.resume));
-        }
-    }
-}
-
-impl Handler<Hangup> for HostedSession {
-    type Result = ();
-
-    fn handle(&mut self, _hangup: Hangup, ctx: &mut Self::Context) {
-        // Only a 2026-07-28 request is cancelled by its client going away; a handshake-era
-        // session's dropped stream is resumed, and cancels nothing.
-        if matches!(&self.out, Outlets::Http(h) if !h.resumable) {
-            self.core.cancel_all(&mut self.out);
-            if let Outlets::Http(http) = &mut self.out {
-                http.close_all();
-            }
-            self.end_if_due(ctx);
         }
     }
 }
@@ -482,12 +427,6 @@ impl Outlet for Outlets {
             http.close(exchange);
         }
     }
-
-    fn status(&mut self, exchange: u64, status: u16) {
-        if let Self::Http(http) = self {
-            http.status(exchange, status);
-        }
-    }
 }
 
 /// A WebSocket session's way out: its current socket, or what it missed while it had none.
@@ -525,11 +464,6 @@ pub struct HttpOutlet {
     streams: HashMap<u64, StreamState>,
     /// Whether new streams start with a priming event (2025-11-25 sessions).
     prime: bool,
-    /// Whether events get ids and are logged for `Last-Event-ID` (handshake-era sessions;
-    /// 2026-07-28 has no resumption).
-    resumable: bool,
-    /// HTTP statuses of answers about to be sent (2026-07-28 errors), by exchange.
-    statuses: HashMap<u64, u16>,
 }
 
 impl HttpOutlet {
@@ -565,14 +499,7 @@ impl HttpOutlet {
 
     /// Logs an event of `stream` and hands it to its reader, if it has one that keeps up.
     fn stream_event(&mut self, stream: u64, frame: String) {
-        let event = if self.resumable {
-            self.log.push(stream, Arc::from(frame))
-        } else {
-            SseEvent {
-                id: String::new(),
-                data: Arc::from(frame),
-            }
-        };
+        let event = self.log.push(stream, Arc::from(frame));
         let Some(state) = self.streams.get_mut(&stream) else {
             return;
         };
@@ -646,8 +573,7 @@ impl Outlet for HttpOutlet {
         match waiting {
             // The answer comes first: a plain JSON body, nothing to stream or log.
             Some(waiting) if answer => {
-                let status = self.statuses.remove(&stream).unwrap_or(200);
-                let _ = waiting.send(PostReply::Json { frame, status });
+                let _ = waiting.send(PostReply::Json(frame));
                 self.streams.remove(&stream);
                 self.log.finish(stream);
                 return;
@@ -673,9 +599,5 @@ impl Outlet for HttpOutlet {
 
     fn close(&mut self, exchange: u64) {
         HttpOutlet::close(self, exchange);
-    }
-
-    fn status(&mut self, exchange: u64, status: u16) {
-        self.statuses.insert(exchange, status);
     }
 }

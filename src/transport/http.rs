@@ -4,13 +4,15 @@
 //! session. For 2026-07-28 requests: each `POST` is self-contained (no session), its headers
 //! are checked against its body, and closing its answer's stream cancels it.
 //!
-//! These handlers only check the request and carry messages: the session itself is a
+//! These handlers only check the request and carry messages: a session is a
 //! [`HostedSession`] actor, the same protocol core as a WebSocket session's, reached by the
-//! `Mcp-Session-Id` it issued at `initialize`. Refusals are [`Refusal`]s (the perimeter's one
-//! mapping to HTTP).
+//! `Mcp-Session-Id` it issued at `initialize`; a 2026-07-28 request runs on a core of its own
+//! inside its handler and its answer's stream (a [`StatelessExchange`]). Refusals are
+//! [`Refusal`]s (the perimeter's one mapping to HTTP).
 
 use super::events::{Cursor, SseEvent};
-use super::hosted::{End, Hangup, HostedSession, OpenStream, Post, PostReply};
+use super::hosted::{End, HostedSession, OpenStream, Post, PostReply};
+use super::stateless::{FirstReply, StatelessExchange};
 use crate::mcp::ProtocolVersion;
 use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::shared::{SessionId, Shared};
@@ -19,7 +21,7 @@ use actix::Addr;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
-use futures_util::stream::{self, Stream};
+use futures_util::stream::{self, Stream, StreamExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -105,7 +107,7 @@ pub async fn post(
         }
         None => return Err(Refusal::SessionRequired),
     };
-    let mut response = answer(&shared, exchange(&session, text, false).await?);
+    let mut response = answer(&shared, exchange(&session, text).await?);
     if let Some(id) = new_id {
         // The session exists only if `initialize` succeeded; otherwise it is gone already
         // and the client gets its error without an id to use.
@@ -120,8 +122,8 @@ pub async fn post(
 
 /// A 2026-07-28 request: its headers must agree with its body (`MCP-Protocol-Version`,
 /// `Mcp-Method`, and `Mcp-Name` for the methods that name something; else -32020 with HTTP
-/// 400), then it runs in a host of its own, which ends with it. A client that goes away
-/// before the answer (or closes the answer's stream) cancels it.
+/// 400), then it runs on a core of its own in this handler (a [`StatelessExchange`]). A
+/// client that goes away before the answer (or closes the answer's stream) cancels it.
 async fn stateless(
     req: &HttpRequest,
     shared: &Arc<Shared>,
@@ -144,8 +146,22 @@ async fn stateless(
     }
     // A stateless request holds a session slot while it runs: the same caps apply.
     let slot = perimeter::open_session(shared, &admission)?;
-    let host = HostedSession::start_stateless(shared.clone(), slot, admission);
-    Ok(answer(shared, exchange(&host, text, true).await?))
+    let exchange = StatelessExchange::start(shared.clone(), slot, admission, &text);
+    Ok(match exchange.first_reply().await {
+        FirstReply::Accepted => HttpResponse::Accepted().finish(),
+        FirstReply::ShutDown => {
+            // Cut by the end of the shutdown grace: the client may send it again elsewhere.
+            let error = crate::mcp::Error::ShuttingDown.to_wire_modern();
+            let mut response =
+                json_answer(crate::jsonrpc::encode_error(probe.id.as_ref(), &error), 503);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            response
+        }
+        FirstReply::Json { frame, status } => json_answer(frame, status),
+        FirstReply::Stream(exchange) => sse(stateless_events(exchange), keep_alive(shared)),
+    })
 }
 
 /// The headers of a 2026-07-28 request against its body: what is wrong, if anything.
@@ -334,11 +350,11 @@ fn json_answer(frame: String, status: u16) -> HttpResponse {
 }
 
 /// The HTTP answer to a POST.
-fn answer(shared: &Shared, reply: Answer) -> HttpResponse {
-    match reply.reply {
+fn answer(shared: &Shared, reply: PostReply) -> HttpResponse {
+    match reply {
         PostReply::Accepted => HttpResponse::Accepted().finish(),
-        PostReply::Json { frame, status } => json_answer(frame, status),
-        PostReply::Stream(events) => sse(events, keep_alive(shared), reply.hangup),
+        PostReply::Json(frame) => json_answer(frame, 200),
+        PostReply::Stream(events) => sse(session_events(events), keep_alive(shared)),
     }
 }
 
@@ -372,7 +388,7 @@ pub async fn get(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResp
         .await
         .map_err(|_| Refusal::SessionNotFound)?
         .map_err(|_| Refusal::ResumeGone)?;
-    Ok(sse(events, keep_alive(&shared), None))
+    Ok(sse(session_events(events), keep_alive(&shared)))
 }
 
 /// `DELETE /mcp`: the client ends its session.
@@ -418,22 +434,9 @@ fn check_version_header(version: Option<&str>) -> Result<(), Refusal> {
     }
 }
 
-/// How to answer a POST, and who to tell if its client goes away meanwhile.
-struct Answer {
-    reply: PostReply,
-    hangup: Option<HangupOnDrop>,
-}
-
-/// Hands a message to its session and waits for how to answer. With `cancel_on_hangup` (a
-/// 2026-07-28 request), a client that goes away before the answer (this future is dropped)
-/// or closes the answer's stream cancels the request.
-async fn exchange(
-    session: &Addr<HostedSession>,
-    text: String,
-    cancel_on_hangup: bool,
-) -> Result<Answer, Refusal> {
+/// Hands a message to its session and waits for how to answer.
+async fn exchange(session: &Addr<HostedSession>, text: String) -> Result<PostReply, Refusal> {
     let (reply, answer) = oneshot::channel();
-    let mut hangup = HangupOnDrop(cancel_on_hangup.then(|| session.clone()));
     // Into the mailbox at once when it has room: the answer comes through `reply`, so
     // actix's own reply channel (`send`) would be a second one per request. A full mailbox
     // is waited on, so clients cannot grow it.
@@ -445,27 +448,7 @@ async fn exchange(
             .map_err(|_| Refusal::SessionNotFound)?,
         Err(SendError::Closed(_)) => return Err(Refusal::SessionNotFound),
     }
-    let reply = answer.await.map_err(|_| Refusal::SessionNotFound)?;
-    // Answered in full: only a stream still has a client that can go away.
-    let hangup = match &reply {
-        PostReply::Stream(_) => Some(HangupOnDrop(hangup.0.take())),
-        _ => {
-            hangup.0 = None;
-            None
-        }
-    };
-    Ok(Answer { reply, hangup })
-}
-
-/// Tells a 2026-07-28 request's host that its client went away, when dropped armed.
-struct HangupOnDrop(Option<Addr<HostedSession>>);
-
-impl Drop for HangupOnDrop {
-    fn drop(&mut self) {
-        if let Some(host) = self.0.take() {
-            host.do_send(Hangup);
-        }
-    }
+    answer.await.map_err(|_| Refusal::SessionNotFound)
 }
 
 fn session_id(headers: &HeaderMap) -> Option<&str> {
@@ -494,41 +477,50 @@ fn keep_alive(shared: &Shared) -> Duration {
     Duration::from_millis(shared.settings.sessions.sse_keep_alive_ms)
 }
 
-/// An SSE response streaming `events`, with a keep-alive comment when idle; it ends when the
-/// session drops the sender (the exchange was answered, or the session ended). `hangup`, if
-/// any, is told when the client drops the stream first.
-fn sse(
-    events: mpsc::Receiver<SseEvent>,
-    keep_alive: Duration,
-    hangup: Option<HangupOnDrop>,
-) -> HttpResponse {
+/// An SSE response streaming `events`, with a keep-alive comment when idle; it ends with
+/// `events`. Dropping it (the client went away) drops `events`.
+fn sse<S>(events: S, keep_alive: Duration) -> HttpResponse
+where
+    S: Stream<Item = SseEvent> + Unpin + 'static,
+{
     HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache, no-transform"))
         .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(sse_body(events, keep_alive, hangup))
+        .streaming(sse_body(events, keep_alive))
 }
 
-fn sse_body(
-    events: mpsc::Receiver<SseEvent>,
+fn sse_body<S>(
+    events: S,
     keep_alive: Duration,
-    hangup: Option<HangupOnDrop>,
-) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
-    stream::unfold(
-        (events, hangup),
-        move |(mut events, mut hangup)| async move {
-            let chunk = match tokio::time::timeout(keep_alive, events.recv()).await {
-                Ok(Some(event)) => Bytes::from(event.to_wire()),
-                Ok(None) => {
-                    // The stream ended with its answer: nobody to cancel.
-                    if let Some(hangup) = &mut hangup {
-                        hangup.0 = None;
-                    }
-                    return None;
-                }
-                Err(_idle) => Bytes::from_static(b": keep-alive\n\n"),
-            };
-            Some((Ok(chunk), (events, hangup)))
-        },
-    )
+) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>>
+where
+    S: Stream<Item = SseEvent> + Unpin,
+{
+    stream::unfold(events, move |mut events| async move {
+        let chunk = match tokio::time::timeout(keep_alive, events.next()).await {
+            Ok(Some(event)) => Bytes::from(event.to_wire()),
+            Ok(None) => return None,
+            Err(_idle) => Bytes::from_static(b": keep-alive\n\n"),
+        };
+        Some((Ok(chunk), events))
+    })
+}
+
+/// A session's stream, as its host feeds it (the host ends it by dropping the sender).
+fn session_events(mut events: mpsc::Receiver<SseEvent>) -> impl Stream<Item = SseEvent> + Unpin {
+    stream::poll_fn(move |task| events.poll_recv(task))
+}
+
+/// A 2026-07-28 request's answer stream: what its exchange sends, its answer last. Events
+/// carry no id (this revision has no resumption).
+fn stateless_events(exchange: StatelessExchange) -> impl Stream<Item = SseEvent> + Unpin {
+    Box::pin(stream::unfold(exchange, |mut exchange| async move {
+        let frame = exchange.next_frame().await?;
+        let event = SseEvent {
+            id: String::new(),
+            data: Arc::from(frame),
+        };
+        Some((event, exchange))
+    }))
 }

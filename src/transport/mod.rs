@@ -1,9 +1,11 @@
 //! Transports that host a [`Session`](crate::session::Session): the WebSocket actor (one
 //! socket, the session inline), Streamable HTTP (a [`hosted::HostedSession`] actor reached by
-//! id, answering POSTs and SSE streams), and an in-memory actor for in-process tests.
+//! id, answering POSTs and SSE streams; a 2026-07-28 request on a core of its own in its
+//! handler, a [`stateless::StatelessExchange`]), and an in-memory actor for in-process tests.
 
 pub mod events;
 pub mod hosted;
 pub mod http;
 pub mod memory;
+pub mod stateless;
 pub mod ws;
