@@ -523,7 +523,7 @@ fn session_events(mut events: mpsc::Receiver<SseEvent>) -> impl Stream<Item = Ss
 
 /// A 2026-07-28 request's answer stream: what its exchange sends, its answer last. Events
 /// carry no id (this revision has no resumption).
-fn stateless_events(exchange: StatelessExchange) -> impl Stream<Item = SseEvent> + Unpin {
+fn stateless_events(exchange: Box<StatelessExchange>) -> impl Stream<Item = SseEvent> + Unpin {
     Box::pin(stream::unfold(exchange, |mut exchange| async move {
         let frame = exchange.next_frame().await?;
         let event = SseEvent {

@@ -41,7 +41,7 @@ pub enum FirstReply {
     },
     /// Something came before the answer: the rest streams, answer last
     /// ([`StatelessExchange::next_frame`]).
-    Stream(StatelessExchange),
+    Stream(Box<StatelessExchange>),
 }
 
 /// One 2026-07-28 request in flight over HTTP; see the module docs.
@@ -90,7 +90,7 @@ impl StatelessExchange {
                 },
                 None => FirstReply::Accepted,
             },
-            _ => FirstReply::Stream(self),
+            _ => FirstReply::Stream(Box::new(self)),
         }
     }
 
