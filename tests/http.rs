@@ -1442,3 +1442,47 @@ async fn shutdown_answers_a_request_in_flight_and_refuses_new_ones() {
         .expect("the server stops once the call is answered")
         .expect("stop() does not panic");
 }
+
+#[tokio::test]
+async fn a_body_is_a_2026_request_by_its_meta_key_however_written_and_by_nothing_else() {
+    let (server, _gate) = start_http(http_settings());
+    let session = Endpoint::new(&server).initialize("2025-11-25").await;
+    // The key's text in an argument, with and without escapes elsewhere: the session's.
+    for (id, text) in [
+        (1, "io.modelcontextprotocol/protocolVersion"),
+        (2, "io.modelcontextprotocol/protocolVersion \"quoted\""),
+    ] {
+        let response = session
+            .request(
+                json!(id),
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": text}}),
+            )
+            .await;
+        assert_eq!(
+            response,
+            json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}})
+        );
+    }
+    // The key in `_meta`, its slash escaped (same key, other bytes), with the session's
+    // headers: a 2026-07-28 request, which must name its version in a header too.
+    let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol\/protocolVersion":"2026-07-28"}}}"#;
+    let response = send(
+        session.tag(
+            session
+                .endpoint
+                .post_raw(BOTH, Some("application/json"), body),
+        ),
+    )
+    .await;
+    assert_eq!(response.status(), 400);
+    let body: Value = serde_json::from_str(&body_text(response).await).expect("a JSON body");
+    let error = assert_error(&body, &json!(3), -32020);
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("MCP-Protocol-Version")),
+        "{error}"
+    );
+    session.assert_alive().await;
+}

@@ -672,3 +672,38 @@ async fn a_2026_post_outliving_the_grace_is_cancelled_and_answered_503_32004() {
     // Never released: it ended because the grace ran out.
     assert_eq!(fixtures.gate.available_permits(), 0);
 }
+
+#[tokio::test]
+async fn a_2026_post_that_is_not_json_or_is_a_batch_is_answered_with_its_error() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let headers = |builder: reqwest::RequestBuilder| {
+        builder
+            .header("MCP-Protocol-Version", MODERN)
+            .header("Mcp-Method", "tools/call")
+            .header("Mcp-Name", "echo")
+    };
+    let not_json = headers(http.client.post(&http.url))
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .body("{\"jsonrpc\": \"2.0\", \"id\": 1, ");
+    let (status, response) = json_reply(send(not_json).await).await;
+    assert_eq!(status, 200, "{response}");
+    assert_error(&response, &Value::Null, -32700);
+
+    let call = request(
+        json!(2),
+        "tools/call",
+        modern(json!({"name": "echo", "arguments": {"text": "in a batch"}})),
+    );
+    let batch = headers(http.bare(&json!([call])));
+    let (status, response) = json_reply(send(batch).await).await;
+    assert_eq!(status, 200, "{response}");
+    let entries = response
+        .as_array()
+        .expect("a batch is answered with an array");
+    assert_eq!(entries.len(), 1, "{response}");
+    assert_error(&entries[0], &json!(2), -32600);
+    assert_eq!(fixtures.runs(), 0, "nothing ran");
+    wait_metric(&server, "mcp_sessions", 0).await;
+}

@@ -51,8 +51,11 @@ use tokio::sync::oneshot;
 use crate::FastHash;
 
 /// Messages as this server decodes them: `tools/call` params parsed in the envelope's pass.
-type Entry<'a> = jsonrpc::Entry<'a, CallToolParams<'a>>;
-type Request<'a> = jsonrpc::Request<'a, CallToolParams<'a>>;
+pub type Message<'a> = jsonrpc::Decoded<'a, CallToolParams<'a>>;
+/// One entry of a [`Message`].
+pub type Entry<'a> = jsonrpc::Entry<'a, CallToolParams<'a>>;
+/// A request of a [`Message`].
+pub type Request<'a> = jsonrpc::Request<'a, CallToolParams<'a>>;
 
 /// Where an outgoing frame belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,11 +280,30 @@ impl Session {
     /// Handles one complete text message (a single JSON-RPC message or a batch), which is
     /// exchange `exchange` of its host.
     pub fn on_text(&mut self, text: &str, exchange: u64, out: &mut dyn Outlet) -> Intake {
-        match decode_with::<CallToolParams<'_>>(
+        let message = decode_with(text, self.shared.guard.frame_limits(), !self.raw_params);
+        self.on_message(message, exchange, out)
+    }
+
+    /// Decodes a text message as a session of a client admitted as `admission` does, for a
+    /// host that looks at it before the session takes it with [`on_message`](Self::on_message)
+    /// (a 2026-07-28 POST, whose headers must agree with its body), so it is read once.
+    pub fn decode<'t>(shared: &Shared, admission: &Admission, text: &'t str) -> Message<'t> {
+        decode_with(
             text,
-            self.shared.guard.frame_limits(),
-            !self.raw_params,
-        ) {
+            shared.guard.frame_limits(),
+            !shared.guard.needs_raw_params(admission),
+        )
+    }
+
+    /// Handles a message [`decode`](Self::decode)d for this session's client, as
+    /// [`on_text`](Self::on_text) handles its text.
+    pub fn on_message(
+        &mut self,
+        message: Message<'_>,
+        exchange: u64,
+        out: &mut dyn Outlet,
+    ) -> Intake {
+        match message {
             Decoded::Rejected(error) => {
                 self.shared.metrics.rejections.count_wire(&error);
                 out.send(

@@ -13,8 +13,10 @@
 use super::events::{Cursor, SseEvent};
 use super::hosted::{End, HostedSession, OpenStream, Post, PostReply};
 use super::stateless::{FirstReply, StatelessExchange};
+use crate::jsonrpc::{encode_error, Decoded, Params};
 use crate::mcp::ProtocolVersion;
 use crate::perimeter::{self, Admission, Owner, Refusal};
+use crate::session::{Entry, Request, Session};
 use crate::shared::{SessionId, Shared};
 use actix::dev::SendError;
 use actix::Addr;
@@ -22,7 +24,10 @@ use actix_web::http::header::{self, HeaderMap, HeaderName};
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream::{self, Stream, StreamExt};
-use std::sync::Arc;
+use memchr::memmem;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -71,23 +76,14 @@ pub async fn post(
         .headers()
         .get(&PROTOCOL_VERSION_HEADER)
         .map(|v| v.to_str().unwrap_or(""));
-    let probe = Probe::of(&text);
     // A 2026-07-28 request says so in its `_meta` (and its header); it is served on its own,
     // whatever session header it carries.
     let modern_header = header_version
         .and_then(ProtocolVersion::parse)
         .is_some_and(ProtocolVersion::is_modern);
-    if probe.meta_version.is_some() || modern_header {
+    if modern_header || names_modern_version(&text) {
         let header_version = header_version.map(str::to_owned);
-        return stateless(
-            &req,
-            &shared,
-            admission,
-            text,
-            &probe,
-            header_version.as_deref(),
-        )
-        .await;
+        return stateless(&req, &shared, admission, &text, header_version.as_deref()).await;
     }
     check_version_header(header_version)?;
     let owner = Owner::of(&admission.identity);
@@ -98,7 +94,7 @@ pub async fn post(
                 .ok_or(Refusal::SessionNotFound)?,
             None,
         ),
-        None if probe.method.as_deref() == Some("initialize") && probe.single => {
+        None if Probe::of(&text).is_initialize => {
             let slot = perimeter::open_session(&shared, &admission)?;
             let id = SessionId::generate();
             let session = HostedSession::start_http(shared.clone(), slot, id.clone(), admission);
@@ -120,33 +116,57 @@ pub async fn post(
     Ok(response)
 }
 
-/// A 2026-07-28 request: its headers must agree with its body (`MCP-Protocol-Version`,
-/// `Mcp-Method`, and `Mcp-Name` for the methods that name something; else -32020 with HTTP
-/// 400), then it runs on a core of its own in this handler (a [`StatelessExchange`]). A
-/// client that goes away before the answer (or closes the answer's stream) cancels it.
+/// Whether `text` names 2026-07-28 in its `_meta`. Most bodies are ruled out by a scan:
+/// the key cannot be written without its own bytes or an escape. The rest are parsed.
+fn names_modern_version(text: &str) -> bool {
+    static KEY: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(META_VERSION_KEY));
+    let may =
+        KEY.find(text.as_bytes()).is_some() || memchr::memchr(b'\\', text.as_bytes()).is_some();
+    may && Probe::of(text).names_modern_version
+}
+
+/// The `_meta` key of a 2026-07-28 request's version.
+const META_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// A 2026-07-28 request: decoded once; its headers must agree with its body
+/// (`MCP-Protocol-Version`, `Mcp-Method`, and `Mcp-Name` for the methods that name
+/// something; else -32020 with HTTP 400, and nothing runs), then it runs on a core of its
+/// own in this handler (a [`StatelessExchange`]). A client that goes away before the answer
+/// (or closes the answer's stream) cancels it.
 async fn stateless(
     req: &HttpRequest,
     shared: &Arc<Shared>,
     admission: Admission,
-    text: String,
-    probe: &Probe,
+    text: &str,
     header_version: Option<&str>,
 ) -> Result<HttpResponse, Refusal> {
-    if !probe.is_request {
+    let message = Session::decode(shared, &admission, text);
+    let id = match &message {
+        Decoded::Single(Entry::Request(request)) => {
+            let binding = Binding::of(request);
+            let checked = check_headers(req.headers(), &request.method, &binding, header_version)
+                .and_then(|()| {
+                    check_param_headers(req.headers(), shared, &request.method, &binding)
+                });
+            if let Err(mismatch) = checked {
+                let error = crate::mcp::Error::HeaderMismatch(mismatch);
+                let frame = encode_error(Some(&request.id), &error.to_wire_modern());
+                return Ok(json_answer(frame, 400));
+            }
+            Some(request.id.clone())
+        }
         // This revision defines no client notification over HTTP (closing a stream
-        // cancels); whatever comes is accepted and ignored.
-        return Ok(HttpResponse::Accepted().finish());
-    }
-    let checked = check_headers(req.headers(), probe, header_version)
-        .and_then(|()| check_param_headers(req.headers(), shared, probe, &text));
-    if let Err(mismatch) = checked {
-        let error = crate::mcp::Error::HeaderMismatch(mismatch);
-        let frame = crate::jsonrpc::encode_error(probe.id.as_ref(), &error.to_wire_modern());
-        return Ok(json_answer(frame, 400));
-    }
+        // cancels), and the server sends no requests to answer: accepted and ignored.
+        Decoded::Single(
+            Entry::Notification(_) | Entry::Response { .. } | Entry::Dropped { .. },
+        ) => return Ok(HttpResponse::Accepted().finish()),
+        // Answered by the core with the error they deserve.
+        Decoded::Single(Entry::Invalid { .. }) | Decoded::Batch(_) | Decoded::Rejected(_) => None,
+    };
     // A stateless request holds a session slot while it runs: the same caps apply.
     let slot = perimeter::open_session(shared, &admission)?;
-    let exchange = StatelessExchange::start(shared.clone(), slot, admission, &text);
+    let exchange = StatelessExchange::start(shared.clone(), slot, admission, message);
     let first = exchange.first_reply().await;
     if matches!(first, FirstReply::Json { .. }) {
         // Sent at the end of this thread's round rather than at once, as an answer that
@@ -161,8 +181,7 @@ async fn stateless(
         FirstReply::ShutDown => {
             // Cut by the end of the shutdown grace: the client may send it again elsewhere.
             let error = crate::mcp::Error::ShuttingDown.to_wire_modern();
-            let mut response =
-                json_answer(crate::jsonrpc::encode_error(probe.id.as_ref(), &error), 503);
+            let mut response = json_answer(encode_error(id.as_ref(), &error), 503);
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
@@ -173,13 +192,82 @@ async fn stateless(
     })
 }
 
+/// What the headers of a 2026-07-28 request must repeat of its body, read from the decoded
+/// request: the name (or URI, or task id) it acts on, its `_meta` version, and for a
+/// `tools/call` its arguments (for `Mcp-Param-*`).
+struct Binding<'a> {
+    name: Option<Cow<'a, str>>,
+    meta_version: Option<Cow<'a, str>>,
+    arguments: Option<&'a RawValue>,
+}
+
+impl<'a> Binding<'a> {
+    /// The binding of `request`.
+    fn of(request: &'a Request<'a>) -> Self {
+        #[derive(serde::Deserialize)]
+        struct RawParams<'a> {
+            #[serde(borrow, default)]
+            name: Option<Cow<'a, str>>,
+            #[serde(borrow, default)]
+            uri: Option<Cow<'a, str>>,
+            #[serde(borrow, default, rename = "taskId")]
+            task_id: Option<Cow<'a, str>>,
+            #[serde(borrow, default)]
+            arguments: Option<&'a RawValue>,
+            #[serde(borrow, default, rename = "_meta")]
+            meta: Option<RawMeta<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct RawMeta<'a> {
+            #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
+            version: Option<&'a RawValue>,
+        }
+        let (name, version, arguments) = match &request.params {
+            // `tools/call`, the hot path: its params were parsed with the envelope.
+            Params::Parsed(call) => (
+                Some(Cow::Borrowed(call.name.as_ref())),
+                call.meta.as_ref().and_then(|m| m.protocol_version),
+                call.arguments,
+            ),
+            Params::Raw(raw) => {
+                // Params that are not an object name nothing; the core answers them.
+                let params =
+                    raw.and_then(|raw| serde_json::from_str::<RawParams<'a>>(raw.get()).ok());
+                match params {
+                    None => (None, None, None),
+                    Some(p) => {
+                        let name = match request.method.as_ref() {
+                            "tools/call" | "prompts/get" => p.name,
+                            "resources/read" => p.uri,
+                            "tasks/get" | "tasks/update" | "tasks/cancel" => p.task_id,
+                            _ => None,
+                        };
+                        (name, p.meta.and_then(|m| m.version), p.arguments)
+                    }
+                }
+            }
+        };
+        let meta_version = match version {
+            None => None,
+            // A version that is not a string is the core's to refuse (-32602), not a mismatch.
+            Some(raw) => serde_json::from_str::<Cow<'a, str>>(raw.get()).ok(),
+        };
+        Self {
+            name,
+            meta_version,
+            arguments,
+        }
+    }
+}
+
 /// The headers of a 2026-07-28 request against its body: what is wrong, if anything.
 fn check_headers(
     headers: &HeaderMap,
-    probe: &Probe,
+    method: &str,
+    binding: &Binding<'_>,
     header_version: Option<&str>,
 ) -> Result<(), String> {
-    let meta_version = probe.meta_version.as_deref();
+    let meta_version = binding.meta_version.as_deref();
     match (header_version, meta_version) {
         (None, _) => return Err("the MCP-Protocol-Version header is required".into()),
         (Some(header), Some(meta)) if header != meta => {
@@ -189,7 +277,6 @@ fn check_headers(
         }
         _ => {}
     }
-    let method = probe.method.as_deref().unwrap_or("");
     match headers
         .get(&METHOD_HEADER)
         .map(|v| v.to_str().unwrap_or("").trim())
@@ -202,7 +289,7 @@ fn check_headers(
         }
         Some(_) => {}
     }
-    if let Some(name) = probe.name.as_deref() {
+    if let Some(name) = binding.name.as_deref() {
         match headers
             .get(&NAME_HEADER)
             .map(|v| v.to_str().unwrap_or("").trim())
@@ -225,13 +312,13 @@ fn check_headers(
 fn check_param_headers(
     headers: &HeaderMap,
     shared: &Shared,
-    probe: &Probe,
-    text: &str,
+    method: &str,
+    binding: &Binding<'_>,
 ) -> Result<(), String> {
-    if probe.method.as_deref() != Some("tools/call") {
+    if method != "tools/call" {
         return Ok(());
     }
-    let Some(params) = probe
+    let Some(params) = binding
         .name
         .as_deref()
         .and_then(|name| shared.registry.tool_header_params(name))
@@ -239,21 +326,16 @@ fn check_param_headers(
         return Ok(());
     };
     // Only calls of annotated tools pay for reading the arguments here.
-    #[derive(serde::Deserialize)]
-    struct Call {
-        params: CallParams,
-    }
-    #[derive(serde::Deserialize)]
-    struct CallParams {
-        #[serde(default)]
-        arguments: serde_json::Value,
-    }
-    let Ok(call) = serde_json::from_str::<Call>(text) else {
-        // Not a call the session will take either; it answers the error.
-        return Ok(());
+    let arguments = match binding.arguments {
+        None => serde_json::Value::Null,
+        // Not arguments the session will take either; it answers the error.
+        Some(raw) => match serde_json::from_str(raw.get()) {
+            Ok(arguments) => arguments,
+            Err(_) => return Ok(()),
+        },
     };
     for param in params.iter() {
-        let Some(value) = param.value(&call.params.arguments) else {
+        let Some(value) = param.value(&arguments) else {
             continue;
         };
         let name = format!("mcp-param-{}", param.suffix.to_ascii_lowercase());
@@ -278,15 +360,11 @@ fn check_param_headers(
     Ok(())
 }
 
-/// What the HTTP layer reads of a body before handing it on: whether it is one request, its
-/// id and method, the name the `Mcp-Name` header must repeat, and a 2026-07-28 version.
+/// What routing reads of a body that the fast checks could not place: whether it is a
+/// single `initialize`, and whether its `_meta` names a 2026-07-28 version.
 struct Probe {
-    single: bool,
-    is_request: bool,
-    id: Option<crate::jsonrpc::RequestId>,
-    method: Option<String>,
-    name: Option<String>,
-    meta_version: Option<String>,
+    is_initialize: bool,
+    names_modern_version: bool,
 }
 
 impl Probe {
@@ -294,58 +372,30 @@ impl Probe {
         #[derive(serde::Deserialize)]
         struct Envelope<'a> {
             #[serde(borrow, default)]
-            id: Option<&'a serde_json::value::RawValue>,
-            #[serde(default)]
-            method: Option<&'a str>,
+            method: Option<Cow<'a, str>>,
             #[serde(borrow, default)]
             params: Option<ProbeParams<'a>>,
         }
         #[derive(serde::Deserialize)]
         struct ProbeParams<'a> {
-            #[serde(borrow, default)]
-            name: Option<std::borrow::Cow<'a, str>>,
-            #[serde(borrow, default)]
-            uri: Option<std::borrow::Cow<'a, str>>,
-            #[serde(borrow, default, rename = "taskId")]
-            task_id: Option<std::borrow::Cow<'a, str>>,
             #[serde(borrow, default, rename = "_meta")]
             meta: Option<ProbeMeta<'a>>,
         }
         #[derive(serde::Deserialize)]
         struct ProbeMeta<'a> {
             #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
-            version: Option<std::borrow::Cow<'a, str>>,
+            version: Option<&'a RawValue>,
         }
-        let Ok(envelope) = serde_json::from_str::<Envelope<'_>>(text) else {
-            return Self {
-                single: !text.trim_start().starts_with('['),
-                is_request: false,
-                id: None,
-                method: None,
-                name: None,
-                meta_version: None,
-            };
-        };
-        let method = envelope.method;
-        let params = envelope.params;
-        let name = params.as_ref().and_then(|p| match method {
-            Some("tools/call" | "prompts/get") => p.name.as_deref().map(str::to_owned),
-            Some("resources/read") => p.uri.as_deref().map(str::to_owned),
-            Some("tasks/get" | "tasks/update" | "tasks/cancel") => {
-                p.task_id.as_deref().map(str::to_owned)
-            }
-            _ => None,
-        });
+        // A batch, or not JSON: neither (the session decoder answers what it is).
+        let envelope = serde_json::from_str::<Envelope<'_>>(text).ok();
         Self {
-            single: true,
-            is_request: method.is_some() && envelope.id.is_some(),
-            id: envelope.id.and_then(crate::jsonrpc::RequestId::from_raw),
-            method: method.map(str::to_owned),
-            name,
-            meta_version: params
+            is_initialize: envelope
+                .as_ref()
+                .is_some_and(|e| e.method.as_deref() == Some("initialize")),
+            names_modern_version: envelope
+                .and_then(|e| e.params)
                 .and_then(|p| p.meta)
-                .and_then(|m| m.version)
-                .map(|v| v.into_owned()),
+                .is_some_and(|m| m.version.is_some()),
         }
     }
 }

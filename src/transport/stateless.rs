@@ -13,7 +13,7 @@
 //! a request over HTTP.
 
 use crate::perimeter::Admission;
-use crate::session::{Intake, Outlet, Route, Session};
+use crate::session::{Intake, Message, Outlet, Route, Session};
 use crate::shared::{SessionSlot, Shared};
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -57,12 +57,17 @@ pub struct StatelessExchange {
 }
 
 impl StatelessExchange {
-    /// Starts `text` (one 2026-07-28 request, or whatever a client sent as one) on a core
-    /// of its own, on the current thread.
-    pub fn start(shared: Arc<Shared>, slot: SessionSlot, admission: Admission, text: &str) -> Self {
+    /// Starts `message` (one 2026-07-28 request, or whatever a client sent as one, decoded
+    /// by [`Session::decode`] for `admission`) on a core of its own, on the current thread.
+    pub fn start(
+        shared: Arc<Shared>,
+        slot: SessionSlot,
+        admission: Admission,
+        message: Message<'_>,
+    ) -> Self {
         let mut core = Session::stateless(shared.clone(), slot.id(), admission);
         let mut out = ExchangeOutlet::default();
-        if core.on_text(text, EXCHANGE, &mut out) == Intake::Silent {
+        if core.on_message(message, EXCHANGE, &mut out) == Intake::Silent {
             out.closed = true;
         }
         // Work that finished in its first poll left its outcome in the inbox already.
