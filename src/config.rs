@@ -239,7 +239,8 @@ pub struct SessionSettings {
     pub event_buffer_messages: usize,
     /// How long an SSE event is kept for resumption, in ms.
     pub event_buffer_age_ms: u64,
-    /// Gap between SSE keep-alive comments on an idle stream, in ms.
+    /// Gap between SSE keep-alive comments on an idle stream, in ms; also how long a
+    /// 2026-07-28 POST with nothing to send waits before its answer becomes a stream.
     pub sse_keep_alive_ms: u64,
 }
 

@@ -25,7 +25,9 @@
 //!   on and is answered within the grace; one that outlives the grace is cancelled and
 //!   answered 503 with -32004 and its own id.
 //! - Cancellation is the client going away: closing a 2026 stream stops its request
-//!   (`mcp_workers`, `mcp_cancelled_total`); a 2026 notification POST is 202 and ignored.
+//!   (`mcp_workers`, `mcp_cancelled_total`), and so does leaving a POST that has sent
+//!   nothing yet (an answer slower than the keep-alive interval comes as a stream, whose
+//!   comments notice); a 2026 notification POST is 202 and ignored.
 //!
 //! No timing assertions: answers that must come first and gauges polled in `/metrics`.
 
@@ -705,5 +707,42 @@ async fn a_2026_post_that_is_not_json_or_is_a_batch_is_answered_with_its_error()
     assert_eq!(entries.len(), 1, "{response}");
     assert_error(&entries[0], &json!(2), -32600);
     assert_eq!(fixtures.runs(), 0, "nothing ran");
+    wait_metric(&server, "mcp_sessions", 0).await;
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_a_2026_post_with_nothing_sent_yet_cancels_it() {
+    // Nothing comes before the answer (no progress token): after `sse_keep_alive_ms` the
+    // answer becomes a stream, whose keep-alive comments find the client gone.
+    let (server, fixtures) = start_modern(streaming_settings());
+    let http = Http::new(&server);
+    let held = held_post(&server, &http).await;
+    held.abort();
+    let _ = held.await;
+    wait_metric(&server, "mcp_workers", 0).await;
+    wait_metric(&server, "mcp_sessions", 0).await;
+    assert_eq!(metric(&server, "mcp_cancelled_total").await, 1);
+    assert_eq!(fixtures.gate.available_permits(), 0, "never released");
+}
+
+#[tokio::test]
+async fn a_2026_answer_slower_than_the_keep_alive_comes_as_a_stream() {
+    let (server, fixtures) = start_modern(streaming_settings());
+    let http = Http::new(&server);
+    let body = request(
+        json!("slow"),
+        "tools/call",
+        modern(json!({"name": "step_then_hold", "arguments": {}})),
+    );
+    // Headers come once the POST has turned into a stream, while the tool still waits.
+    let mut events = Events::of(send(http.post(&body)).await);
+    assert_eq!(metric(&server, "mcp_workers").await, 1);
+    fixtures.gate.add_permits(1);
+    let response = events.expect().await;
+    assert_eq!(
+        text_of(&assert_complete(&response, &json!("slow"))),
+        "released"
+    );
+    events.expect_end().await;
     wait_metric(&server, "mcp_sessions", 0).await;
 }

@@ -167,7 +167,7 @@ async fn stateless(
     // A stateless request holds a session slot while it runs: the same caps apply.
     let slot = perimeter::open_session(shared, &admission)?;
     let exchange = StatelessExchange::start(shared.clone(), slot, admission, message);
-    let first = exchange.first_reply().await;
+    let first = exchange.first_reply(keep_alive(shared)).await;
     if matches!(first, FirstReply::Json { .. }) {
         // Sent at the end of this thread's round rather than at once, as an answer that
         // hops through a session's actor is. With many clients, the answers of one round

@@ -5,7 +5,7 @@
 //! Such a request carries its whole state, and nothing reaches it but its own workers'
 //! events, the change bus (a `subscriptions/listen`) and shutdown: a host actor (its context,
 //! mailbox, task and shutdown registration, made and torn down per request) cost more than
-//! the request it served (issue 12). The core is the same [`Session`] every other transport
+//! the request it served. The core is the same [`Session`] every other transport
 //! hosts; only its outlet is this exchange's.
 //!
 //! Dropping the exchange before its answer (the client closed its connection, or the
@@ -39,8 +39,8 @@ pub enum FirstReply {
         /// 200, or what a 2026-07-28 error's binding asks for.
         status: u16,
     },
-    /// Something came before the answer: the rest streams, answer last
-    /// ([`StatelessExchange::next_frame`]).
+    /// Something came before the answer, or nothing came in time: the rest streams, answer
+    /// last ([`StatelessExchange::next_frame`]).
     Stream(Box<StatelessExchange>),
 }
 
@@ -82,9 +82,19 @@ impl StatelessExchange {
     }
 
     /// Waits for the first thing to tell the client, and says how to answer: the answer
-    /// alone as JSON, or a stream when something comes before it.
-    pub async fn first_reply(mut self) -> FirstReply {
-        self.wait().await;
+    /// alone as JSON, or a stream when something comes before it, or when nothing has
+    /// come within `stream_after`. A pending JSON body never shows that its client went
+    /// away (the server does not read the connection meanwhile); a stream's keep-alive
+    /// comments do, so a long request is still cancelled by its client's leaving.
+    pub async fn first_reply(mut self, stream_after: Duration) -> FirstReply {
+        if self.out.frames.is_empty()
+            && !self.out.is_over()
+            && tokio::time::timeout(stream_after, self.wait())
+                .await
+                .is_err()
+        {
+            return FirstReply::Stream(Box::new(self));
+        }
         match self.out.frames.len() {
             0 if self.shutdown.as_ref().is_some_and(|s| s.cut) => FirstReply::ShutDown,
             0 => FirstReply::Accepted,
