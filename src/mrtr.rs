@@ -86,26 +86,50 @@ impl Binding {
 }
 
 /// What a [`Binding`] is made of, kept until one is needed: only a request that carries a
-/// `requestState`, or whose handler asks for input, pays for the digest.
+/// `requestState`, or whose handler asks for input, pays for the digest. Every 2026-07-28
+/// request that could ask keeps its parts, so they are copied into one allocation.
 pub struct BindingParts {
     /// `tools/call`, `prompts/get` or `resources/read`.
-    pub method: &'static str,
-    /// The tool or prompt name, or the resource URI.
-    pub target: String,
-    /// The arguments' raw JSON.
-    pub arguments: Option<String>,
-    /// The identity's subject.
-    pub subject: String,
+    method: &'static str,
+    /// The tool or prompt name (or the resource URI), the arguments' raw JSON if any, and
+    /// the identity's subject, one after the other.
+    text: String,
+    target_end: usize,
+    arguments_end: Option<usize>,
 }
 
 impl BindingParts {
+    /// The parts of a request of `method` on `target` (a name or a URI) with `arguments`
+    /// (raw JSON), by the identity whose subject is `subject`.
+    pub fn new(method: &'static str, target: &str, arguments: Option<&str>, subject: &str) -> Self {
+        let mut text =
+            String::with_capacity(target.len() + arguments.map_or(0, str::len) + subject.len());
+        text.push_str(target);
+        let target_end = text.len();
+        let arguments_end = arguments.map(|arguments| {
+            text.push_str(arguments);
+            text.len()
+        });
+        text.push_str(subject);
+        Self {
+            method,
+            text,
+            target_end,
+            arguments_end,
+        }
+    }
+
     /// The binding these parts describe.
     pub fn binding(&self) -> Binding {
+        let (arguments, subject_start) = match self.arguments_end {
+            Some(end) => (Some(&self.text[self.target_end..end]), end),
+            None => (None, self.target_end),
+        };
         Binding::new(
             self.method,
-            &self.target,
-            self.arguments.as_deref(),
-            &self.subject,
+            &self.text[..self.target_end],
+            arguments,
+            &self.text[subject_start..],
         )
     }
 }
@@ -234,6 +258,27 @@ fn now_ms() -> u64 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn parts_in_one_buffer_bind_what_their_separate_fields_would() {
+        let cases = [
+            ("tools/call", "echo", Some(r#"{"text":"a"}"#), "alice"),
+            ("resources/read", "mcp-ws://demo/readme", None, "bob"),
+            ("prompts/get", "", Some("{}"), ""),
+        ];
+        for (method, target, arguments, subject) in cases {
+            assert_eq!(
+                BindingParts::new(method, target, arguments, subject).binding(),
+                Binding::new(method, target, arguments, subject),
+                "{method} {target} {arguments:?} {subject}"
+            );
+        }
+        // Where one part ends and the next begins is part of the binding.
+        assert_ne!(
+            BindingParts::new("tools/call", "ab", None, "c").binding(),
+            BindingParts::new("tools/call", "a", None, "bc").binding()
+        );
+    }
 
     fn binding() -> Binding {
         Binding::new("tools/call", "greet", Some(r#"{"who":"x"}"#), "anonymous")

@@ -385,12 +385,12 @@ impl Session {
         let replay = self.recent.fingerprint(&p.name, p.arguments);
         let arguments = Arguments::new(p.arguments);
         let binding = modern.as_ref().map(|m| {
-            let binding = BindingParts {
-                method: "tools/call",
-                target: p.name.to_string(),
-                arguments: p.arguments.map(|a| a.get().to_owned()),
-                subject: m.info.identity.subject().to_owned(),
-            };
+            let binding = BindingParts::new(
+                "tools/call",
+                &p.name,
+                p.arguments.map(RawValue::get),
+                m.info.identity.subject(),
+            );
             (binding, p.input_responses, p.request_state.as_deref())
         });
         let mut era = self.era(modern, binding)?;
@@ -536,12 +536,8 @@ impl Session {
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let binding = modern.as_ref().map(|m| {
-            let binding = BindingParts {
-                method: "resources/read",
-                target: uri.to_string(),
-                arguments: None,
-                subject: m.info.identity.subject().to_owned(),
-            };
+            let binding =
+                BindingParts::new("resources/read", &uri, None, m.info.identity.subject());
             (binding, p.input_responses, p.request_state.as_deref())
         });
         let era = self.era(modern, binding)?;
@@ -613,12 +609,12 @@ impl Session {
         let binding = match &modern {
             Some(m) => {
                 let arguments = serde_json::to_string(&p.arguments).map_err(|_| Error::Internal)?;
-                let binding = BindingParts {
-                    method: "prompts/get",
-                    target: p.name.to_string(),
-                    arguments: Some(arguments),
-                    subject: m.info.identity.subject().to_owned(),
-                };
+                let binding = BindingParts::new(
+                    "prompts/get",
+                    &p.name,
+                    Some(&arguments),
+                    m.info.identity.subject(),
+                );
                 Some((binding, p.input_responses, p.request_state.as_deref()))
             }
             None => None,
