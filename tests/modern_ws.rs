@@ -1071,3 +1071,31 @@ async fn a_kept_session_resumes_without_the_2026_requests_of_its_dropped_connect
         [json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {}})]
     );
 }
+
+#[tokio::test]
+async fn requests_on_one_connection_are_each_served_with_their_own_capabilities() {
+    let (server, _) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    let ask = json!({"name": "ask_name", "arguments": {"greeting": "Hi"}});
+    for _ in 0..3 {
+        let (id, response) = call(
+            &mut client,
+            "tools/call",
+            modern_with(all_asks(), ask.clone()),
+        )
+        .await;
+        assert_input_required(&response, &id, &["name"]);
+        // Capabilities of its own, without elicitation (`{}` would not reach the cache).
+        let sampling_only = modern_with(json!({"sampling": {}}), ask.clone());
+        let (id, response) = call(&mut client, "tools/call", sampling_only).await;
+        assert_error(&response, &id, -32021);
+        // And the first ones again: the request after a change is not served the change.
+        let (id, response) = call(
+            &mut client,
+            "tools/call",
+            modern_with(all_asks(), ask.clone()),
+        )
+        .await;
+        assert_input_required(&response, &id, &["name"]);
+    }
+}

@@ -334,7 +334,7 @@ impl Session {
                     ),
                 };
                 Ok(RequestEra {
-                    info: Rc::new(modern.info),
+                    info: modern.info,
                     log_floor: LogFloor::Request(modern.log_level),
                     input,
                     on_input,

@@ -139,6 +139,8 @@ pub struct Session {
     last_client_info: modern::LastParsed<crate::model::Implementation>,
     /// The `clientCapabilities` of the last 2026-07-28 request.
     last_client_capabilities: modern::LastParsed<serde_json::Value>,
+    /// The `SessionInfo` of the last 2026-07-28 request.
+    last_modern_info: std::cell::RefCell<Option<Rc<SessionInfo>>>,
 }
 
 enum Phase {
@@ -253,6 +255,7 @@ impl Session {
             tool_cache: Default::default(),
             last_client_info,
             last_client_capabilities,
+            last_modern_info: Default::default(),
         }
     }
 

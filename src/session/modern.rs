@@ -32,8 +32,9 @@ pub const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 /// What a 2026-07-28 request's `_meta` establishes for it.
 #[derive(Debug, Clone)]
 pub(super) struct ModernRequest {
-    /// Its version, capabilities and client, as a session's would be.
-    pub info: SessionInfo,
+    /// Its version, capabilities and client, as a session's would be (shared with the
+    /// session's previous 2026-07-28 request when they are the same).
+    pub info: Rc<SessionInfo>,
     /// The least severe log level it wants `notifications/message` for; none: no logs.
     pub log_level: Option<LogLevel>,
 }
@@ -138,15 +139,41 @@ impl Session {
             ),
         };
         Ok(Some(ModernRequest {
-            info: SessionInfo {
-                protocol_version: version,
-                client_capabilities: capabilities,
-                client_info,
-                identity: self.admission.identity.clone(),
-                trace_id: self.admission.trace_id.clone(),
-            },
+            info: self.modern_info(version, capabilities, client_info),
             log_level,
         }))
+    }
+
+    /// The `SessionInfo` of a 2026-07-28 request: the previous request's when version,
+    /// capabilities and client are the same (the parse caches hand out the same values for
+    /// the same text), which is what a client sends request after request.
+    fn modern_info(
+        &self,
+        version: ProtocolVersion,
+        capabilities: Arc<Value>,
+        client_info: Arc<crate::model::Implementation>,
+    ) -> Rc<SessionInfo> {
+        let mut last = self.last_modern_info.borrow_mut();
+        match &*last {
+            Some(info)
+                if info.protocol_version == version
+                    && Arc::ptr_eq(&info.client_capabilities, &capabilities)
+                    && Arc::ptr_eq(&info.client_info, &client_info) =>
+            {
+                info.clone()
+            }
+            _ => {
+                let info = Rc::new(SessionInfo {
+                    protocol_version: version,
+                    client_capabilities: capabilities,
+                    client_info,
+                    identity: self.admission.identity.clone(),
+                    trace_id: self.admission.trace_id.clone(),
+                });
+                *last = Some(info.clone());
+                info
+            }
+        }
     }
 
     /// Routes a 2026-07-28 request.
