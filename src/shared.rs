@@ -137,6 +137,7 @@ impl Shared {
             id: self.next_session_id.fetch_add(1, Ordering::Relaxed),
             owner: Owner::default(),
             _permit: None,
+            registered: AtomicBool::new(false),
         })
     }
 
@@ -239,6 +240,9 @@ pub struct SessionSlot {
     owner: Owner,
     /// Given back when the session ends.
     _permit: Option<ConnectionPermit>,
+    /// Whether it is in the shutdown fan-out (a 2026-07-28 POST never is: it watches the
+    /// shutdown signal itself), so that dropping it looks there only then.
+    registered: AtomicBool,
 }
 
 impl SessionSlot {
@@ -260,6 +264,7 @@ impl SessionSlot {
 
     pub fn register(&self, shutdown: Recipient<Shutdown>) {
         self.shared.sessions.insert(self.id, shutdown.clone());
+        self.registered.store(true, Ordering::Relaxed);
         // A shutdown that began between admission and registration may have missed us; a
         // second `Shutdown` is harmless (the session ignores it).
         if self.shared.is_draining() {
@@ -272,7 +277,9 @@ impl SessionSlot {
 
 impl Drop for SessionSlot {
     fn drop(&mut self) {
-        self.shared.sessions.remove(&self.id);
+        if *self.registered.get_mut() {
+            self.shared.sessions.remove(&self.id);
+        }
         self.shared.metrics.sessions.dec();
     }
 }
