@@ -48,6 +48,48 @@ pub fn encode_result_with(
     String::from_utf8(out).map_err(serde::ser::Error::custom)
 }
 
+/// `{"jsonrpc":"2.0","id":<id>,"result":{<head>,<result's members><tail>}}`: a result object
+/// that opens with members of the caller's (`head`, written as is: members without braces
+/// or trailing comma, or nothing), goes on with the members of `result` (which must
+/// serialize as an object), serialized straight into the frame, and ends with `tail` (as is,
+/// empty or starting with a comma). `size_hint` is the expected length of `result`.
+pub fn encode_result_members(
+    id: &RequestId,
+    head: &[&str],
+    result: &impl Serialize,
+    tail: &str,
+    size_hint: usize,
+) -> Result<String, serde_json::Error> {
+    let head_len: usize = head.iter().map(|part| part.len()).sum();
+    let mut out = Vec::with_capacity(40 + id.as_json().len() + head_len + size_hint + tail.len());
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    out.extend_from_slice(id.as_json().as_bytes());
+    out.extend_from_slice(br#","result":{"#);
+    for part in head {
+        out.extend_from_slice(part.as_bytes());
+    }
+    let start = out.len();
+    serde_json::to_writer(&mut out, result)?;
+    // The result's braces go; its members follow the head's.
+    match &out[start..] {
+        b"{}" => out.truncate(start),
+        [b'{', .., b'}'] if head_len == 0 => {
+            out.remove(start);
+            out.pop();
+        }
+        [b'{', .., b'}'] => {
+            out[start] = b',';
+            out.pop();
+        }
+        _ => return Err(serde::ser::Error::custom("a result that is not an object")),
+    }
+    out.extend_from_slice(tail.as_bytes());
+    out.extend_from_slice(b"}}");
+    // serde_json writes UTF-8 only, and so do the callers' parts; the check is a fast pass
+    // kept for safety.
+    String::from_utf8(out).map_err(serde::ser::Error::custom)
+}
+
 /// The result JSON of a response frame made by [`encode_result`] or [`encode_result_with`]
 /// for `id`, so that it can be sent again for another id; `None` for any other frame.
 pub fn result_of<'a>(frame: &'a str, id: &RequestId) -> Option<&'a str> {
@@ -114,6 +156,37 @@ mod tests {
     fn id(text: &str) -> RequestId {
         let raw = RawValue::from_string(text.to_owned()).expect("json");
         RequestId::from_raw(&raw).expect("id")
+    }
+
+    #[test]
+    fn members_of_a_result_follow_the_head_and_precede_the_tail() {
+        let result = serde_json::json!({"content": [1, 2], "isError": false});
+        let frame = encode_result_members(
+            &id("7"),
+            &[r#""kind":"x","#, r#""n":1"#],
+            &result,
+            r#","t":2"#,
+            8,
+        )
+        .expect("an object");
+        let parsed: serde_json::Value = serde_json::from_str(&frame).expect("valid JSON");
+        assert_eq!(
+            parsed,
+            serde_json::json!({"jsonrpc": "2.0", "id": 7, "result":
+                {"kind": "x", "n": 1, "content": [1, 2], "isError": false, "t": 2}})
+        );
+        // An empty result adds nothing, and no comma.
+        let empty = serde_json::Map::new();
+        assert_eq!(
+            encode_result_members(&id(r#""a""#), &[r#""k":0"#], &empty, "", 0).expect("an object"),
+            r#"{"jsonrpc":"2.0","id":"a","result":{"k":0}}"#
+        );
+        // No head: the result's own members alone.
+        assert_eq!(
+            encode_result_members(&id("1"), &[], &result, "", 0).expect("an object"),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[1,2],"isError":false}}"#
+        );
+        assert!(encode_result_members(&id("1"), &[r#""k":0"#], &[1, 2], "", 0).is_err());
     }
 
     #[test]

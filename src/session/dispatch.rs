@@ -405,7 +405,7 @@ impl Session {
             Box::new(move |id, ctx| {
                 Box::pin(async move {
                     let outcome = handler.call(arguments, ctx).await;
-                    modern_call_answer(&shared, &id, outcome, version)
+                    modern_call_answer(&shared, &id, outcome, version, size_hint)
                 })
             })
         } else {
@@ -460,7 +460,7 @@ impl Session {
             return Ok(Box::new(move |id, ctx| {
                 Box::pin(async move {
                     let outcome = handler.call(arguments, ctx).await;
-                    modern_call_answer(&shared, &id, outcome, version)
+                    modern_call_answer(&shared, &id, outcome, version, 128)
                 })
             }));
         }
@@ -485,7 +485,7 @@ impl Session {
                     support,
                 };
                 match crate::tasks::runner::begin(call).await? {
-                    Begun::Done(outcome) => modern_call_answer(&shared, &id, outcome, version),
+                    Begun::Done(outcome) => modern_call_answer(&shared, &id, outcome, version, 128),
                     Begun::InputRequired(asks) => match on_input {
                         Some(answer) => answer(id, asks),
                         None => Err(Error::Internal),
@@ -567,7 +567,7 @@ impl Session {
                 match modern {
                     None => encode_result_with(&id, &result, 256).map_err(|_| Error::Internal),
                     Some((shared, hints)) => {
-                        complete_answer(&shared.modern, &id, &result, &hints, None)
+                        complete_answer(&shared.modern, &id, &result, &hints, None, 256)
                     }
                 }
             })
@@ -645,6 +645,7 @@ impl Session {
                         &ForVersion(&rendered, version),
                         "",
                         None,
+                        256,
                     ),
                 }
             })
@@ -811,6 +812,7 @@ fn modern_call_answer(
     id: &RequestId,
     outcome: Result<crate::model::CallToolResult, ToolError>,
     version: ProtocolVersion,
+    size_hint: usize,
 ) -> Result<String, Error> {
     let mut result = match outcome {
         Ok(result) => result,
@@ -830,6 +832,7 @@ fn modern_call_answer(
         &ForVersion(&result, version),
         "",
         meta.as_ref(),
+        size_hint,
     )
 }
 

@@ -21,6 +21,7 @@ use crate::worker::OnInput;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -493,7 +494,7 @@ impl Session {
                         Map::new()
                     }
                 };
-                complete_answer(&shared.modern, &id, &result, "", None)
+                complete_answer(&shared.modern, &id, &result, "", None, 64)
             })
         });
         self.store_job(work, modern, method_label(method))
@@ -682,19 +683,39 @@ pub(crate) fn modern_answer(
     })
 }
 
-/// The `complete` answer to `id` of `result`, serialized; its `_meta`, if any, goes in
-/// `user_meta` (see [`modern_result`]).
+/// The `complete` answer to `id` of `result` (whose `_meta`, if any, goes in `user_meta`;
+/// see [`modern_result`]), serialized straight into the frame after the members this
+/// revision adds. `size_hint` is the expected length of `result`.
 pub(crate) fn complete_answer(
     shape: &ModernShape,
     id: &RequestId,
     result: &impl serde::Serialize,
     extra: &str,
     user_meta: Option<&Value>,
+    size_hint: usize,
 ) -> Result<String, Error> {
-    let body = serde_json::to_string(result).map_err(|_| Error::Internal)?;
-    Ok(modern_answer(
-        shape, id, &body, extra, user_meta, "complete",
-    ))
+    let meta = result_meta(shape, user_meta);
+    crate::jsonrpc::encode_result_members(
+        id,
+        &[r#""resultType":"complete","_meta":"#, &meta],
+        result,
+        extra,
+        size_hint,
+    )
+    .map_err(|_| Error::Internal)
+}
+
+/// The `_meta` of a 2026-07-28 result: the server's identity, merged into `user_meta` when
+/// the result has one of its own.
+fn result_meta<'a>(shape: &'a ModernShape, user_meta: Option<&Value>) -> Cow<'a, str> {
+    match user_meta {
+        Some(Value::Object(user)) => {
+            let mut user = user.clone();
+            user.insert(SERVER_INFO_META.to_owned(), shape.server_info.clone());
+            Cow::Owned(Value::Object(user).to_string())
+        }
+        _ => Cow::Borrowed(&shape.server_info_meta),
+    }
 }
 
 /// About how long a 2026-07-28 result is: `body`, `extra`, the server's `_meta` and the
@@ -718,20 +739,10 @@ fn push_modern_result(
         .and_then(|b| b.strip_suffix('}'))
         .unwrap_or("")
         .trim_ascii();
-    let merged;
-    let meta = match user_meta {
-        Some(Value::Object(user)) => {
-            let mut user = user.clone();
-            user.insert(SERVER_INFO_META.to_owned(), shape.server_info.clone());
-            merged = Value::Object(user).to_string();
-            merged.as_str()
-        }
-        _ => shape.server_info_meta.as_str(),
-    };
     out.push_str(r#"{"resultType":""#);
     out.push_str(result_type);
     out.push_str(r#"","_meta":"#);
-    out.push_str(meta);
+    out.push_str(&result_meta(shape, user_meta));
     if !inner.is_empty() {
         out.push(',');
         out.push_str(inner);
