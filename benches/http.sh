@@ -2,7 +2,9 @@
 # Streamable HTTP `tools/call` echo (issue 10): mcp-ws against rmcp 3.11 (stateless JSON mode
 # and its default, stateful SSE) and tower-mcp 0.25 (JSON), each server alone on core 0, the
 # generator on core 1 (C keep-alive connections, one request in flight each), all in the same
-# run. Prints the table of every run, then medians and same-run ratios (mcp-ws / other).
+# run; then mcp-ws, rmcp (JSON) and tower-mcp answering the same call as a 2026-07-28
+# stateless request. Prints the table of every run, then medians and same-run ratios
+# (mcp-ws / other), per era.
 #
 #   benches/http.sh [generator args...]     e.g. --connections 16 --payload 64 --duration 5
 #   RUNS=5 benches/http.sh                  five runs (default 3); OUT=dir keeps the logs
@@ -42,5 +44,18 @@ for run in $(seq 1 "$RUNS"); do
     --http-target rmcp-sse,session,http://127.0.0.1:$((PORT + 1))/mcp,$RMCP_SSE \
     --http-target tower-mcp,session,http://127.0.0.1:$((PORT + 3))/mcp,$TOWER \
     | tee "$OUT/run-$run.log"
+  # The same servers answering 2026-07-28 stateless requests (`_meta`, no initialize, the
+  # revision's headers); tower-mcp is built with its `protocol-2026-07-28` feature.
+  taskset -c 1 "$LOAD" http --out "$OUT/modern-$run" "$@" \
+    --http-target mcp-ws,modern,http://127.0.0.1:$PORT/mcp,$MCP \
+    --http-target rmcp-json,modern,http://127.0.0.1:$((PORT + 2))/mcp,$RMCP_JSON \
+    --http-target tower-mcp,modern,http://127.0.0.1:$((PORT + 3))/mcp,$TOWER \
+    | tee "$OUT/modern-$run.log"
 done
-python3 benches/median.py "$OUT"/run-*.log | tee "$OUT/summary.md"
+{
+  echo "## 2025-11-25 requests (sessions; rmcp-json: its stateless mode)"
+  python3 benches/median.py "$OUT"/run-*.log
+  echo
+  echo "## 2026-07-28 stateless requests"
+  python3 benches/median.py "$OUT"/modern-*.log
+} | tee "$OUT/summary.md"
