@@ -57,6 +57,14 @@ impl RecentResponses {
         }
     }
 
+    /// A store that keeps nothing (a session of one request, which no retry can reach).
+    pub fn disabled() -> Self {
+        Self::new(&DedupSettings {
+            enabled: false,
+            ..DedupSettings::default()
+        })
+    }
+
     /// The fingerprint of a `tools/call` to remember once it finishes; `None` when
     /// de-duplication is off.
     pub fn fingerprint(&self, name: &str, arguments: Option<&RawValue>) -> Option<Fingerprint> {

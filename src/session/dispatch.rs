@@ -363,10 +363,11 @@ impl Session {
             .shared
             .rollout
             .for_subject(self.admission.identity.subject());
-        let (handler, task_support) =
-            self.shared
-                .registry
-                .cached_tool_handler(&p.name, &chooser, &self.tool_cache)?;
+        let registry = &self.shared.registry;
+        let (handler, task_support) = match &self.tool_cache {
+            Some(cache) => registry.cached_tool_handler(&p.name, &chooser, cache)?,
+            None => registry.tool_handler(&p.name, &chooser)?,
+        };
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let idempotency = match p.meta.as_ref().and_then(|m| m.idempotency_key) {

@@ -133,8 +133,9 @@ pub struct Session {
     raw_params: bool,
     /// The `tools/call` requests this session finished, by id, for retries.
     recent: RecentResponses,
-    /// The tools this session called (its identity's versions), while the tools stand still.
-    tool_cache: crate::registry::ToolCache,
+    /// The tools this session called (its identity's versions), while the tools stand still;
+    /// none for a session of one request.
+    tool_cache: Option<crate::registry::ToolCache>,
     /// The `clientInfo` of the last 2026-07-28 request.
     last_client_info: modern::LastParsed<crate::model::Implementation>,
     /// The `clientCapabilities` of the last 2026-07-28 request.
@@ -218,6 +219,10 @@ impl Session {
         let mut session =
             Self::with_parse_caches(shared, id, admission, modern::stateless_parse_caches());
         session.modern_only = true;
+        // Its one request is never followed by another: nothing to cache or replay (an
+        // idempotency key still works: that store is the server's, not the session's).
+        session.tool_cache = None;
+        session.recent = RecentResponses::disabled();
         session
     }
 
@@ -252,7 +257,7 @@ impl Session {
             pinned: None,
             raw_params,
             recent,
-            tool_cache: Default::default(),
+            tool_cache: Some(Default::default()),
             last_client_info,
             last_client_capabilities,
             last_modern_info: Default::default(),
