@@ -144,7 +144,7 @@ async fn stateless(
     let message = Session::decode(shared, &admission, text);
     let id = match &message {
         Decoded::Single(Entry::Request(request)) => {
-            let binding = Binding::of(request);
+            let binding = HeaderBinding::of(request);
             let checked = check_headers(req.headers(), &request.method, &binding, header_version)
                 .and_then(|()| {
                     check_param_headers(req.headers(), shared, &request.method, &binding)
@@ -195,13 +195,13 @@ async fn stateless(
 /// What the headers of a 2026-07-28 request must repeat of its body, read from the decoded
 /// request: the name (or URI, or task id) it acts on, its `_meta` version, and for a
 /// `tools/call` its arguments (for `Mcp-Param-*`).
-struct Binding<'a> {
+struct HeaderBinding<'a> {
     name: Option<Cow<'a, str>>,
     meta_version: Option<Cow<'a, str>>,
     arguments: Option<&'a RawValue>,
 }
 
-impl<'a> Binding<'a> {
+impl<'a> HeaderBinding<'a> {
     /// The binding of `request`.
     fn of(request: &'a Request<'a>) -> Self {
         #[derive(serde::Deserialize)]
@@ -264,7 +264,7 @@ impl<'a> Binding<'a> {
 fn check_headers(
     headers: &HeaderMap,
     method: &str,
-    binding: &Binding<'_>,
+    binding: &HeaderBinding<'_>,
     header_version: Option<&str>,
 ) -> Result<(), String> {
     let meta_version = binding.meta_version.as_deref();
@@ -313,7 +313,7 @@ fn check_param_headers(
     headers: &HeaderMap,
     shared: &Shared,
     method: &str,
-    binding: &Binding<'_>,
+    binding: &HeaderBinding<'_>,
 ) -> Result<(), String> {
     if method != "tools/call" {
         return Ok(());
