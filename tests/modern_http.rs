@@ -625,14 +625,18 @@ async fn a_2026_post_in_flight_at_shutdown_runs_on_and_is_answered_within_the_gr
     let held = held_post(&server, &http).await;
     let stopper = tokio::task::spawn_blocking(move || server.stop());
     // The drain has begun once a new request is refused.
-    loop {
-        let body = request(json!("late"), "tools/list", modern(json!({})));
-        let response = send(http.post(&body)).await;
-        if response.status() == 503 {
-            break;
+    let refused = tokio::time::timeout(READ_TIMEOUT, async {
+        loop {
+            let body = request(json!("late"), "tools/list", modern(json!({})));
+            if send(http.post(&body)).await.status() == 503 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    });
+    refused
+        .await
+        .expect("new requests are refused once the drain begins");
     assert!(
         !held.is_finished(),
         "the held request still runs during the drain"
