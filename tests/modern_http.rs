@@ -699,10 +699,14 @@ async fn a_2026_post_that_is_not_json_or_is_a_batch_is_answered_with_its_error()
     assert_eq!(status, 200, "{response}");
     assert_error(&response, &Value::Null, -32700);
 
+    // A tool the fixtures count, so that "nothing ran" is seen, not assumed.
     let call = request(
         json!(2),
         "tools/call",
-        modern(json!({"name": "echo", "arguments": {"text": "in a batch"}})),
+        modern_with(
+            all_asks(),
+            json!({"name": "ask_name", "arguments": {"greeting": "Hi"}}),
+        ),
     );
     let batch = headers(http.bare(&json!([call])));
     let (status, response) = json_reply(send(batch).await).await;
