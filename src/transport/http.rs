@@ -14,7 +14,7 @@ use super::events::{Cursor, SseEvent};
 use super::hosted::{End, HostedSession, OpenStream, Post, PostReply};
 use super::stateless::{FirstReply, StatelessExchange};
 use crate::jsonrpc::{encode_error, Decoded, Params};
-use crate::mcp::ProtocolVersion;
+use crate::mcp::{ProtocolVersion, RequestMeta};
 use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::session::{Entry, Request, Session};
 use crate::shared::{SessionId, Shared};
@@ -215,12 +215,7 @@ impl<'a> HeaderBinding<'a> {
             #[serde(borrow, default)]
             arguments: Option<&'a RawValue>,
             #[serde(borrow, default, rename = "_meta")]
-            meta: Option<RawMeta<'a>>,
-        }
-        #[derive(serde::Deserialize)]
-        struct RawMeta<'a> {
-            #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
-            version: Option<&'a RawValue>,
+            meta: Option<RequestMeta<'a>>,
         }
         let (name, version, arguments) = match &request.params {
             // `tools/call`, the hot path: its params were parsed with the envelope.
@@ -242,7 +237,7 @@ impl<'a> HeaderBinding<'a> {
                             "tasks/get" | "tasks/update" | "tasks/cancel" => p.task_id,
                             _ => None,
                         };
-                        (name, p.meta.and_then(|m| m.version), p.arguments)
+                        (name, p.meta.and_then(|m| m.protocol_version), p.arguments)
                     }
                 }
             }
@@ -379,12 +374,7 @@ impl Probe {
         #[derive(serde::Deserialize)]
         struct ProbeParams<'a> {
             #[serde(borrow, default, rename = "_meta")]
-            meta: Option<ProbeMeta<'a>>,
-        }
-        #[derive(serde::Deserialize)]
-        struct ProbeMeta<'a> {
-            #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
-            version: Option<&'a RawValue>,
+            meta: Option<RequestMeta<'a>>,
         }
         // A batch, or not JSON: neither (the session decoder answers what it is).
         let envelope = serde_json::from_str::<Envelope<'_>>(text).ok();
@@ -395,7 +385,7 @@ impl Probe {
             names_modern_version: envelope
                 .and_then(|e| e.params)
                 .and_then(|p| p.meta)
-                .is_some_and(|m| m.version.is_some()),
+                .is_some_and(|m| m.protocol_version.is_some()),
         }
     }
 }
