@@ -16,11 +16,7 @@ pub fn encode_result(id: &RequestId, result_json: &str) -> String {
 /// `{"jsonrpc":"2.0","id":<id>,"result":<result>}`, with the result written into the frame's
 /// own buffer by `write` (which must write one JSON value): no result string to copy in.
 /// `size_hint` is the result's expected length.
-pub fn encode_result_by(
-    id: &RequestId,
-    size_hint: usize,
-    write: impl FnOnce(&mut String),
-) -> String {
+fn encode_result_by(id: &RequestId, size_hint: usize, write: impl FnOnce(&mut String)) -> String {
     let mut out = String::with_capacity(36 + id.as_json().len() + size_hint);
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
     out.push_str(id.as_json());

@@ -15,8 +15,8 @@ mod limits;
 
 pub use decode::{decode, decode_with, Decoded, EagerParams, Entry, Notification, Params, Request};
 pub use encode::{
-    encode_batch, encode_error, encode_notification, encode_result, encode_result_by,
-    encode_result_members, encode_result_with, result_of,
+    encode_batch, encode_error, encode_notification, encode_result, encode_result_members,
+    encode_result_with, result_of,
 };
 pub use error::{ErrorCode, ErrorObject, WireError};
 pub use id::RequestId;

@@ -3,9 +3,7 @@
 //! once under load), and the admission of everything that runs user code (a tool call, a
 //! resource read, a prompt render, a completion) into a worker actor.
 
-use super::modern::{
-    complete_answer, modern_answer, modern_result, required_capability, ModernRequest,
-};
+use super::modern::{modern_answer, modern_result, required_capability, ModernRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::access::RequestRecord;
 use crate::context::{ClientRequestError, Input, LogFloor, Rounds, SessionInfo};
@@ -491,10 +489,15 @@ impl Session {
                         Some(answer) => answer(id, asks),
                         None => Err(Error::Internal),
                     },
-                    Begun::Task(record) => {
-                        let body = Value::Object(record.fields(false)).to_string();
-                        Ok(modern_answer(&shared.modern, &id, &body, "", None, "task"))
-                    }
+                    Begun::Task(record) => modern_answer(
+                        &shared.modern,
+                        &id,
+                        "task",
+                        &record.fields(false),
+                        "",
+                        None,
+                        128,
+                    ),
                 }
             })
         }))
@@ -568,7 +571,7 @@ impl Session {
                 match modern {
                     None => encode_result_with(&id, &result, 256).map_err(|_| Error::Internal),
                     Some((shared, hints)) => {
-                        complete_answer(&shared.modern, &id, &result, &hints, None, 256)
+                        modern_answer(&shared.modern, &id, "complete", &result, &hints, None, 256)
                     }
                 }
             })
@@ -640,9 +643,10 @@ impl Session {
                 match shared {
                     None => encode_result_with(&id, &ForVersion(&rendered, version), 256)
                         .map_err(|_| Error::Internal),
-                    Some(shared) => complete_answer(
+                    Some(shared) => modern_answer(
                         &shared.modern,
                         &id,
+                        "complete",
                         &ForVersion(&rendered, version),
                         "",
                         None,
@@ -827,9 +831,10 @@ fn modern_call_answer(
     // The result's own `_meta` is merged with the server's identity into the one `_meta`
     // member; left in the body, it would be written a second time.
     let meta = result.meta.take();
-    complete_answer(
+    modern_answer(
         &shared.modern,
         id,
+        "complete",
         &ForVersion(&result, version),
         "",
         meta.as_ref(),

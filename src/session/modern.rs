@@ -12,7 +12,7 @@
 use super::dispatch::Dispatch;
 use super::{Request, Session};
 use crate::context::{Ask, Input, Rounds, SessionInfo};
-use crate::jsonrpc::{encode_result_by, Params, RequestId};
+use crate::jsonrpc::{Params, RequestId};
 use crate::mcp::{server_capabilities, Error, LogLevel, Method, ProtocolVersion, RequestMeta};
 use crate::model::Implementation;
 use crate::mrtr::{Binding, BindingParts};
@@ -494,7 +494,7 @@ impl Session {
                         Map::new()
                     }
                 };
-                complete_answer(&shared.modern, &id, &result, "", None, 64)
+                modern_answer(&shared.modern, &id, "complete", &result, "", None, 64)
             })
         });
         self.store_job(work, modern, method_label(method))
@@ -668,27 +668,14 @@ pub(crate) fn modern_result(
     out
 }
 
-/// [`modern_result`] as the response frame to `id`, the result written straight into the
-/// frame's buffer (not made as a string of its own and copied in).
+/// The answer to `id` of `result` as a 2026-07-28 result of `result_type` (`complete`,
+/// `task`; its `_meta`, if any, goes in `user_meta`: see [`modern_result`]), serialized
+/// straight into the frame after the members this revision adds. `size_hint` is the
+/// expected length of `result`.
 pub(crate) fn modern_answer(
     shape: &ModernShape,
     id: &RequestId,
-    body: &str,
-    extra: &str,
-    user_meta: Option<&Value>,
     result_type: &str,
-) -> String {
-    encode_result_by(id, result_len_hint(shape, body, extra), |out| {
-        push_modern_result(out, shape, body, extra, user_meta, result_type)
-    })
-}
-
-/// The `complete` answer to `id` of `result` (whose `_meta`, if any, goes in `user_meta`;
-/// see [`modern_result`]), serialized straight into the frame after the members this
-/// revision adds. `size_hint` is the expected length of `result`.
-pub(crate) fn complete_answer(
-    shape: &ModernShape,
-    id: &RequestId,
     result: &impl serde::Serialize,
     extra: &str,
     user_meta: Option<&Value>,
@@ -697,7 +684,7 @@ pub(crate) fn complete_answer(
     let meta = result_meta(shape, user_meta);
     crate::jsonrpc::encode_result_members(
         id,
-        &[r#""resultType":"complete","_meta":"#, &meta],
+        &[r#""resultType":""#, result_type, r#"","_meta":"#, &meta],
         result,
         extra,
         size_hint,
