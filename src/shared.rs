@@ -17,7 +17,7 @@ use crate::transport::hosted::HostedSession;
 use crate::transport::ws::WsSession;
 use actix::{Addr, Message, Recipient};
 use dashmap::DashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, Semaphore};
@@ -27,6 +27,7 @@ use tokio::sync::{watch, Semaphore};
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
 pub struct Shutdown {
+    /// How long in-flight work may still run.
     pub grace: Duration,
 }
 
@@ -67,9 +68,9 @@ pub struct Shared {
     /// WebSocket sessions with their socket, by id: a reconnect takes the session over.
     sockets: DashMap<SessionId, (Addr<WsSession>, Owner)>,
     next_session_id: AtomicU64,
-    draining: AtomicBool,
-    /// Turns `true` when shutdown begins, for work that waits outside any actor (2026-07-28
-    /// requests over HTTP) and so is not in `sessions`.
+    /// Turns `true` when shutdown begins (and never back): read by admission, and watched
+    /// by work that waits outside any actor (2026-07-28 requests over HTTP), which is not in
+    /// `sessions`.
     shutdown: watch::Sender<bool>,
 }
 
@@ -117,7 +118,6 @@ impl Shared {
             directory: DashMap::new(),
             sockets: DashMap::new(),
             next_session_id: AtomicU64::new(1),
-            draining: AtomicBool::new(false),
             shutdown: watch::Sender::new(false),
         })
     }
@@ -137,12 +137,13 @@ impl Shared {
             id: self.next_session_id.fetch_add(1, Ordering::Relaxed),
             owner: Owner::default(),
             _permit: None,
-            registered: AtomicBool::new(false),
+            registered: false,
         })
     }
 
+    /// Whether the server is shutting down.
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
+        *self.shutdown.borrow()
     }
 
     /// Watches for the shutdown: `true` once it began (it never turns back).
@@ -152,7 +153,6 @@ impl Shared {
 
     /// Marks the server as shutting down and tells every live session.
     pub fn begin_shutdown(&self, grace: Duration) {
-        self.draining.store(true, Ordering::Release);
         self.shutdown.send_replace(true);
         self.tasks.shutdown();
         for entry in self.sessions.iter() {
@@ -160,6 +160,7 @@ impl Shared {
         }
     }
 
+    /// How many sessions hold a slot now.
     pub fn live_sessions(&self) -> u64 {
         self.metrics.sessions.get()
     }
@@ -242,10 +243,11 @@ pub struct SessionSlot {
     _permit: Option<ConnectionPermit>,
     /// Whether it is in the shutdown fan-out (a 2026-07-28 POST never is: it watches the
     /// shutdown signal itself), so that dropping it looks there only then.
-    registered: AtomicBool,
+    registered: bool,
 }
 
 impl SessionSlot {
+    /// The session's server-unique number (for logs and the shutdown fan-out).
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -262,9 +264,11 @@ impl SessionSlot {
         &self.owner
     }
 
-    pub fn register(&self, shutdown: Recipient<Shutdown>) {
+    /// Puts the session in the shutdown fan-out: `shutdown` is told when the server stops
+    /// (at once if it is stopping already).
+    pub fn register(&mut self, shutdown: Recipient<Shutdown>) {
         self.shared.sessions.insert(self.id, shutdown.clone());
-        self.registered.store(true, Ordering::Relaxed);
+        self.registered = true;
         // A shutdown that began between admission and registration may have missed us; a
         // second `Shutdown` is harmless (the session ignores it).
         if self.shared.is_draining() {
@@ -277,7 +281,7 @@ impl SessionSlot {
 
 impl Drop for SessionSlot {
     fn drop(&mut self) {
-        if *self.registered.get_mut() {
+        if self.registered {
             self.shared.sessions.remove(&self.id);
         }
         self.shared.metrics.sessions.dec();

@@ -263,7 +263,7 @@ impl Actor for WsSession {
     type Context = ws::WebsocketContext<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        match &self.core {
+        match &mut self.core {
             Core::Local { session, slot, id } => {
                 slot.register(ctx.address().recipient());
                 self.shared
