@@ -245,8 +245,9 @@ struct Inner {
     /// The trace id from the request's own `_meta.traceparent`, when it had one.
     trace_id: Option<Box<str>>,
     inbox: Rc<Inbox>,
-    /// Shared with the session's other requests: made once per session (per request in
-    /// 2026-07-28), not copied member by member into every request.
+    /// Shared with the session's other requests: made once per session (for 2026-07-28
+    /// requests, once per change of version, capabilities or client), not copied member by
+    /// member into every request.
     session: Rc<SessionInfo>,
     progress: Option<ProgressGate>,
     deadline: Deadline,

@@ -126,8 +126,8 @@ pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
 
 /// A fresh random id: 128 bits from the thread's CSPRNG (`rand`'s ChaCha, seeded from the OS
 /// and reseeded as it goes), lower-case hex. Unguessable, so fit for bearer secrets (session
-/// ids), and no system call per id (trace ids are made for every HTTP request that brings
-/// none, session ids for every stateless 2026-07-28 request).
+/// ids), and no system call per id (a trace id is made for every HTTP request that brings
+/// none).
 pub(crate) fn random_id() -> std::sync::Arc<str> {
     data_encoding::HEXLOWER
         .encode(&rand::random::<[u8; 16]>())

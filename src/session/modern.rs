@@ -798,8 +798,8 @@ impl<T> Clone for LastParsed<T> {
     }
 }
 
-/// The `_meta` caches of a thread's stateless hosts (`clientInfo`, capabilities), shared:
-/// a host serves one request (an HTTP POST), so a cache of its own would never be read.
+/// The `_meta` caches of a thread's sessions of one request (`clientInfo`, capabilities), shared:
+/// such a session serves one 2026-07-28 POST, so a cache of its own would never be read.
 pub(super) type ParseCaches = (
     LastParsed<crate::model::Implementation>,
     LastParsed<serde_json::Value>,
@@ -809,7 +809,7 @@ thread_local! {
     static STATELESS_PARSE_CACHES: ParseCaches = Default::default();
 }
 
-/// This thread's [`ParseCaches`] for stateless hosts.
+/// This thread's [`ParseCaches`] for sessions of one request.
 pub(super) fn stateless_parse_caches() -> ParseCaches {
     STATELESS_PARSE_CACHES.with(|(info, capabilities)| (info.clone(), capabilities.clone()))
 }
