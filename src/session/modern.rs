@@ -798,8 +798,9 @@ impl<T> Clone for LastParsed<T> {
     }
 }
 
-/// The `_meta` caches of a thread's sessions of one request (`clientInfo`, capabilities), shared:
-/// such a session serves one 2026-07-28 POST, so a cache of its own would never be read.
+/// The `_meta` caches (`clientInfo`, capabilities) a thread's sessions of one request
+/// share: such a session serves one 2026-07-28 POST, so a cache of its own would never be
+/// read.
 pub(super) type ParseCaches = (
     LastParsed<crate::model::Implementation>,
     LastParsed<serde_json::Value>,
