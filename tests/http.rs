@@ -1398,7 +1398,7 @@ async fn shutdown_answers_a_request_in_flight_and_refuses_new_ones() {
     let held = tokio::spawn(session.post(&call(json!("held"), "hold", json!({}))).send());
     wait_metric(&server, "mcp_workers", 1).await;
 
-    let stopper = tokio::task::spawn_blocking(move || server.stop());
+    let stopper = stop_in_background(server);
     // New requests on the session are refused with -32004 once it drains.
     let deadline = Instant::now() + READ_TIMEOUT;
     loop {
@@ -1437,10 +1437,7 @@ async fn shutdown_answers_a_request_in_flight_and_refuses_new_ones() {
         json_body(answered).await,
         json!({"jsonrpc": "2.0", "id": "held", "result": {"content": [{"type": "text", "text": "released"}]}})
     );
-    tokio::time::timeout(READ_TIMEOUT, stopper)
-        .await
-        .expect("the server stops once the call is answered")
-        .expect("stop() does not panic");
+    assert_stopped(stopper).await;
 }
 
 #[tokio::test]

@@ -586,15 +586,12 @@ async fn shutdown_ends_an_http_listen_with_its_result() {
     let http = Http::new(&server);
     let id = json!("until-shutdown");
     let mut events = listen(&http, &id, json!({"toolsListChanged": true})).await;
-    let stopper = tokio::task::spawn_blocking(move || server.stop());
+    let stopper = stop_in_background(server);
     let response = events.expect().await;
     let result = assert_complete(&response, &id);
     assert_eq!(result["_meta"][SUBSCRIPTION_ID], id);
     events.expect_end().await;
-    tokio::time::timeout(READ_TIMEOUT, stopper)
-        .await
-        .expect("the server stops in time")
-        .expect("stop() does not panic");
+    assert_stopped(stopper).await;
 }
 
 /// Settings with a shutdown grace of `grace_ms`.
@@ -623,7 +620,7 @@ async fn a_2026_post_in_flight_at_shutdown_runs_on_and_is_answered_within_the_gr
     let (server, fixtures) = start_modern(grace_settings(30_000));
     let http = Http::new(&server);
     let held = held_post(&server, &http).await;
-    let stopper = tokio::task::spawn_blocking(move || server.stop());
+    let stopper = stop_in_background(server);
     // The drain has begun once a new request is refused.
     let refused = tokio::time::timeout(READ_TIMEOUT, async {
         loop {
@@ -651,10 +648,7 @@ async fn a_2026_post_in_flight_at_shutdown_runs_on_and_is_answered_within_the_gr
         text_of(&assert_complete(&response, &json!("held"))),
         "released"
     );
-    tokio::time::timeout(READ_TIMEOUT, stopper)
-        .await
-        .expect("the server stops in time")
-        .expect("stop() does not panic");
+    assert_stopped(stopper).await;
 }
 
 #[tokio::test]
@@ -663,17 +657,14 @@ async fn a_2026_post_outliving_the_grace_is_cancelled_and_answered_503_32004() {
     let shared = server.shared().clone();
     let http = Http::new(&server);
     let held = held_post(&server, &http).await;
-    let stopper = tokio::task::spawn_blocking(move || server.stop());
+    let stopper = stop_in_background(server);
     let (status, response) = tokio::time::timeout(READ_TIMEOUT, held)
         .await
         .expect("answered in time")
         .expect("the client task ends");
     assert_eq!(status, 503);
     assert_error(&response, &json!("held"), -32004);
-    tokio::time::timeout(READ_TIMEOUT, stopper)
-        .await
-        .expect("the server stops in time")
-        .expect("stop() does not panic");
+    assert_stopped(stopper).await;
     assert_eq!(shared.metrics.cancelled.get(), 1, "the call was cancelled");
     assert_eq!(shared.metrics.workers.get(), 0);
     assert_eq!(shared.metrics.sessions.get(), 0);

@@ -892,7 +892,7 @@ async fn shutdown_ends_every_listen_with_a_result_before_the_close() {
         open_listen(&mut client, id, json!({"toolsListChanged": true})).await;
     }
     client.expect_nothing_pending().await;
-    let stopper = tokio::task::spawn_blocking(move || server.stop());
+    let stopper = stop_in_background(server);
     let close = client.recv_close().await.expect("a close frame");
     assert_eq!(u16::from(close.code), 1001);
     let mut results: Vec<Value> = client.backlog.drain(..).collect();
@@ -907,10 +907,7 @@ async fn shutdown_ends_every_listen_with_a_result_before_the_close() {
             "only resultType and _meta: {response}"
         );
     }
-    tokio::time::timeout(READ_TIMEOUT, stopper)
-        .await
-        .expect("the server stops in time")
-        .expect("stop() does not panic");
+    assert_stopped(stopper).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1077,25 +1074,16 @@ async fn requests_on_one_connection_are_each_served_with_their_own_capabilities(
     let (server, _) = start_modern(modern_settings());
     let mut client = Client::connect(&server).await;
     let ask = json!({"name": "ask_name", "arguments": {"greeting": "Hi"}});
-    for _ in 0..3 {
-        let (id, response) = call(
-            &mut client,
-            "tools/call",
-            modern_with(all_asks(), ask.clone()),
-        )
-        .await;
-        assert_input_required(&response, &id, &["name"]);
-        // Capabilities of its own, without elicitation (`{}` would not reach the cache).
-        let sampling_only = modern_with(json!({"sampling": {}}), ask.clone());
-        let (id, response) = call(&mut client, "tools/call", sampling_only).await;
-        assert_error(&response, &id, -32021);
-        // And the first ones again: the request after a change is not served the change.
-        let (id, response) = call(
-            &mut client,
-            "tools/call",
-            modern_with(all_asks(), ask.clone()),
-        )
-        .await;
-        assert_input_required(&response, &id, &["name"]);
+    // Elicitation declared: asked for a name. Only sampling (not `{}`, which never reaches
+    // the cache): refused with -32021. Each request right after the other kind.
+    let kinds = [(all_asks(), true), (json!({"sampling": {}}), false)];
+    for (capabilities, asks) in kinds.iter().cycle().take(7) {
+        let params = modern_with(capabilities.clone(), ask.clone());
+        let (id, response) = call(&mut client, "tools/call", params).await;
+        if *asks {
+            assert_input_required(&response, &id, &["name"]);
+        } else {
+            assert_error(&response, &id, -32021);
+        }
     }
 }

@@ -14,11 +14,9 @@ mod common;
 use common::process::ServerProcess;
 use common::*;
 
-use mcp_ws::RunningServer;
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use tokio::task::JoinHandle;
 
 const SHUTTING_DOWN: i64 = -32004;
 
@@ -30,19 +28,6 @@ fn shutdown_settings(grace_ms: u64) -> mcp_ws::Settings {
     s.heartbeat.client_timeout_ms = 1_200_000;
     s.shutdown.grace_ms = grace_ms;
     s
-}
-
-/// `stop()` blocks until the server thread is done, so it runs on a blocking thread while
-/// the test goes on talking to the server.
-fn stop_in_background(server: RunningServer) -> JoinHandle<()> {
-    tokio::task::spawn_blocking(move || server.stop())
-}
-
-async fn assert_stopped(stopper: JoinHandle<()>) {
-    tokio::time::timeout(READ_TIMEOUT, stopper)
-        .await
-        .expect("stop() returns: the server thread ends")
-        .expect("stop() does not panic");
 }
 
 /// Reads up to the server's close, checks it is 1001 "server shutting down", and returns the

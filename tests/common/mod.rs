@@ -329,6 +329,20 @@ pub async fn metric(server: &RunningServer, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("metric {name} missing"))
 }
 
+/// Stops `server` on a blocking thread (`stop()` waits for the server thread to end), so the
+/// test goes on talking to it meanwhile; [`assert_stopped`] waits for the end.
+pub fn stop_in_background(server: RunningServer) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_blocking(move || server.stop())
+}
+
+/// Fails unless the stop begun by [`stop_in_background`] ends within READ_TIMEOUT.
+pub async fn assert_stopped(stopper: tokio::task::JoinHandle<()>) {
+    tokio::time::timeout(READ_TIMEOUT, stopper)
+        .await
+        .expect("stop() returns: the server thread ends")
+        .expect("stop() does not panic");
+}
+
 /// Polls a metric until it equals `expected` (state changes cross threads, e.g. after a
 /// disconnect); fails after READ_TIMEOUT. Polling, not sleeping a fixed time.
 pub async fn wait_metric(server: &RunningServer, name: &str, expected: u64) {
