@@ -82,8 +82,7 @@ pub async fn post(
         .and_then(ProtocolVersion::parse)
         .is_some_and(ProtocolVersion::is_modern);
     if modern_header || names_modern_version(&text) {
-        let header_version = header_version.map(str::to_owned);
-        return stateless(&req, &shared, admission, &text, header_version.as_deref()).await;
+        return stateless(&req, &shared, admission, &text, header_version).await;
     }
     check_version_header(header_version)?;
     let owner = Owner::of(&admission.identity);
