@@ -7,7 +7,7 @@
 //!   in `_meta` and caching hints only for 2026); a registry change reaches the session as an
 //!   unsolicited `list_changed` and nobody else.
 //! - A 2026 POST is self-contained: no session id is issued or needed (one sent is ignored),
-//!   its host is gone once it is answered, its `_meta` is required.
+//!   it holds no session slot once answered, its `_meta` is required.
 //! - Headers against the body: a missing or different `MCP-Protocol-Version`, `Mcp-Method` or
 //!   `Mcp-Name` is HTTP 400 with -32020 carrying the request's id, and nothing runs.
 //! - Statuses of 2026 errors: -32022 (`supported`, `requested`), -32021
@@ -135,7 +135,7 @@ async fn both_eras_over_both_transports_at_once_each_in_its_own_shape() {
 // The stateless POST
 
 #[tokio::test]
-async fn a_2026_post_is_answered_alone_and_its_host_is_gone_after() {
+async fn a_2026_post_is_answered_alone_and_holds_no_session_after() {
     let (server, _) = start_modern(modern_settings());
     let http = Http::new(&server);
     let (status, response) = http
