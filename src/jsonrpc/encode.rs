@@ -34,7 +34,13 @@ pub fn encode_result_with(
     result: &impl Serialize,
     size_hint: usize,
 ) -> Result<String, serde_json::Error> {
-    let mut out = result_head(id, size_hint + 1);
+    // The head is written here as in `encode_result_members`, not by a helper both share:
+    // with one, this function (every session tool result) was no longer inlined into the
+    // worker's closure, +70 instructions per request (callgrind).
+    let mut out = Vec::with_capacity(36 + id.as_json().len() + size_hint);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    out.extend_from_slice(id.as_json().as_bytes());
+    out.extend_from_slice(br#","result":"#);
     serde_json::to_writer(&mut out, result)?;
     out.push(b'}');
     // serde_json writes UTF-8 only; the check is a fast pass kept for safety.
@@ -54,8 +60,10 @@ pub fn encode_result_members(
     size_hint: usize,
 ) -> Result<String, serde_json::Error> {
     let head_len: usize = head.iter().map(|part| part.len()).sum();
-    let mut out = result_head(id, 1 + head_len + size_hint + tail.len() + 2);
-    out.push(b'{');
+    let mut out = Vec::with_capacity(40 + id.as_json().len() + head_len + size_hint + tail.len());
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    out.extend_from_slice(id.as_json().as_bytes());
+    out.extend_from_slice(br#","result":{"#);
     for part in head {
         out.extend_from_slice(part.as_bytes());
     }
@@ -79,16 +87,6 @@ pub fn encode_result_members(
     // serde_json writes UTF-8 only, and so do the callers' parts; the check is a fast pass
     // kept for safety.
     String::from_utf8(out).map_err(serde::ser::Error::custom)
-}
-
-/// A response frame's buffer holding `{"jsonrpc":"2.0","id":<id>,"result":`, with room for
-/// `rest` more bytes.
-fn result_head(id: &RequestId, rest: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(36 + id.as_json().len() + rest);
-    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-    out.extend_from_slice(id.as_json().as_bytes());
-    out.extend_from_slice(br#","result":"#);
-    out
 }
 
 /// The result JSON of a response frame made by [`encode_result`] or [`encode_result_with`]
