@@ -14,13 +14,13 @@
 //! reaches the session is bounded at its source. Each progress report that goes out
 //! also moves the request's deadline forward, up to the hard maximum.
 
-use crate::inbox::{ClientError, ClientRequest, Inbox, SessionEvent};
-use crate::jsonrpc::RequestId;
+use crate::mailbox::inbox::{ClientError, ClientRequest, Inbox, SessionEvent};
+use crate::mailbox::throttle::LineBudget;
 use crate::model::{
     CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitResult, Implementation,
     LogLevel, ProtocolVersion, Root,
 };
-use crate::throttle::LineBudget;
+use crate::protocol::jsonrpc::RequestId;
 use serde::Serialize;
 use serde_json::Value;
 use std::cell::Cell;

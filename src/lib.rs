@@ -40,14 +40,32 @@
 //! - [`model`]: content blocks and results; [`config`]: [`Settings`]; [`rollout`]: which
 //!   version of a tool in several versions a session sees.
 //!
-//! # Layout
+//! # Layers
 //!
-//! A text frame travels down this list and its answer back up:
-//! `server` (routes, start, shutdown) → `perimeter` (Origin/Host, session cap) →
-//! `transport` (the actor hosting a session) → `session` (the protocol core: lifecycle,
-//! requests in flight, batches, client requests) → `worker` (one actor per request: pool,
-//! deadline, cancellation) → your code. `mcp` gives messages their meaning and `jsonrpc` is
-//! the wire; `registry` and `bus` hold what is offered and tell sessions when it changes.
+//! The modules are layers, top to bottom; each imports only from the layers below it (the
+//! test `layers_import_only_downward` reads every `crate::` path and holds this order):
+//!
+//! 1. `server`: the builder, the routes, start and graceful shutdown.
+//! 2. `transport`: how frames travel (WebSocket, Streamable HTTP, stateless POSTs, hosted
+//!    sessions, in memory) and the directory of sessions a client can reach again by id.
+//! 3. `session`: the protocol core of one session, independent of the transport: lifecycle,
+//!    requests in flight, batches, requests to the client, the per-method handlers, and the
+//!    state every session shares.
+//! 4. `perimeter`: Origin/Host, TLS, authentication, policies, rate, signatures, limits.
+//!    Transports run its connection checks before a session exists; the session core calls
+//!    its per-request checks.
+//! 5. `cluster`: what nodes share (store, de-duplication, tasks).
+//! 6. `worker`: one actor per long request (pool, deadline, cancellation, progress).
+//! 7. `registry`: what is offered, its versions (`rollout`), files served from directories,
+//!    and the change bus.
+//! 8. The public API at the root: `tool`, `resource`, `prompt`, `context`, `model`,
+//!    `error` (and `schema`, the argument checks they share).
+//! 9. `mailbox`: a session's bounded inbox and the throttles of what tools send it.
+//! 10. `observe`: access log, metrics, log setup, trace ids.
+//! 11. `config`: settings, file < env < CLI.
+//! 12. `protocol`: `jsonrpc` (the wire), `mcp` (its meaning), `mrtr` (request state).
+//!
+//! A text frame travels down this list and its answer back up.
 
 #![warn(missing_docs)]
 
@@ -57,46 +75,34 @@ pub mod context;
 pub mod model;
 pub mod prompt;
 pub mod resource;
-pub mod rollout;
-pub mod telemetry;
 pub mod tool;
 
-mod access;
-mod dedup;
 mod error;
-mod files;
-mod registry;
 mod schema;
-mod server;
-mod store;
-mod tasks;
 
 #[doc(hidden)]
-pub mod bus;
+pub mod cluster;
 #[doc(hidden)]
-pub mod inbox;
+pub mod mailbox;
 #[doc(hidden)]
-pub mod jsonrpc;
-#[doc(hidden)]
-pub mod mcp;
-#[doc(hidden)]
-pub mod metrics;
-#[doc(hidden)]
-pub mod mrtr;
+pub mod observe;
 #[doc(hidden)]
 pub mod perimeter;
 #[doc(hidden)]
+pub mod protocol;
+#[doc(hidden)]
+pub mod registry;
+#[doc(hidden)]
+pub mod server;
+#[doc(hidden)]
 pub mod session;
-#[doc(hidden)]
-pub mod shared;
-#[doc(hidden)]
-pub mod throttle;
-#[doc(hidden)]
-pub mod trace;
 #[doc(hidden)]
 pub mod transport;
 #[doc(hidden)]
 pub mod worker;
+
+pub use observe::telemetry;
+pub use registry::rollout;
 
 pub use config::Settings;
 pub use context::{ClientRequestError, RequestContext};

@@ -85,7 +85,7 @@ impl Arguments {
     /// # Errors
     /// [`ToolError::InvalidArguments`] naming the offending field (`text: invalid type: …`).
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ToolError> {
-        crate::mcp::parse_object(self.0.as_deref()).map_err(ToolError::InvalidArguments)
+        crate::protocol::mcp::parse_object(self.0.as_deref()).map_err(ToolError::InvalidArguments)
     }
 }
 

@@ -1,7 +1,7 @@
 //! What a tool may ask the client through its context: the client's roots, a model
 //! completion (sampling), and input from the user (elicitation, as a form or a URL to visit).
 
-use crate::mcp::ProtocolVersion;
+use crate::protocol::mcp::ProtocolVersion;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

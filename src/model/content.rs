@@ -7,7 +7,7 @@
 //! naming the URI), so an old client never sees a shape its schema rejects.
 
 use super::{ForVersion, VersionedSerialize};
-use crate::mcp::ProtocolVersion;
+use crate::protocol::mcp::ProtocolVersion;
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

@@ -10,7 +10,7 @@ mod client;
 mod content;
 mod results;
 
-pub use crate::mcp::{LogLevel, ProtocolVersion};
+pub use crate::protocol::mcp::{LogLevel, ProtocolVersion};
 pub use client::{
     CreateMessageRequest, CreateMessageResult, ElicitAction, ElicitRequest, ElicitResult, Root,
     SamplingContent, SamplingMessage,

@@ -3,7 +3,7 @@
 
 use super::content::{Content, Icon};
 use super::{ForVersion, VersionedSerialize};
-use crate::mcp::ProtocolVersion;
+use crate::protocol::mcp::ProtocolVersion;
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

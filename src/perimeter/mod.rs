@@ -19,9 +19,9 @@ pub mod tls;
 
 use crate::config::{ConfigError, Settings};
 use crate::context::Identity;
-use crate::mcp::ProtocolVersion;
-use crate::metrics::{Counter, Rejections};
-use crate::shared::{SessionSlot, Shared};
+use crate::observe::metrics::{Counter, Rejections};
+use crate::protocol::mcp::ProtocolVersion;
+use crate::session::shared::{SessionSlot, Shared};
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, USER_AGENT, WWW_AUTHENTICATE};
@@ -113,7 +113,7 @@ impl Admission {
             identity: Identity::anonymous(),
             peer: None,
             user_agent: None,
-            trace_id: crate::trace::generate(),
+            trace_id: crate::observe::trace::generate(),
             access: Access::default(),
         }
     }
@@ -150,9 +150,9 @@ pub fn admit(shared: &Shared, req: &HttpRequest) -> Result<Admission, Refusal> {
     let (identity, access) = authorize(shared, req)?;
     let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let trace_id = header(&TRACEPARENT)
-        .and_then(crate::trace::of_traceparent)
-        .or_else(|| header(&X_TRACE_ID).and_then(crate::trace::of_header))
-        .map_or_else(crate::trace::generate, Arc::from);
+        .and_then(crate::observe::trace::of_traceparent)
+        .or_else(|| header(&X_TRACE_ID).and_then(crate::observe::trace::of_header))
+        .map_or_else(crate::observe::trace::generate, Arc::from);
     Ok(Admission {
         identity,
         access,

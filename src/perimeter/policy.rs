@@ -10,7 +10,7 @@
 
 use crate::config::PolicySettings;
 use crate::context::Identity;
-use crate::mcp::Error;
+use crate::protocol::mcp::Error;
 use crate::registry::ListKind;
 use std::sync::Arc;
 

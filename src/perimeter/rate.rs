@@ -14,7 +14,7 @@
 //! refusing newcomers.
 
 use crate::config::RateSettings;
-use crate::throttle::{Rate, TokenBucket};
+use crate::mailbox::throttle::{Rate, TokenBucket};
 use dashmap::DashMap;
 use std::hash::Hash;
 use std::net::IpAddr;

@@ -17,12 +17,12 @@
 //! on another node is refused as well ([`Passed::guard_work`]); requests answered inline
 //! (lists, `ping`) are checked against the node's own cache only.
 
+use crate::cluster::store::{Key, NonceCache, NonceRefused};
 use crate::config::Settings;
 use crate::context::Identity;
-use crate::mcp::{Error, SignatureProblem};
-use crate::metrics::Metrics;
-use crate::shared::Shared;
-use crate::store::{Key, NonceCache, NonceRefused};
+use crate::observe::metrics::Metrics;
+use crate::protocol::mcp::{Error, SignatureProblem};
+use crate::session::shared::Shared;
 use crate::worker::Work;
 use base64::Engine;
 use ed25519_dalek::{Signature, VerifyingKey};

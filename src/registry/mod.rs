@@ -21,15 +21,18 @@
 //! with -32602, never silently restarted from the first page. The hash covers only the
 //! definitions, so any node serving the same registry accepts the same cursors.
 
+pub mod bus;
+pub mod files;
 pub(crate) mod header_params;
+pub mod rollout;
 mod snapshot;
 
-use crate::bus::{BusEvent, ChangeBus};
-use crate::inbox::Changes;
-use crate::mcp::{Error, ProtocolVersion};
+use crate::mailbox::inbox::Changes;
 use crate::prompt::Prompt;
+use crate::protocol::mcp::{Error, ProtocolVersion};
+use crate::registry::bus::{BusEvent, ChangeBus};
+use crate::registry::rollout::compare_versions;
 use crate::resource::{Resource, ResourceTemplate, TemplateVariables};
-use crate::rollout::compare_versions;
 use crate::tool::{Tool, ToolHandler};
 use dashmap::DashMap;
 use snapshot::Snapshot;

@@ -7,7 +7,7 @@
 //! what it may see.
 
 use super::VersionChooser;
-use crate::mcp::{Error, ProtocolVersion};
+use crate::protocol::mcp::{Error, ProtocolVersion};
 use base64::Engine;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, OnceLock};

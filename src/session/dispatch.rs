@@ -5,23 +5,23 @@
 
 use super::modern::{modern_answer, modern_result, required_capability, ModernRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
-use crate::access::RequestRecord;
+use crate::cluster::dedup::recent::Fingerprint;
+use crate::cluster::dedup::Idempotency;
+use crate::cluster::tasks::runner::{Begun, TaskCall};
 use crate::context::{ClientRequestError, Input, LogFloor, Rounds, SessionInfo};
-use crate::dedup::recent::Fingerprint;
-use crate::dedup::Idempotency;
-use crate::jsonrpc::{encode_result, encode_result_with, Params, RequestId};
-use crate::mcp::{
+use crate::model::{Completion, ForVersion, Implementation};
+use crate::observe::access::RequestRecord;
+use crate::perimeter::signature::Passed;
+use crate::protocol::jsonrpc::{encode_result, encode_result_with, Params, RequestId};
+use crate::protocol::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef, Error,
     GetPromptParams, InitializeParams, ListParams, LogLevel, Method, ProgressToken,
     ProtocolVersion, ReadResourceParams, SetLevelParams, SubscribeParams,
 };
-use crate::model::{Completion, ForVersion, Implementation};
-use crate::mrtr::BindingParts;
-use crate::perimeter::signature::Passed;
+use crate::protocol::mrtr::BindingParts;
 use crate::registry::Page;
 use crate::registry::{ListKind, ResourceTarget};
 use crate::resource::{CompletionRequest, ResourceError};
-use crate::tasks::runner::{Begun, TaskCall};
 use crate::tool::Arguments;
 use crate::tool::{TaskSupport, ToolError};
 use crate::worker::OnInput;
@@ -450,10 +450,10 @@ impl Session {
     ) -> Result<Work, Error> {
         let version = era.info.protocol_version;
         let shared = self.shared.clone();
-        if !crate::tasks::declared(&era.info.client_capabilities) {
+        if !crate::cluster::tasks::declared(&era.info.client_capabilities) {
             if support == TaskSupport::Required {
                 return Err(Error::MissingClientCapability {
-                    required: crate::tasks::required_capability(),
+                    required: crate::cluster::tasks::required_capability(),
                 });
             }
             return Ok(Box::new(move |id, ctx| {
@@ -483,7 +483,7 @@ impl Session {
                     asks,
                     support,
                 };
-                match crate::tasks::runner::begin(call).await? {
+                match crate::cluster::tasks::runner::begin(call).await? {
                     Begun::Done(outcome) => modern_call_answer(&shared, &id, outcome, version, 128),
                     Begun::InputRequired(asks) => match on_input {
                         Some(answer) => answer(id, asks),
@@ -813,7 +813,7 @@ impl Session {
 /// failed tool); a tool that could not go on without a capability the request did not
 /// declare fails the request, naming it (-32021).
 fn modern_call_answer(
-    shared: &crate::shared::Shared,
+    shared: &crate::session::shared::Shared,
     id: &RequestId,
     outcome: Result<crate::model::CallToolResult, ToolError>,
     version: ProtocolVersion,
@@ -855,7 +855,7 @@ pub(super) struct RequestEra {
 impl Negotiated {
     /// Whether the session may call `method`: its capability was declared to this session.
     fn serves(&self, method: Method) -> bool {
-        use crate::mcp::Capability;
+        use crate::protocol::mcp::Capability;
         if method.is_modern_only() {
             // 2026-07-28 methods: a handshake-era session does not have them.
             return false;

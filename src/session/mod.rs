@@ -19,27 +19,28 @@
 mod dispatch;
 mod modern;
 mod pump;
+pub mod shared;
 
 pub(crate) use modern::required_capability;
 pub use modern::ModernShape;
 pub use pump::{InboxPump, SessionHost};
 
-use crate::access::{Outcome, RequestRecord};
-use crate::bus::BusRegistration;
+use crate::cluster::dedup::recent::{Fingerprint, RecentResponses};
 use crate::context::SessionInfo;
-use crate::dedup::recent::{Fingerprint, RecentResponses};
-use crate::inbox::{Changes, ClientError, ClientRequest, Inbox, SessionEvent};
-use crate::jsonrpc::{
+use crate::mailbox::inbox::{Changes, ClientError, ClientRequest, Inbox, SessionEvent};
+use crate::observe::access::{Outcome, RequestRecord};
+use crate::perimeter::rate::SessionBucket;
+use crate::perimeter::Admission;
+use crate::protocol::jsonrpc::{
     self, decode_with, encode_batch, encode_error, encode_notification, encode_result, Decoded,
     Notification, RequestId,
 };
-use crate::mcp::{
+use crate::protocol::mcp::{
     notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams, ProgressParams,
     ProgressToken, ProtocolVersion,
 };
-use crate::perimeter::rate::SessionBucket;
-use crate::perimeter::Admission;
-use crate::shared::{SessionId, Shared};
+use crate::registry::bus::BusRegistration;
+use crate::session::shared::{SessionId, Shared};
 use crate::worker::WorkerHandle;
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -521,7 +522,8 @@ impl Session {
                 tracing::debug!(session = self.id, "notifications/initialized received")
             }
             notifications::CANCELLED => {
-                match crate::mcp::parse_object::<CancelledParams<'_>>(notification.params) {
+                match crate::protocol::mcp::parse_object::<CancelledParams<'_>>(notification.params)
+                {
                     Ok(params) => match RequestId::from_raw(params.request_id) {
                         Some(id) => self.cancel(&id, out),
                         None => tracing::debug!(
@@ -939,7 +941,7 @@ fn client_error(error: &RawValue) -> ClientError {
             data: e.data,
         },
         Err(_) => ClientError::Rejected {
-            code: crate::jsonrpc::ErrorCode::INVALID_REQUEST.0 as i64,
+            code: crate::protocol::jsonrpc::ErrorCode::INVALID_REQUEST.0 as i64,
             message: "malformed error object".into(),
             data: None,
         },

@@ -12,10 +12,12 @@
 use super::dispatch::Dispatch;
 use super::{Request, Session};
 use crate::context::{Ask, Input, Rounds, SessionInfo};
-use crate::jsonrpc::{Params, RequestId};
-use crate::mcp::{server_capabilities, Error, LogLevel, Method, ProtocolVersion, RequestMeta};
 use crate::model::Implementation;
-use crate::mrtr::{Binding, BindingParts};
+use crate::protocol::jsonrpc::{Params, RequestId};
+use crate::protocol::mcp::{
+    server_capabilities, Error, LogLevel, Method, ProtocolVersion, RequestMeta,
+};
+use crate::protocol::mrtr::{Binding, BindingParts};
 use crate::registry::{ListKind, Offers};
 use crate::worker::OnInput;
 use serde::Deserialize;
@@ -330,7 +332,7 @@ impl Session {
         let on_input: OnInput = Box::new(move |id, asks| {
             let binding = binding.binding();
             let frame = input_required(&shared.modern, &binding, carried.answers().clone(), asks);
-            Ok(crate::jsonrpc::encode_result(&id, &frame))
+            Ok(crate::protocol::jsonrpc::encode_result(&id, &frame))
         });
         Ok((Input::Rounds(rounds), on_input))
     }
@@ -353,7 +355,8 @@ impl Session {
         struct ListenParams {
             notifications: ListenFilter,
         }
-        let p: ListenParams = crate::mcp::parse_object(params).map_err(Error::InvalidParams)?;
+        let p: ListenParams =
+            crate::protocol::mcp::parse_object(params).map_err(Error::InvalidParams)?;
         let limits = &self.shared.settings.limits;
         if self.listeners.len() >= limits.max_listens_per_session {
             return Err(Error::InvalidParams(format!(
@@ -370,9 +373,9 @@ impl Session {
         }
         let mut task_ids = asked.task_ids.filter(|_| offers.tasks);
         if let Some(ids) = &mut task_ids {
-            if !crate::tasks::declared(&modern.info.client_capabilities) {
+            if !crate::cluster::tasks::declared(&modern.info.client_capabilities) {
                 return Err(Error::MissingClientCapability {
-                    required: crate::tasks::required_capability(),
+                    required: crate::cluster::tasks::required_capability(),
                 });
             }
             ids.truncate(limits.max_subscriptions_per_session);
@@ -426,7 +429,7 @@ impl Session {
     /// identity it belongs to (`notifications/tasks`: what `tasks/get` would show).
     pub(super) fn tasks_changed(
         &self,
-        notes: &[Arc<crate::bus::TaskNote>],
+        notes: &[Arc<crate::registry::bus::TaskNote>],
         out: &mut dyn super::Outlet,
     ) {
         let subject = self.admission.identity.subject();
@@ -435,7 +438,7 @@ impl Session {
                 if listener.filter.follows(&note.id) {
                     let frame = format!(
                         r#"{{"jsonrpc":"2.0","method":"{}","params":{{"_meta":{},{}}}}}"#,
-                        crate::mcp::notifications::TASKS,
+                        crate::protocol::mcp::notifications::TASKS,
                         listener.tag,
                         members(&note.fields),
                     );
@@ -460,12 +463,13 @@ impl Session {
             #[serde(default)]
             input_responses: Option<Value>,
         }
-        if !crate::tasks::declared(&modern.info.client_capabilities) {
+        if !crate::cluster::tasks::declared(&modern.info.client_capabilities) {
             return Err(Error::MissingClientCapability {
-                required: crate::tasks::required_capability(),
+                required: crate::cluster::tasks::required_capability(),
             });
         }
-        let p: TaskParams = crate::mcp::parse_object(params).map_err(Error::InvalidParams)?;
+        let p: TaskParams =
+            crate::protocol::mcp::parse_object(params).map_err(Error::InvalidParams)?;
         let responses = match (method, p.input_responses) {
             (Method::TasksUpdate, Some(Value::Object(responses))) => responses,
             (Method::TasksUpdate, _) => {
@@ -482,15 +486,15 @@ impl Session {
             Box::pin(async move {
                 let result = match method {
                     Method::TasksGet => {
-                        let record = crate::tasks::load(&shared, &task_id, &owner).await?;
+                        let record = crate::cluster::tasks::load(&shared, &task_id, &owner).await?;
                         record.fields(true)
                     }
                     Method::TasksUpdate => {
-                        crate::tasks::update(&shared, &task_id, &owner, responses).await?;
+                        crate::cluster::tasks::update(&shared, &task_id, &owner, responses).await?;
                         Map::new()
                     }
                     _ => {
-                        crate::tasks::cancel(&shared, &task_id, &owner).await?;
+                        crate::cluster::tasks::cancel(&shared, &task_id, &owner).await?;
                         Map::new()
                     }
                 };
@@ -539,10 +543,10 @@ impl ListenFilter {
     /// The `list_changed` notifications these changes make for this stream.
     pub(super) fn changed(
         &self,
-        changes: crate::inbox::Changes,
+        changes: crate::mailbox::inbox::Changes,
     ) -> impl Iterator<Item = &'static str> {
-        use crate::inbox::Changes;
-        use crate::mcp::notifications;
+        use crate::mailbox::inbox::Changes;
+        use crate::protocol::mcp::notifications;
         [
             (
                 self.tools_list_changed,
@@ -598,7 +602,7 @@ pub(super) fn tag_value(id: &RequestId) -> Value {
 
 /// Whether a 2026-07-28 request may call `method` on a server offering `offers`.
 fn serves_modern(method: Method, offers: Offers) -> bool {
-    use crate::mcp::Capability;
+    use crate::protocol::mcp::Capability;
     match method {
         Method::Initialize
         | Method::Ping
@@ -628,7 +632,7 @@ pub struct ModernShape {
     /// The server's `Implementation` as JSON, for merging into a result's own `_meta`.
     server_info: Value,
     /// Signs and checks `requestState`.
-    pub state_key: crate::mrtr::StateKey,
+    pub state_key: crate::protocol::mrtr::StateKey,
     /// Shared by requests that declare no capabilities (`{}`).
     pub no_capabilities: Arc<Value>,
     /// Shared by requests that name no client.
@@ -637,7 +641,7 @@ pub struct ModernShape {
 
 impl ModernShape {
     /// The shape for a server presenting itself as `server_info`.
-    pub fn new(server_info: &Implementation, state_key: crate::mrtr::StateKey) -> Self {
+    pub fn new(server_info: &Implementation, state_key: crate::protocol::mrtr::StateKey) -> Self {
         let info = serde_json::to_value(crate::model::ForVersion(
             server_info,
             ProtocolVersion::V2026_07_28,
@@ -682,7 +686,7 @@ pub(crate) fn modern_answer(
     size_hint: usize,
 ) -> Result<String, Error> {
     let meta = result_meta(shape, user_meta);
-    crate::jsonrpc::encode_result_members(
+    crate::protocol::jsonrpc::encode_result_members(
         id,
         &[r#""resultType":""#, result_type, r#"","_meta":"#, &meta],
         result,
@@ -832,7 +836,9 @@ impl<T> LastParsed<T> {
 }
 
 /// The `protocolVersion` an `initialize` asks for (at most 64 characters), or `""`.
-fn requested_in_initialize(params: &Params<'_, crate::mcp::CallToolParams<'_>>) -> String {
+fn requested_in_initialize(
+    params: &Params<'_, crate::protocol::mcp::CallToolParams<'_>>,
+) -> String {
     #[derive(Deserialize)]
     struct Asked<'a> {
         #[serde(borrow, rename = "protocolVersion")]
@@ -856,7 +862,7 @@ mod tests {
     fn modern_results_lead_with_result_type_and_identity() {
         let shape = ModernShape::new(
             &Implementation::new("srv", "1"),
-            crate::mrtr::StateKey::new(Some("k"), std::time::Duration::from_secs(1)),
+            crate::protocol::mrtr::StateKey::new(Some("k"), std::time::Duration::from_secs(1)),
         );
         let result = modern_result(&shape, r#"{"tools":[]}"#, r#","ttlMs":0"#, None, "complete");
         let value: Value = serde_json::from_str(&result).expect("json");

@@ -5,7 +5,7 @@
 //! a worker that finishes while its frame is being handled is answered in the same poll of
 //! the actor, without a message of its own.
 
-use crate::inbox::Inbox;
+use crate::mailbox::inbox::Inbox;
 use actix::fut::ActorFuture;
 use actix::Actor;
 use std::pin::Pin;

@@ -18,8 +18,8 @@
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use super::ws::{Detach, WsSession};
 use crate::perimeter::Admission;
+use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
-use crate::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use actix::prelude::*;
 use actix_web_actors::ws::CloseCode;
 use std::collections::{HashMap, VecDeque};

@@ -13,11 +13,11 @@
 use super::events::{Cursor, SseEvent};
 use super::hosted::{End, HostedSession, OpenStream, Post, PostReply};
 use super::stateless::{FirstReply, StatelessExchange};
-use crate::jsonrpc::{encode_error, Decoded, Params};
-use crate::mcp::{ProtocolVersion, RequestMeta};
 use crate::perimeter::{self, Admission, Owner, Refusal};
+use crate::protocol::jsonrpc::{encode_error, Decoded, Params};
+use crate::protocol::mcp::{ProtocolVersion, RequestMeta};
+use crate::session::shared::{SessionId, Shared};
 use crate::session::{Entry, Request, Session};
-use crate::shared::{SessionId, Shared};
 use actix::dev::SendError;
 use actix::Addr;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
@@ -149,7 +149,7 @@ async fn stateless(
                     check_param_headers(req.headers(), shared, &request.method, &binding)
                 });
             if let Err(mismatch) = checked {
-                let error = crate::mcp::Error::HeaderMismatch(mismatch);
+                let error = crate::protocol::mcp::Error::HeaderMismatch(mismatch);
                 let frame = encode_error(Some(&request.id), &error.to_wire_modern());
                 return Ok(json_answer(frame, 400));
             }
@@ -179,7 +179,7 @@ async fn stateless(
         FirstReply::Accepted => HttpResponse::Accepted().finish(),
         FirstReply::ShutDown => {
             // Cut by the end of the shutdown grace: the client may send it again elsewhere.
-            let error = crate::mcp::Error::ShuttingDown.to_wire_modern();
+            let error = crate::protocol::mcp::Error::ShuttingDown.to_wire_modern();
             let mut response = json_answer(encode_error(id.as_ref(), &error), 503);
             response
                 .headers_mut()

@@ -3,8 +3,8 @@
 //! "InMemoryTransport": assert on frames without a network).
 
 use crate::perimeter::Admission;
+use crate::session::shared::Shared;
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
-use crate::shared::Shared;
 use actix::prelude::*;
 use std::sync::Arc;
 use tokio::sync::mpsc;

@@ -13,8 +13,8 @@
 //! a request over HTTP.
 
 use crate::perimeter::Admission;
+use crate::session::shared::{SessionSlot, Shared};
 use crate::session::{Intake, Message, Outlet, Route, Session};
-use crate::shared::{SessionSlot, Shared};
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::Arc;

@@ -22,10 +22,10 @@
 //! resume ended meanwhile.
 
 use super::hosted::{AttachSocket, Deliver, DetachSocket, HostedSession, Relayed};
-use crate::mcp::ProtocolVersion;
 use crate::perimeter::Admission;
+use crate::protocol::mcp::ProtocolVersion;
+use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
-use crate::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use actix::prelude::*;
 use actix_http::ws::Item;
 use actix_web_actors::ws::{self, CloseCode, CloseReason, Message as WsMessage, ProtocolError};

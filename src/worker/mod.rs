@@ -17,11 +17,11 @@
 use crate::context::{
     Ask, CancelFlag, ContextParts, Deadline, Input, LogFloor, RequestContext, Rounds, SessionInfo,
 };
-use crate::inbox::{Inbox, SessionEvent};
-use crate::jsonrpc::RequestId;
-use crate::mcp::Error;
-use crate::shared::Shared;
-use crate::throttle::LineBudget;
+use crate::mailbox::inbox::{Inbox, SessionEvent};
+use crate::mailbox::throttle::LineBudget;
+use crate::protocol::jsonrpc::RequestId;
+use crate::protocol::mcp::Error;
+use crate::session::shared::Shared;
 use actix::prelude::*;
 use futures_util::future::{poll_immediate, LocalBoxFuture};
 use futures_util::FutureExt;

@@ -7,13 +7,13 @@
 //! use -32000..-32099 (never -32002 or -32042, which MCP assigns); -32603 is kept for bugs
 //! and carries no details.
 
-use crate::jsonrpc::{ErrorCode, ErrorObject, WireError};
-use crate::mcp::ProtocolVersion;
+use crate::protocol::jsonrpc::{ErrorCode, ErrorObject, WireError};
+use crate::protocol::mcp::ProtocolVersion;
 use serde_json::json;
 
 /// The codes MCP and this server add to JSON-RPC's own ([`ErrorCode`]'s consts).
 pub mod codes {
-    use crate::jsonrpc::ErrorCode;
+    use crate::protocol::jsonrpc::ErrorCode;
 
     /// A method other than `ping` arrived before `initialize`.
     pub const NOT_INITIALIZED: ErrorCode = ErrorCode(-32000);
@@ -169,7 +169,7 @@ pub enum Error {
     HeaderMismatch(String),
     /// 2026-07-28: a `requestState` that is forged, altered, foreign or expired.
     #[error("Invalid params: {0}")]
-    InvalidRequestState(crate::mrtr::StateError),
+    InvalidRequestState(crate::protocol::mrtr::StateError),
     #[error("Invalid params: uri: a subscribed URI may have at most {limit} bytes")]
     SubscriptionUriTooLong { limit: usize },
     #[error("Server not initialized: send \"initialize\" first")]

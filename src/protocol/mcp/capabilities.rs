@@ -32,7 +32,7 @@ pub fn server_capabilities(version: ProtocolVersion, offers: Offers) -> Value {
     if offers.tasks && version.is_modern() {
         caps.insert(
             "extensions".into(),
-            json!({ crate::mcp::TASKS_EXTENSION: {} }),
+            json!({ crate::protocol::mcp::TASKS_EXTENSION: {} }),
         );
     }
     Value::Object(caps)

@@ -22,7 +22,7 @@ pub(crate) use self::redis::RedisStore;
 
 use crate::config::Settings;
 use crate::lock;
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use data_encoding::HEXLOWER;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

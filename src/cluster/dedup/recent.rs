@@ -9,8 +9,8 @@
 //! or small map per request, and a copy of each `tools/call` result.
 
 use crate::config::DedupSettings;
-use crate::jsonrpc::{result_of, Params, Request, RequestId};
-use crate::mcp::{CallToolParams, ConflictScope, Error};
+use crate::protocol::jsonrpc::{result_of, Params, Request, RequestId};
+use crate::protocol::mcp::{CallToolParams, ConflictScope, Error};
 use serde_json::value::RawValue;
 use std::collections::{hash_map, HashMap, VecDeque};
 use std::hash::BuildHasher;
@@ -85,11 +85,11 @@ impl RecentResponses {
         if remembered.at.elapsed() >= self.window {
             return None;
         }
-        let same = crate::mcp::Method::parse(&request.method)
-            == Some(crate::mcp::Method::ToolsCall)
+        let same = crate::protocol::mcp::Method::parse(&request.method)
+            == Some(crate::protocol::mcp::Method::ToolsCall)
             && match &request.params {
                 Params::Parsed(p) => self.fingerprint(&p.name, p.arguments),
-                Params::Raw(raw) => crate::mcp::parse_object::<CallToolParams<'_>>(*raw)
+                Params::Raw(raw) => crate::protocol::mcp::parse_object::<CallToolParams<'_>>(*raw)
                     .ok()
                     .and_then(|p| self.fingerprint(&p.name, p.arguments)),
             } == Some(remembered.fingerprint);
@@ -143,7 +143,7 @@ impl RecentResponses {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonrpc::{decode, Decoded, Entry, FrameLimits};
+    use crate::protocol::jsonrpc::{decode, Decoded, Entry, FrameLimits};
 
     fn settings(entries: usize, bytes: usize) -> DedupSettings {
         DedupSettings {

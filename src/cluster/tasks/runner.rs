@@ -18,11 +18,11 @@ use crate::context::{
     Ask, CancelFlag, ClientRequestError, ContextParts, Deadline, Input, LogFloor, RequestContext,
     SessionInfo, TaskAsks,
 };
-use crate::inbox::Inbox;
-use crate::jsonrpc::RequestId;
-use crate::mcp::Error;
+use crate::mailbox::inbox::Inbox;
 use crate::model::{CallToolResult, ForVersion};
-use crate::shared::Shared;
+use crate::protocol::jsonrpc::RequestId;
+use crate::protocol::mcp::Error;
+use crate::session::shared::Shared;
 use crate::tool::{Arguments, TaskSupport, ToolError, ToolHandler};
 use futures_util::future::{poll_immediate, LocalBoxFuture};
 use futures_util::FutureExt;
@@ -93,7 +93,7 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
         client_timeout: Duration::from_millis(settings.client_requests.timeout_ms),
         input: Input::Task(asks.clone()),
         log_floor: LogFloor::Request(None),
-        log_budget: crate::throttle::LineBudget::unlimited(),
+        log_budget: crate::mailbox::throttle::LineBudget::unlimited(),
     });
     let mut work: LocalBoxFuture<'static, Outcome> =
         Box::pin(AssertUnwindSafe(handler.call(arguments, ctx)).catch_unwind());
@@ -238,7 +238,7 @@ fn finish(shared: &Shared, record: &mut TaskRecord, outcome: Outcome) {
             return fail(record, &Error::Internal);
         }
     };
-    let version = crate::mcp::ProtocolVersion::V2026_07_28;
+    let version = crate::protocol::mcp::ProtocolVersion::V2026_07_28;
     match serde_json::to_value(ForVersion(&result, version)) {
         Ok(value) => {
             record.result = Some(value);

@@ -12,13 +12,13 @@
 
 use crate::config::Settings;
 use crate::error::Error;
-use crate::files::DirectoryWatch;
-use crate::mcp::ProtocolVersion;
 use crate::perimeter::{self, Owner, Perimeter, Refusal};
 use crate::prompt::Prompt;
+use crate::protocol::mcp::ProtocolVersion;
+use crate::registry::files::DirectoryWatch;
 use crate::registry::Registry;
 use crate::resource::{Resource, ResourceTemplate};
-use crate::shared::Shared;
+use crate::session::shared::Shared;
 use crate::tool::Tool;
 use crate::transport::hosted::HostedSession;
 use crate::transport::http;
@@ -179,7 +179,7 @@ impl ServerBuilder {
             })?),
             None => None,
         };
-        let state_key = crate::mrtr::StateKey::new(
+        let state_key = crate::protocol::mrtr::StateKey::new(
             secret.as_deref().map(str::trim),
             std::time::Duration::from_millis(mrtr.state_ttl_ms),
         );
@@ -196,8 +196,10 @@ impl ServerBuilder {
         for prompt in self.prompts {
             registry.add_prompt(prompt)?;
         }
-        let files =
-            crate::files::serve_directories(&registry, &self.settings.resources.directories)?;
+        let files = crate::registry::files::serve_directories(
+            &registry,
+            &self.settings.resources.directories,
+        )?;
         Ok(Server {
             shared: Shared::new(self.settings, registry, state_key, perimeter),
             files,
@@ -600,7 +602,7 @@ async fn serve(
     let server = server.run();
     let handle = server.handle();
     // Registry changes reach the other nodes, and theirs this one (with Redis).
-    crate::store::bridge::start(&shared);
+    crate::cluster::store::bridge::start(&shared);
     let server_task = actix_rt::spawn(server);
     let scheme = if shared.perimeter.tls.is_some() {
         "wss"

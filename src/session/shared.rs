@@ -2,17 +2,17 @@
 //! registry, the global worker pool, metrics, the live sessions (for the shutdown fan-out),
 //! and the directory of sessions a client can reach again by id (HTTP sessions).
 
-use crate::access::Redaction;
+use crate::cluster::store::Store;
 use crate::config::Settings;
-use crate::mcp::LogLevel;
-use crate::metrics::Metrics;
 use crate::model::Implementation;
-use crate::mrtr::StateKey;
+use crate::observe::access::Redaction;
+use crate::observe::metrics::Metrics;
 use crate::perimeter::{ConnectionPermit, OriginPolicy, Owner, Perimeter, RequestGuard};
+use crate::protocol::mcp::LogLevel;
+use crate::protocol::mrtr::StateKey;
+use crate::registry::rollout::Rollout;
 use crate::registry::Registry;
-use crate::rollout::Rollout;
 use crate::session::ModernShape;
-use crate::store::Store;
 use crate::transport::hosted::HostedSession;
 use crate::transport::ws::WsSession;
 use actix::{Addr, Message, Recipient};
@@ -54,7 +54,7 @@ pub struct Shared {
     /// What the nodes of a deployment share (de-duplication entries; Redis when configured).
     pub(crate) store: Store,
     /// The tasks of this node (2026-07-28 tasks extension).
-    pub(crate) tasks: crate::tasks::Tasks,
+    pub(crate) tasks: crate::cluster::tasks::Tasks,
     /// TLS, authentication, authorization and the per-client session limits.
     pub perimeter: Perimeter,
     /// Which version of a tool in several versions each identity sees.
@@ -104,7 +104,7 @@ impl Shared {
             origin_policy: OriginPolicy::new(&settings.http, settings.server.listen),
             guard: RequestGuard::new(&settings),
             store: Store::new(&settings),
-            tasks: crate::tasks::Tasks::new(&settings.tasks),
+            tasks: crate::cluster::tasks::Tasks::new(&settings.tasks),
             perimeter,
             rollout: Rollout::new(&settings.rollout.rules),
             redaction: Redaction::new(

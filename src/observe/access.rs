@@ -13,11 +13,11 @@
 //! deadline reuses the first read). When the access target is filtered out, the line costs
 //! one `enabled!` check (a cached callsite interest) and nothing is copied or formatted.
 
-use crate::jsonrpc::{self, Params};
-use crate::mcp::{CallToolParams, Error, RequestMeta};
-use crate::metrics::MethodLabel;
+use crate::observe::metrics::MethodLabel;
 use crate::perimeter::Admission;
-use crate::shared::Shared;
+use crate::protocol::jsonrpc::{self, Params};
+use crate::protocol::mcp::{CallToolParams, Error, RequestMeta};
+use crate::session::shared::Shared;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -385,7 +385,9 @@ impl Outcome {
     fn label(self) -> &'static str {
         match self {
             Self::Ok => "ok",
-            Self::Error(code) if code == crate::mcp::codes::REQUEST_TIMED_OUT.0 => "timed_out",
+            Self::Error(code) if code == crate::protocol::mcp::codes::REQUEST_TIMED_OUT.0 => {
+                "timed_out"
+            }
             Self::Error(_) => "error",
             Self::Cancelled => "cancelled",
         }

@@ -14,7 +14,7 @@
 
 use super::Key;
 use crate::config::RedisSettings;
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 use std::future::Future;

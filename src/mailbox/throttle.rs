@@ -5,7 +5,7 @@
 //! [`LineBudget`] and [`Slots`] live in one request's context, on one thread: plain `Cell`s,
 //! no atomics, and no clock read until a line is actually logged.
 
-use crate::inbox::Inbox;
+use crate::mailbox::inbox::Inbox;
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 

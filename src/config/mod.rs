@@ -1060,7 +1060,7 @@ impl Settings {
                 )));
             }
         }
-        if crate::mcp::LogLevel::parse(&self.logging.client_level).is_none() {
+        if crate::protocol::mcp::LogLevel::parse(&self.logging.client_level).is_none() {
             return Err(ConfigError::Invalid(format!(
                 "logging.client_level: unknown level {:?}",
                 self.logging.client_level

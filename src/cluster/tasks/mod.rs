@@ -18,8 +18,8 @@
 pub(crate) mod runner;
 
 use crate::config::TaskSettings;
-use crate::mcp::Error;
-use crate::shared::Shared;
+use crate::protocol::mcp::Error;
+use crate::session::shared::Shared;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -245,11 +245,13 @@ pub(crate) async fn save(shared: &Shared, record: &TaskRecord) {
     shared
         .registry
         .bus()
-        .publish(crate::bus::BusEvent::Task(Arc::new(crate::bus::TaskNote {
-            id: record.id.clone(),
-            owner: record.owner.clone(),
-            fields: Value::Object(record.fields(true)).to_string(),
-        })));
+        .publish(crate::registry::bus::BusEvent::Task(Arc::new(
+            crate::registry::bus::TaskNote {
+                id: record.id.clone(),
+                owner: record.owner.clone(),
+                fields: Value::Object(record.fields(true)).to_string(),
+            },
+        )));
 }
 
 /// The task `id` as `owner` may see it: this node's copy of a task created here, else the
@@ -323,7 +325,7 @@ async fn steer(shared: &Shared, id: &str, make: impl Fn(Option<oneshot::Sender<(
         let _ = tokio::time::timeout(APPLY_WAIT, done).await;
         return;
     }
-    crate::store::bridge::send_task_signal(shared, id, make(None)).await;
+    crate::cluster::store::bridge::send_task_signal(shared, id, make(None)).await;
 }
 
 /// Unix time in ms.
@@ -349,13 +351,13 @@ fn rfc3339(ms: u64) -> String {
 pub(crate) fn declared(client_capabilities: &Value) -> bool {
     client_capabilities
         .get("extensions")
-        .and_then(|e| e.get(crate::mcp::TASKS_EXTENSION))
+        .and_then(|e| e.get(crate::protocol::mcp::TASKS_EXTENSION))
         .is_some()
 }
 
 /// The `requiredCapabilities` of a request that needs the tasks extension.
 pub(crate) fn required_capability() -> Value {
-    json!({ "extensions": { crate::mcp::TASKS_EXTENSION: {} } })
+    json!({ "extensions": { crate::protocol::mcp::TASKS_EXTENSION: {} } })
 }
 
 #[cfg(test)]

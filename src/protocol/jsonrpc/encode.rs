@@ -210,14 +210,17 @@ mod tests {
         assert_eq!(result_of(&frame, &id("1")), None);
         let error = encode_error(
             Some(&id("1")),
-            &crate::jsonrpc::WireError::Parse.to_object(),
+            &crate::protocol::jsonrpc::WireError::Parse.to_object(),
         );
         assert_eq!(result_of(&error, &id("1")), None);
     }
 
     #[test]
     fn error_without_id_uses_null() {
-        let text = encode_error(None, &crate::jsonrpc::WireError::Parse.to_object());
+        let text = encode_error(
+            None,
+            &crate::protocol::jsonrpc::WireError::Parse.to_object(),
+        );
         let value: serde_json::Value = serde_json::from_str(&text).expect("valid json");
         assert_eq!(value["id"], serde_json::Value::Null);
         assert_eq!(value["error"]["code"], -32700);

@@ -1,7 +1,7 @@
 //! Payload types of the methods and notifications the server handles, and the log levels.
 //! Params are parsed once, straight into these types, borrowing from the frame.
 
-use crate::jsonrpc::RequestId;
+use crate::protocol::jsonrpc::RequestId;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -150,7 +150,7 @@ impl RequestMeta<'_> {
         } else {
             Cow::Borrowed(raw.strip_prefix('"')?.strip_suffix('"')?)
         };
-        crate::trace::of_traceparent(&text).map(Box::from)
+        crate::observe::trace::of_traceparent(&text).map(Box::from)
     }
 }
 
@@ -174,7 +174,7 @@ pub struct CallToolParams<'a> {
     pub request_state: Option<Cow<'a, str>>,
 }
 
-impl<'a> crate::jsonrpc::EagerParams<'a> for CallToolParams<'a> {
+impl<'a> crate::protocol::jsonrpc::EagerParams<'a> for CallToolParams<'a> {
     const METHOD: &'static str = "tools/call";
 }
 
@@ -294,14 +294,14 @@ pub struct LoggingMessageParams<'a> {
 #[cfg(test)]
 mod tests {
     use super::CallToolParams;
-    use crate::jsonrpc::{decode, Decoded, Entry, Params, Request};
+    use crate::protocol::jsonrpc::{decode, Decoded, Entry, Params, Request};
 
     /// The hot path's params really are parsed in the envelope's pass: if `CallToolParams`
     /// ever stopped fitting it, every `tools/call` would silently be decoded twice.
     #[test]
     fn tools_call_params_are_parsed_in_the_envelope_pass() {
         let frame = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"},"_meta":{"progressToken":"t"}}}"#;
-        match decode::<CallToolParams<'_>>(frame, &crate::jsonrpc::FrameLimits::new(10)) {
+        match decode::<CallToolParams<'_>>(frame, &crate::protocol::jsonrpc::FrameLimits::new(10)) {
             Decoded::Single(Entry::Request(Request {
                 params: Params::Parsed(params),
                 ..

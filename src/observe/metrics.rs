@@ -2,7 +2,7 @@
 //! format. Plain atomics: cheap enough for the hot path, and readable by tests without
 //! timing (a peak gauge shows a limit held, whatever the scheduling was).
 
-use crate::mcp::Method;
+use crate::protocol::mcp::Method;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -356,8 +356,8 @@ rejections! {
 
 impl Rejections {
     /// Counts a wire-level refusal, if a limit made it.
-    pub fn count_wire(&self, error: &crate::jsonrpc::WireError) {
-        use crate::jsonrpc::{JsonLimit, WireError};
+    pub fn count_wire(&self, error: &crate::protocol::jsonrpc::WireError) {
+        use crate::protocol::jsonrpc::{JsonLimit, WireError};
         let counter = match error {
             WireError::BatchTooLarge { .. } => &self.batch_too_large,
             WireError::LimitExceeded(exceeded) => match exceeded.kind {

@@ -17,8 +17,8 @@
 //! dropped, and counted. Outcomes and client requests are never dropped; their number is
 //! bounded at their source.
 
-use crate::jsonrpc::RequestId;
-use crate::mcp::{Error, LogLevel};
+use crate::protocol::jsonrpc::RequestId;
+use crate::protocol::mcp::{Error, LogLevel};
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -146,7 +146,7 @@ pub struct Inbox {
     /// The tasks the session's listen streams follow, each with the number of streams.
     task_interests: RefCell<std::collections::HashMap<String, u32>>,
     /// The latest stored status of each followed task not yet sent.
-    task_notes: RefCell<Vec<std::sync::Arc<crate::bus::TaskNote>>>,
+    task_notes: RefCell<Vec<std::sync::Arc<crate::registry::bus::TaskNote>>>,
     next_server_id: Cell<u64>,
     /// Requests to the client that tools are waiting for.
     client_requests: Cell<usize>,
@@ -232,7 +232,7 @@ impl Inbox {
     }
 
     /// Adds what was dropped since the last call to `limited`.
-    pub fn flush_dropped(&self, metrics: &crate::metrics::Metrics) {
+    pub fn flush_dropped(&self, metrics: &crate::observe::metrics::Metrics) {
         let dropped = self.dropped.get();
         if dropped != Dropped::default() {
             self.dropped.set(Dropped::default());
@@ -323,7 +323,7 @@ impl Inbox {
 
     /// Keeps a task's status for the session if one of its streams follows the task
     /// (replacing an older status of it not yet sent); says whether it did.
-    pub fn mark_task(&self, note: &std::sync::Arc<crate::bus::TaskNote>) -> bool {
+    pub fn mark_task(&self, note: &std::sync::Arc<crate::registry::bus::TaskNote>) -> bool {
         if self.closed.get() || !self.task_interests.borrow().contains_key(&note.id) {
             return false;
         }
@@ -338,7 +338,7 @@ impl Inbox {
     }
 
     /// Takes the task statuses kept since the last call.
-    pub fn take_task_notes(&self) -> Vec<std::sync::Arc<crate::bus::TaskNote>> {
+    pub fn take_task_notes(&self) -> Vec<std::sync::Arc<crate::registry::bus::TaskNote>> {
         std::mem::take(&mut self.task_notes.borrow_mut())
     }
 

@@ -12,7 +12,7 @@
 //! If a thread's fan-out falls more than the channel's capacity behind, it marks everything
 //! changed on that thread (a spurious notification rather than a lost one).
 
-use crate::inbox::{Changes, Inbox};
+use crate::mailbox::inbox::{Changes, Inbox};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};

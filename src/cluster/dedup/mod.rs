@@ -19,11 +19,11 @@
 
 pub(crate) mod recent;
 
+use crate::cluster::store::{Backend, Entry, Fingerprint, Key, Owner};
 use crate::context::Identity;
-use crate::jsonrpc::{encode_result, result_of, RequestId};
-use crate::mcp::Error;
-use crate::shared::Shared;
-use crate::store::{Backend, Entry, Fingerprint, Key, Owner};
+use crate::protocol::jsonrpc::{encode_result, result_of, RequestId};
+use crate::protocol::mcp::Error;
+use crate::session::shared::Shared;
 use crate::worker::Work;
 use crate::RequestContext;
 use serde_json::value::RawValue;
@@ -227,7 +227,7 @@ async fn run(
             Some(_) => {
                 shared.metrics.dedup_conflicts.inc();
                 return Err(Error::IdempotencyConflict {
-                    scope: crate::mcp::ConflictScope::IdempotencyKey,
+                    scope: crate::protocol::mcp::ConflictScope::IdempotencyKey,
                 });
             }
         }

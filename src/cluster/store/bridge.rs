@@ -11,9 +11,9 @@
 //! sessions that everything changed and asks the other nodes to do the same (a spurious
 //! notification rather than a lost one, as the bus does locally).
 
-use crate::bus::{BusEvent, BusObserver, ChangeBus, TaskNote};
-use crate::inbox::Changes;
-use crate::shared::Shared;
+use crate::mailbox::inbox::Changes;
+use crate::registry::bus::{BusEvent, BusObserver, ChangeBus, TaskNote};
+use crate::session::shared::Shared;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -92,14 +92,14 @@ impl Message {
 
     /// Feeds a remote change into this node's bus, and a steer to the task it names if it
     /// runs here.
-    fn deliver(self, bus: &ChangeBus, tasks: &crate::tasks::Tasks) {
+    fn deliver(self, bus: &ChangeBus, tasks: &crate::cluster::tasks::Tasks) {
         if let Some(steer) = self.steer {
             let signal = match steer.responses {
-                Some(responses) if !steer.cancel => crate::tasks::Signal::Answer {
+                Some(responses) if !steer.cancel => crate::cluster::tasks::Signal::Answer {
                     responses,
                     applied: None,
                 },
-                _ => crate::tasks::Signal::Cancel { applied: None },
+                _ => crate::cluster::tasks::Signal::Cancel { applied: None },
             };
             tasks.signal_local(&steer.task, signal);
             return;
@@ -249,11 +249,15 @@ async fn subscribe(shared: Arc<Shared>) {
 
 /// Sends answers or a cancel for a task to the other nodes (the one that runs it acts on
 /// it). Without Redis there are no other nodes: nothing to do.
-pub(crate) async fn send_task_signal(shared: &Shared, id: &str, signal: crate::tasks::Signal) {
+pub(crate) async fn send_task_signal(
+    shared: &Shared,
+    id: &str,
+    signal: crate::cluster::tasks::Signal,
+) {
     let (cancel, responses) = match signal {
-        crate::tasks::Signal::Answer { responses, .. } => (false, Some(responses)),
-        crate::tasks::Signal::Cancel { .. } => (true, None),
-        crate::tasks::Signal::Shutdown => return,
+        crate::cluster::tasks::Signal::Answer { responses, .. } => (false, Some(responses)),
+        crate::cluster::tasks::Signal::Cancel { .. } => (true, None),
+        crate::cluster::tasks::Signal::Shutdown => return,
     };
     let message = Message {
         node: shared.store.node(),

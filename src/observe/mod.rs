@@ -1,0 +1,8 @@
+//! What the server tells its operators: the [`access`] log of requests, the Prometheus
+//! [`metrics`], the log setup ([`telemetry`]) and [`trace`] ids. It records what the layers
+//! above hand it and decides nothing about a request.
+
+pub mod access;
+pub mod metrics;
+pub mod telemetry;
+pub mod trace;
