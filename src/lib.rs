@@ -77,7 +77,8 @@ pub mod prompt;
 pub mod resource;
 pub mod tool;
 
-mod error;
+#[cfg(test)]
+mod layers;
 mod schema;
 
 #[doc(hidden)]
@@ -106,10 +107,10 @@ pub use registry::rollout;
 
 pub use config::Settings;
 pub use context::{ClientRequestError, RequestContext};
-pub use error::Error;
 pub use prompt::{Prompt, PromptArgument, PromptError};
 pub use registry::{Registry, RegistryError};
 pub use resource::{Resource, ResourceError, ResourceTemplate};
+pub use server::Error;
 pub use server::{RunningServer, Server, ServerBuilder};
 pub use tool::{Json, TaskSupport, Tool, ToolError};
 

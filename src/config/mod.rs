@@ -4,6 +4,8 @@
 //! `MCP_WS_CONFIG`, else `config/default.toml` when present) < `MCP_WS_LISTEN` /
 //! `--listen`. Durations carry their unit in the field name.
 
+use base64::Engine;
+use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -1026,10 +1028,7 @@ impl Settings {
                     "signatures.public_keys.{subject}: give at least one key"
                 )));
             }
-            if let Some(bad) = keys
-                .iter()
-                .position(|key| crate::perimeter::signature::parse_public_key(key).is_none())
-            {
+            if let Some(bad) = keys.iter().position(|key| parse_public_key(key).is_none()) {
                 return Err(ConfigError::Invalid(format!(
                     "signatures.public_keys.{subject}[{bad}]: not the base64 of a 32-byte Ed25519 public key"
                 )));
@@ -1131,4 +1130,12 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// A public key from the config: the base64 of the raw 32-byte Ed25519 key.
+pub fn parse_public_key(text: &str) -> Option<VerifyingKey> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .ok()?;
+    VerifyingKey::from_bytes(&bytes.try_into().ok()?).ok()
 }

@@ -146,7 +146,7 @@ pub struct Inbox {
     /// The tasks the session's listen streams follow, each with the number of streams.
     task_interests: RefCell<std::collections::HashMap<String, u32>>,
     /// The latest stored status of each followed task not yet sent.
-    task_notes: RefCell<Vec<std::sync::Arc<crate::registry::bus::TaskNote>>>,
+    task_notes: RefCell<Vec<std::sync::Arc<TaskNote>>>,
     next_server_id: Cell<u64>,
     /// Requests to the client that tools are waiting for.
     client_requests: Cell<usize>,
@@ -323,7 +323,7 @@ impl Inbox {
 
     /// Keeps a task's status for the session if one of its streams follows the task
     /// (replacing an older status of it not yet sent); says whether it did.
-    pub fn mark_task(&self, note: &std::sync::Arc<crate::registry::bus::TaskNote>) -> bool {
+    pub fn mark_task(&self, note: &std::sync::Arc<TaskNote>) -> bool {
         if self.closed.get() || !self.task_interests.borrow().contains_key(&note.id) {
             return false;
         }
@@ -338,7 +338,7 @@ impl Inbox {
     }
 
     /// Takes the task statuses kept since the last call.
-    pub fn take_task_notes(&self) -> Vec<std::sync::Arc<crate::registry::bus::TaskNote>> {
+    pub fn take_task_notes(&self) -> Vec<std::sync::Arc<TaskNote>> {
         std::mem::take(&mut self.task_notes.borrow_mut())
     }
 
@@ -435,4 +435,15 @@ impl Inbox {
             waker.wake();
         }
     }
+}
+
+/// A task's status as stored, for the `subscriptions/listen` streams that follow the task.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TaskNote {
+    /// The task's id.
+    pub id: String,
+    /// The subject of the identity it belongs to: only its streams hear of it.
+    pub owner: String,
+    /// What `tasks/get` shows of it (the members of a JSON object).
+    pub fields: String,
 }

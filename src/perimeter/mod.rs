@@ -150,7 +150,7 @@ pub fn admit(shared: &Shared, req: &HttpRequest) -> Result<Admission, Refusal> {
     let (identity, access) = authorize(shared, req)?;
     let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let trace_id = header(&TRACEPARENT)
-        .and_then(crate::observe::trace::of_traceparent)
+        .and_then(crate::protocol::traceparent::trace_id)
         .or_else(|| header(&X_TRACE_ID).and_then(crate::observe::trace::of_header))
         .map_or_else(crate::observe::trace::generate, Arc::from);
     Ok(Admission {

@@ -18,7 +18,7 @@
 //! (lists, `ping`) are checked against the node's own cache only.
 
 use crate::cluster::store::{Key, NonceCache, NonceRefused};
-use crate::config::Settings;
+use crate::config::{parse_public_key, Settings};
 use crate::context::Identity;
 use crate::observe::metrics::Metrics;
 use crate::protocol::mcp::{Error, SignatureProblem};
@@ -39,14 +39,6 @@ pub const CONTEXT: &str = "mcp-ws-request-v1";
 
 /// Longest nonce accepted, in characters.
 pub const MAX_NONCE_CHARS: usize = 128;
-
-/// A public key from the config: the base64 of the raw 32-byte Ed25519 key.
-pub fn parse_public_key(text: &str) -> Option<VerifyingKey> {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text.trim())
-        .ok()?;
-    VerifyingKey::from_bytes(&bytes.try_into().ok()?).ok()
-}
 
 /// The bytes an identity signs for a request (see the module docs).
 pub fn canonical_request(

@@ -7,3 +7,4 @@
 pub mod jsonrpc;
 pub mod mcp;
 pub mod mrtr;
+pub mod traceparent;

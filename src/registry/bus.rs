@@ -12,7 +12,7 @@
 //! If a thread's fan-out falls more than the channel's capacity behind, it marks everything
 //! changed on that thread (a spurious notification rather than a lost one).
 
-use crate::mailbox::inbox::{Changes, Inbox};
+use crate::mailbox::inbox::{Changes, Inbox, TaskNote};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
@@ -32,17 +32,6 @@ pub enum BusEvent {
     ResourceUpdated(Arc<str>),
     /// A task's status was stored (2026-07-28 tasks extension).
     Task(Arc<TaskNote>),
-}
-
-/// A task's status as stored, for the `subscriptions/listen` streams that follow the task.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TaskNote {
-    /// The task's id.
-    pub id: String,
-    /// The subject of the identity it belongs to: only its streams hear of it.
-    pub owner: String,
-    /// What `tasks/get` shows of it (the members of a JSON object).
-    pub fields: String,
 }
 
 /// Receives what is published on the bus besides the local sessions (the bridge to other

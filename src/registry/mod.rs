@@ -29,9 +29,9 @@ mod snapshot;
 
 use crate::mailbox::inbox::Changes;
 use crate::prompt::Prompt;
-use crate::protocol::mcp::{Error, ProtocolVersion};
+use crate::protocol::mcp::{Error, Offers, ProtocolVersion};
 use crate::registry::bus::{BusEvent, ChangeBus};
-use crate::registry::rollout::compare_versions;
+
 use crate::resource::{Resource, ResourceTemplate, TemplateVariables};
 use crate::tool::{Tool, ToolHandler};
 use dashmap::DashMap;
@@ -766,17 +766,6 @@ impl Registry {
     }
 }
 
-/// The kinds a server offers (see [`Registry::offers`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Offers {
-    pub tools: bool,
-    pub resources: bool,
-    pub prompts: bool,
-    pub completions: bool,
-    /// A tool whose calls may become tasks (2026-07-28 tasks extension).
-    pub tasks: bool,
-}
-
 /// The tools one session called, by name, with the version its identity's rollout chose:
 /// kept while the registry's tools do not change (see the module docs).
 #[derive(Default)]
@@ -792,4 +781,30 @@ pub(crate) type CachedTool = (Arc<dyn ToolHandler>, crate::tool::TaskSupport);
 impl ToolCache {
     /// The most tools a session keeps; past that it starts over.
     const MAX: usize = 32;
+}
+
+/// Orders two versions: dot-separated parts compared in turn, numerically when both are
+/// numbers, else as text (a number before text); a version that is a prefix of the other
+/// comes first (`1` < `1.0`).
+pub fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
+    let mut left = a.split('.');
+    let mut right = b.split('.');
+    loop {
+        match (left.next(), right.next()) {
+            (None, None) => return std::cmp::Ordering::Equal,
+            (None, Some(_)) => return std::cmp::Ordering::Less,
+            (Some(_), None) => return std::cmp::Ordering::Greater,
+            (Some(x), Some(y)) => {
+                let order = match (x.parse::<u64>(), y.parse::<u64>()) {
+                    (Ok(x), Ok(y)) => x.cmp(&y),
+                    (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+                    (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+                    (Err(_), Err(_)) => x.cmp(y),
+                };
+                if order != std::cmp::Ordering::Equal {
+                    return order;
+                }
+            }
+        }
+    }
 }

@@ -13,12 +13,11 @@
 //!    names (so registering a new version changes nothing until a rule serves it); when
 //!    every registered version is named by a rule, the lowest.
 //!
-//! Versions are ordered by [`compare_versions`]: dot-separated parts, numeric parts as
+//! Versions are ordered by [`compare_versions`](crate::registry::compare_versions): dot-separated parts, numeric parts as
 //! numbers (`2` < `10`, `1.9` < `1.10`), others as text.
 
 use crate::config::RolloutRule;
 use crate::registry::VersionChooser;
-use std::cmp::Ordering;
 use std::sync::Arc;
 
 /// Buckets an identity falls in, per tool: `percent` counts hundredths of a percent.
@@ -120,32 +119,6 @@ pub fn bucket(subject: &str, tool: &str) -> u32 {
     hash = hash.wrapping_mul(0x94d0_49bb_1331_11eb);
     hash ^= hash >> 31;
     (hash % u64::from(BUCKETS)) as u32
-}
-
-/// Orders two versions: dot-separated parts compared in turn, numerically when both are
-/// numbers, else as text (a number before text); a version that is a prefix of the other
-/// comes first (`1` < `1.0`).
-pub fn compare_versions(a: &str, b: &str) -> Ordering {
-    let mut left = a.split('.');
-    let mut right = b.split('.');
-    loop {
-        match (left.next(), right.next()) {
-            (None, None) => return Ordering::Equal,
-            (None, Some(_)) => return Ordering::Less,
-            (Some(_), None) => return Ordering::Greater,
-            (Some(x), Some(y)) => {
-                let order = match (x.parse::<u64>(), y.parse::<u64>()) {
-                    (Ok(x), Ok(y)) => x.cmp(&y),
-                    (Ok(_), Err(_)) => Ordering::Less,
-                    (Err(_), Ok(_)) => Ordering::Greater,
-                    (Err(_), Err(_)) => x.cmp(y),
-                };
-                if order != Ordering::Equal {
-                    return order;
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -294,7 +267,7 @@ mod tests {
     #[test]
     fn versions_order_numerically_by_part() {
         let mut list = vec!["10", "2", "1.10", "1.9", "1", "beta", "1.0", "2.a"];
-        list.sort_by(|a, b| compare_versions(a, b));
+        list.sort_by(|a, b| crate::registry::compare_versions(a, b));
         assert_eq!(
             list,
             vec!["1", "1.0", "1.9", "1.10", "2", "2.a", "10", "beta"]

@@ -10,8 +10,11 @@
 //! up to `shutdown.grace_ms`, cancels the rest, and closes with 1001), wait for the sessions
 //! to be gone, then stop the HTTP server.
 
+mod error;
+
+pub use error::Error;
+
 use crate::config::Settings;
-use crate::error::Error;
 use crate::perimeter::{self, Owner, Perimeter, Refusal};
 use crate::prompt::Prompt;
 use crate::protocol::mcp::ProtocolVersion;

@@ -15,8 +15,8 @@ use crate::perimeter::signature::Passed;
 use crate::protocol::jsonrpc::{encode_result, encode_result_with, Params, RequestId};
 use crate::protocol::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef, Error,
-    GetPromptParams, InitializeParams, ListParams, LogLevel, Method, ProgressToken,
-    ProtocolVersion, ReadResourceParams, SetLevelParams, SubscribeParams,
+    GetPromptParams, ListParams, LogLevel, Method, ProgressToken, ProtocolVersion,
+    ReadResourceParams, SetLevelParams, SubscribeParams,
 };
 use crate::protocol::mrtr::BindingParts;
 use crate::registry::Page;
@@ -899,4 +899,14 @@ fn progress_token(raw: Option<&RawValue>) -> Result<Option<ProgressToken>, Error
 /// MCP params are named: an object (or absent, read as `{}`).
 fn parse_params<'a, T: Deserialize<'a>>(params: Option<&'a RawValue>) -> Result<T, Error> {
     parse_object(params).map_err(Error::InvalidParams)
+}
+
+/// `initialize` params.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InitializeParams<'a> {
+    #[serde(borrow)]
+    pub protocol_version: Cow<'a, str>,
+    pub capabilities: serde_json::Map<String, Value>,
+    pub client_info: crate::model::Implementation,
 }

@@ -154,7 +154,7 @@ enum Phase {
 struct Negotiated {
     version: ProtocolVersion,
     /// The kinds declared to this session in `initialize`.
-    offers: crate::registry::Offers,
+    offers: crate::protocol::mcp::Offers,
     /// What every request of the session knows of it, shared by them.
     info: Rc<SessionInfo>,
 }

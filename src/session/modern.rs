@@ -14,11 +14,12 @@ use super::{Request, Session};
 use crate::context::{Ask, Input, Rounds, SessionInfo};
 use crate::model::Implementation;
 use crate::protocol::jsonrpc::{Params, RequestId};
+use crate::protocol::mcp::Offers;
 use crate::protocol::mcp::{
     server_capabilities, Error, LogLevel, Method, ProtocolVersion, RequestMeta,
 };
 use crate::protocol::mrtr::{Binding, BindingParts};
-use crate::registry::{ListKind, Offers};
+use crate::registry::ListKind;
 use crate::worker::OnInput;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -429,7 +430,7 @@ impl Session {
     /// identity it belongs to (`notifications/tasks`: what `tasks/get` would show).
     pub(super) fn tasks_changed(
         &self,
-        notes: &[Arc<crate::registry::bus::TaskNote>],
+        notes: &[Arc<crate::mailbox::inbox::TaskNote>],
         out: &mut dyn super::Outlet,
     ) {
         let subject = self.admission.identity.subject();

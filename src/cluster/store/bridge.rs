@@ -12,7 +12,8 @@
 //! notification rather than a lost one, as the bus does locally).
 
 use crate::mailbox::inbox::Changes;
-use crate::registry::bus::{BusEvent, BusObserver, ChangeBus, TaskNote};
+use crate::mailbox::inbox::TaskNote;
+use crate::registry::bus::{BusEvent, BusObserver, ChangeBus};
 use crate::session::shared::Shared;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};

@@ -246,7 +246,7 @@ pub(crate) async fn save(shared: &Shared, record: &TaskRecord) {
         .registry
         .bus()
         .publish(crate::registry::bus::BusEvent::Task(Arc::new(
-            crate::registry::bus::TaskNote {
+            crate::mailbox::inbox::TaskNote {
                 id: record.id.clone(),
                 owner: record.owner.clone(),
                 fields: Value::Object(record.fields(true)).to_string(),

@@ -4,7 +4,6 @@
 //! resource updates to subscribers.
 
 use super::ProtocolVersion;
-use crate::registry::Offers;
 use serde_json::{json, Map, Value};
 
 /// The `capabilities` member of the `initialize` result.
@@ -36,4 +35,20 @@ pub fn server_capabilities(version: ProtocolVersion, offers: Offers) -> Value {
         );
     }
     Value::Object(caps)
+}
+
+/// The kinds a server offers: what its registry holds (`Registry::offers`), which decides
+/// the capabilities it declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Offers {
+    /// Any tool.
+    pub tools: bool,
+    /// Any resource or resource template.
+    pub resources: bool,
+    /// Any prompt.
+    pub prompts: bool,
+    /// Anything that completes arguments.
+    pub completions: bool,
+    /// A tool whose calls may become tasks (2026-07-28 tasks extension).
+    pub tasks: bool,
 }

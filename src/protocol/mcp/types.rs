@@ -84,16 +84,6 @@ impl ProgressToken {
     }
 }
 
-/// `initialize` params.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InitializeParams<'a> {
-    #[serde(borrow)]
-    pub protocol_version: Cow<'a, str>,
-    pub capabilities: serde_json::Map<String, Value>,
-    pub client_info: crate::model::Implementation,
-}
-
 /// `_meta` of a request: the keys the server reads, raw. Serialized (the keys present) for
 /// the access log of a `tools/call`, whose params are not kept raw.
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -150,7 +140,7 @@ impl RequestMeta<'_> {
         } else {
             Cow::Borrowed(raw.strip_prefix('"')?.strip_suffix('"')?)
         };
-        crate::observe::trace::of_traceparent(&text).map(Box::from)
+        crate::protocol::traceparent::trace_id(&text).map(Box::from)
     }
 }
 

@@ -23,7 +23,6 @@ mod watch;
 pub(crate) use watch::DirectoryWatch;
 
 use crate::config::DirectorySettings;
-use crate::error::Error;
 use crate::registry::Registry;
 use crate::resource::Resource;
 use mime_guess::mime::{self, Mime};
@@ -33,17 +32,37 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Why the directories of `resources.directories` cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A directory does not exist, is not a directory, has a path that is not UTF-8, lies
+    /// inside another, or cannot be watched.
+    #[error("resources.directories: cannot serve {path}: {source}")]
+    Directory {
+        /// The directory, as configured.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file's resource could not be registered.
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
+    /// The watcher's thread could not be started.
+    #[error("resources.directories: cannot start the watcher: {0}")]
+    Io(#[from] std::io::Error),
+}
+
 /// Registers the files of `directories` as resources and watches them; the returned watch
 /// keeps them in step with the disk until it is dropped. `None` when there are none.
 ///
 /// # Errors
-/// [`Error::ResourceDirectory`] when a directory does not exist, is not a directory, has a
-/// path that is not UTF-8, lies inside another, or cannot be watched; [`Error::Registry`]
+/// [`ServeError::Directory`] when a directory does not exist, is not a directory, has a
+/// path that is not UTF-8, lies inside another, or cannot be watched; [`ServeError::Registry`]
 /// when a file's URI is already a registered resource.
 pub(crate) fn serve_directories(
     registry: &Registry,
     directories: &[DirectorySettings],
-) -> Result<Option<DirectoryWatch>, Error> {
+) -> Result<Option<DirectoryWatch>, ServeError> {
     if directories.is_empty() {
         return Ok(None);
     }
@@ -78,9 +97,9 @@ pub(crate) struct Root {
 }
 
 impl Root {
-    fn open(settings: &DirectorySettings) -> Result<Self, Error> {
+    fn open(settings: &DirectorySettings) -> Result<Self, ServeError> {
         let configured = settings.path.clone();
-        let error = |source| Error::ResourceDirectory {
+        let error = |source| ServeError::Directory {
             path: configured.clone(),
             source,
         };
@@ -104,8 +123,8 @@ impl Root {
         })
     }
 
-    fn error(&self, source: io::Error) -> Error {
-        Error::ResourceDirectory {
+    fn error(&self, source: io::Error) -> ServeError {
+        ServeError::Directory {
             path: self.configured.clone(),
             source,
         }

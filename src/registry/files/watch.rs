@@ -18,7 +18,7 @@
 //! ignored.
 
 use super::Root;
-use crate::error::Error;
+use super::ServeError;
 use crate::registry::{Registry, RegistryError};
 use crate::resource::Resource;
 use notify::event::{AccessKind, AccessMode, ModifyKind};
@@ -59,7 +59,7 @@ pub(crate) struct DirectoryWatch {
 impl DirectoryWatch {
     /// Watches `roots`, registers their files, and starts reconciling. The watch starts
     /// before the first scan, so a change made during the scan is not missed.
-    pub(super) fn start(registry: Registry, roots: Vec<Arc<Root>>) -> Result<Self, Error> {
+    pub(super) fn start(registry: Registry, roots: Vec<Arc<Root>>) -> Result<Self, ServeError> {
         let (signals, received) = mpsc::sync_channel(CHANNEL_CAPACITY);
         let overflowed = Arc::new(AtomicBool::new(false));
         let handler = {
@@ -96,7 +96,7 @@ impl DirectoryWatch {
         };
         let refused = served.apply(Batch::rescan(), &registry);
         if let Some(refused) = refused.into_iter().next() {
-            return Err(Error::Registry(refused));
+            return Err(ServeError::Registry(refused));
         }
         let stopping = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -106,7 +106,7 @@ impl DirectoryWatch {
                 .spawn(move || {
                     reconcile_until_stopped(served, registry, received, stopping, overflowed)
                 })
-                .map_err(Error::Io)?
+                .map_err(ServeError::Io)?
         };
         Ok(Self {
             watcher: Some(watcher),

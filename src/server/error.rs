@@ -32,3 +32,14 @@ pub enum Error {
     #[error("server failed: {0}")]
     Io(#[from] std::io::Error),
 }
+
+impl From<crate::registry::files::ServeError> for Error {
+    fn from(error: crate::registry::files::ServeError) -> Self {
+        use crate::registry::files::ServeError;
+        match error {
+            ServeError::Directory { path, source } => Self::ResourceDirectory { path, source },
+            ServeError::Registry(refused) => Self::Registry(refused),
+            ServeError::Io(source) => Self::Io(source),
+        }
+    }
+}
