@@ -69,7 +69,6 @@
 
 #![warn(missing_docs)]
 
-pub mod builtins;
 pub mod config;
 pub mod context;
 pub mod model;

@@ -1,6 +1,8 @@
 //! The `mcp-ws` binary: command line and environment → settings → logging → the built-in
 //! capability set named in the settings → the server, built through the public API.
 
+mod demo;
+
 use clap::Parser;
 use mcp_ws::{Server, Settings};
 use std::net::SocketAddr;
@@ -35,8 +37,7 @@ fn main() -> ExitCode {
     };
     mcp_ws::telemetry::init_with(&settings.logging);
     let set = settings.builtins.set.clone();
-    let server = match mcp_ws::builtins::by_name(&set, Server::builder().settings(settings)).build()
-    {
+    let server = match demo::by_name(&set, Server::builder().settings(settings)).build() {
         Ok(server) => server,
         Err(error) => {
             eprintln!("mcp-ws: {error}");

@@ -6,3 +6,37 @@
 pub mod dedup;
 pub mod store;
 pub mod tasks;
+
+use crate::config::Settings;
+use crate::observe::metrics::Metrics;
+use crate::registry::bus::ChangeBus;
+use std::sync::Arc;
+
+/// This node's part of the shared state, and what the cluster layer reads: the store, the
+/// tasks, the settings and the metrics it counts in.
+pub struct Cluster {
+    /// The server's settings.
+    pub settings: Arc<Settings>,
+    /// The server's metrics.
+    pub metrics: Arc<Metrics>,
+    /// What the nodes share (de-duplication entries, nonces; Redis when configured).
+    pub(crate) store: store::Store,
+    /// The tasks of this node (2026-07-28 tasks extension).
+    pub(crate) tasks: tasks::Tasks,
+    /// The registry's change bus: task statuses go out on it, and the bridge carries it to
+    /// and from the other nodes.
+    pub bus: ChangeBus,
+}
+
+impl Cluster {
+    /// The cluster state the settings ask for (connecting to Redis happens lazily).
+    pub fn new(settings: Arc<Settings>, metrics: Arc<Metrics>, bus: ChangeBus) -> Arc<Self> {
+        Arc::new(Self {
+            store: store::Store::new(&settings),
+            tasks: tasks::Tasks::new(&settings.tasks),
+            settings,
+            metrics,
+            bus,
+        })
+    }
+}

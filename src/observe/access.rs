@@ -13,11 +13,9 @@
 //! deadline reuses the first read). When the access target is filtered out, the line costs
 //! one `enabled!` check (a cached callsite interest) and nothing is copied or formatted.
 
-use crate::observe::metrics::MethodLabel;
-use crate::perimeter::Admission;
+use crate::observe::metrics::{MethodLabel, Metrics};
 use crate::protocol::jsonrpc::{self, Params};
 use crate::protocol::mcp::{CallToolParams, Error, RequestMeta};
-use crate::session::shared::Shared;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -419,13 +417,25 @@ fn own_trace_id(params: &Params<'_, CallToolParams<'_>>) -> Option<Box<str>> {
     }
 }
 
+/// Who sent a request, as its access line shows them (what the perimeter admitted).
+pub(crate) trait Requester {
+    /// The peer's address, if known.
+    fn peer(&self) -> Option<std::net::IpAddr>;
+    /// The client's `User-Agent`, if it sent one.
+    fn user_agent(&self) -> Option<&str>;
+    /// The subject of the client's identity.
+    fn subject(&self) -> &str;
+    /// The trace id of its connection (a request's own `traceparent` comes first).
+    fn trace_id(&self) -> &Arc<str>;
+}
+
 impl RequestRecord {
     /// Starts the record of `request`, which arrived in a session admitted as `admission`.
     /// When `span` (the request's) is enabled, the request's trace id is recorded in its
     /// `trace` field.
     pub(crate) fn begin(
-        shared: &Shared,
-        admission: &Admission,
+        redaction: &Redaction,
+        admission: &impl Requester,
         request: &jsonrpc::Request<'_, CallToolParams<'_>>,
         span: &tracing::Span,
     ) -> Self {
@@ -433,8 +443,8 @@ impl RequestRecord {
         let method = MethodLabel::of(&request.method);
         let logged = tracing::enabled!(target: TARGET, tracing::Level::INFO);
         let line = if logged || !span.is_disabled() {
-            let trace_id: Arc<str> =
-                own_trace_id(&request.params).map_or_else(|| admission.trace_id.clone(), Arc::from);
+            let trace_id: Arc<str> = own_trace_id(&request.params)
+                .map_or_else(|| admission.trace_id().clone(), Arc::from);
             span.record("trace", &*trace_id);
             logged.then(|| {
                 let mut id = String::new();
@@ -444,7 +454,7 @@ impl RequestRecord {
                 Box::new(AccessLine {
                     id,
                     method,
-                    params: shared.redaction.params(&request.params),
+                    params: redaction.params(&request.params),
                     trace_id,
                 })
             })
@@ -468,26 +478,23 @@ impl RequestRecord {
     /// ended it, for the caller's own bookkeeping of the same moment.
     pub(crate) fn finish(
         self,
-        shared: &Shared,
-        admission: &Admission,
+        metrics: &Metrics,
+        admission: &impl Requester,
         session: u64,
         outcome: Outcome,
     ) -> Instant {
         let finished = Instant::now();
         let elapsed = finished.saturating_duration_since(self.started);
         if outcome != Outcome::Cancelled {
-            shared.metrics.latency.observe(self.method, elapsed);
+            metrics.latency.observe(self.method, elapsed);
         }
         let Some(line) = self.line else {
             return finished;
         };
         let mut user_agent = String::new();
-        push_clean(
-            &mut user_agent,
-            admission.user_agent.as_deref().unwrap_or("-"),
-        );
+        push_clean(&mut user_agent, admission.user_agent().unwrap_or("-"));
         let mut identity = String::new();
-        push_clean(&mut identity, admission.identity.subject());
+        push_clean(&mut identity, admission.subject());
         tracing::info!(
             target: TARGET,
             session,
@@ -497,7 +504,7 @@ impl RequestRecord {
             outcome = outcome.label(),
             code = outcome.code(),
             duration_us = elapsed.as_micros() as u64,
-            peer = %Peer(admission.peer),
+            peer = %Peer(admission.peer()),
             user_agent,
             identity = %identity,
             trace_id = %line.trace_id,

@@ -21,13 +21,11 @@ use crate::config::{ConfigError, Settings};
 use crate::context::Identity;
 use crate::observe::metrics::{Counter, Rejections};
 use crate::protocol::mcp::ProtocolVersion;
-use crate::session::shared::{SessionSlot, Shared};
-use actix_web::body::MessageBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
+
 use actix_web::http::header::{HeaderName, USER_AGENT, WWW_AUTHENTICATE};
 use actix_web::http::StatusCode;
-use actix_web::middleware::Next;
-use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+
+use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use serde_json::json;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -44,6 +42,8 @@ pub use policy::{Access, Policies};
 
 /// The perimeter's state, built once from the settings (reading the TLS and JWT key files).
 pub struct Perimeter {
+    /// The Origin/Host checks of every request to the MCP endpoint.
+    pub origin: OriginPolicy,
     /// The listener's TLS configuration, when `[tls]` is set.
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Checks credentials.
@@ -62,6 +62,7 @@ impl Perimeter {
     pub fn new(settings: &Settings) -> Result<Self, ConfigError> {
         let policies = Policies::new(&settings.auth.policies);
         Ok(Self {
+            origin: OriginPolicy::new(&settings.http, settings.server.listen),
             tls: tls::server_config(&settings.tls)?,
             auth: Authenticator::new(settings, &policies)?,
             policies,
@@ -119,6 +120,24 @@ impl Admission {
     }
 }
 
+impl crate::observe::access::Requester for Admission {
+    fn peer(&self) -> Option<IpAddr> {
+        self.peer
+    }
+
+    fn user_agent(&self) -> Option<&str> {
+        self.user_agent.as_deref()
+    }
+
+    fn subject(&self) -> &str {
+        self.identity.subject()
+    }
+
+    fn trace_id(&self) -> &Arc<str> {
+        &self.trace_id
+    }
+}
+
 /// Whether a request asks for a WebSocket (`Upgrade: websocket`).
 pub fn is_websocket_upgrade(headers: &actix_web::http::header::HeaderMap) -> bool {
     headers
@@ -144,10 +163,10 @@ pub fn offered_subprotocols(
 ///
 /// # Errors
 /// The [`Refusal`] to answer with.
-pub fn admit(shared: &Shared, req: &HttpRequest) -> Result<Admission, Refusal> {
+pub fn admit(perimeter: &Perimeter, req: &HttpRequest) -> Result<Admission, Refusal> {
     let headers = req.headers();
-    shared.origin_policy.check(headers)?;
-    let (identity, access) = authorize(shared, req)?;
+    perimeter.origin.check(headers)?;
+    let (identity, access) = authorize(perimeter, req)?;
     let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let trace_id = header(&TRACEPARENT)
         .and_then(crate::protocol::traceparent::trace_id)
@@ -166,8 +185,7 @@ pub fn admit(shared: &Shared, req: &HttpRequest) -> Result<Admission, Refusal> {
 }
 
 /// Who the client is, and what it may use.
-fn authorize(shared: &Shared, req: &HttpRequest) -> Result<(Identity, Access), Refusal> {
-    let perimeter = &shared.perimeter;
+fn authorize(perimeter: &Perimeter, req: &HttpRequest) -> Result<(Identity, Access), Refusal> {
     let identity = perimeter.auth.authenticate(req)?;
     match perimeter.policies.access_for(&identity) {
         Some(access) => Ok((identity, access)),
@@ -179,50 +197,6 @@ fn authorize(shared: &Shared, req: &HttpRequest) -> Result<(Identity, Access), R
             Err(perimeter.auth.no_policy_for(req, &identity))
         }
     }
-}
-
-/// Opens a session for an admitted client: a place within its per-IP and per-identity
-/// limits, then within the global cap. The slot holds both for as long as the session lives.
-///
-/// # Errors
-/// 429 over a per-client limit, 503 over the global cap or while shutting down.
-pub fn open_session(shared: &Arc<Shared>, admission: &Admission) -> Result<SessionSlot, Refusal> {
-    let permit = shared
-        .perimeter
-        .connections
-        .acquire(admission)
-        .map_err(|(scope, limit)| {
-            tracing::debug!(
-                peer = ?admission.peer,
-                subject = admission.identity.subject(),
-                limit,
-                "refused: too many sessions from one {}",
-                scope.as_str()
-            );
-            Refusal::TooManySessionsFrom { scope, limit }
-        })?;
-    let Some(slot) = shared.admit_session() else {
-        return Err(if shared.is_draining() {
-            Refusal::ShuttingDown
-        } else {
-            Refusal::TooManySessions
-        });
-    };
-    Ok(slot.bound_to(Owner::of(&admission.identity), permit))
-}
-
-/// `GET /.well-known/oauth-protected-resource[/…]`: the protected resource metadata (RFC
-/// 9728), when the server authenticates clients; 404 otherwise.
-pub async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
-    let auth = &shared.perimeter.auth;
-    if !auth.is_enabled() {
-        return HttpResponse::NotFound().finish();
-    }
-    HttpResponse::Ok()
-        .content_type("application/json")
-        // Browser-based clients read it from other origins.
-        .insert_header(("Access-Control-Allow-Origin", "*"))
-        .body(auth.metadata_document(&req).to_string())
 }
 
 /// Why a request was refused before reaching a session.
@@ -284,30 +258,6 @@ pub enum Refusal {
     /// A method the endpoint does not serve.
     #[error("Method not allowed")]
     MethodNotAllowed,
-}
-
-/// Counts every [`Refusal`] answered on the MCP endpoint in its reason's counter (see
-/// [`Refusal::rejection`]): the one place HTTP refusals are counted, whichever check made
-/// them (middleware around the `/mcp` resource).
-///
-/// # Errors
-/// Those of the wrapped service, unchanged.
-pub async fn count_refusals(
-    req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let shared = req.app_data::<web::Data<Shared>>().cloned();
-    let response = next.call(req).await?;
-    let refusal = response
-        .response()
-        .error()
-        .and_then(|error| error.as_error::<Refusal>());
-    if let (Some(shared), Some(refusal)) = (shared, refusal) {
-        if let Some(counter) = refusal.rejection(&shared.metrics.rejections) {
-            counter.inc();
-        }
-    }
-    Ok(response)
 }
 
 impl Refusal {

@@ -18,11 +18,11 @@
 //! (lists, `ping`) are checked against the node's own cache only.
 
 use crate::cluster::store::{Key, NonceCache, NonceRefused};
+use crate::cluster::Cluster;
 use crate::config::{parse_public_key, Settings};
 use crate::context::Identity;
 use crate::observe::metrics::Metrics;
 use crate::protocol::mcp::{Error, SignatureProblem};
-use crate::session::shared::Shared;
 use crate::worker::Work;
 use base64::Engine;
 use ed25519_dalek::{Signature, VerifyingKey};
@@ -213,17 +213,17 @@ fn nonce_key(identity: &Identity, nonce: &str) -> Key {
 impl Passed {
     /// Wraps a request's work with what must pass before it runs: its nonce claimed in
     /// Redis, so that no node has run it. With Redis away the node's own check stands.
-    pub fn guard_work(self, shared: &Arc<Shared>, work: Work) -> Work {
+    pub fn guard_work(self, cluster: &Arc<Cluster>, work: Work) -> Work {
         let Some(nonce) = self.shared_nonce else {
             return work;
         };
-        let shared = shared.clone();
+        let cluster = cluster.clone();
         Box::new(move |id, ctx| {
             Box::pin(async move {
-                let lifetime = Duration::from_millis(2 * shared.settings.signatures.max_skew_ms);
-                if let Some(redis) = shared.store.redis() {
-                    if redis.claim_nonce(&shared.metrics, &nonce, lifetime).await == Some(false) {
-                        shared.metrics.rejections.signature.inc();
+                let lifetime = Duration::from_millis(2 * cluster.settings.signatures.max_skew_ms);
+                if let Some(redis) = cluster.store.redis() {
+                    if redis.claim_nonce(&cluster.metrics, &nonce, lifetime).await == Some(false) {
+                        cluster.metrics.rejections.signature.inc();
                         return Err(Error::SignatureRefused {
                             reason: SignatureProblem::Replayed,
                         });

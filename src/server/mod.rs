@@ -23,11 +23,13 @@ use crate::registry::Registry;
 use crate::resource::{Resource, ResourceTemplate};
 use crate::session::shared::Shared;
 use crate::tool::Tool;
-use crate::transport::hosted::HostedSession;
+use crate::transport::hosted::{HostedSession, HostedSessions};
 use crate::transport::http;
-use crate::transport::ws::{Detach, WsSession};
+use crate::transport::ws::{Detach, Sockets, WsSession};
 use actix::Addr;
-use actix_web::dev::ServerHandle;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServerHandle, ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
 use actix_web::{guard, web, App, HttpRequest, HttpResponse, HttpServer};
 use actix_web_actors::ws;
 use std::future::Future;
@@ -298,7 +300,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 fn public_routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/mcp")
-            .wrap(actix_web::middleware::from_fn(perimeter::count_refusals))
+            .wrap(actix_web::middleware::from_fn(count_refusals))
             .route(
                 web::get()
                     .guard(guard::fn_guard(|ctx| is_websocket_upgrade(ctx.head())))
@@ -314,7 +316,7 @@ fn public_routes(cfg: &mut web::ServiceConfig) {
             perimeter::auth::METADATA_PATH,
             "/.well-known/oauth-protected-resource/{path:.*}",
         ])
-        .route(web::get().to(perimeter::resource_metadata)),
+        .route(web::get().to(resource_metadata)),
     )
     .route("/healthz", web::get().to(healthz));
 }
@@ -334,20 +336,24 @@ async fn mcp_upgrade(
     req: HttpRequest,
     stream: web::Payload,
     shared: web::Data<Shared>,
+    hosted: web::Data<HostedSessions>,
+    sockets: web::Data<Sockets>,
 ) -> Result<HttpResponse, actix_web::Error> {
     let shared = shared.into_inner();
-    let admission = perimeter::admit(&shared, &req)?;
+    let directory = (hosted.into_inner(), sockets.into_inner());
+    let admission = perimeter::admit(&shared.perimeter, &req)?;
     let max_message_bytes = shared.settings.limits.max_message_bytes;
     let pinned = pinned_version(&req)?;
     let session = match resumed_session_id(&req) {
         // A resumed session keeps what it negotiated; a version offer is only checked.
         Some(id) => {
             let owner = Owner::of(&admission.identity);
-            WsSession::resume(shared.clone(), claim_session(&shared, &id, &owner).await?)
+            let hosted = claim_session(&directory, &id, &owner).await?;
+            WsSession::resume(shared.clone(), directory, hosted)
         }
         None => {
-            let slot = perimeter::open_session(&shared, &admission)?;
-            WsSession::new(shared, slot, admission, pinned)
+            let slot = shared.open_session(&admission)?;
+            WsSession::new(shared, directory, slot, admission, pinned)
         }
     };
     // The selected subprotocol must be one the client offered: the version it pinned, else
@@ -397,16 +403,14 @@ fn resumed_session_id(req: &HttpRequest) -> Option<String> {
 /// The hosted session to resume: one waiting for a reconnect, or one whose (older) socket is
 /// still attached, which is told to let go of it. Only its owner may resume it.
 async fn claim_session(
-    shared: &Shared,
+    (hosted, sockets): &(Arc<HostedSessions>, Arc<Sockets>),
     id: &str,
     owner: &Owner,
 ) -> Result<Addr<HostedSession>, Refusal> {
-    if let Some(hosted) = shared.find_session(id, owner) {
+    if let Some(hosted) = hosted.find(id, owner) {
         return Ok(hosted);
     }
-    let socket = shared
-        .find_socket(id, owner)
-        .ok_or(Refusal::SessionNotFound)?;
+    let socket = sockets.find(id, owner).ok_or(Refusal::SessionNotFound)?;
     let detach = Detach {
         code: ws::CloseCode::Normal,
         reason: "MCP session reconnected on another connection",
@@ -534,11 +538,15 @@ async fn serve(
 ) -> io::Result<()> {
     let settings = &shared.settings;
     let app_shared = web::Data::from(shared.clone());
+    let app_hosted = web::Data::new(HostedSessions::default());
+    let app_sockets = web::Data::new(Sockets::default());
     let max_body = settings.limits.max_message_bytes;
     let separate_admin = settings.server.admin_listen.is_some();
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(app_shared.clone())
+            .app_data(app_hosted.clone())
+            .app_data(app_sockets.clone())
             .app_data(web::PayloadConfig::new(max_body))
             .configure(if separate_admin {
                 public_routes
@@ -605,7 +613,7 @@ async fn serve(
     let server = server.run();
     let handle = server.handle();
     // Registry changes reach the other nodes, and theirs this one (with Redis).
-    crate::cluster::store::bridge::start(&shared);
+    crate::cluster::store::bridge::start(&shared.cluster);
     let server_task = actix_rt::spawn(server);
     let scheme = if shared.perimeter.tls.is_some() {
         "wss"
@@ -655,4 +663,42 @@ async fn shut_down(shared: &Arc<Shared>, handle: &ServerHandle) {
     }
     handle.stop(true).await;
     tracing::info!("stopped");
+}
+
+/// `GET /.well-known/oauth-protected-resource[/…]`: the protected resource metadata (RFC
+/// 9728), when the server authenticates clients; 404 otherwise.
+async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
+    let auth = &shared.perimeter.auth;
+    if !auth.is_enabled() {
+        return HttpResponse::NotFound().finish();
+    }
+    HttpResponse::Ok()
+        .content_type("application/json")
+        // Browser-based clients read it from other origins.
+        .insert_header(("Access-Control-Allow-Origin", "*"))
+        .body(auth.metadata_document(&req).to_string())
+}
+
+/// Counts every [`Refusal`] answered on the MCP endpoint in its reason's counter (see
+/// [`Refusal::rejection`]): the one place HTTP refusals are counted, whichever check made
+/// them (middleware around the `/mcp` resource).
+///
+/// # Errors
+/// Those of the wrapped service, unchanged.
+async fn count_refusals(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let shared = req.app_data::<web::Data<Shared>>().cloned();
+    let response = next.call(req).await?;
+    let refusal = response
+        .response()
+        .error()
+        .and_then(|error| error.as_error::<Refusal>());
+    if let (Some(shared), Some(refusal)) = (shared, refusal) {
+        if let Some(counter) = refusal.rejection(&shared.metrics.rejections) {
+            counter.inc();
+        }
+    }
+    Ok(response)
 }

@@ -3,7 +3,7 @@
 //! once under load), and the admission of everything that runs user code (a tool call, a
 //! resource read, a prompt render, a completion) into a worker actor.
 
-use super::modern::{modern_answer, modern_result, required_capability, ModernRequest};
+use super::modern::{modern_answer, modern_result, ModernRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::cluster::dedup::recent::Fingerprint;
 use crate::cluster::dedup::Idempotency;
@@ -421,7 +421,7 @@ impl Session {
         };
         Ok(WorkerJob {
             work: match idempotency {
-                Some(keyed) => keyed.wrap(self.shared.clone(), work),
+                Some(keyed) => keyed.wrap(self.shared.cluster.clone(), work),
                 None => work,
             },
             timeout: self.shared.settings.limits.timeout_for_tool(&p.name),
@@ -453,7 +453,7 @@ impl Session {
         if !crate::cluster::tasks::declared(&era.info.client_capabilities) {
             if support == TaskSupport::Required {
                 return Err(Error::MissingClientCapability {
-                    required: crate::cluster::tasks::required_capability(),
+                    required: crate::protocol::mcp::required_tasks_extension(),
                 });
             }
             return Ok(Box::new(move |id, ctx| {
@@ -474,7 +474,7 @@ impl Session {
         Ok(Box::new(move |id, _ctx| {
             Box::pin(async move {
                 let call = TaskCall {
-                    shared: shared.clone(),
+                    cluster: shared.cluster.clone(),
                     handler,
                     arguments,
                     request_id: id.clone(),
@@ -763,7 +763,7 @@ impl Session {
             era,
             replay,
         } = job;
-        let work = passed.guard_work(&self.shared, work);
+        let work = passed.guard_work(&self.shared.cluster, work);
         // A child of the request span (session, id, method), which is entered here.
         let span = tracing::debug_span!(
             "worker",
@@ -783,7 +783,7 @@ impl Session {
             input: era.input,
             log_floor: era.log_floor,
             on_input: era.on_input,
-            shared: self.shared.clone(),
+            pool: self.shared.pool.clone(),
             span,
         });
         // The worker may already be done here, but its `Finished` waits in the inbox, which
@@ -823,7 +823,7 @@ fn modern_call_answer(
         Ok(result) => result,
         Err(ToolError::Client(ClientRequestError::NotSupported { capability })) => {
             return Err(Error::MissingClientCapability {
-                required: required_capability(capability),
+                required: crate::protocol::mcp::required_capabilities(capability),
             })
         }
         Err(e) => e.into_result(),

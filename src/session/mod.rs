@@ -21,7 +21,6 @@ mod modern;
 mod pump;
 pub mod shared;
 
-pub(crate) use modern::required_capability;
 pub use modern::ModernShape;
 pub use pump::{InboxPump, SessionHost};
 
@@ -424,7 +423,7 @@ impl Session {
         );
         let _entered = span.enter();
         // Its latency and access-log line; taken by the worker's entry if one runs it.
-        let record = RequestRecord::begin(&self.shared, &self.admission, &request, &span);
+        let record = RequestRecord::begin(&self.shared.redaction, &self.admission, &request, &span);
         let started = record.started();
         let mut record = Some(record);
         let raw_params = match request.params {
@@ -509,7 +508,7 @@ impl Session {
         };
         // Answered here (a worker took the record otherwise).
         if let Some(record) = record {
-            record.finish(&self.shared, &self.admission, self.id, answered);
+            record.finish(&self.shared.metrics, &self.admission, self.id, answered);
         }
         reply
     }
@@ -579,9 +578,12 @@ impl Session {
         entry.worker.cancel();
         self.shared.metrics.workers.dec();
         self.shared.metrics.cancelled.inc();
-        entry
-            .record
-            .finish(&self.shared, &self.admission, self.id, Outcome::Cancelled);
+        entry.record.finish(
+            &self.shared.metrics,
+            &self.admission,
+            self.id,
+            Outcome::Cancelled,
+        );
         tracing::debug!(session = self.id, id = %id, "cancelled");
         match entry.batch {
             Some(batch) => {
@@ -669,7 +671,7 @@ impl Session {
                 };
                 self.shared.metrics.workers.dec();
                 let finished = entry.record.finish(
-                    &self.shared,
+                    &self.shared.metrics,
                     &self.admission,
                     self.id,
                     Outcome::of(&outcome),

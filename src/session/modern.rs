@@ -376,7 +376,7 @@ impl Session {
         if let Some(ids) = &mut task_ids {
             if !crate::cluster::tasks::declared(&modern.info.client_capabilities) {
                 return Err(Error::MissingClientCapability {
-                    required: crate::cluster::tasks::required_capability(),
+                    required: crate::protocol::mcp::required_tasks_extension(),
                 });
             }
             ids.truncate(limits.max_subscriptions_per_session);
@@ -466,7 +466,7 @@ impl Session {
         }
         if !crate::cluster::tasks::declared(&modern.info.client_capabilities) {
             return Err(Error::MissingClientCapability {
-                required: crate::cluster::tasks::required_capability(),
+                required: crate::protocol::mcp::required_tasks_extension(),
             });
         }
         let p: TaskParams =
@@ -487,15 +487,17 @@ impl Session {
             Box::pin(async move {
                 let result = match method {
                     Method::TasksGet => {
-                        let record = crate::cluster::tasks::load(&shared, &task_id, &owner).await?;
+                        let record =
+                            crate::cluster::tasks::load(&shared.cluster, &task_id, &owner).await?;
                         record.fields(true)
                     }
                     Method::TasksUpdate => {
-                        crate::cluster::tasks::update(&shared, &task_id, &owner, responses).await?;
+                        crate::cluster::tasks::update(&shared.cluster, &task_id, &owner, responses)
+                            .await?;
                         Map::new()
                     }
                     _ => {
-                        crate::cluster::tasks::cancel(&shared, &task_id, &owner).await?;
+                        crate::cluster::tasks::cancel(&shared.cluster, &task_id, &owner).await?;
                         Map::new()
                     }
                 };
@@ -766,17 +768,6 @@ fn input_required(
     modern_result(shape, &body, "", None, "input_required")
 }
 
-/// The `requiredCapabilities` object naming a capability the client lacks (as
-/// `ClientRequestError::NotSupported` names it: `sampling`, `elicitation.url`, …).
-pub(crate) fn required_capability(capability: &str) -> Value {
-    match capability.split_once('.') {
-        // A form is what a bare `elicitation: {}` declares.
-        Some(("elicitation", "form")) => json!({ "elicitation": {} }),
-        Some((outer, inner)) => json!({ outer: { inner: {} } }),
-        None => json!({ capability: {} }),
-    }
-}
-
 /// The request id's JSON, for tagging a listen stream's notifications.
 pub(super) fn subscription_meta(id: &RequestId) -> String {
     format!(r#"{{"{SUBSCRIPTION_ID_META}":{}}}"#, id.as_json())
@@ -875,22 +866,5 @@ mod tests {
         let value: Value = serde_json::from_str(&empty).expect("json");
         assert_eq!(value["_meta"]["x"], 1);
         assert_eq!(value["_meta"][SERVER_INFO_META]["version"], "1");
-    }
-
-    #[test]
-    fn missing_capabilities_are_named_as_client_capabilities() {
-        assert_eq!(required_capability("sampling"), json!({"sampling": {}}));
-        assert_eq!(
-            required_capability("sampling.tools"),
-            json!({"sampling": {"tools": {}}})
-        );
-        assert_eq!(
-            required_capability("elicitation.form"),
-            json!({"elicitation": {}})
-        );
-        assert_eq!(
-            required_capability("elicitation.url"),
-            json!({"elicitation": {"url": {}}})
-        );
     }
 }

@@ -1,26 +1,26 @@
-//! State shared by every session and worker (an `Arc`, not an actor): settings, the
-//! registry, the global worker pool, metrics, the live sessions (for the shutdown fan-out),
-//! and the directory of sessions a client can reach again by id (HTTP sessions).
+//! State shared by every session (an `Arc`, not an actor): settings, the registry, the
+//! global worker pool, the cluster state, the perimeter, metrics, and the live sessions (for
+//! the shutdown fan-out). The directory of sessions a client can reach again by id is the
+//! transports' (`transport::directory`).
 
-use crate::cluster::store::Store;
+use crate::cluster::Cluster;
 use crate::config::Settings;
 use crate::model::Implementation;
 use crate::observe::access::Redaction;
 use crate::observe::metrics::Metrics;
-use crate::perimeter::{ConnectionPermit, OriginPolicy, Owner, Perimeter, RequestGuard};
+use crate::perimeter::{Admission, ConnectionPermit, Owner, Perimeter, Refusal, RequestGuard};
 use crate::protocol::mcp::LogLevel;
 use crate::protocol::mrtr::StateKey;
 use crate::registry::rollout::Rollout;
 use crate::registry::Registry;
-use crate::session::ModernShape;
-use crate::transport::hosted::HostedSession;
-use crate::transport::ws::WsSession;
-use actix::{Addr, Message, Recipient};
+use crate::session::modern::ModernShape;
+use crate::worker::Pool;
+use actix::{Message, Recipient};
 use dashmap::DashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 /// Tells a session the server is shutting down: finish in-flight work within `grace`, then
 /// close with 1001.
@@ -33,7 +33,8 @@ pub struct Shutdown {
 
 /// See the module docs.
 pub struct Shared {
-    pub settings: Settings,
+    /// The server's settings.
+    pub settings: Arc<Settings>,
     pub registry: Registry,
     /// `serverInfo` of the `initialize` result.
     pub server_info: Implementation,
@@ -44,29 +45,20 @@ pub struct Shared {
     /// What 2026-07-28 results share (identity, request-state key).
     pub modern: ModernShape,
     /// The global worker pool: one permit per running request, across all sessions.
-    pub pool: Semaphore,
+    pub pool: Arc<Pool>,
     /// Shared with the checks that count their refusals at their source (the guard).
     pub metrics: Arc<Metrics>,
-    /// The Origin/Host checks of every request to the MCP endpoint.
-    pub origin_policy: OriginPolicy,
     /// The checks of every request before it is routed.
     pub guard: RequestGuard,
-    /// What the nodes of a deployment share (de-duplication entries; Redis when configured).
-    pub(crate) store: Store,
-    /// The tasks of this node (2026-07-28 tasks extension).
-    pub(crate) tasks: crate::cluster::tasks::Tasks,
-    /// TLS, authentication, authorization and the per-client session limits.
+    /// What the nodes of a deployment share (store, tasks; Redis when configured).
+    pub cluster: Arc<Cluster>,
+    /// Origin/Host, TLS, authentication, authorization and the per-client session limits.
     pub perimeter: Perimeter,
     /// Which version of a tool in several versions each identity sees.
     pub rollout: Rollout,
     /// What the access log hides of params.
     pub redaction: Redaction,
     sessions: DashMap<u64, Recipient<Shutdown>>,
-    /// Hosted sessions (HTTP, and WebSocket sessions waiting for a reconnect) by the id their
-    /// client holds, with whose they are.
-    directory: DashMap<SessionId, (Addr<HostedSession>, Owner)>,
-    /// WebSocket sessions with their socket, by id: a reconnect takes the session over.
-    sockets: DashMap<SessionId, (Addr<WsSession>, Owner)>,
     next_session_id: AtomicU64,
     /// Turns `true` when shutdown begins (and never back): read by admission, and watched
     /// by work that waits outside any actor (2026-07-28 requests over HTTP), which is not in
@@ -95,16 +87,15 @@ impl Shared {
         let client_log_level =
             LogLevel::parse(&settings.logging.client_level).unwrap_or(LogLevel::Info);
         let metrics = Arc::new(Metrics::default());
+        let settings = Arc::new(settings);
         Arc::new(Self {
             modern: ModernShape::new(&server_info, state_key),
             server_info,
             instructions,
             client_log_level,
-            pool: Semaphore::new(settings.limits.max_concurrent_requests),
-            origin_policy: OriginPolicy::new(&settings.http, settings.server.listen),
+            pool: Pool::new(settings.clone(), metrics.clone()),
             guard: RequestGuard::new(&settings),
-            store: Store::new(&settings),
-            tasks: crate::cluster::tasks::Tasks::new(&settings.tasks),
+            cluster: Cluster::new(settings.clone(), metrics.clone(), registry.bus().clone()),
             perimeter,
             rollout: Rollout::new(&settings.rollout.rules),
             redaction: Redaction::new(
@@ -115,8 +106,6 @@ impl Shared {
             registry,
             metrics,
             sessions: DashMap::new(),
-            directory: DashMap::new(),
-            sockets: DashMap::new(),
             next_session_id: AtomicU64::new(1),
             shutdown: watch::Sender::new(false),
         })
@@ -141,6 +130,37 @@ impl Shared {
         })
     }
 
+    /// Opens a session for an admitted client: a place within its per-IP and per-identity
+    /// limits, then within the global cap. The slot holds both for as long as the session
+    /// lives.
+    ///
+    /// # Errors
+    /// 429 over a per-client limit, 503 over the global cap or while shutting down.
+    pub fn open_session(self: &Arc<Self>, admission: &Admission) -> Result<SessionSlot, Refusal> {
+        let permit = self
+            .perimeter
+            .connections
+            .acquire(admission)
+            .map_err(|(scope, limit)| {
+                tracing::debug!(
+                    peer = ?admission.peer,
+                    subject = admission.identity.subject(),
+                    limit,
+                    "refused: too many sessions from one {}",
+                    scope.as_str()
+                );
+                Refusal::TooManySessionsFrom { scope, limit }
+            })?;
+        let Some(slot) = self.admit_session() else {
+            return Err(if self.is_draining() {
+                Refusal::ShuttingDown
+            } else {
+                Refusal::TooManySessions
+            });
+        };
+        Ok(slot.bound_to(Owner::of(&admission.identity), permit))
+    }
+
     /// Whether the server is shutting down.
     pub fn is_draining(&self) -> bool {
         *self.shutdown.borrow()
@@ -154,7 +174,7 @@ impl Shared {
     /// Marks the server as shutting down and tells every live session.
     pub fn begin_shutdown(&self, grace: Duration) {
         self.shutdown.send_replace(true);
-        self.tasks.shutdown();
+        self.cluster.tasks.shutdown();
         for entry in self.sessions.iter() {
             entry.value().do_send(Shutdown { grace });
         }
@@ -163,43 +183,6 @@ impl Shared {
     /// How many sessions hold a slot now.
     pub fn live_sessions(&self) -> u64 {
         self.metrics.sessions.get()
-    }
-
-    /// Makes a hosted session of `owner` reachable by its id.
-    pub fn remember_session(&self, id: SessionId, session: Addr<HostedSession>, owner: Owner) {
-        self.directory.insert(id, (session, owner));
-    }
-
-    /// The hosted session with this id, if it is live and `owner`'s (anyone else is told
-    /// there is no such session).
-    pub fn find_session(&self, id: &str, owner: &Owner) -> Option<Addr<HostedSession>> {
-        self.directory
-            .get(id)
-            .filter(|entry| entry.value().1 == *owner)
-            .map(|entry| entry.value().0.clone())
-    }
-
-    /// Forgets a session's id (it ended).
-    pub fn forget_session(&self, id: &SessionId) {
-        self.directory.remove(id);
-    }
-
-    /// Makes a WebSocket session of `owner` reachable by its id while it has its socket.
-    pub fn remember_socket(&self, id: SessionId, socket: Addr<WsSession>, owner: Owner) {
-        self.sockets.insert(id, (socket, owner));
-    }
-
-    /// The socket holding the WebSocket session with this id, if the session is `owner`'s.
-    pub fn find_socket(&self, id: &str, owner: &Owner) -> Option<Addr<WsSession>> {
-        self.sockets
-            .get(id)
-            .filter(|entry| entry.value().1 == *owner)
-            .map(|entry| entry.value().0.clone())
-    }
-
-    /// Forgets a socket's session id (the socket let go of its session).
-    pub fn forget_socket(&self, id: &SessionId) {
-        self.sockets.remove(id);
     }
 }
 

@@ -20,6 +20,7 @@ use super::ws::{Detach, WsSession};
 use crate::perimeter::Admission;
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
+use crate::transport::directory::Directory;
 use actix::prelude::*;
 use actix_web_actors::ws::CloseCode;
 use std::collections::{HashMap, VecDeque};
@@ -97,10 +98,15 @@ pub struct Relayed(pub String);
 #[rtype(result = "()")]
 pub struct Deliver(pub String);
 
+/// Hosted sessions by the id their client holds.
+pub type HostedSessions = Directory<HostedSession>;
+
 /// See the module docs.
 pub struct HostedSession {
     core: Session,
     shared: Arc<Shared>,
+    /// Where its client finds it by id.
+    directory: Arc<HostedSessions>,
     /// Counts the session against the cap and registers it for shutdown.
     slot: SessionSlot,
     id: SessionId,
@@ -118,6 +124,7 @@ impl HostedSession {
     /// A new HTTP session (awaiting its `initialize`) on the current thread.
     pub fn start_http(
         shared: Arc<Shared>,
+        directory: Arc<HostedSessions>,
         slot: SessionSlot,
         id: SessionId,
         admission: Admission,
@@ -132,12 +139,13 @@ impl HostedSession {
             prime: false,
         });
         let core = Session::new(shared.clone(), slot.id(), admission);
-        Self::host(shared, slot, id, core, out).start()
+        Self::host(shared, directory, slot, id, core, out).start()
     }
 
     /// Keeps a WebSocket session whose socket dropped, on the current thread (its own).
     pub fn park(
         shared: Arc<Shared>,
+        directory: Arc<HostedSessions>,
         slot: SessionSlot,
         id: SessionId,
         core: Session,
@@ -149,11 +157,12 @@ impl HostedSession {
             overflowed: false,
             waiting: false,
         });
-        Self::host(shared, slot, id, core, out).start()
+        Self::host(shared, directory, slot, id, core, out).start()
     }
 
     fn host(
         shared: Arc<Shared>,
+        directory: Arc<HostedSessions>,
         slot: SessionSlot,
         id: SessionId,
         core: Session,
@@ -162,6 +171,7 @@ impl HostedSession {
         Self {
             core,
             shared,
+            directory,
             slot,
             id,
             out,
@@ -192,7 +202,7 @@ impl HostedSession {
                 }
             }
         }
-        self.shared.forget_session(&self.id);
+        self.directory.forget(&self.id);
         ctx.stop();
     }
 
@@ -267,7 +277,7 @@ impl Actor for HostedSession {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         self.core.cancel_all(&mut self.out);
-        self.shared.forget_session(&self.id);
+        self.directory.forget(&self.id);
         self.set_waiting(false);
     }
 }

@@ -18,6 +18,7 @@ use crate::protocol::jsonrpc::{encode_error, Decoded, Params};
 use crate::protocol::mcp::{ProtocolVersion, RequestMeta};
 use crate::session::shared::{SessionId, Shared};
 use crate::session::{Entry, Request, Session};
+use crate::transport::hosted::HostedSessions;
 use actix::dev::SendError;
 use actix::Addr;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
@@ -46,9 +47,10 @@ pub async fn post(
     req: HttpRequest,
     body: web::Payload,
     shared: web::Data<Shared>,
+    directory: web::Data<HostedSessions>,
 ) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
-    let admission = perimeter::admit(&shared, &req)?;
+    let admission = perimeter::admit(&shared.perimeter, &req)?;
     if !accepts(req.headers(), ["application/json", "text/event-stream"]) {
         return Err(Refusal::NotAcceptable(
             "both application/json and text/event-stream",
@@ -88,16 +90,20 @@ pub async fn post(
     let owner = Owner::of(&admission.identity);
     let (session, new_id) = match session_id(req.headers()) {
         Some(id) => (
-            shared
-                .find_session(id, &owner)
-                .ok_or(Refusal::SessionNotFound)?,
+            directory.find(id, &owner).ok_or(Refusal::SessionNotFound)?,
             None,
         ),
         None if Probe::of(&text).is_initialize => {
-            let slot = perimeter::open_session(&shared, &admission)?;
+            let slot = shared.open_session(&admission)?;
             let id = SessionId::generate();
-            let session = HostedSession::start_http(shared.clone(), slot, id.clone(), admission);
-            shared.remember_session(id.clone(), session.clone(), owner.clone());
+            let session = HostedSession::start_http(
+                shared.clone(),
+                directory.clone().into_inner(),
+                slot,
+                id.clone(),
+                admission,
+            );
+            directory.remember(id.clone(), session.clone(), owner.clone());
             (session, Some(id))
         }
         None => return Err(Refusal::SessionRequired),
@@ -106,7 +112,7 @@ pub async fn post(
     if let Some(id) = new_id {
         // The session exists only if `initialize` succeeded; otherwise it is gone already
         // and the client gets its error without an id to use.
-        if shared.find_session(id.as_str(), &owner).is_some() {
+        if directory.find(id.as_str(), &owner).is_some() {
             if let Ok(value) = header::HeaderValue::from_str(id.as_str()) {
                 response.headers_mut().insert(SESSION_HEADER.clone(), value);
             }
@@ -164,7 +170,7 @@ async fn stateless(
         Decoded::Single(Entry::Invalid { .. }) | Decoded::Batch(_) | Decoded::Rejected(_) => None,
     };
     // A stateless request holds a session slot while it runs: the same caps apply.
-    let slot = perimeter::open_session(shared, &admission)?;
+    let slot = shared.open_session(&admission)?;
     let exchange = StatelessExchange::start(shared.clone(), slot, admission, message);
     let first = exchange.first_reply(keep_alive(shared)).await;
     if matches!(first, FirstReply::Json { .. }) {
@@ -407,15 +413,19 @@ fn answer(shared: &Shared, reply: PostReply) -> HttpResponse {
 }
 
 /// `GET /mcp` without a WebSocket upgrade: the session's SSE stream, or a resumed stream.
-pub async fn get(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResponse, Refusal> {
+pub async fn get(
+    req: HttpRequest,
+    shared: web::Data<Shared>,
+    directory: web::Data<HostedSessions>,
+) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
     let admission = check_common(&req, &shared)?;
     if !accepts(req.headers(), ["text/event-stream"]) {
         return Err(Refusal::NotAcceptable("text/event-stream"));
     }
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
-    let session = shared
-        .find_session(id, &Owner::of(&admission.identity))
+    let session = directory
+        .find(id, &Owner::of(&admission.identity))
         .ok_or(Refusal::SessionNotFound)?;
     let resume = match req.headers().get(&LAST_EVENT_ID_HEADER) {
         None => None,
@@ -440,12 +450,16 @@ pub async fn get(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResp
 }
 
 /// `DELETE /mcp`: the client ends its session.
-pub async fn delete(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResponse, Refusal> {
+pub async fn delete(
+    req: HttpRequest,
+    shared: web::Data<Shared>,
+    directory: web::Data<HostedSessions>,
+) -> Result<HttpResponse, Refusal> {
     let shared = shared.into_inner();
     let admission = check_common(&req, &shared)?;
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
-    let session = shared
-        .find_session(id, &Owner::of(&admission.identity))
+    let session = directory
+        .find(id, &Owner::of(&admission.identity))
         .ok_or(Refusal::SessionNotFound)?;
     session
         .send(End)
@@ -462,7 +476,7 @@ pub async fn not_allowed() -> Result<HttpResponse, Refusal> {
 /// Origin/Host, and the protocol version header when present (checked before the session,
 /// so a bad header is a 400 whether or not the session exists).
 fn check_common(req: &HttpRequest, shared: &Shared) -> Result<Admission, Refusal> {
-    let admission = perimeter::admit(shared, req)?;
+    let admission = perimeter::admit(&shared.perimeter, req)?;
     check_version_header(
         req.headers()
             .get(&PROTOCOL_VERSION_HEADER)

@@ -26,6 +26,8 @@ use crate::perimeter::Admission;
 use crate::protocol::mcp::ProtocolVersion;
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
+use crate::transport::directory::Directory;
+use crate::transport::hosted::HostedSessions;
 use actix::prelude::*;
 use actix_http::ws::Item;
 use actix_web_actors::ws::{self, CloseCode, CloseReason, Message as WsMessage, ProtocolError};
@@ -36,9 +38,16 @@ use std::time::{Duration, Instant};
 /// Close code for a resume whose session ended before the socket could attach.
 const SESSION_GONE: u16 = 4404;
 
+/// WebSocket sessions with their socket, by the id their client holds.
+pub type Sockets = Directory<WsSession>;
+
 /// The WebSocket session actor; see the module docs.
 pub struct WsSession {
     shared: Arc<Shared>,
+    /// Where a reconnecting client finds its session once the socket is gone.
+    hosted: Arc<HostedSessions>,
+    /// Where a reconnecting client finds its session while this socket holds it.
+    sockets: Arc<Sockets>,
     core: Core,
     /// When the heartbeat last saw that the client had sent something.
     last_heard: Instant,
@@ -77,6 +86,7 @@ impl WsSession {
     /// admitted, serving only `pinned` when the client chose a version up front.
     pub fn new(
         shared: Arc<Shared>,
+        directory: (Arc<HostedSessions>, Arc<Sockets>),
         slot: SessionSlot,
         admission: Admission,
         pinned: Option<ProtocolVersion>,
@@ -87,17 +97,27 @@ impl WsSession {
             session.pin_version(version);
         }
         session.set_resume_id(id.clone());
-        Self::with_core(shared, Core::Local { session, slot, id })
+        Self::with_core(shared, directory, Core::Local { session, slot, id })
     }
 
     /// A connection resuming the session hosted by `hosted`.
-    pub fn resume(shared: Arc<Shared>, hosted: Addr<HostedSession>) -> Self {
-        Self::with_core(shared, Core::Relay(hosted))
+    pub fn resume(
+        shared: Arc<Shared>,
+        directory: (Arc<HostedSessions>, Arc<Sockets>),
+        hosted: Addr<HostedSession>,
+    ) -> Self {
+        Self::with_core(shared, directory, Core::Relay(hosted))
     }
 
-    fn with_core(shared: Arc<Shared>, core: Core) -> Self {
+    fn with_core(
+        shared: Arc<Shared>,
+        (hosted, sockets): (Arc<HostedSessions>, Arc<Sockets>),
+        core: Core,
+    ) -> Self {
         Self {
             shared,
+            hosted,
+            sockets,
             core,
             last_heard: Instant::now(),
             heard: false,
@@ -222,7 +242,7 @@ impl WsSession {
         else {
             return None;
         };
-        self.shared.forget_socket(&id);
+        self.sockets.forget(&id);
         let grace = Duration::from_millis(self.shared.settings.sessions.resume_grace_ms);
         if !session.is_initialized() || grace.is_zero() || self.shared.is_draining() {
             let mut session = session;
@@ -235,8 +255,14 @@ impl WsSession {
         session.end_modern_requests(ctx);
         tracing::debug!(session = %id, "socket gone; session kept for a reconnect");
         let owner = slot.owner().clone();
-        let hosted = HostedSession::park(self.shared.clone(), slot, id.clone(), session);
-        self.shared.remember_session(id, hosted.clone(), owner);
+        let hosted = HostedSession::park(
+            self.shared.clone(),
+            self.hosted.clone(),
+            slot,
+            id.clone(),
+            session,
+        );
+        self.hosted.remember(id, hosted.clone(), owner);
         Some(hosted)
     }
 }
@@ -266,8 +292,8 @@ impl Actor for WsSession {
         match &mut self.core {
             Core::Local { session, slot, id } => {
                 slot.register(ctx.address().recipient());
-                self.shared
-                    .remember_socket(id.clone(), ctx.address(), slot.owner().clone());
+                self.sockets
+                    .remember(id.clone(), ctx.address(), slot.owner().clone());
                 ctx.spawn(InboxPump::new(session.inbox().clone()));
             }
             Core::Relay(hosted) => {
@@ -295,7 +321,7 @@ impl Actor for WsSession {
                 slot,
                 id,
             } if self.ends_with_socket => {
-                self.shared.forget_socket(&id);
+                self.sockets.forget(&id);
                 session.cancel_all(ctx);
                 drop(slot);
             }

@@ -14,14 +14,15 @@
 //! touches the socket; its session decides what to write (and drops whatever arrives for a
 //! request no longer in flight).
 
+use crate::config::Settings;
 use crate::context::{
     Ask, CancelFlag, ContextParts, Deadline, Input, LogFloor, RequestContext, Rounds, SessionInfo,
 };
 use crate::mailbox::inbox::{Inbox, SessionEvent};
 use crate::mailbox::throttle::LineBudget;
+use crate::observe::metrics::Metrics;
 use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::mcp::Error;
-use crate::session::shared::Shared;
 use actix::prelude::*;
 use futures_util::future::{poll_immediate, LocalBoxFuture};
 use futures_util::FutureExt;
@@ -31,7 +32,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{SemaphorePermit, TryAcquireError};
+use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
 use tracing::Instrument;
 
 /// The work a worker runs: given the request's id and context, the encoded response frame
@@ -47,6 +48,26 @@ pub type OnInput = Box<dyn FnOnce(RequestId, Vec<Ask>) -> Result<String, Error>>
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Cancel;
+
+/// The global worker pool, and what every worker reads: one permit per running request
+/// across all sessions, the settings (limits, progress interval, client request timeout) and
+/// the metrics it counts in.
+pub struct Pool {
+    permits: Semaphore,
+    settings: Arc<Settings>,
+    metrics: Arc<Metrics>,
+}
+
+impl Pool {
+    /// A pool of `limits.max_concurrent_requests` permits.
+    pub fn new(settings: Arc<Settings>, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            permits: Semaphore::new(settings.limits.max_concurrent_requests),
+            settings,
+            metrics,
+        })
+    }
+}
 
 /// Everything a worker needs, handed over at start.
 pub struct Job {
@@ -70,7 +91,8 @@ pub struct Job {
     /// For a 2026-07-28 request (`input` is `Input::Rounds`): how to answer when the work
     /// asks for something it has no answer to.
     pub on_input: Option<OnInput>,
-    pub shared: Arc<Shared>,
+    /// The pool it runs in.
+    pub pool: Arc<Pool>,
     /// The worker's span, a child of the request's (session, id, method): the work and its
     /// outcome are logged inside it.
     pub span: tracing::Span,
@@ -254,20 +276,20 @@ fn execute(job: Job, cancel: CancelFlag) -> impl Future<Output = Result<String, 
         input,
         log_floor,
         on_input,
-        shared,
+        pool,
         span: _,
     } = job;
     async move {
-        let metrics = &shared.metrics;
-        let limits = &shared.settings.limits;
+        let metrics = &pool.metrics;
+        let limits = &pool.settings.limits;
 
         // The timeout counts from admission into the pool. Admitted at once, that is when the
         // request arrived, a moment ago: its clock read serves, and this path reads no clock.
-        let (permit, admitted) = match shared.pool.try_acquire() {
+        let (permit, admitted) = match pool.permits.try_acquire() {
             Ok(permit) => (permit, received),
             Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
             Err(TryAcquireError::NoPermits) => {
-                let permit = Box::pin(wait_for_slot(&shared)).await?;
+                let permit = Box::pin(wait_for_slot(&pool)).await?;
                 if cancel.is_set() {
                     // Cancelled while it waited, and run once more before it stops (see the
                     // `Cancel` handler): the work must not start now. The stop comes next.
@@ -293,10 +315,10 @@ fn execute(job: Job, cancel: CancelFlag) -> impl Future<Output = Result<String, 
             inbox,
             session,
             progress_interval: wants_progress
-                .then(|| Duration::from_millis(shared.settings.progress.min_interval_ms)),
+                .then(|| Duration::from_millis(pool.settings.progress.min_interval_ms)),
             deadline,
             cancel,
-            client_timeout: Duration::from_millis(shared.settings.client_requests.timeout_ms),
+            client_timeout: Duration::from_millis(pool.settings.client_requests.timeout_ms),
             input,
             log_floor,
             log_budget: LineBudget::new(limits.log_lines_per_second, limits.log_lines_burst),
@@ -344,12 +366,12 @@ enum Ended<T> {
 }
 
 /// Waits up to `admission_wait_ms` for a slot in the global pool.
-async fn wait_for_slot(shared: &Shared) -> Result<SemaphorePermit<'_>, Error> {
-    let metrics = &shared.metrics;
-    let limits = &shared.settings.limits;
+async fn wait_for_slot(pool: &Pool) -> Result<SemaphorePermit<'_>, Error> {
+    let metrics = &pool.metrics;
+    let limits = &pool.settings.limits;
     let _waiting = metrics.pool_waiting.track();
     let wait = Duration::from_millis(limits.admission_wait_ms);
-    match tokio::time::timeout(wait, shared.pool.acquire()).await {
+    match tokio::time::timeout(wait, pool.permits.acquire()).await {
         Ok(Ok(permit)) => Ok(permit),
         Ok(Err(_closed)) => Err(Error::ShuttingDown),
         Err(_elapsed) => {

@@ -20,10 +20,10 @@
 pub(crate) mod recent;
 
 use crate::cluster::store::{Backend, Entry, Fingerprint, Key, Owner};
+use crate::cluster::Cluster;
 use crate::context::Identity;
 use crate::protocol::jsonrpc::{encode_result, result_of, RequestId};
 use crate::protocol::mcp::Error;
-use crate::session::shared::Shared;
 use crate::worker::Work;
 use crate::RequestContext;
 use serde_json::value::RawValue;
@@ -98,8 +98,8 @@ impl Idempotency {
     }
 
     /// Wraps a request's work: it runs only if it is the first of its key.
-    pub(crate) fn wrap(self, shared: Arc<Shared>, work: Work) -> Work {
-        Box::new(move |id, ctx| Box::pin(run(shared, self, id, ctx, work)))
+    pub(crate) fn wrap(self, cluster: Arc<Cluster>, work: Work) -> Work {
+        Box::new(move |id, ctx| Box::pin(run(cluster, self, id, ctx, work)))
     }
 }
 
@@ -172,33 +172,38 @@ fn write_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
 
 /// The first request of a key runs `work`; the others get its response (see the module docs).
 async fn run(
-    shared: Arc<Shared>,
+    cluster: Arc<Cluster>,
     keyed: Idempotency,
     id: RequestId,
     ctx: RequestContext,
     work: Work,
 ) -> Result<String, Error> {
-    let settings = &shared.settings;
+    let settings = &cluster.settings;
     let window = Duration::from_millis(settings.dedup.window_ms);
     // A running entry outlives any run (no request runs past the hard cap), so a node that
     // dies mid-request holds its keys no longer than that.
     let running_for = Duration::from_millis(settings.limits.max_request_timeout_ms).max(window);
     let mut poll = FIRST_POLL;
     loop {
-        let owner = shared.store.new_owner();
+        let owner = cluster.store.new_owner();
         let running = Entry::Running {
             fingerprint: keyed.fingerprint,
             owner,
         };
-        let (found, backend) = shared
+        let (found, backend) = cluster
             .store
-            .claim(&shared.metrics, &keyed.key, running, running_for)
+            .claim(&cluster.metrics, &keyed.key, running, running_for)
             .await;
         match found {
             None => {
-                shared.metrics.idempotent_runs.inc();
-                let lease =
-                    Lease::new(shared.clone(), keyed.key, keyed.fingerprint, owner, backend);
+                cluster.metrics.idempotent_runs.inc();
+                let lease = Lease::new(
+                    cluster.clone(),
+                    keyed.key,
+                    keyed.fingerprint,
+                    owner,
+                    backend,
+                );
                 let outcome = work(id.clone(), ctx).await;
                 lease.settle(&outcome, &id, window).await;
                 return outcome;
@@ -207,14 +212,14 @@ async fn run(
                 fingerprint,
                 result,
             }) if fingerprint == keyed.fingerprint => {
-                shared.metrics.dedup_hits.inc();
+                cluster.metrics.dedup_hits.inc();
                 tracing::debug!(id = %id, "answered from the de-duplication store");
                 return Ok(encode_result(&id, &result));
             }
             Some(Entry::Running { fingerprint, .. }) if fingerprint == keyed.fingerprint => {
                 // Join the run: wait until it is settled, then look again (its response, or
                 // a free key if it ended without one).
-                match shared.store.watch_here(&keyed.key) {
+                match cluster.store.watch_here(&keyed.key) {
                     Some(mut done) => {
                         let _ = tokio::time::timeout(LOCAL_WAIT, done.changed()).await;
                     }
@@ -225,7 +230,7 @@ async fn run(
                 }
             }
             Some(_) => {
-                shared.metrics.dedup_conflicts.inc();
+                cluster.metrics.dedup_conflicts.inc();
                 return Err(Error::IdempotencyConflict {
                     scope: crate::protocol::mcp::ConflictScope::IdempotencyKey,
                 });
@@ -237,7 +242,7 @@ async fn run(
 /// A claim held by the run of a key: settled with its response, or released when the run
 /// ends without one (an error, or dropped: cancelled, timed out, disconnected).
 struct Lease {
-    shared: Arc<Shared>,
+    cluster: Arc<Cluster>,
     key: Key,
     fingerprint: Fingerprint,
     owner: Owner,
@@ -249,15 +254,15 @@ struct Lease {
 
 impl Lease {
     fn new(
-        shared: Arc<Shared>,
+        cluster: Arc<Cluster>,
         key: Key,
         fingerprint: Fingerprint,
         owner: Owner,
         backend: Backend,
     ) -> Self {
-        let here = shared.store.run_here(&key);
+        let here = cluster.store.run_here(&key);
         Self {
-            shared,
+            cluster,
             key,
             fingerprint,
             owner,
@@ -275,10 +280,10 @@ impl Lease {
             fingerprint: self.fingerprint,
             result: Arc::from(result),
         };
-        self.shared
+        self.cluster
             .store
             .complete(
-                &self.shared.metrics,
+                &self.cluster.metrics,
                 &self.key,
                 self.owner,
                 done,
@@ -292,7 +297,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.shared.store.done_here(&self.key, &self.here);
+        self.cluster.store.done_here(&self.key, &self.here);
         if self.settled {
             return;
         }
@@ -301,16 +306,18 @@ impl Drop for Lease {
             owner: self.owner,
         };
         match self.backend {
-            Backend::Memory => self.shared.store.release_in_memory(&self.key, self.owner),
+            Backend::Memory => self.cluster.store.release_in_memory(&self.key, self.owner),
             Backend::Redis => {
                 // Dropping cannot wait for Redis: the release runs on a task of its own
                 // (without a runtime, the entry expires by itself).
-                let shared = self.shared.clone();
+                let cluster = self.cluster.clone();
                 let key = self.key;
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                     runtime.spawn(async move {
-                        if let Some(redis) = shared.store.redis() {
-                            redis.release(&shared.metrics, &key, running.encode()).await;
+                        if let Some(redis) = cluster.store.redis() {
+                            redis
+                                .release(&cluster.metrics, &key, running.encode())
+                                .await;
                         }
                     });
                 }

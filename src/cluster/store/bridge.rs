@@ -11,10 +11,10 @@
 //! sessions that everything changed and asks the other nodes to do the same (a spurious
 //! notification rather than a lost one, as the bus does locally).
 
+use crate::cluster::Cluster;
 use crate::mailbox::inbox::Changes;
 use crate::mailbox::inbox::TaskNote;
 use crate::registry::bus::{BusEvent, BusObserver, ChangeBus};
-use crate::session::shared::Shared;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -93,16 +93,11 @@ impl Message {
 
     /// Feeds a remote change into this node's bus, and a steer to the task it names if it
     /// runs here.
-    fn deliver(self, bus: &ChangeBus, tasks: &crate::cluster::tasks::Tasks) {
+    fn deliver(self, bus: &ChangeBus, cluster: &Cluster) {
         if let Some(steer) = self.steer {
-            let signal = match steer.responses {
-                Some(responses) if !steer.cancel => crate::cluster::tasks::Signal::Answer {
-                    responses,
-                    applied: None,
-                },
-                _ => crate::cluster::tasks::Signal::Cancel { applied: None },
-            };
-            tasks.signal_local(&steer.task, signal);
+            cluster
+                .tasks
+                .steer_from_remote(&steer.task, steer.cancel, steer.responses);
             return;
         }
         if let Some(note) = self.task {
@@ -135,64 +130,64 @@ fn mark_everything_changed(bus: &ChangeBus) {
 /// The bus observer: hands local changes to the publishing task.
 struct Outgoing {
     sender: mpsc::Sender<BusEvent>,
-    shared: std::sync::Weak<Shared>,
+    cluster: std::sync::Weak<Cluster>,
 }
 
 impl BusObserver for Outgoing {
     fn published(&self, event: &BusEvent) {
         if self.sender.try_send(event.clone()).is_err() {
-            if let Some(shared) = self.shared.upgrade() {
-                shared.metrics.bridge_dropped.inc();
+            if let Some(cluster) = self.cluster.upgrade() {
+                cluster.metrics.bridge_dropped.inc();
             }
         }
     }
 }
 
 /// Starts the bridge when Redis is configured. Called once, inside the server's runtime.
-pub(crate) fn start(shared: &Arc<Shared>) {
-    if shared.store.redis().is_none() {
+pub(crate) fn start(cluster: &Arc<Cluster>) {
+    if cluster.store.redis().is_none() {
         return;
     }
     let (sender, receiver) = mpsc::channel(OUTGOING_CAPACITY);
-    shared.registry.bus().set_observer(Box::new(Outgoing {
+    cluster.bus.set_observer(Box::new(Outgoing {
         sender,
-        shared: Arc::downgrade(shared),
+        cluster: Arc::downgrade(cluster),
     }));
-    actix_rt::spawn(publish(shared.clone(), receiver));
-    actix_rt::spawn(subscribe(shared.clone()));
+    actix_rt::spawn(publish(cluster.clone(), receiver));
+    actix_rt::spawn(subscribe(cluster.clone()));
 }
 
 /// Sends this node's changes to Redis, in order. One that cannot be sent is dropped (the
 /// other nodes hear "everything changed" once this node's subscription comes back).
-async fn publish(shared: Arc<Shared>, mut receiver: mpsc::Receiver<BusEvent>) {
-    let node = shared.store.node();
+async fn publish(cluster: Arc<Cluster>, mut receiver: mpsc::Receiver<BusEvent>) {
+    let node = cluster.store.node();
     while let Some(event) = receiver.recv().await {
-        send(&shared, &Message::of(node, &event)).await;
+        send(&cluster, &Message::of(node, &event)).await;
     }
 }
 
-async fn send(shared: &Shared, message: &Message) {
-    let Some(redis) = shared.store.redis() else {
+async fn send(cluster: &Cluster, message: &Message) {
+    let Some(redis) = cluster.store.redis() else {
         return;
     };
     let Ok(text) = serde_json::to_string(message) else {
         return;
     };
-    if redis.publish(&shared.metrics, text).await {
-        shared.metrics.bridge_published.inc();
+    if redis.publish(&cluster.metrics, text).await {
+        cluster.metrics.bridge_published.inc();
     } else {
-        shared.metrics.bridge_dropped.inc();
+        cluster.metrics.bridge_dropped.inc();
     }
 }
 
 /// Holds the subscription and feeds what other nodes publish into this node's bus;
 /// resubscribes whenever the connection drops.
-async fn subscribe(shared: Arc<Shared>) {
-    let Some(redis) = shared.store.redis() else {
+async fn subscribe(cluster: Arc<Cluster>) {
+    let Some(redis) = cluster.store.redis() else {
         return;
     };
-    let node = shared.store.node();
-    let bus = shared.registry.bus().clone();
+    let node = cluster.store.node();
+    let bus = cluster.bus.clone();
     let channel = redis.bus_channel();
     let mut missed = false;
     loop {
@@ -203,13 +198,13 @@ async fn subscribe(shared: Arc<Shared>) {
         };
         match tokio::time::timeout(redis.timeout(), connect).await {
             Ok(Ok(mut pubsub)) => {
-                shared.metrics.bridge_subscribed.inc();
+                cluster.metrics.bridge_subscribed.inc();
                 tracing::info!("change bus bridged to the other nodes through Redis");
                 if missed {
                     // Changes may have come and gone while the bridge was down, both ways.
                     mark_everything_changed(&bus);
                     send(
-                        &shared,
+                        &cluster,
                         &Message {
                             node,
                             lists: Vec::new(),
@@ -229,39 +224,35 @@ async fn subscribe(shared: Arc<Shared>) {
                     match serde_json::from_str::<Message>(&payload) {
                         Ok(message) if message.node == node => {}
                         Ok(message) => {
-                            shared.metrics.bridge_received.inc();
-                            message.deliver(&bus, &shared.tasks);
+                            cluster.metrics.bridge_received.inc();
+                            message.deliver(&bus, &cluster);
                         }
                         Err(error) => {
                             tracing::debug!(%error, "unreadable message on the bus channel; ignored")
                         }
                     }
                 }
-                shared.metrics.bridge_subscribed.dec();
-                redis.failed(&shared.metrics, "subscribe", &"the connection dropped");
+                cluster.metrics.bridge_subscribed.dec();
+                redis.failed(&cluster.metrics, "subscribe", &"the connection dropped");
             }
-            Ok(Err(error)) => redis.failed(&shared.metrics, "subscribe", &error),
-            Err(_elapsed) => redis.failed(&shared.metrics, "subscribe", &"timed out"),
+            Ok(Err(error)) => redis.failed(&cluster.metrics, "subscribe", &error),
+            Err(_elapsed) => redis.failed(&cluster.metrics, "subscribe", &"timed out"),
         }
         missed = true;
         tokio::time::sleep(redis.retry_after()).await;
     }
 }
 
-/// Sends answers or a cancel for a task to the other nodes (the one that runs it acts on
-/// it). Without Redis there are no other nodes: nothing to do.
-pub(crate) async fn send_task_signal(
-    shared: &Shared,
+/// Sends a client's answers (`responses`) or its cancel for a task to the other nodes (the
+/// one that runs it acts on it). Without Redis there are no other nodes: nothing to do.
+pub(crate) async fn send_task_steer(
+    cluster: &Cluster,
     id: &str,
-    signal: crate::cluster::tasks::Signal,
+    cancel: bool,
+    responses: Option<serde_json::Map<String, serde_json::Value>>,
 ) {
-    let (cancel, responses) = match signal {
-        crate::cluster::tasks::Signal::Answer { responses, .. } => (false, Some(responses)),
-        crate::cluster::tasks::Signal::Cancel { .. } => (true, None),
-        crate::cluster::tasks::Signal::Shutdown => return,
-    };
     let message = Message {
-        node: shared.store.node(),
+        node: cluster.store.node(),
         lists: Vec::new(),
         updated: None,
         everything: false,
@@ -272,7 +263,7 @@ pub(crate) async fn send_task_signal(
             responses,
         }),
     };
-    send(shared, &message).await;
+    send(cluster, &message).await;
 }
 
 #[cfg(test)]

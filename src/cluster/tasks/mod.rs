@@ -17,9 +17,9 @@
 
 pub(crate) mod runner;
 
+use crate::cluster::Cluster;
 use crate::config::TaskSettings;
 use crate::protocol::mcp::Error;
-use crate::session::shared::Shared;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -220,6 +220,19 @@ impl Tasks {
         }
     }
 
+    /// Delivers what another node received for a task (the client's `responses`, or its
+    /// cancel) to the task, if it runs here.
+    pub fn steer_from_remote(&self, id: &str, cancel: bool, responses: Option<Map<String, Value>>) {
+        let signal = match responses {
+            Some(responses) if !cancel => Signal::Answer {
+                responses,
+                applied: None,
+            },
+            _ => Signal::Cancel { applied: None },
+        };
+        self.signal_local(id, signal);
+    }
+
     /// Delivers a signal to a task running on this node; false when none runs here.
     pub fn signal_local(&self, id: &str, signal: Signal) -> bool {
         let Some(runner) = self.running.get(id).map(|r| r.value().clone()) else {
@@ -230,21 +243,20 @@ impl Tasks {
 }
 
 /// Stores `record` (this node's memory; Redis when configured) and publishes its status.
-pub(crate) async fn save(shared: &Shared, record: &TaskRecord) {
-    shared
+pub(crate) async fn save(cluster: &Cluster, record: &TaskRecord) {
+    cluster
         .tasks
         .records
         .insert(record.id.clone(), record.clone());
-    if let Some(redis) = shared.store.redis() {
+    if let Some(redis) = cluster.store.redis() {
         if let Ok(json) = serde_json::to_string(record) {
             redis
-                .put_task(&shared.metrics, &record.id, json, record.remaining())
+                .put_task(&cluster.metrics, &record.id, json, record.remaining())
                 .await;
         }
     }
-    shared
-        .registry
-        .bus()
+    cluster
+        .bus
         .publish(crate::registry::bus::BusEvent::Task(Arc::new(
             crate::mailbox::inbox::TaskNote {
                 id: record.id.clone(),
@@ -256,7 +268,7 @@ pub(crate) async fn save(shared: &Shared, record: &TaskRecord) {
 
 /// The task `id` as `owner` may see it: this node's copy of a task created here, else the
 /// one in Redis. An id that is not a UUID is no task, and is never looked up.
-pub(crate) async fn load(shared: &Shared, id: &str, owner: &str) -> Result<TaskRecord, Error> {
+pub(crate) async fn load(cluster: &Cluster, id: &str, owner: &str) -> Result<TaskRecord, Error> {
     let unknown = || Error::UnknownTask {
         task_id: id.chars().take(64).collect(),
     };
@@ -264,7 +276,7 @@ pub(crate) async fn load(shared: &Shared, id: &str, owner: &str) -> Result<TaskR
         return Err(unknown());
     }
     let now = unix_ms();
-    let local = shared
+    let local = cluster
         .tasks
         .records
         .get(id)
@@ -272,9 +284,9 @@ pub(crate) async fn load(shared: &Shared, id: &str, owner: &str) -> Result<TaskR
         .filter(|r| r.expires_ms() > now);
     let record = match local {
         Some(record) => Some(record),
-        None => match shared.store.redis() {
+        None => match cluster.store.redis() {
             Some(redis) => redis
-                .get_task(&shared.metrics, id)
+                .get_task(&cluster.metrics, id)
                 .await
                 .flatten()
                 .and_then(|json| serde_json::from_str::<TaskRecord>(&json).ok()),
@@ -289,16 +301,16 @@ pub(crate) async fn load(shared: &Shared, id: &str, owner: &str) -> Result<TaskR
 /// `tasks/update`: gives the answers to the task's runner and waits (briefly) until they
 /// are stored. Answers to a finished task, or to keys not outstanding, are ignored.
 pub(crate) async fn update(
-    shared: &Shared,
+    cluster: &Cluster,
     id: &str,
     owner: &str,
     responses: Map<String, Value>,
 ) -> Result<(), Error> {
-    let record = load(shared, id, owner).await?;
+    let record = load(cluster, id, owner).await?;
     if record.status.is_terminal() {
         return Ok(());
     }
-    steer(shared, id, |applied| Signal::Answer {
+    steer(cluster, id, |applied| Signal::Answer {
         responses: responses.clone(),
         applied,
     })
@@ -308,24 +320,29 @@ pub(crate) async fn update(
 
 /// `tasks/cancel`: asks the task's runner to stop and waits (briefly) until the task is
 /// stored as cancelled. Cancelling a finished task changes nothing.
-pub(crate) async fn cancel(shared: &Shared, id: &str, owner: &str) -> Result<(), Error> {
-    let record = load(shared, id, owner).await?;
+pub(crate) async fn cancel(cluster: &Cluster, id: &str, owner: &str) -> Result<(), Error> {
+    let record = load(cluster, id, owner).await?;
     if record.status.is_terminal() {
         return Ok(());
     }
-    steer(shared, id, |applied| Signal::Cancel { applied }).await;
+    steer(cluster, id, |applied| Signal::Cancel { applied }).await;
     Ok(())
 }
 
 /// Sends the signal `make` builds to the task's runner: on this node, waiting until it
 /// applied it; on another node, through Redis.
-async fn steer(shared: &Shared, id: &str, make: impl Fn(Option<oneshot::Sender<()>>) -> Signal) {
+async fn steer(cluster: &Cluster, id: &str, make: impl Fn(Option<oneshot::Sender<()>>) -> Signal) {
     let (applied, done) = oneshot::channel();
-    if shared.tasks.signal_local(id, make(Some(applied))) {
+    if cluster.tasks.signal_local(id, make(Some(applied))) {
         let _ = tokio::time::timeout(APPLY_WAIT, done).await;
         return;
     }
-    crate::cluster::store::bridge::send_task_signal(shared, id, make(None)).await;
+    let (cancel, responses) = match make(None) {
+        Signal::Answer { responses, .. } => (false, Some(responses)),
+        Signal::Cancel { .. } => (true, None),
+        Signal::Shutdown => return,
+    };
+    crate::cluster::store::bridge::send_task_steer(cluster, id, cancel, responses).await;
 }
 
 /// Unix time in ms.
@@ -353,11 +370,6 @@ pub(crate) fn declared(client_capabilities: &Value) -> bool {
         .get("extensions")
         .and_then(|e| e.get(crate::protocol::mcp::TASKS_EXTENSION))
         .is_some()
-}
-
-/// The `requiredCapabilities` of a request that needs the tasks extension.
-pub(crate) fn required_capability() -> Value {
-    json!({ "extensions": { crate::protocol::mcp::TASKS_EXTENSION: {} } })
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 //! session and the connection that created it.
 
 use super::{save, Signal, TaskRecord, TaskStatus, SIGNAL_CAPACITY};
+use crate::cluster::Cluster;
 use crate::context::{
     Ask, CancelFlag, ClientRequestError, ContextParts, Deadline, Input, LogFloor, RequestContext,
     SessionInfo, TaskAsks,
@@ -22,7 +23,6 @@ use crate::mailbox::inbox::Inbox;
 use crate::model::{CallToolResult, ForVersion};
 use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::mcp::Error;
-use crate::session::shared::Shared;
 use crate::tool::{Arguments, TaskSupport, ToolError, ToolHandler};
 use futures_util::future::{poll_immediate, LocalBoxFuture};
 use futures_util::FutureExt;
@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
 /// A call that may become a task.
 pub(crate) struct TaskCall {
-    pub shared: Arc<Shared>,
+    pub cluster: Arc<Cluster>,
     pub handler: Arc<dyn ToolHandler>,
     pub arguments: Arguments,
     /// The request's id (the tool's context reports it).
@@ -66,7 +66,7 @@ type Outcome = Result<Result<CallToolResult, ToolError>, Box<dyn std::any::Any +
 /// panicked before it first waited.
 pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     let TaskCall {
-        shared,
+        cluster,
         handler,
         arguments,
         request_id,
@@ -75,8 +75,8 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
         asks,
         support,
     } = call;
-    let slot = shared.tasks.reserve()?;
-    let settings = &shared.settings;
+    let slot = cluster.tasks.reserve()?;
+    let settings = &cluster.settings;
     let ttl = Duration::from_millis(settings.tasks.ttl_ms);
     let cancel = CancelFlag::default();
     let owner = info.identity.subject().to_owned();
@@ -102,14 +102,14 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     match first {
         Some(Ok(outcome)) if support == TaskSupport::Optional => return Ok(Begun::Done(outcome)),
         Some(Err(_panic)) if support == TaskSupport::Optional => {
-            shared.metrics.panicked.inc();
+            cluster.metrics.panicked.inc();
             return Err(Error::Internal);
         }
         Some(outcome) => {
             // Required, and done at once: a task, finished already.
-            finish(&shared, &mut record, outcome);
-            save(&shared, &record).await;
-            shared.metrics.tasks_created.inc();
+            finish(&cluster, &mut record, outcome);
+            save(&cluster, &record).await;
+            cluster.metrics.tasks_created.inc();
             return Ok(Begun::Task(record));
         }
         None if asks.rounds().has_asks() => {
@@ -119,10 +119,10 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     }
     asks.detach();
     let (signals, receiver) = mpsc::channel(SIGNAL_CAPACITY);
-    shared.tasks.running.insert(record.id.clone(), signals);
+    cluster.tasks.running.insert(record.id.clone(), signals);
     let (stored, created) = oneshot::channel();
     let runner = Runner {
-        shared: shared.clone(),
+        cluster: cluster.clone(),
         record: record.clone(),
         work,
         asks,
@@ -135,13 +135,13 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     actix_rt::spawn(runner.run(stored));
     // Answered once the task is stored, so that a `tasks/get` for it resolves.
     let _ = created.await;
-    shared.metrics.tasks_created.inc();
+    cluster.metrics.tasks_created.inc();
     Ok(Begun::Task(record))
 }
 
 /// A running task. See the module docs.
 struct Runner {
-    shared: Arc<Shared>,
+    cluster: Arc<Cluster>,
     record: TaskRecord,
     work: LocalBoxFuture<'static, Outcome>,
     asks: Rc<TaskAsks>,
@@ -152,9 +152,9 @@ struct Runner {
 
 impl Runner {
     async fn run(mut self, stored: oneshot::Sender<()>) {
-        let shared = self.shared.clone();
-        let _running = shared.metrics.tasks_running.track();
-        save(&self.shared, &self.record).await;
+        let cluster = self.cluster.clone();
+        let _running = cluster.metrics.tasks_running.track();
+        save(&self.cluster, &self.record).await;
         let _ = stored.send(());
         let expiry = tokio::time::sleep(self.record.remaining());
         tokio::pin!(expiry);
@@ -162,7 +162,7 @@ impl Runner {
             tokio::select! {
                 biased;
                 outcome = &mut self.work => {
-                    finish(&self.shared, &mut self.record, outcome);
+                    finish(&self.cluster, &mut self.record, outcome);
                     break;
                 }
                 signal = self.signals.recv() => match signal {
@@ -176,7 +176,7 @@ impl Runner {
                     Some(Signal::Cancel { applied }) => {
                         self.cancel.set();
                         self.record.set(TaskStatus::Cancelled);
-                        save(&self.shared, &self.record).await;
+                        save(&self.cluster, &self.record).await;
                         if let Some(applied) = applied {
                             let _ = applied.send(());
                         }
@@ -198,9 +198,9 @@ impl Runner {
             }
         }
         if self.record.status != TaskStatus::Cancelled {
-            save(&self.shared, &self.record).await;
+            save(&self.cluster, &self.record).await;
         }
-        self.shared.tasks.running.remove(&self.record.id);
+        self.cluster.tasks.running.remove(&self.record.id);
         // Dropping `self` drops the tool's future: a cancelled task stops at its next wait.
     }
 
@@ -218,23 +218,23 @@ impl Runner {
         }
         self.record.input_requests = outstanding;
         self.record.set(status);
-        save(&self.shared, &self.record).await;
+        save(&self.cluster, &self.record).await;
     }
 }
 
 /// Records how the tool ended: its result (an `isError` one too) completes the task; a
 /// capability the request did not declare, or a panic, fails it.
-fn finish(shared: &Shared, record: &mut TaskRecord, outcome: Outcome) {
+fn finish(cluster: &Cluster, record: &mut TaskRecord, outcome: Outcome) {
     let result = match outcome {
         Ok(Ok(result)) => result,
         Ok(Err(ToolError::Client(ClientRequestError::NotSupported { capability }))) => {
-            let required = crate::session::required_capability(capability);
+            let required = crate::protocol::mcp::required_capabilities(capability);
             return fail(record, &Error::MissingClientCapability { required });
         }
         Ok(Err(error)) => error.into_result(),
         Err(_panic) => {
             // The panic went to the log through the panic hook; the task says no more.
-            shared.metrics.panicked.inc();
+            cluster.metrics.panicked.inc();
             return fail(record, &Error::Internal);
         }
     };

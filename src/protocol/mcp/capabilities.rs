@@ -29,10 +29,7 @@ pub fn server_capabilities(version: ProtocolVersion, offers: Offers) -> Value {
     }
     // Extensions are a 2026-07-28 notion; tasks are offered only there.
     if offers.tasks && version.is_modern() {
-        caps.insert(
-            "extensions".into(),
-            json!({ crate::protocol::mcp::TASKS_EXTENSION: {} }),
-        );
+        caps.insert("extensions".into(), json!({ super::TASKS_EXTENSION: {} }));
     }
     Value::Object(caps)
 }
@@ -51,4 +48,42 @@ pub struct Offers {
     pub completions: bool,
     /// A tool whose calls may become tasks (2026-07-28 tasks extension).
     pub tasks: bool,
+}
+
+/// The `requiredCapabilities` object naming a capability the client lacks (as
+/// `ClientRequestError::NotSupported` names it: `sampling`, `elicitation.url`, …).
+pub fn required_capabilities(capability: &str) -> Value {
+    match capability.split_once('.') {
+        // A form is what a bare `elicitation: {}` declares.
+        Some(("elicitation", "form")) => json!({ "elicitation": {} }),
+        Some((outer, inner)) => json!({ outer: { inner: {} } }),
+        None => json!({ capability: {} }),
+    }
+}
+
+/// The `requiredCapabilities` object of a request that needs the tasks extension.
+pub fn required_tasks_extension() -> Value {
+    json!({ "extensions": { super::TASKS_EXTENSION: {} } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_capabilities_are_named_as_client_capabilities() {
+        assert_eq!(required_capabilities("sampling"), json!({"sampling": {}}));
+        assert_eq!(
+            required_capabilities("sampling.tools"),
+            json!({"sampling": {"tools": {}}})
+        );
+        assert_eq!(
+            required_capabilities("elicitation.form"),
+            json!({"elicitation": {}})
+        );
+        assert_eq!(
+            required_capabilities("elicitation.url"),
+            json!({"elicitation": {"url": {}}})
+        );
+    }
 }

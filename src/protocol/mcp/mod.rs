@@ -11,7 +11,9 @@ mod methods;
 mod types;
 mod version;
 
-pub use capabilities::{server_capabilities, Offers};
+pub use capabilities::{
+    required_capabilities, required_tasks_extension, server_capabilities, Offers,
+};
 pub use error::{codes, ConflictScope, Error, SignatureProblem};
 pub use methods::{notifications, Capability, Method};
 pub use types::*;

@@ -25,7 +25,7 @@ mod prompts;
 mod resources;
 mod tasks;
 
-use crate::ServerBuilder;
+use mcp_ws::ServerBuilder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 

@@ -1,6 +1,6 @@
 //! The readable demo resource `mcp-ws://demo/readme`.
 
-use crate::Resource;
+use mcp_ws::Resource;
 
 /// The resource.
 pub fn resource() -> Resource {

@@ -1,5 +1,6 @@
-//! The built-in capability sets of the `mcp-ws` binary, registered through the same public
-//! API any user of the crate has ([`ServerBuilder`]):
+//! The built-in capability sets of the `mcp-ws` binary (`builtins.set`), registered through
+//! the same public API any user of the crate has ([`ServerBuilder`]); a module of the binary,
+//! not of the library (the tests and benches include it by path):
 //!
 //! - [`demo`]: what every client may rely on (`shared/design/CONTRACT.md`): tools `echo`,
 //!   `add`, `sleep`, `fail`; the resource `mcp-ws://demo/readme`; the prompt `greet`.
@@ -14,14 +15,9 @@ mod greet;
 mod readme;
 mod sleep;
 
-use crate::ServerBuilder;
+use mcp_ws::ServerBuilder;
 
 /// Adds the demo set.
-///
-/// ```
-/// let server = mcp_ws::builtins::demo(mcp_ws::Server::builder()).build().unwrap();
-/// # let _ = server;
-/// ```
 pub fn demo(builder: ServerBuilder) -> ServerBuilder {
     builder
         .tool(echo::tool())

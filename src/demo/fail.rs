@@ -1,7 +1,7 @@
 //! `fail {message}`: always fails as a tool (a result with `isError: true`), never as a
 //! protocol error, so clients can check they tell the two apart.
 
-use crate::{RequestContext, Tool, ToolError};
+use mcp_ws::{RequestContext, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 

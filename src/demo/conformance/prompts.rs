@@ -3,12 +3,12 @@
 //! user for input (`input-required-result-non-tool-request`, 2026-07-28).
 
 use super::TEST_IMAGE_PNG_BASE64;
-use crate::model::{
+use mcp_ws::model::{
     Content, ElicitRequest, GetPromptResult, PromptMessage, ResourceContents, Role,
 };
-use crate::prompt::PromptArguments;
-use crate::resource::CompletionRequest;
-use crate::{Prompt, PromptArgument, PromptError, RequestContext};
+use mcp_ws::prompt::PromptArguments;
+use mcp_ws::resource::CompletionRequest;
+use mcp_ws::{Prompt, PromptArgument, PromptError, RequestContext};
 use serde_json::json;
 
 /// What completion offers for `test_prompt_with_arguments`' arguments: the values the

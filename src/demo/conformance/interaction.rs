@@ -4,8 +4,8 @@
 //! `elicitation-sep1330-enums`).
 
 use super::NoArgs;
-use crate::model::{CreateMessageRequest, ElicitRequest, ElicitResult, LogLevel, SamplingMessage};
-use crate::{RequestContext, Tool, ToolError};
+use mcp_ws::model::{CreateMessageRequest, ElicitRequest, ElicitResult, LogLevel, SamplingMessage};
+use mcp_ws::{RequestContext, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};

@@ -12,12 +12,12 @@
 
 use super::interaction::describe;
 use super::NoArgs;
-use crate::model::{
+use futures_util::future::{join, join3};
+use mcp_ws::model::{
     CallToolResult, CreateMessageRequest, ElicitRequest, ElicitResult, LogLevel, SamplingMessage,
 };
-use crate::tool::{Arguments, ToolFuture, ToolHandler};
-use crate::{RequestContext, Tool, ToolError};
-use futures_util::future::{join, join3};
+use mcp_ws::tool::{Arguments, ToolFuture, ToolHandler};
+use mcp_ws::{RequestContext, Tool, ToolError};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -389,7 +389,7 @@ pub(super) fn tools() -> Vec<Tool> {
 /// a tool (or prompt) of its own, so that `subscriptions/listen` streams that asked for
 /// tool (prompt) list changes get one. They hold the server's registry (taken from the
 /// builder) like any admin tool would.
-pub(super) fn triggers(registry: crate::Registry) -> Vec<Tool> {
+pub(super) fn triggers(registry: mcp_ws::Registry) -> Vec<Tool> {
     let tools = registry.clone();
     let prompts = registry;
     vec![
@@ -423,12 +423,12 @@ pub(super) fn triggers(registry: crate::Registry) -> Vec<Tool> {
                     if registry.remove_prompt("test_dynamic_prompt") {
                         return Ok::<_, ToolError>("removed test_dynamic_prompt");
                     }
-                    let dynamic = crate::Prompt::new(
+                    let dynamic = mcp_ws::Prompt::new(
                         "test_dynamic_prompt",
                         "Added by test_trigger_prompt_change",
                         |_args, _ctx| async {
-                            Ok(crate::model::GetPromptResult::new(vec![
-                                crate::model::PromptMessage::user("dynamic"),
+                            Ok(mcp_ws::model::GetPromptResult::new(vec![
+                                mcp_ws::model::PromptMessage::user("dynamic"),
                             ]))
                         },
                     );

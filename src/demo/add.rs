@@ -1,6 +1,6 @@
 //! `add {a, b}`: the sum of two numbers, as text.
 
-use crate::{RequestContext, Tool, ToolError};
+use mcp_ws::{RequestContext, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 

@@ -3,8 +3,8 @@
 //! The text is passed through as the JSON string literal received (`JsonString`), so it is
 //! scanned once and never decoded nor re-escaped.
 
-use crate::model::{CallToolResult, Content, JsonString};
-use crate::{RequestContext, Tool, ToolError};
+use mcp_ws::model::{CallToolResult, Content, JsonString};
+use mcp_ws::{RequestContext, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 

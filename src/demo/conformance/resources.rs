@@ -3,8 +3,8 @@
 //! and `resources-templates-read` (the template).
 
 use super::TEST_IMAGE_PNG_BASE64;
-use crate::model::ResourceContents;
-use crate::{Resource, ResourceTemplate};
+use mcp_ws::model::ResourceContents;
+use mcp_ws::{Resource, ResourceTemplate};
 use serde::Serialize;
 
 const BINARY_URI: &str = "test://static-binary";
@@ -64,7 +64,7 @@ pub(super) fn template() -> ResourceTemplate {
                 data: format!("Data for ID: {id}"),
             };
             let text = serde_json::to_string(&data)
-                .map_err(|e| crate::ResourceError::Failed(e.to_string()))?;
+                .map_err(|e| mcp_ws::ResourceError::Failed(e.to_string()))?;
             Ok(ResourceContents::text(uri, "application/json", text))
         },
     )

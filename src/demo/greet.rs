@@ -1,13 +1,13 @@
 //! The `greet` prompt, with one required argument `name` (and completion of it).
 
-use crate::model::{GetPromptResult, PromptMessage};
-use crate::resource::CompletionRequest;
-use crate::{Prompt, PromptArgument, PromptError, RequestContext};
+use mcp_ws::model::{GetPromptResult, PromptMessage};
+use mcp_ws::resource::CompletionRequest;
+use mcp_ws::{Prompt, PromptArgument, PromptError, RequestContext};
 
 const KNOWN_NAMES: [&str; 5] = ["Ada", "Alan", "Barbara", "Grace", "Linus"];
 
 async fn render(
-    arguments: crate::prompt::PromptArguments,
+    arguments: mcp_ws::prompt::PromptArguments,
     _ctx: RequestContext,
 ) -> Result<GetPromptResult, PromptError> {
     let name = arguments.get("name").map_or("", String::as_str);

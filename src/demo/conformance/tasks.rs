@@ -5,8 +5,8 @@
 //! becomes a task, and how its questions reach the client, is the engine's business.
 
 use super::NoArgs;
-use crate::model::{ElicitAction, ElicitRequest, ElicitResult};
-use crate::{RequestContext, TaskSupport, Tool, ToolError};
+use mcp_ws::model::{ElicitAction, ElicitRequest, ElicitResult};
+use mcp_ws::{RequestContext, TaskSupport, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;

@@ -1,8 +1,8 @@
 //! `sleep {ms}`: waits, reporting progress every 50 ms when the caller asked for it. The
 //! long-running, cancellable tool of the contract.
 
-use crate::model::LogLevel;
-use crate::{RequestContext, Tool, ToolError};
+use mcp_ws::model::LogLevel;
+use mcp_ws::{RequestContext, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;

@@ -3,8 +3,8 @@
 //! (`tools-call-error`).
 
 use super::{NoArgs, TEST_AUDIO_WAV_BASE64, TEST_IMAGE_PNG_BASE64};
-use crate::model::{CallToolResult, Content, ResourceContents};
-use crate::{RequestContext, Tool, ToolError};
+use mcp_ws::model::{CallToolResult, Content, ResourceContents};
+use mcp_ws::{RequestContext, Tool, ToolError};
 
 async fn simple_text(_: NoArgs, _: RequestContext) -> Result<&'static str, ToolError> {
     Ok("This is a simple text response for testing.")
