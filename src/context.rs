@@ -4,7 +4,7 @@
 //! input from the user).
 //!
 //! The context knows nothing of how the request runs: it talks to its session through the
-//! session's [`Inbox`] only. [`RequestContext::test`] makes one without
+//! session's inbox only. [`RequestContext::test`] makes one without
 //! any server, for unit tests of a tool.
 //!
 //! Progress is throttled here (at most one report per `progress.min_interval_ms`, only

@@ -68,6 +68,9 @@
 //! A text frame travels down this list and its answer back up.
 
 #![warn(missing_docs)]
+// The `testing` feature exposes internals to the tests and benches, documented for those who
+// work on them, not as API; the public API is checked without it.
+#![cfg_attr(feature = "testing", allow(missing_docs))]
 
 pub mod config;
 pub mod context;
@@ -80,26 +83,19 @@ pub mod tool;
 mod layers;
 mod schema;
 
-#[doc(hidden)]
-pub mod cluster;
-#[doc(hidden)]
-pub mod mailbox;
-#[doc(hidden)]
-pub mod observe;
-#[doc(hidden)]
-pub mod perimeter;
-#[doc(hidden)]
-pub mod protocol;
-#[doc(hidden)]
-pub mod registry;
-#[doc(hidden)]
-pub mod server;
-#[doc(hidden)]
-pub mod session;
-#[doc(hidden)]
-pub mod transport;
-#[doc(hidden)]
-pub mod worker;
+pub(crate) mod cluster;
+pub(crate) mod mailbox;
+pub(crate) mod observe;
+pub(crate) mod perimeter;
+pub(crate) mod protocol;
+pub(crate) mod registry;
+pub(crate) mod server;
+pub(crate) mod session;
+pub(crate) mod transport;
+pub(crate) mod worker;
+
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use observe::telemetry;
 pub use registry::rollout;
@@ -112,9 +108,6 @@ pub use resource::{Resource, ResourceError, ResourceTemplate};
 pub use server::Error;
 pub use server::{RunningServer, Server, ServerBuilder};
 pub use tool::{Json, TaskSupport, Tool, ToolError};
-
-#[doc(hidden)]
-pub use server::{routes, SUBPROTOCOL};
 
 /// The hasher of the server's maps: foldhash, seeded per process, so keys a client chooses
 /// (request ids, idempotency keys, tool names it looks up) cannot be ground into collisions

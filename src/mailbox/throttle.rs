@@ -2,7 +2,7 @@
 //! per identity for the request rate, and per request for its log lines) and a count of
 //! slots (a request's unanswered requests to the client).
 //!
-//! [`LineBudget`] and [`Slots`] live in one request's context, on one thread: plain `Cell`s,
+//! [`LineBudget`] lives in one request's context, on one thread: plain `Cell`s,
 //! no atomics, and no clock read until a line is actually logged.
 
 use crate::mailbox::inbox::Inbox;
@@ -109,47 +109,6 @@ impl LineBudget {
     }
 }
 
-/// A number of slots, each held by a [`Slot`] until it drops.
-#[derive(Debug)]
-pub struct Slots {
-    used: Cell<usize>,
-    max: usize,
-}
-
-impl Slots {
-    /// `max` slots.
-    pub fn new(max: usize) -> Self {
-        Self {
-            used: Cell::new(0),
-            max,
-        }
-    }
-
-    /// The number of slots.
-    pub fn max(&self) -> usize {
-        self.max
-    }
-
-    /// A slot, if one is free.
-    pub fn take(&self) -> Option<Slot<'_>> {
-        let used = self.used.get();
-        (used < self.max).then(|| {
-            self.used.set(used + 1);
-            Slot(self)
-        })
-    }
-}
-
-/// A slot of [`Slots`], free again once dropped.
-#[derive(Debug)]
-pub struct Slot<'a>(&'a Slots);
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.0.used.set(self.0.used.get() - 1);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,15 +144,5 @@ mod tests {
         assert_eq!(inbox.take_dropped().log_lines, 7);
         let unlimited = LineBudget::unlimited();
         assert!((0..1000).all(|_| unlimited.take(&inbox)));
-    }
-
-    #[test]
-    fn slots_come_back_when_dropped() {
-        let slots = Slots::new(2);
-        let a = slots.take().expect("first");
-        let _b = slots.take().expect("second");
-        assert!(slots.take().is_none());
-        drop(a);
-        assert!(slots.take().is_some());
     }
 }

@@ -127,11 +127,6 @@ impl RateLimiter {
         self.by_subject.len() + self.by_address.len()
     }
 
-    /// Whether no bucket is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Makes room for one more bucket when the maps are full.
     fn make_room(&self, now: Instant) {
         if self.len() < self.max_buckets {

@@ -13,7 +13,7 @@
 //!    names (so registering a new version changes nothing until a rule serves it); when
 //!    every registered version is named by a rule, the lowest.
 //!
-//! Versions are ordered by [`compare_versions`](crate::registry::compare_versions): dot-separated parts, numeric parts as
+//! Versions are ordered by `compare_versions`: dot-separated parts, numeric parts as
 //! numbers (`2` < `10`, `1.9` < `1.10`), others as text.
 
 use crate::config::RolloutRule;

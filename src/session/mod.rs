@@ -21,7 +21,6 @@ mod modern;
 mod pump;
 pub mod shared;
 
-pub use modern::ModernShape;
 pub use pump::{InboxPump, SessionHost};
 
 use crate::cluster::dedup::recent::{Fingerprint, RecentResponses};
@@ -897,17 +896,6 @@ impl Session {
         let ids: Vec<RequestId> = self.in_flight.keys().cloned().collect();
         for id in ids {
             self.cancel(&id, out);
-        }
-    }
-
-    /// The client's name and version, once initialized.
-    pub fn client_info(&self) -> Option<(&str, &str)> {
-        match &self.phase {
-            Phase::Ready(n) => Some((
-                n.info.client_info.name.as_str(),
-                n.info.client_info.version.as_str(),
-            )),
-            Phase::AwaitingInit => None,
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod directory;
 pub mod events;
 pub mod hosted;
 pub mod http;
+#[cfg(any(test, feature = "testing"))]
 pub mod memory;
 pub mod stateless;
 pub mod ws;

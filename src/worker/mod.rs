@@ -158,6 +158,7 @@ impl RequestWorker {
     /// Starts the worker the way `Actor::start` would: an actor on a task of its own from the
     /// first poll. The server uses [`run`](Self::run); this is its reference in
     /// `benches/codec.rs`.
+    #[cfg(feature = "testing")]
     pub fn spawn(job: Job) -> Addr<Self> {
         let (execution, cancel, report) = Self::prepare(job);
         let (address, worker) = Self::actor(execution, cancel, report);

@@ -91,7 +91,9 @@ pub enum Decoded<'a, P> {
 /// Decodes one frame. The frame is first measured against the shape limits of `limits` (see
 /// [`FrameLimits`]); one that exceeds them is not parsed further than its envelope, so a
 /// request is answered under its own id. A batch is counted while it is parsed, and refused
-/// once it holds more than the batch limit (its entries are then not kept).
+/// once it holds more than the batch limit (its entries are then not kept). The server itself
+/// decodes with [`decode_with`] (which may leave params raw); this is the tests' entry.
+#[cfg(any(test, feature = "testing"))]
 pub fn decode<'a, P: EagerParams<'a>>(text: &'a str, limits: &FrameLimits) -> Decoded<'a, P> {
     decode_with(text, limits, true)
 }

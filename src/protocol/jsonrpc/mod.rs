@@ -13,11 +13,15 @@ mod error;
 mod id;
 mod limits;
 
-pub use decode::{decode, decode_with, Decoded, EagerParams, Entry, Notification, Params, Request};
+#[cfg(any(test, feature = "testing"))]
+pub use decode::decode;
+pub use decode::{decode_with, Decoded, EagerParams, Entry, Notification, Params, Request};
 pub use encode::{
     encode_batch, encode_error, encode_notification, encode_result, encode_result_members,
     encode_result_with, result_of,
 };
 pub use error::{ErrorCode, ErrorObject, WireError};
 pub use id::RequestId;
-pub use limits::{Exceeded, FrameLimits, JsonLimit};
+#[cfg(feature = "testing")]
+pub use limits::Exceeded;
+pub use limits::{FrameLimits, JsonLimit};

@@ -2,8 +2,6 @@
 //! and the first protocol version that has it. A method of a capability the server did not
 //! declare for the session's version answers -32601, like an unknown one.
 
-use super::ProtocolVersion;
-
 /// Server capabilities, as declared in the `initialize` result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capability {
@@ -12,17 +10,6 @@ pub enum Capability {
     Prompts,
     Logging,
     Completions,
-}
-
-impl Capability {
-    /// The first protocol version in which the server declares this capability.
-    pub fn since(self) -> ProtocolVersion {
-        match self {
-            // `completions` appeared in 2025-03-26.
-            Self::Completions => ProtocolVersion::V2025_03_26,
-            _ => ProtocolVersion::V2024_11_05,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,11 +95,6 @@ impl Method {
                 | Self::TasksUpdate
                 | Self::TasksCancel
         )
-    }
-
-    /// Whether a session on `version` may call this method.
-    pub fn available_in(self, version: ProtocolVersion) -> bool {
-        self.capability().is_none_or(|c| version >= c.since())
     }
 }
 

@@ -44,17 +44,26 @@ fn describe_parse_error<'a, T: Deserialize<'a>>(text: &'a str) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogLevel {
+    /// Detailed information for debugging.
     Debug,
+    /// Normal operation.
     Info,
+    /// Normal but significant.
     Notice,
+    /// Something may go wrong.
     Warning,
+    /// Something failed.
     Error,
+    /// A component failed.
     Critical,
+    /// Action is needed at once.
     Alert,
+    /// The system is unusable.
     Emergency,
 }
 
 impl LogLevel {
+    /// The level named `text` (`debug`, `info`, …), if it is one.
     pub fn parse(text: &str) -> Option<Self> {
         Some(match text {
             "debug" => Self::Debug,
