@@ -17,18 +17,21 @@
 //!
 //! Run: `cargo bench --bench codec` (add `-- --quick` for a short run).
 
+#[path = "../src/demo/mod.rs"]
+mod demo;
+
 use actix::prelude::*;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use mcp_ws::context::SessionInfo;
-use mcp_ws::inbox::{Inbox, SessionEvent};
-use mcp_ws::jsonrpc::{
+use mcp_ws::model::Implementation;
+use mcp_ws::testing::inbox::{Inbox, SessionEvent};
+use mcp_ws::testing::jsonrpc::{
     decode, encode_result, Decoded, Entry, FrameLimits, Params, Request, RequestId,
 };
-use mcp_ws::mcp::CallToolParams;
-use mcp_ws::model::Implementation;
-use mcp_ws::shared::Shared;
-use mcp_ws::transport::memory::{ClientFrame, MemorySession};
-use mcp_ws::worker::{Job, RequestWorker};
+use mcp_ws::testing::mcp::CallToolParams;
+use mcp_ws::testing::memory::{ClientFrame, MemorySession};
+use mcp_ws::testing::shared::Shared;
+use mcp_ws::testing::{Job, RequestWorker};
 use mcp_ws::{RequestContext, Server, Settings};
 use serde_json::value::RawValue;
 use std::future::poll_fn;
@@ -84,7 +87,7 @@ fn codec(c: &mut Criterion) {
 }
 
 fn shared() -> Arc<Shared> {
-    mcp_ws::builtins::demo(Server::builder().settings(Settings::default()))
+    demo::demo(Server::builder().settings(Settings::default()))
         .build()
         .expect("server builds")
         .shared()
@@ -124,7 +127,7 @@ fn dispatch(c: &mut Criterion) {
     session_round_trips(c, "echo_batch_10_via_workers", batch_of(ECHO, 10));
 }
 
-async fn echo_work() -> Result<String, mcp_ws::mcp::Error> {
+async fn echo_work() -> Result<String, mcp_ws::testing::mcp::Error> {
     Ok(r#"{"content":[{"type":"text","text":"x"}]}"#.to_owned())
 }
 
@@ -135,7 +138,7 @@ fn worker(c: &mut Criterion) {
     let id = RequestId::from_raw(&raw).expect("id");
     let inbox = Rc::new(Inbox::default());
     let session_info = Rc::new(SessionInfo {
-        protocol_version: mcp_ws::mcp::ProtocolVersion::LATEST,
+        protocol_version: mcp_ws::testing::mcp::ProtocolVersion::LATEST,
         client_capabilities: Arc::new(serde_json::json!({})),
         client_info: Arc::new(Implementation::new("bench", "0")),
         identity: mcp_ws::context::Identity::anonymous(),
@@ -166,7 +169,7 @@ fn worker(c: &mut Criterion) {
         input: mcp_ws::context::Input::Session,
         log_floor: mcp_ws::context::LogFloor::Session,
         on_input: None,
-        shared: shared.clone(),
+        pool: shared.pool.clone(),
         span: tracing::Span::none(),
     };
     group.bench_function("worker_actor", |b| {
@@ -253,8 +256,8 @@ impl Actor for BareActor {
 fn observe(c: &mut Criterion) {
     let mut group = c.benchmark_group("observe");
     group.bench_function("clock_read", |b| b.iter(|| black_box(Instant::now())));
-    let metrics = mcp_ws::metrics::Metrics::default();
-    let method = mcp_ws::metrics::MethodLabel::of("tools/call");
+    let metrics = mcp_ws::testing::metrics::Metrics::default();
+    let method = mcp_ws::testing::metrics::MethodLabel::of("tools/call");
     group.bench_function("latency_histogram", |b| {
         b.iter(|| {
             metrics

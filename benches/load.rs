@@ -17,6 +17,9 @@ mod baseline;
 mod cli;
 #[path = "load/client.rs"]
 mod client;
+/// The binary's capability sets (the demo set), as `mcp-ws` serves them.
+#[path = "../src/demo/mod.rs"]
+mod demo;
 #[path = "load/fanout.rs"]
 mod fanout;
 #[path = "load/http.rs"]

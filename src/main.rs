@@ -1,10 +1,11 @@
 //! The `mcp-ws` binary: command line and environment → settings → logging → the built-in
 //! capability set named in the settings → the server, built through the public API.
 
+mod conformance;
 mod demo;
 
 use clap::Parser;
-use mcp_ws::{Server, Settings};
+use mcp_ws::{Server, ServerBuilder, Settings};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,7 +38,7 @@ fn main() -> ExitCode {
     };
     mcp_ws::telemetry::init_with(&settings.logging);
     let set = settings.builtins.set.clone();
-    let server = match demo::by_name(&set, Server::builder().settings(settings)).build() {
+    let server = match with_builtins(&set, Server::builder().settings(settings)).build() {
         Ok(server) => server,
         Err(error) => {
             eprintln!("mcp-ws: {error}");
@@ -51,5 +52,14 @@ fn main() -> ExitCode {
             eprintln!("mcp-ws: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Adds the set named by `builtins.set` (`demo`, `conformance` or `none`).
+fn with_builtins(set: &str, builder: ServerBuilder) -> ServerBuilder {
+    match set {
+        "demo" => demo::demo(builder),
+        "conformance" => conformance::fixtures(builder),
+        _ => builder,
     }
 }

@@ -64,7 +64,7 @@ pub fn serve(args: &Args) -> Result<(), BoxError> {
     settings.server.listen = args.listen;
     settings.server.max_sessions = 20_000;
     settings.logging.filter = "warn".into();
-    let server = mcp_ws::builtins::demo(mcp_ws::Server::builder().settings(settings))
+    let server = crate::demo::demo(mcp_ws::Server::builder().settings(settings))
         .build()?
         .spawn()?;
     let registry = server.registry().clone();

@@ -17,7 +17,7 @@ impl McpWsServer {
     pub fn spawn() -> Result<Self, BoxError> {
         let mut settings = mcp_ws::Settings::default();
         settings.server.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        let server = mcp_ws::builtins::demo(mcp_ws::Server::builder().settings(settings))
+        let server = crate::demo::demo(mcp_ws::Server::builder().settings(settings))
             .build()?
             .spawn()?;
         let addr = server.addr();

@@ -227,6 +227,7 @@ impl Inbox {
     }
 
     /// What was dropped since the last call.
+    #[cfg(any(test, feature = "testing"))]
     pub fn take_dropped(&self) -> Dropped {
         self.dropped.take()
     }
@@ -424,6 +425,7 @@ impl Inbox {
     }
 
     /// Whether the session is gone.
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_closed(&self) -> bool {
         self.closed.get()
     }

@@ -435,6 +435,7 @@ impl Histogram {
     }
 
     /// How many durations were recorded.
+    #[cfg(any(test, feature = "testing"))]
     pub fn count(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
@@ -496,6 +497,7 @@ impl MethodLabel {
     }
 
     /// The label value.
+    #[cfg(any(test, feature = "testing"))]
     pub fn as_str(self) -> &'static str {
         METHODS[usize::from(self.0)].1
     }
@@ -516,6 +518,7 @@ impl Latencies {
     }
 
     /// The histogram of one method.
+    #[cfg(any(test, feature = "testing"))]
     pub fn of(&self, method: MethodLabel) -> &Histogram {
         &self.by_method[usize::from(method.0)]
     }

@@ -94,6 +94,7 @@ impl ConnectionLimits {
     }
 
     /// Sessions held by `ip` now (for tests and diagnostics).
+    #[cfg(any(test, feature = "testing"))]
     pub fn held_by_ip(&self, ip: &IpAddr) -> usize {
         self.by_ip.get(ip).map_or(0, |count| *count)
     }

@@ -109,6 +109,7 @@ pub struct Admission {
 impl Admission {
     /// An anonymous client with a fresh trace id (sessions made without an HTTP request:
     /// tests, benches).
+    #[cfg(any(test, feature = "testing"))]
     pub fn anonymous() -> Self {
         Self {
             identity: Identity::anonymous(),

@@ -59,6 +59,7 @@ impl Policies {
     }
 
     /// Whether any policy is configured.
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }

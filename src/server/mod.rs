@@ -231,7 +231,7 @@ impl Server {
     }
 
     /// The server's shared state (tests host sessions without a socket with it).
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
@@ -470,7 +470,7 @@ impl RunningServer {
     }
 
     /// The server's shared state (tests and benches read its metrics).
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }

@@ -131,6 +131,7 @@ impl FrameLimits {
     }
 
     /// Whether any shape limit is on (otherwise frames are not scanned at all).
+    #[cfg(any(test, feature = "testing"))]
     pub fn scans(&self) -> bool {
         self.floor() != OFF
     }

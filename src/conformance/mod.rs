@@ -1,7 +1,8 @@
 //! The fixtures of the official MCP conformance suite's server scenarios
 //! (`@modelcontextprotocol/conformance` 0.1.16 and 0.2.0-alpha.12), with the names, arguments,
 //! texts, MIME types and client requests those scenarios check. `config/conformance.toml`
-//! selects this set (`builtins.set = "conformance"`).
+//! selects this set (`builtins.set = "conformance"`). A module of the binary, not of the
+//! library; the tests include it by path.
 //!
 //! Everything here goes through the public API, like any user of the crate:
 //!
