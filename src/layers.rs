@@ -4,7 +4,8 @@
 //!
 //! Paths are read as text, after comments are cut, so a doc link may point anywhere; a name
 //! re-exported at the root (`crate::Tool`) counts as the module it comes from, read from
-//! `lib.rs`'s `pub use` lines.
+//! `lib.rs`'s `pub use` lines. `super::` paths count too (a sibling's or the parent's items),
+//! except in a file's own `mod tests`, whose `super` is the file itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -37,8 +38,16 @@ const LAYERS: &[(&str, &[&str])] = &[
 
 /// Files outside the layers: the crate root declares every module and holds the helpers
 /// every layer may use (`lock`, `FastHash`, `random_id`); this file only reads the others;
+/// `testing.rs` is the tests' door into every layer (the `testing` feature);
 /// the binary (`main.rs`, `demo/`, `conformance/`) uses the library from outside, through its public API.
-const OUTSIDE: &[&str] = &["lib.rs", "layers.rs", "main.rs", "demo/", "conformance/"];
+const OUTSIDE: &[&str] = &[
+    "lib.rs",
+    "layers.rs",
+    "testing.rs",
+    "main.rs",
+    "demo/",
+    "conformance/",
+];
 
 fn is_outside(file: &str) -> bool {
     OUTSIDE.iter().any(|place| {
@@ -204,6 +213,38 @@ fn expand(text: &str, prefix: Vec<String>) -> Vec<Vec<String>> {
     }
 }
 
+/// The `super::` paths of the file `file` (relative to `src/`), outside its `mod tests`,
+/// as paths from the crate root.
+fn super_paths(file: &str, code: &str) -> Vec<Vec<String>> {
+    let code = code.split("#[cfg(test)]\nmod tests").next().unwrap_or(code);
+    let module: Vec<String> = file
+        .trim_end_matches(".rs")
+        .trim_end_matches("/mod")
+        .split('/')
+        .map(str::to_owned)
+        .collect();
+    let mut paths = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("super::") {
+        let preceded_by_ident = rest[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
+        rest = &rest[at + "super::".len()..];
+        if preceded_by_ident {
+            continue;
+        }
+        let mut base = module.clone();
+        base.pop();
+        while let Some(more) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = more;
+        }
+        paths.extend(expand(rest, base));
+    }
+    paths
+}
+
 /// What `lib.rs` re-exports at the root: name → the path it comes from.
 fn root_exports(lib: &str) -> BTreeMap<String, Vec<String>> {
     let mut exports = BTreeMap::new();
@@ -255,7 +296,9 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
         }
         let code = without_comments(&std::fs::read_to_string(&path).expect("readable"));
         let mut targets = BTreeSet::new();
-        for segments in crate_paths(&code) {
+        let mut paths = crate_paths(&code);
+        paths.extend(super_paths(&name, &code));
+        for segments in paths {
             let segments = match exports.get(&segments[0]) {
                 Some(origin) => origin.clone(),
                 None => segments,
@@ -372,4 +415,7 @@ fn the_reader_sees_grouped_nested_and_root_paths() {
     let exports = root_exports("pub use server::{Server, ServerBuilder};\npub use tool::Tool;");
     assert_eq!(exports["ServerBuilder"], ["server", "ServerBuilder"]);
     assert_eq!(exports["Tool"], ["tool", "Tool"]);
+    let siblings = super_paths("a/b.rs", "use super::c::D;\nuse super::super::e;");
+    let joined: Vec<String> = siblings.iter().map(|p| p.join("::")).collect();
+    assert_eq!(joined, ["a::c::D", "e"]);
 }

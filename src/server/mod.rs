@@ -15,23 +15,20 @@ mod error;
 pub use error::Error;
 
 use crate::config::Settings;
-use crate::perimeter::{self, Owner, Perimeter, Refusal};
+use crate::perimeter::{self, Perimeter, Refusal};
 use crate::prompt::Prompt;
-use crate::protocol::mcp::ProtocolVersion;
 use crate::registry::files::DirectoryWatch;
 use crate::registry::Registry;
 use crate::resource::{Resource, ResourceTemplate};
 use crate::session::shared::Shared;
 use crate::tool::Tool;
-use crate::transport::hosted::{HostedSession, HostedSessions};
+use crate::transport::hosted::HostedSessions;
 use crate::transport::http;
-use crate::transport::ws::{Detach, Sockets, WsSession};
-use actix::Addr;
+use crate::transport::ws::Sockets;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServerHandle, ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{guard, web, App, HttpRequest, HttpResponse, HttpServer};
-use actix_web_actors::ws;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -39,17 +36,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-
-/// The WebSocket subprotocol selected when the client offers it (the official SDKs do).
-pub const SUBPROTOCOL: &str = "mcp";
-
-/// An offered subprotocol `mcp.session.<id>` asks to resume session `<id>` (it is never
-/// selected, so the id does not come back in the response).
-pub const RESUME_SUBPROTOCOL_PREFIX: &str = "mcp.session.";
-
-/// An offered subprotocol `mcp.version.<version>` pins the connection to that protocol
-/// version (the WebSocket transport proposal, SEP-1288); it is selected when offered.
-pub const VERSION_SUBPROTOCOL_PREFIX: &str = "mcp.version.";
 
 /// Builds a [`Server`]: settings, how it presents itself, and what it offers.
 ///
@@ -304,7 +290,7 @@ fn public_routes(cfg: &mut web::ServiceConfig) {
             .route(
                 web::get()
                     .guard(guard::fn_guard(|ctx| is_websocket_upgrade(ctx.head())))
-                    .to(mcp_upgrade),
+                    .to(crate::transport::ws::upgrade),
             )
             .route(web::get().to(http::get))
             .route(web::post().to(http::post))
@@ -330,97 +316,6 @@ fn admin_routes(cfg: &mut web::ServiceConfig) {
 /// A `GET` asking for a WebSocket (`Upgrade: websocket`); any other `GET` is the SSE stream.
 fn is_websocket_upgrade(head: &actix_web::dev::RequestHead) -> bool {
     perimeter::is_websocket_upgrade(head.headers())
-}
-
-async fn mcp_upgrade(
-    req: HttpRequest,
-    stream: web::Payload,
-    shared: web::Data<Shared>,
-    hosted: web::Data<HostedSessions>,
-    sockets: web::Data<Sockets>,
-) -> Result<HttpResponse, actix_web::Error> {
-    let shared = shared.into_inner();
-    let directory = (hosted.into_inner(), sockets.into_inner());
-    let admission = perimeter::admit(&shared.perimeter, &req)?;
-    let max_message_bytes = shared.settings.limits.max_message_bytes;
-    let pinned = pinned_version(&req)?;
-    let session = match resumed_session_id(&req) {
-        // A resumed session keeps what it negotiated; a version offer is only checked.
-        Some(id) => {
-            let owner = Owner::of(&admission.identity);
-            let hosted = claim_session(&directory, &id, &owner).await?;
-            WsSession::resume(shared.clone(), directory, hosted)
-        }
-        None => {
-            let slot = shared.open_session(&admission)?;
-            WsSession::new(shared, directory, slot, admission, pinned)
-        }
-    };
-    // The selected subprotocol must be one the client offered: the version it pinned, else
-    // plain `mcp`; never its `mcp.auth.<token>` or `mcp.session.<id>` (secrets). (actix
-    // takes the first offer the list holds, so a pin is the list's only entry.)
-    let version_protocol = pinned.map(|v| format!("{VERSION_SUBPROTOCOL_PREFIX}{v}"));
-    let protocols = [version_protocol.as_deref().unwrap_or(SUBPROTOCOL)];
-    ws::WsResponseBuilder::new(session, &req, stream)
-        .protocols(&protocols)
-        .frame_size(max_message_bytes)
-        .start()
-}
-
-/// The protocol version the upgrade pins with an `mcp.version.<version>` offer: the first
-/// offered one this server speaks.
-///
-/// # Errors
-/// HTTP 400 (with the supported versions) when versions are offered and none is spoken.
-fn pinned_version(req: &HttpRequest) -> Result<Option<ProtocolVersion>, Refusal> {
-    let mut offered = perimeter::offered_subprotocols(req.headers())
-        .filter_map(|offer| offer.strip_prefix(VERSION_SUBPROTOCOL_PREFIX))
-        .peekable();
-    let Some(first) = offered.peek().map(|v| (*v).to_owned()) else {
-        return Ok(None);
-    };
-    offered
-        .find_map(ProtocolVersion::parse)
-        .map(Some)
-        .ok_or_else(|| Refusal::UnsupportedProtocolVersion(first.chars().take(64).collect()))
-}
-
-/// The session a WebSocket upgrade asks to resume: the `Mcp-Session-Id` header, or (browsers
-/// cannot set headers) an `mcp.session.<id>` entry among the offered subprotocols.
-fn resumed_session_id(req: &HttpRequest) -> Option<String> {
-    let headers = req.headers();
-    if let Some(id) = headers
-        .get(&http::SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-    {
-        return Some(id.to_owned());
-    }
-    perimeter::offered_subprotocols(headers)
-        .find_map(|offer| offer.strip_prefix(RESUME_SUBPROTOCOL_PREFIX))
-        .map(str::to_owned)
-}
-
-/// The hosted session to resume: one waiting for a reconnect, or one whose (older) socket is
-/// still attached, which is told to let go of it. Only its owner may resume it.
-async fn claim_session(
-    (hosted, sockets): &(Arc<HostedSessions>, Arc<Sockets>),
-    id: &str,
-    owner: &Owner,
-) -> Result<Addr<HostedSession>, Refusal> {
-    if let Some(hosted) = hosted.find(id, owner) {
-        return Ok(hosted);
-    }
-    let socket = sockets.find(id, owner).ok_or(Refusal::SessionNotFound)?;
-    let detach = Detach {
-        code: ws::CloseCode::Normal,
-        reason: "MCP session reconnected on another connection",
-    };
-    socket
-        .send(detach)
-        .await
-        .ok()
-        .flatten()
-        .ok_or(Refusal::SessionNotFound)
 }
 
 async fn healthz() -> HttpResponse {

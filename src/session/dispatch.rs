@@ -3,7 +3,7 @@
 //! once under load), and the admission of everything that runs user code (a tool call, a
 //! resource read, a prompt render, a completion) into a worker actor.
 
-use super::modern::{modern_answer, modern_result, ModernRequest};
+use super::shape::{modern_answer, modern_result, ModernRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::cluster::dedup::recent::Fingerprint;
 use crate::cluster::dedup::Idempotency;

@@ -19,6 +19,7 @@
 mod dispatch;
 mod modern;
 mod pump;
+pub mod shape;
 pub mod shared;
 
 pub use pump::{InboxPump, SessionHost};

@@ -13,7 +13,7 @@ use crate::protocol::mcp::LogLevel;
 use crate::protocol::mrtr::StateKey;
 use crate::registry::rollout::Rollout;
 use crate::registry::Registry;
-use crate::session::modern::ModernShape;
+use crate::session::shape::ModernShape;
 use crate::worker::Pool;
 use actix::{Message, Recipient};
 use dashmap::DashMap;

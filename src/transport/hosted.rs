@@ -16,7 +16,6 @@
 //! `Shared`) with messages, and get their answers back through channels.
 
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
-use super::ws::{Detach, WsSession};
 use crate::perimeter::Admission;
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
@@ -69,13 +68,46 @@ pub struct OpenStream {
 #[rtype(result = "()")]
 pub struct End;
 
+/// Asks a socket to let go of its session (and close with `code`); it answers with the
+/// hosted session that now holds it, if the session goes on.
+#[derive(Debug, Message)]
+#[rtype(result = "Option<Addr<HostedSession>>")]
+pub struct Detach {
+    /// The close code for the socket.
+    pub code: CloseCode,
+    /// The close reason.
+    pub reason: &'static str,
+}
+
+/// The socket of a WebSocket session, as the session's host reaches it: frames to deliver,
+/// and the request to let go.
+#[derive(Clone, PartialEq)]
+pub struct SocketHandle {
+    deliver: Recipient<Deliver>,
+    detach: Recipient<Detach>,
+}
+
+impl SocketHandle {
+    /// The handle of the socket actor `socket`.
+    pub fn of<A>(socket: &Addr<A>) -> Self
+    where
+        A: Actor + Handler<Deliver> + Handler<Detach>,
+        A::Context: actix::dev::ToEnvelope<A, Deliver> + actix::dev::ToEnvelope<A, Detach>,
+    {
+        Self {
+            deliver: socket.clone().recipient(),
+            detach: socket.clone().recipient(),
+        }
+    }
+}
+
 /// A socket resumes a WebSocket session: it gets what was missed, then every frame. Answers
 /// `false` when the session cannot be resumed this way (an HTTP session, or it is ending).
 #[derive(Message)]
 #[rtype(result = "bool")]
 pub struct AttachSocket {
     /// The socket.
-    pub socket: Addr<WsSession>,
+    pub socket: SocketHandle,
 }
 
 /// A resumed session's socket is gone; `end_session` when its client closed normally.
@@ -83,7 +115,7 @@ pub struct AttachSocket {
 #[rtype(result = "()")]
 pub struct DetachSocket {
     /// The socket that went.
-    pub socket: Addr<WsSession>,
+    pub socket: SocketHandle,
     /// Whether the session ends with it.
     pub end_session: bool,
 }
@@ -195,7 +227,7 @@ impl HostedSession {
                     } else {
                         CloseCode::Normal
                     };
-                    socket.do_send(Detach {
+                    socket.detach.do_send(Detach {
                         code,
                         reason: "session ended",
                     });
@@ -374,14 +406,14 @@ impl Handler<AttachSocket> for HostedSession {
             return false;
         }
         if let Some(older) = out.socket.replace(attach.socket.clone()) {
-            older.do_send(Detach {
+            older.detach.do_send(Detach {
                 code: CloseCode::Normal,
                 reason: "MCP session reconnected on another connection",
             });
         }
         // What the client missed, in order, before anything new.
         for frame in out.missed.drain(..) {
-            attach.socket.do_send(Deliver(frame));
+            attach.socket.deliver.do_send(Deliver(frame));
         }
         self.detached += 1;
         self.set_waiting(false);
@@ -441,7 +473,7 @@ impl Outlet for Outlets {
 
 /// A WebSocket session's way out: its current socket, or what it missed while it had none.
 pub struct SocketOutlet {
-    socket: Option<Addr<WsSession>>,
+    socket: Option<SocketHandle>,
     missed: VecDeque<String>,
     max_missed: usize,
     /// It missed more than `max_missed`: a reconnect could not be made whole, so the
@@ -454,7 +486,7 @@ pub struct SocketOutlet {
 impl Outlet for SocketOutlet {
     fn send(&mut self, frame: String, _route: Route) {
         match &self.socket {
-            Some(socket) => socket.do_send(Deliver(frame)),
+            Some(socket) => socket.deliver.do_send(Deliver(frame)),
             None if self.missed.len() < self.max_missed => self.missed.push_back(frame),
             None => self.overflowed = true,
         }

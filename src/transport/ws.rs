@@ -21,8 +21,10 @@
 //! a WebSocket protocol error, 1001 server shutdown or heartbeat timeout, 4404 the session to
 //! resume ended meanwhile.
 
-use super::hosted::{AttachSocket, Deliver, DetachSocket, HostedSession, Relayed};
-use crate::perimeter::Admission;
+use super::hosted::{
+    AttachSocket, Deliver, Detach, DetachSocket, HostedSession, Relayed, SocketHandle,
+};
+use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::protocol::mcp::ProtocolVersion;
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
@@ -30,10 +32,22 @@ use crate::transport::directory::Directory;
 use crate::transport::hosted::HostedSessions;
 use actix::prelude::*;
 use actix_http::ws::Item;
+use actix_web::{web, HttpRequest, HttpResponse};
 use actix_web_actors::ws::{self, CloseCode, CloseReason, Message as WsMessage, ProtocolError};
 use bytes::BytesMut;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The WebSocket subprotocol selected when the client offers it (the official SDKs do).
+pub const SUBPROTOCOL: &str = "mcp";
+
+/// An offered subprotocol `mcp.session.<id>` asks to resume session `<id>` (it is never
+/// selected, so the id does not come back in the response).
+pub const RESUME_SUBPROTOCOL_PREFIX: &str = "mcp.session.";
+
+/// An offered subprotocol `mcp.version.<version>` pins the connection to that protocol
+/// version (the WebSocket transport proposal, SEP-1288); it is selected when offered.
+pub const VERSION_SUBPROTOCOL_PREFIX: &str = "mcp.version.";
 
 /// Close code for a resume whose session ended before the socket could attach.
 const SESSION_GONE: u16 = 4404;
@@ -298,7 +312,7 @@ impl Actor for WsSession {
             }
             Core::Relay(hosted) => {
                 let attach = hosted.send(AttachSocket {
-                    socket: ctx.address(),
+                    socket: SocketHandle::of(&ctx.address()),
                 });
                 ctx.wait(attach.into_actor(self).map(|attached, session, ctx| {
                     if !matches!(attached, Ok(true)) {
@@ -330,7 +344,7 @@ impl Actor for WsSession {
                 self.park(ctx);
             }
             Core::Relay(hosted) => hosted.do_send(DetachSocket {
-                socket: ctx.address(),
+                socket: SocketHandle::of(&ctx.address()),
                 end_session: self.ends_with_socket,
             }),
             Core::Gone => {}
@@ -427,13 +441,98 @@ impl Handler<Detach> for WsSession {
     }
 }
 
-/// Asks a socket to let go of its session (and close with `code`); it answers with the
-/// hosted session that now holds it, if the session goes on.
-#[derive(Debug, Message)]
-#[rtype(result = "Option<Addr<HostedSession>>")]
-pub struct Detach {
-    /// The close code for the socket.
-    pub code: CloseCode,
-    /// The close reason.
-    pub reason: &'static str,
+/// `GET /mcp` asking for a WebSocket: the perimeter's checks, then a new session (or the
+/// resumed one the client names) on the upgraded connection.
+///
+/// # Errors
+/// The perimeter's refusal, or the handshake's.
+pub async fn upgrade(
+    req: HttpRequest,
+    stream: web::Payload,
+    shared: web::Data<Shared>,
+    hosted: web::Data<HostedSessions>,
+    sockets: web::Data<Sockets>,
+) -> Result<HttpResponse, actix_web::Error> {
+    let shared = shared.into_inner();
+    let directory = (hosted.into_inner(), sockets.into_inner());
+    let admission = perimeter::admit(&shared.perimeter, &req)?;
+    let max_message_bytes = shared.settings.limits.max_message_bytes;
+    let pinned = pinned_version(&req)?;
+    let session = match resumed_session_id(&req) {
+        // A resumed session keeps what it negotiated; a version offer is only checked.
+        Some(id) => {
+            let owner = Owner::of(&admission.identity);
+            let hosted = claim_session(&directory, &id, &owner).await?;
+            WsSession::resume(shared.clone(), directory, hosted)
+        }
+        None => {
+            let slot = shared.open_session(&admission)?;
+            WsSession::new(shared, directory, slot, admission, pinned)
+        }
+    };
+    // The selected subprotocol must be one the client offered: the version it pinned, else
+    // plain `mcp`; never its `mcp.auth.<token>` or `mcp.session.<id>` (secrets). (actix
+    // takes the first offer the list holds, so a pin is the list's only entry.)
+    let version_protocol = pinned.map(|v| format!("{VERSION_SUBPROTOCOL_PREFIX}{v}"));
+    let protocols = [version_protocol.as_deref().unwrap_or(SUBPROTOCOL)];
+    ws::WsResponseBuilder::new(session, &req, stream)
+        .protocols(&protocols)
+        .frame_size(max_message_bytes)
+        .start()
+}
+
+/// The protocol version the upgrade pins with an `mcp.version.<version>` offer: the first
+/// offered one this server speaks.
+///
+/// # Errors
+/// HTTP 400 (with the supported versions) when versions are offered and none is spoken.
+fn pinned_version(req: &HttpRequest) -> Result<Option<ProtocolVersion>, Refusal> {
+    let mut offered = perimeter::offered_subprotocols(req.headers())
+        .filter_map(|offer| offer.strip_prefix(VERSION_SUBPROTOCOL_PREFIX))
+        .peekable();
+    let Some(first) = offered.peek().map(|v| (*v).to_owned()) else {
+        return Ok(None);
+    };
+    offered
+        .find_map(ProtocolVersion::parse)
+        .map(Some)
+        .ok_or_else(|| Refusal::UnsupportedProtocolVersion(first.chars().take(64).collect()))
+}
+
+/// The session a WebSocket upgrade asks to resume: the `Mcp-Session-Id` header, or (browsers
+/// cannot set headers) an `mcp.session.<id>` entry among the offered subprotocols.
+fn resumed_session_id(req: &HttpRequest) -> Option<String> {
+    let headers = req.headers();
+    if let Some(id) = headers
+        .get(&crate::transport::http::SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+    {
+        return Some(id.to_owned());
+    }
+    perimeter::offered_subprotocols(headers)
+        .find_map(|offer| offer.strip_prefix(RESUME_SUBPROTOCOL_PREFIX))
+        .map(str::to_owned)
+}
+
+/// The hosted session to resume: one waiting for a reconnect, or one whose (older) socket is
+/// still attached, which is told to let go of it. Only its owner may resume it.
+async fn claim_session(
+    (hosted, sockets): &(Arc<HostedSessions>, Arc<Sockets>),
+    id: &str,
+    owner: &Owner,
+) -> Result<Addr<HostedSession>, Refusal> {
+    if let Some(hosted) = hosted.find(id, owner) {
+        return Ok(hosted);
+    }
+    let socket = sockets.find(id, owner).ok_or(Refusal::SessionNotFound)?;
+    let detach = Detach {
+        code: ws::CloseCode::Normal,
+        reason: "MCP session reconnected on another connection",
+    };
+    socket
+        .send(detach)
+        .await
+        .ok()
+        .flatten()
+        .ok_or(Refusal::SessionNotFound)
 }
