@@ -29,7 +29,7 @@
 //! No timing assertions: barriers are answers that must come first and gauges polled in
 //! `/metrics`.
 
-use crate::support::http::{metric, send, wait_metric};
+use crate::support::http::{metric, send, wait_metric, BOTH};
 use crate::support::ws::assert_upgrade_refused_503;
 use crate::support::*;
 
@@ -44,7 +44,6 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::Semaphore;
 
-const BOTH: &str = "application/json, text/event-stream";
 const SSE: &str = "text/event-stream";
 const NOT_FOUND_CODE: i64 = -32001;
 // ---------------------------------------------------------------------------------------

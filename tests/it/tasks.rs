@@ -17,6 +17,7 @@
 //!   whose node shuts down is failed with -32004.
 
 use crate::support::http::{http_get, metric, wait_metric};
+use crate::support::meta::modern_with;
 use crate::support::process::ServerProcess;
 use crate::support::redis::RedisServer;
 use crate::support::*;
@@ -31,36 +32,22 @@ use tokio::sync::Semaphore;
 
 const TASKS: &str = "io.modelcontextprotocol/tasks";
 
-/// The per-request `_meta` of a 2026-07-28 request declaring `capabilities`.
-fn meta(capabilities: Value) -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-        "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
-    })
-}
-
 /// Capabilities with the tasks extension (and form elicitation).
 fn with_tasks() -> Value {
     json!({"elicitation": {}, "extensions": {TASKS: {}}})
 }
 
-fn with_meta(mut params: Value, capabilities: Value) -> Value {
-    params["_meta"] = meta(capabilities);
-    params
-}
-
 /// A 2026-07-28 request over a WebSocket connection (no `initialize`).
 async fn ws_request(client: &mut Client, method: &str, params: Value) -> Value {
     client
-        .request(method, with_meta(params, with_tasks()))
+        .request(method, modern_with(with_tasks(), params))
         .await
 }
 
 /// A 2026-07-28 POST with its headers; the response's status and JSON-RPC message (from a
 /// JSON body, or the SSE event carrying the response).
 async fn http_request(addr: SocketAddr, method: &str, params: Value) -> (u16, Value) {
-    http_request_as(addr, method, with_meta(params, with_tasks())).await
+    http_request_as(addr, method, modern_with(with_tasks(), params)).await
 }
 
 async fn http_request_as(addr: SocketAddr, method: &str, params: Value) -> (u16, Value) {
@@ -260,7 +247,7 @@ async fn a_call_done_without_waiting_is_answered_at_once() {
     // A client without the extension gets an ordinary (waiting) call of a task tool.
     gate.add_permits(1);
     let plain = client
-        .request("tools/call", with_meta(json!({"name": "job"}), json!({})))
+        .request("tools/call", modern_with(json!({}), json!({"name": "job"})))
         .await;
     assert_eq!(result(&plain)["content"][0]["text"], "done");
     assert_eq!(metric(&server, "mcp_tasks_created_total").await, 0);
@@ -275,7 +262,7 @@ async fn clients_without_the_extension_are_refused_what_needs_it() {
     let refused = client
         .request(
             "tools/call",
-            with_meta(json!({"name": "required_job"}), json!({})),
+            modern_with(json!({}), json!({"name": "required_job"})),
         )
         .await;
     let data = assert_error(&refused, &refused["id"], -32021)["data"].clone();
@@ -286,18 +273,18 @@ async fn clients_without_the_extension_are_refused_what_needs_it() {
         ("tasks/cancel", json!({"taskId": "x"})),
     ] {
         let refused = client
-            .request(method, with_meta(params.clone(), json!({})))
+            .request(method, modern_with(json!({}), params.clone()))
             .await;
         let data = assert_error(&refused, &refused["id"], -32021)["data"].clone();
         assert_eq!(data["requiredCapabilities"], required, "{method}");
         let (status, refused) =
-            http_request_as(server.addr(), method, with_meta(params, json!({}))).await;
+            http_request_as(server.addr(), method, modern_with(json!({}), params)).await;
         assert_eq!(status, 400, "{method}: {refused}");
         assert_eq!(refused["error"]["code"], -32021);
     }
     // The server says it offers the extension.
     let discovered = client
-        .request("server/discover", with_meta(json!({}), json!({})))
+        .request("server/discover", modern_with(json!({}), json!({})))
         .await;
     assert_eq!(
         result(&discovered)["capabilities"]["extensions"][TASKS],
@@ -441,7 +428,7 @@ async fn listen_streams_hear_the_tasks_they_follow() {
     client
         .send_json(
             json!({"jsonrpc": "2.0", "id": listen_id, "method": "subscriptions/listen",
-            "params": with_meta(json!({"notifications": {"taskIds": [id]}}), with_tasks())}),
+            "params": modern_with(with_tasks(), json!({"notifications": {"taskIds": [id]}}))}),
         )
         .await;
     let ack = client.recv().await;
@@ -466,7 +453,7 @@ async fn listen_streams_hear_the_tasks_they_follow() {
     let refused = client
         .request(
             "subscriptions/listen",
-            with_meta(json!({"notifications": {"taskIds": [id]}}), json!({})),
+            modern_with(json!({}), json!({"notifications": {"taskIds": [id]}})),
         )
         .await;
     assert_error(&refused, &refused["id"], -32021);
@@ -608,7 +595,7 @@ async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
     listener
         .send_json(
             json!({"jsonrpc": "2.0", "id": "follow", "method": "subscriptions/listen",
-            "params": with_meta(json!({"notifications": {"taskIds": [id]}}), with_tasks())}),
+            "params": modern_with(with_tasks(), json!({"notifications": {"taskIds": [id]}}))}),
         )
         .await;
     let ack = listener.recv().await;

@@ -11,6 +11,7 @@
 //! - On one connection, each 2026-07-28 request is served with its own `clientInfo` and
 //!   capabilities (the session reuses the last ones parsed only when their text is the same).
 
+use crate::support::meta::meta;
 use crate::support::ws::assert_server_alive;
 use crate::support::*;
 use serde_json::{json, Value};
@@ -36,15 +37,6 @@ async fn connect_offering(url: &str, offer: &str) -> (Client, Option<String>) {
     (Client::from_ws(ws), selected)
 }
 
-/// `_meta` of a 2026-07-28 request.
-fn modern_meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "pin-test", "version": "1"},
-    })
-}
-
 #[tokio::test]
 async fn a_handshake_era_pin_is_selected_and_is_what_initialize_negotiates() {
     let server = start(settings());
@@ -64,7 +56,7 @@ async fn a_handshake_era_pin_is_selected_and_is_what_initialize_negotiates() {
     assert!(assert_result(&listed, &listed["id"])["tools"].is_array());
     // A 2026-07-28 request on this connection is refused, naming the pinned version.
     let modern = client
-        .request("tools/list", json!({"_meta": modern_meta()}))
+        .request("tools/list", json!({"_meta": meta(json!({}))}))
         .await;
     let error = assert_error(&modern, &modern["id"], -32022);
     assert_eq!(
@@ -81,7 +73,7 @@ async fn a_2026_pin_serves_stateless_requests_and_refuses_initialize() {
         connect_offering(&server.url(), "mcp, mcp.version.2026-07-28").await;
     assert_eq!(selected.as_deref(), Some("mcp.version.2026-07-28"));
     let listed = client
-        .request("tools/list", json!({"_meta": modern_meta()}))
+        .request("tools/list", json!({"_meta": meta(json!({}))}))
         .await;
     let result = assert_result(&listed, &listed["id"]);
     assert_eq!(result["resultType"], "complete", "{listed}");
