@@ -14,7 +14,7 @@ Prints one line per check ("ok <name>" or "FAIL <name>: <reason>"), then a final
 line "N passed, M failed". Exits 0 only if nothing failed.
 
 Some checks need the server's owner to change something while this client is
-connected: the client prints "@registry <action>" and tests/interop/harness.rs
+connected: the client prints "@registry <action>" and tests/it/support/interop.rs
 makes the change (see there), then the client waits for the notifications the
 change must cause. The check names and the fixtures (ask_* tools, the watched
 resources, what "@registry add" adds) are the ones of harness.rs, and the same
@@ -138,7 +138,7 @@ notifications = Notifications()
 
 
 def ask_registry(action: str) -> None:
-    """Asks the test that owns the server for a change (tests/interop/harness.rs)."""
+    """Asks the test that owns the server for a change (tests/it/support/interop.rs)."""
     out(f"@registry {action}")
 
 

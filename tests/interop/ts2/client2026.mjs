@@ -7,8 +7,8 @@
 //
 // Same output contract as ../client.mjs (one "ok NAME" / "FAIL NAME: reason"
 // line per check, then "N passed, M failed"; "@registry ACTION" lines ask
-// tests/interop/harness.rs for a change) and the same fixtures. The check names
-// are listed in tests/interop_ts_sdk.rs.
+// tests/it/support/interop.rs for a change) and the same fixtures. The check names
+// are listed in tests/it/interop_ts_sdk.rs.
 
 import { Client, ProtocolError, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { deepStrictEqual } from 'node:assert/strict';

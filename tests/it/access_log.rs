@@ -1,0 +1,536 @@
+//! Logs and trace ids, read from the log of the real binary (`logging.format = "json"`,
+//! filtered with `RUST_LOG`), each line parsed:
+//!
+//! - Every request gets exactly one access-log line (target `mcp_ws::access`) when it is
+//!   done: inline answers, worker outcomes, errors (`error` and the code), timeouts
+//!   (`timed_out`), cancels (`cancelled`), each entry of a batch. Each line carries the
+//!   request's id (its JSON text), method, params, outcome, duration, the client's address,
+//!   `User-Agent` and identity, the session and the trace id.
+//! - Params are redacted at any depth (`logging.redact_keys`: passwords, tokens, secrets,
+//!   keys), in raw params and in the `tools/call` params the decoder parsed: the secret
+//!   values appear nowhere in the log; long params are cut at `access_params_max_bytes`.
+//! - With `format = "json"` every line of the log is a JSON object.
+//! - Trace ids come from the upgrade's `traceparent`, else its `X-Trace-Id`, else are made
+//!   up (one per connection); a request's own `params._meta.traceparent` overrides them, for
+//!   inline and worker requests alike. The `request` and `worker` debug spans carry it on
+//!   every line logged inside them; the tool's context sees the same id.
+//! - `mcp_ws::access=off` in the filter turns the access log off; the text format writes it
+//!   too.
+
+use crate::support::process::ServerProcess;
+use crate::support::*;
+
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+/// The binary, logging as configured, with its address read from its log.
+struct LoggedServer {
+    process: ServerProcess,
+    addr: SocketAddr,
+    _config: PathBuf,
+}
+
+fn spawn(name: &str, format: &str, rust_log: &str, extra: &str) -> LoggedServer {
+    let config = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("access_log-{name}-{}.toml", std::process::id()));
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"{format}\"\n{extra}"
+        ),
+    )
+    .expect("write the config");
+    let process = ServerProcess::spawn(
+        &["--config", config.to_str().expect("utf-8 path")],
+        &[("RUST_LOG", rust_log)],
+    );
+    let addr = wait_for_addr(&process, format);
+    LoggedServer {
+        process,
+        addr,
+        _config: config,
+    }
+}
+
+/// The address in the `listening` line (JSON: its `addr` field; text: `addr=`).
+fn wait_for_addr(process: &ServerProcess, format: &str) -> SocketAddr {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let text = process.stderr_text();
+        for line in text.lines().filter(|l| l.contains("listening")) {
+            let addr = if format == "json" {
+                let line: Value = serde_json::from_str(line).expect("a JSON line");
+                line["addr"].as_str().map(str::to_owned)
+            } else {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix("addr="))
+                    .map(str::to_owned)
+            };
+            if let Some(addr) = addr {
+                return addr.parse().expect("a socket address");
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no listening line; stderr:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl LoggedServer {
+    fn url(&self) -> String {
+        format!("ws://{}/mcp", self.addr)
+    }
+
+    /// Every line of the log so far, each parsed (a line that is not JSON fails the test).
+    fn json_lines(&self) -> Vec<Value> {
+        self.process
+            .stderr_text()
+            .lines()
+            .map(|line| {
+                let value: Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+                assert!(value.is_object(), "{line}");
+                for member in ["timestamp", "level", "target"] {
+                    assert!(value.get(member).is_some(), "no {member}: {line}");
+                }
+                value
+            })
+            .collect()
+    }
+
+    fn access_lines(&self) -> Vec<Value> {
+        self.json_lines()
+            .into_iter()
+            .filter(|line| line["target"] == "mcp_ws::access")
+            .collect()
+    }
+
+    /// Waits (polling the log the reader thread collects) until there are `count` access
+    /// lines, and returns them.
+    fn wait_access_lines(&self, count: usize) -> Vec<Value> {
+        let deadline = Instant::now() + READ_TIMEOUT;
+        loop {
+            let lines = self.access_lines();
+            if lines.len() >= count {
+                return lines;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} access lines, expected {count}:\n{}",
+                lines.len(),
+                self.process.stderr_text()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Connects with these extra upgrade headers, and initializes.
+async fn client_with(url: &str, headers: &[(&str, &str)]) -> Client {
+    let mut request = url.into_client_request().expect("request");
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));
+    for (name, value) in headers {
+        request
+            .headers_mut()
+            .insert(http_name(name), value.parse().expect("header value"));
+    }
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("websocket connects");
+    let mut client = Client::from_ws(ws);
+    let response = client
+        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
+        .await;
+    assert_result(&response, &json!("init"));
+    client
+        .send_json(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .await;
+    client
+}
+
+fn http_name(name: &str) -> tokio_tungstenite::tungstenite::http::HeaderName {
+    name.parse().expect("header name")
+}
+
+/// The one access line of the request with this id (its JSON text), failing on none or two.
+fn line_of<'a>(lines: &'a [Value], id: &Value) -> &'a Value {
+    let id = id.to_string();
+    let mut found = lines.iter().filter(|l| l["id"] == id.as_str());
+    let line = found
+        .next()
+        .unwrap_or_else(|| panic!("no access line for id {id}: {lines:#?}"));
+    assert!(found.next().is_none(), "two access lines for id {id}");
+    line
+}
+
+/// The params of a line, parsed back.
+fn params_of(line: &Value) -> Value {
+    let text = line["params"].as_str().expect("params is a string");
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("params not JSON ({e}): {text}"))
+}
+
+fn traceparent(trace: &str) -> String {
+    format!("00-{trace}-00f067aa0ba902b7-01")
+}
+
+#[tokio::test]
+async fn each_request_gets_one_access_line_with_its_outcome() {
+    let server = spawn(
+        "outcomes",
+        "json",
+        "info",
+        "[limits.tool_timeout_ms]\nsleep = 50\n",
+    );
+    let mut client = client_with(
+        &server.url(),
+        &[
+            ("user-agent", "observe-test/1.0"),
+            ("x-trace-id", "conn-trace-7"),
+        ],
+    )
+    .await;
+
+    let echo = client
+        .request_with_id(
+            json!("echo-1"),
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "hello"}}),
+        )
+        .await;
+    assert_result(&echo, &json!("echo-1"));
+    let unknown = client
+        .request_with_id(json!(77), "no/such/method", json!({}))
+        .await;
+    assert_error(&unknown, &json!(77), -32601);
+    let slow = client
+        .request_with_id(
+            json!("slow"),
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 60_000}}),
+        )
+        .await;
+    assert_error(&slow, &json!("slow"), -32001);
+    // A cancelled call: its line comes with the cancel, before the barrier's answer.
+    client
+        .send_json(
+            json!({"jsonrpc":"2.0","id":"cancel-me","method":"tools/call",
+            "params":{"name":"sleep","arguments":{"ms":60_000}}}),
+        )
+        .await;
+    client
+        .send_json(json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+            "params":{"requestId":"cancel-me"}}))
+        .await;
+    client
+        .send_json(json!([
+            {"jsonrpc":"2.0","id":"b1","method":"ping"},
+            {"jsonrpc":"2.0","id":"b2","method":"tools/call",
+             "params":{"name":"echo","arguments":{"text":"in a batch"}}}
+        ]))
+        .await;
+    let batch = client.recv().await;
+    assert_eq!(batch.as_array().map(Vec::len), Some(2), "{batch}");
+    client.expect_nothing_pending().await;
+
+    // init, echo-1, 77, slow, cancel-me, b1, b2, and the barrier ping.
+    let lines = server.wait_access_lines(8);
+    assert_eq!(lines.len(), 8, "{lines:#?}");
+    let session = &line_of(&lines, &json!("init"))["session"];
+    assert!(session.is_u64(), "{session}");
+    for line in &lines {
+        assert_eq!(&line["session"], session, "{line}");
+        assert_eq!(line["peer"], "127.0.0.1", "{line}");
+        assert_eq!(line["user_agent"], "observe-test/1.0", "{line}");
+        assert_eq!(line["identity"], "anonymous", "{line}");
+        assert_eq!(line["trace_id"], "conn-trace-7", "{line}");
+        assert_eq!(line["level"], "INFO", "{line}");
+        assert!(line["duration_us"].is_u64(), "{line}");
+    }
+    let expect = |id: Value, method: &str, outcome: &str, code: Option<i64>| {
+        let line = line_of(&lines, &id);
+        assert_eq!(line["method"], method, "{line}");
+        assert_eq!(line["outcome"], outcome, "{line}");
+        assert_eq!(line.get("code").and_then(Value::as_i64), code, "{line}");
+    };
+    expect(json!("init"), "initialize", "ok", None);
+    expect(json!("echo-1"), "tools/call", "ok", None);
+    expect(json!(77), "no/such/method", "error", Some(-32601));
+    expect(json!("slow"), "tools/call", "timed_out", Some(-32001));
+    expect(json!("cancel-me"), "tools/call", "cancelled", None);
+    expect(json!("b1"), "ping", "ok", None);
+    expect(json!("b2"), "tools/call", "ok", None);
+    assert_eq!(
+        params_of(line_of(&lines, &json!("echo-1"))),
+        json!({"name": "echo", "arguments": {"text": "hello"}})
+    );
+    assert_eq!(line_of(&lines, &json!("b1"))["params"], "-", "no params");
+    // The timed-out call ran for its 50 ms timeout at least.
+    let slow_us = line_of(&lines, &json!("slow"))["duration_us"]
+        .as_u64()
+        .expect("duration");
+    assert!(slow_us >= 50_000, "{slow_us}");
+}
+
+#[tokio::test]
+async fn params_are_redacted_at_any_depth_and_cut() {
+    let server = spawn(
+        "redaction",
+        "json",
+        "info",
+        "access_params_max_bytes = 200\n",
+    );
+    let mut client = client_with(&server.url(), &[]).await;
+    // `tools/call`: params parsed by the decoder, written back redacted.
+    let call = client
+        .request_with_id(
+            json!("call"),
+            "tools/call",
+            json!({"name": "echo",
+                   "arguments": {"text": "visible", "password": "hunter2-call"},
+                   "_meta": {"progressToken": "tok-1"}}),
+        )
+        .await;
+    assert_result(&call, &json!("call"));
+    // Raw params (any other method), nested in objects and arrays.
+    let ping = client
+        .request_with_id(
+            json!("raw"),
+            "ping",
+            json!({"deep": {"list": [{"clientSecret": "s3cr3t-raw", "keep": 1}],
+                            "Authorization": {"bearer": "abc-raw"}},
+                   "user": "alice"}),
+        )
+        .await;
+    assert_result(&ping, &json!("raw"));
+    let long = client
+        .request_with_id(json!("long"), "ping", json!({"text": "x".repeat(5000)}))
+        .await;
+    assert_result(&long, &json!("long"));
+    client.expect_nothing_pending().await;
+
+    let lines = server.wait_access_lines(5);
+    assert_eq!(
+        params_of(line_of(&lines, &json!("call"))),
+        json!({"name": "echo",
+               "arguments": {"text": "visible", "password": "[redacted]"},
+               "_meta": {"progressToken": "[redacted]"}})
+    );
+    assert_eq!(
+        params_of(line_of(&lines, &json!("raw"))),
+        json!({"deep": {"list": [{"clientSecret": "[redacted]", "keep": 1}],
+                        "Authorization": "[redacted]"},
+               "user": "alice"})
+    );
+    let cut = line_of(&lines, &json!("long"))["params"]
+        .as_str()
+        .expect("params")
+        .to_owned();
+    assert!(cut.starts_with("{\"text\":\"xxx"), "{cut}");
+    assert!(
+        cut.ends_with('…') && cut.len() <= 200 + '…'.len_utf8(),
+        "{cut}"
+    );
+    // The secrets are nowhere in the log, not even in other lines.
+    let log = server.process.stderr_text();
+    for secret in ["hunter2-call", "s3cr3t-raw", "abc-raw", "tok-1"] {
+        assert!(!log.contains(secret), "{secret} leaked into the log");
+    }
+    assert!(log.contains("visible"), "the rest of the params is logged");
+}
+
+#[tokio::test]
+async fn trace_ids_come_from_the_upgrade_then_the_request() {
+    let server = spawn("traces", "json", "info,mcp_ws=debug", "");
+    let upgrade_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let own_trace = "0af7651916cd43dd8448eb211c80319c";
+    let call_trace = "d4cda95b652f4a1592b449d5929fda1b";
+    // traceparent wins over X-Trace-Id.
+    let mut from_traceparent = client_with(
+        &server.url(),
+        &[
+            ("traceparent", &traceparent(upgrade_trace)),
+            ("x-trace-id", "ignored-id"),
+        ],
+    )
+    .await;
+    from_traceparent
+        .request_with_id(json!("tp-plain"), "ping", json!({}))
+        .await;
+    from_traceparent
+        .request_with_id(
+            json!("tp-own"),
+            "ping",
+            json!({"_meta": {"traceparent": traceparent(own_trace)}}),
+        )
+        .await;
+    let call = from_traceparent
+        .request_with_id(
+            json!("tp-call"),
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "t"},
+                   "_meta": {"traceparent": traceparent(call_trace)}}),
+        )
+        .await;
+    assert_result(&call, &json!("tp-call"));
+    // An invalid traceparent is ignored: X-Trace-Id is next.
+    let mut from_header = client_with(
+        &server.url(),
+        &[
+            (
+                "traceparent",
+                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            ),
+            ("x-trace-id", "req-abc.1"),
+        ],
+    )
+    .await;
+    from_header
+        .request_with_id(json!("hdr"), "ping", json!({}))
+        .await;
+    // Nothing: made up, one per connection.
+    let mut anonymous_a = client_with(&server.url(), &[]).await;
+    anonymous_a
+        .request_with_id(json!("a1"), "ping", json!({}))
+        .await;
+    anonymous_a
+        .request_with_id(json!("a2"), "ping", json!({}))
+        .await;
+    let mut anonymous_b = client_with(&server.url(), &[]).await;
+    anonymous_b
+        .request_with_id(json!("b1"), "ping", json!({}))
+        .await;
+    anonymous_b.expect_nothing_pending().await;
+
+    // 4 initialize, 7 requests, the barrier.
+    let lines = server.wait_access_lines(12);
+    let trace = |id: &str| {
+        line_of(&lines, &json!(id))["trace_id"]
+            .as_str()
+            .expect("trace")
+            .to_owned()
+    };
+    assert_eq!(trace("tp-plain"), upgrade_trace);
+    assert_eq!(trace("tp-own"), own_trace);
+    assert_eq!(trace("tp-call"), call_trace);
+    assert_eq!(trace("hdr"), "req-abc.1");
+    let made_up = trace("a1");
+    assert!(
+        made_up.len() == 32 && made_up.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{made_up}"
+    );
+    assert_eq!(trace("a2"), made_up, "one id per connection");
+    assert_ne!(trace("b1"), made_up, "another connection, another id");
+
+    // Every line logged inside a request's spans carries the request's trace id: the
+    // `request` span on each, and the `worker` span on the worker's.
+    let json_lines = server.json_lines();
+    let in_request = |id: &str| -> Vec<Value> {
+        let id = json!(id).to_string();
+        json_lines
+            .iter()
+            .filter(|line| {
+                line["spans"].as_array().is_some_and(|spans| {
+                    spans
+                        .iter()
+                        .any(|s| s["name"] == "request" && s["id"] == id.as_str())
+                })
+            })
+            .cloned()
+            .collect()
+    };
+    for (id, expected) in [
+        ("tp-own", own_trace),
+        ("tp-call", call_trace),
+        ("tp-plain", upgrade_trace),
+    ] {
+        let logged = in_request(id);
+        assert!(!logged.is_empty(), "no debug line inside request {id}");
+        for line in &logged {
+            for span in line["spans"].as_array().expect("spans") {
+                assert_eq!(span["trace"], expected, "{id}: {line}");
+            }
+        }
+    }
+    let worker_lines = in_request("tp-call")
+        .iter()
+        .filter(|line| line["span"]["name"] == "worker")
+        .count();
+    assert!(worker_lines > 0, "the worker logs inside its span");
+}
+
+#[tokio::test]
+async fn the_access_log_can_be_filtered_out_and_is_written_as_text_too() {
+    let quiet = spawn("off", "json", "info,mcp_ws::access=off", "");
+    let mut client = client_with(&quiet.url(), &[]).await;
+    client.request_with_id(json!("p"), "ping", json!({})).await;
+    client.expect_nothing_pending().await;
+    // The session's own info line is there (the log works), the access lines are not.
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while !quiet.process.stderr_text().contains("session initialized") {
+        assert!(Instant::now() < deadline, "{}", quiet.process.stderr_text());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(quiet.access_lines().is_empty());
+
+    let text = spawn("text", "text", "info", "");
+    let mut client = client_with(&text.url(), &[("x-trace-id", "text-trace")]).await;
+    client.request_with_id(json!("t1"), "ping", json!({})).await;
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let log = text.process.stderr_text();
+        if let Some(line) = log
+            .lines()
+            .find(|l| l.contains("mcp_ws::access") && l.contains("\"t1\""))
+        {
+            assert!(line.contains("method=ping"), "{line}");
+            assert!(line.contains("trace_id=text-trace"), "{line}");
+            assert!(line.contains("outcome=\"ok\""), "{line}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no text access line:\n{log}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A tool that answers with its context's trace id.
+async fn trace_of(_args: NoArgs, ctx: mcp_ws::RequestContext) -> Result<String, mcp_ws::ToolError> {
+    Ok(ctx.trace_id().to_owned())
+}
+
+#[tokio::test]
+async fn the_tool_context_sees_the_request_trace_id() {
+    let server = start_with(settings(), |b| {
+        b.tool(mcp_ws::Tool::new(
+            "trace_of",
+            "Answers its trace id",
+            trace_of,
+        ))
+    });
+    let upgrade_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let own_trace = "0af7651916cd43dd8448eb211c80319c";
+    let mut client = client_with(
+        &server.url(),
+        &[("traceparent", &traceparent(upgrade_trace))],
+    )
+    .await;
+    let plain = client.call_tool("trace_of", json!({})).await;
+    assert_eq!(
+        plain["result"]["content"][0]["text"], upgrade_trace,
+        "{plain}"
+    );
+    let own = client
+        .request(
+            "tools/call",
+            json!({"name": "trace_of", "arguments": {},
+                   "_meta": {"traceparent": traceparent(own_trace)}}),
+        )
+        .await;
+    assert_eq!(own["result"]["content"][0]["text"], own_trace, "{own}");
+}

@@ -1,0 +1,215 @@
+//! Configuration and command line:
+//!
+//! - `config/default.toml` parses to exactly the built-in defaults, sets every setting, and
+//!   documents every key with a comment line directly above it.
+//! - The binary serves on the address of the file given with `--config`; `MCP_WS_LISTEN`
+//!   overrides the file, and `--listen` overrides `MCP_WS_LISTEN`.
+//! - An invalid configuration (unknown key, zero limit, unreadable file, bad address) makes
+//!   the binary exit with code 2 and a message on stderr naming the problem.
+//! - `GET /healthz` answers 200 with the body `ok`.
+
+use crate::support::http::http_get;
+use crate::support::process::ServerProcess;
+
+use mcp_ws::Settings;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+
+const DEFAULT_TOML: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml");
+
+fn default_toml_text() -> String {
+    std::fs::read_to_string(DEFAULT_TOML).expect("config/default.toml is readable")
+}
+
+#[test]
+fn default_toml_equals_the_builtin_defaults() {
+    let from_file = Settings::from_file(Path::new(DEFAULT_TOML)).expect("default.toml is valid");
+    assert_eq!(from_file, Settings::default());
+}
+
+#[test]
+fn every_key_in_default_toml_has_a_comment_line_above_it() {
+    let text = default_toml_text();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut keys = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('[') {
+            continue;
+        }
+        assert!(line.contains('='), "line {}: not a key: {line:?}", i + 1);
+        keys += 1;
+        let above = if i == 0 { "" } else { lines[i - 1].trim() };
+        assert!(
+            above.starts_with('#'),
+            "line {}: `{line}` has no comment line directly above it",
+            i + 1
+        );
+    }
+    assert!(keys >= 17, "found only {keys} keys");
+}
+
+/// The field names serde expects in a table, read from its unknown-field error (the
+/// settings types deny unknown fields and derive no Serialize to list them otherwise).
+fn expected_fields(section: Option<&str>) -> Vec<String> {
+    let toml = match section {
+        Some(section) => format!("[{section}]\nno_such_setting = 1\n"),
+        None => "no_such_setting = 1\n".to_owned(),
+    };
+    let error = toml::from_str::<Settings>(&toml)
+        .expect_err("unknown fields are rejected")
+        .to_string();
+    let (_, expected) = error
+        .split_once("expected")
+        .unwrap_or_else(|| panic!("error lists the expected fields: {error}"));
+    let fields: Vec<String> = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    assert!(!fields.is_empty(), "no fields in: {error}");
+    fields
+}
+
+/// The settings a section of default.toml shows as a commented-out example (`# key = …`):
+/// those whose default is "unset", which TOML cannot spell.
+fn commented_examples(text: &str, section: &str) -> Vec<String> {
+    let header = format!("[{section}]");
+    text.lines()
+        .skip_while(|line| line.trim() != header)
+        .skip(1)
+        .take_while(|line| !line.starts_with('['))
+        .filter_map(|line| line.strip_prefix("# ")?.split_once(" = "))
+        .map(|(key, _)| key.to_owned())
+        .collect()
+}
+
+#[test]
+fn default_toml_sets_every_setting() {
+    let text = default_toml_text();
+    let table: toml::Table = text.parse().expect("valid TOML");
+    for section in expected_fields(None) {
+        let entries = table
+            .get(&section)
+            .and_then(toml::Value::as_table)
+            .unwrap_or_else(|| panic!("default.toml has no [{section}] table"));
+        let examples = commented_examples(&text, &section);
+        for field in expected_fields(Some(&section)) {
+            assert!(
+                entries.contains_key(&field) || examples.contains(&field),
+                "default.toml neither sets nor shows {section}.{field}"
+            );
+        }
+    }
+}
+
+// ---- the binary -------------------------------------------------------------------------
+
+/// Distinct loopback addresses that were free a moment ago (bound together, then released).
+fn free_addrs<const N: usize>() -> [SocketAddr; N] {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"))
+        .collect();
+    std::array::from_fn(|i| listeners[i].local_addr().expect("local addr"))
+}
+
+/// Writes a config file under the target's scratch directory.
+fn write_config(name: &str, text: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("config_cli-{name}-{}.toml", std::process::id()));
+    std::fs::write(&path, text).expect("write the config file");
+    path
+}
+
+fn config_listening_on(addr: SocketAddr) -> String {
+    format!("[server]\nlisten = \"{addr}\"\nworkers = 1\n")
+}
+
+async fn assert_healthz(addr: SocketAddr) {
+    let (status, body) = http_get(addr, "/healthz").await;
+    assert_eq!(status, 200, "GET /healthz on {addr}");
+    assert_eq!(body.trim_end(), "ok", "body {body:?}");
+}
+
+#[tokio::test]
+async fn binary_serves_on_the_config_file_address() {
+    let [addr] = free_addrs();
+    let config = write_config("file-address", &config_listening_on(addr));
+    let process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8 path")], &[]);
+    assert_eq!(process.wait_listening(), addr, "bound the file's address");
+    assert_healthz(addr).await;
+}
+
+#[tokio::test]
+async fn env_overrides_the_file_and_the_flag_overrides_env() {
+    let [file_addr, env_addr, flag_addr] = free_addrs();
+    let config = write_config("overrides", &config_listening_on(file_addr));
+    let config = config.to_str().expect("utf-8 path");
+    let env_listen = env_addr.to_string();
+
+    let process = ServerProcess::spawn(
+        &["--config", config],
+        &[("MCP_WS_LISTEN", env_listen.as_str())],
+    );
+    assert_eq!(process.wait_listening(), env_addr, "MCP_WS_LISTEN wins");
+    assert_healthz(env_addr).await;
+    drop(process);
+
+    let process = ServerProcess::spawn(
+        &["--config", config, "--listen", &flag_addr.to_string()],
+        &[("MCP_WS_LISTEN", env_listen.as_str())],
+    );
+    assert_eq!(process.wait_listening(), flag_addr, "--listen wins");
+    assert_healthz(flag_addr).await;
+}
+
+/// Runs the binary expecting it to refuse to start: exit code 2, `needle` on stderr.
+fn assert_refuses_to_start(args: &[&str], env: &[(&str, &str)], needle: &str) {
+    let mut process = ServerProcess::spawn(args, env);
+    let (status, stderr) = process.wait_exit();
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "exit status {status:?}; stderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains(needle),
+        "stderr does not name the problem ({needle:?}):\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("listening"),
+        "it must not start serving:\n{stderr}"
+    );
+}
+
+#[test]
+fn invalid_config_exits_2_naming_the_problem() {
+    let unknown = write_config(
+        "unknown-key",
+        "[server]\nlisten = \"127.0.0.1:0\"\nlisten_adress = \"127.0.0.1:1\"\n",
+    );
+    assert_refuses_to_start(
+        &["--config", unknown.to_str().expect("utf-8 path")],
+        &[],
+        "listen_adress",
+    );
+
+    let zero = write_config("zero-batch", "[limits]\nmax_batch_len = 0\n");
+    assert_refuses_to_start(
+        &["--config", zero.to_str().expect("utf-8 path")],
+        &[],
+        "limits.max_batch_len must be greater than 0",
+    );
+
+    // The file named by MCP_WS_CONFIG is read too, and a missing one is an error.
+    let missing = Path::new(env!("CARGO_TARGET_TMPDIR")).join("config_cli-no-such-file.toml");
+    let missing = missing.to_str().expect("utf-8 path");
+    assert_refuses_to_start(
+        &[],
+        &[("MCP_WS_CONFIG", missing)],
+        "cannot read config file",
+    );
+
+    assert_refuses_to_start(&["--listen", "not-an-address"], &[], "not-an-address");
+}

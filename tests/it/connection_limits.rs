@@ -1,0 +1,272 @@
+//! Session limits per client, each refused before the upgrade (or before an HTTP session is
+//! made) with its own status, counted in `/metrics`, and lifted when a session ends:
+//!
+//! - `server.max_sessions_per_ip`: a client IP address over it gets 429 with `Retry-After`;
+//!   WebSocket and HTTP sessions count together; other addresses are still served, and the
+//!   address's own sessions go on; when one ends, the address may open another.
+//! - A WebSocket session waiting for a reconnect keeps its place, and resuming it takes
+//!   none (a resume is never refused for the limit its own session holds).
+//! - `server.max_sessions_per_identity`: an authenticated identity over it gets 429; other
+//!   identities and anonymous clients (counted per IP only) are still served.
+//! - `server.max_sessions` (all sessions): 503 with `Retry-After: 1`, counted.
+
+use crate::support::http::{metric, wait_metric};
+use crate::support::ws::Ws;
+use crate::support::*;
+
+use mcp_ws::config::ApiKeySettings;
+use mcp_ws::{RunningServer, Settings};
+use serde_json::{json, Value};
+use std::net::{IpAddr, SocketAddr};
+use tokio::net::TcpSocket;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::MaybeTlsStream;
+
+const HERE: [u8; 4] = [127, 0, 0, 1];
+const ELSEWHERE: [u8; 4] = [127, 0, 0, 2];
+
+/// `expect_err` for upgrades (a `Client` has no `Debug`).
+trait Refusing {
+    fn refused(self, why: &str) -> Refused;
+}
+
+impl Refusing for Result<Client, Refused> {
+    fn refused(self, why: &str) -> Refused {
+        match self {
+            Ok(_) => panic!("expected a refusal: {why}"),
+            Err(refused) => refused,
+        }
+    }
+}
+
+/// A refused upgrade: status, `Retry-After`, JSON-RPC error message.
+#[derive(Debug)]
+struct Refused {
+    status: u16,
+    retry_after: Option<String>,
+    message: String,
+}
+
+/// Upgrades from the loopback address `from`, with extra headers.
+async fn upgrade_from(
+    server: &RunningServer,
+    from: [u8; 4],
+    headers: &[(&'static str, &str)],
+) -> Result<Client, Refused> {
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(SocketAddr::from((from, 0)))
+        .expect("bind a loopback source address");
+    let stream = socket.connect(server.addr()).await.expect("connect");
+    let mut request = server.url().into_client_request().expect("request");
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", HeaderValue::from_static("mcp"));
+    for (name, value) in headers {
+        request
+            .headers_mut()
+            .insert(*name, HeaderValue::from_str(value).expect("value"));
+    }
+    match tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(stream)).await {
+        Ok((ws, _)) => Ok(Client::from_ws(ws)),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            let body: Value = response
+                .body()
+                .as_deref()
+                .and_then(|b| serde_json::from_slice(b).ok())
+                .unwrap_or(Value::Null);
+            Err(Refused {
+                status: response.status().as_u16(),
+                retry_after: response
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+                message: body["error"]["message"].as_str().unwrap_or("").to_owned(),
+            })
+        }
+        Err(other) => panic!("unexpected connect error: {other}"),
+    }
+}
+
+/// An initialized session from `from`; returns it and its resume id.
+async fn session_from(
+    server: &RunningServer,
+    from: [u8; 4],
+    headers: &[(&'static str, &str)],
+) -> (Client, String) {
+    let mut client = upgrade_from(server, from, headers)
+        .await
+        .unwrap_or_else(|refused| panic!("admitted: {refused:?}"));
+    let init = client
+        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+        .await;
+    let id = assert_result(&init, &json!(0))["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+    (client, id)
+}
+
+async fn assert_pings(client: &mut Client) {
+    let pong = client.request("ping", json!({})).await;
+    assert_eq!(pong["result"], json!({}), "{pong}");
+}
+
+/// Ends a session the way a client that is done does (close 1000). The socket is returned
+/// for the caller to keep until the server has seen the close: dropping it at once could
+/// reset the connection before the close frame is read, and a reset is a drop, not an end.
+async fn close(client: Client) -> Ws {
+    let mut ws = client.ws;
+    ws.close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "done".into(),
+    }))
+    .await
+    .expect("close");
+    ws
+}
+
+fn assert_limit(refused: &Refused, what: &str, limit: usize) {
+    assert_eq!(refused.status, 429, "{refused:?}");
+    assert_eq!(refused.retry_after.as_deref(), Some("5"), "{refused:?}");
+    assert_eq!(
+        refused.message,
+        format!("Too many sessions from this {what}: the limit is {limit}")
+    );
+}
+
+/// A Streamable HTTP `initialize` from `from`: the status.
+async fn http_initialize_from(server: &RunningServer, from: [u8; 4]) -> u16 {
+    let client = reqwest::Client::builder()
+        .local_address(IpAddr::from(from))
+        .build()
+        .expect("client");
+    let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+        "params": initialize_params("2025-11-25")});
+    client
+        .post(format!("http://{}/mcp", server.addr()))
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST")
+        .status()
+        .as_u16()
+}
+
+fn per_ip(limit: usize) -> Settings {
+    let mut s = settings();
+    s.server.max_sessions_per_ip = limit;
+    s
+}
+
+#[tokio::test]
+async fn sessions_per_ip_are_limited_and_a_place_comes_back_when_a_session_ends() {
+    let server = start(per_ip(2));
+    let (mut first, _) = session_from(&server, HERE, &[]).await;
+    assert_eq!(
+        http_initialize_from(&server, HERE).await,
+        200,
+        "HTTP counts"
+    );
+    let refused = upgrade_from(&server, HERE, &[])
+        .await
+        .refused("a third session");
+    assert_limit(&refused, "IP address", 2);
+    assert_eq!(http_initialize_from(&server, HERE).await, 429);
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"ip_limit\"}").await,
+        2
+    );
+    assert_eq!(metric(&server, "mcp_sessions").await, 2, "nothing opened");
+    // Another address is served, and this address's sessions go on.
+    let (mut elsewhere, _) = session_from(&server, ELSEWHERE, &[]).await;
+    assert_pings(&mut elsewhere).await;
+    assert_pings(&mut first).await;
+    // When a session ends, its place comes back.
+    let _closed = close(first).await;
+    wait_metric(&server, "mcp_sessions", 2).await;
+    let (mut again, _) = session_from(&server, HERE, &[]).await;
+    assert_pings(&mut again).await;
+}
+
+#[tokio::test]
+async fn a_session_waiting_for_a_reconnect_keeps_its_place_and_resumes_past_the_limit() {
+    let server = start(per_ip(1));
+    let (client, id) = session_from(&server, HERE, &[]).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    let refused = upgrade_from(&server, HERE, &[])
+        .await
+        .refused("its place is still held");
+    assert_limit(&refused, "IP address", 1);
+    let mut resumed = upgrade_from(&server, HERE, &[("Mcp-Session-Id", &id)])
+        .await
+        .expect("a resume takes no new place");
+    assert_pings(&mut resumed).await;
+    assert_eq!(metric(&server, "mcp_sessions").await, 1);
+    let _closed = close(resumed).await;
+    wait_metric(&server, "mcp_sessions", 0).await;
+    session_from(&server, HERE, &[]).await;
+}
+
+#[tokio::test]
+async fn sessions_per_identity_are_limited_for_authenticated_clients_only() {
+    let key = |name: &str, key: &str| ApiKeySettings {
+        name: name.into(),
+        sha256: ring::digest::digest(&ring::digest::SHA256, key.as_bytes())
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+        scopes: vec![],
+    };
+    let mut s = settings();
+    s.server.max_sessions_per_identity = 1;
+    s.auth.api_keys = vec![key("alice", "alice-key"), key("bob", "bob-key")];
+    let server = start(s);
+    let alice = [("Authorization", "Bearer alice-key")];
+    let (first, _) = session_from(&server, HERE, &alice).await;
+    // The limit follows the identity, whatever the address.
+    let refused = upgrade_from(&server, ELSEWHERE, &alice)
+        .await
+        .refused("a second session of alice");
+    assert_limit(&refused, "identity", 1);
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"identity_limit\"}").await,
+        1
+    );
+    let (mut bob, _) = session_from(&server, HERE, &[("Authorization", "Bearer bob-key")]).await;
+    assert_pings(&mut bob).await;
+    let (mut anonymous_1, _) = session_from(&server, HERE, &[]).await;
+    let (mut anonymous_2, _) = session_from(&server, HERE, &[]).await;
+    assert_pings(&mut anonymous_1).await;
+    assert_pings(&mut anonymous_2).await;
+    let _closed = close(first).await;
+    wait_metric(&server, "mcp_sessions", 3).await;
+    let (mut again, _) = session_from(&server, ELSEWHERE, &alice).await;
+    assert_pings(&mut again).await;
+}
+
+#[tokio::test]
+async fn the_global_cap_is_503_with_retry_after_and_counted() {
+    let mut s = settings();
+    s.server.max_sessions = 1;
+    let server = start(s);
+    let (first, _) = session_from(&server, HERE, &[]).await;
+    let refused = upgrade_from(&server, ELSEWHERE, &[]).await.refused("full");
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.retry_after.as_deref(), Some("1"));
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"session_cap\"}").await,
+        1
+    );
+    let _closed = close(first).await;
+    wait_metric(&server, "mcp_sessions", 0).await;
+    session_from(&server, ELSEWHERE, &[]).await;
+}

@@ -1,0 +1,281 @@
+//! De-duplication of retries with the in-memory store (the default), over real sockets:
+//! - a `tools/call` with `params._meta.idempotencyKey` sent again with the same params, on a
+//!   new connection, gets the stored response with the retry's own id; the tool ran once;
+//! - the same key with other params is refused with -32019 (`scope: idempotencyKey`), and
+//!   nothing runs;
+//! - a duplicate sent while the first still runs joins it: both get its response, one run;
+//! - a request that ends without a result (cancelled) frees its key: the retry runs;
+//! - two connections that each send id 1 with equal params and no key are two calls: both run;
+//! - within a session, a finished request's id sent again gets the stored response (one
+//!   run), with other params -32019 (`scope: requestId`); so does a retry on a resumed
+//!   WebSocket session;
+//! - with `dedup.enabled = false`, every retry runs.
+
+use crate::support::http::{metric, wait_metric};
+use crate::support::*;
+use mcp_ws::model::CallToolResult;
+use mcp_ws::tool::{Arguments, ToolFuture, ToolHandler};
+use mcp_ws::{RequestContext, RunningServer, Settings, Tool, ToolError};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+
+/// `count {text}` answers `run N: text`, N its own run number; `count_held` does the same
+/// once the test opens its gate.
+struct Count {
+    runs: Arc<AtomicUsize>,
+    gate: Option<Arc<Semaphore>>,
+}
+
+impl ToolHandler for Count {
+    fn call(&self, arguments: Arguments, _ctx: RequestContext) -> ToolFuture {
+        let run = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            let args: Value = arguments.parse()?;
+            if let Some(gate) = gate {
+                let _permit = gate
+                    .acquire()
+                    .await
+                    .map_err(|_| ToolError::Failed("gate closed".into()))?;
+            }
+            Ok(CallToolResult::text(format!("run {run}: {}", args["text"])))
+        })
+    }
+}
+
+struct Counted {
+    server: RunningServer,
+    runs: Arc<AtomicUsize>,
+    gate: Arc<Semaphore>,
+}
+
+fn start_counting(settings: Settings) -> Counted {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Semaphore::new(0));
+    let schema = json!({"type": "object"});
+    let count = Tool::from_handler(
+        "count",
+        "Counts its runs.",
+        schema.clone(),
+        Count {
+            runs: runs.clone(),
+            gate: None,
+        },
+    );
+    let held = Tool::from_handler(
+        "count_held",
+        "Counts its runs, and answers when the test opens the gate.",
+        schema,
+        Count {
+            runs: runs.clone(),
+            gate: Some(gate.clone()),
+        },
+    );
+    let server = start_with(settings, |b| b.tool(count).tool(held));
+    Counted { server, runs, gate }
+}
+
+fn keyed_call(id: Value, tool: &str, text: &str, key: &str) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+        "name": tool, "arguments": {"text": text}, "_meta": {"idempotencyKey": key}}})
+}
+
+fn plain_call(id: Value, text: &str) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+        "name": "count", "arguments": {"text": text}}})
+}
+
+#[tokio::test]
+async fn a_retry_with_the_same_key_on_a_new_connection_gets_the_stored_response_with_its_own_id() {
+    let counted = start_counting(settings());
+    let mut first = Client::initialized(&counted.server).await;
+    let answer = first
+        .send_request(keyed_call(json!(1), "count", "a", "k-1"))
+        .await;
+    assert_eq!(result_text(&answer, &json!(1)), "run 1: \"a\"");
+    drop(first);
+
+    let mut retry = Client::initialized(&counted.server).await;
+    // Another id, and the same params spelled differently: still the same request.
+    let again = json!({"jsonrpc":"2.0","id":"retry","method":"tools/call","params":{
+        "_meta": {"idempotencyKey": "k-1", "progressToken": 5},
+        "arguments": {"text": "\u{61}"}, "name": "count"}});
+    let answer = retry.send_request(again).await;
+    assert_eq!(result_text(&answer, &json!("retry")), "run 1: \"a\"");
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 1, "the tool ran once");
+    assert_eq!(metric(&counted.server, "mcp_dedup_hits_total").await, 1);
+    assert_eq!(
+        metric(&counted.server, "mcp_idempotent_runs_total").await,
+        1
+    );
+    retry.expect_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn the_same_key_with_other_params_is_refused_and_runs_nothing() {
+    let counted = start_counting(settings());
+    let mut client = Client::initialized(&counted.server).await;
+    client
+        .send_request(keyed_call(json!(1), "count", "a", "k"))
+        .await;
+    let refused = client
+        .send_request(keyed_call(json!(2), "count", "b", "k"))
+        .await;
+    let error = assert_error(&refused, &json!(2), -32019);
+    assert_eq!(error["data"], json!({"scope": "idempotencyKey"}));
+    let other_tool = client
+        .send_request(keyed_call(json!(3), "count_held", "a", "k"))
+        .await;
+    assert_error(&other_tool, &json!(3), -32019);
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        metric(&counted.server, "mcp_dedup_conflicts_total").await,
+        2
+    );
+    // Another key runs, and the session goes on.
+    let other = client
+        .send_request(keyed_call(json!(4), "count", "b", "k2"))
+        .await;
+    assert_eq!(result_text(&other, &json!(4)), "run 2: \"b\"");
+}
+
+#[tokio::test]
+async fn a_concurrent_duplicate_joins_the_running_request() {
+    let counted = start_counting(settings());
+    let mut first = Client::initialized(&counted.server).await;
+    let mut second = Client::initialized(&counted.server).await;
+    first
+        .send_json(keyed_call(json!(1), "count_held", "x", "join"))
+        .await;
+    wait_metric(&counted.server, "mcp_idempotent_runs_total", 1).await;
+    second
+        .send_json(keyed_call(json!(2), "count_held", "x", "join"))
+        .await;
+    // Both are in workers; only the first runs the tool.
+    wait_metric(&counted.server, "mcp_workers", 2).await;
+    counted.gate.add_permits(1);
+    let a = first.recv_response(&json!(1)).await;
+    let b = second.recv_response(&json!(2)).await;
+    assert_eq!(result_text(&a, &json!(1)), "run 1: \"x\"");
+    assert_eq!(result_text(&b, &json!(2)), "run 1: \"x\"");
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(metric(&counted.server, "mcp_dedup_hits_total").await, 1);
+}
+
+#[tokio::test]
+async fn a_request_that_ends_without_a_result_frees_its_key() {
+    let counted = start_counting(settings());
+    let mut client = Client::initialized(&counted.server).await;
+    client
+        .send_json(keyed_call(json!(1), "count_held", "x", "freed"))
+        .await;
+    wait_metric(&counted.server, "mcp_pool_running", 1).await;
+    client
+        .send_json(
+            json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}),
+        )
+        .await;
+    wait_metric(&counted.server, "mcp_pool_running", 0).await;
+    counted.gate.add_permits(1);
+    let retry = client
+        .send_request(keyed_call(json!(2), "count_held", "x", "freed"))
+        .await;
+    assert_eq!(result_text(&retry, &json!(2)), "run 2: \"x\"");
+    assert_eq!(metric(&counted.server, "mcp_dedup_hits_total").await, 0);
+}
+
+#[tokio::test]
+async fn two_connections_sending_id_1_with_equal_params_and_no_key_both_run() {
+    let counted = start_counting(settings());
+    for run in 1..=2 {
+        let mut client = Client::initialized(&counted.server).await;
+        let answer = client.send_request(plain_call(json!(1), "same")).await;
+        assert_eq!(
+            result_text(&answer, &json!(1)),
+            format!("run {run}: \"same\"")
+        );
+    }
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(metric(&counted.server, "mcp_dedup_hits_total").await, 0);
+}
+
+#[tokio::test]
+async fn a_finished_id_sent_again_in_the_session_gets_the_stored_response() {
+    let counted = start_counting(settings());
+    let mut client = Client::initialized(&counted.server).await;
+    let first = client.send_request(plain_call(json!(7), "a")).await;
+    assert_eq!(result_text(&first, &json!(7)), "run 1: \"a\"");
+    let again = client.send_request(plain_call(json!(7), "a")).await;
+    assert_eq!(again, first, "the same response, byte for byte");
+    let other = client.send_request(plain_call(json!(7), "b")).await;
+    let error = assert_error(&other, &json!(7), -32019);
+    assert_eq!(error["data"], json!({"scope": "requestId"}));
+    // In a batch too.
+    client
+        .send_json(json!([
+            plain_call(json!(7), "a"),
+            plain_call(json!(8), "c")
+        ]))
+        .await;
+    let batch = client.recv().await;
+    let texts: Vec<String> = batch
+        .as_array()
+        .expect("a batch answer")
+        .iter()
+        .map(|r| result_text(r, &r["id"]))
+        .collect();
+    assert!(texts.contains(&"run 1: \"a\"".to_owned()), "{texts:?}");
+    assert!(texts.contains(&"run 2: \"c\"".to_owned()), "{texts:?}");
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(metric(&counted.server, "mcp_dedup_hits_total").await, 2);
+}
+
+#[tokio::test]
+async fn a_retry_on_a_resumed_websocket_session_gets_the_stored_response() {
+    let counted = start_counting(settings());
+    let mut client = Client::connect(&counted.server).await;
+    let init = client
+        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+        .await;
+    let session = assert_result(&init, &json!(0))["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_owned();
+    let first = client.send_request(plain_call(json!("t"), "a")).await;
+    drop(client); // the socket drops without a close: the session waits for a reconnect
+    wait_metric(&counted.server, "mcp_parked_sessions", 1).await;
+
+    let mut request = counted.server.url().into_client_request().expect("request");
+    request.headers_mut().insert(
+        "Mcp-Session-Id",
+        HeaderValue::from_str(&session).expect("header"),
+    );
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("the session resumes");
+    let mut client = Client::from_ws(ws);
+    let again = client.send_request(plain_call(json!("t"), "a")).await;
+    assert_eq!(again, first);
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 1);
+    client.expect_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn with_dedup_off_every_retry_runs() {
+    let mut s = settings();
+    s.dedup.enabled = false;
+    let counted = start_counting(s);
+    let mut client = Client::initialized(&counted.server).await;
+    client
+        .send_request(keyed_call(json!(1), "count", "a", "k"))
+        .await;
+    let again = client
+        .send_request(keyed_call(json!(1), "count", "a", "k"))
+        .await;
+    assert_eq!(result_text(&again, &json!(1)), "run 2: \"a\"");
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 2);
+}

@@ -1,0 +1,106 @@
+//! Interop with the official Python MCP SDK: `tests/interop/client.py` (`mcp[ws]` 1.30.0, a
+//! `ClientSession`) reports every one of the checks in `tests/it/support/interop.rs` passed
+//! against the real server, the same checks as the TypeScript client's, and the server
+//! provokes no client-side protocol error (the SDK's warnings and errors, printed as
+//! `[client error]` on the client's stderr), over each transport:
+//! `mcp.client.websocket.websocket_client`, and `mcp.client.streamable_http.streamable_http_client`
+//! (a 2025-11-25 session with `Mcp-Session-Id`), where the list changes and resource updates
+//! arrive on the session's `GET` stream and `DELETE` ends the session (its id is then 404).
+//!
+//! The client answers the server's own requests from inside a tool (roots, sampling and
+//! elicitation callbacks), hears `notifications/{tools,resources,prompts}/list_changed` when the
+//! server's owner changes the registry while it is connected and idle, and
+//! `notifications/resources/updated` for the resources it subscribed to and no others. A server
+//! that sends a notification late, never or to the wrong client fails the client-side check, so
+//! this test fails.
+//!
+//! Needs Python 3.10+ with `venv` and `pip` (Debian: `python3-venv`); `python3` on PATH, or the
+//! interpreter named by `MCP_WS_PYTHON`. The test creates `tests/interop/.venv` and installs
+//! `tests/interop/requirements.txt` into it when missing or out of date. A machine without
+//! Python fails this test: it is never skipped silently.
+
+use crate::support::interop::{
+    assert_every_check_passed, interop_dir, interop_server, run_client, Transport,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+/// Runs `command` to the end; panics with its output and `hint` if it cannot start or fails.
+fn run_setup_step(command: &mut Command, hint: &str) {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|error| panic!("{hint}: cannot run {command:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{hint}: {command:?} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The venv's interpreter, with `requirements.txt` installed (made once per test binary: its
+/// tests run in parallel, and two would trip over each other making one venv).
+fn ensure_python_env() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(make_python_env)
+}
+
+/// A venv is reused only if it was made from the current `requirements.txt` (a copy is kept in
+/// it once the install succeeded).
+fn make_python_env() -> PathBuf {
+    let dir = interop_dir();
+    let requirements_file = dir.join("requirements.txt");
+    let requirements = std::fs::read_to_string(&requirements_file).expect("requirements.txt");
+    let venv = dir.join(".venv");
+    let python = venv.join("bin").join("python");
+    let stamp = venv.join("installed-requirements.txt");
+    if python.is_file() && std::fs::read_to_string(&stamp).ok() == Some(requirements.clone()) {
+        return python;
+    }
+
+    let base = std::env::var_os("MCP_WS_PYTHON").unwrap_or_else(|| "python3".into());
+    run_setup_step(
+        Command::new(&base)
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv),
+        "this test needs Python 3.10+ with venv and pip (`python3` on PATH or MCP_WS_PYTHON; \
+         Debian: apt-get install python3-venv)",
+    );
+    run_setup_step(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg("-r")
+            .arg(&requirements_file),
+        "installing tests/interop/requirements.txt (mcp[ws]==1.30.0) into tests/interop/.venv",
+    );
+    std::fs::write(&stamp, requirements).expect("write the venv's requirements stamp");
+    python
+}
+
+fn run_checks(transport: Transport) {
+    let python = ensure_python_env();
+    let server = interop_server();
+    let mut client = Command::new(python);
+    client.arg(interop_dir().join("client.py"));
+    let run = run_client(client, &server, transport, "the venv's python");
+    assert_every_check_passed(&run, &transport.expected_checks());
+}
+
+#[test]
+fn python_sdk_client_passes_every_check() {
+    run_checks(Transport::WebSocket);
+}
+
+#[test]
+fn python_sdk_client_passes_every_check_over_streamable_http() {
+    run_checks(Transport::Http);
+}

@@ -1,0 +1,48 @@
+//! The integration tests, one module per feature, in one test binary (one link instead of
+//! one per file; `support` holds what several modules share). Each module starts its own
+//! servers on ephemeral ports, so the modules run side by side on the harness's threads.
+
+mod support;
+
+mod access_log;
+mod auth;
+mod batch;
+mod capabilities;
+mod client_requests;
+mod config_cli;
+mod conformance_fixtures;
+mod conformance_suite;
+mod connection_limits;
+mod decode_memory;
+mod dedup;
+mod fuzz_session;
+mod heartbeat;
+mod http;
+mod interop_py_sdk;
+mod interop_rmcp;
+mod interop_ts_sdk;
+mod jsonrpc_props;
+mod jsonrpc_wire;
+mod lifecycle;
+mod limits;
+mod memory_transport;
+mod modern_http;
+mod modern_mrtr;
+mod modern_ws;
+mod observe_metrics;
+mod origin;
+mod redis_store;
+mod registry_changes;
+mod request_limits;
+mod resource_files;
+mod resources;
+mod resume;
+mod rollout;
+mod shutdown;
+mod signatures;
+mod tasks;
+mod tls;
+mod two_nodes;
+mod versions;
+mod workers;
+mod ws_subprotocol;

@@ -1,0 +1,772 @@
+//! The 2026-07-28 revision over Streamable HTTP, and both eras and both transports against one
+//! server at once. The rules checked, over real HTTP (`reqwest`, SSE read with `sse-stream`)
+//! and real WebSockets:
+//!
+//! - One server serves a handshake-era WebSocket session, 2026 requests over WebSocket and
+//!   2026 POSTs at the same time, each in its era's shape (`resultType`, the server's identity
+//!   in `_meta` and caching hints only for 2026); a registry change reaches the session as an
+//!   unsolicited `list_changed` and nobody else.
+//! - A 2026 POST is self-contained: no session id is issued or needed (one sent is ignored),
+//!   it holds no session slot once answered, its `_meta` is required.
+//! - Headers against the body: a missing or different `MCP-Protocol-Version`, `Mcp-Method` or
+//!   `Mcp-Name` is HTTP 400 with -32020 carrying the request's id, and nothing runs.
+//! - Statuses of 2026 errors: -32022 (`supported`, `requested`), -32021
+//!   (`requiredCapabilities`) and malformed `_meta` (-32602) are 400; removed methods
+//!   (-32601) are 404; other errors (a missing resource: -32602 with its `uri`) are 200.
+//! - Log lines go on the POST's own stream only for a request that set a level; progress too
+//!   (on its token), before the result, with no SSE event ids (no resumption in 2026).
+//! - Multi round-trip requests over separate POSTs: the state carries the answers from host
+//!   to host; a tampered or replayed state is -32602 and nothing runs.
+//! - `subscriptions/listen`: the POST's SSE stream carries the acknowledgement first, then
+//!   only the notifications its filter asked for, tagged with its id; two listens are kept
+//!   apart; a client that goes away ends its listen (its exchange is gone: `mcp_sessions`);
+//!   shutdown ends it with a result.
+//! - A 2026 POST retried with its `idempotencyKey` gets the stored answer under its own id
+//!   and runs nothing (each POST is a session of its own: the key, not the id, finds it).
+//! - Shutdown and a 2026 POST in flight: new POSTs are refused at once (503) while it runs
+//!   on and is answered within the grace; one that outlives the grace is cancelled and
+//!   answered 503 with -32004 and its own id.
+//! - Cancellation is the client going away: closing a 2026 stream stops its request
+//!   (`mcp_workers`, `mcp_cancelled_total`), and so does leaving a POST that has sent
+//!   nothing yet (an answer slower than the keep-alive interval comes as a stream, whose
+//!   comments notice); a 2026 notification POST is 202 and ignored.
+//!
+//! No timing assertions: answers that must come first and gauges polled in `/metrics`.
+
+use crate::support::http::{json_reply, metric, send, wait_metric, Events, Http};
+use crate::support::meta::*;
+use crate::support::modern::*;
+use crate::support::*;
+use mcp_ws::{RunningServer, Settings};
+use serde_json::{json, Value};
+
+/// Settings for streams whose client may go away: keep-alive comments often, so the server
+/// notices a closed connection when it writes one.
+fn streaming_settings() -> Settings {
+    let mut s = modern_settings();
+    s.sessions.sse_keep_alive_ms = 20;
+    s
+}
+
+fn names(result: &Value, member: &str) -> Vec<Value> {
+    result[member]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|item| item["name"].clone())
+        .collect()
+}
+
+/// Posts a 2026 request whose answer is a stream.
+async fn stream(http: &Http, id: Value, method: &str, params: Value) -> Events {
+    Events::of(send(http.post(&request(id, method, params))).await)
+}
+
+// ---------------------------------------------------------------------------------------
+// Both eras, both transports
+
+#[tokio::test]
+async fn both_eras_over_both_transports_at_once_each_in_its_own_shape() {
+    let (server, _) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let mut session = Client::initialized(&server).await;
+    let mut socket = Client::connect(&server).await;
+
+    let echo = |text: &str| json!({"name": "echo", "arguments": {"text": text}});
+    // Interleaved: all three in flight together.
+    let (legacy, over_ws, over_http) = tokio::join!(
+        session.request("tools/call", echo("session")),
+        socket.request("tools/call", modern(echo("socket"))),
+        http.json(json!("h-1"), "tools/call", modern(echo("post"))),
+    );
+    assert_eq!(
+        text_of(&assert_legacy_result(&legacy, &legacy["id"])),
+        "session"
+    );
+    assert_eq!(
+        text_of(&assert_complete(&over_ws, &over_ws["id"])),
+        "socket"
+    );
+    assert_eq!(over_http.0, 200);
+    assert_eq!(
+        text_of(&assert_complete(&over_http.1, &json!("h-1"))),
+        "post"
+    );
+
+    let (legacy, over_ws, over_http) = tokio::join!(
+        session.request("tools/list", json!({})),
+        socket.request("tools/list", modern(json!({}))),
+        http.json(json!(2), "tools/list", modern(json!({}))),
+    );
+    let legacy = assert_legacy_result(&legacy, &legacy["id"]);
+    let over_ws = assert_complete(&over_ws, &over_ws["id"]);
+    let over_http = assert_complete(&over_http.1, &json!(2));
+    assert_cache_hints(&over_ws, LIST_TTL_MS);
+    assert_cache_hints(&over_http, LIST_TTL_MS);
+    assert_eq!(names(&legacy, "tools"), names(&over_ws, "tools"));
+    assert_eq!(names(&legacy, "tools"), names(&over_http, "tools"));
+
+    let greet = json!({"name": "greet", "arguments": {"name": "Ada"}});
+    let response = session.request("prompts/get", greet.clone()).await;
+    assert_legacy_result(&response, &response["id"]);
+    let (status, response) = http.json(json!(3), "prompts/get", modern(greet)).await;
+    assert_eq!(status, 200);
+    assert_complete(&response, &json!(3));
+
+    // A registry change: the session hears of it unsolicited; the 2026 socket, which asked
+    // for nothing, hears nothing.
+    server
+        .registry()
+        .add_tool(plain_tool("arrived"))
+        .expect("adds");
+    assert_eq!(
+        session.recv().await,
+        json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {}})
+    );
+    session.expect_nothing_pending().await;
+    socket.expect_nothing_pending().await;
+    let (_, response) = http.json(json!(4), "tools/list", modern(json!({}))).await;
+    let listed = names(&assert_complete(&response, &json!(4)), "tools");
+    assert!(listed.contains(&json!("arrived")), "{listed:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The stateless POST
+
+#[tokio::test]
+async fn a_2026_post_is_answered_alone_and_holds_no_session_after() {
+    let (server, _) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let (status, response) = http
+        .json(
+            json!(1),
+            "tools/call",
+            modern(json!({"name": "echo", "arguments": {"text": "alone"}})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(text_of(&assert_complete(&response, &json!(1))), "alone");
+
+    // A session id sent along is ignored: no such session, and none is needed.
+    let body = request(json!(2), "tools/list", modern(json!({})));
+    let response = send(
+        http.post(&body)
+            .header("Mcp-Session-Id", "0123456789abcdef0123456789abcdef"),
+    )
+    .await;
+    let (status, response) = json_reply(response).await;
+    assert_eq!(status, 200);
+    assert_complete(&response, &json!(2));
+    wait_metric(&server, "mcp_sessions", 0).await;
+
+    // A 2026 header without `_meta` in the body is a malformed 2026 request.
+    let body = request(json!("bare"), "tools/list", json!({}));
+    let (status, response) = json_reply(send(http.post(&body)).await).await;
+    assert_eq!(status, 400);
+    assert_error(&response, &json!("bare"), -32602);
+}
+
+#[tokio::test]
+async fn a_header_that_disagrees_with_the_body_is_400_32020_and_nothing_runs() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let caps = json!({"elicitation": {}});
+    let ask = request(
+        json!("call"),
+        "tools/call",
+        modern_with(
+            caps.clone(),
+            json!({"name": "ask_name", "arguments": {"greeting": "Hi"}}),
+        ),
+    );
+    let read = request(
+        json!(7),
+        "resources/read",
+        modern_with(caps.clone(), json!({"uri": VAULT})),
+    );
+    let prompt = request(
+        json!(8),
+        "prompts/get",
+        modern_with(
+            caps,
+            json!({"name": "personal", "arguments": {"topic": "x"}}),
+        ),
+    );
+    let version = "MCP-Protocol-Version";
+    // (body, header to set or remove, its value: None removes it)
+    let cases = [
+        (&ask, version, Some("2025-11-25")),
+        (&ask, version, None),
+        (&ask, "Mcp-Method", None),
+        (&ask, "Mcp-Method", Some("tools/list")),
+        (&ask, "Mcp-Name", None),
+        (&ask, "Mcp-Name", Some("ask_name_too")),
+        (&read, "Mcp-Name", Some("mcp-ws://demo/readme")),
+        (&read, "Mcp-Name", None),
+        (&prompt, "Mcp-Name", Some("greet")),
+    ];
+    for (body, name, value) in cases {
+        let mut headers = http
+            .post(body)
+            .build()
+            .expect("a request")
+            .headers()
+            .clone();
+        headers.remove(name);
+        if let Some(value) = value {
+            headers.insert(name, value.parse().expect("a header value"));
+        }
+        let response = send(
+            http.client
+                .post(&http.url)
+                .headers(headers)
+                .body(body.to_string()),
+        )
+        .await;
+        let (status, response) = json_reply(response).await;
+        assert_eq!(status, 400, "{name}: {value:?}: {response}");
+        let error = assert_error(&response, &body["id"], -32020);
+        let message = error["message"].as_str().expect("a message");
+        assert!(message.contains(name), "{message}");
+    }
+    assert_eq!(fixtures.runs(), 0, "nothing ran");
+    // The same requests with the right headers do run.
+    for body in [&ask, &read, &prompt] {
+        let (status, response) = json_reply(send(http.post(body)).await).await;
+        assert_eq!(status, 200);
+        assert_modern_result(&response, &body["id"], "input_required");
+    }
+    assert_eq!(fixtures.runs(), 3);
+}
+
+#[tokio::test]
+async fn errors_of_2026_posts_carry_their_http_status() {
+    let (server, _) = start_modern(modern_settings());
+    let http = Http::new(&server);
+
+    let params = with_meta(
+        json!({}),
+        json!({PROTOCOL_VERSION: "2099-01-01", CLIENT_CAPABILITIES: {}}),
+    );
+    let (status, response) = http.json(json!(1), "server/discover", params).await;
+    assert_eq!(status, 400);
+    let error = assert_error(&response, &json!(1), -32022);
+    assert_eq!(
+        error["data"],
+        json!({"supported": [MODERN], "requested": "2099-01-01"})
+    );
+
+    let ask = json!({"name": "ask_name", "arguments": {"greeting": "Hi"}});
+    let (status, response) = http.json(json!(2), "tools/call", modern(ask)).await;
+    assert_eq!(status, 400);
+    let error = assert_error(&response, &json!(2), -32021);
+    assert_eq!(
+        error["data"],
+        json!({"requiredCapabilities": {"elicitation": {}}})
+    );
+
+    let (status, response) = http
+        .json(
+            json!(3),
+            "tools/list",
+            json!({"_meta": {PROTOCOL_VERSION: MODERN}}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert_error(&response, &json!(3), -32602);
+
+    for (method, params) in [
+        ("ping", json!({})),
+        ("logging/setLevel", json!({"level": "debug"})),
+        ("resources/subscribe", json!({"uri": README})),
+        ("resources/unsubscribe", json!({"uri": README})),
+        ("initialize", initialize_params("2025-11-25")),
+    ] {
+        let (status, response) = http.json(json!(method), method, modern(params)).await;
+        assert_eq!(status, 404, "{method}");
+        let error = assert_error(&response, &json!(method), -32601);
+        assert_eq!(error["data"], json!({"method": method}));
+    }
+
+    let missing = "mcp-ws-test://missing";
+    let (status, response) = http
+        .json(json!(5), "resources/read", modern(json!({"uri": missing})))
+        .await;
+    assert_eq!(status, 200);
+    let error = assert_error(&response, &json!(5), -32602);
+    assert_eq!(error["data"], json!({"uri": missing}));
+}
+
+// ---------------------------------------------------------------------------------------
+// Streams of one request: logs, progress
+
+/// Stateless hosts of one thread share their `_meta` parse caches: a request must still be
+/// served with its own capabilities when the one before it declared others.
+#[tokio::test]
+async fn each_2026_post_is_served_with_its_own_capabilities_when_they_alternate() {
+    let (server, _) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let ask = json!({"name": "ask_name", "arguments": {"greeting": "Hi"}});
+    for round in 0..3 {
+        let asks = json!(format!("asks-{round}"));
+        let (status, response) = http
+            .json(
+                asks.clone(),
+                "tools/call",
+                modern_with(all_asks(), ask.clone()),
+            )
+            .await;
+        assert_eq!(status, 200, "round {round}: {response}");
+        assert_input_required(&response, &asks, &["name"]);
+
+        // Capabilities of its own, without elicitation (`{}` would not reach the cache).
+        let other = json!(format!("other-{round}"));
+        let sampling_only = modern_with(json!({"sampling": {}}), ask.clone());
+        let (status, response) = http.json(other.clone(), "tools/call", sampling_only).await;
+        assert_eq!(status, 400, "round {round}: {response}");
+        assert_error(&response, &other, -32021);
+    }
+}
+
+#[tokio::test]
+async fn log_lines_go_on_the_post_stream_only_for_a_request_that_set_a_level() {
+    let (server, _) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let chatty = modern(json!({"name": "chatty", "arguments": {}}));
+    // Nothing to send before the answer: a plain JSON body.
+    let (status, response) = http.json(json!(1), "tools/call", chatty.clone()).await;
+    assert_eq!(status, 200);
+    assert_eq!(text_of(&assert_complete(&response, &json!(1))), "chatted");
+
+    let params = add_meta(chatty, LOG_LEVEL, json!("warning"));
+    let mut events = stream(&http, json!(2), "tools/call", params).await;
+    for level in ["warning", "error"] {
+        let line = events.expect().await;
+        assert_eq!(
+            line,
+            json!({"jsonrpc": "2.0", "method": "notifications/message",
+                   "params": {"level": level, "data": format!("{level} line")}})
+        );
+    }
+    let response = events.expect().await;
+    assert_eq!(text_of(&assert_complete(&response, &json!(2))), "chatted");
+    events.expect_end().await;
+}
+
+#[tokio::test]
+async fn progress_of_a_2026_post_streams_before_its_result() {
+    let (server, _) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let params = add_meta(
+        modern(json!({"name": "steps", "arguments": {"n": 3}})),
+        "progressToken",
+        json!("tok"),
+    );
+    let mut events = stream(&http, json!("p"), "tools/call", params).await;
+    for step in 1..=3 {
+        assert_eq!(
+            events.expect().await,
+            json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                   "params": {"progressToken": "tok", "progress": f64::from(step),
+                              "total": 3.0, "message": format!("step {step}")}})
+        );
+    }
+    let response = events.expect().await;
+    assert_eq!(
+        text_of(&assert_complete(&response, &json!("p"))),
+        "stepped 3"
+    );
+    events.expect_end().await;
+}
+
+#[tokio::test]
+async fn closing_a_2026_stream_cancels_its_request() {
+    let (server, fixtures) = start_modern(streaming_settings());
+    let http = Http::new(&server);
+    let params = add_meta(
+        modern(json!({"name": "step_then_hold", "arguments": {}})),
+        "progressToken",
+        json!(1),
+    );
+    let mut events = stream(&http, json!("held"), "tools/call", params).await;
+    let progress = events.expect().await;
+    assert_eq!(progress["method"], "notifications/progress", "{progress}");
+    assert_eq!(metric(&server, "mcp_workers").await, 1);
+    drop(events);
+    wait_metric(&server, "mcp_workers", 0).await;
+    wait_metric(&server, "mcp_sessions", 0).await;
+    // Stopped by the hangup: the gate it waits for was never opened.
+    assert_eq!(metric(&server, "mcp_cancelled_total").await, 1);
+    assert_eq!(fixtures.gate.available_permits(), 0);
+}
+
+#[tokio::test]
+async fn a_2026_notification_post_is_accepted_and_ignored() {
+    let (server, _) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let body = cancelled(&json!("nothing-in-flight"));
+    let response = send(
+        http.bare(&body)
+            .header("MCP-Protocol-Version", MODERN)
+            .header("Mcp-Method", "notifications/cancelled"),
+    )
+    .await;
+    assert_eq!(response.status().as_u16(), 202);
+    assert_eq!(response.text().await.expect("a body"), "");
+    wait_metric(&server, "mcp_sessions", 0).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Multi round-trip requests over separate POSTs
+
+#[tokio::test]
+async fn a_multi_round_request_carries_its_state_from_post_to_post() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let params = modern_with(all_asks(), json!({"name": "interview", "arguments": {}}));
+    let draft = json!({"role": "assistant", "content": {"type": "text", "text": "Ada counts."},
+                       "model": "m"});
+    // Each round answers only the ask before it: earlier answers travel in the state.
+    let rounds = [
+        (None, "name"),
+        (Some(json!({"name": accept_name("Ada")})), "draft"),
+        (Some(json!({"draft": draft})), "roots"),
+    ];
+    let mut state: Option<String> = None;
+    for (round, (answer, asks)) in rounds.into_iter().enumerate() {
+        let id = json!(round);
+        let body = match answer {
+            None => params.clone(),
+            Some(answer) => retry(&params, answer, state.as_deref()),
+        };
+        let (status, response) = http.json(id.clone(), "tools/call", body).await;
+        assert_eq!(status, 200);
+        state = Some(assert_input_required(&response, &id, &[asks]).1);
+    }
+    let roots = json!({"roots": {"roots": [{"uri": "file:///r"}]}});
+    let (status, response) = http
+        .json(
+            json!("last"),
+            "tools/call",
+            retry(&params, roots, state.as_deref()),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        text_of(&assert_complete(&response, &json!("last"))),
+        "name=Ada; draft=Ada counts.; roots=file:///r"
+    );
+    assert_eq!(
+        fixtures.runs(),
+        4,
+        "each POST ran the tool in a host of its own"
+    );
+    wait_metric(&server, "mcp_sessions", 0).await;
+}
+
+#[tokio::test]
+async fn a_tampered_or_replayed_state_is_refused_over_http_and_nothing_runs() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let caps = json!({"elicitation": {}});
+    let params = modern_with(
+        caps.clone(),
+        json!({"name": "ask_name", "arguments": {"greeting": "Hi"}}),
+    );
+    let (_, response) = http.json(json!(1), "tools/call", params.clone()).await;
+    let (_, state) = assert_input_required(&response, &json!(1), &["name"]);
+    let answer = json!({"name": accept_name("Ada")});
+
+    let mut tampered = state.clone().into_bytes();
+    let middle = tampered.len() / 3;
+    tampered[middle] = if tampered[middle] == b'x' { b'y' } else { b'x' };
+    let tampered = String::from_utf8(tampered).expect("ascii");
+    let other_tool = modern_with(
+        caps,
+        json!({"name": "ask_name_too", "arguments": {"greeting": "Hi"}}),
+    );
+    for (id, body) in [
+        (2, retry(&params, answer.clone(), Some(&tampered))),
+        (3, retry(&other_tool, answer.clone(), Some(&state))),
+    ] {
+        let (status, response) = http.json(json!(id), "tools/call", body).await;
+        assert_eq!(status, 200, "{response}");
+        assert_error(&response, &json!(id), -32602);
+    }
+    assert_eq!(fixtures.runs(), 1);
+    let (_, response) = http
+        .json(json!(4), "tools/call", retry(&params, answer, Some(&state)))
+        .await;
+    assert_eq!(text_of(&assert_complete(&response, &json!(4))), "Hi, Ada!");
+}
+
+// ---------------------------------------------------------------------------------------
+// subscriptions/listen over HTTP
+
+async fn listen(http: &Http, id: &Value, filter: Value) -> Events {
+    let mut events = stream(
+        http,
+        id.clone(),
+        "subscriptions/listen",
+        modern(json!({"notifications": filter.clone()})),
+    )
+    .await;
+    let ack = events.expect().await;
+    assert_eq!(
+        ack,
+        json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+               "params": {"notifications": filter, "_meta": {SUBSCRIPTION_ID: id}}}),
+        "the acknowledgement comes first"
+    );
+    events
+}
+
+#[tokio::test]
+async fn a_listen_stream_carries_its_ack_then_its_tagged_notifications_until_the_client_goes() {
+    let (server, _) = start_modern(streaming_settings());
+    let registry = server.registry().clone();
+    let http = Http::new(&server);
+    let tools_id = json!("tools");
+    let mut tools = listen(
+        &http,
+        &tools_id,
+        json!({"toolsListChanged": true, "resourceSubscriptions": [README]}),
+    )
+    .await;
+    let prompts_id = json!(2);
+    let mut prompts = listen(&http, &prompts_id, json!({"promptsListChanged": true})).await;
+    assert_eq!(
+        metric(&server, "mcp_sessions").await,
+        2,
+        "one host per listen"
+    );
+
+    registry.add_tool(plain_tool("t1")).expect("adds");
+    assert_eq!(
+        tools.expect().await,
+        tagged("notifications/tools/list_changed", &tools_id)
+    );
+    registry.resource_updated(README);
+    assert_eq!(
+        tools.expect().await,
+        json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+               "params": {"_meta": {SUBSCRIPTION_ID: tools_id}, "uri": README}})
+    );
+    // A prompt change reaches the other stream only: the tools stream's next message is the
+    // tool change made after it.
+    registry
+        .add_prompt(mcp_ws::Prompt::new("p1", "a prompt", |_args, _ctx| async {
+            Ok(mcp_ws::model::GetPromptResult::new(vec![]))
+        }))
+        .expect("adds");
+    assert_eq!(
+        prompts.expect().await,
+        tagged("notifications/prompts/list_changed", &prompts_id)
+    );
+    registry.add_tool(plain_tool("t2")).expect("adds");
+    assert_eq!(
+        tools.expect().await,
+        tagged("notifications/tools/list_changed", &tools_id)
+    );
+
+    drop(tools);
+    wait_metric(&server, "mcp_sessions", 1).await;
+    drop(prompts);
+    wait_metric(&server, "mcp_sessions", 0).await;
+}
+
+#[tokio::test]
+async fn shutdown_ends_an_http_listen_with_its_result() {
+    let (server, _) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let id = json!("until-shutdown");
+    let mut events = listen(&http, &id, json!({"toolsListChanged": true})).await;
+    let stopper = stop_in_background(server);
+    let response = events.expect().await;
+    let result = assert_complete(&response, &id);
+    assert_eq!(result["_meta"][SUBSCRIPTION_ID], id);
+    events.expect_end().await;
+    assert_stopped(stopper).await;
+}
+
+/// Settings with a shutdown grace of `grace_ms`.
+fn grace_settings(grace_ms: u64) -> Settings {
+    let mut s = modern_settings();
+    s.shutdown.grace_ms = grace_ms;
+    s
+}
+
+/// Posts `step_then_hold` (no progress token: its answer is a JSON body) on a task of its
+/// own, and waits until it runs.
+async fn held_post(server: &RunningServer, http: &Http) -> tokio::task::JoinHandle<(u16, Value)> {
+    let body = request(
+        json!("held"),
+        "tools/call",
+        modern(json!({"name": "step_then_hold", "arguments": {}})),
+    );
+    let post = http.post(&body);
+    let held = tokio::spawn(async move { json_reply(send(post).await).await });
+    wait_metric(server, "mcp_workers", 1).await;
+    held
+}
+
+#[tokio::test]
+async fn a_2026_post_in_flight_at_shutdown_runs_on_and_is_answered_within_the_grace() {
+    let (server, fixtures) = start_modern(grace_settings(30_000));
+    let http = Http::new(&server);
+    let held = held_post(&server, &http).await;
+    let stopper = stop_in_background(server);
+    // The drain has begun once a new request is refused.
+    let refused = tokio::time::timeout(READ_TIMEOUT, async {
+        loop {
+            let body = request(json!("late"), "tools/list", modern(json!({})));
+            if send(http.post(&body)).await.status() == 503 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    });
+    refused
+        .await
+        .expect("new requests are refused once the drain begins");
+    assert!(
+        !held.is_finished(),
+        "the held request still runs during the drain"
+    );
+    fixtures.gate.add_permits(1);
+    let (status, response) = tokio::time::timeout(READ_TIMEOUT, held)
+        .await
+        .expect("answered in time")
+        .expect("the client task ends");
+    assert_eq!(status, 200);
+    assert_eq!(
+        text_of(&assert_complete(&response, &json!("held"))),
+        "released"
+    );
+    assert_stopped(stopper).await;
+}
+
+#[tokio::test]
+async fn a_2026_post_outliving_the_grace_is_cancelled_and_answered_503_32004() {
+    let (server, fixtures) = start_modern(grace_settings(200));
+    let shared = server.shared().clone();
+    let http = Http::new(&server);
+    let held = held_post(&server, &http).await;
+    let stopper = stop_in_background(server);
+    let (status, response) = tokio::time::timeout(READ_TIMEOUT, held)
+        .await
+        .expect("answered in time")
+        .expect("the client task ends");
+    assert_eq!(status, 503);
+    assert_error(&response, &json!("held"), -32004);
+    assert_stopped(stopper).await;
+    assert_eq!(shared.metrics.cancelled.get(), 1, "the call was cancelled");
+    assert_eq!(shared.metrics.workers.get(), 0);
+    assert_eq!(shared.metrics.sessions.get(), 0);
+    // Never released: it ended because the grace ran out.
+    assert_eq!(fixtures.gate.available_permits(), 0);
+}
+
+#[tokio::test]
+async fn a_2026_post_that_is_not_json_or_is_a_batch_is_answered_with_its_error() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let headers = |builder: reqwest::RequestBuilder| {
+        builder
+            .header("MCP-Protocol-Version", MODERN)
+            .header("Mcp-Method", "tools/call")
+            .header("Mcp-Name", "echo")
+    };
+    let not_json = headers(http.client.post(&http.url))
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .body("{\"jsonrpc\": \"2.0\", \"id\": 1, ");
+    let (status, response) = json_reply(send(not_json).await).await;
+    assert_eq!(status, 200, "{response}");
+    assert_error(&response, &Value::Null, -32700);
+
+    // A tool the fixtures count, so that "nothing ran" is seen, not assumed.
+    let call = request(
+        json!(2),
+        "tools/call",
+        modern_with(
+            all_asks(),
+            json!({"name": "ask_name", "arguments": {"greeting": "Hi"}}),
+        ),
+    );
+    let batch = headers(http.bare(&json!([call])));
+    let (status, response) = json_reply(send(batch).await).await;
+    assert_eq!(status, 200, "{response}");
+    let entries = response
+        .as_array()
+        .expect("a batch is answered with an array");
+    assert_eq!(entries.len(), 1, "{response}");
+    assert_error(&entries[0], &json!(2), -32600);
+    assert_eq!(fixtures.runs(), 0, "nothing ran");
+    wait_metric(&server, "mcp_sessions", 0).await;
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_a_2026_post_with_nothing_sent_yet_cancels_it() {
+    // Nothing comes before the answer (no progress token): after `sse_keep_alive_ms` the
+    // answer becomes a stream, whose keep-alive comments find the client gone.
+    let (server, fixtures) = start_modern(streaming_settings());
+    let http = Http::new(&server);
+    let held = held_post(&server, &http).await;
+    held.abort();
+    let _ = held.await;
+    wait_metric(&server, "mcp_workers", 0).await;
+    wait_metric(&server, "mcp_sessions", 0).await;
+    assert_eq!(metric(&server, "mcp_cancelled_total").await, 1);
+    assert_eq!(fixtures.gate.available_permits(), 0, "never released");
+}
+
+#[tokio::test]
+async fn a_2026_answer_slower_than_the_keep_alive_comes_as_a_stream() {
+    let (server, fixtures) = start_modern(streaming_settings());
+    let http = Http::new(&server);
+    let body = request(
+        json!("slow"),
+        "tools/call",
+        modern(json!({"name": "step_then_hold", "arguments": {}})),
+    );
+    // Headers come once the POST has turned into a stream, while the tool still waits.
+    let mut events = Events::of(send(http.post(&body)).await);
+    assert_eq!(metric(&server, "mcp_workers").await, 1);
+    fixtures.gate.add_permits(1);
+    let response = events.expect().await;
+    assert_eq!(
+        text_of(&assert_complete(&response, &json!("slow"))),
+        "released"
+    );
+    events.expect_end().await;
+    wait_metric(&server, "mcp_sessions", 0).await;
+}
+
+#[tokio::test]
+async fn a_2026_post_retried_with_its_idempotency_key_gets_the_stored_answer_without_running() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let http = Http::new(&server);
+    let keyed = |id: Value| {
+        request(
+            id,
+            "tools/call",
+            add_meta(
+                modern(json!({"name": "step_then_hold", "arguments": {}})),
+                "idempotencyKey",
+                json!("retry-1"),
+            ),
+        )
+    };
+    // One pass through the gate: a second run would wait for ever.
+    fixtures.gate.add_permits(1);
+    let (status, first) = json_reply(send(http.post(&keyed(json!(1)))).await).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(text_of(&assert_complete(&first, &json!(1))), "released");
+    // Each POST is a session of its own: the key, not the id, finds the first answer.
+    let (status, retry) = json_reply(send(http.post(&keyed(json!(2)))).await).await;
+    assert_eq!(status, 200, "{retry}");
+    assert_eq!(text_of(&assert_complete(&retry, &json!(2))), "released");
+    assert_eq!(metric(&server, "mcp_dedup_hits_total").await, 1);
+    assert_eq!(metric(&server, "mcp_idempotent_runs_total").await, 1);
+}

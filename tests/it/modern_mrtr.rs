@@ -1,0 +1,446 @@
+//! Multi round-trip requests (MCP 2026-07-28) over WebSocket, and the same tools in a
+//! handshake-era session. The rules checked, through a real socket:
+//!
+//! - A tool's ask (elicitation, sampling, roots) under 2026-07-28 is an `InputRequiredResult`
+//!   (`resultType: "input_required"`, `inputRequests` by key, a `requestState`, no caching
+//!   hints), never a request to the client; the retry (a new id, the same params,
+//!   `inputResponses`, the state) runs the tool again, which then gets the answer.
+//! - A decline or cancel reaches the tool; an answer that does not fit the form is asked for
+//!   again; asks made at once come in one round; the answers of earlier rounds travel in the
+//!   state (a round sends only its own answer); each round runs the tool once.
+//! - A capability the request did not declare, needed at any round, is -32021 naming it in
+//!   `requiredCapabilities`.
+//! - A tampered `requestState` (a changed byte in its payload or its tag, a truncated one,
+//!   one without its tag, garbage), one issued for another tool, other arguments, another
+//!   method or target, or one past `mrtr.state_ttl_ms`, is -32602 and the tool does not run;
+//!   the request can start over.
+//! - `prompts/get` and `resources/read` ask through rounds too (a read's final result has its
+//!   caching hints, its `input_required` none).
+//! - The same tool code in a handshake-era session asks the client with real requests and
+//!   waits for the answers (one run).
+//!
+//! The one sleep waits past a request state's lifetime; it asserts nothing about time.
+
+use crate::support::meta::*;
+use crate::support::modern::*;
+use crate::support::ws::{call, initialize_with};
+use crate::support::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+#[tokio::test]
+async fn a_capability_missing_at_any_round_is_32021_naming_it() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    let interview = json!({"name": "interview", "arguments": {}});
+
+    let (id, response) = call(&mut client, "tools/call", modern(interview.clone())).await;
+    let error = assert_error(&response, &id, -32021);
+    assert_eq!(
+        error["data"],
+        json!({"requiredCapabilities": {"elicitation": {}}})
+    );
+
+    // Elicitation declared: the first round asks, the second needs sampling.
+    let params = modern_with(json!({"elicitation": {}}), interview.clone());
+    let (id, response) = call(&mut client, "tools/call", params.clone()).await;
+    let (_, state) = assert_input_required(&response, &id, &["name"]);
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, json!({"name": accept_name("Ada")}), Some(&state)),
+    )
+    .await;
+    let error = assert_error(&response, &id, -32021);
+    assert_eq!(
+        error["data"],
+        json!({"requiredCapabilities": {"sampling": {}}})
+    );
+
+    // Sampling too: the third round needs the roots.
+    let params = modern_with(json!({"elicitation": {}, "sampling": {}}), interview);
+    let responses = json!({
+        "name": accept_name("Ada"),
+        "draft": {"role": "assistant", "content": {"type": "text", "text": "hi"},
+                  "model": "m"},
+    });
+    let (id, response) = call(&mut client, "tools/call", retry(&params, responses, None)).await;
+    let error = assert_error(&response, &id, -32021);
+    assert_eq!(
+        error["data"],
+        json!({"requiredCapabilities": {"roots": {}}})
+    );
+    assert_eq!(fixtures.runs(), 4);
+}
+
+// ---------------------------------------------------------------------------------------
+// Multi round-trip requests
+
+fn ask_name_params() -> Value {
+    modern_with(
+        json!({"elicitation": {}}),
+        json!({"name": "ask_name", "arguments": {"greeting": "Hello"}}),
+    )
+}
+
+#[tokio::test]
+async fn an_ask_is_answered_by_a_retry_with_input_responses_and_the_state() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    let params = ask_name_params();
+    let (first, response) = call(&mut client, "tools/call", params.clone()).await;
+    let (requests, state) = assert_input_required(&response, &first, &["name"]);
+    let ask = &requests["name"];
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    assert_eq!(ask["params"]["mode"], "form", "{ask}");
+    assert_eq!(ask["params"]["message"], "What is your name?", "{ask}");
+    let schema = &ask["params"]["requestedSchema"];
+    assert_eq!(schema["properties"]["name"]["type"], "string", "{ask}");
+    assert_eq!(schema["required"], json!(["name"]), "{ask}");
+
+    let (second, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, json!({"name": accept_name("Ada")}), Some(&state)),
+    )
+    .await;
+    assert_ne!(first, second);
+    let result = assert_complete(&response, &second);
+    assert_no_cache_hints(&result);
+    assert_eq!(text_of(&result), "Hello, Ada!");
+    assert!(result.get("isError").is_none_or(|e| e == false), "{result}");
+    assert_eq!(fixtures.runs(), 2, "each round runs the tool");
+}
+
+#[tokio::test]
+async fn a_declined_or_cancelled_ask_reaches_the_tool() {
+    let (server, _) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    let params = ask_name_params();
+    for (action, text) in [
+        ("decline", "Hello, whoever you are (declined)"),
+        ("cancel", "Hello, whoever you are (cancelled)"),
+    ] {
+        let (id, response) = call(&mut client, "tools/call", params.clone()).await;
+        let (_, state) = assert_input_required(&response, &id, &["name"]);
+        let (id, response) = call(
+            &mut client,
+            "tools/call",
+            retry(&params, json!({"name": {"action": action}}), Some(&state)),
+        )
+        .await;
+        assert_eq!(text_of(&assert_complete(&response, &id)), text);
+    }
+}
+
+#[tokio::test]
+async fn an_answer_that_does_not_fit_the_form_is_asked_for_again() {
+    let (server, _) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    let params = ask_name_params();
+    let (id, response) = call(&mut client, "tools/call", params.clone()).await;
+    let (_, state) = assert_input_required(&response, &id, &["name"]);
+    let unfit = json!({"name": {"action": "accept", "content": {"nickname": "Ada"}}});
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, unfit, Some(&state)),
+    )
+    .await;
+    let (_, again) = assert_input_required(&response, &id, &["name"]);
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, json!({"name": accept_name("Ada")}), Some(&again)),
+    )
+    .await;
+    assert_eq!(text_of(&assert_complete(&response, &id)), "Hello, Ada!");
+}
+
+#[tokio::test]
+async fn a_multi_round_request_carries_earlier_answers_in_its_state() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    let params = modern_with(all_asks(), json!({"name": "interview", "arguments": {}}));
+
+    let (id, response) = call(&mut client, "tools/call", params.clone()).await;
+    let (_, state1) = assert_input_required(&response, &id, &["name"]);
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, json!({"name": accept_name("Ada")}), Some(&state1)),
+    )
+    .await;
+    let (requests, state2) = assert_input_required(&response, &id, &["draft"]);
+    // The second ask was built from the first answer.
+    let draft = &requests["draft"];
+    assert_eq!(draft["method"], "sampling/createMessage", "{draft}");
+    assert_eq!(
+        draft["params"]["messages"][0]["content"]["text"], "Write one line about Ada.",
+        "{draft}"
+    );
+    assert_eq!(draft["params"]["maxTokens"], 50, "{draft}");
+
+    // Only this round's answer is sent: the name travels in the state.
+    let line = {
+        let text = "Ada wrote the first program.";
+        json!({"role": "assistant", "content": {"type": "text", "text": text}, "model": "m"})
+    };
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, json!({"draft": line}), Some(&state2)),
+    )
+    .await;
+    let (requests, state3) = assert_input_required(&response, &id, &["roots"]);
+    assert_eq!(requests["roots"]["method"], "roots/list");
+    assert_ne!(state1, state2);
+    assert_ne!(state2, state3);
+
+    let roots = json!({"roots": [{"uri": "file:///a"}, {"uri": "file:///b", "name": "b"}]});
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, json!({"roots": roots}), Some(&state3)),
+    )
+    .await;
+    assert_eq!(
+        text_of(&assert_complete(&response, &id)),
+        "name=Ada; draft=Ada wrote the first program.; roots=file:///a,file:///b"
+    );
+    assert_eq!(fixtures.runs(), 4);
+}
+
+#[tokio::test]
+async fn asks_made_at_once_are_asked_in_one_round() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    let params = modern_with(
+        json!({"elicitation": {}, "roots": {}}),
+        json!({"name": "two_at_once", "arguments": {}}),
+    );
+    let (id, response) = call(&mut client, "tools/call", params.clone()).await;
+    let (requests, state) = assert_input_required(&response, &id, &["left", "right"]);
+    assert_eq!(requests["left"]["method"], "elicitation/create");
+    assert_eq!(requests["right"]["method"], "roots/list");
+    let answers = json!({"left": accept_name("Ada"),
+                         "right": {"roots": [{"uri": "file:///x"}, {"uri": "file:///y"}]}});
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, answers, Some(&state)),
+    )
+    .await;
+    assert_eq!(text_of(&assert_complete(&response, &id)), "Ada in 2 roots");
+    assert_eq!(fixtures.runs(), 2);
+}
+
+/// `state` with the character at `index` of its part `part` (0: payload, 1: tag) changed.
+fn tamper(state: &str, part: usize, index: usize) -> String {
+    let (payload, tag) = state.split_once('.').expect("payload.tag");
+    let mut parts = [payload.to_owned(), tag.to_owned()];
+    let target = &mut parts[part];
+    let original = target.as_bytes()[index];
+    let replacement = if original == b'A' { 'B' } else { 'A' };
+    target.replace_range(index..=index, &replacement.to_string());
+    format!("{}.{}", parts[0], parts[1])
+}
+
+#[tokio::test]
+async fn a_tampered_request_state_is_refused_and_the_tool_does_not_run() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    let params = ask_name_params();
+    let (id, response) = call(&mut client, "tools/call", params.clone()).await;
+    let (_, state) = assert_input_required(&response, &id, &["name"]);
+    assert_eq!(fixtures.runs(), 1);
+    let (payload, tag) = state.split_once('.').expect("payload.tag");
+    let forged = [
+        tamper(&state, 0, payload.len() / 2),
+        tamper(&state, 0, 0),
+        tamper(&state, 1, tag.len() / 2),
+        state[..state.len() - 1].to_owned(),
+        payload.to_owned(),
+        "garbage".to_owned(),
+    ];
+    for forged in forged {
+        assert_ne!(forged, state);
+        let (id, response) = call(
+            &mut client,
+            "tools/call",
+            retry(&params, json!({"name": accept_name("Ada")}), Some(&forged)),
+        )
+        .await;
+        let error = assert_error(&response, &id, -32602);
+        let message = error["message"].as_str().expect("a message");
+        assert!(message.contains("requestState"), "{forged}: {response}");
+        assert_eq!(fixtures.runs(), 1, "refused before the tool runs: {forged}");
+    }
+    // The genuine state still works.
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, json!({"name": accept_name("Ada")}), Some(&state)),
+    )
+    .await;
+    assert_eq!(text_of(&assert_complete(&response, &id)), "Hello, Ada!");
+}
+
+#[tokio::test]
+async fn a_request_state_is_bound_to_its_method_target_and_arguments() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    let (id, response) = call(&mut client, "tools/call", ask_name_params()).await;
+    let (_, state) = assert_input_required(&response, &id, &["name"]);
+    let caps = json!({"elicitation": {}});
+    let elsewhere = [
+        (
+            "tools/call",
+            json!({"name": "ask_name_too", "arguments": {"greeting": "Hello"}}),
+        ),
+        (
+            "tools/call",
+            json!({"name": "ask_name", "arguments": {"greeting": "Hi"}}),
+        ),
+        (
+            "prompts/get",
+            json!({"name": "personal", "arguments": {"topic": "Hello"}}),
+        ),
+        ("resources/read", json!({"uri": VAULT})),
+    ];
+    for (method, params) in elsewhere {
+        let params = modern_with(caps.clone(), params);
+        let (id, response) = call(
+            &mut client,
+            method,
+            retry(&params, json!({"name": accept_name("Eve")}), Some(&state)),
+        )
+        .await;
+        let error = assert_error(&response, &id, -32602);
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("another request")),
+            "{method} {params}: {response}"
+        );
+    }
+    assert_eq!(fixtures.runs(), 1, "no replay ran");
+}
+
+#[tokio::test]
+async fn an_expired_request_state_is_refused_and_the_request_can_start_over() {
+    let mut settings = modern_settings();
+    settings.mrtr.state_ttl_ms = 20;
+    let (server, fixtures) = start_modern(settings);
+    let mut client = Client::connect(&server).await;
+    let params = ask_name_params();
+    let (id, response) = call(&mut client, "tools/call", params.clone()).await;
+    let (_, state) = assert_input_required(&response, &id, &["name"]);
+    // Past the state's lifetime (a wait, not a timing assertion).
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let answer = json!({"name": accept_name("Ada")});
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, answer.clone(), Some(&state)),
+    )
+    .await;
+    let error = assert_error(&response, &id, -32602);
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("expired")),
+        "{response}"
+    );
+    assert_eq!(fixtures.runs(), 1);
+    // Without the state, the answers alone are enough to go on.
+    let (id, response) = call(&mut client, "tools/call", retry(&params, answer, None)).await;
+    assert_eq!(text_of(&assert_complete(&response, &id)), "Hello, Ada!");
+}
+
+#[tokio::test]
+async fn prompts_and_resources_ask_through_rounds_too() {
+    let (server, _) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    let caps = json!({"elicitation": {}});
+
+    let params = modern_with(
+        caps.clone(),
+        json!({"name": "personal", "arguments": {"topic": "Rust"}}),
+    );
+    let (id, response) = call(&mut client, "prompts/get", params.clone()).await;
+    let (requests, state) = assert_input_required(&response, &id, &["name"]);
+    assert_eq!(requests["name"]["params"]["message"], "For whom?");
+    let (id, response) = call(
+        &mut client,
+        "prompts/get",
+        retry(&params, json!({"name": accept_name("Ada")}), Some(&state)),
+    )
+    .await;
+    let result = assert_complete(&response, &id);
+    assert_no_cache_hints(&result);
+    assert_eq!(
+        result["messages"][0]["content"]["text"],
+        "Tell Ada about Rust."
+    );
+
+    let params = modern_with(caps, json!({"uri": VAULT}));
+    let (id, response) = call(&mut client, "resources/read", params.clone()).await;
+    let (requests, state) = assert_input_required(&response, &id, &["passphrase"]);
+    assert_eq!(requests["passphrase"]["method"], "elicitation/create");
+    let answer = json!({"passphrase": {"action": "accept",
+                                       "content": {"passphrase": "open sesame"}}});
+    let (id, response) = call(
+        &mut client,
+        "resources/read",
+        retry(&params, answer, Some(&state)),
+    )
+    .await;
+    let result = assert_complete(&response, &id);
+    assert_cache_hints(&result, READ_TTL_MS);
+    assert_eq!(result["contents"][0]["text"], "opened with open sesame");
+}
+
+#[tokio::test]
+async fn the_same_tool_asks_a_session_client_with_real_requests() {
+    let (server, fixtures) = start_modern(modern_settings());
+    let mut client = Client::connect(&server).await;
+    initialize_with(&mut client, all_asks()).await;
+    let id = client.fresh_id();
+    client
+        .send_json(request(
+            id.clone(),
+            "tools/call",
+            json!({"name": "interview", "arguments": {}}),
+        ))
+        .await;
+    let answers = [
+        ("elicitation/create", accept_name("Ada")),
+        (
+            "sampling/createMessage",
+            json!({"role": "assistant", "content": {"type": "text", "text": "Ada!"},
+                   "model": "m"}),
+        ),
+        ("roots/list", json!({"roots": [{"uri": "file:///home"}]})),
+    ];
+    for (method, answer) in answers {
+        let asked = client.recv().await;
+        assert_eq!(asked["method"], method, "{asked}");
+        assert!(asked["id"].is_number(), "a real request: {asked}");
+        if method == "sampling/createMessage" {
+            assert_eq!(
+                asked["params"]["messages"][0]["content"]["text"],
+                "Write one line about Ada."
+            );
+        }
+        client
+            .send_json(json!({"jsonrpc": "2.0", "id": asked["id"], "result": answer}))
+            .await;
+    }
+    let response = client.recv_response(&id).await;
+    assert_eq!(
+        text_of(&assert_legacy_result(&response, &id)),
+        "name=Ada; draft=Ada!; roots=file:///home"
+    );
+    assert_eq!(fixtures.runs(), 1, "a session's tool waits for its answers");
+}

@@ -1,0 +1,245 @@
+//! The Redis store and the change-bus bridge, with a real `redis-server` and two servers (two
+//! nodes) sharing it:
+//! - a retry with the same idempotency key that lands on the other node is answered from
+//!   Redis (the tool ran once, on the first node); the same key with other params is refused
+//!   there too; a duplicate sent to the other node while the first still runs joins it;
+//! - a registry change on one node reaches the sessions of the other as `list_changed`, and a
+//!   resource update reaches the other node's subscribers; nothing comes back to the first
+//!   node twice;
+//! - with Redis gone, requests still run: de-duplication goes on locally (a retry on the same
+//!   node is still answered), the failures are counted; once Redis is back, the node uses it
+//!   again (a retry on the other node is answered) and the bridge resubscribes, by themselves.
+
+use crate::support::http::{metric, wait_metric};
+use crate::support::redis::RedisServer;
+use crate::support::*;
+use mcp_ws::model::CallToolResult;
+use mcp_ws::tool::{Arguments, ToolFuture, ToolHandler};
+use mcp_ws::{RequestContext, RunningServer, Settings, Tool, ToolError};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+/// `count {text}` answers `NODE run N: text`; it waits for the gate when the text is "held".
+struct Count {
+    node: &'static str,
+    runs: Arc<AtomicUsize>,
+    gate: Arc<Semaphore>,
+}
+
+impl ToolHandler for Count {
+    fn call(&self, arguments: Arguments, _ctx: RequestContext) -> ToolFuture {
+        let run = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        let (node, gate) = (self.node, self.gate.clone());
+        Box::pin(async move {
+            let args: Value = arguments.parse()?;
+            if args["text"] == "held" {
+                let _permit = gate
+                    .acquire()
+                    .await
+                    .map_err(|_| ToolError::Failed("gate closed".into()))?;
+            }
+            Ok(CallToolResult::text(format!(
+                "{node} run {run}: {}",
+                args["text"]
+            )))
+        })
+    }
+}
+
+struct Node {
+    server: RunningServer,
+    runs: Arc<AtomicUsize>,
+    gate: Arc<Semaphore>,
+}
+
+fn node_settings(redis: &RedisServer) -> Settings {
+    let mut s = settings();
+    s.redis.url = redis.url();
+    s.redis.timeout_ms = 300;
+    s.redis.retry_after_ms = 100;
+    s
+}
+
+fn start_node(name: &'static str, settings: Settings) -> Node {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Semaphore::new(0));
+    let count = Tool::from_handler(
+        "count",
+        "Counts its runs.",
+        json!({"type": "object"}),
+        Count {
+            node: name,
+            runs: runs.clone(),
+            gate: gate.clone(),
+        },
+    );
+    let server = start_with(settings, |b| b.name(name).tool(count));
+    Node { server, runs, gate }
+}
+
+fn keyed_call(id: Value, text: &str, key: &str) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+        "name": "count", "arguments": {"text": text}, "_meta": {"idempotencyKey": key}}})
+}
+
+/// Both nodes' bridges hold their subscription.
+async fn bridged(nodes: &[&Node]) {
+    for node in nodes {
+        wait_metric(&node.server, "mcp_bus_bridge_subscribed", 1).await;
+    }
+}
+
+#[tokio::test]
+async fn a_retry_on_the_other_node_is_answered_from_redis() {
+    let redis = RedisServer::start();
+    let a = start_node("node-a", node_settings(&redis));
+    let b = start_node("node-b", node_settings(&redis));
+    let mut on_a = Client::initialized(&a.server).await;
+    let mut on_b = Client::initialized(&b.server).await;
+
+    let first = on_a
+        .send_request(keyed_call(json!(1), "x", "order-1"))
+        .await;
+    assert_eq!(result_text(&first, &json!(1)), "node-a run 1: \"x\"");
+    assert_eq!(
+        redis.keys("mcp-ws:idem:*").len(),
+        1,
+        "the entry is in Redis"
+    );
+    let retry = on_b
+        .send_request(keyed_call(json!(9), "x", "order-1"))
+        .await;
+    assert_eq!(result_text(&retry, &json!(9)), "node-a run 1: \"x\"");
+    let conflict = on_b
+        .send_request(keyed_call(json!(10), "y", "order-1"))
+        .await;
+    assert_error(&conflict, &json!(10), -32019);
+    assert_eq!(a.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0, "node b never ran it");
+    assert_eq!(metric(&b.server, "mcp_dedup_hits_total").await, 1);
+
+    // A duplicate on node b while node a still runs the first joins it.
+    on_a.send_json(keyed_call(json!(2), "held", "order-2"))
+        .await;
+    wait_metric(&a.server, "mcp_pool_running", 1).await;
+    on_b.send_json(keyed_call(json!(3), "held", "order-2"))
+        .await;
+    wait_metric(&b.server, "mcp_workers", 1).await;
+    a.gate.add_permits(1);
+    let ran = on_a.recv_response(&json!(2)).await;
+    let joined = on_b.recv_response(&json!(3)).await;
+    assert_eq!(result_text(&ran, &json!(2)), "node-a run 2: \"held\"");
+    assert_eq!(result_text(&joined, &json!(3)), "node-a run 2: \"held\"");
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(metric(&a.server, "mcp_redis_errors_total").await, 0);
+}
+
+#[tokio::test]
+async fn registry_changes_and_resource_updates_reach_the_other_node() {
+    let redis = RedisServer::start();
+    let a = start_node("node-a", node_settings(&redis));
+    let b = start_node("node-b", node_settings(&redis));
+    bridged(&[&a, &b]).await;
+    let mut on_a = Client::initialized(&a.server).await;
+    let mut on_b = Client::initialized(&b.server).await;
+    let subscribe = json!({"uri": "mcp-ws://demo/readme"});
+    on_b.send_request(
+        json!({"jsonrpc":"2.0","id":"s","method":"resources/subscribe","params":subscribe}),
+    )
+    .await;
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Args {}
+    async fn added(_: Args, _: RequestContext) -> Result<String, ToolError> {
+        Ok("added".into())
+    }
+    a.server
+        .registry()
+        .add_tool(Tool::new("added", "Added on node a", added))
+        .expect("added");
+    let heard = on_b.recv().await;
+    assert_eq!(
+        heard["method"], "notifications/tools/list_changed",
+        "{heard}"
+    );
+    a.server.registry().resource_updated("mcp-ws://demo/readme");
+    let heard = on_b.recv().await;
+    assert_eq!(
+        heard["method"], "notifications/resources/updated",
+        "{heard}"
+    );
+    assert_eq!(heard["params"]["uri"], "mcp-ws://demo/readme");
+    on_b.expect_nothing_pending().await;
+    // Node a's own session heard its change once: its own message is not fed back.
+    wait_metric(&b.server, "mcp_bus_bridge_received_total", 2).await;
+    let heard = on_a.drain_until_barrier().await;
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    assert_eq!(heard[0]["method"], "notifications/tools/list_changed");
+    assert_eq!(metric(&a.server, "mcp_bus_bridge_received_total").await, 0);
+}
+
+#[tokio::test]
+async fn without_redis_requests_still_run_and_it_reconnects_by_itself() {
+    let mut redis = RedisServer::start();
+    let a = start_node("node-a", node_settings(&redis));
+    let b = start_node("node-b", node_settings(&redis));
+    bridged(&[&a, &b]).await;
+    let mut on_a = Client::initialized(&a.server).await;
+
+    redis.kill();
+    let first = on_a.send_request(keyed_call(json!(1), "x", "down-1")).await;
+    assert_eq!(result_text(&first, &json!(1)), "node-a run 1: \"x\"");
+    let retry = on_a.send_request(keyed_call(json!(2), "x", "down-1")).await;
+    assert_eq!(
+        result_text(&retry, &json!(2)),
+        "node-a run 1: \"x\"",
+        "de-duplication went on locally"
+    );
+    assert_eq!(a.runs.load(Ordering::SeqCst), 1);
+    assert!(metric(&a.server, "mcp_redis_errors_total").await >= 1);
+    wait_metric(&b.server, "mcp_bus_bridge_subscribed", 0).await;
+
+    redis.restart();
+    // Both bridges resubscribe by themselves, and node a's store uses Redis again: a fresh
+    // key lands there (polling: the pause after a failure is short, but not zero).
+    bridged(&[&a, &b]).await;
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut n = 0;
+    while redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node a never used Redis again"
+        );
+        n += 1;
+        on_a.send_request(keyed_call(json!(100 + n), "x", &format!("up-{n}")))
+            .await;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut on_b = Client::initialized(&b.server).await;
+    let retry = on_b
+        .send_request(keyed_call(json!(3), "x", &format!("up-{n}")))
+        .await;
+    assert_eq!(
+        result_text(&retry, &json!(3)),
+        format!("node-a run {}: \"x\"", 1 + n)
+    );
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+    // And changes cross again. (A resource update, since a bridge that resubscribes also
+    // tells every session that the lists may have changed.)
+    let subscribe = json!({"uri": "mcp-ws://demo/readme"});
+    on_b.send_request(
+        json!({"jsonrpc":"2.0","id":"s","method":"resources/subscribe","params":subscribe}),
+    )
+    .await;
+    a.server.registry().resource_updated("mcp-ws://demo/readme");
+    loop {
+        let heard = on_b.recv().await;
+        if heard["method"] == "notifications/resources/updated" {
+            break;
+        }
+        let method = heard["method"].as_str().unwrap_or_default();
+        assert!(method.ends_with("/list_changed"), "{heard}");
+    }
+}

@@ -1,0 +1,467 @@
+//! Limits on what a client or a tool can make the server do or hold, over a real socket, each
+//! with its refusal, its count in `/metrics`, and the server (the same session, and others)
+//! still serving afterwards:
+//!
+//! - The request rate per identity (`limits.rate`): past the burst a request gets -32017 with
+//!   `data.retryAfterMs`; the bucket is shared by the identity's sessions (an anonymous
+//!   client is known by its IP address), another identity is not affected, and the identity
+//!   is served again once tokens refill.
+//! - JSON shape limits (`limits.max_json_depth`, `max_string_bytes`, `max_array_len`,
+//!   `max_object_members`): a request over one gets -32600 under its own id with
+//!   `data {kind, limit}`, a notification over one gets nothing, a batch over one is refused
+//!   whole; a message exactly at a limit is served.
+//! - A batch over `limits.max_batch_len` (a megabyte of entries) gets one -32010 counting
+//!   every entry.
+//! - The method allow-list (`limits.allowed_methods`): a method outside it is answered
+//!   exactly as an unknown method (-32601); notifications are not affected.
+//! - A tool's log lines over its budget (`limits.log_lines_per_second`/`log_lines_burst`) are
+//!   dropped and counted; lines below the session's level do not use the budget.
+//! - Notifications over `limits.max_queued_notifications` are dropped, not queued.
+//! - A tool's requests to the client past `limits.max_in_flight_per_session` outstanding fail
+//!   at once in the tool, without reaching the client, and are counted.
+//! - A subscribed URI over `limits.max_subscription_uri_bytes` gets -32602.
+//! - A message over `limits.max_message_bytes` closes with 1009 and is counted.
+//!
+//! No timing assertions: the rate test only relies on tokens not refilling faster than their
+//! rate, and waits for recovery by retrying as told.
+
+use crate::support::http::{metric, wait_metric};
+use crate::support::ws::assert_server_alive;
+use crate::support::*;
+
+use futures_util::future::join_all;
+use mcp_ws::model::LogLevel;
+use mcp_ws::{RequestContext, RunningServer, Settings, Tool, ToolError};
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::net::TcpSocket;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::MaybeTlsStream;
+
+const RATE_LIMITED: i64 = -32017;
+
+fn rejected(reason: &str) -> String {
+    format!("mcp_rejected_total{{reason=\"{reason}\"}}")
+}
+
+fn dropped(reason: &str) -> String {
+    format!("mcp_dropped_total{{reason=\"{reason}\"}}")
+}
+
+/// A WebSocket to `server` from the loopback address `local` (another client IP).
+async fn connect_from(server: &RunningServer, local: [u8; 4]) -> Client {
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket
+        .bind((local, 0).into())
+        .expect("bind a loopback address");
+    let tcp = socket.connect(server.addr()).await.expect("connect");
+    let mut request = server.url().into_client_request().expect("request");
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));
+    let (ws, _) = tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(tcp))
+        .await
+        .expect("websocket connects");
+    Client::from_ws(ws)
+}
+
+async fn initialize(client: &mut Client) -> Value {
+    client
+        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+        .await
+}
+
+/// The responses of a batch, by id.
+fn by_id(batch: &Value) -> Vec<(Value, Value)> {
+    batch
+        .as_array()
+        .unwrap_or_else(|| panic!("a batch answer: {batch}"))
+        .iter()
+        .map(|response| (response["id"].clone(), response.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_rate_per_identity_refuses_with_retry_after_and_recovers() {
+    let mut s = settings();
+    // A token every 2 s: the checks below take far less than that.
+    s.limits.rate.requests_per_second = 0.5;
+    s.limits.rate.burst = 5;
+    let server = start(s);
+    let mut client = Client::connect(&server).await;
+    // `initialize` takes a token too: four are left.
+    assert_result(&initialize(&mut client).await, &json!(0));
+    let pings: Vec<Value> = (0..12)
+        .map(|i| json!({"jsonrpc":"2.0","id":i,"method":"ping"}))
+        .collect();
+    client.send_json(Value::Array(pings)).await;
+    let answers = by_id(&client.recv().await);
+    assert_eq!(answers.len(), 12);
+    let mut refused = 0;
+    for (id, response) in &answers {
+        if response.get("result").is_some() {
+            assert_result(response, id);
+            continue;
+        }
+        refused += 1;
+        let error = assert_error(response, id, RATE_LIMITED);
+        assert_eq!(error["data"]["scope"], "identity", "{error}");
+        let retry = error["data"]["retryAfterMs"]
+            .as_u64()
+            .expect("retryAfterMs");
+        // One token every 2 s: never longer than that.
+        assert!((1..=2000).contains(&retry), "{error}");
+    }
+    // Tokens come back one every 2 s: at least 4 served, and nearly all the rest refused.
+    assert!(
+        refused <= 8,
+        "the four tokens left were served: {answers:?}"
+    );
+    assert!(refused >= 1, "the burst is spent: {answers:?}");
+    assert_eq!(metric(&server, &rejected("rate")).await, refused);
+
+    // The bucket belongs to the identity (here: the anonymous client at 127.0.0.1), so
+    // another session of it is refused too, even its `initialize`...
+    let mut same = Client::connect(&server).await;
+    let response = initialize(&mut same).await;
+    let error = assert_error(&response, &json!(0), RATE_LIMITED);
+    assert!(error["data"]["retryAfterMs"].as_u64().is_some(), "{error}");
+    // ...while another identity (another address) is served.
+    let mut other = connect_from(&server, [127, 0, 0, 2]).await;
+    assert_result(&initialize(&mut other).await, &json!(0));
+    assert_eq!(other.request("ping", json!({})).await["result"], json!({}));
+
+    // Waiting as told, the first session is served again.
+    let mut attempts = 0;
+    loop {
+        let response = client.request("ping", json!({})).await;
+        if response.get("result").is_some() {
+            break;
+        }
+        let error = assert_error(&response, &response["id"], RATE_LIMITED);
+        attempts += 1;
+        assert!(attempts < 50, "never served again: {error}");
+        let retry = error["data"]["retryAfterMs"]
+            .as_u64()
+            .expect("retryAfterMs");
+        tokio::time::sleep(Duration::from_millis(retry)).await;
+    }
+}
+
+/// Settings with every JSON shape limit small.
+fn shape_limited() -> Settings {
+    let mut s = settings();
+    s.limits.max_json_depth = 8;
+    s.limits.max_string_bytes = 32;
+    s.limits.max_array_len = 4;
+    s.limits.max_object_members = 4;
+    s
+}
+
+/// A `ping` whose params hold `value` under `_meta.x`: the message, `params` and `_meta` are
+/// three levels around what `value` nests.
+fn ping_with(id: Value, value: Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"ping","params":{"_meta":{"x":value}}})
+}
+
+fn nested(levels: usize) -> Value {
+    (0..levels).fold(json!(1), |inner, _| json!([inner]))
+}
+
+#[tokio::test]
+async fn json_shape_limits_refuse_a_request_under_its_id_and_serve_one_at_the_limit() {
+    let server = start(shape_limited());
+    let mut client = Client::initialized(&server).await;
+    // (kind, at the limit, over it).
+    let cases = [
+        ("depth", nested(5), nested(6)),
+        ("string", json!("s".repeat(32)), json!("s".repeat(33))),
+        ("array", json!([1, 2, 3, 4]), json!([1, 2, 3, 4, 5])),
+        (
+            "object",
+            json!({"a":1,"b":2,"c":3,"d":4}),
+            json!({"a":1,"b":2,"c":3,"d":4,"e":5}),
+        ),
+    ];
+    for (kind, at, over) in cases {
+        let id = json!(format!("{kind}-at"));
+        client.send_json(ping_with(id.clone(), at)).await;
+        assert_result(&client.recv_response(&id).await, &id);
+
+        let id = json!(format!("{kind}-over"));
+        client.send_json(ping_with(id.clone(), over)).await;
+        let error = assert_error(&client.recv_response(&id).await, &id, -32600);
+        let limit = if kind == "depth" {
+            8
+        } else if kind == "string" {
+            32
+        } else {
+            4
+        };
+        assert_eq!(
+            error["data"],
+            json!({"kind": kind, "limit": limit}),
+            "{error}"
+        );
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&limit.to_string())),
+            "the message names the limit: {error}"
+        );
+        assert_eq!(metric(&server, &rejected(&format!("json_{kind}"))).await, 1);
+    }
+    client.expect_nothing_pending().await;
+    assert_server_alive(&server).await;
+}
+
+#[tokio::test]
+async fn a_notification_over_a_shape_limit_gets_nothing_and_a_batch_is_refused_whole() {
+    let server = start(shape_limited());
+    let mut client = Client::initialized(&server).await;
+    client
+        .send_json(json!({
+            "jsonrpc":"2.0","method":"notifications/cancelled",
+            "params":{"requestId":1,"reason":"x".repeat(64)},
+        }))
+        .await;
+    client.expect_nothing_pending().await;
+    assert_eq!(metric(&server, &rejected("json_string")).await, 1);
+
+    client
+        .send_json(json!([
+            {"jsonrpc":"2.0","id":"fine","method":"ping"},
+            ping_with(json!("too-deep"), nested(6)),
+        ]))
+        .await;
+    let response = client.recv().await;
+    let error = assert_error(&response, &Value::Null, -32600);
+    assert_eq!(
+        error["data"],
+        json!({"kind": "depth", "limit": 8}),
+        "{error}"
+    );
+    client.expect_nothing_pending().await;
+    assert_eq!(metric(&server, &rejected("json_depth")).await, 1);
+    assert_eq!(client.request("ping", json!({})).await["result"], json!({}));
+}
+
+#[tokio::test]
+async fn a_megabyte_batch_over_its_length_is_refused_with_its_count() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    let entries = 512 * 1024;
+    let frame = format!("[{}0]", "0,".repeat(entries - 1));
+    client.send_text(&frame).await;
+    let error = assert_error(&client.recv().await, &Value::Null, -32010);
+    assert_eq!(error["data"], json!({"limit": 100, "received": entries}));
+    assert_eq!(metric(&server, &rejected("batch_too_large")).await, 1);
+    client.expect_nothing_pending().await;
+    assert_server_alive(&server).await;
+}
+
+#[tokio::test]
+async fn a_method_outside_the_allow_list_is_answered_as_an_unknown_method() {
+    let mut s = settings();
+    // "no/such" is allowed, so that it reaches the router and is answered as unknown.
+    s.limits.allowed_methods = ["initialize", "ping", "tools/list", "no/such"]
+        .map(String::from)
+        .to_vec();
+    let server = start(s);
+    let mut client = Client::initialized(&server).await;
+    let refused = client
+        .request(
+            "tools/call",
+            json!({"name":"echo","arguments":{"text":"x"}}),
+        )
+        .await;
+    let unknown = client.request("no/such", json!({})).await;
+    let refused = assert_error(&refused, &refused["id"], -32601);
+    let unknown = assert_error(&unknown, &unknown["id"], -32601);
+    assert_eq!(refused["data"], json!({"method": "tools/call"}));
+    assert_eq!(unknown["data"], json!({"method": "no/such"}));
+    assert_eq!(refused["message"], unknown["message"]);
+    assert_eq!(metric(&server, &rejected("method_not_allowed")).await, 1);
+    // Allowed methods are served; notifications are not subject to the list.
+    let tools = client.request("tools/list", json!({})).await;
+    assert!(tools["result"]["tools"].is_array(), "{tools}");
+    client
+        .send_json(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .await;
+    client.expect_nothing_pending().await;
+    assert_server_alive(&server).await;
+
+    let mut invalid = settings();
+    invalid.limits.allowed_methods = vec!["ping".into()];
+    let error = invalid.validate().expect_err("no session could start");
+    assert!(error.to_string().contains("initialize"), "{error}");
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct LinesArgs {
+    /// Lines at `info`.
+    info: u32,
+    /// Lines at `debug` (below the session's level).
+    debug: u32,
+}
+
+/// Logs its lines at once, without waiting in between.
+async fn chatty(args: LinesArgs, ctx: RequestContext) -> Result<String, ToolError> {
+    for i in 0..args.debug {
+        ctx.log(LogLevel::Debug, format!("debug {i}"));
+    }
+    for i in 0..args.info {
+        ctx.log(LogLevel::Info, format!("info {i}"));
+    }
+    Ok("logged".into())
+}
+
+fn with_chatty(s: Settings) -> RunningServer {
+    start_with(s, |b| {
+        b.tool(Tool::new("chatty", "Logs lines at once.", chatty))
+    })
+}
+
+/// Calls `chatty` and returns the log lines that came before its response.
+async fn log_lines_of(client: &mut Client, info: u32, debug: u32) -> Vec<Value> {
+    let response = client
+        .call_tool("chatty", json!({"info": info, "debug": debug}))
+        .await;
+    assert_eq!(
+        response["result"]["content"][0]["text"], "logged",
+        "{response}"
+    );
+    let lines: Vec<Value> = client.backlog.drain(..).collect();
+    for line in &lines {
+        assert_eq!(line["method"], "notifications/message", "{line}");
+    }
+    lines
+}
+
+#[tokio::test]
+async fn log_lines_over_a_requests_budget_are_dropped_and_counted() {
+    let mut s = settings();
+    s.limits.log_lines_per_second = 1;
+    s.limits.log_lines_burst = 5;
+    let server = with_chatty(s);
+    let mut client = Client::initialized(&server).await;
+    // Lines below the session's level (info) are dropped before the budget: they use none.
+    let lines = log_lines_of(&mut client, 50, 100).await;
+    let sent = lines.len() as u64;
+    // A token a second: the five of the burst, and one more only if a second went by.
+    assert!((5..=6).contains(&sent), "{lines:?}");
+    assert_eq!(lines[0]["params"]["data"], "info 0");
+    wait_metric(&server, &dropped("log_lines"), 50 - sent).await;
+    // The budget is per request: the next call has its own.
+    let lines = log_lines_of(&mut client, 3, 0).await;
+    assert_eq!(lines.len(), 3);
+    client.expect_nothing_pending().await;
+    assert_server_alive(&server).await;
+}
+
+#[tokio::test]
+async fn notifications_past_the_queue_cap_are_dropped_not_held() {
+    let mut s = settings();
+    s.limits.log_lines_per_second = 0;
+    s.limits.max_queued_notifications = 10;
+    let server = with_chatty(s);
+    let mut client = Client::initialized(&server).await;
+    // The tool runs to its end before its session drains the queue: 10 of 100 fit.
+    let lines = log_lines_of(&mut client, 100, 0).await;
+    assert_eq!(lines.len(), 10, "{lines:?}");
+    assert_eq!(lines[9]["params"]["data"], "info 9");
+    wait_metric(&server, &dropped("queued_notifications"), 90).await;
+    // Drained, the queue takes notifications again.
+    assert_eq!(log_lines_of(&mut client, 10, 0).await.len(), 10);
+    assert_server_alive(&server).await;
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct FanOutArgs {
+    requests: usize,
+}
+
+/// Asks the client for its roots `requests` times at once; tells how many were answered and
+/// how many refused for being too many.
+async fn fan_out(args: FanOutArgs, ctx: RequestContext) -> Result<String, ToolError> {
+    let outcomes = join_all((0..args.requests).map(|_| ctx.list_roots())).await;
+    let answered = outcomes.iter().filter(|o| o.is_ok()).count();
+    let too_many = outcomes
+        .iter()
+        .filter(|o| matches!(o, Err(mcp_ws::ClientRequestError::TooMany { limit: 3 })))
+        .count();
+    Ok(format!("answered={answered} too_many={too_many}"))
+}
+
+#[tokio::test]
+async fn a_tools_requests_to_the_client_past_its_cap_fail_at_once() {
+    let mut s = settings();
+    s.limits.max_in_flight_per_session = 3;
+    let server = start_with(s, |b| {
+        b.tool(Tool::new("fan_out", "Asks at once.", fan_out))
+    });
+    let mut client = Client::initialized(&server).await;
+    let call = client.fresh_id();
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":call,"method":"tools/call",
+            "params":{"name":"fan_out","arguments":{"requests":10}}}))
+        .await;
+    // Three reach the client; the tool waits for them. (A fourth would be read before the
+    // tool's response, and fail `expect_nothing_pending` below.)
+    for _ in 0..3 {
+        let request = client.recv().await;
+        assert_eq!(request["method"], "roots/list", "{request}");
+        client
+            .send_json(json!({"jsonrpc":"2.0","id":request["id"],"result":{"roots":[]}}))
+            .await;
+    }
+    let response = client.recv_response(&call).await;
+    assert_eq!(
+        assert_result(&response, &call)["content"][0]["text"],
+        "answered=3 too_many=7"
+    );
+    wait_metric(&server, &rejected("client_requests"), 7).await;
+    client.expect_nothing_pending().await;
+    assert_server_alive(&server).await;
+}
+
+#[tokio::test]
+async fn a_subscribed_uri_over_its_limit_is_refused() {
+    let mut s = settings();
+    s.limits.max_subscription_uri_bytes = 64;
+    let server = start(s);
+    let mut client = Client::initialized(&server).await;
+    let long = format!("mcp-ws://demo/{}", "x".repeat(64));
+    let response = client
+        .request("resources/subscribe", json!({"uri": long}))
+        .await;
+    let error = assert_error(&response, &response["id"], -32602);
+    assert_eq!(error["data"], json!({"limit": 64}));
+    assert_eq!(metric(&server, &rejected("subscriptions")).await, 1);
+    let response = client
+        .request(
+            "resources/subscribe",
+            json!({"uri": "mcp-ws://demo/readme"}),
+        )
+        .await;
+    assert_result(&response, &response["id"]);
+    assert_server_alive(&server).await;
+}
+
+#[tokio::test]
+async fn a_message_over_the_size_limit_is_counted() {
+    let mut s = settings();
+    s.limits.max_message_bytes = 1024;
+    let server = start(s);
+    let mut client = Client::initialized(&server).await;
+    client
+        .send_json(
+            json!({"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"x".repeat(1024)}}),
+        )
+        .await;
+    let close = client.recv_close().await.expect("a close frame");
+    assert_eq!(close.code, CloseCode::Size);
+    assert_eq!(metric(&server, &rejected("message_too_large")).await, 1);
+    assert_server_alive(&server).await;
+}

@@ -1,0 +1,513 @@
+//! Files as resources (`[[resources.directories]]`), over a real socket with temporary
+//! directories:
+//! - every regular file under the directory, recursively, is listed with a `file://` URI of
+//!   its canonical path (percent-encoded), its relative path as name, a MIME type from its
+//!   extension and its size; names that are not UTF-8 are not listed;
+//! - a textual file that is UTF-8 is read as text, anything else as a base64 blob; a file
+//!   over `max_file_bytes` is listed but its read gets -32005 with `{uri, size, limit}`;
+//! - nothing outside the directory is listed or read: `..` in a URI, a link to a file
+//!   outside, a link to a directory outside (at start and when created later);
+//! - a file changed on disk sends `notifications/resources/updated` to exactly the sessions
+//!   subscribed to it, and nothing after they unsubscribe; reading a file is no change; a
+//!   new size is listed without a `list_changed`;
+//! - a file created or deleted (alone or in a new directory) sends
+//!   `notifications/resources/list_changed`, and the next `resources/list` shows it;
+//! - a directory that does not exist, is not a directory or lies inside another stops the
+//!   server at startup (the binary with exit code 2 and a message naming it).
+//!
+//! Watcher events arrive asynchronously: a test waits for the notification (the client's
+//! receive timeout bounds the wait) and proves absence with a barrier after a notification
+//! another session got from the same change.
+
+use crate::support::{assert_error, assert_result, settings, Client};
+use base64::Engine;
+use mcp_ws::config::DirectorySettings;
+use mcp_ws::{RunningServer, Server};
+use serde_json::{json, Value};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+const LIST_CHANGED: &str = "notifications/resources/list_changed";
+const UPDATED: &str = "notifications/resources/updated";
+
+/// A server with no other capability, serving `dir` with this size limit.
+fn serve(dir: &Path, max_file_bytes: u64) -> RunningServer {
+    mcp_ws::telemetry::init("warn");
+    let mut settings = settings();
+    settings.resources.directories.push(DirectorySettings {
+        path: dir.to_owned(),
+        max_file_bytes,
+    });
+    Server::builder()
+        .settings(settings)
+        .build()
+        .expect("server builds")
+        .spawn()
+        .expect("server starts")
+}
+
+/// A temporary directory and its canonical path (URIs name canonical paths).
+fn temp_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let canonical = dir.path().canonicalize().expect("canonical");
+    assert!(
+        canonical
+            .to_str()
+            .expect("UTF-8")
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-".contains(&b)),
+        "the temp path needs no percent-encoding: {canonical:?}"
+    );
+    (dir, canonical)
+}
+
+/// The URI of a file whose path needs no percent-encoding.
+fn uri(path: &Path) -> String {
+    format!("file://{}", path.to_str().expect("UTF-8"))
+}
+
+fn write(path: &Path, contents: impl AsRef<[u8]>) {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).expect("mkdir");
+    }
+    std::fs::write(path, contents).expect("write");
+}
+
+async fn list(client: &mut Client) -> Vec<Value> {
+    let id = client.fresh_id();
+    let response = client
+        .request_with_id(id.clone(), "resources/list", json!({}))
+        .await;
+    let result = assert_result(&response, &id);
+    assert!(result.get("nextCursor").is_none(), "one page: {result}");
+    result["resources"].as_array().expect("resources").clone()
+}
+
+fn uris(resources: &[Value]) -> Vec<&str> {
+    resources
+        .iter()
+        .map(|r| r["uri"].as_str().expect("uri"))
+        .collect()
+}
+
+/// The contents of a successful read of `uri`.
+async fn read_ok(client: &mut Client, uri: &str) -> Value {
+    let id = client.fresh_id();
+    let response = client
+        .request_with_id(id.clone(), "resources/read", json!({ "uri": uri }))
+        .await;
+    let contents = assert_result(&response, &id)["contents"].clone();
+    assert_eq!(contents.as_array().map(Vec::len), Some(1), "{response}");
+    contents[0].clone()
+}
+
+async fn subscribe(client: &mut Client, uri: &str) {
+    let id = client.fresh_id();
+    let response = client
+        .request_with_id(id.clone(), "resources/subscribe", json!({ "uri": uri }))
+        .await;
+    assert_eq!(assert_result(&response, &id), json!({}));
+}
+
+/// The next frame, which must be the notification `method`.
+async fn expect_notification(client: &mut Client, method: &str) -> Value {
+    let frame = client.recv().await;
+    assert_eq!(frame["method"], method, "expected {method}, got {frame}");
+    assert!(frame.get("id").is_none(), "{frame}");
+    frame
+}
+
+async fn expect_updated(client: &mut Client, uri: &str) {
+    let frame = expect_notification(client, UPDATED).await;
+    assert_eq!(frame["params"], json!({ "uri": uri }), "{frame}");
+}
+
+/// The built server's startup error, as text.
+fn startup_error(directories: Vec<DirectorySettings>) -> String {
+    let mut settings = settings();
+    settings.resources.directories = directories;
+    match Server::builder().settings(settings).build() {
+        Ok(_) => panic!("the server built"),
+        Err(error) => {
+            assert!(
+                matches!(error, mcp_ws::Error::ResourceDirectory { .. }),
+                "{error:?}"
+            );
+            error.to_string()
+        }
+    }
+}
+
+#[tokio::test]
+async fn list_shows_every_file_with_its_name_mime_type_and_size() {
+    let (_dir, root) = temp_dir();
+    write(&root.join("notes.txt"), "hello notes");
+    write(&root.join("docs/guide.md"), "# Guide\n");
+    write(&root.join("docs/data/config.json"), r#"{"a":1}"#);
+    write(
+        &root.join("image.png"),
+        [0x89, b'P', b'N', b'G', 0, 1, 2, 255],
+    );
+    write(&root.join("big.txt"), "x".repeat(100));
+    write(&root.join("with space.txt"), "spaced");
+    std::fs::create_dir(root.join("empty")).expect("mkdir");
+    let not_utf8 = root.join(std::ffi::OsStr::from_bytes(b"bad\xff.txt"));
+    std::fs::write(&not_utf8, "hidden").expect("write");
+    let server = serve(&root, 64);
+    let mut client = Client::initialized(&server).await;
+
+    let mut expected = vec![
+        json!({"uri": uri(&root.join("notes.txt")), "name": "notes.txt", "mimeType": "text/plain", "size": 11}),
+        json!({"uri": uri(&root.join("docs/guide.md")), "name": "docs/guide.md", "mimeType": "text/markdown", "size": 8}),
+        json!({"uri": uri(&root.join("docs/data/config.json")), "name": "docs/data/config.json", "mimeType": "application/json", "size": 7}),
+        json!({"uri": uri(&root.join("image.png")), "name": "image.png", "mimeType": "image/png", "size": 8}),
+        json!({"uri": uri(&root.join("big.txt")), "name": "big.txt", "mimeType": "text/plain", "size": 100}),
+        json!({"uri": format!("{}/with%20space.txt", uri(&root)), "name": "with space.txt", "mimeType": "text/plain", "size": 6}),
+    ];
+    expected.sort_by(|a, b| a["uri"].as_str().cmp(&b["uri"].as_str()));
+    assert_eq!(list(&mut client).await, expected);
+}
+
+#[tokio::test]
+async fn text_files_are_read_as_text_and_others_as_base64_blobs() {
+    let (_dir, root) = temp_dir();
+    let png = [0x89, b'P', b'N', b'G', 0, 1, 2, 255];
+    write(&root.join("notes.txt"), "hello notes ✓");
+    write(&root.join("data/config.json"), r#"{"a":1}"#);
+    write(&root.join("image.png"), png);
+    write(&root.join("latin1.txt"), b"caf\xe9");
+    write(&root.join("with space.txt"), "spaced");
+    let server = serve(&root, 1024);
+    let mut client = Client::initialized(&server).await;
+
+    let notes = uri(&root.join("notes.txt"));
+    assert_eq!(
+        read_ok(&mut client, &notes).await,
+        json!({"uri": notes, "mimeType": "text/plain", "text": "hello notes ✓"})
+    );
+    let config = uri(&root.join("data/config.json"));
+    assert_eq!(
+        read_ok(&mut client, &config).await,
+        json!({"uri": config, "mimeType": "application/json", "text": r#"{"a":1}"#})
+    );
+    let image = uri(&root.join("image.png"));
+    assert_eq!(
+        read_ok(&mut client, &image).await,
+        json!({"uri": image, "mimeType": "image/png",
+               "blob": base64::engine::general_purpose::STANDARD.encode(png)})
+    );
+    // A textual type whose bytes are not UTF-8 goes as bytes.
+    let latin1 = uri(&root.join("latin1.txt"));
+    assert_eq!(
+        read_ok(&mut client, &latin1).await,
+        json!({"uri": latin1, "mimeType": "text/plain",
+               "blob": base64::engine::general_purpose::STANDARD.encode(b"caf\xe9")})
+    );
+    let spaced = format!("{}/with%20space.txt", uri(&root));
+    assert_eq!(read_ok(&mut client, &spaced).await["text"], "spaced");
+}
+
+#[tokio::test]
+async fn a_file_over_the_limit_is_listed_but_its_read_gets_32005_with_data() {
+    let (_dir, root) = temp_dir();
+    write(&root.join("big.bin"), vec![7u8; 65]);
+    write(&root.join("exact.bin"), vec![7u8; 64]);
+    let server = serve(&root, 64);
+    let mut client = Client::initialized(&server).await;
+
+    let big = uri(&root.join("big.bin"));
+    let listed = list(&mut client).await;
+    let entry = listed.iter().find(|r| r["uri"] == big).expect("listed");
+    assert_eq!(entry["size"], 65);
+
+    let id = client.fresh_id();
+    let response = client
+        .request_with_id(id.clone(), "resources/read", json!({ "uri": big }))
+        .await;
+    let error = assert_error(&response, &id, -32005);
+    assert_eq!(error["data"], json!({"uri": big, "size": 65, "limit": 64}));
+
+    // At the limit is not over it.
+    let exact = uri(&root.join("exact.bin"));
+    assert_eq!(
+        read_ok(&mut client, &exact).await["blob"],
+        base64::engine::general_purpose::STANDARD.encode([7u8; 64])
+    );
+}
+
+#[tokio::test]
+async fn nothing_outside_the_directory_is_listed_or_read() {
+    let (_outside_dir, outside) = temp_dir();
+    write(&outside.join("secret.txt"), "secret");
+    write(&outside.join("sub/inner.txt"), "inner secret");
+    let (_dir, root) = temp_dir();
+    write(&root.join("real.txt"), "real");
+    std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("to_file.txt")).expect("link");
+    std::os::unix::fs::symlink(outside.join("sub"), root.join("to_dir")).expect("link");
+    // A link to a file inside is that file, listed once under its own path.
+    std::os::unix::fs::symlink(root.join("real.txt"), root.join("alias.txt")).expect("link");
+    let server = serve(&root, 1024);
+    let mut client = Client::initialized(&server).await;
+
+    let real = uri(&root.join("real.txt"));
+    assert_eq!(uris(&list(&mut client).await), [real.as_str()]);
+
+    let outside_name = outside.file_name().expect("name").to_str().expect("UTF-8");
+    let escapes = [
+        uri(&root.join("to_file.txt")),
+        uri(&root.join("to_dir/inner.txt")),
+        uri(&root.join("alias.txt")),
+        format!("{}/../{outside_name}/secret.txt", uri(&root)),
+        format!("{}/real.txt/../../{outside_name}/secret.txt", uri(&root)),
+        format!("{}/%2E%2E/{outside_name}/secret.txt", uri(&root)),
+        uri(&outside.join("secret.txt")),
+        uri(&outside.join("sub/inner.txt")),
+    ];
+    for escape in &escapes {
+        let id = client.fresh_id();
+        let response = client
+            .request_with_id(id.clone(), "resources/read", json!({ "uri": escape }))
+            .await;
+        let error = assert_error(&response, &id, -32002);
+        assert_eq!(error["data"], json!({ "uri": escape }), "{response}");
+        let id = client.fresh_id();
+        let response = client
+            .request_with_id(id.clone(), "resources/subscribe", json!({ "uri": escape }))
+            .await;
+        assert_error(&response, &id, -32002);
+    }
+
+    // Links made while the server runs are not listed either: the regular file made after
+    // them is, and the list that announces it holds nothing else new.
+    std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("later.txt")).expect("link");
+    std::os::unix::fs::symlink(&outside, root.join("later_dir")).expect("link");
+    write(&root.join("marker.txt"), "marker");
+    expect_notification(&mut client, LIST_CHANGED).await;
+    let marker = uri(&root.join("marker.txt"));
+    assert_eq!(
+        uris(&list(&mut client).await),
+        [marker.as_str(), real.as_str()]
+    );
+    for escape in [
+        uri(&root.join("later.txt")),
+        uri(&root.join("later_dir/secret.txt")),
+    ] {
+        let response = client.read_resource(&escape).await;
+        assert_eq!(response["error"]["code"], -32002, "{response}");
+    }
+}
+
+#[tokio::test]
+async fn a_change_on_disk_reaches_exactly_the_sessions_subscribed_to_that_file() {
+    let (_dir, root) = temp_dir();
+    let (changed, other) = (root.join("changed.txt"), root.join("other.txt"));
+    write(&changed, "before");
+    write(&other, "other");
+    let server = serve(&root, 1024);
+    let mut subscriber = Client::initialized(&server).await;
+    let mut bystander = Client::initialized(&server).await;
+    subscribe(&mut subscriber, &uri(&changed)).await;
+    subscribe(&mut bystander, &uri(&other)).await;
+
+    write(&changed, "after, and longer");
+    expect_updated(&mut subscriber, &uri(&changed)).await;
+    // The same change reached every session of the thread at once: anything meant for the
+    // bystander would come before the answer to its ping.
+    bystander.expect_nothing_pending().await;
+    assert_eq!(
+        read_ok(&mut subscriber, &uri(&changed)).await["text"],
+        "after, and longer"
+    );
+}
+
+#[tokio::test]
+async fn reading_a_file_is_not_a_change() {
+    let (_dir, root) = temp_dir();
+    let (_staging_dir, staging) = temp_dir();
+    let (read_file, changed) = (root.join("read.txt"), root.join("changed.txt"));
+    write(&read_file, "read me");
+    write(&changed, "before");
+    let server = serve(&root, 1024);
+    let mut reader = Client::initialized(&server).await;
+    let mut witness = Client::initialized(&server).await;
+    subscribe(&mut reader, &uri(&read_file)).await;
+    subscribe(&mut witness, &uri(&changed)).await;
+
+    for _ in 0..3 {
+        assert_eq!(
+            read_ok(&mut reader, &uri(&read_file)).await["text"],
+            "read me"
+        );
+    }
+    // A change made after the reads, in one step (a rename), is seen after them.
+    write(&staging.join("changed.txt"), "after");
+    std::fs::rename(staging.join("changed.txt"), &changed).expect("rename");
+    expect_updated(&mut witness, &uri(&changed)).await;
+    reader.expect_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn a_file_replaced_by_rename_is_updated_and_listed_with_its_new_size() {
+    let (_dir, root) = temp_dir();
+    let (_staging_dir, staging) = temp_dir();
+    let target = root.join("doc.md");
+    write(&target, "short");
+    let server = serve(&root, 1024);
+    let mut client = Client::initialized(&server).await;
+    subscribe(&mut client, &uri(&target)).await;
+
+    // As editors save: a whole new file renamed over the old one, in one step.
+    let replacement = staging.join("doc.md.new");
+    write(&replacement, "a good deal longer than before");
+    std::fs::rename(&replacement, &target).expect("rename");
+    expect_updated(&mut client, &uri(&target)).await;
+    let listed = list(&mut client).await;
+    assert_eq!(
+        listed,
+        [json!({"uri": uri(&target), "name": "doc.md", "mimeType": "text/markdown", "size": 30})]
+    );
+    // A new size is no list change.
+    client.expect_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn after_unsubscribe_changes_send_nothing() {
+    let (_dir, root) = temp_dir();
+    let file = root.join("watched.txt");
+    write(&file, "one");
+    let server = serve(&root, 1024);
+    let mut leaver = Client::initialized(&server).await;
+    let mut stayer = Client::initialized(&server).await;
+    subscribe(&mut leaver, &uri(&file)).await;
+    subscribe(&mut stayer, &uri(&file)).await;
+
+    write(&file, "two");
+    expect_updated(&mut leaver, &uri(&file)).await;
+    expect_updated(&mut stayer, &uri(&file)).await;
+
+    let id = leaver.fresh_id();
+    let response = leaver
+        .request_with_id(
+            id.clone(),
+            "resources/unsubscribe",
+            json!({ "uri": uri(&file) }),
+        )
+        .await;
+    assert_eq!(assert_result(&response, &id), json!({}));
+    // Frames the first write may still have sent (an editor-like write can come in two
+    // bursts) are not about the next one.
+    leaver.drain_until_barrier().await;
+    stayer.drain_until_barrier().await;
+    write(&file, "three");
+    expect_updated(&mut stayer, &uri(&file)).await;
+    leaver.expect_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn creating_and_deleting_files_sends_list_changed_and_the_list_follows() {
+    let (_dir, root) = temp_dir();
+    let server = serve(&root, 1024);
+    // An empty directory still declares resources, with updates and list changes.
+    let mut client = Client::connect(&server).await;
+    let response = client
+        .request_with_id(
+            json!(0),
+            "initialize",
+            crate::support::initialize_params("2025-11-25"),
+        )
+        .await;
+    assert_eq!(
+        response["result"]["capabilities"]["resources"],
+        json!({"subscribe": true, "listChanged": true}),
+        "{response}"
+    );
+    client
+        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    assert_eq!(list(&mut client).await, Vec::<Value>::new());
+
+    let created = root.join("new.txt");
+    write(&created, "new");
+    expect_notification(&mut client, LIST_CHANGED).await;
+    let listed = list(&mut client).await;
+    assert_eq!(uris(&listed), [uri(&created).as_str()]);
+    assert_eq!(listed[0]["name"], "new.txt");
+    assert_eq!(read_ok(&mut client, &uri(&created)).await["text"], "new");
+
+    // A new directory with a file in it.
+    let nested = root.join("sub/deeper/nested.md");
+    write(&nested, "# nested");
+    expect_notification(&mut client, LIST_CHANGED).await;
+    let listed = list(&mut client).await;
+    let nested_entry = listed
+        .iter()
+        .find(|r| r["uri"] == uri(&nested))
+        .unwrap_or_else(|| panic!("nested file listed: {listed:?}"));
+    assert_eq!(nested_entry["name"], "sub/deeper/nested.md");
+    assert_eq!(listed.len(), 2, "{listed:?}");
+
+    std::fs::remove_file(&created).expect("remove");
+    expect_notification(&mut client, LIST_CHANGED).await;
+    assert_eq!(uris(&list(&mut client).await), [uri(&nested).as_str()]);
+    let response = client.read_resource(&uri(&created)).await;
+    assert_eq!(response["error"]["code"], -32002, "{response}");
+
+    std::fs::remove_dir_all(root.join("sub")).expect("remove");
+    expect_notification(&mut client, LIST_CHANGED).await;
+    assert_eq!(list(&mut client).await, Vec::<Value>::new());
+}
+
+#[test]
+fn a_missing_directory_or_a_file_stops_the_server_at_startup() {
+    let (_dir, root) = temp_dir();
+    let missing = root.join("missing");
+    let message = startup_error(vec![DirectorySettings::new(&missing)]);
+    assert!(
+        message.contains(missing.to_str().expect("UTF-8")) && message.contains("No such file"),
+        "{message}"
+    );
+
+    let file = root.join("file.txt");
+    write(&file, "not a directory");
+    let message = startup_error(vec![DirectorySettings::new(&file)]);
+    assert!(
+        message.contains(file.to_str().expect("UTF-8")) && message.contains("not a directory"),
+        "{message}"
+    );
+
+    // One directory inside another would serve the same files twice.
+    std::fs::create_dir(root.join("inner")).expect("mkdir");
+    let message = startup_error(vec![
+        DirectorySettings::new(&root),
+        DirectorySettings::new(root.join("inner")),
+    ]);
+    assert!(message.contains("lies inside"), "{message}");
+}
+
+#[test]
+fn the_binary_refuses_a_missing_directory_with_exit_code_2() {
+    let (_dir, root) = temp_dir();
+    let missing = root.join("missing");
+    let config = root.join("config.toml");
+    write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n[[resources.directories]]\npath = {:?}\n",
+            missing.to_str().expect("UTF-8")
+        ),
+    );
+    let mut process = crate::support::process::ServerProcess::spawn(
+        &["--config", config.to_str().expect("UTF-8")],
+        &[],
+    );
+    let (status, stderr) = process.wait_exit();
+    assert_eq!(status.code(), Some(2), "{status:?}; stderr:\n{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "resources.directories: cannot serve {}",
+            missing.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("listening"), "{stderr}");
+}

@@ -1,0 +1,255 @@
+//! Resumable WebSocket sessions (the WebSocket counterpart of `Last-Event-ID`; SEP-1288: a
+//! disconnect is not a cancel):
+//!
+//! - `initialize` gives the session's id (`_meta["mcp-ws/sessionId"]`); a dropped socket
+//!   keeps the session, its work in flight and what it could not send, for
+//!   `sessions.resume_grace_ms`;
+//! - a reconnect with the id (`Mcp-Session-Id` header, or an `mcp.session.<id>` subprotocol
+//!   entry) gets the same session and what it missed, in order: a tool's answer sent while the
+//!   socket was down, progress that goes on; an older socket still attached is closed (1000);
+//! - past the grace, or when it missed more than `sessions.resume_buffer_messages`, the
+//!   session ends and its work is cancelled; a normal close (1000) ends it at once; an unknown
+//!   id is refused (404).
+
+use crate::support::http::{metric, wait_metric};
+use crate::support::ws::assert_server_alive;
+use crate::support::*;
+use mcp_ws::RunningServer;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+
+fn resume_settings(grace_ms: u64) -> mcp_ws::Settings {
+    let mut s = settings();
+    s.sessions.resume_grace_ms = grace_ms;
+    s
+}
+
+/// A client initialized on the newest version, and its session id.
+async fn session(server: &RunningServer) -> (Client, String) {
+    let mut client = Client::connect(server).await;
+    let response = client
+        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+        .await;
+    let id = assert_result(&response, &json!(0))["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .expect("the initialize result gives the session id")
+        .to_owned();
+    assert_eq!(id.len(), 32, "128 random bits, hex: {id}");
+    client
+        .send_json(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .await;
+    (client, id)
+}
+
+/// Upgrades with a header; `Ok(client)` or `Err(status)`.
+async fn reconnect(
+    server: &RunningServer,
+    header: &'static str,
+    value: &str,
+) -> Result<(Client, Option<String>), u16> {
+    let mut request = server.url().into_client_request().expect("request");
+    request
+        .headers_mut()
+        .insert(header, HeaderValue::from_str(value).expect("value"));
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((ws, response)) => {
+            let protocol = response
+                .headers()
+                .get("sec-websocket-protocol")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            Ok((Client::from_ws(ws), protocol))
+        }
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            Err(response.status().as_u16())
+        }
+        Err(other) => panic!("unexpected connect error: {other}"),
+    }
+}
+
+async fn resume(server: &RunningServer, id: &str) -> Client {
+    reconnect(server, "Mcp-Session-Id", id)
+        .await
+        .unwrap_or_else(|status| panic!("resume refused with {status}"))
+        .0
+}
+
+fn hold_call(id: Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"hold","arguments":{}}})
+}
+
+#[tokio::test]
+async fn an_answer_sent_while_the_socket_was_down_arrives_after_the_reconnect() {
+    let (server, gate) = start_with_gate(resume_settings(30_000));
+    let (mut client, id) = session(&server).await;
+    client.send_json(hold_call(json!("held"))).await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    // The tool answers while no socket is attached; nothing was cancelled.
+    gate.add_permits(1);
+    wait_metric(&server, "mcp_pool_running", 0).await;
+    assert_eq!(metric(&server, "mcp_cancelled_total").await, 0);
+
+    let mut client = resume(&server, &id).await;
+    let response = client.recv_response(&json!("held")).await;
+    assert_eq!(
+        assert_result(&response, &json!("held"))["content"][0]["text"],
+        "released"
+    );
+    // The same session goes on: initialized, with its negotiated version.
+    let echo = client.call_tool("echo", json!({"text": "again"})).await;
+    assert_eq!(echo["result"]["content"][0]["text"], "again");
+    client.expect_nothing_pending().await;
+    assert_eq!(metric(&server, "mcp_parked_sessions").await, 0);
+    assert_eq!(metric(&server, "mcp_sessions").await, 1);
+}
+
+#[tokio::test]
+async fn progress_goes_on_across_a_reconnect() {
+    let server = start(resume_settings(30_000));
+    let (mut client, id) = session(&server).await;
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":"s","method":"tools/call",
+            "params":{"name":"sleep","arguments":{"ms":1500},"_meta":{"progressToken":"tok"}}}))
+        .await;
+    let first = client.recv().await;
+    assert_eq!(first["method"], "notifications/progress", "{first}");
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+
+    let mut client = resume(&server, &id).await;
+    let mut progress = vec![first["params"]["progress"].as_f64().expect("number")];
+    let response = loop {
+        let frame = client.recv().await;
+        if frame["method"] == "notifications/progress" {
+            assert_eq!(frame["params"]["progressToken"], "tok");
+            progress.push(frame["params"]["progress"].as_f64().expect("number"));
+            continue;
+        }
+        break frame;
+    };
+    assert_eq!(
+        assert_result(&response, &json!("s"))["content"][0]["text"],
+        "slept 1500 ms"
+    );
+    assert!(
+        progress.len() >= 3,
+        "progress before and after the reconnect: {progress:?}"
+    );
+    assert!(
+        progress.windows(2).all(|w| w[0] < w[1]),
+        "increasing: {progress:?}"
+    );
+}
+
+#[tokio::test]
+async fn past_the_grace_the_work_is_cancelled_and_the_id_forgotten() {
+    let (server, _gate) = start_with_gate(resume_settings(200));
+    let (mut client, id) = session(&server).await;
+    client.send_json(hold_call(json!(1))).await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    drop(client);
+    wait_metric(&server, "mcp_sessions", 0).await;
+    wait_metric(&server, "mcp_pool_running", 0).await;
+    assert_eq!(metric(&server, "mcp_cancelled_total").await, 1);
+    assert_eq!(metric(&server, "mcp_parked_sessions_peak").await, 1);
+    assert_eq!(
+        reconnect(&server, "Mcp-Session-Id", &id).await.err(),
+        Some(404)
+    );
+    assert_server_alive(&server).await;
+}
+
+#[tokio::test]
+async fn a_reconnect_closes_the_older_socket_still_attached() {
+    let server = start(resume_settings(30_000));
+    let (mut old, id) = session(&server).await;
+    let mut new = resume(&server, &id).await;
+    let close = old
+        .recv_close()
+        .await
+        .expect("the older socket gets a close frame");
+    assert_eq!(u16::from(close.code), 1000, "{close:?}");
+    assert_eq!(
+        close.reason.as_str(),
+        "MCP session reconnected on another connection"
+    );
+    let echo = new.call_tool("echo", json!({"text": "here"})).await;
+    assert_eq!(echo["result"]["content"][0]["text"], "here");
+    // Still one session.
+    assert_eq!(metric(&server, "mcp_sessions").await, 1);
+}
+
+#[tokio::test]
+async fn a_subprotocol_entry_resumes_like_the_header() {
+    let (server, gate) = start_with_gate(resume_settings(30_000));
+    let (mut client, id) = session(&server).await;
+    client.send_json(hold_call(json!(7))).await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    gate.add_permits(1);
+    let offer = format!("mcp, mcp.session.{id}");
+    let (mut client, selected) = reconnect(&server, "Sec-WebSocket-Protocol", &offer)
+        .await
+        .expect("resumed");
+    assert_eq!(
+        selected.as_deref(),
+        Some("mcp"),
+        "the id is never echoed back"
+    );
+    let response = client.recv_response(&json!(7)).await;
+    assert_result(&response, &json!(7));
+}
+
+#[tokio::test]
+async fn an_unknown_session_id_is_refused() {
+    let server = start(resume_settings(30_000));
+    let refused = reconnect(
+        &server,
+        "Mcp-Session-Id",
+        "0123456789abcdef0123456789abcdef",
+    )
+    .await;
+    assert_eq!(refused.err(), Some(404));
+    assert_eq!(metric(&server, "mcp_sessions_peak").await, 0);
+}
+
+#[tokio::test]
+async fn a_normal_close_ends_the_session_at_once() {
+    let (server, _gate) = start_with_gate(resume_settings(30_000));
+    let (mut client, id) = session(&server).await;
+    client.send_json(hold_call(json!(1))).await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    client.ws.close(None).await.expect("close");
+    wait_metric(&server, "mcp_sessions", 0).await;
+    wait_metric(&server, "mcp_pool_running", 0).await;
+    assert_eq!(metric(&server, "mcp_parked_sessions_peak").await, 0);
+    assert_eq!(
+        reconnect(&server, "Mcp-Session-Id", &id).await.err(),
+        Some(404)
+    );
+}
+
+#[tokio::test]
+async fn missing_more_than_the_buffer_ends_the_session_rather_than_leave_a_gap() {
+    let mut s = resume_settings(30_000);
+    s.sessions.resume_buffer_messages = 2;
+    let (server, gate) = start_with_gate(s);
+    let (mut client, id) = session(&server).await;
+    for n in 0..3 {
+        client.send_json(hold_call(json!(n))).await;
+    }
+    wait_metric(&server, "mcp_pool_running", 3).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    // Three answers for a buffer of two: the third cannot be kept.
+    gate.add_permits(3);
+    wait_metric(&server, "mcp_sessions", 0).await;
+    assert_eq!(
+        reconnect(&server, "Mcp-Session-Id", &id).await.err(),
+        Some(404)
+    );
+}

@@ -1,0 +1,206 @@
+//! HTTP to the server under test: a bare HTTP/1.1 GET and the metrics read with it, and the
+//! MCP endpoint as a 2026-07-28 client posts to it (the headers that revision requires),
+//! with its answers read as JSON or, message by message, as SSE.
+
+use super::meta::{MODERN, PROTOCOL_VERSION};
+use super::request;
+use super::READ_TIMEOUT;
+use futures_util::{Stream, StreamExt};
+use mcp_ws::RunningServer;
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use reqwest::{RequestBuilder, Response, StatusCode};
+use serde_json::Value;
+use sse_stream::{Sse, SseStream};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A minimal HTTP/1.1 GET over a fresh connection: (status, body).
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    tokio::time::timeout(READ_TIMEOUT, stream.read_to_end(&mut raw))
+        .await
+        .expect("response in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Reads one metric from `/metrics`.
+pub async fn metric(server: &RunningServer, name: &str) -> u64 {
+    let (status, body) = http_get(server.addr(), "/metrics").await;
+    assert_eq!(status, 200);
+    body.lines()
+        .find_map(|line| {
+            let (key, value) = line.split_once(' ')?;
+            (key == name).then(|| value.trim().parse().ok()).flatten()
+        })
+        .unwrap_or_else(|| panic!("metric {name} missing"))
+}
+
+/// Polls a metric until it equals `expected` (state changes cross threads, e.g. after a
+/// disconnect); fails after READ_TIMEOUT. Polling, not sleeping a fixed time.
+pub async fn wait_metric(server: &RunningServer, name: &str, expected: u64) {
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    loop {
+        let value = metric(server, name).await;
+        if value == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "metric {name} stayed at {value}, expected {expected}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub const BOTH: &str = "application/json, text/event-stream";
+
+/// The MCP endpoint over HTTP, as a 2026-07-28 client posts to it.
+#[derive(Clone)]
+pub struct Http {
+    pub client: reqwest::Client,
+    pub url: String,
+}
+
+impl Http {
+    pub fn new(server: &RunningServer) -> Self {
+        Self {
+            client: reqwest::Client::new(),
+            url: format!("http://{}/mcp", server.addr()),
+        }
+    }
+
+    /// A POST of `body` with no MCP headers (only `Accept` and `Content-Type`).
+    pub fn bare(&self, body: &Value) -> RequestBuilder {
+        self.client
+            .post(&self.url)
+            .header(ACCEPT, BOTH)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+    }
+
+    /// A POST of `body` with the headers a 2026-07-28 client sends, taken from the body:
+    /// `MCP-Protocol-Version` (its `_meta` version, else 2026-07-28), `Mcp-Method`, and
+    /// `Mcp-Name` for the methods that name something.
+    pub fn post(&self, body: &Value) -> RequestBuilder {
+        let params = &body["params"];
+        let version = params["_meta"][PROTOCOL_VERSION].as_str().unwrap_or(MODERN);
+        let method = body["method"].as_str().unwrap_or_default();
+        let builder = self
+            .bare(body)
+            .header("MCP-Protocol-Version", version)
+            .header("Mcp-Method", method);
+        let name = match method {
+            "tools/call" | "prompts/get" => params["name"].as_str(),
+            "resources/read" => params["uri"].as_str(),
+            _ => None,
+        };
+        match name {
+            Some(name) => builder.header("Mcp-Name", name),
+            None => builder,
+        }
+    }
+
+    /// Posts a request answered with a JSON body (no stream); returns `(status, body)`.
+    pub async fn json(&self, id: Value, method: &str, params: Value) -> (u16, Value) {
+        json_reply(send(self.post(&request(id, method, params))).await).await
+    }
+}
+
+pub async fn send(builder: RequestBuilder) -> Response {
+    tokio::time::timeout(READ_TIMEOUT, builder.send())
+        .await
+        .expect("the server answers in time")
+        .expect("the request is sent and answered")
+}
+
+pub fn header<'a>(response: &'a Response, name: &str) -> Option<&'a str> {
+    response.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A JSON answer: its status and body. Never a session id: 2026-07-28 has no sessions.
+pub async fn json_reply(response: Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    assert_eq!(
+        header(&response, "content-type"),
+        Some("application/json"),
+        "status {status}"
+    );
+    assert!(
+        header(&response, "mcp-session-id").is_none(),
+        "a 2026-07-28 answer issues no session"
+    );
+    let text = tokio::time::timeout(READ_TIMEOUT, response.text())
+        .await
+        .expect("the body arrives in time")
+        .expect("the body is read");
+    let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
+    (status, body)
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<Sse, sse_stream::Error>> + Send>>;
+
+/// A 2026-07-28 SSE answer read message by message. Its events carry no `id` (the revision
+/// has no resumption); keep-alive comments are skipped.
+pub struct Events {
+    stream: EventStream,
+}
+
+impl Events {
+    /// The events of `response`, which must be a 200 SSE stream without a session id.
+    pub fn of(response: Response) -> Self {
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(header(&response, "content-type"), Some("text/event-stream"));
+        assert!(
+            header(&response, "mcp-session-id").is_none(),
+            "a 2026-07-28 answer issues no session"
+        );
+        Self {
+            stream: Box::pin(SseStream::from_bytes_stream(response.bytes_stream())),
+        }
+    }
+
+    /// The next message, or `None` once the server ended the stream.
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            let next = tokio::time::timeout(READ_TIMEOUT, self.stream.next())
+                .await
+                .expect("an event or the end of the stream in time")?;
+            let sse = next.expect("well-formed SSE");
+            let Some(data) = sse.data.filter(|d| !d.is_empty()) else {
+                continue; // a comment (keep-alive)
+            };
+            assert!(sse.id.is_none(), "no event ids in 2026-07-28: {data}");
+            assert_eq!(sse.event.as_deref(), Some("message"), "{data}");
+            return Some(
+                serde_json::from_str(&data).unwrap_or_else(|e| panic!("not JSON ({e}): {data}")),
+            );
+        }
+    }
+
+    pub async fn expect(&mut self) -> Value {
+        self.next().await.expect("the stream goes on")
+    }
+
+    pub async fn expect_end(&mut self) {
+        if let Some(message) = self.next().await {
+            panic!("the stream should have ended, got {message}");
+        }
+    }
+}

@@ -1,0 +1,656 @@
+//! The tasks extension of 2026-07-28 (`io.modelcontextprotocol/tasks`), over WebSocket and
+//! HTTP, against the real server:
+//! - a task-supporting call that waits becomes a task (`resultType: "task"`), runs on after
+//!   the connection that made it is gone, and is polled to its result from other connections
+//!   (another WebSocket, HTTP); one done without waiting is answered at once;
+//! - a tool that requires tasks refuses clients without the extension (-32021 naming it), and
+//!   so do `tasks/*`; handshake-era sessions run the same tool as an ordinary call and have no
+//!   `tasks/*` methods;
+//! - a task's questions park it in `input_required` until `tasks/update` answers them (an
+//!   answer that does not fit is asked again under a new key; unknown keys are ignored);
+//! - `tasks/cancel` stops the tool and is idempotent; a task expires with its `ttlMs`; the
+//!   running tasks of a node are bounded (-32008); unknown ids are -32602;
+//! - `subscriptions/listen` with `taskIds` hears `notifications/tasks` with what `tasks/get`
+//!   shows, tagged with the listen's id;
+//! - two server processes sharing one real `redis-server`: a task created on one is polled,
+//!   answered and cancelled through the other, the other's listen streams hear it, and a task
+//!   whose node shuts down is failed with -32004.
+
+use crate::support::http::{http_get, metric, wait_metric};
+use crate::support::meta::modern_with;
+use crate::support::process::ServerProcess;
+use crate::support::redis::RedisServer;
+use crate::support::*;
+use mcp_ws::model::{ElicitRequest, ElicitResult};
+use mcp_ws::{RequestContext, RunningServer, TaskSupport, Tool, ToolError};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+const TASKS: &str = "io.modelcontextprotocol/tasks";
+
+/// Capabilities with the tasks extension (and form elicitation).
+fn with_tasks() -> Value {
+    json!({"elicitation": {}, "extensions": {TASKS: {}}})
+}
+
+/// A 2026-07-28 request over a WebSocket connection (no `initialize`).
+async fn ws_request(client: &mut Client, method: &str, params: Value) -> Value {
+    client
+        .request(method, modern_with(with_tasks(), params))
+        .await
+}
+
+/// A 2026-07-28 POST with its headers; the response's status and JSON-RPC message (from a
+/// JSON body, or the SSE event carrying the response).
+async fn http_request(addr: SocketAddr, method: &str, params: Value) -> (u16, Value) {
+    http_request_as(addr, method, modern_with(with_tasks(), params)).await
+}
+
+async fn http_request_as(addr: SocketAddr, method: &str, params: Value) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("http://{addr}/mcp"))
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", method);
+    let name = params
+        .get("taskId")
+        .or_else(|| params.get("name"))
+        .and_then(Value::as_str);
+    if let Some(name) = name {
+        request = request.header("Mcp-Name", name);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let response = tokio::time::timeout(READ_TIMEOUT, request.body(body.to_string()).send())
+        .await
+        .expect("answered in time")
+        .expect("the server answers");
+    let status = response.status().as_u16();
+    let sse = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let text = response.text().await.expect("a body");
+    let message = if sse {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|m| m.get("id").is_some())
+            .unwrap_or_else(|| panic!("no response in the stream: {text}"))
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("a JSON body: {text}"))
+    };
+    (status, message)
+}
+
+fn result(response: &Value) -> &Value {
+    assert!(response.get("error").is_none(), "an error: {response}");
+    &response["result"]
+}
+
+fn task_id(response: &Value) -> String {
+    let result = result(response);
+    assert_eq!(result["resultType"], "task", "a task: {response}");
+    result["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task id: {response}"))
+        .to_owned()
+}
+
+/// Polls `tasks/get` over HTTP until the task's status is `status`.
+async fn http_poll(addr: SocketAddr, id: &str, status: &str) -> Value {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let (code, response) = http_request(addr, "tasks/get", json!({"taskId": id})).await;
+        assert_eq!(code, 200, "{response}");
+        let task = result(&response).clone();
+        if task["status"] == status {
+            return task;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "task {id} never reached {status}: {task}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A tool that waits for a permit of `gate`, then answers "done".
+fn gated(name: &str, gate: Arc<Semaphore>, support: TaskSupport) -> Tool {
+    Tool::new(
+        name.to_owned(),
+        "Waits for the test's gate",
+        move |_: NoArgs, _ctx: RequestContext| {
+            let gate = gate.clone();
+            async move {
+                let _permit = gate
+                    .acquire()
+                    .await
+                    .map_err(|_| ToolError::failed("gate"))?;
+                Ok::<_, ToolError>("done")
+            }
+        },
+    )
+    .task_support(support)
+}
+
+/// Counts drops: a tool holding one shows the tool's future was dropped (stopped).
+struct DropCount(Arc<AtomicUsize>);
+
+impl Drop for DropCount {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn server_with(gate: &Arc<Semaphore>) -> RunningServer {
+    let (g1, g2) = (gate.clone(), gate.clone());
+    start_with(http_settings(), move |b| {
+        b.tool(gated("job", g1, TaskSupport::Optional))
+            .tool(gated("required_job", g2, TaskSupport::Required))
+            .tool(
+                Tool::new(
+                    "quick",
+                    "Answers at once",
+                    |_: NoArgs, _ctx: RequestContext| async { Ok::<_, ToolError>("quick") },
+                )
+                .task_support(TaskSupport::Optional),
+            )
+            .tool(ask_color())
+    })
+}
+
+/// Settings serving HTTP too, with Host/Origin checks fitting the test's loopback address.
+fn http_settings() -> mcp_ws::Settings {
+    settings()
+}
+
+/// Yields once (so the call becomes a task), then asks for a color.
+fn ask_color() -> Tool {
+    Tool::new(
+        "ask_color",
+        "Asks for a color, as a task",
+        |_: NoArgs, ctx: RequestContext| async move {
+            tokio::task::yield_now().await;
+            let schema = json!({"type": "object", "properties": {"color": {"type": "string"}},
+                                "required": ["color"]});
+            let answer: ElicitResult = ctx
+                .elicit_as("color", ElicitRequest::form("Which color?", schema))
+                .await?;
+            let color = answer
+                .content
+                .as_ref()
+                .and_then(|c| c.get("color"))
+                .and_then(Value::as_str)
+                .unwrap_or("none")
+                .to_owned();
+            Ok::<_, ToolError>(format!("color: {color}"))
+        },
+    )
+    .task_support(TaskSupport::Optional)
+}
+
+#[tokio::test]
+async fn a_call_that_waits_becomes_a_task_polled_from_other_connections() {
+    let gate = Arc::new(Semaphore::new(0));
+    let server = server_with(&gate);
+    let mut creator = Client::connect(&server).await;
+    let created = ws_request(&mut creator, "tools/call", json!({"name": "job"})).await;
+    let id = task_id(&created);
+    let task = result(&created);
+    assert_eq!(task["status"], "working");
+    assert!(task["ttlMs"].as_u64().is_some_and(|t| t > 0), "{task}");
+    assert!(
+        task["pollIntervalMs"].as_u64().is_some_and(|t| t > 0),
+        "{task}"
+    );
+    for absent in ["result", "error", "inputRequests", "requestState", "task"] {
+        assert!(task.get(absent).is_none(), "{absent} in {task}");
+    }
+    // The connection that made it goes away; the task does not.
+    drop(creator);
+    let (status, polled) = http_request(server.addr(), "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(status, 200);
+    assert_eq!(result(&polled)["status"], "working");
+    assert_eq!(result(&polled)["resultType"], "complete");
+    assert_eq!(metric(&server, "mcp_tasks_running").await, 1);
+    gate.add_permits(1);
+    let done = http_poll(server.addr(), &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "done", "{done}");
+    assert!(
+        done["result"].get("isError").is_none(),
+        "a success carries no isError: {done}"
+    );
+    // Another WebSocket connection sees the same.
+    let mut other = Client::connect(&server).await;
+    let polled = ws_request(&mut other, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(result(&polled)["result"]["content"][0]["text"], "done");
+    wait_metric(&server, "mcp_tasks_running", 0).await;
+    assert_eq!(metric(&server, "mcp_tasks_created_total").await, 1);
+}
+
+#[tokio::test]
+async fn a_call_done_without_waiting_is_answered_at_once() {
+    let gate = Arc::new(Semaphore::new(0));
+    let server = server_with(&gate);
+    let mut client = Client::connect(&server).await;
+    let answer = ws_request(&mut client, "tools/call", json!({"name": "quick"})).await;
+    let answer = result(&answer);
+    assert_eq!(answer["resultType"], "complete");
+    assert_eq!(answer["content"][0]["text"], "quick");
+    assert!(answer.get("taskId").is_none());
+    // A client without the extension gets an ordinary (waiting) call of a task tool.
+    gate.add_permits(1);
+    let plain = client
+        .request("tools/call", modern_with(json!({}), json!({"name": "job"})))
+        .await;
+    assert_eq!(result(&plain)["content"][0]["text"], "done");
+    assert_eq!(metric(&server, "mcp_tasks_created_total").await, 0);
+}
+
+#[tokio::test]
+async fn clients_without_the_extension_are_refused_what_needs_it() {
+    let gate = Arc::new(Semaphore::new(0));
+    let server = server_with(&gate);
+    let mut client = Client::connect(&server).await;
+    let required = json!({"extensions": {TASKS: {}}});
+    let refused = client
+        .request(
+            "tools/call",
+            modern_with(json!({}), json!({"name": "required_job"})),
+        )
+        .await;
+    let data = assert_error(&refused, &refused["id"], -32021)["data"].clone();
+    assert_eq!(data["requiredCapabilities"], required);
+    for (method, params) in [
+        ("tasks/get", json!({"taskId": "x"})),
+        ("tasks/update", json!({"taskId": "x", "inputResponses": {}})),
+        ("tasks/cancel", json!({"taskId": "x"})),
+    ] {
+        let refused = client
+            .request(method, modern_with(json!({}), params.clone()))
+            .await;
+        let data = assert_error(&refused, &refused["id"], -32021)["data"].clone();
+        assert_eq!(data["requiredCapabilities"], required, "{method}");
+        let (status, refused) =
+            http_request_as(server.addr(), method, modern_with(json!({}), params)).await;
+        assert_eq!(status, 400, "{method}: {refused}");
+        assert_eq!(refused["error"]["code"], -32021);
+    }
+    // The server says it offers the extension.
+    let discovered = client
+        .request("server/discover", modern_with(json!({}), json!({})))
+        .await;
+    assert_eq!(
+        result(&discovered)["capabilities"]["extensions"][TASKS],
+        json!({})
+    );
+    assert!(result(&discovered)["capabilities"].get("tasks").is_none());
+}
+
+#[tokio::test]
+async fn handshake_era_sessions_run_task_tools_as_ordinary_calls() {
+    let gate = Arc::new(Semaphore::new(1));
+    let server = server_with(&gate);
+    let mut client = Client::initialized(&server).await;
+    let answer = client.call_tool("required_job", json!({})).await;
+    let answer = result(&answer);
+    assert_eq!(answer["content"][0]["text"], "done");
+    assert!(answer.get("resultType").is_none() && answer.get("taskId").is_none());
+    let refused = client.request("tasks/get", json!({"taskId": "x"})).await;
+    assert_error(&refused, &refused["id"], -32601);
+    let init = client.request("ping", json!({})).await;
+    assert_eq!(result(&init), &json!({}));
+    assert_eq!(metric(&server, "mcp_tasks_created_total").await, 0);
+}
+
+#[tokio::test]
+async fn questions_park_the_task_until_tasks_update_answers_them() {
+    let gate = Arc::new(Semaphore::new(0));
+    let server = server_with(&gate);
+    let addr = server.addr();
+    let (_, created) = http_request(addr, "tools/call", json!({"name": "ask_color"})).await;
+    let id = task_id(&created);
+    let parked = http_poll(addr, &id, "input_required").await;
+    let asks = parked["inputRequests"].as_object().expect("inputRequests");
+    assert_eq!(asks.keys().collect::<Vec<_>>(), ["color"], "{parked}");
+    assert_eq!(asks["color"]["method"], "elicitation/create");
+    assert_eq!(asks["color"]["params"]["message"], "Which color?");
+    // An answer to no question is ignored; one that does not fit the form is asked again,
+    // under a key of its own.
+    let (_, ack) = http_request(
+        addr,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {
+            "shape": {"action": "accept", "content": {"shape": "round"}},
+            "color": {"action": "accept", "content": {"color": 7}}
+        }}),
+    )
+    .await;
+    let members: Vec<&String> = result(&ack)
+        .as_object()
+        .expect("an object")
+        .keys()
+        .collect();
+    assert_eq!(
+        members,
+        ["_meta", "resultType"],
+        "an empty acknowledgement: {ack}"
+    );
+    let again = http_poll(addr, &id, "input_required").await;
+    let keys: Vec<&String> = again["inputRequests"]
+        .as_object()
+        .expect("inputRequests")
+        .keys()
+        .collect();
+    assert_eq!(keys.len(), 1, "{again}");
+    assert_ne!(keys[0], "color", "keys are never reused: {again}");
+    let key = keys[0].clone();
+    let (_, ack) = http_request(
+        addr,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {
+            key: {"action": "accept", "content": {"color": "blue"}}
+        }}),
+    )
+    .await;
+    assert_eq!(result(&ack)["resultType"], "complete");
+    let done = http_poll(addr, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "color: blue");
+    assert!(done.get("inputRequests").is_none());
+}
+
+#[tokio::test]
+async fn cancel_stops_the_tool_and_is_idempotent() {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Semaphore::new(0));
+    let (d, f, g) = (dropped.clone(), finished.clone(), gate.clone());
+    let server = start_with(settings(), move |b| {
+        b.tool(
+            Tool::new(
+                "held",
+                "Waits for the gate",
+                move |_: NoArgs, _ctx: RequestContext| {
+                    let (guard, finished, gate) = (DropCount(d.clone()), f.clone(), g.clone());
+                    async move {
+                        let _guard = guard;
+                        let _permit = gate
+                            .acquire()
+                            .await
+                            .map_err(|_| ToolError::failed("gate"))?;
+                        finished.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, ToolError>("finished")
+                    }
+                },
+            )
+            .task_support(TaskSupport::Optional),
+        )
+    });
+    let mut client = Client::connect(&server).await;
+    let created = ws_request(&mut client, "tools/call", json!({"name": "held"})).await;
+    let id = task_id(&created);
+    for _ in 0..2 {
+        let ack = ws_request(&mut client, "tasks/cancel", json!({"taskId": id})).await;
+        let ack = result(&ack);
+        assert_eq!(ack["resultType"], "complete");
+        for absent in ["taskId", "status", "result", "error", "inputRequests"] {
+            assert!(ack.get(absent).is_none(), "{absent} in {ack}");
+        }
+    }
+    let polled = ws_request(&mut client, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(result(&polled)["status"], "cancelled");
+    wait_metric(&server, "mcp_tasks_running", 0).await;
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        1,
+        "the tool's future was dropped"
+    );
+    gate.add_permits(1);
+    let polled = ws_request(&mut client, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(result(&polled)["status"], "cancelled");
+    assert_eq!(finished.load(Ordering::SeqCst), 0, "the tool never went on");
+}
+
+#[tokio::test]
+async fn listen_streams_hear_the_tasks_they_follow() {
+    let gate = Arc::new(Semaphore::new(0));
+    let server = server_with(&gate);
+    let mut client = Client::connect(&server).await;
+    let created = ws_request(&mut client, "tools/call", json!({"name": "job"})).await;
+    let id = task_id(&created);
+    let listen_id = json!("listen-1");
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "id": listen_id, "method": "subscriptions/listen",
+            "params": modern_with(with_tasks(), json!({"notifications": {"taskIds": [id]}}))}),
+        )
+        .await;
+    let ack = client.recv().await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([id]));
+    gate.add_permits(1);
+    let note = loop {
+        let message = client.recv().await;
+        if message["method"] == "notifications/tasks" && message["params"]["status"] == "completed"
+        {
+            break message;
+        }
+    };
+    let params = &note["params"];
+    assert_eq!(params["taskId"], json!(id));
+    assert_eq!(params["result"]["content"][0]["text"], "done");
+    assert_eq!(
+        params["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        listen_id
+    );
+    // Without the extension, a listen may not ask for tasks.
+    let refused = client
+        .request(
+            "subscriptions/listen",
+            modern_with(json!({}), json!({"notifications": {"taskIds": [id]}})),
+        )
+        .await;
+    assert_error(&refused, &refused["id"], -32021);
+}
+
+#[tokio::test]
+async fn tasks_expire_with_their_ttl() {
+    let gate = Arc::new(Semaphore::new(0));
+    let mut s = settings();
+    s.tasks.ttl_ms = 200;
+    let g = gate.clone();
+    let server = start_with(s, move |b| b.tool(gated("job", g, TaskSupport::Optional)));
+    let mut client = Client::connect(&server).await;
+    let created = ws_request(&mut client, "tools/call", json!({"name": "job"})).await;
+    assert_eq!(result(&created)["ttlMs"], 200);
+    let id = task_id(&created);
+    // Past its time the runner stops it, and the task is gone.
+    wait_metric(&server, "mcp_tasks_running", 0).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let gone = ws_request(&mut client, "tasks/get", json!({"taskId": id})).await;
+    let data = assert_error(&gone, &gone["id"], -32602)["data"].clone();
+    assert_eq!(data["taskId"], json!(id));
+}
+
+#[tokio::test]
+async fn running_tasks_are_bounded() {
+    let gate = Arc::new(Semaphore::new(0));
+    let mut s = settings();
+    s.tasks.max_running = 1;
+    let g = gate.clone();
+    let server = start_with(s, move |b| b.tool(gated("job", g, TaskSupport::Optional)));
+    let mut client = Client::connect(&server).await;
+    let first = ws_request(&mut client, "tools/call", json!({"name": "job"})).await;
+    let id = task_id(&first);
+    let refused = ws_request(&mut client, "tools/call", json!({"name": "job"})).await;
+    let data = assert_error(&refused, &refused["id"], -32008)["data"].clone();
+    assert_eq!(data["scope"], "tasks");
+    gate.add_permits(1);
+    let mut other = Client::connect(&server).await;
+    loop {
+        let polled = ws_request(&mut other, "tasks/get", json!({"taskId": id})).await;
+        if result(&polled)["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    wait_metric(&server, "mcp_tasks_running", 0).await;
+    gate.add_permits(1);
+    let again = ws_request(&mut client, "tools/call", json!({"name": "job"})).await;
+    assert!(result(&again).get("resultType").is_some(), "{again}");
+}
+
+#[tokio::test]
+async fn unknown_and_malformed_task_requests_are_invalid_params() {
+    let gate = Arc::new(Semaphore::new(0));
+    let server = server_with(&gate);
+    let mut client = Client::connect(&server).await;
+    for id in [
+        "7d444840-9dc0-11d1-b245-5ffdce74fad2",
+        "../../etc/passwd",
+        "",
+    ] {
+        let unknown = ws_request(&mut client, "tasks/get", json!({"taskId": id})).await;
+        assert_error(&unknown, &unknown["id"], -32602);
+    }
+    let created = ws_request(&mut client, "tools/call", json!({"name": "job"})).await;
+    let id = task_id(&created);
+    for params in [
+        json!({"taskId": id}),
+        json!({"taskId": id, "inputResponses": [1]}),
+        json!({}),
+    ] {
+        let refused = ws_request(&mut client, "tasks/update", params.clone()).await;
+        assert_error(&refused, &refused["id"], -32602);
+    }
+    // The task is still there, working.
+    let polled = ws_request(&mut client, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(result(&polled)["status"], "working");
+    gate.add_permits(1);
+}
+
+// ---- two processes, one Redis -----------------------------------------------------------
+
+/// The binary with the conformance fixtures (its task tools), sharing `redis`.
+fn start_node(
+    dir: &std::path::Path,
+    name: &str,
+    redis: &RedisServer,
+) -> (ServerProcess, SocketAddr) {
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[builtins]\nset = \"conformance\"\n\n\
+             [info]\nname = \"{name}\"\n\n[shutdown]\ngrace_ms = 200\n\n[redis]\nurl = \"{}\"\n",
+            redis.url()
+        ),
+    )
+    .expect("node config written");
+    let process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8 path")], &[]);
+    let addr = process.wait_listening();
+    (process, addr)
+}
+
+/// Waits until a node's bridge to the other nodes is subscribed.
+async fn wait_bridged(addr: SocketAddr) {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let (_, body) = http_get(addr, "/metrics").await;
+        if body.lines().any(|l| l == "mcp_bus_bridge_subscribed 1") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the bridge never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut node_a, a) = start_node(dir.path(), "node-a", &redis);
+    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+
+    // Created on A, parked on a question; polled and answered through B.
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": "notes.txt"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    let parked = http_poll(b, &id, "input_required").await;
+    assert!(parked["inputRequests"].get("confirm").is_some(), "{parked}");
+    // B's listen stream follows it.
+    let mut listener = Client::connect_url(&format!("ws://{b}/mcp")).await;
+    listener
+        .send_json(
+            json!({"jsonrpc": "2.0", "id": "follow", "method": "subscriptions/listen",
+            "params": modern_with(with_tasks(), json!({"notifications": {"taskIds": [id]}}))}),
+        )
+        .await;
+    let ack = listener.recv().await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    let (_, ack) = http_request(
+        b,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {
+            "confirm": {"action": "accept", "content": {"confirm": true}}
+        }}),
+    )
+    .await;
+    assert_eq!(result(&ack)["resultType"], "complete");
+    let done = http_poll(b, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "Deleted notes.txt");
+    let heard = loop {
+        let message = listener.recv().await;
+        if message["params"]["status"] == "completed" {
+            break message;
+        }
+    };
+    assert_eq!(heard["method"], "notifications/tasks");
+    assert_eq!(heard["params"]["taskId"], json!(id));
+
+    // Created on A, cancelled through B.
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "cancel"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    let (_, ack) = http_request(b, "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(result(&ack)["resultType"], "complete");
+    http_poll(b, &id, "cancelled").await;
+
+    // Created on A, which then shuts down: the task fails, as B reports.
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "orphan"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    let pid = node_a.child.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let failed = http_poll(b, &id, "failed").await;
+    assert_eq!(failed["error"]["code"], -32004, "{failed}");
+    assert!(failed.get("result").is_none());
+    let (status, _) = tokio::task::spawn_blocking(move || node_a.wait_exit())
+        .await
+        .expect("joined");
+    assert!(status.success(), "node A exits cleanly on TERM");
+}

@@ -1,0 +1,413 @@
+//! TLS and mutual TLS over real `wss://` (tokio-tungstenite with rustls) and `https://`
+//! (reqwest with rustls), with a CA, server and client certificates generated here by `rcgen`:
+//!
+//! - With `[tls]` the listener speaks TLS only: MCP over `wss://` and Streamable HTTP over
+//!   `https://` work for a client that trusts the CA; a plain `ws://` client and a client that
+//!   does not trust the CA get no session.
+//! - `client_auth = "required"`: a client certificate chained to `client_ca_file` is needed
+//!   for the handshake (none, or one from another CA, fails it, and the server goes on
+//!   serving), and its subject's CN becomes the identity tools see, over both transports.
+//! - `client_auth = "optional"`: clients without a certificate are anonymous; a certificate
+//!   without a CN is named by its first SAN; a bearer token names the client over its
+//!   certificate; with `auth.required`, a certificate is credentials enough.
+//! - Unusable TLS settings stop the server at build time, naming the setting.
+
+use crate::support::*;
+
+use mcp_ws::config::{ApiKeySettings, ClientAuth};
+use mcp_ws::{RequestContext, RunningServer, Server, Settings, Tool, ToolError};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ClientConfig, RootCertStore};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tempfile::TempDir;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::Connector;
+
+/// A certificate and its key, DER and PEM.
+struct Certified {
+    der: CertificateDer<'static>,
+    key_der: Vec<u8>,
+    cert_pem: String,
+    key_pem: String,
+}
+
+impl Certified {
+    fn chain(&self) -> Vec<CertificateDer<'static>> {
+        vec![self.der.clone()]
+    }
+
+    fn key(&self) -> PrivateKeyDer<'static> {
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()))
+    }
+}
+
+/// A CA, the server's certificate (localhost, 127.0.0.1), client certificates, and the files
+/// the server reads.
+struct Pki {
+    dir: TempDir,
+    ca: CertificateDer<'static>,
+    /// CN=alice.
+    alice: Certified,
+    /// No CN; SAN bot.example.
+    bot: Certified,
+    /// CN=mallory, from a CA the server does not trust.
+    mallory: Certified,
+}
+
+fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.distinguished_name = DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("CA")
+}
+
+fn issue(
+    issuer: &CertifiedIssuer<'static, KeyPair>,
+    common_name: Option<&str>,
+    sans: &[&str],
+    usage: ExtendedKeyUsagePurpose,
+) -> Certified {
+    let key = KeyPair::generate().expect("key");
+    let mut params = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .expect("params");
+    params.distinguished_name = DistinguishedName::new();
+    if let Some(cn) = common_name {
+        params.distinguished_name.push(DnType::CommonName, cn);
+    }
+    params.extended_key_usages = vec![usage];
+    let cert = params.signed_by(&key, issuer).expect("sign");
+    Certified {
+        der: cert.der().clone(),
+        key_der: key.serialize_der(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    }
+}
+
+fn make_pki() -> (Pki, Settings) {
+    let dir = TempDir::new().expect("tempdir");
+    let authority = ca("mcp-ws test CA");
+    let server = issue(
+        &authority,
+        Some("localhost"),
+        &["localhost", "127.0.0.1"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let client = ExtendedKeyUsagePurpose::ClientAuth;
+    let alice = issue(&authority, Some("alice"), &[], client.clone());
+    let bot = issue(&authority, None, &["bot.example"], client.clone());
+    let mallory = issue(&ca("another CA"), Some("mallory"), &[], client);
+    let write = |name: &str, text: &str| -> PathBuf {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    };
+    let mut s = settings();
+    s.tls.cert_file = write("server.pem", &server.cert_pem);
+    s.tls.key_file = write("server.key", &server.key_pem);
+    s.tls.client_ca_file = write("ca.pem", &authority.pem());
+    let pki = Pki {
+        ca: authority.der().clone(),
+        dir,
+        alice,
+        bot,
+        mallory,
+    };
+    (pki, s)
+}
+
+/// A rustls client configuration trusting `ca`, presenting `identity` if any.
+fn client_tls(ca: Option<&CertificateDer<'static>>, identity: Option<&Certified>) -> ClientConfig {
+    let mut roots = RootCertStore::empty();
+    if let Some(ca) = ca {
+        roots.add(ca.clone()).expect("root");
+    }
+    let builder =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots);
+    match identity {
+        Some(certified) => builder
+            .with_client_auth_cert(certified.chain(), certified.key())
+            .expect("client certificate"),
+        None => builder.with_no_client_auth(),
+    }
+}
+
+async fn whoami(_args: NoArgs, ctx: RequestContext) -> Result<String, ToolError> {
+    let identity = ctx.identity();
+    Ok(
+        json!({"subject": identity.subject(), "authenticated": identity.is_authenticated()})
+            .to_string(),
+    )
+}
+
+fn start_tls(settings: Settings) -> RunningServer {
+    start_with(settings, |b| {
+        b.tool(Tool::new("whoami", "Who the caller is", whoami))
+    })
+}
+
+/// Connects over `wss://`; `Err` carries why (an HTTP status, or the TLS/IO failure).
+async fn wss(
+    server: &RunningServer,
+    tls: ClientConfig,
+    headers: &[(&'static str, &str)],
+) -> Result<Client, String> {
+    let mut request = server.url().into_client_request().expect("request");
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", HeaderValue::from_static("mcp"));
+    for (name, value) in headers {
+        request
+            .headers_mut()
+            .insert(*name, HeaderValue::from_str(value).expect("value"));
+    }
+    let connector = Connector::Rustls(Arc::new(tls));
+    match tokio_tungstenite::connect_async_tls_with_config(request, None, false, Some(connector))
+        .await
+    {
+        Ok((ws, _)) => Ok(Client::from_ws(ws)),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            Err(format!("HTTP {}", response.status().as_u16()))
+        }
+        Err(other) => Err(other.to_string()),
+    }
+}
+
+async fn who(client: &mut Client) -> Value {
+    let init = client
+        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+        .await;
+    assert_result(&init, &json!(0));
+    let response = client.call_tool("whoami", json!({})).await;
+    serde_json::from_str(
+        response["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("whoami answers: {response}")),
+    )
+    .expect("JSON")
+}
+
+fn https_client(tls: ClientConfig) -> reqwest::Client {
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .expect("https client")
+}
+
+/// `initialize` then `whoami` over Streamable HTTP; the identity, or the request error.
+async fn https_who(server: &RunningServer, client: &reqwest::Client) -> Result<Value, String> {
+    let url = format!("https://{}/mcp", server.addr());
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = client
+            .post(&url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Content-Type", "application/json")
+            .body(body.to_string());
+        if let Some(session) = session {
+            request = request.header("Mcp-Session-Id", session);
+        }
+        request.send()
+    };
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+        "params": initialize_params("2025-11-25")});
+    let response = post(None, init).await.map_err(|e| format!("{e:?}"))?;
+    assert_eq!(response.status(), 200);
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a session id")
+        .to_owned();
+    let call = json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"whoami","arguments":{}}});
+    let response = post(Some(&session), call)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    assert_eq!(response.status(), 200);
+    let body: Value = serde_json::from_str(&response.text().await.expect("body")).expect("JSON");
+    Ok(
+        serde_json::from_str(body["result"]["content"][0]["text"].as_str().expect("text"))
+            .expect("JSON"),
+    )
+}
+
+fn sessions_peak(server: &RunningServer) -> u64 {
+    server.shared().metrics.sessions.peak()
+}
+
+#[tokio::test]
+async fn wss_and_https_serve_mcp_over_tls() {
+    let (pki, s) = make_pki();
+    let server = start_tls(s);
+    assert!(server.url().starts_with("wss://"), "{}", server.url());
+
+    // Clients that cannot speak to it: plain WebSocket, and TLS without trusting the CA.
+    let plain = format!("ws://{}/mcp", server.addr());
+    assert!(tokio_tungstenite::connect_async(plain).await.is_err());
+    let untrusting = wss(&server, client_tls(None, None), &[]).await;
+    assert!(
+        untrusting.is_err(),
+        "the server's certificate is not trusted"
+    );
+    assert_eq!(sessions_peak(&server), 0);
+
+    let mut client = wss(&server, client_tls(Some(&pki.ca), None), &[])
+        .await
+        .expect("wss connects");
+    assert_eq!(
+        who(&mut client).await,
+        json!({"subject": "anonymous", "authenticated": false})
+    );
+    let echo = client.call_tool("echo", json!({"text": "over TLS"})).await;
+    assert_eq!(echo["result"]["content"][0]["text"], "over TLS");
+
+    let https = https_client(client_tls(Some(&pki.ca), None));
+    assert_eq!(
+        https_who(&server, &https).await.expect("https works"),
+        json!({"subject": "anonymous", "authenticated": false})
+    );
+    let health = https
+        .get(format!("https://{}/healthz", server.addr()))
+        .send()
+        .await
+        .expect("healthz");
+    assert_eq!(health.text().await.expect("body").trim_end(), "ok");
+}
+
+#[tokio::test]
+async fn with_required_client_certificates_the_subject_is_the_identity() {
+    let (pki, mut s) = make_pki();
+    s.tls.client_auth = ClientAuth::Required;
+    let server = start_tls(s);
+    let ca = Some(&pki.ca);
+
+    // No certificate, or one from another CA: no handshake, no session.
+    for identity in [None, Some(&pki.mallory)] {
+        let refused = wss(&server, client_tls(ca, identity), &[]).await;
+        let error = refused.err().expect("refused");
+        assert!(
+            !error.starts_with("HTTP"),
+            "refused in the handshake: {error}"
+        );
+        let https = https_client(client_tls(ca, identity));
+        assert!(https_who(&server, &https).await.is_err());
+    }
+    assert_eq!(sessions_peak(&server), 0);
+
+    let mut alice = wss(&server, client_tls(ca, Some(&pki.alice)), &[])
+        .await
+        .expect("alice connects");
+    assert_eq!(
+        who(&mut alice).await,
+        json!({"subject": "alice", "authenticated": true})
+    );
+    let https = https_client(client_tls(ca, Some(&pki.alice)));
+    assert_eq!(
+        https_who(&server, &https).await.expect("https"),
+        json!({"subject": "alice", "authenticated": true})
+    );
+}
+
+#[tokio::test]
+async fn with_optional_client_certificates_a_certificate_or_a_token_names_the_client() {
+    let (pki, mut s) = make_pki();
+    s.tls.client_auth = ClientAuth::Optional;
+    s.auth.api_keys = vec![ApiKeySettings {
+        name: "ci".into(),
+        sha256: ring::digest::digest(&ring::digest::SHA256, b"ci-key")
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+        scopes: vec![],
+    }];
+    let server = start_tls(s);
+    let ca = Some(&pki.ca);
+    let cases = [
+        (
+            None,
+            None,
+            json!({"subject": "anonymous", "authenticated": false}),
+        ),
+        (
+            Some(&pki.alice),
+            None,
+            json!({"subject": "alice", "authenticated": true}),
+        ),
+        (
+            Some(&pki.bot),
+            None,
+            json!({"subject": "bot.example", "authenticated": true}),
+        ),
+        (
+            Some(&pki.alice),
+            Some("Bearer ci-key"),
+            json!({"subject": "ci", "authenticated": true}),
+        ),
+    ];
+    for (certificate, token, expected) in cases {
+        let headers: Vec<(&'static str, &str)> =
+            token.map(|t| ("Authorization", t)).into_iter().collect();
+        let mut client = wss(&server, client_tls(ca, certificate), &headers)
+            .await
+            .expect("connects");
+        assert_eq!(who(&mut client).await, expected);
+    }
+    // A certificate from an untrusted CA still fails the handshake.
+    assert!(wss(&server, client_tls(ca, Some(&pki.mallory)), &[])
+        .await
+        .is_err());
+    drop(server);
+
+    // Where authentication is required, a certificate is credentials enough.
+    let (pki, mut s) = make_pki();
+    s.tls.client_auth = ClientAuth::Optional;
+    s.auth.required = true;
+    let server = start_tls(s);
+    let ca = Some(&pki.ca);
+    let refused = wss(&server, client_tls(ca, None), &[]).await;
+    assert_eq!(refused.err().as_deref(), Some("HTTP 401"));
+    let mut alice = wss(&server, client_tls(ca, Some(&pki.alice)), &[])
+        .await
+        .expect("alice connects");
+    assert_eq!(who(&mut alice).await["subject"], "alice");
+    drop(pki.dir);
+}
+
+#[test]
+fn unusable_tls_settings_stop_the_server_at_build_time_naming_the_setting() {
+    let (pki, s) = make_pki();
+    let build = |s: Settings| match Server::builder().settings(s).build() {
+        Ok(_) => panic!("the server must not build"),
+        Err(error) => error.to_string(),
+    };
+    let mut missing = s.clone();
+    missing.tls.cert_file = pki.dir.path().join("nope.pem");
+    assert!(build(missing).contains("tls.cert_file"));
+    let mut not_a_key = s.clone();
+    not_a_key.tls.key_file = s.tls.cert_file.clone();
+    assert!(build(not_a_key).contains("tls.key_file"));
+    let mut half = s.clone();
+    half.tls.key_file = PathBuf::new();
+    assert!(build(half).contains("tls"));
+    let mut no_ca = s;
+    no_ca.tls.client_auth = ClientAuth::Required;
+    no_ca.tls.client_ca_file = PathBuf::new();
+    assert!(build(no_ca).contains("client_ca_file"));
+}
