@@ -727,12 +727,18 @@ mod tests {
         let result = modern_result(&shape, r#"{"tools":[]}"#, r#","ttlMs":0"#, None, "complete");
         let value: Value = serde_json::from_str(&result).expect("json");
         assert_eq!(value["resultType"], "complete");
-        assert_eq!(value["_meta"][super::super::shape::SERVER_INFO_META]["name"], "srv");
+        assert_eq!(
+            value["_meta"][super::super::shape::SERVER_INFO_META]["name"],
+            "srv"
+        );
         assert_eq!(value["tools"], json!([]));
         assert_eq!(value["ttlMs"], 0);
         let empty = modern_result(&shape, "{}", "", Some(&json!({"x": 1})), "complete");
         let value: Value = serde_json::from_str(&empty).expect("json");
         assert_eq!(value["_meta"]["x"], 1);
-        assert_eq!(value["_meta"][super::super::shape::SERVER_INFO_META]["version"], "1");
+        assert_eq!(
+            value["_meta"][super::super::shape::SERVER_INFO_META]["version"],
+            "1"
+        );
     }
 }

@@ -67,6 +67,12 @@ impl Pool {
             metrics,
         })
     }
+
+    /// Permits free now (tests check that every permit came back).
+    #[cfg(feature = "testing")]
+    pub fn available_permits(&self) -> usize {
+        self.permits.available_permits()
+    }
 }
 
 /// Everything a worker needs, handed over at start.

@@ -1401,7 +1401,7 @@ fn the_profile_validates_sets_only_what_differs_and_builds_the_fixture_set() {
     assert_eq!(keys, 3, "listen, set and name");
 
     let set = settings.builtins.set.clone();
-    mcp_ws::builtins::by_name(&set, Server::builder().settings(settings))
+    crate::support::builtins(&set, Server::builder().settings(settings))
         .build()
         .expect("the conformance set builds");
 }

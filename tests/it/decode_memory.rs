@@ -12,8 +12,8 @@
 //!   having allocated nothing.
 
 use crate::support::alone;
-use mcp_ws::jsonrpc::{decode, Decoded, FrameLimits, JsonLimit, WireError};
-use mcp_ws::mcp::CallToolParams;
+use mcp_ws::testing::jsonrpc::{decode, Decoded, FrameLimits, JsonLimit, WireError};
+use mcp_ws::testing::mcp::CallToolParams;
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use std::alloc::System;
 

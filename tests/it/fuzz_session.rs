@@ -18,8 +18,8 @@
 
 use crate::support::*;
 
-use mcp_ws::jsonrpc::FrameLimits;
-use mcp_ws::transport::memory::{ClientFrame, MemorySession};
+use mcp_ws::testing::jsonrpc::FrameLimits;
+use mcp_ws::testing::memory::{ClientFrame, MemorySession};
 use mcp_ws::Settings;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -380,7 +380,7 @@ async fn run_case(actions: Vec<Action>) -> Result<(), TestCaseError> {
         .max_string_bytes(settings.limits.max_string_bytes)
         .max_array_len(settings.limits.max_array_len)
         .max_object_members(settings.limits.max_object_members);
-    let shared = mcp_ws::builtins::demo(mcp_ws::Server::builder().settings(settings))
+    let shared = crate::demo::demo(mcp_ws::Server::builder().settings(settings))
         .build()
         .expect("server builds")
         .shared()

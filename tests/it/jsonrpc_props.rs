@@ -1,4 +1,4 @@
-//! Property tests of the JSON-RPC layer (`mcp_ws::jsonrpc`), on generated frames:
+//! Property tests of the JSON-RPC layer (`mcp_ws::testing::jsonrpc`), on generated frames:
 //!
 //! - Any text, and any mutation of a valid frame, decodes without a panic, with or without
 //!   frame limits; a frame is answered at most once per request it holds: a decoded frame
@@ -19,11 +19,11 @@
 //! Case counts are fixed (proptest's default of 256, fewer for the larger strategies), so
 //! the run takes well under a few seconds.
 
-use mcp_ws::jsonrpc::{
+use mcp_ws::testing::jsonrpc::{
     decode, encode_batch, encode_error, encode_result, Decoded, Entry, FrameLimits, JsonLimit,
     RequestId, WireError,
 };
-use mcp_ws::mcp::CallToolParams;
+use mcp_ws::testing::mcp::CallToolParams;
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 

@@ -4,6 +4,12 @@
 
 mod support;
 
+/// The binary's capability sets, as `mcp-ws` serves them (`builtins.set`).
+#[path = "../../src/conformance/mod.rs"]
+mod conformance;
+#[path = "../../src/demo/mod.rs"]
+mod demo;
+
 mod access_log;
 mod auth;
 mod batch;

@@ -12,8 +12,8 @@
 
 use crate::support::*;
 
-use mcp_ws::shared::Shared;
-use mcp_ws::transport::memory::{ClientFrame, MemorySession};
+use mcp_ws::testing::memory::{ClientFrame, MemorySession};
+use mcp_ws::testing::shared::Shared;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -27,7 +27,7 @@ struct Harness {
 
 impl Harness {
     fn start() -> Self {
-        let shared = mcp_ws::builtins::demo(mcp_ws::Server::builder().settings(settings()))
+        let shared = crate::demo::demo(mcp_ws::Server::builder().settings(settings()))
             .build()
             .expect("server builds")
             .shared()

@@ -18,9 +18,9 @@ use crate::support::*;
 
 use mcp_ws::config::RolloutRule;
 use mcp_ws::context::Identity;
-use mcp_ws::perimeter::Admission;
-use mcp_ws::shared::Shared;
-use mcp_ws::transport::memory::{ClientFrame, MemorySession};
+use mcp_ws::testing::memory::{ClientFrame, MemorySession};
+use mcp_ws::testing::shared::Shared;
+use mcp_ws::testing::Admission;
 use mcp_ws::{RequestContext, Server, Settings, Tool, ToolError};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -121,7 +121,7 @@ async fn zero_and_hundred_percent_are_exact() {
 
 #[tokio::test]
 async fn the_same_name_and_version_twice_is_refused() {
-    let result = mcp_ws::builtins::demo(Server::builder().settings(settings()))
+    let result = crate::demo::demo(Server::builder().settings(settings()))
         .tool(Tool::new("search", "one", search_v1).version("2"))
         .tool(Tool::new("search", "two", search_v2).version("2"))
         .build();

@@ -50,7 +50,7 @@ pub fn start_with(
     settings: Settings,
     extra: impl FnOnce(ServerBuilder) -> ServerBuilder,
 ) -> RunningServer {
-    start_bare(settings, |builder| extra(mcp_ws::builtins::demo(builder)))
+    start_bare(settings, |builder| extra(crate::demo::demo(builder)))
 }
 
 /// A server with nothing but what `extra` registers (no demo set): every list is known in
@@ -86,7 +86,16 @@ pub fn profile_settings() -> Settings {
 pub fn start_profile() -> RunningServer {
     let settings = profile_settings();
     let set = settings.builtins.set.clone();
-    start_bare(settings, |builder| mcp_ws::builtins::by_name(&set, builder))
+    start_bare(settings, |builder| builtins(&set, builder))
+}
+
+/// Adds the set `builtins.set` names, as the binary does (`demo`, `conformance` or `none`).
+pub fn builtins(set: &str, builder: ServerBuilder) -> ServerBuilder {
+    match set {
+        "demo" => crate::demo::demo(builder),
+        "conformance" => crate::conformance::fixtures(builder),
+        _ => builder,
+    }
 }
 
 /// The built-in tools plus `hold` (see [`Hold`]); returns the server and the gate.
