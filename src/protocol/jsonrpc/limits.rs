@@ -62,13 +62,6 @@ impl fmt::Display for Exceeded {
 
 /// What a frame may hold. Built with [`FrameLimits::new`] (only the batch limit) and the
 /// setters; a setter given 0 leaves that limit off.
-///
-/// ```
-/// use mcp_ws::jsonrpc::FrameLimits;
-/// let limits = FrameLimits::new(100).max_depth(64).max_array_len(0);
-/// assert!(limits.scans());
-/// assert!(!FrameLimits::new(100).scans());
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameLimits {
     max_batch_len: usize,
@@ -316,6 +309,13 @@ impl Containers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frame_is_scanned_only_when_a_shape_limit_is_on() {
+        let limits = FrameLimits::new(100).max_depth(64).max_array_len(0);
+        assert!(limits.scans());
+        assert!(!FrameLimits::new(100).scans());
+    }
 
     fn all(limit: usize) -> FrameLimits {
         FrameLimits::new(1000)
