@@ -138,7 +138,7 @@ fn worker(c: &mut Criterion) {
     let id = RequestId::from_raw(&raw).expect("id");
     let inbox = Rc::new(Inbox::default());
     let session_info = Rc::new(SessionInfo {
-        protocol_version: mcp_ws::testing::mcp::ProtocolVersion::LATEST,
+        protocol_version: mcp_ws::testing::mcp::ProtocolVersion::NEWEST_SESSION,
         client_capabilities: Arc::new(serde_json::json!({})),
         client_info: Arc::new(Implementation::new("bench", "0")),
         identity: mcp_ws::context::Identity::anonymous(),

@@ -266,7 +266,7 @@ type TestClientFn = dyn Fn(&str, &Value) -> Result<Value, ClientError>;
 /// How a request's asks (roots, sampling, elicitation) reach the client.
 #[doc(hidden)]
 pub enum Input {
-    /// A handshake-era session: each ask is a request to the client, awaited.
+    /// A session-era session: each ask is a request to the client, awaited.
     Session,
     /// A 2026-07-28 request: asks are answered from the request's `inputResponses`; an ask
     /// without an answer stops the request, which is answered with the asks it reached.
@@ -994,7 +994,7 @@ pub struct TestContextBuilder {
 impl Default for TestContextBuilder {
     fn default() -> Self {
         Self {
-            version: ProtocolVersion::LATEST,
+            version: ProtocolVersion::NEWEST_SESSION,
             capabilities: Value::Object(Default::default()),
             progress: false,
             client: None,

@@ -1,5 +1,5 @@
 //! mcp-ws: a [Model Context Protocol](https://modelcontextprotocol.io) server for many
-//! clients at once, over WebSocket and Streamable HTTP on one endpoint, for the handshake-era
+//! clients at once, over WebSocket and Streamable HTTP on one endpoint, for the session-era
 //! revisions and the stateless 2026-07-28 one: your tools, resources and prompts, each
 //! request in its own worker actor under per-session and global limits, with cancellation,
 //! progress and requests to the client (roots, sampling, elicitation; or, for 2026-07-28

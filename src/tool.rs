@@ -228,7 +228,7 @@ pub(crate) struct ToolDefinition {
 ///
 /// Only a client that declares the extension on its request gets a task; the call becomes
 /// one when the tool first waits on something other than the client (before then, what it
-/// asks the client is asked the multi round-trip way). Handshake-era sessions always run
+/// asks the client is asked the multi round-trip way). Session-era sessions always run
 /// the call as an ordinary request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TaskSupport {
@@ -402,7 +402,7 @@ impl crate::model::VersionedSerialize for ToolDefinition {
                 map.serialize_entry("outputSchema", schema)?;
             }
         }
-        if version.has_audio() {
+        if version.has_tool_annotations() {
             if let Some(annotations) = &self.annotations {
                 map.serialize_entry("annotations", annotations)?;
             }

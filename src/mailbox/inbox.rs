@@ -140,7 +140,7 @@ pub struct Inbox {
     /// Resource URIs of interest with an update not yet handled.
     updated: RefCell<Vec<String>>,
     /// The resource URIs the session wants updates of, each with the number of its
-    /// subscriptions that want it (a handshake-era subscription, `subscriptions/listen`
+    /// subscriptions that want it (a session-era subscription, `subscriptions/listen`
     /// filters).
     interests: RefCell<std::collections::HashMap<String, u32>>,
     /// The tasks the session's listen streams follow, each with the number of streams.

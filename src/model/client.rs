@@ -229,7 +229,7 @@ impl ElicitRequest {
                 serde_json::json!({ "message": message, "requestedSchema": requested_schema })
             }
             // 2026-07-28 dropped `elicitationId` (no completion notification any more).
-            Self::Url { message, url, .. } if version.is_modern() => {
+            Self::Url { message, url, .. } if version.is_stateless() => {
                 serde_json::json!({ "mode": "url", "message": message, "url": url })
             }
             Self::Url {

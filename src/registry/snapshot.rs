@@ -83,7 +83,7 @@ impl Snapshot {
             starts.push(next);
             next += entry.variants();
             for variant in 0..entry.variants() {
-                (entry.encode)(variant, ProtocolVersion::LATEST).hash(&mut hasher);
+                (entry.encode)(variant, ProtocolVersion::NEWEST_SESSION).hash(&mut hasher);
             }
         }
         Self {
@@ -239,7 +239,7 @@ mod tests {
             ]
             .into_iter(),
         );
-        let v = ProtocolVersion::LATEST;
+        let v = ProtocolVersion::NEWEST_SESSION;
         let lowest = s.page(v, None, 10, None, &Lowest).expect("page");
         assert_eq!(lowest.items_json, r#"["a","b1","c"]"#);
         let highest = s.page(v, None, 10, None, &Highest).expect("page");
@@ -256,7 +256,7 @@ mod tests {
     #[test]
     fn pages_follow_each_other_and_end() {
         let s = snapshot(&["a", "b", "c", "d", "e"]);
-        let v = ProtocolVersion::LATEST;
+        let v = ProtocolVersion::NEWEST_SESSION;
         let first = s.page(v, None, 2, None, &Highest).expect("first");
         assert_eq!(first.items_json, r#"["a","b"]"#);
         let second = s
@@ -275,19 +275,31 @@ mod tests {
     fn bad_and_stale_cursors_are_refused() {
         let old = snapshot(&["a", "b", "c"]);
         let cursor = old
-            .page(ProtocolVersion::LATEST, None, 1, None, &Highest)
+            .page(ProtocolVersion::NEWEST_SESSION, None, 1, None, &Highest)
             .expect("page")
             .next_cursor
             .expect("more");
         let new = snapshot(&["a", "b", "x"]);
         let stale = new
-            .page(ProtocolVersion::LATEST, Some(&cursor), 1, None, &Highest)
+            .page(
+                ProtocolVersion::NEWEST_SESSION,
+                Some(&cursor),
+                1,
+                None,
+                &Highest,
+            )
             .expect_err("a stale cursor is refused");
         assert!(stale.to_string().contains("changed"), "{stale}");
         for bad in ["", "!!", "bm90IGEgY3Vyc29y", &cursor[..cursor.len() - 2]] {
             assert!(
-                old.page(ProtocolVersion::LATEST, Some(bad), 1, None, &Highest)
-                    .is_err(),
+                old.page(
+                    ProtocolVersion::NEWEST_SESSION,
+                    Some(bad),
+                    1,
+                    None,
+                    &Highest
+                )
+                .is_err(),
                 "{bad}"
             );
         }
@@ -295,7 +307,7 @@ mod tests {
     #[test]
     fn filtered_pages_hold_only_what_is_visible_and_end_with_it() {
         let s = snapshot(&["a", "b", "c", "d", "e", "f", "g"]);
-        let v = ProtocolVersion::LATEST;
+        let v = ProtocolVersion::NEWEST_SESSION;
         let vowels_and_d = |key: &str| matches!(key, "a" | "d" | "e");
         let visible: Option<&dyn Fn(&str) -> bool> = Some(&vowels_and_d);
         let first = s.page(v, None, 2, visible, &Highest).expect("first");

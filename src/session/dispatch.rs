@@ -3,9 +3,9 @@
 //! once under load), and the admission of everything that runs user code (a tool call, a
 //! resource read, a prompt render, a completion) into a worker actor.
 
-use super::shape::{modern_answer, modern_result, ModernRequest};
+use super::shape::{stateless_answer, stateless_result, StatelessRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
-use crate::cluster::dedup::recent::Fingerprint;
+use crate::cluster::dedup::recent::RequestHash;
 use crate::cluster::dedup::Idempotency;
 use crate::cluster::tasks::runner::{Begun, TaskCall};
 use crate::context::{ClientRequestError, Input, LogFloor, Rounds, SessionInfo};
@@ -50,7 +50,7 @@ pub(super) enum Dispatch {
 
 /// A request checked and ready to run in a worker.
 pub(super) struct WorkerJob {
-    /// How it runs: legacy session or 2026-07-28 request.
+    /// How it runs: session request or stateless 2026-07-28 request.
     era: RequestEra,
     work: Work,
     timeout: Duration,
@@ -62,7 +62,7 @@ pub(super) struct WorkerJob {
     label: Cow<'static, str>,
     /// What the request was, for the session's store of finished requests (`tools/call`
     /// with de-duplication on).
-    replay: Option<Fingerprint>,
+    replay: Option<RequestHash>,
 }
 
 const EMPTY_RESULT: &str = "{}";
@@ -71,17 +71,17 @@ const EMPTY_RESULT: &str = "{}";
 pub const RESUME_ID_META: &str = "mcp-ws/sessionId";
 
 impl Session {
-    /// Routes a request of either era: `modern` is what a 2026-07-28 request's `_meta`
-    /// established (`None` for a handshake-era request, served by the session's state).
+    /// Routes a request of either era: `stateless` is what a 2026-07-28 request's `_meta`
+    /// established (`None` for a session-era request, served by the session's state).
     pub(super) fn route(
         &mut self,
         request: &Request<'_>,
-        modern: Option<ModernRequest>,
+        stateless: Option<StatelessRequest>,
         exchange: u64,
         batch: Option<u64>,
     ) -> Result<Dispatch, Error> {
-        if let Some(modern) = modern {
-            return self.route_modern(request, modern, exchange, batch);
+        if let Some(stateless) = stateless {
+            return self.route_stateless(request, stateless, exchange, batch);
         }
         let method = Method::parse(&request.method);
         // Only `tools/call` params come parsed (`CallToolParams` is the eager type).
@@ -127,7 +127,7 @@ impl Session {
             Method::ResourcesRead => return self.prepare_read(params, None).map(Dispatch::Worker),
             Method::PromptsGet => return self.prepare_prompt(params, None).map(Dispatch::Worker),
             Method::CompletionComplete => return self.prepare_completion(params, None),
-            // `serves` keeps 2026-07-28 methods from handshake-era sessions.
+            // `serves` keeps 2026-07-28 methods from session-era sessions.
             Method::Discover
             | Method::SubscriptionsListen
             | Method::TasksGet
@@ -193,9 +193,9 @@ impl Session {
 
     fn initialize(&mut self, params: Option<&RawValue>) -> Result<String, Error> {
         let p: InitializeParams<'_> = parse_params(params)?;
-        // A connection pinned to a handshake-era version gets that one, whatever is asked.
+        // A connection pinned to a session-era version gets that one, whatever is asked.
         let version = match self.pinned {
-            Some(pinned) if !pinned.is_modern() => pinned,
+            Some(pinned) if !pinned.is_stateless() => pinned,
             _ => ProtocolVersion::negotiate(&p.protocol_version),
         };
         let offers = self.shared.registry.offers();
@@ -302,10 +302,10 @@ impl Session {
     /// may ask (`binding` given), its earlier answers and state are checked here.
     fn era(
         &self,
-        modern: Option<ModernRequest>,
+        stateless: Option<StatelessRequest>,
         binding: Option<(BindingParts, Option<&RawValue>, Option<&str>)>,
     ) -> Result<RequestEra, Error> {
-        match modern {
+        match stateless {
             None => {
                 let Phase::Ready(negotiated) = &self.phase else {
                     // `route` admits nothing that runs before `initialize`.
@@ -316,10 +316,10 @@ impl Session {
                     log_floor: LogFloor::Session,
                     input: Input::Session,
                     on_input: None,
-                    modern: false,
+                    stateless: false,
                 })
             }
-            Some(modern) => {
+            Some(stateless) => {
                 let (input, on_input) = match binding {
                     Some((binding, responses, state)) => {
                         let (input, on_input) = self.rounds(binding, responses, state)?;
@@ -332,11 +332,11 @@ impl Session {
                     ),
                 };
                 Ok(RequestEra {
-                    info: modern.info,
-                    log_floor: LogFloor::Request(modern.log_level),
+                    info: stateless.info,
+                    log_floor: LogFloor::Request(stateless.log_level),
                     input,
                     on_input,
-                    modern: true,
+                    stateless: true,
                 })
             }
         }
@@ -345,7 +345,7 @@ impl Session {
     pub(super) fn prepare_tool_call(
         &self,
         params: &Params<'_, CallToolParams<'_>>,
-        modern: Option<ModernRequest>,
+        stateless: Option<StatelessRequest>,
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let parsed;
@@ -383,7 +383,7 @@ impl Session {
         };
         let replay = self.recent.fingerprint(&p.name, p.arguments);
         let arguments = Arguments::new(p.arguments);
-        let binding = modern.as_ref().map(|m| {
+        let binding = stateless.as_ref().map(|m| {
             let binding = BindingParts::new(
                 "tools/call",
                 &p.name,
@@ -392,19 +392,19 @@ impl Session {
             );
             (binding, p.input_responses, p.request_state.as_deref())
         });
-        let mut era = self.era(modern, binding)?;
+        let mut era = self.era(stateless, binding)?;
         let version = era.info.protocol_version;
         // A result is about as long as the arguments for pass-through tools (echo), and
         // short otherwise; the hint only sizes the frame's first allocation.
         let size_hint = arguments.len() + 64;
-        let work: Work = if era.modern && task_support != TaskSupport::Forbidden {
+        let work: Work = if era.stateless && task_support != TaskSupport::Forbidden {
             self.task_call(&mut era, handler, arguments, trace_id.clone(), task_support)?
-        } else if era.modern {
+        } else if era.stateless {
             let shared = self.shared.clone();
             Box::new(move |id, ctx| {
                 Box::pin(async move {
                     let outcome = handler.call(arguments, ctx).await;
-                    modern_call_answer(&shared, &id, outcome, version, size_hint)
+                    stateless_call_answer(&shared, &id, outcome, version, size_hint)
                 })
             })
         } else {
@@ -459,7 +459,7 @@ impl Session {
             return Ok(Box::new(move |id, ctx| {
                 Box::pin(async move {
                     let outcome = handler.call(arguments, ctx).await;
-                    modern_call_answer(&shared, &id, outcome, version, 128)
+                    stateless_call_answer(&shared, &id, outcome, version, 128)
                 })
             }));
         }
@@ -484,13 +484,15 @@ impl Session {
                     support,
                 };
                 match crate::cluster::tasks::runner::begin(call).await? {
-                    Begun::Done(outcome) => modern_call_answer(&shared, &id, outcome, version, 128),
+                    Begun::Done(outcome) => {
+                        stateless_call_answer(&shared, &id, outcome, version, 128)
+                    }
                     Begun::InputRequired(asks) => match on_input {
                         Some(answer) => answer(id, asks),
                         None => Err(Error::Internal),
                     },
-                    Begun::Task(record) => modern_answer(
-                        &shared.modern,
+                    Begun::Task(record) => stateless_answer(
+                        &shared.stateless,
                         &id,
                         "task",
                         &record.fields(false),
@@ -507,11 +509,11 @@ impl Session {
     pub(super) fn store_job(
         &self,
         work: Work,
-        modern: ModernRequest,
+        stateless: StatelessRequest,
         label: &'static str,
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
-        let era = self.era(Some(modern), None)?;
+        let era = self.era(Some(stateless), None)?;
         Ok(WorkerJob {
             work,
             timeout: self.shared.settings.limits.request_timeout(),
@@ -526,7 +528,7 @@ impl Session {
     pub(super) fn prepare_read(
         &self,
         params: Option<&RawValue>,
-        modern: Option<ModernRequest>,
+        stateless: Option<StatelessRequest>,
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let p: ReadResourceParams<'_> = parse_params(params)?;
@@ -539,14 +541,14 @@ impl Session {
             .ok_or_else(|| Error::ResourceNotFound { uri: uri.clone() })?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
-        let binding = modern.as_ref().map(|m| {
+        let binding = stateless.as_ref().map(|m| {
             let binding =
                 BindingParts::new("resources/read", &uri, None, m.info.identity.subject());
             (binding, p.input_responses, p.request_state.as_deref())
         });
-        let era = self.era(modern, binding)?;
+        let era = self.era(stateless, binding)?;
         let version = era.info.protocol_version;
-        let modern = era.modern.then(|| {
+        let stateless = era.stateless.then(|| {
             (
                 self.shared.clone(),
                 self.cache_hints(self.shared.settings.cache.read_ttl_ms),
@@ -568,11 +570,17 @@ impl Session {
                 let result = ReadResult {
                     contents: ForVersion(&contents, version),
                 };
-                match modern {
+                match stateless {
                     None => encode_result_with(&id, &result, 256).map_err(|_| Error::Internal),
-                    Some((shared, hints)) => {
-                        modern_answer(&shared.modern, &id, "complete", &result, &hints, None, 256)
-                    }
+                    Some((shared, hints)) => stateless_answer(
+                        &shared.stateless,
+                        &id,
+                        "complete",
+                        &result,
+                        &hints,
+                        None,
+                        256,
+                    ),
                 }
             })
         });
@@ -590,7 +598,7 @@ impl Session {
     pub(super) fn prepare_prompt(
         &self,
         params: Option<&RawValue>,
-        modern: Option<ModernRequest>,
+        stateless: Option<StatelessRequest>,
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let p: GetPromptParams<'_> = parse_params(params)?;
@@ -610,7 +618,7 @@ impl Session {
         }
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
-        let binding = match &modern {
+        let binding = match &stateless {
             Some(m) => {
                 let arguments = serde_json::to_string(&p.arguments).map_err(|_| Error::Internal)?;
                 let binding = BindingParts::new(
@@ -623,10 +631,10 @@ impl Session {
             }
             None => None,
         };
-        let era = self.era(modern, binding)?;
+        let era = self.era(stateless, binding)?;
         let arguments = p.arguments;
         let version = era.info.protocol_version;
-        let shared = era.modern.then(|| self.shared.clone());
+        let shared = era.stateless.then(|| self.shared.clone());
         let work: Work = Box::new(move |id, ctx| {
             Box::pin(async move {
                 let rendered =
@@ -643,8 +651,8 @@ impl Session {
                 match shared {
                     None => encode_result_with(&id, &ForVersion(&rendered, version), 256)
                         .map_err(|_| Error::Internal),
-                    Some(shared) => modern_answer(
-                        &shared.modern,
+                    Some(shared) => stateless_answer(
+                        &shared.stateless,
                         &id,
                         "complete",
                         &ForVersion(&rendered, version),
@@ -669,7 +677,7 @@ impl Session {
     pub(super) fn prepare_completion(
         &self,
         params: Option<&RawValue>,
-        modern: Option<ModernRequest>,
+        stateless: Option<StatelessRequest>,
     ) -> Result<Dispatch, Error> {
         let p: CompleteParams = parse_params(params)?;
         let registry = &self.shared.registry;
@@ -703,12 +711,12 @@ impl Session {
                 template.completer
             }
         };
-        let shared = modern.is_some().then(|| self.shared.clone());
+        let shared = stateless.is_some().then(|| self.shared.clone());
         let answer = move |completion: Completion| -> String {
             let body = completion_result(completion);
             match &shared {
                 None => body,
-                Some(shared) => modern_result(&shared.modern, &body, "", None, "complete"),
+                Some(shared) => stateless_result(&shared.stateless, &body, "", None, "complete"),
             }
         };
         let Some(completer) = completer else {
@@ -720,7 +728,7 @@ impl Session {
             value: p.argument.value,
             context: p.context.map(|c| c.arguments).unwrap_or_default(),
         };
-        let era = self.era(modern, None)?;
+        let era = self.era(stateless, None)?;
         let work: Work = Box::new(move |id, ctx| {
             Box::pin(async move {
                 let values = completer.complete(request, ctx).await;
@@ -770,7 +778,7 @@ impl Session {
             run = %label,
             trace = trace_id.as_deref().unwrap_or(&era.info.trace_id),
         );
-        let modern = era.modern;
+        let stateless = era.stateless;
         let worker = RequestWorker::run(Job {
             id: id.clone(),
             received: record.started(),
@@ -795,7 +803,7 @@ impl Session {
                 progress_token,
                 exchange,
                 batch,
-                modern,
+                stateless,
                 replay,
                 record,
             },
@@ -812,7 +820,7 @@ impl Session {
 /// The answer to a 2026-07-28 `tools/call`: the tool's result (an `isError` one for a
 /// failed tool); a tool that could not go on without a capability the request did not
 /// declare fails the request, naming it (-32021).
-fn modern_call_answer(
+fn stateless_call_answer(
     shared: &crate::session::shared::Shared,
     id: &RequestId,
     outcome: Result<crate::model::CallToolResult, ToolError>,
@@ -831,8 +839,8 @@ fn modern_call_answer(
     // The result's own `_meta` is merged with the server's identity into the one `_meta`
     // member; left in the body, it would be written a second time.
     let meta = result.meta.take();
-    modern_answer(
-        &shared.modern,
+    stateless_answer(
+        &shared.stateless,
         id,
         "complete",
         &ForVersion(&result, version),
@@ -849,15 +857,15 @@ pub(super) struct RequestEra {
     input: Input,
     on_input: Option<OnInput>,
     /// A 2026-07-28 request.
-    modern: bool,
+    stateless: bool,
 }
 
 impl Negotiated {
     /// Whether the session may call `method`: its capability was declared to this session.
     fn serves(&self, method: Method) -> bool {
         use crate::protocol::mcp::Capability;
-        if method.is_modern_only() {
-            // 2026-07-28 methods: a handshake-era session does not have them.
+        if method.is_stateless_only() {
+            // 2026-07-28 methods: a session-era session does not have them.
             return false;
         }
         match method.capability() {
@@ -865,7 +873,9 @@ impl Negotiated {
             Some(Capability::Tools) => self.offers.tools,
             Some(Capability::Resources) => self.offers.resources,
             Some(Capability::Prompts) => self.offers.prompts,
-            Some(Capability::Completions) => self.offers.completions && self.version.has_audio(),
+            Some(Capability::Completions) => {
+                self.offers.completions && self.version.has_completions()
+            }
         }
     }
 }

@@ -17,14 +17,14 @@
 //! socket writes them all to it; a host with several streams routes them.
 
 mod dispatch;
-mod modern;
 mod pump;
 pub mod shape;
 pub mod shared;
+mod stateless;
 
 pub use pump::{InboxPump, SessionHost};
 
-use crate::cluster::dedup::recent::{Fingerprint, RecentResponses};
+use crate::cluster::dedup::recent::{RecentResponses, RequestHash};
 use crate::context::SessionInfo;
 use crate::mailbox::inbox::{Changes, ClientError, ClientRequest, Inbox, SessionEvent};
 use crate::observe::access::{Outcome, RequestRecord};
@@ -119,13 +119,13 @@ pub struct Session {
     admission: Admission,
     /// The rate limiter's bucket for that client, kept from its first request on.
     rate_bucket: SessionBucket,
-    /// The resource URIs the handshake-era session subscribed to.
+    /// The resource URIs the session-era session subscribed to.
     subscriptions: std::collections::HashSet<String>,
     /// Open `subscriptions/listen` streams (2026-07-28), by the listen request's id.
     listeners: HashMap<RequestId, Listener, FastHash>,
     /// Serves 2026-07-28 requests only (a host for one HTTP request of that revision): a
-    /// request without its `_meta` is malformed, not a handshake-era one.
-    modern_only: bool,
+    /// request without its `_meta` is malformed, not a session-era one.
+    stateless_only: bool,
     /// The one protocol version the connection's client chose up front (a WebSocket
     /// `mcp.version.<v>` subprotocol): requests of any other version are refused.
     pinned: Option<ProtocolVersion>,
@@ -137,11 +137,11 @@ pub struct Session {
     /// none for a session of one request.
     tool_cache: Option<crate::registry::ToolCache>,
     /// The `clientInfo` of the last 2026-07-28 request.
-    last_client_info: modern::LastParsed<crate::model::Implementation>,
+    last_client_info: stateless::LastParsed<crate::model::Implementation>,
     /// The `clientCapabilities` of the last 2026-07-28 request.
-    last_client_capabilities: modern::LastParsed<serde_json::Value>,
+    last_client_capabilities: stateless::LastParsed<serde_json::Value>,
     /// The `SessionInfo` of the last 2026-07-28 request.
-    last_modern_info: std::cell::RefCell<Option<Rc<SessionInfo>>>,
+    last_stateless_info: std::cell::RefCell<Option<Rc<SessionInfo>>>,
 }
 
 enum Phase {
@@ -167,9 +167,9 @@ struct InFlight {
     /// The batch whose response array this request's response joins.
     batch: Option<u64>,
     /// A 2026-07-28 request (its log lines were filtered by its own level already).
-    modern: bool,
+    stateless: bool,
     /// Set when its response is to be remembered by id (see `RecentResponses`).
-    replay: Option<Fingerprint>,
+    replay: Option<RequestHash>,
     /// Its latency and access-log line, finished with its answer or cancel.
     record: RequestRecord,
 }
@@ -179,7 +179,7 @@ struct Listener {
     /// The exchange it came in, where its notifications go.
     exchange: u64,
     /// What it asked for and the server honours.
-    filter: modern::ListenFilter,
+    filter: stateless::ListenFilter,
     /// `{"io.modelcontextprotocol/subscriptionId":<id>}`, tagging its notifications.
     tag: String,
 }
@@ -208,7 +208,7 @@ enum Reply {
 impl Session {
     /// A new session for a client the perimeter admitted, awaiting `initialize`.
     pub fn new(shared: Arc<Shared>, id: u64, admission: Admission) -> Self {
-        Self::with_parse_caches(shared, id, admission, modern::ParseCaches::default())
+        Self::with_parse_caches(shared, id, admission, stateless::ParseCaches::default())
     }
 
     /// A session for one stateless 2026-07-28 request (its host ends with it). Its `_meta`
@@ -217,8 +217,8 @@ impl Session {
     /// request.
     pub fn stateless(shared: Arc<Shared>, id: u64, admission: Admission) -> Self {
         let mut session =
-            Self::with_parse_caches(shared, id, admission, modern::stateless_parse_caches());
-        session.modern_only = true;
+            Self::with_parse_caches(shared, id, admission, stateless::stateless_parse_caches());
+        session.stateless_only = true;
         // Its one request is never followed by another: nothing to cache or replay (an
         // idempotency key still works: that store is the server's, not the session's).
         session.tool_cache = None;
@@ -230,7 +230,7 @@ impl Session {
         shared: Arc<Shared>,
         id: u64,
         admission: Admission,
-        (last_client_info, last_client_capabilities): modern::ParseCaches,
+        (last_client_info, last_client_capabilities): stateless::ParseCaches,
     ) -> Self {
         let inbox = Rc::new(Inbox::new(shared.settings.limits.max_queued_notifications));
         inbox.set_log_level(shared.client_log_level);
@@ -253,25 +253,25 @@ impl Session {
             rate_bucket: SessionBucket::default(),
             subscriptions: Default::default(),
             listeners: HashMap::default(),
-            modern_only: false,
+            stateless_only: false,
             pinned: None,
             raw_params,
             recent,
             tool_cache: Some(Default::default()),
             last_client_info,
             last_client_capabilities,
-            last_modern_info: Default::default(),
+            last_stateless_info: Default::default(),
         }
     }
 
     /// Serves `version` only, as the client chose when it connected: a 2026-07-28 pin makes
     /// every request a 2026-07-28 one (as a [`stateless`](Self::stateless) session serves), a
-    /// handshake-era pin is what `initialize` negotiates, whatever the client asks, and
+    /// session-era pin is what `initialize` negotiates, whatever the client asks, and
     /// refuses 2026-07-28 requests (-32022).
     pub fn pin_version(&mut self, version: ProtocolVersion) {
         self.pinned = Some(version);
-        if version.is_modern() {
-            self.modern_only = true;
+        if version.is_stateless() {
+            self.stateless_only = true;
         }
     }
 
@@ -432,8 +432,8 @@ impl Session {
         };
         // A request naming a version in `_meta` is a 2026-07-28 one, served from its own
         // `_meta`; errors answering it take that revision's form.
-        let modern = self.modern_request(&request);
-        let is_modern = !matches!(modern, Ok(None));
+        let stateless = self.stateless_request(&request);
+        let is_stateless = !matches!(stateless, Ok(None));
         let outcome = if self.in_flight.contains_key(&request.id)
             || self.listeners.contains_key(&request.id)
         {
@@ -460,8 +460,8 @@ impl Session {
                         }
                         replayed.map(Some)
                     }
-                    None => match modern
-                        .and_then(|modern| self.route(&request, modern, exchange, batch))
+                    None => match stateless
+                        .and_then(|stateless| self.route(&request, stateless, exchange, batch))
                     {
                         Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
                         Ok(dispatch::Dispatch::Worker(job)) => self
@@ -498,11 +498,11 @@ impl Session {
         let reply = match outcome {
             Ok(Some(result)) => Reply::Now(encode_result(&request.id, &result)),
             Ok(None) => Reply::Later,
-            Err(error) if is_modern => {
+            Err(error) if is_stateless => {
                 if batch.is_none() {
-                    out.status(exchange, error.http_status_modern());
+                    out.status(exchange, error.http_status_stateless());
                 }
-                Reply::Now(encode_error(Some(&request.id), &error.to_wire_modern()))
+                Reply::Now(encode_error(Some(&request.id), &error.to_wire_stateless()))
             }
             Err(error) => Reply::Now(encode_error(Some(&request.id), &error.to_wire())),
         };
@@ -613,7 +613,7 @@ impl Session {
         if changes.is_empty() && updated.is_empty() {
             return;
         }
-        // The handshake-era session: unsolicited, for the kinds declared to it.
+        // The session-era session: unsolicited, for the kinds declared to it.
         if let Phase::Ready(negotiated) = &self.phase {
             let offers = negotiated.offers;
             for (change, declared, method) in [
@@ -651,12 +651,12 @@ impl Session {
         // 2026-07-28 listen streams: what each asked for, tagged with its id.
         for listener in self.listeners.values() {
             for method in listener.filter.changed(changes) {
-                let frame = modern::tagged(method, &listener.tag, None);
+                let frame = stateless::tagged(method, &listener.tag, None);
                 out.send(frame, Route::During(listener.exchange));
             }
             for uri in updated.iter().filter(|u| listener.filter.watches(u)) {
                 let frame =
-                    modern::tagged(notifications::RESOURCES_UPDATED, &listener.tag, Some(uri));
+                    stateless::tagged(notifications::RESOURCES_UPDATED, &listener.tag, Some(uri));
                 out.send(frame, Route::During(listener.exchange));
             }
         }
@@ -683,11 +683,11 @@ impl Session {
                         }
                         frame
                     }
-                    Err(error) if entry.modern => {
+                    Err(error) if entry.stateless => {
                         if entry.batch.is_none() {
-                            out.status(entry.exchange, error.http_status_modern());
+                            out.status(entry.exchange, error.http_status_stateless());
                         }
-                        encode_error(Some(&id), &error.to_wire_modern())
+                        encode_error(Some(&id), &error.to_wire_stateless())
                     }
                     Err(error) => encode_error(Some(&id), &error.to_wire()),
                 };
@@ -709,14 +709,16 @@ impl Session {
                 if let Some(InFlight {
                     progress_token: Some(token),
                     exchange,
-                    modern,
+                    stateless,
                     ..
                 }) = self.in_flight.get(&id)
                 {
                     // `message` appeared in 2025-03-26; a 2026-07-28 request has it whatever
                     // the connection's session negotiated (or whether it has one).
-                    let has_message =
-                        *modern || self.negotiated_version().is_some_and(|v| v.has_audio());
+                    let has_message = *stateless
+                        || self
+                            .negotiated_version()
+                            .is_some_and(|v| v.has_progress_messages());
                     let params = ProgressParams {
                         progress_token: token.as_raw(),
                         progress,
@@ -737,7 +739,7 @@ impl Session {
             } => {
                 if let Some(entry) = self.in_flight.get(&id) {
                     // A 2026-07-28 request's lines were filtered by its own level.
-                    if entry.modern || level >= self.inbox.log_level() {
+                    if entry.stateless || level >= self.inbox.log_level() {
                         let params = LoggingMessageParams {
                             level,
                             logger: logger.as_deref(),
@@ -841,7 +843,7 @@ impl Session {
         self.draining = true;
         for (id, listener) in std::mem::take(&mut self.listeners) {
             self.forget_listener(&listener);
-            let result = self.modern_result("{}", "", Some(&modern::tag_value(&id)));
+            let result = self.stateless_result("{}", "", Some(&stateless::tag_value(&id)));
             out.send(
                 encode_result(&id, &result),
                 Route::Answer(listener.exchange),
@@ -849,18 +851,18 @@ impl Session {
         }
     }
 
-    /// The connection is gone while its handshake-era session is kept for a reconnect: the
+    /// The connection is gone while its session-era session is kept for a reconnect: the
     /// 2026-07-28 requests it carried are not kept with it (that revision has no resumption:
     /// a lost connection loses its requests and listens, and the client sends them again).
     /// Their workers are cancelled and their listen streams end, without an answer.
-    pub fn end_modern_requests(&mut self, out: &mut dyn Outlet) {
-        let modern: Vec<RequestId> = self
+    pub fn end_stateless_requests(&mut self, out: &mut dyn Outlet) {
+        let stateless: Vec<RequestId> = self
             .in_flight
             .iter()
-            .filter(|(_, entry)| entry.modern)
+            .filter(|(_, entry)| entry.stateless)
             .map(|(id, _)| id.clone())
             .collect();
-        for id in modern {
+        for id in stateless {
             self.cancel(&id, out);
         }
         for (_, listener) in std::mem::take(&mut self.listeners) {

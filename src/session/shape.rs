@@ -1,5 +1,5 @@
 //! The 2026-07-28 requests and answers of one server: what a request's `_meta` establishes
-//! for it ([`ModernRequest`]), what every result shares, built once ([`ModernShape`]: the
+//! for it ([`StatelessRequest`]), what every result shares, built once ([`StatelessShape`]: the
 //! server's identity as a result `_meta`, the key that signs request states, the defaults of
 //! per-request `_meta`), and the writers of its answers.
 
@@ -18,7 +18,7 @@ pub const SERVER_INFO_META: &str = "io.modelcontextprotocol/serverInfo";
 
 /// What 2026-07-28 results of one server share: its identity for result `_meta`, the key
 /// that signs request states, and the defaults of per-request `_meta`.
-pub struct ModernShape {
+pub struct StatelessShape {
     /// `{"io.modelcontextprotocol/serverInfo":{…}}`: the `_meta` of a result that has none
     /// of its own, written once (a `format!` per result was a tenth of a request's cost).
     pub(super) server_info_meta: String,
@@ -32,7 +32,7 @@ pub struct ModernShape {
     pub unknown_client: Arc<Implementation>,
 }
 
-impl ModernShape {
+impl StatelessShape {
     /// The shape for a server presenting itself as `server_info`.
     pub fn new(server_info: &Implementation, state_key: crate::protocol::mrtr::StateKey) -> Self {
         let info = serde_json::to_value(crate::model::ForVersion(
@@ -52,7 +52,7 @@ impl ModernShape {
 
 /// What a 2026-07-28 request's `_meta` establishes for it.
 #[derive(Debug, Clone)]
-pub(crate) struct ModernRequest {
+pub(crate) struct StatelessRequest {
     /// Its version, capabilities and client, as a session's would be (shared with the
     /// session's previous 2026-07-28 request when they are the same).
     pub info: Rc<SessionInfo>,
@@ -63,24 +63,24 @@ pub(crate) struct ModernRequest {
 /// A 2026-07-28 result: `body` (a JSON object) with `resultType`, `_meta` (the server's
 /// identity, merged with `user_meta`) and `extra` members added. `body` must not hold a
 /// `_meta` of its own: it goes in `user_meta`.
-pub(crate) fn modern_result(
-    shape: &ModernShape,
+pub(crate) fn stateless_result(
+    shape: &StatelessShape,
     body: &str,
     extra: &str,
     user_meta: Option<&Value>,
     result_type: &str,
 ) -> String {
     let mut out = String::with_capacity(result_len_hint(shape, body, extra));
-    push_modern_result(&mut out, shape, body, extra, user_meta, result_type);
+    push_stateless_result(&mut out, shape, body, extra, user_meta, result_type);
     out
 }
 
 /// The answer to `id` of `result` as a 2026-07-28 result of `result_type` (`complete`,
-/// `task`; its `_meta`, if any, goes in `user_meta`: see [`modern_result`]), serialized
+/// `task`; its `_meta`, if any, goes in `user_meta`: see [`stateless_result`]), serialized
 /// straight into the frame after the members this revision adds. `size_hint` is the
 /// expected length of `result`.
-pub(crate) fn modern_answer(
-    shape: &ModernShape,
+pub(crate) fn stateless_answer(
+    shape: &StatelessShape,
     id: &RequestId,
     result_type: &str,
     result: &impl serde::Serialize,
@@ -101,7 +101,7 @@ pub(crate) fn modern_answer(
 
 /// The `_meta` of a 2026-07-28 result: the server's identity, merged into `user_meta` when
 /// the result has one of its own.
-fn result_meta<'a>(shape: &'a ModernShape, user_meta: Option<&Value>) -> Cow<'a, str> {
+fn result_meta<'a>(shape: &'a StatelessShape, user_meta: Option<&Value>) -> Cow<'a, str> {
     match user_meta {
         Some(Value::Object(user)) => {
             let mut user = user.clone();
@@ -114,14 +114,14 @@ fn result_meta<'a>(shape: &'a ModernShape, user_meta: Option<&Value>) -> Cow<'a,
 
 /// About how long a 2026-07-28 result is: `body`, `extra`, the server's `_meta` and the
 /// `resultType` member.
-fn result_len_hint(shape: &ModernShape, body: &str, extra: &str) -> usize {
+fn result_len_hint(shape: &StatelessShape, body: &str, extra: &str) -> usize {
     body.len() + extra.len() + shape.server_info_meta.len() + 48
 }
 
-/// [`modern_result`], written at the end of `out`.
-fn push_modern_result(
+/// [`stateless_result`], written at the end of `out`.
+fn push_stateless_result(
     out: &mut String,
-    shape: &ModernShape,
+    shape: &StatelessShape,
     body: &str,
     extra: &str,
     user_meta: Option<&Value>,

@@ -13,7 +13,7 @@ use crate::protocol::mcp::LogLevel;
 use crate::protocol::mrtr::StateKey;
 use crate::registry::rollout::Rollout;
 use crate::registry::Registry;
-use crate::session::shape::ModernShape;
+use crate::session::shape::StatelessShape;
 use crate::worker::Pool;
 use actix::{Message, Recipient};
 use dashmap::DashMap;
@@ -43,7 +43,7 @@ pub struct Shared {
     /// The log level of a session until it calls `logging/setLevel`.
     pub client_log_level: LogLevel,
     /// What 2026-07-28 results share (identity, request-state key).
-    pub modern: ModernShape,
+    pub stateless: StatelessShape,
     /// The global worker pool: one permit per running request, across all sessions.
     pub pool: Arc<Pool>,
     /// Shared with the checks that count their refusals at their source (the guard).
@@ -89,7 +89,7 @@ impl Shared {
         let metrics = Arc::new(Metrics::default());
         let settings = Arc::new(settings);
         Arc::new(Self {
-            modern: ModernShape::new(&server_info, state_key),
+            stateless: StatelessShape::new(&server_info, state_key),
             server_info,
             instructions,
             client_log_level,

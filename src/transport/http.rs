@@ -80,10 +80,10 @@ pub async fn post(
         .map(|v| v.to_str().unwrap_or(""));
     // A 2026-07-28 request says so in its `_meta` (and its header); it is served on its own,
     // whatever session header it carries.
-    let modern_header = header_version
+    let stateless_header = header_version
         .and_then(ProtocolVersion::parse)
-        .is_some_and(ProtocolVersion::is_modern);
-    if modern_header || names_modern_version(&text) {
+        .is_some_and(ProtocolVersion::is_stateless);
+    if stateless_header || names_stateless_version(&text) {
         return stateless(&req, &shared, admission, &text, header_version).await;
     }
     check_version_header(header_version)?;
@@ -123,12 +123,12 @@ pub async fn post(
 
 /// Whether `text` names 2026-07-28 in its `_meta`. Most bodies are ruled out by a scan:
 /// the key cannot be written without its own bytes or an escape. The rest are parsed.
-fn names_modern_version(text: &str) -> bool {
+fn names_stateless_version(text: &str) -> bool {
     static KEY: LazyLock<memmem::Finder<'static>> =
         LazyLock::new(|| memmem::Finder::new(META_VERSION_KEY));
     let may =
         KEY.find(text.as_bytes()).is_some() || memchr::memchr(b'\\', text.as_bytes()).is_some();
-    may && Probe::of(text).names_modern_version
+    may && Probe::of(text).names_stateless_version
 }
 
 /// The `_meta` key of a 2026-07-28 request's version.
@@ -156,7 +156,7 @@ async fn stateless(
                 });
             if let Err(mismatch) = checked {
                 let error = crate::protocol::mcp::Error::HeaderMismatch(mismatch);
-                let frame = encode_error(Some(&request.id), &error.to_wire_modern());
+                let frame = encode_error(Some(&request.id), &error.to_wire_stateless());
                 return Ok(json_answer(frame, 400));
             }
             Some(request.id.clone())
@@ -185,7 +185,7 @@ async fn stateless(
         FirstReply::Accepted => HttpResponse::Accepted().finish(),
         FirstReply::ShutDown => {
             // Cut by the end of the shutdown grace: the client may send it again elsewhere.
-            let error = crate::protocol::mcp::Error::ShuttingDown.to_wire_modern();
+            let error = crate::protocol::mcp::Error::ShuttingDown.to_wire_stateless();
             let mut response = json_answer(encode_error(id.as_ref(), &error), 503);
             response
                 .headers_mut()
@@ -364,7 +364,7 @@ fn check_param_headers(
 /// single `initialize`, and whether its `_meta` names a 2026-07-28 version.
 struct Probe {
     is_initialize: bool,
-    names_modern_version: bool,
+    names_stateless_version: bool,
 }
 
 impl Probe {
@@ -387,7 +387,7 @@ impl Probe {
             is_initialize: envelope
                 .as_ref()
                 .is_some_and(|e| e.method.as_deref() == Some("initialize")),
-            names_modern_version: envelope
+            names_stateless_version: envelope
                 .and_then(|e| e.params)
                 .and_then(|p| p.meta)
                 .is_some_and(|m| m.protocol_version.is_some()),
@@ -485,7 +485,7 @@ fn check_common(req: &HttpRequest, shared: &Shared) -> Result<Admission, Refusal
     Ok(admission)
 }
 
-/// A handshake-era request's `MCP-Protocol-Version`, when present: any supported version is
+/// A session-era request's `MCP-Protocol-Version`, when present: any supported version is
 /// accepted (the session keeps the one it negotiated).
 fn check_version_header(version: Option<&str>) -> Result<(), Refusal> {
     match version {

@@ -266,7 +266,7 @@ impl WsSession {
         }
         // What 2026-07-28 requests started is not kept: that revision has no resumption.
         let mut session = session;
-        session.end_modern_requests(ctx);
+        session.end_stateless_requests(ctx);
         tracing::debug!(session = %id, "socket gone; session kept for a reconnect");
         let owner = slot.owner().clone();
         let hosted = HostedSession::park(

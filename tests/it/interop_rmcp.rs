@@ -214,7 +214,7 @@ fn to_json(value: &impl serde::Serialize) -> Value {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Era {
     /// 2026-07-28: `server/discover`, then per-request `_meta`.
-    Modern,
+    Stateless,
     /// 2025-11-25: `initialize`.
     Handshake,
 }
@@ -222,7 +222,7 @@ enum Era {
 impl Era {
     fn lifecycle(self) -> ClientLifecycleMode {
         match self {
-            Era::Modern => ClientLifecycleMode::Discover {
+            Era::Stateless => ClientLifecycleMode::Discover {
                 preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             },
             Era::Handshake => ClientLifecycleMode::Initialize,
@@ -231,7 +231,7 @@ impl Era {
 
     fn version(self) -> ProtocolVersion {
         match self {
-            Era::Modern => ProtocolVersion::V_2026_07_28,
+            Era::Stateless => ProtocolVersion::V_2026_07_28,
             Era::Handshake => ProtocolVersion::V_2025_11_25,
         }
     }
@@ -427,7 +427,7 @@ async fn listen_for_changes(
                 None,
             )
         }
-        Era::Modern => {
+        Era::Stateless => {
             let filter = SubscriptionFilter::builder()
                 .tools_list_changed()
                 .resources_list_changed()
@@ -541,7 +541,7 @@ async fn scenario(
     // Results carry `resultType` in 2026-07-28 only (a 2025-11-25 result has no such field).
     let result_type = to_json(&echo)["resultType"].clone();
     match era {
-        Era::Modern => assert_eq!(result_type, "complete"),
+        Era::Stateless => assert_eq!(result_type, "complete"),
         Era::Handshake => assert_eq!(result_type, Value::Null),
     }
     let add = client
@@ -580,7 +580,7 @@ async fn scenario(
     );
 
     // Asking the client from inside a tool.
-    if era == Era::Modern {
+    if era == Era::Stateless {
         // One round by hand: the ask comes back as an `input_required` result.
         let first = client
             .call_tool_once(call("ask_elicitation", json!({"message": "Who are you?"})))
@@ -758,12 +758,12 @@ async fn run_over_ws(era: Era) {
 
 #[tokio::test]
 async fn rmcp_2026_07_28_over_streamable_http() {
-    run_over_http(Era::Modern).await;
+    run_over_http(Era::Stateless).await;
 }
 
 #[tokio::test]
 async fn rmcp_2026_07_28_over_websocket() {
-    run_over_ws(Era::Modern).await;
+    run_over_ws(Era::Stateless).await;
 }
 
 #[tokio::test]

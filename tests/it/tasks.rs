@@ -4,7 +4,7 @@
 //!   the connection that made it is gone, and is polled to its result from other connections
 //!   (another WebSocket, HTTP); one done without waiting is answered at once;
 //! - a tool that requires tasks refuses clients without the extension (-32021 naming it), and
-//!   so do `tasks/*`; handshake-era sessions run the same tool as an ordinary call and have no
+//!   so do `tasks/*`; session-era sessions run the same tool as an ordinary call and have no
 //!   `tasks/*` methods;
 //! - a task's questions park it in `input_required` until `tasks/update` answers them (an
 //!   answer that does not fit is asked again under a new key; unknown keys are ignored);
@@ -17,7 +17,7 @@
 //!   whose node shuts down is failed with -32004.
 
 use crate::support::http::{http_get, metric, wait_metric};
-use crate::support::meta::modern_with;
+use crate::support::meta::stateless_with;
 use crate::support::process::ServerProcess;
 use crate::support::redis::RedisServer;
 use crate::support::*;
@@ -40,14 +40,14 @@ fn with_tasks() -> Value {
 /// A 2026-07-28 request over a WebSocket connection (no `initialize`).
 async fn ws_request(client: &mut Client, method: &str, params: Value) -> Value {
     client
-        .request(method, modern_with(with_tasks(), params))
+        .request(method, stateless_with(with_tasks(), params))
         .await
 }
 
 /// A 2026-07-28 POST with its headers; the response's status and JSON-RPC message (from a
 /// JSON body, or the SSE event carrying the response).
 async fn http_request(addr: SocketAddr, method: &str, params: Value) -> (u16, Value) {
-    http_request_as(addr, method, modern_with(with_tasks(), params)).await
+    http_request_as(addr, method, stateless_with(with_tasks(), params)).await
 }
 
 async fn http_request_as(addr: SocketAddr, method: &str, params: Value) -> (u16, Value) {
@@ -247,7 +247,10 @@ async fn a_call_done_without_waiting_is_answered_at_once() {
     // A client without the extension gets an ordinary (waiting) call of a task tool.
     gate.add_permits(1);
     let plain = client
-        .request("tools/call", modern_with(json!({}), json!({"name": "job"})))
+        .request(
+            "tools/call",
+            stateless_with(json!({}), json!({"name": "job"})),
+        )
         .await;
     assert_eq!(result(&plain)["content"][0]["text"], "done");
     assert_eq!(metric(&server, "mcp_tasks_created_total").await, 0);
@@ -262,7 +265,7 @@ async fn clients_without_the_extension_are_refused_what_needs_it() {
     let refused = client
         .request(
             "tools/call",
-            modern_with(json!({}), json!({"name": "required_job"})),
+            stateless_with(json!({}), json!({"name": "required_job"})),
         )
         .await;
     let data = assert_error(&refused, &refused["id"], -32021)["data"].clone();
@@ -273,18 +276,18 @@ async fn clients_without_the_extension_are_refused_what_needs_it() {
         ("tasks/cancel", json!({"taskId": "x"})),
     ] {
         let refused = client
-            .request(method, modern_with(json!({}), params.clone()))
+            .request(method, stateless_with(json!({}), params.clone()))
             .await;
         let data = assert_error(&refused, &refused["id"], -32021)["data"].clone();
         assert_eq!(data["requiredCapabilities"], required, "{method}");
         let (status, refused) =
-            http_request_as(server.addr(), method, modern_with(json!({}), params)).await;
+            http_request_as(server.addr(), method, stateless_with(json!({}), params)).await;
         assert_eq!(status, 400, "{method}: {refused}");
         assert_eq!(refused["error"]["code"], -32021);
     }
     // The server says it offers the extension.
     let discovered = client
-        .request("server/discover", modern_with(json!({}), json!({})))
+        .request("server/discover", stateless_with(json!({}), json!({})))
         .await;
     assert_eq!(
         result(&discovered)["capabilities"]["extensions"][TASKS],
@@ -428,7 +431,7 @@ async fn listen_streams_hear_the_tasks_they_follow() {
     client
         .send_json(
             json!({"jsonrpc": "2.0", "id": listen_id, "method": "subscriptions/listen",
-            "params": modern_with(with_tasks(), json!({"notifications": {"taskIds": [id]}}))}),
+            "params": stateless_with(with_tasks(), json!({"notifications": {"taskIds": [id]}}))}),
         )
         .await;
     let ack = client.recv().await;
@@ -453,7 +456,7 @@ async fn listen_streams_hear_the_tasks_they_follow() {
     let refused = client
         .request(
             "subscriptions/listen",
-            modern_with(json!({}), json!({"notifications": {"taskIds": [id]}})),
+            stateless_with(json!({}), json!({"notifications": {"taskIds": [id]}})),
         )
         .await;
     assert_error(&refused, &refused["id"], -32021);
@@ -595,7 +598,7 @@ async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
     listener
         .send_json(
             json!({"jsonrpc": "2.0", "id": "follow", "method": "subscriptions/listen",
-            "params": modern_with(with_tasks(), json!({"notifications": {"taskIds": [id]}}))}),
+            "params": stateless_with(with_tasks(), json!({"notifications": {"taskIds": [id]}}))}),
         )
         .await;
     let ack = listener.recv().await;

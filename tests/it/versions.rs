@@ -186,13 +186,13 @@ async fn tool_definitions_carry_only_the_fields_of_the_sessions_version() {
         let tool = entry(&list, "tools", "name", "forecast");
         assert_eq!(tool["description"], "the weather");
         assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
-        let modern = has(version, TITLES_META_STRUCTURED_LINKS);
-        assert_presence(&tool, "title", modern, version);
-        assert_presence(&tool, "outputSchema", modern, version);
-        assert_presence(&tool, "_meta", modern, version);
+        let stateless = has(version, TITLES_META_STRUCTURED_LINKS);
+        assert_presence(&tool, "title", stateless, version);
+        assert_presence(&tool, "outputSchema", stateless, version);
+        assert_presence(&tool, "_meta", stateless, version);
         assert_presence(&tool, "annotations", has(version, ANNOTATED_TOOLS), version);
         assert_presence(&tool, "icons", has(version, ICONS), version);
-        if modern {
+        if stateless {
             assert_eq!(tool["title"], "Forecast");
             assert_eq!(tool["_meta"], json!({"example.com/owner": "tests"}));
             let schema = &tool["outputSchema"];
@@ -248,15 +248,15 @@ async fn structured_content_goes_only_to_sessions_that_have_it() {
 /// Checks `blocks` (as `all_blocks` gives them) against `version`'s content table.
 fn check_blocks(blocks: &[Value], version: &str) {
     assert_eq!(blocks.len(), 5, "no block is dropped: {blocks:?}");
-    let modern = has(version, TITLES_META_STRUCTURED_LINKS);
+    let stateless = has(version, TITLES_META_STRUCTURED_LINKS);
 
     let text = &blocks[0];
     assert_eq!(text["type"], "text");
     assert_eq!(text["text"], "plain");
     assert_eq!(text["annotations"]["audience"], json!(["user"]), "{text}");
     assert_eq!(text["annotations"]["priority"], 0.5, "{text}");
-    assert_presence(&text["annotations"], "lastModified", modern, version);
-    assert_presence(text, "_meta", modern, version);
+    assert_presence(&text["annotations"], "lastModified", stateless, version);
+    assert_presence(text, "_meta", stateless, version);
 
     let audio = &blocks[1];
     if has(version, AUDIO) {
@@ -273,7 +273,7 @@ fn check_blocks(blocks: &[Value], version: &str) {
     }
 
     let link = &blocks[2];
-    if modern {
+    if stateless {
         assert_eq!(link["type"], "resource_link", "{link}");
         assert_eq!(link["uri"], "test://linked");
         assert_eq!(link["name"], "linked");
@@ -294,7 +294,7 @@ fn check_blocks(blocks: &[Value], version: &str) {
     let embedded = &blocks[3];
     assert_eq!(embedded["type"], "resource");
     assert_eq!(embedded["resource"]["text"], "embedded");
-    assert_presence(&embedded["resource"], "_meta", modern, version);
+    assert_presence(&embedded["resource"], "_meta", stateless, version);
 
     let image = &blocks[4];
     assert_eq!(image["type"], "image");
@@ -338,7 +338,7 @@ async fn resource_and_template_definitions_follow_the_sessions_version() {
     let server = server();
     for version in VERSIONS {
         let mut client = Client::initialized_with_version(&server, version).await;
-        let modern = has(version, TITLES_META_STRUCTURED_LINKS);
+        let stateless = has(version, TITLES_META_STRUCTURED_LINKS);
 
         let list = client.request("resources/list", json!({})).await;
         let resource = entry(&list, "resources", "uri", "test://described");
@@ -346,9 +346,9 @@ async fn resource_and_template_definitions_follow_the_sessions_version() {
         assert_eq!(resource["mimeType"], "text/plain");
         assert_eq!(resource["size"], 5, "{resource}");
         assert_eq!(resource["annotations"]["priority"], 0.5, "{resource}");
-        assert_presence(&resource["annotations"], "lastModified", modern, version);
-        assert_presence(&resource, "title", modern, version);
-        assert_presence(&resource, "_meta", modern, version);
+        assert_presence(&resource["annotations"], "lastModified", stateless, version);
+        assert_presence(&resource, "title", stateless, version);
+        assert_presence(&resource, "_meta", stateless, version);
         assert_presence(&resource, "icons", has(version, ICONS), version);
 
         let list = client.request("resources/templates/list", json!({})).await;
@@ -359,11 +359,11 @@ async fn resource_and_template_definitions_follow_the_sessions_version() {
             json!(["user"]),
             "{template}"
         );
-        assert_presence(&template["annotations"], "lastModified", modern, version);
-        assert_presence(&template, "title", modern, version);
-        assert_presence(&template, "_meta", modern, version);
+        assert_presence(&template["annotations"], "lastModified", stateless, version);
+        assert_presence(&template, "title", stateless, version);
+        assert_presence(&template, "_meta", stateless, version);
         assert_presence(&template, "icons", has(version, ICONS), version);
-        if modern {
+        if stateless {
             assert_eq!(template["title"], "Template");
             assert_eq!(template["_meta"], json!({"example.com/template": true}));
         }
@@ -373,7 +373,7 @@ async fn resource_and_template_definitions_follow_the_sessions_version() {
             .await;
         let contents = &read["result"]["contents"][0];
         assert_eq!(contents["text"], "x", "{read}");
-        assert_presence(contents, "_meta", modern, version);
+        assert_presence(contents, "_meta", stateless, version);
     }
 }
 
@@ -382,18 +382,18 @@ async fn prompt_definitions_follow_the_sessions_version() {
     let server = server();
     for version in VERSIONS {
         let mut client = Client::initialized_with_version(&server, version).await;
-        let modern = has(version, TITLES_META_STRUCTURED_LINKS);
+        let stateless = has(version, TITLES_META_STRUCTURED_LINKS);
         let list = client.request("prompts/list", json!({})).await;
         let prompt = entry(&list, "prompts", "name", "rich");
         assert_eq!(prompt["description"], "every kind of content");
         let argument = &prompt["arguments"][0];
         assert_eq!(argument["name"], "topic", "{prompt}");
         assert_eq!(argument["required"], false, "{prompt}");
-        assert_presence(argument, "title", modern, version);
-        assert_presence(&prompt, "title", modern, version);
-        assert_presence(&prompt, "_meta", modern, version);
+        assert_presence(argument, "title", stateless, version);
+        assert_presence(&prompt, "title", stateless, version);
+        assert_presence(&prompt, "_meta", stateless, version);
         assert_presence(&prompt, "icons", has(version, ICONS), version);
-        if modern {
+        if stateless {
             assert_eq!(prompt["title"], "Rich");
             assert_eq!(argument["title"], "Topic");
         }

@@ -1,12 +1,12 @@
 //! The WebSocket upgrade's `mcp.version.<version>` subprotocol (the transport proposal
 //! SEP-1288), over a real socket:
 //! - Offered, it is selected (echoed back) and pins the connection to that version: a
-//!   handshake-era pin is what `initialize` negotiates whatever the client asks, and a
+//!   session-era pin is what `initialize` negotiates whatever the client asks, and a
 //!   2026-07-28 request on it gets -32022 naming the pinned version; a 2026-07-28 pin serves
 //!   stateless requests and answers `initialize` with -32022.
 //! - The first offered version the server speaks wins; offering only unknown versions
 //!   refuses the upgrade with HTTP 400 listing the supported ones.
-//! - A connection without the offer serves both eras, as before (covered in tests/modern*.rs).
+//! - A connection without the offer serves both eras, as before (covered in tests/stateless*.rs).
 //! - A bearer token offered beside it (`mcp.auth.<token>`) is never the echoed protocol.
 //! - On one connection, each 2026-07-28 request is served with its own `clientInfo` and
 //!   capabilities (the session reuses the last ones parsed only when their text is the same).
@@ -55,10 +55,10 @@ async fn a_handshake_era_pin_is_selected_and_is_what_initialize_negotiates() {
     let listed = client.request("tools/list", json!({})).await;
     assert!(assert_result(&listed, &listed["id"])["tools"].is_array());
     // A 2026-07-28 request on this connection is refused, naming the pinned version.
-    let modern = client
+    let stateless = client
         .request("tools/list", json!({"_meta": meta(json!({}))}))
         .await;
-    let error = assert_error(&modern, &modern["id"], -32022);
+    let error = assert_error(&stateless, &stateless["id"], -32022);
     assert_eq!(
         error["data"],
         json!({"supported": ["2025-06-18"], "requested": "2026-07-28"})
@@ -86,7 +86,7 @@ async fn a_2026_pin_serves_stateless_requests_and_refuses_initialize() {
         error["data"],
         json!({"supported": ["2026-07-28"], "requested": "2025-11-25"})
     );
-    // A request without `_meta` is malformed on this connection, not a handshake-era one.
+    // A request without `_meta` is malformed on this connection, not a session-era one.
     let bare = client.request("tools/list", json!({})).await;
     assert_error(&bare, &bare["id"], -32602);
 }

@@ -19,7 +19,7 @@
 
 pub(crate) mod recent;
 
-use crate::cluster::store::{Backend, Entry, Fingerprint, Key, Owner};
+use crate::cluster::store::{Backend, Claim, ClaimId, Key, RequestDigest};
 use crate::cluster::Cluster;
 use crate::context::Identity;
 use crate::protocol::jsonrpc::{encode_result, result_of, RequestId};
@@ -46,7 +46,7 @@ const LOCAL_WAIT: Duration = Duration::from_secs(1);
 /// A request's idempotency key, scoped to its client, with the fingerprint of what it asks.
 pub(crate) struct Idempotency {
     key: Key,
-    fingerprint: Fingerprint,
+    fingerprint: RequestDigest,
 }
 
 impl Idempotency {
@@ -106,7 +106,7 @@ impl Idempotency {
 /// SHA-256 of `["tools/call", params]` in a canonical form (see [`write_canonical`]): the
 /// same for any spelling of the same params (member order, whitespace, escapes, `1.0` for
 /// `1`), different for different ones.
-fn tool_call_fingerprint(name: &str, arguments: Option<&Value>) -> Fingerprint {
+fn tool_call_fingerprint(name: &str, arguments: Option<&Value>) -> RequestDigest {
     let mut canonical = Vec::with_capacity(64);
     canonical.extend_from_slice(br#"["tools/call",{"#);
     // Members in name order: "arguments" < "name".
@@ -186,7 +186,7 @@ async fn run(
     let mut poll = FIRST_POLL;
     loop {
         let owner = cluster.store.new_owner();
-        let running = Entry::Running {
+        let running = Claim::Running {
             fingerprint: keyed.fingerprint,
             owner,
         };
@@ -208,7 +208,7 @@ async fn run(
                 lease.settle(&outcome, &id, window).await;
                 return outcome;
             }
-            Some(Entry::Done {
+            Some(Claim::Done {
                 fingerprint,
                 result,
             }) if fingerprint == keyed.fingerprint => {
@@ -216,7 +216,7 @@ async fn run(
                 tracing::debug!(id = %id, "answered from the de-duplication store");
                 return Ok(encode_result(&id, &result));
             }
-            Some(Entry::Running { fingerprint, .. }) if fingerprint == keyed.fingerprint => {
+            Some(Claim::Running { fingerprint, .. }) if fingerprint == keyed.fingerprint => {
                 // Join the run: wait until it is settled, then look again (its response, or
                 // a free key if it ended without one).
                 match cluster.store.watch_here(&keyed.key) {
@@ -244,8 +244,8 @@ async fn run(
 struct Lease {
     cluster: Arc<Cluster>,
     key: Key,
-    fingerprint: Fingerprint,
-    owner: Owner,
+    fingerprint: RequestDigest,
+    owner: ClaimId,
     backend: Backend,
     /// Wakes the duplicates waiting on this node when dropped.
     here: watch::Sender<()>,
@@ -256,8 +256,8 @@ impl Lease {
     fn new(
         cluster: Arc<Cluster>,
         key: Key,
-        fingerprint: Fingerprint,
-        owner: Owner,
+        fingerprint: RequestDigest,
+        owner: ClaimId,
         backend: Backend,
     ) -> Self {
         let here = cluster.store.run_here(&key);
@@ -276,7 +276,7 @@ impl Lease {
         let Some(result) = outcome.as_ref().ok().and_then(|frame| result_of(frame, id)) else {
             return; // dropped: released
         };
-        let done = Entry::Done {
+        let done = Claim::Done {
             fingerprint: self.fingerprint,
             result: Arc::from(result),
         };
@@ -301,7 +301,7 @@ impl Drop for Lease {
         if self.settled {
             return;
         }
-        let running = Entry::Running {
+        let running = Claim::Running {
             fingerprint: self.fingerprint,
             owner: self.owner,
         };

@@ -40,7 +40,7 @@ struct Remembered {
 }
 
 /// What a request is, for comparing it with a later one of the same id.
-pub type Fingerprint = u64;
+pub type RequestHash = u64;
 
 impl RecentResponses {
     /// An empty store with the settings' bounds (none is kept when de-duplication is off).
@@ -67,7 +67,7 @@ impl RecentResponses {
 
     /// The fingerprint of a `tools/call` to remember once it finishes; `None` when
     /// de-duplication is off.
-    pub fn fingerprint(&self, name: &str, arguments: Option<&RawValue>) -> Option<Fingerprint> {
+    pub fn fingerprint(&self, name: &str, arguments: Option<&RawValue>) -> Option<RequestHash> {
         self.enabled
             .then(|| self.hasher.hash_one((name, arguments.map(RawValue::get))))
     }
@@ -103,7 +103,7 @@ impl RecentResponses {
     }
 
     /// Remembers the response `frame` of the request `id`, finished `now`.
-    pub fn remember(&mut self, id: RequestId, fingerprint: Fingerprint, frame: &str, now: Instant) {
+    pub fn remember(&mut self, id: RequestId, fingerprint: RequestHash, frame: &str, now: Instant) {
         let Some(result) = result_of(frame, &id) else {
             return;
         };

@@ -6,7 +6,7 @@
 //! await); only requests with an idempotency key or a signature take it, so the hot path of
 //! everything else never does.
 
-use super::{Entry, Key, Owner};
+use super::{Claim, ClaimId, Key};
 use crate::{lock, FastHash};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -37,7 +37,7 @@ struct Entries {
 }
 
 struct Slot {
-    entry: Entry,
+    entry: Claim,
     expires: Instant,
     generation: u64,
 }
@@ -45,8 +45,8 @@ struct Slot {
 impl Slot {
     fn bytes(&self) -> usize {
         match &self.entry {
-            Entry::Running { .. } => 0,
-            Entry::Done { result, .. } => result.len(),
+            Claim::Running { .. } => 0,
+            Claim::Done { result, .. } => result.len(),
         }
     }
 }
@@ -79,7 +79,7 @@ impl MemoryStore {
 
     /// The live entry under `key`, or, when there is none, `Running` for `owner` is put
     /// there for `ttl` and `None` is returned (the caller runs the request).
-    pub(crate) fn claim(&self, key: &Key, running: Entry, ttl: Duration) -> Option<Entry> {
+    pub(crate) fn claim(&self, key: &Key, running: Claim, ttl: Duration) -> Option<Claim> {
         let now = Instant::now();
         let mut entries = lock(&self.entries);
         if let Some(slot) = entries.map.get(key) {
@@ -93,9 +93,9 @@ impl MemoryStore {
 
     /// Puts `done` under `key` for `ttl`, whatever was there. A result larger than the whole
     /// budget is not kept (the key is freed instead: a retry runs again).
-    pub(crate) fn complete(&self, key: &Key, owner: Owner, done: Entry, ttl: Duration) {
+    pub(crate) fn complete(&self, key: &Key, owner: ClaimId, done: Claim, ttl: Duration) {
         let mut entries = lock(&self.entries);
-        if matches!(&done, Entry::Done { result, .. } if result.len() > self.max_bytes) {
+        if matches!(&done, Claim::Done { result, .. } if result.len() > self.max_bytes) {
             Self::remove_if_owned(&mut entries, key, owner);
             return;
         }
@@ -104,14 +104,14 @@ impl MemoryStore {
 
     /// Frees `key` if `owner` still holds it running (the request ended without a result to
     /// keep, or was dropped).
-    pub(crate) fn release(&self, key: &Key, owner: Owner) {
+    pub(crate) fn release(&self, key: &Key, owner: ClaimId) {
         Self::remove_if_owned(&mut lock(&self.entries), key, owner);
     }
 
-    fn remove_if_owned(entries: &mut Entries, key: &Key, owner: Owner) {
+    fn remove_if_owned(entries: &mut Entries, key: &Key, owner: ClaimId) {
         let owned = matches!(
             entries.map.get(key),
-            Some(Slot { entry: Entry::Running { owner: o, .. }, .. }) if *o == owner
+            Some(Slot { entry: Claim::Running { owner: o, .. }, .. }) if *o == owner
         );
         if owned {
             if let Some(slot) = entries.map.remove(key) {
@@ -122,7 +122,7 @@ impl MemoryStore {
 
     /// Puts `entry` under `key` until `now + ttl` (`now`: the caller's clock read), then
     /// evicts down to the bounds.
-    fn insert(&self, entries: &mut Entries, key: Key, entry: Entry, now: Instant, ttl: Duration) {
+    fn insert(&self, entries: &mut Entries, key: Key, entry: Claim, now: Instant, ttl: Duration) {
         let expires = now + ttl;
         let generation = entries.next_generation;
         entries.next_generation += 1;
@@ -212,15 +212,15 @@ mod tests {
         [n; 32]
     }
 
-    fn running(owner: Owner) -> Entry {
-        Entry::Running {
+    fn running(owner: ClaimId) -> Claim {
+        Claim::Running {
             fingerprint: FP,
             owner,
         }
     }
 
-    fn done(result: &str) -> Entry {
-        Entry::Done {
+    fn done(result: &str) -> Claim {
+        Claim::Done {
             fingerprint: FP,
             result: Arc::from(result),
         }
@@ -232,12 +232,12 @@ mod tests {
         assert!(store.claim(&key(1), running(1), TTL).is_none());
         assert!(matches!(
             store.claim(&key(1), running(2), TTL),
-            Some(Entry::Running { owner: 1, .. })
+            Some(Claim::Running { owner: 1, .. })
         ));
         store.complete(&key(1), 1, done("{}"), TTL);
         assert!(matches!(
             store.claim(&key(1), running(2), TTL),
-            Some(Entry::Done { ref result, .. }) if &**result == "{}"
+            Some(Claim::Done { ref result, .. }) if &**result == "{}"
         ));
     }
 
@@ -274,7 +274,7 @@ mod tests {
         assert!(
             matches!(
                 store.claim(&key(4), running(9), TTL),
-                Some(Entry::Done { .. })
+                Some(Claim::Done { .. })
             ),
             "the newest result stays"
         );

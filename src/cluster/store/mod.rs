@@ -33,26 +33,26 @@ use tokio::sync::watch;
 /// A key in the store (a digest).
 pub(crate) type Key = [u8; 32];
 /// What a keyed request was (a digest of its method and params).
-pub(crate) type Fingerprint = [u8; 32];
+pub(crate) type RequestDigest = [u8; 32];
 /// Who runs a claimed request: unique among all claims of all nodes.
-pub(crate) type Owner = u128;
+pub(crate) type ClaimId = u128;
 
 /// What the store holds under a key.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Entry {
+pub(crate) enum Claim {
     /// A request is running under this key.
     Running {
-        fingerprint: Fingerprint,
-        owner: Owner,
+        fingerprint: RequestDigest,
+        owner: ClaimId,
     },
     /// A request under this key finished with this result (the JSON of its `result`).
     Done {
-        fingerprint: Fingerprint,
+        fingerprint: RequestDigest,
         result: Arc<str>,
     },
 }
 
-impl Entry {
+impl Claim {
     /// The Redis encoding (see `store::redis`).
     pub(crate) fn encode(&self) -> Vec<u8> {
         match self {
@@ -149,7 +149,7 @@ impl Store {
     }
 
     /// A fresh owner for a claim.
-    pub(crate) fn new_owner(&self) -> Owner {
+    pub(crate) fn new_owner(&self) -> ClaimId {
         (u128::from(self.node) << 64) | u128::from(self.next_owner.fetch_add(1, Ordering::Relaxed))
     }
 
@@ -159,13 +159,13 @@ impl Store {
         &self,
         metrics: &Metrics,
         key: &Key,
-        running: Entry,
+        running: Claim,
         ttl: Duration,
-    ) -> (Option<Entry>, Backend) {
+    ) -> (Option<Claim>, Backend) {
         if let Some(redis) = &self.redis {
             match redis.claim(metrics, key, &running.encode(), ttl).await {
                 Some(None) => return (None, Backend::Redis),
-                Some(Some(found)) => match Entry::decode(&found) {
+                Some(Some(found)) => match Claim::decode(&found) {
                     Some(entry) => return (Some(entry), Backend::Redis),
                     None => redis.failed(metrics, "claim", &"an entry in an unknown format"),
                 },
@@ -181,8 +181,8 @@ impl Store {
         &self,
         metrics: &Metrics,
         key: &Key,
-        owner: Owner,
-        done: Entry,
+        owner: ClaimId,
+        done: Claim,
         ttl: Duration,
         backend: Backend,
     ) {
@@ -196,7 +196,7 @@ impl Store {
 
     /// Frees a claim held in memory that ends without a result to keep. (One held in Redis
     /// is freed with [`RedisStore::release`].)
-    pub(crate) fn release_in_memory(&self, key: &Key, owner: Owner) {
+    pub(crate) fn release_in_memory(&self, key: &Key, owner: ClaimId) {
         self.memory.release(key, owner);
     }
 
@@ -232,20 +232,20 @@ mod tests {
     #[test]
     fn entries_survive_their_redis_encoding() {
         for entry in [
-            Entry::Running {
+            Claim::Running {
                 fingerprint: [0xab; 32],
                 owner: u128::MAX - 7,
             },
-            Entry::Done {
+            Claim::Done {
                 fingerprint: [1; 32],
                 result: Arc::from(r#"{"content":[{"type":"text","text":"é"}]}"#),
             },
         ] {
-            assert_eq!(Entry::decode(&entry.encode()), Some(entry));
+            assert_eq!(Claim::decode(&entry.encode()), Some(entry));
         }
         let upper_case = format!("R{}{}", "AB".repeat(32), "0".repeat(32));
         for junk in [&b""[..], b"X", b"R12", &[0xff; 70], upper_case.as_bytes()] {
-            assert_eq!(Entry::decode(junk), None);
+            assert_eq!(Claim::decode(junk), None);
         }
     }
 }

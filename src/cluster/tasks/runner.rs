@@ -250,7 +250,7 @@ fn finish(cluster: &Cluster, record: &mut TaskRecord, outcome: Outcome) {
 
 /// Fails the task with `error` (its JSON-RPC error object).
 fn fail(record: &mut TaskRecord, error: &Error) {
-    record.error = serde_json::to_value(error.to_wire_modern()).ok();
+    record.error = serde_json::to_value(error.to_wire_stateless()).ok();
     record.result = None;
     record.set(TaskStatus::Failed);
 }

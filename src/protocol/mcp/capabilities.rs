@@ -24,11 +24,11 @@ pub fn server_capabilities(version: ProtocolVersion, offers: Offers) -> Value {
     // Any tool may log.
     caps.insert("logging".into(), json!({}));
     // `completions` appeared in 2025-03-26.
-    if offers.completions && version.has_audio() {
+    if offers.completions && version.has_completions() {
         caps.insert("completions".into(), json!({}));
     }
     // Extensions are a 2026-07-28 notion; tasks are offered only there.
-    if offers.tasks && version.is_modern() {
+    if offers.tasks && version.is_stateless() {
         caps.insert("extensions".into(), json!({ super::TASKS_EXTENSION: {} }));
     }
     Value::Object(caps)

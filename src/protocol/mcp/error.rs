@@ -235,7 +235,7 @@ impl Error {
 
     /// The wire form for a request of the 2026-07-28 revision, where a missing resource is
     /// -32602 (not -32002, which that revision forbids). See [`to_wire`](Self::to_wire).
-    pub fn to_wire_modern(&self) -> ErrorObject {
+    pub fn to_wire_stateless(&self) -> ErrorObject {
         match self {
             Self::ResourceNotFound { uri } => {
                 ErrorObject::new(ErrorCode::INVALID_PARAMS, "Resource not found")
@@ -248,7 +248,7 @@ impl Error {
     /// The HTTP status a 2026-07-28 request answered with this error gets (its Streamable
     /// HTTP binding: 400 for header, capability and version errors and malformed `_meta`,
     /// 404 for an unknown method; 200 with the error in the body otherwise).
-    pub fn http_status_modern(&self) -> u16 {
+    pub fn http_status_stateless(&self) -> u16 {
         match self {
             Self::MalformedMeta(_)
             | Self::UnsupportedProtocolVersion { .. }
@@ -289,7 +289,10 @@ impl Error {
             Self::UnsupportedProtocolVersion { requested, pinned } => {
                 let supported: Vec<&str> = match pinned {
                     Some(pinned) => vec![pinned.as_str()],
-                    None => ProtocolVersion::MODERN.iter().map(|v| v.as_str()).collect(),
+                    None => ProtocolVersion::STATELESS
+                        .iter()
+                        .map(|v| v.as_str())
+                        .collect(),
                 };
                 object.with_data(json!({ "supported": supported, "requested": requested }))
             }

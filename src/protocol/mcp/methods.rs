@@ -85,8 +85,8 @@ impl Method {
         }
     }
 
-    /// Whether only 2026-07-28 requests have this method (a handshake-era session does not).
-    pub fn is_modern_only(self) -> bool {
+    /// Whether only 2026-07-28 requests have this method (a session-era session does not).
+    pub fn is_stateless_only(self) -> bool {
         matches!(
             self,
             Self::Discover

@@ -1,4 +1,4 @@
-//! Protocol versions this server speaks: the handshake era (2024-11-05 … 2025-11-25), whose
+//! Protocol versions this server speaks: the session era (2024-11-05 … 2025-11-25), whose
 //! version `initialize` negotiates for a session, and the stateless 2026-07-28 revision, which
 //! every request names in its own `_meta`.
 
@@ -30,26 +30,40 @@ impl ProtocolVersion {
         Self::V2025_03_26,
         Self::V2024_11_05,
     ];
-    /// The handshake-era versions (what `initialize` can negotiate), newest first.
-    pub const LEGACY: [Self; 4] = [
+    /// The session-era versions (what `initialize` can negotiate), newest first.
+    pub const SESSION: [Self; 4] = [
         Self::V2025_11_25,
         Self::V2025_06_18,
         Self::V2025_03_26,
         Self::V2024_11_05,
     ];
     /// The stateless versions (what a request's `_meta` may name), newest first.
-    pub const MODERN: [Self; 1] = [Self::V2026_07_28];
-    /// The newest handshake-era version.
-    pub const LATEST: Self = Self::V2025_11_25;
+    pub const STATELESS: [Self; 1] = [Self::V2026_07_28];
+    /// The newest session-era version.
+    pub const NEWEST_SESSION: Self = Self::V2025_11_25;
 
     /// Whether this is a stateless (2026-07-28 on) version.
-    pub fn is_modern(self) -> bool {
+    pub fn is_stateless(self) -> bool {
         self >= Self::V2026_07_28
     }
 
-    /// Audio content, tool annotations, progress messages and `completion/complete`
-    /// (2025-03-26 on).
+    /// Audio content (2025-03-26 on).
     pub fn has_audio(self) -> bool {
+        self >= Self::V2025_03_26
+    }
+
+    /// Tool annotations (2025-03-26 on).
+    pub fn has_tool_annotations(self) -> bool {
+        self >= Self::V2025_03_26
+    }
+
+    /// The `message` of a progress notification (2025-03-26 on).
+    pub fn has_progress_messages(self) -> bool {
+        self >= Self::V2025_03_26
+    }
+
+    /// The `completions` capability and `completion/complete` (2025-03-26 on).
+    pub fn has_completions(self) -> bool {
         self >= Self::V2025_03_26
     }
 
@@ -81,13 +95,14 @@ impl ProtocolVersion {
     }
 
     /// Lifecycle, "Version Negotiation": the server answers with the requested version when
-    /// it supports it, and otherwise with another version it supports, its latest. It is
+    /// it supports it, and otherwise with another version it supports: its newest session-era
+    /// one. It is
     /// then the client's choice to go on or disconnect; this is not an error.
     pub fn negotiate(requested: &str) -> Self {
-        Self::LEGACY
+        Self::SESSION
             .into_iter()
             .find(|v| v.as_str() == requested)
-            .unwrap_or(Self::LATEST)
+            .unwrap_or(Self::NEWEST_SESSION)
     }
 }
 
@@ -102,17 +117,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn supported_versions_are_echoed_and_others_get_the_latest() {
-        for v in ProtocolVersion::LEGACY {
+    fn supported_versions_are_echoed_and_others_get_the_newest_session_version() {
+        for v in ProtocolVersion::SESSION {
             assert_eq!(ProtocolVersion::negotiate(v.as_str()), v);
         }
         assert_eq!(
             ProtocolVersion::negotiate("2023-01-01"),
-            ProtocolVersion::LATEST
+            ProtocolVersion::NEWEST_SESSION
         );
         assert_eq!(
             ProtocolVersion::negotiate("2026-07-28"),
-            ProtocolVersion::LATEST
+            ProtocolVersion::NEWEST_SESSION
         );
     }
 }

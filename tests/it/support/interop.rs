@@ -75,7 +75,7 @@ pub const HTTP_CHECKS: &[&str] = &[
 pub enum Transport {
     /// `ws://ADDR/mcp`, one session per socket.
     WebSocket,
-    /// `http://ADDR/mcp`, Streamable HTTP: a handshake-era session (`Mcp-Session-Id`), its
+    /// `http://ADDR/mcp`, Streamable HTTP: a session-era session (`Mcp-Session-Id`), its
     /// `GET` stream, `DELETE` at the end.
     Http,
 }

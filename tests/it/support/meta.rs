@@ -3,7 +3,7 @@
 //! server's identity, caching hints, `InputRequiredResult`).
 
 use super::assert_result;
-use super::modern::{CACHE_SCOPE, SERVER_NAME, SERVER_VERSION};
+use super::stateless::{CACHE_SCOPE, SERVER_NAME, SERVER_VERSION};
 use serde_json::{json, Value};
 
 pub const MODERN: &str = "2026-07-28";
@@ -22,18 +22,18 @@ pub fn meta(capabilities: Value) -> Value {
     json!({
         PROTOCOL_VERSION: MODERN,
         CLIENT_CAPABILITIES: capabilities,
-        CLIENT_INFO: {"name": "modern-tests", "version": "1.0.0"},
+        CLIENT_INFO: {"name": "stateless-tests", "version": "1.0.0"},
     })
 }
 
 /// `params` (an object) with the `_meta` of a 2026-07-28 request that declares no
 /// capabilities.
-pub fn modern(params: Value) -> Value {
+pub fn stateless(params: Value) -> Value {
     with_meta(params, meta(json!({})))
 }
 
 /// `params` (an object) with the `_meta` of a 2026-07-28 request declaring `capabilities`.
-pub fn modern_with(capabilities: Value, params: Value) -> Value {
+pub fn stateless_with(capabilities: Value, params: Value) -> Value {
     with_meta(params, meta(capabilities))
 }
 
@@ -93,7 +93,7 @@ pub fn tagged(method: &str, id: &Value) -> Value {
 
 /// Checks the parts every 2026-07-28 result shares: `resultType` and the server's identity
 /// in `_meta`; returns the result.
-pub fn assert_modern_result(response: &Value, id: &Value, result_type: &str) -> Value {
+pub fn assert_stateless_result(response: &Value, id: &Value, result_type: &str) -> Value {
     let result = assert_result(response, id);
     assert_eq!(result["resultType"], result_type, "{response}");
     let info = &result["_meta"][SERVER_INFO];
@@ -104,12 +104,12 @@ pub fn assert_modern_result(response: &Value, id: &Value, result_type: &str) -> 
 
 /// A complete 2026-07-28 result.
 pub fn assert_complete(response: &Value, id: &Value) -> Value {
-    assert_modern_result(response, id, "complete")
+    assert_stateless_result(response, id, "complete")
 }
 
-/// A handshake-era result: no `resultType`, no server identity in `_meta`, no caching
+/// A session-era result: no `resultType`, no server identity in `_meta`, no caching
 /// hints.
-pub fn assert_legacy_result(response: &Value, id: &Value) -> Value {
+pub fn assert_session_result(response: &Value, id: &Value) -> Value {
     let result = assert_result(response, id);
     assert!(result.get("resultType").is_none(), "{response}");
     assert!(result["_meta"].get(SERVER_INFO).is_none(), "{response}");
@@ -134,7 +134,7 @@ pub fn assert_no_cache_hints(result: &Value) {
 /// An `InputRequiredResult`: checks its shape and that it asks exactly `keys` (sorted), and
 /// returns `(inputRequests, requestState)`.
 pub fn assert_input_required(response: &Value, id: &Value, keys: &[&str]) -> (Value, String) {
-    let result = assert_modern_result(response, id, "input_required");
+    let result = assert_stateless_result(response, id, "input_required");
     assert_no_cache_hints(&result);
     let requests = result["inputRequests"].clone();
     let mut asked: Vec<&str> = requests

@@ -4,7 +4,7 @@
 //!   system), JSON-RPC messages and the checks of their answers;
 //! - [`ws`]: a WebSocket client; [`http`]: HTTP (metrics, the 2026-07-28 client, SSE);
 //! - [`meta`]: the per-request `_meta` of 2026-07-28 and the checks of its results;
-//!   [`modern`]: the 2026-07-28 server under test;
+//!   [`stateless`]: the 2026-07-28 server under test;
 //! - [`process`]: the `mcp-ws` binary as a child process; [`redis`]: a `redis-server`;
 //!   [`interop`]: the server the SDK clients drive; [`alone`]: a test in a process of its own.
 //!
@@ -14,9 +14,9 @@ pub mod alone;
 pub mod http;
 pub mod interop;
 pub mod meta;
-pub mod modern;
 pub mod process;
 pub mod redis;
+pub mod stateless;
 pub mod ws;
 
 pub use ws::Client;
@@ -177,7 +177,7 @@ pub async fn assert_stopped(stopper: tokio::task::JoinHandle<()>) {
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 pub struct NoArgs {}
 
-/// The handshake-era versions, oldest first.
+/// The session-era versions, oldest first.
 pub const VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
 /// The JSON-RPC error code of a request refused while the server drains.
@@ -187,7 +187,7 @@ pub fn request(id: Value, method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 
-/// A handshake-era `notifications/cancelled` for the request `id`.
+/// A session-era `notifications/cancelled` for the request `id`.
 pub fn cancel(id: Value) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
            "params": {"requestId": id, "reason": "test"}})

@@ -1,7 +1,7 @@
 //! A WebSocket client of the server under test (offering the `mcp` subprotocol), and the
 //! checks made through one.
 
-use super::meta::assert_legacy_result;
+use super::meta::assert_session_result;
 use super::{initialize_params, request, READ_TIMEOUT};
 use futures_util::{SinkExt, StreamExt};
 use mcp_ws::RunningServer;
@@ -263,11 +263,11 @@ pub async fn initialize_with(client: &mut Client, capabilities: Value) {
         .request(
             "initialize",
             json!({"protocolVersion": "2025-11-25", "capabilities": capabilities,
-                   "clientInfo": {"name": "legacy-side", "version": "1.0.0"}}),
+                   "clientInfo": {"name": "session-side", "version": "1.0.0"}}),
         )
         .await;
     let id = response["id"].clone();
-    let result = assert_legacy_result(&response, &id);
+    let result = assert_session_result(&response, &id);
     assert_eq!(result["protocolVersion"], "2025-11-25", "{response}");
     client
         .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))

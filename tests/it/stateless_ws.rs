@@ -1,10 +1,10 @@
-//! The 2026-07-28 revision over WebSocket, beside the handshake era on the same endpoint and
+//! The 2026-07-28 revision over WebSocket, beside the session era on the same endpoint and
 //! the same connection. The rules checked, all through a real socket:
 //!
 //! - The era is chosen per request: a request whose `_meta` names a version is served from
-//!   that `_meta` alone, on any connection; `initialize` starts a handshake-era session whose
+//!   that `_meta` alone, on any connection; `initialize` starts a session-era session whose
 //!   state (log level, client capabilities, resource subscriptions) no 2026 request sees, and
-//!   2026 requests initialize nothing (a legacy request after them is "not initialized").
+//!   2026 requests initialize nothing (a session request after them is "not initialized").
 //! - `server/discover`: supported versions, capabilities from what is registered (they change
 //!   when the registry does), the server's identity in `_meta`, instructions, and the
 //!   configured `ttlMs` / `cacheScope`; malformed `_meta` is -32602, an unknown version -32022
@@ -22,17 +22,17 @@
 //! - Progress (on the request's own token, with its message, whatever the connection's
 //!   session negotiated) and cancellation (`notifications/cancelled` with the request id: no
 //!   answer, the worker stops).
-//! - A dropped connection whose handshake-era session is kept for a reconnect keeps none of
+//! - A dropped connection whose session-era session is kept for a reconnect keeps none of
 //!   its 2026 requests: their workers are cancelled and their listens end; the session's own
 //!   request and notifications reach the resumed socket, nothing of the 2026 ones does.
-//! - Multi round-trip requests: `tests/it/modern_mrtr.rs`; over HTTP: `tests/it/modern_http.rs`.
+//! - Multi round-trip requests: `tests/it/stateless_mrtr.rs`; over HTTP: `tests/it/stateless_http.rs`.
 //!
 //! No timing assertions: barriers (a `ping` answered after everything before it) and gauges
 //! polled in `/metrics`.
 
 use crate::support::http::{metric, wait_metric};
 use crate::support::meta::*;
-use crate::support::modern::*;
+use crate::support::stateless::*;
 use crate::support::ws::{call, exchange, initialize_with};
 use crate::support::*;
 use mcp_ws::model::ResourceContents;
@@ -68,10 +68,10 @@ fn log_levels(frames: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// The tool names of every page of `tools/list`, for a 2026 request (`modern`) or the
+/// The tool names of every page of `tools/list`, for a 2026 request (`stateless`) or the
 /// session's; every 2026 page is checked for its hints. Returns the names and the number of
 /// pages.
-async fn all_tool_names(client: &mut Client, modern_request: bool) -> (Vec<String>, usize) {
+async fn all_tool_names(client: &mut Client, stateless_request: bool) -> (Vec<String>, usize) {
     let mut names = Vec::new();
     let mut cursor: Option<String> = None;
     let mut pages = 0;
@@ -80,16 +80,16 @@ async fn all_tool_names(client: &mut Client, modern_request: bool) -> (Vec<Strin
             Some(cursor) => json!({"cursor": cursor}),
             None => json!({}),
         };
-        if modern_request {
-            params = modern(params);
+        if stateless_request {
+            params = stateless(params);
         }
         let (id, response) = call(client, "tools/list", params).await;
-        let result = if modern_request {
+        let result = if stateless_request {
             let result = assert_complete(&response, &id);
             assert_cache_hints(&result, LIST_TTL_MS);
             result
         } else {
-            assert_legacy_result(&response, &id)
+            assert_session_result(&response, &id)
         };
         pages += 1;
         for tool in result["tools"].as_array().expect("tools") {
@@ -107,9 +107,9 @@ async fn all_tool_names(client: &mut Client, modern_request: bool) -> (Vec<Strin
 
 #[tokio::test]
 async fn discover_names_versions_capabilities_identity_instructions_and_cache_hints() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
-    let (id, response) = call(&mut client, "server/discover", modern(json!({}))).await;
+    let (id, response) = call(&mut client, "server/discover", stateless(json!({}))).await;
     let result = assert_complete(&response, &id);
     assert_eq!(result["supportedVersions"], json!([MODERN]), "{result}");
     assert_eq!(
@@ -150,11 +150,11 @@ async fn discover_names_versions_capabilities_identity_instructions_and_cache_hi
 /// `_meta` member in the frame (a JSON object must not name a member twice), holding both.
 #[tokio::test]
 async fn a_tool_result_meta_is_merged_with_the_server_identity_into_one_member() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     client
         .send_json(json!({"jsonrpc": "2.0", "id": "m", "method": "tools/call",
-                          "params": modern(json!({"name": "with_meta"}))}))
+                          "params": stateless(json!({"name": "with_meta"}))}))
         .await;
     let frame = client.recv_text().await;
     assert_eq!(frame.matches(r#""_meta""#).count(), 1, "{frame}");
@@ -166,7 +166,7 @@ async fn a_tool_result_meta_is_merged_with_the_server_identity_into_one_member()
 
 #[tokio::test]
 async fn discover_capabilities_follow_what_is_registered() {
-    let server = start_bare(modern_settings(), |b| b);
+    let server = start_bare(stateless_settings(), |b| b);
     let mut client = Client::connect(&server).await;
     let mut caps = discover_caps(&mut client).await;
     assert_eq!(caps, json!({"logging": {}}), "nothing registered");
@@ -174,7 +174,7 @@ async fn discover_capabilities_follow_what_is_registered() {
     let (id, response) = call(
         &mut client,
         "subscriptions/listen",
-        modern(json!({"notifications": {"toolsListChanged": true}})),
+        stateless(json!({"notifications": {"toolsListChanged": true}})),
     )
     .await;
     assert_error(&response, &id, -32601);
@@ -186,7 +186,7 @@ async fn discover_capabilities_follow_what_is_registered() {
     caps = discover_caps(&mut client).await;
     assert_eq!(caps, json!({"tools": {"listChanged": true}, "logging": {}}));
     // A kind not offered has no methods.
-    let (id, response) = call(&mut client, "resources/list", modern(json!({}))).await;
+    let (id, response) = call(&mut client, "resources/list", stateless(json!({}))).await;
     assert_error(&response, &id, -32601);
 
     server
@@ -208,19 +208,19 @@ async fn discover_capabilities_follow_what_is_registered() {
             "completions": {},
         })
     );
-    let (id, response) = call(&mut client, "resources/list", modern(json!({}))).await;
+    let (id, response) = call(&mut client, "resources/list", stateless(json!({}))).await;
     let result = assert_complete(&response, &id);
     assert_eq!(result["resources"][0]["uri"], "mcp-ws-test://plain");
 }
 
 async fn discover_caps(client: &mut Client) -> Value {
-    let (id, response) = call(client, "server/discover", modern(json!({}))).await;
+    let (id, response) = call(client, "server/discover", stateless(json!({}))).await;
     assert_complete(&response, &id)["capabilities"].clone()
 }
 
 #[tokio::test]
 async fn malformed_meta_is_invalid_params_and_an_unknown_version_is_32022() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
 
     // `server/discover` exists only in 2026-07-28: without `_meta` it is malformed.
@@ -235,8 +235,8 @@ async fn malformed_meta_is_invalid_params_and_an_unknown_version_is_32022() {
         json!({"_meta": {PROTOCOL_VERSION: MODERN}}),
         json!({"_meta": {PROTOCOL_VERSION: MODERN, CLIENT_CAPABILITIES: "all"}}),
         json!({"_meta": {PROTOCOL_VERSION: 20260728, CLIENT_CAPABILITIES: {}}}),
-        add_meta(modern(json!({})), LOG_LEVEL, json!("loud")),
-        add_meta(modern(json!({})), CLIENT_INFO, json!("me")),
+        add_meta(stateless(json!({})), LOG_LEVEL, json!("loud")),
+        add_meta(stateless(json!({})), CLIENT_INFO, json!("me")),
     ];
     for params in malformed {
         let (id, response) = call(&mut client, "server/discover", params.clone()).await;
@@ -263,11 +263,11 @@ async fn malformed_meta_is_invalid_params_and_an_unknown_version_is_32022() {
         assert_eq!(
             error["data"],
             json!({"supported": [MODERN], "requested": version}),
-            "a handshake-era version in _meta is not served statelessly: {response}"
+            "a session-era version in _meta is not served statelessly: {response}"
         );
     }
     // None of that hurt the connection.
-    let (id, response) = call(&mut client, "server/discover", modern(json!({}))).await;
+    let (id, response) = call(&mut client, "server/discover", stateless(json!({}))).await;
     assert_complete(&response, &id);
 }
 
@@ -276,7 +276,7 @@ async fn malformed_meta_is_invalid_params_and_an_unknown_version_is_32022() {
 
 #[tokio::test]
 async fn every_2026_result_kind_has_its_result_type_and_only_lists_and_reads_have_cache_hints() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
 
     for (method, member, key, expected) in [
@@ -290,7 +290,7 @@ async fn every_2026_result_kind_has_its_result_type_and_only_lists_and_reads_hav
         ),
         ("prompts/list", "prompts", "name", "greet"),
     ] {
-        let (id, response) = call(&mut client, method, modern(json!({}))).await;
+        let (id, response) = call(&mut client, method, stateless(json!({}))).await;
         let result = assert_complete(&response, &id);
         assert_cache_hints(&result, LIST_TTL_MS);
         let listed = result[member].as_array().expect("a list");
@@ -303,7 +303,7 @@ async fn every_2026_result_kind_has_its_result_type_and_only_lists_and_reads_hav
     let (id, response) = call(
         &mut client,
         "tools/call",
-        modern(json!({"name": "echo", "arguments": {"text": "hi there"}})),
+        stateless(json!({"name": "echo", "arguments": {"text": "hi there"}})),
     )
     .await;
     let result = assert_complete(&response, &id);
@@ -317,7 +317,12 @@ async fn every_2026_result_kind_has_its_result_type_and_only_lists_and_reads_hav
             Some("note 42".to_owned()),
         ),
     ] {
-        let (id, response) = call(&mut client, "resources/read", modern(json!({"uri": uri}))).await;
+        let (id, response) = call(
+            &mut client,
+            "resources/read",
+            stateless(json!({"uri": uri})),
+        )
+        .await;
         let result = assert_complete(&response, &id);
         assert_cache_hints(&result, READ_TTL_MS);
         assert_eq!(result["contents"][0]["uri"], uri.as_str(), "{result}");
@@ -329,7 +334,7 @@ async fn every_2026_result_kind_has_its_result_type_and_only_lists_and_reads_hav
     let (id, response) = call(
         &mut client,
         "prompts/get",
-        modern(json!({"name": "greet", "arguments": {"name": "Ada"}})),
+        stateless(json!({"name": "greet", "arguments": {"name": "Ada"}})),
     )
     .await;
     let result = assert_complete(&response, &id);
@@ -342,7 +347,7 @@ async fn every_2026_result_kind_has_its_result_type_and_only_lists_and_reads_hav
     let (id, response) = call(
         &mut client,
         "completion/complete",
-        modern(json!({"ref": {"type": "ref/prompt", "name": "greet"},
+        stateless(json!({"ref": {"type": "ref/prompt", "name": "greet"},
                       "argument": {"name": "name", "value": "A"}})),
     )
     .await;
@@ -353,9 +358,9 @@ async fn every_2026_result_kind_has_its_result_type_and_only_lists_and_reads_hav
 
 #[tokio::test]
 async fn lists_come_in_one_order_page_after_page_each_page_with_the_same_hints() {
-    let mut settings = modern_settings();
+    let mut settings = stateless_settings();
     settings.limits.page_size = 3;
-    let (server, _) = start_modern(settings);
+    let (server, _) = start_stateless(settings);
     let mut client = Client::connect(&server).await;
     let (first, pages) = all_tool_names(&mut client, true).await;
     assert!(pages > 1, "the list spans pages: {first:?}");
@@ -375,13 +380,13 @@ async fn lists_come_in_one_order_page_after_page_each_page_with_the_same_hints()
     assert_eq!(
         all_tool_names(&mut session, false).await.0,
         first,
-        "in a handshake-era session"
+        "in a session-era session"
     );
 
     let (id, response) = call(
         &mut client,
         "tools/list",
-        modern(json!({"cursor": "not-a-cursor"})),
+        stateless(json!({"cursor": "not-a-cursor"})),
     )
     .await;
     assert_error(&response, &id, -32602);
@@ -389,13 +394,13 @@ async fn lists_come_in_one_order_page_after_page_each_page_with_the_same_hints()
 
 #[tokio::test]
 async fn a_missing_resource_is_32602_for_2026_and_32002_for_a_session_on_one_server() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let missing = "mcp-ws-test://missing";
-    let mut modern_only = Client::connect(&server).await;
+    let mut stateless_only = Client::connect(&server).await;
     let (id, response) = call(
-        &mut modern_only,
+        &mut stateless_only,
         "resources/read",
-        modern(json!({"uri": missing})),
+        stateless(json!({"uri": missing})),
     )
     .await;
     let error = assert_error(&response, &id, -32602);
@@ -409,7 +414,7 @@ async fn a_missing_resource_is_32602_for_2026_and_32002_for_a_session_on_one_ser
     let (id, response) = call(
         &mut session,
         "resources/read",
-        modern(json!({"uri": missing})),
+        stateless(json!({"uri": missing})),
     )
     .await;
     let error = assert_error(&response, &id, -32602);
@@ -421,10 +426,10 @@ async fn a_missing_resource_is_32602_for_2026_and_32002_for_a_session_on_one_ser
 
 #[tokio::test]
 async fn a_connection_that_only_sent_2026_requests_is_not_initialized() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
-    let (id, response) = call(&mut client, "tools/list", modern(json!({}))).await;
-    let modern_names = assert_complete(&response, &id)["tools"].clone();
+    let (id, response) = call(&mut client, "tools/list", stateless(json!({}))).await;
+    let stateless_names = assert_complete(&response, &id)["tools"].clone();
 
     for (method, params) in [
         ("tools/list", json!({})),
@@ -440,7 +445,7 @@ async fn a_connection_that_only_sent_2026_requests_is_not_initialized() {
     let (id, response) = call(
         &mut client,
         "initialize",
-        modern(initialize_params("2025-11-25")),
+        stateless(initialize_params("2025-11-25")),
     )
     .await;
     let error = assert_error(&response, &id, -32601);
@@ -450,10 +455,10 @@ async fn a_connection_that_only_sent_2026_requests_is_not_initialized() {
 
     // A real `initialize` still can: the 2026 requests settled nothing for the connection.
     let (id, response) = call(&mut client, "initialize", initialize_params("2025-11-25")).await;
-    let result = assert_legacy_result(&response, &id);
+    let result = assert_session_result(&response, &id);
     assert_eq!(result["serverInfo"]["name"], SERVER_NAME);
     let (id, response) = call(&mut client, "tools/list", json!({})).await;
-    let legacy_names = assert_legacy_result(&response, &id)["tools"].clone();
+    let session_names = assert_session_result(&response, &id)["tools"].clone();
     let names = |tools: &Value| -> Vec<Value> {
         tools
             .as_array()
@@ -462,9 +467,9 @@ async fn a_connection_that_only_sent_2026_requests_is_not_initialized() {
             .map(|t| t["name"].clone())
             .collect()
     };
-    assert_eq!(names(&legacy_names), names(&modern_names));
+    assert_eq!(names(&session_names), names(&stateless_names));
     // And 2026 requests go on beside the session, in their own shape.
-    let (id, response) = call(&mut client, "tools/list", modern(json!({}))).await;
+    let (id, response) = call(&mut client, "tools/list", stateless(json!({}))).await;
     assert_cache_hints(&assert_complete(&response, &id), LIST_TTL_MS);
     let (id, response) = call(&mut client, "initialize", initialize_params("2025-11-25")).await;
     assert_error(&response, &id, -32600);
@@ -472,20 +477,20 @@ async fn a_connection_that_only_sent_2026_requests_is_not_initialized() {
 
 #[tokio::test]
 async fn a_2026_request_does_not_see_the_session_log_level() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::initialized(&server).await;
     let chatty = json!({"name": "chatty", "arguments": {}});
 
     let (id, response) = call(&mut client, "logging/setLevel", json!({"level": "debug"})).await;
-    assert_legacy_result(&response, &id);
+    assert_session_result(&response, &id);
     let (response, before) = exchange(&mut client, "tools/call", chatty.clone()).await;
-    assert_legacy_result(&response, &response["id"]);
+    assert_session_result(&response, &response["id"]);
     assert_eq!(log_levels(&before), ["debug", "info", "warning", "error"]);
 
-    let (response, before) = exchange(&mut client, "tools/call", modern(chatty.clone())).await;
+    let (response, before) = exchange(&mut client, "tools/call", stateless(chatty.clone())).await;
     assert_complete(&response, &response["id"]);
     assert!(before.is_empty(), "no level in _meta, no log: {before:?}");
-    let warning = add_meta(modern(chatty.clone()), LOG_LEVEL, json!("warning"));
+    let warning = add_meta(stateless(chatty.clone()), LOG_LEVEL, json!("warning"));
     let (response, before) = exchange(&mut client, "tools/call", warning).await;
     assert_complete(&response, &response["id"]);
     assert_eq!(log_levels(&before), ["warning", "error"]);
@@ -497,11 +502,11 @@ async fn a_2026_request_does_not_see_the_session_log_level() {
         json!({"level": "emergency"}),
     )
     .await;
-    assert_legacy_result(&response, &id);
+    assert_session_result(&response, &id);
     let (response, before) = exchange(&mut client, "tools/call", chatty.clone()).await;
-    assert_legacy_result(&response, &response["id"]);
+    assert_session_result(&response, &response["id"]);
     assert!(before.is_empty(), "{before:?}");
-    let debug = add_meta(modern(chatty), LOG_LEVEL, json!("debug"));
+    let debug = add_meta(stateless(chatty), LOG_LEVEL, json!("debug"));
     let (response, before) = exchange(&mut client, "tools/call", debug).await;
     assert_complete(&response, &response["id"]);
     assert_eq!(log_levels(&before), ["debug", "info", "warning", "error"]);
@@ -509,13 +514,13 @@ async fn a_2026_request_does_not_see_the_session_log_level() {
 
 #[tokio::test]
 async fn a_2026_request_does_not_see_the_session_client_capabilities() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     initialize_with(&mut client, json!({"elicitation": {}})).await;
     let ask = json!({"name": "ask_name", "arguments": {"greeting": "Hello"}});
 
     // The session declared elicitation; this request did not.
-    let (id, response) = call(&mut client, "tools/call", modern(ask.clone())).await;
+    let (id, response) = call(&mut client, "tools/call", stateless(ask.clone())).await;
     let error = assert_error(&response, &id, -32021);
     assert_eq!(
         error["data"],
@@ -525,7 +530,7 @@ async fn a_2026_request_does_not_see_the_session_client_capabilities() {
     let (id, response) = call(
         &mut client,
         "tools/call",
-        modern_with(json!({"elicitation": {}}), ask.clone()),
+        stateless_with(json!({"elicitation": {}}), ask.clone()),
     )
     .await;
     assert_input_required(&response, &id, &["name"]);
@@ -542,7 +547,7 @@ async fn a_2026_request_does_not_see_the_session_client_capabilities() {
         .await;
     let response = client.recv_response(&id).await;
     assert_eq!(
-        text_of(&assert_legacy_result(&response, &id)),
+        text_of(&assert_session_result(&response, &id)),
         "Hello, Ada!"
     );
 
@@ -562,11 +567,11 @@ async fn a_2026_request_does_not_see_the_session_client_capabilities() {
         .send_json(json!({"jsonrpc": "2.0", "id": asked["id"], "result": accept_name("Ada")}))
         .await;
     let response = client.recv_response(&id).await;
-    let result = assert_legacy_result(&response, &id);
+    let result = assert_session_result(&response, &id);
     assert_eq!(result["isError"], true, "{result}");
     assert!(text_of(&result).contains("sampling"), "{result}");
 
-    let params = modern_with(all_asks(), json!({"name": "interview", "arguments": {}}));
+    let params = stateless_with(all_asks(), json!({"name": "interview", "arguments": {}}));
     let (id, response) = call(&mut client, "tools/call", params.clone()).await;
     let (_, state) = assert_input_required(&response, &id, &["name"]);
     let (id, response) = call(
@@ -581,10 +586,10 @@ async fn a_2026_request_does_not_see_the_session_client_capabilities() {
 
 #[tokio::test]
 async fn a_2026_listen_and_the_session_subscriptions_stay_apart() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::initialized(&server).await;
     let (id, response) = call(&mut client, "resources/subscribe", json!({"uri": README})).await;
-    assert_legacy_result(&response, &id);
+    assert_session_result(&response, &id);
     let listen = json!("apart");
     let ack = open_listen(&mut client, &listen, json!({"toolsListChanged": true})).await;
     assert_eq!(ack, json!({"toolsListChanged": true}));
@@ -622,7 +627,7 @@ async fn a_2026_listen_and_the_session_subscriptions_stay_apart() {
 
 #[tokio::test]
 async fn methods_removed_in_2026_are_method_not_found() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     for (method, params) in [
         ("ping", json!({})),
@@ -632,7 +637,7 @@ async fn methods_removed_in_2026_are_method_not_found() {
         ("initialize", initialize_params("2025-11-25")),
         ("tasks/list", json!({})),
     ] {
-        let (id, response) = call(&mut client, method, modern(params)).await;
+        let (id, response) = call(&mut client, method, stateless(params)).await;
         let error = assert_error(&response, &id, -32601);
         assert_eq!(error["data"], json!({"method": method}), "{response}");
     }
@@ -644,11 +649,11 @@ async fn methods_removed_in_2026_are_method_not_found() {
 
 #[tokio::test]
 async fn a_2026_request_in_a_batch_is_invalid_and_the_rest_of_the_batch_is_served() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     client
         .send_json(json!([
-            request(json!(1), "tools/list", modern(json!({}))),
+            request(json!(1), "tools/list", stateless(json!({}))),
             request(json!(2), "ping", json!({})),
         ]))
         .await;
@@ -666,9 +671,9 @@ async fn a_2026_request_in_a_batch_is_invalid_and_the_rest_of_the_batch_is_serve
 
 #[tokio::test]
 async fn log_lines_reach_a_2026_request_only_at_or_above_the_level_it_set() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
-    let chatty = modern(json!({"name": "chatty", "arguments": {}}));
+    let chatty = stateless(json!({"name": "chatty", "arguments": {}}));
     let (response, before) = exchange(&mut client, "tools/call", chatty.clone()).await;
     assert_complete(&response, &response["id"]);
     assert!(before.is_empty(), "{before:?}");
@@ -700,7 +705,7 @@ async fn open_listen(client: &mut Client, id: &Value, filter: Value) -> Value {
         .send_json(request(
             id.clone(),
             "subscriptions/listen",
-            modern(json!({"notifications": filter})),
+            stateless(json!({"notifications": filter})),
         ))
         .await;
     let ack = client.recv().await;
@@ -719,7 +724,7 @@ async fn open_listen(client: &mut Client, id: &Value, filter: Value) -> Value {
 
 #[tokio::test]
 async fn two_listens_on_one_connection_each_get_only_what_they_asked_for() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let registry = server.registry().clone();
     let mut client = Client::connect(&server).await;
     let tools = json!("tools-listen");
@@ -776,7 +781,7 @@ async fn two_listens_on_one_connection_each_get_only_what_they_asked_for() {
     client.expect_nothing_pending().await;
 
     // The connection serves requests meanwhile, and sees the change.
-    let (id, response) = call(&mut client, "tools/list", modern(json!({}))).await;
+    let (id, response) = call(&mut client, "tools/list", stateless(json!({}))).await;
     let result = assert_complete(&response, &id);
     let listed = result["tools"].as_array().expect("tools");
     assert!(listed.iter().any(|t| t["name"] == "new_tool"), "{result}");
@@ -784,7 +789,7 @@ async fn two_listens_on_one_connection_each_get_only_what_they_asked_for() {
 
 #[tokio::test]
 async fn a_listen_is_acknowledged_for_what_the_server_offers_only() {
-    let server = start_bare(modern_settings(), |b| b.tool(plain_tool("only")));
+    let server = start_bare(stateless_settings(), |b| b.tool(plain_tool("only")));
     let mut client = Client::connect(&server).await;
     let ack = open_listen(
         &mut client,
@@ -801,7 +806,7 @@ async fn a_listen_is_acknowledged_for_what_the_server_offers_only() {
 
 #[tokio::test]
 async fn cancelling_one_listen_ends_it_silently_and_leaves_the_other() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let registry = server.registry().clone();
     let mut client = Client::connect(&server).await;
     let first = json!("first");
@@ -838,7 +843,7 @@ async fn cancelling_one_listen_ends_it_silently_and_leaves_the_other() {
             .send_json(request(
                 second.clone(),
                 "subscriptions/listen",
-                modern(json!({"notifications": {}})),
+                stateless(json!({"notifications": {}})),
             ))
             .await;
         let response = client.recv_response(&second).await;
@@ -850,12 +855,12 @@ async fn cancelling_one_listen_ends_it_silently_and_leaves_the_other() {
 
 #[tokio::test]
 async fn a_listen_needs_its_filter_and_a_connection_holds_a_bounded_number() {
-    let mut settings = modern_settings();
+    let mut settings = stateless_settings();
     settings.limits.max_listens_per_session = 2;
-    let (server, _) = start_modern(settings);
+    let (server, _) = start_stateless(settings);
     let mut client = Client::connect(&server).await;
     for params in [json!({}), json!({"notifications": true})] {
-        let (id, response) = call(&mut client, "subscriptions/listen", modern(params)).await;
+        let (id, response) = call(&mut client, "subscriptions/listen", stateless(params)).await;
         assert_error(&response, &id, -32602);
     }
     open_listen(&mut client, &json!("a"), json!({"toolsListChanged": true})).await;
@@ -863,7 +868,7 @@ async fn a_listen_needs_its_filter_and_a_connection_holds_a_bounded_number() {
     let (id, response) = call(
         &mut client,
         "subscriptions/listen",
-        modern(json!({"notifications": {"toolsListChanged": true}})),
+        stateless(json!({"notifications": {"toolsListChanged": true}})),
     )
     .await;
     assert_error(&response, &id, -32602);
@@ -871,7 +876,7 @@ async fn a_listen_needs_its_filter_and_a_connection_holds_a_bounded_number() {
 
 #[tokio::test]
 async fn shutdown_ends_every_listen_with_a_result_before_the_close() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     let ids = [json!("a"), json!(5)];
     for id in &ids {
@@ -900,12 +905,12 @@ async fn shutdown_ends_every_listen_with_a_result_before_the_close() {
 // Progress and cancellation
 
 fn steps_params(n: u32) -> Value {
-    modern(json!({"name": "steps", "arguments": {"n": n}}))
+    stateless(json!({"name": "steps", "arguments": {"n": n}}))
 }
 
 #[tokio::test]
 async fn progress_of_a_2026_request_comes_on_its_token_before_its_result() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     for token in [json!("tok-1"), json!(9)] {
         let params = add_meta(steps_params(3), "progressToken", token.clone());
@@ -930,11 +935,12 @@ async fn progress_of_a_2026_request_comes_on_its_token_before_its_result() {
 
 #[tokio::test]
 async fn progress_of_a_2026_request_keeps_its_message_on_an_old_session_connection() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::initialized_with_version(&server, "2024-11-05").await;
     let token = json!("t");
-    let legacy = json!({"name": "steps", "arguments": {"n": 1}, "_meta": {"progressToken": token}});
-    let (_, before) = exchange(&mut client, "tools/call", legacy).await;
+    let session =
+        json!({"name": "steps", "arguments": {"n": 1}, "_meta": {"progressToken": token}});
+    let (_, before) = exchange(&mut client, "tools/call", session).await;
     assert_eq!(
         before,
         [json!({"jsonrpc": "2.0", "method": "notifications/progress",
@@ -954,11 +960,11 @@ async fn progress_of_a_2026_request_keeps_its_message_on_an_old_session_connecti
 
 #[tokio::test]
 async fn a_cancelled_2026_request_stops_and_is_never_answered() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     let id = json!("held");
     let params = add_meta(
-        modern(json!({"name": "step_then_hold", "arguments": {}})),
+        stateless(json!({"name": "step_then_hold", "arguments": {}})),
         "progressToken",
         json!("p"),
     );
@@ -978,7 +984,7 @@ async fn a_cancelled_2026_request_stops_and_is_never_answered() {
     let (id, response) = call(
         &mut client,
         "tools/call",
-        modern(json!({"name": "echo", "arguments": {"text": "after"}})),
+        stateless(json!({"name": "echo", "arguments": {"text": "after"}})),
     )
     .await;
     assert_eq!(text_of(&assert_complete(&response, &id)), "after");
@@ -989,12 +995,12 @@ async fn a_cancelled_2026_request_stops_and_is_never_answered() {
 
 #[tokio::test]
 async fn a_kept_session_resumes_without_the_2026_requests_of_its_dropped_connection() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     let response = client
         .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
         .await;
-    let session_id = assert_legacy_result(&response, &json!(0))["_meta"]["mcp-ws/sessionId"]
+    let session_id = assert_session_result(&response, &json!(0))["_meta"]["mcp-ws/sessionId"]
         .as_str()
         .expect("the session's id, for a reconnect")
         .to_owned();
@@ -1008,9 +1014,12 @@ async fn a_kept_session_resumes_without_the_2026_requests_of_its_dropped_connect
     )
     .await;
     let hold = json!({"name": "step_then_hold", "arguments": {}});
-    let modern_hold = add_meta(modern(hold.clone()), "progressToken", json!("m"));
-    let legacy_hold = with_meta(hold, json!({"progressToken": "l"}));
-    for (id, params, token) in [("modern", modern_hold, "m"), ("legacy", legacy_hold, "l")] {
+    let stateless_hold = add_meta(stateless(hold.clone()), "progressToken", json!("m"));
+    let session_hold = with_meta(hold, json!({"progressToken": "l"}));
+    for (id, params, token) in [
+        ("stateless", stateless_hold, "m"),
+        ("session", session_hold, "l"),
+    ] {
         client
             .send_json(request(json!(id), "tools/call", params))
             .await;
@@ -1042,9 +1051,9 @@ async fn a_kept_session_resumes_without_the_2026_requests_of_its_dropped_connect
     wait_metric(&server, "mcp_parked_sessions", 0).await;
     // Enough for both holds: only the session's is still there to take one.
     fixtures.gate.add_permits(2);
-    let response = resumed.recv_response(&json!("legacy")).await;
+    let response = resumed.recv_response(&json!("session")).await;
     assert_eq!(
-        text_of(&assert_legacy_result(&response, &json!("legacy"))),
+        text_of(&assert_session_result(&response, &json!("session"))),
         "released"
     );
     // What the session missed is its own notification, not the listen's; nothing else
@@ -1057,14 +1066,14 @@ async fn a_kept_session_resumes_without_the_2026_requests_of_its_dropped_connect
 
 #[tokio::test]
 async fn requests_on_one_connection_are_each_served_with_their_own_capabilities() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     let ask = json!({"name": "ask_name", "arguments": {"greeting": "Hi"}});
     // Elicitation declared: asked for a name. Only sampling (not `{}`, which never reaches
     // the cache): refused with -32021. Each request right after the other kind.
     let kinds = [(all_asks(), true), (json!({"sampling": {}}), false)];
     for (capabilities, asks) in kinds.iter().cycle().take(7) {
-        let params = modern_with(capabilities.clone(), ask.clone());
+        let params = stateless_with(capabilities.clone(), ask.clone());
         let (id, response) = call(&mut client, "tools/call", params).await;
         if *asks {
             assert_input_required(&response, &id, &["name"]);

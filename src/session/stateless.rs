@@ -1,7 +1,7 @@
 //! The stateless 2026-07-28 revision in the session core: a request whose `_meta` names a
 //! protocol version is served from that `_meta` alone (its version, the client's capabilities
 //! and info, its log level), whatever else the connection did; an `initialize` on the same
-//! connection starts a handshake-era session as before, and the two never share state.
+//! connection starts a session-era session as before, and the two never share state.
 //!
 //! Here: recognising and checking such a request, its method table (`server/discover`,
 //! `subscriptions/listen`; no `initialize`, `ping`, `logging/setLevel`, `resources/subscribe`),
@@ -10,7 +10,7 @@
 //! hints on discover, lists and reads).
 
 use super::dispatch::Dispatch;
-use super::shape::{modern_answer, modern_result, ModernRequest, ModernShape};
+use super::shape::{stateless_answer, stateless_result, StatelessRequest, StatelessShape};
 use super::{Request, Session};
 use crate::context::{Ask, Input, Rounds, SessionInfo};
 use crate::protocol::jsonrpc::{Params, RequestId};
@@ -43,10 +43,10 @@ impl Session {
     /// # Errors
     /// For a request that names a version in `_meta`: -32602 for a malformed `_meta`, -32022
     /// for a version this server does not speak.
-    pub(super) fn modern_request(
+    pub(super) fn stateless_request(
         &self,
         request: &Request<'_>,
-    ) -> Result<Option<ModernRequest>, Error> {
+    ) -> Result<Option<StatelessRequest>, Error> {
         let parsed;
         let meta = match &request.params {
             Params::Parsed(p) => p.meta.as_deref(),
@@ -58,13 +58,13 @@ impl Session {
         };
         // Methods only 2026-07-28 has, and everything a 2026-07-28-only host (an HTTP request
         // whose header named that revision) receives, need the per-request `_meta`.
-        let must_be_modern = self.modern_only
+        let must_be_stateless = self.stateless_only
             || matches!(
                 request.method.as_ref(),
                 "server/discover" | "subscriptions/listen"
             );
         let Some(version) = meta.and_then(|m| m.protocol_version) else {
-            if must_be_modern && request.method == "initialize" {
+            if must_be_stateless && request.method == "initialize" {
                 // A connection pinned to 2026-07-28 has no handshake: say which version to
                 // speak instead.
                 return Err(Error::UnsupportedProtocolVersion {
@@ -72,7 +72,7 @@ impl Session {
                     pinned: self.pinned,
                 });
             }
-            return if must_be_modern {
+            return if must_be_stateless {
                 Err(Error::MalformedMeta(
                     "_meta.io.modelcontextprotocol/protocolVersion: required".into(),
                 ))
@@ -86,7 +86,7 @@ impl Session {
         let malformed = |what: &str| Error::MalformedMeta(format!("_meta.{what}"));
         let version: &str = serde_json::from_str(version.get())
             .map_err(|_| malformed("io.modelcontextprotocol/protocolVersion: must be a string"))?;
-        let version = ProtocolVersion::MODERN
+        let version = ProtocolVersion::STATELESS
             .into_iter()
             .find(|v| v.as_str() == version)
             .filter(|v| self.pinned.is_none_or(|pinned| pinned == *v))
@@ -100,7 +100,7 @@ impl Session {
                     "io.modelcontextprotocol/clientCapabilities: required",
                 ))
             }
-            Some(raw) if raw.get() == "{}" => self.shared.modern.no_capabilities.clone(),
+            Some(raw) if raw.get() == "{}" => self.shared.stateless.no_capabilities.clone(),
             Some(raw) => self
                 .last_client_capabilities
                 .get_or_parse(raw.get(), |text| match serde_json::from_str(text) {
@@ -112,7 +112,7 @@ impl Session {
                 })?,
         };
         let client_info = match meta.client_info {
-            None => self.shared.modern.unknown_client.clone(),
+            None => self.shared.stateless.unknown_client.clone(),
             Some(raw) => self
                 .last_client_info
                 .get_or_parse(raw.get(), |text| serde_json::from_str(text).ok())
@@ -129,8 +129,8 @@ impl Session {
                     .ok_or_else(|| malformed("io.modelcontextprotocol/logLevel: unknown level"))?,
             ),
         };
-        Ok(Some(ModernRequest {
-            info: self.modern_info(version, capabilities, client_info),
+        Ok(Some(StatelessRequest {
+            info: self.stateless_info(version, capabilities, client_info),
             log_level,
         }))
     }
@@ -138,13 +138,13 @@ impl Session {
     /// The `SessionInfo` of a 2026-07-28 request: the previous request's when version,
     /// capabilities and client are the same (the parse caches hand out the same values for
     /// the same text), which is what a client sends request after request.
-    fn modern_info(
+    fn stateless_info(
         &self,
         version: ProtocolVersion,
         capabilities: Arc<Value>,
         client_info: Arc<crate::model::Implementation>,
     ) -> Rc<SessionInfo> {
-        let mut last = self.last_modern_info.borrow_mut();
+        let mut last = self.last_stateless_info.borrow_mut();
         match &*last {
             Some(info)
                 if info.protocol_version == version
@@ -168,10 +168,10 @@ impl Session {
     }
 
     /// Routes a 2026-07-28 request.
-    pub(super) fn route_modern(
+    pub(super) fn route_stateless(
         &mut self,
         request: &Request<'_>,
-        modern: ModernRequest,
+        stateless: StatelessRequest,
         exchange: u64,
         batch: Option<u64>,
     ) -> Result<Dispatch, Error> {
@@ -186,46 +186,46 @@ impl Session {
             Params::Parsed(_) => None,
         };
         let method = Method::parse(&request.method)
-            .filter(|m| serves_modern(*m, offers))
+            .filter(|m| serves_stateless(*m, offers))
             .ok_or_else(|| Error::MethodNotFound {
                 method: request.method.clone().into_owned(),
             })?;
-        let version = modern.info.protocol_version;
+        let version = stateless.info.protocol_version;
         let inline = match method {
             Method::Discover => self.discover(offers),
-            Method::ToolsList => self.list_modern(ListKind::Tools, version, params)?,
-            Method::ResourcesList => self.list_modern(ListKind::Resources, version, params)?,
+            Method::ToolsList => self.list_stateless(ListKind::Tools, version, params)?,
+            Method::ResourcesList => self.list_stateless(ListKind::Resources, version, params)?,
             Method::ResourceTemplatesList => {
-                self.list_modern(ListKind::ResourceTemplates, version, params)?
+                self.list_stateless(ListKind::ResourceTemplates, version, params)?
             }
-            Method::PromptsList => self.list_modern(ListKind::Prompts, version, params)?,
+            Method::PromptsList => self.list_stateless(ListKind::Prompts, version, params)?,
             Method::ToolsCall => {
                 return self
-                    .prepare_tool_call(&request.params, Some(modern))
+                    .prepare_tool_call(&request.params, Some(stateless))
                     .map(Dispatch::Worker)
             }
             Method::ResourcesRead => {
                 return self
-                    .prepare_read(params, Some(modern))
+                    .prepare_read(params, Some(stateless))
                     .map(Dispatch::Worker)
             }
             Method::PromptsGet => {
                 return self
-                    .prepare_prompt(params, Some(modern))
+                    .prepare_prompt(params, Some(stateless))
                     .map(Dispatch::Worker)
             }
-            Method::CompletionComplete => return self.prepare_completion(params, Some(modern)),
+            Method::CompletionComplete => return self.prepare_completion(params, Some(stateless)),
             Method::SubscriptionsListen => {
                 return self
-                    .listen(request.id.clone(), params, &modern, exchange, offers)
+                    .listen(request.id.clone(), params, &stateless, exchange, offers)
                     .map(Dispatch::Listening)
             }
             Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => {
                 return self
-                    .prepare_task_method(method, params, modern)
+                    .prepare_task_method(method, params, stateless)
                     .map(Dispatch::Worker)
             }
-            // Not served to 2026-07-28 requests (`serves_modern`).
+            // Not served to 2026-07-28 requests (`serves_stateless`).
             Method::Initialize
             | Method::Ping
             | Method::LoggingSetLevel
@@ -241,7 +241,10 @@ impl Session {
 
     /// `server/discover`: versions, capabilities, instructions, caching hints.
     fn discover(&self, offers: Offers) -> String {
-        let supported: Vec<&str> = ProtocolVersion::MODERN.iter().map(|v| v.as_str()).collect();
+        let supported: Vec<&str> = ProtocolVersion::STATELESS
+            .iter()
+            .map(|v| v.as_str())
+            .collect();
         let mut body = json!({
             "supportedVersions": supported,
             "capabilities": server_capabilities(ProtocolVersion::V2026_07_28, offers),
@@ -250,14 +253,14 @@ impl Session {
             body["instructions"] = json!(instructions);
         }
         let cache = &self.shared.settings.cache;
-        self.modern_result(
+        self.stateless_result(
             &body.to_string(),
             &self.cache_hints(cache.discover_ttl_ms),
             None,
         )
     }
 
-    fn list_modern(
+    fn list_stateless(
         &self,
         kind: ListKind,
         version: ProtocolVersion,
@@ -265,7 +268,7 @@ impl Session {
     ) -> Result<String, Error> {
         let page = self.list_page(kind, version, params)?;
         let hints = self.cache_hints(self.shared.settings.cache.list_ttl_ms);
-        Ok(self.modern_result(&page.to_result(kind.member()), &hints, None))
+        Ok(self.stateless_result(&page.to_result(kind.member()), &hints, None))
     }
 
     /// `,"ttlMs":N,"cacheScope":"…"` for a cacheable result.
@@ -279,13 +282,13 @@ impl Session {
     /// A 2026-07-28 result from a result object: `resultType` and the server's identity go
     /// first, `extra` (members, each with a leading comma) last; `user_meta`, the result's own
     /// `_meta`, is merged with the identity.
-    pub(super) fn modern_result(
+    pub(super) fn stateless_result(
         &self,
         body: &str,
         extra: &str,
         user_meta: Option<&Value>,
     ) -> String {
-        modern_result(&self.shared.modern, body, extra, user_meta, "complete")
+        stateless_result(&self.shared.stateless, body, extra, user_meta, "complete")
     }
 
     /// Sets up a multi round-trip request: checks its `requestState` against the request,
@@ -301,7 +304,7 @@ impl Session {
         if let Some(token) = request_state {
             let state = self
                 .shared
-                .modern
+                .stateless
                 .state_key
                 .verify(token, &binding.binding())
                 .map_err(Error::InvalidRequestState)?;
@@ -319,7 +322,8 @@ impl Session {
         let carried = rounds.clone();
         let on_input: OnInput = Box::new(move |id, asks| {
             let binding = binding.binding();
-            let frame = input_required(&shared.modern, &binding, carried.answers().clone(), asks);
+            let frame =
+                input_required(&shared.stateless, &binding, carried.answers().clone(), asks);
             Ok(crate::protocol::jsonrpc::encode_result(&id, &frame))
         });
         Ok((Input::Rounds(rounds), on_input))
@@ -335,7 +339,7 @@ impl Session {
         &mut self,
         id: RequestId,
         params: Option<&RawValue>,
-        modern: &ModernRequest,
+        stateless: &StatelessRequest,
         exchange: u64,
         offers: Offers,
     ) -> Result<String, Error> {
@@ -361,7 +365,7 @@ impl Session {
         }
         let mut task_ids = asked.task_ids.filter(|_| offers.tasks);
         if let Some(ids) = &mut task_ids {
-            if !crate::cluster::tasks::declared(&modern.info.client_capabilities) {
+            if !crate::cluster::tasks::declared(&stateless.info.client_capabilities) {
                 return Err(Error::MissingClientCapability {
                     required: crate::protocol::mcp::required_tasks_extension(),
                 });
@@ -442,7 +446,7 @@ impl Session {
         &self,
         method: Method,
         params: Option<&RawValue>,
-        modern: ModernRequest,
+        stateless: StatelessRequest,
     ) -> Result<super::dispatch::WorkerJob, Error> {
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
@@ -451,7 +455,7 @@ impl Session {
             #[serde(default)]
             input_responses: Option<Value>,
         }
-        if !crate::cluster::tasks::declared(&modern.info.client_capabilities) {
+        if !crate::cluster::tasks::declared(&stateless.info.client_capabilities) {
             return Err(Error::MissingClientCapability {
                 required: crate::protocol::mcp::required_tasks_extension(),
             });
@@ -467,7 +471,7 @@ impl Session {
             }
             _ => Map::new(),
         };
-        let owner = modern.info.identity.subject().to_owned();
+        let owner = stateless.info.identity.subject().to_owned();
         let shared = self.shared.clone();
         let task_id = p.task_id;
         let work: crate::worker::Work = Box::new(move |id, _ctx| {
@@ -488,10 +492,10 @@ impl Session {
                         Map::new()
                     }
                 };
-                modern_answer(&shared.modern, &id, "complete", &result, "", None, 64)
+                stateless_answer(&shared.stateless, &id, "complete", &result, "", None, 64)
             })
         });
-        self.store_job(work, modern, method_label(method))
+        self.store_job(work, stateless, method_label(method))
     }
 }
 
@@ -591,7 +595,7 @@ pub(super) fn tag_value(id: &RequestId) -> Value {
 }
 
 /// Whether a 2026-07-28 request may call `method` on a server offering `offers`.
-fn serves_modern(method: Method, offers: Offers) -> bool {
+fn serves_stateless(method: Method, offers: Offers) -> bool {
     use crate::protocol::mcp::Capability;
     match method {
         Method::Initialize
@@ -616,7 +620,7 @@ fn serves_modern(method: Method, offers: Offers) -> bool {
 /// The `InputRequiredResult` of a request that asked `asks`, with the state that carries its
 /// answers so far into the next round.
 fn input_required(
-    shape: &ModernShape,
+    shape: &StatelessShape,
     binding: &Binding,
     answers: Map<String, Value>,
     asks: Vec<Ask>,
@@ -633,7 +637,7 @@ fn input_required(
         .collect();
     let state = shape.state_key.issue(binding.clone(), answers, outstanding);
     let body = json!({ "inputRequests": requests, "requestState": state }).to_string();
-    modern_result(shape, &body, "", None, "input_required")
+    stateless_result(shape, &body, "", None, "input_required")
 }
 
 /// The request id's JSON, for tagging a listen stream's notifications.
@@ -719,12 +723,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn modern_results_lead_with_result_type_and_identity() {
-        let shape = ModernShape::new(
+    fn stateless_results_lead_with_result_type_and_identity() {
+        let shape = StatelessShape::new(
             &crate::model::Implementation::new("srv", "1"),
             crate::protocol::mrtr::StateKey::new(Some("k"), std::time::Duration::from_secs(1)),
         );
-        let result = modern_result(&shape, r#"{"tools":[]}"#, r#","ttlMs":0"#, None, "complete");
+        let result = stateless_result(&shape, r#"{"tools":[]}"#, r#","ttlMs":0"#, None, "complete");
         let value: Value = serde_json::from_str(&result).expect("json");
         assert_eq!(value["resultType"], "complete");
         assert_eq!(
@@ -733,7 +737,7 @@ mod tests {
         );
         assert_eq!(value["tools"], json!([]));
         assert_eq!(value["ttlMs"], 0);
-        let empty = modern_result(&shape, "{}", "", Some(&json!({"x": 1})), "complete");
+        let empty = stateless_result(&shape, "{}", "", Some(&json!({"x": 1})), "complete");
         let value: Value = serde_json::from_str(&empty).expect("json");
         assert_eq!(value["_meta"]["x"], 1);
         assert_eq!(

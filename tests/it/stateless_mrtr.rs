@@ -1,5 +1,5 @@
 //! Multi round-trip requests (MCP 2026-07-28) over WebSocket, and the same tools in a
-//! handshake-era session. The rules checked, through a real socket:
+//! session-era session. The rules checked, through a real socket:
 //!
 //! - A tool's ask (elicitation, sampling, roots) under 2026-07-28 is an `InputRequiredResult`
 //!   (`resultType: "input_required"`, `inputRequests` by key, a `requestState`, no caching
@@ -16,13 +16,13 @@
 //!   the request can start over.
 //! - `prompts/get` and `resources/read` ask through rounds too (a read's final result has its
 //!   caching hints, its `input_required` none).
-//! - The same tool code in a handshake-era session asks the client with real requests and
+//! - The same tool code in a session-era session asks the client with real requests and
 //!   waits for the answers (one run).
 //!
 //! The one sleep waits past a request state's lifetime; it asserts nothing about time.
 
 use crate::support::meta::*;
-use crate::support::modern::*;
+use crate::support::stateless::*;
 use crate::support::ws::{call, initialize_with};
 use crate::support::*;
 use serde_json::{json, Value};
@@ -30,11 +30,11 @@ use std::time::Duration;
 
 #[tokio::test]
 async fn a_capability_missing_at_any_round_is_32021_naming_it() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     let interview = json!({"name": "interview", "arguments": {}});
 
-    let (id, response) = call(&mut client, "tools/call", modern(interview.clone())).await;
+    let (id, response) = call(&mut client, "tools/call", stateless(interview.clone())).await;
     let error = assert_error(&response, &id, -32021);
     assert_eq!(
         error["data"],
@@ -42,7 +42,7 @@ async fn a_capability_missing_at_any_round_is_32021_naming_it() {
     );
 
     // Elicitation declared: the first round asks, the second needs sampling.
-    let params = modern_with(json!({"elicitation": {}}), interview.clone());
+    let params = stateless_with(json!({"elicitation": {}}), interview.clone());
     let (id, response) = call(&mut client, "tools/call", params.clone()).await;
     let (_, state) = assert_input_required(&response, &id, &["name"]);
     let (id, response) = call(
@@ -58,7 +58,7 @@ async fn a_capability_missing_at_any_round_is_32021_naming_it() {
     );
 
     // Sampling too: the third round needs the roots.
-    let params = modern_with(json!({"elicitation": {}, "sampling": {}}), interview);
+    let params = stateless_with(json!({"elicitation": {}, "sampling": {}}), interview);
     let responses = json!({
         "name": accept_name("Ada"),
         "draft": {"role": "assistant", "content": {"type": "text", "text": "hi"},
@@ -77,7 +77,7 @@ async fn a_capability_missing_at_any_round_is_32021_naming_it() {
 // Multi round-trip requests
 
 fn ask_name_params() -> Value {
-    modern_with(
+    stateless_with(
         json!({"elicitation": {}}),
         json!({"name": "ask_name", "arguments": {"greeting": "Hello"}}),
     )
@@ -85,7 +85,7 @@ fn ask_name_params() -> Value {
 
 #[tokio::test]
 async fn an_ask_is_answered_by_a_retry_with_input_responses_and_the_state() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     let params = ask_name_params();
     let (first, response) = call(&mut client, "tools/call", params.clone()).await;
@@ -114,7 +114,7 @@ async fn an_ask_is_answered_by_a_retry_with_input_responses_and_the_state() {
 
 #[tokio::test]
 async fn a_declined_or_cancelled_ask_reaches_the_tool() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     let params = ask_name_params();
     for (action, text) in [
@@ -135,7 +135,7 @@ async fn a_declined_or_cancelled_ask_reaches_the_tool() {
 
 #[tokio::test]
 async fn an_answer_that_does_not_fit_the_form_is_asked_for_again() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     let params = ask_name_params();
     let (id, response) = call(&mut client, "tools/call", params.clone()).await;
@@ -159,9 +159,9 @@ async fn an_answer_that_does_not_fit_the_form_is_asked_for_again() {
 
 #[tokio::test]
 async fn a_multi_round_request_carries_earlier_answers_in_its_state() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
-    let params = modern_with(all_asks(), json!({"name": "interview", "arguments": {}}));
+    let params = stateless_with(all_asks(), json!({"name": "interview", "arguments": {}}));
 
     let (id, response) = call(&mut client, "tools/call", params.clone()).await;
     let (_, state1) = assert_input_required(&response, &id, &["name"]);
@@ -213,9 +213,9 @@ async fn a_multi_round_request_carries_earlier_answers_in_its_state() {
 
 #[tokio::test]
 async fn asks_made_at_once_are_asked_in_one_round() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
-    let params = modern_with(
+    let params = stateless_with(
         json!({"elicitation": {}, "roots": {}}),
         json!({"name": "two_at_once", "arguments": {}}),
     );
@@ -248,7 +248,7 @@ fn tamper(state: &str, part: usize, index: usize) -> String {
 
 #[tokio::test]
 async fn a_tampered_request_state_is_refused_and_the_tool_does_not_run() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     let params = ask_name_params();
     let (id, response) = call(&mut client, "tools/call", params.clone()).await;
@@ -288,7 +288,7 @@ async fn a_tampered_request_state_is_refused_and_the_tool_does_not_run() {
 
 #[tokio::test]
 async fn a_request_state_is_bound_to_its_method_target_and_arguments() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     let (id, response) = call(&mut client, "tools/call", ask_name_params()).await;
     let (_, state) = assert_input_required(&response, &id, &["name"]);
@@ -309,7 +309,7 @@ async fn a_request_state_is_bound_to_its_method_target_and_arguments() {
         ("resources/read", json!({"uri": VAULT})),
     ];
     for (method, params) in elsewhere {
-        let params = modern_with(caps.clone(), params);
+        let params = stateless_with(caps.clone(), params);
         let (id, response) = call(
             &mut client,
             method,
@@ -329,9 +329,9 @@ async fn a_request_state_is_bound_to_its_method_target_and_arguments() {
 
 #[tokio::test]
 async fn an_expired_request_state_is_refused_and_the_request_can_start_over() {
-    let mut settings = modern_settings();
+    let mut settings = stateless_settings();
     settings.mrtr.state_ttl_ms = 20;
-    let (server, fixtures) = start_modern(settings);
+    let (server, fixtures) = start_stateless(settings);
     let mut client = Client::connect(&server).await;
     let params = ask_name_params();
     let (id, response) = call(&mut client, "tools/call", params.clone()).await;
@@ -360,11 +360,11 @@ async fn an_expired_request_state_is_refused_and_the_request_can_start_over() {
 
 #[tokio::test]
 async fn prompts_and_resources_ask_through_rounds_too() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     let caps = json!({"elicitation": {}});
 
-    let params = modern_with(
+    let params = stateless_with(
         caps.clone(),
         json!({"name": "personal", "arguments": {"topic": "Rust"}}),
     );
@@ -384,7 +384,7 @@ async fn prompts_and_resources_ask_through_rounds_too() {
         "Tell Ada about Rust."
     );
 
-    let params = modern_with(caps, json!({"uri": VAULT}));
+    let params = stateless_with(caps, json!({"uri": VAULT}));
     let (id, response) = call(&mut client, "resources/read", params.clone()).await;
     let (requests, state) = assert_input_required(&response, &id, &["passphrase"]);
     assert_eq!(requests["passphrase"]["method"], "elicitation/create");
@@ -403,7 +403,7 @@ async fn prompts_and_resources_ask_through_rounds_too() {
 
 #[tokio::test]
 async fn the_same_tool_asks_a_session_client_with_real_requests() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let mut client = Client::connect(&server).await;
     initialize_with(&mut client, all_asks()).await;
     let id = client.fresh_id();
@@ -439,7 +439,7 @@ async fn the_same_tool_asks_a_session_client_with_real_requests() {
     }
     let response = client.recv_response(&id).await;
     assert_eq!(
-        text_of(&assert_legacy_result(&response, &id)),
+        text_of(&assert_session_result(&response, &id)),
         "name=Ada; draft=Ada!; roots=file:///home"
     );
     assert_eq!(fixtures.runs(), 1, "a session's tool waits for its answers");

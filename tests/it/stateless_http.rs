@@ -2,7 +2,7 @@
 //! server at once. The rules checked, over real HTTP (`reqwest`, SSE read with `sse-stream`)
 //! and real WebSockets:
 //!
-//! - One server serves a handshake-era WebSocket session, 2026 requests over WebSocket and
+//! - One server serves a session-era WebSocket session, 2026 requests over WebSocket and
 //!   2026 POSTs at the same time, each in its era's shape (`resultType`, the server's identity
 //!   in `_meta` and caching hints only for 2026); a registry change reaches the session as an
 //!   unsolicited `list_changed` and nobody else.
@@ -35,7 +35,7 @@
 
 use crate::support::http::{json_reply, metric, send, wait_metric, Events, Http};
 use crate::support::meta::*;
-use crate::support::modern::*;
+use crate::support::stateless::*;
 use crate::support::*;
 use mcp_ws::{RunningServer, Settings};
 use serde_json::{json, Value};
@@ -43,7 +43,7 @@ use serde_json::{json, Value};
 /// Settings for streams whose client may go away: keep-alive comments often, so the server
 /// notices a closed connection when it writes one.
 fn streaming_settings() -> Settings {
-    let mut s = modern_settings();
+    let mut s = stateless_settings();
     s.sessions.sse_keep_alive_ms = 20;
     s
 }
@@ -67,20 +67,20 @@ async fn stream(http: &Http, id: Value, method: &str, params: Value) -> Events {
 
 #[tokio::test]
 async fn both_eras_over_both_transports_at_once_each_in_its_own_shape() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let http = Http::new(&server);
     let mut session = Client::initialized(&server).await;
     let mut socket = Client::connect(&server).await;
 
     let echo = |text: &str| json!({"name": "echo", "arguments": {"text": text}});
     // Interleaved: all three in flight together.
-    let (legacy, over_ws, over_http) = tokio::join!(
+    let (on_session, over_ws, over_http) = tokio::join!(
         session.request("tools/call", echo("session")),
-        socket.request("tools/call", modern(echo("socket"))),
-        http.json(json!("h-1"), "tools/call", modern(echo("post"))),
+        socket.request("tools/call", stateless(echo("socket"))),
+        http.json(json!("h-1"), "tools/call", stateless(echo("post"))),
     );
     assert_eq!(
-        text_of(&assert_legacy_result(&legacy, &legacy["id"])),
+        text_of(&assert_session_result(&on_session, &on_session["id"])),
         "session"
     );
     assert_eq!(
@@ -93,23 +93,23 @@ async fn both_eras_over_both_transports_at_once_each_in_its_own_shape() {
         "post"
     );
 
-    let (legacy, over_ws, over_http) = tokio::join!(
+    let (on_session, over_ws, over_http) = tokio::join!(
         session.request("tools/list", json!({})),
-        socket.request("tools/list", modern(json!({}))),
-        http.json(json!(2), "tools/list", modern(json!({}))),
+        socket.request("tools/list", stateless(json!({}))),
+        http.json(json!(2), "tools/list", stateless(json!({}))),
     );
-    let legacy = assert_legacy_result(&legacy, &legacy["id"]);
+    let on_session = assert_session_result(&on_session, &on_session["id"]);
     let over_ws = assert_complete(&over_ws, &over_ws["id"]);
     let over_http = assert_complete(&over_http.1, &json!(2));
     assert_cache_hints(&over_ws, LIST_TTL_MS);
     assert_cache_hints(&over_http, LIST_TTL_MS);
-    assert_eq!(names(&legacy, "tools"), names(&over_ws, "tools"));
-    assert_eq!(names(&legacy, "tools"), names(&over_http, "tools"));
+    assert_eq!(names(&on_session, "tools"), names(&over_ws, "tools"));
+    assert_eq!(names(&on_session, "tools"), names(&over_http, "tools"));
 
     let greet = json!({"name": "greet", "arguments": {"name": "Ada"}});
     let response = session.request("prompts/get", greet.clone()).await;
-    assert_legacy_result(&response, &response["id"]);
-    let (status, response) = http.json(json!(3), "prompts/get", modern(greet)).await;
+    assert_session_result(&response, &response["id"]);
+    let (status, response) = http.json(json!(3), "prompts/get", stateless(greet)).await;
     assert_eq!(status, 200);
     assert_complete(&response, &json!(3));
 
@@ -125,7 +125,9 @@ async fn both_eras_over_both_transports_at_once_each_in_its_own_shape() {
     );
     session.expect_nothing_pending().await;
     socket.expect_nothing_pending().await;
-    let (_, response) = http.json(json!(4), "tools/list", modern(json!({}))).await;
+    let (_, response) = http
+        .json(json!(4), "tools/list", stateless(json!({})))
+        .await;
     let listed = names(&assert_complete(&response, &json!(4)), "tools");
     assert!(listed.contains(&json!("arrived")), "{listed:?}");
 }
@@ -135,20 +137,20 @@ async fn both_eras_over_both_transports_at_once_each_in_its_own_shape() {
 
 #[tokio::test]
 async fn a_2026_post_is_answered_alone_and_holds_no_session_after() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let http = Http::new(&server);
     let (status, response) = http
         .json(
             json!(1),
             "tools/call",
-            modern(json!({"name": "echo", "arguments": {"text": "alone"}})),
+            stateless(json!({"name": "echo", "arguments": {"text": "alone"}})),
         )
         .await;
     assert_eq!(status, 200);
     assert_eq!(text_of(&assert_complete(&response, &json!(1))), "alone");
 
     // A session id sent along is ignored: no such session, and none is needed.
-    let body = request(json!(2), "tools/list", modern(json!({})));
+    let body = request(json!(2), "tools/list", stateless(json!({})));
     let response = send(
         http.post(&body)
             .header("Mcp-Session-Id", "0123456789abcdef0123456789abcdef"),
@@ -168,13 +170,13 @@ async fn a_2026_post_is_answered_alone_and_holds_no_session_after() {
 
 #[tokio::test]
 async fn a_header_that_disagrees_with_the_body_is_400_32020_and_nothing_runs() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let http = Http::new(&server);
     let caps = json!({"elicitation": {}});
     let ask = request(
         json!("call"),
         "tools/call",
-        modern_with(
+        stateless_with(
             caps.clone(),
             json!({"name": "ask_name", "arguments": {"greeting": "Hi"}}),
         ),
@@ -182,12 +184,12 @@ async fn a_header_that_disagrees_with_the_body_is_400_32020_and_nothing_runs() {
     let read = request(
         json!(7),
         "resources/read",
-        modern_with(caps.clone(), json!({"uri": VAULT})),
+        stateless_with(caps.clone(), json!({"uri": VAULT})),
     );
     let prompt = request(
         json!(8),
         "prompts/get",
-        modern_with(
+        stateless_with(
             caps,
             json!({"name": "personal", "arguments": {"topic": "x"}}),
         ),
@@ -234,14 +236,14 @@ async fn a_header_that_disagrees_with_the_body_is_400_32020_and_nothing_runs() {
     for body in [&ask, &read, &prompt] {
         let (status, response) = json_reply(send(http.post(body)).await).await;
         assert_eq!(status, 200);
-        assert_modern_result(&response, &body["id"], "input_required");
+        assert_stateless_result(&response, &body["id"], "input_required");
     }
     assert_eq!(fixtures.runs(), 3);
 }
 
 #[tokio::test]
 async fn errors_of_2026_posts_carry_their_http_status() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let http = Http::new(&server);
 
     let params = with_meta(
@@ -257,7 +259,7 @@ async fn errors_of_2026_posts_carry_their_http_status() {
     );
 
     let ask = json!({"name": "ask_name", "arguments": {"greeting": "Hi"}});
-    let (status, response) = http.json(json!(2), "tools/call", modern(ask)).await;
+    let (status, response) = http.json(json!(2), "tools/call", stateless(ask)).await;
     assert_eq!(status, 400);
     let error = assert_error(&response, &json!(2), -32021);
     assert_eq!(
@@ -282,7 +284,7 @@ async fn errors_of_2026_posts_carry_their_http_status() {
         ("resources/unsubscribe", json!({"uri": README})),
         ("initialize", initialize_params("2025-11-25")),
     ] {
-        let (status, response) = http.json(json!(method), method, modern(params)).await;
+        let (status, response) = http.json(json!(method), method, stateless(params)).await;
         assert_eq!(status, 404, "{method}");
         let error = assert_error(&response, &json!(method), -32601);
         assert_eq!(error["data"], json!({"method": method}));
@@ -290,7 +292,11 @@ async fn errors_of_2026_posts_carry_their_http_status() {
 
     let missing = "mcp-ws-test://missing";
     let (status, response) = http
-        .json(json!(5), "resources/read", modern(json!({"uri": missing})))
+        .json(
+            json!(5),
+            "resources/read",
+            stateless(json!({"uri": missing})),
+        )
         .await;
     assert_eq!(status, 200);
     let error = assert_error(&response, &json!(5), -32602);
@@ -304,7 +310,7 @@ async fn errors_of_2026_posts_carry_their_http_status() {
 /// served with its own capabilities when the one before it declared others.
 #[tokio::test]
 async fn each_2026_post_is_served_with_its_own_capabilities_when_they_alternate() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let http = Http::new(&server);
     let ask = json!({"name": "ask_name", "arguments": {"greeting": "Hi"}});
     for round in 0..3 {
@@ -313,7 +319,7 @@ async fn each_2026_post_is_served_with_its_own_capabilities_when_they_alternate(
             .json(
                 asks.clone(),
                 "tools/call",
-                modern_with(all_asks(), ask.clone()),
+                stateless_with(all_asks(), ask.clone()),
             )
             .await;
         assert_eq!(status, 200, "round {round}: {response}");
@@ -321,7 +327,7 @@ async fn each_2026_post_is_served_with_its_own_capabilities_when_they_alternate(
 
         // Capabilities of its own, without elicitation (`{}` would not reach the cache).
         let other = json!(format!("other-{round}"));
-        let sampling_only = modern_with(json!({"sampling": {}}), ask.clone());
+        let sampling_only = stateless_with(json!({"sampling": {}}), ask.clone());
         let (status, response) = http.json(other.clone(), "tools/call", sampling_only).await;
         assert_eq!(status, 400, "round {round}: {response}");
         assert_error(&response, &other, -32021);
@@ -330,9 +336,9 @@ async fn each_2026_post_is_served_with_its_own_capabilities_when_they_alternate(
 
 #[tokio::test]
 async fn log_lines_go_on_the_post_stream_only_for_a_request_that_set_a_level() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let http = Http::new(&server);
-    let chatty = modern(json!({"name": "chatty", "arguments": {}}));
+    let chatty = stateless(json!({"name": "chatty", "arguments": {}}));
     // Nothing to send before the answer: a plain JSON body.
     let (status, response) = http.json(json!(1), "tools/call", chatty.clone()).await;
     assert_eq!(status, 200);
@@ -355,10 +361,10 @@ async fn log_lines_go_on_the_post_stream_only_for_a_request_that_set_a_level() {
 
 #[tokio::test]
 async fn progress_of_a_2026_post_streams_before_its_result() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let http = Http::new(&server);
     let params = add_meta(
-        modern(json!({"name": "steps", "arguments": {"n": 3}})),
+        stateless(json!({"name": "steps", "arguments": {"n": 3}})),
         "progressToken",
         json!("tok"),
     );
@@ -381,10 +387,10 @@ async fn progress_of_a_2026_post_streams_before_its_result() {
 
 #[tokio::test]
 async fn closing_a_2026_stream_cancels_its_request() {
-    let (server, fixtures) = start_modern(streaming_settings());
+    let (server, fixtures) = start_stateless(streaming_settings());
     let http = Http::new(&server);
     let params = add_meta(
-        modern(json!({"name": "step_then_hold", "arguments": {}})),
+        stateless(json!({"name": "step_then_hold", "arguments": {}})),
         "progressToken",
         json!(1),
     );
@@ -402,7 +408,7 @@ async fn closing_a_2026_stream_cancels_its_request() {
 
 #[tokio::test]
 async fn a_2026_notification_post_is_accepted_and_ignored() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let http = Http::new(&server);
     let body = cancelled(&json!("nothing-in-flight"));
     let response = send(
@@ -421,9 +427,9 @@ async fn a_2026_notification_post_is_accepted_and_ignored() {
 
 #[tokio::test]
 async fn a_multi_round_request_carries_its_state_from_post_to_post() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let http = Http::new(&server);
-    let params = modern_with(all_asks(), json!({"name": "interview", "arguments": {}}));
+    let params = stateless_with(all_asks(), json!({"name": "interview", "arguments": {}}));
     let draft = json!({"role": "assistant", "content": {"type": "text", "text": "Ada counts."},
                        "model": "m"});
     // Each round answers only the ask before it: earlier answers travel in the state.
@@ -466,10 +472,10 @@ async fn a_multi_round_request_carries_its_state_from_post_to_post() {
 
 #[tokio::test]
 async fn a_tampered_or_replayed_state_is_refused_over_http_and_nothing_runs() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let http = Http::new(&server);
     let caps = json!({"elicitation": {}});
-    let params = modern_with(
+    let params = stateless_with(
         caps.clone(),
         json!({"name": "ask_name", "arguments": {"greeting": "Hi"}}),
     );
@@ -481,7 +487,7 @@ async fn a_tampered_or_replayed_state_is_refused_over_http_and_nothing_runs() {
     let middle = tampered.len() / 3;
     tampered[middle] = if tampered[middle] == b'x' { b'y' } else { b'x' };
     let tampered = String::from_utf8(tampered).expect("ascii");
-    let other_tool = modern_with(
+    let other_tool = stateless_with(
         caps,
         json!({"name": "ask_name_too", "arguments": {"greeting": "Hi"}}),
     );
@@ -508,7 +514,7 @@ async fn listen(http: &Http, id: &Value, filter: Value) -> Events {
         http,
         id.clone(),
         "subscriptions/listen",
-        modern(json!({"notifications": filter.clone()})),
+        stateless(json!({"notifications": filter.clone()})),
     )
     .await;
     let ack = events.expect().await;
@@ -523,7 +529,7 @@ async fn listen(http: &Http, id: &Value, filter: Value) -> Events {
 
 #[tokio::test]
 async fn a_listen_stream_carries_its_ack_then_its_tagged_notifications_until_the_client_goes() {
-    let (server, _) = start_modern(streaming_settings());
+    let (server, _) = start_stateless(streaming_settings());
     let registry = server.registry().clone();
     let http = Http::new(&server);
     let tools_id = json!("tools");
@@ -577,7 +583,7 @@ async fn a_listen_stream_carries_its_ack_then_its_tagged_notifications_until_the
 
 #[tokio::test]
 async fn shutdown_ends_an_http_listen_with_its_result() {
-    let (server, _) = start_modern(modern_settings());
+    let (server, _) = start_stateless(stateless_settings());
     let http = Http::new(&server);
     let id = json!("until-shutdown");
     let mut events = listen(&http, &id, json!({"toolsListChanged": true})).await;
@@ -591,7 +597,7 @@ async fn shutdown_ends_an_http_listen_with_its_result() {
 
 /// Settings with a shutdown grace of `grace_ms`.
 fn grace_settings(grace_ms: u64) -> Settings {
-    let mut s = modern_settings();
+    let mut s = stateless_settings();
     s.shutdown.grace_ms = grace_ms;
     s
 }
@@ -602,7 +608,7 @@ async fn held_post(server: &RunningServer, http: &Http) -> tokio::task::JoinHand
     let body = request(
         json!("held"),
         "tools/call",
-        modern(json!({"name": "step_then_hold", "arguments": {}})),
+        stateless(json!({"name": "step_then_hold", "arguments": {}})),
     );
     let post = http.post(&body);
     let held = tokio::spawn(async move { json_reply(send(post).await).await });
@@ -612,14 +618,14 @@ async fn held_post(server: &RunningServer, http: &Http) -> tokio::task::JoinHand
 
 #[tokio::test]
 async fn a_2026_post_in_flight_at_shutdown_runs_on_and_is_answered_within_the_grace() {
-    let (server, fixtures) = start_modern(grace_settings(30_000));
+    let (server, fixtures) = start_stateless(grace_settings(30_000));
     let http = Http::new(&server);
     let held = held_post(&server, &http).await;
     let stopper = stop_in_background(server);
     // The drain has begun once a new request is refused.
     let refused = tokio::time::timeout(READ_TIMEOUT, async {
         loop {
-            let body = request(json!("late"), "tools/list", modern(json!({})));
+            let body = request(json!("late"), "tools/list", stateless(json!({})));
             if send(http.post(&body)).await.status() == 503 {
                 break;
             }
@@ -648,7 +654,7 @@ async fn a_2026_post_in_flight_at_shutdown_runs_on_and_is_answered_within_the_gr
 
 #[tokio::test]
 async fn a_2026_post_outliving_the_grace_is_cancelled_and_answered_503_32004() {
-    let (server, fixtures) = start_modern(grace_settings(200));
+    let (server, fixtures) = start_stateless(grace_settings(200));
     let shared = server.shared().clone();
     let http = Http::new(&server);
     let held = held_post(&server, &http).await;
@@ -669,7 +675,7 @@ async fn a_2026_post_outliving_the_grace_is_cancelled_and_answered_503_32004() {
 
 #[tokio::test]
 async fn a_2026_post_that_is_not_json_or_is_a_batch_is_answered_with_its_error() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let http = Http::new(&server);
     let headers = |builder: reqwest::RequestBuilder| {
         builder
@@ -689,7 +695,7 @@ async fn a_2026_post_that_is_not_json_or_is_a_batch_is_answered_with_its_error()
     let call = request(
         json!(2),
         "tools/call",
-        modern_with(
+        stateless_with(
             all_asks(),
             json!({"name": "ask_name", "arguments": {"greeting": "Hi"}}),
         ),
@@ -710,7 +716,7 @@ async fn a_2026_post_that_is_not_json_or_is_a_batch_is_answered_with_its_error()
 async fn a_client_that_leaves_a_2026_post_with_nothing_sent_yet_cancels_it() {
     // Nothing comes before the answer (no progress token): after `sse_keep_alive_ms` the
     // answer becomes a stream, whose keep-alive comments find the client gone.
-    let (server, fixtures) = start_modern(streaming_settings());
+    let (server, fixtures) = start_stateless(streaming_settings());
     let http = Http::new(&server);
     let held = held_post(&server, &http).await;
     held.abort();
@@ -723,12 +729,12 @@ async fn a_client_that_leaves_a_2026_post_with_nothing_sent_yet_cancels_it() {
 
 #[tokio::test]
 async fn a_2026_answer_slower_than_the_keep_alive_comes_as_a_stream() {
-    let (server, fixtures) = start_modern(streaming_settings());
+    let (server, fixtures) = start_stateless(streaming_settings());
     let http = Http::new(&server);
     let body = request(
         json!("slow"),
         "tools/call",
-        modern(json!({"name": "step_then_hold", "arguments": {}})),
+        stateless(json!({"name": "step_then_hold", "arguments": {}})),
     );
     // Headers come once the POST has turned into a stream, while the tool still waits.
     let mut events = Events::of(send(http.post(&body)).await);
@@ -745,14 +751,14 @@ async fn a_2026_answer_slower_than_the_keep_alive_comes_as_a_stream() {
 
 #[tokio::test]
 async fn a_2026_post_retried_with_its_idempotency_key_gets_the_stored_answer_without_running() {
-    let (server, fixtures) = start_modern(modern_settings());
+    let (server, fixtures) = start_stateless(stateless_settings());
     let http = Http::new(&server);
     let keyed = |id: Value| {
         request(
             id,
             "tools/call",
             add_meta(
-                modern(json!({"name": "step_then_hold", "arguments": {}})),
+                stateless(json!({"name": "step_then_hold", "arguments": {}})),
                 "idempotencyKey",
                 json!("retry-1"),
             ),

@@ -1,4 +1,4 @@
-//! The 2026-07-28 server under test (`modern_ws`, `modern_http`, `modern_mrtr`): the demo
+//! The 2026-07-28 server under test (`stateless_ws`, `stateless_http`, `stateless_mrtr`): the demo
 //! set plus tools, a prompt and a resource that ask the client for input, log, report
 //! progress or wait for a gate, with an identity and caching hints that are not the
 //! defaults.
@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 
 /// How the server under test presents itself (not the defaults, so that a result naming
 /// them shows the configuration reached it).
-pub const SERVER_NAME: &str = "modern-under-test";
+pub const SERVER_NAME: &str = "stateless-under-test";
 pub const SERVER_VERSION: &str = "7.7.7";
 pub const INSTRUCTIONS: &str = "Ask for a name with ask_name; read mcp-ws-test://vault.";
 /// The caching hints configured for the server under test (none of them the default).
@@ -43,7 +43,7 @@ pub const TOOL_META_KEY: &str = "example.com/annotation";
 /// Settings of the server under test: its identity, instructions, caching hints (none of
 /// them the default), and unthrottled progress (every report is sent, so the frames of a
 /// request are known in advance).
-pub fn modern_settings() -> Settings {
+pub fn stateless_settings() -> Settings {
     let mut s = settings();
     s.info.name = SERVER_NAME.into();
     s.info.version = SERVER_VERSION.into();
@@ -81,7 +81,7 @@ impl Fixtures {
 }
 
 /// The demo set plus [`add_fixtures`], with `settings`.
-pub fn start_modern(settings: Settings) -> (RunningServer, Fixtures) {
+pub fn start_stateless(settings: Settings) -> (RunningServer, Fixtures) {
     let fixtures = Fixtures::default();
     let server = start_with(settings, |b| add_fixtures(b, &fixtures));
     (server, fixtures)
@@ -111,7 +111,7 @@ pub struct StepsArgs {
 }
 
 /// Asks for a name (ask key `name`) and greets with it; says so when the user declines or
-/// cancels. One tool for both eras: a handshake-era session gets an `elicitation/create`
+/// cancels. One tool for both eras: a session-era session gets an `elicitation/create`
 /// request, a 2026-07-28 request an `InputRequiredResult`.
 async fn ask_name(
     args: GreetingArgs,
