@@ -3,6 +3,7 @@
 //! once under load), and the admission of everything that runs user code (a tool call, a
 //! resource read, a prompt render, a completion) into a worker actor.
 
+use super::era::Era;
 use super::shape::{stateless_answer, stateless_result, StatelessRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::cluster::dedup::recent::RequestHash;
@@ -63,6 +64,9 @@ pub(super) struct WorkerJob {
     /// What the request was, for the session's store of finished requests (`tools/call`
     /// with de-duplication on).
     replay: Option<RequestHash>,
+    /// The request's idempotency key, when it carries one (a layer of its stack). Boxed:
+    /// few requests carry one, and every job is moved a few times on its way to its worker.
+    idempotency: Option<Box<Idempotency>>,
 }
 
 const EMPTY_RESULT: &str = "{}";
@@ -76,11 +80,11 @@ impl Session {
     pub(super) fn route(
         &mut self,
         request: &Request<'_>,
-        stateless: Option<StatelessRequest>,
+        era: Era,
         exchange: u64,
         batch: Option<u64>,
     ) -> Result<Dispatch, Error> {
-        if let Some(stateless) = stateless {
+        if let Era::Stateless(stateless) = era {
             return self.route_stateless(request, stateless, exchange, batch);
         }
         let method = Method::parse(&request.method);
@@ -121,12 +125,20 @@ impl Session {
             Method::Ping => EMPTY_RESULT.into(),
             Method::ToolsCall => {
                 return self
-                    .prepare_tool_call(&request.params, None)
+                    .prepare_tool_call(&request.params, Era::Session)
                     .map(Dispatch::Worker)
             }
-            Method::ResourcesRead => return self.prepare_read(params, None).map(Dispatch::Worker),
-            Method::PromptsGet => return self.prepare_prompt(params, None).map(Dispatch::Worker),
-            Method::CompletionComplete => return self.prepare_completion(params, None),
+            Method::ResourcesRead => {
+                return self
+                    .prepare_read(params, Era::Session)
+                    .map(Dispatch::Worker)
+            }
+            Method::PromptsGet => {
+                return self
+                    .prepare_prompt(params, Era::Session)
+                    .map(Dispatch::Worker)
+            }
+            Method::CompletionComplete => return self.prepare_completion(params, Era::Session),
             // `serves` keeps 2026-07-28 methods from session-era sessions.
             Method::Discover
             | Method::SubscriptionsListen
@@ -300,13 +312,13 @@ impl Session {
     /// How a request of either era runs: what its context knows of the client, which of its
     /// log lines go out, and how its asks reach the client. For a 2026-07-28 request that
     /// may ask (`binding` given), its earlier answers and state are checked here.
-    fn era(
+    fn request_era(
         &self,
-        stateless: Option<StatelessRequest>,
+        era: Era,
         binding: Option<(BindingParts, Option<&RawValue>, Option<&str>)>,
     ) -> Result<RequestEra, Error> {
-        match stateless {
-            None => {
+        match era {
+            Era::Session => {
                 let Phase::Ready(negotiated) = &self.phase else {
                     // `route` admits nothing that runs before `initialize`.
                     return Err(Error::Internal);
@@ -319,7 +331,7 @@ impl Session {
                     stateless: false,
                 })
             }
-            Some(stateless) => {
+            Era::Stateless(stateless) => {
                 let (input, on_input) = match binding {
                     Some((binding, responses, state)) => {
                         let (input, on_input) = self.rounds(binding, responses, state)?;
@@ -345,7 +357,7 @@ impl Session {
     pub(super) fn prepare_tool_call(
         &self,
         params: &Params<'_, CallToolParams<'_>>,
-        stateless: Option<StatelessRequest>,
+        era: Era,
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let parsed;
@@ -369,21 +381,23 @@ impl Session {
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let idempotency = match p.meta.as_ref().and_then(|m| m.idempotency_key) {
-            Some(key) if self.shared.settings.dedup.enabled => Some(Idempotency::of_tool_call(
-                &self.admission.identity,
-                key,
-                &p.name,
-                p.arguments,
-                [
-                    p.request_state.as_deref(),
-                    p.input_responses.map(RawValue::get),
-                ],
-            )?),
+            Some(key) if self.shared.settings.dedup.enabled => {
+                Some(Box::new(Idempotency::of_tool_call(
+                    &self.admission.identity,
+                    key,
+                    &p.name,
+                    p.arguments,
+                    [
+                        p.request_state.as_deref(),
+                        p.input_responses.map(RawValue::get),
+                    ],
+                )?))
+            }
             _ => None,
         };
         let replay = self.recent.fingerprint(&p.name, p.arguments);
         let arguments = Arguments::new(p.arguments);
-        let binding = stateless.as_ref().map(|m| {
+        let binding = era.stateless().map(|m| {
             let binding = BindingParts::new(
                 "tools/call",
                 &p.name,
@@ -392,7 +406,7 @@ impl Session {
             );
             (binding, p.input_responses, p.request_state.as_deref())
         });
-        let mut era = self.era(stateless, binding)?;
+        let mut era = self.request_era(era, binding)?;
         let version = era.info.protocol_version;
         // A result is about as long as the arguments for pass-through tools (echo), and
         // short otherwise; the hint only sizes the frame's first allocation.
@@ -420,10 +434,8 @@ impl Session {
             })
         };
         Ok(WorkerJob {
-            work: match idempotency {
-                Some(keyed) => keyed.wrap(self.shared.cluster.clone(), work),
-                None => work,
-            },
+            work,
+            idempotency,
             timeout: self.shared.settings.limits.timeout_for_tool(&p.name),
             progress_token,
             trace_id,
@@ -513,7 +525,7 @@ impl Session {
         label: &'static str,
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
-        let era = self.era(Some(stateless), None)?;
+        let era = self.request_era(Era::Stateless(stateless), None)?;
         Ok(WorkerJob {
             work,
             timeout: self.shared.settings.limits.request_timeout(),
@@ -522,13 +534,14 @@ impl Session {
             label: Cow::Borrowed(label),
             era,
             replay: None,
+            idempotency: None,
         })
     }
 
     pub(super) fn prepare_read(
         &self,
         params: Option<&RawValue>,
-        stateless: Option<StatelessRequest>,
+        era: Era,
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let p: ReadResourceParams<'_> = parse_params(params)?;
@@ -541,12 +554,12 @@ impl Session {
             .ok_or_else(|| Error::ResourceNotFound { uri: uri.clone() })?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
-        let binding = stateless.as_ref().map(|m| {
+        let binding = era.stateless().map(|m| {
             let binding =
                 BindingParts::new("resources/read", &uri, None, m.info.identity.subject());
             (binding, p.input_responses, p.request_state.as_deref())
         });
-        let era = self.era(stateless, binding)?;
+        let era = self.request_era(era, binding)?;
         let version = era.info.protocol_version;
         let stateless = era.stateless.then(|| {
             (
@@ -592,13 +605,14 @@ impl Session {
             label: Cow::Borrowed("resources/read"),
             era,
             replay: None,
+            idempotency: None,
         })
     }
 
     pub(super) fn prepare_prompt(
         &self,
         params: Option<&RawValue>,
-        stateless: Option<StatelessRequest>,
+        era: Era,
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let p: GetPromptParams<'_> = parse_params(params)?;
@@ -618,7 +632,7 @@ impl Session {
         }
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
-        let binding = match &stateless {
+        let binding = match era.stateless() {
             Some(m) => {
                 let arguments = serde_json::to_string(&p.arguments).map_err(|_| Error::Internal)?;
                 let binding = BindingParts::new(
@@ -631,7 +645,7 @@ impl Session {
             }
             None => None,
         };
-        let era = self.era(stateless, binding)?;
+        let era = self.request_era(era, binding)?;
         let arguments = p.arguments;
         let version = era.info.protocol_version;
         let shared = era.stateless.then(|| self.shared.clone());
@@ -671,13 +685,14 @@ impl Session {
             label: Cow::Borrowed("prompts/get"),
             era,
             replay: None,
+            idempotency: None,
         })
     }
 
     pub(super) fn prepare_completion(
         &self,
         params: Option<&RawValue>,
-        stateless: Option<StatelessRequest>,
+        era: Era,
     ) -> Result<Dispatch, Error> {
         let p: CompleteParams = parse_params(params)?;
         let registry = &self.shared.registry;
@@ -711,7 +726,7 @@ impl Session {
                 template.completer
             }
         };
-        let shared = stateless.is_some().then(|| self.shared.clone());
+        let shared = era.stateless().is_some().then(|| self.shared.clone());
         let answer = move |completion: Completion| -> String {
             let body = completion_result(completion);
             match &shared {
@@ -728,7 +743,7 @@ impl Session {
             value: p.argument.value,
             context: p.context.map(|c| c.arguments).unwrap_or_default(),
         };
-        let era = self.era(stateless, None)?;
+        let era = self.request_era(era, None)?;
         let work: Work = Box::new(move |id, ctx| {
             Box::pin(async move {
                 let values = completer.complete(request, ctx).await;
@@ -743,7 +758,23 @@ impl Session {
             label: Cow::Borrowed("completion/complete"),
             era,
             replay: None,
+            idempotency: None,
         }))
+    }
+
+    /// The per-request stack, built here and only here, outermost first (as tower stacks its
+    /// layers): the signature's nonce, claimed across nodes once the request is admitted (a
+    /// replayed signature never reaches the rest) → idempotency (a retry with the same key
+    /// gets the stored answer instead of running again) → the work itself (a tool, a read, a
+    /// render; a call that may become a task runs through the task runner inside it). The
+    /// worker that runs the whole stack adds the pool, the deadline and cancellation.
+    fn stack(&self, passed: Passed, idempotency: Option<Box<Idempotency>>, work: Work) -> Work {
+        let cluster = &self.shared.cluster;
+        let work = match idempotency {
+            Some(keyed) => (*keyed).wrap(cluster.clone(), work),
+            None => work,
+        };
+        passed.guard_work(cluster, work)
     }
 
     /// Starts the worker of a job; the global pool is awaited inside the worker, and what the
@@ -770,8 +801,9 @@ impl Session {
             label,
             era,
             replay,
+            idempotency,
         } = job;
-        let work = passed.guard_work(&self.shared.cluster, work);
+        let work = self.stack(passed, idempotency, work);
         // A child of the request span (session, id, method), which is entered here.
         let span = tracing::debug_span!(
             "worker",

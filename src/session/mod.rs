@@ -17,6 +17,7 @@
 //! socket writes them all to it; a host with several streams routes them.
 
 mod dispatch;
+mod era;
 mod pump;
 pub mod shape;
 pub mod shared;
@@ -41,6 +42,7 @@ use crate::protocol::mcp::{
 use crate::registry::bus::BusRegistration;
 use crate::session::shared::{SessionId, Shared};
 use crate::worker::WorkerHandle;
+use era::Era;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::collections::{hash_map, HashMap};
@@ -432,8 +434,8 @@ impl Session {
         };
         // A request naming a version in `_meta` is a 2026-07-28 one, served from its own
         // `_meta`; errors answering it take that revision's form.
-        let stateless = self.stateless_request(&request);
-        let is_stateless = !matches!(stateless, Ok(None));
+        let era = self.stateless_request(&request);
+        let is_stateless = !matches!(era, Ok(Era::Session));
         let outcome = if self.in_flight.contains_key(&request.id)
             || self.listeners.contains_key(&request.id)
         {
@@ -460,9 +462,7 @@ impl Session {
                         }
                         replayed.map(Some)
                     }
-                    None => match stateless
-                        .and_then(|stateless| self.route(&request, stateless, exchange, batch))
-                    {
+                    None => match era.and_then(|era| self.route(&request, era, exchange, batch)) {
                         Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
                         Ok(dispatch::Dispatch::Worker(job)) => self
                             .start_worker(

@@ -10,6 +10,7 @@
 //! hints on discover, lists and reads).
 
 use super::dispatch::Dispatch;
+use super::era::Era;
 use super::shape::{stateless_answer, stateless_result, StatelessRequest, StatelessShape};
 use super::{Request, Session};
 use crate::context::{Ask, Input, Rounds, SessionInfo};
@@ -38,15 +39,13 @@ struct MetaOnly<'a> {
 }
 
 impl Session {
-    /// Whether `request` is a 2026-07-28 one, and what its `_meta` establishes.
+    /// The era of `request`: stateless when its `_meta` names 2026-07-28 (with what that
+    /// `_meta` establishes), else session.
     ///
     /// # Errors
     /// For a request that names a version in `_meta`: -32602 for a malformed `_meta`, -32022
     /// for a version this server does not speak.
-    pub(super) fn stateless_request(
-        &self,
-        request: &Request<'_>,
-    ) -> Result<Option<StatelessRequest>, Error> {
+    pub(super) fn stateless_request(&self, request: &Request<'_>) -> Result<Era, Error> {
         let parsed;
         let meta = match &request.params {
             Params::Parsed(p) => p.meta.as_deref(),
@@ -77,11 +76,11 @@ impl Session {
                     "_meta.io.modelcontextprotocol/protocolVersion: required".into(),
                 ))
             } else {
-                Ok(None)
+                Ok(Era::Session)
             };
         };
         let Some(meta) = meta else {
-            return Ok(None);
+            return Ok(Era::Session);
         };
         let malformed = |what: &str| Error::MalformedMeta(format!("_meta.{what}"));
         let version: &str = serde_json::from_str(version.get())
@@ -129,7 +128,7 @@ impl Session {
                     .ok_or_else(|| malformed("io.modelcontextprotocol/logLevel: unknown level"))?,
             ),
         };
-        Ok(Some(StatelessRequest {
+        Ok(Era::Stateless(StatelessRequest {
             info: self.stateless_info(version, capabilities, client_info),
             log_level,
         }))
@@ -201,20 +200,22 @@ impl Session {
             Method::PromptsList => self.list_stateless(ListKind::Prompts, version, params)?,
             Method::ToolsCall => {
                 return self
-                    .prepare_tool_call(&request.params, Some(stateless))
+                    .prepare_tool_call(&request.params, Era::Stateless(stateless))
                     .map(Dispatch::Worker)
             }
             Method::ResourcesRead => {
                 return self
-                    .prepare_read(params, Some(stateless))
+                    .prepare_read(params, Era::Stateless(stateless))
                     .map(Dispatch::Worker)
             }
             Method::PromptsGet => {
                 return self
-                    .prepare_prompt(params, Some(stateless))
+                    .prepare_prompt(params, Era::Stateless(stateless))
                     .map(Dispatch::Worker)
             }
-            Method::CompletionComplete => return self.prepare_completion(params, Some(stateless)),
+            Method::CompletionComplete => {
+                return self.prepare_completion(params, Era::Stateless(stateless))
+            }
             Method::SubscriptionsListen => {
                 return self
                     .listen(request.id.clone(), params, &stateless, exchange, offers)
