@@ -43,7 +43,8 @@
 //! # Layers
 //!
 //! The modules are layers, top to bottom; each imports only from the layers below it (the
-//! test `layers_import_only_downward` reads every `crate::` path and holds this order):
+//! tests in `layers.rs` read every `crate::` and `super::` path and hold this order, with no
+//! module reaching itself again):
 //!
 //! 1. `server`: the builder, the routes, start and graceful shutdown.
 //! 2. `transport`: how frames travel (WebSocket, Streamable HTTP, stateless POSTs, hosted
@@ -58,12 +59,16 @@
 //! 6. `worker`: one actor per long request (pool, deadline, cancellation, progress).
 //! 7. `registry`: what is offered, its versions (`rollout`), files served from directories,
 //!    and the change bus.
-//! 8. The public API at the root: `tool`, `resource`, `prompt`, `context`, `model`,
-//!    `error` (and `schema`, the argument checks they share).
+//! 8. The public API at the root: `tool`, `resource`, `prompt`, `context`, `model` (and
+//!    `schema`, the argument checks they share); the server's `Error` is `server`'s.
 //! 9. `mailbox`: a session's bounded inbox and the throttles of what tools send it.
 //! 10. `observe`: access log, metrics, log setup, trace ids.
 //! 11. `config`: settings, file < env < CLI.
-//! 12. `protocol`: `jsonrpc` (the wire), `mcp` (its meaning), `mrtr` (request state).
+//! 12. `protocol`: `jsonrpc` (the wire), `mcp` (its meaning), `mrtr` (request state),
+//!     `traceparent` (W3C trace context).
+//!
+//! Beside the layers: `testing` (the tests' and benches' door, feature `testing`) and the
+//! binary's own modules (`main.rs`, `demo/`, `conformance/`), which use the public API only.
 //!
 //! A text frame travels down this list and its answer back up.
 
