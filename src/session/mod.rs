@@ -36,8 +36,8 @@ use crate::protocol::jsonrpc::{
     Notification, RequestId,
 };
 use crate::protocol::mcp::{
-    notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams, ProgressParams,
-    ProgressToken, ProtocolVersion,
+    notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams, Method,
+    ProgressParams, ProgressToken, ProtocolVersion,
 };
 use crate::registry::bus::BusRegistration;
 use crate::session::shared::{SessionId, Shared};
@@ -440,7 +440,10 @@ impl Session {
             || self.listeners.contains_key(&request.id)
         {
             Err(Error::DuplicateRequestId)
-        } else if self.draining {
+        } else if self.draining
+            && !Method::parse(&request.method).is_some_and(Method::runs_no_user_code)
+        {
+            // Only new work is refused: what runs no user code is still answered.
             Err(Error::ShuttingDown)
         } else {
             let metrics = &self.shared.metrics;
@@ -837,8 +840,9 @@ impl Session {
         true
     }
 
-    /// Shutdown began: refuse new requests, let those in flight finish, and end the listen
-    /// streams gracefully (their result says so, and that they closed cleanly).
+    /// Shutdown began: refuse new work (what runs no user code is still answered), let the
+    /// requests in flight finish, and end the listen streams gracefully (their result says
+    /// so, and that they closed cleanly).
     pub fn begin_drain(&mut self, out: &mut dyn Outlet) {
         self.draining = true;
         for (id, listener) in std::mem::take(&mut self.listeners) {
@@ -885,6 +889,32 @@ impl Session {
         match &self.phase {
             Phase::Ready(n) => Some(n.version),
             Phase::AwaitingInit => None,
+        }
+    }
+
+    /// The shutdown grace ran out: every request still in flight is stopped and answered
+    /// with -32004 (a batch's entry joins its batch's answer), so that no request the session
+    /// accepted goes unanswered before its close. Requests sent to the client fail first, as
+    /// in [`cancel_all`](Self::cancel_all).
+    pub fn answer_all_shutting_down(&mut self, out: &mut dyn Outlet) {
+        for (_, pending) in self.client_requests.drain() {
+            let _ = pending.reply.send(Err(ClientError::Disconnected));
+        }
+        let ids: Vec<RequestId> = self.in_flight.keys().cloned().collect();
+        for id in ids {
+            if let Some(entry) = self.in_flight.get(&id) {
+                entry.worker.cancel();
+                self.shared.metrics.cancelled.inc();
+            }
+            // Answered as the worker would have been; what the worker still posts for this
+            // id finds it no longer in flight and is dropped.
+            self.on_event(
+                SessionEvent::Finished {
+                    id,
+                    outcome: Err(Error::ShuttingDown),
+                },
+                out,
+            );
         }
     }
 

@@ -130,6 +130,11 @@ pub struct Relayed(pub String);
 #[rtype(result = "()")]
 pub struct Deliver(pub String);
 
+/// During shutdown, a drained session closes (or ends) once its client has been quiet this long: a
+/// client reading its last answers may still ask something cheap about them (the Python SDK
+/// lists the tools after a call, to check the result's schema), and is answered.
+pub(crate) const DRAINED_QUIET: Duration = Duration::from_millis(250);
+
 /// Hosted sessions by the id their client holds.
 pub type HostedSessions = Directory<HostedSession>;
 
@@ -150,6 +155,8 @@ pub struct HostedSession {
     /// When a client last did something (a POST, a GET): idle sessions are reaped.
     last_active: Instant,
     closing: bool,
+    /// During shutdown: whether a check for the client's quiet is scheduled.
+    quiet_end_armed: bool,
 }
 
 impl HostedSession {
@@ -211,6 +218,7 @@ impl HostedSession {
             detached: 0,
             last_active: Instant::now(),
             closing: false,
+            quiet_end_armed: false,
         }
     }
 
@@ -252,10 +260,29 @@ impl HostedSession {
     /// reconnect could be given.
     fn end_if_due(&mut self, ctx: &mut Context<Self>) {
         if self.closing && !self.core.has_work_in_flight() {
-            self.end(ctx, "server shutting down");
+            self.end_when_quiet(ctx);
         } else if matches!(&self.out, Outlets::Socket(s) if s.overflowed) {
             self.end(ctx, "missed more messages than a reconnect can be given");
         }
+    }
+
+    /// During shutdown, once drained: ends the session when its client has been quiet for
+    /// [`DRAINED_QUIET`] (a client reading its last answers may still ask something cheap
+    /// about them, or be reading a stream); the grace's end ends it in any case.
+    fn end_when_quiet(&mut self, ctx: &mut Context<Self>) {
+        if self.quiet_end_armed {
+            return;
+        }
+        let quiet_for = self.last_active.elapsed();
+        if quiet_for >= DRAINED_QUIET {
+            self.end(ctx, "server shutting down");
+            return;
+        }
+        self.quiet_end_armed = true;
+        ctx.run_later(DRAINED_QUIET - quiet_for, |session, ctx| {
+            session.quiet_end_armed = false;
+            session.end_if_due(ctx);
+        });
     }
 
     /// Counts the session in `mcp_parked_sessions` while it has no socket.
@@ -316,6 +343,11 @@ impl Actor for HostedSession {
 
 impl SessionHost for HostedSession {
     fn drain_inbox(&mut self, ctx: &mut Self::Context) -> bool {
+        if self.closing {
+            // An answer going out during the drain is activity too: the client may still
+            // ask something about it before the session ends.
+            self.last_active = Instant::now();
+        }
         self.core.on_inbox(&mut self.out);
         self.end_if_due(ctx);
         true
@@ -390,6 +422,8 @@ impl Handler<Shutdown> for HostedSession {
         self.core.begin_drain(&mut self.out);
         self.end_if_due(ctx);
         ctx.run_later(shutdown.grace, |session, ctx| {
+            // Every request the session took gets its answer before the end.
+            session.core.answer_all_shutting_down(&mut session.out);
             session.end(ctx, "server shutting down");
         });
     }
@@ -445,6 +479,7 @@ impl Handler<Relayed> for HostedSession {
     type Result = ();
 
     fn handle(&mut self, relayed: Relayed, ctx: &mut Self::Context) {
+        self.last_active = Instant::now();
         self.core.on_text(&relayed.0, 0, &mut self.out);
         self.end_if_due(ctx);
     }

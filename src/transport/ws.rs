@@ -23,6 +23,7 @@
 
 use super::hosted::{
     AttachSocket, Deliver, Detach, DetachSocket, HostedSession, Relayed, SocketHandle,
+    DRAINED_QUIET,
 };
 use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::protocol::mcp::ProtocolVersion;
@@ -52,6 +53,10 @@ pub const VERSION_SUBPROTOCOL_PREFIX: &str = "mcp.version.";
 /// Close code for a resume whose session ended before the socket could attach.
 const SESSION_GONE: u16 = 4404;
 
+/// How long a shutdown close waits for the client's close frame before the connection is
+/// dropped: closing at once could cut a client still reading its last answers.
+const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(1);
+
 /// WebSocket sessions with their socket, by the id their client holds.
 pub type Sockets = Directory<WsSession>;
 
@@ -72,6 +77,12 @@ pub struct WsSession {
     fragments: Option<BytesMut>,
     /// Whether a shutdown close is pending until in-flight work finishes.
     closing: bool,
+    /// During shutdown: when the client last sent something (the close waits for quiet).
+    heard_while_closing: Instant,
+    /// Whether the shutdown close is armed (waiting for the client to be quiet).
+    quiet_close_armed: bool,
+    /// Whether the close frame went out: the connection only waits for the client's reply.
+    close_sent: bool,
     /// Whether the session ends with the socket (the client closed with 1000, or the server
     /// is shutting down) rather than waiting for a reconnect.
     ends_with_socket: bool,
@@ -137,6 +148,9 @@ impl WsSession {
             heard: false,
             fragments: None,
             closing: false,
+            heard_while_closing: Instant::now(),
+            quiet_close_armed: false,
+            close_sent: false,
             ends_with_socket: false,
         }
     }
@@ -162,7 +176,29 @@ impl WsSession {
         ctx.stop();
     }
 
+    /// Closes as the server shuts down: the close frame, then a wait (bounded) for the
+    /// client's own close frame before the connection is dropped.
+    fn close_for_shutdown(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+        if self.close_sent {
+            return;
+        }
+        tracing::debug!(session = %self.log_id(), "closing: server shutting down");
+        self.close_sent = true;
+        ctx.close(Some(CloseReason {
+            code: CloseCode::Away,
+            description: Some("server shutting down".to_owned()),
+        }));
+        ctx.run_later(CLOSE_REPLY_WAIT, |_, ctx| ctx.stop());
+    }
+
     fn on_message(&mut self, text: &str, ctx: &mut ws::WebsocketContext<Self>) {
+        if self.close_sent {
+            // After our close frame, nothing more is taken (RFC 6455 §5.5.1).
+            return;
+        }
+        if self.closing {
+            self.heard_while_closing = Instant::now();
+        }
         match &mut self.core {
             Core::Local { session, .. } => {
                 // One socket: every exchange is answered on it, so they need no numbers.
@@ -239,12 +275,32 @@ impl WsSession {
         ctx.ping(b"");
     }
 
-    /// During shutdown: close once nothing is left in flight.
+    /// During shutdown: close once nothing is left in flight and the client has been quiet
+    /// for [`DRAINED_QUIET`] (the grace's end closes in any case).
     fn close_if_drained(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
-        if let Core::Local { session, .. } = &self.core {
-            if self.closing && !session.has_work_in_flight() {
-                self.close(ctx, CloseCode::Away, "server shutting down");
-            }
+        let Core::Local { session, .. } = &self.core else {
+            return;
+        };
+        if !self.closing || session.has_work_in_flight() || self.quiet_close_armed {
+            return;
+        }
+        self.quiet_close_armed = true;
+        ctx.run_later(DRAINED_QUIET, |socket, ctx| socket.close_when_quiet(ctx));
+    }
+
+    fn close_when_quiet(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+        let busy =
+            matches!(&self.core, Core::Local { session, .. } if session.has_work_in_flight());
+        let quiet_for = self.heard_while_closing.elapsed();
+        if busy {
+            // A cheap request came in and is still being answered: look again when it is.
+            self.quiet_close_armed = false;
+        } else if quiet_for >= DRAINED_QUIET {
+            self.close_for_shutdown(ctx);
+        } else {
+            ctx.run_later(DRAINED_QUIET - quiet_for, |socket, ctx| {
+                socket.close_when_quiet(ctx)
+            });
         }
     }
 
@@ -376,6 +432,10 @@ impl StreamHandler<Result<WsMessage, ProtocolError>> for WsSession {
             Ok(WsMessage::Ping(payload)) => ctx.pong(&payload),
             Ok(WsMessage::Pong(_)) | Ok(WsMessage::Nop) => {}
             Ok(WsMessage::Close(reason)) => {
+                if self.close_sent {
+                    // The reply to our shutdown close: the handshake is complete.
+                    return ctx.stop();
+                }
                 // A client that closes normally is done with its session; any other close
                 // (going away, an error) may be followed by a reconnect.
                 self.ends_with_socket = reason.as_ref().is_none_or(|r| r.code == CloseCode::Normal);
@@ -405,12 +465,14 @@ impl Handler<Shutdown> for WsSession {
         if let Core::Local { session, .. } = &mut self.core {
             session.begin_drain(ctx);
         }
+        self.heard_while_closing = Instant::now();
         self.close_if_drained(ctx);
         ctx.run_later(shutdown.grace, |session, ctx| {
             if let Core::Local { session: core, .. } = &mut session.core {
-                core.cancel_all(ctx);
+                // Every request the session took gets its answer before the close.
+                core.answer_all_shutting_down(ctx);
             }
-            session.close(ctx, CloseCode::Away, "server shutting down");
+            session.close_for_shutdown(ctx);
         });
     }
 }

@@ -22,9 +22,12 @@
 use crate::support::interop::{
     assert_every_check_passed, interop_dir, interop_server, run_client, Transport,
 };
+use crate::support::process::ServerProcess;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{mpsc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Runs `command` to the end; panics with its output and `hint` if it cannot start or fails.
 fn run_setup_step(command: &mut Command, hint: &str) {
@@ -103,4 +106,112 @@ fn python_sdk_client_passes_every_check() {
 #[test]
 fn python_sdk_client_passes_every_check_over_streamable_http() {
     run_checks(Transport::Http);
+}
+
+/// Graceful shutdown as the Python SDK lives it (`tests/interop/shutdown_client.py`): the
+/// real binary gets SIGTERM while the client's `tools/call` (`sleep`, 1.5 s) runs. The call
+/// returns its result, the SDK's own `tools/list` after it (to check the result's schema) is
+/// answered although the server is draining, nothing raises on the client, and the binary
+/// exits 0. Before the drain answered cheap requests and waited for a quiet client, the SDK
+/// raised "Connection closed" (WebSocket) or "Session terminated" (HTTP) here.
+fn python_sdk_call_survives_sigterm(transport: Transport) {
+    let python = ensure_python_env();
+    let mut server = ServerProcess::spawn(&["--listen", "127.0.0.1:0"], &[]);
+    let addr = server.wait_listening();
+    let url = match transport {
+        Transport::WebSocket => format!("ws://{addr}/mcp"),
+        Transport::Http => format!("http://{addr}/mcp"),
+    };
+    let mut client = Command::new(python)
+        .arg(interop_dir().join("shutdown_client.py"))
+        .args(["--transport", transport.flag(), &url])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the venv's python starts");
+    let stdout = client.stdout.take().expect("piped stdout");
+    let (lines_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut transcript = Vec::new();
+    let next_line = |transcript: &mut Vec<String>| {
+        let line = lines.recv_timeout(Duration::from_secs(30)).ok();
+        transcript.extend(line.clone());
+        line
+    };
+    while next_line(&mut transcript).as_deref() != Some("CALLING") {
+        assert!(
+            transcript.last().is_some(),
+            "the client ended before calling: {transcript:?}\n{}",
+            server.stderr_text()
+        );
+    }
+    // SIGTERM once the call runs on the server (its worker is counted).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while workers_running(addr) != 1 {
+        assert!(Instant::now() < deadline, "the call never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &server_pid(&server)])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+
+    while next_line(&mut transcript).is_some() {}
+    let status = client.wait().expect("the client exits");
+    let mut stderr = String::new();
+    if let Some(mut pipe) = client.stderr.take() {
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    assert!(
+        transcript.iter().any(|line| line == "RESULT slept 1500 ms"),
+        "the call returned its result: {transcript:?}\nstderr: {stderr}"
+    );
+    assert!(
+        status.success(),
+        "the client raised nothing ({status}): {transcript:?}\nstderr: {stderr}"
+    );
+    let (exit, log) = server.wait_exit();
+    assert_eq!(exit.code(), Some(0), "the server exits 0; its log:\n{log}");
+}
+
+/// The server's pid, for `kill`.
+fn server_pid(server: &ServerProcess) -> String {
+    server.child.id().to_string()
+}
+
+/// `mcp_workers` of the server at `addr`, over a plain blocking GET of `/metrics`.
+fn workers_running(addr: std::net::SocketAddr) -> u64 {
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return 0;
+    };
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return 0;
+    }
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text.lines()
+        .find_map(|line| line.strip_prefix("mcp_workers "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn python_sdk_call_in_flight_at_sigterm_returns_its_result_over_websocket() {
+    python_sdk_call_survives_sigterm(Transport::WebSocket);
+}
+
+#[test]
+fn python_sdk_call_in_flight_at_sigterm_returns_its_result_over_streamable_http() {
+    python_sdk_call_survives_sigterm(Transport::Http);
 }

@@ -3,12 +3,17 @@
 //!
 //! - A request in flight when shutdown begins still gets its response if it finishes within
 //!   `shutdown.grace_ms`; only then is the connection closed, with 1001.
-//! - A request still running when the grace runs out is cancelled: no response for its id,
-//!   the connection is closed with 1001, and the server stops.
+//! - A request still running when the grace runs out is stopped and answered with -32004
+//!   (a batch's entry within its batch's answer): every request the session took gets an
+//!   answer before the close 1001, and the server stops.
 //! - Idle clients are all closed with 1001.
-//! - While a session drains, every new request (even `ping`) gets -32004, and a new
-//!   WebSocket upgrade gets HTTP 503 with `Retry-After`.
+//! - While a session drains, new work (`tools/call`, `resources/read`, `prompts/get`) gets
+//!   -32004 while what runs no user code (`ping`, the `*/list` methods) is still answered;
+//!   a drained session closes once its client has been quiet for a moment, so a cheap
+//!   request sent right after the last result is answered; a new WebSocket upgrade gets
+//!   HTTP 503 with `Retry-After`.
 //! - The binary, on SIGTERM, closes its clients with 1001 and exits with status 0.
+//!   (`interop_py_sdk` has the official Python SDK live a call through SIGTERM.)
 
 use crate::support::http::wait_metric;
 use crate::support::process::ServerProcess;
@@ -41,18 +46,27 @@ async fn frames_before_close_1001(client: &mut Client) -> Vec<Value> {
     client.backlog.drain(..).collect()
 }
 
-/// Sends pings until one is refused with -32004 (the session has received the shutdown);
-/// every ping before that one is answered normally. Polls instead of guessing a delay.
-async fn ping_until_refused(client: &mut Client) {
+/// Calls `echo` until a call is refused with -32004 (the session has received the shutdown);
+/// every call before that one is answered normally. Polls instead of guessing a delay.
+async fn call_until_refused(client: &mut Client) {
     let deadline = Instant::now() + READ_TIMEOUT;
     loop {
         let id = client.fresh_id();
-        let response = client.request_with_id(id.clone(), "ping", json!({})).await;
+        let response = client
+            .request_with_id(
+                id.clone(),
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "before"}}),
+            )
+            .await;
         if response.get("error").is_some() {
             assert_error(&response, &id, SHUTTING_DOWN);
             return;
         }
-        assert_eq!(assert_result(&response, &id), json!({}));
+        assert_eq!(
+            assert_result(&response, &id),
+            json!({"content": [{"type": "text", "text": "before"}]})
+        );
         assert!(
             Instant::now() < deadline,
             "the session never started draining"
@@ -81,7 +95,7 @@ async fn in_flight_call_is_answered_before_close_1001() {
     wait_metric(&server, "mcp_workers", 1).await;
 
     let stopper = stop_in_background(server);
-    ping_until_refused(&mut client).await;
+    call_until_refused(&mut client).await;
     assert!(
         !stopper.is_finished(),
         "shutdown waits for the session's in-flight call"
@@ -108,10 +122,10 @@ async fn in_flight_call_is_answered_before_close_1001() {
     assert_eq!(shared.metrics.sessions.get(), 0);
 }
 
-/// A batch cut by the grace deadline still delivers the answers it collected: the entry
-/// that finished is sent (in the array), the cancelled one is left out, then close 1001.
+/// A batch cut by the grace deadline is answered whole: the entry that finished with its
+/// result, the one still running with -32004, in one array, then close 1001.
 #[tokio::test]
-async fn batch_cut_by_the_grace_still_delivers_its_finished_entries() {
+async fn batch_cut_by_the_grace_answers_every_entry_then_close_1001() {
     let server = start(shutdown_settings(300));
     let mut client = Client::initialized(&server).await;
     client
@@ -130,15 +144,19 @@ async fn batch_cut_by_the_grace_still_delivers_its_finished_entries() {
         1,
         "one frame before the close: {answered:?}"
     );
+    let mut entries = answered[0].as_array().expect("a batch answer").clone();
+    entries.sort_by_key(|entry| entry["id"].as_str().map(str::to_owned));
+    assert_eq!(entries.len(), 2, "{answered:?}");
     assert_eq!(
-        answered[0],
-        json!([{"jsonrpc":"2.0","id":"done","result":{"content":[{"type":"text","text":"kept"}]}}])
+        entries[1],
+        json!({"jsonrpc":"2.0","id":"done","result":{"content":[{"type":"text","text":"kept"}]}})
     );
+    assert_error(&entries[0], &json!("cut"), SHUTTING_DOWN);
     assert_stopped(stopper).await;
 }
 
 #[tokio::test]
-async fn call_outliving_grace_is_cancelled_unanswered_then_close_1001() {
+async fn call_outliving_grace_is_answered_32004_then_close_1001() {
     let server = start(shutdown_settings(200));
     let shared = server.shared().clone();
 
@@ -149,12 +167,15 @@ async fn call_outliving_grace_is_cancelled_unanswered_then_close_1001() {
 
     let stopper = stop_in_background(server);
     let before_close = frames_before_close_1001(&mut client).await;
-    assert!(
-        before_close.is_empty(),
-        "no response (nor anything else) before the close: {before_close:?}"
+    assert_eq!(
+        before_close.len(),
+        1,
+        "its answer and nothing else before the close: {before_close:?}"
     );
+    let error = assert_error(&before_close[0], &id, SHUTTING_DOWN);
+    assert_eq!(error["message"], "Server is shutting down");
     assert_stopped(stopper).await;
-    assert_eq!(shared.metrics.cancelled.get(), 1, "the call was cancelled");
+    assert_eq!(shared.metrics.cancelled.get(), 1, "the call was stopped");
     assert_eq!(shared.metrics.workers.get(), 0);
     assert_eq!(shared.metrics.sessions.get(), 0);
 }
@@ -181,7 +202,7 @@ async fn idle_clients_all_get_close_1001() {
 }
 
 #[tokio::test]
-async fn during_drain_requests_get_32004_and_new_sessions_503() {
+async fn during_drain_new_work_gets_32004_cheap_requests_are_answered_and_new_sessions_503() {
     let server = start(shutdown_settings(30_000));
     let shared = server.shared().clone();
     let url = server.url();
@@ -193,21 +214,40 @@ async fn during_drain_requests_get_32004_and_new_sessions_503() {
     wait_metric(&server, "mcp_workers", 1).await;
 
     let stopper = stop_in_background(server);
-    ping_until_refused(&mut client).await;
+    call_until_refused(&mut client).await;
 
-    // Once draining, every kind of request is refused, inline or worker-bound.
+    // Once draining, new work is refused...
     for (method, params) in [
-        ("ping", json!({})),
-        ("tools/list", json!({})),
         (
             "tools/call",
             json!({"name": "echo", "arguments": {"text": "late"}}),
+        ),
+        ("resources/read", json!({"uri": "mcp-ws://demo/readme"})),
+        (
+            "prompts/get",
+            json!({"name": "greet", "arguments": {"name": "Ada"}}),
         ),
     ] {
         let id = client.fresh_id();
         let response = client.request_with_id(id.clone(), method, params).await;
         let error = assert_error(&response, &id, SHUTTING_DOWN);
         assert_eq!(error["message"], "Server is shutting down", "{response}");
+    }
+    // ...and what runs no user code is answered.
+    let id = client.fresh_id();
+    let response = client.request_with_id(id.clone(), "ping", json!({})).await;
+    assert_eq!(assert_result(&response, &id), json!({}));
+    for (method, member) in [
+        ("tools/list", "tools"),
+        ("resources/list", "resources"),
+        ("prompts/list", "prompts"),
+    ] {
+        let id = client.fresh_id();
+        let response = client.request_with_id(id.clone(), method, json!({})).await;
+        assert!(
+            assert_result(&response, &id)[member].is_array(),
+            "{method}: {response}"
+        );
     }
     // A new session is answered 503, not left hanging.
     assert_upgrade_refused_503(&url).await;
@@ -256,7 +296,7 @@ async fn sigterm_closes_clients_with_1001_and_the_binary_exits_0() {
 }
 
 #[tokio::test]
-async fn cancelling_the_last_call_during_drain_closes_at_once() {
+async fn cancelling_the_last_call_during_drain_closes_without_waiting_for_the_grace() {
     let server = start(shutdown_settings(30_000));
     let mut client = Client::initialized(&server).await;
     let long = json!("long");
@@ -264,7 +304,7 @@ async fn cancelling_the_last_call_during_drain_closes_at_once() {
     wait_metric(&server, "mcp_workers", 1).await;
 
     let stopper = stop_in_background(server);
-    ping_until_refused(&mut client).await;
+    call_until_refused(&mut client).await;
     client
         .send_json(json!({
             "jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -275,5 +315,37 @@ async fn cancelling_the_last_call_during_drain_closes_at_once() {
     // timeout is 10 s; the grace is 30 s).
     let before_close = frames_before_close_1001(&mut client).await;
     assert!(before_close.is_empty(), "{before_close:?}");
+    assert_stopped(stopper).await;
+}
+
+/// A client that, on its last result, asks the server something cheap about it (the Python
+/// SDK lists the tools after a call) gets its answer: the drained session closes only once
+/// its client has been quiet for a moment, not right after the last result.
+#[tokio::test]
+async fn a_cheap_request_sent_right_after_the_last_result_is_answered_before_the_close() {
+    let (server, gate) = start_with_gate(shutdown_settings(30_000));
+    let mut client = Client::initialized(&server).await;
+    let id = json!("held");
+    send_call(&mut client, &id, "hold", json!({})).await;
+    wait_metric(&server, "mcp_workers", 1).await;
+
+    let stopper = stop_in_background(server);
+    call_until_refused(&mut client).await;
+    gate.add_permits(1);
+    let response = client.recv_response(&id).await;
+    assert_eq!(
+        assert_result(&response, &id),
+        json!({"content": [{"type": "text", "text": "released"}]})
+    );
+    let list = json!("list");
+    client
+        .send_json(json!({"jsonrpc": "2.0", "id": list, "method": "tools/list"}))
+        .await;
+    let before_close = frames_before_close_1001(&mut client).await;
+    assert_eq!(before_close.len(), 1, "{before_close:?}");
+    assert!(
+        assert_result(&before_close[0], &list)["tools"].is_array(),
+        "{before_close:?}"
+    );
     assert_stopped(stopper).await;
 }

@@ -96,6 +96,21 @@ impl Method {
                 | Self::TasksCancel
         )
     }
+
+    /// Whether the method only reads what the server holds, running no user code: a
+    /// draining server still answers it, since a client finishing its last call may need it
+    /// (the Python SDK lists the tools after a call, to check the result's schema).
+    pub fn runs_no_user_code(self) -> bool {
+        matches!(
+            self,
+            Self::Ping
+                | Self::ToolsList
+                | Self::ResourcesList
+                | Self::ResourceTemplatesList
+                | Self::PromptsList
+                | Self::Discover
+        )
+    }
 }
 
 /// Notification method names, both directions.
