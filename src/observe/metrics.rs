@@ -2,8 +2,8 @@
 //! format. Plain atomics: cheap enough for the hot path, and readable by tests without
 //! timing (a peak gauge shows a limit held, whatever the scheduling was).
 
-use crate::protocol::mcp::Method;
 use crate::observe::telemetry;
+use crate::protocol::mcp::Method;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

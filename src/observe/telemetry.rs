@@ -208,10 +208,11 @@ impl<W: Write> Write for Batched<W> {
     }
 }
 
-/// The text format's fields: `name=value`, where a value that is not a plain token (ASCII
-/// graphic characters other than `"`, `\` and `=`) is quoted and escaped as a Rust string
-/// literal is; string values are always quoted, as `tracing_subscriber`'s default does. The
-/// `message` is written first, as is.
+/// The text format's fields: `name=value`, where a value that is neither a plain token
+/// (ASCII graphic characters other than `"`, `\` and `=`) nor already a well-formed quoted
+/// string (a JSON string id) is quoted and escaped as a Rust string literal is; string values
+/// are always quoted, as `tracing_subscriber`'s default does. The `message` is written first,
+/// as is.
 #[derive(Debug, Clone, Copy)]
 pub struct TextFields;
 
@@ -284,17 +285,39 @@ thread_local! {
     static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-/// `text` bare when it is a plain token, else quoted and escaped.
+/// `text` as it is when it is a plain token or already a well-formed quoted string, else
+/// quoted and escaped.
 fn write_token(writer: &mut Writer<'_>, text: &str) -> fmt::Result {
     let plain = !text.is_empty()
         && text
             .bytes()
             .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\' | b'='));
-    if plain {
+    if plain || is_quoted(text) {
         writer.write_str(text)
     } else {
         write!(writer, "{text:?}")
     }
+}
+
+/// Whether `text` is a quoted string a reader ends where it ends: `"` first and last, every
+/// `"` and `\` between them escaped by a `\`, no control character (a JSON string, as a
+/// request id is written, is one).
+fn is_quoted(text: &str) -> bool {
+    let Some(inner) = text
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+    else {
+        return false;
+    };
+    let mut bytes = inner.bytes();
+    while let Some(byte) = bytes.next() {
+        match byte {
+            b'\\' if bytes.next().is_none() => return false,
+            b'"' => return false,
+            _ => {}
+        }
+    }
+    !text.chars().any(char::is_control)
 }
 
 impl Visit for TextVisitor<'_> {
@@ -346,6 +369,13 @@ mod tests {
         assert_eq!(token("x=1"), "\"x=1\"");
         assert_eq!(token("a\\b\n\u{1b}"), r#""a\\b\n\u{1b}""#);
         assert_eq!(token("é"), "\"é\"");
+        // Already quoted (a JSON string id): as it is; not quite quoted: quoted again.
+        assert_eq!(token(r#""t1""#), r#""t1""#);
+        assert_eq!(token(r#""a\" b=\"c""#), r#""a\" b=\"c""#);
+        assert_eq!(token(r#""a" b="c""#), r#""\"a\" b=\"c\"""#);
+        assert_eq!(token(r#""a\""#), r#""\"a\\\"""#);
+        assert_eq!(token("\""), r#""\"""#);
+        assert_eq!(token("\"a\nb\""), r#""\"a\nb\"""#);
     }
 
     #[test]
