@@ -12,6 +12,14 @@
 //! Cost: the clock is read when a request arrives and when it is answered (the worker's
 //! deadline reuses the first read). When the access target is filtered out, the line costs
 //! one `enabled!` check (a cached callsite interest) and nothing is copied or formatted.
+//! When it is written, the record holds one box and the params text: the id is shared, the
+//! method kept inline, and every client string is escaped as the line is formatted
+//! ([`Clean`]), not copied first. The line itself goes to the log's background writer
+//! ([`telemetry`](crate::observe::telemetry)): no system call on the event loop.
+//!
+//! Client strings cannot forge fields: in JSON the formatter escapes them; in the text
+//! format a value that is not a plain token is quoted and escaped
+//! ([`TextFields`](crate::observe::telemetry::TextFields)).
 
 use crate::observe::metrics::{MethodLabel, Metrics};
 use crate::protocol::jsonrpc::{self, Params, RequestId};
