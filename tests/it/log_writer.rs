@@ -341,15 +341,23 @@ async fn the_log_file_is_created_holds_the_lines_and_old_files_are_pruned() {
 
 #[test]
 fn a_log_directory_that_does_not_exist_is_a_config_error() {
+    let missing = log_dir("no-dir").join("missing");
+    let file = missing.join("mcp-ws.log");
     let config = config(
         "no-dir",
-        "[server]\nlisten = \"127.0.0.1:0\"\n\n[logging]\nfile = \"/nonexistent/mcp-ws/mcp-ws.log\"\n",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n[logging]\nfile = {:?}\n",
+            file.to_str().expect("utf-8")
+        ),
     );
     let mut process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
     let (status, stderr) = process.wait_exit();
+    // Refused before anything is created (the file appender would create the directory).
+    let _ = std::fs::remove_dir_all(&missing);
     assert_eq!(status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("logging.file: directory /nonexistent/mcp-ws does not exist"),
-        "{stderr}"
+    let expected = format!(
+        "logging.file: directory {} does not exist",
+        missing.display()
     );
+    assert!(stderr.contains(&expected), "{stderr}");
 }
