@@ -6,9 +6,14 @@
 #   benches/callgrind.sh [payload-bytes] [mcp-ws binary]     (defaults: 64, target/release/mcp-ws)
 #   TARGET=actix-inline benches/callgrind.sh [payload-bytes]  (a baseline instead, same workload)
 #   CONFIG=my.toml benches/callgrind.sh                       (mcp-ws with another config than
-#                                                              benches/load.toml, e.g. dedup off)
-#   SERVER_LOG=info benches/callgrind.sh                      (the server's RUST_LOG; default warn,
-#                                                               which filters out the access log)
+#                                                              config/default.toml, e.g. dedup off)
+#   SERVER_LOG=warn benches/callgrind.sh                      (the server's RUST_LOG; default unset:
+#                                                              the config's filter, access log on)
+#   BARE=1 benches/callgrind.sh                               (then again on the bare configuration,
+#                                                              benches/bare.toml with SERVER_LOG=warn)
+#
+# The figure is of the shipped configuration (config/default.toml, its log filter: the access
+# log on, written to $OUT.log) unless CONFIG / SERVER_LOG say otherwise; the run prints which.
 #   ERA=2026-07-28 benches/callgrind.sh                       (mcp-ws: stateless 2026-07-28
 #                                                              requests, `_meta` and no initialize)
 #   LOAD_ARGS=--idempotency-keys benches/callgrind.sh         (more generator arguments: here
@@ -18,10 +23,20 @@
 # connections x 16 pipelined `tools/call echo` for 10 s. Needs valgrind (callgrind_annotate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# BARE=1: this run, then the same run on the bare configuration.
+if [ "${BARE:-}" = 1 ]; then
+  BARE= "$0" "$@"
+  echo "== the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
+  BARE= CONFIG=benches/bare.toml SERVER_LOG=warn exec "$0" "$@"
+fi
+CONFIG=${CONFIG:-config/default.toml}
+# The server's RUST_LOG: unset, logging.filter of the config decides.
+[ -z "${SERVER_LOG:-}" ] || export RUST_LOG=$SERVER_LOG
+[ -n "${SERVER_LOG:-}" ] || unset RUST_LOG
+echo "== mcp-ws configuration: $CONFIG, log filter: ${SERVER_LOG:-logging.filter of the config}" >&2
 PAYLOAD=${1:-64}
 SERVER=${2:-target/release/mcp-ws}
 TARGET=${TARGET:-mcp-ws}
-CONFIG=${CONFIG:-benches/load.toml}
 ERA=${ERA:-2025-11-25}
 # A given binary is used as is; only the default one (and only for mcp-ws) is built here.
 [ $# -ge 2 ] || [ "$TARGET" != mcp-ws ] || cargo build --release --quiet
@@ -37,7 +52,7 @@ else
   SERVE=("$LOAD" --serve-baseline "$TARGET" --listen 127.0.0.1:$PORT)
   URL_FLAG=--$TARGET-url
 fi
-RUST_LOG=${SERVER_LOG:-warn} taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${SERVE[@]}" \
+taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${SERVE[@]}" \
   >"$OUT.log" 2>&1 &
 SERVER_PID=$!
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT

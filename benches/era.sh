@@ -10,8 +10,27 @@
 #   benches/era.sh [generator args...]      e.g. --duration 4 --payload 64
 #   ROUNDS=6 TRANSPORTS="ws http" benches/era.sh
 #   SERVER=/path/to/other/mcp-ws benches/era.sh    (another build; then nothing is built here)
+#   The figures are of the shipped configuration, config/default.toml with its log filter
+#   (access log on, written to a file), unless told otherwise:
+#   CONFIG=file.toml                (mcp-ws with another configuration)
+#   SERVER_LOG=warn                 (the server's RUST_LOG; warn turns the access log off)
+#   BARE=1                          (then the same run again on the bare configuration,
+#                                    CONFIG=benches/bare.toml SERVER_LOG=warn: hardening and
+#                                    access log off)
+#   The server's log goes to $OUT/mcp-ws.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# BARE=1: this run, then the same run on the bare configuration.
+if [ "${BARE:-}" = 1 ]; then
+  BARE= "$0" "$@"
+  echo "== the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
+  BARE= CONFIG=benches/bare.toml SERVER_LOG=warn exec "$0" "$@"
+fi
+CONFIG=${CONFIG:-config/default.toml}
+# The server's RUST_LOG: unset, logging.filter of the config decides.
+[ -z "${SERVER_LOG:-}" ] || export RUST_LOG=$SERVER_LOG
+[ -n "${SERVER_LOG:-}" ] || unset RUST_LOG
+echo "== mcp-ws configuration: $CONFIG, log filter: ${SERVER_LOG:-logging.filter of the config}" >&2
 SERVER=${SERVER:-}
 [ -n "$SERVER" ] || { cargo build --release --quiet; SERVER=target/release/mcp-ws; }
 # LOAD: a load generator already built (it does not depend on the server's code).
@@ -21,7 +40,7 @@ TRANSPORTS=${TRANSPORTS:-ws http}
 PORT=${PORT_BASE:-18875}
 OUT=${OUT:-bench-results/era-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
-RUST_LOG=warn taskset -c 0 "$SERVER" --listen 127.0.0.1:$PORT --config benches/load.toml &
+taskset -c 0 "$SERVER" --listen 127.0.0.1:$PORT --config "$CONFIG" 2>"$OUT/mcp-ws.log" &
 MCP=$!
 trap 'kill $MCP 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 sleep 1

@@ -8,11 +8,30 @@
 #
 #   benches/http.sh [generator args...]     e.g. --connections 16 --payload 64 --duration 5
 #   RUNS=5 benches/http.sh                  five runs (default 3); OUT=dir keeps the logs
+#   The figures are of the shipped configuration, config/default.toml with its log filter
+#   (access log on, written to a file), unless told otherwise:
+#   CONFIG=file.toml                (mcp-ws with another configuration)
+#   SERVER_LOG=warn                 (the server's RUST_LOG; warn turns the access log off)
+#   BARE=1                          (then the same run again on the bare configuration,
+#                                    CONFIG=benches/bare.toml SERVER_LOG=warn: hardening and
+#                                    access log off)
+#   The server's log goes to $OUT/mcp-ws.log.
 #
 # The peers are standalone cargo projects in benches/peers/ (own [workspace], own target dir
 # target/peers), built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# BARE=1: this run, then the same run on the bare configuration.
+if [ "${BARE:-}" = 1 ]; then
+  BARE= "$0" "$@"
+  echo "== the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
+  BARE= CONFIG=benches/bare.toml SERVER_LOG=warn exec "$0" "$@"
+fi
+CONFIG=${CONFIG:-config/default.toml}
+# The server's RUST_LOG: unset, logging.filter of the config decides.
+[ -z "${SERVER_LOG:-}" ] || export RUST_LOG=$SERVER_LOG
+[ -n "${SERVER_LOG:-}" ] || unset RUST_LOG
+echo "== mcp-ws configuration: $CONFIG, log filter: ${SERVER_LOG:-logging.filter of the config}" >&2
 cargo build --release --quiet
 # LOAD: a load generator already built (it does not depend on the server's code).
 LOAD=${LOAD:-$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
@@ -28,7 +47,7 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-RUST_LOG=warn taskset -c 0 target/release/mcp-ws --listen 127.0.0.1:$PORT --config benches/load.toml &
+taskset -c 0 target/release/mcp-ws --listen 127.0.0.1:$PORT --config "$CONFIG" 2>"$OUT/mcp-ws.log" &
 MCP=$!; pids+=($MCP)
 taskset -c 0 "$PEERS/release/bench-rmcp" 127.0.0.1:$((PORT + 1)) & RMCP_SSE=$!; pids+=($RMCP_SSE)
 MODE=stateless-json taskset -c 0 "$PEERS/release/bench-rmcp" 127.0.0.1:$((PORT + 2)) & RMCP_JSON=$!

@@ -2,13 +2,33 @@
 # The recommended load run (benches/README.md): each server alone on core 0, the generator
 # on core 1, every target measured one after another in the same run.
 #   benches/pinned.sh [generator args...]      e.g. --connections 1,16,64 --payload 64
-#   benches/pinned.sh sessions --sessions 18000 --hold 10
 #   CONFIG=benches/hardened.toml MCP_WS_BEARER=bench-key-0123456789 benches/pinned.sh ...
 #                                   (mcp-ws with another config; the token goes to every target)
+#   CONFIG=benches/load.toml benches/pinned.sh sessions --sessions 18000 --hold 10
+#                                   (room for more than the shipped 10 000 sessions)
+#   The figures are of the shipped configuration, config/default.toml with its log filter
+#   (access log on, written to a file), unless told otherwise:
+#   CONFIG=file.toml                (mcp-ws with another configuration)
+#   SERVER_LOG=warn                 (the server's RUST_LOG; warn turns the access log off)
+#   BARE=1                          (then the same run again on the bare configuration,
+#                                    CONFIG=benches/bare.toml SERVER_LOG=warn: hardening and
+#                                    access log off)
+#   The server's log goes to SERVER_LOG_FILE (default a new /tmp/mcp-ws-bench.*.log).
 #   SERVER=/path/to/other/mcp-ws LOAD=/path/to/load benches/pinned.sh ...
 #                                   (given builds: then nothing is built here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# BARE=1: this run, then the same run on the bare configuration.
+if [ "${BARE:-}" = 1 ]; then
+  BARE= "$0" "$@"
+  echo "== the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
+  BARE= CONFIG=benches/bare.toml SERVER_LOG=warn exec "$0" "$@"
+fi
+CONFIG=${CONFIG:-config/default.toml}
+# The server's RUST_LOG: unset, logging.filter of the config decides.
+[ -z "${SERVER_LOG:-}" ] || export RUST_LOG=$SERVER_LOG
+[ -n "${SERVER_LOG:-}" ] || unset RUST_LOG
+echo "== mcp-ws configuration: $CONFIG, log filter: ${SERVER_LOG:-logging.filter of the config}" >&2
 SERVER=${SERVER:-}
 [ -n "$SERVER" ] || { cargo build --release --quiet; SERVER=target/release/mcp-ws; }
 # LOAD: a load generator already built (as in callgrind.sh).
@@ -20,7 +40,9 @@ trap cleanup EXIT
 prlimit --pid $$ --nofile=20000:20000 2>/dev/null || true
 ulimit -n 20000 2>/dev/null || true
 
-RUST_LOG=warn taskset -c 0 "$SERVER" --listen 127.0.0.1:$PORT_BASE --config "${CONFIG:-benches/load.toml}" &
+SERVER_LOG_FILE=${SERVER_LOG_FILE:-$(mktemp /tmp/mcp-ws-bench.XXXXXX.log)}
+echo "== the server's log: $SERVER_LOG_FILE" >&2
+taskset -c 0 "$SERVER" --listen 127.0.0.1:$PORT_BASE --config "$CONFIG" 2>"$SERVER_LOG_FILE" &
 MCP=$!; pids+=($MCP)
 taskset -c 0 "$LOAD" --serve-baseline raw-echo --listen 127.0.0.1:$((PORT_BASE + 1)) >/dev/null & RAW=$!; pids+=($RAW)
 taskset -c 0 "$LOAD" --serve-baseline jsonrpsee --listen 127.0.0.1:$((PORT_BASE + 2)) >/dev/null & JR=$!; pids+=($JR)

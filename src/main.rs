@@ -1,5 +1,6 @@
-//! The `mcp-ws` binary: command line and environment → settings → logging → the built-in
-//! capability set named in the settings → the server, built through the public API.
+//! The `mcp-ws` binary: command line and environment → settings → logging (its background
+//! writer kept until the server has stopped) → the built-in capability set named in the
+//! settings → the server, built through the public API.
 
 mod conformance;
 mod demo;
@@ -36,7 +37,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    mcp_ws::telemetry::init_with(&settings.logging);
+    // Held to the end of `main`: dropping it writes out the lines still queued, the server's
+    // last ones included, once the server has stopped.
+    let _log = match mcp_ws::telemetry::install(&settings.logging) {
+        Ok(guard) => guard,
+        Err(error) => {
+            eprintln!("mcp-ws: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let set = settings.builtins.set.clone();
     let server = match with_builtins(&set, Server::builder().settings(settings)).build() {
         Ok(server) => server,

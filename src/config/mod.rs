@@ -696,6 +696,14 @@ pub struct LoggingSettings {
     pub redact_keys: Vec<String>,
     /// Longest params text in an access-log line, in bytes; longer is cut, ending in `…`.
     pub access_params_max_bytes: usize,
+    /// Where the log goes: empty for stderr, else this file, rotated daily (`FILE.YYYY-MM-DD`
+    /// in its directory, which must exist).
+    pub file: PathBuf,
+    /// How many daily files of `file` are kept; older ones are deleted as the day turns.
+    pub file_keep: usize,
+    /// Lines the log's background writer holds before it drops new ones (counted in
+    /// `mcp_dropped_total{reason="access_log"}`) rather than make the event loop wait.
+    pub queue_lines: usize,
 }
 
 /// How log lines are written.
@@ -821,7 +829,47 @@ impl Default for LoggingSettings {
             .map(str::to_owned)
             .to_vec(),
             access_params_max_bytes: 2048,
+            file: PathBuf::new(),
+            file_keep: 7,
+            queue_lines: 16_384,
         }
+    }
+}
+
+impl LoggingSettings {
+    /// The directory and file-name prefix of `file`, when it is set: the rotated files are
+    /// `PREFIX.YYYY-MM-DD` in the directory (`.` for a bare name).
+    pub fn file_parts(&self) -> Option<(&Path, &std::ffi::OsStr)> {
+        if self.file.as_os_str().is_empty() {
+            return None;
+        }
+        let name = self.file.file_name()?;
+        let dir = self
+            .file
+            .parent()
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        Some((dir, name))
+    }
+
+    /// `file` names a file (not a directory) in a directory that exists.
+    fn validate_file(&self) -> Result<(), ConfigError> {
+        if self.file.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let Some((dir, _)) = self.file_parts() else {
+            return Err(ConfigError::Invalid(format!(
+                "logging.file: {} does not name a file",
+                self.file.display()
+            )));
+        };
+        if !dir.is_dir() {
+            return Err(ConfigError::Invalid(format!(
+                "logging.file: directory {} does not exist",
+                dir.display()
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -967,6 +1015,8 @@ impl Settings {
                 "logging.access_params_max_bytes",
                 self.logging.access_params_max_bytes as u64,
             ),
+            ("logging.file_keep", self.logging.file_keep as u64),
+            ("logging.queue_lines", self.logging.queue_lines as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(
@@ -1065,6 +1115,7 @@ impl Settings {
                 self.logging.client_level
             )));
         }
+        self.logging.validate_file()?;
         Ok(())
     }
 }

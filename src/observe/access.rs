@@ -12,13 +12,22 @@
 //! Cost: the clock is read when a request arrives and when it is answered (the worker's
 //! deadline reuses the first read). When the access target is filtered out, the line costs
 //! one `enabled!` check (a cached callsite interest) and nothing is copied or formatted.
+//! When it is written, the record holds one box and the params text: the id is shared, the
+//! method kept inline, and every client string is escaped as the line is formatted
+//! ([`Clean`]), not copied first. The line itself goes to the log's background writer
+//! ([`telemetry`](crate::observe::telemetry)): no system call on the event loop.
+//!
+//! Client strings cannot forge fields: in JSON the formatter escapes them; in the text
+//! format a value that is not a plain token is quoted and escaped
+//! ([`TextFields`](crate::observe::telemetry::TextFields)).
 
 use crate::observe::metrics::{MethodLabel, Metrics};
-use crate::protocol::jsonrpc::{self, Params};
+use crate::protocol::jsonrpc::{self, Params, RequestId};
 use crate::protocol::mcp::{CallToolParams, Error, RequestMeta};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use smol_str::SmolStr;
 use std::fmt::{self, Write};
 use std::sync::Arc;
 use std::time::Instant;
@@ -97,10 +106,10 @@ impl Redaction {
     }
 
     /// A request's params for its line: the raw params, or for a `tools/call` parsed in the
-    /// decoder's pass, its name, arguments and `_meta` written back as JSON.
-    fn params(&self, params: &Params<'_, CallToolParams<'_>>) -> String {
-        match params {
-            Params::Raw(None) => "-".to_owned(),
+    /// decoder's pass, its name, arguments and `_meta` written back as JSON; `None` for none.
+    fn params(&self, params: &Params<'_, CallToolParams<'_>>) -> Option<String> {
+        Some(match params {
+            Params::Raw(None) => return None,
             Params::Raw(Some(raw)) => self.apply(raw.get()),
             Params::Parsed(call) => {
                 let mut out = String::with_capacity(64);
@@ -122,7 +131,7 @@ impl Redaction {
                 }
                 out
             }
-        }
+        })
     }
 }
 
@@ -353,10 +362,13 @@ pub(crate) struct RequestRecord {
     line: Option<Box<AccessLine>>,
 }
 
+/// Copies of the frame's parts, taken as they are (escaping waits for the line, see
+/// [`Clean`]): the id shares the request's (inline up to 23 bytes), the method is inline up
+/// to 23 bytes (every method of the protocol), the params are the one text built.
 struct AccessLine {
-    id: String,
-    method: String,
-    params: String,
+    id: RequestId,
+    method: SmolStr,
+    params: Option<String>,
     trace_id: Arc<str>,
 }
 
@@ -447,13 +459,12 @@ impl RequestRecord {
                 .map_or_else(|| admission.trace_id().clone(), Arc::from);
             span.record("trace", &*trace_id);
             logged.then(|| {
-                let mut id = String::new();
-                push_clean(&mut id, request.id.as_json());
-                let mut method = String::new();
-                push_clean(&mut method, &request.method);
+                // Enough of a long method for [`Clean`] to see that it is cut.
+                let method = &request.method;
+                let kept = floor_char_boundary(method, MAX_NAME_BYTES + 4);
                 Box::new(AccessLine {
-                    id,
-                    method,
+                    id: request.id.clone(),
+                    method: SmolStr::new(&method[..kept]),
                     params: redaction.params(&request.params),
                     trace_id,
                 })
@@ -491,52 +502,51 @@ impl RequestRecord {
         let Some(line) = self.line else {
             return finished;
         };
-        let mut user_agent = String::new();
-        push_clean(&mut user_agent, admission.user_agent().unwrap_or("-"));
-        let mut identity = String::new();
-        push_clean(&mut identity, admission.subject());
+        // Every client string through `Clean`, escaped as it is written: nothing is copied
+        // for the line, and the text format quotes whatever is not a plain token.
         tracing::info!(
             target: TARGET,
             session,
-            id = %line.id,
-            method = %line.method,
-            params = %line.params,
+            id = %Clean(line.id.as_json()),
+            method = %Clean(&line.method),
+            params = %line.params.as_deref().unwrap_or("-"),
             outcome = outcome.label(),
             code = outcome.code(),
             duration_us = elapsed.as_micros() as u64,
             peer = %Peer(admission.peer()),
-            user_agent,
-            identity = %identity,
-            trace_id = %line.trace_id,
+            user_agent = %Clean(admission.user_agent().unwrap_or("-")),
+            identity = %Clean(admission.subject()),
+            trace_id = %Clean(&line.trace_id),
             "request"
         );
         finished
     }
 }
 
-/// Appends `text`, cut at [`MAX_NAME_BYTES`], with control characters (C0, DEL, C1)
-/// escaped, so that a client's string cannot break or color a text log line.
-fn push_clean(out: &mut String, text: &str) {
-    let end = floor_char_boundary(text, MAX_NAME_BYTES);
-    let part = &text[..end];
-    let bytes = part.as_bytes();
-    let clean = !bytes.iter().enumerate().any(|(i, b)| {
-        matches!(b, 0..=0x1f | 0x7f)
-            || (*b == 0xc2 && matches!(bytes.get(i + 1), Some(0x80..=0x9f)))
-    });
-    if clean {
-        out.push_str(part);
-    } else {
-        for c in part.chars() {
+/// A client's string as its line shows it: cut at [`MAX_NAME_BYTES`] (then ending in `…`),
+/// with control characters (C0, DEL, C1) escaped as `\u{..}`, so that it cannot break or
+/// color a line in either format. Written straight into the line: runs without control
+/// characters are copied whole.
+struct Clean<'a>(&'a str);
+
+impl fmt::Display for Clean<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.0;
+        let end = floor_char_boundary(text, MAX_NAME_BYTES);
+        let part = &text[..end];
+        let mut copied = 0;
+        for (i, c) in part.char_indices() {
             if c.is_control() {
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-            } else {
-                out.push(c);
+                f.write_str(&part[copied..i])?;
+                write!(f, "\\u{{{:x}}}", u32::from(c))?;
+                copied = i + c.len_utf8();
             }
         }
-    }
-    if end < text.len() {
-        out.push('…');
+        f.write_str(&part[copied..])?;
+        if end < text.len() {
+            f.write_char('…')?;
+        }
+        Ok(())
     }
 }
 
@@ -638,9 +648,11 @@ mod tests {
 
     #[test]
     fn client_strings_cannot_break_a_line() {
-        let mut out = String::new();
-        push_clean(&mut out, "a\nb\u{1b}c\u{9b}dé");
-        assert_eq!(out, "a\\u{a}b\\u{1b}c\\u{9b}dé");
+        assert_eq!(
+            Clean("a\nb\u{1b}c\u{9b}dé").to_string(),
+            "a\\u{a}b\\u{1b}c\\u{9b}dé"
+        );
+        assert_eq!(Clean("plain").to_string(), "plain");
         let mut json = String::new();
         push_json_string(&mut json, "q\"\\\n\u{1}\u{9b}é\u{7f}", 100);
         assert_eq!(json, r#""q\"\\\n\u0001\u009bé\u007f""#);
@@ -648,8 +660,7 @@ mod tests {
             serde_json::from_str::<String>(&json).expect("valid JSON"),
             "q\"\\\n\u{1}\u{9b}é\u{7f}"
         );
-        let mut long = String::new();
-        push_clean(&mut long, &"m".repeat(1000));
+        let long = Clean(&"m".repeat(1000)).to_string();
         assert_eq!(long.len(), MAX_NAME_BYTES + '…'.len_utf8());
     }
 }

@@ -2,6 +2,7 @@
 //! format. Plain atomics: cheap enough for the hot path, and readable by tests without
 //! timing (a peak gauge shows a limit held, whatever the scheduling was).
 
+use crate::observe::telemetry;
 use crate::protocol::mcp::Method;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -535,7 +536,10 @@ impl Latencies {
     }
 }
 
-/// Notifications dropped on their way to a client (`mcp_dropped_total{reason}`).
+/// What was dropped rather than wait or grow without bound (`mcp_dropped_total{reason}`):
+/// notifications on their way to a client, and (`reason="access_log"`) lines of the server's
+/// own log that found the background writer's queue full — every dropped log line, access
+/// line or not, counted process-wide ([`telemetry::dropped_lines`]).
 #[derive(Debug, Default)]
 pub struct Drops {
     /// Log lines over `limits.log_lines_per_second` / `log_lines_burst`.
@@ -550,15 +554,12 @@ impl Drops {
             out,
             "# HELP mcp_dropped_total Notifications to clients dropped by a limit\n# TYPE mcp_dropped_total counter"
         );
-        for (reason, counter) in [
-            ("log_lines", &self.log_lines),
-            ("queued_notifications", &self.queued_notifications),
+        for (reason, count) in [
+            ("log_lines", self.log_lines.get()),
+            ("queued_notifications", self.queued_notifications.get()),
+            ("access_log", telemetry::dropped_lines()),
         ] {
-            let _ = writeln!(
-                out,
-                "mcp_dropped_total{{reason=\"{reason}\"}} {}",
-                counter.get()
-            );
+            let _ = writeln!(out, "mcp_dropped_total{{reason=\"{reason}\"}} {count}");
         }
     }
 }

@@ -534,3 +534,128 @@ async fn the_tool_context_sees_the_request_trace_id() {
         .await;
     assert_eq!(own["result"]["content"][0]["text"], own_trace, "{own}");
 }
+
+/// The fields of a text line after its message, `name=value` each, a value bare or quoted
+/// with Rust's escapes (`\"`, `\\`, `\n`, `\u{..}`): how a reader of the text log parses
+/// them. `None` for a line that does not parse.
+fn text_fields(rest: &str) -> Option<Vec<(String, String)>> {
+    let mut fields = Vec::new();
+    let mut chars = rest.chars().peekable();
+    loop {
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            return Some(fields);
+        }
+        let mut name = String::new();
+        loop {
+            match chars.next()? {
+                '=' => break,
+                ' ' | '"' => return None,
+                c => name.push(c),
+            }
+        }
+        let mut value = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '"' => break,
+                    '\\' => match chars.next()? {
+                        'n' => value.push('\n'),
+                        'r' => value.push('\r'),
+                        't' => value.push('\t'),
+                        'u' => {
+                            let hex: String =
+                                chars.by_ref().skip(1).take_while(|c| *c != '}').collect();
+                            value.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                        }
+                        c => value.push(c),
+                    },
+                    c => value.push(c),
+                }
+            }
+            if !matches!(chars.peek(), None | Some(' ')) {
+                return None;
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| *c != ' ') {
+                value.push(c);
+            }
+        }
+        fields.push((name, value));
+    }
+}
+
+#[tokio::test]
+async fn client_strings_cannot_forge_fields_of_a_text_line() {
+    let server = spawn("forge", "text", "info", "");
+    let user_agent = "ua\" identity=admin x=\"1";
+    let mut client = client_with(&server.url(), &[("user-agent", user_agent)]).await;
+    let method = "ping identity=admin outcome=\"ok\" \\\" code=1";
+    let id = json!("x\" identity=admin y=\"");
+    let answer = client.request_with_id(id.clone(), method, json!({})).await;
+    assert_error(&answer, &id, -32601);
+
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let line = loop {
+        let log = server.process.stderr_text();
+        if let Some(line) = log
+            .lines()
+            .find(|l| l.contains("mcp_ws::access") && l.contains("code=-32601"))
+        {
+            break line.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no access line:\n{log}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(
+        server
+            .process
+            .stderr_text()
+            .lines()
+            .filter(|l| l.contains("mcp_ws::access") && l.contains("-32601"))
+            .count(),
+        1,
+        "one line"
+    );
+    let (_, rest) = line
+        .split_once("mcp_ws::access: request ")
+        .unwrap_or_else(|| panic!("an access line: {line}"));
+    let fields = text_fields(rest).unwrap_or_else(|| panic!("fields do not parse: {line}"));
+    let names: Vec<&str> = fields.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "session",
+            "id",
+            "method",
+            "params",
+            "outcome",
+            "code",
+            "duration_us",
+            "peer",
+            "user_agent",
+            "identity",
+            "trace_id"
+        ],
+        "{line}"
+    );
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("method"), method, "{line}");
+    // A string id is written as its JSON text, which reads back as the string.
+    assert_eq!(field("id"), id.as_str().expect("a string id"), "{line}");
+    assert_eq!(field("user_agent"), user_agent, "{line}");
+    assert_eq!(field("identity"), "anonymous", "{line}");
+    assert_eq!(field("outcome"), "error", "{line}");
+    assert_eq!(field("code"), "-32601", "{line}");
+    assert_eq!(field("params"), "{}", "{line}");
+    assert_eq!(field("peer"), "127.0.0.1", "{line}");
+}

@@ -31,6 +31,7 @@ mod jsonrpc_props;
 mod jsonrpc_wire;
 mod lifecycle;
 mod limits;
+mod log_writer;
 mod memory_transport;
 mod observe_metrics;
 mod origin;

@@ -1,0 +1,363 @@
+//! The log's background writer, driven through the real binary:
+//!
+//! - SIGTERM right after N answered requests: every one of the N access lines is in the
+//!   output, and so is the server's last line (`stopped`), on stderr and in `logging.file`.
+//! - A reader that stops reading stderr (a pipe nobody drains) does not stall the server:
+//!   `/healthz` and a WebSocket `ping` are answered, and the lines that found the writer's
+//!   queue full are counted in `mcp_dropped_total{reason="access_log"}`.
+//! - `logging.file`: the file (`NAME.YYYY-MM-DD` in its directory) is created and holds the
+//!   lines; older files beyond `logging.file_keep` are deleted; a directory that does not
+//!   exist is a configuration error at start.
+
+use crate::support::http::http_get;
+use crate::support::process::ServerProcess;
+use crate::support::*;
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A config file in the test's temporary directory.
+fn config(name: &str, text: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("log_writer-{name}-{}.toml", std::process::id()));
+    std::fs::write(&path, text).expect("write the config");
+    path
+}
+
+/// A fresh directory for log files.
+fn log_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("log_writer-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the log directory");
+    dir
+}
+
+/// The files in `dir`, by name.
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read the log directory")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .into_string()
+                .expect("utf-8")
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Sends `count` pings in one go, then reads their answers.
+async fn pings(client: &mut Client, count: usize, params: &Value) {
+    for n in 0..count {
+        client
+            .send_json(json!({"jsonrpc": "2.0", "id": n, "method": "ping", "params": params}))
+            .await;
+    }
+    for _ in 0..count {
+        let answer = client.recv().await;
+        assert!(answer.get("result").is_some(), "{answer}");
+    }
+}
+
+/// The access lines of a JSON log.
+fn access_lines(log: &str) -> usize {
+    log.lines()
+        .filter(|line| {
+            let line: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+            line["target"] == "mcp_ws::access"
+        })
+        .count()
+}
+
+fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -TERM succeeded");
+}
+
+/// The text of every log file in `dir`, in name order.
+fn file_text(dir: &Path) -> String {
+    files_in(dir)
+        .iter()
+        .map(|name| std::fs::read_to_string(dir.join(name)).unwrap_or_default())
+        .collect()
+}
+
+/// Polls `log` (the log so far) for the `addr` of the JSON `listening` line.
+fn wait_addr(log: impl Fn() -> String) -> SocketAddr {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let text = log();
+        let found = text.lines().find_map(|line| {
+            let line: Value = serde_json::from_str(line).ok()?;
+            line["addr"].as_str()?.parse().ok()
+        });
+        if let Some(addr) = found {
+            return addr;
+        }
+        assert!(Instant::now() < deadline, "no listening line:\n{text}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs the binary with `logging` added to its config (JSON lines), answers `count` pings
+/// after the initialize, sends SIGTERM at once, and returns its stderr once it has exited
+/// with status 0. With `dir`, the log is read from the files there.
+async fn requests_then_sigterm(
+    name: &str,
+    logging: &str,
+    dir: Option<&Path>,
+    count: usize,
+) -> String {
+    let config = config(
+        name,
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\n{logging}"
+        ),
+    );
+    let mut process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
+    let addr = match dir {
+        Some(dir) => wait_addr(|| file_text(dir)),
+        None => wait_addr(|| process.stderr_text()),
+    };
+    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
+    let init = client
+        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
+        .await;
+    assert_result(&init, &json!("init"));
+    pings(&mut client, count, &json!({})).await;
+    sigterm(&process.child);
+    drop(client);
+    let (status, stderr) = process.wait_exit();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    stderr
+}
+
+/// All `count` access lines (and the initialize's) are in `log`, and its last line is the
+/// server's `stopped`.
+fn assert_complete(log: &str, count: usize) {
+    assert_eq!(access_lines(log), count + 1, "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(last.contains("\"stopped\""), "the last line: {last}");
+}
+
+#[tokio::test]
+async fn sigterm_right_after_requests_loses_no_line_on_stderr() {
+    let count = 300;
+    let stderr = requests_then_sigterm("stderr", "", None, count).await;
+    assert_complete(&stderr, count);
+}
+
+#[tokio::test]
+async fn sigterm_right_after_requests_loses_no_line_in_the_file() {
+    let count = 300;
+    let dir = log_dir("sigterm-file");
+    let file = dir.join("mcp-ws.log");
+    let stderr = requests_then_sigterm(
+        "sigterm-file",
+        &format!("file = {:?}\n", file.to_str().expect("utf-8")),
+        Some(&dir),
+        count,
+    )
+    .await;
+    assert!(stderr.is_empty(), "the log goes to the file: {stderr}");
+    assert_complete(&file_text(&dir), count);
+}
+
+/// The binary with its stderr piped and, once its `listening` line is read, never read
+/// again: the pipe fills (64 KiB) and the log's writer blocks on it.
+struct Stalled {
+    child: Child,
+    /// Open and unread: dropping it would make writes fail instead of block.
+    _stderr: BufReader<ChildStderr>,
+    addr: SocketAddr,
+    _config: PathBuf,
+}
+
+impl Stalled {
+    fn spawn(name: &str, logging: &str) -> Self {
+        let config = config(
+            name,
+            &format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"text\"\n{logging}"
+            ),
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-ws"))
+            .args(["--config", config.to_str().expect("utf-8")])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env_remove("MCP_WS_CONFIG")
+            .env_remove("MCP_WS_LISTEN")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the mcp-ws binary starts");
+        let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
+        // Bounded: the server logs `listening` at start, or exits (end of the pipe).
+        let addr = loop {
+            let mut line = String::new();
+            let read = stderr.read_line(&mut line).expect("read stderr");
+            assert!(read > 0, "the server exited before listening");
+            if let Some(addr) = line
+                .split_whitespace()
+                .find_map(|word| word.strip_prefix("addr="))
+            {
+                break addr.parse().expect("a socket address");
+            }
+        };
+        Self {
+            child,
+            _stderr: stderr,
+            addr,
+            _config: config,
+        }
+    }
+}
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A metric of the binary's `/metrics`.
+async fn metric_of(addr: SocketAddr, name: &str) -> u64 {
+    let (status, body) = http_get(addr, "/metrics").await;
+    assert_eq!(status, 200);
+    body.lines()
+        .find_map(|line| {
+            let (key, value) = line.split_once(' ')?;
+            (key == name).then(|| value.trim().parse().ok()).flatten()
+        })
+        .unwrap_or_else(|| panic!("metric {name} missing"))
+}
+
+#[tokio::test]
+async fn a_stderr_nobody_reads_costs_lines_not_answers() {
+    let dropped = "mcp_dropped_total{reason=\"access_log\"}";
+    let server = Stalled::spawn("stalled", "queue_lines = 64\n");
+    let mut client = Client::connect_url(&format!("ws://{}/mcp", server.addr)).await;
+    let init = client
+        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
+        .await;
+    assert_result(&init, &json!("init"));
+    // About 1 KiB a line: the pipe, the writer's 64 KiB buffer and its queue of 64 lines
+    // take some 200 lines; each round adds 100. Every answer comes within the client's
+    // receive timeout, and so does every /metrics.
+    let padding = json!({"pad": "x".repeat(1000)});
+    let mut rounds = 0;
+    while metric_of(server.addr, dropped).await == 0 {
+        rounds += 1;
+        assert!(
+            rounds <= 50,
+            "no log line was dropped after {rounds} rounds"
+        );
+        pings(&mut client, 100, &padding).await;
+    }
+    // The writer is still stuck on the pipe; the server answers all the same.
+    let (status, body) = http_get(server.addr, "/healthz").await;
+    assert_eq!((status, body.trim()), (200, "ok"));
+    let ping = client.request_with_id(json!("p"), "ping", json!({})).await;
+    assert_result(&ping, &json!("p"));
+    let mut other = Client::connect_url(&format!("ws://{}/mcp", server.addr)).await;
+    let init = other
+        .request_with_id(json!(1), "initialize", initialize_params("2025-11-25"))
+        .await;
+    assert_result(&init, &json!(1));
+    assert!(metric_of(server.addr, dropped).await > 0);
+}
+
+#[tokio::test]
+async fn the_log_file_is_created_holds_the_lines_and_old_files_are_pruned() {
+    let dir = log_dir("rotation");
+    // Files of past days, beyond what `file_keep = 3` keeps, and a file of another name.
+    for day in 1..=5 {
+        std::fs::write(dir.join(format!("mcp-ws.log.2020-01-0{day}")), "old\n").expect("write");
+    }
+    std::fs::write(dir.join("other.txt"), "keep me\n").expect("write");
+    let file = dir.join("mcp-ws.log");
+    let config = config(
+        "rotation",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\nfile = {:?}\nfile_keep = 3\n",
+            file.to_str().expect("utf-8")
+        ),
+    );
+    let process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
+    let addr = wait_addr(|| file_text(&dir));
+    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
+    client
+        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
+        .await;
+    pings(&mut client, 10, &json!({})).await;
+    // The lines reach the file without a shutdown: the writer flushes when its queue is
+    // empty.
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while access_lines(&file_text(&dir)) < 11 {
+        assert!(
+            Instant::now() < deadline,
+            "{} access lines in {:?}",
+            access_lines(&file_text(&dir)),
+            files_in(&dir)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let names = files_in(&dir);
+    let logs: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with("mcp-ws.log"))
+        .collect();
+    assert_eq!(logs.len(), 3, "file_keep = 3: {names:?}");
+    assert!(names.contains(&"other.txt".to_owned()), "{names:?}");
+    // Today's file (UTC) holds the lines.
+    let today = logs
+        .iter()
+        .find(|name| !name.starts_with("mcp-ws.log.2020"))
+        .unwrap_or_else(|| panic!("no file of today: {names:?}"));
+    let date = today.strip_prefix("mcp-ws.log.").expect("a dated name");
+    assert!(
+        date.len() == 10 && date.bytes().filter(|b| *b == b'-').count() == 2,
+        "{today}"
+    );
+    let text = std::fs::read_to_string(dir.join(today)).expect("read");
+    assert_eq!(access_lines(&text), 11, "{text}");
+    assert!(
+        process.stderr_text().is_empty(),
+        "{}",
+        process.stderr_text()
+    );
+}
+
+#[test]
+fn a_log_directory_that_does_not_exist_is_a_config_error() {
+    let missing = log_dir("no-dir").join("missing");
+    let file = missing.join("mcp-ws.log");
+    let config = config(
+        "no-dir",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n[logging]\nfile = {:?}\n",
+            file.to_str().expect("utf-8")
+        ),
+    );
+    let mut process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
+    let (status, stderr) = process.wait_exit();
+    // Refused before anything is created (the file appender would create the directory).
+    let _ = std::fs::remove_dir_all(&missing);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    let expected = format!(
+        "logging.file: directory {} does not exist",
+        missing.display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+}
