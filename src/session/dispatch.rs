@@ -371,6 +371,7 @@ impl Session {
         let idempotency = match p.meta.as_ref().and_then(|m| m.idempotency_key) {
             Some(key) if self.shared.settings.dedup.enabled => Some(Idempotency::of_tool_call(
                 &self.admission.identity,
+                self.id,
                 key,
                 &p.name,
                 p.arguments,
@@ -388,7 +389,7 @@ impl Session {
                 "tools/call",
                 &p.name,
                 p.arguments.map(RawValue::get),
-                m.info.identity.subject(),
+                m.info.identity.principal(),
             );
             (binding, p.input_responses, p.request_state.as_deref())
         });
@@ -543,7 +544,7 @@ impl Session {
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let binding = stateless.as_ref().map(|m| {
             let binding =
-                BindingParts::new("resources/read", &uri, None, m.info.identity.subject());
+                BindingParts::new("resources/read", &uri, None, m.info.identity.principal());
             (binding, p.input_responses, p.request_state.as_deref())
         });
         let era = self.era(stateless, binding)?;
@@ -625,7 +626,7 @@ impl Session {
                     "prompts/get",
                     &p.name,
                     Some(&arguments),
-                    m.info.identity.subject(),
+                    m.info.identity.principal(),
                 );
                 Some((binding, p.input_responses, p.request_state.as_deref()))
             }
