@@ -152,8 +152,9 @@ pub struct SignatureSettings {
     pub public_keys: BTreeMap<String, Vec<String>>,
     /// Largest gap between a request's timestamp and the server's clock, either way, in ms.
     pub max_skew_ms: u64,
-    /// Nonces a node remembers (each for twice `max_skew_ms`); when full of live ones, signed
-    /// requests are refused until some expire.
+    /// Nonces a node remembers (each for twice `max_skew_ms`), shared out evenly between the
+    /// identities of `public_keys` (at least one each); an identity whose share is full of
+    /// live ones is refused (`busy`) until some expire, the others sign on.
     pub max_nonces: usize,
 }
 
