@@ -894,6 +894,23 @@ fn resource_error(error: ResourceError, uri: String) -> Error {
         ResourceError::NotFound => Error::ResourceNotFound { uri },
         ResourceError::TooLarge { size, limit } => Error::ResourceTooLarge { uri, size, limit },
         ResourceError::Failed(message) => Error::HandlerFailed(message),
+        ResourceError::OverMessageLimit {
+            size,
+            encoded,
+            limit,
+        } => Error::ResourceOverMessageLimit {
+            uri,
+            size,
+            encoded,
+            limit,
+        },
+        ResourceError::Busy { scope, limit } => Error::ReadsBusy {
+            scope: match scope {
+                crate::resource::BusyScope::FileReads => crate::protocol::mcp::ReadLimit::Reads,
+                crate::resource::BusyScope::FileBytes => crate::protocol::mcp::ReadLimit::Bytes,
+            },
+            limit,
+        },
     }
 }
 
