@@ -48,42 +48,109 @@ pub struct SessionInfo {
 }
 
 /// Who a client is: the subject its credentials name (an API key's name, a JWT's `sub`, a
-/// client certificate's subject), and the scopes they grant.
+/// client certificate's subject), how it proved it ([`Proof`]), and the scopes granted.
+///
+/// Two proofs never name the same client: a JWT with `sub` `alice` is not the API key named
+/// `alice`. What the server scopes by identity (whose sessions, tasks, request states and
+/// idempotency keys; rate buckets; sessions per identity) goes by [`principal`](Self::principal),
+/// which carries the proof (`key:alice`, `jwt:alice`). [`subject`](Self::subject) is the bare
+/// name, what `[[auth.policies]]` identities, `signatures.public_keys` and rollouts match on.
 ///
 /// ```
-/// let someone = mcp_ws::context::Identity::anonymous();
+/// use mcp_ws::context::{Identity, Proof};
+/// let someone = Identity::anonymous();
 /// assert_eq!(someone.subject(), "anonymous");
 /// assert!(!someone.is_authenticated());
+/// let alice = Identity::proven(Proof::Jwt, "alice", Vec::new());
+/// assert_eq!((alice.subject(), alice.principal()), ("alice", "jwt:alice"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Identity {
     subject: Arc<str>,
+    /// `<proof>:<subject>` (`anonymous` for anonymous clients), made once.
+    principal: Arc<str>,
+    proof: Proof,
     scopes: Arc<[String]>,
-    authenticated: bool,
+}
+
+/// How a client proved its identity; each proof names identities in a namespace of its own
+/// (the prefix of [`Identity::principal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Proof {
+    /// No credentials: not authenticated.
+    Anonymous,
+    /// An API key of `auth.api_keys` (`key:<name>`).
+    ApiKey,
+    /// A JWT (`jwt:<sub>`).
+    Jwt,
+    /// A client certificate (`cert:<subject>`).
+    Certificate,
+    /// Credentials checked elsewhere, given to [`Identity::authenticated`] (`id:<subject>`).
+    Other,
+}
+
+impl Proof {
+    /// The prefix of the principals this proof names (`anonymous` for no proof).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Anonymous => "anonymous",
+            Self::ApiKey => "key",
+            Self::Jwt => "jwt",
+            Self::Certificate => "cert",
+            Self::Other => "id",
+        }
+    }
 }
 
 impl Identity {
     /// A client that presented no credentials.
     pub fn anonymous() -> Self {
+        let anonymous: Arc<str> = Arc::from("anonymous");
         Self {
-            subject: Arc::from("anonymous"),
+            subject: anonymous.clone(),
+            principal: anonymous,
+            proof: Proof::Anonymous,
             scopes: Arc::from(Vec::new()),
-            authenticated: false,
         }
     }
 
-    /// An authenticated client.
+    /// An authenticated client whose credentials were checked elsewhere ([`Proof::Other`]).
     pub fn authenticated(subject: impl Into<Arc<str>>, scopes: Vec<String>) -> Self {
+        Self::proven(Proof::Other, subject, scopes)
+    }
+
+    /// A client authenticated by `proof` as `subject`. [`Proof::Anonymous`] gives
+    /// [`anonymous`](Self::anonymous) whatever the subject.
+    pub fn proven(proof: Proof, subject: impl Into<Arc<str>>, scopes: Vec<String>) -> Self {
+        if proof == Proof::Anonymous {
+            return Self::anonymous();
+        }
+        let subject = subject.into();
         Self {
-            subject: subject.into(),
+            principal: Arc::from(format!("{}:{subject}", proof.as_str())),
+            subject,
+            proof,
             scopes: Arc::from(scopes),
-            authenticated: true,
         }
     }
 
-    /// The subject (`anonymous` without credentials).
+    /// The subject as the credentials name it (`anonymous` without credentials): what
+    /// policies, signature keys and rollouts match on. Two proofs may name the same subject:
+    /// never scope anything by it alone, use [`principal`](Self::principal).
     pub fn subject(&self) -> &str {
         &self.subject
+    }
+
+    /// The subject in the namespace of its proof (`key:alice`, `jwt:alice`, `cert:…`,
+    /// `id:…`; `anonymous` without credentials): what is scoped to the identity goes by it.
+    pub fn principal(&self) -> &str {
+        &self.principal
+    }
+
+    /// How the identity was proven.
+    pub fn proof(&self) -> Proof {
+        self.proof
     }
 
     /// The scopes granted.
@@ -93,7 +160,7 @@ impl Identity {
 
     /// Whether credentials were presented and accepted.
     pub fn is_authenticated(&self) -> bool {
-        self.authenticated
+        self.proof != Proof::Anonymous
     }
 }
 

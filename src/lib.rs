@@ -109,7 +109,7 @@ pub use config::Settings;
 pub use context::{ClientRequestError, RequestContext};
 pub use prompt::{Prompt, PromptArgument, PromptError};
 pub use registry::{Registry, RegistryError};
-pub use resource::{Resource, ResourceError, ResourceTemplate};
+pub use resource::{BusyScope, Resource, ResourceError, ResourceTemplate};
 pub use server::Error;
 pub use server::{RunningServer, Server, ServerBuilder};
 pub use tool::{Json, TaskSupport, Tool, ToolError};

@@ -32,6 +32,51 @@ pub enum ResourceError {
     /// The read failed; the message is sent to the client, so it must not hold secrets.
     #[error("Resource unavailable: {0}")]
     Failed(String),
+    /// The answer would not fit in one message (`limits.max_message_bytes`, with the
+    /// contents encoded: base64 for a blob, JSON escapes for text).
+    #[error("Resource too large: its answer would take {encoded} bytes, over limits.max_message_bytes ({limit})")]
+    OverMessageLimit {
+        /// The resource's size in bytes.
+        size: u64,
+        /// What its answer would take (at least), in bytes.
+        encoded: u64,
+        /// `limits.max_message_bytes`.
+        limit: u64,
+    },
+    /// The server reads as much as it may at once; retry later.
+    #[error("Server busy: {}, retry later", .scope.describe())]
+    Busy {
+        /// Which limit is reached.
+        scope: BusyScope,
+        /// Its value.
+        limit: u64,
+    },
+}
+
+/// Which read limit a [`ResourceError::Busy`] reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BusyScope {
+    /// `resources.max_concurrent_reads`: no read became free within `resources.read_wait_ms`.
+    FileReads,
+    /// `resources.max_read_bytes_in_flight`: the bytes of files being read.
+    FileBytes,
+}
+
+impl BusyScope {
+    /// The name in the error's `data.scope`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FileReads => "fileReads",
+            Self::FileBytes => "fileBytes",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::FileReads => "too many file reads at once",
+            Self::FileBytes => "too many bytes of files being read at once",
+        }
+    }
 }
 
 /// Reads a resource.

@@ -152,8 +152,9 @@ pub struct SignatureSettings {
     pub public_keys: BTreeMap<String, Vec<String>>,
     /// Largest gap between a request's timestamp and the server's clock, either way, in ms.
     pub max_skew_ms: u64,
-    /// Nonces a node remembers (each for twice `max_skew_ms`); when full of live ones, signed
-    /// requests are refused until some expire.
+    /// Nonces a node remembers (each for twice `max_skew_ms`), shared out evenly between the
+    /// identities of `public_keys` (at least one each); an identity whose share is full of
+    /// live ones is refused (`busy`) until some expire, the others sign on.
     pub max_nonces: usize,
 }
 
@@ -334,11 +335,30 @@ impl Default for MrtrSettings {
 }
 
 /// Files served as resources.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ResourceSettings {
     /// Directories whose files are resources (`file://` URIs), watched for changes.
     pub directories: Vec<DirectorySettings>,
+    /// Files read at once, server-wide (each on a thread of the blocking pool); a read that
+    /// finds none free within `read_wait_ms` is refused with -32008.
+    pub max_concurrent_reads: usize,
+    /// How long a file read may wait for a free read, in ms.
+    pub read_wait_ms: u64,
+    /// Bytes of files being read at once, server-wide (each read counts its file's size
+    /// until its answer is made); a read that would go over it is refused with -32008.
+    pub max_read_bytes_in_flight: u64,
+}
+
+impl Default for ResourceSettings {
+    fn default() -> Self {
+        Self {
+            directories: Vec::new(),
+            max_concurrent_reads: 16,
+            read_wait_ms: 1_000,
+            max_read_bytes_in_flight: 64 * 1024 * 1024,
+        }
+    }
 }
 
 /// One directory of files served as resources.
@@ -998,6 +1018,14 @@ impl Settings {
             ),
             ("signatures.max_skew_ms", self.signatures.max_skew_ms),
             ("signatures.max_nonces", self.signatures.max_nonces as u64),
+            (
+                "resources.max_concurrent_reads",
+                self.resources.max_concurrent_reads as u64,
+            ),
+            (
+                "resources.max_read_bytes_in_flight",
+                self.resources.max_read_bytes_in_flight,
+            ),
             ("tasks.ttl_ms", self.tasks.ttl_ms),
             ("tasks.poll_interval_ms", self.tasks.poll_interval_ms),
             ("tasks.max_running", self.tasks.max_running as u64),

@@ -21,7 +21,7 @@ use super::policy::Policies;
 use super::tls::ClientCertificate;
 use super::Refusal;
 use crate::config::{AuthSettings, ClientAuth, ConfigError, JwtSettings, Settings};
-use crate::context::Identity;
+use crate::context::{Identity, Proof};
 use actix_web::http::header::{HeaderMap, AUTHORIZATION};
 use actix_web::HttpRequest;
 use jsonwebtoken::errors::ErrorKind;
@@ -105,6 +105,8 @@ pub enum AuthFailure {
     WrongIssuer,
     /// A JWT without a claim this server needs (`exp`, `aud`, `iss`, `sub`).
     MissingClaim,
+    /// A JWT whose `sub` is empty or only whitespace.
+    EmptySubject,
     /// A JWT signed with an algorithm (or key id) this server has no key for.
     UnknownKey,
     /// Not a well-formed JWT.
@@ -123,6 +125,7 @@ impl AuthFailure {
             Self::WrongAudience => "the token was issued for another audience",
             Self::WrongIssuer => "the token was issued by an issuer this server does not accept",
             Self::MissingClaim => "the token lacks a required claim (exp, aud, iss, sub)",
+            Self::EmptySubject => "the token's sub is empty",
             Self::UnknownKey => {
                 "the token is signed with an algorithm or key this server does not know"
             }
@@ -219,7 +222,8 @@ impl Authenticator {
         }
         if self.client_certificates {
             if let Some(certificate) = req.conn_data::<ClientCertificate>() {
-                return Ok(Identity::authenticated(
+                return Ok(Identity::proven(
+                    Proof::Certificate,
                     certificate.subject.clone(),
                     Vec::new(),
                 ));
@@ -243,7 +247,8 @@ impl Authenticator {
             }
         }
         if let Some(key) = found {
-            return Ok(Identity::authenticated(
+            return Ok(Identity::proven(
+                Proof::ApiKey,
                 key.name.as_str(),
                 key.scopes.clone(),
             ));
@@ -266,6 +271,10 @@ impl Authenticator {
                 Ok(data) => {
                     let claims = data.claims;
                     let subject = claims.sub.ok_or(AuthFailure::MissingClaim)?;
+                    // An empty name would be everyone's and no one's.
+                    if subject.trim().is_empty() {
+                        return Err(AuthFailure::EmptySubject);
+                    }
                     let scopes = match (claims.scope, claims.scp) {
                         (Some(scope), _) | (None, Some(ScopeClaim::Text(scope))) => {
                             scope.split_whitespace().map(str::to_owned).collect()
@@ -273,7 +282,7 @@ impl Authenticator {
                         (None, Some(ScopeClaim::List(scopes))) => scopes,
                         (None, None) => Vec::new(),
                     };
-                    return Ok(Identity::authenticated(subject, scopes));
+                    return Ok(Identity::proven(Proof::Jwt, subject, scopes));
                 }
                 // Another key may have signed it (a rotation, keys without `kid`).
                 Err(error) if *error.kind() == ErrorKind::InvalidSignature => {

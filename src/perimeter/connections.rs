@@ -69,7 +69,7 @@ impl ConnectionLimits {
     ) -> Result<Option<ConnectionPermit>, (ClientLimit, usize)> {
         let ip = admission.peer.filter(|_| self.per_ip > 0);
         let identity = (self.per_identity > 0 && admission.identity.is_authenticated())
-            .then(|| Arc::<str>::from(admission.identity.subject()));
+            .then(|| Arc::<str>::from(admission.identity.principal()));
         if ip.is_none() && identity.is_none() {
             return Ok(None);
         }

@@ -90,7 +90,7 @@ impl RequestGuard {
         if let Some(rate) = &self.rate {
             let identity = &admission.identity;
             let holder = if identity.is_authenticated() {
-                Holder::Subject(identity.subject())
+                Holder::Subject(identity.principal())
             } else {
                 Holder::Address(admission.peer)
             };

@@ -74,8 +74,9 @@ impl Perimeter {
     }
 }
 
-/// Whose a session is: an authenticated client's subject, or nobody's (anonymous). A session
-/// id presented by anyone else is treated as unknown.
+/// Whose a session is: an authenticated client's principal (its subject in the namespace of
+/// its proof: the API key `alice` and a JWT with `sub` `alice` are two owners), or nobody's
+/// (anonymous). A session id presented by anyone else is treated as unknown.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Owner(Option<Arc<str>>);
 
@@ -85,7 +86,7 @@ impl Owner {
         Self(
             identity
                 .is_authenticated()
-                .then(|| Arc::from(identity.subject())),
+                .then(|| Arc::from(identity.principal())),
         )
     }
 }

@@ -102,7 +102,11 @@ impl Rule {
     fn applies_to(&self, identity: &Identity) -> bool {
         let by_identity = self.identities.iter().any(|entry| {
             if identity.is_authenticated() {
-                entry == "*" || (entry != "anonymous" && entry == identity.subject())
+                // A bare name matches the subject however it was proven (as it always did);
+                // `key:alice`, `jwt:alice`, `cert:…` only the identity of that proof.
+                entry == "*"
+                    || (entry != "anonymous"
+                        && (entry == identity.subject() || entry == identity.principal()))
             } else {
                 entry == "anonymous"
             }
@@ -315,6 +319,25 @@ mod tests {
         assert!(policies
             .access_for(&Identity::authenticated("bob", vec![]))
             .is_none());
+    }
+
+    #[test]
+    fn a_name_with_its_proof_matches_only_that_proof() {
+        use crate::context::Proof;
+        let policies = Policies::new(&[
+            policy(&["jwt:alice"], &[], &["echo"]),
+            policy(&["bob"], &[], &["add"]),
+        ]);
+        let jwt = Identity::proven(Proof::Jwt, "alice", vec![]);
+        assert!(policies
+            .access_for(&jwt)
+            .is_some_and(|a| a.may_use_tool("echo")));
+        let key = Identity::proven(Proof::ApiKey, "alice", vec![]);
+        assert!(policies.access_for(&key).is_none());
+        for proof in [Proof::ApiKey, Proof::Jwt, Proof::Certificate] {
+            let bob = Identity::proven(proof, "bob", vec![]);
+            assert!(policies.access_for(&bob).is_some(), "{proof:?}");
+        }
     }
 
     #[test]

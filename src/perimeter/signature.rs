@@ -12,7 +12,11 @@
 //! verify with any of the identity's keys (`verify_strict`: no malleable signatures).
 //!
 //! Nonces are kept for twice the skew (an older request is refused for its timestamp
-//! anyway), in a bounded cache of this node, checked synchronously. With Redis, a request
+//! anyway), in a bounded cache of this node, checked synchronously. Each identity with keys
+//! has an even share of `signatures.max_nonces`: one that spends its share faster than its
+//! nonces expire is refused (`busy`) while the others sign on. Nonces go by the bare subject
+//! the keys are configured for, so a request signed for one proof of that subject cannot be
+//! replayed under another. With Redis, a request
 //! that runs in a worker also claims its nonce there before its work starts, so a replay
 //! on another node is refused as well ([`Passed::guard_work`]); requests answered inline
 //! (lists, `ping`) are checked against the node's own cache only.
@@ -103,7 +107,7 @@ impl Signatures {
         Some(Self {
             keys,
             max_skew_ms: config.max_skew_ms,
-            nonces: NonceCache::new(config.max_nonces),
+            nonces: NonceCache::new(config.max_nonces, config.public_keys.len()),
             shared_nonces: !settings.redis.url.is_empty(),
         })
     }
@@ -174,7 +178,7 @@ impl Signatures {
         // Only a verified request spends its nonce: nobody can burn another's.
         let nonce = nonce_key(identity, &signature.nonce);
         self.nonces
-            .claim(&nonce, self.nonce_lifetime())
+            .claim(identity.subject(), &nonce, self.nonce_lifetime())
             .map_err(|refused| match refused {
                 NonceRefused::Replayed => SignatureProblem::Replayed,
                 NonceRefused::Full => SignatureProblem::Busy,

@@ -189,7 +189,8 @@ impl ServerBuilder {
         }
         let files = crate::registry::files::serve_directories(
             &registry,
-            &self.settings.resources.directories,
+            &self.settings.resources,
+            self.settings.limits.max_message_bytes,
         )?;
         Ok(Server {
             shared: Shared::new(self.settings, registry, state_key, perimeter),

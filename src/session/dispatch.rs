@@ -384,6 +384,7 @@ impl Session {
             Some(key) if self.shared.settings.dedup.enabled => {
                 Some(Box::new(Idempotency::of_tool_call(
                     &self.admission.identity,
+                    self.id,
                     key,
                     &p.name,
                     p.arguments,
@@ -402,7 +403,7 @@ impl Session {
                 "tools/call",
                 &p.name,
                 p.arguments.map(RawValue::get),
-                m.info.identity.subject(),
+                m.info.identity.principal(),
             );
             (binding, p.input_responses, p.request_state.as_deref())
         });
@@ -556,7 +557,7 @@ impl Session {
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let binding = era.stateless().map(|m| {
             let binding =
-                BindingParts::new("resources/read", &uri, None, m.info.identity.subject());
+                BindingParts::new("resources/read", &uri, None, m.info.identity.principal());
             (binding, p.input_responses, p.request_state.as_deref())
         });
         let era = self.request_era(era, binding)?;
@@ -639,7 +640,7 @@ impl Session {
                     "prompts/get",
                     &p.name,
                     Some(&arguments),
-                    m.info.identity.subject(),
+                    m.info.identity.principal(),
                 );
                 Some((binding, p.input_responses, p.request_state.as_deref()))
             }
@@ -925,6 +926,23 @@ fn resource_error(error: ResourceError, uri: String) -> Error {
         ResourceError::NotFound => Error::ResourceNotFound { uri },
         ResourceError::TooLarge { size, limit } => Error::ResourceTooLarge { uri, size, limit },
         ResourceError::Failed(message) => Error::HandlerFailed(message),
+        ResourceError::OverMessageLimit {
+            size,
+            encoded,
+            limit,
+        } => Error::ResourceOverMessageLimit {
+            uri,
+            size,
+            encoded,
+            limit,
+        },
+        ResourceError::Busy { scope, limit } => Error::ReadsBusy {
+            scope: match scope {
+                crate::resource::BusyScope::FileReads => crate::protocol::mcp::ReadLimit::Reads,
+                crate::resource::BusyScope::FileBytes => crate::protocol::mcp::ReadLimit::Bytes,
+            },
+            limit,
+        },
     }
 }
 

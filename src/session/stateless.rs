@@ -425,7 +425,7 @@ impl Session {
         notes: &[Arc<crate::mailbox::inbox::TaskNote>],
         out: &mut dyn super::Outlet,
     ) {
-        let subject = self.admission.identity.subject();
+        let subject = self.admission.identity.principal();
         for note in notes.iter().filter(|n| n.owner == subject) {
             for listener in self.listeners.values() {
                 if listener.filter.follows(&note.id) {
@@ -472,7 +472,7 @@ impl Session {
             }
             _ => Map::new(),
         };
-        let owner = stateless.info.identity.subject().to_owned();
+        let owner = stateless.info.identity.principal().to_owned();
         let shared = self.shared.clone();
         let task_id = p.task_id;
         let work: crate::worker::Work = Box::new(move |id, _ctx| {

@@ -108,6 +108,7 @@ async fn whoami(_args: NoArgs, ctx: RequestContext) -> Result<String, ToolError>
     let identity = ctx.identity();
     Ok(json!({
         "subject": identity.subject(),
+        "principal": identity.principal(),
         "scopes": identity.scopes(),
         "authenticated": identity.is_authenticated(),
     })
@@ -299,7 +300,7 @@ async fn an_unknown_api_key_is_401_invalid_token_even_when_authentication_is_opt
     let me = identity_of(&mut anonymous).await;
     assert_eq!(
         me,
-        json!({"subject": "anonymous", "scopes": [], "authenticated": false})
+        json!({"subject": "anonymous", "principal": "anonymous", "scopes": [], "authenticated": false})
     );
 }
 
@@ -310,7 +311,7 @@ async fn an_api_key_names_the_identity_and_grants_its_scopes() {
     let mut ci = session_with(&server, CI_KEY).await;
     assert_eq!(
         identity_of(&mut ci).await,
-        json!({"subject": "ci", "scopes": ["tools"], "authenticated": true})
+        json!({"subject": "ci", "principal": "key:ci", "scopes": ["tools"], "authenticated": true})
     );
     let mut bot = session_with(&server, BOT_KEY).await;
     assert_eq!(identity_of(&mut bot).await["subject"], "bot");
@@ -326,7 +327,7 @@ async fn a_jwt_names_the_identity_by_sub_and_its_scopes_by_scope_or_scp() {
     let mut alice = session_with(&server, &hs256(&claims("alice"))).await;
     assert_eq!(
         identity_of(&mut alice).await,
-        json!({"subject": "alice", "scopes": ["mcp:read", "mcp:write"], "authenticated": true})
+        json!({"subject": "alice", "principal": "jwt:alice", "scopes": ["mcp:read", "mcp:write"], "authenticated": true})
     );
     let mut with_scp = claims("carol");
     with_scp.as_object_mut().expect("object").remove("scope");
@@ -357,6 +358,8 @@ async fn every_invalid_jwt_is_401_invalid_token_saying_why() {
     issuer["iss"] = json!("https://rogue.test");
     let mut no_sub = claims("alice");
     no_sub.as_object_mut().expect("object").remove("sub");
+    let empty_sub = claims("");
+    let blank_sub = claims(" \t ");
     let mut no_exp = claims("alice");
     no_exp.as_object_mut().expect("object").remove("exp");
     let forged = jsonwebtoken::encode(
@@ -382,6 +385,8 @@ async fn every_invalid_jwt_is_401_invalid_token_saying_why() {
             hs256(&no_sub),
             "the token lacks a required claim (exp, aud, iss, sub)",
         ),
+        (hs256(&empty_sub), "the token's sub is empty"),
+        (hs256(&blank_sub), "the token's sub is empty"),
         (
             hs256(&no_exp),
             "the token lacks a required claim (exp, aud, iss, sub)",
@@ -746,6 +751,79 @@ async fn http_requests_are_authenticated_each_and_a_session_id_is_its_identitys_
         serde_json::from_str(body["result"]["content"][0]["text"].as_str().expect("text"))
             .expect("JSON");
     assert_eq!(me["subject"], "ci");
+}
+
+#[tokio::test]
+async fn a_jwt_whose_sub_is_an_api_keys_name_is_another_identity() {
+    let dir = TempDir::new().expect("tempdir");
+    let server = start_auth(auth_settings(&dir));
+    let impostor = hs256(&claims("ci"));
+    // The API key ci's HTTP session, and a result it stored under an idempotency key.
+    let opened = post(
+        &server,
+        Some(CI_KEY),
+        None,
+        rpc(0, "initialize", initialize_params("2025-11-25")),
+    )
+    .await;
+    assert_eq!(opened.status(), 200);
+    let id = opened
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a session id")
+        .to_owned();
+    let keyed = |id: i64| {
+        rpc(
+            id,
+            "tools/call",
+            json!({"name": "whoami", "arguments": {}, "_meta": {"idempotencyKey": "k-ci"}}),
+        )
+    };
+    let own = post(&server, Some(CI_KEY), Some(&id), keyed(1)).await;
+    assert_eq!(own.status(), 200);
+    // A JWT with sub "ci": not that session's owner, as for an unknown session.
+    let foreign = post(&server, Some(&impostor), Some(&id), keyed(2)).await;
+    assert_eq!(foreign.status(), 404);
+    // In a session of its own, the same key runs its own call: ci's result is not its.
+    let mut jwt_ci = session_with(&server, &impostor).await;
+    let answer = jwt_ci.send_request(keyed(3)).await;
+    let me: Value = serde_json::from_str(&tool_text(&answer)).expect("JSON");
+    assert_eq!(
+        (&me["subject"], &me["principal"]),
+        (&json!("ci"), &json!("jwt:ci"))
+    );
+    assert_eq!(metric(&server, "mcp_dedup_hits_total").await, 0);
+    // The API key's own retry gets its stored answer.
+    let retry = post(&server, Some(CI_KEY), Some(&id), keyed(4)).await;
+    let body: Value = serde_json::from_str(&retry.text().await.expect("body")).expect("JSON");
+    let me: Value = serde_json::from_str(&tool_text(&body)).expect("JSON");
+    assert_eq!(me["principal"], "key:ci");
+    assert_eq!(metric(&server, "mcp_dedup_hits_total").await, 1);
+
+    // Nor does it resume the key's WebSocket session.
+    let mut ci = upgrade(&server, &[("Authorization", &bearer(CI_KEY))])
+        .await
+        .expect("admitted");
+    let init = ci
+        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+        .await;
+    let ws_id = init["result"]["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+    drop(ci);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    let refused = upgrade(
+        &server,
+        &[
+            ("Authorization", &bearer(&impostor)),
+            ("Mcp-Session-Id", &ws_id),
+        ],
+    )
+    .await
+    .refused("a JWT naming the key");
+    assert_eq!(refused.status, 404);
 }
 
 #[tokio::test]

@@ -1,6 +1,9 @@
 //! De-duplication of retries with the in-memory store (the default), over real sockets:
-//! - a `tools/call` with `params._meta.idempotencyKey` sent again with the same params, on a
-//!   new connection, gets the stored response with the retry's own id; the tool ran once;
+//! - a `tools/call` with `params._meta.idempotencyKey` sent again with the same params by
+//!   the same identity, on a new connection, gets the stored response with the retry's own
+//!   id; the tool ran once;
+//! - an anonymous client's key is its session's alone: two anonymous sessions with the same
+//!   key each run their call, and a retry within the session gets the stored response;
 //! - the same key with other params is refused with -32019 (`scope: idempotencyKey`), and
 //!   nothing runs;
 //! - a duplicate sent while the first still runs joins it: both get its response, one run;
@@ -91,15 +94,15 @@ fn plain_call(id: Value, text: &str) -> Value {
 
 #[tokio::test]
 async fn a_retry_with_the_same_key_on_a_new_connection_gets_the_stored_response_with_its_own_id() {
-    let counted = start_counting(settings());
-    let mut first = Client::initialized(&counted.server).await;
+    let counted = start_counting(with_api_key(settings()));
+    let mut first = Client::initialized_as(&counted.server, TEST_KEY).await;
     let answer = first
         .send_request(keyed_call(json!(1), "count", "a", "k-1"))
         .await;
     assert_eq!(result_text(&answer, &json!(1)), "run 1: \"a\"");
     drop(first);
 
-    let mut retry = Client::initialized(&counted.server).await;
+    let mut retry = Client::initialized_as(&counted.server, TEST_KEY).await;
     // Another id, and the same params spelled differently: still the same request.
     let again = json!({"jsonrpc":"2.0","id":"retry","method":"tools/call","params":{
         "_meta": {"idempotencyKey": "k-1", "progressToken": 5},
@@ -113,6 +116,33 @@ async fn a_retry_with_the_same_key_on_a_new_connection_gets_the_stored_response_
         1
     );
     retry.expect_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn an_anonymous_key_is_replayed_only_within_its_own_session() {
+    let counted = start_counting(settings());
+    let mut first = Client::initialized(&counted.server).await;
+    let mut second = Client::initialized(&counted.server).await;
+    let a = first
+        .send_request(keyed_call(json!(1), "count", "x", "shared"))
+        .await;
+    assert_eq!(result_text(&a, &json!(1)), "run 1: \"x\"");
+    // Another anonymous client with the same key is another client: its call runs.
+    let b = second
+        .send_request(keyed_call(json!(1), "count", "x", "shared"))
+        .await;
+    assert_eq!(result_text(&b, &json!(1)), "run 2: \"x\"");
+    // Each one's retry (under another id) gets its own stored answer.
+    let again = first
+        .send_request(keyed_call(json!(2), "count", "x", "shared"))
+        .await;
+    assert_eq!(result_text(&again, &json!(2)), "run 1: \"x\"");
+    let again = second
+        .send_request(keyed_call(json!(2), "count", "x", "shared"))
+        .await;
+    assert_eq!(result_text(&again, &json!(2)), "run 2: \"x\"");
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(metric(&counted.server, "mcp_dedup_hits_total").await, 2);
 }
 
 #[tokio::test]
@@ -145,9 +175,9 @@ async fn the_same_key_with_other_params_is_refused_and_runs_nothing() {
 
 #[tokio::test]
 async fn a_concurrent_duplicate_joins_the_running_request() {
-    let counted = start_counting(settings());
-    let mut first = Client::initialized(&counted.server).await;
-    let mut second = Client::initialized(&counted.server).await;
+    let counted = start_counting(with_api_key(settings()));
+    let mut first = Client::initialized_as(&counted.server, TEST_KEY).await;
+    let mut second = Client::initialized_as(&counted.server, TEST_KEY).await;
     first
         .send_json(keyed_call(json!(1), "count_held", "x", "join"))
         .await;

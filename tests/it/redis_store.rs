@@ -54,8 +54,10 @@ struct Node {
     gate: Arc<Semaphore>,
 }
 
+/// Clients authenticate with [`TEST_KEY`]: an identity's keys are shared across nodes (an
+/// anonymous client's are its session's alone).
 fn node_settings(redis: &RedisServer) -> Settings {
-    let mut s = settings();
+    let mut s = with_api_key(settings());
     s.redis.url = redis.url();
     s.redis.timeout_ms = 300;
     s.redis.retry_after_ms = 100;
@@ -96,8 +98,8 @@ async fn a_retry_on_the_other_node_is_answered_from_redis() {
     let redis = RedisServer::start();
     let a = start_node("node-a", node_settings(&redis));
     let b = start_node("node-b", node_settings(&redis));
-    let mut on_a = Client::initialized(&a.server).await;
-    let mut on_b = Client::initialized(&b.server).await;
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
 
     let first = on_a
         .send_request(keyed_call(json!(1), "x", "order-1"))
@@ -142,8 +144,8 @@ async fn registry_changes_and_resource_updates_reach_the_other_node() {
     let a = start_node("node-a", node_settings(&redis));
     let b = start_node("node-b", node_settings(&redis));
     bridged(&[&a, &b]).await;
-    let mut on_a = Client::initialized(&a.server).await;
-    let mut on_b = Client::initialized(&b.server).await;
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
     let subscribe = json!({"uri": "mcp-ws://demo/readme"});
     on_b.send_request(
         json!({"jsonrpc":"2.0","id":"s","method":"resources/subscribe","params":subscribe}),
@@ -186,7 +188,7 @@ async fn without_redis_requests_still_run_and_it_reconnects_by_itself() {
     let a = start_node("node-a", node_settings(&redis));
     let b = start_node("node-b", node_settings(&redis));
     bridged(&[&a, &b]).await;
-    let mut on_a = Client::initialized(&a.server).await;
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
 
     redis.kill();
     let first = on_a.send_request(keyed_call(json!(1), "x", "down-1")).await;
@@ -217,7 +219,7 @@ async fn without_redis_requests_still_run_and_it_reconnects_by_itself() {
             .await;
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let mut on_b = Client::initialized(&b.server).await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
     let retry = on_b
         .send_request(keyed_call(json!(3), "x", &format!("up-{n}")))
         .await;

@@ -13,27 +13,40 @@
 //! - a file created or deleted (alone or in a new directory) sends
 //!   `notifications/resources/list_changed`, and the next `resources/list` shows it;
 //! - a directory that does not exist, is not a directory or lies inside another stops the
-//!   server at startup (the binary with exit code 2 and a message naming it).
+//!   server at startup (the binary with exit code 2 and a message naming it);
+//! - a listed file swapped for a FIFO (atomic rename) is refused as not a regular file,
+//!   read after read (more reads than `resources.max_concurrent_reads`), and the next read
+//!   of a regular file works: no read waits on the FIFO;
+//! - a file whose answer would not fit in `limits.max_message_bytes` (base64 for a blob,
+//!   JSON escapes for text) gets -32005 naming the setting, and no frame is over the limit;
+//! - a file over `resources.max_read_bytes_in_flight` gets -32008 (`fileBytes`).
 //!
 //! Watcher events arrive asynchronously: a test waits for the notification (the client's
 //! receive timeout bounds the wait) and proves absence with a barrier after a notification
 //! another session got from the same change.
 
-use crate::support::{assert_error, assert_result, settings, Client};
+use crate::support::http::wait_metric;
+use crate::support::{assert_error, assert_result, settings, Client, Hold};
 use base64::Engine;
 use mcp_ws::config::DirectorySettings;
-use mcp_ws::{RunningServer, Server};
+use mcp_ws::{RunningServer, Server, Settings, Tool};
 use serde_json::{json, Value};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
 
 const LIST_CHANGED: &str = "notifications/resources/list_changed";
 const UPDATED: &str = "notifications/resources/updated";
 
 /// A server with no other capability, serving `dir` with this size limit.
 fn serve(dir: &Path, max_file_bytes: u64) -> RunningServer {
+    serve_with(dir, max_file_bytes, settings())
+}
+
+/// [`serve`] with `settings`.
+fn serve_with(dir: &Path, max_file_bytes: u64, mut settings: Settings) -> RunningServer {
     mcp_ws::telemetry::init("warn");
-    let mut settings = settings();
     settings.resources.directories.push(DirectorySettings {
         path: dir.to_owned(),
         max_file_bytes,
@@ -510,4 +523,161 @@ fn the_binary_refuses_a_missing_directory_with_exit_code_2() {
         "{stderr}"
     );
     assert!(!stderr.contains("listening"), "{stderr}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Hostile files.
+
+#[tokio::test]
+async fn a_listed_file_swapped_for_a_fifo_is_refused_and_reads_go_on() {
+    let (_dir, root) = temp_dir();
+    write(&root.join("notes.txt"), "notes");
+    write(&root.join("other.txt"), "other");
+    let mut s = settings();
+    s.resources.directories.push(DirectorySettings::new(&root));
+    s.resources.max_concurrent_reads = 2;
+    // One worker slot: the reads wait for it behind `hold` until the FIFO is in place.
+    s.limits.max_concurrent_requests = 1;
+    s.limits.admission_wait_ms = 60_000;
+    let gate = Arc::new(Semaphore::new(0));
+    let hold = Tool::from_handler(
+        "hold",
+        "Waits until the test opens the gate.",
+        json!({"type": "object"}),
+        Hold(gate.clone()),
+    );
+    mcp_ws::telemetry::init("warn");
+    let server = Server::builder()
+        .settings(s)
+        .tool(hold)
+        .build()
+        .expect("server builds")
+        .spawn()
+        .expect("server starts");
+    let mut client = Client::initialized(&server).await;
+    let notes = uri(&root.join("notes.txt"));
+
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":"hold","method":"tools/call",
+            "params":{"name":"hold","arguments":{}}}))
+        .await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    // More reads than there are read slots, each resolved to the listed file now.
+    let reads = 5;
+    for n in 0..reads {
+        client
+            .send_json(json!({"jsonrpc":"2.0","id":n,"method":"resources/read",
+                "params":{"uri": notes}}))
+            .await;
+    }
+    wait_metric(&server, "mcp_workers", 1 + reads).await;
+    // The listed name now holds a FIFO (an atomic rename, as an attacker would).
+    let fifo = root.join("fifo.tmp");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    std::fs::rename(&fifo, root.join("notes.txt")).expect("rename");
+    expect_notification(&mut client, LIST_CHANGED).await;
+
+    gate.add_permits(1);
+    let held = client.recv_response(&json!("hold")).await;
+    assert_result(&held, &json!("hold"));
+    for n in 0..reads {
+        let response = client.recv_response(&json!(n)).await;
+        let error = assert_error(&response, &json!(n), -32006);
+        assert_eq!(error["message"], "not a regular file", "{response}");
+    }
+    // No thread waits on the FIFO: the next read of a regular file works.
+    let other = uri(&root.join("other.txt"));
+    assert_eq!(read_ok(&mut client, &other).await["text"], "other");
+}
+
+#[tokio::test]
+async fn a_file_whose_answer_would_not_fit_in_a_message_is_refused_naming_the_limit() {
+    let (_dir, root) = temp_dir();
+    let limit = 64 * 1024;
+    // 48 KiB of bytes are 64 KiB of base64: over, with the answer around it.
+    write(&root.join("over.bin"), vec![1u8; 48 * 1024]);
+    // 40 KiB of quotes are 80 KiB of JSON text: over once escaped.
+    write(&root.join("quotes.txt"), "\"".repeat(40 * 1024));
+    // 40 KiB of bytes are 54 KiB of base64: it fits.
+    write(&root.join("fits.bin"), vec![2u8; 40 * 1024]);
+    let mut s = settings();
+    s.limits.max_message_bytes = limit;
+    let server = serve_with(&root, 1024 * 1024, s);
+    let mut client = Client::initialized(&server).await;
+
+    for (name, size) in [("over.bin", 48 * 1024), ("quotes.txt", 40 * 1024)] {
+        let file = uri(&root.join(name));
+        client
+            .send_json(json!({"jsonrpc":"2.0","id":name,"method":"resources/read",
+                "params":{"uri": file}}))
+            .await;
+        let frame = client.recv_text().await;
+        assert!(
+            frame.len() <= limit,
+            "{name}: a frame of {} bytes",
+            frame.len()
+        );
+        let response: Value = serde_json::from_str(&frame).expect("JSON");
+        let error = assert_error(&response, &json!(name), -32005);
+        assert_eq!(error["data"]["setting"], "limits.max_message_bytes");
+        assert_eq!(error["data"]["limit"], limit);
+        assert_eq!(error["data"]["size"], size);
+        assert!(
+            error["data"]["encodedSize"].as_u64().expect("encodedSize") > limit as u64,
+            "{error}"
+        );
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("limits.max_message_bytes")),
+            "{error}"
+        );
+    }
+    let fits = uri(&root.join("fits.bin"));
+    client
+        .send_json(
+            json!({"jsonrpc":"2.0","id":"fits","method":"resources/read",
+            "params":{"uri": fits}}),
+        )
+        .await;
+    let frame = client.recv_text().await;
+    assert!(frame.len() <= limit, "a frame of {} bytes", frame.len());
+    let response: Value = serde_json::from_str(&frame).expect("JSON");
+    assert_eq!(
+        assert_result(&response, &json!("fits"))["contents"][0]["blob"],
+        base64::engine::general_purpose::STANDARD.encode(vec![2u8; 40 * 1024])
+    );
+}
+
+#[tokio::test]
+async fn a_read_over_the_bytes_in_flight_is_refused_as_busy() {
+    let (_dir, root) = temp_dir();
+    write(&root.join("twenty.txt"), "x".repeat(20));
+    write(&root.join("five.txt"), "12345");
+    let mut s = settings();
+    s.resources.max_read_bytes_in_flight = 10;
+    let server = serve_with(&root, 1024, s);
+    let mut client = Client::initialized(&server).await;
+    let id = client.fresh_id();
+    let response = client
+        .request_with_id(
+            id.clone(),
+            "resources/read",
+            json!({ "uri": uri(&root.join("twenty.txt")) }),
+        )
+        .await;
+    let error = assert_error(&response, &id, -32008);
+    assert_eq!(error["data"], json!({"scope": "fileBytes", "limit": 10}));
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Server busy")),
+        "{error}"
+    );
+    let five = uri(&root.join("five.txt"));
+    assert_eq!(read_ok(&mut client, &five).await["text"], "12345");
 }

@@ -7,7 +7,9 @@
 //!   after signing), and one with no signature each get -32018 with their reason, and the
 //!   tool does not run; the session goes on serving signed requests;
 //! - with Redis, a nonce used on one node is refused on another (the tool runs once);
-//! - an identity without keys is not asked to sign (the default: nothing is checked).
+//! - an identity without keys is not asked to sign (the default: nothing is checked);
+//! - each signer has its share of `signatures.max_nonces`: one that fills it gets `busy`
+//!   while another identity signs on.
 
 use crate::support::http::metric;
 use crate::support::*;
@@ -94,9 +96,14 @@ fn call_params() -> Value {
 
 /// A signed client: the handshake itself is signed.
 async fn signed_client(server: &RunningServer) -> Client {
-    let mut client = Client::connect(server).await;
+    signed_client_as(server, &key(), None).await
+}
+
+/// A client authenticated with `token` (if any), its handshake signed with `key`.
+async fn signed_client_as(server: &RunningServer, key: &SigningKey, token: Option<&str>) -> Client {
+    let mut client = Client::connect_url_as(&server.url(), token).await;
     let init = signed(
-        &key(),
+        key,
         json!(0),
         "initialize",
         initialize_params("2025-11-25"),
@@ -115,6 +122,35 @@ fn refused(response: &Value, id: Value) -> String {
         .as_str()
         .expect("a reason")
         .to_owned()
+}
+
+#[tokio::test]
+async fn a_signer_that_fills_its_share_of_nonces_is_busy_while_another_signs_on() {
+    let tester_key = SigningKey::from_bytes(&[43; 32]);
+    let mut s = with_api_key(signed_settings(settings()));
+    let public =
+        base64::engine::general_purpose::STANDARD.encode(tester_key.verifying_key().as_bytes());
+    s.signatures
+        .public_keys
+        .insert("tester".into(), vec![public]);
+    // Two signers: two nonces each.
+    s.signatures.max_nonces = 4;
+    let (server, runs) = start_counting(s);
+    let mut anonymous = signed_client(&server).await; // its first nonce
+    let call = |key: &SigningKey, id: i64, nonce: &str| {
+        signed(key, json!(id), "tools/call", call_params(), now_ms(), nonce)
+    };
+    let ran = anonymous.send_request(call(&key(), 1, "a-1")).await;
+    assert_result(&ran, &json!(1));
+    let busy = anonymous.send_request(call(&key(), 2, "a-2")).await;
+    assert_eq!(refused(&busy, json!(2)), "busy");
+    // The other identity's share is its own.
+    let mut tester = signed_client_as(&server, &tester_key, Some(TEST_KEY)).await;
+    let ran = tester.send_request(call(&tester_key, 3, "t-1")).await;
+    assert_result(&ran, &json!(3));
+    let busy = tester.send_request(call(&tester_key, 4, "t-2")).await;
+    assert_eq!(refused(&busy, json!(4)), "busy");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

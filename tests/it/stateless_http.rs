@@ -21,8 +21,9 @@
 //!   only the notifications its filter asked for, tagged with its id; two listens are kept
 //!   apart; a client that goes away ends its listen (its exchange is gone: `mcp_sessions`);
 //!   shutdown ends it with a result.
-//! - A 2026 POST retried with its `idempotencyKey` gets the stored answer under its own id
-//!   and runs nothing (each POST is a session of its own: the key, not the id, finds it).
+//! - A 2026 POST retried with its `idempotencyKey` by the same identity gets the stored
+//!   answer under its own id and runs nothing (each POST is a session of its own: the key,
+//!   not the id, finds it).
 //! - Shutdown and a 2026 POST in flight: new POSTs are refused at once (503) while it runs
 //!   on and is answered within the grace; one that outlives the grace is cancelled and
 //!   answered 503 with -32004 and its own id.
@@ -751,7 +752,8 @@ async fn a_2026_answer_slower_than_the_keep_alive_comes_as_a_stream() {
 
 #[tokio::test]
 async fn a_2026_post_retried_with_its_idempotency_key_gets_the_stored_answer_without_running() {
-    let (server, fixtures) = start_stateless(stateless_settings());
+    // An identity's keys span its POSTs (an anonymous POST is a session of its own).
+    let (server, fixtures) = start_stateless(with_api_key(stateless_settings()));
     let http = Http::new(&server);
     let keyed = |id: Value| {
         request(
@@ -766,11 +768,13 @@ async fn a_2026_post_retried_with_its_idempotency_key_gets_the_stored_answer_wit
     };
     // One pass through the gate: a second run would wait for ever.
     fixtures.gate.add_permits(1);
-    let (status, first) = json_reply(send(http.post(&keyed(json!(1)))).await).await;
+    let (status, first) =
+        json_reply(send(http.post(&keyed(json!(1))).bearer_auth(TEST_KEY)).await).await;
     assert_eq!(status, 200, "{first}");
     assert_eq!(text_of(&assert_complete(&first, &json!(1))), "released");
     // Each POST is a session of its own: the key, not the id, finds the first answer.
-    let (status, retry) = json_reply(send(http.post(&keyed(json!(2)))).await).await;
+    let (status, retry) =
+        json_reply(send(http.post(&keyed(json!(2))).bearer_auth(TEST_KEY)).await).await;
     assert_eq!(status, 200, "{retry}");
     assert_eq!(text_of(&assert_complete(&retry, &json!(2))), "released");
     assert_eq!(metric(&server, "mcp_dedup_hits_total").await, 1);

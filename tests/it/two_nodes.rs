@@ -122,9 +122,11 @@ fn start_node(dir: &Path, name: &str, redis: &RedisServer) -> NodeProcess {
         &config,
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[info]\nname = \"{name}\"\n\n\
-             [redis]\nurl = \"{}\"\n\n[[resources.directories]]\npath = \"{}\"\n",
+             [redis]\nurl = \"{}\"\n\n[[resources.directories]]\npath = \"{}\"\n\n\
+             [[auth.api_keys]]\nname = \"tester\"\nsha256 = \"{}\"\n",
             redis.url(),
-            directory.display()
+            directory.display(),
+            test_key_sha256()
         ),
     )
     .expect("node config written");
@@ -165,9 +167,11 @@ async fn wait_node_metric(node: &NodeProcess, name: &str, expected: u64) {
     }
 }
 
-/// A client through the proxy, initialized; and the node that serves it.
+/// A client through the proxy, initialized; and the node that serves it. It authenticates
+/// with [`TEST_KEY`]: an identity's idempotency keys are shared across nodes (an anonymous
+/// client's are its session's alone).
 async fn client_through(proxy: &Nginx) -> (Client, String) {
-    let mut client = Client::connect_url(&proxy.url()).await;
+    let mut client = Client::connect_url_as(&proxy.url(), Some(TEST_KEY)).await;
     let response = client
         .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
         .await;

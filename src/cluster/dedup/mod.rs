@@ -2,7 +2,11 @@
 //! two separate calls are never answered once. Two mechanisms:
 //!
 //! - **Idempotency keys** (this module): a request with `params._meta.idempotencyKey` is
-//!   keyed by the key and the identity of its client (never by connection or node). The
+//!   keyed by the key and the identity of its client (its principal, so an API key and a JWT
+//!   naming the same subject are two clients), never by connection or node; an anonymous
+//!   client's key by its session instead (anonymous clients are not told apart otherwise, so
+//!   one must not be answered with another's result; a 2026-07-28 request without
+//!   credentials is a session of its own, so its key is never replayed). The
 //!   first request of a key runs; a later one with the same method and params, within
 //!   `dedup.window_ms`, gets the stored response with its own id, or, while the first still
 //!   runs, waits for it and gets its response; one with other params is refused
@@ -36,6 +40,9 @@ use tokio::sync::watch;
 /// Longest idempotency key accepted, in characters.
 pub const MAX_KEY_CHARS: usize = 255;
 
+/// This process's random id, for the keys of anonymous sessions (see [`Idempotency::of_tool_call`]).
+static PROCESS: std::sync::LazyLock<[u8; 16]> = std::sync::LazyLock::new(rand::random);
+
 /// The first and the longest wait between two looks at a key running on another node.
 const FIRST_POLL: Duration = Duration::from_millis(5);
 const LONGEST_POLL: Duration = Duration::from_millis(200);
@@ -50,7 +57,9 @@ pub(crate) struct Idempotency {
 }
 
 impl Idempotency {
-    /// The key of a `tools/call` carrying `_meta.idempotencyKey` (`raw`). `round` is what
+    /// The key of a `tools/call` carrying `_meta.idempotencyKey` (`raw`), scoped to
+    /// `identity`, or to `session` (its server-unique id) when the client is anonymous.
+    /// `round` is what
     /// sets one round of a 2026-07-28 multi round-trip call apart from the others (its
     /// `requestState` and `inputResponses`): each round is a request of its own under the
     /// key, so answering the first round's questions is not taken for a conflicting retry.
@@ -60,6 +69,7 @@ impl Idempotency {
     /// characters, or the arguments are too deeply nested to compare.
     pub(crate) fn of_tool_call(
         identity: &Identity,
+        session: u64,
         raw: &RawValue,
         name: &str,
         arguments: Option<&RawValue>,
@@ -75,8 +85,18 @@ impl Idempotency {
             return Err(invalid());
         }
         let mut scoped = Sha256::new();
-        for part in ["idempotency", identity.subject(), &key] {
-            scoped.update(part.as_bytes());
+        if identity.is_authenticated() {
+            for part in ["idempotency", identity.principal(), &key] {
+                scoped.update(part.as_bytes());
+                scoped.update([0]);
+            }
+        } else {
+            // Session ids restart with each process: this process's own random id sets them
+            // apart from the other nodes' (and from a restart's) in a shared store.
+            scoped.update(b"idempotency-anonymous\0");
+            scoped.update(*PROCESS);
+            scoped.update(session.to_le_bytes());
+            scoped.update(key.as_bytes());
             scoped.update([0]);
         }
         for part in round {
@@ -335,13 +355,18 @@ mod tests {
     }
 
     fn keyed(subject: &str, key: &str, arguments: &str) -> Idempotency {
+        keyed_in(1, subject, key, arguments)
+    }
+
+    fn keyed_in(session: u64, subject: &str, key: &str, arguments: &str) -> Idempotency {
         let identity = if subject == "anonymous" {
             Identity::anonymous()
         } else {
-            Identity::authenticated(subject, Vec::new())
+            Identity::proven(crate::context::Proof::ApiKey, subject, Vec::new())
         };
         Idempotency::of_tool_call(
             &identity,
+            session,
             &raw(key),
             "echo",
             Some(&raw(arguments)),
@@ -360,6 +385,23 @@ mod tests {
         );
         assert_ne!(a.key, keyed("alice", r#""k""#, "{}").key);
         assert_ne!(a.key, keyed("anonymous", r#""k2""#, "{}").key);
+        assert_ne!(
+            a.key,
+            keyed_in(2, "anonymous", r#""k""#, "{}").key,
+            "an anonymous client's keys are its session's"
+        );
+        let alice = keyed_in(1, "alice", r#""k""#, "{}").key;
+        assert_eq!(alice, keyed_in(2, "alice", r#""k""#, "{}").key);
+        let jwt_alice = Idempotency::of_tool_call(
+            &Identity::proven(crate::context::Proof::Jwt, "alice", Vec::new()),
+            1,
+            &raw(r#""k""#),
+            "echo",
+            Some(&raw("{}")),
+            [None, None],
+        )
+        .expect("a valid key");
+        assert_ne!(alice, jwt_alice.key, "a JWT's alice is not the key alice");
     }
 
     #[test]
@@ -367,6 +409,7 @@ mod tests {
         let round = |state: Option<&str>, responses: Option<&str>| {
             Idempotency::of_tool_call(
                 &Identity::anonymous(),
+                1,
                 &raw(r#""k""#),
                 "echo",
                 None,
@@ -411,6 +454,7 @@ mod tests {
         }
         let no_arguments = Idempotency::of_tool_call(
             &Identity::anonymous(),
+            1,
             &raw(r#""k""#),
             "echo",
             None,
@@ -428,6 +472,7 @@ mod tests {
         for key in ["1", r#""""#, "null", &format!("\"{}\"", "x".repeat(256))] {
             let refused = Idempotency::of_tool_call(
                 &Identity::anonymous(),
+                1,
                 &raw(key),
                 "echo",
                 None,

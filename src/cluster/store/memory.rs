@@ -19,10 +19,13 @@ pub(crate) struct MemoryStore {
     max_bytes: usize,
 }
 
-/// A node's own signature nonces, each kept for a fixed time; see the module docs.
+/// A node's own signature nonces, each kept for a fixed time, in a share of its own for
+/// each signer: one signer that fills its share is refused, the others sign on. Only
+/// configured signers (`signatures.public_keys`) claim nonces, so the signers tracked are
+/// bounded by the configuration. See the module docs.
 pub(crate) struct NonceCache {
-    nonces: Mutex<Nonces>,
-    max_nonces: usize,
+    by_signer: Mutex<HashMap<String, Nonces, FastHash>>,
+    per_signer: usize,
 }
 
 #[derive(Default)]
@@ -170,17 +173,32 @@ impl MemoryStore {
 }
 
 impl NonceCache {
-    pub(crate) fn new(max_nonces: usize) -> Self {
+    /// `max_nonces` in all, shared out evenly between `signers` (at least one each).
+    pub(crate) fn new(max_nonces: usize, signers: usize) -> Self {
         Self {
-            nonces: Mutex::default(),
-            max_nonces,
+            by_signer: Mutex::default(),
+            per_signer: (max_nonces / signers.max(1)).max(1),
         }
     }
 
-    /// Records a nonce for `ttl`, unless it is live already or the cache is full of live ones.
-    pub(crate) fn claim(&self, key: &Key, ttl: Duration) -> Result<(), NonceRefused> {
+    /// The nonces each signer may hold at once.
+    #[cfg(test)]
+    pub(crate) fn per_signer(&self) -> usize {
+        self.per_signer
+    }
+
+    /// Records a nonce of `signer` for `ttl`, unless it is live already or the signer's
+    /// share is full of live ones. `signer` must be a configured one (the map is bounded by
+    /// the configuration, not by what clients send).
+    pub(crate) fn claim(&self, signer: &str, key: &Key, ttl: Duration) -> Result<(), NonceRefused> {
         let now = Instant::now();
-        let mut nonces = lock(&self.nonces);
+        let mut by_signer = lock(&self.by_signer);
+        if !by_signer.contains_key(signer) {
+            by_signer.insert(signer.to_owned(), Nonces::default());
+        }
+        let Some(nonces) = by_signer.get_mut(signer) else {
+            return Err(NonceRefused::Full);
+        };
         while let Some((oldest, expires)) = nonces.order.front().copied() {
             if expires > now {
                 break;
@@ -191,7 +209,7 @@ impl NonceCache {
         if nonces.map.contains_key(key) {
             return Err(NonceRefused::Replayed);
         }
-        if nonces.map.len() >= self.max_nonces {
+        if nonces.map.len() >= self.per_signer {
             return Err(NonceRefused::Full);
         }
         nonces.map.insert(*key, now + ttl);
@@ -291,18 +309,31 @@ mod tests {
 
     #[test]
     fn nonces_are_refused_when_replayed_or_full_and_expire() {
-        let cache = NonceCache::new(2);
-        assert_eq!(cache.claim(&key(1), TTL), Ok(()));
-        assert_eq!(cache.claim(&key(1), TTL), Err(NonceRefused::Replayed));
-        assert_eq!(cache.claim(&key(2), TTL), Ok(()));
-        assert_eq!(cache.claim(&key(3), TTL), Err(NonceRefused::Full));
-        let cache = NonceCache::new(1);
-        assert_eq!(cache.claim(&key(1), Duration::ZERO), Ok(()));
+        let cache = NonceCache::new(2, 1);
+        assert_eq!(cache.claim("a", &key(1), TTL), Ok(()));
+        assert_eq!(cache.claim("a", &key(1), TTL), Err(NonceRefused::Replayed));
+        assert_eq!(cache.claim("a", &key(2), TTL), Ok(()));
+        assert_eq!(cache.claim("a", &key(3), TTL), Err(NonceRefused::Full));
+        let cache = NonceCache::new(1, 1);
+        assert_eq!(cache.claim("a", &key(1), Duration::ZERO), Ok(()));
         assert_eq!(
-            cache.claim(&key(2), TTL),
+            cache.claim("a", &key(2), TTL),
             Ok(()),
             "the expired one made room"
         );
-        assert_eq!(cache.claim(&key(1), TTL), Err(NonceRefused::Full));
+        assert_eq!(cache.claim("a", &key(1), TTL), Err(NonceRefused::Full));
+    }
+
+    #[test]
+    fn each_signer_has_a_share_of_its_own() {
+        let cache = NonceCache::new(4, 2);
+        assert_eq!(cache.per_signer(), 2);
+        assert_eq!(cache.claim("a", &key(1), TTL), Ok(()));
+        assert_eq!(cache.claim("a", &key(2), TTL), Ok(()));
+        assert_eq!(cache.claim("a", &key(3), TTL), Err(NonceRefused::Full));
+        assert_eq!(cache.claim("b", &key(3), TTL), Ok(()), "b signs on");
+        assert_eq!(cache.claim("b", &key(4), TTL), Ok(()));
+        assert_eq!(cache.claim("b", &key(5), TTL), Err(NonceRefused::Full));
+        assert_eq!(NonceCache::new(1, 3).per_signer(), 1, "at least one each");
     }
 }

@@ -79,7 +79,7 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     let settings = &cluster.settings;
     let ttl = Duration::from_millis(settings.tasks.ttl_ms);
     let cancel = CancelFlag::default();
-    let owner = info.identity.subject().to_owned();
+    let owner = info.identity.principal().to_owned();
     let ctx = RequestContext::new(ContextParts {
         id: request_id,
         trace_id,

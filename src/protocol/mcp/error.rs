@@ -25,9 +25,13 @@ pub mod codes {
     pub const DUPLICATE_REQUEST_ID: ErrorCode = ErrorCode(-32003);
     /// The server is shutting down and takes no new requests.
     pub const SHUTTING_DOWN: ErrorCode = ErrorCode(-32004);
-    /// No slot in the server-wide worker pool became free within the admission wait.
+    /// No slot in the server-wide worker pool became free within the admission wait (or no
+    /// file read within `resources.read_wait_ms`, or the file bytes in flight are at their
+    /// limit).
     pub const SERVER_BUSY: ErrorCode = ErrorCode(-32008);
-    /// A resource is larger than the server sends (`max_file_bytes` of its `[[resources.directories]]` entry).
+    /// A resource is larger than the server sends (`max_file_bytes` of its
+    /// `[[resources.directories]]` entry), or its answer would not fit in one message
+    /// (`limits.max_message_bytes`).
     pub const RESOURCE_TOO_LARGE: ErrorCode = ErrorCode(-32005);
     /// A resource read or prompt render failed; the message says why.
     pub const HANDLER_FAILED: ErrorCode = ErrorCode(-32006);
@@ -64,6 +68,32 @@ impl ConflictScope {
         match self {
             Self::IdempotencyKey => "idempotencyKey",
             Self::RequestId => "requestId",
+        }
+    }
+}
+
+/// Which limit on file reads a read found reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadLimit {
+    /// `resources.max_concurrent_reads`, for `resources.read_wait_ms`.
+    Reads,
+    /// `resources.max_read_bytes_in_flight`.
+    Bytes,
+}
+
+impl ReadLimit {
+    /// The name in the error's `data.scope`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reads => "fileReads",
+            Self::Bytes => "fileBytes",
+        }
+    }
+
+    fn message(self) -> &'static str {
+        match self {
+            Self::Reads => "too many file reads at once",
+            Self::Bytes => "too many bytes of files being read at once",
         }
     }
 }
@@ -138,6 +168,17 @@ pub enum Error {
     ResourceNotFound { uri: String },
     #[error("Resource too large: {size} bytes, the limit is {limit}")]
     ResourceTooLarge { uri: String, size: u64, limit: u64 },
+    /// A resource whose answer would not fit in one message.
+    #[error("Resource too large: its answer would take {encoded} bytes, over limits.max_message_bytes ({limit})")]
+    ResourceOverMessageLimit {
+        uri: String,
+        size: u64,
+        encoded: u64,
+        limit: u64,
+    },
+    /// The server reads as many files, or bytes of files, as it may at once.
+    #[error("Server busy: {}, retry later", .scope.message())]
+    ReadsBusy { scope: ReadLimit, limit: u64 },
     #[error("{0}")]
     HandlerFailed(String),
     #[error("Too many subscriptions: the session may hold {limit}")]
@@ -211,7 +252,10 @@ impl Error {
             | Self::UnknownPrompt { .. }
             | Self::MissingPromptArgument { .. } => ErrorCode::INVALID_PARAMS,
             Self::ResourceNotFound { .. } => codes::RESOURCE_NOT_FOUND,
-            Self::ResourceTooLarge { .. } => codes::RESOURCE_TOO_LARGE,
+            Self::ResourceTooLarge { .. } | Self::ResourceOverMessageLimit { .. } => {
+                codes::RESOURCE_TOO_LARGE
+            }
+            Self::ReadsBusy { .. } => codes::SERVER_BUSY,
             Self::MalformedMeta(_) | Self::InvalidRequestState(_) => ErrorCode::INVALID_PARAMS,
             Self::UnsupportedProtocolVersion { .. } => codes::UNSUPPORTED_PROTOCOL_VERSION,
             Self::MissingClientCapability { .. } => codes::MISSING_CLIENT_CAPABILITY,
@@ -278,6 +322,21 @@ impl Error {
             Self::ResourceNotFound { uri } => object.with_data(json!({ "uri": uri })),
             Self::ResourceTooLarge { uri, size, limit } => {
                 object.with_data(json!({ "uri": uri, "size": size, "limit": limit }))
+            }
+            Self::ResourceOverMessageLimit {
+                uri,
+                size,
+                encoded,
+                limit,
+            } => object.with_data(json!({
+                "uri": uri,
+                "size": size,
+                "encodedSize": encoded,
+                "limit": limit,
+                "setting": "limits.max_message_bytes",
+            })),
+            Self::ReadsBusy { scope, limit } => {
+                object.with_data(json!({ "scope": scope.as_str(), "limit": limit }))
             }
             Self::TooManySubscriptions { limit } | Self::SubscriptionUriTooLong { limit } => {
                 object.with_data(json!({ "limit": limit }))

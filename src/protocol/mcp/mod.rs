@@ -14,7 +14,7 @@ mod version;
 pub use capabilities::{
     required_capabilities, required_tasks_extension, server_capabilities, Offers,
 };
-pub use error::{codes, ConflictScope, Error, SignatureProblem};
+pub use error::{codes, ConflictScope, Error, ReadLimit, SignatureProblem};
 pub use methods::{notifications, Capability, Method};
 pub use types::*;
 pub use version::ProtocolVersion;

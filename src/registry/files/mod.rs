@@ -4,8 +4,9 @@
 //! and its canonical absolute path (percent-encoded), its name its path relative to the
 //! directory, its MIME type guessed from its extension, its size listed. A read answers text
 //! when the type is textual and the bytes are UTF-8, else a base64 blob, and refuses a file
-//! over `max_file_bytes` with -32005. A watcher keeps the registry in step with the disk
-//! ([`watch`]).
+//! over `max_file_bytes`, or whose answer would not fit in one message, with -32005. Reads
+//! never wait on what is not a regular file and share bounded slots and bytes ([`read`]).
+//! A watcher keeps the registry in step with the disk ([`watch`]).
 //!
 //! Containment is checked where it matters, when a file is listed and again when it is read,
 //! since files change in between ([`Root::admit`], [`read`]):
@@ -15,14 +16,16 @@
 //!   listed nor read;
 //! - a read never takes a path from the client: URIs are looked up among the listed ones, so
 //!   a URI with `..` in it finds nothing;
-//! - a name that is not UTF-8 has no URI: it is skipped.
+//! - a name that is not UTF-8 has no URI: it is skipped;
+//! - a hard link cannot be told from the file it links (see [`read`]): it is served.
 
 mod read;
 mod watch;
 
 pub(crate) use watch::DirectoryWatch;
 
-use crate::config::DirectorySettings;
+use self::read::ReadLimits;
+use crate::config::{DirectorySettings, ResourceSettings};
 use crate::registry::Registry;
 use crate::resource::Resource;
 use mime_guess::mime::{self, Mime};
@@ -52,8 +55,9 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// Registers the files of `directories` as resources and watches them; the returned watch
-/// keeps them in step with the disk until it is dropped. `None` when there are none.
+/// Registers the files of `settings.directories` as resources and watches them; the returned
+/// watch keeps them in step with the disk until it is dropped. `None` when there are none.
+/// Their reads share the limits of `settings` and fit in `max_message_bytes` ([`read`]).
 ///
 /// # Errors
 /// [`ServeError::Directory`] when a directory does not exist, is not a directory, has a
@@ -61,14 +65,22 @@ pub enum ServeError {
 /// when a file's URI is already a registered resource.
 pub(crate) fn serve_directories(
     registry: &Registry,
-    directories: &[DirectorySettings],
+    settings: &ResourceSettings,
+    max_message_bytes: usize,
 ) -> Result<Option<DirectoryWatch>, ServeError> {
+    let directories = &settings.directories;
     if directories.is_empty() {
         return Ok(None);
     }
+    let limits = Arc::new(ReadLimits::new(
+        settings.max_concurrent_reads,
+        std::time::Duration::from_millis(settings.read_wait_ms),
+        settings.max_read_bytes_in_flight,
+        max_message_bytes as u64,
+    ));
     let roots = directories
         .iter()
-        .map(Root::open)
+        .map(|directory| Root::open(directory, limits.clone()))
         .collect::<Result<Vec<_>, _>>()?;
     for (i, root) in roots.iter().enumerate() {
         if let Some(outer) = roots[..i]
@@ -94,10 +106,12 @@ pub(crate) struct Root {
     /// The directory as configured, for messages.
     configured: PathBuf,
     max_file_bytes: u64,
+    /// What every read of the server shares.
+    limits: Arc<ReadLimits>,
 }
 
 impl Root {
-    fn open(settings: &DirectorySettings) -> Result<Self, ServeError> {
+    fn open(settings: &DirectorySettings, limits: Arc<ReadLimits>) -> Result<Self, ServeError> {
         let configured = settings.path.clone();
         let error = |source| ServeError::Directory {
             path: configured.clone(),
@@ -120,6 +134,7 @@ impl Root {
             dir,
             configured,
             max_file_bytes: settings.max_file_bytes,
+            limits,
         })
     }
 

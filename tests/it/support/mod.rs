@@ -40,6 +40,26 @@ pub fn settings() -> Settings {
     s
 }
 
+/// The API key [`with_api_key`] adds, named `tester`.
+pub const TEST_KEY: &str = "tester-5c1d9e2a7b3f4c6d8e0a1b2c3d4e5f60";
+
+/// `settings` with the API key [`TEST_KEY`] (authentication stays optional): for what is
+/// scoped to an identity across sessions (an anonymous client is its session alone).
+pub fn with_api_key(mut settings: Settings) -> Settings {
+    settings.auth.api_keys.push(mcp_ws::config::ApiKeySettings {
+        name: "tester".into(),
+        sha256: test_key_sha256(),
+        scopes: Vec::new(),
+    });
+    settings
+}
+
+/// The SHA-256 of [`TEST_KEY`] in hex, as `auth.api_keys` takes it.
+pub fn test_key_sha256() -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, TEST_KEY.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The demo set, as the binary serves it by default.
 pub fn start(settings: Settings) -> RunningServer {
     start_with(settings, |builder| builder)

@@ -29,10 +29,21 @@ impl Client {
     }
 
     pub async fn connect_url(url: &str) -> Self {
+        Self::connect_url_as(url, None).await
+    }
+
+    /// Connects with `Authorization: Bearer <token>` when there is a token.
+    pub async fn connect_url_as(url: &str, token: Option<&str>) -> Self {
         let mut request = url.into_client_request().expect("request");
         request
             .headers_mut()
             .insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));
+        if let Some(token) = token {
+            request.headers_mut().insert(
+                "Authorization",
+                format!("Bearer {token}").parse().expect("header"),
+            );
+        }
         let (ws, response) = tokio_tungstenite::connect_async(request)
             .await
             .expect("websocket connects");
@@ -62,7 +73,18 @@ impl Client {
     }
 
     pub async fn initialized_with_version(server: &RunningServer, version: &str) -> Self {
-        let mut client = Self::connect(server).await;
+        Self::initialized_at(&server.url(), None, version).await
+    }
+
+    /// Connects with `token` (see [`connect_url_as`](Self::connect_url_as)) and completes the
+    /// handshake on the newest version.
+    pub async fn initialized_as(server: &RunningServer, token: &str) -> Self {
+        Self::initialized_at(&server.url(), Some(token), "2025-11-25").await
+    }
+
+    /// Connects to `url` (with `token`, if any) and completes the handshake on `version`.
+    pub async fn initialized_at(url: &str, token: Option<&str>, version: &str) -> Self {
+        let mut client = Self::connect_url_as(url, token).await;
         let response = client
             .request_with_id(json!(0), "initialize", initialize_params(version))
             .await;
