@@ -159,6 +159,17 @@ impl ServerBuilder {
     /// served.
     pub fn build(self) -> Result<Server, Error> {
         self.settings.validate()?;
+        let limits = &self.settings.limits;
+        if limits.max_batch_len > limits.max_in_flight_per_session {
+            // Not an error: a batch may mix calls with requests that run no worker (pings,
+            // lists), and configurations that started before still start.
+            tracing::warn!(
+                max_batch_len = limits.max_batch_len,
+                max_in_flight_per_session = limits.max_in_flight_per_session,
+                "a batch of more tools/call entries than limits.max_in_flight_per_session \
+                 gets -32009 for those beyond it; lower limits.max_batch_len to match"
+            );
+        }
         let perimeter = Perimeter::new(&self.settings)?;
         let mrtr = &self.settings.mrtr;
         let secret = match &mrtr.state_key_file {

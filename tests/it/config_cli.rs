@@ -202,6 +202,17 @@ fn invalid_config_exits_2_naming_the_problem() {
         "limits.max_batch_len must be greater than 0",
     );
 
+    // The budget of partly received messages must hold one message of the largest size.
+    let budget = write_config(
+        "small-partial-budget",
+        "[limits]\nmax_message_bytes = 2048\nmax_partial_bytes = 1024\n",
+    );
+    assert_refuses_to_start(
+        &["--config", budget.to_str().expect("utf-8 path")],
+        &[],
+        "limits.max_partial_bytes must be >= limits.max_message_bytes",
+    );
+
     // The file named by MCP_WS_CONFIG is read too, and a missing one is an error.
     let missing = Path::new(env!("CARGO_TARGET_TMPDIR")).join("config_cli-no-such-file.toml");
     let missing = missing.to_str().expect("utf-8 path");

@@ -34,6 +34,7 @@ mod limits;
 mod memory_transport;
 mod observe_metrics;
 mod origin;
+mod partial_messages;
 mod redis_store;
 mod registry_changes;
 mod request_limits;
