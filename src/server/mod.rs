@@ -285,11 +285,16 @@ impl Server {
     }
 }
 
-/// Mounts the server's routes, all on one listener: the MCP endpoint, `/healthz`, `/metrics`.
+/// Mounts the server's routes, all on one listener: the MCP endpoint, `/healthz`, `/metrics`
+/// (under the MCP endpoint's Host/Origin rules and credentials, see [`public_metrics`]).
 #[doc(hidden)]
 pub fn routes(cfg: &mut web::ServiceConfig) {
     public_routes(cfg);
-    cfg.route("/metrics", web::get().to(metrics));
+    cfg.service(
+        web::resource("/metrics")
+            .wrap(actix_web::middleware::from_fn(count_refusals))
+            .route(web::get().to(public_metrics)),
+    );
 }
 
 /// The routes of the public listener when `/metrics` has an admin listener of its own: the
@@ -331,6 +336,21 @@ fn is_websocket_upgrade(head: &actix_web::dev::RequestHead) -> bool {
 
 async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain").body("ok\n")
+}
+
+/// `GET /metrics` on the public listener: checked as a request to the MCP endpoint is
+/// (Host/Origin, and credentials when the server authenticates clients), since the metrics
+/// tell who uses the server and how. On the admin listener, which operators reach and
+/// clients do not, [`metrics`] answers without.
+///
+/// # Errors
+/// The perimeter's refusal.
+async fn public_metrics(
+    req: HttpRequest,
+    shared: web::Data<Shared>,
+) -> Result<HttpResponse, Refusal> {
+    perimeter::admit(&shared.perimeter, &req)?;
+    Ok(metrics(shared).await)
 }
 
 async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
@@ -585,7 +605,7 @@ async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpR
         .body(auth.metadata_document(&req).to_string())
 }
 
-/// Counts every [`Refusal`] answered on the MCP endpoint in its reason's counter (see
+/// Counts every [`Refusal`] answered on the MCP endpoint (and the public `/metrics`) in its reason's counter (see
 /// [`Refusal::rejection`]): the one place HTTP refusals are counted, whichever check made
 /// them (middleware around the `/mcp` resource).
 ///
