@@ -896,14 +896,23 @@ impl Settings {
         Ok(settings)
     }
 
+    /// The file [`Settings::load`] reads for `config`: `config` itself, else
+    /// `config/default.toml` if present; `None` for the built-in defaults.
+    pub fn config_path(config: Option<&Path>) -> Option<PathBuf> {
+        match config {
+            Some(path) => Some(path.to_owned()),
+            None => {
+                let default = Path::new(DEFAULT_CONFIG_PATH);
+                default.exists().then(|| default.to_owned())
+            }
+        }
+    }
+
     /// Loads the file named on the command line, else `config/default.toml` if present,
     /// else the built-in defaults; then applies the `--listen` override.
     pub fn load(config: Option<&Path>, listen: Option<SocketAddr>) -> Result<Self, ConfigError> {
-        let mut settings = match config {
-            Some(path) => Self::from_file(path)?,
-            None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
-                Self::from_file(Path::new(DEFAULT_CONFIG_PATH))?
-            }
+        let mut settings = match Self::config_path(config) {
+            Some(path) => Self::from_file(&path)?,
             None => Self::default(),
         };
         if let Some(listen) = listen {
