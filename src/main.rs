@@ -16,15 +16,21 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// MCP server over WebSocket (endpoint /mcp).
+/// MCP server over WebSocket and Streamable HTTP, both on one endpoint: ws://ADDR/mcp and
+/// http://ADDR/mcp (default ADDR 127.0.0.1:8765).
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(
+    version,
+    after_help = "Environment: RUST_LOG overrides logging.filter (e.g. RUST_LOG=debug).\n\
+                  Every other setting is in the config file: see docs/configuration.md."
+)]
 struct Cli {
     /// Config file (TOML). Default: config/default.toml when present, else built-in defaults.
-    #[arg(long, env = "MCP_WS_CONFIG")]
+    #[arg(long, value_name = "PATH", env = "MCP_WS_CONFIG")]
     config: Option<PathBuf>,
-    /// Listen address, overriding the config file's server.listen.
-    #[arg(long, env = "MCP_WS_LISTEN")]
+    /// Listen address, overriding the config file's server.listen (0.0.0.0:8765 to accept
+    /// connections from other hosts).
+    #[arg(long, value_name = "ADDR", env = "MCP_WS_LISTEN")]
     listen: Option<SocketAddr>,
 }
 
@@ -47,6 +53,12 @@ fn main() -> ExitCode {
         }
     };
     let set = settings.builtins.set.clone();
+    // Which file the settings came from, and what is served: what a new user checks first.
+    let config = Settings::config_path(cli.config.as_deref()).map_or_else(
+        || "built-in defaults".to_owned(),
+        |path| path.display().to_string(),
+    );
+    tracing::info!(%config, builtins = %set, "starting mcp-ws");
     let server = match with_builtins(&set, Server::builder().settings(settings)).build() {
         Ok(server) => server,
         Err(error) => {

@@ -94,7 +94,7 @@ pub fn serve(args: &Args) -> Result<(), BoxError> {
             match line?.trim() {
                 "change" => {
                     // Built before the clock starts: only the registry call is the writer's.
-                    let adding = changes % 2 == 0;
+                    let adding = changes.is_multiple_of(2);
                     let tool = adding.then(|| {
                         mcp_ws::Tool::new(
                             PROBE_TOOL,

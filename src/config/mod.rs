@@ -596,7 +596,17 @@ fn everything() -> Vec<String> {
 pub struct Limits {
     /// Largest accepted message (one frame, or continuation frames reassembled), in bytes.
     pub max_message_bytes: usize,
-    /// Most entries in one JSON-RPC batch.
+    /// Bytes of partly received messages (WebSocket frames and fragmented messages being
+    /// reassembled, HTTP bodies being read) the server holds at once, over all connections;
+    /// a message that would pass it is refused (close 1009, HTTP 413). At least
+    /// `max_message_bytes`.
+    pub max_partial_bytes: usize,
+    /// How long a message may take to arrive, in milliseconds: a WebSocket message from its
+    /// first byte to its last fragment, an HTTP body from the end of the headers to its end;
+    /// past it the message is refused (close 1008, HTTP 408).
+    pub partial_timeout_ms: u64,
+    /// Most entries in one JSON-RPC batch. Keep it at most `max_in_flight_per_session`
+    /// (the default is equal): the calls of a batch beyond that cap get -32009.
     pub max_batch_len: usize,
     /// Requests one session may have running in workers at once; more are refused at once.
     pub max_in_flight_per_session: usize,
@@ -756,7 +766,12 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_message_bytes: 4 * 1024 * 1024,
-            max_batch_len: 100,
+            // 64 messages of the largest size in flight at once, then refusals rather than
+            // memory: honest clients send a message in well under `partial_timeout_ms`.
+            max_partial_bytes: 256 * 1024 * 1024,
+            partial_timeout_ms: 30_000,
+            // Not above `max_in_flight_per_session`: a batch of calls can all run.
+            max_batch_len: 64,
             max_in_flight_per_session: 64,
             max_concurrent_requests: 512,
             admission_wait_ms: 5_000,
@@ -949,14 +964,23 @@ impl Settings {
         Ok(settings)
     }
 
+    /// The file [`Settings::load`] reads for `config`: `config` itself, else
+    /// `config/default.toml` if present; `None` for the built-in defaults.
+    pub fn config_path(config: Option<&Path>) -> Option<PathBuf> {
+        match config {
+            Some(path) => Some(path.to_owned()),
+            None => {
+                let default = Path::new(DEFAULT_CONFIG_PATH);
+                default.exists().then(|| default.to_owned())
+            }
+        }
+    }
+
     /// Loads the file named on the command line, else `config/default.toml` if present,
     /// else the built-in defaults; then applies the `--listen` override.
     pub fn load(config: Option<&Path>, listen: Option<SocketAddr>) -> Result<Self, ConfigError> {
-        let mut settings = match config {
-            Some(path) => Self::from_file(path)?,
-            None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
-                Self::from_file(Path::new(DEFAULT_CONFIG_PATH))?
-            }
+        let mut settings = match Self::config_path(config) {
+            Some(path) => Self::from_file(&path)?,
             None => Self::default(),
         };
         if let Some(listen) = listen {
@@ -971,6 +995,8 @@ impl Settings {
         let l = &self.limits;
         let positive = [
             ("limits.max_message_bytes", l.max_message_bytes as u64),
+            ("limits.max_partial_bytes", l.max_partial_bytes as u64),
+            ("limits.partial_timeout_ms", l.partial_timeout_ms),
             ("limits.max_batch_len", l.max_batch_len as u64),
             (
                 "limits.max_in_flight_per_session",
@@ -1050,6 +1076,11 @@ impl Settings {
             return Err(ConfigError::Invalid(format!(
                 "{name} must be greater than 0"
             )));
+        }
+        if l.max_partial_bytes < l.max_message_bytes {
+            return Err(ConfigError::Invalid(
+                "limits.max_partial_bytes must be >= limits.max_message_bytes (one message of the largest size must fit)".into(),
+            ));
         }
         if l.max_request_timeout_ms < l.request_timeout_ms {
             return Err(ConfigError::Invalid(

@@ -329,6 +329,12 @@ rejections! {
     identity_limit => "identity_limit",
     /// A message over `limits.max_message_bytes` (WebSocket close 1009, HTTP 413).
     message_too_large => "message_too_large",
+    /// A message refused because `limits.max_partial_bytes` of partly received messages are
+    /// held, over all connections (WebSocket close 1009, HTTP 413).
+    partial_budget => "partial_budget",
+    /// A message not received within `limits.partial_timeout_ms` (WebSocket close 1008, HTTP
+    /// 408).
+    partial_deadline => "partial_deadline",
     /// A batch over `limits.max_batch_len` entries (-32010).
     batch_too_large => "batch_too_large",
     /// `limits.max_json_depth` (-32600).

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod connections;
 pub mod guard;
 pub mod origin;
+pub mod partial;
 pub mod policy;
 pub mod rate;
 pub mod signature;
@@ -38,6 +39,7 @@ pub use auth::{Authenticator, Challenge};
 pub use connections::{ClientLimit, ConnectionLimits, ConnectionPermit};
 pub use guard::RequestGuard;
 pub use origin::OriginPolicy;
+pub use partial::{PartialBudget, Reservation};
 pub use policy::{Access, Policies};
 
 /// The perimeter's state, built once from the settings (reading the TLS and JWT key files).
@@ -52,6 +54,9 @@ pub struct Perimeter {
     pub policies: Policies,
     /// The per-IP and per-identity session counters.
     pub connections: Arc<ConnectionLimits>,
+    /// The bytes of partly received messages, over all connections
+    /// (`limits.max_partial_bytes`).
+    pub partial: Arc<PartialBudget>,
 }
 
 impl Perimeter {
@@ -70,6 +75,7 @@ impl Perimeter {
                 settings.server.max_sessions_per_ip,
                 settings.server.max_sessions_per_identity,
             )),
+            partial: PartialBudget::new(settings.limits.max_partial_bytes),
         })
     }
 }
@@ -242,6 +248,13 @@ pub enum Refusal {
     /// The body is larger than `limits.max_message_bytes`.
     #[error("Payload Too Large: the body exceeds limits.max_message_bytes")]
     PayloadTooLarge,
+    /// The body would pass `limits.max_partial_bytes`, the budget of partly received
+    /// messages of all connections.
+    #[error("Payload Too Large: the server holds too many partly received messages; retry later")]
+    PartialBudget,
+    /// The body did not arrive within `limits.partial_timeout_ms` of the headers.
+    #[error("Request Timeout: the body did not arrive within limits.partial_timeout_ms")]
+    BodyDeadline,
     /// The body could not be read to its end (the client stopped sending, or a bad encoding).
     #[error("Bad Request: the body could not be read")]
     BodyUnreadable,
@@ -271,6 +284,8 @@ impl Refusal {
             Self::ForbiddenHost => Some(&rejections.host),
             Self::TooManySessions => Some(&rejections.session_cap),
             Self::PayloadTooLarge => Some(&rejections.message_too_large),
+            Self::PartialBudget => Some(&rejections.partial_budget),
+            Self::BodyDeadline => Some(&rejections.partial_deadline),
             Self::Unauthorized(_) => Some(&rejections.unauthenticated),
             Self::InsufficientScope(_) => Some(&rejections.forbidden),
             Self::TooManySessionsFrom { scope, .. } => Some(match scope {
@@ -316,7 +331,8 @@ impl ResponseError for Refusal {
             | Self::ResumeGone => StatusCode::BAD_REQUEST,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::PayloadTooLarge | Self::PartialBudget => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyDeadline => StatusCode::REQUEST_TIMEOUT,
             Self::SessionNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }
@@ -325,8 +341,12 @@ impl ResponseError for Refusal {
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            Self::TooManySessions | Self::ShuttingDown => {
+            Self::TooManySessions | Self::ShuttingDown | Self::PartialBudget => {
                 response.insert_header(("Retry-After", "1"));
+            }
+            // The connection holds the rest of a body nobody reads: it is not reused.
+            Self::BodyDeadline => {
+                response.insert_header((actix_web::http::header::CONNECTION, "close"));
             }
             // A place comes back when one of the client's own sessions ends.
             Self::TooManySessionsFrom { .. } => {

@@ -1,7 +1,7 @@
 //! The server: [`Server::builder`] (settings, how it presents itself, tools, resources,
-//! prompts), its routes (`GET /mcp` upgrades to a WebSocket session, `/healthz`,
-//! `/metrics`, the last two on an admin listener of their own when `server.admin_listen`
-//! is set), running in the foreground ([`Server::run`], the binary) or on a background
+//! prompts), its routes (`/mcp`: a WebSocket session on `GET` with an upgrade, Streamable
+//! HTTP otherwise; `GET /`: a page saying how to connect; `/healthz`, `/metrics`, the last
+//! two on an admin listener of their own when `server.admin_listen` is set), running in the foreground ([`Server::run`], the binary) or on a background
 //! thread ([`Server::spawn`], tests and embedding), and graceful shutdown.
 //!
 //! Shutdown, on SIGINT/SIGTERM or `RunningServer::stop`: stop admitting sessions (a new
@@ -159,6 +159,17 @@ impl ServerBuilder {
     /// served.
     pub fn build(self) -> Result<Server, Error> {
         self.settings.validate()?;
+        let limits = &self.settings.limits;
+        if limits.max_batch_len > limits.max_in_flight_per_session {
+            // Not an error: a batch may mix calls with requests that run no worker (pings,
+            // lists), and configurations that started before still start.
+            tracing::warn!(
+                max_batch_len = limits.max_batch_len,
+                max_in_flight_per_session = limits.max_in_flight_per_session,
+                "a batch of more tools/call entries than limits.max_in_flight_per_session \
+                 gets -32009 for those beyond it; lower limits.max_batch_len to match"
+            );
+        }
         let perimeter = Perimeter::new(&self.settings)?;
         let mrtr = &self.settings.mrtr;
         let secret = match &mrtr.state_key_file {
@@ -275,11 +286,16 @@ impl Server {
     }
 }
 
-/// Mounts the server's routes, all on one listener: the MCP endpoint, `/healthz`, `/metrics`.
+/// Mounts the server's routes, all on one listener: the MCP endpoint, `/healthz`, `/metrics`
+/// (under the MCP endpoint's Host/Origin rules and credentials, see [`public_metrics`]).
 #[doc(hidden)]
 pub fn routes(cfg: &mut web::ServiceConfig) {
     public_routes(cfg);
-    cfg.route("/metrics", web::get().to(metrics));
+    cfg.service(
+        web::resource("/metrics")
+            .wrap(actix_web::middleware::from_fn(count_refusals))
+            .route(web::get().to(public_metrics)),
+    );
 }
 
 /// The routes of the public listener when `/metrics` has an admin listener of its own: the
@@ -305,7 +321,56 @@ fn public_routes(cfg: &mut web::ServiceConfig) {
         ])
         .route(web::get().to(resource_metadata)),
     )
+    .service(
+        web::resource("/")
+            .wrap(actix_web::middleware::from_fn(count_refusals))
+            .route(web::get().to(index)),
+    )
     .route("/healthz", web::get().to(healthz));
+}
+
+/// The URL schemes of the MCP endpoint: WebSocket and HTTP, each with TLS or without.
+fn schemes(shared: &Shared) -> (&'static str, &'static str) {
+    if shared.perimeter.tls.is_some() {
+        ("wss", "https")
+    } else {
+        ("ws", "http")
+    }
+}
+
+/// `GET /`: a short page for whoever opens the server's address in a browser or with curl,
+/// naming the endpoint and how to connect (nothing about the version or the configuration).
+/// Under the endpoint's Host/Origin rules: it repeats the Host it was reached by.
+///
+/// # Errors
+/// The perimeter's refusal of the Host or Origin.
+async fn index(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResponse, Refusal> {
+    shared.perimeter.origin.check(req.headers())?;
+    let (ws, http) = schemes(&shared);
+    let host = req.connection_info().host().to_owned();
+    let name = &shared.server_info.name;
+    let credentials = if shared.perimeter.auth.is_enabled() {
+        "\nThis server asks for credentials: send Authorization: Bearer <token> (or, from a\n\
+         browser, the WebSocket subprotocol mcp.auth.<token>).\n"
+    } else {
+        ""
+    };
+    let page = format!(
+        "{name}: a Model Context Protocol (MCP) server.\n\
+         \n\
+         MCP endpoint, one path for both transports:\n\
+         \x20 WebSocket        {ws}://{host}/mcp   (subprotocol \"mcp\", one JSON-RPC message per text frame)\n\
+         \x20 Streamable HTTP  {http}://{host}/mcp   (POST JSON-RPC with Accept: application/json, text/event-stream)\n\
+         {credentials}\n\
+         Point an MCP client at one of these URLs, e.g. the MCP Inspector:\n\
+         \x20 npx @modelcontextprotocol/inspector   (transport \"Streamable HTTP\", URL {http}://{host}/mcp)\n\
+         \n\
+         Health: {http}://{host}/healthz\n"
+    );
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; charset=utf-8")
+        .insert_header(("X-Content-Type-Options", "nosniff"))
+        .body(page))
 }
 
 /// The routes of the admin listener (`server.admin_listen`): `/metrics` and `/healthz`.
@@ -321,6 +386,21 @@ fn is_websocket_upgrade(head: &actix_web::dev::RequestHead) -> bool {
 
 async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain").body("ok\n")
+}
+
+/// `GET /metrics` on the public listener: checked as a request to the MCP endpoint is
+/// (Host/Origin, and credentials when the server authenticates clients), since the metrics
+/// tell who uses the server and how. On the admin listener, which operators reach and
+/// clients do not, [`metrics`] answers without.
+///
+/// # Errors
+/// The perimeter's refusal.
+async fn public_metrics(
+    req: HttpRequest,
+    shared: web::Data<Shared>,
+) -> Result<HttpResponse, Refusal> {
+    perimeter::admit(&shared.perimeter, &req)?;
+    Ok(metrics(shared).await)
 }
 
 async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
@@ -511,12 +591,11 @@ async fn serve(
     // Registry changes reach the other nodes, and theirs this one (with Redis).
     crate::cluster::store::bridge::start(&shared.cluster);
     let server_task = actix_rt::spawn(server);
-    let scheme = if shared.perimeter.tls.is_some() {
-        "wss"
-    } else {
-        "ws"
-    };
-    tracing::info!(%addr, "listening; WebSocket endpoint {scheme}://{addr}/mcp");
+    let (ws, http) = schemes(&shared);
+    tracing::info!(
+        %addr,
+        "listening: MCP endpoint over WebSocket {ws}://{addr}/mcp and Streamable HTTP {http}://{addr}/mcp"
+    );
     let (admin_addr, admin_handle) = match admin {
         Some((admin_addr, admin)) => {
             let admin = admin.run();
@@ -575,7 +654,7 @@ async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpR
         .body(auth.metadata_document(&req).to_string())
 }
 
-/// Counts every [`Refusal`] answered on the MCP endpoint in its reason's counter (see
+/// Counts every [`Refusal`] answered on the MCP endpoint (and the public `/metrics`) in its reason's counter (see
 /// [`Refusal::rejection`]): the one place HTTP refusals are counted, whichever check made
 /// them (middleware around the `/mcp` resource).
 ///

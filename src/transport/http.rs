@@ -23,7 +23,7 @@ use actix::dev::SendError;
 use actix::Addr;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
 use actix_web::{web, HttpRequest, HttpResponse};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::stream::{self, Stream, StreamExt};
 use memchr::memmem;
 use serde_json::value::RawValue;
@@ -67,12 +67,7 @@ pub async fn post(
     }
     // Read here rather than by an extractor, so that the checks above come first and an
     // oversized body is refused like everything else (a JSON-RPC error, not actix's text).
-    let body = body
-        .to_bytes_limited(shared.settings.limits.max_message_bytes)
-        .await
-        // Counted with the other refusals, by `perimeter::count_refusals`.
-        .map_err(|_| Refusal::PayloadTooLarge)?
-        .map_err(|_| Refusal::BodyUnreadable)?;
+    let body = read_body(body, &shared).await?;
     let text = String::from_utf8(body.into()).map_err(|_| Refusal::BodyNotText)?;
     let header_version = req
         .headers()
@@ -119,6 +114,39 @@ pub async fn post(
         }
     }
     Ok(response)
+}
+
+/// A POST's body, read to its end within `limits.max_message_bytes`, the server's budget of
+/// partly received messages (its bytes are held in it until the body is whole) and
+/// `limits.partial_timeout_ms` from now (the end of the headers): a client sending a byte now
+/// and then cannot hold a handler, a connection and its buffer for ever.
+///
+/// # Errors
+/// [`Refusal::PayloadTooLarge`], [`Refusal::PartialBudget`], [`Refusal::BodyDeadline`],
+/// [`Refusal::BodyUnreadable`] (counted with the other refusals, by `count_refusals`).
+async fn read_body(mut body: web::Payload, shared: &Shared) -> Result<Bytes, Refusal> {
+    let limits = &shared.settings.limits;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(limits.partial_timeout_ms);
+    let mut reservation = shared.perimeter.partial.reservation();
+    let mut buffer = BytesMut::new();
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, body.next()).await {
+            Err(_elapsed) => return Err(Refusal::BodyDeadline),
+            Ok(None) => break,
+            Ok(Some(chunk)) => chunk.map_err(|_| Refusal::BodyUnreadable)?,
+        };
+        let len = buffer.len() + chunk.len();
+        if len > limits.max_message_bytes {
+            return Err(Refusal::PayloadTooLarge);
+        }
+        reservation
+            .hold(len)
+            .map_err(|_over| Refusal::PartialBudget)?;
+        buffer.extend_from_slice(&chunk);
+    }
+    // Whole: what happens to it now is the session's, bounded by its own limits.
+    drop(reservation);
+    Ok(buffer.freeze())
 }
 
 /// Whether `text` names 2026-07-28 in its `_meta`. Most bodies are ruled out by a scan:

@@ -5,6 +5,7 @@
 
 pub mod directory;
 pub mod events;
+pub mod frames;
 pub mod hosted;
 pub mod http;
 #[cfg(any(test, feature = "testing"))]

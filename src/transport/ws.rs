@@ -1,7 +1,8 @@
 //! The WebSocket session actor: one per connection and the only writer to its socket.
 //!
-//! It owns the WebSocket plumbing and nothing of the protocol: text frames (continuations
-//! reassembled up to the message limit) go to the [`Session`] core, whose inbox (worker
+//! It owns the WebSocket plumbing and nothing of the protocol: text messages (read, checked
+//! and reassembled by its [`Reader`], within the limits of one message and of all partly
+//! received ones) go to the [`Session`] core, whose inbox (worker
 //! outcomes, progress, client requests, list changes) is drained by an [`InboxPump`] in this
 //! actor's context. It also owns the heartbeat, the close codes, and shutdown.
 //!
@@ -17,10 +18,13 @@
 //! another connection"). Past the grace, everything is cancelled, as on a disconnect before.
 //!
 //! Close codes: 1000 normal or replaced by a reconnect, 1003 binary frames (text only), 1007 a
-//! reassembled message that is not UTF-8, 1009 a message over `limits.max_message_bytes`, 1002
-//! a WebSocket protocol error, 1001 server shutdown or heartbeat timeout, 4404 the session to
-//! resume ended meanwhile.
+//! text message that is not UTF-8, 1009 a message over `limits.max_message_bytes` or past the
+//! budget of partly received messages (`limits.max_partial_bytes`), 1008 a message not whole
+//! within `limits.partial_timeout_ms`, 1002 a WebSocket protocol error, 1001 server shutdown
+//! or heartbeat timeout, 4404 the session to resume ended meanwhile (the reader's refusals
+//! are [`Refused`]).
 
+use super::frames::{Inbound, Reader, Refused};
 use super::hosted::{
     AttachSocket, Deliver, Detach, DetachSocket, HostedSession, Relayed, SocketHandle,
     DRAINED_QUIET,
@@ -32,10 +36,9 @@ use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
 use crate::transport::hosted::HostedSessions;
 use actix::prelude::*;
-use actix_http::ws::Item;
+use actix_web::error::PayloadError;
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_web_actors::ws::{self, CloseCode, CloseReason, Message as WsMessage, ProtocolError};
-use bytes::BytesMut;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,8 +76,6 @@ pub struct WsSession {
     /// Whether anything (frame or pong) came from the client since the last heartbeat; a
     /// flag rather than a clock read per frame, since heartbeat granularity is enough.
     heard: bool,
-    /// A text message arriving in continuation frames, until its last frame.
-    fragments: Option<BytesMut>,
     /// Whether a shutdown close is pending until in-flight work finishes.
     closing: bool,
     /// During shutdown: when the client last sent something (the close waits for quiet).
@@ -146,7 +147,6 @@ impl WsSession {
             core,
             last_heard: Instant::now(),
             heard: false,
-            fragments: None,
             closing: false,
             heard_while_closing: Instant::now(),
             quiet_close_armed: false,
@@ -166,9 +166,6 @@ impl WsSession {
 
     fn close(&mut self, ctx: &mut ws::WebsocketContext<Self>, code: CloseCode, description: &str) {
         tracing::debug!(session = %self.log_id(), ?code, description, "closing");
-        if code == CloseCode::Size {
-            self.shared.metrics.rejections.message_too_large.inc();
-        }
         ctx.close(Some(CloseReason {
             code,
             description: Some(description.to_owned()),
@@ -220,44 +217,15 @@ impl WsSession {
         }
     }
 
-    fn on_fragment(&mut self, item: Item, ctx: &mut ws::WebsocketContext<Self>) {
-        let max = self.shared.settings.limits.max_message_bytes;
-        let (bytes, last) = match item {
-            Item::FirstText(bytes) => {
-                self.fragments = Some(BytesMut::new());
-                (bytes, false)
-            }
-            Item::FirstBinary(_) => {
-                return self.close(
-                    ctx,
-                    CloseCode::Unsupported,
-                    "binary messages are not supported; send text",
-                );
-            }
-            Item::Continue(bytes) => (bytes, false),
-            Item::Last(bytes) => (bytes, true),
-        };
-        let Some(buffer) = self.fragments.as_mut() else {
-            return self.close(
-                ctx,
-                CloseCode::Protocol,
-                "continuation frame without a first frame",
-            );
-        };
-        if buffer.len() + bytes.len() > max {
-            self.fragments = None;
-            return self.close(ctx, CloseCode::Size, "message too big");
+    /// Closes the connection for what its reader refused, counted by reason.
+    fn refuse(&mut self, refused: Refused, ctx: &mut ws::WebsocketContext<Self>) {
+        if let Refused::Protocol(error) = &refused {
+            tracing::debug!(session = %self.log_id(), %error, "websocket protocol error");
         }
-        buffer.extend_from_slice(&bytes);
-        if last {
-            let Some(message) = self.fragments.take() else {
-                return;
-            };
-            match std::str::from_utf8(&message) {
-                Ok(text) => self.on_message(text, ctx),
-                Err(_) => self.close(ctx, CloseCode::Invalid, "text message is not valid UTF-8"),
-            }
+        if let Some(counter) = refused.rejection(&self.shared.metrics.rejections) {
+            counter.inc();
         }
+        self.close(ctx, refused.close_code(), refused.description());
     }
 
     fn heartbeat(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
@@ -409,29 +377,19 @@ impl Actor for WsSession {
     }
 }
 
-impl StreamHandler<Result<WsMessage, ProtocolError>> for WsSession {
-    fn handle(&mut self, message: Result<WsMessage, ProtocolError>, ctx: &mut Self::Context) {
+impl StreamHandler<Result<Inbound, Refused>> for WsSession {
+    fn handle(&mut self, inbound: Result<Inbound, Refused>, ctx: &mut Self::Context) {
         self.heard = true;
-        match message {
-            Ok(WsMessage::Text(text)) => {
-                if self.fragments.is_some() {
-                    return self.close(
-                        ctx,
-                        CloseCode::Protocol,
-                        "text frame inside a fragmented message",
-                    );
-                }
-                self.on_message(&text, ctx);
-            }
-            Ok(WsMessage::Binary(_)) => self.close(
+        match inbound {
+            Ok(Inbound::Text(text)) => self.on_message(&text, ctx),
+            Ok(Inbound::Binary) => self.close(
                 ctx,
                 CloseCode::Unsupported,
                 "binary messages are not supported; send text",
             ),
-            Ok(WsMessage::Continuation(item)) => self.on_fragment(item, ctx),
-            Ok(WsMessage::Ping(payload)) => ctx.pong(&payload),
-            Ok(WsMessage::Pong(_)) | Ok(WsMessage::Nop) => {}
-            Ok(WsMessage::Close(reason)) => {
+            Ok(Inbound::Ping(payload)) => ctx.pong(&payload),
+            Ok(Inbound::Fragment | Inbound::Pong) => {}
+            Ok(Inbound::Close(reason)) => {
                 if self.close_sent {
                     // The reply to our shutdown close: the handshake is complete.
                     return ctx.stop();
@@ -442,14 +400,16 @@ impl StreamHandler<Result<WsMessage, ProtocolError>> for WsSession {
                 ctx.close(reason);
                 ctx.stop();
             }
-            Err(ProtocolError::Overflow) => {
-                self.close(ctx, CloseCode::Size, "message too big");
-            }
-            Err(error) => {
-                tracing::debug!(session = %self.log_id(), %error, "websocket protocol error");
-                self.close(ctx, CloseCode::Protocol, "websocket protocol error");
-            }
+            Err(refused) => self.refuse(refused, ctx),
         }
+    }
+}
+
+/// What actix's own reader would deliver: `upgrade` gives it a stream that never yields (the
+/// socket is read by a [`Reader`]), and actix requires the handler all the same.
+impl StreamHandler<Result<WsMessage, ProtocolError>> for WsSession {
+    fn handle(&mut self, _message: Result<WsMessage, ProtocolError>, ctx: &mut Self::Context) {
+        self.close(ctx, CloseCode::Error, "unexpected reader");
     }
 }
 
@@ -518,8 +478,14 @@ pub async fn upgrade(
     let shared = shared.into_inner();
     let directory = (hosted.into_inner(), sockets.into_inner());
     let admission = perimeter::admit(&shared.perimeter, &req)?;
-    let max_message_bytes = shared.settings.limits.max_message_bytes;
     let pinned = pinned_version(&req)?;
+    let limits = &shared.settings.limits;
+    let reader = Reader::new(
+        stream,
+        limits.max_message_bytes,
+        shared.perimeter.partial.reservation(),
+        Duration::from_millis(limits.partial_timeout_ms),
+    );
     let session = match resumed_session_id(&req) {
         // A resumed session keeps what it negotiated; a version offer is only checked.
         Some(id) => {
@@ -537,10 +503,15 @@ pub async fn upgrade(
     // takes the first offer the list holds, so a pin is the list's only entry.)
     let version_protocol = pinned.map(|v| format!("{VERSION_SUBPROTOCOL_PREFIX}{v}"));
     let protocols = [version_protocol.as_deref().unwrap_or(SUBPROTOCOL)];
-    ws::WsResponseBuilder::new(session, &req, stream)
-        .protocols(&protocols)
-        .frame_size(max_message_bytes)
-        .start()
+    let mut response = ws::handshake_with_protocols(&req, &protocols)?;
+    // actix's reader is given a stream that never yields: this one reads the socket.
+    let never = futures_util::stream::pending::<Result<bytes::Bytes, PayloadError>>();
+    Ok(
+        response.streaming(ws::WebsocketContext::with_factory(never, move |ctx| {
+            ctx.add_stream(reader);
+            session
+        })),
+    )
 }
 
 /// The protocol version the upgrade pins with an `mcp.version.<version>` offer: the first

@@ -20,8 +20,10 @@
 //!   stay complete and in order) nor callable: a forbidden method is -32601, a forbidden tool
 //!   or prompt is unknown, a forbidden resource is not found, exactly as for ones that do not
 //!   exist; a client no policy applies to is refused (401 anonymous, 403 authenticated).
+//! - `/metrics` on the public listener wants credentials as the endpoint does; on the admin
+//!   listener (`server.admin_listen`) it needs none.
 
-use crate::support::http::{metric, wait_metric};
+use crate::support::http::{http_get, http_get_with, metric, wait_metric};
 use crate::support::*;
 
 use jsonwebtoken::{EncodingKey, Header};
@@ -90,6 +92,8 @@ fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
 /// `ISSUER` for `AUDIENCE`, with no leeway.
 fn auth_settings(dir: &TempDir) -> Settings {
     let mut s = settings();
+    // The tests read the metrics there: the public `/metrics` wants credentials.
+    s.server.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
     s.auth.required = true;
     s.auth.api_keys = vec![
         api_key("ci", CI_KEY, &["tools"]),
@@ -245,6 +249,35 @@ async fn assert_no_session_and_still_serving(server: &RunningServer) {
 
 // ---------------------------------------------------------------------------------------
 // Authentication.
+
+#[tokio::test]
+async fn public_metrics_want_credentials_and_the_admin_listeners_do_not() {
+    let dir = TempDir::new().expect("tempdir");
+    let mut s = auth_settings(&dir);
+    s.server.admin_listen = None;
+    let server = start_auth(s);
+    let addr = server.addr();
+    let (status, body) = http_get(addr, "/metrics").await;
+    assert_eq!(status, 401, "{body}");
+    assert!(!body.contains("mcp_sessions"), "no metrics: {body}");
+    let wrong = bearer("ci-0000000000000000000000000000000");
+    let (status, _) = http_get_with(addr, "/metrics", &[("Authorization", &wrong)]).await;
+    assert_eq!(status, 401);
+    let ci = bearer(CI_KEY);
+    let (status, body) = http_get_with(addr, "/metrics", &[("Authorization", &ci)]).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("mcp_rejected_total{reason=\"unauthenticated\"} 2"),
+        "both refusals counted: {body}"
+    );
+
+    // On the admin listener, for operators only, no credentials are asked for.
+    let server = start_auth(auth_settings(&dir));
+    let admin = server.admin_addr().expect("an admin listener");
+    let (status, body) = http_get(admin, "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("mcp_sessions"), "{body}");
+}
 
 #[tokio::test]
 async fn without_credentials_where_required_the_upgrade_is_401_pointing_at_the_metadata() {

@@ -2,7 +2,8 @@
 //! an array); invalid entries are answered one by one; notifications get no entry; an
 //! all-notification batch gets no frame at all; entries run concurrently and the array is
 //! sent when all are done; a batch over the length limit gets one -32010 error; `initialize`
-//! inside a batch is refused; unparsable batch text gets one -32700 object.
+//! inside a batch is refused; unparsable batch text gets one -32700 object; a full batch of
+//! calls on default settings runs whole (the batch limit is within the in-flight cap).
 
 use crate::support::http::{metric, wait_metric};
 use crate::support::*;
@@ -159,6 +160,32 @@ async fn batch_over_the_limit_gets_one_error() {
         .collect();
     client.send_json(Value::Array(batch)).await;
     assert_eq!(by_id(&client.recv().await).len(), 3);
+}
+
+#[tokio::test]
+async fn a_full_batch_of_calls_runs_whole_on_default_settings() {
+    // The default batch length is within the default per-session cap on requests in
+    // flight: no entry of a full batch of calls is refused as "session busy" (-32009).
+    let (server, gate) = start_with_gate(settings());
+    let len = settings().limits.max_batch_len;
+    let mut client = Client::initialized(&server).await;
+    let batch: Vec<Value> = (0..len)
+        .map(|i| json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"hold"}}))
+        .collect();
+    client.send_json(Value::Array(batch)).await;
+    // All of them in flight at once, then let go.
+    wait_metric(&server, "mcp_workers", len as u64).await;
+    gate.add_permits(len);
+    let entries = by_id(&client.recv().await);
+    assert_eq!(entries.len(), len);
+    for (id, entry) in &entries {
+        let id: Value = serde_json::from_str(id).expect("id");
+        assert_eq!(text_of(&assert_result(entry, &id)), "released");
+    }
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"session_busy\"}").await,
+        0
+    );
 }
 
 #[tokio::test]

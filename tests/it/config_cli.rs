@@ -6,10 +6,14 @@
 //!   overrides the file, and `--listen` overrides `MCP_WS_LISTEN`.
 //! - An invalid configuration (unknown key, zero limit, unreadable file, bad address) makes
 //!   the binary exit with code 2 and a message on stderr naming the problem.
-//! - `GET /healthz` answers 200 with the body `ok`.
+//! - `GET /healthz` answers 200 with the body `ok`; `GET /` a short text page naming both
+//!   URLs of the endpoint (nothing about the version).
+//! - `--help` lists every flag with its environment variable; the start-up log names the
+//!   config file, the builtin set and both URLs of the endpoint.
 
-use crate::support::http::http_get;
+use crate::support::http::{http_get, http_get_with};
 use crate::support::process::ServerProcess;
+use crate::support::{settings, start};
 
 use mcp_ws::Settings;
 use std::net::{SocketAddr, TcpListener};
@@ -202,6 +206,17 @@ fn invalid_config_exits_2_naming_the_problem() {
         "limits.max_batch_len must be greater than 0",
     );
 
+    // The budget of partly received messages must hold one message of the largest size.
+    let budget = write_config(
+        "small-partial-budget",
+        "[limits]\nmax_message_bytes = 2048\nmax_partial_bytes = 1024\n",
+    );
+    assert_refuses_to_start(
+        &["--config", budget.to_str().expect("utf-8 path")],
+        &[],
+        "limits.max_partial_bytes must be >= limits.max_message_bytes",
+    );
+
     // The file named by MCP_WS_CONFIG is read too, and a missing one is an error.
     let missing = Path::new(env!("CARGO_TARGET_TMPDIR")).join("config_cli-no-such-file.toml");
     let missing = missing.to_str().expect("utf-8 path");
@@ -212,4 +227,70 @@ fn invalid_config_exits_2_naming_the_problem() {
     );
 
     assert_refuses_to_start(&["--listen", "not-an-address"], &[], "not-an-address");
+}
+
+#[test]
+fn help_lists_every_flag_with_its_environment_variable() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-ws"))
+        .arg("--help")
+        .output()
+        .expect("the mcp-ws binary runs");
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).expect("utf-8");
+    for (flag, env) in [("--config", "MCP_WS_CONFIG"), ("--listen", "MCP_WS_LISTEN")] {
+        let line = help
+            .lines()
+            .find(|line| line.trim_start().starts_with(flag))
+            .unwrap_or_else(|| panic!("{flag} is listed:\n{help}"));
+        assert!(line.contains(&format!("[env: {env}=]")), "{line}");
+    }
+    for other in [
+        "--help",
+        "--version",
+        "RUST_LOG",
+        "WebSocket",
+        "Streamable HTTP",
+    ] {
+        assert!(help.contains(other), "{other} is named:\n{help}");
+    }
+}
+
+#[tokio::test]
+async fn the_startup_log_names_the_config_the_builtin_set_and_both_endpoints() {
+    let [addr] = free_addrs();
+    let text = format!(
+        "{}[builtins]\nset = \"conformance\"\n",
+        config_listening_on(addr)
+    );
+    let config = write_config("startup-log", &text);
+    let config = config.to_str().expect("utf-8 path");
+    let process = ServerProcess::spawn(&["--config", config], &[]);
+    assert_eq!(process.wait_listening(), addr);
+    let log = process.stderr_text();
+    for needle in [
+        format!("config={config}"),
+        "builtins=conformance".to_owned(),
+        format!("ws://{addr}/mcp"),
+        format!("http://{addr}/mcp"),
+    ] {
+        assert!(log.contains(&needle), "the log names {needle}:\n{log}");
+    }
+}
+
+#[tokio::test]
+async fn the_root_page_says_how_to_connect() {
+    let server = start(settings());
+    let addr = server.addr();
+    let (status, page) = http_get(addr, "/").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(&format!("ws://{addr}/mcp")), "{page}");
+    assert!(page.contains(&format!("http://{addr}/mcp")), "{page}");
+    assert!(
+        !page.contains(env!("CARGO_PKG_VERSION")),
+        "no version: {page}"
+    );
+    // Under the endpoint's Host rules: a rebound name is not repeated back.
+    let rebound = format!("evil.example:{}", addr.port());
+    let (status, page) = http_get_with(addr, "/", &[("Host", &rebound)]).await;
+    assert_eq!(status, 403, "{page}");
 }

@@ -35,6 +35,7 @@ mod log_writer;
 mod memory_transport;
 mod observe_metrics;
 mod origin;
+mod partial_messages;
 mod redis_store;
 mod registry_changes;
 mod request_limits;

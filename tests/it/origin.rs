@@ -1,9 +1,10 @@
 //! The Origin/Host perimeter on the WebSocket upgrade: a page on a foreign site cannot open a
 //! session on a local server (cross-site WebSocket hijacking), nor can a DNS-rebound name;
 //! both are refused with HTTP 403 before any session exists, and the server goes on serving.
-//! Local pages, same-host pages and clients without an Origin are admitted.
+//! Local pages, same-host pages and clients without an Origin are admitted. `/metrics` on
+//! the public listener follows the same rules.
 
-use crate::support::http::metric;
+use crate::support::http::{http_get_with, metric};
 use crate::support::ws::assert_server_alive;
 use crate::support::*;
 use mcp_ws::RunningServer;
@@ -110,4 +111,29 @@ async fn configured_origins_and_hosts_replace_the_defaults() {
     let host = server.addr().to_string();
     let unlisted_host = upgrade(&server, &[("Host", host.as_str())]).await;
     assert_eq!(unlisted_host.err(), Some(403));
+}
+
+#[tokio::test]
+async fn metrics_on_the_public_listener_follow_the_same_host_and_origin_rules() {
+    let server = start(settings());
+    let addr = server.addr();
+    let rebound = format!("evil.example:{}", addr.port());
+    let (status, body) = http_get_with(addr, "/metrics", &[("Host", &rebound)]).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(!body.contains("mcp_sessions"), "no metrics: {body}");
+    let (status, _) = http_get_with(addr, "/metrics", &[("Origin", "http://evil.example")]).await;
+    assert_eq!(status, 403);
+    // Counted with the endpoint's refusals; a same-host request is served.
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"host\"}").await,
+        1
+    );
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"origin\"}").await,
+        1
+    );
+    let local = format!("http://localhost:{}", addr.port());
+    let (status, body) = http_get_with(addr, "/metrics", &[("Origin", &local)]).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("mcp_sessions"), "{body}");
 }

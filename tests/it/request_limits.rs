@@ -255,7 +255,8 @@ async fn a_megabyte_batch_over_its_length_is_refused_with_its_count() {
     let frame = format!("[{}0]", "0,".repeat(entries - 1));
     client.send_text(&frame).await;
     let error = assert_error(&client.recv().await, &Value::Null, -32010);
-    assert_eq!(error["data"], json!({"limit": 100, "received": entries}));
+    let limit = settings().limits.max_batch_len;
+    assert_eq!(error["data"], json!({"limit": limit, "received": entries}));
     assert_eq!(metric(&server, &rejected("batch_too_large")).await, 1);
     client.expect_nothing_pending().await;
     assert_server_alive(&server).await;

@@ -19,8 +19,27 @@ use tokio::net::TcpStream;
 
 /// A minimal HTTP/1.1 GET over a fresh connection: (status, body).
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    http_get_with(addr, path, &[]).await
+}
+
+/// [`http_get`] with `headers` (a `Host` among them replaces the default one).
+pub async fn http_get_with(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut request = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
     stream.write_all(request.as_bytes()).await.expect("write");
     let mut raw = Vec::new();
     tokio::time::timeout(READ_TIMEOUT, stream.read_to_end(&mut raw))
@@ -40,9 +59,11 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body)
 }
 
-/// Reads one metric from `/metrics`.
+/// Reads one metric from `/metrics`, on the admin listener when the server has one (the
+/// public `/metrics` wants credentials when the server authenticates clients).
 pub async fn metric(server: &RunningServer, name: &str) -> u64 {
-    let (status, body) = http_get(server.addr(), "/metrics").await;
+    let addr = server.admin_addr().unwrap_or(server.addr());
+    let (status, body) = http_get(addr, "/metrics").await;
     assert_eq!(status, 200);
     body.lines()
         .find_map(|line| {

@@ -1,0 +1,263 @@
+//! The WebSocket reader: bytes off the socket into whole messages for the session actor. It
+//! decodes frames itself (actix's reader turns a text frame that is not UTF-8 into an I/O
+//! error, indistinguishable from a broken socket) and reassembles continuation frames, so
+//! everything a client has sent of a message the server cannot act on yet is here, and held
+//! within bounds:
+//!
+//! - one message: `limits.max_message_bytes` (a frame or a reassembled message);
+//! - all partly received messages of the server together: `limits.max_partial_bytes`, a
+//!   [`Reservation`] held for this connection's unfinished frame and fragments (given back
+//!   as they complete, and when the reader is dropped with its connection);
+//! - time: an unfinished message must be whole within `limits.partial_timeout_ms` of when
+//!   its first bytes were read; pings and pongs between its fragments do not extend it.
+//!
+//! Each refusal is a [`Refused`], which knows its close code and the counter it counts in.
+
+use crate::observe::metrics::{Counter, Rejections};
+use crate::perimeter::Reservation;
+use actix_codec::Decoder as _;
+use actix_http::ws::{CloseCode, CloseReason, Codec, Frame, Item, ProtocolError};
+use actix_web::web::Payload;
+use bytes::{Bytes, BytesMut};
+use bytestring::ByteString;
+use futures_util::Stream;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::Sleep;
+
+/// A whole message (or a sign of life) from the client.
+#[derive(Debug)]
+pub enum Inbound {
+    /// A text message, checked to be UTF-8.
+    Text(ByteString),
+    /// A binary message (or the first frame of one), which this server does not take.
+    Binary,
+    /// A fragment of a text message, kept here until its last one: the client is alive.
+    Fragment,
+    /// A ping, to be answered with its payload.
+    Ping(Bytes),
+    /// A pong.
+    Pong,
+    /// The client closes the connection.
+    Close(Option<CloseReason>),
+}
+
+/// Why the reader gave up on the connection; it yields nothing after one.
+#[derive(Debug)]
+pub enum Refused {
+    /// A frame or a reassembled message over `limits.max_message_bytes`.
+    TooBig,
+    /// `limits.max_partial_bytes` of partly received messages are held already.
+    OverBudget,
+    /// A message not whole within `limits.partial_timeout_ms`.
+    Deadline,
+    /// A text message that is not UTF-8.
+    NotText,
+    /// A frame that breaks the WebSocket protocol, or a read error.
+    Protocol(ProtocolError),
+}
+
+impl Refused {
+    /// The close code the connection is closed with.
+    pub fn close_code(&self) -> CloseCode {
+        match self {
+            Self::TooBig | Self::OverBudget => CloseCode::Size,
+            Self::Deadline => CloseCode::Policy,
+            Self::NotText => CloseCode::Invalid,
+            Self::Protocol(_) => CloseCode::Protocol,
+        }
+    }
+
+    /// The close frame's description.
+    pub fn description(&self) -> &'static str {
+        match self {
+            Self::TooBig => "message too big",
+            Self::OverBudget => "server busy receiving other messages; retry later",
+            Self::Deadline => "message not received within limits.partial_timeout_ms",
+            Self::NotText => "text message is not valid UTF-8",
+            Self::Protocol(_) => "websocket protocol error",
+        }
+    }
+
+    /// The counter of `mcp_rejected_total` this refusal counts in, if a limit made it.
+    pub fn rejection<'a>(&self, rejections: &'a Rejections) -> Option<&'a Counter> {
+        match self {
+            Self::TooBig => Some(&rejections.message_too_large),
+            Self::OverBudget => Some(&rejections.partial_budget),
+            Self::Deadline => Some(&rejections.partial_deadline),
+            Self::NotText | Self::Protocol(_) => None,
+        }
+    }
+}
+
+/// See the module docs.
+pub struct Reader {
+    socket: Payload,
+    codec: Codec,
+    /// Bytes read and not yet decoded: at most one unfinished frame once decoding stops.
+    buffer: BytesMut,
+    /// A text message arriving in continuation frames, until its last frame.
+    fragments: Option<BytesMut>,
+    max_message_bytes: usize,
+    /// This connection's share of the server's budget: `buffer` and `fragments`.
+    reservation: Reservation,
+    timeout: Duration,
+    /// When the unfinished message must be whole; `None` while there is none.
+    deadline: Option<Pin<Box<Sleep>>>,
+    /// The socket has ended: what is buffered is all there is.
+    socket_ended: bool,
+    /// A refusal was yielded: the stream is over.
+    done: bool,
+}
+
+impl Reader {
+    /// A reader of `socket`, holding its partial messages in `reservation`.
+    pub fn new(
+        socket: Payload,
+        max_message_bytes: usize,
+        reservation: Reservation,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            socket,
+            codec: Codec::new().max_size(max_message_bytes),
+            buffer: BytesMut::new(),
+            fragments: None,
+            max_message_bytes,
+            reservation,
+            timeout,
+            deadline: None,
+            socket_ended: false,
+            done: false,
+        }
+    }
+
+    /// Bytes of unfinished messages held now.
+    fn held(&self) -> usize {
+        self.buffer.len() + self.fragments.as_ref().map_or(0, BytesMut::len)
+    }
+
+    /// Holds what is buffered in the budget.
+    fn reserve(&mut self) -> Result<(), Refused> {
+        let held = self.held();
+        self.reservation
+            .hold(held)
+            .map_err(|_over| Refused::OverBudget)
+    }
+
+    /// Gives up: frees what is held and ends the stream after this refusal.
+    fn refuse(&mut self, refused: Refused) -> Poll<Option<Result<Inbound, Refused>>> {
+        self.done = true;
+        self.buffer = BytesMut::new();
+        self.fragments = None;
+        self.deadline = None;
+        // Shrinking cannot be refused.
+        let _ = self.reservation.hold(0);
+        Poll::Ready(Some(Err(refused)))
+    }
+
+    /// A message is whole: the next one's time starts when its first bytes are read.
+    fn complete(&mut self, message: Bytes) -> Result<Inbound, Refused> {
+        self.deadline = None;
+        // Shrinking cannot be refused.
+        let _ = self.reserve();
+        ByteString::try_from(message)
+            .map(Inbound::Text)
+            .map_err(|_| Refused::NotText)
+    }
+
+    /// The next frame in the buffer, as what the session actor gets; `Ok(None)` when the
+    /// buffer holds no whole frame, or only continuation frames that leave the message
+    /// unfinished.
+    fn decode(&mut self) -> Result<Option<Inbound>, Refused> {
+        let frame = match self.codec.decode(&mut self.buffer) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return Ok(None),
+            Err(ProtocolError::Overflow) => return Err(Refused::TooBig),
+            Err(error) => return Err(Refused::Protocol(error)),
+        };
+        let (bytes, last) = match frame {
+            Frame::Text(text) => return self.complete(text).map(Some),
+            Frame::Binary(_) | Frame::Continuation(Item::FirstBinary(_)) => {
+                return Ok(Some(Inbound::Binary))
+            }
+            Frame::Ping(payload) => return Ok(Some(Inbound::Ping(payload))),
+            Frame::Pong(_) => return Ok(Some(Inbound::Pong)),
+            Frame::Close(reason) => return Ok(Some(Inbound::Close(reason))),
+            // The codec refuses a continuation without a first frame, and a new message
+            // inside a fragmented one (protocol errors).
+            Frame::Continuation(Item::FirstText(bytes)) => {
+                self.fragments = Some(BytesMut::new());
+                (bytes, false)
+            }
+            Frame::Continuation(Item::Continue(bytes)) => (bytes, false),
+            Frame::Continuation(Item::Last(bytes)) => (bytes, true),
+        };
+        let Some(fragments) = self.fragments.as_mut() else {
+            return Err(Refused::Protocol(ProtocolError::ContinuationNotStarted));
+        };
+        if fragments.len() + bytes.len() > self.max_message_bytes {
+            return Err(Refused::TooBig);
+        }
+        fragments.extend_from_slice(&bytes);
+        if !last {
+            return Ok(Some(Inbound::Fragment));
+        }
+        let message = self.fragments.take().unwrap_or_default().freeze();
+        self.complete(message).map(Some)
+    }
+}
+
+impl Stream for Reader {
+    type Item = Result<Inbound, Refused>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        while !this.socket_ended {
+            match Pin::new(&mut this.socket).poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    this.buffer.extend_from_slice(&chunk);
+                    if let Err(refused) = this.reserve() {
+                        return this.refuse(refused);
+                    }
+                }
+                Poll::Ready(Some(Err(error))) => {
+                    let error = std::io::Error::other(error.to_string());
+                    return this.refuse(Refused::Protocol(ProtocolError::Io(error)));
+                }
+                Poll::Ready(None) => this.socket_ended = true,
+                Poll::Pending => break,
+            }
+        }
+        match this.decode() {
+            Ok(Some(inbound)) => {
+                // Shrinking cannot be refused: decoding only moves or drops bytes.
+                let _ = this.reserve();
+                return Poll::Ready(Some(Ok(inbound)));
+            }
+            Ok(None) => {}
+            Err(refused) => return this.refuse(refused),
+        }
+        if this.socket_ended {
+            return Poll::Ready(None);
+        }
+        let _ = this.reserve();
+        if this.held() == 0 {
+            this.deadline = None;
+            return Poll::Pending;
+        }
+        let timeout = this.timeout;
+        let deadline = this
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => this.refuse(Refused::Deadline),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
