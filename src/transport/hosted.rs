@@ -343,12 +343,13 @@ impl Actor for HostedSession {
 
 impl SessionHost for HostedSession {
     fn drain_inbox(&mut self, ctx: &mut Self::Context) -> bool {
-        if self.closing {
-            // An answer going out during the drain is activity too: the client may still
-            // ask something about it before the session ends.
+        let busy = self.core.has_work_in_flight();
+        self.core.on_inbox(&mut self.out);
+        if self.closing && busy && !self.core.has_work_in_flight() {
+            // The last answer just went out: the client's quiet is counted from here (it
+            // may still ask something about that answer before the session ends).
             self.last_active = Instant::now();
         }
-        self.core.on_inbox(&mut self.out);
         self.end_if_due(ctx);
         true
     }

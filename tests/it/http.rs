@@ -1371,7 +1371,7 @@ async fn the_session_cap_counts_websocket_and_http_sessions_together() {
 }
 
 #[tokio::test]
-async fn shutdown_answers_a_request_in_flight_and_refuses_new_ones() {
+async fn shutdown_answers_a_request_in_flight_refuses_new_work_and_still_answers_ping() {
     let mut s = http_settings();
     s.shutdown.grace_ms = 30_000;
     let (server, gate) = start_http(s);
@@ -1381,22 +1381,29 @@ async fn shutdown_answers_a_request_in_flight_and_refuses_new_ones() {
     wait_metric(&server, "mcp_workers", 1).await;
 
     let stopper = stop_in_background(server);
-    // New requests on the session are refused with -32004 once it drains.
+    // New work on the session is refused with -32004 once it drains...
     let deadline = Instant::now() + READ_TIMEOUT;
     loop {
-        let response =
-            json_body(send(session.post(&request(json!("p"), "ping", json!({})))).await).await;
+        let echo = call(json!("e"), "echo", json!({"text": "before"}));
+        let response = json_body(send(session.post(&echo)).await).await;
         if response.get("error").is_some() {
-            assert_error(&response, &json!("p"), SHUTTING_DOWN);
+            assert_error(&response, &json!("e"), SHUTTING_DOWN);
             break;
         }
-        assert_eq!(response["result"], json!({}));
+        assert_eq!(
+            response["result"],
+            json!({"content": [{"type": "text", "text": "before"}]})
+        );
         assert!(
             Instant::now() < deadline,
             "the session never started draining"
         );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+    // ...while what runs no user code is still answered.
+    let response =
+        json_body(send(session.post(&request(json!("p"), "ping", json!({})))).await).await;
+    assert_eq!(response["result"], json!({}), "{response}");
     // New sessions: 503.
     let refused = send(endpoint.post(&initialize("2025-11-25"))).await;
     assert_eq!(header(refused.headers(), "retry-after"), Some("1"));
