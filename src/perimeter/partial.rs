@@ -72,6 +72,10 @@ impl Reservation {
     /// held (refused, holding what it held, when the budget has not that much left), gives
     /// it back when they are fewer.
     pub fn hold(&mut self, bytes: usize) -> Result<(), OverBudget> {
+        if bytes == self.held {
+            // The common case between frames: nothing to tell the shared counter.
+            return Ok(());
+        }
         if bytes > self.held {
             self.budget.take(bytes - self.held)?;
         } else {

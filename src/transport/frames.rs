@@ -8,8 +8,11 @@
 //! - all partly received messages of the server together: `limits.max_partial_bytes`, a
 //!   [`Reservation`] held for this connection's unfinished frame and fragments (given back
 //!   as they complete, and when the reader is dropped with its connection);
-//! - time: an unfinished message must be whole within `limits.partial_timeout_ms` of when
-//!   its first bytes were read; pings and pongs between its fragments do not extend it.
+//! - time: a message still unfinished after `limits.partial_timeout_ms` is refused (within
+//!   1.5× that: one timer per connection ticks every half timeout while anything is held, and
+//!   a message seen unfinished at three ticks in a row, a whole timeout from the first to the
+//!   last, is refused; a timer per message cost every pipelined request a timer
+//!   registration). Pings and pongs between its fragments do not extend it.
 //!
 //! Each refusal is a [`Refused`], which knows its close code and the counter it counts in.
 
@@ -104,8 +107,17 @@ pub struct Reader {
     /// This connection's share of the server's budget: `buffer` and `fragments`.
     reservation: Reservation,
     timeout: Duration,
-    /// When the unfinished message must be whole; `None` while there is none.
-    deadline: Option<Pin<Box<Sleep>>>,
+    /// Ticks every half `timeout` while anything is held (made once, then reset).
+    tick: Option<Pin<Box<Sleep>>>,
+    /// Whether `tick` is set to fire (it is left set when the held bytes complete: most
+    /// unfinished messages complete before it fires, and setting it again costs more).
+    tick_armed: bool,
+    /// Messages completed on this connection: a tick tells a message that stayed unfinished
+    /// from a new one by it.
+    completed: u64,
+    /// The message seen unfinished at the last tick: `completed` then, and at how many
+    /// ticks in a row.
+    seen_unfinished: Option<(u64, u8)>,
     /// The socket has ended: what is buffered is all there is.
     socket_ended: bool,
     /// A refusal was yielded: the stream is over.
@@ -128,7 +140,10 @@ impl Reader {
             max_message_bytes,
             reservation,
             timeout,
-            deadline: None,
+            tick: None,
+            tick_armed: false,
+            completed: 0,
+            seen_unfinished: None,
             socket_ended: false,
             done: false,
         }
@@ -152,17 +167,15 @@ impl Reader {
         self.done = true;
         self.buffer = BytesMut::new();
         self.fragments = None;
-        self.deadline = None;
+        self.tick = None;
         // Shrinking cannot be refused.
         let _ = self.reservation.hold(0);
         Poll::Ready(Some(Err(refused)))
     }
 
-    /// A message is whole: the next one's time starts when its first bytes are read.
+    /// A message is whole: a tick from now on sees the next one.
     fn complete(&mut self, message: Bytes) -> Result<Inbound, Refused> {
-        self.deadline = None;
-        // Shrinking cannot be refused.
-        let _ = self.reserve();
+        self.completed += 1;
         ByteString::try_from(message)
             .map(Inbound::Text)
             .map_err(|_| Refused::NotText)
@@ -247,17 +260,46 @@ impl Stream for Reader {
             return Poll::Ready(None);
         }
         let _ = this.reserve();
-        if this.held() == 0 {
-            this.deadline = None;
-            return Poll::Pending;
+        let held = this.held() > 0;
+        if held && !this.tick_armed {
+            this.arm_tick();
         }
-        let timeout = this.timeout;
-        let deadline = this
-            .deadline
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        match deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => this.refuse(Refused::Deadline),
-            Poll::Pending => Poll::Pending,
+        while this.tick_armed {
+            let Some(tick) = this.tick.as_mut() else {
+                break;
+            };
+            if tick.as_mut().poll(cx).is_pending() {
+                break;
+            }
+            this.tick_armed = false;
+            if !held {
+                // Nothing unfinished: the tick rests until something is held again.
+                this.seen_unfinished = None;
+                break;
+            }
+            let ticks = match this.seen_unfinished {
+                Some((completed, ticks)) if completed == this.completed => ticks + 1,
+                _ => 1,
+            };
+            if ticks > 2 {
+                // Unfinished at three ticks in a row: for a whole timeout at least.
+                return this.refuse(Refused::Deadline);
+            }
+            this.seen_unfinished = Some((this.completed, ticks));
+            this.arm_tick();
         }
+        Poll::Pending
+    }
+}
+
+impl Reader {
+    /// Sets the tick to fire half a timeout from now.
+    fn arm_tick(&mut self) {
+        let period = self.timeout / 2;
+        match self.tick.as_mut() {
+            Some(tick) => tick.as_mut().reset(tokio::time::Instant::now() + period),
+            None => self.tick = Some(Box::pin(tokio::time::sleep(period))),
+        }
+        self.tick_armed = true;
     }
 }
