@@ -14,6 +14,8 @@
 #
 # The figure is of the shipped configuration (config/default.toml, its log filter: the access
 # log on, written to $OUT.log) unless CONFIG / SERVER_LOG say otherwise; the run prints which.
+#   TRANSPORT=http [ERA=2026-07-28] benches/callgrind.sh      (over Streamable HTTP: 16 keep-alive
+#                                                              connections, one request each)
 #   ERA=2026-07-28 benches/callgrind.sh                       (mcp-ws: stateless 2026-07-28
 #                                                              requests, `_meta` and no initialize)
 #   LOAD_ARGS=--idempotency-keys benches/callgrind.sh         (more generator arguments: here
@@ -57,9 +59,19 @@ taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${SERVE[@]}"
 SERVER_PID=$!
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
 sleep 6 # valgrind starts slowly
-RESULT=$(taskset -c 1 "$LOAD" --targets "$TARGET" "$URL_FLAG" ws://127.0.0.1:$PORT/mcp \
-  --connections 16 --pipeline 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 --era "$ERA" ${LOAD_ARGS:-} \
-  --out "$(mktemp -d)" | grep '^RESULT_JSON ')
+if [ "${TRANSPORT:-ws}" = http ]; then
+  # Streamable HTTP: 16 keep-alive connections, one request in flight each; a 2025-11-25
+  # session (`session`) or 2026-07-28 requests (`modern`), by ERA.
+  [ "$TARGET" = mcp-ws ] || { echo "callgrind.sh: TRANSPORT=http measures mcp-ws only" >&2; exit 2; }
+  DIALECT=$([ "$ERA" = 2026-07-28 ] && echo modern || echo session)
+  RESULT=$(taskset -c 1 "$LOAD" http --http-target "mcp-ws,$DIALECT,http://127.0.0.1:$PORT/mcp" \
+    --connections 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 ${LOAD_ARGS:-} \
+    --out "$(mktemp -d)" | grep '^RESULT_JSON ')
+else
+  RESULT=$(taskset -c 1 "$LOAD" --targets "$TARGET" "$URL_FLAG" ws://127.0.0.1:$PORT/mcp \
+    --connections 16 --pipeline 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 --era "$ERA" ${LOAD_ARGS:-} \
+    --out "$(mktemp -d)" | grep '^RESULT_JSON ')
+fi
 kill -TERM $SERVER_PID # mcp-ws drains and exits; a baseline ends on SIGTERM (callgrind still writes its profile)
 wait $SERVER_PID 2>/dev/null || true
 trap - EXIT
@@ -73,5 +85,5 @@ sys.exit(f"callgrind.sh: {bad} errors/lost/mismatched answers; no figure") if ba
 ' "$RESULT" "$TARGET")
 # The whole process, start-up included; start-up is well under 1% of a 10 s run.
 INSTRUCTIONS=$(callgrind_annotate "$OUT" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
-echo "$TARGET, era $ERA, payload ${PAYLOAD} B: ${INSTRUCTIONS} instructions, ${ANSWERED} requests answered," \
+echo "$TARGET, ${TRANSPORT:-ws}, era $ERA, payload ${PAYLOAD} B: ${INSTRUCTIONS} instructions, ${ANSWERED} requests answered," \
   "$((INSTRUCTIONS / ANSWERED)) instructions per request (profile: $OUT, server output: $OUT.log)"

@@ -37,7 +37,14 @@ struct Rule {
 
 /// What a client may use; cheap to clone. The default is unrestricted.
 #[derive(Debug, Clone, Default)]
-pub struct Access(Option<Arc<[Arc<Rule>]>>);
+pub struct Access {
+    /// The rules of the policies that apply, any one of which allows; `None` when no policy
+    /// is configured (unrestricted).
+    rules: Option<Arc<[Arc<Rule>]>>,
+    /// The access of another credential this one is narrowed by (a request's own, on a
+    /// session opened with another): what it refuses is refused.
+    narrowed_by: Option<Arc<Access>>,
+}
 
 impl Policies {
     /// The policies of `auth.policies`.
@@ -82,7 +89,10 @@ impl Policies {
         if matching.iter().any(|rule| rule.allows_everything()) {
             return Some(Access::default());
         }
-        Some(Access(Some(matching.into())))
+        Some(Access {
+            rules: Some(matching.into()),
+            narrowed_by: None,
+        })
     }
 
     /// Every scope some policy grants access for (for a 403's `scope`).
@@ -129,19 +139,55 @@ impl Rule {
 impl Access {
     /// Whether the access is unrestricted (no policy limits it).
     pub fn is_unrestricted(&self) -> bool {
-        self.0.is_none()
+        self.rules.is_none()
+            && self
+                .narrowed_by
+                .as_ref()
+                .is_none_or(|other| other.is_unrestricted())
     }
 
-    fn allows(&self, pick: impl Fn(&Rule) -> &Patterns, name: &str) -> bool {
-        match &self.0 {
+    /// What both this access and `other` allow: a request on a session is served with what
+    /// the session's credential and the request's own both grant (the narrower wins).
+    pub fn narrowed_by(&self, other: &Access) -> Access {
+        if other.is_unrestricted() {
+            return self.clone();
+        }
+        if self.is_unrestricted() {
+            return other.clone();
+        }
+        Access {
+            rules: self.rules.clone(),
+            narrowed_by: Some(Arc::new(match &self.narrowed_by {
+                // Already narrowed once: narrow the narrower (a chain, not a tree).
+                Some(narrower) => narrower.narrowed_by(other),
+                None => other.clone(),
+            })),
+        }
+    }
+
+    fn allows(&self, pick: impl Fn(&Rule) -> &Patterns + Copy, name: &str) -> bool {
+        let own = match &self.rules {
             None => true,
             Some(rules) => rules.iter().any(|rule| pick(rule).matches(name)),
-        }
+        };
+        own && self
+            .narrowed_by
+            .as_ref()
+            .is_none_or(|other| other.allows(pick, name))
     }
 
     /// Whether the client may call `method`.
     pub fn may_call(&self, method: &str) -> bool {
-        self.0.is_none() || ALWAYS_ALLOWED.contains(&method) || self.allows(|r| &r.methods, method)
+        let own = self.rules.is_none()
+            || ALWAYS_ALLOWED.contains(&method)
+            || self
+                .rules
+                .as_ref()
+                .is_some_and(|rules| rules.iter().any(|rule| rule.methods.matches(method)));
+        own && self
+            .narrowed_by
+            .as_ref()
+            .is_none_or(|other| other.may_call(method))
     }
 
     /// Whether the client may list and call the tool `name`.

@@ -16,7 +16,7 @@
 //! `Shared`) with messages, and get their answers back through channels.
 
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
-use crate::perimeter::Admission;
+use crate::perimeter::{Access, Admission};
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
@@ -49,6 +49,8 @@ pub enum PostReply {
 pub struct Post {
     /// The body.
     pub text: String,
+    /// What the request's own credential grants (the session's may grant more).
+    pub access: Access,
     /// Where the answer goes.
     pub reply: oneshot::Sender<PostReply>,
 }
@@ -374,7 +376,9 @@ impl Handler<Post> for HostedSession {
                 reader: None,
             },
         );
-        let intake = self.core.on_text(&post.text, exchange, http);
+        let intake = self
+            .core
+            .on_text_as(&post.text, exchange, &post.access, http);
         // Priming events (SEP-1699) only for sessions whose version knows them.
         http.prime = self
             .core

@@ -13,7 +13,7 @@
 use super::events::{Cursor, SseEvent};
 use super::hosted::{End, HostedSession, OpenStream, Post, PostReply};
 use super::stateless::{FirstReply, StatelessExchange};
-use crate::perimeter::{self, Admission, Owner, Refusal};
+use crate::perimeter::{self, Access, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded, Params};
 use crate::protocol::mcp::{ProtocolVersion, RequestMeta};
 use crate::session::shared::{SessionId, Shared};
@@ -83,6 +83,8 @@ pub async fn post(
     }
     check_version_header(header_version)?;
     let owner = Owner::of(&admission.identity);
+    // A request on a session is authorized with its own credential as well as the session's.
+    let access = admission.access.clone();
     let (session, new_id) = match session_id(req.headers()) {
         Some(id) => (
             directory.find(id, &owner).ok_or(Refusal::SessionNotFound)?,
@@ -103,7 +105,7 @@ pub async fn post(
         }
         None => return Err(Refusal::SessionRequired),
     };
-    let mut response = answer(&shared, exchange(&session, text).await?);
+    let mut response = answer(&shared, exchange(&session, text, access).await?);
     if let Some(id) = new_id {
         // The session exists only if `initialize` succeeded; otherwise it is gone already
         // and the client gets its error without an id to use.
@@ -525,12 +527,20 @@ fn check_version_header(version: Option<&str>) -> Result<(), Refusal> {
 }
 
 /// Hands a message to its session and waits for how to answer.
-async fn exchange(session: &Addr<HostedSession>, text: String) -> Result<PostReply, Refusal> {
+async fn exchange(
+    session: &Addr<HostedSession>,
+    text: String,
+    access: Access,
+) -> Result<PostReply, Refusal> {
     let (reply, answer) = oneshot::channel();
     // Into the mailbox at once when it has room: the answer comes through `reply`, so
     // actix's own reply channel (`send`) would be a second one per request. A full mailbox
     // is waited on, so clients cannot grow it.
-    match session.try_send(Post { text, reply }) {
+    match session.try_send(Post {
+        text,
+        access,
+        reply,
+    }) {
         Ok(()) => {}
         Err(SendError::Full(post)) => session
             .send(post)

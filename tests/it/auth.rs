@@ -1125,3 +1125,63 @@ async fn a_client_no_policy_applies_to_is_refused_and_scopes_select_policies() {
         .www_authenticate
         .is_some_and(|h| h.starts_with("Bearer resource_metadata=")));
 }
+
+/// A request on an HTTP session is authorized with its own credential as well as the one
+/// the session was opened with: the same subject with a narrower token gets only what that
+/// token grants (an unknown tool, a shorter list), and the wider token still gets all.
+#[tokio::test]
+async fn a_request_on_a_session_is_authorized_with_its_own_narrower_credential() {
+    let dir = TempDir::new().expect("tempdir");
+    let mut s = auth_settings(&dir);
+    let mut narrow_policy = policy(&[], &["narrow"]);
+    narrow_policy.tools = strings(&["echo"]);
+    s.auth.policies = vec![policy(&[], &["wide"]), narrow_policy];
+    let server = start_auth(s);
+    let token = |scope: &str| {
+        let mut claims = claims("alice");
+        claims["scope"] = json!(scope);
+        hs256(&claims)
+    };
+    let (wide, narrow) = (token("wide"), token("narrow"));
+    let init = rpc(0, "initialize", initialize_params("2025-11-25"));
+    let opened = post(&server, Some(&wide), None, init).await;
+    assert_eq!(opened.status(), 200);
+    let id = opened
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a session id")
+        .to_owned();
+    let body = |response: reqwest::Response| async move {
+        let text = response.text().await.expect("body");
+        serde_json::from_str::<Value>(&text).expect("JSON")
+    };
+    let add = rpc(
+        1,
+        "tools/call",
+        json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
+    );
+
+    let refused = body(post(&server, Some(&narrow), Some(&id), add.clone()).await).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let listed = body(
+        post(
+            &server,
+            Some(&narrow),
+            Some(&id),
+            rpc(2, "tools/list", json!({})),
+        )
+        .await,
+    )
+    .await;
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert_eq!(names, ["echo"], "{listed}");
+
+    let allowed = body(post(&server, Some(&wide), Some(&id), add).await).await;
+    assert_eq!(allowed["result"]["content"][0]["text"], "3", "{allowed}");
+}
