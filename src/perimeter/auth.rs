@@ -30,6 +30,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use subtle::ConstantTimeEq;
 
 /// An offered WebSocket subprotocol `mcp.auth.<token>` carries a bearer token.
@@ -141,6 +142,9 @@ struct Claims {
     // claims are checked after the claims are read).
     #[serde(default)]
     sub: Option<String>,
+    /// Checked by `jsonwebtoken`; kept to end a WebSocket session when it passes.
+    #[serde(default)]
+    exp: Option<u64>,
     #[serde(default)]
     scope: Option<String>,
     #[serde(default)]
@@ -192,14 +196,18 @@ impl Authenticator {
         self.bearer || self.client_certificates || self.required
     }
 
-    /// Who sent `req`.
+    /// Who sent `req`, and until when its credential is valid (a JWT's `exp`, with the
+    /// leeway): a connection that outlives it ends then.
     ///
     /// # Errors
     /// 401 for missing (when required) or invalid credentials, 403 for a token without the
     /// required scopes.
-    pub fn authenticate(&self, req: &HttpRequest) -> Result<Identity, Refusal> {
+    pub fn authenticate(
+        &self,
+        req: &HttpRequest,
+    ) -> Result<(Identity, Option<SystemTime>), Refusal> {
         if !self.is_enabled() {
-            return Ok(Identity::anonymous());
+            return Ok((Identity::anonymous(), None));
         }
         let token = if self.bearer {
             bearer_token(req.headers())
@@ -207,7 +215,7 @@ impl Authenticator {
             None
         };
         if let Some(token) = token {
-            let identity = self
+            let (identity, expires) = self
                 .verify(token)
                 .map_err(|failure| self.unauthorized(req, Some(failure)))?;
             if let Some(missing) = self
@@ -218,25 +226,24 @@ impl Authenticator {
                 tracing::debug!(subject = identity.subject(), scope = %missing, "refused: a required scope is missing");
                 return Err(self.insufficient_scope(req, self.required_scopes.join(" ")));
             }
-            return Ok(identity);
+            return Ok((identity, expires));
         }
         if self.client_certificates {
             if let Some(certificate) = req.conn_data::<ClientCertificate>() {
-                return Ok(Identity::proven(
-                    Proof::Certificate,
-                    certificate.subject.clone(),
-                    Vec::new(),
+                return Ok((
+                    Identity::proven(Proof::Certificate, certificate.subject.clone(), Vec::new()),
+                    None,
                 ));
             }
         }
         if self.required {
             return Err(self.unauthorized(req, None));
         }
-        Ok(Identity::anonymous())
+        Ok((Identity::anonymous(), None))
     }
 
-    /// The identity a token proves, or why it proves none.
-    fn verify(&self, token: &str) -> Result<Identity, AuthFailure> {
+    /// The identity a token proves and until when, or why it proves none.
+    fn verify(&self, token: &str) -> Result<(Identity, Option<SystemTime>), AuthFailure> {
         let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
         // Every configured hash is compared, matching or not: the time taken does not tell
         // which key (or how much of its hash) matched.
@@ -247,10 +254,9 @@ impl Authenticator {
             }
         }
         if let Some(key) = found {
-            return Ok(Identity::proven(
-                Proof::ApiKey,
-                key.name.as_str(),
-                key.scopes.clone(),
+            return Ok((
+                Identity::proven(Proof::ApiKey, key.name.as_str(), key.scopes.clone()),
+                None,
             ));
         }
         if self.jwt_keys.is_empty() || token.bytes().filter(|b| *b == b'.').count() != 2 {
@@ -259,7 +265,7 @@ impl Authenticator {
         self.verify_jwt(token)
     }
 
-    fn verify_jwt(&self, token: &str) -> Result<Identity, AuthFailure> {
+    fn verify_jwt(&self, token: &str) -> Result<(Identity, Option<SystemTime>), AuthFailure> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| AuthFailure::Malformed)?;
         let mut failure = AuthFailure::UnknownKey;
         let candidates = self.jwt_keys.iter().filter(|key| {
@@ -282,7 +288,11 @@ impl Authenticator {
                         (None, Some(ScopeClaim::List(scopes))) => scopes,
                         (None, None) => Vec::new(),
                     };
-                    return Ok(Identity::proven(Proof::Jwt, subject, scopes));
+                    // Valid until `exp`, and the leeway the validation allows past it.
+                    let expires = claims.exp.map(|exp| {
+                        UNIX_EPOCH + Duration::from_secs(exp.saturating_add(key.validation.leeway))
+                    });
+                    return Ok((Identity::proven(Proof::Jwt, subject, scopes), expires));
                 }
                 // Another key may have signed it (a rotation, keys without `kid`).
                 Err(error) if *error.kind() == ErrorKind::InvalidSignature => {

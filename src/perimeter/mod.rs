@@ -111,6 +111,8 @@ pub struct Admission {
     pub trace_id: Arc<str>,
     /// What the client may use.
     pub access: Access,
+    /// When its credential stops being valid (a JWT's `exp`): a WebSocket session ends then.
+    pub expires: Option<std::time::SystemTime>,
 }
 
 impl Admission {
@@ -124,6 +126,7 @@ impl Admission {
             user_agent: None,
             trace_id: crate::observe::trace::generate(),
             access: Access::default(),
+            expires: None,
         }
     }
 }
@@ -174,7 +177,7 @@ pub fn offered_subprotocols(
 pub fn admit(perimeter: &Perimeter, req: &HttpRequest) -> Result<Admission, Refusal> {
     let headers = req.headers();
     perimeter.origin.check(headers)?;
-    let (identity, access) = authorize(perimeter, req)?;
+    let (identity, access, expires) = authorize(perimeter, req)?;
     let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let trace_id = header(&TRACEPARENT)
         .and_then(crate::protocol::traceparent::trace_id)
@@ -189,14 +192,18 @@ pub fn admit(perimeter: &Perimeter, req: &HttpRequest) -> Result<Admission, Refu
             .and_then(|v| v.to_str().ok())
             .map(|ua| Arc::from(&ua[..ua.len().min(256)])),
         trace_id,
+        expires,
     })
 }
 
-/// Who the client is, and what it may use.
-fn authorize(perimeter: &Perimeter, req: &HttpRequest) -> Result<(Identity, Access), Refusal> {
-    let identity = perimeter.auth.authenticate(req)?;
+/// Who the client is, what it may use, and until when.
+fn authorize(
+    perimeter: &Perimeter,
+    req: &HttpRequest,
+) -> Result<(Identity, Access, Option<std::time::SystemTime>), Refusal> {
+    let (identity, expires) = perimeter.auth.authenticate(req)?;
     match perimeter.policies.access_for(&identity) {
-        Some(access) => Ok((identity, access)),
+        Some(access) => Ok((identity, access, expires)),
         None => {
             tracing::debug!(
                 subject = identity.subject(),

@@ -912,11 +912,12 @@ impl Session {
         }
     }
 
-    /// The shutdown grace ran out: every request still in flight is stopped and answered
-    /// with -32004 (a batch's entry joins its batch's answer), so that no request the session
-    /// accepted goes unanswered before its close. Requests sent to the client fail first, as
+    /// The session's connection is about to close (the shutdown grace ran out, or its
+    /// credential expired): every request still in flight is stopped and answered with
+    /// `error` (a batch's entry joins its batch's answer), so that no request the session
+    /// accepted goes unanswered before the close. Requests sent to the client fail first, as
     /// in [`cancel_all`](Self::cancel_all).
-    pub fn answer_all_shutting_down(&mut self, out: &mut dyn Outlet) {
+    pub fn answer_all_with(&mut self, error: &Error, out: &mut dyn Outlet) {
         for (_, pending) in self.client_requests.drain() {
             let _ = pending.reply.send(Err(ClientError::Disconnected));
         }
@@ -931,7 +932,7 @@ impl Session {
             self.on_event(
                 SessionEvent::Finished {
                     id,
-                    outcome: Err(Error::ShuttingDown),
+                    outcome: Err(error.clone()),
                 },
                 out,
             );

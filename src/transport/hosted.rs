@@ -17,6 +17,7 @@
 
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use crate::perimeter::{Access, Admission};
+use crate::protocol::mcp::Error;
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
@@ -428,7 +429,9 @@ impl Handler<Shutdown> for HostedSession {
         self.end_if_due(ctx);
         ctx.run_later(shutdown.grace, |session, ctx| {
             // Every request the session took gets its answer before the end.
-            session.core.answer_all_shutting_down(&mut session.out);
+            session
+                .core
+                .answer_all_with(&Error::ShuttingDown, &mut session.out);
             session.end(ctx, "server shutting down");
         });
     }

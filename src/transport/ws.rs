@@ -30,7 +30,7 @@ use super::hosted::{
     DRAINED_QUIET,
 };
 use crate::perimeter::{self, Admission, Owner, Refusal};
-use crate::protocol::mcp::ProtocolVersion;
+use crate::protocol::mcp::{Error, ProtocolVersion};
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
@@ -40,7 +40,7 @@ use actix_web::error::PayloadError;
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_web_actors::ws::{self, CloseCode, CloseReason, Message as WsMessage, ProtocolError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The WebSocket subprotocol selected when the client offers it (the official SDKs do).
 pub const SUBPROTOCOL: &str = "mcp";
@@ -84,6 +84,9 @@ pub struct WsSession {
     quiet_close_armed: bool,
     /// Whether the close frame went out: the connection only waits for the client's reply.
     close_sent: bool,
+    /// When the credential the connection was opened with expires (a JWT's `exp`): the
+    /// session ends then.
+    credential_expires: Option<SystemTime>,
     /// Whether the session ends with the socket (the client closed with 1000, or the server
     /// is shutting down) rather than waiting for a reconnect.
     ends_with_socket: bool,
@@ -118,21 +121,40 @@ impl WsSession {
         pinned: Option<ProtocolVersion>,
     ) -> Self {
         let id = SessionId::generate();
+        let expires = admission.expires;
         let mut session = Session::new(shared.clone(), slot.id(), admission);
         if let Some(version) = pinned {
             session.pin_version(version);
         }
         session.set_resume_id(id.clone());
-        Self::with_core(shared, directory, Core::Local { session, slot, id })
+        let mut socket = Self::with_core(shared, directory, Core::Local { session, slot, id });
+        socket.credential_expires = expires;
+        socket
     }
 
-    /// A connection resuming the session hosted by `hosted`.
+    /// A connection resuming the session hosted by `hosted`, with a credential valid until
+    /// `expires`.
     pub fn resume(
         shared: Arc<Shared>,
         directory: (Arc<HostedSessions>, Arc<Sockets>),
         hosted: Addr<HostedSession>,
+        expires: Option<SystemTime>,
     ) -> Self {
-        Self::with_core(shared, directory, Core::Relay(hosted))
+        let mut socket = Self::with_core(shared, directory, Core::Relay(hosted));
+        socket.credential_expires = expires;
+        socket
+    }
+
+    /// The connection's credential expired: the requests in flight are answered with
+    /// -32023, then the connection closes with 1008 and its session ends (a client goes on
+    /// with a fresh credential on a new connection).
+    fn credential_expired(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+        tracing::debug!(session = %self.log_id(), "closing: the credential expired");
+        self.ends_with_socket = true;
+        if let Core::Local { session, .. } = &mut self.core {
+            session.answer_all_with(&Error::CredentialExpired, ctx);
+        }
+        self.close(ctx, CloseCode::Policy, "credential expired");
     }
 
     fn with_core(
@@ -151,6 +173,7 @@ impl WsSession {
             heard_while_closing: Instant::now(),
             quiet_close_armed: false,
             close_sent: false,
+            credential_expires: None,
             ends_with_socket: false,
         }
     }
@@ -327,6 +350,12 @@ impl Actor for WsSession {
     type Context = ws::WebsocketContext<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(expires) = self.credential_expires {
+            let left = expires
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            ctx.run_later(left, |socket, ctx| socket.credential_expired(ctx));
+        }
         match &mut self.core {
             Core::Local { session, slot, id } => {
                 slot.register(ctx.address().recipient());
@@ -430,7 +459,7 @@ impl Handler<Shutdown> for WsSession {
         ctx.run_later(shutdown.grace, |session, ctx| {
             if let Core::Local { session: core, .. } = &mut session.core {
                 // Every request the session took gets its answer before the close.
-                core.answer_all_shutting_down(ctx);
+                core.answer_all_with(&Error::ShuttingDown, ctx);
             }
             session.close_for_shutdown(ctx);
         });
@@ -491,7 +520,7 @@ pub async fn upgrade(
         Some(id) => {
             let owner = Owner::of(&admission.identity);
             let hosted = claim_session(&directory, &id, &owner).await?;
-            WsSession::resume(shared.clone(), directory, hosted)
+            WsSession::resume(shared.clone(), directory, hosted, admission.expires)
         }
         None => {
             let slot = shared.open_session(&admission)?;

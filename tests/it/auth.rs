@@ -1185,3 +1185,33 @@ async fn a_request_on_a_session_is_authorized_with_its_own_narrower_credential()
     let allowed = body(post(&server, Some(&wide), Some(&id), add).await).await;
     assert_eq!(allowed["result"]["content"][0]["text"], "3", "{allowed}");
 }
+
+/// A WebSocket session ends when the JWT it was opened with expires: a call still in flight
+/// gets its answer (-32023), then the connection closes with 1008.
+#[tokio::test]
+async fn a_websocket_session_ends_when_its_jwt_expires() {
+    let dir = TempDir::new().expect("tempdir");
+    let server = start_auth(auth_settings(&dir));
+    let mut short = claims("alice");
+    short["exp"] = json!(now() + 2);
+    let mut client = session_with(&server, &hs256(&short)).await;
+    let me = identity_of(&mut client).await;
+    assert_eq!(me["principal"], "jwt:alice", "served until it expires");
+
+    let id = json!("long");
+    client
+        .send_json(json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"ms": 60_000}},
+        }))
+        .await;
+    let answer = client.recv_response(&id).await;
+    let error = assert_error(&answer, &id, -32023);
+    assert_eq!(
+        error["message"],
+        "The connection's credential expired: reconnect with a fresh one"
+    );
+    let close = client.recv_close().await.expect("a close frame");
+    assert_eq!(u16::from(close.code), 1008, "{close:?}");
+    assert_eq!(close.reason.as_str(), "credential expired");
+}

@@ -25,6 +25,9 @@ pub mod codes {
     pub const DUPLICATE_REQUEST_ID: ErrorCode = ErrorCode(-32003);
     /// The server is shutting down and takes no new requests.
     pub const SHUTTING_DOWN: ErrorCode = ErrorCode(-32004);
+    /// The credential the connection was opened with expired (a JWT's `exp`): the request
+    /// was stopped and the connection closes; reconnect with a fresh credential.
+    pub const CREDENTIAL_EXPIRED: ErrorCode = ErrorCode(-32023);
     /// No slot in the server-wide worker pool became free within the admission wait (or no
     /// file read within `resources.read_wait_ms`, or the file bytes in flight are at their
     /// limit).
@@ -221,6 +224,8 @@ pub enum Error {
     DuplicateRequestId,
     #[error("Server is shutting down")]
     ShuttingDown,
+    #[error("The connection's credential expired: reconnect with a fresh one")]
+    CredentialExpired,
     #[error("Server busy: no worker slot became free in time, retry later")]
     ServerBusy { limit: usize, waited_ms: u64 },
     #[error("Session busy: too many requests in flight, wait for some to finish")]
@@ -269,6 +274,7 @@ impl Error {
             Self::TimedOut { .. } => codes::REQUEST_TIMED_OUT,
             Self::DuplicateRequestId => codes::DUPLICATE_REQUEST_ID,
             Self::ShuttingDown => codes::SHUTTING_DOWN,
+            Self::CredentialExpired => codes::CREDENTIAL_EXPIRED,
             Self::ServerBusy { .. } => codes::SERVER_BUSY,
             Self::SessionBusy { .. } => codes::SESSION_BUSY,
             Self::SignatureRefused { .. } => codes::SIGNATURE_REFUSED,
