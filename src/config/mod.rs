@@ -143,7 +143,8 @@ impl Default for DedupSettings {
     }
 }
 
-/// Ed25519 request signatures (see the README for the canonical form).
+/// Ed25519 request signatures (see `docs/operations.md`, "Signatures", for the canonical
+/// form).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SignatureSettings {

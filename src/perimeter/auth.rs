@@ -289,8 +289,11 @@ impl Authenticator {
                         (None, None) => Vec::new(),
                     };
                     // Valid until `exp`, and the leeway the validation allows past it.
-                    let expires = claims.exp.map(|exp| {
-                        UNIX_EPOCH + Duration::from_secs(exp.saturating_add(key.validation.leeway))
+                    // (Beyond what a clock can hold: no end.)
+                    let expires = claims.exp.and_then(|exp| {
+                        UNIX_EPOCH.checked_add(Duration::from_secs(
+                            exp.saturating_add(key.validation.leeway),
+                        ))
                     });
                     return Ok((Identity::proven(Proof::Jwt, subject, scopes), expires));
                 }

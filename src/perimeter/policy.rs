@@ -43,7 +43,7 @@ pub struct Access {
     rules: Option<Arc<[Arc<Rule>]>>,
     /// The access of another credential this one is narrowed by (a request's own, on a
     /// session opened with another): what it refuses is refused.
-    narrowed_by: Option<Arc<Access>>,
+    narrower: Option<Arc<Access>>,
 }
 
 impl Policies {
@@ -91,7 +91,7 @@ impl Policies {
         }
         Some(Access {
             rules: Some(matching.into()),
-            narrowed_by: None,
+            narrower: None,
         })
     }
 
@@ -141,7 +141,7 @@ impl Access {
     pub fn is_unrestricted(&self) -> bool {
         self.rules.is_none()
             && self
-                .narrowed_by
+                .narrower
                 .as_ref()
                 .is_none_or(|other| other.is_unrestricted())
     }
@@ -157,7 +157,7 @@ impl Access {
         }
         Access {
             rules: self.rules.clone(),
-            narrowed_by: Some(Arc::new(match &self.narrowed_by {
+            narrower: Some(Arc::new(match &self.narrower {
                 // Already narrowed once: narrow the narrower (a chain, not a tree).
                 Some(narrower) => narrower.narrowed_by(other),
                 None => other.clone(),
@@ -171,7 +171,7 @@ impl Access {
             Some(rules) => rules.iter().any(|rule| pick(rule).matches(name)),
         };
         own && self
-            .narrowed_by
+            .narrower
             .as_ref()
             .is_none_or(|other| other.allows(pick, name))
     }
@@ -185,7 +185,7 @@ impl Access {
                 .as_ref()
                 .is_some_and(|rules| rules.iter().any(|rule| rule.methods.matches(method)));
         own && self
-            .narrowed_by
+            .narrower
             .as_ref()
             .is_none_or(|other| other.may_call(method))
     }

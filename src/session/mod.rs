@@ -121,7 +121,7 @@ pub struct Session {
     admission: Admission,
     /// The rate limiter's bucket for that client, kept from its first request on.
     rate_bucket: SessionBucket,
-    /// The resource URIs the session-era session subscribed to.
+    /// The resource URIs a session-era client subscribed to.
     subscriptions: std::collections::HashSet<String>,
     /// Open `subscriptions/listen` streams (2026-07-28), by the listen request's id.
     listeners: HashMap<RequestId, Listener, FastHash>,
@@ -918,8 +918,14 @@ impl Session {
     /// accepted goes unanswered before the close. Requests sent to the client fail first, as
     /// in [`cancel_all`](Self::cancel_all).
     pub fn answer_all_with(&mut self, error: &Error, out: &mut dyn Outlet) {
-        for (_, pending) in self.client_requests.drain() {
-            let _ = pending.reply.send(Err(ClientError::Disconnected));
+        self.fail_client_requests();
+        // Open listen streams are requests too: each gets the error as its answer.
+        for (id, listener) in std::mem::take(&mut self.listeners) {
+            self.forget_listener(&listener);
+            out.send(
+                encode_error(Some(&id), &error.to_wire_stateless()),
+                Route::Answer(listener.exchange),
+            );
         }
         let ids: Vec<RequestId> = self.in_flight.keys().cloned().collect();
         for id in ids {
@@ -939,14 +945,20 @@ impl Session {
         }
     }
 
+    /// Fails every request sent to the client for a tool with "disconnected": the connection
+    /// is going, no answer can come.
+    fn fail_client_requests(&mut self) {
+        for (_, pending) in self.client_requests.drain() {
+            let _ = pending.reply.send(Err(ClientError::Disconnected));
+        }
+    }
+
     /// Cancels every request in flight (the connection closed, or the grace ran out), each
     /// the way a client's cancel would: a batch cut short still sends the answers it
     /// collected. Requests sent to the client fail first, with "disconnected": a cancelled
     /// worker runs once more before it stops, so a tool waiting for the client learns why.
     pub fn cancel_all(&mut self, out: &mut dyn Outlet) {
-        for (_, pending) in self.client_requests.drain() {
-            let _ = pending.reply.send(Err(ClientError::Disconnected));
-        }
+        self.fail_client_requests();
         let ids: Vec<RequestId> = self.in_flight.keys().cloned().collect();
         for id in ids {
             self.cancel(&id, out);

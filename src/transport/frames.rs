@@ -95,6 +95,9 @@ impl Refused {
     }
 }
 
+/// The longest WebSocket frame header (2 bytes, 8 of length, 4 of mask).
+const MAX_HEADER: usize = 14;
+
 /// See the module docs.
 pub struct Reader {
     socket: Payload,
@@ -231,7 +234,9 @@ impl Stream for Reader {
         if this.done {
             return Poll::Ready(None);
         }
-        while !this.socket_ended {
+        // Read no further than a whole message can need: what is buffered beyond that would
+        // be another client's share of the budget, held for frames not yet decoded.
+        while !this.socket_ended && this.buffer.len() <= this.max_message_bytes + MAX_HEADER {
             match Pin::new(&mut this.socket).poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     this.buffer.extend_from_slice(&chunk);

@@ -12,8 +12,8 @@
 //!   `sessions.resume_grace_ms` passes and the session ends, its work cancelled.
 //!
 //! The actor lives on the thread where the session began (its workers and inbox live there
-//! too); handlers and sockets on any thread reach it by its id (the session directory in
-//! `Shared`) with messages, and get their answers back through channels.
+//! too); handlers and sockets on any thread reach it by its id (the transports'
+//! [`HostedSessions`] directory) with messages, and get their answers back through channels.
 
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use crate::perimeter::{Access, Admission};

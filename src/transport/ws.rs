@@ -20,9 +20,10 @@
 //! Close codes: 1000 normal or replaced by a reconnect, 1003 binary frames (text only), 1007 a
 //! text message that is not UTF-8, 1009 a message over `limits.max_message_bytes` or past the
 //! budget of partly received messages (`limits.max_partial_bytes`), 1008 a message not whole
-//! within `limits.partial_timeout_ms`, 1002 a WebSocket protocol error, 1001 server shutdown
-//! or heartbeat timeout, 4404 the session to resume ended meanwhile (the reader's refusals
-//! are [`Refused`]).
+//! within `limits.partial_timeout_ms` or the connection's credential expired, 1002 a
+//! WebSocket protocol error, 1001 server shutdown or heartbeat timeout, 1011 a message from
+//! the wrong reader (never sent in practice), 4404 the session to resume ended meanwhile (the
+//! reader's refusals are [`Refused`]).
 
 use super::frames::{Inbound, Reader, Refused};
 use super::hosted::{
@@ -79,7 +80,7 @@ pub struct WsSession {
     /// Whether a shutdown close is pending until in-flight work finishes.
     closing: bool,
     /// During shutdown: when the client last sent something (the close waits for quiet).
-    heard_while_closing: Instant,
+    last_heard_while_closing: Instant,
     /// Whether the shutdown close is armed (waiting for the client to be quiet).
     quiet_close_armed: bool,
     /// Whether the close frame went out: the connection only waits for the client's reply.
@@ -150,8 +151,10 @@ impl WsSession {
     /// with a fresh credential on a new connection).
     fn credential_expired(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
         tracing::debug!(session = %self.log_id(), "closing: the credential expired");
-        self.ends_with_socket = true;
+        // A session of this connection ends, its requests answered; a resumed one, hosted
+        // elsewhere, waits for a reconnect with a fresh credential, its requests kept for it.
         if let Core::Local { session, .. } = &mut self.core {
+            self.ends_with_socket = true;
             session.answer_all_with(&Error::CredentialExpired, ctx);
         }
         self.close(ctx, CloseCode::Policy, "credential expired");
@@ -170,7 +173,7 @@ impl WsSession {
             last_heard: Instant::now(),
             heard: false,
             closing: false,
-            heard_while_closing: Instant::now(),
+            last_heard_while_closing: Instant::now(),
             quiet_close_armed: false,
             close_sent: false,
             credential_expires: None,
@@ -188,6 +191,10 @@ impl WsSession {
     }
 
     fn close(&mut self, ctx: &mut ws::WebsocketContext<Self>, code: CloseCode, description: &str) {
+        if self.close_sent {
+            // The shutdown close went out already: one close frame per connection.
+            return ctx.stop();
+        }
         tracing::debug!(session = %self.log_id(), ?code, description, "closing");
         ctx.close(Some(CloseReason {
             code,
@@ -217,7 +224,7 @@ impl WsSession {
             return;
         }
         if self.closing {
-            self.heard_while_closing = Instant::now();
+            self.last_heard_while_closing = Instant::now();
         }
         match &mut self.core {
             Core::Local { session, .. } => {
@@ -282,7 +289,7 @@ impl WsSession {
     fn close_when_quiet(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
         let busy =
             matches!(&self.core, Core::Local { session, .. } if session.has_work_in_flight());
-        let quiet_for = self.heard_while_closing.elapsed();
+        let quiet_for = self.last_heard_while_closing.elapsed();
         if busy {
             // A cheap request came in and is still being answered: look again when it is.
             self.quiet_close_armed = false;
@@ -454,7 +461,7 @@ impl Handler<Shutdown> for WsSession {
         if let Core::Local { session, .. } = &mut self.core {
             session.begin_drain(ctx);
         }
-        self.heard_while_closing = Instant::now();
+        self.last_heard_while_closing = Instant::now();
         self.close_if_drained(ctx);
         ctx.run_later(shutdown.grace, |session, ctx| {
             if let Core::Local { session: core, .. } = &mut session.core {

@@ -1,7 +1,7 @@
 //! Every error condition the server can answer a request with, the codes it uses, and the
 //! one place where each becomes a JSON-RPC error object (`code`, `message`, `data`).
 //!
-//! The README's error table lists exactly these codes. Messages are written for the model
+//! The error table of `docs/protocol.md` lists exactly these codes. Messages are written for the model
 //! that reads them: short, actionable, and never carrying internals. Tool failures are not
 //! here: they are results with `isError: true` (see `ToolError`). Server-defined conditions
 //! use -32000..-32099 (never -32002 or -32042, which MCP assigns); -32603 is kept for bugs
