@@ -13,6 +13,7 @@
 //! a request over HTTP.
 
 use crate::perimeter::Admission;
+use crate::protocol::mcp::Error;
 use crate::session::shared::{SessionSlot, Shared};
 use crate::session::{Intake, Message, Outlet, Route, Session};
 use std::collections::VecDeque;
@@ -52,6 +53,9 @@ pub struct StatelessExchange {
     /// Set once the exchange first waits: the server's shutdown signal, and the end of the
     /// grace once it came.
     shutdown: Option<ShutdownWatch>,
+    /// Whether the answer goes as a stream (headers sent): a request cut by the end of the
+    /// grace is then answered in it, no longer with a 503.
+    streaming: bool,
     /// Counts the request against the session cap while it runs.
     _slot: SessionSlot,
 }
@@ -77,6 +81,7 @@ impl StatelessExchange {
             out,
             shared,
             shutdown: None,
+            streaming: false,
             _slot: slot,
         }
     }
@@ -93,6 +98,7 @@ impl StatelessExchange {
                 .await
                 .is_err()
         {
+            self.streaming = true;
             return FirstReply::Stream(Box::new(self));
         }
         match self.out.frames.len() {
@@ -105,7 +111,10 @@ impl StatelessExchange {
                 },
                 None => FirstReply::Accepted,
             },
-            _ => FirstReply::Stream(Box::new(self)),
+            _ => {
+                self.streaming = true;
+                FirstReply::Stream(Box::new(self))
+            }
         }
     }
 
@@ -124,6 +133,7 @@ impl StatelessExchange {
             out,
             shared,
             shutdown,
+            streaming,
             ..
         } = self;
         while out.frames.is_empty() && !out.is_over() {
@@ -156,9 +166,14 @@ impl StatelessExchange {
                 () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)),
                     if deadline.is_some() =>
                 {
-                    core.cancel_all(out);
+                    if *streaming {
+                        // The answer's stream is open: the request gets its answer in it.
+                        core.answer_all_with(&Error::ShuttingDown, out);
+                    } else {
+                        core.cancel_all(out);
+                        shutdown.cut = true;
+                    }
                     out.closed = true;
-                    shutdown.cut = true;
                 }
             }
         }

@@ -674,6 +674,32 @@ async fn a_2026_post_outliving_the_grace_is_cancelled_and_answered_503_32004() {
     assert_eq!(fixtures.gate.available_permits(), 0);
 }
 
+/// A 2026-07-28 answer already streaming when the grace runs out still gets its answer, in
+/// its stream: -32004 under its own id, then the stream ends (a JSON answer not begun yet is
+/// a 503 instead, above).
+#[tokio::test]
+async fn a_streamed_2026_answer_cut_by_the_grace_ends_with_32004_in_its_stream() {
+    let mut s = streaming_settings();
+    s.shutdown.grace_ms = 300;
+    let (server, fixtures) = start_stateless(s);
+    let http = Http::new(&server);
+    let body = request(
+        json!("streamed"),
+        "tools/call",
+        stateless(json!({"name": "step_then_hold", "arguments": {}})),
+    );
+    // Headers come once the POST has turned into a stream, while the tool still waits.
+    let mut events = Events::of(send(http.post(&body)).await);
+    assert_eq!(metric(&server, "mcp_workers").await, 1);
+    let stopper = stop_in_background(server);
+    let response = events.expect().await;
+    let error = assert_error(&response, &json!("streamed"), -32004);
+    assert_eq!(error["message"], "Server is shutting down", "{response}");
+    events.expect_end().await;
+    assert_stopped(stopper).await;
+    assert_eq!(fixtures.gate.available_permits(), 0, "never released");
+}
+
 #[tokio::test]
 async fn a_2026_post_that_is_not_json_or_is_a_batch_is_answered_with_its_error() {
     let (server, fixtures) = start_stateless(stateless_settings());
