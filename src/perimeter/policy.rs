@@ -149,7 +149,9 @@ impl Access {
     /// What both this access and `other` allow: a request on a session is served with what
     /// the session's credential and the request's own both grant (the narrower wins).
     pub fn narrowed_by(&self, other: &Access) -> Access {
-        if other.is_unrestricted() {
+        // The usual case, a request with the session's own credential, narrows nothing (and
+        // allocates nothing): the same policies apply, the same `Rule`s.
+        if other.is_unrestricted() || self.grants_as(other) {
             return self.clone();
         }
         if self.is_unrestricted() {
@@ -162,6 +164,17 @@ impl Access {
                 Some(narrower) => narrower.narrowed_by(other),
                 None => other.clone(),
             })),
+        }
+    }
+
+    /// Whether `other` is made of exactly the same rules, unnarrowed.
+    fn grants_as(&self, other: &Access) -> bool {
+        match (&self.rules, &other.rules, &self.narrower, &other.narrower) {
+            (Some(mine), Some(theirs), None, None) => {
+                mine.len() == theirs.len()
+                    && mine.iter().zip(theirs.iter()).all(|(a, b)| Arc::ptr_eq(a, b))
+            }
+            _ => false,
         }
     }
 
@@ -309,6 +322,26 @@ mod tests {
             prompts: vec!["*".into()],
             methods: vec!["*".into()],
         }
+    }
+
+    #[test]
+    fn a_narrower_credential_narrows_and_the_same_one_is_taken_as_is() {
+        let policies = Policies::new(&[
+            policy(&[], &["wide"], &["*"]),
+            policy(&[], &["narrow"], &["echo"]),
+        ]);
+        let of = |scope: &str| {
+            let identity = Identity::authenticated("alice", vec![scope.to_owned()]);
+            policies.access_for(&identity).expect("a policy applies")
+        };
+        let (wide, narrow) = (of("wide"), of("narrow"));
+        let same = wide.narrowed_by(&of("wide"));
+        assert!(same.narrower.is_none(), "the same rules: nothing to narrow");
+        assert!(same.may_use_tool("add"));
+        let narrowed = wide.narrowed_by(&narrow);
+        assert!(narrowed.may_use_tool("echo"));
+        assert!(!narrowed.may_use_tool("add"));
+        assert!(!narrow.narrowed_by(&wide).may_use_tool("add"), "either way round");
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! Python fails this test: it is never skipped silently.
 
 use crate::support::interop::{
-    assert_every_check_passed, interop_dir, interop_server, run_client, Transport,
+    assert_every_check_passed, interop_dir, interop_server, run_client, KillOnDrop, Transport,
 };
 use crate::support::process::ServerProcess;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -122,15 +122,17 @@ fn python_sdk_call_survives_sigterm(transport: Transport) {
         Transport::WebSocket => format!("ws://{addr}/mcp"),
         Transport::Http => format!("http://{addr}/mcp"),
     };
-    let mut client = Command::new(python)
-        .arg(interop_dir().join("shutdown_client.py"))
-        .args(["--transport", transport.flag(), &url])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the venv's python starts");
-    let stdout = client.stdout.take().expect("piped stdout");
+    let mut client = KillOnDrop(
+        Command::new(python)
+            .arg(interop_dir().join("shutdown_client.py"))
+            .args(["--transport", transport.flag(), &url])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the venv's python starts"),
+    );
+    let stdout = client.0.stdout.take().expect("piped stdout");
     let (lines_tx, lines) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
@@ -166,9 +168,9 @@ fn python_sdk_call_survives_sigterm(transport: Transport) {
     assert!(killed.success());
 
     while next_line(&mut transcript).is_some() {}
-    let status = client.wait().expect("the client exits");
+    let status = client.0.wait().expect("the client exits");
     let mut stderr = String::new();
-    if let Some(mut pipe) = client.stderr.take() {
+    if let Some(mut pipe) = client.0.stderr.take() {
         let _ = pipe.read_to_string(&mut stderr);
     }
     assert!(

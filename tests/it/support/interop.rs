@@ -287,7 +287,8 @@ impl ClientRun {
 }
 
 /// Kills the client if the test ends while it still runs.
-struct KillOnDrop(Child);
+/// A child process killed (and reaped) when this is dropped, however the test ends.
+pub struct KillOnDrop(pub Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
