@@ -172,7 +172,10 @@ impl Access {
         match (&self.rules, &other.rules, &self.narrower, &other.narrower) {
             (Some(mine), Some(theirs), None, None) => {
                 mine.len() == theirs.len()
-                    && mine.iter().zip(theirs.iter()).all(|(a, b)| Arc::ptr_eq(a, b))
+                    && mine
+                        .iter()
+                        .zip(theirs.iter())
+                        .all(|(a, b)| Arc::ptr_eq(a, b))
             }
             _ => false,
         }
@@ -341,7 +344,10 @@ mod tests {
         let narrowed = wide.narrowed_by(&narrow);
         assert!(narrowed.may_use_tool("echo"));
         assert!(!narrowed.may_use_tool("add"));
-        assert!(!narrow.narrowed_by(&wide).may_use_tool("add"), "either way round");
+        assert!(
+            !narrow.narrowed_by(&wide).may_use_tool("add"),
+            "either way round"
+        );
     }
 
     #[test]

@@ -128,9 +128,12 @@ impl WsSession {
             session.pin_version(version);
         }
         session.set_resume_id(id.clone());
-        let mut socket = Self::with_core(shared, directory, Core::Local { session, slot, id });
-        socket.credential_expires = expires;
-        socket
+        Self::with_core(
+            shared,
+            directory,
+            Core::Local { session, slot, id },
+            expires,
+        )
     }
 
     /// A connection resuming the session hosted by `hosted`, with a credential valid until
@@ -141,9 +144,7 @@ impl WsSession {
         hosted: Addr<HostedSession>,
         expires: Option<SystemTime>,
     ) -> Self {
-        let mut socket = Self::with_core(shared, directory, Core::Relay(hosted));
-        socket.credential_expires = expires;
-        socket
+        Self::with_core(shared, directory, Core::Relay(hosted), expires)
     }
 
     /// The connection's credential expired: the requests in flight are answered with
@@ -164,6 +165,7 @@ impl WsSession {
         shared: Arc<Shared>,
         (hosted, sockets): (Arc<HostedSessions>, Arc<Sockets>),
         core: Core,
+        credential_expires: Option<SystemTime>,
     ) -> Self {
         Self {
             shared,
@@ -176,7 +178,7 @@ impl WsSession {
             last_heard_while_closing: Instant::now(),
             quiet_close_armed: false,
             close_sent: false,
-            credential_expires: None,
+            credential_expires,
             ends_with_socket: false,
         }
     }
