@@ -45,6 +45,71 @@ pub struct SessionInfo {
     /// The trace id of the connection (from its `traceparent` / `X-Trace-Id`, or made up),
     /// used for requests that bring none of their own.
     pub trace_id: Arc<str>,
+    /// The session as a whole, for state kept per session (`None` for 2026-07-28 requests,
+    /// which belong to no session).
+    pub scope: Option<SessionScope>,
+}
+
+/// One session, as what keeps state per session sees it: a server-unique id, and work to do
+/// when the session is over. Clones are the same session.
+///
+/// The session is over when it ended or was reaped and the last of its requests finished
+/// (a request's context holds its session).
+///
+/// ```
+/// use mcp_ws::context::SessionScope;
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+/// let ended = Arc::new(AtomicBool::new(false));
+/// let scope = SessionScope::new(7);
+/// let flag = ended.clone();
+/// scope.on_end(move || flag.store(true, Ordering::Relaxed));
+/// assert_eq!(scope.id(), 7);
+/// drop(scope);
+/// assert!(ended.load(Ordering::Relaxed));
+/// ```
+#[derive(Clone)]
+pub struct SessionScope(Arc<ScopeInner>);
+
+struct ScopeInner {
+    id: u64,
+    on_end: std::sync::Mutex<Vec<Box<dyn FnOnce() + Send>>>,
+}
+
+impl SessionScope {
+    /// The scope of session `id`.
+    pub fn new(id: u64) -> Self {
+        Self(Arc::new(ScopeInner {
+            id,
+            on_end: std::sync::Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// The session's id, unique in this server process.
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// Runs `work` once the session is over (on the thread that drops it last: keep it short
+    /// and non-blocking, e.g. a message to a task).
+    pub fn on_end(&self, work: impl FnOnce() + Send + 'static) {
+        crate::lock(&self.0.on_end).push(Box::new(work));
+    }
+}
+
+impl std::fmt::Debug for SessionScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SessionScope").field(&self.0.id).finish()
+    }
+}
+
+impl Drop for ScopeInner {
+    fn drop(&mut self) {
+        let work = std::mem::take(&mut *crate::lock(&self.on_end));
+        for work in work {
+            work();
+        }
+    }
 }
 
 /// Who a client is: the subject its credentials name (an API key's name, a JWT's `sub`, a
@@ -903,6 +968,36 @@ impl RequestContext {
             .await
     }
 
+    /// Sends the client a request of the protocol's own (`roots/list`,
+    /// `sampling/createMessage`, `elicitation/create`) with `params` as they are, and
+    /// returns its answer unchecked: for requests made elsewhere and passed on, such as an
+    /// upstream server's (the gateway). Typed tools use [`list_roots`](Self::list_roots),
+    /// [`create_message`](Self::create_message) and [`elicit`](Self::elicit), which check
+    /// the answer.
+    ///
+    /// # Errors
+    /// [`ClientRequestError::NotSupported`] for another method, or when the client did not
+    /// declare the capability (`roots`, `sampling`, `elicitation`); as for
+    /// [`list_roots`](Self::list_roots) otherwise.
+    pub async fn ask_client(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, ClientRequestError> {
+        let (method, capability) = match method {
+            "roots/list" => ("roots/list", "roots"),
+            "sampling/createMessage" => ("sampling/createMessage", "sampling"),
+            "elicitation/create" => ("elicitation/create", "elicitation"),
+            _ => {
+                return Err(ClientRequestError::NotSupported {
+                    capability: "requests other than roots, sampling and elicitation",
+                })
+            }
+        };
+        self.require(capability, true)?;
+        self.request(None, method, params, Ok).await
+    }
+
     /// Asks the client and checks its answer. In a session, the ask is a request to the
     /// client; under 2026-07-28 it is answered from the request's `inputResponses`, and an
     /// ask without an answer that passes `check` is recorded and never resolves: the worker
@@ -1115,6 +1210,7 @@ impl TestContextBuilder {
             client_info: Arc::new(Implementation::new("test", "0")),
             identity: Identity::anonymous(),
             trace_id: Arc::from("00000000000000000000000000000000"),
+            scope: None,
         });
         let hour = Duration::from_secs(3600);
         let client = self

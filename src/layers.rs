@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 /// The layers, top to bottom, each with the files and folders (relative to `src/`) it holds.
 const LAYERS: &[(&str, &[&str])] = &[
     ("server", &["server/"]),
+    ("gateway", &["gateway/"]),
     ("transport", &["transport/"]),
     ("session", &["session/"]),
     ("perimeter", &["perimeter/"]),
@@ -33,6 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("mailbox", &["mailbox/"]),
     ("observe", &["observe/"]),
     ("config", &["config/"]),
+    ("client", &["client/"]),
     ("protocol", &["protocol/"]),
 ];
 

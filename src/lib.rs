@@ -37,6 +37,7 @@
 //!   async function run in a worker; [`tool`], [`resource`], [`prompt`] hold their details.
 //! - [`RequestContext`] ([`context`]): progress, logging, cancellation, the session, and
 //!   requests to the client.
+//! - [`client`]: an MCP client of other servers (stdio, Streamable HTTP).
 //! - [`model`]: content blocks and results; [`config`]: [`Settings`]; [`rollout`]: which
 //!   version of a tool in several versions a session sees.
 //!
@@ -47,24 +48,28 @@
 //! module reaching itself again):
 //!
 //! 1. `server`: the builder, the routes, start and graceful shutdown.
-//! 2. `transport`: how frames travel (WebSocket, Streamable HTTP, stateless POSTs, hosted
+//! 2. `gateway`: other MCP servers (stdio programs, HTTP endpoints) served as upstreams:
+//!    their tools, resources and prompts registered as this server's, each call forwarded.
+//! 3. `transport`: how frames travel (WebSocket, Streamable HTTP, stateless POSTs, hosted
 //!    sessions, in memory) and the directory of sessions a client can reach again by id.
-//! 3. `session`: the protocol core of one session, independent of the transport: lifecycle,
+//! 4. `session`: the protocol core of one session, independent of the transport: lifecycle,
 //!    requests in flight, batches, requests to the client, the per-method handlers, and the
 //!    state every session shares.
-//! 4. `perimeter`: Origin/Host, TLS, authentication, policies, rate, signatures, limits.
+//! 5. `perimeter`: Origin/Host, TLS, authentication, policies, rate, signatures, limits.
 //!    Transports run its connection checks before a session exists; the session core calls
 //!    its per-request checks.
-//! 5. `cluster`: what nodes share (store, de-duplication, tasks).
-//! 6. `worker`: one actor per long request (pool, deadline, cancellation, progress).
-//! 7. `registry`: what is offered, its versions (`rollout`), files served from directories,
+//! 6. `cluster`: what nodes share (store, de-duplication, tasks).
+//! 7. `worker`: one actor per long request (pool, deadline, cancellation, progress).
+//! 8. `registry`: what is offered, its versions (`rollout`), files served from directories,
 //!    and the change bus.
-//! 8. The public API at the root: `tool`, `resource`, `prompt`, `context`, `model` (and
+//! 9. The public API at the root: `tool`, `resource`, `prompt`, `context`, `model` (and
 //!    `schema`, the argument checks they share); the server's `Error` is `server`'s.
-//! 9. `mailbox`: a session's bounded inbox and the throttles of what tools send it.
-//! 10. `observe`: access log, metrics, log setup, trace ids.
-//! 11. `config`: settings, file < env < CLI.
-//! 12. `protocol`: `jsonrpc` (the wire), `mcp` (its meaning), `mrtr` (request state),
+//! 10. `mailbox`: a session's bounded inbox and the throttles of what tools send it.
+//! 11. `observe`: access log, metrics, log setup, trace ids.
+//! 12. `config`: settings, file < env < CLI.
+//! 13. `client`: an MCP client (stdio, Streamable HTTP), what the gateway reaches its
+//!     upstreams with.
+//! 14. `protocol`: `jsonrpc` (the wire), `mcp` (its meaning), `mrtr` (request state),
 //!     `traceparent` (W3C trace context).
 //!
 //! Beside the layers: `testing` (the tests' and benches' door, feature `testing`) and the
@@ -77,6 +82,7 @@
 // work on them, not as API; the public API is checked without it.
 #![cfg_attr(feature = "testing", allow(missing_docs))]
 
+pub mod client;
 pub mod config;
 pub mod context;
 pub mod model;
@@ -89,6 +95,7 @@ mod layers;
 mod schema;
 
 pub(crate) mod cluster;
+pub(crate) mod gateway;
 pub(crate) mod mailbox;
 pub(crate) mod observe;
 pub(crate) mod perimeter;

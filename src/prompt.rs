@@ -27,6 +27,9 @@ pub enum PromptError {
     /// Rendering failed; the message is sent to the client, so it must not hold secrets.
     #[error("Prompt failed: {0}")]
     Failed(String),
+    /// Answered as this JSON-RPC error (a gateway's upstream answered with it).
+    #[error(transparent)]
+    Rpc(crate::model::RpcError),
 }
 
 /// Renders a prompt.

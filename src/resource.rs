@@ -43,6 +43,9 @@ pub enum ResourceError {
         /// `limits.max_message_bytes`.
         limit: u64,
     },
+    /// Answered as this JSON-RPC error (a gateway's upstream answered with it).
+    #[error(transparent)]
+    Rpc(crate::model::RpcError),
     /// The server reads as much as it may at once; retry later.
     #[error("Server busy: {}, retry later", .scope.describe())]
     Busy {

@@ -28,9 +28,10 @@ use std::sync::Arc;
 /// What a tool call's future resolves to.
 pub type ToolFuture = LocalBoxFuture<'static, Result<CallToolResult, ToolError>>;
 
-/// How a tool call failed. Every variant becomes a result with `isError: true` and the
-/// message as text: a tool error is something the model can read and act on, never a
-/// JSON-RPC error.
+/// How a tool call failed. Every variant but [`Rpc`](Self::Rpc) becomes a result with
+/// `isError: true` and the message as text: a tool error is something the model can read and
+/// act on. [`Rpc`](Self::Rpc) is a JSON-RPC error passed on from elsewhere (a gateway's
+/// upstream refused the call, or is down).
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     /// The arguments do not fit the tool's argument type; names the field.
@@ -42,6 +43,9 @@ pub enum ToolError {
     /// A request to the client failed.
     #[error(transparent)]
     Client(#[from] crate::context::ClientRequestError),
+    /// Answered as this JSON-RPC error, not as a result.
+    #[error(transparent)]
+    Rpc(crate::model::RpcError),
 }
 
 impl ToolError {

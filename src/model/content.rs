@@ -192,6 +192,8 @@ enum Body {
     Text(String),
     /// Already base64-encoded.
     Blob(String),
+    /// The whole object as another server sent it (`uri` included), written out unchanged.
+    Raw(serde_json::Map<String, Value>),
 }
 
 impl ResourceContents {
@@ -239,6 +241,24 @@ impl ResourceContents {
         self
     }
 
+    /// Contents passed on as another server sent them (a gateway's), written out unchanged;
+    /// `None` unless the object has a string `uri`.
+    ///
+    /// ```
+    /// let object = serde_json::json!({ "uri": "mem://a", "text": "hi", "x-extra": 1 });
+    /// let contents = mcp_ws::model::ResourceContents::raw(object.as_object().unwrap().clone()).unwrap();
+    /// assert_eq!((contents.uri(), contents.as_text()), ("mem://a", Some("hi")));
+    /// ```
+    pub fn raw(object: serde_json::Map<String, Value>) -> Option<Self> {
+        let uri = object.get("uri")?.as_str()?.to_owned();
+        Some(Self {
+            uri,
+            mime_type: None,
+            body: Body::Raw(object),
+            meta: None,
+        })
+    }
+
     /// The resource's URI.
     pub fn uri(&self) -> &str {
         &self.uri
@@ -248,6 +268,7 @@ impl ResourceContents {
     pub fn as_text(&self) -> Option<&str> {
         match &self.body {
             Body::Text(text) => Some(text),
+            Body::Raw(object) => object.get("text")?.as_str(),
             Body::Blob(_) => None,
         }
     }
@@ -259,6 +280,9 @@ impl VersionedSerialize for ResourceContents {
         version: ProtocolVersion,
         s: S,
     ) -> Result<S::Ok, S::Error> {
+        if let Body::Raw(object) = &self.body {
+            return object.serialize(s);
+        }
         let mut map = s.serialize_map(None)?;
         map.serialize_entry("uri", &self.uri)?;
         if let Some(mime) = &self.mime_type {
@@ -267,6 +291,7 @@ impl VersionedSerialize for ResourceContents {
         match &self.body {
             Body::Text(text) => map.serialize_entry("text", text)?,
             Body::Blob(blob) => map.serialize_entry("blob", blob)?,
+            Body::Raw(_) => {}
         }
         if let (Some(meta), true) = (&self.meta, version.has_titles_and_meta()) {
             map.serialize_entry("_meta", meta)?;
@@ -358,6 +383,8 @@ enum Kind {
     },
     Resource(ResourceContents),
     Link(ResourceLink),
+    /// A block as another server sent it, written out unchanged.
+    Raw(serde_json::Map<String, Value>),
 }
 
 impl Content {
@@ -407,6 +434,18 @@ impl Content {
         Self::of(Kind::Link(link))
     }
 
+    /// A block passed on as another server sent it (a gateway's): written out unchanged,
+    /// whatever its type, to every session.
+    ///
+    /// ```
+    /// let block = serde_json::json!({ "type": "text", "text": "hi", "annotations": { "priority": 1 } });
+    /// let content = mcp_ws::model::Content::raw(block.as_object().unwrap().clone());
+    /// assert_eq!(content.as_text().as_deref(), Some("hi"));
+    /// ```
+    pub fn raw(block: serde_json::Map<String, Value>) -> Self {
+        Self::of(Kind::Raw(block))
+    }
+
     /// Attaches annotations.
     pub fn with_annotations(mut self, annotations: Annotations) -> Self {
         self.annotations = Some(annotations);
@@ -424,6 +463,9 @@ impl Content {
         match &self.kind {
             Kind::Text(text) => Some(Cow::Borrowed(text)),
             Kind::JsonText(text) => Some(Cow::Owned(text.to_text())),
+            Kind::Raw(block) if block.get("type").and_then(Value::as_str) == Some("text") => {
+                block.get("text")?.as_str().map(Cow::Borrowed)
+            }
             _ => None,
         }
     }
@@ -435,8 +477,12 @@ impl VersionedSerialize for Content {
         version: ProtocolVersion,
         s: S,
     ) -> Result<S::Ok, S::Error> {
+        if let Kind::Raw(block) = &self.kind {
+            return block.serialize(s);
+        }
         let mut map = s.serialize_map(None)?;
         match &self.kind {
+            Kind::Raw(_) => {}
             Kind::Text(text) => {
                 map.serialize_entry("type", "text")?;
                 map.serialize_entry("text", text)?;

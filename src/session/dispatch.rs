@@ -253,6 +253,7 @@ impl Session {
                 client_info: Arc::new(p.client_info),
                 identity: self.admission.identity.clone(),
                 trace_id: self.admission.trace_id.clone(),
+                scope: Some(crate::context::SessionScope::new(self.id)),
             }),
         });
         // From now on the session hears of list changes and resource updates.
@@ -425,10 +426,11 @@ impl Session {
         } else {
             Box::new(move |id, ctx| {
                 Box::pin(async move {
-                    let result = handler
-                        .call(arguments, ctx)
-                        .await
-                        .unwrap_or_else(|e| e.into_result());
+                    let result = match handler.call(arguments, ctx).await {
+                        Ok(result) => result,
+                        Err(ToolError::Rpc(error)) => return Err(error.into()),
+                        Err(e) => e.into_result(),
+                    };
                     encode_result_with(&id, &ForVersion(&result, version), size_hint)
                         .map_err(|_| Error::Internal)
                 })
@@ -662,6 +664,7 @@ impl Session {
                                 Error::InvalidParams(m)
                             }
                             crate::prompt::PromptError::Failed(m) => Error::HandlerFailed(m),
+                            crate::prompt::PromptError::Rpc(error) => error.into(),
                         })?;
                 match shared {
                     None => encode_result_with(&id, &ForVersion(&rendered, version), 256)
@@ -867,6 +870,7 @@ fn stateless_call_answer(
                 required: crate::protocol::mcp::required_capabilities(capability),
             })
         }
+        Err(ToolError::Rpc(error)) => return Err(error.into()),
         Err(e) => e.into_result(),
     };
     // The result's own `_meta` is merged with the server's identity into the one `_meta`
@@ -926,6 +930,7 @@ fn resource_error(error: ResourceError, uri: String) -> Error {
         ResourceError::NotFound => Error::ResourceNotFound { uri },
         ResourceError::TooLarge { size, limit } => Error::ResourceTooLarge { uri, size, limit },
         ResourceError::Failed(message) => Error::HandlerFailed(message),
+        ResourceError::Rpc(error) => error.into(),
         ResourceError::OverMessageLimit {
             size,
             encoded,

@@ -159,6 +159,7 @@ impl Session {
                     client_info,
                     identity: self.admission.identity.clone(),
                     trace_id: self.admission.trace_id.clone(),
+                    scope: None,
                 });
                 *last = Some(info.clone());
                 info

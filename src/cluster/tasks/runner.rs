@@ -231,6 +231,7 @@ fn finish(cluster: &Cluster, record: &mut TaskRecord, outcome: Outcome) {
             let required = crate::protocol::mcp::required_capabilities(capability);
             return fail(record, &Error::MissingClientCapability { required });
         }
+        Ok(Err(ToolError::Rpc(error))) => return fail(record, &error.into()),
         Ok(Err(error)) => error.into_result(),
         Err(_panic) => {
             // The panic went to the log through the panic hook; the task says no more.

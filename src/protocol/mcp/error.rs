@@ -234,6 +234,13 @@ pub enum Error {
     SignatureRefused { reason: SignatureProblem },
     #[error("Conflict: this {} was used before with other params", scope.as_str())]
     IdempotencyConflict { scope: ConflictScope },
+    /// An error another server answered with (a gateway's upstream), passed on as it is.
+    #[error("{message}")]
+    Passed {
+        code: i32,
+        message: String,
+        data: Option<serde_json::Value>,
+    },
     #[error("Internal error")]
     Internal,
 }
@@ -279,6 +286,7 @@ impl Error {
             Self::SessionBusy { .. } => codes::SESSION_BUSY,
             Self::SignatureRefused { .. } => codes::SIGNATURE_REFUSED,
             Self::IdempotencyConflict { .. } => codes::IDEMPOTENCY_CONFLICT,
+            Self::Passed { code, .. } => ErrorCode(*code),
             Self::Internal => ErrorCode::INTERNAL_ERROR,
         }
     }
@@ -376,6 +384,9 @@ impl Error {
             Self::IdempotencyConflict { scope } => {
                 object.with_data(json!({ "scope": scope.as_str() }))
             }
+            Self::Passed {
+                data: Some(data), ..
+            } => object.with_data(data.clone()),
             _ => object,
         }
     }

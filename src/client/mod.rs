@@ -1,0 +1,734 @@
+//! An MCP client: connects to a server over stdio (a child process) or Streamable HTTP, runs the `initialize` handshake, and sends it requests and notifications. The
+//! gateway (`crate::gateway`) reaches its upstreams through it; the benches and tests use it
+//! too.
+//!
+//! A [`Client`] is a cheap handle (`Send + Sync`, clone it freely) over one connection. Its
+//! transport runs in tasks of the runtime it was connected on; the handle may be used from
+//! any thread. What the server sends that is not an answer goes to the [`ClientHandler`] given
+//! at connection (log lines, list changes, requests to the client such as sampling), except
+//! progress, which reaches the call that asked for it ([`Call::progress`]).
+//!
+//! Answers are matched to requests by ids this client makes, so concurrent callers never see
+//! each other's answers. A request whose future is dropped before its answer is cancelled
+//! (`notifications/cancelled` goes to the server) and a late answer for it is dropped.
+//!
+//! ```no_run
+//! use mcp_ws::client::{Client, ClientOptions, StdioCommand};
+//! # async fn run() -> Result<(), mcp_ws::client::ClientError> {
+//! let client = Client::stdio(
+//!     StdioCommand::new("npx").args(["-y", "@modelcontextprotocol/server-everything"]),
+//!     ClientOptions::default(),
+//! )
+//! .await?;
+//! let tools = client.list_all("tools/list", "tools").await?;
+//! let answer = client
+//!     .call_tool("echo", serde_json::json!({ "message": "hi" }))
+//!     .await?;
+//! println!("{} tools; echo said {answer}", tools.len());
+//! client.shutdown(std::time::Duration::from_secs(1)).await;
+//! # Ok(()) }
+//! ```
+
+mod http;
+mod stdio;
+
+pub use stdio::StdioCommand;
+
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The protocol version a client asks for unless told otherwise.
+pub const DEFAULT_PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// How many messages may wait to be written to the server before senders wait.
+const OUTGOING_QUEUE: usize = 1024;
+
+/// Why a request got no result.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with a JSON-RPC error.
+    #[error("{message} ({code})")]
+    Rpc {
+        /// Its code.
+        code: i64,
+        /// Its message.
+        message: String,
+        /// Its `data`, if any.
+        data: Option<Value>,
+    },
+    /// The connection ended (the process exited, the stream closed) before the answer; says
+    /// how.
+    #[error("the connection closed: {0}")]
+    Closed(Arc<str>),
+    /// The server could not be started or reached.
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The server did not answer `initialize` in time.
+    #[error("no answer to initialize within {0} ms")]
+    InitializeTimeout(u64),
+    /// The answer is not what the method returns.
+    #[error("invalid answer: {0}")]
+    InvalidAnswer(String),
+}
+
+/// A JSON-RPC error object, as a [`ClientHandler`] answers a server's request with.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
+pub struct RpcError {
+    /// The code.
+    pub code: i64,
+    /// The message.
+    pub message: String,
+    /// Anything more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    /// An error of this code and message.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+}
+
+/// What the server sends that is not an answer to one of our requests.
+pub trait ClientHandler: Send + Sync + 'static {
+    /// A notification (except `notifications/progress` of a call that asked for progress,
+    /// which goes to that call).
+    fn notification(&self, method: &str, params: Option<&RawValue>) {
+        let _ = (method, params);
+    }
+
+    /// A request to the client (`sampling/createMessage`, `elicitation/create`,
+    /// `roots/list`, `ping` is answered without asking). The default refuses it.
+    fn request(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+    ) -> BoxFuture<'static, Result<Value, RpcError>> {
+        let _ = params;
+        let error = RpcError::new(-32601, format!("Method not found: {method}"));
+        Box::pin(async move { Err(error) })
+    }
+}
+
+/// A handler that ignores notifications and refuses requests.
+#[derive(Debug, Default)]
+pub struct IgnoreServer;
+
+impl ClientHandler for IgnoreServer {}
+
+/// How a client introduces itself and what it waits for.
+#[derive(Clone)]
+pub struct ClientOptions {
+    /// `clientInfo.name`.
+    pub name: String,
+    /// `clientInfo.version`.
+    pub version: String,
+    /// The protocol version asked for.
+    pub protocol_version: String,
+    /// The capabilities declared (`roots`, `sampling`, `elicitation`).
+    pub capabilities: Value,
+    /// Longest wait for the answer to `initialize` (a child process is killed past it).
+    pub initialize_timeout: Duration,
+    /// Longest line or message read from the server, in bytes; longer ones are skipped.
+    pub max_message_bytes: usize,
+    /// Where notifications and requests from the server go.
+    pub handler: Arc<dyn ClientHandler>,
+    /// What log lines about this connection (a child's stderr, skipped lines) are tagged
+    /// with: the upstream's name, say.
+    pub label: Arc<str>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            name: "mcp-ws".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            protocol_version: DEFAULT_PROTOCOL_VERSION.to_owned(),
+            capabilities: json!({}),
+            initialize_timeout: Duration::from_secs(30),
+            max_message_bytes: 16 << 20,
+            handler: Arc::new(IgnoreServer),
+            label: Arc::from("upstream"),
+        }
+    }
+}
+
+/// What the server said of itself in its `initialize` answer.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerDetails {
+    /// The negotiated protocol version.
+    pub protocol_version: String,
+    /// The server's capabilities.
+    #[serde(default)]
+    pub capabilities: Value,
+    /// Its name and version.
+    #[serde(default)]
+    pub server_info: Value,
+    /// Its instructions, if any.
+    #[serde(default)]
+    pub instructions: Option<String>,
+}
+
+/// One progress report of a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// How far.
+    pub progress: f64,
+    /// Out of how much, if known.
+    pub total: Option<f64>,
+    /// What is happening.
+    pub message: Option<String>,
+}
+
+/// Options of one request.
+#[derive(Default)]
+pub struct Call {
+    /// Where the call's progress goes: when set, the request carries a progress token and
+    /// each report is offered to this channel (dropped when it is full).
+    pub progress: Option<mpsc::Sender<Progress>>,
+}
+
+/// A message for the transport to write, with the id of the request it is (if it is one),
+/// so a transport that answers each message on its own can fail that request.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub id: Option<u64>,
+    pub text: String,
+}
+
+type Answer = Result<Box<RawValue>, ClientError>;
+
+struct Pending {
+    answer: oneshot::Sender<Answer>,
+    progress: Option<mpsc::Sender<Progress>>,
+}
+
+/// What the handle and the transport's tasks share.
+pub(crate) struct Inner {
+    outgoing: mpsc::Sender<Outgoing>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_id: AtomicU64,
+    handler: Arc<dyn ClientHandler>,
+    /// `Some(reason)` once the connection is over.
+    closed: watch::Sender<Option<Arc<str>>>,
+    server: std::sync::OnceLock<ServerDetails>,
+    transport: Transport,
+    label: Arc<str>,
+}
+
+/// What stops the transport.
+enum Transport {
+    Stdio(stdio::Process),
+    Http(http::Session),
+}
+
+/// A connection to an MCP server; see the module docs.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("label", &self.inner.label)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Starts `command` and talks to it over its stdin and stdout (one JSON-RPC message per
+    /// line); its stderr goes to the server log. The child runs in a process group of its
+    /// own and is killed when this process dies.
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`] when the command cannot be started,
+    /// [`ClientError::InitializeTimeout`] (the child is killed) or another error when the
+    /// handshake fails.
+    pub async fn stdio(command: StdioCommand, options: ClientOptions) -> Result<Self, ClientError> {
+        let (outgoing, rx) = mpsc::channel(OUTGOING_QUEUE);
+        let process = stdio::Process::spawn(&command, &options.label)?;
+        let client = Self::new(outgoing, Transport::Stdio(process.clone()), &options);
+        process.run(&client.inner, rx, options.max_message_bytes);
+        client.handshake(&options).await
+    }
+
+    /// Talks to the Streamable HTTP endpoint at `url`, sending `headers` with every request.
+    ///
+    /// # Errors
+    /// As for [`stdio`](Self::stdio).
+    pub async fn http(
+        url: &str,
+        headers: &[(String, String)],
+        options: ClientOptions,
+    ) -> Result<Self, ClientError> {
+        let (outgoing, rx) = mpsc::channel(OUTGOING_QUEUE);
+        let session = http::Session::new(url, headers)?;
+        let client = Self::new(outgoing, Transport::Http(session.clone()), &options);
+        session.run(&client.inner, rx, options.max_message_bytes);
+        let client = client.handshake(&options).await?;
+        if let Transport::Http(session) = &client.inner.transport {
+            session.listen(&client.inner, &client.server().protocol_version);
+        }
+        Ok(client)
+    }
+
+    fn new(
+        outgoing: mpsc::Sender<Outgoing>,
+        transport: Transport,
+        options: &ClientOptions,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                outgoing,
+                pending: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+                handler: options.handler.clone(),
+                closed: watch::Sender::new(None),
+                server: std::sync::OnceLock::new(),
+                transport,
+                label: options.label.clone(),
+            }),
+        }
+    }
+
+    async fn handshake(self, options: &ClientOptions) -> Result<Self, ClientError> {
+        let params = json!({
+            "protocolVersion": options.protocol_version,
+            "capabilities": options.capabilities,
+            "clientInfo": { "name": options.name, "version": options.version },
+        });
+        let timeout = options.initialize_timeout;
+        let answer =
+            match tokio::time::timeout(timeout, self.request("initialize", Some(params))).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    self.kill();
+                    return Err(ClientError::InitializeTimeout(timeout.as_millis() as u64));
+                }
+            };
+        let details: ServerDetails = match answer.and_then(|raw| parse(&raw)) {
+            Ok(details) => details,
+            Err(error) => {
+                self.kill();
+                return Err(error);
+            }
+        };
+        let _ = self.inner.server.set(details);
+        self.notify("notifications/initialized", None).await;
+        Ok(self)
+    }
+
+    /// What the server said of itself when the connection began.
+    pub fn server(&self) -> &ServerDetails {
+        static NONE: std::sync::OnceLock<ServerDetails> = std::sync::OnceLock::new();
+        self.inner
+            .server
+            .get()
+            .unwrap_or_else(|| NONE.get_or_init(ServerDetails::default))
+    }
+
+    /// The operating-system id of the child process (stdio clients).
+    pub fn pid(&self) -> Option<u32> {
+        match &self.inner.transport {
+            Transport::Stdio(process) => Some(process.pid()),
+            _ => None,
+        }
+    }
+
+    /// Sends a request and waits for its answer (the raw `result`).
+    ///
+    /// # Errors
+    /// [`ClientError::Rpc`] when the server answers with an error, [`ClientError::Closed`]
+    /// when the connection ends first.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Box<RawValue>, ClientError> {
+        self.request_with(method, params, Call::default()).await
+    }
+
+    /// [`request`](Self::request) with options. Dropping the future before the answer
+    /// cancels the request on the server.
+    ///
+    /// # Errors
+    /// As for [`request`](Self::request).
+    pub async fn request_with(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        call: Call,
+    ) -> Result<Box<RawValue>, ClientError> {
+        let inner = &self.inner;
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut params = params.unwrap_or_else(|| json!({}));
+        if call.progress.is_some() {
+            if let Some(object) = params.as_object_mut() {
+                let meta = object
+                    .entry("_meta")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert("progressToken".to_owned(), Value::from(id));
+                }
+            }
+        }
+        let text =
+            json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string();
+        let (answer, waiting) = oneshot::channel();
+        {
+            let mut pending = lock(&inner.pending);
+            if let Some(reason) = inner.closed.borrow().clone() {
+                return Err(ClientError::Closed(reason));
+            }
+            pending.insert(
+                id,
+                Pending {
+                    answer,
+                    progress: call.progress,
+                },
+            );
+        }
+        let mut guard = CancelOnDrop {
+            inner,
+            id,
+            armed: true,
+        };
+        if inner
+            .outgoing
+            .send(Outgoing { id: Some(id), text })
+            .await
+            .is_err()
+        {
+            guard.armed = false;
+            lock(&inner.pending).remove(&id);
+            return Err(ClientError::Closed(self.close_reason()));
+        }
+        let outcome = waiting.await;
+        guard.armed = false;
+        outcome.unwrap_or_else(|_| Err(ClientError::Closed(self.close_reason())))
+    }
+
+    /// Sends a notification (waits only for room in the outgoing queue).
+    pub async fn notify(&self, method: &str, params: Option<Value>) {
+        let text = match params {
+            Some(params) => json!({ "jsonrpc": "2.0", "method": method, "params": params }),
+            None => json!({ "jsonrpc": "2.0", "method": method }),
+        }
+        .to_string();
+        let _ = self.inner.outgoing.send(Outgoing { id: None, text }).await;
+    }
+
+    /// Every item of a paginated list (`tools/list` → `tools`, …), following `nextCursor`.
+    ///
+    /// # Errors
+    /// As for [`request`](Self::request); [`ClientError::InvalidAnswer`] when a page has no
+    /// array under `member`.
+    pub async fn list_all(&self, method: &str, member: &str) -> Result<Vec<Value>, ClientError> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        // A server that keeps handing out cursors is cut off: no list is this long.
+        for _ in 0..1000 {
+            let params = cursor.take().map(|c| json!({ "cursor": c }));
+            let page: Value = parse(&self.request(method, params).await?)?;
+            match page.get(member).and_then(Value::as_array) {
+                Some(page_items) => items.extend(page_items.iter().cloned()),
+                None => {
+                    return Err(ClientError::InvalidAnswer(format!(
+                        "{method} answered without {member}"
+                    )))
+                }
+            }
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+                _ => return Ok(items),
+            }
+        }
+        Err(ClientError::InvalidAnswer(format!(
+            "{method} kept paginating"
+        )))
+    }
+
+    /// Calls a tool; the result as the server sent it.
+    ///
+    /// # Errors
+    /// As for [`request`](Self::request).
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value, ClientError> {
+        let raw = self
+            .request(
+                "tools/call",
+                Some(json!({ "name": name, "arguments": arguments })),
+            )
+            .await?;
+        parse(&raw)
+    }
+
+    /// Whether the connection is over.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.borrow().is_some()
+    }
+
+    /// Resolves when the connection is over, with how it ended.
+    pub async fn closed(&self) -> Arc<str> {
+        let mut watch = self.inner.closed.subscribe();
+        let reason = match watch.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone(),
+            Err(_) => None,
+        };
+        reason.unwrap_or_else(|| Arc::from("closed"))
+    }
+
+    fn close_reason(&self) -> Arc<str> {
+        self.inner
+            .closed
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| Arc::from("closed"))
+    }
+
+    /// Ends the connection: a child process gets its stdin closed and SIGTERM, then SIGKILL
+    /// after `grace`; an HTTP session is deleted. Requests still waiting fail with
+    /// [`ClientError::Closed`].
+    pub async fn shutdown(&self, grace: Duration) {
+        match &self.inner.transport {
+            Transport::Stdio(process) => process.terminate(grace).await,
+            Transport::Http(session) => session.delete().await,
+        }
+        self.inner.close("shut down by the client");
+    }
+
+    /// Kills a child process at once (stdio); closes the connection otherwise.
+    pub fn kill(&self) {
+        if let Transport::Stdio(process) = &self.inner.transport {
+            process.kill();
+        }
+        self.inner.close("killed by the client");
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Every handle is gone: a child that would not exit on the end of its stdin is not
+        // left running.
+        if let Transport::Stdio(process) = &self.transport {
+            process.kill();
+        }
+    }
+}
+
+/// Cancels a request whose caller stopped waiting.
+struct CancelOnDrop<'a> {
+    inner: &'a Arc<Inner>,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.armed || lock(&self.inner.pending).remove(&self.id).is_none() {
+            return;
+        }
+        let text = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": { "requestId": self.id, "reason": "the client cancelled the request" },
+        })
+        .to_string();
+        let message = Outgoing { id: None, text };
+        if let Err(mpsc::error::TrySendError::Full(message)) = self.inner.outgoing.try_send(message)
+        {
+            // The queue is full: the cancel waits its turn rather than being lost.
+            let outgoing = self.inner.outgoing.clone();
+            tokio::spawn(async move {
+                let _ = outgoing.send(message).await;
+            });
+        }
+    }
+}
+
+/// A message from the server, as far as routing needs it.
+#[derive(Deserialize)]
+struct Incoming<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(default)]
+    method: Option<&'a str>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(default)]
+    error: Option<RpcError>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProgressParams {
+    progress_token: Value,
+    progress: f64,
+    #[serde(default)]
+    total: Option<f64>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+impl Inner {
+    /// Takes one message (or batch) the server sent.
+    pub(crate) fn receive(self: &Arc<Self>, text: &str) {
+        let trimmed = text.trim_start();
+        if trimmed.starts_with('[') {
+            match serde_json::from_str::<Vec<&RawValue>>(trimmed) {
+                Ok(entries) => entries.iter().for_each(|e| self.receive_one(e.get())),
+                Err(error) => self.skip(text, &error.to_string()),
+            }
+        } else {
+            self.receive_one(text);
+        }
+    }
+
+    fn skip(&self, text: &str, why: &str) {
+        let shown: String = text.chars().take(200).collect();
+        tracing::warn!(upstream = %self.label, %why, line = %shown, "skipped a message that is not JSON-RPC");
+    }
+
+    fn receive_one(self: &Arc<Self>, text: &str) {
+        let message: Incoming<'_> = match serde_json::from_str(text) {
+            Ok(message) => message,
+            Err(error) => return self.skip(text, &error.to_string()),
+        };
+        match (message.method, message.id) {
+            (Some(method), Some(id)) => self.on_request(method, id, message.params),
+            (Some(method), None) => self.on_notification(method, message.params),
+            (None, Some(id)) => {
+                let outcome = match (message.result, message.error) {
+                    (Some(result), None) => Ok(result.to_owned()),
+                    (_, Some(error)) => Err(ClientError::Rpc {
+                        code: error.code,
+                        message: error.message,
+                        data: error.data,
+                    }),
+                    (None, None) => return self.skip(text, "a response without result or error"),
+                };
+                let Ok(id) = serde_json::from_str::<u64>(id.get()) else {
+                    return self.skip(text, "a response to an id this client never used");
+                };
+                // None: cancelled (a late answer is dropped) or never ours.
+                if let Some(pending) = lock(&self.pending).remove(&id) {
+                    let _ = pending.answer.send(outcome);
+                }
+            }
+            (None, None) => self.skip(text, "neither a request, a notification nor a response"),
+        }
+    }
+
+    fn on_notification(&self, method: &str, params: Option<&RawValue>) {
+        if method == "notifications/progress" {
+            if let Some(p) =
+                params.and_then(|p| serde_json::from_str::<ProgressParams>(p.get()).ok())
+            {
+                let id = match &p.progress_token {
+                    Value::Number(n) => n.as_u64(),
+                    Value::String(s) => s.parse().ok(),
+                    _ => None,
+                };
+                let pending = lock(&self.pending);
+                if let Some(sink) = id.and_then(|id| pending.get(&id)?.progress.as_ref()) {
+                    // Progress is advisory: a full channel drops the report.
+                    let _ = sink.try_send(Progress {
+                        progress: p.progress,
+                        total: p.total,
+                        message: p.message,
+                    });
+                    return;
+                }
+            }
+        }
+        self.handler.notification(method, params);
+    }
+
+    fn on_request(self: &Arc<Self>, method: &str, id: &RawValue, params: Option<&RawValue>) {
+        let id = id.to_owned();
+        let answer = if method == "ping" {
+            Box::pin(async { Ok(json!({})) })
+        } else {
+            self.handler.request(method, params.map(ToOwned::to_owned))
+        };
+        let inner = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let outcome = answer.await;
+            let Some(inner) = inner.upgrade() else { return };
+            let text = match outcome {
+                Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+                Err(error) => json!({ "jsonrpc": "2.0", "id": id, "error": error }),
+            }
+            .to_string();
+            let _ = inner.outgoing.send(Outgoing { id: None, text }).await;
+        });
+    }
+
+    /// Fails one request (a transport that answers each message on its own could not
+    /// deliver it).
+    pub(crate) fn fail(&self, id: u64, error: ClientError) {
+        if let Some(pending) = lock(&self.pending).remove(&id) {
+            let _ = pending.answer.send(Err(error));
+        }
+    }
+
+    /// The connection is over: every request waiting fails with `reason`.
+    pub(crate) fn close(&self, reason: &str) {
+        let reason: Arc<str> = Arc::from(reason);
+        let waiting: Vec<Pending> = {
+            let mut pending = lock(&self.pending);
+            let first = self.closed.send_if_modified(|closed| {
+                if closed.is_none() {
+                    *closed = Some(reason.clone());
+                    true
+                } else {
+                    false
+                }
+            });
+            if !first && pending.is_empty() {
+                return;
+            }
+            pending.drain().map(|(_, p)| p).collect()
+        };
+        let reason = self.closed.borrow().clone().unwrap_or(reason);
+        for pending in waiting {
+            let _ = pending
+                .answer
+                .send(Err(ClientError::Closed(reason.clone())));
+        }
+    }
+
+    /// The label log lines of this connection carry.
+    pub(crate) fn label(&self) -> &Arc<str> {
+        &self.label
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Parses a raw result into `T`.
+///
+/// # Errors
+/// [`ClientError::InvalidAnswer`] naming what does not fit.
+pub fn parse<T: serde::de::DeserializeOwned>(raw: &RawValue) -> Result<T, ClientError> {
+    serde_json::from_str(raw.get()).map_err(|e| ClientError::InvalidAnswer(e.to_string()))
+}

@@ -1,0 +1,315 @@
+//! The stdio transport: a child process speaking JSON-RPC, one message per line, on its
+//! stdin and stdout; its stderr is logged line by line.
+//!
+//! No child outlives the server. The child leads a process group of its own, so what it
+//! starts in turn (`npx` starts `node`) is signalled with it. If this process dies without
+//! stopping it (SIGKILL), the kernel kills the child (`PR_SET_PDEATHSIG`), and the child's
+//! own children read end-of-file on the stdin they inherited, on which MCP servers exit.
+
+use super::{ClientError, Inner, Outgoing};
+use futures_util::StreamExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+
+/// A command to run as a stdio MCP server.
+///
+/// ```
+/// let command = mcp_ws::client::StdioCommand::new("uvx")
+///     .args(["mcp-server-time"])
+///     .env("LOG_LEVEL", "warn")
+///     .cwd("/tmp");
+/// assert_eq!(command.program(), "uvx");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct StdioCommand {
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: Option<PathBuf>,
+}
+
+impl StdioCommand {
+    /// Runs `program` (looked up on `PATH` unless it names a path).
+    pub fn new(program: impl Into<String>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+        }
+    }
+
+    /// Adds arguments.
+    pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable (on top of this process's environment).
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// Runs in this directory.
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// The program.
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+}
+
+/// The child's pipes, until the transport's tasks take them.
+struct Pipes {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+}
+
+/// A running child; clones are the same child.
+#[derive(Clone)]
+pub(crate) struct Process(Arc<ProcessInner>);
+
+struct ProcessInner {
+    pid: u32,
+    pipes: Mutex<Option<Pipes>>,
+    /// Turns `true` once the child has exited (and been reaped).
+    exited: watch::Sender<bool>,
+    /// Tells the writer to close the child's stdin.
+    close_stdin: Notify,
+}
+
+impl Process {
+    /// Starts the child.
+    pub(crate) fn spawn(command: &StdioCommand, label: &str) -> Result<Self, ClientError> {
+        let mut cmd = Command::new(&command.program);
+        cmd.args(&command.args)
+            .envs(command.env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(dir) = &command.cwd {
+            cmd.current_dir(dir);
+        }
+        die_with_parent(&mut cmd);
+        let mut child = cmd.spawn().map_err(|error| {
+            ClientError::Connect(format!("cannot start `{}`: {error}", command.program))
+        })?;
+        let (Some(pid), Some(stdin), Some(stdout), Some(stderr)) = (
+            child.id(),
+            child.stdin.take(),
+            child.stdout.take(),
+            child.stderr.take(),
+        ) else {
+            return Err(ClientError::Connect(format!(
+                "`{}` started without its pipes",
+                command.program
+            )));
+        };
+        tracing::debug!(upstream = %label, pid, program = %command.program, "upstream process started");
+        Ok(Self(Arc::new(ProcessInner {
+            pid,
+            pipes: Mutex::new(Some(Pipes {
+                child,
+                stdin,
+                stdout,
+                stderr,
+            })),
+            exited: watch::Sender::new(false),
+            close_stdin: Notify::new(),
+        })))
+    }
+
+    /// The child's process id (and process group id).
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.pid
+    }
+
+    /// Starts the tasks that write `outgoing` to the child, read its stdout into `inner`,
+    /// log its stderr, and close the connection when it exits.
+    pub(crate) fn run(
+        &self,
+        inner: &Arc<Inner>,
+        outgoing: mpsc::Receiver<Outgoing>,
+        max_line: usize,
+    ) {
+        let Some(pipes) = super::lock(&self.0.pipes).take() else {
+            return;
+        };
+        let label = inner.label().clone();
+        // The tasks hold the connection weakly: when every handle is gone, it closes.
+        let weak = Arc::downgrade(inner);
+        tokio::spawn(write(pipes.stdin, outgoing, self.0.clone()));
+        tokio::spawn(read(pipes.stdout, weak.clone(), max_line));
+        tokio::spawn(log_stderr(pipes.stderr, label.clone()));
+        tokio::spawn(wait(pipes.child, weak, self.0.clone(), label));
+    }
+
+    /// Closes the child's stdin and signals its group SIGTERM; SIGKILL after `grace`.
+    pub(crate) async fn terminate(&self, grace: Duration) {
+        let process = &self.0;
+        process.close_stdin.notify_one();
+        signal_group(process.pid, Signal::Term);
+        let mut exited = process.exited.subscribe();
+        if tokio::time::timeout(grace, exited.wait_for(|e| *e))
+            .await
+            .is_err()
+        {
+            signal_group(process.pid, Signal::Kill);
+            let _ = tokio::time::timeout(Duration::from_secs(1), exited.wait_for(|e| *e)).await;
+        } else {
+            // What the child started may still run in its group.
+            signal_group(process.pid, Signal::Kill);
+        }
+    }
+
+    /// Kills the child's group at once, unless the child is gone (its pid may be reused).
+    pub(crate) fn kill(&self) {
+        if !*self.0.exited.borrow() {
+            signal_group(self.0.pid, Signal::Kill);
+        }
+    }
+}
+
+impl Drop for ProcessInner {
+    fn drop(&mut self) {
+        // The last handle is gone: nothing will stop the group otherwise.
+        if !*self.exited.borrow() {
+            signal_group(self.pid, Signal::Kill);
+        }
+    }
+}
+
+async fn write(
+    mut stdin: ChildStdin,
+    mut outgoing: mpsc::Receiver<Outgoing>,
+    process: Arc<ProcessInner>,
+) {
+    let mut buffer = Vec::new();
+    loop {
+        let message = tokio::select! {
+            message = outgoing.recv() => message,
+            () = process.close_stdin.notified() => None,
+        };
+        let Some(message) = message else { break };
+        buffer.clear();
+        buffer.extend_from_slice(message.text.as_bytes());
+        buffer.push(b'\n');
+        // What else is queued goes in the same write.
+        while buffer.len() < 64 << 10 {
+            let Ok(more) = outgoing.try_recv() else { break };
+            buffer.extend_from_slice(more.text.as_bytes());
+            buffer.push(b'\n');
+        }
+        if stdin.write_all(&buffer).await.is_err() {
+            break;
+        }
+    }
+    // Dropping stdin closes it: MCP servers exit on end-of-file.
+    drop(stdin);
+    drop(process);
+}
+
+async fn read(stdout: ChildStdout, inner: Weak<Inner>, max_line: usize) {
+    let mut lines = FramedRead::new(stdout, LinesCodec::new_with_max_length(max_line));
+    while let Some(line) = lines.next().await {
+        let Some(inner) = inner.upgrade() else { return };
+        match line {
+            Ok(line) if line.trim().is_empty() => {}
+            Ok(line) => inner.receive(&line),
+            Err(LinesCodecError::MaxLineLengthExceeded) => {
+                tracing::warn!(upstream = %inner.label(), max_line, "skipped a line longer than the limit");
+            }
+            Err(LinesCodecError::Io(error)) => {
+                inner.close(&format!("reading its stdout failed: {error}"));
+                return;
+            }
+        }
+    }
+    if let Some(inner) = inner.upgrade() {
+        inner.close("the process closed its stdout");
+    }
+}
+
+async fn log_stderr(stderr: ChildStderr, label: Arc<str>) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        // Long lines are cut: a log line is not a data channel.
+        let shown: String = line.chars().take(2000).collect();
+        tracing::info!(upstream = %label, stderr = %shown, "upstream stderr");
+    }
+}
+
+async fn wait(mut child: Child, inner: Weak<Inner>, process: Arc<ProcessInner>, label: Arc<str>) {
+    let status = child.wait().await;
+    process.exited.send_replace(true);
+    let how = match status {
+        Ok(status) => format!("the process exited ({status})"),
+        Err(error) => format!("waiting for the process failed: {error}"),
+    };
+    tracing::info!(upstream = %label, pid = process.pid, %how, "upstream process ended");
+    if let Some(inner) = inner.upgrade() {
+        inner.close(&how);
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Signal {
+    Term,
+    Kill,
+}
+
+/// Sends `signal` to the process group `pgid` (the child's, which it leads).
+#[allow(unsafe_code)]
+fn signal_group(pgid: u32, signal: Signal) {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return;
+    };
+    if pgid <= 1 {
+        return;
+    }
+    let signal = match signal {
+        Signal::Term => libc::SIGTERM,
+        Signal::Kill => libc::SIGKILL,
+    };
+    // SAFETY: kill(2) with a negative pid signals that process group; it touches no memory
+    // of this process. A group that is gone already gives ESRCH, which is ignored.
+    unsafe {
+        libc::kill(-pgid, signal);
+    }
+}
+
+/// Has the kernel SIGKILL the child when the thread that started it dies (this process
+/// included, even by SIGKILL).
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: pid of this process, read before the fork.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe calls are allowed: prctl(2) and getppid(2) are system calls that
+    // allocate nothing and take no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died between the fork and the prctl.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("the parent exited"));
+            }
+            Ok(())
+        });
+    }
+}
