@@ -760,6 +760,12 @@ impl RequestContext {
             .unwrap_or(&self.inner.session.trace_id)
     }
 
+    /// Whether the client asked for progress (its request carried a progress token): a
+    /// tool that passes progress on from elsewhere asks for it only then.
+    pub fn wants_progress(&self) -> bool {
+        self.inner.progress.is_some()
+    }
+
     /// Reports progress. Does nothing when the client sent no progress token; drops values
     /// that do not increase, and reports closer than `progress.min_interval_ms` to the last.
     pub fn report_progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {

@@ -32,17 +32,36 @@ struct Cli {
     /// connections from other hosts).
     #[arg(long, value_name = "ADDR", env = "MCP_WS_LISTEN")]
     listen: Option<SocketAddr>,
+    /// Serve the stdio MCP server given after `--` to every client, instead of the built-in
+    /// tools: `mcp-ws --stdio -- npx -y @modelcontextprotocol/server-everything`.
+    #[arg(long, requires = "command")]
+    stdio: bool,
+    /// With --stdio: one child per client session (per_session, the default) or one shared by
+    /// every session (shared).
+    #[arg(long, value_name = "MODE", requires = "stdio", value_parser = ["per_session", "shared"])]
+    mode: Option<String>,
+    /// The stdio server's command and arguments (after `--`, with --stdio).
+    #[arg(last = true, value_name = "CMD [ARGS]", requires = "stdio")]
+    command: Vec<String>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let settings = match Settings::load(cli.config.as_deref(), cli.listen) {
+    let mut settings = match Settings::load(cli.config.as_deref(), cli.listen) {
         Ok(settings) => settings,
         Err(error) => {
             eprintln!("mcp-ws: {error}");
             return ExitCode::from(2);
         }
     };
+    if let Some((command, args)) = cli.command.split_first() {
+        settings.builtins.set = "none".to_owned();
+        settings.upstreams = vec![stdio_upstream(command, args, cli.mode.as_deref())];
+        if let Err(error) = settings.validate() {
+            eprintln!("mcp-ws: {error}");
+            return ExitCode::from(2);
+        }
+    }
     // Held to the end of `main`: dropping it writes out the lines still queued, the server's
     // last ones included, once the server has stopped.
     let _log = match mcp_ws::telemetry::install(&settings.logging) {
@@ -73,6 +92,30 @@ fn main() -> ExitCode {
             eprintln!("mcp-ws: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The one upstream of `--stdio -- CMD ARGS`: named after the program, its tools under their
+/// own names.
+fn stdio_upstream(command: &str, args: &[String], mode: Option<&str>) -> mcp_ws::config::UpstreamSettings {
+    let program = std::path::Path::new(command)
+        .file_name()
+        .map_or_else(|| command.to_owned(), |name| name.to_string_lossy().into_owned());
+    let name: String = program
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    mcp_ws::config::UpstreamSettings {
+        name: if name.trim_matches('-').is_empty() { "stdio".to_owned() } else { name },
+        command: command.to_owned(),
+        args: args.to_vec(),
+        mode: match mode {
+            Some("shared") => mcp_ws::config::UpstreamMode::Shared,
+            _ => mcp_ws::config::UpstreamMode::PerSession,
+        },
+        prefix: Some(String::new()),
+        ..Default::default()
     }
 }
 

@@ -79,6 +79,11 @@ impl Arguments {
         self.0.as_deref().map_or(0, |raw| raw.get().len())
     }
 
+    /// The raw arguments JSON, if the call had any (to pass on as they came).
+    pub fn raw(&self) -> Option<&RawValue> {
+        self.0.as_deref()
+    }
+
     /// Whether the call came without arguments.
     pub fn is_empty(&self) -> bool {
         self.0.is_none()

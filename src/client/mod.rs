@@ -78,15 +78,22 @@ pub enum ClientError {
     InvalidAnswer(String),
 }
 
-/// A JSON-RPC error object, as a [`ClientHandler`] answers a server's request with.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
+/// A JSON-RPC error object: what a [`ClientHandler`] answers a server's request with, and
+/// what a server answered.
+///
+/// ```
+/// let error = mcp_ws::client::RpcError::new(-32602, "Unknown tool: nope");
+/// assert_eq!(error.to_string(), "Unknown tool: nope (-32602)");
+/// ```
+#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize, thiserror::Error)]
+#[error("{message} ({code})")]
 pub struct RpcError {
     /// The code.
     pub code: i64,
     /// The message.
     pub message: String,
-    /// Anything more.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Anything more (`data`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
 }
 
@@ -98,6 +105,12 @@ impl RpcError {
             message: message.into(),
             data: None,
         }
+    }
+
+    /// Adds `data`.
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
     }
 }
 

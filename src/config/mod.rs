@@ -4,6 +4,9 @@
 //! `MCP_WS_CONFIG`, else `config/default.toml` when present) < `MCP_WS_LISTEN` /
 //! `--listen`. Durations carry their unit in the field name.
 
+mod upstreams;
+pub use upstreams::{ToolFilter, UpstreamMode, UpstreamSettings};
+
 use base64::Engine;
 use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Deserializer};
@@ -68,6 +71,8 @@ pub struct Settings {
     pub signatures: SignatureSettings,
     /// Which version of a tool registered in several versions each session sees.
     pub rollout: RolloutSettings,
+    /// Other MCP servers served through this one (the gateway).
+    pub upstreams: Vec<UpstreamSettings>,
 }
 
 /// Redis, shared by the nodes of a deployment: the de-duplication store, the signature nonce
@@ -993,6 +998,7 @@ impl Settings {
 
     /// Rejects settings the server cannot run with.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        upstreams::validate(&self.upstreams)?;
         let l = &self.limits;
         let positive = [
             ("limits.max_message_bytes", l.max_message_bytes as u64),

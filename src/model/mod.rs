@@ -27,39 +27,7 @@ use serde::{Serialize, Serializer};
 /// [`ResourceError::Rpc`](crate::ResourceError::Rpc),
 /// [`PromptError::Rpc`](crate::PromptError::Rpc)). The message goes to the client: it must
 /// not hold secrets.
-///
-/// ```
-/// let error = mcp_ws::model::RpcError::new(-32602, "Unknown tool: nope");
-/// assert_eq!(error.to_string(), "Unknown tool: nope (-32602)");
-/// ```
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, Serialize, thiserror::Error)]
-#[error("{message} ({code})")]
-pub struct RpcError {
-    /// The JSON-RPC error code.
-    pub code: i64,
-    /// The message.
-    pub message: String,
-    /// Anything more (`data`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<serde_json::Value>,
-}
-
-impl RpcError {
-    /// An error of this code and message.
-    pub fn new(code: i64, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            data: None,
-        }
-    }
-
-    /// Adds `data`.
-    pub fn with_data(mut self, data: serde_json::Value) -> Self {
-        self.data = Some(data);
-        self
-    }
-}
+pub use crate::client::RpcError;
 
 /// How the server answers it: the same code (one out of JSON-RPC's range becomes -32603),
 /// message and data.

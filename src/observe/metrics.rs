@@ -149,6 +149,54 @@ pub struct Metrics {
     pub dropped: Drops,
     /// How long requests took, by method.
     pub latency: Latencies,
+    /// The gateway's upstreams, by name (set once, when the server is built).
+    pub upstreams: std::sync::OnceLock<Vec<(std::sync::Arc<str>, std::sync::Arc<UpstreamMetrics>)>>,
+}
+
+/// What the gateway counts of one upstream.
+#[derive(Debug, Default)]
+pub struct UpstreamMetrics {
+    /// Children (or upstream HTTP sessions) running.
+    pub children: Gauge,
+    /// Children started again after one exited or failed.
+    pub restarts: Counter,
+    /// Requests forwarded.
+    pub requests: Counter,
+    /// Requests that ended in an error (the upstream's JSON-RPC error, or it was unavailable).
+    pub errors: Counter,
+    /// How long forwarded requests took, to the upstream's answer.
+    pub latency: Histogram,
+}
+
+impl UpstreamMetrics {
+    fn render(upstreams: &[(std::sync::Arc<str>, std::sync::Arc<Self>)], out: &mut String) {
+        if upstreams.is_empty() {
+            return;
+        }
+        type Read = fn(&UpstreamMetrics) -> u64;
+        let series: [(&str, &str, &str, Read); 4] = [
+            ("mcp_upstream_children", "gauge", "Upstream children (or HTTP sessions) running", |m| m.children.get()),
+            ("mcp_upstream_restarts_total", "counter", "Upstream children started again after one ended", |m| m.restarts.get()),
+            ("mcp_upstream_requests_total", "counter", "Requests forwarded to an upstream", |m| m.requests.get()),
+            ("mcp_upstream_errors_total", "counter", "Forwarded requests that ended in an error", |m| m.errors.get()),
+        ];
+        for (name, kind, help, read) in series {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (upstream, metrics) in upstreams {
+                let _ = writeln!(out, "{name}{{upstream=\"{upstream}\"}} {}", read(metrics));
+            }
+        }
+        let name = "mcp_upstream_request_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time from forwarding a request to the upstream's answer\n# TYPE {name} histogram"
+        );
+        for (upstream, metrics) in upstreams {
+            metrics
+                .latency
+                .render(name, &format!("upstream=\"{upstream}\""), out);
+        }
+    }
 }
 
 impl Metrics {
@@ -286,6 +334,9 @@ impl Metrics {
         self.rejections.render(&mut out);
         self.dropped.render(&mut out);
         self.latency.render(&mut out);
+        if let Some(upstreams) = self.upstreams.get() {
+            UpstreamMetrics::render(upstreams, &mut out);
+        }
         out
     }
 }

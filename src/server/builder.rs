@@ -180,9 +180,17 @@ impl ServerBuilder {
             &self.settings.resources,
             self.settings.limits.max_message_bytes,
         )?;
+        // A single upstream alone keeps its names; beside anything else they are prefixed.
+        let offers = registry.offers();
+        let alone = !(offers.tools || offers.resources || offers.prompts);
+        let gateway = crate::gateway::Gateway::start(&self.settings, &registry, alone)?;
+        let shared = Shared::new(self.settings, registry, state_key, perimeter);
+        if let Some(gateway) = &gateway {
+            let _ = shared.metrics.upstreams.set(gateway.metrics());
+        }
         Ok(Server {
-            shared: Shared::new(self.settings, registry, state_key, perimeter),
-            files,
+            shared,
+            companions: Companions { files, gateway },
         })
     }
 }
@@ -190,8 +198,18 @@ impl ServerBuilder {
 /// An MCP server, built and not yet running; see [`ServerBuilder`].
 pub struct Server {
     shared: Arc<Shared>,
-    /// The watch over `resources.directories`, for as long as the server lives.
-    files: Option<DirectoryWatch>,
+    companions: Companions,
+}
+
+/// What runs beside the server for as long as it lives, stopped after it (when dropped).
+/// Held for their `Drop`, never read.
+#[allow(dead_code)]
+pub(super) struct Companions {
+    /// The watch over `resources.directories`.
+    pub files: Option<DirectoryWatch>,
+    /// The upstreams' children: stopped (SIGTERM, the shutdown grace, SIGKILL) once the
+    /// server has answered what it could.
+    pub gateway: Option<crate::gateway::Gateway>,
 }
 
 impl Server {
@@ -216,7 +234,7 @@ impl Server {
     /// # Errors
     /// [`Error::Bind`] when the address cannot be bound, [`Error::Io`] when serving fails.
     pub fn run(self) -> Result<(), Error> {
-        let _files = self.files;
+        let _companions = self.companions;
         let (bound_tx, bound_rx) = std::sync::mpsc::channel();
         let result =
             actix_rt::System::new().block_on(serve(self.shared, bound_tx, termination_signal()));
@@ -231,6 +249,6 @@ impl Server {
     /// # Errors
     /// [`Error::Bind`] when the address cannot be bound.
     pub fn spawn(self) -> Result<RunningServer, Error> {
-        RunningServer::start(self.shared, self.files)
+        RunningServer::start(self.shared, self.companions)
     }
 }

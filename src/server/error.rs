@@ -20,6 +20,9 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// An upstream of `[[upstreams]]` cannot be started, or does not answer as an MCP server.
+    #[error(transparent)]
+    Gateway(#[from] crate::gateway::GatewayError),
     /// The listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {

@@ -4,7 +4,7 @@
 use super::routes::{admin_routes, public_routes, routes, schemes};
 use super::Error;
 use crate::perimeter::{self};
-use crate::registry::files::DirectoryWatch;
+use super::builder::Companions;
 use crate::registry::Registry;
 use crate::session::shared::Shared;
 use crate::transport::hosted::HostedSessions;
@@ -27,15 +27,15 @@ pub struct RunningServer {
     admin_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     /// Dropped after the server has stopped (fields drop after `Drop::drop`).
-    _files: Option<DirectoryWatch>,
+    _companions: Companions,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
 
 impl RunningServer {
-    /// Runs the server of `shared` on a thread of its own, keeping `files` watched until it
+    /// Runs the server of `shared` on a thread of its own, keeping its `companions` until it
     /// stops; returns once the address is bound.
-    pub(super) fn start(shared: Arc<Shared>, files: Option<DirectoryWatch>) -> Result<Self, Error> {
+    pub(super) fn start(shared: Arc<Shared>, companions: Companions) -> Result<Self, Error> {
         let (bound_tx, bound_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let thread_shared = shared.clone();
@@ -52,7 +52,7 @@ impl RunningServer {
                 tls: shared.perimeter.tls.is_some(),
                 admin_addr: admin,
                 shared,
-                _files: files,
+                _companions: companions,
                 stop: Some(stop_tx),
                 thread: Some(thread),
             }),

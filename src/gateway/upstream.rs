@@ -1,0 +1,677 @@
+//! One upstream: its children (one shared, or one per session), started on demand and
+//! again after they end (with backoff), its limits, and the forwarding of one request with
+//! everything that crosses during it (progress, log lines, the upstream's requests to the
+//! client, the client's cancel).
+
+use crate::client::{Call, Client, ClientError, ClientHandler, ClientOptions, StdioCommand};
+use crate::config::{UpstreamMode, UpstreamSettings};
+use crate::context::RequestContext;
+use crate::model::{LogLevel, RpcError};
+use crate::observe::metrics::UpstreamMetrics;
+use crate::registry::Registry;
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot};
+
+/// The code of every error that says an upstream could not serve a request (its process
+/// exited or cannot start, or it is over its limits); `data.upstream` names it, and the
+/// request may be retried.
+pub const UPSTREAM_UNAVAILABLE: i64 = -32030;
+
+/// How long a child ended with its session gets between SIGTERM and SIGKILL.
+const SESSION_END_GRACE: Duration = Duration::from_secs(2);
+/// Longest wait between restarts of a child that keeps failing.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A child that lived this long before it ended was not failing: its restart waits not.
+const HEALTHY_AFTER: Duration = Duration::from_secs(10);
+/// Events of one call waiting to be handled (log lines beyond are dropped; asks beyond are
+/// refused to the upstream).
+const CALL_EVENTS: usize = 64;
+
+/// What the gateway knows of the server it runs in.
+#[derive(Clone)]
+pub(crate) struct Environment {
+    /// Where children run (their pipes are driven there).
+    pub runtime: Handle,
+    pub registry: Registry,
+    pub max_message_bytes: usize,
+    /// What `Client` tells the upstream of itself.
+    pub client_name: String,
+}
+
+/// Which session (or, for 2026-07-28 requests, which identity) a per-session child is for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum SlotKey {
+    Session(u64),
+    Identity(Arc<str>),
+}
+
+/// A child, or the place of one.
+#[derive(Default)]
+struct Slot {
+    child: tokio::sync::Mutex<Option<Child>>,
+    /// When a request last used it (ms since the gateway started), for idle reaping.
+    last_used: AtomicU64,
+}
+
+/// A running child and the calls in flight on it.
+#[derive(Clone)]
+pub(crate) struct Child {
+    pub client: Client,
+    calls: Arc<Calls>,
+    started: Instant,
+}
+
+/// The calls in flight on one child, for routing what the child sends that belongs to a
+/// call but does not say which (log lines, requests to the client).
+#[derive(Default)]
+struct Calls {
+    next: AtomicU64,
+    by_id: Mutex<HashMap<u64, CallLink>>,
+}
+
+struct CallLink {
+    events: mpsc::Sender<CallEvent>,
+    /// The session the call came from (`None`: a 2026-07-28 request, a session of its own).
+    session: Option<u64>,
+}
+
+/// What reaches a call from its child besides progress.
+enum CallEvent {
+    Log {
+        level: LogLevel,
+        logger: Option<String>,
+        data: Value,
+    },
+    Ask {
+        method: String,
+        params: Value,
+        reply: oneshot::Sender<Result<Value, RpcError>>,
+    },
+}
+
+/// Restarts of a failing child wait longer each time.
+#[derive(Default)]
+struct Backoff {
+    failures: u32,
+    not_before: Option<Instant>,
+}
+
+/// One upstream; see the module docs.
+pub(crate) struct Upstream {
+    pub name: Arc<str>,
+    pub settings: UpstreamSettings,
+    /// Put before its tool and prompt names.
+    pub prefix: String,
+    pub metrics: Arc<UpstreamMetrics>,
+    env: Environment,
+    /// `shared`: the one child.
+    shared: Slot,
+    /// `per_session`: a child per session (and per identity for 2026-07-28 requests).
+    slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
+    backoff: Mutex<Backoff>,
+    in_flight: Option<Arc<tokio::sync::Semaphore>>,
+    rate: Mutex<(Instant, u32)>,
+    epoch: Instant,
+    /// Set while the server stops: no child is started any more.
+    stopping: std::sync::atomic::AtomicBool,
+    /// Re-lists run one at a time.
+    pub(crate) relisting: tokio::sync::Mutex<()>,
+    /// What it registered, to replace on `list_changed`.
+    pub(crate) listed: Mutex<super::Listed>,
+    /// Whether it answers `completion/complete`.
+    pub(crate) completions: std::sync::atomic::AtomicBool,
+}
+
+impl Upstream {
+    pub(crate) fn new(settings: UpstreamSettings, prefix: String, env: Environment) -> Arc<Self> {
+        let in_flight = (settings.max_in_flight > 0)
+            .then(|| Arc::new(tokio::sync::Semaphore::new(settings.max_in_flight)));
+        Arc::new(Self {
+            name: Arc::from(settings.name.as_str()),
+            prefix,
+            metrics: Arc::default(),
+            env,
+            shared: Slot::default(),
+            slots: Mutex::new(HashMap::new()),
+            backoff: Mutex::new(Backoff::default()),
+            in_flight,
+            rate: Mutex::new((Instant::now(), 0)),
+            epoch: Instant::now(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            relisting: tokio::sync::Mutex::new(()),
+            listed: Mutex::default(),
+            completions: std::sync::atomic::AtomicBool::new(false),
+            settings,
+        })
+    }
+
+    /// An error saying this upstream could not serve the request.
+    pub(crate) fn unavailable(&self, why: impl std::fmt::Display) -> RpcError {
+        RpcError::new(
+            UPSTREAM_UNAVAILABLE,
+            format!("Upstream unavailable: {}: {why}", self.name),
+        )
+        .with_data(json!({ "upstream": &*self.name, "retryable": true }))
+    }
+
+    /// Starts a child (on the gateway's runtime) for `ctx`'s session, or for discovery
+    /// (`None`).
+    pub(crate) fn start_child(
+        self: &Arc<Self>,
+        ctx: Option<&RequestContext>,
+    ) -> impl std::future::Future<Output = Result<Child, ClientError>> + Send + 'static {
+        let calls = Arc::new(Calls::default());
+        let handler = Arc::new(Handler {
+            upstream: Arc::downgrade(self),
+            calls: Arc::downgrade(&calls),
+        });
+        let settings = &self.settings;
+        let mut capabilities = json!({});
+        match (ctx, settings.mode) {
+            // A session's own child may ask what its client can answer.
+            (Some(ctx), UpstreamMode::PerSession) => {
+                for capability in ["roots", "sampling", "elicitation"] {
+                    if let Some(declared) = ctx.session().client_capabilities.get(capability) {
+                        capabilities[capability] = declared.clone();
+                    }
+                }
+            }
+            // A shared child may ask whichever client is the only one with a call on it.
+            (_, UpstreamMode::Shared) => {
+                capabilities = json!({ "roots": {}, "sampling": {}, "elicitation": {} });
+            }
+            _ => {}
+        }
+        let label: Arc<str> = match ctx {
+            Some(ctx) => Arc::from(format!("{} trace={}", self.name, ctx.trace_id())),
+            None => self.name.clone(),
+        };
+        let options = ClientOptions {
+            name: self.env.client_name.clone(),
+            capabilities,
+            initialize_timeout: Duration::from_millis(settings.initialize_timeout_ms),
+            max_message_bytes: self.env.max_message_bytes,
+            handler,
+            label,
+            ..ClientOptions::default()
+        };
+        let connect: BoxFuture<'static, Result<Client, ClientError>> = if settings.url.is_empty() {
+            let mut command = StdioCommand::new(&settings.command).args(settings.args.clone());
+            for (name, value) in &settings.env {
+                command = command.env(name, value);
+            }
+            if let (Some(ctx), UpstreamMode::PerSession) = (ctx, settings.mode) {
+                let identity = ctx.identity();
+                for (variable, field) in &settings.env_from_identity {
+                    let value = match field.as_str() {
+                        "sub" => identity.subject().to_owned(),
+                        "principal" => identity.principal().to_owned(),
+                        "proof" => identity.proof().as_str().to_owned(),
+                        _ => identity.scopes().join(" "),
+                    };
+                    command = command.env(variable, value);
+                }
+            }
+            if let Some(dir) = &settings.cwd {
+                command = command.cwd(dir);
+            }
+            Box::pin(Client::stdio(command, options))
+        } else {
+            let url = settings.url.clone();
+            let headers: Vec<(String, String)> = settings
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            Box::pin(async move { Client::http(&url, &headers, options).await })
+        };
+        // Children are started and driven on the gateway's own thread: their pipes live
+        // there, and the kernel's parent-death signal is tied to it.
+        let runtime = self.env.runtime.clone();
+        let metrics = self.metrics.clone();
+        async move {
+            let client = match runtime.spawn(connect).await {
+                Ok(outcome) => outcome?,
+                Err(_) => return Err(ClientError::Connect("the gateway is stopping".into())),
+            };
+            metrics.children.inc();
+            let watched = client.clone();
+            runtime.spawn(async move {
+                watched.closed().await;
+                metrics.children.dec();
+            });
+            Ok(Child {
+                client,
+                calls,
+                started: Instant::now(),
+            })
+        }
+    }
+
+    /// The child that serves `ctx`'s request, started if there is none (or it ended).
+    pub(crate) async fn child_for(self: &Arc<Self>, ctx: &RequestContext) -> Result<Child, RpcError> {
+        let slot = match self.settings.mode {
+            UpstreamMode::Shared => None,
+            UpstreamMode::PerSession => Some(self.session_slot(ctx)),
+        };
+        let slot_ref = slot.as_deref().unwrap_or(&self.shared);
+        slot_ref.last_used.store(self.now_ms(), Ordering::Relaxed);
+        let mut child = slot_ref.child.lock().await;
+        if let Some(running) = child.as_ref() {
+            if !running.client.is_closed() {
+                return Ok(running.clone());
+            }
+            // It ended: the next one is a restart, waited for as the backoff says.
+            self.metrics.restarts.inc();
+            self.note_end(running.started);
+            *child = None;
+        }
+        if self.stopping.load(Ordering::Relaxed) {
+            return Err(self.unavailable("the server is shutting down"));
+        }
+        if let Some(wait) = self.backoff_left() {
+            return Err(self.unavailable(format!(
+                "restarting after failures, retry in {} ms",
+                wait.as_millis()
+            )));
+        }
+        if slot.is_some() && self.metrics.children.get() >= self.settings.max_children as u64 {
+            return Err(self.unavailable(format!(
+                "{} children are running (max_children), retry later",
+                self.settings.max_children
+            )));
+        }
+        match self.start_child(Some(ctx)).await {
+            Ok(started) => {
+                *child = Some(started.clone());
+                Ok(started)
+            }
+            Err(error) => {
+                self.note_failure();
+                tracing::warn!(upstream = %self.name, %error, "upstream could not be started");
+                Err(self.unavailable(error))
+            }
+        }
+    }
+
+    /// The slot of `ctx`'s session (or identity), made on first use; a session's slot goes
+    /// (and its child is stopped) when the session is over.
+    fn session_slot(self: &Arc<Self>, ctx: &RequestContext) -> Arc<Slot> {
+        let scope = ctx.session().scope.clone();
+        let key = match &scope {
+            Some(scope) => SlotKey::Session(scope.id()),
+            None => SlotKey::Identity(Arc::from(ctx.identity().principal())),
+        };
+        let mut slots = crate::lock(&self.slots);
+        if let Some(slot) = slots.get(&key) {
+            return slot.clone();
+        }
+        let slot = Arc::new(Slot::default());
+        slots.insert(key.clone(), slot.clone());
+        drop(slots);
+        if let Some(scope) = scope {
+            let upstream = Arc::downgrade(self);
+            scope.on_end(move || {
+                if let Some(upstream) = upstream.upgrade() {
+                    upstream.end_slot(&key);
+                }
+            });
+        }
+        slot
+    }
+
+    /// Stops the child of a session that is over.
+    fn end_slot(&self, key: &SlotKey) {
+        let Some(slot) = crate::lock(&self.slots).remove(key) else {
+            return;
+        };
+        self.env.runtime.spawn(async move {
+            if let Some(child) = slot.child.lock().await.take() {
+                child.client.shutdown(SESSION_END_GRACE).await;
+            }
+        });
+    }
+
+    /// Stops the children of 2026-07-28 identities (and the shared child) idle for longer
+    /// than `idle_timeout_ms`.
+    pub(crate) fn reap_idle(&self) {
+        let idle = self.settings.idle_timeout_ms;
+        if idle == 0 {
+            return;
+        }
+        let now = self.now_ms();
+        let is_idle = |slot: &Slot| now.saturating_sub(slot.last_used.load(Ordering::Relaxed)) > idle;
+        let expired: Vec<SlotKey> = crate::lock(&self.slots)
+            .iter()
+            .filter(|(key, slot)| matches!(key, SlotKey::Identity(_)) && is_idle(slot))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in expired {
+            self.end_slot(&key);
+        }
+        if self.settings.mode == UpstreamMode::Shared && is_idle(&self.shared) {
+            if let Ok(mut child) = self.shared.child.try_lock() {
+                if let Some(child) = child.take().filter(|c| c.calls.is_idle()) {
+                    tracing::info!(upstream = %self.name, "stopping the idle shared child");
+                    self.env.runtime.spawn(async move {
+                        child.client.shutdown(SESSION_END_GRACE).await;
+                    });
+                }
+            }
+        }
+    }
+
+    /// The registry its offers are registered in.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.env.registry
+    }
+
+    /// A running child to re-list with: the shared one, or any session's.
+    pub(crate) async fn any_child(&self) -> Option<Child> {
+        if let Some(child) = self.shared.child.lock().await.as_ref() {
+            return Some(child.clone());
+        }
+        let slots: Vec<Arc<Slot>> = crate::lock(&self.slots).values().cloned().collect();
+        for slot in slots {
+            if let Some(child) = slot.child.lock().await.as_ref().filter(|c| !c.client.is_closed()) {
+                return Some(child.clone());
+            }
+        }
+        None
+    }
+
+    /// Keeps a child started for discovery as the shared one.
+    pub(crate) async fn adopt_shared(&self, child: Child) {
+        self.shared.last_used.store(self.now_ms(), Ordering::Relaxed);
+        *self.shared.child.lock().await = Some(child);
+    }
+
+    /// Stops every child, each with `grace` between SIGTERM and SIGKILL.
+    pub(crate) async fn stop(&self, grace: Duration) {
+        self.stopping.store(true, Ordering::Relaxed);
+        let slots: Vec<Arc<Slot>> = crate::lock(&self.slots).drain().map(|(_, s)| s).collect();
+        let mut stopping = Vec::new();
+        if let Some(child) = self.shared.child.lock().await.take() {
+            stopping.push(child);
+        }
+        for slot in slots {
+            if let Some(child) = slot.child.lock().await.take() {
+                stopping.push(child);
+            }
+        }
+        futures_util::future::join_all(stopping.iter().map(|c| c.client.shutdown(grace))).await;
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn backoff_left(&self) -> Option<Duration> {
+        let backoff = crate::lock(&self.backoff);
+        let left = backoff.not_before?.checked_duration_since(Instant::now())?;
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// A child ended: one that lived long was healthy, and clears the backoff.
+    fn note_end(&self, started: Instant) {
+        if started.elapsed() >= HEALTHY_AFTER {
+            *crate::lock(&self.backoff) = Backoff::default();
+        } else {
+            self.note_failure();
+        }
+    }
+
+    fn note_failure(&self) {
+        let mut backoff = crate::lock(&self.backoff);
+        // The first restart is at once; then 0.5 s, 1 s, 2 s … up to 30 s.
+        let wait = if backoff.failures == 0 {
+            Duration::ZERO
+        } else {
+            (Duration::from_millis(250) * 2u32.saturating_pow(backoff.failures.min(8))).min(MAX_BACKOFF)
+        };
+        backoff.failures = backoff.failures.saturating_add(1);
+        backoff.not_before = Some(Instant::now() + wait);
+    }
+
+    /// A slot of this upstream's in-flight limit, and a check of its rate.
+    pub(crate) async fn admit(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, RpcError> {
+        if self.settings.requests_per_second > 0 {
+            let mut rate = crate::lock(&self.rate);
+            if rate.0.elapsed() >= Duration::from_secs(1) {
+                *rate = (Instant::now(), 0);
+            }
+            if rate.1 >= self.settings.requests_per_second {
+                return Err(self.unavailable(format!(
+                    "over its rate of {} requests per second, retry later",
+                    self.settings.requests_per_second
+                )));
+            }
+            rate.1 += 1;
+        }
+        match &self.in_flight {
+            Some(slots) => Ok(slots.clone().acquire_owned().await.ok()),
+            None => Ok(None),
+        }
+    }
+
+    /// Forwards one request of `ctx`'s to the child and waits for its answer, passing on
+    /// what crosses meanwhile: progress (under the client's own token), the child's log
+    /// lines (at the client's level) and its requests to the client. Dropping the future
+    /// (the client cancelled) cancels it upstream; a late answer is then dropped.
+    pub(crate) async fn forward(
+        self: &Arc<Self>,
+        ctx: &RequestContext,
+        method: &str,
+        params: Value,
+    ) -> Result<Box<RawValue>, RpcError> {
+        let started = Instant::now();
+        self.metrics.requests.inc();
+        let outcome = self.forward_inner(ctx, method, params).await;
+        self.metrics.latency.observe(started.elapsed());
+        if outcome.is_err() {
+            self.metrics.errors.inc();
+        }
+        outcome
+    }
+
+    async fn forward_inner(
+        self: &Arc<Self>,
+        ctx: &RequestContext,
+        method: &str,
+        params: Value,
+    ) -> Result<Box<RawValue>, RpcError> {
+        let _slot = self.admit().await?;
+        let child = self.child_for(ctx).await?;
+        let (events, mut event_rx) = mpsc::channel(CALL_EVENTS);
+        let call_id = child.calls.next.fetch_add(1, Ordering::Relaxed);
+        let session = ctx.session().scope.as_ref().map(|s| s.id());
+        crate::lock(&child.calls.by_id).insert(call_id, CallLink { events, session });
+        let _unlink = Unlink {
+            calls: &child.calls,
+            id: call_id,
+        };
+        let (progress, mut progress_rx) = if ctx.wants_progress() {
+            let (tx, rx) = mpsc::channel(16);
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let answer = child
+            .client
+            .request_with(method, Some(params), Call { progress });
+        tokio::pin!(answer);
+        let mut asks = FuturesUnordered::new();
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut answer => break outcome,
+                Some(p) = async { match progress_rx.as_mut() { Some(rx) => rx.recv().await, None => None } } => {
+                    ctx.report_progress(p.progress, p.total, p.message.as_deref());
+                }
+                Some(event) = event_rx.recv() => match event {
+                    CallEvent::Log { level, logger, data } => ctx.log_to(level, logger.as_deref(), data),
+                    CallEvent::Ask { method, params, reply } => asks.push(async move {
+                        let answer = ctx.ask_client(&method, params).await.map_err(|e| {
+                            RpcError::new(-32603, format!("the client could not answer: {e}"))
+                        });
+                        let _ = reply.send(answer);
+                    }),
+                },
+                Some(()) = asks.next(), if !asks.is_empty() => {}
+            }
+        };
+        outcome.map_err(|error| match error {
+            ClientError::Rpc {
+                code,
+                message,
+                data,
+            } => RpcError {
+                code,
+                message,
+                data,
+            },
+            other => self.unavailable(other),
+        })
+    }
+}
+
+/// Takes a call out of its child's table when it ends (or is dropped).
+struct Unlink<'a> {
+    calls: &'a Calls,
+    id: u64,
+}
+
+impl Drop for Unlink<'_> {
+    fn drop(&mut self) {
+        crate::lock(&self.calls.by_id).remove(&self.id);
+    }
+}
+
+impl Calls {
+    fn is_idle(&self) -> bool {
+        crate::lock(&self.by_id).is_empty()
+    }
+
+    /// The call a message of the child that names none belongs to: one of its calls when
+    /// they all come from one session (always, for a per-session child), else none (the
+    /// message could be any of theirs).
+    fn only_session(&self) -> Result<mpsc::Sender<CallEvent>, &'static str> {
+        let calls = crate::lock(&self.by_id);
+        let mut links = calls.values();
+        let Some(first) = links.next() else {
+            return Err("no client request is in flight on this upstream");
+        };
+        let one_session = first.session.is_some()
+            && links.all(|link| link.session == first.session);
+        if calls.len() == 1 || one_session {
+            Ok(first.events.clone())
+        } else {
+            Err("calls of several clients are in flight on this shared upstream, so mcp-ws \
+                 cannot tell which client this is for (use mode = \"per_session\" for upstreams \
+                 that ask clients things)")
+        }
+    }
+}
+
+/// What a child sends besides answers and progress.
+struct Handler {
+    upstream: Weak<Upstream>,
+    calls: Weak<Calls>,
+}
+
+#[derive(serde::Deserialize)]
+struct LogParams {
+    level: String,
+    #[serde(default)]
+    logger: Option<String>,
+    #[serde(default)]
+    data: Value,
+}
+
+#[derive(serde::Deserialize)]
+struct UpdatedParams {
+    uri: String,
+}
+
+impl ClientHandler for Handler {
+    fn notification(&self, method: &str, params: Option<&RawValue>) {
+        let Some(upstream) = self.upstream.upgrade() else {
+            return;
+        };
+        match method {
+            "notifications/message" => {
+                let Some(log) = params.and_then(|p| serde_json::from_str::<LogParams>(p.get()).ok())
+                else {
+                    return;
+                };
+                let Some(level) = LogLevel::parse(&log.level) else {
+                    return;
+                };
+                let Some(calls) = self.calls.upgrade() else { return };
+                match calls.only_session() {
+                    // A full channel drops the line, as the session's own budget would.
+                    Ok(events) => {
+                        let _ = events.try_send(CallEvent::Log {
+                            level,
+                            logger: log.logger,
+                            data: log.data,
+                        });
+                    }
+                    Err(why) => tracing::debug!(upstream = %upstream.name, why, "upstream log line not passed on"),
+                }
+            }
+            "notifications/tools/list_changed"
+            | "notifications/resources/list_changed"
+            | "notifications/prompts/list_changed" => {
+                let kind = method.split('/').nth(1).unwrap_or_default().to_owned();
+                tokio::spawn(super::relist(upstream, kind));
+            }
+            "notifications/resources/updated" => {
+                if let Some(p) = params.and_then(|p| serde_json::from_str::<UpdatedParams>(p.get()).ok())
+                {
+                    upstream.env.registry.resource_updated(&p.uri);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+    ) -> BoxFuture<'static, Result<Value, RpcError>> {
+        let routed = self
+            .calls
+            .upgrade()
+            .ok_or("the upstream's calls are gone")
+            .and_then(|calls| calls.only_session());
+        let method = method.to_owned();
+        Box::pin(async move {
+            let events = routed.map_err(|why| RpcError::new(-32603, why))?;
+            let params = match params {
+                Some(raw) => serde_json::from_str(raw.get())
+                    .map_err(|e| RpcError::new(-32602, format!("Invalid params: {e}")))?,
+                None => json!({}),
+            };
+            let (reply, answer) = oneshot::channel();
+            events
+                .try_send(CallEvent::Ask {
+                    method,
+                    params,
+                    reply,
+                })
+                .map_err(|_| RpcError::new(-32603, "the call this request belongs to is busy or over"))?;
+            answer
+                .await
+                .unwrap_or_else(|_| Err(RpcError::new(-32603, "the call this request belongs to ended")))
+        })
+    }
+}
