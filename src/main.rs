@@ -97,17 +97,26 @@ fn main() -> ExitCode {
 
 /// The one upstream of `--stdio -- CMD ARGS`: named after the program, its tools under their
 /// own names.
-fn stdio_upstream(command: &str, args: &[String], mode: Option<&str>) -> mcp_ws::config::UpstreamSettings {
-    let program = std::path::Path::new(command)
-        .file_name()
-        .map_or_else(|| command.to_owned(), |name| name.to_string_lossy().into_owned());
+fn stdio_upstream(
+    command: &str,
+    args: &[String],
+    mode: Option<&str>,
+) -> mcp_ws::config::UpstreamSettings {
+    let program = std::path::Path::new(command).file_name().map_or_else(
+        || command.to_owned(),
+        |name| name.to_string_lossy().into_owned(),
+    );
     let name: String = program
         .to_ascii_lowercase()
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
     mcp_ws::config::UpstreamSettings {
-        name: if name.trim_matches('-').is_empty() { "stdio".to_owned() } else { name },
+        name: if name.trim_matches('-').is_empty() {
+            "stdio".to_owned()
+        } else {
+            name
+        },
         command: command.to_owned(),
         args: args.to_vec(),
         mode: match mode {

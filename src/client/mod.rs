@@ -262,7 +262,24 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// A [`Client`] that does not keep the connection open (for what the connection's own
+/// handler keeps of it).
+#[derive(Clone)]
+pub struct WeakClient(std::sync::Weak<Inner>);
+
+impl WeakClient {
+    /// The client, while the connection is held by someone.
+    pub fn upgrade(&self) -> Option<Client> {
+        self.0.upgrade().map(|inner| Client { inner })
+    }
+}
+
 impl Client {
+    /// A handle that does not keep the connection open.
+    pub fn downgrade(&self) -> WeakClient {
+        WeakClient(Arc::downgrade(&self.inner))
+    }
+
     /// Starts `command` and talks to it over its stdin and stdout (one JSON-RPC message per
     /// line); its stderr goes to the server log. The child runs in a process group of its
     /// own and is killed when this process dies.

@@ -155,9 +155,7 @@ pub(super) fn validate(upstreams: &[UpstreamSettings]) -> Result<(), ConfigError
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         {
-            return invalid(format!(
-                "upstreams: name {name:?} is not [a-z0-9-]+"
-            ));
+            return invalid(format!("upstreams: name {name:?} is not [a-z0-9-]+"));
         }
         if !names.insert(name.as_str()) {
             return invalid(format!("upstreams: the name {name:?} is used twice"));

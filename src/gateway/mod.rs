@@ -53,13 +53,14 @@ pub(crate) struct Gateway {
     grace: Duration,
 }
 
-/// What this upstream registered, to replace it on `list_changed`.
+/// What this upstream registered, by name or URI, with the definition it listed: to update
+/// on `list_changed`.
 #[derive(Default)]
 pub(crate) struct Listed {
-    tools: Vec<String>,
-    resources: Vec<String>,
-    templates: Vec<String>,
-    prompts: Vec<String>,
+    tools: std::collections::HashMap<String, Value>,
+    resources: std::collections::HashMap<String, Value>,
+    templates: std::collections::HashMap<String, Value>,
+    prompts: std::collections::HashMap<String, Value>,
 }
 
 impl Gateway {
@@ -83,7 +84,10 @@ impl Gateway {
         let thread = std::thread::Builder::new()
             .name("mcp-ws-gateway".into())
             .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
                     Ok(runtime) => runtime,
                     Err(error) => {
                         let _ = handle_tx.send(Err(error));
@@ -219,9 +223,10 @@ async fn discover(upstream: Arc<Upstream>) -> Result<Offers, String> {
         .await
         .map_err(|e| e.to_string())?;
     let capabilities = child.client.server().capabilities.clone();
-    upstream
-        .completions
-        .store(capabilities.get("completions").is_some(), std::sync::atomic::Ordering::Relaxed);
+    upstream.completions.store(
+        capabilities.get("completions").is_some(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let offers = list(&child.client, &capabilities, None).await;
     match upstream.settings.mode {
         UpstreamMode::Shared => upstream.adopt_shared(child).await,
@@ -264,86 +269,133 @@ async fn list(
 /// Lists one kind again after the upstream said it changed (`tools`, `resources`,
 /// `prompts`), and registers the new list in place of the old: the registry tells the
 /// sessions. One re-list at a time per upstream.
-pub(crate) async fn relist(upstream: Arc<Upstream>, kind: String) {
+pub(crate) async fn relist(upstream: Arc<Upstream>, child: crate::client::Client, kind: String) {
     let _one = upstream.relisting.lock().await;
-    let Some(child) = upstream.any_child().await else {
-        return;
-    };
-    let capabilities = child.client.server().capabilities.clone();
-    match list(&child.client, &capabilities, Some(&kind)).await {
+    let capabilities = child.server().capabilities.clone();
+    match list(&child, &capabilities, Some(&kind)).await {
         Ok(offers) => register(&upstream, offers),
         Err(error) => tracing::warn!(upstream = %upstream.name, %error, "re-listing failed"),
     }
 }
 
 /// Registers `offers` (the kinds listed in it) in place of what the upstream registered of
-/// those kinds before. A name or URI another upstream (or the server) holds already is
-/// skipped, with a warning naming both.
+/// those kinds before, touching only what changed: an entry whose definition is the same
+/// stays registered throughout (a call of it never sees it missing). A name or URI another
+/// upstream (or the server) holds already is skipped, with a warning naming both.
 fn register(upstream: &Arc<Upstream>, offers: Offers) {
     let registry = upstream.registry();
     let mut listed = crate::lock(&upstream.listed);
-    let collision = |kind: &str, name: &str, error: crate::RegistryError| {
-        tracing::warn!(upstream = %upstream.name, kind, name, %error, "skipped: the name is taken");
-    };
-    if let Some(tools) = &offers.tools {
-        for name in listed.tools.drain(..) {
-            registry.remove_tool(&name);
-        }
-        for definition in tools {
-            let Some((own_name, tool)) = proxy::tool(upstream, definition) else {
-                continue;
-            };
-            if !upstream.settings.tools.admits(&own_name) {
+    if let Some(tools) = offers.tools {
+        let admitted = tools.into_iter().filter(|definition| {
+            let name = definition
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            upstream.settings.tools.admits(name)
+        });
+        replace(
+            upstream,
+            "tool",
+            &mut listed.tools,
+            admitted,
+            |definition| {
+                let (_, tool) = proxy::tool(upstream, definition)?;
+                Some((
+                    tool.name().to_owned(),
+                    Box::new(move || registry.add_tool(tool)),
+                ))
+            },
+            |name| registry.remove_tool(name),
+        );
+    }
+    if let Some((resources, templates)) = offers.resources {
+        replace(
+            upstream,
+            "resource",
+            &mut listed.resources,
+            resources.into_iter(),
+            |definition| {
+                let resource = proxy::resource(upstream, definition)?;
+                Some((
+                    resource.uri().to_owned(),
+                    Box::new(move || registry.add_resource(resource)),
+                ))
+            },
+            |uri| registry.remove_resource(uri),
+        );
+        replace(
+            upstream,
+            "resource template",
+            &mut listed.templates,
+            templates.into_iter(),
+            |definition| {
+                let template = proxy::template(upstream, definition)?;
+                Some((
+                    template.uri_template().to_owned(),
+                    Box::new(move || registry.add_resource_template(template)),
+                ))
+            },
+            |uri| registry.remove_resource_template(uri),
+        );
+    }
+    if let Some(prompts) = offers.prompts {
+        replace(
+            upstream,
+            "prompt",
+            &mut listed.prompts,
+            prompts.into_iter(),
+            |definition| {
+                let prompt = proxy::prompt(upstream, definition)?;
+                Some((
+                    prompt.name().to_owned(),
+                    Box::new(move || registry.add_prompt(prompt)),
+                ))
+            },
+            |name| registry.remove_prompt(name),
+        );
+    }
+}
+
+/// How one entry is registered, once its key is known.
+type Add<'a> = Box<dyn FnOnce() -> Result<(), crate::RegistryError> + 'a>;
+
+/// Brings one kind of the registry from `listed` (what is registered now, by key, with the
+/// definition it came from) to `definitions`.
+fn replace<'a>(
+    upstream: &Upstream,
+    kind: &str,
+    listed: &mut std::collections::HashMap<String, Value>,
+    definitions: impl Iterator<Item = Value>,
+    make: impl Fn(&Value) -> Option<(String, Add<'a>)>,
+    remove: impl Fn(&str) -> bool,
+) {
+    let mut now = std::collections::HashMap::new();
+    for definition in definitions {
+        let Some((key, add)) = make(&definition) else {
+            continue;
+        };
+        match listed.remove(&key) {
+            Some(before) if before == definition => {
+                now.insert(key, definition);
                 continue;
             }
-            let name = tool.name().to_owned();
-            match registry.add_tool(tool) {
-                Ok(()) => listed.tools.push(name),
-                Err(error) => collision("tool", &name, error),
+            Some(_) => {
+                remove(&key);
+            }
+            None => {}
+        }
+        match add() {
+            Ok(()) => {
+                now.insert(key, definition);
+            }
+            Err(error) => {
+                tracing::warn!(upstream = %upstream.name, kind, name = %key, %error, "skipped: the name is taken");
             }
         }
     }
-    if let Some((resources, templates)) = &offers.resources {
-        for uri in listed.resources.drain(..) {
-            registry.remove_resource(&uri);
-        }
-        for template in listed.templates.drain(..) {
-            registry.remove_resource_template(&template);
-        }
-        for definition in resources {
-            let Some(resource) = proxy::resource(upstream, definition) else {
-                continue;
-            };
-            let uri = resource.uri().to_owned();
-            match registry.add_resource(resource) {
-                Ok(()) => listed.resources.push(uri),
-                Err(error) => collision("resource", &uri, error),
-            }
-        }
-        for definition in templates {
-            let Some(template) = proxy::template(upstream, definition) else {
-                continue;
-            };
-            let uri = template.uri_template().to_owned();
-            match registry.add_resource_template(template) {
-                Ok(()) => listed.templates.push(uri),
-                Err(error) => collision("resource template", &uri, error),
-            }
-        }
+    // What the upstream no longer lists.
+    for key in listed.keys() {
+        remove(key);
     }
-    if let Some(prompts) = &offers.prompts {
-        for name in listed.prompts.drain(..) {
-            registry.remove_prompt(&name);
-        }
-        for definition in prompts {
-            let Some(prompt) = proxy::prompt(upstream, definition) else {
-                continue;
-            };
-            let name = prompt.name().to_owned();
-            match registry.add_prompt(prompt) {
-                Ok(()) => listed.prompts.push(name),
-                Err(error) => collision("prompt", &name, error),
-            }
-        }
-    }
+    *listed = now;
 }

@@ -4,10 +4,12 @@
 
 use super::upstream::Upstream;
 use crate::context::RequestContext;
-use crate::model::{CallToolResult, Content, GetPromptResult, PromptMessage, ResourceContents, Role, RpcError};
+use crate::model::{
+    CallToolResult, Content, GetPromptResult, PromptMessage, ResourceContents, Role, RpcError,
+};
 use crate::prompt::{PromptArgument, PromptArguments, PromptError, PromptFuture, PromptRenderer};
 use crate::resource::{
-    CompletionRequest, Completer, ResourceError, ResourceFuture, ResourceReader, TemplateReader,
+    Completer, CompletionRequest, ResourceError, ResourceFuture, ResourceReader, TemplateReader,
     TemplateVariables,
 };
 use crate::tool::{Arguments, ToolError, ToolFuture, ToolHandler};
@@ -29,7 +31,11 @@ impl ToolHandler for ProxyTool {
         if let Some(raw) = arguments.raw() {
             match serde_json::from_str::<Value>(raw.get()) {
                 Ok(arguments) => params["arguments"] = arguments,
-                Err(e) => return Box::pin(std::future::ready(Err(ToolError::InvalidArguments(e.to_string())))),
+                Err(e) => {
+                    return Box::pin(std::future::ready(Err(ToolError::InvalidArguments(
+                        e.to_string(),
+                    ))))
+                }
             }
         }
         Box::pin(async move {
@@ -45,7 +51,8 @@ impl ToolHandler for ProxyTool {
 /// An upstream's `tools/call` result, passed on: content blocks as they are, structured
 /// content, `isError` and `_meta`.
 fn call_result(raw: &serde_json::value::RawValue) -> Result<CallToolResult, String> {
-    let Value::Object(mut result) = serde_json::from_str(raw.get()).map_err(|e| e.to_string())? else {
+    let Value::Object(mut result) = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?
+    else {
         return Err("the result is not an object".into());
     };
     let content = match result.remove("content") {
@@ -56,7 +63,10 @@ fn call_result(raw: &serde_json::value::RawValue) -> Result<CallToolResult, Stri
     Ok(CallToolResult {
         content,
         structured_content: result.remove("structuredContent"),
-        is_error: result.get("isError").and_then(Value::as_bool).unwrap_or(false),
+        is_error: result
+            .get("isError")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         meta: result.remove("_meta"),
     })
 }
@@ -70,8 +80,11 @@ fn block(value: Value) -> Result<Content, String> {
 
 impl Upstream {
     fn invalid_answer(&self, why: String) -> RpcError {
-        RpcError::new(-32603, format!("Upstream {} answered wrongly: {why}", self.name))
-            .with_data(json!({ "upstream": &*self.name }))
+        RpcError::new(
+            -32603,
+            format!("Upstream {} answered wrongly: {why}", self.name),
+        )
+        .with_data(json!({ "upstream": &*self.name }))
     }
 }
 
@@ -82,7 +95,10 @@ pub(crate) fn tool(upstream: &Arc<Upstream>, definition: &Value) -> Option<(Stri
         .get("inputSchema")
         .cloned()
         .unwrap_or_else(|| json!({ "type": "object" }));
-    let description = definition.get("description").and_then(Value::as_str).unwrap_or_default();
+    let description = definition
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let mut tool = Tool::from_handler(
         format!("{}{name}", upstream.prefix),
         description,
@@ -98,7 +114,10 @@ pub(crate) fn tool(upstream: &Arc<Upstream>, definition: &Value) -> Option<(Stri
     if let Some(schema) = definition.get("outputSchema") {
         tool = tool.output_schema(schema.clone());
     }
-    if let Some(annotations) = definition.get("annotations").and_then(|a| serde_json::from_value(a.clone()).ok()) {
+    if let Some(annotations) = definition
+        .get("annotations")
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+    {
         tool = tool.annotations(annotations);
     }
     for icon in icons(definition) {
@@ -131,10 +150,12 @@ impl ProxyReader {
                 .forward(&ctx, "resources/read", params)
                 .await
                 .map_err(ResourceError::Rpc)?;
-            let mut result: Map<String, Value> =
-                serde_json::from_str(raw.get()).map_err(|e| ResourceError::Rpc(upstream.invalid_answer(e.to_string())))?;
+            let mut result: Map<String, Value> = serde_json::from_str(raw.get())
+                .map_err(|e| ResourceError::Rpc(upstream.invalid_answer(e.to_string())))?;
             let Some(Value::Array(contents)) = result.remove("contents") else {
-                return Err(ResourceError::Rpc(upstream.invalid_answer("no contents".into())));
+                return Err(ResourceError::Rpc(
+                    upstream.invalid_answer("no contents".into()),
+                ));
             };
             contents
                 .into_iter()
@@ -143,7 +164,9 @@ impl ProxyReader {
                     _ => None,
                 })
                 .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| ResourceError::Rpc(upstream.invalid_answer("contents without a uri".into())))
+                .ok_or_else(|| {
+                    ResourceError::Rpc(upstream.invalid_answer("contents without a uri".into()))
+                })
         })
     }
 }
@@ -155,7 +178,12 @@ impl ResourceReader for ProxyReader {
 }
 
 impl TemplateReader for ProxyReader {
-    fn read(&self, uri: &str, _variables: TemplateVariables, ctx: RequestContext) -> ResourceFuture {
+    fn read(
+        &self,
+        uri: &str,
+        _variables: TemplateVariables,
+        ctx: RequestContext,
+    ) -> ResourceFuture {
         ProxyReader::read(self, uri, ctx)
     }
 }
@@ -163,8 +191,17 @@ impl TemplateReader for ProxyReader {
 /// A resource of the upstream's `resources/list`, at its own URI.
 pub(crate) fn resource(upstream: &Arc<Upstream>, definition: &Value) -> Option<Resource> {
     let uri = definition.get("uri")?.as_str()?;
-    let name = definition.get("name").and_then(Value::as_str).unwrap_or(uri);
-    let mut resource = Resource::from_reader(uri, name, ProxyReader { upstream: upstream.clone() });
+    let name = definition
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or(uri);
+    let mut resource = Resource::from_reader(
+        uri,
+        name,
+        ProxyReader {
+            upstream: upstream.clone(),
+        },
+    );
     let text = |key: &str| definition.get(key).and_then(Value::as_str);
     if let Some(title) = text("title") {
         resource = resource.title(title);
@@ -178,7 +215,10 @@ pub(crate) fn resource(upstream: &Arc<Upstream>, definition: &Value) -> Option<R
     if let Some(size) = definition.get("size").and_then(Value::as_u64) {
         resource = resource.size(size);
     }
-    if let Some(annotations) = definition.get("annotations").and_then(|a| serde_json::from_value(a.clone()).ok()) {
+    if let Some(annotations) = definition
+        .get("annotations")
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+    {
         resource = resource.annotations(annotations);
     }
     for icon in icons(definition) {
@@ -193,9 +233,17 @@ pub(crate) fn resource(upstream: &Arc<Upstream>, definition: &Value) -> Option<R
 /// A template of the upstream's `resources/templates/list`, completions forwarded.
 pub(crate) fn template(upstream: &Arc<Upstream>, definition: &Value) -> Option<ResourceTemplate> {
     let uri_template = definition.get("uriTemplate")?.as_str()?;
-    let name = definition.get("name").and_then(Value::as_str).unwrap_or(uri_template);
-    let mut template =
-        ResourceTemplate::from_reader(uri_template, name, ProxyReader { upstream: upstream.clone() });
+    let name = definition
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or(uri_template);
+    let mut template = ResourceTemplate::from_reader(
+        uri_template,
+        name,
+        ProxyReader {
+            upstream: upstream.clone(),
+        },
+    );
     let text = |key: &str| definition.get(key).and_then(Value::as_str);
     if let Some(title) = text("title") {
         template = template.title(title);
@@ -206,7 +254,10 @@ pub(crate) fn template(upstream: &Arc<Upstream>, definition: &Value) -> Option<R
     if let Some(mime) = text("mimeType") {
         template = template.mime_type(mime);
     }
-    if let Some(annotations) = definition.get("annotations").and_then(|a| serde_json::from_value(a.clone()).ok()) {
+    if let Some(annotations) = definition
+        .get("annotations")
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+    {
         template = template.annotations(annotations);
     }
     for icon in icons(definition) {
@@ -225,7 +276,9 @@ pub(crate) fn template(upstream: &Arc<Upstream>, definition: &Value) -> Option<R
 }
 
 fn upstream_completes(upstream: &Upstream) -> bool {
-    upstream.completions.load(std::sync::atomic::Ordering::Relaxed)
+    upstream
+        .completions
+        .load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Renders a prompt of the upstream.
@@ -249,7 +302,8 @@ impl PromptRenderer for ProxyPrompt {
 }
 
 fn prompt_result(raw: &serde_json::value::RawValue) -> Result<GetPromptResult, String> {
-    let Value::Object(mut result) = serde_json::from_str(raw.get()).map_err(|e| e.to_string())? else {
+    let Value::Object(mut result) = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?
+    else {
         return Err("the result is not an object".into());
     };
     let Some(Value::Array(messages)) = result.remove("messages") else {
@@ -258,9 +312,15 @@ fn prompt_result(raw: &serde_json::value::RawValue) -> Result<GetPromptResult, S
     let messages = messages
         .into_iter()
         .map(|mut message| {
-            let role: Role = serde_json::from_value(message.get("role").cloned().unwrap_or_default())
-                .map_err(|e| format!("role: {e}"))?;
-            let content = block(message.get_mut("content").map(Value::take).unwrap_or_default())?;
+            let role: Role =
+                serde_json::from_value(message.get("role").cloned().unwrap_or_default())
+                    .map_err(|e| format!("role: {e}"))?;
+            let content = block(
+                message
+                    .get_mut("content")
+                    .map(Value::take)
+                    .unwrap_or_default(),
+            )?;
             Ok(PromptMessage { role, content })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -274,7 +334,10 @@ fn prompt_result(raw: &serde_json::value::RawValue) -> Result<GetPromptResult, S
 /// The prompt an upstream's `prompts/list` entry describes, under `prefix`.
 pub(crate) fn prompt(upstream: &Arc<Upstream>, definition: &Value) -> Option<Prompt> {
     let name = definition.get("name")?.as_str()?;
-    let description = definition.get("description").and_then(Value::as_str).unwrap_or_default();
+    let description = definition
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let mut prompt = Prompt::from_renderer(
         format!("{}{name}", upstream.prefix),
         description,
@@ -283,15 +346,29 @@ pub(crate) fn prompt(upstream: &Arc<Upstream>, definition: &Value) -> Option<Pro
             name: name.to_owned(),
         },
     );
-    for argument in definition.get("arguments").and_then(Value::as_array).into_iter().flatten() {
+    for argument in definition
+        .get("arguments")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         let Some(arg_name) = argument.get("name").and_then(Value::as_str) else {
             continue;
         };
         prompt = prompt.argument(PromptArgument {
             name: arg_name.to_owned(),
-            title: argument.get("title").and_then(Value::as_str).map(str::to_owned),
-            description: argument.get("description").and_then(Value::as_str).map(str::to_owned),
-            required: argument.get("required").and_then(Value::as_bool).unwrap_or(false),
+            title: argument
+                .get("title")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            description: argument
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            required: argument
+                .get("required")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
         });
     }
     if let Some(title) = definition.get("title").and_then(Value::as_str) {
@@ -320,7 +397,11 @@ struct ProxyCompleter {
 }
 
 impl Completer for ProxyCompleter {
-    fn complete(&self, request: CompletionRequest, ctx: RequestContext) -> LocalBoxFuture<'static, Vec<String>> {
+    fn complete(
+        &self,
+        request: CompletionRequest,
+        ctx: RequestContext,
+    ) -> LocalBoxFuture<'static, Vec<String>> {
         let upstream = self.upstream.clone();
         let mut params = json!({
             "ref": self.reference,
@@ -335,7 +416,9 @@ impl Completer for ProxyCompleter {
             };
             serde_json::from_str::<Value>(raw.get())
                 .ok()
-                .and_then(|r| serde_json::from_value(r.get("completion")?.get("values")?.clone()).ok())
+                .and_then(|r| {
+                    serde_json::from_value(r.get("completion")?.get("values")?.clone()).ok()
+                })
                 .unwrap_or_default()
         })
     }

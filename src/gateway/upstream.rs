@@ -57,6 +57,8 @@ enum SlotKey {
 #[derive(Default)]
 struct Slot {
     child: tokio::sync::Mutex<Option<Child>>,
+    /// Restarts of this slot's child after it ended quickly wait longer each time.
+    backoff: Mutex<Backoff>,
     /// When a request last used it (ms since the gateway started), for idle reaping.
     last_used: AtomicU64,
 }
@@ -116,6 +118,8 @@ pub(crate) struct Upstream {
     shared: Slot,
     /// `per_session`: a child per session (and per identity for 2026-07-28 requests).
     slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
+    /// Starts that failed (the command cannot start, or does not initialize) wait longer
+    /// each time, for every session.
     backoff: Mutex<Backoff>,
     in_flight: Option<Arc<tokio::sync::Semaphore>>,
     rate: Mutex<(Instant, u32)>,
@@ -172,7 +176,9 @@ impl Upstream {
         let handler = Arc::new(Handler {
             upstream: Arc::downgrade(self),
             calls: Arc::downgrade(&calls),
+            client: std::sync::OnceLock::new(),
         });
+        let own = handler.clone();
         let settings = &self.settings;
         let mut capabilities = json!({});
         match (ctx, settings.mode) {
@@ -242,6 +248,7 @@ impl Upstream {
                 Ok(outcome) => outcome?,
                 Err(_) => return Err(ClientError::Connect("the gateway is stopping".into())),
             };
+            let _ = own.client.set(client.downgrade());
             metrics.children.inc();
             let watched = client.clone();
             runtime.spawn(async move {
@@ -257,7 +264,10 @@ impl Upstream {
     }
 
     /// The child that serves `ctx`'s request, started if there is none (or it ended).
-    pub(crate) async fn child_for(self: &Arc<Self>, ctx: &RequestContext) -> Result<Child, RpcError> {
+    pub(crate) async fn child_for(
+        self: &Arc<Self>,
+        ctx: &RequestContext,
+    ) -> Result<Child, RpcError> {
         let slot = match self.settings.mode {
             UpstreamMode::Shared => None,
             UpstreamMode::PerSession => Some(self.session_slot(ctx)),
@@ -271,13 +281,14 @@ impl Upstream {
             }
             // It ended: the next one is a restart, waited for as the backoff says.
             self.metrics.restarts.inc();
-            self.note_end(running.started);
+            note_end(&slot_ref.backoff, running.started);
             *child = None;
         }
         if self.stopping.load(Ordering::Relaxed) {
             return Err(self.unavailable("the server is shutting down"));
         }
-        if let Some(wait) = self.backoff_left() {
+        if let Some(wait) = backoff_left(&self.backoff).or_else(|| backoff_left(&slot_ref.backoff))
+        {
             return Err(self.unavailable(format!(
                 "restarting after failures, retry in {} ms",
                 wait.as_millis()
@@ -291,11 +302,12 @@ impl Upstream {
         }
         match self.start_child(Some(ctx)).await {
             Ok(started) => {
+                *crate::lock(&self.backoff) = Backoff::default();
                 *child = Some(started.clone());
                 Ok(started)
             }
             Err(error) => {
-                self.note_failure();
+                note_failure(&self.backoff);
                 tracing::warn!(upstream = %self.name, %error, "upstream could not be started");
                 Err(self.unavailable(error))
             }
@@ -348,7 +360,8 @@ impl Upstream {
             return;
         }
         let now = self.now_ms();
-        let is_idle = |slot: &Slot| now.saturating_sub(slot.last_used.load(Ordering::Relaxed)) > idle;
+        let is_idle =
+            |slot: &Slot| now.saturating_sub(slot.last_used.load(Ordering::Relaxed)) > idle;
         let expired: Vec<SlotKey> = crate::lock(&self.slots)
             .iter()
             .filter(|(key, slot)| matches!(key, SlotKey::Identity(_)) && is_idle(slot))
@@ -374,23 +387,11 @@ impl Upstream {
         &self.env.registry
     }
 
-    /// A running child to re-list with: the shared one, or any session's.
-    pub(crate) async fn any_child(&self) -> Option<Child> {
-        if let Some(child) = self.shared.child.lock().await.as_ref() {
-            return Some(child.clone());
-        }
-        let slots: Vec<Arc<Slot>> = crate::lock(&self.slots).values().cloned().collect();
-        for slot in slots {
-            if let Some(child) = slot.child.lock().await.as_ref().filter(|c| !c.client.is_closed()) {
-                return Some(child.clone());
-            }
-        }
-        None
-    }
-
     /// Keeps a child started for discovery as the shared one.
     pub(crate) async fn adopt_shared(&self, child: Child) {
-        self.shared.last_used.store(self.now_ms(), Ordering::Relaxed);
+        self.shared
+            .last_used
+            .store(self.now_ms(), Ordering::Relaxed);
         *self.shared.child.lock().await = Some(child);
     }
 
@@ -414,35 +415,10 @@ impl Upstream {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    fn backoff_left(&self) -> Option<Duration> {
-        let backoff = crate::lock(&self.backoff);
-        let left = backoff.not_before?.checked_duration_since(Instant::now())?;
-        (!left.is_zero()).then_some(left)
-    }
-
-    /// A child ended: one that lived long was healthy, and clears the backoff.
-    fn note_end(&self, started: Instant) {
-        if started.elapsed() >= HEALTHY_AFTER {
-            *crate::lock(&self.backoff) = Backoff::default();
-        } else {
-            self.note_failure();
-        }
-    }
-
-    fn note_failure(&self) {
-        let mut backoff = crate::lock(&self.backoff);
-        // The first restart is at once; then 0.5 s, 1 s, 2 s … up to 30 s.
-        let wait = if backoff.failures == 0 {
-            Duration::ZERO
-        } else {
-            (Duration::from_millis(250) * 2u32.saturating_pow(backoff.failures.min(8))).min(MAX_BACKOFF)
-        };
-        backoff.failures = backoff.failures.saturating_add(1);
-        backoff.not_before = Some(Instant::now() + wait);
-    }
-
     /// A slot of this upstream's in-flight limit, and a check of its rate.
-    pub(crate) async fn admit(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, RpcError> {
+    pub(crate) async fn admit(
+        &self,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, RpcError> {
         if self.settings.requests_per_second > 0 {
             let mut rate = crate::lock(&self.rate);
             if rate.0.elapsed() >= Duration::from_secs(1) {
@@ -511,7 +487,8 @@ impl Upstream {
         let mut asks = FuturesUnordered::new();
         let outcome = loop {
             tokio::select! {
-                outcome = &mut answer => break outcome,
+                // What the child sent before its answer goes out before it.
+                biased;
                 Some(p) = async { match progress_rx.as_mut() { Some(rx) => rx.recv().await, None => None } } => {
                     ctx.report_progress(p.progress, p.total, p.message.as_deref());
                 }
@@ -525,8 +502,23 @@ impl Upstream {
                     }),
                 },
                 Some(()) = asks.next(), if !asks.is_empty() => {}
+                outcome = &mut answer => break outcome,
             }
         };
+        // The child wrote these before its answer; they reached their channels before it.
+        while let Some(p) = progress_rx.as_mut().and_then(|rx| rx.try_recv().ok()) {
+            ctx.report_progress(p.progress, p.total, p.message.as_deref());
+        }
+        while let Ok(event) = event_rx.try_recv() {
+            if let CallEvent::Log {
+                level,
+                logger,
+                data,
+            } = event
+            {
+                ctx.log_to(level, logger.as_deref(), data);
+            }
+        }
         outcome.map_err(|error| match error {
             ClientError::Rpc {
                 code,
@@ -540,6 +532,34 @@ impl Upstream {
             other => self.unavailable(other),
         })
     }
+}
+
+/// How long `backoff` still holds starts back.
+fn backoff_left(backoff: &Mutex<Backoff>) -> Option<Duration> {
+    let backoff = crate::lock(backoff);
+    let left = backoff.not_before?.checked_duration_since(Instant::now())?;
+    (!left.is_zero()).then_some(left)
+}
+
+/// A child ended: one that lived long was healthy, and clears the backoff.
+fn note_end(backoff: &Mutex<Backoff>, started: Instant) {
+    if started.elapsed() >= HEALTHY_AFTER {
+        *crate::lock(backoff) = Backoff::default();
+    } else {
+        note_failure(backoff);
+    }
+}
+
+/// One more failure: the first restart is at once; then 0.5 s, 1 s, 2 s … up to 30 s.
+fn note_failure(backoff: &Mutex<Backoff>) {
+    let mut backoff = crate::lock(backoff);
+    let wait = if backoff.failures == 0 {
+        Duration::ZERO
+    } else {
+        (Duration::from_millis(250) * 2u32.saturating_pow(backoff.failures.min(8))).min(MAX_BACKOFF)
+    };
+    backoff.failures = backoff.failures.saturating_add(1);
+    backoff.not_before = Some(Instant::now() + wait);
 }
 
 /// Takes a call out of its child's table when it ends (or is dropped).
@@ -568,14 +588,16 @@ impl Calls {
         let Some(first) = links.next() else {
             return Err("no client request is in flight on this upstream");
         };
-        let one_session = first.session.is_some()
-            && links.all(|link| link.session == first.session);
+        let one_session =
+            first.session.is_some() && links.all(|link| link.session == first.session);
         if calls.len() == 1 || one_session {
             Ok(first.events.clone())
         } else {
-            Err("calls of several clients are in flight on this shared upstream, so mcp-ws \
+            Err(
+                "calls of several clients are in flight on this shared upstream, so mcp-ws \
                  cannot tell which client this is for (use mode = \"per_session\" for upstreams \
-                 that ask clients things)")
+                 that ask clients things)",
+            )
         }
     }
 }
@@ -584,6 +606,8 @@ impl Calls {
 struct Handler {
     upstream: Weak<Upstream>,
     calls: Weak<Calls>,
+    /// The child itself, once connected (weakly: the client holds this handler).
+    client: std::sync::OnceLock<crate::client::WeakClient>,
 }
 
 #[derive(serde::Deserialize)]
@@ -607,14 +631,17 @@ impl ClientHandler for Handler {
         };
         match method {
             "notifications/message" => {
-                let Some(log) = params.and_then(|p| serde_json::from_str::<LogParams>(p.get()).ok())
+                let Some(log) =
+                    params.and_then(|p| serde_json::from_str::<LogParams>(p.get()).ok())
                 else {
                     return;
                 };
                 let Some(level) = LogLevel::parse(&log.level) else {
                     return;
                 };
-                let Some(calls) = self.calls.upgrade() else { return };
+                let Some(calls) = self.calls.upgrade() else {
+                    return;
+                };
                 match calls.only_session() {
                     // A full channel drops the line, as the session's own budget would.
                     Ok(events) => {
@@ -624,17 +651,23 @@ impl ClientHandler for Handler {
                             data: log.data,
                         });
                     }
-                    Err(why) => tracing::debug!(upstream = %upstream.name, why, "upstream log line not passed on"),
+                    Err(why) => {
+                        tracing::debug!(upstream = %upstream.name, why, "upstream log line not passed on")
+                    }
                 }
             }
             "notifications/tools/list_changed"
             | "notifications/resources/list_changed"
             | "notifications/prompts/list_changed" => {
                 let kind = method.split('/').nth(1).unwrap_or_default().to_owned();
-                tokio::spawn(super::relist(upstream, kind));
+                // Listed again from the child that said it changed.
+                if let Some(client) = self.client.get().and_then(|c| c.upgrade()) {
+                    tokio::spawn(super::relist(upstream, client, kind));
+                }
             }
             "notifications/resources/updated" => {
-                if let Some(p) = params.and_then(|p| serde_json::from_str::<UpdatedParams>(p.get()).ok())
+                if let Some(p) =
+                    params.and_then(|p| serde_json::from_str::<UpdatedParams>(p.get()).ok())
                 {
                     upstream.env.registry.resource_updated(&p.uri);
                 }
@@ -668,10 +701,15 @@ impl ClientHandler for Handler {
                     params,
                     reply,
                 })
-                .map_err(|_| RpcError::new(-32603, "the call this request belongs to is busy or over"))?;
-            answer
-                .await
-                .unwrap_or_else(|_| Err(RpcError::new(-32603, "the call this request belongs to ended")))
+                .map_err(|_| {
+                    RpcError::new(-32603, "the call this request belongs to is busy or over")
+                })?;
+            answer.await.unwrap_or_else(|_| {
+                Err(RpcError::new(
+                    -32603,
+                    "the call this request belongs to ended",
+                ))
+            })
         })
     }
 }

@@ -175,10 +175,30 @@ impl UpstreamMetrics {
         }
         type Read = fn(&UpstreamMetrics) -> u64;
         let series: [(&str, &str, &str, Read); 4] = [
-            ("mcp_upstream_children", "gauge", "Upstream children (or HTTP sessions) running", |m| m.children.get()),
-            ("mcp_upstream_restarts_total", "counter", "Upstream children started again after one ended", |m| m.restarts.get()),
-            ("mcp_upstream_requests_total", "counter", "Requests forwarded to an upstream", |m| m.requests.get()),
-            ("mcp_upstream_errors_total", "counter", "Forwarded requests that ended in an error", |m| m.errors.get()),
+            (
+                "mcp_upstream_children",
+                "gauge",
+                "Upstream children (or HTTP sessions) running",
+                |m| m.children.get(),
+            ),
+            (
+                "mcp_upstream_restarts_total",
+                "counter",
+                "Upstream children started again after one ended",
+                |m| m.restarts.get(),
+            ),
+            (
+                "mcp_upstream_requests_total",
+                "counter",
+                "Requests forwarded to an upstream",
+                |m| m.requests.get(),
+            ),
+            (
+                "mcp_upstream_errors_total",
+                "counter",
+                "Forwarded requests that ended in an error",
+                |m| m.errors.get(),
+            ),
         ];
         for (name, kind, help, read) in series {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");

@@ -1,10 +1,10 @@
 //! A server running: binding its listeners, serving until told to stop, and the graceful
 //! shutdown (see the module docs of `server`); [`RunningServer`] is one on its own thread.
 
+use super::builder::Companions;
 use super::routes::{admin_routes, public_routes, routes, schemes};
 use super::Error;
 use crate::perimeter::{self};
-use super::builder::Companions;
 use crate::registry::Registry;
 use crate::session::shared::Shared;
 use crate::transport::hosted::HostedSessions;

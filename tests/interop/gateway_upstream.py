@@ -1,0 +1,159 @@
+"""A stdio MCP server written with FastMCP (the official Python SDK, mcp 1.30.0), put behind
+mcp-ws as an upstream by tests/it/gateway.rs. Nothing in it knows of mcp-ws.
+
+Tools:
+  add(a, b)             a + b, as text and as structured content
+  whoami()              this process's pid and $MCP_USER (per-session vs shared children)
+  slow(steps, delay_ms) reports progress and logs a line per step, then says "done"
+  wait(ms)              sleeps; records in $GATEWAY_EVENTS whether it was cancelled
+  ask_name()            elicits a name from the client
+  ask_model()           asks the client's model (sampling)
+  image()               one image block and one resource_link block
+  fail()                raises: an isError result
+  crash()               the process exits at once (status 3) mid-call
+  garbage()             writes a line that is not JSON to stdout, then answers
+  grow(name)            adds a tool of that name and tells the client the list changed
+Resource mem://motd, template mem://items/{id}, prompt greet(name).
+"""
+
+import asyncio
+import os
+import sys
+
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.types import ImageContent, ResourceLink, SamplingMessage, TextContent
+from pydantic import BaseModel
+
+server = FastMCP("gateway-upstream")
+EVENTS = os.environ.get("GATEWAY_EVENTS")
+
+
+def record(line: str) -> None:
+    if EVENTS:
+        with open(EVENTS, "a") as f:
+            f.write(line + "\n")
+
+
+class Sum(BaseModel):
+    sum: float
+
+
+@server.tool()
+def add(a: float, b: float) -> Sum:
+    """Adds two numbers."""
+    return Sum(sum=a + b)
+
+
+@server.tool()
+def whoami() -> str:
+    """This process's pid and the user it was started for."""
+    return f"pid={os.getpid()} user={os.environ.get('MCP_USER', '-')}"
+
+
+@server.tool()
+async def slow(steps: int, delay_ms: int, ctx: Context) -> str:
+    """Reports progress and logs a line for each step."""
+    for step in range(1, steps + 1):
+        await asyncio.sleep(delay_ms / 1000)
+        await ctx.report_progress(step, steps, f"step {step}")
+        await ctx.info(f"step {step} of {steps}")
+    return "done"
+
+
+@server.tool()
+async def wait(ms: int, tag: str) -> str:
+    """Sleeps; records whether it finished or was cancelled."""
+    try:
+        await asyncio.sleep(ms / 1000)
+    except asyncio.CancelledError:
+        record(f"cancelled {tag}")
+        raise
+    record(f"finished {tag}")
+    return f"waited {tag}"
+
+
+class Name(BaseModel):
+    name: str
+
+
+@server.tool()
+async def ask_name(ctx: Context) -> str:
+    """Asks the user for a name."""
+    answer = await ctx.elicit("What is your name?", schema=Name)
+    if answer.action == "accept":
+        return f"hello {answer.data.name}"
+    return f"no name ({answer.action})"
+
+
+@server.tool()
+async def ask_model(ctx: Context) -> str:
+    """Asks the client's model."""
+    result = await ctx.session.create_message(
+        messages=[SamplingMessage(role="user", content=TextContent(type="text", text="2+2?"))],
+        max_tokens=10,
+    )
+    return f"model said {result.content.text}"
+
+
+@server.tool()
+def image() -> list:
+    """An image and a link."""
+    return [
+        ImageContent(type="image", data="iVBORw0KGgo=", mimeType="image/png"),
+        ResourceLink(type="resource_link", uri="mem://motd", name="motd"),
+    ]
+
+
+@server.tool()
+def fail() -> str:
+    """Always fails."""
+    raise ValueError("this tool always fails")
+
+
+@server.tool()
+def crash() -> str:
+    """Exits the process mid-call."""
+    os._exit(3)
+
+
+@server.tool()
+def garbage() -> str:
+    """Writes a line that is not JSON-RPC to stdout, then answers."""
+    sys.stdout.write("this is not json\n")
+    sys.stdout.flush()
+    return "still here"
+
+
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Adds a tool of this name and says the list changed."""
+
+    def grown() -> str:
+        """Added at run time."""
+        return "grown"
+
+    server.add_tool(grown, name=name)
+    await ctx.session.send_tool_list_changed()
+    return "grew"
+
+
+@server.resource("mem://motd", mime_type="text/plain")
+def motd() -> str:
+    """Message of the day."""
+    return "hello from upstream"
+
+
+@server.resource("mem://items/{id}")
+def item(id: str) -> str:
+    """One item."""
+    return f"item {id}"
+
+
+@server.prompt()
+def greet(name: str) -> str:
+    """Greets someone."""
+    return f"Please greet {name}."
+
+
+if __name__ == "__main__":
+    server.run("stdio")
