@@ -143,6 +143,7 @@ fn worker(c: &mut Criterion) {
         client_info: Arc::new(Implementation::new("bench", "0")),
         identity: mcp_ws::context::Identity::anonymous(),
         trace_id: Arc::from("0af7651916cd43dd8448eb211c80319c"),
+        scope: None,
     });
     let mut group = c.benchmark_group("worker");
     group.bench_function("inline", |b| {

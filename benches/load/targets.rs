@@ -96,7 +96,7 @@ impl Placement {
 
 enum InProcessServer {
     Baseline(BaselineServer),
-    McpWs(McpWsServer),
+    McpWs(Box<McpWsServer>),
 }
 
 /// A target ready to take load.
@@ -167,7 +167,7 @@ fn spawn_on_server_cpus(kind: TargetKind, args: &Args) -> Result<InProcessServer
     let ephemeral = SocketAddr::from(([127, 0, 0, 1], 0));
     let baseline = |kind| BaselineServer::spawn(kind, ephemeral).map(InProcessServer::Baseline);
     let spawned = match kind {
-        TargetKind::McpWs => McpWsServer::spawn().map(InProcessServer::McpWs),
+        TargetKind::McpWs => McpWsServer::spawn().map(|s| InProcessServer::McpWs(Box::new(s))),
         TargetKind::RawEcho => baseline(BaselineKind::RawEcho),
         TargetKind::ActixInline => baseline(BaselineKind::ActixInline),
         TargetKind::Jsonrpsee => baseline(BaselineKind::Jsonrpsee),

@@ -168,9 +168,8 @@ pub(super) fn validate(upstreams: &[UpstreamSettings]) -> Result<(), ConfigError
                 ))
             }
         }
-        if !upstream.url.is_empty()
-            && !(upstream.url.starts_with("http://") || upstream.url.starts_with("https://"))
-        {
+        let url = &upstream.url;
+        if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
             return invalid(format!("upstreams.{name}.url: not an http(s) URL"));
         }
         if let Some(field) = upstream

@@ -1,12 +1,11 @@
 //! Building a server: [`ServerBuilder`] gathers the settings, how the server presents itself
 //! and what it offers; [`Server`] runs it in the foreground or on a thread of its own.
 
-use super::run::{serve, termination_signal, RunningServer};
+use super::run::{serve, termination_signal, Companions, RunningServer};
 use super::Error;
 use crate::config::Settings;
 use crate::perimeter::Perimeter;
 use crate::prompt::Prompt;
-use crate::registry::files::DirectoryWatch;
 use crate::registry::Registry;
 use crate::resource::{Resource, ResourceTemplate};
 use crate::session::shared::Shared;
@@ -199,17 +198,6 @@ impl ServerBuilder {
 pub struct Server {
     shared: Arc<Shared>,
     companions: Companions,
-}
-
-/// What runs beside the server for as long as it lives, stopped after it (when dropped).
-/// Held for their `Drop`, never read.
-#[allow(dead_code)]
-pub(super) struct Companions {
-    /// The watch over `resources.directories`.
-    pub files: Option<DirectoryWatch>,
-    /// The upstreams' children: stopped (SIGTERM, the shutdown grace, SIGKILL) once the
-    /// server has answered what it could.
-    pub gateway: Option<crate::gateway::Gateway>,
 }
 
 impl Server {

@@ -1,10 +1,10 @@
 //! A server running: binding its listeners, serving until told to stop, and the graceful
 //! shutdown (see the module docs of `server`); [`RunningServer`] is one on its own thread.
 
-use super::builder::Companions;
 use super::routes::{admin_routes, public_routes, routes, schemes};
 use super::Error;
 use crate::perimeter::{self};
+use crate::registry::files::DirectoryWatch;
 use crate::registry::Registry;
 use crate::session::shared::Shared;
 use crate::transport::hosted::HostedSessions;
@@ -18,6 +18,17 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+
+/// What runs beside the server for as long as it lives, stopped after it (when dropped).
+/// Held for their `Drop`, never read.
+#[allow(dead_code)]
+pub(super) struct Companions {
+    /// The watch over `resources.directories`.
+    pub files: Option<DirectoryWatch>,
+    /// The upstreams' children: stopped (SIGTERM, the shutdown grace, SIGKILL) once the
+    /// server has answered what it could.
+    pub gateway: Option<crate::gateway::Gateway>,
+}
 
 /// A server running on its own thread ([`Server::spawn`](crate::Server::spawn)); dropping it stops the server.
 pub struct RunningServer {

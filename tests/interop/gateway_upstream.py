@@ -14,6 +14,9 @@ Tools:
   garbage()             writes a line that is not JSON to stdout, then answers
   grow(name)            adds a tool of that name and tells the client the list changed
 Resource mem://motd, template mem://items/{id}, prompt greet(name).
+
+Usage: python gateway_upstream.py              (stdio)
+       python gateway_upstream.py --http PORT  (Streamable HTTP at http://127.0.0.1:PORT/mcp)
 """
 
 import asyncio
@@ -156,4 +159,10 @@ def greet(name: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    # `--http PORT`: Streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.
+    if sys.argv[1:2] == ["--http"]:
+        server.settings.host = "127.0.0.1"
+        server.settings.port = int(sys.argv[2])
+        server.run("streamable-http")
+    else:
+        server.run("stdio")

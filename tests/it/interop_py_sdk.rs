@@ -46,7 +46,7 @@ fn run_setup_step(command: &mut Command, hint: &str) {
 
 /// The venv's interpreter, with `requirements.txt` installed (made once per test binary: its
 /// tests run in parallel, and two would trip over each other making one venv).
-fn ensure_python_env() -> &'static Path {
+pub(crate) fn ensure_python_env() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(make_python_env)
 }

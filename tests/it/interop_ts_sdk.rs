@@ -87,9 +87,18 @@ fn npm_ci(dir: &Path, packages: &[&str]) {
 
 /// The 1.x SDK (once per test binary: its tests run in parallel, and two `npm ci` in one
 /// directory would trip over each other).
-fn ensure_sdk_1() {
+pub(crate) fn ensure_sdk_1() {
     static INSTALLED: Once = Once::new();
-    INSTALLED.call_once(|| npm_ci(&interop_dir(), &["@modelcontextprotocol/sdk", "ws"]));
+    INSTALLED.call_once(|| {
+        npm_ci(
+            &interop_dir(),
+            &[
+                "@modelcontextprotocol/sdk",
+                "@modelcontextprotocol/server-everything",
+                "ws",
+            ],
+        )
+    });
 }
 
 /// The 2.x client.

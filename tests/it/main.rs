@@ -22,6 +22,7 @@ mod connection_limits;
 mod decode_memory;
 mod dedup;
 mod fuzz_session;
+mod gateway;
 mod heartbeat;
 mod http;
 mod interop_py_sdk;

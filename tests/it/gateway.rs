@@ -1,0 +1,532 @@
+//! The gateway, with upstreams nobody here wrote the servers of: `py`, a FastMCP server of the
+//! official Python SDK (tests/interop/gateway_upstream.py, over stdio, and over Streamable
+//! HTTP), and `every`, the npm package `@modelcontextprotocol/server-everything` (stdio).
+//! Clients: the official Python SDK (WebSocket and HTTP) and TypeScript SDK, raw frames where
+//! a test needs to see each one, and the `mcp-ws` binary for what concerns processes
+//! (`--stdio`, exit codes, children after SIGTERM and SIGKILL).
+//!
+//! What is checked: lists under prefixes; results, structured content, `isError` and content
+//! of every kind unchanged; progress, log lines (at the client's level), elicitation and
+//! sampling across the gateway; a cancel reaching the upstream (and no answer after it); a
+//! child's crash answered -32030 at once for every call in flight on it, and a fresh child
+//! next; garbage lines skipped; `list_changed` re-listed; one child per session (ended with
+//! it, its environment from the identity) or one for all (50 sessions × 20 interleaved calls,
+//! every answer its own); a 2026-07-28 client served by a session-era upstream, its
+//! elicitation as an `input_required` round; a command that cannot start stops `mcp-ws` with
+//! exit 2; no child outlives `mcp-ws`.
+
+use crate::interop_py_sdk::ensure_python_env;
+use crate::interop_ts_sdk::ensure_sdk_1;
+use crate::support::interop::{assert_every_check_passed, interop_dir, run_client, Transport};
+use crate::support::meta::*;
+use crate::support::process::ServerProcess;
+use crate::support::ws::call;
+use crate::support::*;
+use mcp_ws::config::{UpstreamMode, UpstreamSettings};
+use mcp_ws::RunningServer;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The FastMCP upstream over stdio.
+fn py_upstream(mode: UpstreamMode) -> UpstreamSettings {
+    UpstreamSettings {
+        name: "py".into(),
+        command: ensure_python_env().display().to_string(),
+        args: vec![interop_dir()
+            .join("gateway_upstream.py")
+            .display()
+            .to_string()],
+        mode,
+        env_from_identity: [("MCP_USER".to_owned(), "sub".to_owned())].into(),
+        ..Default::default()
+    }
+}
+
+/// server-everything over stdio, run by the Node on PATH.
+fn everything_upstream(mode: UpstreamMode) -> UpstreamSettings {
+    ensure_sdk_1();
+    let entry =
+        interop_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    UpstreamSettings {
+        name: "every".into(),
+        command: "node".into(),
+        args: vec![entry.display().to_string(), "stdio".into()],
+        mode,
+        ..Default::default()
+    }
+}
+
+/// A server of nothing but these upstreams.
+fn gateway(
+    upstreams: Vec<UpstreamSettings>,
+    adjust: impl FnOnce(&mut mcp_ws::Settings),
+) -> RunningServer {
+    let mut settings = settings();
+    settings.upstreams = upstreams;
+    adjust(&mut settings);
+    start_bare(settings, |builder| builder)
+}
+
+/// The two upstreams the SDK clients expect: `py` per session, `every` shared.
+fn sdk_gateway() -> RunningServer {
+    gateway(
+        vec![
+            py_upstream(UpstreamMode::PerSession),
+            everything_upstream(UpstreamMode::Shared),
+        ],
+        |_| {},
+    )
+}
+
+const PY_CHECKS: &[&str] = &[
+    "tools of both upstreams listed under their prefixes",
+    "a call's result and structured content pass through",
+    "server-everything answers through the shared child",
+    "upstream progress and log lines reach the client",
+    "upstream log lines respect the client's level",
+    "an upstream's elicitation reaches the client and back",
+    "an upstream's sampling request reaches the client and back",
+    "image and resource_link blocks pass through unchanged",
+    "an upstream isError result stays one",
+    "resources and templates read through the upstream",
+    "a prompt renders through the upstream",
+    "a per-session upstream keeps one child for the session",
+    "an upstream's tools/list_changed reaches the client, list updated",
+    "a line of garbage from the child is skipped",
+    "a crashed child answers -32030 and the next call gets a fresh one",
+    "an unknown prefixed tool is -32602",
+];
+
+const TS_CHECKS: &[&str] = &[
+    "tools of both upstreams listed under their prefixes",
+    "a call and its structured content pass through",
+    "server-everything answers through the shared child",
+    "upstream progress reaches the client under its own token",
+    "an upstream's elicitation reaches the client and back",
+    "a crashed child answers -32030",
+];
+
+fn python_sdk_through(transport: Transport) {
+    let server = sdk_gateway();
+    let mut client = Command::new(ensure_python_env());
+    client.arg(interop_dir().join("gateway_client.py"));
+    let run = run_client(client, &server, transport, "the Python SDK gateway client");
+    assert_every_check_passed(&run, PY_CHECKS);
+}
+
+#[test]
+fn python_sdk_over_websocket_through_the_gateway() {
+    python_sdk_through(Transport::WebSocket);
+}
+
+#[test]
+fn python_sdk_over_http_through_the_gateway() {
+    python_sdk_through(Transport::Http);
+}
+
+fn typescript_sdk_through(transport: Transport) {
+    let server = sdk_gateway();
+    let mut client = Command::new("node");
+    client.arg(interop_dir().join("gateway_client.mjs"));
+    let run = run_client(
+        client,
+        &server,
+        transport,
+        "the TypeScript SDK gateway client",
+    );
+    assert_every_check_passed(&run, TS_CHECKS);
+}
+
+#[test]
+fn typescript_sdk_over_websocket_through_the_gateway() {
+    typescript_sdk_through(Transport::WebSocket);
+}
+
+#[test]
+fn typescript_sdk_over_http_through_the_gateway() {
+    typescript_sdk_through(Transport::Http);
+}
+
+/// A file the FastMCP upstream writes what became of its `wait` calls to.
+fn events_file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("events");
+    (dir, file)
+}
+
+fn read_events(file: &Path) -> String {
+    std::fs::read_to_string(file).unwrap_or_default()
+}
+
+async fn wait_for_event(file: &Path, line: &str) {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while !read_events(file).lines().any(|l| l == line) {
+        assert!(
+            Instant::now() < deadline,
+            "no `{line}` in {:?}",
+            read_events(file)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_reaches_the_upstream_and_no_answer_follows() {
+    let (_dir, events) = events_file();
+    for mode in [UpstreamMode::PerSession, UpstreamMode::Shared] {
+        let mut py = py_upstream(mode);
+        py.env
+            .insert("GATEWAY_EVENTS".into(), events.display().to_string());
+        let server = gateway(vec![py], |_| {});
+        let mut client = Client::initialized(&server).await;
+        let tag = format!("{mode:?}");
+        client
+            .send_json(request(
+                json!(7),
+                "tools/call",
+                json!({"name": "wait", "arguments": {"ms": 3000, "tag": tag}}),
+            ))
+            .await;
+        // The upstream has the call once a second call on the same child is answered.
+        let whoami = client.call_tool("whoami", json!({})).await;
+        assert!(tool_text(&whoami).starts_with("pid="), "{whoami}");
+        client.send_json(cancel(json!(7))).await;
+        // The upstream's task was cancelled (the SDK cancels it on notifications/cancelled
+        // under the id the gateway gave it), and never finished.
+        wait_for_event(&events, &format!("cancelled {tag}")).await;
+        // Past the time the call would have taken: no answer for id 7, late or not.
+        tokio::time::sleep(Duration::from_millis(3200)).await;
+        client.expect_nothing_pending().await;
+        assert!(!read_events(&events).contains(&format!("finished {tag}")));
+    }
+}
+
+#[tokio::test]
+async fn a_shared_child_serves_50_sessions_with_every_answer_its_own() {
+    let server = gateway(vec![py_upstream(UpstreamMode::Shared)], |_| {});
+    let url = server.url();
+    let mut sessions = Vec::new();
+    for session in 0..50u64 {
+        let url = url.clone();
+        sessions.push(tokio::spawn(async move {
+            let mut client = Client::initialized_at(&url, None, "2025-11-25").await;
+            // 20 calls sent at once, answered in whatever order; each answer must be this
+            // session's own sum for its id.
+            for i in 0..20u64 {
+                client
+                    .send_json(request(
+                        json!(i),
+                        "tools/call",
+                        json!({"name": "add", "arguments": {"a": session * 1000, "b": i}}),
+                    ))
+                    .await;
+            }
+            let mut answered = std::collections::HashSet::new();
+            for _ in 0..20 {
+                let response = client.recv().await;
+                let id = response["id"].as_u64().expect("a response with an id");
+                let sum = response["result"]["structuredContent"]["sum"].as_f64();
+                assert_eq!(
+                    sum,
+                    Some((session * 1000 + id) as f64),
+                    "session {session}: {response}"
+                );
+                assert!(answered.insert(id), "id {id} answered twice");
+            }
+            let whoami = client.call_tool("whoami", json!({})).await;
+            client.expect_nothing_pending().await;
+            tool_text(&whoami)
+        }));
+    }
+    let mut children = std::collections::HashSet::new();
+    for session in sessions {
+        children.insert(session.await.expect("session task"));
+    }
+    assert_eq!(children.len(), 1, "one shared child: {children:?}");
+    assert_eq!(
+        crate::support::http::metric(&server, "mcp_upstream_children{upstream=\"py\"}").await,
+        1
+    );
+    assert!(
+        crate::support::http::metric(&server, "mcp_upstream_requests_total{upstream=\"py\"}").await
+            >= 50 * 21
+    );
+}
+
+#[tokio::test]
+async fn a_crash_answers_every_call_in_flight_on_the_child_at_once() {
+    let server = gateway(vec![py_upstream(UpstreamMode::Shared)], |_| {});
+    let mut waiting = Client::initialized(&server).await;
+    let mut crashing = Client::initialized(&server).await;
+    let before = tool_text(&waiting.call_tool("whoami", json!({})).await);
+    waiting
+        .send_json(request(
+            json!("long"),
+            "tools/call",
+            json!({"name": "wait", "arguments": {"ms": 30000, "tag": "x"}}),
+        ))
+        .await;
+    // The long call is on the child once a later call on it is answered.
+    let _ = crashing.call_tool("whoami", json!({})).await;
+    let started = Instant::now();
+    let crash = crashing.call_tool("crash", json!({})).await;
+    let error = assert_error(&crash, &crash["id"], -32030);
+    assert!(
+        error["message"].as_str().is_some_and(|m| m.contains("py")),
+        "{error}"
+    );
+    assert_eq!(error["data"]["upstream"], "py");
+    // The other session's call on the same child: answered too, long before its 30 s.
+    let long = waiting.recv_response(&json!("long")).await;
+    assert_error(&long, &json!("long"), -32030);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    // The next call starts a fresh child.
+    let after = tool_text(&waiting.call_tool("whoami", json!({})).await);
+    assert!(
+        after.starts_with("pid=") && after != before,
+        "{before} → {after}"
+    );
+    assert!(
+        crate::support::http::metric(&server, "mcp_upstream_restarts_total{upstream=\"py\"}").await
+            >= 1
+    );
+}
+
+fn pid_of(whoami: &str) -> i32 {
+    whoami
+        .strip_prefix("pid=")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {whoami:?}"))
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie is not alive: its /proc entry stays until it is reaped.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.split_whitespace().nth(2) != Some("Z"))
+}
+
+async fn wait_gone(pid: i32) {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "process {pid} still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn each_session_has_its_own_child_ended_with_it_and_told_who_it_serves() {
+    let server = gateway(vec![py_upstream(UpstreamMode::PerSession)], |s| {
+        *s = with_api_key(std::mem::take(s));
+        // A dropped socket ends its session at once (no resume).
+        s.sessions.resume_grace_ms = 0;
+    });
+    let mut alice = Client::initialized_as(&server, TEST_KEY).await;
+    let mut anonymous = Client::initialized(&server).await;
+    let alice_child = tool_text(&alice.call_tool("whoami", json!({})).await);
+    let anonymous_child = tool_text(&anonymous.call_tool("whoami", json!({})).await);
+    assert!(alice_child.ends_with("user=tester"), "{alice_child}");
+    assert!(
+        anonymous_child.ends_with("user=anonymous"),
+        "{anonymous_child}"
+    );
+    assert_ne!(pid_of(&alice_child), pid_of(&anonymous_child));
+    assert_eq!(
+        crate::support::http::metric(&server, "mcp_upstream_children{upstream=\"py\"}").await,
+        2
+    );
+    alice.hang_up().await;
+    wait_gone(pid_of(&alice_child)).await;
+    assert!(alive(pid_of(&anonymous_child)));
+    let again = tool_text(&anonymous.call_tool("whoami", json!({})).await);
+    assert_eq!(again, anonymous_child);
+}
+
+#[tokio::test]
+async fn a_stateless_client_is_served_by_a_session_era_upstream() {
+    let server = gateway(vec![py_upstream(UpstreamMode::PerSession)], |s| {
+        s.info.name = crate::support::stateless::SERVER_NAME.into();
+        s.info.version = crate::support::stateless::SERVER_VERSION.into();
+    });
+    let mut client = Client::connect(&server).await;
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        stateless(json!({"name": "add", "arguments": {"a": 1, "b": 2}})),
+    )
+    .await;
+    let result = assert_complete(&response, &id);
+    assert_eq!(
+        result["structuredContent"],
+        json!({"sum": 3.0}),
+        "{response}"
+    );
+
+    // The upstream's elicitation becomes an input_required round; the retry carries the
+    // answer, and the upstream's ask is answered from it.
+    let params = stateless_with(
+        json!({"elicitation": {}}),
+        json!({"name": "ask_name", "arguments": {}}),
+    );
+    let (id, response) = call(&mut client, "tools/call", params.clone()).await;
+    let result = assert_stateless_result(&response, &id, "input_required");
+    let asks = result["inputRequests"]
+        .as_object()
+        .expect("inputRequests")
+        .clone();
+    assert_eq!(asks.len(), 1, "{response}");
+    let (key, ask) = asks.iter().next().expect("one ask");
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    let state = result["requestState"].as_str().expect("requestState");
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(
+            &params,
+            json!({ key.as_str(): accept_name("Lin") }),
+            Some(state),
+        ),
+    )
+    .await;
+    let result = assert_complete(&response, &id);
+    assert_eq!(text_of(&result), "hello Lin", "{response}");
+}
+
+#[tokio::test]
+async fn an_http_upstream_is_served_like_a_stdio_one() {
+    // FastMCP over Streamable HTTP, on a free port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let mut upstream = crate::support::interop::KillOnDrop(
+        Command::new(ensure_python_env())
+            .arg(interop_dir().join("gateway_upstream.py"))
+            .args(["--http", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the FastMCP HTTP upstream starts"),
+    );
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the HTTP upstream does not listen"
+        );
+        assert!(
+            upstream.0.try_wait().expect("try_wait").is_none(),
+            "the HTTP upstream exited"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for mode in [UpstreamMode::PerSession, UpstreamMode::Shared] {
+        let remote = UpstreamSettings {
+            name: "remote".into(),
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            mode,
+            ..Default::default()
+        };
+        let server = gateway(vec![remote], |_| {});
+        let mut client = Client::initialized(&server).await;
+        let sum = client.call_tool("add", json!({"a": 4, "b": 5})).await;
+        assert_eq!(
+            sum["result"]["structuredContent"],
+            json!({"sum": 9.0}),
+            "{sum}"
+        );
+        let slow = client
+            .request("tools/call", json!({"name": "slow", "arguments": {"steps": 2, "delay_ms": 50}, "_meta": {"progressToken": "p"}}))
+            .await;
+        assert_eq!(tool_text(&slow), "done", "{slow}");
+        let failed = client.call_tool("fail", json!({})).await;
+        assert_eq!(failed["result"]["isError"], true, "{failed}");
+        let motd = client.read_resource("mem://motd").await;
+        assert_eq!(
+            motd["result"]["contents"][0]["text"], "hello from upstream",
+            "{motd}"
+        );
+    }
+}
+
+#[test]
+fn a_command_that_cannot_start_stops_mcp_ws_with_exit_2() {
+    let mut server = ServerProcess::spawn(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--stdio",
+            "--",
+            "/nonexistent/mcp-server",
+        ],
+        &[],
+    );
+    let (status, stderr) = server.wait_exit();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    let reason: Vec<String> = stderr
+        .lines()
+        .filter(|l| l.starts_with("mcp-ws: "))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(reason.len(), 1, "{stderr}");
+    assert!(reason[0].contains("/nonexistent/mcp-server"), "{reason:?}");
+}
+
+/// `mcp-ws --stdio -- python gateway_upstream.py`, and the pid of the child of one session.
+async fn stdio_binary(mode: &str) -> (ServerProcess, Client, i32) {
+    let python = ensure_python_env().display().to_string();
+    let script = interop_dir()
+        .join("gateway_upstream.py")
+        .display()
+        .to_string();
+    let server = ServerProcess::spawn(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--mode",
+            mode,
+            "--stdio",
+            "--",
+            &python,
+            &script,
+        ],
+        &[],
+    );
+    let addr = server.wait_listening();
+    let mut client = Client::initialized_at(&format!("ws://{addr}/mcp"), None, "2025-11-25").await;
+    // Under its own name: a single upstream alone keeps its names.
+    let whoami = tool_text(&client.call_tool("whoami", json!({})).await);
+    (server, client, pid_of(&whoami))
+}
+
+#[tokio::test]
+async fn no_child_outlives_mcp_ws_killed() {
+    for mode in ["per_session", "shared"] {
+        let (mut server, _client, child) = stdio_binary(mode).await;
+        assert!(alive(child));
+        server.child.kill().expect("SIGKILL mcp-ws");
+        let _ = server.child.wait();
+        wait_gone(child).await;
+    }
+}
+
+#[tokio::test]
+async fn children_are_stopped_when_mcp_ws_stops() {
+    let (mut server, _client, child) = stdio_binary("per_session").await;
+    let pid = i32::try_from(server.child.id()).expect("pid");
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill")
+        .success());
+    let (status, stderr) = server.wait_exit();
+    assert!(status.success(), "{status}\n{stderr}");
+    assert!(!alive(child), "the child outlived mcp-ws");
+}
