@@ -133,6 +133,12 @@ impl Gateway {
                 }
             })?;
             register(&upstream, offers);
+            if let Some(child) = run_blocking(&runtime, {
+                let upstream = upstream.clone();
+                async move { upstream.shared_child().await }
+            }) {
+                upstream.subscribe_all(&child.client);
+            }
             let listed = crate::lock(&upstream.listed);
             tracing::info!(
                 upstream = %upstream.name,

@@ -31,6 +31,8 @@ const SESSION_END_GRACE: Duration = Duration::from_secs(2);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A child that lived this long before it ended was not failing: its restart waits not.
 const HEALTHY_AFTER: Duration = Duration::from_secs(10);
+/// Resources of one upstream the gateway subscribes a child to, at most.
+const MAX_SUBSCRIBED: usize = 256;
 /// Events of one call waiting to be handled (log lines beyond are dropped; asks beyond are
 /// refused to the upstream).
 const CALL_EVENTS: usize = 64;
@@ -303,6 +305,7 @@ impl Upstream {
         match self.start_child(Some(ctx)).await {
             Ok(started) => {
                 *crate::lock(&self.backoff) = Backoff::default();
+                self.subscribe_all(&started.client);
                 *child = Some(started.clone());
                 Ok(started)
             }
@@ -385,6 +388,41 @@ impl Upstream {
     /// The registry its offers are registered in.
     pub(crate) fn registry(&self) -> &Registry {
         &self.env.registry
+    }
+
+    /// Subscribes `client` to every resource this upstream registered, when it offers
+    /// subscriptions: its `resources/updated` then reach the sessions subscribed to the URI
+    /// (the session keeps who subscribed; the upstream only has to send the updates).
+    pub(crate) fn subscribe_all(&self, client: &Client) {
+        let offers = client
+            .server()
+            .capabilities
+            .get("resources")
+            .and_then(|r| r.get("subscribe"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        if !offers {
+            return;
+        }
+        let uris: Vec<String> = crate::lock(&self.listed)
+            .resources
+            .keys()
+            .take(MAX_SUBSCRIBED)
+            .cloned()
+            .collect();
+        let client = client.clone();
+        self.env.runtime.spawn(async move {
+            for uri in uris {
+                let _ = client
+                    .request("resources/subscribe", Some(json!({ "uri": uri })))
+                    .await;
+            }
+        });
+    }
+
+    /// The shared child, when one runs.
+    pub(crate) async fn shared_child(&self) -> Option<Child> {
+        self.shared.child.lock().await.clone()
     }
 
     /// Keeps a child started for discovery as the shared one.

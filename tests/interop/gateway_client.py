@@ -72,6 +72,7 @@ def text_of(result: types.CallToolResult) -> str:
 
 logs: list[str] = []
 tools_changed = anyio.Event()
+updated: list[str] = []
 
 
 async def on_log(params: types.LoggingMessageNotificationParams) -> None:
@@ -82,9 +83,12 @@ async def on_message(message) -> None:
     if isinstance(message, Exception):
         print(f"[client error] {describe(message)}", file=sys.stderr, flush=True)
         return
-    if isinstance(message, types.ServerNotification) and isinstance(
-            message.root, types.ToolListChangedNotification):
+    if not isinstance(message, types.ServerNotification):
+        return
+    if isinstance(message.root, types.ToolListChangedNotification):
         tools_changed.set()
+    elif isinstance(message.root, types.ResourceUpdatedNotification):
+        updated.append(str(message.root.params.uri))
 
 
 async def on_elicitation(context, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -186,6 +190,16 @@ async def run_checks(transport: str, url: str) -> None:
             assert "mem://items/{id}" in templates, templates
             assert (await s.read_resource("mem://items/7")).contents[0].text == "item 7"
         await check("resources and templates read through the upstream", resources)
+
+        async def subscription():
+            await s.subscribe_resource("mem://motd")
+            assert text_of(await s.call_tool("py__touch", {"uri": "mem://items/1"})) == "touched"
+            assert text_of(await s.call_tool("py__touch", {"uri": "mem://motd"})) == "touched"
+            with anyio.fail_after(NOTIFICATION_TIMEOUT_S):
+                while "mem://motd" not in updated:
+                    await anyio.sleep(0.05)
+            assert updated == ["mem://motd"], f"updates for what was not subscribed: {updated}"
+        await check("an upstream's resources/updated reaches the subscribed client", subscription)
 
         async def prompts():
             result = await s.get_prompt("py__greet", {"name": "Bob"})

@@ -13,6 +13,7 @@ Tools:
   crash()               the process exits at once (status 3) mid-call
   garbage()             writes a line that is not JSON to stdout, then answers
   grow(name)            adds a tool of that name and tells the client the list changed
+  touch(uri)            sends resources/updated for uri (the server offers subscriptions)
 Resource mem://motd, template mem://items/{id}, prompt greet(name).
 
 Usage: python gateway_upstream.py              (stdio)
@@ -138,6 +139,18 @@ async def grow(name: str, ctx: Context) -> str:
     server.add_tool(grown, name=name)
     await ctx.session.send_tool_list_changed()
     return "grew"
+
+
+@server._mcp_server.subscribe_resource()
+async def subscribed(uri) -> None:
+    record(f"subscribed {uri}")
+
+
+@server.tool()
+async def touch(uri: str, ctx: Context) -> str:
+    """Says the resource at `uri` changed (to a client that subscribed to it)."""
+    await ctx.session.send_resource_updated(uri)
+    return "touched"
 
 
 @server.resource("mem://motd", mime_type="text/plain")

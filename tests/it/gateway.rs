@@ -91,6 +91,7 @@ const PY_CHECKS: &[&str] = &[
     "image and resource_link blocks pass through unchanged",
     "an upstream isError result stays one",
     "resources and templates read through the upstream",
+    "an upstream's resources/updated reaches the subscribed client",
     "a prompt renders through the upstream",
     "a per-session upstream keeps one child for the session",
     "an upstream's tools/list_changed reaches the client, list updated",
