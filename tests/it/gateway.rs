@@ -531,3 +531,69 @@ async fn children_are_stopped_when_mcp_ws_stops() {
     assert!(status.success(), "{status}\n{stderr}");
     assert!(!alive(child), "the child outlived mcp-ws");
 }
+
+/// The rmcp 3.11 server of benches/peers/rmcp (one `echo` tool over Streamable HTTP, written
+/// with the official Rust SDK), built once per test binary.
+fn rmcp_server() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let target = root.join("target/peers");
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["build", "--quiet", "--manifest-path"])
+                .arg(root.join("benches/peers/rmcp/Cargo.toml"))
+                .env("CARGO_TARGET_DIR", &target)
+                .status()
+                .expect("cargo builds the rmcp peer");
+            assert!(status.success(), "building benches/peers/rmcp failed");
+            target.join("debug/bench-rmcp")
+        })
+        .clone()
+}
+
+#[tokio::test]
+async fn an_rmcp_server_over_http_is_an_upstream() {
+    let binary = rmcp_server();
+    // Its session mode (Mcp-Session-Id, SSE answers) and its stateless JSON mode.
+    for (rmcp_mode, mode) in [
+        ("sessions", UpstreamMode::PerSession),
+        ("stateless-json", UpstreamMode::Shared),
+    ] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("a free port")
+            .local_addr()
+            .expect("addr")
+            .port();
+        let _upstream = crate::support::interop::KillOnDrop(
+            Command::new(&binary)
+                .arg(format!("127.0.0.1:{port}"))
+                .env("MODE", rmcp_mode)
+                .spawn()
+                .expect("the rmcp server starts"),
+        );
+        let deadline = Instant::now() + READ_TIMEOUT;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the rmcp server does not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let rust = UpstreamSettings {
+            name: "rust".into(),
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            mode,
+            ..Default::default()
+        };
+        let server = gateway(vec![rust], |_| {});
+        let mut client = Client::initialized(&server).await;
+        let listed = client.request("tools/list", json!({})).await;
+        assert_eq!(listed["result"]["tools"][0]["name"], "echo", "{listed}");
+        let echo = client.call_tool("echo", json!({"text": rmcp_mode})).await;
+        assert_eq!(tool_text(&echo), rmcp_mode, "{echo}");
+        // Its own error for an argument that does not fit passes through as its error.
+        let wrong = client.call_tool("echo", json!({"text": 5})).await;
+        assert!(
+            wrong.get("error").is_some() || wrong["result"]["isError"] == true,
+            "{wrong}"
+        );
+    }
+}
