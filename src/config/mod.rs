@@ -399,9 +399,12 @@ pub struct ServerSettings {
     pub backlog: u32,
     /// Concurrent WebSocket sessions; an upgrade beyond this gets HTTP 503.
     pub max_sessions: usize,
-    /// Concurrent sessions from one IP address; a new one beyond this gets HTTP 429. 0: no
-    /// limit.
-    pub max_sessions_per_ip: usize,
+    /// Concurrent sessions from one client address (an IPv4 address, or an IPv6 /64), live
+    /// ones and WebSocket sessions waiting for a reconnect alike; a new one beyond this gets
+    /// HTTP 429. `None` (the default, the key left out): a tenth of `max_sessions`, at least
+    /// 10 (see [`ServerSettings::sessions_per_ip`]). `Some(0)`: no limit.
+    #[serde(deserialize_with = "some")]
+    pub max_sessions_per_ip: Option<usize>,
     /// Concurrent sessions of one authenticated identity; a new one beyond this gets HTTP
     /// 429. 0: no limit.
     pub max_sessions_per_identity: usize,
@@ -409,6 +412,23 @@ pub struct ServerSettings {
     /// `/metrics` is not served on `listen`. Empty in TOML (`None`): `/metrics` on `listen`.
     #[serde(deserialize_with = "optional_addr")]
     pub admin_listen: Option<SocketAddr>,
+}
+
+impl ServerSettings {
+    /// The sessions one client address may hold at once: `max_sessions_per_ip` when set,
+    /// else a tenth of `max_sessions`, at least 10 (clients behind one NAT or proxy are not
+    /// refused on a small server; on one that small the global cap is what binds). 0: no
+    /// limit.
+    pub fn sessions_per_ip(&self) -> usize {
+        self.max_sessions_per_ip
+            .unwrap_or_else(|| (self.max_sessions / 10).max(10))
+    }
+}
+
+/// A value given in TOML is `Some` (TOML has no null: a key left out is the `None` of
+/// `#[serde(default)]`).
+fn some<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 /// An address, or `""` for none (TOML has no null).
@@ -756,7 +776,7 @@ impl Default for ServerSettings {
             workers: 0,
             backlog: 4096,
             max_sessions: 10_000,
-            max_sessions_per_ip: 0,
+            max_sessions_per_ip: None,
             max_sessions_per_identity: 0,
             admin_listen: None,
         }

@@ -323,7 +323,7 @@ rejections! {
     forbidden => "forbidden",
     /// `server.max_sessions` sessions are open (HTTP 503).
     session_cap => "session_cap",
-    /// `server.max_sessions_per_ip` sessions from one address (HTTP 429).
+    /// `server.max_sessions_per_ip` sessions from one client address (HTTP 429).
     ip_limit => "ip_limit",
     /// `server.max_sessions_per_identity` sessions of one identity (HTTP 429).
     identity_limit => "identity_limit",

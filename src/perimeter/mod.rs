@@ -72,7 +72,7 @@ impl Perimeter {
             auth: Authenticator::new(settings, &policies)?,
             policies,
             connections: Arc::new(ConnectionLimits::new(
-                settings.server.max_sessions_per_ip,
+                settings.server.sessions_per_ip(),
                 settings.server.max_sessions_per_identity,
             )),
             partial: PartialBudget::new(settings.limits.max_partial_bytes),

@@ -4,6 +4,9 @@
 //! - `server.max_sessions_per_ip`: a client IP address over it gets 429 with `Retry-After`;
 //!   WebSocket and HTTP sessions count together; other addresses are still served, and the
 //!   address's own sessions go on; when one ends, the address may open another.
+//! - It is on by default, at a tenth of `server.max_sessions` (at least 10): one address
+//!   cannot take every session, WebSocket sessions its client dropped (parked for a resume)
+//!   included.
 //! - A WebSocket session waiting for a reconnect keeps its place, and resuming it takes
 //!   none (a resume is never refused for the limit its own session holds).
 //! - `server.max_sessions_per_identity`: an authenticated identity over it gets 429; other
@@ -161,7 +164,7 @@ async fn http_initialize_from(server: &RunningServer, from: [u8; 4]) -> u16 {
 
 fn per_ip(limit: usize) -> Settings {
     let mut s = settings();
-    s.server.max_sessions_per_ip = limit;
+    s.server.max_sessions_per_ip = Some(limit);
     s
 }
 
@@ -193,6 +196,38 @@ async fn sessions_per_ip_are_limited_and_a_place_comes_back_when_a_session_ends(
     wait_metric(&server, "mcp_sessions", 2).await;
     let (mut again, _) = session_from(&server, HERE, &[]).await;
     assert_pings(&mut again).await;
+}
+
+#[tokio::test]
+async fn by_default_one_address_holds_a_tenth_of_the_sessions_parked_ones_included() {
+    let mut s = settings();
+    s.server.max_sessions = 100;
+    let server = start(s);
+    // Ten places: five WebSocket sessions whose clients dropped (parked for a resume), five
+    // HTTP sessions never deleted.
+    for _ in 0..5 {
+        let (client, _) = session_from(&server, HERE, &[]).await;
+        drop(client);
+    }
+    wait_metric(&server, "mcp_parked_sessions", 5).await;
+    for _ in 0..5 {
+        assert_eq!(http_initialize_from(&server, HERE).await, 200);
+    }
+    assert_limit(
+        &upgrade_from(&server, HERE, &[])
+            .await
+            .refused("an 11th session"),
+        "IP address",
+        10,
+    );
+    assert_eq!(http_initialize_from(&server, HERE).await, 429);
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"ip_limit\"}").await,
+        2
+    );
+    // Everyone else is still served.
+    let (mut elsewhere, _) = session_from(&server, ELSEWHERE, &[]).await;
+    assert_pings(&mut elsewhere).await;
 }
 
 #[tokio::test]
