@@ -412,6 +412,86 @@ pub struct ServerSettings {
     /// `/metrics` is not served on `listen`. Empty in TOML (`None`): `/metrics` on `listen`.
     #[serde(deserialize_with = "optional_addr")]
     pub admin_listen: Option<SocketAddr>,
+    /// Proxies (load balancers) whose forwarded client address is believed: addresses or
+    /// CIDR blocks (`"10.0.0.0/8"`, `"127.0.0.1"`, `"::1/128"`). For a connection from one
+    /// of them, the client's address (what the per-address session cap, the anonymous rate
+    /// and the access log use) is the rightmost address of `forwarded_header` that is not
+    /// itself a trusted proxy. Empty: the connection's peer address, headers ignored.
+    pub trusted_proxies: Vec<String>,
+    /// The header trusted proxies put the client's address in: `"x-forwarded-for"` or
+    /// `"forwarded"` (RFC 7239, its `for=` parameters). Only this one is read: a client could
+    /// send the other one itself.
+    pub forwarded_header: ForwardedHeader,
+}
+
+/// The header a trusted proxy names the client's address in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (each proxy appends its peer).
+    #[default]
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239).
+    Forwarded,
+}
+
+/// An address block of `server.trusted_proxies`: an address, or `address/prefix-length`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNet {
+    /// The block's first address (the given address with its host bits cleared).
+    pub network: std::net::IpAddr,
+    /// How many leading bits name the block.
+    pub prefix: u8,
+}
+
+impl IpNet {
+    /// Parses `192.0.2.0/24`, `2001:db8::/32`, or a bare address (a block of one).
+    pub fn parse(text: &str) -> Option<Self> {
+        let (address, prefix) = match text.trim().split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix)),
+            None => (text.trim(), None),
+        };
+        let address: std::net::IpAddr = address.parse().ok()?;
+        let bits = if address.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(prefix) => prefix.parse::<u8>().ok().filter(|p| *p <= bits)?,
+            None => bits,
+        };
+        let network = match address {
+            std::net::IpAddr::V4(v4) => {
+                std::net::IpAddr::V4((v4.to_bits() & mask32(prefix)).into())
+            }
+            std::net::IpAddr::V6(v6) => {
+                std::net::IpAddr::V6((v6.to_bits() & mask128(prefix)).into())
+            }
+        };
+        Some(Self { network, prefix })
+    }
+
+    /// Whether `ip` is in the block (an IPv4-mapped IPv6 address as its IPv4 address).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.network, ip) {
+            (std::net::IpAddr::V4(net), std::net::IpAddr::V4(ip)) => {
+                ip.to_bits() & mask32(self.prefix) == net.to_bits()
+            }
+            (std::net::IpAddr::V6(net), std::net::IpAddr::V6(ip)) => {
+                ip.to_bits() & mask128(self.prefix) == net.to_bits()
+            }
+            _ => false,
+        }
+    }
+}
+
+fn mask32(prefix: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
+}
+
+fn mask128(prefix: u8) -> u128 {
+    u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
 }
 
 impl ServerSettings {
@@ -779,6 +859,8 @@ impl Default for ServerSettings {
             max_sessions_per_ip: None,
             max_sessions_per_identity: 0,
             admin_listen: None,
+            trusted_proxies: Vec::new(),
+            forwarded_header: ForwardedHeader::XForwardedFor,
         }
     }
 }
@@ -1205,6 +1287,16 @@ impl Settings {
     /// and checked, when the server is built).
     fn validate_perimeter(&self) -> Result<(), ConfigError> {
         let invalid = |message: String| Err(ConfigError::Invalid(message));
+        if let Some(bad) = self
+            .server
+            .trusted_proxies
+            .iter()
+            .find(|net| IpNet::parse(net).is_none())
+        {
+            return invalid(format!(
+                "server.trusted_proxies: {bad:?} is not an address or address/prefix-length"
+            ));
+        }
         let tls = &self.tls;
         let empty = |path: &PathBuf| path.as_os_str().is_empty();
         if tls.enabled() && (empty(&tls.cert_file) || empty(&tls.key_file)) {
