@@ -713,6 +713,14 @@ pub struct Limits {
     pub max_in_flight_per_session: usize,
     /// Worker slots shared by all sessions (the global pool).
     pub max_concurrent_requests: usize,
+    /// Slots of the global pool kept for sessions that hold none: a session whose requests
+    /// already hold a slot takes another only while more than this many are free (its
+    /// request waits otherwise, as for a full pool), so one session, or a few, cannot take
+    /// every slot and a new session's first request always finds one. `None` (the key left
+    /// out): an eighth of `max_concurrent_requests` (see [`Limits::pool_reserve`]). 0: no
+    /// reserve. Less than `max_concurrent_requests`.
+    #[serde(deserialize_with = "some")]
+    pub pool_reserve: Option<usize>,
     /// How long a request may wait for a slot in the global pool, in milliseconds.
     pub admission_wait_ms: u64,
     /// A request's time limit, in milliseconds (progress may extend it, see below).
@@ -877,6 +885,7 @@ impl Default for Limits {
             max_batch_len: 64,
             max_in_flight_per_session: 64,
             max_concurrent_requests: 512,
+            pool_reserve: None,
             admission_wait_ms: 5_000,
             request_timeout_ms: 60_000,
             max_request_timeout_ms: 600_000,
@@ -1012,6 +1021,13 @@ impl LoggingSettings {
 }
 
 impl Limits {
+    /// The slots of the global pool kept for sessions that hold none: `pool_reserve` when
+    /// set, else an eighth of `max_concurrent_requests` (64 of the default 512).
+    pub fn pool_reserve(&self) -> usize {
+        self.pool_reserve
+            .unwrap_or(self.max_concurrent_requests / 8)
+    }
+
     /// The time limit of a request that is not a tool call.
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms.min(self.max_request_timeout_ms))
@@ -1183,6 +1199,11 @@ impl Settings {
         if l.max_partial_bytes < l.max_message_bytes {
             return Err(ConfigError::Invalid(
                 "limits.max_partial_bytes must be >= limits.max_message_bytes (one message of the largest size must fit)".into(),
+            ));
+        }
+        if l.pool_reserve() >= l.max_concurrent_requests {
+            return Err(ConfigError::Invalid(
+                "limits.pool_reserve must be < limits.max_concurrent_requests (a session could take no slot beyond its first)".into(),
             ));
         }
         if l.max_request_timeout_ms < l.request_timeout_ms {
