@@ -117,6 +117,9 @@ pub struct Metrics {
     pub subscriptions: Gauge,
     pub requests: Counter,
     pub cancelled: Counter,
+    /// Requests of parked WebSocket sessions stopped so that a connected client could have
+    /// their worker slot (answered -32004 on resume).
+    pub reclaimed: Counter,
     pub timed_out: Counter,
     pub panicked: Counter,
     /// Requests answered from the de-duplication store (a stored response, or the response
@@ -214,6 +217,11 @@ impl Metrics {
                 "mcp_cancelled_total",
                 "Requests cancelled by the client or a disconnect",
                 &self.cancelled,
+            ),
+            (
+                "mcp_reclaimed_total",
+                "Requests of parked WebSocket sessions stopped to give their pool slot to a connected client",
+                &self.reclaimed,
             ),
             (
                 "mcp_timed_out_total",

@@ -902,6 +902,11 @@ impl Session {
         !self.in_flight.is_empty()
     }
 
+    /// How many requests are running.
+    pub fn requests_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
     /// Whether `initialize` was answered.
     pub fn is_initialized(&self) -> bool {
         matches!(self.phase, Phase::Ready(_))

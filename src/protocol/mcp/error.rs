@@ -23,7 +23,9 @@ pub mod codes {
     pub const RESOURCE_NOT_FOUND: ErrorCode = ErrorCode(-32002);
     /// A request reused the id of a request of this session that is still in flight.
     pub const DUPLICATE_REQUEST_ID: ErrorCode = ErrorCode(-32003);
-    /// The server is shutting down and takes no new requests.
+    /// The server stopped the request before it finished: it is shutting down, or the
+    /// request's WebSocket session was parked (its connection gone) while a connected client
+    /// needed its worker slot. Send it again.
     pub const SHUTTING_DOWN: ErrorCode = ErrorCode(-32004);
     /// The credential the connection was opened with expired (a JWT's `exp`): the request
     /// was stopped and the connection closes; reconnect with a fresh credential.
@@ -224,6 +226,10 @@ pub enum Error {
     DuplicateRequestId,
     #[error("Server is shutting down")]
     ShuttingDown,
+    /// The request's session was parked (its WebSocket connection gone) and a connected
+    /// client needed the request's worker slot: it was stopped, unfinished.
+    #[error("Request stopped: its connection was gone and a connected client needed its worker slot; send it again")]
+    Reclaimed,
     #[error("The connection's credential expired: reconnect with a fresh one")]
     CredentialExpired,
     #[error("Server busy: no worker slot became free in time, retry later")]
@@ -273,7 +279,7 @@ impl Error {
             Self::NotInitialized => codes::NOT_INITIALIZED,
             Self::TimedOut { .. } => codes::REQUEST_TIMED_OUT,
             Self::DuplicateRequestId => codes::DUPLICATE_REQUEST_ID,
-            Self::ShuttingDown => codes::SHUTTING_DOWN,
+            Self::ShuttingDown | Self::Reclaimed => codes::SHUTTING_DOWN,
             Self::CredentialExpired => codes::CREDENTIAL_EXPIRED,
             Self::ServerBusy { .. } => codes::SERVER_BUSY,
             Self::SessionBusy { .. } => codes::SESSION_BUSY,
@@ -376,6 +382,7 @@ impl Error {
             Self::IdempotencyConflict { scope } => {
                 object.with_data(json!({ "scope": scope.as_str() }))
             }
+            Self::Reclaimed => object.with_data(json!({ "reason": "reclaimed" })),
             _ => object,
         }
     }
