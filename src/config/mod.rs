@@ -62,6 +62,8 @@ pub struct Settings {
     pub logging: LoggingSettings,
     /// Redis, where the nodes of a deployment share state (none: each node keeps its own).
     pub redis: RedisSettings,
+    /// What the nodes of a deployment do when their shared store cannot be reached.
+    pub cluster: ClusterSettings,
     /// De-duplication of retried requests.
     pub dedup: DedupSettings,
     /// Ed25519 request signatures, required of the identities given keys.
@@ -108,6 +110,29 @@ impl std::fmt::Debug for RedisSettings {
             .field("retry_after_ms", &self.retry_after_ms)
             .finish()
     }
+}
+
+/// What the nodes of a deployment do when their shared store (Redis) cannot be reached.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterSettings {
+    /// While Redis cannot be reached (with `redis.url` set): `"refuse"` refuses a `tools/call`
+    /// carrying an idempotency key with a retryable error (-32008, `data.scope`
+    /// `"idempotencyStore"`), so a keyed call never runs without the protection every node
+    /// shares; `"local"` runs it with this node's own store (a retry on another node, or on
+    /// this one after Redis returns, may run it again).
+    pub on_store_error: OnStoreError,
+}
+
+/// What a node does with work that needs the shared store while Redis cannot be reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnStoreError {
+    /// Refuse it with a retryable error: nothing runs without its protection.
+    #[default]
+    Refuse,
+    /// Go on with the node's own store (best effort: shared only once Redis returns).
+    Local,
 }
 
 /// De-duplication of retried `tools/call` requests: by `params._meta.idempotencyKey` (per

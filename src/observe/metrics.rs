@@ -367,6 +367,9 @@ rejections! {
     session_busy => "session_busy",
     /// No global pool slot within `limits.admission_wait_ms` (-32008).
     server_busy => "server_busy",
+    /// A `tools/call` with an idempotency key while Redis cannot be reached
+    /// (`cluster.on_store_error = "refuse"`, -32008).
+    store_unavailable => "store_unavailable",
 }
 
 impl Rejections {

@@ -32,7 +32,7 @@ pub mod codes {
     pub const CREDENTIAL_EXPIRED: ErrorCode = ErrorCode(-32023);
     /// No slot in the server-wide worker pool became free within the admission wait (or no
     /// file read within `resources.read_wait_ms`, or the file bytes in flight are at their
-    /// limit).
+    /// limit, or the idempotency store cannot be reached for a keyed call).
     pub const SERVER_BUSY: ErrorCode = ErrorCode(-32008);
     /// A resource is larger than the server sends (`max_file_bytes` of its
     /// `[[resources.directories]]` entry), or its answer would not fit in one message
@@ -234,6 +234,10 @@ pub enum Error {
     CredentialExpired,
     #[error("Server busy: no worker slot became free in time, retry later")]
     ServerBusy { limit: usize, waited_ms: u64 },
+    /// A `tools/call` with an idempotency key while the store every node shares (Redis)
+    /// cannot be reached (`cluster.on_store_error = "refuse"`): it did not run.
+    #[error("Server busy: the idempotency store cannot be reached, retry later")]
+    StoreUnavailable { retry_after_ms: u64 },
     #[error("Session busy: too many requests in flight, wait for some to finish")]
     SessionBusy { limit: usize },
     #[error("{}", reason.message())]
@@ -281,7 +285,7 @@ impl Error {
             Self::DuplicateRequestId => codes::DUPLICATE_REQUEST_ID,
             Self::ShuttingDown | Self::Reclaimed => codes::SHUTTING_DOWN,
             Self::CredentialExpired => codes::CREDENTIAL_EXPIRED,
-            Self::ServerBusy { .. } => codes::SERVER_BUSY,
+            Self::ServerBusy { .. } | Self::StoreUnavailable { .. } => codes::SERVER_BUSY,
             Self::SessionBusy { .. } => codes::SESSION_BUSY,
             Self::SignatureRefused { .. } => codes::SIGNATURE_REFUSED,
             Self::IdempotencyConflict { .. } => codes::IDEMPOTENCY_CONFLICT,
@@ -373,6 +377,8 @@ impl Error {
             Self::TimedOut { timeout_ms } => object.with_data(json!({ "timeoutMs": timeout_ms })),
             Self::ServerBusy { limit, waited_ms } => object
                 .with_data(json!({ "scope": "server", "limit": limit, "waitedMs": waited_ms })),
+            Self::StoreUnavailable { retry_after_ms } => object
+                .with_data(json!({ "scope": "idempotencyStore", "retryAfterMs": retry_after_ms })),
             Self::SessionBusy { limit } => {
                 object.with_data(json!({ "scope": "session", "limit": limit }))
             }
