@@ -393,7 +393,8 @@ impl Default for ResourceSettings {
 pub struct DirectorySettings {
     /// The directory.
     pub path: PathBuf,
-    /// Largest file served, in bytes; a larger one is listed but its read gets -32005.
+    /// Largest file served, in bytes; a larger one is listed but its read gets -32005. At
+    /// most `resources.max_read_bytes_in_flight` (checked at start).
     #[serde(default = "default_max_file_bytes")]
     pub max_file_bytes: u64,
 }
@@ -1219,6 +1220,19 @@ impl Settings {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(
                 "{name} must be greater than 0"
+            )));
+        }
+        let budget = self.resources.max_read_bytes_in_flight;
+        if let Some(dir) = self
+            .resources
+            .directories
+            .iter()
+            .find(|dir| dir.max_file_bytes > budget)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "resources.directories: max_file_bytes of {} ({}) exceeds resources.max_read_bytes_in_flight ({budget}): its largest files could never be read",
+                dir.path.display(),
+                dir.max_file_bytes
             )));
         }
         if l.max_partial_bytes < l.max_message_bytes {
