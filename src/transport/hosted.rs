@@ -112,6 +112,9 @@ impl SocketHandle {
 pub struct AttachSocket {
     /// The socket.
     pub socket: SocketHandle,
+    /// What the socket's own credential grants: its messages are served with the narrower
+    /// of that and the session's.
+    pub access: Access,
 }
 
 /// A resumed session's socket is gone; `end_session` when its client closed normally.
@@ -198,6 +201,7 @@ impl HostedSession {
     ) -> Addr<Self> {
         let out = Outlets::Socket(SocketOutlet {
             socket: None,
+            access: Access::default(),
             missed: VecDeque::new(),
             max_missed: shared.settings.sessions.resume_buffer_messages,
             overflowed: false,
@@ -476,6 +480,7 @@ impl Handler<AttachSocket> for HostedSession {
         if self.closing {
             return false;
         }
+        out.access = attach.access;
         if let Some(older) = out.socket.replace(attach.socket.clone()) {
             older.detach.do_send(Detach {
                 code: CloseCode::Normal,
@@ -544,7 +549,12 @@ impl Handler<Relayed> for HostedSession {
 
     fn handle(&mut self, relayed: Relayed, ctx: &mut Self::Context) {
         self.last_active = Instant::now();
-        self.core.on_text(&relayed.0, 0, &mut self.out);
+        // Served with the attached socket's own credential as well as the session's.
+        let access = match &self.out {
+            Outlets::Socket(socket) => socket.access.clone(),
+            Outlets::Http(_) => Access::default(),
+        };
+        self.core.on_text_as(&relayed.0, 0, &access, &mut self.out);
         self.end_if_due(ctx);
     }
 }
@@ -573,6 +583,8 @@ impl Outlet for Outlets {
 /// A WebSocket session's way out: its current socket, or what it missed while it had none.
 pub struct SocketOutlet {
     socket: Option<SocketHandle>,
+    /// What the attached socket's credential grants.
+    access: Access,
     missed: VecDeque<String>,
     max_missed: usize,
     /// It missed more than `max_missed`: a reconnect could not be made whole, so the
