@@ -119,8 +119,8 @@ pub struct ClusterSettings {
     /// While Redis cannot be reached (with `redis.url` set): `"refuse"` refuses a `tools/call`
     /// carrying an idempotency key with a retryable error (-32008, `data.scope`
     /// `"idempotencyStore"`), so a keyed call never runs without the protection every node
-    /// shares; `"local"` runs it with this node's own store (a retry on another node, or on
-    /// this one after Redis returns, may run it again).
+    /// shares; `"local"` runs it with this node's own store (a retry on another node may run
+    /// it again).
     pub on_store_error: OnStoreError,
 }
 

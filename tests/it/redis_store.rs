@@ -10,6 +10,9 @@
 //!   -32008 (`data.scope` `"idempotencyStore"`, `retryAfterMs`), counted as
 //!   `store_unavailable`; calls without a key still run; once Redis is back, the retry runs,
 //!   once, and its retries on either node are answered from Redis;
+//! - a call whose run ends while Redis is away (it could not record the result) is not run
+//!   again when Redis comes back empty: the node answers retries from what it kept and writes
+//!   it to Redis, where the other node finds it;
 //! - with `cluster.on_store_error = "local"`, requests still run with Redis gone:
 //!   de-duplication goes on locally (a retry on the same node is still answered), the
 //!   failures are counted; once Redis is back, the node uses it again (a retry on the other
@@ -263,6 +266,46 @@ async fn without_redis_a_keyed_call_is_refused_retryably_and_runs_once_when_it_r
         2,
         "the plain call and the keyed one"
     );
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_result_redis_missed_during_an_outage_is_kept_and_written_back() {
+    let mut redis = RedisServer::start();
+    let a = start_node("node-a", node_settings(&redis));
+    let b = start_node("node-b", node_settings(&redis));
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    // Claimed in Redis, then Redis goes away while it runs.
+    on_a.send_json(keyed_call(json!(1), "held", "midway-1"))
+        .await;
+    wait_metric(&a.server, "mcp_pool_running", 1).await;
+    redis.kill();
+    a.gate.add_permits(1);
+    let ran = on_a.recv_response(&json!(1)).await;
+    assert_eq!(result_text(&ran, &json!(1)), "node-a run 1: \"held\"");
+    // Redis comes back empty (no persistence): retries on node a are answered from what it
+    // kept, until it has written the result to Redis.
+    redis.restart();
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut id = 10;
+    while redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never written back to Redis"
+        );
+        id += 1;
+        let retry = on_a
+            .send_request(keyed_call(json!(id), "held", "midway-1"))
+            .await;
+        assert_eq!(result_text(&retry, &json!(id)), "node-a run 1: \"held\"");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    let retry = on_b
+        .send_request(keyed_call(json!("b"), "held", "midway-1"))
+        .await;
+    assert_eq!(result_text(&retry, &json!("b")), "node-a run 1: \"held\"");
+    assert_eq!(a.runs.load(Ordering::SeqCst), 1, "it ran once");
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
 }
 

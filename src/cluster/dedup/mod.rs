@@ -208,6 +208,25 @@ async fn run(
     // A running entry outlives any run (no request runs past the hard cap), so a node that
     // dies mid-request holds its keys no longer than that.
     let running_for = Duration::from_millis(settings.limits.max_request_timeout_ms).max(window);
+    // A result this node kept while Redis was away answers first (and goes to Redis), so a
+    // call that ran during an outage does not run again once Redis is back.
+    if let Some(Claim::Done {
+        fingerprint,
+        result,
+    }) = cluster
+        .store
+        .recover_done(&cluster.metrics, &keyed.key)
+        .await
+    {
+        if fingerprint != keyed.fingerprint {
+            cluster.metrics.dedup_conflicts.inc();
+            return Err(Error::IdempotencyConflict {
+                scope: crate::protocol::mcp::ConflictScope::IdempotencyKey,
+            });
+        }
+        cluster.metrics.dedup_hits.inc();
+        return Ok(encode_result(&id, &result));
+    }
     let mut poll = FIRST_POLL;
     loop {
         let owner = cluster.store.new_owner();

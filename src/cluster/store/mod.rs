@@ -214,6 +214,18 @@ impl Store {
         self.memory.complete(key, owner, done, ttl);
     }
 
+    /// With Redis, the result this node holds in memory under `key`: a run that ended while
+    /// Redis was away (Redis could not record it; or, with `on_store_error = "local"`, it ran
+    /// in memory), so Redis may hold it as running, or not at all after a restart. It is
+    /// written to Redis now, for every node, and returned. `None` without Redis, or when
+    /// this node holds no result under `key`.
+    pub(crate) async fn recover_done(&self, metrics: &Metrics, key: &Key) -> Option<Claim> {
+        let redis = self.redis.as_ref()?;
+        let (done, left) = self.memory.done(key)?;
+        redis.complete(metrics, key, done.encode(), left).await;
+        Some(done)
+    }
+
     /// Frees a claim held in memory that ends without a result to keep. (One held in Redis
     /// is freed with [`RedisStore::release`].)
     pub(crate) fn release_in_memory(&self, key: &Key, owner: ClaimId) {
