@@ -457,7 +457,7 @@ enum Ended<T> {
 struct Slot<'p> {
     pool: &'p Pool,
     share: PoolShare,
-    _permit: SemaphorePermit<'p>,
+    permit: Option<SemaphorePermit<'p>>,
 }
 
 impl<'p> Slot<'p> {
@@ -466,7 +466,7 @@ impl<'p> Slot<'p> {
         Self {
             pool,
             share: share.clone(),
-            _permit: permit,
+            permit: Some(permit),
         }
     }
 }
@@ -474,8 +474,8 @@ impl<'p> Slot<'p> {
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.share.0.set(self.share.0.get().saturating_sub(1));
-        // The permit is returned after this body: a waiter woken now finds it free once it
-        // runs (it runs later, on its own task).
+        // The permit goes back first: a waiter woken below (on any thread) finds it free.
+        drop(self.permit.take());
         if self.pool.share_waiters.load(Ordering::Acquire) > 0 {
             self.pool.returned.notify_waiters();
         }
