@@ -31,7 +31,7 @@ use mcp_ws::testing::jsonrpc::{
 use mcp_ws::testing::mcp::CallToolParams;
 use mcp_ws::testing::memory::{ClientFrame, MemorySession};
 use mcp_ws::testing::shared::Shared;
-use mcp_ws::testing::{Job, RequestWorker};
+use mcp_ws::testing::{Job, PoolShare, RequestWorker};
 use mcp_ws::{RequestContext, Server, Settings};
 use serde_json::value::RawValue;
 use std::future::poll_fn;
@@ -171,6 +171,7 @@ fn worker(c: &mut Criterion) {
         log_floor: mcp_ws::context::LogFloor::Session,
         on_input: None,
         pool: shared.pool.clone(),
+        share: PoolShare::default(),
         span: tracing::Span::none(),
     };
     group.bench_function("worker_actor", |b| {

@@ -8,4 +8,4 @@ pub use crate::perimeter::Admission;
 pub use crate::protocol::{jsonrpc, mcp};
 pub use crate::session::shared;
 pub use crate::transport::memory;
-pub use crate::worker::{Job, RequestWorker};
+pub use crate::worker::{Job, PoolShare, RequestWorker};

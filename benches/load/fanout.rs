@@ -63,6 +63,8 @@ pub fn serve(args: &Args) -> Result<(), BoxError> {
     let mut settings = mcp_ws::Settings::default();
     settings.server.listen = args.listen;
     settings.server.max_sessions = 20_000;
+    // Every session comes from this one address.
+    settings.server.max_sessions_per_ip = Some(0);
     settings.logging.filter = "warn".into();
     let server = crate::demo::demo(mcp_ws::Server::builder().settings(settings))
         .build()?

@@ -65,6 +65,8 @@ pub struct Settings {
     pub logging: LoggingSettings,
     /// Redis, where the nodes of a deployment share state (none: each node keeps its own).
     pub redis: RedisSettings,
+    /// What the nodes of a deployment do when their shared store cannot be reached.
+    pub cluster: ClusterSettings,
     /// De-duplication of retried requests.
     pub dedup: DedupSettings,
     /// Ed25519 request signatures, required of the identities given keys.
@@ -113,6 +115,29 @@ impl std::fmt::Debug for RedisSettings {
             .field("retry_after_ms", &self.retry_after_ms)
             .finish()
     }
+}
+
+/// What the nodes of a deployment do when their shared store (Redis) cannot be reached.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterSettings {
+    /// While Redis cannot be reached (with `redis.url` set): `"refuse"` refuses a `tools/call`
+    /// carrying an idempotency key with a retryable error (-32008, `data.scope`
+    /// `"idempotencyStore"`), so a keyed call never runs without the protection every node
+    /// shares; `"local"` runs it with this node's own store (a retry on another node may run
+    /// it again).
+    pub on_store_error: OnStoreError,
+}
+
+/// What a node does with work that needs the shared store while Redis cannot be reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnStoreError {
+    /// Refuse it with a retryable error: nothing runs without its protection.
+    #[default]
+    Refuse,
+    /// Go on with the node's own store (best effort: shared only once Redis returns).
+    Local,
 }
 
 /// De-duplication of retried `tools/call` requests: by `params._meta.idempotencyKey` (per
@@ -373,7 +398,8 @@ impl Default for ResourceSettings {
 pub struct DirectorySettings {
     /// The directory.
     pub path: PathBuf,
-    /// Largest file served, in bytes; a larger one is listed but its read gets -32005.
+    /// Largest file served, in bytes; a larger one is listed but its read gets -32005. At
+    /// most `resources.max_read_bytes_in_flight` (checked at start).
     #[serde(default = "default_max_file_bytes")]
     pub max_file_bytes: u64,
 }
@@ -404,9 +430,12 @@ pub struct ServerSettings {
     pub backlog: u32,
     /// Concurrent WebSocket sessions; an upgrade beyond this gets HTTP 503.
     pub max_sessions: usize,
-    /// Concurrent sessions from one IP address; a new one beyond this gets HTTP 429. 0: no
-    /// limit.
-    pub max_sessions_per_ip: usize,
+    /// Concurrent sessions from one client address (an IPv4 address, or an IPv6 /64), live
+    /// ones and WebSocket sessions waiting for a reconnect alike; a new one beyond this gets
+    /// HTTP 429. `None` (the default, the key left out): a tenth of `max_sessions`, at least
+    /// 10 (see [`ServerSettings::sessions_per_ip`]). `Some(0)`: no limit.
+    #[serde(deserialize_with = "some")]
+    pub max_sessions_per_ip: Option<usize>,
     /// Concurrent sessions of one authenticated identity; a new one beyond this gets HTTP
     /// 429. 0: no limit.
     pub max_sessions_per_identity: usize,
@@ -414,6 +443,103 @@ pub struct ServerSettings {
     /// `/metrics` is not served on `listen`. Empty in TOML (`None`): `/metrics` on `listen`.
     #[serde(deserialize_with = "optional_addr")]
     pub admin_listen: Option<SocketAddr>,
+    /// Proxies (load balancers) whose forwarded client address is believed: addresses or
+    /// CIDR blocks (`"10.0.0.0/8"`, `"127.0.0.1"`, `"::1/128"`). For a connection from one
+    /// of them, the client's address (what the per-address session cap, the anonymous rate
+    /// and the access log use) is the rightmost address of `forwarded_header` that is not
+    /// itself a trusted proxy. Empty: the connection's peer address, headers ignored.
+    pub trusted_proxies: Vec<String>,
+    /// The header trusted proxies put the client's address in: `"x-forwarded-for"` or
+    /// `"forwarded"` (RFC 7239, its `for=` parameters). Only this one is read: a client could
+    /// send the other one itself.
+    pub forwarded_header: ForwardedHeader,
+}
+
+/// The header a trusted proxy names the client's address in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (each proxy appends its peer).
+    #[default]
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239).
+    Forwarded,
+}
+
+/// An address block of `server.trusted_proxies`: an address, or `address/prefix-length`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNet {
+    /// The block's first address (the given address with its host bits cleared).
+    pub network: std::net::IpAddr,
+    /// How many leading bits name the block.
+    pub prefix: u8,
+}
+
+impl IpNet {
+    /// Parses `192.0.2.0/24`, `2001:db8::/32`, or a bare address (a block of one).
+    pub fn parse(text: &str) -> Option<Self> {
+        let (address, prefix) = match text.trim().split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix)),
+            None => (text.trim(), None),
+        };
+        let address: std::net::IpAddr = address.parse().ok()?;
+        let bits = if address.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(prefix) => prefix.parse::<u8>().ok().filter(|p| *p <= bits)?,
+            None => bits,
+        };
+        let network = match address {
+            std::net::IpAddr::V4(v4) => {
+                std::net::IpAddr::V4((v4.to_bits() & mask32(prefix)).into())
+            }
+            std::net::IpAddr::V6(v6) => {
+                std::net::IpAddr::V6((v6.to_bits() & mask128(prefix)).into())
+            }
+        };
+        Some(Self { network, prefix })
+    }
+
+    /// Whether `ip` is in the block (an IPv4-mapped IPv6 address as its IPv4 address).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.network, ip) {
+            (std::net::IpAddr::V4(net), std::net::IpAddr::V4(ip)) => {
+                ip.to_bits() & mask32(self.prefix) == net.to_bits()
+            }
+            (std::net::IpAddr::V6(net), std::net::IpAddr::V6(ip)) => {
+                ip.to_bits() & mask128(self.prefix) == net.to_bits()
+            }
+            _ => false,
+        }
+    }
+}
+
+fn mask32(prefix: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
+}
+
+fn mask128(prefix: u8) -> u128 {
+    u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
+}
+
+impl ServerSettings {
+    /// The sessions one client address may hold at once: `max_sessions_per_ip` when set,
+    /// else a tenth of `max_sessions`, at least 10 (clients behind one NAT or proxy are not
+    /// refused on a small server; on one that small the global cap is what binds). 0: no
+    /// limit.
+    pub fn sessions_per_ip(&self) -> usize {
+        self.max_sessions_per_ip
+            .unwrap_or_else(|| (self.max_sessions / 10).max(10))
+    }
+}
+
+/// A value given in TOML is `Some` (TOML has no null: a key left out is the `None` of
+/// `#[serde(default)]`).
+fn some<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 /// An address, or `""` for none (TOML has no null).
@@ -618,6 +744,14 @@ pub struct Limits {
     pub max_in_flight_per_session: usize,
     /// Worker slots shared by all sessions (the global pool).
     pub max_concurrent_requests: usize,
+    /// Slots of the global pool kept for sessions that hold none: a session whose requests
+    /// already hold a slot takes another only while more than this many are free (its
+    /// request waits otherwise, as for a full pool), so one session, or a few, cannot take
+    /// every slot and a new session's first request always finds one. `None` (the key left
+    /// out): an eighth of `max_concurrent_requests` (see [`Limits::pool_reserve`]). 0: no
+    /// reserve. Less than `max_concurrent_requests`.
+    #[serde(deserialize_with = "some")]
+    pub pool_reserve: Option<usize>,
     /// How long a request may wait for a slot in the global pool, in milliseconds.
     pub admission_wait_ms: u64,
     /// A request's time limit, in milliseconds (progress may extend it, see below).
@@ -761,9 +895,11 @@ impl Default for ServerSettings {
             workers: 0,
             backlog: 4096,
             max_sessions: 10_000,
-            max_sessions_per_ip: 0,
+            max_sessions_per_ip: None,
             max_sessions_per_identity: 0,
             admin_listen: None,
+            trusted_proxies: Vec::new(),
+            forwarded_header: ForwardedHeader::XForwardedFor,
         }
     }
 }
@@ -780,6 +916,7 @@ impl Default for Limits {
             max_batch_len: 64,
             max_in_flight_per_session: 64,
             max_concurrent_requests: 512,
+            pool_reserve: None,
             admission_wait_ms: 5_000,
             request_timeout_ms: 60_000,
             max_request_timeout_ms: 600_000,
@@ -915,6 +1052,13 @@ impl LoggingSettings {
 }
 
 impl Limits {
+    /// The slots of the global pool kept for sessions that hold none: `pool_reserve` when
+    /// set, else an eighth of `max_concurrent_requests` (64 of the default 512).
+    pub fn pool_reserve(&self) -> usize {
+        self.pool_reserve
+            .unwrap_or(self.max_concurrent_requests / 8)
+    }
+
     /// The time limit of a request that is not a tool call.
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms.min(self.max_request_timeout_ms))
@@ -1084,9 +1228,27 @@ impl Settings {
                 "{name} must be greater than 0"
             )));
         }
+        let budget = self.resources.max_read_bytes_in_flight;
+        if let Some(dir) = self
+            .resources
+            .directories
+            .iter()
+            .find(|dir| dir.max_file_bytes > budget)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "resources.directories: max_file_bytes of {} ({}) exceeds resources.max_read_bytes_in_flight ({budget}): its largest files could never be read",
+                dir.path.display(),
+                dir.max_file_bytes
+            )));
+        }
         if l.max_partial_bytes < l.max_message_bytes {
             return Err(ConfigError::Invalid(
                 "limits.max_partial_bytes must be >= limits.max_message_bytes (one message of the largest size must fit)".into(),
+            ));
+        }
+        if l.pool_reserve() >= l.max_concurrent_requests {
+            return Err(ConfigError::Invalid(
+                "limits.pool_reserve must be < limits.max_concurrent_requests (a session could take no slot beyond its first)".into(),
             ));
         }
         if l.max_request_timeout_ms < l.request_timeout_ms {
@@ -1191,6 +1353,16 @@ impl Settings {
     /// and checked, when the server is built).
     fn validate_perimeter(&self) -> Result<(), ConfigError> {
         let invalid = |message: String| Err(ConfigError::Invalid(message));
+        if let Some(bad) = self
+            .server
+            .trusted_proxies
+            .iter()
+            .find(|net| IpNet::parse(net).is_none())
+        {
+            return invalid(format!(
+                "server.trusted_proxies: {bad:?} is not an address or address/prefix-length"
+            ));
+        }
         let tls = &self.tls;
         let empty = |path: &PathBuf| path.as_os_str().is_empty();
         if tls.enabled() && (empty(&tls.cert_file) || empty(&tls.key_file)) {

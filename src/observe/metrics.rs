@@ -117,6 +117,9 @@ pub struct Metrics {
     pub subscriptions: Gauge,
     pub requests: Counter,
     pub cancelled: Counter,
+    /// Requests of parked WebSocket sessions stopped so that a connected client could have
+    /// their worker slot (answered -32004 on resume).
+    pub reclaimed: Counter,
     pub timed_out: Counter,
     pub panicked: Counter,
     /// Requests answered from the de-duplication store (a stored response, or the response
@@ -284,6 +287,11 @@ impl Metrics {
                 &self.cancelled,
             ),
             (
+                "mcp_reclaimed_total",
+                "Requests of parked WebSocket sessions stopped to give their pool slot to a connected client",
+                &self.reclaimed,
+            ),
+            (
                 "mcp_timed_out_total",
                 "Requests stopped by their timeout",
                 &self.timed_out,
@@ -394,7 +402,7 @@ rejections! {
     forbidden => "forbidden",
     /// `server.max_sessions` sessions are open (HTTP 503).
     session_cap => "session_cap",
-    /// `server.max_sessions_per_ip` sessions from one address (HTTP 429).
+    /// `server.max_sessions_per_ip` sessions from one client address (HTTP 429).
     ip_limit => "ip_limit",
     /// `server.max_sessions_per_identity` sessions of one identity (HTTP 429).
     identity_limit => "identity_limit",
@@ -430,6 +438,9 @@ rejections! {
     session_busy => "session_busy",
     /// No global pool slot within `limits.admission_wait_ms` (-32008).
     server_busy => "server_busy",
+    /// A `tools/call` with an idempotency key while Redis cannot be reached
+    /// (`cluster.on_store_error = "refuse"`, -32008).
+    store_unavailable => "store_unavailable",
 }
 
 impl Rejections {

@@ -1,6 +1,11 @@
-//! Session limits per client: how many sessions one IP address, and one authenticated
-//! identity, may hold at once (`server.max_sessions_per_ip`, `max_sessions_per_identity`;
-//! the global cap is `server.max_sessions`, counted by `Shared`).
+//! Session limits per client: how many sessions one client address, and one authenticated
+//! identity, may hold at once (`server.max_sessions_per_ip`, by default a tenth of
+//! `server.max_sessions`, and `max_sessions_per_identity`; the global cap is
+//! `server.max_sessions`, counted by `Shared`).
+//!
+//! A client address is the peer's IP address, or the one a trusted proxy forwarded (see
+//! `perimeter::forwarded`). IPv6 addresses count by their /64 (one host or household gets a
+//! whole /64 and can pick any address in it), IPv4-mapped IPv6 addresses as the IPv4 address.
 //!
 //! A new session takes a [`ConnectionPermit`] before it exists, so a client over its limit
 //! costs nothing but the refused request; the session holds the permit for as long as it
@@ -18,7 +23,7 @@ use std::sync::Arc;
 /// Which per-client limit a new session is over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientLimit {
-    /// `server.max_sessions_per_ip`.
+    /// `server.max_sessions_per_ip` (by default a tenth of `server.max_sessions`).
     Ip,
     /// `server.max_sessions_per_identity`.
     Identity,
@@ -67,7 +72,7 @@ impl ConnectionLimits {
         self: &Arc<Self>,
         admission: &Admission,
     ) -> Result<Option<ConnectionPermit>, (ClientLimit, usize)> {
-        let ip = admission.peer.filter(|_| self.per_ip > 0);
+        let ip = admission.peer.filter(|_| self.per_ip > 0).map(client_key);
         let identity = (self.per_identity > 0 && admission.identity.is_authenticated())
             .then(|| Arc::<str>::from(admission.identity.principal()));
         if ip.is_none() && identity.is_none() {
@@ -96,7 +101,21 @@ impl ConnectionLimits {
     /// Sessions held by `ip` now (for tests and diagnostics).
     #[cfg(any(test, feature = "testing"))]
     pub fn held_by_ip(&self, ip: &IpAddr) -> usize {
-        self.by_ip.get(ip).map_or(0, |count| *count)
+        self.by_ip.get(&client_key(*ip)).map_or(0, |count| *count)
+    }
+}
+
+/// The address a client's sessions count under: IPv4 as is, an IPv4-mapped IPv6 address as
+/// its IPv4 address, any other IPv6 address as its /64.
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                v6.to_bits() & !((1u128 << 64) - 1),
+            )),
+        },
     }
 }
 
@@ -170,5 +189,31 @@ mod tests {
         assert_eq!(limits.held_by_ip(&IpAddr::from([10, 0, 0, 1])), 0);
         assert!(limits.by_ip.is_empty() && limits.by_identity.is_empty());
         assert!(limits.acquire(&from([10, 0, 0, 1], alice)).is_ok());
+    }
+
+    #[test]
+    fn ipv6_counts_by_its_64_and_mapped_ipv4_as_ipv4() {
+        let limits = Arc::new(ConnectionLimits::new(1, 0));
+        let at = |ip: &str| {
+            let mut admission = Admission::anonymous();
+            admission.peer = Some(ip.parse().expect("ip"));
+            admission
+        };
+        let _first = limits.acquire(&at("2001:db8:1:2::1")).expect("first");
+        assert_eq!(
+            limits.acquire(&at("2001:db8:1:2:ffff::9")).err(),
+            Some((ClientLimit::Ip, 1)),
+            "another address of the same /64"
+        );
+        assert!(
+            limits.acquire(&at("2001:db8:1:3::1")).is_ok(),
+            "another /64"
+        );
+        let _v4 = limits.acquire(&at("10.0.0.9")).expect("ipv4");
+        assert_eq!(
+            limits.acquire(&at("::ffff:10.0.0.9")).err(),
+            Some((ClientLimit::Ip, 1)),
+            "the same IPv4 address, mapped"
+        );
     }
 }

@@ -3,13 +3,16 @@
 //! request), and the one place where each refusal becomes an HTTP answer.
 //!
 //! In order: Origin/Host ([`origin`]), who the client is ([`auth`]: a bearer token or a TLS
-//! client certificate, [`tls`]), what it may use ([`policy`]), and, for a request that opens
-//! a session, its place within the per-client and global session limits ([`connections`]).
+//! client certificate, [`tls`]) and where from ([`forwarded`]: its address, behind a trusted
+//! proxy the one the proxy forwarded), what it may use ([`policy`]), and, for a request that
+//! opens a session, its place within the per-client and global session limits
+//! ([`connections`]).
 //! Every refusal carries a JSON-RPC error object with a null id in its body (what the official
 //! TypeScript SDK sends), so a client can show why; the status is what clients act on.
 
 pub mod auth;
 pub mod connections;
+pub mod forwarded;
 pub mod guard;
 pub mod origin;
 pub mod partial;
@@ -54,6 +57,8 @@ pub struct Perimeter {
     pub policies: Policies,
     /// The per-IP and per-identity session counters.
     pub connections: Arc<ConnectionLimits>,
+    /// The proxies whose forwarded client address is believed.
+    pub proxies: forwarded::TrustedProxies,
     /// The bytes of partly received messages, over all connections
     /// (`limits.max_partial_bytes`).
     pub partial: Arc<PartialBudget>,
@@ -72,10 +77,11 @@ impl Perimeter {
             auth: Authenticator::new(settings, &policies)?,
             policies,
             connections: Arc::new(ConnectionLimits::new(
-                settings.server.max_sessions_per_ip,
+                settings.server.sessions_per_ip(),
                 settings.server.max_sessions_per_identity,
             )),
             partial: PartialBudget::new(settings.limits.max_partial_bytes),
+            proxies: forwarded::TrustedProxies::new(&settings.server),
         })
     }
 }
@@ -103,7 +109,7 @@ impl Owner {
 pub struct Admission {
     /// Who the client is.
     pub identity: Identity,
-    /// The peer's address.
+    /// The client's address: the peer's, or behind a trusted proxy the one it forwarded.
     pub peer: Option<IpAddr>,
     /// The client's `User-Agent`, for the access log.
     pub user_agent: Option<Arc<str>>,
@@ -186,7 +192,9 @@ pub fn admit(perimeter: &Perimeter, req: &HttpRequest) -> Result<Admission, Refu
     Ok(Admission {
         identity,
         access,
-        peer: req.peer_addr().map(|addr| addr.ip()),
+        peer: perimeter
+            .proxies
+            .client_address(req.peer_addr().map(|addr| addr.ip()), headers),
         user_agent: headers
             .get(USER_AGENT)
             .and_then(|v| v.to_str().ok())

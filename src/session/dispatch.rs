@@ -828,6 +828,7 @@ impl Session {
             log_floor: era.log_floor,
             on_input: era.on_input,
             pool: self.shared.pool.clone(),
+            share: self.pool_share.clone(),
             span,
         });
         // The worker may already be done here, but its `Finished` waits in the inbox, which

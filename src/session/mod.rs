@@ -144,6 +144,8 @@ pub struct Session {
     last_client_capabilities: stateless::LastParsed<serde_json::Value>,
     /// The `SessionInfo` of the last 2026-07-28 request.
     last_stateless_info: std::cell::RefCell<Option<Rc<SessionInfo>>>,
+    /// The slots of the global pool its requests hold (its fair share, see `worker::Pool`).
+    pool_share: crate::worker::PoolShare,
 }
 
 enum Phase {
@@ -263,6 +265,7 @@ impl Session {
             last_client_info,
             last_client_capabilities,
             last_stateless_info: Default::default(),
+            pool_share: Default::default(),
         }
     }
 
@@ -897,6 +900,11 @@ impl Session {
     /// Whether requests are still running.
     pub fn has_work_in_flight(&self) -> bool {
         !self.in_flight.is_empty()
+    }
+
+    /// How many requests are running.
+    pub fn requests_in_flight(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// Whether `initialize` was answered.

@@ -21,6 +21,7 @@ use crate::protocol::mcp::Error;
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
+use crate::worker::Yield;
 use actix::prelude::*;
 use actix_web_actors::ws::CloseCode;
 use std::collections::{HashMap, VecDeque};
@@ -111,6 +112,9 @@ impl SocketHandle {
 pub struct AttachSocket {
     /// The socket.
     pub socket: SocketHandle,
+    /// What the socket's own credential grants: its messages are served with the narrower
+    /// of that and the session's.
+    pub access: Access,
 }
 
 /// A resumed session's socket is gone; `end_session` when its client closed normally.
@@ -160,6 +164,9 @@ pub struct HostedSession {
     closing: bool,
     /// During shutdown: whether a check for the client's quiet is scheduled.
     quiet_end_armed: bool,
+    /// Whether the pool may ask it to give up its work ([`Yield`]): parked with work in
+    /// flight.
+    yields: bool,
 }
 
 impl HostedSession {
@@ -194,6 +201,7 @@ impl HostedSession {
     ) -> Addr<Self> {
         let out = Outlets::Socket(SocketOutlet {
             socket: None,
+            access: Access::default(),
             missed: VecDeque::new(),
             max_missed: shared.settings.sessions.resume_buffer_messages,
             overflowed: false,
@@ -222,6 +230,26 @@ impl HostedSession {
             last_active: Instant::now(),
             closing: false,
             quiet_end_armed: false,
+            yields: false,
+        }
+    }
+
+    /// Parked with work in flight: the pool may ask for it (oldest parked first) when a
+    /// connected client needs a slot.
+    fn offer_work(&mut self, ctx: &mut Context<Self>) {
+        if self.core.has_work_in_flight() {
+            self.shared
+                .pool
+                .park(self.slot.id(), ctx.address().recipient());
+            self.yields = true;
+        }
+    }
+
+    /// Resumed, ended, or its work is done: the pool no longer asks for it.
+    fn withdraw_work(&mut self) {
+        if self.yields {
+            self.yields = false;
+            self.shared.pool.unpark(self.slot.id());
         }
     }
 
@@ -306,6 +334,7 @@ impl HostedSession {
     /// A parked WebSocket session waits `resume_grace_ms` for a socket.
     fn wait_for_socket(&mut self, ctx: &mut Context<Self>) {
         self.set_waiting(true);
+        self.offer_work(ctx);
         self.detached += 1;
         let detached = self.detached;
         let grace = Duration::from_millis(self.shared.settings.sessions.resume_grace_ms);
@@ -338,6 +367,7 @@ impl Actor for HostedSession {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.withdraw_work();
         self.core.cancel_all(&mut self.out);
         self.directory.forget(&self.id);
         self.set_waiting(false);
@@ -348,6 +378,9 @@ impl SessionHost for HostedSession {
     fn drain_inbox(&mut self, ctx: &mut Self::Context) -> bool {
         let busy = self.core.has_work_in_flight();
         self.core.on_inbox(&mut self.out);
+        if !self.core.has_work_in_flight() {
+            self.withdraw_work();
+        }
         if self.closing && busy && !self.core.has_work_in_flight() {
             // The last answer just went out: the client's quiet is counted from here (it
             // may still ask something about that answer before the session ends).
@@ -447,6 +480,7 @@ impl Handler<AttachSocket> for HostedSession {
         if self.closing {
             return false;
         }
+        out.access = attach.access;
         if let Some(older) = out.socket.replace(attach.socket.clone()) {
             older.detach.do_send(Detach {
                 code: CloseCode::Normal,
@@ -459,8 +493,35 @@ impl Handler<AttachSocket> for HostedSession {
         }
         self.detached += 1;
         self.set_waiting(false);
+        self.withdraw_work();
         tracing::debug!(session = self.slot.id(), id = %self.id, "session resumed");
         true
+    }
+}
+
+/// A connected client needs a worker slot and none is free: a session still parked gives
+/// up its work. Each request still in flight is stopped and answered -32004 (`reclaimed`),
+/// kept with what the client missed for its resume.
+impl Handler<Yield> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, _yield: Yield, ctx: &mut Self::Context) {
+        // The pool forgot it when it asked.
+        self.yields = false;
+        let parked = matches!(&self.out, Outlets::Socket(s) if s.socket.is_none());
+        if !parked || self.closing || !self.core.has_work_in_flight() {
+            return;
+        }
+        let stopped = self.core.requests_in_flight();
+        tracing::info!(
+            session = self.slot.id(),
+            id = %self.id,
+            stopped,
+            "parked session's work stopped: a connected client needs its worker slots"
+        );
+        self.shared.metrics.reclaimed.add(stopped as u64);
+        self.core.answer_all_with(&Error::Reclaimed, &mut self.out);
+        self.end_if_due(ctx);
     }
 }
 
@@ -488,7 +549,12 @@ impl Handler<Relayed> for HostedSession {
 
     fn handle(&mut self, relayed: Relayed, ctx: &mut Self::Context) {
         self.last_active = Instant::now();
-        self.core.on_text(&relayed.0, 0, &mut self.out);
+        // Served with the attached socket's own credential as well as the session's.
+        let access = match &self.out {
+            Outlets::Socket(socket) => socket.access.clone(),
+            Outlets::Http(_) => Access::default(),
+        };
+        self.core.on_text_as(&relayed.0, 0, &access, &mut self.out);
         self.end_if_due(ctx);
     }
 }
@@ -517,6 +583,8 @@ impl Outlet for Outlets {
 /// A WebSocket session's way out: its current socket, or what it missed while it had none.
 pub struct SocketOutlet {
     socket: Option<SocketHandle>,
+    /// What the attached socket's credential grants.
+    access: Access,
     missed: VecDeque<String>,
     max_missed: usize,
     /// It missed more than `max_missed`: a reconnect could not be made whole, so the

@@ -30,7 +30,7 @@ use super::hosted::{
     AttachSocket, Deliver, Detach, DetachSocket, HostedSession, Relayed, SocketHandle,
     DRAINED_QUIET,
 };
-use crate::perimeter::{self, Admission, Owner, Refusal};
+use crate::perimeter::{self, Access, Admission, Owner, Refusal};
 use crate::protocol::mcp::{Error, ProtocolVersion};
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
@@ -91,6 +91,10 @@ pub struct WsSession {
     /// Whether the session ends with the socket (the client closed with 1000, or the server
     /// is shutting down) rather than waiting for a reconnect.
     ends_with_socket: bool,
+    /// A resuming connection: what its own credential grants, handed to the hosted session
+    /// when the socket attaches (its messages are served with the narrower of that and the
+    /// session's).
+    resume_access: Option<Access>,
 }
 
 /// Where this connection's session is.
@@ -137,14 +141,18 @@ impl WsSession {
     }
 
     /// A connection resuming the session hosted by `hosted`, with a credential valid until
-    /// `expires`.
+    /// `expires` that grants `access` (its requests get no more than that, nor than the
+    /// session's own credential grants).
     pub fn resume(
         shared: Arc<Shared>,
         directory: (Arc<HostedSessions>, Arc<Sockets>),
         hosted: Addr<HostedSession>,
         expires: Option<SystemTime>,
+        access: Access,
     ) -> Self {
-        Self::with_core(shared, directory, Core::Relay(hosted), expires)
+        let mut socket = Self::with_core(shared, directory, Core::Relay(hosted), expires);
+        socket.resume_access = Some(access);
+        socket
     }
 
     /// The connection's credential expired: the requests in flight are answered with
@@ -180,6 +188,7 @@ impl WsSession {
             close_sent: false,
             credential_expires,
             ends_with_socket: false,
+            resume_access: None,
         }
     }
 
@@ -375,6 +384,7 @@ impl Actor for WsSession {
             Core::Relay(hosted) => {
                 let attach = hosted.send(AttachSocket {
                     socket: SocketHandle::of(&ctx.address()),
+                    access: self.resume_access.take().unwrap_or_default(),
                 });
                 ctx.wait(attach.into_actor(self).map(|attached, session, ctx| {
                     if !matches!(attached, Ok(true)) {
@@ -529,7 +539,13 @@ pub async fn upgrade(
         Some(id) => {
             let owner = Owner::of(&admission.identity);
             let hosted = claim_session(&directory, &id, &owner).await?;
-            WsSession::resume(shared.clone(), directory, hosted, admission.expires)
+            WsSession::resume(
+                shared.clone(),
+                directory,
+                hosted,
+                admission.expires,
+                admission.access,
+            )
         }
         None => {
             let slot = shared.open_session(&admission)?;

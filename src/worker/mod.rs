@@ -26,13 +26,16 @@ use crate::protocol::mcp::Error;
 use actix::prelude::*;
 use futures_util::future::{poll_immediate, LocalBoxFuture};
 use futures_util::FutureExt;
+use std::cell::Cell;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit, TryAcquireError};
 use tracing::Instrument;
 
 /// The work a worker runs: given the request's id and context, the encoded response frame
@@ -52,10 +55,42 @@ pub struct Cancel;
 /// The global worker pool, and what every worker reads: one permit per running request
 /// across all sessions, the settings (limits, progress interval, client request timeout) and
 /// the metrics it counts in.
+///
+/// Fair shares: the last `limits.pool_reserve` free slots go only to requests of sessions
+/// that hold no slot yet (see [`PoolShare`]); a request of a session that holds some waits
+/// until more are free. Parked sessions yield: a request that finds no slot for it first
+/// asks the oldest WebSocket session parked with work in flight (see [`Pool::park`]) to
+/// give up its work, whose slots then go to the waiting requests.
 pub struct Pool {
     permits: Semaphore,
+    /// `limits.pool_reserve`.
+    reserve: usize,
+    /// Requests of sessions holding slots that wait for more than `reserve` to be free.
+    share_waiters: AtomicUsize,
+    /// Woken when a slot comes back while `share_waiters` is not 0.
+    returned: Notify,
+    /// Parked sessions with work in flight, oldest first.
+    parked: Mutex<VecDeque<(u64, Recipient<Yield>)>>,
     settings: Arc<Settings>,
     metrics: Arc<Metrics>,
+}
+
+/// Pool → a parked session: give up the work you have in flight (a live session waits for a
+/// slot).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Yield;
+
+/// How many pool slots the requests of one session hold now: shared by the session and its
+/// workers, all on the session's thread. A fresh one holds none.
+#[derive(Debug, Clone, Default)]
+pub struct PoolShare(Rc<Cell<usize>>);
+
+impl PoolShare {
+    /// Slots held now.
+    pub fn held(&self) -> usize {
+        self.0.get()
+    }
 }
 
 impl Pool {
@@ -63,9 +98,52 @@ impl Pool {
     pub fn new(settings: Arc<Settings>, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             permits: Semaphore::new(settings.limits.max_concurrent_requests),
+            reserve: settings.limits.pool_reserve(),
+            share_waiters: AtomicUsize::new(0),
+            returned: Notify::new(),
+            parked: Mutex::new(VecDeque::new()),
             settings,
             metrics,
         })
+    }
+
+    /// A parked session (`session`, its server-unique number) has work in flight: it is
+    /// asked through `to` to give it up when a live session needs a slot. Oldest first.
+    pub fn park(&self, session: u64, to: Recipient<Yield>) {
+        if let Ok(mut parked) = self.parked.lock() {
+            parked.retain(|(id, _)| *id != session);
+            parked.push_back((session, to));
+        }
+    }
+
+    /// The session is resumed, or ended, or has no work in flight any more.
+    pub fn unpark(&self, session: u64) {
+        if let Ok(mut parked) = self.parked.lock() {
+            parked.retain(|(id, _)| *id != session);
+        }
+    }
+
+    /// Asks the oldest parked session with work in flight to give it up; whether there was
+    /// one.
+    fn reclaim(&self) -> bool {
+        let oldest = self.parked.lock().ok().and_then(|mut p| p.pop_front());
+        match oldest {
+            Some((session, to)) => {
+                tracing::debug!(session, "a parked session yields its work to a live one");
+                to.do_send(Yield);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A slot for a request of a session holding `share`, if one is free for it now.
+    fn try_take<'p>(&'p self, share: &PoolShare) -> Result<Slot<'p>, TryAcquireError> {
+        if share.held() > 0 && self.permits.available_permits() <= self.reserve {
+            return Err(TryAcquireError::NoPermits);
+        }
+        let permit = self.permits.try_acquire()?;
+        Ok(Slot::new(self, permit, share))
     }
 
     /// Permits free now (tests check that every permit came back).
@@ -99,6 +177,8 @@ pub struct Job {
     pub on_input: Option<OnInput>,
     /// The pool it runs in.
     pub pool: Arc<Pool>,
+    /// The slots its session's requests hold.
+    pub share: PoolShare,
     /// The worker's span, a child of the request's (session, id, method): the work and its
     /// outcome are logged inside it.
     pub span: tracing::Span,
@@ -284,6 +364,7 @@ fn execute(job: Job, cancel: CancelFlag) -> impl Future<Output = Result<String, 
         log_floor,
         on_input,
         pool,
+        share,
         span: _,
     } = job;
     async move {
@@ -292,11 +373,11 @@ fn execute(job: Job, cancel: CancelFlag) -> impl Future<Output = Result<String, 
 
         // The timeout counts from admission into the pool. Admitted at once, that is when the
         // request arrived, a moment ago: its clock read serves, and this path reads no clock.
-        let (permit, admitted) = match pool.permits.try_acquire() {
+        let (permit, admitted) = match pool.try_take(&share) {
             Ok(permit) => (permit, received),
             Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
             Err(TryAcquireError::NoPermits) => {
-                let permit = Box::pin(wait_for_slot(&pool)).await?;
+                let permit = Box::pin(wait_for_slot(&pool, &share)).await?;
                 if cancel.is_set() {
                     // Cancelled while it waited, and run once more before it stops (see the
                     // `Cancel` handler): the work must not start now. The stop comes next.
@@ -372,15 +453,45 @@ enum Ended<T> {
     InputNeeded,
 }
 
-/// Waits up to `admission_wait_ms` for a slot in the global pool.
-async fn wait_for_slot(pool: &Pool) -> Result<SemaphorePermit<'_>, Error> {
+/// A slot of the global pool, counted in its session's share while held.
+struct Slot<'p> {
+    pool: &'p Pool,
+    share: PoolShare,
+    permit: Option<SemaphorePermit<'p>>,
+}
+
+impl<'p> Slot<'p> {
+    fn new(pool: &'p Pool, permit: SemaphorePermit<'p>, share: &PoolShare) -> Self {
+        share.0.set(share.0.get() + 1);
+        Self {
+            pool,
+            share: share.clone(),
+            permit: Some(permit),
+        }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.share.0.set(self.share.0.get().saturating_sub(1));
+        // The permit goes back first: a waiter woken below (on any thread) finds it free.
+        drop(self.permit.take());
+        if self.pool.share_waiters.load(Ordering::Acquire) > 0 {
+            self.pool.returned.notify_waiters();
+        }
+    }
+}
+
+/// Waits up to `admission_wait_ms` for a slot in the global pool. A parked session with
+/// work in flight is asked to give it up first.
+async fn wait_for_slot<'p>(pool: &'p Pool, share: &PoolShare) -> Result<Slot<'p>, Error> {
     let metrics = &pool.metrics;
     let limits = &pool.settings.limits;
     let _waiting = metrics.pool_waiting.track();
+    pool.reclaim();
     let wait = Duration::from_millis(limits.admission_wait_ms);
-    match tokio::time::timeout(wait, pool.permits.acquire()).await {
-        Ok(Ok(permit)) => Ok(permit),
-        Ok(Err(_closed)) => Err(Error::ShuttingDown),
+    match tokio::time::timeout(wait, take_when_free(pool, share)).await {
+        Ok(taken) => taken,
         Err(_elapsed) => {
             metrics.rejections.server_busy.inc();
             Err(Error::ServerBusy {
@@ -388,6 +499,44 @@ async fn wait_for_slot(pool: &Pool) -> Result<SemaphorePermit<'_>, Error> {
                 waited_ms: limits.admission_wait_ms,
             })
         }
+    }
+}
+
+/// A slot for a request of the session holding `share`: in the pool's queue, in turn, for
+/// a session that holds none; for one that holds some, once more than the reserve is free.
+/// -32004 when the pool is closed.
+async fn take_when_free<'p>(pool: &'p Pool, share: &PoolShare) -> Result<Slot<'p>, Error> {
+    if share.held() > 0 {
+        pool.share_waiters.fetch_add(1, Ordering::AcqRel);
+        let _waiter = ShareWaiter(pool);
+        loop {
+            let returned = pool.returned.notified();
+            let mut returned = std::pin::pin!(returned);
+            // Registered before the check, so a slot returned right after it wakes us.
+            returned.as_mut().enable();
+            if share.held() == 0 {
+                // Its own slots came back meanwhile: it queues like any session.
+                break;
+            }
+            match pool.try_take(share) {
+                Ok(slot) => return Ok(slot),
+                Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
+                Err(TryAcquireError::NoPermits) => returned.await,
+            }
+        }
+    }
+    match pool.permits.acquire().await {
+        Ok(permit) => Ok(Slot::new(pool, permit, share)),
+        Err(_closed) => Err(Error::ShuttingDown),
+    }
+}
+
+/// Counts a request waiting for more than the reserve to be free while it lives.
+struct ShareWaiter<'p>(&'p Pool);
+
+impl Drop for ShareWaiter<'_> {
+    fn drop(&mut self) {
+        self.0.share_waiters.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -1188,6 +1188,60 @@ async fn a_request_on_a_session_is_authorized_with_its_own_narrower_credential()
 
 /// A WebSocket session ends when the JWT it was opened with expires: a call still in flight
 /// gets its answer (-32023), then the connection closes with 1008.
+/// A resumed WebSocket session is served with the new connection's credential as well as
+/// the one it was opened with: the same subject reconnecting with a narrower token gets only
+/// what that token grants, and a reconnect with the wide token gets all again.
+#[tokio::test]
+async fn a_resumed_websocket_session_is_authorized_with_its_new_narrower_credential() {
+    let dir = TempDir::new().expect("tempdir");
+    let mut s = auth_settings(&dir);
+    let mut narrow_policy = policy(&[], &["narrow"]);
+    narrow_policy.tools = strings(&["echo"]);
+    s.auth.policies = vec![policy(&[], &["wide"]), narrow_policy];
+    let server = start_auth(s);
+    let token = |scope: &str| {
+        let mut claims = claims("alice");
+        claims["scope"] = json!(scope);
+        hs256(&claims)
+    };
+    let (wide, narrow) = (token("wide"), token("narrow"));
+    let mut opened = upgrade(&server, &[("Authorization", &bearer(&wide))])
+        .await
+        .expect("admitted");
+    let init = opened
+        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+        .await;
+    let id = init["result"]["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+    drop(opened);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+
+    let add = json!({"name": "add", "arguments": {"a": 1, "b": 2}});
+    let mut resumed = upgrade(
+        &server,
+        &[("Authorization", &bearer(&narrow)), ("Mcp-Session-Id", &id)],
+    )
+    .await
+    .expect("the same subject resumes");
+    let refused = resumed.request("tools/call", add.clone()).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let names = list_all(&mut resumed, "tools/list", "tools", "name").await;
+    assert_eq!(names, ["echo"]);
+    drop(resumed);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+
+    let mut wide_again = upgrade(
+        &server,
+        &[("Authorization", &bearer(&wide)), ("Mcp-Session-Id", &id)],
+    )
+    .await
+    .expect("resumes again");
+    let allowed = wide_again.request("tools/call", add).await;
+    assert_eq!(allowed["result"]["content"][0]["text"], "3", "{allowed}");
+}
+
 #[tokio::test]
 async fn a_websocket_session_ends_when_its_jwt_expires() {
     let dir = TempDir::new().expect("tempdir");

@@ -217,6 +217,27 @@ fn invalid_config_exits_2_naming_the_problem() {
         "limits.max_partial_bytes must be >= limits.max_message_bytes",
     );
 
+    let proxies = write_config(
+        "bad-proxy",
+        "[server]\ntrusted_proxies = [\"10.0.0.0/33\"]\n",
+    );
+    assert_refuses_to_start(
+        &["--config", proxies.to_str().expect("utf-8 path")],
+        &[],
+        "server.trusted_proxies: \"10.0.0.0/33\"",
+    );
+
+    // A served file larger than the read budget could never be read: refused at start.
+    let files = write_config(
+        "file-over-read-budget",
+        "[resources]\nmax_read_bytes_in_flight = 1000\n[[resources.directories]]\npath = \"/tmp\"\nmax_file_bytes = 1001\n",
+    );
+    assert_refuses_to_start(
+        &["--config", files.to_str().expect("utf-8 path")],
+        &[],
+        "resources.directories: max_file_bytes of /tmp (1001) exceeds resources.max_read_bytes_in_flight (1000)",
+    );
+
     // The file named by MCP_WS_CONFIG is read too, and a missing one is an error.
     let missing = Path::new(env!("CARGO_TARGET_TMPDIR")).join("config_cli-no-such-file.toml");
     let missing = missing.to_str().expect("utf-8 path");

@@ -4,6 +4,14 @@
 //! - `server.max_sessions_per_ip`: a client IP address over it gets 429 with `Retry-After`;
 //!   WebSocket and HTTP sessions count together; other addresses are still served, and the
 //!   address's own sessions go on; when one ends, the address may open another.
+//! - It is on by default, at a tenth of `server.max_sessions` (at least 10): one address
+//!   cannot take every session, WebSocket sessions its client dropped (parked for a resume)
+//!   included.
+//! - Behind a proxy named in `server.trusted_proxies`, the address counted is the one it
+//!   forwards (`X-Forwarded-For`, rightmost entry not itself a proxy; or `Forwarded`): clients
+//!   behind one balancer are told apart, a client cannot pick its address by writing the
+//!   header itself, and a peer that is not a trusted proxy counts as itself whatever it
+//!   sends.
 //! - A WebSocket session waiting for a reconnect keeps its place, and resuming it takes
 //!   none (a resume is never refused for the limit its own session holds).
 //! - `server.max_sessions_per_identity`: an authenticated identity over it gets 429; other
@@ -141,17 +149,29 @@ fn assert_limit(refused: &Refused, what: &str, limit: usize) {
 
 /// A Streamable HTTP `initialize` from `from`: the status.
 async fn http_initialize_from(server: &RunningServer, from: [u8; 4]) -> u16 {
+    http_initialize_with(server, from, &[]).await
+}
+
+/// A Streamable HTTP `initialize` from `from` with extra headers: the status.
+async fn http_initialize_with(
+    server: &RunningServer,
+    from: [u8; 4],
+    headers: &[(&'static str, &str)],
+) -> u16 {
     let client = reqwest::Client::builder()
         .local_address(IpAddr::from(from))
         .build()
         .expect("client");
     let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
         "params": initialize_params("2025-11-25")});
-    client
+    let post = client
         .post(format!("http://{}/mcp", server.addr()))
         .header("Accept", "application/json, text/event-stream")
-        .header("Content-Type", "application/json")
-        .body(body.to_string())
+        .header("Content-Type", "application/json");
+    let post = headers
+        .iter()
+        .fold(post, |post, (name, value)| post.header(*name, *value));
+    post.body(body.to_string())
         .send()
         .await
         .expect("POST")
@@ -161,7 +181,7 @@ async fn http_initialize_from(server: &RunningServer, from: [u8; 4]) -> u16 {
 
 fn per_ip(limit: usize) -> Settings {
     let mut s = settings();
-    s.server.max_sessions_per_ip = limit;
+    s.server.max_sessions_per_ip = Some(limit);
     s
 }
 
@@ -193,6 +213,102 @@ async fn sessions_per_ip_are_limited_and_a_place_comes_back_when_a_session_ends(
     wait_metric(&server, "mcp_sessions", 2).await;
     let (mut again, _) = session_from(&server, HERE, &[]).await;
     assert_pings(&mut again).await;
+}
+
+#[tokio::test]
+async fn by_default_one_address_holds_a_tenth_of_the_sessions_parked_ones_included() {
+    let mut s = settings();
+    s.server.max_sessions = 100;
+    let server = start(s);
+    // Ten places: five WebSocket sessions whose clients dropped (parked for a resume), five
+    // HTTP sessions never deleted.
+    for _ in 0..5 {
+        let (client, _) = session_from(&server, HERE, &[]).await;
+        drop(client);
+    }
+    wait_metric(&server, "mcp_parked_sessions", 5).await;
+    for _ in 0..5 {
+        assert_eq!(http_initialize_from(&server, HERE).await, 200);
+    }
+    assert_limit(
+        &upgrade_from(&server, HERE, &[])
+            .await
+            .refused("an 11th session"),
+        "IP address",
+        10,
+    );
+    assert_eq!(http_initialize_from(&server, HERE).await, 429);
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"ip_limit\"}").await,
+        2
+    );
+    // Everyone else is still served.
+    let (mut elsewhere, _) = session_from(&server, ELSEWHERE, &[]).await;
+    assert_pings(&mut elsewhere).await;
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_forwarded_address_is_the_one_counted() {
+    let mut s = per_ip(1);
+    s.server.trusted_proxies = vec!["127.0.0.1/32".into()];
+    let server = start(s);
+    let xff = |value| [("X-Forwarded-For", value)];
+    // Two clients behind the proxy (HERE) are two addresses.
+    let (mut alice, _) = session_from(&server, HERE, &xff("203.0.113.7")).await;
+    assert_eq!(
+        http_initialize_with(&server, HERE, &xff("203.0.113.8")).await,
+        200
+    );
+    // Each is at its limit, over either transport; a client writing another address in
+    // front of the one the proxy appended is still counted as what the proxy saw.
+    assert_limit(
+        &upgrade_from(&server, HERE, &xff("203.0.113.7"))
+            .await
+            .refused("alice's second"),
+        "IP address",
+        1,
+    );
+    assert_eq!(
+        http_initialize_with(&server, HERE, &xff("198.51.100.1, 203.0.113.8")).await,
+        429
+    );
+    // The proxy's own address holds no session.
+    session_from(&server, HERE, &[]).await;
+    // A peer that is not a trusted proxy is counted as itself, whatever it forwards.
+    session_from(&server, ELSEWHERE, &xff("203.0.113.50")).await;
+    assert_limit(
+        &upgrade_from(&server, ELSEWHERE, &xff("203.0.113.51"))
+            .await
+            .refused("an untrusted peer's header is ignored"),
+        "IP address",
+        1,
+    );
+    assert_pings(&mut alice).await;
+}
+
+#[tokio::test]
+async fn a_trusted_proxy_may_forward_with_the_forwarded_header_instead() {
+    let mut s = per_ip(1);
+    s.server.trusted_proxies = vec!["127.0.0.1".into()];
+    s.server.forwarded_header = mcp_ws::config::ForwardedHeader::Forwarded;
+    let server = start(s);
+    let forwarded = [("Forwarded", r#"for="[2001:db8:cafe::17]:4711";proto=http"#)];
+    session_from(&server, HERE, &forwarded).await;
+    let same_64 = [("Forwarded", "for=\"[2001:db8:cafe::99]\"")];
+    assert_limit(
+        &upgrade_from(&server, HERE, &same_64)
+            .await
+            .refused("the same /64"),
+        "IP address",
+        1,
+    );
+    // X-Forwarded-For is not read now: a client could have written it.
+    session_from(&server, HERE, &[("X-Forwarded-For", "203.0.113.7")]).await;
+    assert_eq!(
+        http_initialize_with(&server, HERE, &[("X-Forwarded-For", "203.0.113.9")]).await,
+        429,
+        "both count as the proxy itself"
+    );
 }
 
 #[tokio::test]

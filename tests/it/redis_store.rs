@@ -6,9 +6,17 @@
 //! - a registry change on one node reaches the sessions of the other as `list_changed`, and a
 //!   resource update reaches the other node's subscribers; nothing comes back to the first
 //!   node twice;
-//! - with Redis gone, requests still run: de-duplication goes on locally (a retry on the same
-//!   node is still answered), the failures are counted; once Redis is back, the node uses it
-//!   again (a retry on the other node is answered) and the bridge resubscribes, by themselves.
+//! - with Redis gone, a call with an idempotency key is refused, unrun, with a retryable
+//!   -32008 (`data.scope` `"idempotencyStore"`, `retryAfterMs`), counted as
+//!   `store_unavailable`; calls without a key still run; once Redis is back, the retry runs,
+//!   once, and its retries on either node are answered from Redis;
+//! - a call whose run ends while Redis is away (it could not record the result) is not run
+//!   again when Redis comes back empty: the node answers retries from what it kept and writes
+//!   it to Redis, where the other node finds it;
+//! - with `cluster.on_store_error = "local"`, requests still run with Redis gone:
+//!   de-duplication goes on locally (a retry on the same node is still answered), the
+//!   failures are counted; once Redis is back, the node uses it again (a retry on the other
+//!   node is answered) and the bridge resubscribes, by themselves.
 
 use crate::support::http::{metric, wait_metric};
 use crate::support::redis::RedisServer;
@@ -183,10 +191,134 @@ async fn registry_changes_and_resource_updates_reach_the_other_node() {
 }
 
 #[tokio::test]
-async fn without_redis_requests_still_run_and_it_reconnects_by_itself() {
+async fn without_redis_a_keyed_call_is_refused_retryably_and_runs_once_when_it_returns() {
     let mut redis = RedisServer::start();
     let a = start_node("node-a", node_settings(&redis));
     let b = start_node("node-b", node_settings(&redis));
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+
+    redis.kill();
+    let refused = on_a
+        .send_request(keyed_call(json!(1), "x", "outage-1"))
+        .await;
+    let error = assert_error(&refused, &json!(1), -32008);
+    assert_eq!(error["data"]["scope"], "idempotencyStore", "{error}");
+    assert!(
+        error["data"]["retryAfterMs"]
+            .as_u64()
+            .is_some_and(|ms| ms > 0),
+        "{error}"
+    );
+    // Refused again while Redis stays away (now without even asking it), and never run.
+    let again = on_a
+        .send_request(keyed_call(json!(2), "x", "outage-1"))
+        .await;
+    assert_error(&again, &json!(2), -32008);
+    assert_eq!(a.runs.load(Ordering::SeqCst), 0, "nothing ran unprotected");
+    assert_eq!(
+        metric(
+            &a.server,
+            r#"mcp_rejected_total{reason="store_unavailable"}"#
+        )
+        .await,
+        2
+    );
+    // A call without a key needs no store: it runs.
+    let plain = on_a
+        .send_request(json!({"jsonrpc":"2.0","id":3,"method":"tools/call",
+            "params":{"name":"count","arguments":{"text":"plain"}}}))
+        .await;
+    assert_eq!(result_text(&plain, &json!(3)), "node-a run 1: \"plain\"");
+
+    redis.restart();
+    // The client retries as told until the call is taken (the node tries Redis again once
+    // its pause is over).
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut id = 10;
+    let ran = loop {
+        id += 1;
+        let retry = on_a
+            .send_request(keyed_call(json!(id), "x", "outage-1"))
+            .await;
+        if retry.get("result").is_some() {
+            break retry;
+        }
+        assert_error(&retry, &json!(id), -32008);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never taken after Redis returned"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(result_text(&ran, &json!(id)), "node-a run 2: \"x\"");
+    // It ran once: retries on either node are answered from Redis.
+    let retry_a = on_a
+        .send_request(keyed_call(json!("ra"), "x", "outage-1"))
+        .await;
+    assert_eq!(result_text(&retry_a, &json!("ra")), "node-a run 2: \"x\"");
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    let retry_b = on_b
+        .send_request(keyed_call(json!("rb"), "x", "outage-1"))
+        .await;
+    assert_eq!(result_text(&retry_b, &json!("rb")), "node-a run 2: \"x\"");
+    assert_eq!(
+        a.runs.load(Ordering::SeqCst),
+        2,
+        "the plain call and the keyed one"
+    );
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_result_redis_missed_during_an_outage_is_kept_and_written_back() {
+    let mut redis = RedisServer::start();
+    let a = start_node("node-a", node_settings(&redis));
+    let b = start_node("node-b", node_settings(&redis));
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    // Claimed in Redis, then Redis goes away while it runs.
+    on_a.send_json(keyed_call(json!(1), "held", "midway-1"))
+        .await;
+    wait_metric(&a.server, "mcp_pool_running", 1).await;
+    redis.kill();
+    a.gate.add_permits(1);
+    let ran = on_a.recv_response(&json!(1)).await;
+    assert_eq!(result_text(&ran, &json!(1)), "node-a run 1: \"held\"");
+    // Redis comes back empty (no persistence): retries on node a are answered from what it
+    // kept, until it has written the result to Redis.
+    redis.restart();
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut id = 10;
+    while redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never written back to Redis"
+        );
+        id += 1;
+        let retry = on_a
+            .send_request(keyed_call(json!(id), "held", "midway-1"))
+            .await;
+        assert_eq!(result_text(&retry, &json!(id)), "node-a run 1: \"held\"");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    let retry = on_b
+        .send_request(keyed_call(json!("b"), "held", "midway-1"))
+        .await;
+    assert_eq!(result_text(&retry, &json!("b")), "node-a run 1: \"held\"");
+    assert_eq!(a.runs.load(Ordering::SeqCst), 1, "it ran once");
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn without_redis_requests_still_run_and_it_reconnects_by_itself() {
+    let mut redis = RedisServer::start();
+    let local = || {
+        let mut s = node_settings(&redis);
+        s.cluster.on_store_error = mcp_ws::config::OnStoreError::Local;
+        s
+    };
+    let a = start_node("node-a", local());
+    let b = start_node("node-b", local());
     bridged(&[&a, &b]).await;
     let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
 

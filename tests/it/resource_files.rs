@@ -19,7 +19,11 @@
 //!   of a regular file works: no read waits on the FIFO;
 //! - a file whose answer would not fit in `limits.max_message_bytes` (base64 for a blob,
 //!   JSON escapes for text) gets -32005 naming the setting, and no frame is over the limit;
-//! - a file over `resources.max_read_bytes_in_flight` gets -32008 (`fileBytes`).
+//! - a `max_file_bytes` over `resources.max_read_bytes_in_flight` (a file that could never
+//!   be read) stops the server at startup, naming both; so no single file is over the
+//!   budget, and reads together over it get -32008 `fileBytes` (unit test
+//!   `registry::files::read::tests::the_bytes_in_flight_are_bounded`: overlapping reads
+//!   cannot be made to overlap deterministically through a socket).
 //!
 //! Watcher events arrive asynchronously: a test waits for the notification (the client's
 //! receive timeout bounds the wait) and proves absence with a barrier after a notification
@@ -653,31 +657,34 @@ async fn a_file_whose_answer_would_not_fit_in_a_message_is_refused_naming_the_li
     );
 }
 
-#[tokio::test]
-async fn a_read_over_the_bytes_in_flight_is_refused_as_busy() {
+#[test]
+fn a_file_limit_over_the_read_budget_stops_the_server_at_startup() {
     let (_dir, root) = temp_dir();
-    write(&root.join("twenty.txt"), "x".repeat(20));
-    write(&root.join("five.txt"), "12345");
     let mut s = settings();
     s.resources.max_read_bytes_in_flight = 10;
-    let server = serve_with(&root, 1024, s);
-    let mut client = Client::initialized(&server).await;
-    let id = client.fresh_id();
-    let response = client
-        .request_with_id(
-            id.clone(),
-            "resources/read",
-            json!({ "uri": uri(&root.join("twenty.txt")) }),
-        )
-        .await;
-    let error = assert_error(&response, &id, -32008);
-    assert_eq!(error["data"], json!({"scope": "fileBytes", "limit": 10}));
+    s.resources.directories.push(DirectorySettings {
+        path: root.clone(),
+        max_file_bytes: 11,
+    });
+    let refused = Server::builder()
+        .settings(s.clone())
+        .build()
+        .err()
+        .map(|error| error.to_string())
+        .expect("refused");
     assert!(
-        error["message"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("Server busy")),
-        "{error}"
+        refused.contains("exceeds resources.max_read_bytes_in_flight (10)")
+            && refused.contains("max_file_bytes of")
+            && refused.contains("(11)"),
+        "{refused}"
     );
-    let five = uri(&root.join("five.txt"));
-    assert_eq!(read_ok(&mut client, &five).await["text"], "12345");
+    // At the budget it starts.
+    s.resources.directories[0].max_file_bytes = 10;
+    let server = Server::builder()
+        .settings(s)
+        .build()
+        .expect("a file of the whole budget can be read")
+        .spawn()
+        .expect("server starts");
+    server.stop();
 }

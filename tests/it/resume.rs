@@ -9,7 +9,10 @@
 //!   socket was down, progress that goes on; an older socket still attached is closed (1000);
 //! - past the grace, or when it missed more than `sessions.resume_buffer_messages`, the
 //!   session ends and its work is cancelled; a normal close (1000) ends it at once; an unknown
-//!   id is refused (404).
+//!   id is refused (404);
+//! - parked sessions yield: when a connected client needs a pool slot and none is free, the
+//!   work in flight of a parked session is stopped first and answered -32004 (`reclaimed`)
+//!   on resume; a resumed session is a live one again.
 
 use crate::support::http::{metric, wait_metric};
 use crate::support::ws::assert_server_alive;
@@ -252,4 +255,67 @@ async fn missing_more_than_the_buffer_ends_the_session_rather_than_leave_a_gap()
         reconnect(&server, "Mcp-Session-Id", &id).await.err(),
         Some(404)
     );
+}
+
+#[tokio::test]
+async fn a_parked_sessions_work_yields_its_slots_to_a_connected_client() {
+    let mut s = resume_settings(60_000);
+    s.limits.max_concurrent_requests = 2;
+    s.limits.admission_wait_ms = 60_000;
+    let (server, _gate) = start_with_gate(s);
+    let (mut parked, id) = session(&server).await;
+    parked.send_json(hold_call(json!("a"))).await;
+    parked.send_json(hold_call(json!("b"))).await;
+    wait_metric(&server, "mcp_pool_running", 2).await;
+    // The client drops its connection: the session waits for a resume, its work running.
+    drop(parked);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    assert_eq!(metric(&server, "mcp_pool_running").await, 2);
+    // A connected client needs a slot: the parked session's work gives way at once.
+    let mut live = Client::initialized(&server).await;
+    let response = live.call_tool("echo", json!({"text": "first"})).await;
+    assert_eq!(tool_text(&response), "first", "{response}");
+    assert_eq!(metric(&server, "mcp_reclaimed_total").await, 2);
+    wait_metric(&server, "mcp_pool_running", 0).await;
+    // The resumed client learns its requests were stopped: -32004, each under its id.
+    let mut resumed = resume(&server, &id).await;
+    let mut stopped = Vec::new();
+    for _ in 0..2 {
+        let answer = resumed.recv().await;
+        let error = assert_error(&answer, &answer["id"], SHUTTING_DOWN);
+        assert_eq!(error["data"], json!({"reason": "reclaimed"}), "{answer}");
+        stopped.push(answer["id"].as_str().expect("id").to_owned());
+    }
+    stopped.sort();
+    assert_eq!(stopped, ["a", "b"]);
+    // The session goes on: a call it sends again runs.
+    let again = resumed.call_tool("echo", json!({"text": "again"})).await;
+    assert_eq!(tool_text(&again), "again");
+}
+
+#[tokio::test]
+async fn a_resumed_session_no_longer_yields() {
+    let mut s = resume_settings(60_000);
+    s.limits.max_concurrent_requests = 1;
+    s.limits.admission_wait_ms = 60_000;
+    let (server, gate) = start_with_gate(s);
+    let (client, id) = session(&server).await;
+    let mut client = client;
+    client.send_json(hold_call(json!("a"))).await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    let mut resumed = resume(&server, &id).await;
+    wait_metric(&server, "mcp_parked_sessions", 0).await;
+    // Connected again, its work is as much a live client's as anyone's: another client
+    // waits for the slot.
+    let mut other = Client::initialized(&server).await;
+    other.send_json(hold_call(json!("o"))).await;
+    wait_metric(&server, "mcp_pool_waiting", 1).await;
+    assert_eq!(metric(&server, "mcp_reclaimed_total").await, 0);
+    gate.add_permits(2);
+    let answer = resumed.recv().await;
+    assert_eq!(result_text(&answer, &json!("a")), "released");
+    let answer = other.recv().await;
+    assert_eq!(result_text(&answer, &json!("o")), "released");
 }

@@ -6,6 +6,11 @@
 //! them only up to the hard maximum; a disconnect frees everything; a panicking tool answers
 //! -32603 and the session lives on; cheap methods answer inline under tool load.
 //!
+//! Fair shares of the pool: a session holding slots takes another only while more than
+//! `limits.pool_reserve` are free, so the reserve is left for sessions holding none (a new
+//! client's call runs while another session's excess waits, and that excess runs as soon as
+//! slots come back); a lone session still gets all but the reserve.
+//!
 //! Limits are observed through `/metrics` gauges and their peaks, never through timing.
 
 use crate::support::http::{metric, wait_metric};
@@ -298,6 +303,49 @@ async fn the_global_pool_bounds_concurrency_across_sessions() {
         metric(&server, r#"mcp_rejected_total{reason="server_busy"}"#).await,
         0
     );
+}
+
+#[tokio::test]
+async fn a_session_leaves_the_reserve_to_sessions_holding_no_slot() {
+    let mut s = settings();
+    s.limits.max_concurrent_requests = 8;
+    s.limits.pool_reserve = Some(2);
+    s.limits.admission_wait_ms = 60_000;
+    let (server, gate) = start_with_gate(s);
+    let hold =
+        |id: usize| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"hold"}});
+    let mut greedy = Client::initialized(&server).await;
+    for id in 0..8 {
+        greedy.send_json(hold(id)).await;
+    }
+    // All but the reserve run; the rest waits, though two slots are free.
+    wait_metric(&server, "mcp_pool_running", 6).await;
+    wait_metric(&server, "mcp_pool_waiting", 2).await;
+    // Two other sessions each get a slot of the reserve at once.
+    let mut others = Vec::new();
+    for id in 100..102 {
+        let mut other = Client::initialized(&server).await;
+        other.send_json(hold(id)).await;
+        others.push(other);
+    }
+    wait_metric(&server, "mcp_pool_running", 8).await;
+    assert_eq!(metric(&server, "mcp_pool_waiting").await, 2);
+    // Slots coming back go to the waiting requests: every call is answered.
+    gate.add_permits(10);
+    for _ in 0..8 {
+        let response = greedy.recv().await;
+        assert_eq!(tool_text(&response), "released", "{response}");
+    }
+    for other in &mut others {
+        let response = other.recv().await;
+        assert_eq!(tool_text(&response), "released", "{response}");
+    }
+    assert_eq!(
+        metric(&server, r#"mcp_rejected_total{reason="server_busy"}"#).await,
+        0
+    );
+    wait_metric(&server, "mcp_pool_running", 0).await;
+    assert_eq!(server.shared().pool.available_permits(), 8);
 }
 
 /// A server whose global pool has one slot, held by a sleep (id "hold") of the returned

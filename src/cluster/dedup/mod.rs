@@ -20,10 +20,14 @@
 //! Only results are kept: a request that ends in an error (a timeout, a full pool, a crash)
 //! or is cancelled frees its key, so a retry runs again. A notification is never
 //! de-duplicated.
+//!
+//! With Redis configured and out of reach, a keyed request is refused, unrun, with a
+//! retryable -32008 (`Error::StoreUnavailable`), unless `cluster.on_store_error` is
+//! `"local"` (see `store`).
 
 pub(crate) mod recent;
 
-use crate::cluster::store::{Backend, Claim, ClaimId, Key, RequestDigest};
+use crate::cluster::store::{Backend, Claim, ClaimId, Key, RequestDigest, Unreachable};
 use crate::cluster::Cluster;
 use crate::context::Identity;
 use crate::protocol::jsonrpc::{encode_result, result_of, RequestId};
@@ -33,6 +37,7 @@ use crate::RequestContext;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -203,6 +208,25 @@ async fn run(
     // A running entry outlives any run (no request runs past the hard cap), so a node that
     // dies mid-request holds its keys no longer than that.
     let running_for = Duration::from_millis(settings.limits.max_request_timeout_ms).max(window);
+    // A result this node kept while Redis was away answers first (and goes to Redis), so a
+    // call that ran during an outage does not run again once Redis is back.
+    if let Some(Claim::Done {
+        fingerprint,
+        result,
+    }) = cluster
+        .store
+        .recover_done(&cluster.metrics, &keyed.key)
+        .await
+    {
+        if fingerprint != keyed.fingerprint {
+            cluster.metrics.dedup_conflicts.inc();
+            return Err(Error::IdempotencyConflict {
+                scope: crate::protocol::mcp::ConflictScope::IdempotencyKey,
+            });
+        }
+        cluster.metrics.dedup_hits.inc();
+        return Ok(encode_result(&id, &result));
+    }
     let mut poll = FIRST_POLL;
     loop {
         let owner = cluster.store.new_owner();
@@ -210,10 +234,14 @@ async fn run(
             fingerprint: keyed.fingerprint,
             owner,
         };
-        let (found, backend) = cluster
+        let claimed = cluster
             .store
             .claim(&cluster.metrics, &keyed.key, running, running_for)
             .await;
+        let (found, backend) = match claimed {
+            Ok(claimed) => claimed,
+            Err(unreachable) => return Err(refuse(&cluster, &id, unreachable)),
+        };
         match found {
             None => {
                 cluster.metrics.idempotent_runs.inc();
@@ -257,6 +285,28 @@ async fn run(
             }
         }
     }
+}
+
+/// The answer to a keyed call while Redis cannot be reached (`cluster.on_store_error =
+/// "refuse"`): counted, logged (a warning at most once per second, the others at debug), and
+/// retryable.
+fn refuse(cluster: &Cluster, id: &RequestId, unreachable: Unreachable) -> Error {
+    static LAST_WARNING: AtomicU64 = AtomicU64::new(0);
+    cluster.metrics.rejections.store_unavailable.inc();
+    let retry_after_ms = u64::try_from(unreachable.retry_after.as_millis()).unwrap_or(u64::MAX);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if LAST_WARNING.swap(now, Ordering::Relaxed) != now {
+        tracing::warn!(
+            id = %id,
+            retry_after_ms,
+            "refused a tool call with an idempotency key: the idempotency store (Redis) cannot be reached"
+        );
+    } else {
+        tracing::debug!(id = %id, retry_after_ms, "refused a tool call with an idempotency key: Redis unreachable");
+    }
+    Error::StoreUnavailable { retry_after_ms }
 }
 
 /// A claim held by the run of a key: settled with its response, or released when the run

@@ -3,11 +3,13 @@
 //!
 //! Two backends hold the entries: [`MemoryStore`] (the node's own, bounded; the default) and
 //! [`RedisStore`] (one Redis for every node, when `redis.url` is set). [`Store`] puts them
-//! together: with Redis, every operation goes there first, and one that cannot (Redis away,
-//! or paused after a failure) is done in memory instead, so requests always run and a retry
-//! reaching the same node is still answered; only the sharing with other nodes is lost until
-//! Redis answers again. Which backend took a claim is remembered with it, so its result and
-//! its release go to the same place.
+//! together: with Redis, every operation goes there first. A claim that cannot (Redis away,
+//! or paused after a failure) is refused ([`Unreachable`]) by default
+//! (`cluster.on_store_error = "refuse"`): a keyed call never runs without the protection all
+//! nodes share. With `"local"` it is taken in memory instead, so requests always run and a
+//! retry reaching the same node is still answered; only the sharing with other nodes is lost
+//! until Redis answers again. Which backend took a claim is remembered with it, so its result
+//! and its release go to the same place.
 //!
 //! Keys and fingerprints are SHA-256 digests (of the identity and the client's key; of the
 //! request), so what a client sends never becomes a Redis key as such, and every key has the
@@ -20,7 +22,7 @@ mod redis;
 pub(crate) use self::memory::{MemoryStore, NonceCache, NonceRefused};
 pub(crate) use self::redis::RedisStore;
 
-use crate::config::Settings;
+use crate::config::{OnStoreError, Settings};
 use crate::lock;
 use crate::observe::metrics::Metrics;
 use data_encoding::HEXLOWER;
@@ -106,10 +108,19 @@ pub(crate) enum Backend {
     Memory,
 }
 
+/// Redis cannot be reached and `cluster.on_store_error` is `"refuse"`: a claim is not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unreachable {
+    /// When Redis will be tried again.
+    pub(crate) retry_after: Duration,
+}
+
 /// See the module docs.
 pub(crate) struct Store {
     memory: MemoryStore,
     redis: Option<RedisStore>,
+    /// Whether a claim Redis cannot take is refused rather than taken in memory.
+    refuse_without_redis: bool,
     /// This node among the others (bus messages, owners): random per process.
     node: u64,
     next_owner: AtomicU64,
@@ -131,7 +142,8 @@ impl Store {
         }
         Self {
             memory: MemoryStore::new(settings.dedup.max_entries, settings.dedup.max_bytes),
-            redis: RedisStore::new(&settings.redis),
+            redis: RedisStore::new(&settings.redis, settings.cluster.on_store_error),
+            refuse_without_redis: settings.cluster.on_store_error == OnStoreError::Refuse,
             node: u64::from_be_bytes(node),
             next_owner: AtomicU64::new(1),
             running_here: Mutex::default(),
@@ -155,24 +167,32 @@ impl Store {
 
     /// The live entry under `key`, or `None` when there was none and `running` was put
     /// there for `ttl`; with the backend that answered.
+    ///
+    /// # Errors
+    /// [`Unreachable`] when Redis cannot take it and the node must not go on alone.
     pub(crate) async fn claim(
         &self,
         metrics: &Metrics,
         key: &Key,
         running: Claim,
         ttl: Duration,
-    ) -> (Option<Claim>, Backend) {
+    ) -> Result<(Option<Claim>, Backend), Unreachable> {
         if let Some(redis) = &self.redis {
             match redis.claim(metrics, key, &running.encode(), ttl).await {
-                Some(None) => return (None, Backend::Redis),
+                Some(None) => return Ok((None, Backend::Redis)),
                 Some(Some(found)) => match Claim::decode(&found) {
-                    Some(entry) => return (Some(entry), Backend::Redis),
+                    Some(entry) => return Ok((Some(entry), Backend::Redis)),
                     None => redis.failed(metrics, "claim", &"an entry in an unknown format"),
                 },
                 None => {}
             }
+            if self.refuse_without_redis {
+                return Err(Unreachable {
+                    retry_after: redis.paused_for(),
+                });
+            }
         }
-        (self.memory.claim(key, running, ttl), Backend::Memory)
+        Ok((self.memory.claim(key, running, ttl), Backend::Memory))
     }
 
     /// Puts `done` under `key` for `ttl`, in the backend that took the claim (and in memory
@@ -192,6 +212,18 @@ impl Store {
             }
         }
         self.memory.complete(key, owner, done, ttl);
+    }
+
+    /// With Redis, the result this node holds in memory under `key`: a run that ended while
+    /// Redis was away (Redis could not record it; or, with `on_store_error = "local"`, it ran
+    /// in memory), so Redis may hold it as running, or not at all after a restart. It is
+    /// written to Redis now, for every node, and returned. `None` without Redis, or when
+    /// this node holds no result under `key`.
+    pub(crate) async fn recover_done(&self, metrics: &Metrics, key: &Key) -> Option<Claim> {
+        let redis = self.redis.as_ref()?;
+        let (done, left) = self.memory.done(key)?;
+        redis.complete(metrics, key, done.encode(), left).await;
+        Some(done)
     }
 
     /// Frees a claim held in memory that ends without a result to keep. (One held in Redis

@@ -13,7 +13,7 @@
 //! one atomic step on the server.
 
 use super::Key;
-use crate::config::RedisSettings;
+use crate::config::{OnStoreError, RedisSettings};
 use crate::observe::metrics::Metrics;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
@@ -52,11 +52,14 @@ pub(crate) struct RedisStore {
     /// Until when Redis is skipped, in ms since `epoch`; 0 while it answers.
     down_until: AtomicU64,
     epoch: Instant,
+    /// What the node does meanwhile (for the log line).
+    on_error: OnStoreError,
 }
 
 impl RedisStore {
-    /// `None` without a URL. The URL was checked by `Settings::validate`.
-    pub(crate) fn new(settings: &RedisSettings) -> Option<Self> {
+    /// `None` without a URL. The URL was checked by `Settings::validate`. `on_error` is what
+    /// the node does while Redis is away (`cluster.on_store_error`).
+    pub(crate) fn new(settings: &RedisSettings, on_error: OnStoreError) -> Option<Self> {
         if settings.url.is_empty() {
             return None;
         }
@@ -69,6 +72,7 @@ impl RedisStore {
             retry_after: Duration::from_millis(settings.retry_after_ms),
             down_until: AtomicU64::new(0),
             epoch: Instant::now(),
+            on_error,
         })
     }
 
@@ -109,6 +113,18 @@ impl RedisStore {
         name
     }
 
+    /// How long until Redis is tried again: what is left of the pause after a failure (the
+    /// whole `retry_after` when it is not paused, as a hint for a client's retry).
+    pub(crate) fn paused_for(&self) -> Duration {
+        let until = self.down_until.load(Ordering::Relaxed);
+        let left = until.saturating_sub(self.now_ms());
+        if left == 0 {
+            self.retry_after
+        } else {
+            Duration::from_millis(left)
+        }
+    }
+
     /// Whether Redis is worth trying now (it answered last time, or the pause is over).
     pub(crate) fn is_available(&self) -> bool {
         let until = self.down_until.load(Ordering::Relaxed);
@@ -125,11 +141,17 @@ impl RedisStore {
         metrics.redis_errors.inc();
         let until = self.now_ms() + self.retry_after.as_millis() as u64;
         if self.down_until.swap(until, Ordering::Relaxed) == 0 {
+            let meanwhile = match self.on_error {
+                OnStoreError::Refuse => {
+                    "refusing tool calls with an idempotency key until it answers (cluster.on_store_error = \"refuse\")"
+                }
+                OnStoreError::Local => "going on with this node's own store",
+            };
             tracing::warn!(
                 operation = what,
                 %error,
                 retry_after_ms = self.retry_after.as_millis() as u64,
-                "Redis unavailable; going on with this node's own store"
+                "Redis unavailable; {meanwhile}"
             );
         }
     }

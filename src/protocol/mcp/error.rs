@@ -23,14 +23,16 @@ pub mod codes {
     pub const RESOURCE_NOT_FOUND: ErrorCode = ErrorCode(-32002);
     /// A request reused the id of a request of this session that is still in flight.
     pub const DUPLICATE_REQUEST_ID: ErrorCode = ErrorCode(-32003);
-    /// The server is shutting down and takes no new requests.
+    /// The server stopped the request before it finished: it is shutting down, or the
+    /// request's WebSocket session was parked (its connection gone) while a connected client
+    /// needed its worker slot. Send it again.
     pub const SHUTTING_DOWN: ErrorCode = ErrorCode(-32004);
     /// The credential the connection was opened with expired (a JWT's `exp`): the request
     /// was stopped and the connection closes; reconnect with a fresh credential.
     pub const CREDENTIAL_EXPIRED: ErrorCode = ErrorCode(-32023);
     /// No slot in the server-wide worker pool became free within the admission wait (or no
     /// file read within `resources.read_wait_ms`, or the file bytes in flight are at their
-    /// limit).
+    /// limit, or the idempotency store cannot be reached for a keyed call).
     pub const SERVER_BUSY: ErrorCode = ErrorCode(-32008);
     /// A resource is larger than the server sends (`max_file_bytes` of its
     /// `[[resources.directories]]` entry), or its answer would not fit in one message
@@ -224,10 +226,18 @@ pub enum Error {
     DuplicateRequestId,
     #[error("Server is shutting down")]
     ShuttingDown,
+    /// The request's session was parked (its WebSocket connection gone) and a connected
+    /// client needed the request's worker slot: it was stopped, unfinished.
+    #[error("Request stopped: its connection was gone and a connected client needed its worker slot; send it again")]
+    Reclaimed,
     #[error("The connection's credential expired: reconnect with a fresh one")]
     CredentialExpired,
     #[error("Server busy: no worker slot became free in time, retry later")]
     ServerBusy { limit: usize, waited_ms: u64 },
+    /// A `tools/call` with an idempotency key while the store every node shares (Redis)
+    /// cannot be reached (`cluster.on_store_error = "refuse"`): it did not run.
+    #[error("Server busy: the idempotency store cannot be reached, retry later")]
+    StoreUnavailable { retry_after_ms: u64 },
     #[error("Session busy: too many requests in flight, wait for some to finish")]
     SessionBusy { limit: usize },
     #[error("{}", reason.message())]
@@ -280,9 +290,9 @@ impl Error {
             Self::NotInitialized => codes::NOT_INITIALIZED,
             Self::TimedOut { .. } => codes::REQUEST_TIMED_OUT,
             Self::DuplicateRequestId => codes::DUPLICATE_REQUEST_ID,
-            Self::ShuttingDown => codes::SHUTTING_DOWN,
+            Self::ShuttingDown | Self::Reclaimed => codes::SHUTTING_DOWN,
             Self::CredentialExpired => codes::CREDENTIAL_EXPIRED,
-            Self::ServerBusy { .. } => codes::SERVER_BUSY,
+            Self::ServerBusy { .. } | Self::StoreUnavailable { .. } => codes::SERVER_BUSY,
             Self::SessionBusy { .. } => codes::SESSION_BUSY,
             Self::SignatureRefused { .. } => codes::SIGNATURE_REFUSED,
             Self::IdempotencyConflict { .. } => codes::IDEMPOTENCY_CONFLICT,
@@ -375,6 +385,8 @@ impl Error {
             Self::TimedOut { timeout_ms } => object.with_data(json!({ "timeoutMs": timeout_ms })),
             Self::ServerBusy { limit, waited_ms } => object
                 .with_data(json!({ "scope": "server", "limit": limit, "waitedMs": waited_ms })),
+            Self::StoreUnavailable { retry_after_ms } => object
+                .with_data(json!({ "scope": "idempotencyStore", "retryAfterMs": retry_after_ms })),
             Self::SessionBusy { limit } => {
                 object.with_data(json!({ "scope": "session", "limit": limit }))
             }
@@ -387,6 +399,7 @@ impl Error {
             Self::Passed {
                 data: Some(data), ..
             } => object.with_data(data.clone()),
+            Self::Reclaimed => object.with_data(json!({ "reason": "reclaimed" })),
             _ => object,
         }
     }
