@@ -94,6 +94,31 @@ fn default_toml_sets_every_setting() {
     let text = default_toml_text();
     let table: toml::Table = text.parse().expect("valid TOML");
     for section in expected_fields(None) {
+        // A list of tables none of which is set by default (`[[upstreams]]`): shown as a
+        // commented-out example with every key.
+        let list_header = format!("# [[{section}]]");
+        if !table.contains_key(&section) && text.contains(&list_header) {
+            let example: Vec<String> = text
+                .lines()
+                .skip_while(|line| line.trim() != list_header)
+                .skip(1)
+                .take_while(|line| line.starts_with("# "))
+                .filter_map(|line| line.strip_prefix("# ")?.split_once(" = "))
+                .map(|(key, _)| key.trim().to_owned())
+                .collect();
+            let fields =
+                toml::from_str::<Settings>(&format!("[[{section}]]\nno_such_setting = 1\n"))
+                    .expect_err("unknown fields are rejected")
+                    .to_string();
+            let fields = fields.split_once("expected").map_or("", |(_, f)| f);
+            for field in fields.split('`').skip(1).step_by(2) {
+                assert!(
+                    example.iter().any(|key| key == field),
+                    "default.toml's [[{section}]] example does not show {field}"
+                );
+            }
+            continue;
+        }
         let entries = table
             .get(&section)
             .and_then(toml::Value::as_table)
