@@ -26,6 +26,8 @@ pub struct Cluster {
     /// The registry's change bus: task statuses go out on it, and the bridge carries it to
     /// and from the other nodes.
     pub bus: ChangeBus,
+    /// Where the other nodes' notes about sessions go (the hosting transport sets it).
+    pub(crate) session_sink: std::sync::OnceLock<store::bridge::SessionSink>,
 }
 
 impl Cluster {
@@ -37,6 +39,7 @@ impl Cluster {
             settings,
             metrics,
             bus,
+            session_sink: std::sync::OnceLock::new(),
         })
     }
 }

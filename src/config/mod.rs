@@ -127,6 +127,28 @@ pub struct ClusterSettings {
     /// shares; `"local"` runs it with this node's own store (a retry on another node may run
     /// it again).
     pub on_store_error: OnStoreError,
+    /// Where session-era HTTP sessions live: `"redis"` (the default whenever `redis.url` is
+    /// set: any node serves any request of any session) or `"local"` (each session on the
+    /// node that began it; a balancer must route a session's requests there).
+    pub sessions: Option<SessionPlace>,
+}
+
+/// Where session-era HTTP sessions live (`cluster.sessions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionPlace {
+    /// In Redis: every node serves every session.
+    Redis,
+    /// On the node that began it.
+    Local,
+}
+
+impl Settings {
+    /// Whether sessions live in Redis (`cluster.sessions`, by default whenever Redis is
+    /// configured).
+    pub fn sessions_in_redis(&self) -> bool {
+        !self.redis.url.is_empty() && self.cluster.sessions != Some(SessionPlace::Local)
+    }
 }
 
 /// What a node does with work that needs the shared store while Redis cannot be reached.

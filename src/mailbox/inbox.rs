@@ -375,6 +375,13 @@ impl Inbox {
     }
 
     /// A fresh id for a server → client request.
+    /// Starts this session's request ids to its client at `base` (a node's own range, when
+    /// copies of one session on several nodes each ask the client things: their ids must not
+    /// meet).
+    pub fn offset_server_ids(&self, base: u64) {
+        self.next_server_id.set(base);
+    }
+
     pub fn next_server_id(&self) -> u64 {
         let id = self.next_server_id.get() + 1;
         self.next_server_id.set(id);

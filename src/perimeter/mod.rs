@@ -251,6 +251,10 @@ pub enum Refusal {
     /// The server is shutting down.
     #[error("Service unavailable: server shutting down")]
     ShuttingDown,
+    /// Sessions live in Redis (`cluster.sessions`) and Redis cannot be reached: a session
+    /// this node does not hold cannot be found, nor a new one begun.
+    #[error("Service unavailable: the session store cannot be reached, retry later")]
+    SessionStoreUnavailable,
     /// `MCP-Protocol-Version` names a version this server does not speak.
     #[error("Bad Request: unsupported MCP-Protocol-Version {0:?}")]
     UnsupportedProtocolVersion(String),
@@ -298,6 +302,7 @@ impl Refusal {
             Self::ForbiddenOrigin => Some(&rejections.origin),
             Self::ForbiddenHost => Some(&rejections.host),
             Self::TooManySessions => Some(&rejections.session_cap),
+            Self::SessionStoreUnavailable => Some(&rejections.store_unavailable),
             Self::PayloadTooLarge => Some(&rejections.message_too_large),
             Self::PartialBudget => Some(&rejections.partial_budget),
             Self::BodyDeadline => Some(&rejections.partial_deadline),
@@ -338,7 +343,9 @@ impl ResponseError for Refusal {
             }
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::TooManySessionsFrom { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::TooManySessions | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManySessions | Self::ShuttingDown | Self::SessionStoreUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::UnsupportedProtocolVersion(_)
             | Self::BodyNotText
             | Self::BodyUnreadable
@@ -356,7 +363,10 @@ impl ResponseError for Refusal {
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            Self::TooManySessions | Self::ShuttingDown | Self::PartialBudget => {
+            Self::TooManySessions
+            | Self::ShuttingDown
+            | Self::PartialBudget
+            | Self::SessionStoreUnavailable => {
                 response.insert_header(("Retry-After", "1"));
             }
             // The connection holds the rest of a body nobody reads: it is not reused.

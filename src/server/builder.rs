@@ -157,6 +157,23 @@ impl ServerBuilder {
             })?),
             None => None,
         };
+        // Without a file, the nodes sharing a Redis share one secret, made by the first:
+        // a request state one node issued is accepted by every other.
+        let secret = match secret {
+            Some(secret) => Some(secret),
+            None if !self.settings.redis.url.is_empty() => {
+                let candidate = crate::random_id().to_string() + &crate::random_id();
+                let shared = crate::cluster::store::shared_secret(&self.settings.redis, &candidate);
+                if shared.is_none() {
+                    tracing::warn!(
+                        "Redis unreachable at start: this node's multi round-trip states are \
+                         its own (set mrtr.state_key_file to share them without Redis)"
+                    );
+                }
+                shared
+            }
+            None => None,
+        };
         let state_key = crate::protocol::mrtr::StateKey::new(
             secret.as_deref().map(str::trim),
             std::time::Duration::from_millis(mrtr.state_ttl_ms),

@@ -180,6 +180,7 @@ impl Session {
                     self.subscriptions.insert(p.uri.clone().into_owned());
                     self.inbox.add_interest(&p.uri);
                     self.shared.metrics.subscriptions.inc();
+                    self.revision += 1;
                 }
                 EMPTY_RESULT.into()
             }
@@ -188,6 +189,7 @@ impl Session {
                 if self.subscriptions.remove(p.uri.as_ref()) {
                     self.inbox.drop_interest(&p.uri);
                     self.shared.metrics.subscriptions.dec();
+                    self.revision += 1;
                 }
                 EMPTY_RESULT.into()
             }
@@ -197,6 +199,7 @@ impl Session {
                     Error::InvalidParams(format!("level: unknown log level {:?}", p.level))
                 })?;
                 self.inbox.set_log_level(level);
+                self.revision += 1;
                 EMPTY_RESULT.into()
             }
         };
@@ -258,6 +261,7 @@ impl Session {
         });
         // From now on the session hears of list changes and resource updates.
         self.bus = Some(self.shared.registry.bus().attach(&self.inbox));
+        self.revision += 1;
         Ok(result)
     }
 

@@ -19,6 +19,7 @@
 mod dispatch;
 mod era;
 mod pump;
+pub mod record;
 pub mod shape;
 pub mod shared;
 mod stateless;
@@ -135,6 +136,9 @@ pub struct Session {
     raw_params: bool,
     /// The `tools/call` requests this session finished, by id, for retries.
     recent: RecentResponses,
+    /// Changes of what a [`record::SessionRecord`] holds (initialize, setLevel,
+    /// subscriptions), so its host knows when to tell the other nodes.
+    revision: u64,
     /// The tools this session called (its identity's versions), while the tools stand still;
     /// none for a session of one request.
     tool_cache: Option<crate::registry::ToolCache>,
@@ -262,6 +266,7 @@ impl Session {
             raw_params,
             recent,
             tool_cache: Some(Default::default()),
+            revision: 0,
             last_client_info,
             last_client_capabilities,
             last_stateless_info: Default::default(),

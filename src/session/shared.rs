@@ -197,6 +197,11 @@ impl SessionId {
         Self(crate::random_id())
     }
 
+    /// The id a client presented (for a session another node began).
+    pub fn from_client(id: &str) -> Self {
+        Self(Arc::from(id))
+    }
+
     /// The full id, for the client (a header, never a log line).
     pub fn as_str(&self) -> &str {
         &self.0

@@ -37,6 +37,12 @@ impl<A: Actor> Directory<A> {
             .map(|entry| entry.value().0.clone())
     }
 
+    /// The actor of the session with this id, whoever's it is: for messages between nodes
+    /// about a session, never for a client's request.
+    pub fn find_any(&self, id: &str) -> Option<Addr<A>> {
+        self.entries.get(id).map(|entry| entry.value().0.clone())
+    }
+
     /// Forgets a session's id (it ended, or its actor let go of it).
     pub fn forget(&self, id: &SessionId) {
         self.entries.remove(id);

@@ -16,8 +16,10 @@
 //! [`HostedSessions`] directory) with messages, and get their answers back through channels.
 
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
+use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
 use crate::perimeter::{Access, Admission};
 use crate::protocol::mcp::Error;
+use crate::session::record::SessionRecord;
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
@@ -71,6 +73,16 @@ pub struct OpenStream {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct End;
+
+/// Another node changed the session (setLevel, subscriptions): take its record up.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Refresh(pub SessionRecord);
+
+/// The client deleted the session on another node: this copy ends too.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EndedElsewhere;
 
 /// Asks a socket to let go of its session (and close with `code`); it answers with the
 /// hosted session that now holds it, if the session goes on.
@@ -167,6 +179,11 @@ pub struct HostedSession {
     /// Whether the pool may ask it to give up its work ([`Yield`]): parked with work in
     /// flight.
     yields: bool,
+    /// Sessions live in Redis (`cluster.sessions`): changes and client messages that need no
+    /// answer are told to the other nodes.
+    in_redis: bool,
+    /// The revision of the record last stored, and when.
+    stored: (u64, Instant),
 }
 
 impl HostedSession {
@@ -178,17 +195,8 @@ impl HostedSession {
         id: SessionId,
         admission: Admission,
     ) -> Addr<Self> {
-        let sessions = &shared.settings.sessions;
-        let out = Outlets::Http(HttpOutlet {
-            log: EventLog::new(
-                sessions.event_buffer_messages,
-                Duration::from_millis(sessions.event_buffer_age_ms),
-            ),
-            streams: HashMap::new(),
-            prime: false,
-        });
         let core = Session::new(shared.clone(), slot.id(), admission);
-        Self::host(shared, directory, slot, id, core, out).start()
+        Self::http_host(shared, directory, slot, id, core).start()
     }
 
     /// Keeps a WebSocket session whose socket dropped, on the current thread (its own).
@@ -231,7 +239,108 @@ impl HostedSession {
             closing: false,
             quiet_end_armed: false,
             yields: false,
+            in_redis: false,
+            stored: (0, Instant::now()),
         }
+    }
+
+    /// An HTTP session on the current thread; with sessions in Redis, its requests to the
+    /// client get ids from a range of this node's own.
+    fn http_host(
+        shared: Arc<Shared>,
+        directory: Arc<HostedSessions>,
+        slot: SessionSlot,
+        id: SessionId,
+        core: Session,
+    ) -> Self {
+        let sessions = &shared.settings.sessions;
+        let out = Outlets::Http(HttpOutlet {
+            log: EventLog::new(
+                sessions.event_buffer_messages,
+                Duration::from_millis(sessions.event_buffer_age_ms),
+            ),
+            streams: HashMap::new(),
+            prime: false,
+        });
+        let in_redis = shared.settings.sessions_in_redis();
+        if in_redis {
+            // 20 random bits above 32: ids stay below 2^53, exact in every JSON reader.
+            core.inbox()
+                .offset_server_ids((rand::random::<u64>() & 0xF_FFFF) << 32);
+        }
+        let mut host = Self::host(shared, directory, slot, id, core, out);
+        host.in_redis = in_redis;
+        host
+    }
+
+    /// A session another node began, from its record (`None` if the record is unusable).
+    pub fn adopt_http(
+        shared: Arc<Shared>,
+        directory: Arc<HostedSessions>,
+        slot: SessionSlot,
+        id: SessionId,
+        admission: Admission,
+        record: &SessionRecord,
+    ) -> Option<Addr<Self>> {
+        let mut core = Session::new(shared.clone(), slot.id(), admission);
+        if !core.restore(record) {
+            return None;
+        }
+        let mut host = Self::http_host(shared, directory, slot, id, core);
+        host.stored = (host.core.revision(), Instant::now());
+        Some(host.start())
+    }
+
+    /// With sessions in Redis: stores the session's record when it changed (or a quarter of
+    /// its time to live ago, so that a session busy on one node stays there for the others)
+    /// and tells the other nodes' copies.
+    fn store_record(&mut self) {
+        if !self.in_redis {
+            return;
+        }
+        let ttl = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
+        let revision = self.core.revision();
+        let changed = revision != self.stored.0;
+        if !changed && self.stored.1.elapsed() < ttl / 4 {
+            return;
+        }
+        let Some(record) = self.core.record() else {
+            return;
+        };
+        let Ok(json) = serde_json::to_string(&record) else {
+            return;
+        };
+        self.stored = (revision, Instant::now());
+        let cluster = self.shared.cluster.clone();
+        let id = self.id.as_str().to_owned();
+        actix::spawn(async move {
+            if let Some(redis) = cluster.store.redis() {
+                redis
+                    .put_session(&cluster.metrics, &id, json.clone(), ttl)
+                    .await;
+            }
+            if changed {
+                let note = SessionNote {
+                    id,
+                    kind: SessionNoteKind::Record(json),
+                };
+                bridge::send_session_note(&cluster, note).await;
+            }
+        });
+    }
+
+    /// With sessions in Redis: a client message that needed no answer here (a response to a
+    /// request of the server, a cancel) may be for another node's copy: it gets it too.
+    fn relay(&self, text: &str) {
+        if !self.in_redis {
+            return;
+        }
+        let cluster = self.shared.cluster.clone();
+        let note = SessionNote {
+            id: self.id.as_str().to_owned(),
+            kind: SessionNoteKind::Relay(text.to_owned()),
+        };
+        actix::spawn(async move { bridge::send_session_note(&cluster, note).await });
     }
 
     /// Parked with work in flight: the pool may ask for it (oldest parked first) when a
@@ -420,6 +529,7 @@ impl Handler<Post> for HostedSession {
             .is_some_and(|v| v.has_icons());
         if intake == Intake::Silent {
             http.close(exchange);
+            self.relay(&post.text);
         }
         if !self.core.is_initialized() {
             // Only an `initialize` starts an HTTP session, and it was answered inline: if it
@@ -427,6 +537,7 @@ impl Handler<Post> for HostedSession {
             self.end(ctx, "initialize failed");
             return;
         }
+        self.store_record();
         self.end_if_due(ctx);
     }
 }
@@ -446,8 +557,58 @@ impl Handler<End> for HostedSession {
     type Result = ();
 
     fn handle(&mut self, _end: End, ctx: &mut Self::Context) {
+        if self.in_redis {
+            let cluster = self.shared.cluster.clone();
+            let id = self.id.as_str().to_owned();
+            actix::spawn(async move {
+                if let Some(redis) = cluster.store.redis() {
+                    redis.delete_session(&cluster.metrics, &id).await;
+                }
+                let note = SessionNote {
+                    id,
+                    kind: SessionNoteKind::End,
+                };
+                bridge::send_session_note(&cluster, note).await;
+            });
+        }
         self.end(ctx, "deleted by the client");
     }
+}
+
+impl Handler<Refresh> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, refresh: Refresh, _ctx: &mut Self::Context) {
+        if self.core.restore(&refresh.0) {
+            self.stored = (self.core.revision(), self.stored.1);
+        }
+    }
+}
+
+impl Handler<EndedElsewhere> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, _ended: EndedElsewhere, ctx: &mut Self::Context) {
+        self.end(ctx, "deleted by the client on another node");
+    }
+}
+
+/// Delivers the other nodes' notes about sessions to this node's copies (sessions in Redis).
+pub fn deliver_session_notes(directory: Arc<HostedSessions>) -> SessionSink {
+    Box::new(move |note: SessionNote| {
+        let Some(session) = directory.find_any(&note.id) else {
+            return;
+        };
+        match note.kind {
+            SessionNoteKind::Relay(text) => session.do_send(Relayed(text)),
+            SessionNoteKind::Record(json) => {
+                if let Ok(record) = serde_json::from_str::<SessionRecord>(&json) {
+                    session.do_send(Refresh(record));
+                }
+            }
+            SessionNoteKind::End => session.do_send(EndedElsewhere),
+        }
+    })
 }
 
 impl Handler<Shutdown> for HostedSession {

@@ -16,6 +16,7 @@ use super::stateless::{FirstReply, StatelessExchange};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded, Params};
 use crate::protocol::mcp::{ProtocolVersion, RequestMeta};
+use crate::session::record::SessionRecord;
 use crate::session::shared::{SessionId, Shared};
 use crate::session::{Entry, Request, Session};
 use crate::transport::hosted::HostedSessions;
@@ -87,10 +88,20 @@ pub async fn post(
     let access = admission.access.clone();
     let (session, new_id) = match session_id(req.headers()) {
         Some(id) => (
-            directory.find(id, &owner).ok_or(Refusal::SessionNotFound)?,
+            find_session(id, &admission, &shared, &directory).await?,
             None,
         ),
         None if Probe::of(&text).is_initialize => {
+            if shared.settings.sessions_in_redis()
+                && shared
+                    .cluster
+                    .store
+                    .redis()
+                    .is_some_and(|r| !r.is_available())
+            {
+                // A session begun now could be served by this node only.
+                return Err(Refusal::SessionStoreUnavailable);
+            }
             let slot = shared.open_session(&admission)?;
             let id = SessionId::generate();
             let session = HostedSession::start_http(
@@ -454,9 +465,7 @@ pub async fn get(
         return Err(Refusal::NotAcceptable("text/event-stream"));
     }
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
-    let session = directory
-        .find(id, &Owner::of(&admission.identity))
-        .ok_or(Refusal::SessionNotFound)?;
+    let session = find_session(id, &admission, &shared, &directory).await?;
     let resume = match req.headers().get(&LAST_EVENT_ID_HEADER) {
         None => None,
         Some(value) => Some(
@@ -479,6 +488,70 @@ pub async fn get(
     Ok(sse(session_events(events), keep_alive(&shared)))
 }
 
+/// The session `id` of the client `admission` names: this node's, or, with sessions in
+/// Redis, one another node began, taken up from its record (one Redis round trip, then held
+/// here: later requests on this node need none).
+///
+/// # Errors
+/// [`Refusal::SessionNotFound`] for an id that is not the client's (or not live);
+/// [`Refusal::SessionStoreUnavailable`] when Redis cannot be asked.
+async fn find_session(
+    id: &str,
+    admission: &Admission,
+    shared: &Arc<Shared>,
+    directory: &web::Data<HostedSessions>,
+) -> Result<Addr<HostedSession>, Refusal> {
+    let owner = Owner::of(&admission.identity);
+    if let Some(session) = directory.find(id, &owner) {
+        return Ok(session);
+    }
+    let redis = match shared.cluster.store.redis() {
+        Some(redis) if shared.settings.sessions_in_redis() => redis,
+        _ => return Err(Refusal::SessionNotFound),
+    };
+    let ttl = Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms);
+    let json = match redis.get_session(&shared.metrics, id, ttl).await {
+        Some(Some(json)) => json,
+        Some(None) => return Err(Refusal::SessionNotFound),
+        None => return Err(Refusal::SessionStoreUnavailable),
+    };
+    let record: SessionRecord =
+        serde_json::from_str(&json).map_err(|_| Refusal::SessionNotFound)?;
+    // Whose it is, as the node that began it recorded: anyone else finds nothing.
+    let identity = &admission.identity;
+    let theirs = if identity.is_authenticated() {
+        record.principal == identity.principal()
+    } else {
+        record.principal == "anonymous"
+    };
+    if !theirs {
+        return Err(Refusal::SessionNotFound);
+    }
+    // Another request may have taken it up meanwhile.
+    if let Some(session) = directory.find(id, &owner) {
+        return Ok(session);
+    }
+    let slot = shared.open_session(admission)?;
+    let id = SessionId::from_client(id);
+    let session = HostedSession::adopt_http(
+        shared.clone(),
+        directory.clone().into_inner(),
+        slot,
+        id.clone(),
+        admission.clone(),
+        &record,
+    )
+    .ok_or(Refusal::SessionNotFound)?;
+    directory.remember(id, session.clone(), owner);
+    tracing::debug!(session = %session_log_id(&record), "session taken up from the store");
+    Ok(session)
+}
+
+/// What a log line says of a session taken up from the store (never its id).
+fn session_log_id(record: &SessionRecord) -> &str {
+    &record.trace_id
+}
+
 /// `DELETE /mcp`: the client ends its session.
 pub async fn delete(
     req: HttpRequest,
@@ -488,9 +561,7 @@ pub async fn delete(
     let shared = shared.into_inner();
     let admission = check_common(&req, &shared)?;
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
-    let session = directory
-        .find(id, &Owner::of(&admission.identity))
-        .ok_or(Refusal::SessionNotFound)?;
+    let session = find_session(id, &admission, &shared, &directory).await?;
     session
         .send(End)
         .await

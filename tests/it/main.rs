@@ -11,6 +11,7 @@ mod conformance;
 mod demo;
 
 mod access_log;
+mod any_node;
 mod auth;
 mod batch;
 mod capabilities;

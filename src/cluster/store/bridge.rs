@@ -43,7 +43,35 @@ struct Message {
     /// Answers or a cancel for a task, for the node that runs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     steer: Option<Steer>,
+    /// For the nodes that hold a copy of a session (`cluster.sessions = "redis"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    session: Option<SessionNote>,
 }
+
+/// What a node tells the others about a session it served.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct SessionNote {
+    /// The session's id.
+    pub id: String,
+    /// What happened.
+    pub kind: SessionNoteKind,
+}
+
+/// See [`SessionNote`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum SessionNoteKind {
+    /// A client message that needs no answer (responses, notifications such as a cancel),
+    /// for the node running what it is about.
+    Relay(String),
+    /// The session's record changed (its JSON): copies take it up.
+    Record(String),
+    /// The client deleted the session: copies end.
+    End,
+}
+
+/// Where the notes of sessions go on this node (set by the transport that hosts them).
+pub(crate) type SessionSink = Box<dyn Fn(SessionNote) + Send + Sync>;
 
 /// What `tasks/update` and `tasks/cancel` send the node that runs a task.
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
@@ -76,6 +104,7 @@ impl Message {
             everything: false,
             task: None,
             steer: None,
+            session: None,
         };
         match event {
             BusEvent::Lists(changes) => {
@@ -94,6 +123,12 @@ impl Message {
     /// Feeds a remote change into this node's bus, and a steer to the task it names if it
     /// runs here.
     fn deliver(self, bus: &ChangeBus, cluster: &Cluster) {
+        if let Some(note) = self.session {
+            if let Some(sink) = cluster.session_sink.get() {
+                sink(note);
+            }
+            return;
+        }
         if let Some(steer) = self.steer {
             cluster
                 .tasks
@@ -212,6 +247,7 @@ async fn subscribe(cluster: Arc<Cluster>) {
                             everything: true,
                             task: None,
                             steer: None,
+                            session: None,
                         },
                     )
                     .await;
@@ -262,6 +298,21 @@ pub(crate) async fn send_task_steer(
             cancel,
             responses,
         }),
+        session: None,
+    };
+    send(cluster, &message).await;
+}
+
+/// Tells the other nodes about a session (`cluster.sessions = "redis"`).
+pub(crate) async fn send_session_note(cluster: &Cluster, note: SessionNote) {
+    let message = Message {
+        node: cluster.store.node(),
+        lists: Vec::new(),
+        updated: None,
+        everything: false,
+        task: None,
+        steer: None,
+        session: Some(note),
     };
     send(cluster, &message).await;
 }

@@ -315,6 +315,59 @@ impl RedisStore {
         .await
     }
 
+    /// A session's key, hash-tagged by its id so that every key of a session lives on one
+    /// shard of a Redis Cluster.
+    fn session_key(&self, id: &str) -> String {
+        format!("{}session:{{{id}}}", self.prefix)
+    }
+
+    /// Stores a session's record (its JSON) for `ttl`. Whether Redis took it.
+    pub(crate) async fn put_session(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        json: String,
+        ttl: Duration,
+    ) -> bool {
+        let key = self.session_key(id);
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        self.run(metrics, "put_session", |mut con| async move {
+            con.pset_ex::<_, _, ()>(key, json, ttl_ms).await
+        })
+        .await
+        .is_some()
+    }
+
+    /// A session's record, refreshing its time to live; `Some(None)` when there is none,
+    /// `None` when Redis could not be asked.
+    pub(crate) async fn get_session(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        ttl: Duration,
+    ) -> Option<Option<String>> {
+        let key = self.session_key(id);
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        self.run(metrics, "get_session", |mut con| async move {
+            redis::cmd("GETEX")
+                .arg(key)
+                .arg("PX")
+                .arg(ttl_ms)
+                .query_async::<Option<String>>(&mut con)
+                .await
+        })
+        .await
+    }
+
+    /// Deletes a session's record.
+    pub(crate) async fn delete_session(&self, metrics: &Metrics, id: &str) {
+        let key = self.session_key(id);
+        self.run(metrics, "delete_session", |mut con| async move {
+            con.del::<_, i64>(key).await
+        })
+        .await;
+    }
+
     /// Publishes a message on the bus channel. Whether Redis took it.
     pub(crate) async fn publish(&self, metrics: &Metrics, message: String) -> bool {
         let channel = self.bus_channel();
@@ -324,4 +377,25 @@ impl RedisStore {
         .await
         .is_some()
     }
+}
+
+/// The secret of multi round-trip request states every node shares: the one in Redis, or
+/// `candidate`, put there if there was none (the first node's wins). Blocking: called once,
+/// at start, before the server runs. `None` when Redis could not be asked.
+pub(crate) fn shared_secret(settings: &RedisSettings, candidate: &str) -> Option<String> {
+    let timeout = Duration::from_millis(settings.timeout_ms.max(1));
+    let client = redis::Client::open(settings.url.as_str()).ok()?;
+    let mut con = client.get_connection_with_timeout(timeout).ok()?;
+    con.set_read_timeout(Some(timeout)).ok()?;
+    let key = format!("{}mrtr-secret", settings.key_prefix);
+    let _: Option<String> = redis::cmd("SET")
+        .arg(&key)
+        .arg(candidate)
+        .arg("NX")
+        .query(&mut con)
+        .ok()?;
+    redis::cmd("GET")
+        .arg(&key)
+        .query::<Option<String>>(&mut con)
+        .ok()?
 }

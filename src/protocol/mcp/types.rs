@@ -41,7 +41,7 @@ fn describe_parse_error<'a, T: Deserialize<'a>>(text: &'a str) -> String {
 }
 
 /// RFC 5424 severities used by MCP logging, least severe first so that `Ord` filters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogLevel {
     /// Detailed information for debugging.

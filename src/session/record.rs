@@ -1,0 +1,138 @@
+//! A session-era session as other nodes see it ([`SessionRecord`]): what `initialize`
+//! settled and what the client changed since (log level, subscriptions), so that any node
+//! can serve the session's next request (`cluster.sessions = "redis"`). Requests in flight,
+//! requests to the client and event logs are not in it: they stay on the node that holds
+//! them, and messages for them travel between nodes (see `transport::http`).
+
+use super::{Negotiated, Phase, Session};
+use crate::context::SessionInfo;
+use crate::model::{ForVersion, Implementation};
+use crate::protocol::mcp::{LogLevel, Offers, ProtocolVersion};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// What another node needs to serve a session; see the module docs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The negotiated protocol version.
+    pub version: String,
+    /// The capability kinds declared in `initialize`: tools, resources, prompts,
+    /// completions, tasks.
+    pub offers: [bool; 5],
+    /// The client's capabilities.
+    pub capabilities: Value,
+    /// The client's `clientInfo`.
+    pub client_info: Value,
+    /// Who the session belongs to (`Identity::principal`).
+    pub principal: String,
+    /// The client's `logging/setLevel`.
+    pub log_level: LogLevel,
+    /// The resource URIs the client subscribed to.
+    pub subscriptions: Vec<String>,
+    /// The session's trace id.
+    pub trace_id: String,
+    /// Bumped by each change; a node keeps the highest it saw.
+    pub revision: u64,
+}
+
+impl Session {
+    /// The session as a record, once initialized.
+    pub fn record(&self) -> Option<SessionRecord> {
+        let Phase::Ready(negotiated) = &self.phase else {
+            return None;
+        };
+        let offers = negotiated.offers;
+        let info = &negotiated.info;
+        let mut subscriptions: Vec<String> = self.subscriptions.iter().cloned().collect();
+        subscriptions.sort_unstable();
+        Some(SessionRecord {
+            version: negotiated.version.as_str().to_owned(),
+            offers: [
+                offers.tools,
+                offers.resources,
+                offers.prompts,
+                offers.completions,
+                offers.tasks,
+            ],
+            capabilities: (*info.client_capabilities).clone(),
+            client_info: serde_json::to_value(ForVersion(&*info.client_info, negotiated.version))
+                .unwrap_or_default(),
+            principal: self.admission.identity.principal().to_owned(),
+            log_level: self.inbox.log_level(),
+            subscriptions,
+            trace_id: self.admission.trace_id.to_string(),
+            revision: self.revision,
+        })
+    }
+
+    /// How many times what a [`SessionRecord`] holds changed (setLevel, subscriptions).
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Takes up a session another node began: ready with what `initialize` settled there,
+    /// the client's log level and subscriptions. A record of an older revision than what
+    /// this node holds is ignored. Says whether the record was usable.
+    pub fn restore(&mut self, record: &SessionRecord) -> bool {
+        if matches!(self.phase, Phase::Ready(_)) && record.revision <= self.revision {
+            return true;
+        }
+        let Some(version) = ProtocolVersion::parse(&record.version) else {
+            return false;
+        };
+        let Ok(client_info) = serde_json::from_value::<Implementation>(record.client_info.clone())
+        else {
+            return false;
+        };
+        let [tools, resources, prompts, completions, tasks] = record.offers;
+        let offers = Offers {
+            tools,
+            resources,
+            prompts,
+            completions,
+            tasks,
+        };
+        let scope = match &self.phase {
+            Phase::Ready(negotiated) => negotiated.info.scope.clone(),
+            Phase::AwaitingInit => Some(crate::context::SessionScope::new(self.id)),
+        };
+        self.phase = Phase::Ready(Negotiated {
+            version,
+            offers,
+            info: Rc::new(SessionInfo {
+                protocol_version: version,
+                client_capabilities: Arc::new(record.capabilities.clone()),
+                client_info: Arc::new(client_info),
+                identity: self.admission.identity.clone(),
+                trace_id: self.admission.trace_id.clone(),
+                scope,
+            }),
+        });
+        self.inbox.set_log_level(record.log_level);
+        let wanted: std::collections::HashSet<String> =
+            record.subscriptions.iter().cloned().collect();
+        for gone in self
+            .subscriptions
+            .difference(&wanted)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            self.subscriptions.remove(&gone);
+            self.inbox.drop_interest(&gone);
+            self.shared.metrics.subscriptions.dec();
+        }
+        for new in wanted {
+            if self.subscriptions.insert(new.clone()) {
+                self.inbox.add_interest(&new);
+                self.shared.metrics.subscriptions.inc();
+            }
+        }
+        if self.bus.is_none() {
+            self.bus = Some(self.shared.registry.bus().attach(&self.inbox));
+        }
+        self.revision = record.revision;
+        true
+    }
+}

@@ -1,0 +1,333 @@
+//! Any node serves any request (`cluster.sessions = "redis"`, the default with Redis): three
+//! nodes share one real `redis-server`, and each request of one Streamable HTTP session goes
+//! to a different node, as a round-robin balancer without affinity sends them.
+//!
+//! Checked: a session begun on node A answers on B and C (list, call); a `logging/setLevel`
+//! on one node holds on the others; a tool on B asks the client (elicitation) and the
+//! client's answer, POSTed to C, reaches B's request; a cancel POSTed to C stops a request
+//! running on A (no answer, the tool's future dropped); DELETE on B ends the session on
+//! every node (404 on A and C); a 2026-07-28 `requestState` minted by A is accepted by B
+//! without any configured secret; a session of another identity is not found; with
+//! `cluster.sessions = "local"` a session is its node's alone (404 elsewhere).
+
+use crate::support::http::header;
+use crate::support::meta::*;
+use crate::support::redis::RedisServer;
+use crate::support::stateless::{add_fixtures, stateless_settings, Fixtures};
+use crate::support::*;
+use futures_util::StreamExt;
+use mcp_ws::RunningServer;
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use serde_json::{json, Value};
+use sse_stream::SseStream;
+use std::time::Duration;
+
+fn node(redis: &RedisServer, prefix: &str, local: bool, fixtures: &Fixtures) -> RunningServer {
+    let mut settings = with_api_key(stateless_settings());
+    settings.redis.url = redis.url();
+    settings.redis.key_prefix = prefix.into();
+    if local {
+        settings.cluster.sessions = Some(mcp_ws::config::SessionPlace::Local);
+    }
+    start_with(settings, |b| add_fixtures(b, fixtures))
+}
+
+fn nodes(redis: &RedisServer, prefix: &str, local: bool) -> (Vec<RunningServer>, Fixtures) {
+    let fixtures = Fixtures::default();
+    let nodes = (0..3)
+        .map(|_| node(redis, prefix, local, &fixtures))
+        .collect();
+    (nodes, fixtures)
+}
+
+/// A session-era HTTP client whose requests go where the test says.
+struct Session {
+    http: reqwest::Client,
+    id: String,
+    token: Option<&'static str>,
+}
+
+fn url(node: &RunningServer) -> String {
+    format!("http://{}/mcp", node.addr())
+}
+
+impl Session {
+    async fn begin(node: &RunningServer, token: Option<&'static str>) -> Self {
+        let http = reqwest::Client::new();
+        let mut params = initialize_params("2025-11-25");
+        params["capabilities"] = json!({"elicitation": {}});
+        let mut post = http
+            .post(url(node))
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(request(json!(0), "initialize", params).to_string());
+        if let Some(token) = token {
+            post = post.bearer_auth(token);
+        }
+        let response = post.send().await.expect("initialize answered");
+        assert_eq!(response.status(), 200);
+        let id = header(&response, "mcp-session-id")
+            .expect("a session id")
+            .to_owned();
+        let session = Self { http, id, token };
+        let status = session
+            .post_raw(
+                node,
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            )
+            .await
+            .status();
+        assert_eq!(status, 202);
+        session
+    }
+
+    fn with(&self, builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let builder = builder
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-11-25");
+        match self.token {
+            Some(token) => builder.bearer_auth(token),
+            None => builder,
+        }
+    }
+
+    async fn post_raw(&self, node: &RunningServer, body: Value) -> reqwest::Response {
+        let post = self
+            .http
+            .post(url(node))
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        tokio::time::timeout(READ_TIMEOUT, self.with(post).send())
+            .await
+            .expect("answered in time")
+            .expect("sent")
+    }
+
+    /// A request answered on `node`: the messages of its answer (JSON, or the SSE stream to
+    /// its end).
+    async fn ask(
+        &self,
+        node: &RunningServer,
+        id: Value,
+        method: &str,
+        params: Value,
+    ) -> Vec<Value> {
+        let response = self.post_raw(node, request(id, method, params)).await;
+        assert_eq!(response.status(), 200, "{method} on {}", node.addr());
+        messages(response).collect().await
+    }
+
+    async fn delete(&self, node: &RunningServer) -> u16 {
+        let delete = self.http.delete(url(node));
+        self.with(delete)
+            .send()
+            .await
+            .expect("sent")
+            .status()
+            .as_u16()
+    }
+}
+
+/// The JSON-RPC messages of an answer, JSON or SSE.
+fn messages(response: reqwest::Response) -> futures_util::stream::BoxStream<'static, Value> {
+    let is_stream =
+        header(&response, "content-type").is_some_and(|t| t.starts_with("text/event-stream"));
+    if !is_stream {
+        return Box::pin(futures_util::stream::once(async move {
+            serde_json::from_str(&response.text().await.expect("body")).expect("JSON")
+        }));
+    }
+    Box::pin(
+        SseStream::from_bytes_stream(response.bytes_stream()).filter_map(|event| async move {
+            let data = event.ok()?.data.filter(|d| !d.trim().is_empty())?;
+            serde_json::from_str(&data).ok()
+        }),
+    )
+}
+
+fn answer_of(messages: &[Value], id: &Value) -> Value {
+    messages
+        .iter()
+        .find(|m| m.get("id") == Some(id) && m.get("method").is_none())
+        .cloned()
+        .unwrap_or_else(|| panic!("no answer to {id} in {messages:?}"))
+}
+
+#[tokio::test]
+async fn every_request_of_a_session_may_land_on_any_node() {
+    let redis = RedisServer::start();
+    let (nodes, fixtures) = nodes(&redis, "any-node:", false);
+    let [a, b, c] = [&nodes[0], &nodes[1], &nodes[2]];
+    let session = Session::begin(a, Some(TEST_KEY)).await;
+
+    let listed = session.ask(b, json!(1), "tools/list", json!({})).await;
+    assert!(answer_of(&listed, &json!(1))["result"]["tools"]
+        .as_array()
+        .is_some_and(|t| !t.is_empty()));
+    let echo = session
+        .ask(
+            c,
+            json!(2),
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "on c"}}),
+        )
+        .await;
+    assert_eq!(tool_text(&answer_of(&echo, &json!(2))), "on c");
+
+    // A setLevel on C holds for the copy on B (told through Redis): a tool's info line is
+    // not sent at level error.
+    let chatty = json!({"name": "chatty", "arguments": {}});
+    let before = session
+        .ask(b, json!(30), "tools/call", chatty.clone())
+        .await;
+    assert!(
+        before.iter().any(|m| m["params"]["data"] == "info line"),
+        "{before:?}"
+    );
+    let level = session
+        .ask(c, json!(3), "logging/setLevel", json!({"level": "error"}))
+        .await;
+    assert_result(&answer_of(&level, &json!(3)), &json!(3));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = session.ask(b, json!(31), "tools/call", chatty).await;
+    let lines: Vec<&Value> = after
+        .iter()
+        .filter_map(|m| m["params"].get("data"))
+        .collect();
+    assert_eq!(lines, [&json!("error line")], "{after:?}");
+
+    // A tool on B asks the client; the answer, POSTed to C, reaches B's request.
+    let response = session
+        .post_raw(
+            b,
+            request(
+                json!(4),
+                "tools/call",
+                json!({"name": "ask_name", "arguments": {"greeting": "Hi"}}),
+            ),
+        )
+        .await;
+    let mut stream = messages(response);
+    let ask = tokio::time::timeout(READ_TIMEOUT, stream.next())
+        .await
+        .expect("in time")
+        .expect("the ask");
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    let reply = json!({"jsonrpc": "2.0", "id": ask["id"], "result": accept_name("Ada")});
+    assert_eq!(session.post_raw(c, reply).await.status(), 202);
+    let rest: Vec<Value> = tokio::time::timeout(READ_TIMEOUT, stream.collect())
+        .await
+        .expect("the answer in time");
+    assert_eq!(tool_text(&answer_of(&rest, &json!(4))), "Hi, Ada!");
+    assert_eq!(fixtures.runs(), 1);
+
+    // A cancel POSTed to C stops a request running on A: no answer, its stream ends.
+    let response = session
+        .post_raw(a, request(json!(5), "tools/call", json!({"name": "sleep", "arguments": {"ms": 30000}, "_meta": {"progressToken": "p"}})))
+        .await;
+    let mut stream = messages(response);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(session.post_raw(c, cancel(json!(5))).await.status(), 202);
+    let rest: Vec<Value> = tokio::time::timeout(Duration::from_secs(5), stream.by_ref().collect())
+        .await
+        .expect("the stream ends at once, long before the 30 s sleep");
+    assert!(
+        rest.iter().all(|m| m.get("id") != Some(&json!(5))),
+        "{rest:?}"
+    );
+
+    // Someone else presenting the id finds nothing, on any node.
+    let stranger = Session {
+        http: reqwest::Client::new(),
+        id: session.id.clone(),
+        token: None,
+    };
+    assert_eq!(
+        stranger
+            .post_raw(c, request(json!(6), "ping", json!({})))
+            .await
+            .status(),
+        404
+    );
+
+    // DELETE on B ends it everywhere.
+    assert_eq!(session.delete(b).await, 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for node in [a, b, c] {
+        let status = session
+            .post_raw(node, request(json!(7), "ping", json!({})))
+            .await
+            .status();
+        assert_eq!(status, 404, "after DELETE, on {}", node.addr());
+    }
+    assert!(
+        redis.keys("any-node:session:*").is_empty(),
+        "{:?}",
+        redis.keys("*")
+    );
+}
+
+#[tokio::test]
+async fn a_request_state_minted_on_one_node_is_accepted_by_another() {
+    let redis = RedisServer::start();
+    let (nodes, fixtures) = nodes(&redis, "mrtr-shared:", false);
+    let post = |node: &RunningServer, body: Value| {
+        reqwest::Client::new()
+            .post(url(node))
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .header("mcp-protocol-version", MODERN)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "ask_name")
+            .body(body.to_string())
+            .send()
+    };
+    let params = stateless_with(
+        json!({"elicitation": {}}),
+        json!({"name": "ask_name", "arguments": {"greeting": "Hello"}}),
+    );
+    let first: Value = post(&nodes[0], request(json!(1), "tools/call", params.clone()))
+        .await
+        .expect("sent")
+        .json()
+        .await
+        .expect("JSON");
+    let (_, state) = assert_input_required(&first, &json!(1), &["name"]);
+    let second: Value = post(
+        &nodes[1],
+        request(
+            json!(2),
+            "tools/call",
+            retry(&params, json!({"name": accept_name("Bo")}), Some(&state)),
+        ),
+    )
+    .await
+    .expect("sent")
+    .json()
+    .await
+    .expect("JSON");
+    assert_eq!(
+        text_of(&assert_complete(&second, &json!(2))),
+        "Hello, Bo!",
+        "{second}"
+    );
+    assert_eq!(fixtures.runs(), 2);
+}
+
+#[tokio::test]
+async fn local_sessions_stay_on_their_node() {
+    let redis = RedisServer::start();
+    let (nodes, _) = nodes(&redis, "local-sessions:", true);
+    let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
+    assert_eq!(
+        session
+            .post_raw(&nodes[1], request(json!(1), "ping", json!({})))
+            .await
+            .status(),
+        404
+    );
+    let ping = session.ask(&nodes[0], json!(2), "ping", json!({})).await;
+    assert_result(&answer_of(&ping, &json!(2)), &json!(2));
+    assert!(redis.keys("local-sessions:session:*").is_empty());
+}
