@@ -51,6 +51,7 @@ mod stateless_http;
 mod stateless_mrtr;
 mod stateless_ws;
 mod tasks;
+mod three_nodes;
 mod tls;
 mod two_nodes;
 mod versions;

@@ -8,104 +8,19 @@
 //!   other node's own directory did not change.
 
 use crate::support::http::http_get;
+use crate::support::nginx::Nginx;
 use crate::support::process::ServerProcess;
 use crate::support::redis::RedisServer;
 use crate::support::*;
 use serde_json::{json, Value};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The sample config's addresses, which the test replaces.
 const SAMPLE_NODE_A: &str = "127.0.0.1:8765";
 const SAMPLE_NODE_B: &str = "127.0.0.1:8766";
 const SAMPLE_LISTEN: &str = "127.0.0.1:8080";
-
-/// nginx in the foreground with its own prefix; stopped (TERM, then KILL) when dropped.
-struct Nginx {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Nginx {
-    fn start(prefix: &Path, node_a: SocketAddr, node_b: SocketAddr) -> Self {
-        let sample = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("config/nginx-two-nodes.conf"),
-        )
-        .expect("the sample config is in the repository");
-        let addr = free_port();
-        let config = sample
-            .replace(SAMPLE_NODE_A, &node_a.to_string())
-            .replace(SAMPLE_NODE_B, &node_b.to_string())
-            .replace(SAMPLE_LISTEN, &addr.to_string());
-        assert_ne!(
-            config, sample,
-            "the sample names the addresses the test replaces"
-        );
-        for dir in ["logs", "tmp"] {
-            std::fs::create_dir_all(prefix.join(dir)).expect("prefix dirs");
-        }
-        let path = prefix.join("nginx.conf");
-        std::fs::write(&path, config).expect("config written");
-        let child = Command::new(binary())
-            .arg("-p")
-            .arg(prefix)
-            .args(["-e", "logs/error.log", "-c"])
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx starts (install the Debian package nginx; .ci/run does)");
-        let deadline = Instant::now() + READ_TIMEOUT;
-        while TcpStream::connect(addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nginx did not listen; its log:\n{}",
-                std::fs::read_to_string(prefix.join("logs/error.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self { child, addr }
-    }
-
-    fn url(&self) -> String {
-        format!("ws://{}/mcp", self.addr)
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // TERM makes the master stop its workers too; KILL only if it does not.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn binary() -> &'static str {
-    if Path::new("/usr/sbin/nginx").exists() {
-        "/usr/sbin/nginx"
-    } else {
-        "nginx"
-    }
-}
-
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-}
 
 /// One node: the binary with its own config file and served directory.
 struct NodeProcess {
@@ -199,7 +114,12 @@ async fn two_nodes_behind_nginx_share_retries_and_registry_changes() {
     for node in [&a, &b] {
         wait_node_metric(node, "mcp_bus_bridge_subscribed", 1).await;
     }
-    let proxy = Nginx::start(&dir.path().join("nginx"), a.addr, b.addr);
+    let proxy = Nginx::start(
+        &dir.path().join("nginx"),
+        "config/nginx-two-nodes.conf",
+        &[(SAMPLE_NODE_A, a.addr), (SAMPLE_NODE_B, b.addr)],
+        SAMPLE_LISTEN,
+    );
 
     // Round-robin: connect until one client sits on each node.
     let mut on_a = None;

@@ -14,6 +14,7 @@ pub mod alone;
 pub mod http;
 pub mod interop;
 pub mod meta;
+pub mod nginx;
 pub mod process;
 pub mod redis;
 pub mod stateless;

@@ -1,0 +1,148 @@
+//! Three `mcp-ws` processes (the real binary) sharing one real `redis-server`, behind a real
+//! nginx running the repository's `config/nginx-three-nodes.conf` (round-robin, no affinity;
+//! only its addresses replaced). The official Python SDK (tests/interop/any_node_client.py)
+//! runs many Streamable HTTP sessions through it at once, each request landing on whichever
+//! node nginx picks: initialize, tools/list, a resource subscription, `echo` calls with a
+//! text unique to the session and call, DELETE.
+//!
+//! - With every node up: every session completes, no failure, no cross-talk.
+//! - With one node SIGKILLed in the middle of the run: every session still completes, its
+//!   next requests served by the other nodes from the session's record in Redis; a call that
+//!   was on the dead node is retried by the client with its idempotency key (counted).
+
+use crate::interop_py_sdk::ensure_python_env;
+use crate::support::interop::{interop_dir, KillOnDrop};
+use crate::support::nginx::Nginx;
+use crate::support::process::ServerProcess;
+use crate::support::redis::RedisServer;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SAMPLE_NODES: [&str; 3] = ["127.0.0.1:8765", "127.0.0.1:8766", "127.0.0.1:8767"];
+const SAMPLE_LISTEN: &str = "127.0.0.1:8080";
+const SESSIONS: usize = 100;
+const CALLS: usize = 20;
+
+fn start_node(dir: &Path, name: &str, redis: &RedisServer) -> ServerProcess {
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\ntrusted_proxies = [\"127.0.0.1\"]\n\n\
+             [redis]\nurl = \"{}\"\n",
+            redis.url(),
+        ),
+    )
+    .expect("node config written");
+    ServerProcess::spawn(
+        &["--config", config.to_str().expect("utf-8 path")],
+        &[("RUST_LOG", "warn,mcp_ws::server=info")],
+    )
+}
+
+/// Runs the SDK client through `proxy`; `on_ready` is called once half the sessions are
+/// initialized. Returns its summary.
+fn run_sessions(proxy: &Nginx, on_ready: impl FnOnce()) -> Value {
+    let mut client = KillOnDrop(
+        Command::new(ensure_python_env())
+            .arg(interop_dir().join("any_node_client.py"))
+            .arg(proxy.http_url())
+            .args([SESSIONS.to_string(), CALLS.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the Python SDK client starts"),
+    );
+    let stdout = client.0.stdout.take().expect("piped stdout");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut on_ready = Some(on_ready);
+    let mut summary = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("a line");
+        assert!(Instant::now() < deadline, "the client took too long");
+        if let Some(ready) = line.strip_prefix("ready ") {
+            if ready.parse::<usize>().unwrap_or(0) >= SESSIONS / 2 {
+                if let Some(on_ready) = on_ready.take() {
+                    on_ready();
+                }
+            }
+        } else if line.starts_with('{') {
+            summary = Some(serde_json::from_str(&line).expect("a JSON summary"));
+        }
+    }
+    let status = client.0.wait().expect("the client exits");
+    assert!(status.success(), "client exit status {status}");
+    summary.expect("the client printed its summary")
+}
+
+/// The `tools/call` requests a node answered (its `/metrics`, read directly).
+fn tools_calls(addr: std::net::SocketAddr) -> u64 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("the node answers");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request sent");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("metrics read");
+    text.lines()
+        .filter(|line| {
+            line.starts_with("mcp_request_duration_seconds_count{method=\"tools/call\"}")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn assert_all_completed(summary: &Value) {
+    assert_eq!(summary["failures"], serde_json::json!([]), "{summary}");
+    assert_eq!(summary["crosstalk"], 0, "{summary}");
+    assert_eq!(summary["sessions_ok"], SESSIONS, "{summary}");
+    assert_eq!(summary["calls_ok"], SESSIONS * CALLS, "{summary}");
+}
+
+#[test]
+fn sessions_go_on_through_round_robin_and_a_node_killed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut nodes: Vec<ServerProcess> = ["node-a", "node-b", "node-c"]
+        .iter()
+        .map(|name| start_node(dir.path(), name, &redis))
+        .collect();
+    let addrs: Vec<_> = nodes.iter().map(ServerProcess::wait_listening).collect();
+    let placeholders: Vec<(&str, std::net::SocketAddr)> = SAMPLE_NODES
+        .iter()
+        .copied()
+        .zip(addrs.iter().copied())
+        .collect();
+    let proxy = Nginx::start(
+        &dir.path().join("nginx"),
+        "config/nginx-three-nodes.conf",
+        &placeholders,
+        SAMPLE_LISTEN,
+    );
+
+    let summary = run_sessions(&proxy, || {});
+    println!("all nodes up: {summary}");
+    assert_all_completed(&summary);
+    assert_eq!(summary["retried"], 0, "{summary}");
+    // Round-robin spread the requests: every node served a share of the calls of sessions
+    // most of which it did not begin.
+    for addr in &addrs {
+        let calls = tools_calls(*addr);
+        assert!(
+            calls >= (SESSIONS * CALLS / 6) as u64,
+            "{addr} served {calls} calls"
+        );
+    }
+
+    let victim = &mut nodes[1];
+    let summary = run_sessions(&proxy, || {
+        victim.child.kill().expect("SIGKILL a node");
+    });
+    println!("a node killed mid-run: {summary}");
+    assert_all_completed(&summary);
+}
