@@ -79,6 +79,12 @@ pub struct End;
 #[rtype(result = "()")]
 pub struct Refresh(pub SessionRecord);
 
+/// Its record, marked as stored (the handler stores it before the session's id is issued:
+/// the client may send its next request to another node at once).
+#[derive(Message)]
+#[rtype(result = "Option<SessionRecord>")]
+pub struct TakeRecord;
+
 /// The client deleted the session on another node: this copy ends too.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -295,7 +301,9 @@ impl HostedSession {
     /// its time to live ago, so that a session busy on one node stays there for the others)
     /// and tells the other nodes' copies.
     fn store_record(&mut self) {
-        if !self.in_redis {
+        // Never stored: the HTTP handler stores a new session's first record itself, before
+        // it gives the client the id.
+        if !self.in_redis || self.stored.0 == 0 {
             return;
         }
         let ttl = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
@@ -582,6 +590,16 @@ impl Handler<Refresh> for HostedSession {
         if self.core.restore(&refresh.0) {
             self.stored = (self.core.revision(), self.stored.1);
         }
+    }
+}
+
+impl Handler<TakeRecord> for HostedSession {
+    type Result = Option<SessionRecord>;
+
+    fn handle(&mut self, _take: TakeRecord, _ctx: &mut Self::Context) -> Option<SessionRecord> {
+        let record = self.core.record()?;
+        self.stored = (record.revision, Instant::now());
+        Some(record)
     }
 }
 

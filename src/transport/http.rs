@@ -11,7 +11,7 @@
 //! [`Refusal`]s (the perimeter's one mapping to HTTP).
 
 use super::events::{Cursor, SseEvent};
-use super::hosted::{End, HostedSession, OpenStream, Post, PostReply};
+use super::hosted::{End, HostedSession, OpenStream, Post, PostReply, TakeRecord};
 use super::stateless::{FirstReply, StatelessExchange};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded, Params};
@@ -117,6 +117,13 @@ pub async fn post(
         None => return Err(Refusal::SessionRequired),
     };
     let mut response = answer(&shared, exchange(&session, text, access).await?);
+    if let (Some(id), true) = (&new_id, shared.settings.sessions_in_redis()) {
+        // The record is in Redis before the client has the id: its next request may go to
+        // any node at once.
+        if directory.find(id.as_str(), &owner).is_some() {
+            store_new_session(&shared, &session, id).await?;
+        }
+    }
     if let Some(id) = new_id {
         // The session exists only if `initialize` succeeded; otherwise it is gone already
         // and the client gets its error without an id to use.
@@ -545,6 +552,34 @@ async fn find_session(
     directory.remember(id, session.clone(), owner);
     tracing::debug!(session = %session_log_id(&record), "session taken up from the store");
     Ok(session)
+}
+
+/// Stores a new session's record; a session that cannot be stored ends (503): served by
+/// this node alone, it would be lost to a balancer that sends its next request elsewhere.
+async fn store_new_session(
+    shared: &Arc<Shared>,
+    session: &Addr<HostedSession>,
+    id: &SessionId,
+) -> Result<(), Refusal> {
+    let record = session.send(TakeRecord).await.ok().flatten();
+    let stored = match (record, shared.cluster.store.redis()) {
+        (Some(record), Some(redis)) => match serde_json::to_string(&record) {
+            Ok(json) => {
+                let ttl = Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms);
+                redis
+                    .put_session(&shared.metrics, id.as_str(), json, ttl)
+                    .await
+            }
+            Err(_) => false,
+        },
+        _ => false,
+    };
+    if stored {
+        Ok(())
+    } else {
+        session.do_send(End);
+        Err(Refusal::SessionStoreUnavailable)
+    }
 }
 
 /// What a log line says of a session taken up from the store (never its id).

@@ -7,7 +7,9 @@
 //! client's answer, POSTed to C, reaches B's request; a cancel POSTed to C stops a request
 //! running on A (no answer, the tool's future dropped); DELETE on B ends the session on
 //! every node (404 on A and C); a 2026-07-28 `requestState` minted by A is accepted by B
-//! without any configured secret; a session of another identity is not found; with
+//! without any configured secret; a session of another identity is not found; with Redis
+//! away, a node serves the sessions it holds and answers 503 (Retry-After) for others and
+//! for new sessions; with
 //! `cluster.sessions = "local"` a session is its node's alone (404 elsewhere).
 
 use crate::support::http::header;
@@ -330,4 +332,45 @@ async fn local_sessions_stay_on_their_node() {
     let ping = session.ask(&nodes[0], json!(2), "ping", json!({})).await;
     assert_result(&answer_of(&ping, &json!(2)), &json!(2));
     assert!(redis.keys("local-sessions:session:*").is_empty());
+}
+
+#[tokio::test]
+async fn with_redis_away_held_sessions_go_on_and_the_others_get_503() {
+    let mut redis = RedisServer::start();
+    let (nodes, _) = nodes(&redis, "outage:", false);
+    let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
+    redis.kill();
+    // Held by node 0: served there.
+    let ping = session.ask(&nodes[0], json!(1), "ping", json!({})).await;
+    assert_result(&answer_of(&ping, &json!(1)), &json!(1));
+    // Node 1 does not hold it and cannot ask: 503, retry later; never a guess.
+    let refused = session
+        .post_raw(&nodes[1], request(json!(2), "ping", json!({})))
+        .await;
+    assert_eq!(refused.status(), 503);
+    assert_eq!(header(&refused, "retry-after"), Some("1"));
+    // A new session could be served by this node only: refused too.
+    let http = reqwest::Client::new();
+    let refused = http
+        .post(url(&nodes[2]))
+        .header(ACCEPT, "application/json, text/event-stream")
+        .header(CONTENT_TYPE, "application/json")
+        .body(request(json!(0), "initialize", initialize_params("2025-11-25")).to_string())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(refused.status(), 503);
+    assert!(header(&refused, "mcp-session-id").is_none());
+    // Redis back: the session held by node 0 goes on there.
+    redis.restart();
+    let ping = session.ask(&nodes[0], json!(3), "ping", json!({})).await;
+    assert_result(&answer_of(&ping, &json!(3)), &json!(3));
+    assert!(
+        crate::support::http::metric(
+            &nodes[1],
+            "mcp_rejected_total{reason=\"store_unavailable\"}"
+        )
+        .await
+            >= 1
+    );
 }
