@@ -9,8 +9,8 @@
 //! every node (404 on A and C); a 2026-07-28 `requestState` minted by A is accepted by B
 //! without any configured secret; a session of another identity is not found; with Redis
 //! away, a node serves the sessions it holds and answers 503 (Retry-After) for others and
-//! for new sessions; with
-//! `cluster.sessions = "local"` a session is its node's alone (404 elsewhere).
+//! for new sessions; with `cluster.sessions = "local"` a session is its node's alone (404
+//! elsewhere).
 
 use crate::support::http::header;
 use crate::support::meta::*;
