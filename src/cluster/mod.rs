@@ -31,6 +31,19 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// This node's number among the nodes sharing a Redis (20 bits of its random id):
+    /// what it tells others it is alive under, and the high bits of the ids it gives (its
+    /// streams' numbers, its requests to clients), so those of two nodes never meet.
+    pub fn node_number(&self) -> u64 {
+        self.store.node() & 0xF_FFFF
+    }
+
+    /// The first of this node's ids: [`node_number`](Self::node_number) above 32 bits (below
+    /// 2^53, exact in every JSON reader).
+    pub fn node_base(&self) -> u64 {
+        self.node_number() << 32
+    }
+
     /// The cluster state the settings ask for (connecting to Redis happens lazily).
     pub fn new(settings: Arc<Settings>, metrics: Arc<Metrics>, bus: ChangeBus) -> Arc<Self> {
         Arc::new(Self {

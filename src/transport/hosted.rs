@@ -17,12 +17,14 @@
 
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
+use crate::cluster::Cluster;
 use crate::perimeter::{Access, Admission};
 use crate::protocol::mcp::Error;
 use crate::session::record::SessionRecord;
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
+use crate::transport::mirror::Mirrored;
 use crate::worker::Yield;
 use actix::prelude::*;
 use actix_web_actors::ws::CloseCode;
@@ -267,15 +269,28 @@ impl HostedSession {
             ),
             streams: HashMap::new(),
             prime: false,
+            session_stream: 0,
+            mirror: None,
         });
         let in_redis = shared.settings.sessions_in_redis();
+        let base = shared.cluster.node_base();
         if in_redis {
-            // 20 random bits above 32: ids stay below 2^53, exact in every JSON reader.
-            core.inbox()
-                .offset_server_ids((rand::random::<u64>() & 0xF_FFFF) << 32);
+            core.inbox().offset_server_ids(base);
         }
         let mut host = Self::host(shared, directory, slot, id, core, out);
         host.in_redis = in_redis;
+        if in_redis {
+            // Its streams' numbers are this node's own too: a Last-Event-ID names the node
+            // whose stream it was.
+            host.next_exchange = base + 1;
+            if let Outlets::Http(http) = &mut host.out {
+                http.session_stream = base;
+                http.mirror = Some(super::mirror::Mirror::start(
+                    host.shared.cluster.clone(),
+                    host.id.as_str(),
+                ));
+            }
+        }
         host
     }
 
@@ -335,6 +350,100 @@ impl HostedSession {
                 bridge::send_session_note(&cluster, note).await;
             }
         });
+    }
+
+    /// Resumes, after `cursor`, a stream another node served (sessions in Redis): its
+    /// mirrored events, then, for a session's `GET` stream, this node's own session stream
+    /// live; for a POST's stream still running there, what that node goes on mirroring until
+    /// the answer, or errors for its requests once that node is found dead.
+    fn resume_from_mirror(
+        &mut self,
+        cursor: Cursor,
+        reply: oneshot::Sender<Result<mpsc::Receiver<SseEvent>, ReplayError>>,
+        ctx: &mut Context<Self>,
+    ) {
+        let cluster = self.shared.cluster.clone();
+        let Some(key) = cluster
+            .store
+            .redis()
+            .map(|r| r.events_key(self.id.as_str()))
+        else {
+            let _ = reply.send(Err(ReplayError::Gone));
+            return;
+        };
+        let read_key = key.clone();
+        let read_cluster = cluster.clone();
+        let read = async move {
+            let redis = read_cluster.store.redis()?;
+            let metrics = &read_cluster.metrics;
+            let mut mirrored = Mirrored::default();
+            // The stream's node mirrors a moment after it sends: a client quick to resume
+            // elsewhere may be ahead of the mirror. While that node lives, wait for it (a
+            // little); past that, what the mirror lacks is a gap.
+            let patience = Instant::now() + MIRROR_PATIENCE;
+            let mut wait = Duration::ZERO;
+            loop {
+                let entries = redis
+                    .read_events(metrics, &read_key, mirrored.after(), wait)
+                    .await?;
+                mirrored.take(cursor, entries);
+                if mirrored.caught_up(cursor) || Instant::now() >= patience {
+                    break;
+                }
+                let node = super::mirror::node_of(cursor.stream);
+                if redis.is_alive(metrics, node).await != Some(true) {
+                    break;
+                }
+                wait = Duration::from_millis(100);
+            }
+            Some(mirrored)
+        };
+        ctx.spawn(read.into_actor(self).map(move |mirrored, host, _ctx| {
+            let Outlets::Http(http) = &mut host.out else {
+                return;
+            };
+            let Some(mut mirrored) = mirrored.filter(|m| m.known) else {
+                let _ = reply.send(Err(ReplayError::Gone));
+                return;
+            };
+            // Events between the cursor and the first one still mirrored are gone: refused,
+            // never a silent gap.
+            if let Some(first) = mirrored.events.first() {
+                let first_count = first
+                    .id
+                    .rsplit('_')
+                    .next()
+                    .and_then(|c| c.parse::<u64>().ok());
+                if first_count.is_some_and(|c| c > cursor.count + 1) {
+                    let _ = reply.send(Err(ReplayError::Gone));
+                    return;
+                }
+            }
+            let backlog = std::mem::take(&mut mirrored.events);
+            let (tx, rx) = http.reader(cursor.stream, Some(cursor), backlog.len());
+            for event in backlog {
+                let _ = tx.try_send(event);
+            }
+            if !mirrored.finished {
+                if mirrored.ids.is_empty() {
+                    // Another node's GET stream: what the session hears from now on comes
+                    // on this node's own.
+                    let stream = http.session_stream;
+                    http.streams
+                        .entry(stream)
+                        .or_insert(StreamState {
+                            waiting: None,
+                            reader: None,
+                            ids: None,
+                            mirrored: false,
+                        })
+                        .reader = Some(tx);
+                } else {
+                    actix::spawn(follow_mirror(cluster, key, cursor.stream, mirrored, tx));
+                }
+            }
+            let _ = reply.send(Ok(rx));
+        }));
     }
 
     /// With sessions in Redis: a client message that needed no answer here (a response to a
@@ -520,11 +629,14 @@ impl Handler<Post> for HostedSession {
         };
         let exchange = self.next_exchange;
         self.next_exchange += 1;
+        let ids = http.mirror.as_ref().map(|_| request_ids(&post.text));
         http.streams.insert(
             exchange,
             StreamState {
                 waiting: Some(post.reply),
                 reader: None,
+                ids,
+                mirrored: false,
             },
         );
         let intake = self
@@ -553,10 +665,19 @@ impl Handler<Post> for HostedSession {
 impl Handler<OpenStream> for HostedSession {
     type Result = ();
 
-    fn handle(&mut self, open: OpenStream, _ctx: &mut Self::Context) {
+    fn handle(&mut self, open: OpenStream, ctx: &mut Self::Context) {
         self.last_active = Instant::now();
-        if let Outlets::Http(http) = &mut self.out {
-            let _ = open.reply.send(http.open(open.resume));
+        let Outlets::Http(http) = &mut self.out else {
+            return;
+        };
+        match (http.open(open.resume), open.resume) {
+            // Not a stream of this node's: with sessions in Redis, its node mirrored it.
+            (Err(ReplayError::Gone), Some(cursor)) if http.mirror.is_some() => {
+                self.resume_from_mirror(cursor, open.reply, ctx);
+            }
+            (opened, _) => {
+                let _ = open.reply.send(opened);
+            }
         }
     }
 }
@@ -787,11 +908,21 @@ impl Outlet for SocketOutlet {
 struct StreamState {
     waiting: Option<oneshot::Sender<PostReply>>,
     reader: Option<mpsc::Sender<SseEvent>>,
+    /// With sessions in Redis: the ids of the POST's requests (JSON array), told to the
+    /// mirror when the POST becomes a stream; `None` once told (or never needed).
+    ids: Option<String>,
+    /// Whether the mirror knows the stream (it became SSE): its end is mirrored too.
+    mirrored: bool,
 }
 
 /// Routes a hosted HTTP session's frames (see the module docs).
 pub struct HttpOutlet {
     log: EventLog,
+    /// The number of the session's `GET` stream: 0, or this node's base with sessions in
+    /// Redis (stream numbers then name their node).
+    session_stream: u64,
+    /// With sessions in Redis: where streamed events are mirrored.
+    mirror: Option<super::mirror::Mirror>,
     /// Open streams: exchanges not yet answered, and 0, the session's `GET` stream.
     streams: HashMap<u64, StreamState>,
     /// Whether new streams start with a priming event (2025-11-25 sessions).
@@ -832,6 +963,15 @@ impl HttpOutlet {
     /// Logs an event of `stream` and hands it to its reader, if it has one that keeps up.
     fn stream_event(&mut self, stream: u64, frame: String) {
         let event = self.log.push(stream, Arc::from(frame));
+        if let Some(mirror) = &self.mirror {
+            let count = event
+                .id
+                .rsplit('_')
+                .next()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            mirror.event(stream, count, event.data.clone());
+        }
         let Some(state) = self.streams.get_mut(&stream) else {
             return;
         };
@@ -845,7 +985,12 @@ impl HttpOutlet {
 
     /// Opens the session stream, or resumes a stream after `resume`.
     fn open(&mut self, resume: Option<Cursor>) -> Result<mpsc::Receiver<SseEvent>, ReplayError> {
-        let stream = resume.map_or(0, |c| c.stream);
+        let stream = resume.map_or(self.session_stream, |c| c.stream);
+        if resume.is_none() {
+            if let Some(mirror) = &self.mirror {
+                mirror.begin(stream, String::new());
+            }
+        }
         let backlog = match resume {
             Some(cursor) => self.log.replay(cursor)?,
             None => Vec::new(),
@@ -856,12 +1001,14 @@ impl HttpOutlet {
         }
         // A finished stream (its answer is in the backlog) ends after the replay; an open
         // one goes on live, replacing any reader it had.
-        if stream == 0 || !self.log.is_finished(stream) {
+        if stream == self.session_stream || !self.log.is_finished(stream) {
             self.streams
                 .entry(stream)
                 .or_insert(StreamState {
                     waiting: None,
                     reader: None,
+                    ids: None,
+                    mirrored: false,
                 })
                 .reader = Some(tx);
         }
@@ -874,8 +1021,16 @@ impl HttpOutlet {
             if let Some(waiting) = state.waiting.take() {
                 let _ = waiting.send(PostReply::Accepted);
             }
+            self.finish_mirrored(exchange, state.mirrored);
         }
         self.log.finish(exchange);
+    }
+
+    /// Tells the mirror a stream it knows is over.
+    fn finish_mirrored(&self, stream: u64, mirrored: bool) {
+        if let (Some(mirror), true) = (&self.mirror, mirrored) {
+            mirror.finish(stream);
+        }
     }
 
     /// Closes every stream (the session ended).
@@ -892,14 +1047,14 @@ impl Outlet for HttpOutlet {
         let (stream, answer) = match route {
             Route::Answer(exchange) => (exchange, true),
             Route::During(exchange) => (exchange, false),
-            Route::Session => (0, false),
+            Route::Session => (self.session_stream, false),
         };
         // A message during an exchange whose POST is gone from the map (it cannot happen
         // while its requests run) still reaches the client, on the session stream.
         let stream = if self.streams.contains_key(&stream) {
             stream
         } else {
-            0
+            self.session_stream
         };
         let waiting = self.streams.get_mut(&stream).and_then(|s| s.waiting.take());
         match waiting {
@@ -918,13 +1073,18 @@ impl Outlet for HttpOutlet {
                         state.reader = Some(tx);
                     }
                 }
+                if let (Some(mirror), Some(state)) = (&self.mirror, self.streams.get_mut(&stream)) {
+                    mirror.begin(stream, state.ids.take().unwrap_or_default());
+                    state.mirrored = true;
+                }
             }
             None => {}
         }
         self.stream_event(stream, frame);
         if answer {
             // The stream ends after its answer: dropping the reader closes the response.
-            self.streams.remove(&stream);
+            let mirrored = self.streams.remove(&stream).is_some_and(|s| s.mirrored);
+            self.finish_mirrored(stream, mirrored);
             self.log.finish(stream);
         }
     }
@@ -933,3 +1093,102 @@ impl Outlet for HttpOutlet {
         HttpOutlet::close(self, exchange);
     }
 }
+
+/// The ids of the requests in a POST's body, as a JSON array (for the mirror: a resume on
+/// another node answers them if the node running them is lost).
+fn request_ids(text: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow, default)]
+        id: Option<&'a serde_json::value::RawValue>,
+        #[serde(default)]
+        method: Option<&'a str>,
+    }
+    let ids: Vec<&serde_json::value::RawValue> = match text.trim_start().as_bytes().first() {
+        Some(b'[') => serde_json::from_str::<Vec<Message<'_>>>(text)
+            .map(|all| {
+                all.into_iter()
+                    .filter(|m| m.method.is_some())
+                    .filter_map(|m| m.id)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        _ => serde_json::from_str::<Message<'_>>(text)
+            .ok()
+            .filter(|m| m.method.is_some())
+            .and_then(|m| m.id)
+            .into_iter()
+            .collect(),
+    };
+    serde_json::to_string(&ids).unwrap_or_default()
+}
+
+/// Follows a POST's stream another node runs, from its mirror, until its answer; if that
+/// node is found dead first, answers each of the stream's requests with an error saying so.
+async fn follow_mirror(
+    cluster: Arc<Cluster>,
+    key: String,
+    stream: u64,
+    mut mirrored: Mirrored,
+    reader: mpsc::Sender<SseEvent>,
+) {
+    let cursor = Cursor {
+        stream,
+        count: mirrored.count,
+    };
+    let node = super::mirror::node_of(stream);
+    loop {
+        let Some(redis) = cluster.store.redis() else {
+            return;
+        };
+        let sent = mirrored.events.len();
+        let Some(entries) = redis
+            .read_events(&cluster.metrics, &key, &mirrored.last, bridge::BEAT)
+            .await
+        else {
+            // Redis away: the stream ends; the client may resume it again later.
+            return;
+        };
+        let quiet = entries.is_empty();
+        mirrored.take(cursor, entries);
+        for event in mirrored.events.drain(sent..) {
+            if reader.send(event).await.is_err() {
+                return;
+            }
+        }
+        if mirrored.finished || reader.is_closed() {
+            return;
+        }
+        if quiet && redis.is_alive(&cluster.metrics, node).await == Some(false) {
+            break;
+        }
+    }
+    for id in &mirrored.ids {
+        mirrored.count += 1;
+        let frame = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": NODE_LOST,
+                "message": "The node running this request was lost: retry it (a tools/call \
+                            with its idempotency key that finished there is answered, not run again)",
+                "data": { "reason": "nodeLost" },
+            },
+        });
+        let event = SseEvent {
+            id: format!("{stream}_{}", mirrored.count),
+            data: Arc::from(frame.to_string()),
+        };
+        if reader.send(event).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// How long a resume on another node waits for the stream's node to mirror what the client
+/// already has.
+const MIRROR_PATIENCE: Duration = Duration::from_secs(1);
+
+/// The code of the error a request gets when the node running it was lost before it
+/// answered (sessions in Redis, a stream resumed on another node).
+pub const NODE_LOST: i64 = -32031;

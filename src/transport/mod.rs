@@ -10,5 +10,6 @@ pub mod hosted;
 pub mod http;
 #[cfg(any(test, feature = "testing"))]
 pub mod memory;
+pub(crate) mod mirror;
 pub mod stateless;
 pub mod ws;

@@ -15,7 +15,7 @@
 use crate::support::http::header;
 use crate::support::meta::*;
 use crate::support::redis::RedisServer;
-use crate::support::stateless::{add_fixtures, stateless_settings, Fixtures};
+use crate::support::stateless::{add_fixtures, plain_tool, stateless_settings, Fixtures};
 use crate::support::*;
 use futures_util::StreamExt;
 use mcp_ws::RunningServer;
@@ -373,4 +373,129 @@ async fn with_redis_away_held_sessions_go_on_and_the_others_get_503() {
         .await
             >= 1
     );
+}
+
+/// SSE events of a response, with their ids.
+fn events(
+    response: reqwest::Response,
+) -> futures_util::stream::BoxStream<'static, (String, Value)> {
+    Box::pin(
+        SseStream::from_bytes_stream(response.bytes_stream()).filter_map(|event| async move {
+            let event = event.ok()?;
+            let data = event.data.filter(|d| !d.trim().is_empty())?;
+            Some((
+                event.id.unwrap_or_default(),
+                serde_json::from_str(&data).ok()?,
+            ))
+        }),
+    )
+}
+
+#[tokio::test]
+async fn a_stream_resumes_with_last_event_id_on_another_node() {
+    let redis = RedisServer::start();
+    let (nodes, fixtures) = nodes(&redis, "resume-anywhere:", false);
+    let [a, b, c] = [&nodes[0], &nodes[1], &nodes[2]];
+    let session = Session::begin(a, Some(TEST_KEY)).await;
+
+    // A POST's stream on A: its first event, then the client loses it.
+    let call = json!({"name": "step_then_hold", "arguments": {}, "_meta": {"progressToken": "t"}});
+    let response = session
+        .post_raw(a, request(json!(1), "tools/call", call))
+        .await;
+    let mut stream = events(response);
+    let (first_id, progress) = tokio::time::timeout(READ_TIMEOUT, stream.next())
+        .await
+        .expect("in time")
+        .expect("the progress event");
+    assert_eq!(progress["method"], "notifications/progress", "{progress}");
+    drop(stream);
+
+    // Resumed on B after that event: B follows what A mirrors; A's answer arrives there.
+    let get = session
+        .with(session.http.get(url(b)).header(ACCEPT, "text/event-stream"))
+        .header("last-event-id", &first_id)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(get.status(), 200);
+    let mut resumed = events(get);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    fixtures.gate.add_permits(1);
+    let (answer_id, answer) = tokio::time::timeout(READ_TIMEOUT, resumed.next())
+        .await
+        .expect("the answer in time")
+        .expect("the answer");
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(tool_text(&answer), "released");
+    let stream_of = |id: &str| id.split('_').next().map(str::to_owned);
+    assert_eq!(
+        stream_of(&answer_id),
+        stream_of(&first_id),
+        "the same stream, no gap: {first_id} then {answer_id}"
+    );
+    assert!(
+        tokio::time::timeout(READ_TIMEOUT, resumed.next())
+            .await
+            .expect("ends in time")
+            .is_none(),
+        "the stream ends after its answer"
+    );
+
+    // The session's GET stream on C; a list change reaches it; lost; resumed on A with its id.
+    let get = session
+        .with(session.http.get(url(c)).header(ACCEPT, "text/event-stream"))
+        .send()
+        .await
+        .expect("sent");
+    let mut live = events(get);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    nodes[2]
+        .registry()
+        .add_tool(plain_tool("added_while_listening"))
+        .expect("added");
+    let (changed_id, changed) = tokio::time::timeout(READ_TIMEOUT, live.next())
+        .await
+        .expect("in time")
+        .expect("the change");
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
+    );
+    drop(live);
+    let before_change = format!(
+        "{}_{}",
+        stream_of(&changed_id).expect("a stream"),
+        changed_id
+            .rsplit('_')
+            .next()
+            .and_then(|c| c.parse::<u64>().ok())
+            .expect("a count")
+            - 1
+    );
+    let get = session
+        .with(session.http.get(url(a)).header(ACCEPT, "text/event-stream"))
+        .header("last-event-id", &before_change)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(get.status(), 200);
+    let mut replayed = events(get);
+    let (_, again) = tokio::time::timeout(READ_TIMEOUT, replayed.next())
+        .await
+        .expect("in time")
+        .expect("the replayed change");
+    assert_eq!(
+        again["method"], "notifications/tools/list_changed",
+        "{again}"
+    );
+
+    // A cursor naming events no node mirrored: refused, never a silent gap.
+    let get = session
+        .with(session.http.get(url(b)).header(ACCEPT, "text/event-stream"))
+        .header("last-event-id", "123456789_5")
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(get.status(), 400);
 }

@@ -146,3 +146,124 @@ fn sessions_go_on_through_round_robin_and_a_node_killed() {
     println!("a node killed mid-run: {summary}");
     assert_all_completed(&summary);
 }
+
+/// A request running on a node that dies is answered, on the node its stream is resumed on,
+/// with an error saying the node was lost (-32031), never left unanswered; the session goes
+/// on there.
+#[tokio::test]
+async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
+    use futures_util::StreamExt;
+    use reqwest::header::{ACCEPT, CONTENT_TYPE};
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut a = start_node(dir.path(), "node-a", &redis);
+    let b = start_node(dir.path(), "node-b", &redis);
+    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+    let http = reqwest::Client::new();
+    let post = |addr: std::net::SocketAddr, session: Option<&str>, body: Value| {
+        let mut post = http
+            .post(format!("http://{addr}/mcp"))
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        if let Some(session) = session {
+            post = post
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", "2025-11-25");
+        }
+        post.send()
+    };
+    let init = post(
+        a_addr,
+        None,
+        crate::support::request(
+            json!(0),
+            "initialize",
+            crate::support::initialize_params("2025-11-25"),
+        ),
+    )
+    .await
+    .expect("initialize");
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .expect("id")
+        .to_owned();
+    let call =
+        json!({"name": "sleep", "arguments": {"ms": 60000}, "_meta": {"progressToken": "p"}});
+    let running = post(
+        a_addr,
+        Some(&session),
+        crate::support::request(json!(9), "tools/call", call),
+    )
+    .await
+    .expect("the call");
+    let mut stream = sse_stream::SseStream::from_bytes_stream(running.bytes_stream());
+    // A few progress events in (every 50 ms): the mirror, written a moment after each,
+    // holds the first of them when the node dies.
+    let mut progress_ids = Vec::new();
+    while progress_ids.len() < 4 {
+        let event = tokio::time::timeout(crate::support::READ_TIMEOUT, stream.next())
+            .await
+            .expect("an event in time")
+            .expect("an event")
+            .expect("well-formed");
+        if event
+            .data
+            .as_deref()
+            .is_some_and(|d| d.contains("notifications/progress"))
+        {
+            progress_ids.push(event.id.expect("an id"));
+        }
+    }
+    let first_id = progress_ids[0].clone();
+    a.child.kill().expect("SIGKILL node A");
+    let _ = a.child.wait();
+    drop(stream);
+    let resumed = http
+        .get(format!("http://{b_addr}/mcp"))
+        .header(ACCEPT, "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("last-event-id", &first_id)
+        .send()
+        .await
+        .expect("resumed on B");
+    assert_eq!(
+        resumed.status(),
+        200,
+        "resuming after {first_id}: keys {:?}",
+        redis.keys("*")
+    );
+    let mut events = sse_stream::SseStream::from_bytes_stream(resumed.bytes_stream());
+    let answer = loop {
+        let event = tokio::time::timeout(Duration::from_secs(20), events.next())
+            .await
+            .expect("answered once node A is found dead")
+            .unwrap_or_else(|| {
+                panic!(
+                    "the stream ended without an answer; node B's log:\n{}",
+                    b.stderr_text()
+                )
+            })
+            .expect("well-formed");
+        let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
+            continue;
+        };
+        let message: Value = serde_json::from_str(&data).expect("JSON");
+        if message.get("id").is_some() {
+            break message;
+        }
+    };
+    assert_eq!(answer["id"], 9, "{answer}");
+    assert_eq!(answer["error"]["code"], -32031, "{answer}");
+    assert_eq!(answer["error"]["data"]["reason"], "nodeLost", "{answer}");
+    let ping = post(
+        b_addr,
+        Some(&session),
+        crate::support::request(json!(10), "ping", json!({})),
+    )
+    .await
+    .expect("ping on B");
+    assert_eq!(ping.status(), 200);
+}

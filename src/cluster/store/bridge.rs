@@ -190,6 +190,26 @@ pub(crate) fn start(cluster: &Arc<Cluster>) {
     }));
     actix_rt::spawn(publish(cluster.clone(), receiver));
     actix_rt::spawn(subscribe(cluster.clone()));
+    if cluster.settings.sessions_in_redis() {
+        actix_rt::spawn(beat(cluster.clone()));
+    }
+}
+
+/// How often a node says it is alive; it counts as dead three beats after its last.
+pub(crate) const BEAT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Says this node is alive, every [`BEAT`]: a stream of a request it runs is resumed on
+/// another node by waiting for its events, until the node is found dead.
+async fn beat(cluster: Arc<Cluster>) {
+    let Some(redis) = cluster.store.redis() else {
+        return;
+    };
+    let node = cluster.node_number();
+    let mut every = tokio::time::interval(BEAT);
+    loop {
+        every.tick().await;
+        redis.beat(&cluster.metrics, node, BEAT * 3).await;
+    }
 }
 
 /// Sends this node's changes to Redis, in order. One that cannot be sent is dropped (the

@@ -20,7 +20,7 @@ mod memory;
 mod redis;
 
 pub(crate) use self::memory::{MemoryStore, NonceCache, NonceRefused};
-pub(crate) use self::redis::{shared_secret, RedisStore};
+pub(crate) use self::redis::{shared_secret, RedisStore, StreamEntry};
 
 use crate::config::{OnStoreError, Settings};
 use crate::lock;

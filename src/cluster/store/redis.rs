@@ -368,6 +368,126 @@ impl RedisStore {
         .await;
     }
 
+    /// The key of a session's mirrored SSE events (hash-tagged like its record).
+    pub(crate) fn events_key(&self, id: &str) -> String {
+        format!("{}events:{{{id}}}", self.prefix)
+    }
+
+    /// The key saying a node is alive (refreshed every second while it runs).
+    fn node_key(&self, node: u64) -> String {
+        format!("{}node:{node}", self.prefix)
+    }
+
+    /// Appends entries (each a list of field/value pairs) to the stream `key`, keeping about
+    /// `max_len` of them and the whole stream for `ttl` after the last append: one pipelined
+    /// round trip. Whether Redis took them.
+    pub(crate) async fn append_events(
+        &self,
+        metrics: &Metrics,
+        key: &str,
+        entries: Vec<Vec<(&'static str, String)>>,
+        max_len: usize,
+        ttl: Duration,
+    ) -> bool {
+        let key = key.to_owned();
+        self.run(metrics, "append_events", |mut con| async move {
+            let mut pipe = redis::pipe();
+            for fields in &entries {
+                let command = pipe
+                    .cmd("XADD")
+                    .arg(&key)
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(max_len)
+                    .arg("*");
+                for (field, value) in fields {
+                    command.arg(*field).arg(value);
+                }
+                command.ignore();
+            }
+            pipe.cmd("PEXPIRE")
+                .arg(&key)
+                .arg((ttl.as_millis() as u64).max(1))
+                .ignore();
+            pipe.query_async::<()>(&mut con).await
+        })
+        .await
+        .is_some()
+    }
+
+    /// The entries of the stream `key` after the entry id `after` (`"0"`: all), each with its
+    /// id and fields; waits up to `block` for one when there is none yet (zero: no wait).
+    /// `None` when Redis could not be asked.
+    pub(crate) async fn read_events(
+        &self,
+        metrics: &Metrics,
+        key: &str,
+        after: &str,
+        block: Duration,
+    ) -> Option<Vec<StreamEntry>> {
+        let key = key.to_owned();
+        let after = after.to_owned();
+        // A blocking read may take `block` on top of the usual timeout.
+        let read = async move {
+            // Its own connection: a blocking read would hold up the shared one, and answers
+            // only after `block` (longer than the usual response timeout).
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(self.timeout))
+                .set_response_timeout(Some(self.timeout + block));
+            let mut con = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            let mut command = redis::cmd("XREAD");
+            if !block.is_zero() {
+                command.arg("BLOCK").arg(block.as_millis() as u64);
+            }
+            command.arg("STREAMS").arg(&key).arg(&after);
+            let reply: Option<Vec<(String, Vec<StreamEntry>)>> =
+                command.query_async(&mut con).await?;
+            Ok::<_, redis::RedisError>(
+                reply
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|(_, entries)| entries)
+                    .collect(),
+            )
+        };
+        match tokio::time::timeout(self.timeout + block, read).await {
+            Ok(Ok(entries)) => {
+                self.succeeded();
+                Some(entries)
+            }
+            Ok(Err(error)) => {
+                self.failed(metrics, "read_events", &error);
+                None
+            }
+            Err(_) => {
+                self.failed(metrics, "read_events", &"timed out");
+                None
+            }
+        }
+    }
+
+    /// Says this node is alive for `ttl`.
+    pub(crate) async fn beat(&self, metrics: &Metrics, node: u64, ttl: Duration) {
+        let key = self.node_key(node);
+        self.run(metrics, "beat", |mut con| async move {
+            con.pset_ex::<_, _, ()>(key, 1, (ttl.as_millis() as u64).max(1))
+                .await
+        })
+        .await;
+    }
+
+    /// Whether node `node` said it is alive lately; `None` when Redis could not be asked.
+    pub(crate) async fn is_alive(&self, metrics: &Metrics, node: u64) -> Option<bool> {
+        let key = self.node_key(node);
+        self.run(metrics, "is_alive", |mut con| async move {
+            con.exists::<_, bool>(key).await
+        })
+        .await
+    }
+
     /// Publishes a message on the bus channel. Whether Redis took it.
     pub(crate) async fn publish(&self, metrics: &Metrics, message: String) -> bool {
         let channel = self.bus_channel();
@@ -378,6 +498,9 @@ impl RedisStore {
         .is_some()
     }
 }
+
+/// One entry of a Redis Stream: its id and its field/value pairs.
+pub(crate) type StreamEntry = (String, Vec<(String, String)>);
 
 /// The secret of multi round-trip request states every node shares: the one in Redis, or
 /// `candidate`, put there if there was none (the first node's wins). Blocking: called once,

@@ -1,0 +1,208 @@
+//! The SSE events of an HTTP session, mirrored to a Redis Stream (sessions in Redis), so a
+//! `Last-Event-ID` can resume a stream on any node: after the event it names, the node
+//! replays what the stream's node mirrored, then goes on with what it still mirrors, until
+//! the stream's answer; if that node is found dead first, each request of the stream is
+//! answered with an error saying so, never left unanswered.
+//!
+//! Each entry is one of: `b` (a stream begins; `i` holds the JSON ids of its requests, empty
+//! for a session's `GET` stream), `e` (an event: stream `s`, its count `c`, data `d`), `f`
+//! (the stream is finished). The stream is bounded like the node's own log: about
+//! `sessions.event_buffer_messages` entries, and gone `event_buffer_age_ms` after its last.
+//! Writes go in order through one task per session, several per round trip; a full queue or
+//! a failed write drops (counted in `mcp_bus_bridge_dropped_total`), which a resume then
+//! reports as a gap (400), never hides.
+
+use super::events::{Cursor, SseEvent};
+use crate::cluster::store::StreamEntry;
+use crate::cluster::Cluster;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Mirror operations waiting to be written.
+const QUEUE: usize = 4096;
+/// Entries written per round trip, at most.
+const BATCH: usize = 128;
+
+/// One operation on the mirror.
+enum Op {
+    Begin {
+        stream: u64,
+        ids: String,
+    },
+    Event {
+        stream: u64,
+        count: u64,
+        data: Arc<str>,
+    },
+    Finish {
+        stream: u64,
+    },
+}
+
+/// The writer of one session's mirror; see the module docs.
+pub(crate) struct Mirror {
+    queue: mpsc::Sender<Op>,
+    cluster: Arc<Cluster>,
+}
+
+impl Mirror {
+    /// Starts the writer of session `id`'s mirror (on the current thread).
+    pub(crate) fn start(cluster: Arc<Cluster>, id: &str) -> Self {
+        let (queue, ops) = mpsc::channel(QUEUE);
+        if let Some(redis) = cluster.store.redis() {
+            actix::spawn(write(cluster.clone(), redis.events_key(id), ops));
+        }
+        Self { queue, cluster }
+    }
+
+    fn push(&self, op: Op) {
+        if self.queue.try_send(op).is_err() {
+            self.cluster.metrics.bridge_dropped.inc();
+        }
+    }
+
+    /// Stream `stream` begins, for the requests `ids` (JSON array; empty: the GET stream).
+    pub(crate) fn begin(&self, stream: u64, ids: String) {
+        self.push(Op::Begin { stream, ids });
+    }
+
+    /// An event of a stream.
+    pub(crate) fn event(&self, stream: u64, count: u64, data: Arc<str>) {
+        self.push(Op::Event {
+            stream,
+            count,
+            data,
+        });
+    }
+
+    /// Stream `stream` is over.
+    pub(crate) fn finish(&self, stream: u64) {
+        self.push(Op::Finish { stream });
+    }
+}
+
+async fn write(cluster: Arc<Cluster>, key: String, mut ops: mpsc::Receiver<Op>) {
+    let sessions = &cluster.settings.sessions;
+    let max_len = sessions.event_buffer_messages.max(1);
+    let ttl = Duration::from_millis(sessions.event_buffer_age_ms);
+    while let Some(first) = ops.recv().await {
+        let mut batch = vec![entry(first)];
+        while batch.len() < BATCH {
+            match ops.try_recv() {
+                Ok(op) => batch.push(entry(op)),
+                Err(_) => break,
+            }
+        }
+        let Some(redis) = cluster.store.redis() else {
+            return;
+        };
+        if !redis
+            .append_events(&cluster.metrics, &key, batch, max_len, ttl)
+            .await
+        {
+            cluster.metrics.bridge_dropped.inc();
+        }
+    }
+}
+
+fn entry(op: Op) -> Vec<(&'static str, String)> {
+    match op {
+        Op::Begin { stream, ids } => vec![("k", "b".into()), ("s", stream.to_string()), ("i", ids)],
+        Op::Event {
+            stream,
+            count,
+            data,
+        } => vec![
+            ("k", "e".into()),
+            ("s", stream.to_string()),
+            ("c", count.to_string()),
+            ("d", data.to_string()),
+        ],
+        Op::Finish { stream } => vec![("k", "f".into()), ("s", stream.to_string())],
+    }
+}
+
+/// What the mirror holds of one stream, as far as it was read.
+#[derive(Debug, Default)]
+pub(crate) struct Mirrored {
+    /// The events after the cursor, in order.
+    pub events: Vec<SseEvent>,
+    /// Whether the stream's answer is among them (or it was closed without one).
+    pub finished: bool,
+    /// Whether the mirror knows the stream at all.
+    pub known: bool,
+    /// The ids of the stream's requests (JSON values; none for a GET stream).
+    pub ids: Vec<Value>,
+    /// The last entry read, to read on from.
+    pub last: String,
+    /// The highest count of the stream seen (the cursor's, if none came after).
+    pub count: u64,
+    /// The highest count of the stream the mirror holds, the cursor's event included.
+    pub seen: u64,
+}
+
+impl Mirrored {
+    /// Takes the entries of `cursor.stream` among `entries`.
+    pub(crate) fn take(&mut self, cursor: Cursor, entries: Vec<StreamEntry>) {
+        for (entry_id, fields) in entries {
+            self.last = entry_id;
+            let field = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(key, _)| key == name)
+                    .map(|(_, value)| value.as_str())
+            };
+            if field("s").and_then(|s| s.parse::<u64>().ok()) != Some(cursor.stream) {
+                continue;
+            }
+            self.known = true;
+            match field("k") {
+                Some("b") => {
+                    self.ids = field("i")
+                        .and_then(|ids| serde_json::from_str(ids).ok())
+                        .unwrap_or_default();
+                }
+                Some("e") => {
+                    let Some(count) = field("c").and_then(|c| c.parse::<u64>().ok()) else {
+                        continue;
+                    };
+                    self.seen = self.seen.max(count);
+                    if count > self.count.max(cursor.count) {
+                        self.count = count;
+                        self.events.push(SseEvent {
+                            id: format!("{}_{count}", cursor.stream),
+                            data: Arc::from(field("d").unwrap_or_default()),
+                        });
+                    }
+                }
+                Some("f") => self.finished = true,
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Mirrored {
+    /// Whether the mirror has caught up with what the client has (its stream's node writes
+    /// a moment after it sends): it knows the stream and holds the cursor's event.
+    pub(crate) fn caught_up(&self, cursor: Cursor) -> bool {
+        self.known && self.seen >= cursor.count
+    }
+
+    /// Where to read on from.
+    pub(crate) fn after(&self) -> &str {
+        if self.last.is_empty() {
+            "0"
+        } else {
+            &self.last
+        }
+    }
+}
+
+/// The node whose stream `stream` is (its number is above 32 bits, see
+/// `Cluster::node_base`).
+pub(crate) fn node_of(stream: u64) -> u64 {
+    stream >> 32
+}
