@@ -375,7 +375,9 @@ impl Upstream {
         }
         if self.settings.mode == UpstreamMode::Shared && is_idle(&self.shared) {
             if let Ok(mut child) = self.shared.child.try_lock() {
-                if let Some(child) = child.take().filter(|c| c.calls.is_idle()) {
+                // A child with calls in flight is not idle, whatever the clock says.
+                let idle = child.as_ref().is_some_and(|c| c.calls.is_idle());
+                if let Some(child) = child.take_if(|_| idle) {
                     tracing::info!(upstream = %self.name, "stopping the idle shared child");
                     self.env.runtime.spawn(async move {
                         child.client.shutdown(SESSION_END_GRACE).await;

@@ -597,3 +597,20 @@ async fn an_rmcp_server_over_http_is_an_upstream() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_idle_shared_child_is_stopped_and_started_again_on_demand() {
+    let mut py = py_upstream(UpstreamMode::Shared);
+    py.idle_timeout_ms = 200;
+    let server = gateway(vec![py], |_| {});
+    let mut client = Client::initialized(&server).await;
+    let first = tool_text(&client.call_tool("whoami", json!({})).await);
+    // The reaper looks every 5 s: the child idle for longer than 200 ms is stopped.
+    wait_gone(pid_of(&first)).await;
+    let second = tool_text(&client.call_tool("whoami", json!({})).await);
+    assert_ne!(
+        pid_of(&first),
+        pid_of(&second),
+        "a fresh child: {first} → {second}"
+    );
+}
