@@ -35,6 +35,14 @@ pub struct SessionRecord {
     pub trace_id: String,
     /// Bumped by each change; a node keeps the highest it saw.
     pub revision: u64,
+    /// A WebSocket session (resumed with its id over a new socket), not an HTTP one.
+    #[serde(default)]
+    pub websocket: bool,
+    /// WebSocket sessions: the ids of its requests in flight (JSON), as of the last write:
+    /// a node that takes the session up after its node died answers them (the node was
+    /// lost).
+    #[serde(default)]
+    pub in_flight: Vec<Value>,
 }
 
 impl Session {
@@ -64,7 +72,20 @@ impl Session {
             subscriptions,
             trace_id: self.admission.trace_id.to_string(),
             revision: self.revision,
+            websocket: false,
+            in_flight: Vec::new(),
         })
+    }
+
+    /// The ids of the requests in flight (JSON text), sorted.
+    pub fn in_flight_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .in_flight
+            .keys()
+            .map(|id| id.as_json().to_owned())
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// How many times what a [`SessionRecord`] holds changed (setLevel, subscriptions).

@@ -252,6 +252,53 @@ impl HostedSession {
         }
     }
 
+    /// A WebSocket session another node began and lost (sessions in Redis), parked here for
+    /// the socket that resumes it: its requests that were in flight there are answered
+    /// -32031 when the socket attaches. `None` if the record is unusable.
+    pub fn take_up_socket(
+        shared: Arc<Shared>,
+        directory: Arc<HostedSessions>,
+        slot: SessionSlot,
+        id: SessionId,
+        admission: Admission,
+        record: &SessionRecord,
+    ) -> Option<Addr<Self>> {
+        let mut core = Session::new(shared.clone(), slot.id(), admission);
+        if !core.restore(record) {
+            return None;
+        }
+        core.set_resume_id(id.clone());
+        core.inbox().offset_server_ids(shared.cluster.node_base());
+        let lost: VecDeque<String> = record
+            .in_flight
+            .iter()
+            .map(|request| {
+                serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "id": request,
+                    "error": {
+                        "code": NODE_LOST,
+                        "message": "The node running this request was lost: retry it (a tools/call \
+                                    with its idempotency key that finished there is answered, not run again)",
+                        "data": { "reason": "nodeLost" },
+                    },
+                })
+                .to_string()
+            })
+            .collect();
+        let out = Outlets::Socket(SocketOutlet {
+            socket: None,
+            access: Access::default(),
+            missed: lost,
+            max_missed: shared.settings.sessions.resume_buffer_messages,
+            overflowed: false,
+            waiting: false,
+        });
+        let mut host = Self::host(shared, directory, slot, id, core, out);
+        host.in_redis = true;
+        Some(host.start())
+    }
+
     /// An HTTP session on the current thread; with sessions in Redis, its requests to the
     /// client get ids from a range of this node's own.
     fn http_host(
@@ -486,6 +533,9 @@ impl HostedSession {
         match &mut self.out {
             Outlets::Http(http) => http.close_all(),
             Outlets::Socket(socket) => {
+                if self.shared.settings.sessions_in_redis() {
+                    forget_record(&self.shared, &self.id);
+                }
                 if let Some(socket) = socket.socket.take() {
                     let code = if self.closing {
                         CloseCode::Away
@@ -1183,6 +1233,17 @@ async fn follow_mirror(
             return;
         }
     }
+}
+
+/// Deletes an ended WebSocket session's record (sessions in Redis): no node takes it up.
+pub(crate) fn forget_record(shared: &Arc<Shared>, id: &SessionId) {
+    let cluster = shared.cluster.clone();
+    let id = id.as_str().to_owned();
+    actix::spawn(async move {
+        if let Some(redis) = cluster.store.redis() {
+            redis.delete_session(&cluster.metrics, &id).await;
+        }
+    });
 }
 
 /// How long a resume on another node waits for the stream's node to mirror what the client

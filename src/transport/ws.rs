@@ -54,6 +54,10 @@ pub const RESUME_SUBPROTOCOL_PREFIX: &str = "mcp.session.";
 /// version (the WebSocket transport proposal, SEP-1288); it is selected when offered.
 pub const VERSION_SUBPROTOCOL_PREFIX: &str = "mcp.version.";
 
+/// How often a WebSocket session's record is looked at for a change of its requests in
+/// flight (sessions in Redis): requests started since are not in it, should the node die.
+const RECORD_EVERY: Duration = Duration::from_millis(500);
+
 /// Close code for a resume whose session ended before the socket could attach.
 const SESSION_GONE: u16 = 4404;
 
@@ -95,6 +99,9 @@ pub struct WsSession {
     /// when the socket attaches (its messages are served with the narrower of that and the
     /// session's).
     resume_access: Option<Access>,
+    /// With sessions in Redis (and resumption on): the revision and requests in flight of
+    /// the record last stored, so another node can take the session up if this one dies.
+    stored: Option<(u64, Vec<String>)>,
 }
 
 /// Where this connection's session is.
@@ -189,7 +196,55 @@ impl WsSession {
             credential_expires,
             ends_with_socket: false,
             resume_access: None,
+            stored: None,
         }
+    }
+
+    /// With sessions in Redis and resumption on: stores the session's record when it
+    /// changed (initialize, setLevel, subscriptions) or its requests in flight did (looked at
+    /// every [`RECORD_EVERY`], so one write covers many requests).
+    fn store_record(&mut self) {
+        let settings = &self.shared.settings;
+        if !settings.sessions_in_redis() || settings.sessions.resume_grace_ms == 0 {
+            return;
+        }
+        let Core::Local { session, id, .. } = &self.core else {
+            return;
+        };
+        let revision = session.revision();
+        if revision == 0 {
+            return;
+        }
+        let in_flight = session.in_flight_ids();
+        if self
+            .stored
+            .as_ref()
+            .is_some_and(|(r, ids)| *r == revision && *ids == in_flight)
+        {
+            return;
+        }
+        let Some(mut record) = session.record() else {
+            return;
+        };
+        record.websocket = true;
+        record.in_flight = in_flight
+            .iter()
+            .filter_map(|id| serde_json::from_str(id).ok())
+            .collect();
+        self.stored = Some((revision, in_flight));
+        let Ok(json) = serde_json::to_string(&record) else {
+            return;
+        };
+        // Kept for a reconnect as long as a parked session is, and a little more.
+        let ttl = Duration::from_millis(settings.sessions.http_idle_timeout_ms)
+            .max(Duration::from_millis(settings.sessions.resume_grace_ms) * 2);
+        let cluster = self.shared.cluster.clone();
+        let id = id.as_str().to_owned();
+        actix::spawn(async move {
+            if let Some(redis) = cluster.store.redis() {
+                redis.put_session(&cluster.metrics, &id, json, ttl).await;
+            }
+        });
     }
 
     /// The session's id, for logs (its `Display` shows a prefix only).
@@ -241,6 +296,11 @@ impl WsSession {
             Core::Local { session, .. } => {
                 // One socket: every exchange is answered on it, so they need no numbers.
                 session.on_text(text, 0, ctx);
+                if self.stored.is_none() {
+                    // The first record (at initialize) goes at once; later changes with the
+                    // next look.
+                    self.store_record();
+                }
                 // A cancel may have taken the last request in flight during a drain.
                 self.close_if_drained(ctx);
             }
@@ -380,6 +440,10 @@ impl Actor for WsSession {
                 self.sockets
                     .remember(id.clone(), ctx.address(), slot.owner().clone());
                 ctx.spawn(InboxPump::new(session.inbox().clone()));
+                let settings = &self.shared.settings;
+                if settings.sessions_in_redis() && settings.sessions.resume_grace_ms > 0 {
+                    ctx.run_interval(RECORD_EVERY, |socket, _ctx| socket.store_record());
+                }
             }
             Core::Relay(hosted) => {
                 let attach = hosted.send(AttachSocket {
@@ -410,6 +474,9 @@ impl Actor for WsSession {
                 self.sockets.forget(&id);
                 session.cancel_all(ctx);
                 drop(slot);
+                if self.stored.is_some() {
+                    crate::transport::hosted::forget_record(&self.shared, &id);
+                }
             }
             local @ Core::Local { .. } => {
                 self.core = local;
@@ -538,7 +605,12 @@ pub async fn upgrade(
         // A resumed session keeps what it negotiated; a version offer is only checked.
         Some(id) => {
             let owner = Owner::of(&admission.identity);
-            let hosted = claim_session(&directory, &id, &owner).await?;
+            let hosted = match claim_session(&directory, &id, &owner).await {
+                Err(Refusal::SessionNotFound) if shared.settings.sessions_in_redis() => {
+                    take_up(&shared, &directory.0, &id, &admission).await?
+                }
+                claimed => claimed?,
+            };
             WsSession::resume(
                 shared.clone(),
                 directory,
@@ -599,6 +671,54 @@ fn resumed_session_id(req: &HttpRequest) -> Option<String> {
     perimeter::offered_subprotocols(headers)
         .find_map(|offer| offer.strip_prefix(RESUME_SUBPROTOCOL_PREFIX))
         .map(str::to_owned)
+}
+
+/// A WebSocket session another node began (sessions in Redis), taken up from its record to
+/// be resumed here: its requests that were in flight there are answered -32031 (the node was
+/// lost) as soon as the socket attaches.
+///
+/// # Errors
+/// [`Refusal::SessionNotFound`] when there is no such session of the client's;
+/// [`Refusal::SessionStoreUnavailable`] when Redis cannot be asked.
+async fn take_up(
+    shared: &Arc<Shared>,
+    hosted: &Arc<HostedSessions>,
+    id: &str,
+    admission: &Admission,
+) -> Result<Addr<HostedSession>, Refusal> {
+    let Some(redis) = shared.cluster.store.redis() else {
+        return Err(Refusal::SessionNotFound);
+    };
+    let ttl = Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms);
+    let json = match redis.get_session(&shared.metrics, id, ttl).await {
+        Some(Some(json)) => json,
+        Some(None) => return Err(Refusal::SessionNotFound),
+        None => return Err(Refusal::SessionStoreUnavailable),
+    };
+    let record: crate::session::record::SessionRecord =
+        serde_json::from_str(&json).map_err(|_| Refusal::SessionNotFound)?;
+    let identity = &admission.identity;
+    let theirs = if identity.is_authenticated() {
+        record.principal == identity.principal()
+    } else {
+        record.principal == "anonymous"
+    };
+    if !record.websocket || !theirs {
+        return Err(Refusal::SessionNotFound);
+    }
+    let slot = shared.open_session(admission)?;
+    let id = SessionId::from_client(id);
+    let session = HostedSession::take_up_socket(
+        shared.clone(),
+        hosted.clone(),
+        slot,
+        id.clone(),
+        admission.clone(),
+        &record,
+    )
+    .ok_or(Refusal::SessionNotFound)?;
+    hosted.remember(id, session.clone(), Owner::of(identity));
+    Ok(session)
 }
 
 /// The hosted session to resume: one waiting for a reconnect, or one whose (older) socket is

@@ -267,3 +267,62 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
     .expect("ping on B");
     assert_eq!(ping.status(), 200);
 }
+
+/// A WebSocket session resumes on another node after its node died: its request that was
+/// running there is answered -32031 (the node was lost), and the session goes on.
+#[tokio::test]
+async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
+    use crate::support::Client;
+    use serde_json::json;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut a = start_node(dir.path(), "node-a", &redis);
+    let b = start_node(dir.path(), "node-b", &redis);
+    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+    let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
+    let init = client
+        .request_with_id(
+            json!(0),
+            "initialize",
+            crate::support::initialize_params("2025-11-25"),
+        )
+        .await;
+    let resume_id = init["result"]["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .expect("a resume id")
+        .to_owned();
+    client
+        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    client
+        .send_json(crate::support::request(
+            json!(9),
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 60000}}),
+        ))
+        .await;
+    // The node writes what is in flight every half second.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    a.child.kill().expect("SIGKILL node A");
+    let _ = a.child.wait();
+
+    let mut request = format!("ws://{b_addr}/mcp")
+        .into_client_request()
+        .expect("request");
+    request
+        .headers_mut()
+        .insert("Mcp-Session-Id", resume_id.parse().expect("header"));
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("the session resumes on node B");
+    let mut resumed = Client::from_ws(ws);
+    let lost = resumed.recv_response(&json!(9)).await;
+    assert_eq!(lost["error"]["code"], -32031, "{lost}");
+    assert_eq!(lost["error"]["data"]["reason"], "nodeLost", "{lost}");
+    let echo = resumed.call_tool("echo", json!({"text": "on b"})).await;
+    assert_eq!(crate::support::tool_text(&echo), "on b");
+}
