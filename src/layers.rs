@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "resource.rs",
             "prompt.rs",
             "context.rs",
+            "context/",
             "model/",
             "schema.rs",
         ],
