@@ -10,6 +10,8 @@
 #   ROUNDS=3 SECS=4 MAX_SESSIONS=100 ONLY="mcp-ws-ws sg-ws" benches/gateway.sh
 #   SERVER=/path/to/mcp-ws LOAD=/path/to/gateway_load benches/gateway.sh   (prebuilt)
 #   CONFIG=file.toml      mcp-ws's configuration (default config/default.toml, access log on)
+#   local-ws (a row)      mcp-ws with its demo tools, calling its own `echo` over WebSocket:
+#                         the same session with no upstream, what the gateway path adds to
 #   PEER_LOGS=1           supergateway and mcp-proxy at their default log level (info: a line
 #                         per message); by default they log nothing (--logLevel none,
 #                         --log-level WARNING), the cheaper setting for them
@@ -25,7 +27,7 @@ SECS=${SECS:-4}
 MAX_SESSIONS=${MAX_SESSIONS:-100}
 CONFIG=${CONFIG:-config/default.toml}
 PORT=${PORT_BASE:-19300}
-ALL="direct mcp-ws-ws mcp-ws-http mcp-ws-shared-ws mcp-ws-shared-http sg-ws sg-http mcp-proxy-http"
+ALL="direct local-ws mcp-ws-ws mcp-ws-http mcp-ws-shared-ws mcp-ws-shared-http sg-ws sg-http mcp-proxy-http"
 ONLY=${ONLY:-$ALL}
 OUT=${OUT:-$(mktemp -d /tmp/gateway-bench.XXXXXX)}
 mkdir -p "$OUT"
@@ -57,6 +59,8 @@ start_gateway() {
   local name=$1 port=$2 log=$OUT/$1.log quiet_sg=(--logLevel none) quiet_proxy=(--log-level WARNING)
   if [ "${PEER_LOGS:-}" = 1 ]; then quiet_sg=(); quiet_proxy=(); fi
   case $name in
+    local-ws)
+      taskset -c 0 "$SERVER" --listen 127.0.0.1:$port --config "$CONFIG" 2>>"$log" & ;;
     mcp-ws-ws|mcp-ws-http)
       taskset -c 0 "$SERVER" --listen 127.0.0.1:$port --config "$CONFIG" --stdio -- $UPSTREAM 2>>"$log" & ;;
     mcp-ws-shared-*)
@@ -123,15 +127,16 @@ for round in $(seq 1 "$ROUNDS"); do
     fi
     PORT=$((PORT + 1))
     start_gateway "$name" $PORT
-    run "$name" "$round" latency --transport $TRANSPORT --url $URL --pid $GW --seconds "$SECS"
-    run "$name" "$round" cpu --transport $TRANSPORT --url $URL --pid $GW --sessions 10 --seconds "$SECS"
+    local=0; [ "$name" != local-ws ] || local=1
+    run "$name" "$round" latency --transport $TRANSPORT --url $URL --pid $GW --seconds "$SECS" --local $local
+    run "$name" "$round" cpu --transport $TRANSPORT --url $URL --pid $GW --sessions 10 --seconds "$SECS" --local $local
     stop_gateway
   done
 done
 
 # Sessions: once per gateway, a fresh one.
 for name in $ALL; do
-  [ "$name" != direct ] && wanted "$name" || continue
+  [ "$name" != direct ] && [ "$name" != local-ws ] && wanted "$name" || continue
   PORT=$((PORT + 1))
   start_gateway "$name" $PORT
   run "$name" 0 sessions --transport $TRANSPORT --url $URL --pid $GW --max "$MAX_SESSIONS" --step 10 --calls 5

@@ -56,9 +56,23 @@ fn initialize_request(id: u64) -> String {
 
 const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 
+/// `--local 1`: mcp-ws's own demo `echo` (`{text}`, answered with the text unchanged)
+/// instead of server-everything's (`{message}`, answered `Echo: message`): the same session
+/// and transport with no upstream behind, what the gateway path adds to.
+static LOCAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+fn local() -> bool {
+    LOCAL.get().copied().unwrap_or(false)
+}
+
 fn call_request(id: u64, message: &str) -> String {
+    let arguments = if local() {
+        json!({"text": message})
+    } else {
+        json!({"message": message})
+    };
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
-        "params":{"name":"echo","arguments":{"message":message}}})
+        "params":{"name":"echo","arguments":arguments}})
     .to_string()
 }
 
@@ -97,7 +111,12 @@ fn judge(text: &str, id: u64, message: &str) -> Option<Outcome> {
         )));
     }
     let text = value["result"]["content"][0]["text"].as_str().unwrap_or("");
-    if text.strip_prefix("Echo: ") == Some(message) {
+    let echoed = if local() {
+        Some(text)
+    } else {
+        text.strip_prefix("Echo: ")
+    };
+    if echoed == Some(message) {
         Some(Outcome::Ok)
     } else {
         Some(Outcome::CrossTalk(format!(
@@ -107,11 +126,24 @@ fn judge(text: &str, id: u64, message: &str) -> Option<Outcome> {
     }
 }
 
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Ok => write!(f, "ok"),
+            Outcome::Error(e) => write!(f, "error: {e}"),
+            Outcome::CrossTalk(e) => write!(f, "cross-talk: {e}"),
+            Outcome::Lost(e) => write!(f, "lost: {e}"),
+        }
+    }
+}
+
 fn cut(text: &str) -> String {
     text.chars().take(200).collect()
 }
 
-/// One MCP session with a gateway, or with the stdio server itself.
+/// One MCP session with a gateway, or with the stdio server itself (at most a few hundred at
+/// once: the size of the largest variant does not matter).
+#[allow(clippy::large_enum_variant)]
 enum Session {
     Ws(Box<WebSocketStream<MaybeTlsStream<TcpStream>>>),
     Http {
@@ -344,6 +376,24 @@ fn cpu_ticks(pid: u32) -> Result<u64, BoxError> {
     Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
 }
 
+/// Context switches (voluntary and not) of the live threads of `pid`.
+fn context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 fn ticks_per_sec() -> f64 {
     std::process::Command::new("getconf")
         .arg("CLK_TCK")
@@ -441,12 +491,13 @@ async fn sequential(
         if let o @ (Outcome::Error(_) | Outcome::CrossTalk(_) | Outcome::Lost(_)) =
             session.call(id, &message).await
         {
-            return Err(format!("warm-up call: {o:?}").into());
+            return Err(format!("warm-up call: {o}").into());
         }
         id += 1;
     }
     let mut h = histogram();
     let ticks0 = pid.map(cpu_ticks).transpose()?;
+    let switches0 = pid.map(context_switches);
     let start = Instant::now();
     let (mut calls, mut failed) = (0u64, 0u64);
     while start.elapsed().as_secs_f64() < seconds {
@@ -456,7 +507,7 @@ async fn sequential(
         h.record(t.elapsed().as_micros().max(1) as u64)?;
         if !matches!(outcome, Outcome::Ok) {
             failed += 1;
-            eprintln!("call {id}: {outcome:?}");
+            eprintln!("call {id}: {outcome}");
         }
         calls += 1;
         id += 1;
@@ -470,6 +521,8 @@ async fn sequential(
         let cpu = (cpu_ticks(pid)? - t0) as f64 / ticks_per_sec();
         out["gateway_cpu_s"] = json!(cpu);
         out["cpu_us_per_call"] = json!(cpu * 1e6 / calls as f64);
+        out["switches_per_call"] =
+            json!((context_switches(pid) - switches0.unwrap_or(0)) as f64 / calls as f64);
     }
     Ok(out)
 }
@@ -493,7 +546,7 @@ async fn latency(args: &Args) -> Result<Value, BoxError> {
     let first = session.call(1_000_000, &format!("first-{PADDING}")).await;
     let first_us = t.elapsed().as_micros() as u64 - open_us;
     if !matches!(first, Outcome::Ok) {
-        return Err(format!("first call: {first:?}").into());
+        return Err(format!("first call: {first}").into());
     }
     let mut out = sequential(&mut session, "s0", 200, seconds, Some(pid)).await;
     if let Ok(out) = &mut out {
@@ -523,7 +576,7 @@ async fn cpu(args: &Args) -> Result<Value, BoxError> {
             for id in 1..=50u64 {
                 let outcome = s.call(id, &format!("s{i}-w{id}-{PADDING}")).await;
                 if !matches!(outcome, Outcome::Ok) {
-                    return Err(format!("warm-up: {outcome:?}"));
+                    return Err(format!("warm-up: {outcome}"));
                 }
             }
             Ok(s)
@@ -534,6 +587,7 @@ async fn cpu(args: &Args) -> Result<Value, BoxError> {
         sessions.push(t.await??);
     }
     let ticks0 = cpu_ticks(pid)?;
+    let switches0 = context_switches(pid);
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(seconds);
     let mut tasks = Vec::new();
@@ -565,6 +619,7 @@ async fn cpu(args: &Args) -> Result<Value, BoxError> {
     }
     let elapsed = start.elapsed().as_secs_f64();
     let cpu = (cpu_ticks(pid)? - ticks0) as f64 / ticks_per_sec();
+    let switches = context_switches(pid).saturating_sub(switches0);
     for s in sessions {
         s.close().await;
     }
@@ -573,6 +628,7 @@ async fn cpu(args: &Args) -> Result<Value, BoxError> {
         "calls_per_s": calls as f64 / elapsed,
         "p50_us": micros(&h, 0.5), "p99_us": micros(&h, 0.99),
         "gateway_cpu_s": cpu, "cpu_us_per_call": cpu * 1e6 / calls as f64,
+        "switches_per_call": switches as f64 / calls as f64,
     }))
 }
 
@@ -631,7 +687,7 @@ async fn sessions(args: &Args) -> Result<Value, BoxError> {
                     Outcome::Lost(_) => step_lost += 1,
                 }
                 if !matches!(o, Outcome::Ok) && example.is_none() {
-                    example = Some(format!("session {i}: {o:?}"));
+                    example = Some(format!("session {i}: {o}"));
                 }
             }
             open.push((i, s, true));
@@ -686,6 +742,7 @@ fn main() -> Result<(), BoxError> {
         );
     }
     let args = Args(map);
+    LOCAL.get_or_init(|| args.or("local", "0") == "1");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

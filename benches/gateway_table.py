@@ -9,6 +9,7 @@ import statistics
 import sys
 
 NAMES = {
+    "local-ws": ("mcp-ws, its own echo (no gateway)", "WebSocket", "none"),
     "mcp-ws-ws": ("mcp-ws", "WebSocket", "per_session"),
     "mcp-ws-http": ("mcp-ws", "HTTP", "per_session"),
     "mcp-ws-shared-ws": ("mcp-ws --mode shared", "WebSocket", "shared"),
@@ -48,8 +49,8 @@ print()
 print("| gateway | transport | children | CPU µs/call, 1 session | CPU µs/call, 10 sessions "
       "| p50 µs | p99 µs | added p50 µs | added p99 µs | RSS MiB/session @10 | @" + max_sessions +
       " | processes @10 | @" + max_sessions + " | sessions without error | errors / cross-talk / lost "
-      "| spawn-to-ready ms | first calls in the ramp, p50 ms |")
-print("|" + "---|" * 17)
+      "| spawn-to-ready ms | first calls in the ramp, p50 ms | switches/call, 1 session |")
+print("|" + "---|" * 18)
 summary = {}
 for label, (gateway, transport, children) in NAMES.items():
     lat = pick(label, "latency")
@@ -81,7 +82,8 @@ for label, (gateway, transport, children) in NAMES.items():
           f"| {fmt(added50)} | {fmt(added99)} | {fmt(mib('10'), 1)} | {fmt(mib(max_sessions), 1)} "
           f"| {fmt(procs('10'))} | {fmt(procs(max_sessions))} | {ok_text} "
           f"| {s.get('errors', '–')} / {s.get('cross_talk', '–')} / {s.get('lost', '–')} "
-          f"| {fmt(ready, 1)} | {fmt(s['first_call_p50_us'] / 1000, 1) if s else '–'} |")
+          f"| {fmt(ready, 1)} | {fmt(s['first_call_p50_us'] / 1000, 1) if s else '–'} "
+          f"| {fmt(med(r.get('switches_per_call') for r in lat), 1)} |")
     for f in fatal:
         print(f"|  | {label}: failed: {f[:200]} |")
 
