@@ -241,10 +241,19 @@ impl Upstream {
                 .collect();
             Box::pin(async move { Client::http(&url, &headers, options).await })
         };
-        // Children are started and driven on the gateway's own thread: their pipes live
-        // there, and the kernel's parent-death signal is tied to it.
-        let runtime = self.env.runtime.clone();
+        // Where the child's pipes are driven (and what the kernel's parent-death signal is
+        // tied to: a thread that lives as long as the server). A session's own child lives
+        // on the worker thread that serves the session: its calls then cross no thread
+        // (two fewer wake-ups per call). A shared child lives on the gateway's thread, which
+        // every worker reaches alike.
+        let runtime = match (ctx, settings.mode) {
+            (Some(_), UpstreamMode::PerSession) => {
+                Handle::try_current().unwrap_or_else(|_| self.env.runtime.clone())
+            }
+            _ => self.env.runtime.clone(),
+        };
         let metrics = self.metrics.clone();
+        let gateway_runtime = self.env.runtime.clone();
         async move {
             let client = match runtime.spawn(connect).await {
                 Ok(outcome) => outcome?,
@@ -253,7 +262,7 @@ impl Upstream {
             let _ = own.client.set(client.downgrade());
             metrics.children.inc();
             let watched = client.clone();
-            runtime.spawn(async move {
+            gateway_runtime.spawn(async move {
                 watched.closed().await;
                 metrics.children.dec();
             });
