@@ -14,14 +14,20 @@
 //! one `enabled!` check (a cached callsite interest) and nothing is copied or formatted.
 //! When it is written, the record holds one box and the params text: the id is shared, the
 //! method kept inline, and every client string is escaped as the line is formatted
-//! ([`Clean`]), not copied first. The line itself goes to the log's background writer
-//! ([`telemetry`](crate::observe::telemetry)): no system call on the event loop.
+//! ([`Clean`]), not copied first. Params that are compact JSON of plain strings and integers
+//! are copied byte by byte (redacted members skipped), the rest transcoded through
+//! `serde_json`; the output is the same. The line is written by hand, as the `fmt` layer would
+//! write it, and goes to the log's background writer
+//! ([`telemetry`](crate::observe::telemetry)): no `tracing` dispatch, no `core::fmt` and no
+//! system call on the event loop (outside the binary's log, or inside an enabled span, it is
+//! an ordinary `tracing` event).
 //!
 //! Client strings cannot forge fields: in JSON the formatter escapes them; in the text
 //! format a value that is not a plain token is quoted and escaped
 //! ([`TextFields`](crate::observe::telemetry::TextFields)).
 
 use crate::observe::metrics::{MethodLabel, Metrics};
+use crate::observe::telemetry;
 use crate::protocol::jsonrpc::{self, Params, RequestId};
 use crate::protocol::mcp::{CallToolParams, Error, RequestMeta};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -95,6 +101,18 @@ impl Redaction {
         if out.len() >= self.max_bytes {
             return;
         }
+        // Most params are compact JSON of plain strings and integers: copied as they are
+        // (what the transcoding below would write), unless the budget is reached.
+        let start = out.len();
+        if self.copy_plain(json.as_bytes(), json, out) && out.len() < self.max_bytes {
+            return;
+        }
+        out.truncate(start);
+        self.transcode(json, out);
+    }
+
+    /// [`append`](Self::append) through `serde_json`, for any JSON.
+    fn transcode(&self, json: &str, out: &mut String) {
         let mut de = serde_json::Deserializer::from_str(json);
         let transcode = Transcode {
             redaction: self,
@@ -103,6 +121,88 @@ impl Redaction {
         if transcode.deserialize(&mut de).is_err() && out.len() >= self.max_bytes {
             cut(out, self.max_bytes);
         }
+    }
+
+    /// Appends `json` (valid JSON) with hidden members' values redacted, byte for byte as the
+    /// transcoding of [`append`](Self::append) writes it, when that is a copy: no whitespace
+    /// between tokens, strings without escapes, DEL or C1 controls, integers of at most 18
+    /// digits other than `-0` (no floats), nesting within 64. Returns `false` at anything
+    /// else, `out` then holding part of a copy. The budget is the caller's to check.
+    fn copy_plain(&self, bytes: &[u8], json: &str, out: &mut String) -> bool {
+        // One bit per open container, set for an object; `depth` of them.
+        let (mut objects, mut depth) = (0u64, 0u32);
+        let mut expect_key = false;
+        let mut i = 0;
+        while i < bytes.len() {
+            let start = i;
+            match bytes[i] {
+                open @ (b'{' | b'[') => {
+                    if depth == 64 {
+                        return false;
+                    }
+                    objects = (objects << 1) | u64::from(open == b'{');
+                    depth += 1;
+                    expect_key = open == b'{';
+                    i += 1;
+                }
+                b'}' | b']' => {
+                    objects >>= 1;
+                    depth = depth.saturating_sub(1);
+                    expect_key = false;
+                    i += 1;
+                }
+                b',' => {
+                    expect_key = objects & 1 == 1 && depth > 0;
+                    i += 1;
+                }
+                b':' => i += 1,
+                b'"' => {
+                    i += 1;
+                    loop {
+                        while i < bytes.len() && !JSON_SPECIAL[usize::from(bytes[i])] {
+                            i += 1;
+                        }
+                        // 0xc2 starts a C1 control only before 0x80..=0x9f.
+                        match bytes.get(i..i + 2) {
+                            Some([0xc2, next]) if !(0x80..=0x9f).contains(next) => i += 2,
+                            _ => break,
+                        }
+                    }
+                    if bytes.get(i) != Some(&b'"') {
+                        return false;
+                    }
+                    i += 1;
+                    if std::mem::take(&mut expect_key)
+                        && self.hides(&json[start + 1..i - 1])
+                        && bytes.get(i) == Some(&b':')
+                    {
+                        out.push_str(&json[start..=i]);
+                        out.push_str(REDACTED);
+                        i = skip_value(bytes, i + 1);
+                        continue;
+                    }
+                }
+                b'-' | b'0'..=b'9' => {
+                    i += 1;
+                    while i < bytes.len() && bytes[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                    let digits = i - start - usize::from(bytes[start] == b'-');
+                    let float = matches!(bytes.get(i), Some(b'.' | b'e' | b'E'));
+                    if float || digits > 18 || &bytes[start..i] == b"-0" {
+                        return false;
+                    }
+                }
+                b't' | b'n' => i += 4,
+                b'f' => i += 5,
+                _ => return false,
+            }
+            match json.get(start..i) {
+                Some(token) => out.push_str(token),
+                None => return false,
+            }
+        }
+        true
     }
 
     /// A request's params for its line: the raw params, or for a `tools/call` parsed in the
@@ -160,6 +260,10 @@ fn push_json_string(out: &mut String, text: &str, max: usize) {
     let mut copied = 0;
     let mut i = 0;
     while i < bytes.len() {
+        if !JSON_SPECIAL[usize::from(bytes[i])] {
+            i += 1;
+            continue;
+        }
         let (escape, width): (Option<&str>, usize) = match bytes[i] {
             b'"' => (Some("\\\""), 1),
             b'\\' => (Some("\\\\"), 1),
@@ -189,6 +293,61 @@ fn push_json_string(out: &mut String, text: &str, max: usize) {
         out.push('…');
     }
     out.push('"');
+}
+
+/// The bytes [`push_json_string`] looks at twice: `"`, `\\`, C0 controls, DEL, and the first
+/// byte of a C1 control (`0xc2`); every other byte is copied as it is.
+static JSON_SPECIAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        table[byte] = true;
+        byte += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table[0x7f] = true;
+    table[0xc2] = true;
+    table
+};
+
+/// Where the JSON value starting at `at` of `bytes` (valid JSON, no whitespace before it)
+/// ends.
+fn skip_value(bytes: &[u8], at: usize) -> usize {
+    let mut depth = 0usize;
+    let mut i = at;
+    let mut in_string = false;
+    while i < bytes.len() {
+        let byte = bytes[i];
+        if in_string {
+            match byte {
+                b'\\' => i += 1,
+                b'"' => {
+                    in_string = false;
+                    if depth == 0 {
+                        return i + 1;
+                    }
+                }
+                _ => {}
+            }
+        } else {
+            match byte {
+                b'"' => in_string = true,
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' if depth == 0 => return i,
+                b'}' | b']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return i + 1;
+                    }
+                }
+                b',' if depth == 0 => return i,
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    bytes.len()
 }
 
 /// The largest character boundary of `text` at or below `max`.
@@ -502,6 +661,31 @@ impl RequestRecord {
         let Some(line) = self.line else {
             return finished;
         };
+        let duration_us = elapsed.as_micros() as u64;
+        let params = line.params.as_deref().unwrap_or("-");
+        // The line written by hand, as the `fmt` layer would write the event below, when
+        // the log is the binary's (see `telemetry`): no `tracing` dispatch, no `core::fmt`.
+        let written = telemetry::write_direct(TARGET, "request", |fields| {
+            let mut scratch = String::new();
+            fields.u64("session", session);
+            fields.display("id", clean(line.id.as_json(), &mut scratch));
+            fields.display("method", clean(&line.method, &mut scratch));
+            fields.display("params", params);
+            fields.str("outcome", outcome.label());
+            if let Some(code) = outcome.code() {
+                fields.i64("code", code);
+            }
+            fields.u64("duration_us", duration_us);
+            let mut peer = [0u8; 16];
+            fields.display("peer", peer_text(admission.peer(), &mut peer, &mut scratch));
+            let user_agent = admission.user_agent().unwrap_or("-");
+            fields.display("user_agent", clean(user_agent, &mut scratch));
+            fields.display("identity", clean(admission.subject(), &mut scratch));
+            fields.display("trace_id", clean(&line.trace_id, &mut scratch));
+        });
+        if written {
+            return finished;
+        }
         // Every client string through `Clean`, escaped as it is written: nothing is copied
         // for the line, and the text format quotes whatever is not a plain token.
         tracing::info!(
@@ -509,10 +693,10 @@ impl RequestRecord {
             session,
             id = %Clean(line.id.as_json()),
             method = %Clean(&line.method),
-            params = %line.params.as_deref().unwrap_or("-"),
+            params = %params,
             outcome = outcome.label(),
             code = outcome.code(),
-            duration_us = elapsed.as_micros() as u64,
+            duration_us,
             peer = %Peer(admission.peer()),
             user_agent = %Clean(admission.user_agent().unwrap_or("-")),
             identity = %Clean(admission.subject()),
@@ -520,6 +704,53 @@ impl RequestRecord {
             "request"
         );
         finished
+    }
+}
+
+/// What [`Clean`] displays `text` as: `text` itself when it is short and free of control
+/// characters (no copy), else rendered into `scratch`.
+fn clean<'a>(text: &'a str, scratch: &'a mut String) -> &'a str {
+    let bytes = text.as_bytes();
+    let dirty = text.len() > MAX_NAME_BYTES
+        || bytes.iter().enumerate().any(|(i, &b)| {
+            b < 0x20 || b == 0x7f || (b == 0xc2 && matches!(bytes.get(i + 1), Some(0x80..=0x9f)))
+        });
+    if !dirty {
+        return text;
+    }
+    scratch.clear();
+    let _ = write!(scratch, "{}", Clean(text));
+    scratch
+}
+
+/// What [`Peer`] displays: an IPv4 address written by hand into `v4`, others through
+/// `core::fmt` into `scratch`.
+fn peer_text<'a>(
+    peer: Option<std::net::IpAddr>,
+    v4: &'a mut [u8; 16],
+    scratch: &'a mut String,
+) -> &'a str {
+    match peer {
+        None => "-",
+        Some(std::net::IpAddr::V4(ip)) => {
+            let mut len = 0;
+            for (n, octet) in ip.octets().into_iter().enumerate() {
+                if n > 0 {
+                    v4[len] = b'.';
+                    len += 1;
+                }
+                let mut digits = itoa::Buffer::new();
+                let digits = digits.format(octet).as_bytes();
+                v4[len..len + digits.len()].copy_from_slice(digits);
+                len += digits.len();
+            }
+            std::str::from_utf8(&v4[..len]).unwrap_or_default()
+        }
+        Some(ip) => {
+            scratch.clear();
+            let _ = write!(scratch, "{ip}");
+            scratch
+        }
     }
 }
 
@@ -662,5 +893,93 @@ mod tests {
         );
         let long = Clean(&"m".repeat(1000)).to_string();
         assert_eq!(long.len(), MAX_NAME_BYTES + '…'.len_utf8());
+    }
+    #[test]
+    fn the_direct_line_shows_what_clean_and_peer_display() {
+        let long = "m".repeat(MAX_NAME_BYTES + 1);
+        let exact = "é".repeat(MAX_NAME_BYTES / 2);
+        for text in [
+            "",
+            "plain",
+            "\"t1\"",
+            "a\nb\u{1b}c\u{9b}dé\u{7f}",
+            "\u{c2}\u{a0}",
+            &long,
+            &exact,
+        ] {
+            let mut scratch = String::from("old");
+            assert_eq!(
+                clean(text, &mut scratch),
+                Clean(text).to_string(),
+                "{text:?}"
+            );
+        }
+        let peers = [
+            None,
+            Some("0.0.0.0".parse().expect("ip")),
+            Some("255.255.255.255".parse().expect("ip")),
+            Some("10.0.100.9".parse().expect("ip")),
+            Some("::1".parse().expect("ip")),
+            Some("2001:db8::ff00:42:8329".parse().expect("ip")),
+            Some("::ffff:1.2.3.4".parse().expect("ip")),
+        ];
+        for peer in peers {
+            let (mut v4, mut scratch) = ([0; 16], String::new());
+            assert_eq!(
+                peer_text(peer, &mut v4, &mut scratch),
+                Peer(peer).to_string()
+            );
+        }
+    }
+    #[test]
+    fn plain_params_are_copied_as_the_transcoding_writes_them() {
+        let r = redaction(10_000);
+        let copied = [
+            r#"{}"#,
+            r#"[]"#,
+            r#"{"name":"echo","arguments":{"text":"hello é 日本 © ±"}}"#,
+            r#"{"a":[1,-2,true,false,null,"x",{"b":[]}],"c":{"d":{"e":[[],[{}]]}}}"#,
+            r#"{"password":"p","token":{"a":[1,{"b":"}"}],"c":"\"]"},"keep":1,"apiKey":[1,2],"x":-5}"#,
+            r#"[{"secret":null},{"secret":123456789012345678},"tail"]"#,
+            r#"{"n":999999999999999999,"m":-999999999999999999,"z":0}"#,
+            r#""just a string""#,
+            r#"42"#,
+        ];
+        for text in copied {
+            let (mut fast, mut slow) = (String::new(), String::new());
+            assert!(r.copy_plain(text.as_bytes(), text, &mut fast), "{text}");
+            r.transcode(text, &mut slow);
+            assert_eq!(fast, slow, "{text}");
+            assert_eq!(r.apply(text), slow, "{text}");
+        }
+        // Whatever the transcoding would write otherwise goes through it.
+        let transcoded = [
+            r#"{ "a": 1 }"#,
+            r#"{"a":"esc\"aped"}"#,
+            r#"{"a":"\u00e9"}"#,
+            "{\"a\":\"del\u{7f}\"}",
+            "{\"a\":\"c1\u{85}\"}",
+            r#"{"a":1.5}"#,
+            r#"{"a":1e3}"#,
+            r#"{"a":-0}"#,
+            r#"{"a":1234567890123456789}"#,
+            r#"{"pass\u0077ord":"p"}"#,
+        ];
+        for text in transcoded {
+            let mut fast = String::new();
+            assert!(!r.copy_plain(text.as_bytes(), text, &mut fast), "{text}");
+            let mut slow = String::new();
+            r.transcode(text, &mut slow);
+            assert_eq!(r.apply(text), slow, "{text}");
+        }
+        let deep = format!("{}{}", "[".repeat(65), "]".repeat(65));
+        assert!(!r.copy_plain(deep.as_bytes(), &deep, &mut String::new()));
+        // At the budget, the transcoding's cut.
+        let long = format!(r#"{{"text":"{}","then":[1,2,3]}}"#, "x".repeat(200));
+        let small = redaction(64);
+        let mut slow = String::new();
+        small.transcode(&long, &mut slow);
+        assert!(slow.ends_with('…'), "{slow}");
+        assert_eq!(small.apply(&long), slow);
     }
 }
