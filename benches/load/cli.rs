@@ -92,7 +92,10 @@ pub struct Args {
     /// Http: a Streamable HTTP target, `LABEL,DIALECT,URL[,PID]`, repeatable;
     /// measured one after another in the order given. DIALECT: `session`
     /// (initialize, then `Mcp-Session-Id`), `stateless` (2025-11-25 requests
-    /// without a session), `modern` (2026-07-28 requests with their headers).
+    /// without a session), `modern` (2026-07-28 requests with their headers),
+    /// `churn` (whole sessions: initialize, initialized, DELETE). `URL1+URL2+…`:
+    /// the session begun on the first, its requests sent to each in turn;
+    /// `PID1+PID2+…`: the server CPU is their sum.
     #[arg(long = "http-target")]
     pub http_targets: Vec<String>,
 

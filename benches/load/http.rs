@@ -29,7 +29,6 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 
 use crate::cli::{Args, Workload};
 use crate::client::{self, Era, Frame, Outcome, ReplyStyle, SESSION_SETUP_TIMEOUT};
-use crate::targets::Placement;
 use crate::throughput::{self, Tally, Timeline, DRAIN};
 use crate::BoxError;
 
@@ -56,6 +55,15 @@ pub enum Dialect {
     /// 2026-07-28: `_meta` in the body, `MCP-Protocol-Version: 2026-07-28`,
     /// `Mcp-Method` and `Mcp-Name` headers; no session.
     Modern,
+    /// Session churn: each unit of work is a whole 2025-11-25 session, `initialize`,
+    /// `notifications/initialized` and `DELETE`, on the bare connection(s) (no
+    /// `tools/call`); requests/s then counts sessions, latency is the three exchanges.
+    Churn,
+    /// As `session`, but one session per URL of the target (`URL1+URL2+…`): each lane
+    /// has its own, begun on its node, and the requests go to the lanes in turn. The
+    /// control for a session served alternately by two nodes: the same connections and
+    /// the same alternation, with nothing shared between the nodes.
+    Split,
 }
 
 impl Dialect {
@@ -64,7 +72,12 @@ impl Dialect {
             "session" => Ok(Dialect::Session),
             "stateless" => Ok(Dialect::Stateless),
             "modern" => Ok(Dialect::Modern),
-            other => Err(format!("unknown dialect {other:?} (session, stateless, modern)").into()),
+            "churn" => Ok(Dialect::Churn),
+            "split" => Ok(Dialect::Split),
+            other => Err(format!(
+                "unknown dialect {other:?} (session, stateless, modern, churn, split)"
+            )
+            .into()),
         }
     }
 
@@ -73,6 +86,8 @@ impl Dialect {
             Dialect::Session => "session",
             Dialect::Stateless => "stateless",
             Dialect::Modern => "modern",
+            Dialect::Churn => "churn",
+            Dialect::Split => "split",
         }
     }
 }
@@ -82,12 +97,20 @@ impl Dialect {
 pub struct HttpTarget {
     pub label: String,
     pub dialect: Dialect,
+    /// The first URL: where a session is begun (and ended).
     pub url: String,
+    /// Every URL (`URL1+URL2+…`): each connection has one bare HTTP/1.1 connection to
+    /// each, and its requests go to them in turn (a session begun on the first node,
+    /// then served alternately by every node).
+    pub urls: Vec<String>,
     pub pid: Option<u32>,
+    /// Every pid (`PID1+PID2+…`): the server CPU is their sum.
+    pub pids: Vec<u32>,
 }
 
 impl HttpTarget {
     /// `LABEL,DIALECT,URL[,PID]`; the URL must be `http://` on a loopback address.
+    /// `URL1+URL2+…` and `PID1+PID2+…` name several nodes of one deployment.
     pub fn parse(spec: &str) -> Result<Self, BoxError> {
         let parts: Vec<&str> = spec.split(',').map(str::trim).collect();
         let (label, dialect, url, pid) = match parts.as_slice() {
@@ -100,16 +123,26 @@ impl HttpTarget {
         if label.is_empty() {
             return Err(format!("--http-target {spec:?}: empty label").into());
         }
-        let pid = pid
-            .map(|p| p.parse::<u32>())
+        let pids = pid
+            .map(|p| {
+                p.split('+')
+                    .map(|p| p.parse::<u32>())
+                    .collect::<Result<Vec<u32>, _>>()
+            })
             .transpose()
-            .map_err(|e| format!("--http-target {spec:?}: pid: {e}"))?;
-        loopback_only(url)?;
+            .map_err(|e| format!("--http-target {spec:?}: pid: {e}"))?
+            .unwrap_or_default();
+        let urls: Vec<String> = url.split('+').map(str::to_string).collect();
+        for url in &urls {
+            loopback_only(url)?;
+        }
         Ok(Self {
             label: label.to_string(),
             dialect: Dialect::parse(dialect)?,
-            url: url.to_string(),
-            pid,
+            url: urls[0].clone(),
+            urls,
+            pid: pids.first().copied(),
+            pids,
         })
     }
 }
@@ -174,13 +207,45 @@ impl HttpPoint {
 }
 
 /// One set-up connection: its client for set-up and teardown, the HTTP/1.1
-/// connection its `tools/call`s go on, and their path and headers.
+/// connection(s) its `tools/call`s go on (one per URL of the target, used in turn),
+/// and their path and headers.
 struct Connection {
     client: reqwest::Client,
+    lanes: Vec<Lane>,
+    next_lane: usize,
+    /// The sessions to end (URL, id).
+    sessions: Vec<(String, HeaderValue)>,
+}
+
+/// A bare HTTP/1.1 connection to one node, with the path and headers of its requests.
+struct Lane {
+    url: String,
     sender: SendRequest<Full<Bytes>>,
     path: Uri,
     headers: HeaderMap,
-    session: Option<HeaderValue>,
+}
+
+impl Lane {
+    /// Waits until the connection can take a request; one that the server (or a balancer:
+    /// nginx closes a keep-alive connection after `keepalive_requests`) closed after its last
+    /// answer is opened again, since nothing was sent on it.
+    async fn ready(&mut self) -> Result<(), String> {
+        if !self.sender.is_closed() && self.sender.ready().await.is_ok() {
+            return Ok(());
+        }
+        let fresh = connect_lane(&self.url, self.headers.clone()).await?;
+        self.sender = fresh.sender;
+        self.sender.ready().await.map_err(|e| format!("send: {e}"))
+    }
+}
+
+impl Connection {
+    /// The lane of the next request (in turn).
+    fn lane(&mut self) -> &mut Lane {
+        let index = self.next_lane % self.lanes.len();
+        self.next_lane += 1;
+        &mut self.lanes[index]
+    }
 }
 
 fn base_headers() -> HeaderMap {
@@ -287,7 +352,45 @@ fn header(name: &'static str, value: &'static str) -> (HeaderName, HeaderValue) 
     )
 }
 
-/// Opens one connection and, for a session dialect, its MCP session.
+/// Begins a 2025-11-25 session at `url` (initialize, notifications/initialized); its id.
+async fn begin_session(client: &reqwest::Client, url: &str) -> Result<HeaderValue, String> {
+    let initialize = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion": LEGACY_VERSION, "capabilities": {},
+        "clientInfo": {"name":"load","version":"0"}}});
+    let response = client
+        .post(url)
+        .headers(base_headers())
+        .body(initialize.to_string())
+        .send()
+        .await
+        .map_err(|e| format!("initialize: {e}"))?;
+    let id = response.headers().get(SESSION_HEADER).cloned();
+    let answer = read_answer(response, 0).await?;
+    answer.outcome.map_err(|e| format!("initialize: {e}"))?;
+    let id = id.ok_or("initialize answered without Mcp-Session-Id")?;
+    let initialized = client
+        .post(url)
+        .headers(session_headers(&id))
+        .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .send()
+        .await
+        .map_err(|e| format!("initialized: {e}"))?;
+    if !initialized.status().is_success() {
+        return Err(format!("initialized: HTTP {}", initialized.status()));
+    }
+    Ok(id)
+}
+
+/// The headers of a request of session `id`.
+fn session_headers(id: &HeaderValue) -> HeaderMap {
+    let mut headers = base_headers();
+    headers.insert(HeaderName::from_static(SESSION_HEADER), id.clone());
+    let (name, value) = header(PROTOCOL_VERSION_HEADER, LEGACY_VERSION);
+    headers.insert(name, value);
+    headers
+}
+
+/// Opens one connection and, for a session dialect, its MCP session(s).
 async fn open(target: &HttpTarget) -> Result<Connection, String> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1)
@@ -296,42 +399,24 @@ async fn open(target: &HttpTarget) -> Result<Connection, String> {
         .build()
         .map_err(|e| format!("client: {e}"))?;
     let mut headers = base_headers();
-    let mut session = None;
+    let mut sessions = Vec::new();
     match target.dialect {
         Dialect::Session => {
-            let initialize = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-                "protocolVersion": LEGACY_VERSION, "capabilities": {},
-                "clientInfo": {"name":"load","version":"0"}}});
-            let response = client
-                .post(&target.url)
-                .headers(base_headers())
-                .body(initialize.to_string())
-                .send()
-                .await
-                .map_err(|e| format!("initialize: {e}"))?;
-            let id = response.headers().get(SESSION_HEADER).cloned();
-            let answer = read_answer(response, 0).await?;
-            answer.outcome.map_err(|e| format!("initialize: {e}"))?;
-            let id = id.ok_or("initialize answered without Mcp-Session-Id")?;
-            headers.insert(HeaderName::from_static(SESSION_HEADER), id.clone());
-            let (name, value) = header(PROTOCOL_VERSION_HEADER, LEGACY_VERSION);
-            headers.insert(name, value);
-            let initialized = client
-                .post(&target.url)
-                .headers(headers.clone())
-                .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-                .send()
-                .await
-                .map_err(|e| format!("initialized: {e}"))?;
-            if !initialized.status().is_success() {
-                return Err(format!("initialized: HTTP {}", initialized.status()));
+            let id = begin_session(&client, &target.url).await?;
+            headers = session_headers(&id);
+            sessions.push((target.url.clone(), id));
+        }
+        Dialect::Split => {
+            for url in &target.urls {
+                let id = begin_session(&client, url).await?;
+                sessions.push((url.clone(), id));
             }
-            session = Some(id);
         }
         Dialect::Stateless => {
             let (name, value) = header(PROTOCOL_VERSION_HEADER, LEGACY_VERSION);
             headers.insert(name, value);
         }
+        Dialect::Churn => {}
         Dialect::Modern => {
             for (name, value) in [
                 header(PROTOCOL_VERSION_HEADER, MODERN_VERSION),
@@ -342,7 +427,25 @@ async fn open(target: &HttpTarget) -> Result<Connection, String> {
             }
         }
     }
-    let uri: Uri = target.url.parse().map_err(|e| format!("url: {e}"))?;
+    let mut lanes = Vec::new();
+    for (i, url) in target.urls.iter().enumerate() {
+        let headers = match target.dialect {
+            Dialect::Split => session_headers(&sessions[i].1),
+            _ => headers.clone(),
+        };
+        lanes.push(connect_lane(url, headers).await?);
+    }
+    Ok(Connection {
+        client,
+        lanes,
+        next_lane: 0,
+        sessions,
+    })
+}
+
+/// A bare HTTP/1.1 connection to `url`, its requests carrying `headers` and `Host`.
+async fn connect_lane(url: &str, mut headers: HeaderMap) -> Result<Lane, String> {
+    let uri: Uri = url.parse().map_err(|e| format!("url: {e}"))?;
     let authority = uri.authority().ok_or("url without host")?.clone();
     headers.insert(
         HOST,
@@ -364,29 +467,100 @@ async fn open(target: &HttpTarget) -> Result<Connection, String> {
         .path_and_query(uri.path_and_query().map_or("/", |p| p.as_str()))
         .build()
         .map_err(|e| format!("path: {e}"))?;
-    Ok(Connection {
-        client,
+    Ok(Lane {
+        url: url.to_string(),
         sender,
         path,
         headers,
-        session,
+    })
+}
+
+/// One request on a bare connection: status, `Mcp-Session-Id` if any, whether SSE, body.
+async fn send_raw(
+    lane: &mut Lane,
+    method: Method,
+    extra: &[(HeaderName, HeaderValue)],
+    body: String,
+) -> Result<(StatusCode, Option<HeaderValue>, bool, Bytes), String> {
+    let mut request = hyper::Request::new(Full::new(Bytes::from(body)));
+    *request.method_mut() = method;
+    *request.uri_mut() = lane.path.clone();
+    *request.headers_mut() = lane.headers.clone();
+    for (name, value) in extra {
+        request.headers_mut().insert(name.clone(), value.clone());
+    }
+    lane.ready().await?;
+    let response = lane
+        .sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("send: {e}"))?;
+    let status = response.status();
+    let sse = is_sse(response.headers());
+    let session = response.headers().get(SESSION_HEADER).cloned();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("read body: {e}"))?
+        .to_bytes();
+    Ok((status, session, sse, body))
+}
+
+/// One whole session (churn): `initialize`, `notifications/initialized`, `DELETE`, each on
+/// the connection's next lane. `Ok(sse)`: the initialize answer came as SSE.
+async fn churn_once(connection: &mut Connection) -> Result<Answer, String> {
+    let initialize = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion": LEGACY_VERSION, "capabilities": {},
+        "clientInfo": {"name":"load","version":"0"}}})
+    .to_string();
+    let (status, session, sse, body) =
+        send_raw(connection.lane(), Method::POST, &[], initialize).await?;
+    let answer = parse_answer(status, sse, &body, 0)?;
+    if answer.outcome.is_err() {
+        return Ok(answer);
+    }
+    let Some(session) = session else {
+        return Ok(Answer {
+            outcome: Err("initialize answered without Mcp-Session-Id".into()),
+            sse,
+        });
+    };
+    let (version_name, version) = header(PROTOCOL_VERSION_HEADER, LEGACY_VERSION);
+    let extra = [
+        (HeaderName::from_static(SESSION_HEADER), session),
+        (version_name, version),
+    ];
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string();
+    let (status, ..) = send_raw(connection.lane(), Method::POST, &extra, initialized).await?;
+    if !status.is_success() {
+        return Ok(Answer {
+            outcome: Err(format!("initialized: HTTP {status}")),
+            sse,
+        });
+    }
+    let (status, ..) = send_raw(connection.lane(), Method::DELETE, &extra, String::new()).await?;
+    if !status.is_success() {
+        return Ok(Answer {
+            outcome: Err(format!("DELETE: HTTP {status}")),
+            sse,
+        });
+    }
+    Ok(Answer {
+        outcome: Ok(None),
+        sse,
     })
 }
 
 /// One `tools/call` on the bare connection, and its answer read whole.
-async fn exchange(
-    sender: &mut SendRequest<Full<Bytes>>,
-    path: &Uri,
-    headers: &HeaderMap,
-    body: String,
-    id: u64,
-) -> Result<Answer, String> {
+async fn exchange(lane: &mut Lane, body: String, id: u64) -> Result<Answer, String> {
     let mut request = hyper::Request::new(Full::new(Bytes::from(body)));
     *request.method_mut() = Method::POST;
-    *request.uri_mut() = path.clone();
-    *request.headers_mut() = headers.clone();
-    sender.ready().await.map_err(|e| format!("send: {e}"))?;
-    let response = sender
+    *request.uri_mut() = lane.path.clone();
+    *request.headers_mut() = lane.headers.clone();
+    lane.ready().await?;
+    let response = lane
+        .sender
         .send_request(request)
         .await
         .map_err(|e| format!("send: {e}"))?;
@@ -404,7 +578,6 @@ async fn exchange(
 /// One connection's closed loop from the first request to the session's end.
 async fn drive(
     mut connection: Connection,
-    url: Arc<str>,
     dialect: Dialect,
     payload: Arc<str>,
     timeline: Timeline,
@@ -413,7 +586,7 @@ async fn drive(
     let (mut json_answers, mut sse_answers) = (0, 0);
     let era = match dialect {
         Dialect::Modern => Era::Stateless,
-        Dialect::Session | Dialect::Stateless => Era::Session,
+        Dialect::Session | Dialect::Stateless | Dialect::Churn | Dialect::Split => Era::Session,
     };
     let mut id: u64 = 0;
     while Instant::now() < timeline.measure_end {
@@ -421,13 +594,13 @@ async fn drive(
         let body = client::tools_call_request(id, &payload, era, None);
         let sent_at = Instant::now();
         tally.sent += 1;
-        let exchange = exchange(
-            &mut connection.sender,
-            &connection.path,
-            &connection.headers,
-            body,
-            id,
-        );
+        let exchange = async {
+            if dialect == Dialect::Churn {
+                churn_once(&mut connection).await
+            } else {
+                exchange(connection.lane(), body, id).await
+            }
+        };
         let answer = match timeout_at(timeline.drain_end, exchange).await {
             Err(_) => {
                 tally.lost += 1;
@@ -449,7 +622,9 @@ async fn drive(
                     tally.transport_errors.push(e);
                 }
             }
-            Ok(echoed) if echoed.as_deref() != Some(&*payload) => tally.mismatched += 1,
+            Ok(echoed) if dialect != Dialect::Churn && echoed.as_deref() != Some(&*payload) => {
+                tally.mismatched += 1
+            }
             Ok(_) => {
                 if answer.sse {
                     sse_answers += 1;
@@ -466,19 +641,35 @@ async fn drive(
             }
         }
     }
-    if let Some(session) = connection.session {
+    for (url, session) in connection.sessions {
         // End the session, so repeated runs do not pile up idle sessions.
         let _ = tokio::time::timeout(
             Duration::from_millis(500),
             connection
                 .client
-                .delete(&*url)
+                .delete(url)
                 .header(SESSION_HEADER, session)
                 .send(),
         )
         .await;
     }
     (tally, json_answers, sse_answers)
+}
+
+/// CPU ticks so far of the target's processes (their sum; `None` without pids) and of
+/// the generator.
+fn sample_cpu(pids: &[u32]) -> throughput::CpuSample {
+    let server = if pids.is_empty() {
+        None
+    } else {
+        pids.iter()
+            .map(|&pid| crate::sys::process_cpu_ticks(pid))
+            .sum::<Option<u64>>()
+    };
+    throughput::CpuSample {
+        server,
+        client: crate::sys::own_cpu_ticks(),
+    }
 }
 
 /// Runs one point of the sweep against `target`.
@@ -488,7 +679,6 @@ pub async fn run_point(
     workload: &Workload,
     ticks_per_sec: u64,
 ) -> HttpPoint {
-    let placement = Placement::External { pid: target.pid };
     let mut opening = JoinSet::new();
     for _ in 0..connections {
         let target = target.clone();
@@ -519,22 +709,20 @@ pub async fn run_point(
         measure_end: start + workload.warmup + workload.duration,
         drain_end: start + workload.warmup + workload.duration + DRAIN,
     };
-    let url: Arc<str> = target.url.as_str().into();
     let payload: Arc<str> = client::payload_text(workload.payload).into();
     let mut drivers = JoinSet::new();
     for connection in opened {
         drivers.spawn(drive(
             connection,
-            Arc::clone(&url),
             target.dialect,
             Arc::clone(&payload),
             timeline,
         ));
     }
     sleep_until(timeline.warmup_end).await;
-    let before = throughput::sample_cpu(&placement);
+    let before = sample_cpu(&target.pids);
     sleep_until(timeline.measure_end).await;
-    let after = throughput::sample_cpu(&placement);
+    let after = sample_cpu(&target.pids);
 
     let mut tally = Tally::new();
     let (mut json_answers, mut sse_answers) = (0, 0);
@@ -752,7 +940,9 @@ pub fn run(
             json!({
                 "dialect": target.dialect.name(),
                 "url": target.url,
+                "urls": target.urls,
                 "pid": target.pid,
+                "pids": target.pids,
                 "points": points.iter().map(point_json).collect::<Vec<_>>(),
             }),
         );
