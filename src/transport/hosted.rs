@@ -496,7 +496,7 @@ impl HostedSession {
     /// With sessions in Redis: a client message that needed no answer here (a response to a
     /// request of the server, a cancel) may be for another node's copy: it gets it too.
     fn relay(&self, text: &str) {
-        if !self.in_redis {
+        if !self.in_redis || !travels(text) {
             return;
         }
         let cluster = self.shared.cluster.clone();
@@ -557,7 +557,12 @@ impl HostedSession {
         let Outlets::Http(http) = &self.out else {
             return;
         };
-        let idle = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
+        let mut idle = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
+        if self.in_redis {
+            // The session lives in Redis: a copy nobody uses here is let go sooner (any node
+            // takes it up again), so a node does not hold every session it ever served.
+            idle = idle.min(COPY_IDLE);
+        }
         if self.last_active.elapsed() >= idle && http.is_idle() && !self.core.has_work_in_flight() {
             self.end(ctx, "idle");
         }
@@ -631,8 +636,11 @@ impl Actor for HostedSession {
         ctx.spawn(InboxPump::new(self.core.inbox().clone()));
         match self.out {
             Outlets::Http(_) => {
-                let idle =
+                let mut idle =
                     Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
+                if self.in_redis {
+                    idle = idle.min(COPY_IDLE);
+                }
                 ctx.run_interval(
                     (idle / 4).max(Duration::from_millis(10)),
                     Self::reap_if_idle,
@@ -1246,6 +1254,9 @@ pub(crate) fn forget_record(shared: &Arc<Shared>, id: &SessionId) {
     });
 }
 
+/// How long a node keeps an idle copy of a session that lives in Redis.
+const COPY_IDLE: Duration = Duration::from_secs(30);
+
 /// How long a resume on another node waits for the stream's node to mirror what the client
 /// already has.
 const MIRROR_PATIENCE: Duration = Duration::from_secs(1);
@@ -1253,3 +1264,21 @@ const MIRROR_PATIENCE: Duration = Duration::from_secs(1);
 /// The code of the error a request gets when the node running it was lost before it
 /// answered (sessions in Redis, a stream resumed on another node).
 pub const NODE_LOST: i64 = -32031;
+
+/// Whether a client message that needed no answer may concern another node (sessions in
+/// Redis): an answer to a server's request (`result` or `error`), or a cancel. Other
+/// notifications (`notifications/initialized`, roots changes) are served where they land.
+fn travels(text: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(default)]
+        method: Option<&'a str>,
+    }
+    let concerns = |m: Message<'_>| m.method.is_none_or(|m| m == "notifications/cancelled");
+    match text.trim_start().as_bytes().first() {
+        Some(b'[') => serde_json::from_str::<Vec<Message<'_>>>(text)
+            .map(|all| all.into_iter().any(concerns))
+            .unwrap_or(true),
+        _ => serde_json::from_str::<Message<'_>>(text).map_or(true, concerns),
+    }
+}

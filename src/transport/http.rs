@@ -524,14 +524,9 @@ async fn find_session(
     };
     let record: SessionRecord =
         serde_json::from_str(&json).map_err(|_| Refusal::SessionNotFound)?;
-    // Whose it is, as the node that began it recorded: anyone else finds nothing.
-    let identity = &admission.identity;
-    let theirs = if identity.is_authenticated() {
-        record.principal == identity.principal()
-    } else {
-        record.principal == "anonymous"
-    };
-    if !theirs {
+    // Whose it is, as the node that began it recorded: anyone else finds nothing. A
+    // WebSocket session's id is not an HTTP session's.
+    if !record_is_theirs(&record, admission) || record.websocket {
         return Err(Refusal::SessionNotFound);
     }
     // Another request may have taken it up meanwhile.
@@ -552,6 +547,49 @@ async fn find_session(
     directory.remember(id, session.clone(), owner);
     tracing::debug!(session = %session_log_id(&record), "session taken up from the store");
     Ok(session)
+}
+
+/// DELETE of a session this node does not hold (sessions in Redis): its record is checked to
+/// be the caller's, deleted, and the nodes holding a copy are told.
+///
+/// # Errors
+/// As for [`find_session`].
+async fn end_elsewhere(
+    id: &str,
+    admission: &Admission,
+    shared: &Arc<Shared>,
+) -> Result<(), Refusal> {
+    let Some(redis) = shared.cluster.store.redis() else {
+        return Err(Refusal::SessionNotFound);
+    };
+    let ttl = Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms);
+    let json = match redis.get_session(&shared.metrics, id, ttl).await {
+        Some(Some(json)) => json,
+        Some(None) => return Err(Refusal::SessionNotFound),
+        None => return Err(Refusal::SessionStoreUnavailable),
+    };
+    let record: SessionRecord =
+        serde_json::from_str(&json).map_err(|_| Refusal::SessionNotFound)?;
+    if !record_is_theirs(&record, admission) || record.websocket {
+        return Err(Refusal::SessionNotFound);
+    }
+    redis.delete_session(&shared.metrics, id).await;
+    let note = crate::cluster::store::bridge::SessionNote {
+        id: id.to_owned(),
+        kind: crate::cluster::store::bridge::SessionNoteKind::End,
+    };
+    crate::cluster::store::bridge::send_session_note(&shared.cluster, note).await;
+    Ok(())
+}
+
+/// Whether a session's record says it is the caller's (anyone else finds nothing).
+pub(crate) fn record_is_theirs(record: &SessionRecord, admission: &Admission) -> bool {
+    let identity = &admission.identity;
+    if identity.is_authenticated() {
+        record.principal == identity.principal()
+    } else {
+        record.principal == "anonymous"
+    }
 }
 
 /// Stores a new session's record; a session that cannot be stored ends (503): served by
@@ -596,6 +634,16 @@ pub async fn delete(
     let shared = shared.into_inner();
     let admission = check_common(&req, &shared)?;
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
+    if directory
+        .find(id, &Owner::of(&admission.identity))
+        .is_none()
+        && shared.settings.sessions_in_redis()
+    {
+        // Not held here: ended in the store and on the nodes that hold it, without taking
+        // it up only to end it.
+        end_elsewhere(id, &admission, &shared).await?;
+        return Ok(HttpResponse::Ok().finish());
+    }
     let session = find_session(id, &admission, &shared, &directory).await?;
     session
         .send(End)

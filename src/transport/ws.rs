@@ -697,15 +697,10 @@ async fn take_up(
     };
     let record: crate::session::record::SessionRecord =
         serde_json::from_str(&json).map_err(|_| Refusal::SessionNotFound)?;
-    let identity = &admission.identity;
-    let theirs = if identity.is_authenticated() {
-        record.principal == identity.principal()
-    } else {
-        record.principal == "anonymous"
-    };
-    if !record.websocket || !theirs {
+    if !record.websocket || !crate::transport::http::record_is_theirs(&record, admission) {
         return Err(Refusal::SessionNotFound);
     }
+    let identity = &admission.identity;
     let slot = shared.open_session(admission)?;
     let id = SessionId::from_client(id);
     let session = HostedSession::take_up_socket(

@@ -499,3 +499,27 @@ async fn a_stream_resumes_with_last_event_id_on_another_node() {
         .expect("sent");
     assert_eq!(get.status(), 400);
 }
+
+#[tokio::test]
+async fn delete_on_a_node_that_never_served_the_session_ends_it() {
+    let redis = RedisServer::start();
+    let (nodes, _) = nodes(&redis, "delete-elsewhere:", false);
+    let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
+    // Someone else's DELETE finds nothing.
+    let stranger = Session {
+        http: reqwest::Client::new(),
+        id: session.id.clone(),
+        token: None,
+    };
+    assert_eq!(stranger.delete(&nodes[2]).await, 404);
+    assert_eq!(session.delete(&nodes[1]).await, 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for node in &nodes {
+        let status = session
+            .post_raw(node, request(json!(1), "ping", json!({})))
+            .await
+            .status();
+        assert_eq!(status, 404, "on {}", node.addr());
+    }
+    assert!(redis.keys("delete-elsewhere:session:*").is_empty());
+}
