@@ -10,9 +10,11 @@
 //! re-lists it and updates the registry, which tells every session once; its
 //! `resources/updated` reaches the sessions subscribed to the URI.
 //!
-//! Children run on a thread of the gateway's own (a single-threaded runtime): their pipes
-//! are driven there whatever worker thread forwards to them, and the kernel's parent-death
-//! signal of each child is tied to that thread, which lives as long as the server.
+//! A session's own child (`per_session`) runs on the worker thread that serves the session:
+//! its calls cross no thread. Shared children (and the children started at discovery) run on
+//! a thread of the gateway's own (a single-threaded runtime), which every worker reaches
+//! alike. Either way the kernel's parent-death signal of each child is tied to a thread that
+//! lives as long as the server.
 
 mod proxy;
 mod upstream;
