@@ -512,23 +512,10 @@ async fn find_session(
     if let Some(session) = directory.find(id, &owner) {
         return Ok(session);
     }
-    let redis = match shared.cluster.store.redis() {
-        Some(redis) if shared.settings.sessions_in_redis() => redis,
-        _ => return Err(Refusal::SessionNotFound),
-    };
-    let ttl = Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms);
-    let json = match redis.get_session(&shared.metrics, id, ttl).await {
-        Some(Some(json)) => json,
-        Some(None) => return Err(Refusal::SessionNotFound),
-        None => return Err(Refusal::SessionStoreUnavailable),
-    };
-    let record: SessionRecord =
-        serde_json::from_str(&json).map_err(|_| Refusal::SessionNotFound)?;
-    // Whose it is, as the node that began it recorded: anyone else finds nothing. A
-    // WebSocket session's id is not an HTTP session's.
-    if !record_is_theirs(&record, admission) || record.websocket {
+    if !shared.settings.sessions_in_redis() {
         return Err(Refusal::SessionNotFound);
     }
+    let record = fetch_record(id, admission, shared, false).await?;
     // Another request may have taken it up meanwhile.
     if let Some(session) = directory.find(id, &owner) {
         return Ok(session);
@@ -545,8 +532,44 @@ async fn find_session(
     )
     .ok_or(Refusal::SessionNotFound)?;
     directory.remember(id, session.clone(), owner);
-    tracing::debug!(session = %session_log_id(&record), "session taken up from the store");
+    tracing::debug!(trace = %record.trace_id, "session taken up from the store");
     Ok(session)
+}
+
+/// The record of session `id` in Redis (renewing its time to live), if it is the caller's
+/// and of the kind asked for (WebSocket or HTTP): anyone else finds nothing.
+///
+/// # Errors
+/// [`Refusal::SessionNotFound`] for no such session of the caller's;
+/// [`Refusal::SessionStoreUnavailable`] when Redis cannot be asked.
+pub(crate) async fn fetch_record(
+    id: &str,
+    admission: &Admission,
+    shared: &Shared,
+    websocket: bool,
+) -> Result<SessionRecord, Refusal> {
+    let Some(redis) = shared.cluster.store.redis() else {
+        return Err(Refusal::SessionNotFound);
+    };
+    let ttl = Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms);
+    let json = match redis.get_session(&shared.metrics, id, ttl).await {
+        Some(Some(json)) => json,
+        Some(None) => return Err(Refusal::SessionNotFound),
+        None => return Err(Refusal::SessionStoreUnavailable),
+    };
+    let record: SessionRecord =
+        serde_json::from_str(&json).map_err(|_| Refusal::SessionNotFound)?;
+    let identity = &admission.identity;
+    let theirs = if identity.is_authenticated() {
+        record.principal == identity.principal()
+    } else {
+        record.principal == "anonymous"
+    };
+    if theirs && record.websocket == websocket {
+        Ok(record)
+    } else {
+        Err(Refusal::SessionNotFound)
+    }
 }
 
 /// DELETE of a session this node does not hold (sessions in Redis): its record is checked to
@@ -559,37 +582,16 @@ async fn end_elsewhere(
     admission: &Admission,
     shared: &Arc<Shared>,
 ) -> Result<(), Refusal> {
-    let Some(redis) = shared.cluster.store.redis() else {
-        return Err(Refusal::SessionNotFound);
-    };
-    let ttl = Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms);
-    let json = match redis.get_session(&shared.metrics, id, ttl).await {
-        Some(Some(json)) => json,
-        Some(None) => return Err(Refusal::SessionNotFound),
-        None => return Err(Refusal::SessionStoreUnavailable),
-    };
-    let record: SessionRecord =
-        serde_json::from_str(&json).map_err(|_| Refusal::SessionNotFound)?;
-    if !record_is_theirs(&record, admission) || record.websocket {
-        return Err(Refusal::SessionNotFound);
+    fetch_record(id, admission, shared, false).await?;
+    if let Some(redis) = shared.cluster.store.redis() {
+        redis.delete_session(&shared.metrics, id).await;
     }
-    redis.delete_session(&shared.metrics, id).await;
     let note = crate::cluster::store::bridge::SessionNote {
         id: id.to_owned(),
         kind: crate::cluster::store::bridge::SessionNoteKind::End,
     };
     crate::cluster::store::bridge::send_session_note(&shared.cluster, note).await;
     Ok(())
-}
-
-/// Whether a session's record says it is the caller's (anyone else finds nothing).
-pub(crate) fn record_is_theirs(record: &SessionRecord, admission: &Admission) -> bool {
-    let identity = &admission.identity;
-    if identity.is_authenticated() {
-        record.principal == identity.principal()
-    } else {
-        record.principal == "anonymous"
-    }
 }
 
 /// Stores a new session's record; a session that cannot be stored ends (503): served by
@@ -618,11 +620,6 @@ async fn store_new_session(
         session.do_send(End);
         Err(Refusal::SessionStoreUnavailable)
     }
-}
-
-/// What a log line says of a session taken up from the store (never its id).
-fn session_log_id(record: &SessionRecord) -> &str {
-    &record.trace_id
 }
 
 /// `DELETE /mcp`: the client ends its session.

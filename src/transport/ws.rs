@@ -686,20 +686,7 @@ async fn take_up(
     id: &str,
     admission: &Admission,
 ) -> Result<Addr<HostedSession>, Refusal> {
-    let Some(redis) = shared.cluster.store.redis() else {
-        return Err(Refusal::SessionNotFound);
-    };
-    let ttl = Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms);
-    let json = match redis.get_session(&shared.metrics, id, ttl).await {
-        Some(Some(json)) => json,
-        Some(None) => return Err(Refusal::SessionNotFound),
-        None => return Err(Refusal::SessionStoreUnavailable),
-    };
-    let record: crate::session::record::SessionRecord =
-        serde_json::from_str(&json).map_err(|_| Refusal::SessionNotFound)?;
-    if !record.websocket || !crate::transport::http::record_is_theirs(&record, admission) {
-        return Err(Refusal::SessionNotFound);
-    }
+    let record = crate::transport::http::fetch_record(id, admission, shared, true).await?;
     let identity = &admission.identity;
     let slot = shared.open_session(admission)?;
     let id = SessionId::from_client(id);
