@@ -102,6 +102,8 @@ pub struct WsSession {
     /// With sessions in Redis (and resumption on): the revision and requests in flight of
     /// the record last stored, so another node can take the session up if this one dies.
     stored: Option<(u64, Vec<String>)>,
+    /// Whether it keeps such a record at all (decided once, not per frame).
+    records: bool,
 }
 
 /// Where this connection's session is.
@@ -183,7 +185,6 @@ impl WsSession {
         credential_expires: Option<SystemTime>,
     ) -> Self {
         Self {
-            shared,
             hosted,
             sockets,
             core,
@@ -197,6 +198,9 @@ impl WsSession {
             ends_with_socket: false,
             resume_access: None,
             stored: None,
+            records: shared.settings.sessions_in_redis()
+                && shared.settings.sessions.resume_grace_ms > 0,
+            shared,
         }
     }
 
@@ -204,10 +208,10 @@ impl WsSession {
     /// changed (initialize, setLevel, subscriptions) or its requests in flight did (looked at
     /// every [`RECORD_EVERY`], so one write covers many requests).
     fn store_record(&mut self) {
-        let settings = &self.shared.settings;
-        if !settings.sessions_in_redis() || settings.sessions.resume_grace_ms == 0 {
+        if !self.records {
             return;
         }
+        let settings = &self.shared.settings;
         let Core::Local { session, id, .. } = &self.core else {
             return;
         };
@@ -296,7 +300,7 @@ impl WsSession {
             Core::Local { session, .. } => {
                 // One socket: every exchange is answered on it, so they need no numbers.
                 session.on_text(text, 0, ctx);
-                if self.stored.is_none() {
+                if self.records && self.stored.is_none() {
                     // The first record (at initialize) goes at once; later changes with the
                     // next look.
                     self.store_record();
@@ -440,8 +444,7 @@ impl Actor for WsSession {
                 self.sockets
                     .remember(id.clone(), ctx.address(), slot.owner().clone());
                 ctx.spawn(InboxPump::new(session.inbox().clone()));
-                let settings = &self.shared.settings;
-                if settings.sessions_in_redis() && settings.sessions.resume_grace_ms > 0 {
+                if self.records {
                     ctx.run_interval(RECORD_EVERY, |socket, _ctx| socket.store_record());
                 }
             }
