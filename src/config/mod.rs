@@ -82,8 +82,10 @@ pub struct Settings {
 #[derive(Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisSettings {
-    /// `redis://[user:password@]host:port[/db]`; empty means no Redis. It may hold a
-    /// password, so it is never logged and `Debug` hides it.
+    /// `redis://[user:password@]host:port[/db]` for one server (`rediss://` with TLS), or a
+    /// Redis Cluster by its seed addresses: `redis+cluster://[user:password@]host:port,host:port`
+    /// (`rediss+cluster://` with TLS) or several `redis://` URLs separated by commas. Empty
+    /// means no Redis. It may hold a password, so it is never logged and `Debug` hides it.
     pub url: String,
     /// Prefix of every key and channel the server uses, so deployments can share a Redis.
     pub key_prefix: String,
@@ -103,6 +105,50 @@ impl Default for RedisSettings {
             timeout_ms: 500,
             retry_after_ms: 1000,
         }
+    }
+}
+
+impl RedisSettings {
+    /// The seed URLs of the Redis Cluster `url` names, each a `redis://` (or `rediss://`) URL
+    /// with the credentials given once; `None` when `url` names one server. `Err` says what
+    /// is wrong without repeating the URL (it may hold a password).
+    pub fn cluster_seeds(&self) -> Result<Option<Vec<String>>, String> {
+        let url = self.url.trim();
+        let (scheme, rest) = match url.split_once("://") {
+            Some(("redis+cluster", rest)) => ("redis", rest),
+            Some(("rediss+cluster", rest)) => ("rediss", rest),
+            _ if url.contains(',') => {
+                let seeds: Vec<String> =
+                    url.split(',').map(|seed| seed.trim().to_owned()).collect();
+                if seeds.iter().any(|seed| seed.contains("+cluster://")) {
+                    return Err("give either redis+cluster:// or a list of redis:// URLs".into());
+                }
+                return Ok(Some(seeds));
+            }
+            _ => return Ok(None),
+        };
+        // A cluster has one database: a path could only name another, which does not exist.
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if !matches!(path, "" | "0") {
+            return Err("a Redis Cluster has no database number: drop the /db part".into());
+        }
+        let (credentials, hosts) = match authority.rsplit_once('@') {
+            Some((credentials, hosts)) => (Some(credentials), hosts),
+            None => (None, authority),
+        };
+        let seeds: Vec<String> = hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|host| !host.is_empty())
+            .map(|host| match credentials {
+                Some(credentials) => format!("{scheme}://{credentials}@{host}"),
+                None => format!("{scheme}://{host}"),
+            })
+            .collect();
+        if seeds.is_empty() {
+            return Err("redis+cluster:// names no address".into());
+        }
+        Ok(Some(seeds))
     }
 }
 
@@ -1316,11 +1362,29 @@ impl Settings {
         if self.info.name.is_empty() {
             return Err(ConfigError::Invalid("info.name must not be empty".into()));
         }
-        if !self.redis.url.is_empty() && redis::Client::open(self.redis.url.as_str()).is_err() {
-            // The URL may hold a password: the message does not repeat it.
-            return Err(ConfigError::Invalid(
-                "redis.url is not a valid redis:// URL".into(),
-            ));
+        if !self.redis.url.is_empty() {
+            // The URL may hold a password: no message repeats it.
+            match self.redis.cluster_seeds() {
+                Err(problem) => return Err(ConfigError::Invalid(format!("redis.url: {problem}"))),
+                Ok(Some(seeds)) => {
+                    if seeds
+                        .iter()
+                        .any(|seed| redis::Client::open(seed.as_str()).is_err())
+                    {
+                        return Err(ConfigError::Invalid(
+                            "redis.url: a seed of the Redis Cluster is not a valid redis:// URL"
+                                .into(),
+                        ));
+                    }
+                }
+                Ok(None) => {
+                    if redis::Client::open(self.redis.url.as_str()).is_err() {
+                        return Err(ConfigError::Invalid(
+                            "redis.url is not a valid redis:// URL".into(),
+                        ));
+                    }
+                }
+            }
         }
         for (subject, keys) in &self.signatures.public_keys {
             if keys.is_empty() {
@@ -1449,4 +1513,56 @@ pub fn parse_public_key(text: &str) -> Option<VerifyingKey> {
         .decode(text.trim())
         .ok()?;
     VerifyingKey::from_bytes(&bytes.try_into().ok()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RedisSettings;
+
+    fn seeds(url: &str) -> Result<Option<Vec<String>>, String> {
+        RedisSettings {
+            url: url.to_owned(),
+            ..RedisSettings::default()
+        }
+        .cluster_seeds()
+    }
+
+    #[test]
+    fn one_server_is_not_a_cluster() {
+        assert_eq!(seeds("redis://127.0.0.1:6379/2"), Ok(None));
+        assert_eq!(seeds("rediss://user:pw@host:6380"), Ok(None));
+    }
+
+    #[test]
+    fn a_cluster_url_gives_each_seed_the_credentials() {
+        assert_eq!(
+            seeds("redis+cluster://user:pw@a:7000,b:7001/"),
+            Ok(Some(vec![
+                "redis://user:pw@a:7000".to_owned(),
+                "redis://user:pw@b:7001".to_owned()
+            ]))
+        );
+        assert_eq!(
+            seeds("rediss+cluster://a:7000"),
+            Ok(Some(vec!["rediss://a:7000".to_owned()]))
+        );
+    }
+
+    #[test]
+    fn several_urls_are_a_cluster() {
+        assert_eq!(
+            seeds("redis://a:7000, redis://b:7001"),
+            Ok(Some(vec![
+                "redis://a:7000".to_owned(),
+                "redis://b:7001".to_owned()
+            ]))
+        );
+    }
+
+    #[test]
+    fn a_cluster_refuses_a_database_number_and_an_empty_list() {
+        assert!(seeds("redis+cluster://a:7000/3").is_err());
+        assert!(seeds("redis+cluster://").is_err());
+        assert!(seeds("redis+cluster://pw@").is_err());
+    }
 }

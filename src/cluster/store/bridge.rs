@@ -247,7 +247,7 @@ async fn subscribe(cluster: Arc<Cluster>) {
     let mut missed = false;
     loop {
         let connect = async {
-            let mut pubsub = redis.client().get_async_pubsub().await?;
+            let mut pubsub = redis.pubsub().await?;
             pubsub.subscribe(&channel).await?;
             Ok::<_, ::redis::RedisError>(pubsub)
         };

@@ -1,6 +1,9 @@
 //! The Redis backend: the same entries and nonces as the memory backend, in one Redis shared
 //! by every node, through the `redis` crate's tokio connection manager (one multiplexed
-//! connection per node, which reconnects by itself).
+//! connection per node, which reconnects by itself), or in a Redis Cluster through the
+//! crate's cluster connection (one multiplexed connection per shard, following the slot
+//! map). Every key of one session carries the session id as its hash tag, so a session's
+//! keys live on one shard; every other key is used alone.
 //!
 //! Every operation is bounded by `redis.timeout_ms`. One that fails (refused, timed out, an
 //! error reply) is counted in `mcp_redis_errors_total`, and the node then skips Redis for
@@ -15,8 +18,10 @@
 use super::Key;
 use crate::config::{OnStoreError, RedisSettings};
 use crate::observe::metrics::Metrics;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, Script};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, OnceLock};
@@ -41,11 +46,66 @@ return 0",
     )
 });
 
+/// Where the shared state lives.
+enum Backend {
+    /// One Redis server.
+    Server(redis::Client),
+    /// A Redis Cluster: the cluster client, and one plain client per seed for what is not
+    /// routed by key (pub/sub, which a cluster forwards to every shard).
+    Cluster {
+        client: Box<ClusterClient>,
+        seeds: Vec<redis::Client>,
+    },
+}
+
+/// The shared connection of either backend; cheap to clone (both multiplex one set of
+/// sockets).
+#[derive(Clone)]
+pub(crate) enum Connection {
+    /// To one server.
+    Server(ConnectionManager),
+    /// To a cluster.
+    Cluster(ClusterConnection),
+    /// To one server, not shared (for one blocking read): no reconnection needed.
+    Own(redis::aio::MultiplexedConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Server(con) => con.req_packed_command(cmd),
+            Self::Cluster(con) => con.req_packed_command(cmd),
+            Self::Own(con) => con.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Server(con) => con.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(con) => con.req_packed_commands(pipeline, offset, count),
+            Self::Own(con) => con.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Server(con) => con.get_db(),
+            Self::Cluster(con) => con.get_db(),
+            Self::Own(con) => con.get_db(),
+        }
+    }
+}
+
 /// See the module docs.
 pub(crate) struct RedisStore {
-    client: redis::Client,
+    backend: Backend,
     /// Made on first use: its tasks need the runtime, which the server starts later.
-    manager: OnceLock<Option<ConnectionManager>>,
+    connection: OnceLock<Option<Connection>>,
     prefix: String,
     timeout: Duration,
     retry_after: Duration,
@@ -63,10 +123,29 @@ impl RedisStore {
         if settings.url.is_empty() {
             return None;
         }
-        let client = redis::Client::open(settings.url.as_str()).ok()?;
+        let backend = match settings.cluster_seeds().ok()? {
+            None => Backend::Server(redis::Client::open(settings.url.as_str()).ok()?),
+            Some(seeds) => Backend::Cluster {
+                client: Box::new(
+                    ClusterClient::builder(seeds.iter().map(String::as_str))
+                        .connection_timeout(Duration::from_millis(settings.timeout_ms))
+                        .response_timeout(Duration::from_millis(settings.timeout_ms))
+                        // Redirections after a shard moved are followed; a shard that is away
+                        // is not waited for (the node's own pause handles that).
+                        .retries(2)
+                        .build()
+                        .ok()?,
+                ),
+                seeds: seeds
+                    .iter()
+                    .map(|seed| redis::Client::open(seed.as_str()))
+                    .collect::<Result<_, _>>()
+                    .ok()?,
+            },
+        };
         Some(Self {
-            client,
-            manager: OnceLock::new(),
+            backend,
+            connection: OnceLock::new(),
             prefix: settings.key_prefix.clone(),
             timeout: Duration::from_millis(settings.timeout_ms),
             retry_after: Duration::from_millis(settings.retry_after_ms),
@@ -76,9 +155,25 @@ impl RedisStore {
         })
     }
 
-    /// The client, for the bus bridge's own pub/sub connection.
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.client
+    /// A pub/sub connection of its own, for the bus bridge: to the server, or to the first
+    /// seed of the cluster that answers (a cluster forwards every publication to every
+    /// shard, so any one of them hears the whole channel).
+    pub(crate) async fn pubsub(&self) -> redis::RedisResult<redis::aio::PubSub> {
+        match &self.backend {
+            Backend::Server(client) => client.get_async_pubsub().await,
+            Backend::Cluster { seeds, .. } => {
+                let mut last = None;
+                for seed in seeds {
+                    match seed.get_async_pubsub().await {
+                        Ok(pubsub) => return Ok(pubsub),
+                        Err(error) => last = Some(error),
+                    }
+                }
+                Err(last.unwrap_or_else(|| {
+                    redis::RedisError::from((redis::ErrorKind::Io, "no seed to subscribe through"))
+                }))
+            }
+        }
     }
 
     /// The pub/sub channel of the change bus.
@@ -169,18 +264,18 @@ impl RedisStore {
     /// the operation failed (then counted and the pause begins).
     async fn run<T, F, Fut>(&self, metrics: &Metrics, what: &'static str, op: F) -> Option<T>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         if !self.is_available() {
             metrics.redis_skipped.inc();
             return None;
         }
-        let Some(manager) = self.manager() else {
-            self.failed(metrics, what, &"cannot start the connection manager");
+        let Some(connection) = self.connection() else {
+            self.failed(metrics, what, &"cannot start the connection");
             return None;
         };
-        match tokio::time::timeout(self.timeout, op(manager)).await {
+        match tokio::time::timeout(self.timeout, op(connection)).await {
             Ok(Ok(value)) => {
                 self.succeeded();
                 Some(value)
@@ -196,15 +291,27 @@ impl RedisStore {
         }
     }
 
-    fn manager(&self) -> Option<ConnectionManager> {
-        self.manager
-            .get_or_init(|| {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout))
-                    .set_number_of_retries(1)
-                    .set_max_delay(self.retry_after);
-                ConnectionManager::new_lazy_with_config(self.client.clone(), config).ok()
+    fn connection(&self) -> Option<Connection> {
+        self.connection
+            .get_or_init(|| match &self.backend {
+                Backend::Server(client) => {
+                    let config = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(self.timeout))
+                        .set_response_timeout(Some(self.timeout))
+                        .set_number_of_retries(1)
+                        .set_max_delay(self.retry_after);
+                    ConnectionManager::new_lazy_with_config(client.clone(), config)
+                        .ok()
+                        .map(Connection::Server)
+                }
+                Backend::Cluster { client, .. } => {
+                    let config = ClusterConfig::new()
+                        .set_connection_timeout(self.timeout)
+                        .set_response_timeout(self.timeout);
+                    Some(Connection::Cluster(
+                        client.get_pending_async_connection_with_config(config),
+                    ))
+                }
             })
             .clone()
     }
@@ -431,13 +538,7 @@ impl RedisStore {
         let read = async move {
             // Its own connection: a blocking read would hold up the shared one, and answers
             // only after `block` (longer than the usual response timeout).
-            let config = redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(self.timeout))
-                .set_response_timeout(Some(self.timeout + block));
-            let mut con = self
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
+            let mut con = self.reading_connection(block).await?;
             let mut command = redis::cmd("XREAD");
             if !block.is_zero() {
                 command.arg("BLOCK").arg(block.as_millis() as u64);
@@ -465,6 +566,29 @@ impl RedisStore {
             Err(_) => {
                 self.failed(metrics, "read_events", &"timed out");
                 None
+            }
+        }
+    }
+
+    /// A connection of its own for one blocking read of up to `block`.
+    async fn reading_connection(&self, block: Duration) -> redis::RedisResult<Connection> {
+        match &self.backend {
+            Backend::Server(client) => {
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout + block));
+                let con = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                Ok(Connection::Own(con))
+            }
+            Backend::Cluster { client, .. } => {
+                let config = ClusterConfig::new()
+                    .set_connection_timeout(self.timeout)
+                    .set_response_timeout(self.timeout + block);
+                Ok(Connection::Cluster(
+                    client.get_async_connection_with_config(config).await?,
+                ))
             }
         }
     }
@@ -507,18 +631,36 @@ pub(crate) type StreamEntry = (String, Vec<(String, String)>);
 /// at start, before the server runs. `None` when Redis could not be asked.
 pub(crate) fn shared_secret(settings: &RedisSettings, candidate: &str) -> Option<String> {
     let timeout = Duration::from_millis(settings.timeout_ms.max(1));
-    let client = redis::Client::open(settings.url.as_str()).ok()?;
-    let mut con = client.get_connection_with_timeout(timeout).ok()?;
-    con.set_read_timeout(Some(timeout)).ok()?;
     let key = format!("{}mrtr-secret", settings.key_prefix);
+    match settings.cluster_seeds().ok()? {
+        None => {
+            let client = redis::Client::open(settings.url.as_str()).ok()?;
+            let mut con = client.get_connection_with_timeout(timeout).ok()?;
+            con.set_read_timeout(Some(timeout)).ok()?;
+            create_once(&mut con, &key, candidate)
+        }
+        Some(seeds) => {
+            let client = ClusterClient::builder(seeds)
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
+                .build()
+                .ok()?;
+            let mut con = client.get_connection().ok()?;
+            create_once(&mut con, &key, candidate)
+        }
+    }
+}
+
+/// The value under `key`, or `candidate`, put there if there was none.
+fn create_once(con: &mut impl redis::ConnectionLike, key: &str, candidate: &str) -> Option<String> {
     let _: Option<String> = redis::cmd("SET")
-        .arg(&key)
+        .arg(key)
         .arg(candidate)
         .arg("NX")
-        .query(&mut con)
+        .query(con)
         .ok()?;
     redis::cmd("GET")
-        .arg(&key)
-        .query::<Option<String>>(&mut con)
+        .arg(key)
+        .query::<Option<String>>(con)
         .ok()?
 }

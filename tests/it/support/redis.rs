@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    /// Where it keeps its append-only file, when it keeps one (see [`Self::start_persistent`]).
+    data: Option<std::path::PathBuf>,
 }
 
 impl RedisServer {
@@ -19,7 +21,23 @@ impl RedisServer {
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
             .port();
-        let mut server = Self { port, child: None };
+        let mut server = Self {
+            port,
+            child: None,
+            data: None,
+        };
+        server.restart();
+        server
+    }
+
+    /// Starts a server that appends every change to a file in `dir` before it answers
+    /// (`appendonly yes`, with the default `appendfsync everysec`), as a production Redis
+    /// does: its process killed and restarted, it comes back with what it had (what it wrote
+    /// is in the file even when not yet synced to the disk).
+    pub fn start_persistent(dir: &std::path::Path) -> Self {
+        std::fs::create_dir_all(dir).expect("Redis data dir");
+        let mut server = Self::start();
+        server.data = Some(dir.to_owned());
         server.restart();
         server
     }
@@ -37,12 +55,19 @@ impl RedisServer {
         }
     }
 
-    /// Starts it again on the same port, empty, and waits until it answers PING.
+    /// Starts it again on the same port (empty, unless it is persistent) and waits until it
+    /// answers PING.
     pub fn restart(&mut self) {
         self.kill();
-        let child = Command::new(binary())
+        let mut command = Command::new(binary());
+        command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
+            .args(["--save", ""]);
+        match &self.data {
+            Some(dir) => command.args(["--appendonly", "yes", "--dir"]).arg(dir),
+            None => command.args(["--appendonly", "no"]),
+        };
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -91,4 +116,151 @@ fn binary() -> &'static str {
     } else {
         "redis-server"
     }
+}
+
+/// A Redis Cluster of three masters (real `redis-server` processes in cluster mode, no
+/// replicas), each holding a third of the slots, joined by `CLUSTER MEET`; stopped when
+/// dropped. Its URL is the `redis+cluster://` form the server's `redis.url` accepts.
+pub struct RedisCluster {
+    ports: Vec<u16>,
+    children: Vec<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisCluster {
+    /// Starts three masters, splits the 16384 slots between them and waits until every one
+    /// says `cluster_state:ok`.
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ports = cluster_ports(3);
+        let children = ports
+            .iter()
+            .map(|port| {
+                Command::new(binary())
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .args(["--cluster-enabled", "yes"])
+                    .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+                    .args(["--cluster-node-timeout", "2000"])
+                    .current_dir(dir.path())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("redis-server starts in cluster mode")
+            })
+            .collect();
+        let cluster = Self {
+            ports,
+            children,
+            _dir: dir,
+        };
+        let mut connections: Vec<redis::Connection> =
+            cluster.ports.iter().map(|port| connect(*port)).collect();
+        let share = 16384 / cluster.ports.len();
+        for (index, connection) in connections.iter_mut().enumerate() {
+            let first = index * share;
+            let last = if index + 1 == cluster.ports.len() {
+                16383
+            } else {
+                first + share - 1
+            };
+            redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(first)
+                .arg(last)
+                .query::<()>(connection)
+                .expect("CLUSTER ADDSLOTSRANGE");
+        }
+        for port in &cluster.ports[1..] {
+            redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(*port)
+                .query::<()>(&mut connections[0])
+                .expect("CLUSTER MEET");
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !connections.iter_mut().all(|connection| {
+            redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query::<String>(connection)
+                .is_ok_and(|info| {
+                    info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+                })
+        }) {
+            assert!(Instant::now() < deadline, "the Redis Cluster did not form");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    /// `redis+cluster://127.0.0.1:A,127.0.0.1:B,127.0.0.1:C`.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self
+            .ports
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// The keys under `pattern` on each master, in order.
+    pub fn keys_per_master(&self, pattern: &str) -> Vec<Vec<String>> {
+        self.ports
+            .iter()
+            .map(|port| {
+                redis::cmd("KEYS")
+                    .arg(pattern)
+                    .query(&mut connect(*port))
+                    .expect("KEYS")
+            })
+            .collect()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A plain connection to the server on `port`, once it answers PING.
+fn connect(port: u16) -> redis::Connection {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(mut connection) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .ok()
+            .and_then(|client| client.get_connection().ok())
+        {
+            if redis::cmd("PING").query::<String>(&mut connection).is_ok() {
+                return connection;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redis-server on {port} did not answer PING"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `count` ports whose cluster bus ports (port + 10000) are free as well.
+fn cluster_ports(count: usize) -> Vec<u16> {
+    let mut ports = Vec::new();
+    while ports.len() < count {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        if port < 55_000
+            && !ports.contains(&port)
+            && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+        {
+            ports.push(port);
+        }
+    }
+    ports
 }
