@@ -38,6 +38,11 @@ impl Cluster {
         self.store.node() & 0xF_FFFF
     }
 
+    /// The number of the node that made claim `owner` (see `Store::new_owner`).
+    pub(crate) fn number_of(owner: store::ClaimId) -> u64 {
+        ((owner >> 64) as u64) & 0xF_FFFF
+    }
+
     /// The first of this node's ids: [`node_number`](Self::node_number) above 32 bits (below
     /// 2^53, exact in every JSON reader).
     pub fn node_base(&self) -> u64 {

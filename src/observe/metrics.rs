@@ -129,6 +129,8 @@ pub struct Metrics {
     pub dedup_conflicts: Counter,
     /// Requests with an idempotency key that ran (the first of their key).
     pub idempotent_runs: Counter,
+    /// Keyed calls whose node died while running them, freed for their retry to run again.
+    pub dedup_orphans: Counter,
     /// Redis operations that failed (refused, timed out, an error reply, a dropped
     /// subscription); the node went on locally.
     pub redis_errors: Counter,
@@ -315,6 +317,11 @@ impl Metrics {
                 "mcp_idempotent_runs_total",
                 "Requests with an idempotency key that ran",
                 &self.idempotent_runs,
+            ),
+            (
+                "mcp_dedup_orphans_total",
+                "Keyed calls whose node died while running them, freed for their retry",
+                &self.dedup_orphans,
             ),
             (
                 "mcp_redis_errors_total",

@@ -7,7 +7,7 @@ use super::era::Era;
 use super::shape::{stateless_answer, stateless_result, StatelessRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::cluster::dedup::recent::RequestHash;
-use crate::cluster::dedup::Idempotency;
+use crate::cluster::dedup::{AnonymousScope, Idempotency};
 use crate::cluster::tasks::runner::{Begun, TaskCall};
 use crate::context::{ClientRequestError, Input, LogFloor, Rounds, SessionInfo};
 use crate::model::{Completion, ForVersion, Implementation};
@@ -387,9 +387,13 @@ impl Session {
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let idempotency = match p.meta.as_ref().and_then(|m| m.idempotency_key) {
             Some(key) if self.shared.settings.dedup.enabled => {
+                let scope = match &self.shared_id {
+                    Some(id) => AnonymousScope::Shared(id.as_str()),
+                    None => AnonymousScope::Local(self.id),
+                };
                 Some(Box::new(Idempotency::of_tool_call(
                     &self.admission.identity,
-                    self.id,
+                    scope,
                     key,
                     &p.name,
                     p.arguments,

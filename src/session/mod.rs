@@ -118,6 +118,10 @@ pub struct Session {
     /// The id a client resumes this session with, given to it in the `initialize` result
     /// (WebSocket sessions; HTTP sessions have theirs in a header).
     resume_id: Option<SessionId>,
+    /// The id every node knows this session by (an HTTP session's `Mcp-Session-Id`, a
+    /// resumable WebSocket session's resume id): an anonymous client's idempotency keys are
+    /// scoped to it, so its retry on another node finds its key.
+    shared_id: Option<SessionId>,
     /// Who the client is and where from, as the perimeter admitted it.
     admission: Admission,
     /// The rate limiter's bucket for that client, kept from its first request on.
@@ -257,6 +261,7 @@ impl Session {
             draining: false,
             bus: None,
             resume_id: None,
+            shared_id: None,
             admission,
             rate_bucket: SessionBucket::default(),
             subscriptions: Default::default(),
@@ -287,7 +292,13 @@ impl Session {
 
     /// Sets the id the client resumes this session with (announced in `initialize`).
     pub fn set_resume_id(&mut self, id: SessionId) {
+        self.shared_id = Some(id.clone());
         self.resume_id = Some(id);
+    }
+
+    /// Sets the id every node knows this session by (an HTTP session's).
+    pub fn set_shared_id(&mut self, id: SessionId) {
+        self.shared_id = Some(id);
     }
 
     /// The session's inbox, for its host's [`InboxPump`].

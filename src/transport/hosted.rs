@@ -306,8 +306,9 @@ impl HostedSession {
         directory: Arc<HostedSessions>,
         slot: SessionSlot,
         id: SessionId,
-        core: Session,
+        mut core: Session,
     ) -> Self {
+        core.set_shared_id(id.clone());
         let sessions = &shared.settings.sessions;
         let out = Outlets::Http(HttpOutlet {
             log: EventLog::new(

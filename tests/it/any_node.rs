@@ -11,10 +11,14 @@
 //! away, a node serves the sessions it holds and answers 503 (Retry-After) for others and
 //! for new sessions; with `cluster.sessions = "local"` a session is its node's alone (404
 //! elsewhere).
+//!
+//! The walk of a session over the nodes, the shared `requestState` secret and the stream
+//! resumed elsewhere also run on a three-master Redis Cluster (`redis+cluster://`), where a
+//! session's record and its mirrored events are found on one master.
 
 use crate::support::http::header;
 use crate::support::meta::*;
-use crate::support::redis::RedisServer;
+use crate::support::redis::{RedisCluster, RedisServer};
 use crate::support::stateless::{add_fixtures, plain_tool, stateless_settings, Fixtures};
 use crate::support::*;
 use futures_util::StreamExt;
@@ -24,9 +28,9 @@ use serde_json::{json, Value};
 use sse_stream::SseStream;
 use std::time::Duration;
 
-fn node(redis: &RedisServer, prefix: &str, local: bool, fixtures: &Fixtures) -> RunningServer {
+fn node(redis_url: &str, prefix: &str, local: bool, fixtures: &Fixtures) -> RunningServer {
     let mut settings = with_api_key(stateless_settings());
-    settings.redis.url = redis.url();
+    settings.redis.url = redis_url.to_owned();
     settings.redis.key_prefix = prefix.into();
     if local {
         settings.cluster.sessions = Some(mcp_ws::config::SessionPlace::Local);
@@ -34,10 +38,10 @@ fn node(redis: &RedisServer, prefix: &str, local: bool, fixtures: &Fixtures) -> 
     start_with(settings, |b| add_fixtures(b, fixtures))
 }
 
-fn nodes(redis: &RedisServer, prefix: &str, local: bool) -> (Vec<RunningServer>, Fixtures) {
+fn nodes(redis_url: &str, prefix: &str, local: bool) -> (Vec<RunningServer>, Fixtures) {
     let fixtures = Fixtures::default();
     let nodes = (0..3)
-        .map(|_| node(redis, prefix, local, &fixtures))
+        .map(|_| node(redis_url, prefix, local, &fixtures))
         .collect();
     (nodes, fixtures)
 }
@@ -159,7 +163,22 @@ fn answer_of(messages: &[Value], id: &Value) -> Value {
 #[tokio::test]
 async fn every_request_of_a_session_may_land_on_any_node() {
     let redis = RedisServer::start();
-    let (nodes, fixtures) = nodes(&redis, "any-node:", false);
+    every_request_lands_anywhere(&redis.url(), |pattern| redis.keys(pattern)).await;
+}
+
+#[tokio::test]
+async fn every_request_of_a_session_may_land_on_any_node_of_a_redis_cluster() {
+    let redis = RedisCluster::start();
+    every_request_lands_anywhere(&redis.url(), |pattern| {
+        redis.keys_per_master(pattern).concat()
+    })
+    .await;
+}
+
+/// The walk of one session over three nodes sharing the Redis at `redis_url`; `keys` lists
+/// the keys stored there under a pattern.
+async fn every_request_lands_anywhere(redis_url: &str, keys: impl Fn(&str) -> Vec<String>) {
+    let (nodes, fixtures) = nodes(redis_url, "any-node:", false);
     let [a, b, c] = [&nodes[0], &nodes[1], &nodes[2]];
     let session = Session::begin(a, Some(TEST_KEY)).await;
 
@@ -263,17 +282,56 @@ async fn every_request_of_a_session_may_land_on_any_node() {
             .status();
         assert_eq!(status, 404, "after DELETE, on {}", node.addr());
     }
-    assert!(
-        redis.keys("any-node:session:*").is_empty(),
-        "{:?}",
-        redis.keys("*")
+    assert!(keys("any-node:session:*").is_empty(), "{:?}", keys("*"));
+}
+
+/// An anonymous client's idempotency keys are scoped to its session, by the id every node
+/// knows: its retry on another node is answered from the store, not run again.
+#[tokio::test]
+async fn an_anonymous_retry_on_another_node_is_answered_from_the_store() {
+    let redis = RedisServer::start();
+    let (nodes, _) = nodes(&redis.url(), "anonymous-retry:", false);
+    // Another session on C first, so that C numbers the session apart from B (in one test
+    // process the nodes share everything else a node-local scope could use).
+    let _other = Session::begin(&nodes[2], None).await;
+    let session = Session::begin(&nodes[0], None).await;
+    let call = json!({"name": "echo", "arguments": {"text": "once"},
+        "_meta": {"idempotencyKey": "k-1"}});
+    let first = session
+        .ask(&nodes[1], json!(1), "tools/call", call.clone())
+        .await;
+    assert_eq!(tool_text(&answer_of(&first, &json!(1))), "once");
+    let retry = session.ask(&nodes[2], json!(2), "tools/call", call).await;
+    assert_eq!(tool_text(&answer_of(&retry, &json!(2))), "once");
+    let mut runs = 0;
+    let mut hits = 0;
+    for node in &nodes {
+        runs += crate::support::http::metric(node, "mcp_idempotent_runs_total").await;
+        hits += crate::support::http::metric(node, "mcp_dedup_hits_total").await;
+    }
+    assert_eq!(
+        (runs, hits),
+        (1, 1),
+        "ran once, answered once from the store"
     );
 }
 
 #[tokio::test]
 async fn a_request_state_minted_on_one_node_is_accepted_by_another() {
     let redis = RedisServer::start();
-    let (nodes, fixtures) = nodes(&redis, "mrtr-shared:", false);
+    request_state_accepted_elsewhere(&redis.url()).await;
+}
+
+#[tokio::test]
+async fn a_request_state_minted_on_one_node_of_a_redis_cluster_is_accepted_by_another() {
+    let redis = RedisCluster::start();
+    request_state_accepted_elsewhere(&redis.url()).await;
+}
+
+/// A `requestState` minted by one node of three sharing the Redis at `redis_url`, with no
+/// secret configured, taken by another.
+async fn request_state_accepted_elsewhere(redis_url: &str) {
+    let (nodes, fixtures) = nodes(redis_url, "mrtr-shared:", false);
     let post = |node: &RunningServer, body: Value| {
         reqwest::Client::new()
             .post(url(node))
@@ -320,7 +378,7 @@ async fn a_request_state_minted_on_one_node_is_accepted_by_another() {
 #[tokio::test]
 async fn local_sessions_stay_on_their_node() {
     let redis = RedisServer::start();
-    let (nodes, _) = nodes(&redis, "local-sessions:", true);
+    let (nodes, _) = nodes(&redis.url(), "local-sessions:", true);
     let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
     assert_eq!(
         session
@@ -337,7 +395,7 @@ async fn local_sessions_stay_on_their_node() {
 #[tokio::test]
 async fn with_redis_away_held_sessions_go_on_and_the_others_get_503() {
     let mut redis = RedisServer::start();
-    let (nodes, _) = nodes(&redis, "outage:", false);
+    let (nodes, _) = nodes(&redis.url(), "outage:", false);
     let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
     redis.kill();
     // Held by node 0: served there.
@@ -394,7 +452,35 @@ fn events(
 #[tokio::test]
 async fn a_stream_resumes_with_last_event_id_on_another_node() {
     let redis = RedisServer::start();
-    let (nodes, fixtures) = nodes(&redis, "resume-anywhere:", false);
+    stream_resumes_elsewhere(&redis.url(), |_| {}).await;
+}
+
+#[tokio::test]
+async fn a_stream_resumes_with_last_event_id_on_another_node_of_a_redis_cluster() {
+    let redis = RedisCluster::start();
+    stream_resumes_elsewhere(&redis.url(), |session| {
+        // The session's record and its mirrored events share a hash tag: one master holds
+        // both (and the other masters neither).
+        let record = format!("resume-anywhere:session:{{{session}}}");
+        let events = format!("resume-anywhere:events:{{{session}}}");
+        let holders: Vec<Vec<String>> = redis.keys_per_master("resume-anywhere:*");
+        let holding: Vec<&Vec<String>> = holders
+            .iter()
+            .filter(|keys| keys.contains(&record) || keys.contains(&events))
+            .collect();
+        assert_eq!(holding.len(), 1, "{holders:?}");
+        assert!(
+            holding[0].contains(&record) && holding[0].contains(&events),
+            "{holders:?}"
+        );
+    })
+    .await;
+}
+
+/// A stream begun on one node of three sharing the Redis at `redis_url`, resumed on others;
+/// `look` is shown the session id once its events are mirrored.
+async fn stream_resumes_elsewhere(redis_url: &str, look: impl Fn(&str)) {
+    let (nodes, fixtures) = nodes(redis_url, "resume-anywhere:", false);
     let [a, b, c] = [&nodes[0], &nodes[1], &nodes[2]];
     let session = Session::begin(a, Some(TEST_KEY)).await;
 
@@ -489,6 +575,7 @@ async fn a_stream_resumes_with_last_event_id_on_another_node() {
         again["method"], "notifications/tools/list_changed",
         "{again}"
     );
+    look(&session.id);
 
     // A cursor naming events no node mirrored: refused, never a silent gap.
     let get = session
@@ -503,7 +590,7 @@ async fn a_stream_resumes_with_last_event_id_on_another_node() {
 #[tokio::test]
 async fn delete_on_a_node_that_never_served_the_session_ends_it() {
     let redis = RedisServer::start();
-    let (nodes, _) = nodes(&redis, "delete-elsewhere:", false);
+    let (nodes, _) = nodes(&redis.url(), "delete-elsewhere:", false);
     let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
     // Someone else's DELETE finds nothing.
     let stranger = Session {

@@ -4,7 +4,8 @@
 //! - **Idempotency keys** (this module): a request with `params._meta.idempotencyKey` is
 //!   keyed by the key and the identity of its client (its principal, so an API key and a JWT
 //!   naming the same subject are two clients), never by connection or node; an anonymous
-//!   client's key by its session instead (anonymous clients are not told apart otherwise, so
+//!   client's key by its session instead, by the id every node knows it by when it has one
+//!   (anonymous clients are not told apart otherwise, so
 //!   one must not be answered with another's result; a 2026-07-28 request without
 //!   credentials is a session of its own, so its key is never replayed). The
 //!   first request of a key runs; a later one with the same method and params, within
@@ -55,6 +56,16 @@ const LONGEST_POLL: Duration = Duration::from_millis(200);
 /// this often anyway.
 const LOCAL_WAIT: Duration = Duration::from_secs(1);
 
+/// What an anonymous client's idempotency keys are scoped to: its session.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AnonymousScope<'a> {
+    /// A session every node knows by this id (an HTTP session's `Mcp-Session-Id`, a
+    /// resumable WebSocket session's resume id): a retry on any node finds the key.
+    Shared(&'a str),
+    /// A session only this process knows, by its number.
+    Local(u64),
+}
+
 /// A request's idempotency key, scoped to its client, with the fingerprint of what it asks.
 pub(crate) struct Idempotency {
     key: Key,
@@ -63,9 +74,7 @@ pub(crate) struct Idempotency {
 
 impl Idempotency {
     /// The key of a `tools/call` carrying `_meta.idempotencyKey` (`raw`), scoped to
-    /// `identity`, or to `session` (its server-unique id) when the client is anonymous.
-    /// `round` is what
-    /// sets one round of a 2026-07-28 multi round-trip call apart from the others (its
+    /// `identity`, or to `session` when the client is anonymous. `round` is what sets one round of a 2026-07-28 multi round-trip call apart from the others (its
     /// `requestState` and `inputResponses`): each round is a request of its own under the
     /// key, so answering the first round's questions is not taken for a conflicting retry.
     ///
@@ -74,7 +83,7 @@ impl Idempotency {
     /// characters, or the arguments are too deeply nested to compare.
     pub(crate) fn of_tool_call(
         identity: &Identity,
-        session: u64,
+        session: AnonymousScope<'_>,
         raw: &RawValue,
         name: &str,
         arguments: Option<&RawValue>,
@@ -96,11 +105,21 @@ impl Idempotency {
                 scoped.update([0]);
             }
         } else {
-            // Session ids restart with each process: this process's own random id sets them
-            // apart from the other nodes' (and from a restart's) in a shared store.
-            scoped.update(b"idempotency-anonymous\0");
-            scoped.update(*PROCESS);
-            scoped.update(session.to_le_bytes());
+            match session {
+                AnonymousScope::Shared(id) => {
+                    scoped.update(b"idempotency-session\0");
+                    scoped.update(id.as_bytes());
+                }
+                AnonymousScope::Local(number) => {
+                    // Session numbers restart with each process: this process's own random
+                    // id sets them apart from the other nodes' (and from a restart's) in a
+                    // shared store.
+                    scoped.update(b"idempotency-anonymous\0");
+                    scoped.update(*PROCESS);
+                    scoped.update(number.to_le_bytes());
+                }
+            }
+            scoped.update([0]);
             scoped.update(key.as_bytes());
             scoped.update([0]);
         }
@@ -264,12 +283,30 @@ async fn run(
                 tracing::debug!(id = %id, "answered from the de-duplication store");
                 return Ok(encode_result(&id, &result));
             }
-            Some(Claim::Running { fingerprint, .. }) if fingerprint == keyed.fingerprint => {
+            Some(Claim::Running {
+                fingerprint,
+                owner: runner,
+            }) if fingerprint == keyed.fingerprint => {
                 // Join the run: wait until it is settled, then look again (its response, or
                 // a free key if it ended without one).
                 match cluster.store.watch_here(&keyed.key) {
                     Some(mut done) => {
                         let _ = tokio::time::timeout(LOCAL_WAIT, done.changed()).await;
+                    }
+                    None if backend == Backend::Redis && runner_died(&cluster, runner).await => {
+                        // Its node died mid-run: its answer is lost for good, and its entry
+                        // would hold the key until it expires. Freed, so this retry runs.
+                        if let Some(redis) = cluster.store.redis() {
+                            let stale = Claim::Running {
+                                fingerprint,
+                                owner: runner,
+                            };
+                            redis
+                                .release(&cluster.metrics, &keyed.key, stale.encode())
+                                .await;
+                        }
+                        cluster.metrics.dedup_orphans.inc();
+                        tracing::info!(id = %id, "a keyed call's node died while running it; its retry runs it again");
                     }
                     None => {
                         tokio::time::sleep(poll).await;
@@ -284,6 +321,19 @@ async fn run(
                 });
             }
         }
+    }
+}
+
+/// Whether the node that claimed `runner` is known dead: it no longer says it is alive in
+/// Redis (see `bridge::beat`). Not known (Redis away) counts as alive.
+async fn runner_died(cluster: &Cluster, runner: ClaimId) -> bool {
+    let node = crate::cluster::Cluster::number_of(runner);
+    if node == cluster.node_number() {
+        return false;
+    }
+    match cluster.store.redis() {
+        Some(redis) => redis.is_alive(&cluster.metrics, node).await == Some(false),
+        None => false,
     }
 }
 
@@ -409,6 +459,7 @@ mod tests {
     }
 
     fn keyed_in(session: u64, subject: &str, key: &str, arguments: &str) -> Idempotency {
+        let session = AnonymousScope::Local(session);
         let identity = if subject == "anonymous" {
             Identity::anonymous()
         } else {
@@ -444,7 +495,7 @@ mod tests {
         assert_eq!(alice, keyed_in(2, "alice", r#""k""#, "{}").key);
         let jwt_alice = Idempotency::of_tool_call(
             &Identity::proven(crate::context::Proof::Jwt, "alice", Vec::new()),
-            1,
+            AnonymousScope::Local(1),
             &raw(r#""k""#),
             "echo",
             Some(&raw("{}")),
@@ -455,11 +506,32 @@ mod tests {
     }
 
     #[test]
+    fn an_anonymous_key_of_a_shared_session_is_the_same_on_every_node() {
+        let in_session = |scope: AnonymousScope<'_>| {
+            Idempotency::of_tool_call(
+                &Identity::anonymous(),
+                scope,
+                &raw(r#""k""#),
+                "echo",
+                None,
+                [None, None],
+            )
+            .expect("a valid key")
+            .key
+        };
+        // Another node computes it from the same id (nothing of this process goes in).
+        let shared = in_session(AnonymousScope::Shared("abc"));
+        assert_eq!(shared, in_session(AnonymousScope::Shared("abc")));
+        assert_ne!(shared, in_session(AnonymousScope::Shared("abd")));
+        assert_ne!(shared, in_session(AnonymousScope::Local(1)));
+    }
+
+    #[test]
     fn each_round_of_a_multi_round_trip_call_is_keyed_apart() {
         let round = |state: Option<&str>, responses: Option<&str>| {
             Idempotency::of_tool_call(
                 &Identity::anonymous(),
-                1,
+                AnonymousScope::Local(1),
                 &raw(r#""k""#),
                 "echo",
                 None,
@@ -504,7 +576,7 @@ mod tests {
         }
         let no_arguments = Idempotency::of_tool_call(
             &Identity::anonymous(),
-            1,
+            AnonymousScope::Local(1),
             &raw(r#""k""#),
             "echo",
             None,
@@ -522,7 +594,7 @@ mod tests {
         for key in ["1", r#""""#, "null", &format!("\"{}\"", "x".repeat(256))] {
             let refused = Idempotency::of_tool_call(
                 &Identity::anonymous(),
-                1,
+                AnonymousScope::Local(1),
                 &raw(key),
                 "echo",
                 None,

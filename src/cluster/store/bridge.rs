@@ -190,16 +190,17 @@ pub(crate) fn start(cluster: &Arc<Cluster>) {
     }));
     actix_rt::spawn(publish(cluster.clone(), receiver));
     actix_rt::spawn(subscribe(cluster.clone()));
-    if cluster.settings.sessions_in_redis() {
-        actix_rt::spawn(beat(cluster.clone()));
-    }
+    // Beats whatever the sessions: a keyed call's retry also asks whether the node running
+    // it lives.
+    actix_rt::spawn(beat(cluster.clone()));
 }
 
 /// How often a node says it is alive; it counts as dead three beats after its last.
 pub(crate) const BEAT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Says this node is alive, every [`BEAT`]: a stream of a request it runs is resumed on
-/// another node by waiting for its events, until the node is found dead.
+/// another node by waiting for its events, and a retry of a keyed call it runs waits for
+/// its answer, until the node is found dead.
 async fn beat(cluster: Arc<Cluster>) {
     let Some(redis) = cluster.store.redis() else {
         return;
