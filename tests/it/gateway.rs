@@ -206,7 +206,12 @@ async fn a_cancel_reaches_the_upstream_and_no_answer_follows() {
 
 #[tokio::test]
 async fn a_shared_child_serves_50_sessions_with_every_answer_its_own() {
-    let server = gateway(vec![py_upstream(UpstreamMode::Shared)], |_| {});
+    // 1,000 calls at once are more than the global pool (512): the rest wait for a slot,
+    // as long as one Python child takes to answer them on a loaded machine (not refused
+    // -32008 after the default 5 s: this test is about whose answer is whose).
+    let server = gateway(vec![py_upstream(UpstreamMode::Shared)], |settings| {
+        settings.limits.admission_wait_ms = 120_000;
+    });
     let url = server.url();
     let mut sessions = Vec::new();
     for session in 0..50u64 {

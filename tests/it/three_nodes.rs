@@ -1,22 +1,34 @@
 //! Three `mcp-ws` processes (the real binary) sharing one real `redis-server`, behind a real
 //! nginx running the repository's `config/nginx-three-nodes.conf` (round-robin, no affinity;
 //! only its addresses replaced). The official Python SDK (tests/interop/any_node_client.py)
-//! runs many Streamable HTTP sessions through it at once, each request landing on whichever
-//! node nginx picks: initialize, tools/list, a resource subscription, `echo` calls with a
-//! text unique to the session and call, DELETE.
+//! and the official TypeScript SDK (tests/interop/any_node_client.mjs) each run many
+//! Streamable HTTP sessions through it at once, each request landing on whichever node nginx
+//! picks: initialize, tools/list, a resource subscription, `echo` calls with a text unique to
+//! the session and call and an idempotency key, DELETE.
 //!
-//! - With every node up: every session completes, no failure, no cross-talk.
+//! - With every node up: every session completes, no failure, no retry, no cross-talk, and
+//!   each keyed call ran exactly once (the nodes' `mcp_idempotent_runs_total` add up to the
+//!   calls).
 //! - With one node SIGKILLed in the middle of the run: every session still completes, its
 //!   next requests served by the other nodes from the session's record in Redis; a call that
 //!   was on the dead node is retried by the client with its idempotency key (counted).
+//! - With Redis SIGKILLed in the middle of the run and restarted (from its append-only file)
+//!   a moment later: every session completes; what failed meanwhile failed with a clear,
+//!   retryable answer (503, -32008) and was retried by the client; each keyed call ran
+//!   exactly once.
+//! - A tool asking the client (the conformance set's `test_elicitation`): the SDK's answer
+//!   goes through nginx, usually to another node than the one running the tool, and reaches
+//!   it through Redis; each result carries the name given for that session and call.
 
 use crate::interop_py_sdk::ensure_python_env;
+use crate::interop_ts_sdk::ensure_sdk_1;
 use crate::support::interop::{interop_dir, KillOnDrop};
 use crate::support::nginx::Nginx;
 use crate::support::process::ServerProcess;
 use crate::support::redis::RedisServer;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,12 +39,17 @@ const SESSIONS: usize = 100;
 const CALLS: usize = 20;
 
 fn start_node(dir: &Path, name: &str, redis: &RedisServer) -> ServerProcess {
+    start_node_with(dir, name, redis, "")
+}
+
+/// A node whose config file adds `extra` (TOML sections) to the shared ones.
+fn start_node_with(dir: &Path, name: &str, redis: &RedisServer, extra: &str) -> ServerProcess {
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(
         &config,
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\ntrusted_proxies = [\"127.0.0.1\"]\n\n\
-             [redis]\nurl = \"{}\"\n",
+             [redis]\nurl = \"{}\"\n\n{extra}",
             redis.url(),
         ),
     )
@@ -43,28 +60,100 @@ fn start_node(dir: &Path, name: &str, redis: &RedisServer) -> ServerProcess {
     )
 }
 
-/// Runs the SDK client through `proxy`; `on_ready` is called once half the sessions are
-/// initialized. Returns its summary.
-fn run_sessions(proxy: &Nginx, on_ready: impl FnOnce()) -> Value {
+/// Three nodes on `redis` (each with `extra` in its config) behind nginx.
+fn three_nodes(
+    dir: &Path,
+    redis: &RedisServer,
+    extra: &str,
+) -> (Vec<ServerProcess>, Vec<SocketAddr>, Nginx) {
+    let nodes: Vec<ServerProcess> = ["node-a", "node-b", "node-c"]
+        .iter()
+        .map(|name| start_node_with(dir, name, redis, extra))
+        .collect();
+    let addrs: Vec<_> = nodes.iter().map(ServerProcess::wait_listening).collect();
+    let placeholders: Vec<(&str, SocketAddr)> = SAMPLE_NODES
+        .iter()
+        .copied()
+        .zip(addrs.iter().copied())
+        .collect();
+    let proxy = Nginx::start(
+        &dir.join("nginx"),
+        "config/nginx-three-nodes.conf",
+        &placeholders,
+        SAMPLE_LISTEN,
+    );
+    (nodes, addrs, proxy)
+}
+
+/// Which official SDK runs the sessions.
+#[derive(Clone, Copy)]
+enum Sdk {
+    Python,
+    TypeScript,
+}
+
+/// Runs `sessions` sessions of `calls` calls of the `sdk` client (in `mode`: `echo` or, for
+/// the Python one, `elicit`) through `proxy`; `on_ready` is called once half the sessions
+/// are initialized. Returns its summary.
+fn run_sessions(
+    proxy: &Nginx,
+    sdk: Sdk,
+    mode: &str,
+    sessions: usize,
+    calls: usize,
+    on_ready: impl FnOnce(),
+) -> Value {
+    run_sessions_as(proxy, sdk, mode, sessions, calls, None, on_ready)
+}
+
+/// [`run_sessions`], the client presenting `token` (a bearer API key) when given.
+fn run_sessions_as(
+    proxy: &Nginx,
+    sdk: Sdk,
+    mode: &str,
+    sessions: usize,
+    calls: usize,
+    token: Option<&str>,
+    on_ready: impl FnOnce(),
+) -> Value {
+    let mut command = match sdk {
+        Sdk::Python => {
+            let mut command = Command::new(ensure_python_env());
+            command.arg(interop_dir().join("any_node_client.py"));
+            command
+        }
+        Sdk::TypeScript => {
+            ensure_sdk_1();
+            let mut command = Command::new("node");
+            command.arg(interop_dir().join("any_node_client.mjs"));
+            command
+        }
+    };
+    command
+        .arg(proxy.http_url())
+        .args([sessions.to_string(), calls.to_string()]);
+    if let Sdk::Python = sdk {
+        command.arg(mode);
+    }
+    if let Some(token) = token {
+        command.env("MCP_TOKEN", token);
+    }
     let mut client = KillOnDrop(
-        Command::new(ensure_python_env())
-            .arg(interop_dir().join("any_node_client.py"))
-            .arg(proxy.http_url())
-            .args([SESSIONS.to_string(), CALLS.to_string()])
+        command
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("the Python SDK client starts"),
+            .expect("the SDK client starts"),
     );
     let stdout = client.0.stdout.take().expect("piped stdout");
-    let deadline = Instant::now() + Duration::from_secs(180);
+    let deadline = Instant::now() + Duration::from_secs(240);
     let mut on_ready = Some(on_ready);
     let mut summary = None;
     for line in BufReader::new(stdout).lines() {
         let line = line.expect("a line");
         assert!(Instant::now() < deadline, "the client took too long");
         if let Some(ready) = line.strip_prefix("ready ") {
-            if ready.parse::<usize>().unwrap_or(0) >= SESSIONS / 2 {
+            if ready.parse::<usize>().unwrap_or(0) >= sessions / 2 {
                 if let Some(on_ready) = on_ready.take() {
                     on_ready();
                 }
@@ -78,8 +167,8 @@ fn run_sessions(proxy: &Nginx, on_ready: impl FnOnce()) -> Value {
     summary.expect("the client printed its summary")
 }
 
-/// The `tools/call` requests a node answered (its `/metrics`, read directly).
-fn tools_calls(addr: std::net::SocketAddr) -> u64 {
+/// The sum of a node's `/metrics` samples whose line starts with `series` (read directly).
+fn metric(addr: SocketAddr, series: &str) -> u64 {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("the node answers");
     write!(
@@ -90,45 +179,58 @@ fn tools_calls(addr: std::net::SocketAddr) -> u64 {
     let mut text = String::new();
     stream.read_to_string(&mut text).expect("metrics read");
     text.lines()
-        .filter(|line| {
-            line.starts_with("mcp_request_duration_seconds_count{method=\"tools/call\"}")
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .filter(|line| line.starts_with(series))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|value| value as u64)
         .sum()
 }
 
-fn assert_all_completed(summary: &Value) {
-    assert_eq!(summary["failures"], serde_json::json!([]), "{summary}");
-    assert_eq!(summary["crosstalk"], 0, "{summary}");
-    assert_eq!(summary["sessions_ok"], SESSIONS, "{summary}");
-    assert_eq!(summary["calls_ok"], SESSIONS * CALLS, "{summary}");
+/// The `tools/call` requests a node answered.
+fn tools_calls(addr: SocketAddr) -> u64 {
+    metric(
+        addr,
+        "mcp_request_duration_seconds_count{method=\"tools/call\"}",
+    )
 }
 
-#[test]
-fn sessions_go_on_through_round_robin_and_a_node_killed() {
+/// The keyed calls the nodes ran (the first of each key), all nodes together.
+fn keyed_runs(addrs: &[SocketAddr]) -> u64 {
+    addrs
+        .iter()
+        .map(|addr| metric(*addr, "mcp_idempotent_runs_total"))
+        .sum()
+}
+
+fn assert_all_completed(summary: &Value, sessions: usize, calls: usize) {
+    let failures = summary["failures"].as_array().cloned().unwrap_or_default();
+    assert!(
+        failures.is_empty(),
+        "{} sessions failed, the first: {:?}; {}",
+        failures.len(),
+        &failures[..failures.len().min(3)],
+        summary["retried"]
+    );
+    assert_eq!(summary["crosstalk"], 0, "{summary}");
+    assert_eq!(summary["sessions_ok"], sessions, "{summary}");
+    assert_eq!(summary["calls_ok"], sessions * calls, "{summary}");
+}
+
+/// All nodes up, then one killed mid-run, with the `sdk` client.
+fn round_robin_and_a_node_killed(sdk: Sdk) {
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
-    let mut nodes: Vec<ServerProcess> = ["node-a", "node-b", "node-c"]
-        .iter()
-        .map(|name| start_node(dir.path(), name, &redis))
-        .collect();
-    let addrs: Vec<_> = nodes.iter().map(ServerProcess::wait_listening).collect();
-    let placeholders: Vec<(&str, std::net::SocketAddr)> = SAMPLE_NODES
-        .iter()
-        .copied()
-        .zip(addrs.iter().copied())
-        .collect();
-    let proxy = Nginx::start(
-        &dir.path().join("nginx"),
-        "config/nginx-three-nodes.conf",
-        &placeholders,
-        SAMPLE_LISTEN,
-    );
+    let (mut nodes, addrs, proxy) = three_nodes(dir.path(), &redis, "");
 
-    let summary = run_sessions(&proxy, || {});
+    let summary = run_sessions(&proxy, sdk, "echo", SESSIONS, CALLS, || {});
     println!("all nodes up: {summary}");
-    assert_all_completed(&summary);
+    assert_all_completed(&summary, SESSIONS, CALLS);
     assert_eq!(summary["retried"], 0, "{summary}");
+    assert_eq!(summary["restarts"], 0, "{summary}");
+    assert_eq!(
+        keyed_runs(&addrs),
+        (SESSIONS * CALLS) as u64,
+        "each keyed call ran once"
+    );
     // Round-robin spread the requests: every node served a share of the calls of sessions
     // most of which it did not begin.
     for addr in &addrs {
@@ -140,16 +242,118 @@ fn sessions_go_on_through_round_robin_and_a_node_killed() {
     }
 
     let victim = &mut nodes[1];
-    let summary = run_sessions(&proxy, || {
+    let summary = run_sessions(&proxy, sdk, "echo", SESSIONS, CALLS, || {
         victim.child.kill().expect("SIGKILL a node");
     });
     println!("a node killed mid-run: {summary}");
-    assert_all_completed(&summary);
+    assert_all_completed(&summary, SESSIONS, CALLS);
+}
+
+#[test]
+fn sessions_go_on_through_round_robin_and_a_node_killed() {
+    round_robin_and_a_node_killed(Sdk::Python);
+}
+
+#[test]
+fn typescript_sdk_sessions_go_on_through_round_robin_and_a_node_killed() {
+    round_robin_and_a_node_killed(Sdk::TypeScript);
+}
+
+/// An API key the Redis-outage test's client presents (its SHA-256 is in the nodes' config):
+/// idempotency keys are then scoped to the client's identity, so a key outlives a session
+/// the SDK ended.
+const RUNNER_KEY: &str = "outage-runner-key";
+const RUNNER_KEY_SHA256: &str = "652eb77e3776f559d34bd2bfbb7874c6a0be54b04cbee5e5c298bac0d022190e";
+
+#[test]
+fn sessions_go_on_when_redis_is_killed_and_restarted_mid_run() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut redis = RedisServer::start_persistent(&dir.path().join("redis"));
+    let auth = format!("[[auth.api_keys]]\nname = \"runner\"\nsha256 = \"{RUNNER_KEY_SHA256}\"\n");
+    let (nodes, addrs, proxy) = three_nodes(dir.path(), &redis, &auth);
+    let redis = &mut redis;
+    let summary = run_sessions_as(
+        &proxy,
+        Sdk::Python,
+        "echo",
+        SESSIONS,
+        CALLS,
+        Some(RUNNER_KEY),
+        || {
+            redis.kill();
+            std::thread::sleep(Duration::from_millis(1500));
+            redis.restart();
+        },
+    );
+    println!("Redis killed and restarted mid-run: {summary}");
+    if summary["failures"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty())
+    {
+        for node in &nodes {
+            let log = node.stderr_text();
+            let lines: Vec<&str> = log.lines().collect();
+            println!(
+                "--- a node's log:\n{}",
+                lines[lines.len().saturating_sub(25)..].join("\n")
+            );
+        }
+    }
+    assert_all_completed(&summary, SESSIONS, CALLS);
+    // The outage was felt, and only as the server's clear, retryable refusals: 503 for a
+    // session (or a new one) a node could not look up, which makes the SDK end the session
+    // (the client then begins another), and -32008 for a keyed call; no request was left
+    // unanswered (a timeout) or failed otherwise.
+    let reasons = summary["retry_reasons"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!reasons.is_empty(), "the outage was not felt: {summary}");
+    for reason in reasons.keys() {
+        assert!(
+            ["503", "sessionEnded", "-32008"].contains(&reason.as_str()),
+            "retried for {reason}: {summary}"
+        );
+    }
+    let http_errors = summary["http_errors"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        http_errors.keys().all(|status| status == "503"),
+        "{summary}"
+    );
+    assert_eq!(
+        keyed_runs(&addrs),
+        (SESSIONS * CALLS) as u64,
+        "each keyed call ran once, none again after Redis came back"
+    );
+}
+
+#[test]
+fn an_elicitation_answer_reaches_the_node_running_the_tool_through_round_robin() {
+    const ASKING_SESSIONS: usize = 30;
+    const ASKS: usize = 3;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let (_nodes, addrs, proxy) =
+        three_nodes(dir.path(), &redis, "[builtins]\nset = \"conformance\"\n");
+    let summary = run_sessions(&proxy, Sdk::Python, "elicit", ASKING_SESSIONS, ASKS, || {});
+    println!("elicitation through round-robin: {summary}");
+    assert_all_completed(&summary, ASKING_SESSIONS, ASKS);
+    assert_eq!(summary["retried"], 0, "{summary}");
+    assert_eq!(summary["restarts"], 0, "{summary}");
+    // Answers that landed on another node than the tool's reached it through Redis.
+    let relayed: u64 = addrs
+        .iter()
+        .map(|addr| metric(*addr, "mcp_bus_bridge_received_total"))
+        .sum();
+    assert!(relayed > 0, "no answer crossed between nodes");
 }
 
 /// A request running on a node that dies is answered, on the node its stream is resumed on,
 /// with an error saying the node was lost (-32031), never left unanswered; the session goes
-/// on there.
+/// on there, and the request's retry under the same idempotency key runs there.
 #[tokio::test]
 async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
     use futures_util::StreamExt;
@@ -189,8 +393,8 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
         .to_str()
         .expect("id")
         .to_owned();
-    let call =
-        json!({"name": "sleep", "arguments": {"ms": 60000}, "_meta": {"progressToken": "p"}});
+    let call = json!({"name": "sleep", "arguments": {"ms": 60000},
+        "_meta": {"progressToken": "p", "idempotencyKey": "dead-run"}});
     let running = post(
         a_addr,
         Some(&session),
@@ -266,6 +470,36 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
     .await
     .expect("ping on B");
     assert_eq!(ping.status(), 200);
+
+    // Its retry with the same idempotency key runs on B: the dead node's claim is freed, not
+    // waited out (it would hold the key for limits.max_request_timeout_ms). Its first
+    // progress report shows it runs.
+    let retry = json!({"name": "sleep", "arguments": {"ms": 60000},
+        "_meta": {"progressToken": "p2", "idempotencyKey": "dead-run"}});
+    let rerun = post(
+        b_addr,
+        Some(&session),
+        crate::support::request(json!(11), "tools/call", retry),
+    )
+    .await
+    .expect("the retry");
+    let mut events = sse_stream::SseStream::from_bytes_stream(rerun.bytes_stream());
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("the retry runs at once, node A being dead")
+            .expect("an event")
+            .expect("well-formed");
+        // The stream's priming event (an id, no data) comes first.
+        match event.data.as_deref() {
+            Some("") | None => continue,
+            Some(data) => {
+                assert!(data.contains("notifications/progress"), "{data}");
+                break;
+            }
+        }
+    }
+    assert_eq!(metric(b_addr, "mcp_dedup_orphans_total"), 1);
 }
 
 /// A WebSocket session resumes on another node after its node died: its request that was
