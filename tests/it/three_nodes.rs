@@ -16,6 +16,7 @@
 //!   a moment later: every session completes; what failed meanwhile failed with a clear,
 //!   retryable answer (503, -32008) and was retried by the client; each keyed call ran
 //!   exactly once.
+//! - The same 100 sessions with the nodes on a three-master Redis Cluster.
 //! - A tool asking the client (the conformance set's `test_elicitation`): the SDK's answer
 //!   goes through nginx, usually to another node than the one running the tool, and reaches
 //!   it through Redis; each result carries the name given for that session and call.
@@ -25,7 +26,7 @@ use crate::interop_ts_sdk::ensure_sdk_1;
 use crate::support::interop::{interop_dir, KillOnDrop};
 use crate::support::nginx::Nginx;
 use crate::support::process::ServerProcess;
-use crate::support::redis::RedisServer;
+use crate::support::redis::{RedisCluster, RedisServer};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -39,18 +40,18 @@ const SESSIONS: usize = 100;
 const CALLS: usize = 20;
 
 fn start_node(dir: &Path, name: &str, redis: &RedisServer) -> ServerProcess {
-    start_node_with(dir, name, redis, "")
+    start_node_with(dir, name, &redis.url(), "")
 }
 
 /// A node whose config file adds `extra` (TOML sections) to the shared ones.
-fn start_node_with(dir: &Path, name: &str, redis: &RedisServer, extra: &str) -> ServerProcess {
+fn start_node_with(dir: &Path, name: &str, redis_url: &str, extra: &str) -> ServerProcess {
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(
         &config,
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\ntrusted_proxies = [\"127.0.0.1\"]\n\n\
              [redis]\nurl = \"{}\"\n\n{extra}",
-            redis.url(),
+            redis_url,
         ),
     )
     .expect("node config written");
@@ -60,15 +61,15 @@ fn start_node_with(dir: &Path, name: &str, redis: &RedisServer, extra: &str) -> 
     )
 }
 
-/// Three nodes on `redis` (each with `extra` in its config) behind nginx.
+/// Three nodes on the Redis at `redis_url` (each with `extra` in its config) behind nginx.
 fn three_nodes(
     dir: &Path,
-    redis: &RedisServer,
+    redis_url: &str,
     extra: &str,
 ) -> (Vec<ServerProcess>, Vec<SocketAddr>, Nginx) {
     let nodes: Vec<ServerProcess> = ["node-a", "node-b", "node-c"]
         .iter()
-        .map(|name| start_node_with(dir, name, redis, extra))
+        .map(|name| start_node_with(dir, name, redis_url, extra))
         .collect();
     let addrs: Vec<_> = nodes.iter().map(ServerProcess::wait_listening).collect();
     let placeholders: Vec<(&str, SocketAddr)> = SAMPLE_NODES
@@ -219,7 +220,7 @@ fn assert_all_completed(summary: &Value, sessions: usize, calls: usize) {
 fn round_robin_and_a_node_killed(sdk: Sdk) {
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
-    let (mut nodes, addrs, proxy) = three_nodes(dir.path(), &redis, "");
+    let (mut nodes, addrs, proxy) = three_nodes(dir.path(), &redis.url(), "");
 
     let summary = run_sessions(&proxy, sdk, "echo", SESSIONS, CALLS, || {});
     println!("all nodes up: {summary}");
@@ -259,6 +260,30 @@ fn typescript_sdk_sessions_go_on_through_round_robin_and_a_node_killed() {
     round_robin_and_a_node_killed(Sdk::TypeScript);
 }
 
+#[test]
+fn sessions_go_on_through_round_robin_on_a_redis_cluster() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisCluster::start();
+    let (_nodes, addrs, proxy) = three_nodes(dir.path(), &redis.url(), "");
+    let summary = run_sessions(&proxy, Sdk::Python, "echo", SESSIONS, CALLS, || {});
+    println!("on a Redis Cluster: {summary}");
+    assert_all_completed(&summary, SESSIONS, CALLS);
+    assert_eq!(summary["retried"], 0, "{summary}");
+    assert_eq!(summary["restarts"], 0, "{summary}");
+    assert_eq!(
+        keyed_runs(&addrs),
+        (SESSIONS * CALLS) as u64,
+        "each keyed call ran once"
+    );
+    // The keyed calls' entries spread over the masters (each key on its own slot's).
+    let records = redis.keys_per_master("mcp-ws:idem:*");
+    assert!(
+        records.iter().all(|keys| !keys.is_empty()),
+        "idempotency entries on every master: {:?}",
+        records.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}
+
 /// An API key the Redis-outage test's client presents (its SHA-256 is in the nodes' config):
 /// idempotency keys are then scoped to the client's identity, so a key outlives a session
 /// the SDK ended.
@@ -270,7 +295,7 @@ fn sessions_go_on_when_redis_is_killed_and_restarted_mid_run() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut redis = RedisServer::start_persistent(&dir.path().join("redis"));
     let auth = format!("[[auth.api_keys]]\nname = \"runner\"\nsha256 = \"{RUNNER_KEY_SHA256}\"\n");
-    let (nodes, addrs, proxy) = three_nodes(dir.path(), &redis, &auth);
+    let (nodes, addrs, proxy) = three_nodes(dir.path(), &redis.url(), &auth);
     let redis = &mut redis;
     let summary = run_sessions_as(
         &proxy,
@@ -336,8 +361,11 @@ fn an_elicitation_answer_reaches_the_node_running_the_tool_through_round_robin()
     const ASKS: usize = 3;
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
-    let (_nodes, addrs, proxy) =
-        three_nodes(dir.path(), &redis, "[builtins]\nset = \"conformance\"\n");
+    let (_nodes, addrs, proxy) = three_nodes(
+        dir.path(),
+        &redis.url(),
+        "[builtins]\nset = \"conformance\"\n",
+    );
     let summary = run_sessions(&proxy, Sdk::Python, "elicit", ASKING_SESSIONS, ASKS, || {});
     println!("elicitation through round-robin: {summary}");
     assert_all_completed(&summary, ASKING_SESSIONS, ASKS);
