@@ -231,8 +231,9 @@ impl Session {
             server_info: ForVersion(&self.shared.server_info, version),
             instructions: self.shared.instructions.as_deref(),
             meta: self
-                .resume_id
+                .shared_id
                 .as_ref()
+                .filter(|_| self.announce_id)
                 .map(|id| serde_json::json!({ RESUME_ID_META: id.as_str() })),
         })
         .map_err(|_| Error::Internal)?;

@@ -113,11 +113,11 @@ pub struct Session {
     client_requests: HashMap<u64, PendingClientRequest, FastHash>,
     /// Set on shutdown: no new requests, in-flight ones may finish.
     draining: bool,
+    /// Whether `shared_id` is a WebSocket resume id, announced in the `initialize` result
+    /// (an HTTP session's is in a header).
+    announce_id: bool,
     /// The session's place in the change fan-out, once initialized.
     bus: Option<BusRegistration>,
-    /// The id a client resumes this session with, given to it in the `initialize` result
-    /// (WebSocket sessions; HTTP sessions have theirs in a header).
-    resume_id: Option<SessionId>,
     /// The id every node knows this session by (an HTTP session's `Mcp-Session-Id`, a
     /// resumable WebSocket session's resume id): an anonymous client's idempotency keys are
     /// scoped to it, so its retry on another node finds its key.
@@ -259,8 +259,8 @@ impl Session {
             next_batch: 0,
             client_requests: HashMap::default(),
             draining: false,
+            announce_id: false,
             bus: None,
-            resume_id: None,
             shared_id: None,
             admission,
             rate_bucket: SessionBucket::default(),
@@ -292,8 +292,8 @@ impl Session {
 
     /// Sets the id the client resumes this session with (announced in `initialize`).
     pub fn set_resume_id(&mut self, id: SessionId) {
-        self.shared_id = Some(id.clone());
-        self.resume_id = Some(id);
+        self.shared_id = Some(id);
+        self.announce_id = true;
     }
 
     /// Sets the id every node knows this session by (an HTTP session's).

@@ -7,9 +7,9 @@
 //
 // Every call carries an idempotency key unique to the session and the call. A step that
 // fails (its node died: the connection broke or nginx answered 502) is retried on the same
-// session with the same key, with a growing pause, for up to RETRY_FOR_MS; a session that
-// could not begin is begun again. Every retry is counted; a step still failing after that is
-// a failure.
+// session with the same key, with a growing pause, for up to RETRY_FOR_MS (counted in
+// `retried`); a session that could not begin is begun again (counted in `restarts`). A step
+// still failing after that is a failure.
 //
 // Usage: node any_node_client.mjs URL SESSIONS CALLS
 // Prints "ready N" once N sessions are initialized (every 10), then one JSON summary line.
@@ -24,7 +24,7 @@ if (!url || !(sessions > 0) || !(calls > 0)) {
   process.exit(2);
 }
 
-const results = { sessions_ok: 0, calls_ok: 0, retried: 0, crosstalk: 0, failures: [] };
+const results = { sessions_ok: 0, calls_ok: 0, retried: 0, restarts: 0, crosstalk: 0, failures: [] };
 let ready = 0;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const options = { timeout: 15_000 };
@@ -90,7 +90,7 @@ async function oneSession(index) {
         break;
       } catch (e) {
         if (state.initialized || Date.now() > deadline) throw e;
-        results.retried += 1;
+        results.restarts += 1;
         await sleep(500);
       }
     }

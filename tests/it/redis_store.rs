@@ -279,6 +279,15 @@ async fn a_result_redis_missed_during_an_outage_is_kept_and_written_back() {
     on_a.send_json(keyed_call(json!(1), "held", "midway-1"))
         .await;
     wait_metric(&a.server, "mcp_pool_running", 1).await;
+    // The claim is in Redis (the worker claims the key after it takes its pool slot).
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never claimed in Redis"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     redis.kill();
     a.gate.add_permits(1);
     let ran = on_a.recv_response(&json!(1)).await;
