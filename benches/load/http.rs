@@ -255,6 +255,16 @@ fn base_headers() -> HeaderMap {
         HeaderValue::from_static("application/json, text/event-stream"),
     );
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    // A bearer token on every request for servers that authenticate (`MCP_WS_BEARER`, as
+    // over WebSocket): over HTTP each POST's credential is checked, so this is what the
+    // per-request credential check costs (`TRANSPORT=http CONFIG=benches/hardened.toml
+    // benches/callgrind.sh`). A token that is not a valid header value is left out.
+    if let Some(value) = std::env::var("MCP_WS_BEARER")
+        .ok()
+        .and_then(|token| HeaderValue::from_str(&format!("Bearer {token}")).ok())
+    {
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     headers
 }
 
