@@ -5,8 +5,8 @@
 //!   keyed by the key and the identity of its client (its principal, so an API key and a JWT
 //!   naming the same subject are two clients), never by connection or node; an anonymous
 //!   client's key by its session instead, by the id every node knows it by when it has one
-//!   (anonymous clients are not told apart otherwise, so
-//!   one must not be answered with another's result; a 2026-07-28 request without
+//!   (anonymous clients are not told apart otherwise, so one must not be answered with
+//!   another's result; a 2026-07-28 request without
 //!   credentials is a session of its own, so its key is never replayed). The
 //!   first request of a key runs; a later one with the same method and params, within
 //!   `dedup.window_ms`, gets the stored response with its own id, or, while the first still
@@ -74,9 +74,10 @@ pub(crate) struct Idempotency {
 
 impl Idempotency {
     /// The key of a `tools/call` carrying `_meta.idempotencyKey` (`raw`), scoped to
-    /// `identity`, or to `session` when the client is anonymous. `round` is what sets one round of a 2026-07-28 multi round-trip call apart from the others (its
-    /// `requestState` and `inputResponses`): each round is a request of its own under the
-    /// key, so answering the first round's questions is not taken for a conflicting retry.
+    /// `identity`, or to `session` when the client is anonymous. `round` is what sets one
+    /// round of a 2026-07-28 multi round-trip call apart from the others (its `requestState`
+    /// and `inputResponses`): each round is a request of its own under the key, so answering
+    /// the first round's questions is not taken for a conflicting retry.
     ///
     /// # Errors
     /// -32602 when the key is not a non-empty string of at most [`MAX_KEY_CHARS`]

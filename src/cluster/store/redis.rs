@@ -61,7 +61,7 @@ enum Backend {
 /// The shared connection of either backend; cheap to clone (both multiplex one set of
 /// sockets).
 #[derive(Clone)]
-pub(crate) enum Connection {
+enum Connection {
     /// To one server.
     Server(ConnectionManager),
     /// To a cluster.
