@@ -421,12 +421,15 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
         .to_str()
         .expect("id")
         .to_owned();
-    let call = json!({"name": "sleep", "arguments": {"ms": 60000},
-        "_meta": {"progressToken": "p", "idempotencyKey": "dead-run"}});
+    // A long call under one idempotency key; each attempt with its own progress token.
+    let keyed_sleep = |token: &str| {
+        json!({"name": "sleep", "arguments": {"ms": 60000},
+            "_meta": {"progressToken": token, "idempotencyKey": "dead-run"}})
+    };
     let running = post(
         a_addr,
         Some(&session),
-        crate::support::request(json!(9), "tools/call", call),
+        crate::support::request(json!(9), "tools/call", keyed_sleep("p")),
     )
     .await
     .expect("the call");
@@ -502,12 +505,10 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
     // Its retry with the same idempotency key runs on B: the dead node's claim is freed, not
     // waited out (it would hold the key for limits.max_request_timeout_ms). Its first
     // progress report shows it runs.
-    let retry = json!({"name": "sleep", "arguments": {"ms": 60000},
-        "_meta": {"progressToken": "p2", "idempotencyKey": "dead-run"}});
     let rerun = post(
         b_addr,
         Some(&session),
-        crate::support::request(json!(11), "tools/call", retry),
+        crate::support::request(json!(11), "tools/call", keyed_sleep("p2")),
     )
     .await
     .expect("the retry");
