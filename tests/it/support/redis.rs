@@ -17,17 +17,7 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a server on a free port and waits until it answers PING.
     pub fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let mut server = Self {
-            port,
-            child: None,
-            data: None,
-        };
-        server.restart();
-        server
+        Self::on_free_port(None)
     }
 
     /// Starts a server that appends every change to a file in `dir` before it answers
@@ -36,8 +26,19 @@ impl RedisServer {
     /// is in the file even when not yet synced to the disk).
     pub fn start_persistent(dir: &std::path::Path) -> Self {
         std::fs::create_dir_all(dir).expect("Redis data dir");
-        let mut server = Self::start();
-        server.data = Some(dir.to_owned());
+        Self::on_free_port(Some(dir.to_owned()))
+    }
+
+    fn on_free_port(data: Option<std::path::PathBuf>) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let mut server = Self {
+            port,
+            child: None,
+            data,
+        };
         server.restart();
         server
     }
@@ -73,20 +74,7 @@ impl RedisServer {
             .spawn()
             .expect("redis-server starts (install the Debian package redis-server; .ci/run does)");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if self
-                .connection()
-                .is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not answer PING"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        connect(self.port);
     }
 
     /// A plain connection, for the test to look at what the server stored.
@@ -124,7 +112,8 @@ fn binary() -> &'static str {
 pub struct RedisCluster {
     ports: Vec<u16>,
     children: Vec<Child>,
-    _dir: tempfile::TempDir,
+    /// Where the masters keep their cluster config files.
+    dir: tempfile::TempDir,
 }
 
 impl RedisCluster {
@@ -132,28 +121,27 @@ impl RedisCluster {
     /// says `cluster_state:ok`.
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let ports = cluster_ports(3);
-        let children = ports
-            .iter()
-            .map(|port| {
-                Command::new(binary())
-                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                    .args(["--save", "", "--appendonly", "no"])
-                    .args(["--cluster-enabled", "yes"])
-                    .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
-                    .args(["--cluster-node-timeout", "2000"])
-                    .current_dir(dir.path())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("redis-server starts in cluster mode")
-            })
-            .collect();
-        let cluster = Self {
-            ports,
-            children,
-            _dir: dir,
+        // Each child is in `cluster` as soon as it runs, so a failure past this point (a
+        // spawn, a cluster that does not form) stops the ones already started.
+        let mut cluster = Self {
+            ports: cluster_ports(3),
+            children: Vec::new(),
+            dir,
         };
+        for port in cluster.ports.clone() {
+            let child = Command::new(binary())
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+                .args(["--cluster-node-timeout", "2000"])
+                .current_dir(cluster.dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server starts in cluster mode");
+            cluster.children.push(child);
+        }
         let mut connections: Vec<redis::Connection> =
             cluster.ports.iter().map(|port| connect(*port)).collect();
         let share = 16384 / cluster.ports.len();
