@@ -216,6 +216,19 @@ fn assert_all_completed(summary: &Value, sessions: usize, calls: usize) {
     assert_eq!(summary["calls_ok"], sessions * calls, "{summary}");
 }
 
+/// A run with every node and Redis up: everything completed at the first try (no step
+/// retried, no session begun again), and each keyed call ran exactly once on the nodes.
+fn assert_clean_run(summary: &Value, addrs: &[SocketAddr], sessions: usize, calls: usize) {
+    assert_all_completed(summary, sessions, calls);
+    assert_eq!(summary["retried"], 0, "{summary}");
+    assert_eq!(summary["restarts"], 0, "{summary}");
+    assert_eq!(
+        keyed_runs(addrs),
+        (sessions * calls) as u64,
+        "each keyed call ran once"
+    );
+}
+
 /// All nodes up, then one killed mid-run, with the `sdk` client.
 fn round_robin_and_a_node_killed(sdk: Sdk) {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -224,14 +237,7 @@ fn round_robin_and_a_node_killed(sdk: Sdk) {
 
     let summary = run_sessions(&proxy, sdk, "echo", SESSIONS, CALLS, || {});
     println!("all nodes up: {summary}");
-    assert_all_completed(&summary, SESSIONS, CALLS);
-    assert_eq!(summary["retried"], 0, "{summary}");
-    assert_eq!(summary["restarts"], 0, "{summary}");
-    assert_eq!(
-        keyed_runs(&addrs),
-        (SESSIONS * CALLS) as u64,
-        "each keyed call ran once"
-    );
+    assert_clean_run(&summary, &addrs, SESSIONS, CALLS);
     // Round-robin spread the requests: every node served a share of the calls of sessions
     // most of which it did not begin.
     for addr in &addrs {
@@ -267,14 +273,7 @@ fn sessions_go_on_through_round_robin_on_a_redis_cluster() {
     let (_nodes, addrs, proxy) = three_nodes(dir.path(), &redis.url(), "");
     let summary = run_sessions(&proxy, Sdk::Python, "echo", SESSIONS, CALLS, || {});
     println!("on a Redis Cluster: {summary}");
-    assert_all_completed(&summary, SESSIONS, CALLS);
-    assert_eq!(summary["retried"], 0, "{summary}");
-    assert_eq!(summary["restarts"], 0, "{summary}");
-    assert_eq!(
-        keyed_runs(&addrs),
-        (SESSIONS * CALLS) as u64,
-        "each keyed call ran once"
-    );
+    assert_clean_run(&summary, &addrs, SESSIONS, CALLS);
     // The keyed calls' entries spread over the masters (each key on its own slot's).
     let records = redis.keys_per_master("mcp-ws:idem:*");
     assert!(
@@ -368,9 +367,7 @@ fn an_elicitation_answer_reaches_the_node_running_the_tool_through_round_robin()
     );
     let summary = run_sessions(&proxy, Sdk::Python, "elicit", ASKING_SESSIONS, ASKS, || {});
     println!("elicitation through round-robin: {summary}");
-    assert_all_completed(&summary, ASKING_SESSIONS, ASKS);
-    assert_eq!(summary["retried"], 0, "{summary}");
-    assert_eq!(summary["restarts"], 0, "{summary}");
+    assert_clean_run(&summary, &addrs, ASKING_SESSIONS, ASKS);
     // Answers that landed on another node than the tool's reached it through Redis.
     let relayed: u64 = addrs
         .iter()
