@@ -1,11 +1,14 @@
 //! The Streamable HTTP transport: each message is a POST to the endpoint, answered with
 //! JSON, an SSE stream, or 202; the session's id (`Mcp-Session-Id`) goes on every request
 //! after `initialize`; a GET stream carries what the server sends outside any request; the
-//! session is deleted when the client shuts down.
+//! session is deleted when the client shuts down. A stateless (2026-07-28) request carries
+//! its own headers and no session; it is cancelled by dropping its POST.
 
 use super::{ClientError, Inner, Outgoing};
+use futures_util::future::{AbortHandle, Abortable};
 use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -24,6 +27,9 @@ struct SessionInner {
     id: Mutex<Option<HeaderValue>>,
     /// The negotiated version, sent on every request after `initialize`.
     version: Mutex<Option<HeaderValue>>,
+    /// The POSTs of requests still waiting for their answer, by request id: a stateless
+    /// request is cancelled by dropping its POST.
+    posts: Mutex<HashMap<u64, AbortHandle>>,
 }
 
 impl Session {
@@ -50,6 +56,7 @@ impl Session {
             url,
             id: Mutex::new(None),
             version: Mutex::new(None),
+            posts: Mutex::new(HashMap::new()),
         })))
     }
 
@@ -65,7 +72,25 @@ impl Session {
         let weak = Arc::downgrade(inner);
         tokio::spawn(async move {
             while let Some(message) = outgoing.recv().await {
-                tokio::spawn(session.clone().post(message, weak.clone(), max_body));
+                if let Some(id) = message.cancels {
+                    // Dropping the request is what cancels it on a stateless server.
+                    if let Some(post) = super::lock(&session.0.posts).remove(&id) {
+                        post.abort();
+                    }
+                    continue;
+                }
+                let post = session.clone().post(message, weak.clone(), max_body);
+                let Some(id) = post.id else {
+                    tokio::spawn(post.run());
+                    continue;
+                };
+                let (abort, registration) = AbortHandle::new_pair();
+                super::lock(&session.0.posts).insert(id, abort);
+                let posts = session.clone();
+                tokio::spawn(async move {
+                    let _ = Abortable::new(post.run(), registration).await;
+                    super::lock(&posts.0.posts).remove(&id);
+                });
             }
         });
     }
@@ -82,14 +107,43 @@ impl Session {
         request
     }
 
-    async fn post(self, message: Outgoing, inner: Weak<Inner>, max_body: usize) {
-        let response = self
+    fn post(self, message: Outgoing, inner: Weak<Inner>, max_body: usize) -> Post {
+        Post {
+            id: message.id,
+            session: self,
+            message,
+            inner,
+            max_body,
+        }
+    }
+}
+
+/// One message to POST.
+struct Post {
+    id: Option<u64>,
+    session: Session,
+    message: Outgoing,
+    inner: Weak<Inner>,
+    max_body: usize,
+}
+
+impl Post {
+    async fn run(self) {
+        let Post {
+            session,
+            message,
+            inner,
+            max_body,
+            ..
+        } = self;
+        let mut request = session
             .request(reqwest::Method::POST)
             .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json, text/event-stream")
-            .body(message.text)
-            .send()
-            .await;
+            .header(ACCEPT, "application/json, text/event-stream");
+        for (name, value) in &message.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        let response = request.body(message.text).send().await;
         let Some(inner) = inner.upgrade() else { return };
         let response = match response {
             Ok(response) => response,
@@ -99,45 +153,52 @@ impl Session {
             }
         };
         if let Some(id) = response.headers().get(SESSION_ID) {
-            let mut current = super::lock(&self.0.id);
+            let mut current = super::lock(&session.0.id);
             if current.is_none() {
                 *current = Some(id.clone());
             }
         }
         let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND && super::lock(&self.0.id).is_some() {
+        if status == reqwest::StatusCode::NOT_FOUND && super::lock(&session.0.id).is_some() {
             // The server forgot the session (restarted, reaped it): this connection is over.
             inner.close("the server ended the session (HTTP 404)");
             return;
         }
-        if !status.is_success() {
-            let error = ClientError::Connect(format!("the server answered HTTP {status}"));
-            return fail(&inner, message.id, error);
-        }
         if status == reqwest::StatusCode::ACCEPTED {
             return;
         }
-        let is_stream = response
+        let content_type = response
             .headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
+            .unwrap_or_default();
+        let is_stream = content_type.starts_with("text/event-stream");
+        let is_json = content_type.starts_with("application/json");
+        if !status.is_success() && !is_json {
+            return fail(&inner, message.id, ClientError::Status(status.as_u16()));
+        }
         let weak = Arc::downgrade(&inner);
         drop(inner);
         if is_stream {
             stream_into(response, &weak, max_body).await;
         } else {
+            // A refusal's body may hold the JSON-RPC error for the request (a stateless
+            // server answers an unsupported version or a header mismatch so).
             read_json(response, &weak, max_body).await;
         }
         // A request whose answer the body did not hold is answered now, never left waiting.
         if let (Some(id), Some(inner)) = (message.id, weak.upgrade()) {
-            inner.fail(
-                id,
-                ClientError::Closed(Arc::from("the response ended without an answer")),
-            );
+            let error = if status.is_success() {
+                ClientError::Closed(Arc::from("the response ended without an answer"))
+            } else {
+                ClientError::Status(status.as_u16())
+            };
+            inner.fail(id, error);
         }
     }
+}
 
+impl Session {
     /// Opens the GET stream for what the server sends outside any request (after
     /// `initialize`); a server without one (405) is fine.
     pub(crate) fn listen(&self, inner: &Arc<Inner>, version: &str) {

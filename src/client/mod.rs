@@ -1,6 +1,18 @@
-//! An MCP client: connects to a server over stdio (a child process) or Streamable HTTP, runs the `initialize` handshake, and sends it requests and notifications. The
-//! gateway (`crate::gateway`) reaches its upstreams through it; the benches and tests use it
-//! too.
+//! An MCP client: connects to a server over stdio (a child process) or Streamable HTTP, in
+//! either protocol era, and sends it requests and notifications. The gateway
+//! (`crate::gateway`) reaches its upstreams through it; the benches and tests use it too.
+//!
+//! The era follows [`ClientOptions::protocol_version`], as the conformance suite asks of
+//! clients. A version of 2024-11-05 … 2025-11-25 runs the `initialize` handshake; 2026-07-28
+//! is stateless: the connection begins with `server/discover`, and every request carries the
+//! version, the client's capabilities and its name in `_meta` (over HTTP also the
+//! `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` headers). Each falls
+//! back to the other when the server turns out to speak only the other era: an `initialize`
+//! refused with a list of supported versions that names 2026-07-28, or a `server/discover`
+//! the server does not know. A stateless server asks the client things by answering
+//! `input_required`; the client asks its [`ClientHandler`] (or the call's own,
+//! [`Call::inputs`]) and sends the request again with the answers and the server's
+//! `requestState`, under a new id, until the server completes it.
 //!
 //! A [`Client`] is a cheap handle (`Send + Sync`, clone it freely) over one connection. Its
 //! transport runs in tasks of the runtime it was connected on; the handle may be used from
@@ -34,6 +46,7 @@ mod stdio;
 
 pub use stdio::StdioCommand;
 
+use crate::protocol::mcp::{encode_header_value, header_params, HeaderParam, ProtocolVersion};
 use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -49,6 +62,16 @@ pub const DEFAULT_PROTOCOL_VERSION: &str = "2025-11-25";
 
 /// How many messages may wait to be written to the server before senders wait.
 const OUTGOING_QUEUE: usize = 1024;
+
+/// The most rounds of `input_required` one stateless request may take: a server that keeps
+/// asking is cut off.
+const MAX_INPUT_ROUNDS: usize = 16;
+
+/// The `_meta` keys of a stateless request.
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// Why a request got no result.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -70,6 +93,9 @@ pub enum ClientError {
     /// The server could not be started or reached.
     #[error("cannot connect: {0}")]
     Connect(String),
+    /// The server answered an HTTP request with this status and no JSON-RPC answer.
+    #[error("the server answered HTTP {0}")]
+    Status(u16),
     /// The server did not answer `initialize` in time.
     #[error("no answer to initialize within {0} ms")]
     InitializeTimeout(u64),
@@ -148,7 +174,7 @@ pub struct ClientOptions {
     pub name: String,
     /// `clientInfo.version`.
     pub version: String,
-    /// The protocol version asked for.
+    /// The protocol version asked for; it also chooses the era (see the module docs).
     pub protocol_version: String,
     /// The capabilities declared (`roots`, `sampling`, `elicitation`).
     pub capabilities: Value,
@@ -178,11 +204,12 @@ impl Default for ClientOptions {
     }
 }
 
-/// What the server said of itself in its `initialize` answer.
+/// What the server said of itself in its `initialize` (or `server/discover`) answer.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerDetails {
-    /// The negotiated protocol version.
+    /// The negotiated protocol version (for a stateless server: the one every request
+    /// carries).
     pub protocol_version: String,
     /// The server's capabilities.
     #[serde(default)]
@@ -212,14 +239,30 @@ pub struct Call {
     /// Where the call's progress goes: when set, the request carries a progress token and
     /// each report is offered to this channel (dropped when it is full).
     pub progress: Option<mpsc::Sender<Progress>>,
+    /// Who answers what a stateless server asks to complete this request (its
+    /// `input_required` answers); the connection's [`ClientHandler`] when `None`.
+    pub inputs: Option<Arc<dyn ClientHandler>>,
 }
 
 /// A message for the transport to write, with the id of the request it is (if it is one),
 /// so a transport that answers each message on its own can fail that request.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Outgoing {
     pub id: Option<u64>,
     pub text: String,
+    /// HTTP headers of this message alone (a stateless request's version, method, name and
+    /// mirrored arguments); only HTTP transports read them.
+    pub headers: Vec<(String, String)>,
+    /// For the cancel of a stateless request: its id. Transports that answer each request
+    /// on its own (HTTP) cancel by dropping the request instead of sending `text`.
+    pub cancels: Option<u64>,
+}
+
+/// What every request of a stateless connection carries.
+struct Stateless {
+    version: String,
+    /// The `_meta` entries of every request.
+    meta: serde_json::Map<String, Value>,
 }
 
 type Answer = Result<Box<RawValue>, ClientError>;
@@ -238,6 +281,11 @@ pub(crate) struct Inner {
     /// `Some(reason)` once the connection is over.
     closed: watch::Sender<Option<Arc<str>>>,
     server: std::sync::OnceLock<ServerDetails>,
+    /// Set when the server turned out to be stateless (2026-07-28).
+    stateless: std::sync::OnceLock<Stateless>,
+    /// The mirrored arguments of each tool, by name, once the tools were listed (stateless
+    /// HTTP needs them for every `tools/call`).
+    tool_headers: Mutex<Option<HashMap<String, Arc<[HeaderParam]>>>>,
     transport: Transport,
     label: Arc<str>,
 }
@@ -310,7 +358,9 @@ impl Client {
         let client = Self::new(outgoing, Transport::Http(session.clone()), &options);
         session.run(&client.inner, rx, options.max_message_bytes);
         let client = client.handshake(&options).await?;
-        if let Transport::Http(session) = &client.inner.transport {
+        if let (Transport::Http(session), None) =
+            (&client.inner.transport, client.inner.stateless.get())
+        {
             session.listen(&client.inner, &client.server().protocol_version);
         }
         Ok(client)
@@ -329,37 +379,132 @@ impl Client {
                 handler: options.handler.clone(),
                 closed: watch::Sender::new(None),
                 server: std::sync::OnceLock::new(),
+                stateless: std::sync::OnceLock::new(),
+                tool_headers: Mutex::new(None),
                 transport,
                 label: options.label.clone(),
             }),
         }
     }
 
+    /// Begins the connection in the era `options` asks for, or in the other one when the
+    /// server speaks only that; a child that does not complete it in time is killed.
     async fn handshake(self, options: &ClientOptions) -> Result<Self, ClientError> {
+        let timeout = options.initialize_timeout;
+        let begun = tokio::time::timeout(timeout, self.begin(options)).await;
+        let outcome = match begun {
+            Ok(outcome) => outcome,
+            Err(_) => Err(ClientError::InitializeTimeout(timeout.as_millis() as u64)),
+        };
+        match outcome {
+            Ok(details) => {
+                let _ = self.inner.server.set(details);
+                Ok(self)
+            }
+            Err(error) => {
+                self.kill();
+                Err(error)
+            }
+        }
+    }
+
+    async fn begin(&self, options: &ClientOptions) -> Result<ServerDetails, ClientError> {
+        let asked = options.protocol_version.as_str();
+        if ProtocolVersion::parse(asked).is_some_and(ProtocolVersion::is_stateless) {
+            return match self.discover(options, asked).await {
+                // A server of the handshake era does not know `server/discover` (or, over
+                // HTTP, refuses a request outside a session).
+                Err(ClientError::Rpc { .. } | ClientError::Status(400..=499)) => {
+                    self.initialize(options, ProtocolVersion::NEWEST_SESSION.as_str())
+                        .await
+                }
+                other => other,
+            };
+        }
+        match self.initialize(options, asked).await {
+            Err(ClientError::Rpc {
+                code,
+                message,
+                data,
+            }) => match stateless_offer(code, data.as_ref()) {
+                Some(version) => self.discover(options, version).await,
+                None => Err(ClientError::Rpc {
+                    code,
+                    message,
+                    data,
+                }),
+            },
+            other => other,
+        }
+    }
+
+    async fn initialize(
+        &self,
+        options: &ClientOptions,
+        version: &str,
+    ) -> Result<ServerDetails, ClientError> {
         let params = json!({
-            "protocolVersion": options.protocol_version,
+            "protocolVersion": version,
             "capabilities": options.capabilities,
             "clientInfo": { "name": options.name, "version": options.version },
         });
-        let timeout = options.initialize_timeout;
-        let answer =
-            match tokio::time::timeout(timeout, self.request("initialize", Some(params))).await {
-                Ok(answer) => answer,
-                Err(_) => {
-                    self.kill();
-                    return Err(ClientError::InitializeTimeout(timeout.as_millis() as u64));
-                }
-            };
-        let details: ServerDetails = match answer.and_then(|raw| parse(&raw)) {
-            Ok(details) => details,
-            Err(error) => {
-                self.kill();
-                return Err(error);
-            }
-        };
-        let _ = self.inner.server.set(details);
+        let details: ServerDetails = parse(&self.request("initialize", Some(params)).await?)?;
         self.notify("notifications/initialized", None).await;
-        Ok(self)
+        Ok(details)
+    }
+
+    /// Asks a stateless server what it supports, and makes this connection stateless.
+    async fn discover(
+        &self,
+        options: &ClientOptions,
+        version: &str,
+    ) -> Result<ServerDetails, ClientError> {
+        let mut meta = serde_json::Map::new();
+        meta.insert(META_VERSION.to_owned(), Value::from(version));
+        meta.insert(META_CAPABILITIES.to_owned(), options.capabilities.clone());
+        meta.insert(
+            META_CLIENT_INFO.to_owned(),
+            json!({ "name": options.name, "version": options.version }),
+        );
+        let stateless = Stateless {
+            version: version.to_owned(),
+            meta,
+        };
+        let raw = self
+            .stateless_request(&stateless, "server/discover", None, Call::default())
+            .await?;
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Discovered {
+            #[serde(default)]
+            supported_versions: Vec<String>,
+            #[serde(default)]
+            capabilities: Value,
+            #[serde(default)]
+            server_info: Option<Value>,
+            #[serde(default)]
+            instructions: Option<String>,
+            #[serde(default, rename = "_meta")]
+            meta: Option<serde_json::Map<String, Value>>,
+        }
+        let discovered: Discovered = parse(&raw)?;
+        if !discovered.supported_versions.iter().any(|v| v == version) {
+            return Err(ClientError::InvalidAnswer(format!(
+                "the server supports {:?}, not {version}",
+                discovered.supported_versions
+            )));
+        }
+        let server_info = discovered
+            .server_info
+            .or_else(|| discovered.meta?.remove(META_SERVER_INFO))
+            .unwrap_or_default();
+        let _ = self.inner.stateless.set(stateless);
+        Ok(ServerDetails {
+            protocol_version: version.to_owned(),
+            capabilities: discovered.capabilities,
+            server_info,
+            instructions: discovered.instructions,
+        })
     }
 
     /// What the server said of itself when the connection began.
@@ -403,17 +548,44 @@ impl Client {
         params: Option<Value>,
         call: Call,
     ) -> Result<Box<RawValue>, ClientError> {
+        match self.inner.stateless.get() {
+            Some(stateless) => {
+                let over_http = matches!(self.inner.transport, Transport::Http(_));
+                if over_http && method == "tools/call" && lock(&self.inner.tool_headers).is_none() {
+                    // Its headers mirror what the tool's schema annotates: list them once.
+                    let listed = self
+                        .paginate("tools/list", "tools", |params| {
+                            self.stateless_request(stateless, "tools/list", params, Call::default())
+                        })
+                        .await;
+                    if let Err(error) = listed {
+                        tracing::debug!(upstream = %self.inner.label, %error, "could not list tools for their headers");
+                    }
+                }
+                self.stateless_request(stateless, method, params, call)
+                    .await
+            }
+            None => {
+                let params = params.unwrap_or_else(|| json!({}));
+                self.exchange(method, params, call.progress, Vec::new())
+                    .await
+            }
+        }
+    }
+
+    /// One request and its answer.
+    async fn exchange(
+        &self,
+        method: &str,
+        mut params: Value,
+        progress: Option<mpsc::Sender<Progress>>,
+        headers: Vec<(String, String)>,
+    ) -> Result<Box<RawValue>, ClientError> {
         let inner = &self.inner;
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut params = params.unwrap_or_else(|| json!({}));
-        if call.progress.is_some() {
-            if let Some(object) = params.as_object_mut() {
-                let meta = object
-                    .entry("_meta")
-                    .or_insert_with(|| Value::Object(Default::default()));
-                if let Some(meta) = meta.as_object_mut() {
-                    meta.insert("progressToken".to_owned(), Value::from(id));
-                }
+        if progress.is_some() {
+            if let Some(meta) = meta_of(&mut params) {
+                meta.insert("progressToken".to_owned(), Value::from(id));
             }
         }
         let text =
@@ -424,25 +596,20 @@ impl Client {
             if let Some(reason) = inner.closed.borrow().clone() {
                 return Err(ClientError::Closed(reason));
             }
-            pending.insert(
-                id,
-                Pending {
-                    answer,
-                    progress: call.progress,
-                },
-            );
+            pending.insert(id, Pending { answer, progress });
         }
         let mut guard = CancelOnDrop {
             inner,
             id,
             armed: true,
         };
-        if inner
-            .outgoing
-            .send(Outgoing { id: Some(id), text })
-            .await
-            .is_err()
-        {
+        let message = Outgoing {
+            id: Some(id),
+            text,
+            headers,
+            cancels: None,
+        };
+        if inner.outgoing.send(message).await.is_err() {
             guard.armed = false;
             lock(&inner.pending).remove(&id);
             return Err(ClientError::Closed(self.close_reason()));
@@ -452,6 +619,107 @@ impl Client {
         outcome.unwrap_or_else(|_| Err(ClientError::Closed(self.close_reason())))
     }
 
+    /// A request to a stateless server: `_meta` (and over HTTP the headers) on every round,
+    /// and the server's questions answered until it completes the request.
+    async fn stateless_request(
+        &self,
+        stateless: &Stateless,
+        method: &str,
+        params: Option<Value>,
+        call: Call,
+    ) -> Result<Box<RawValue>, ClientError> {
+        let mut params = params.unwrap_or_else(|| json!({}));
+        if let Some(meta) = meta_of(&mut params) {
+            for (key, value) in &stateless.meta {
+                meta.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        let headers = match self.inner.transport {
+            Transport::Http(_) => self.stateless_headers(stateless, method, &params),
+            _ => Vec::new(),
+        };
+        for _ in 0..MAX_INPUT_ROUNDS {
+            let raw = self
+                .exchange(
+                    method,
+                    params.clone(),
+                    call.progress.clone(),
+                    headers.clone(),
+                )
+                .await?;
+            let Some(asked) = input_required(&raw)? else {
+                return Ok(raw);
+            };
+            let handler = call.inputs.as_ref().unwrap_or(&self.inner.handler);
+            let answers = futures_util::future::join_all(asked.input_requests.into_iter().map(
+                |(key, request)| {
+                    let answer = handler.request(&request.method, request.params);
+                    async move { (key, answer.await) }
+                },
+            ))
+            .await;
+            let mut responses = serde_json::Map::new();
+            for (key, answer) in answers {
+                let result = answer.map_err(|error| ClientError::Rpc {
+                    code: error.code,
+                    message: format!(
+                        "the client could not answer the server's {key}: {}",
+                        error.message
+                    ),
+                    data: error.data,
+                })?;
+                responses.insert(key, result);
+            }
+            if let Some(object) = params.as_object_mut() {
+                object.insert("inputResponses".to_owned(), Value::Object(responses));
+                // Echoed exactly as sent, or left out when the server sent none.
+                match asked.request_state {
+                    Some(state) => object.insert("requestState".to_owned(), state),
+                    None => object.remove("requestState"),
+                };
+            }
+        }
+        Err(ClientError::InvalidAnswer(format!(
+            "{method} still asked for input after {MAX_INPUT_ROUNDS} rounds"
+        )))
+    }
+
+    /// The HTTP headers of a stateless request (SEP-2243): the version, the method, what it
+    /// names, and the arguments its tool mirrors (as far as the tools were listed).
+    fn stateless_headers(
+        &self,
+        stateless: &Stateless,
+        method: &str,
+        params: &Value,
+    ) -> Vec<(String, String)> {
+        let mut headers = vec![
+            ("mcp-protocol-version".to_owned(), stateless.version.clone()),
+            ("mcp-method".to_owned(), method.to_owned()),
+        ];
+        let named = match method {
+            "tools/call" | "prompts/get" => params.get("name"),
+            "resources/read" => params.get("uri"),
+            _ => None,
+        };
+        let Some(name) = named.and_then(Value::as_str) else {
+            return headers;
+        };
+        headers.push(("mcp-name".to_owned(), encode_header_value(name)));
+        if method != "tools/call" {
+            return headers;
+        }
+        let mirrored = lock(&self.inner.tool_headers)
+            .as_ref()
+            .and_then(|tools| tools.get(name).cloned());
+        let arguments = params.get("arguments").unwrap_or(&Value::Null);
+        for param in mirrored.iter().flat_map(|p| p.iter()) {
+            if let Some(value) = param.header_value(arguments) {
+                headers.push((format!("mcp-param-{}", param.suffix), value));
+            }
+        }
+        headers
+    }
+
     /// Sends a notification (waits only for room in the outgoing queue).
     pub async fn notify(&self, method: &str, params: Option<Value>) {
         let text = match params {
@@ -459,21 +727,41 @@ impl Client {
             None => json!({ "jsonrpc": "2.0", "method": method }),
         }
         .to_string();
-        let _ = self.inner.outgoing.send(Outgoing { id: None, text }).await;
+        let message = Outgoing {
+            text,
+            ..Outgoing::default()
+        };
+        let _ = self.inner.outgoing.send(message).await;
     }
 
     /// Every item of a paginated list (`tools/list` → `tools`, …), following `nextCursor`.
+    /// A tool with an invalid `x-mcp-header` annotation is left out (logged), as clients
+    /// must; the others' annotations are kept for the headers of their calls.
     ///
     /// # Errors
     /// As for [`request`](Self::request); [`ClientError::InvalidAnswer`] when a page has no
     /// array under `member`.
     pub async fn list_all(&self, method: &str, member: &str) -> Result<Vec<Value>, ClientError> {
+        self.paginate(method, member, |params| self.request(method, params))
+            .await
+    }
+
+    async fn paginate<F, Answer>(
+        &self,
+        method: &str,
+        member: &str,
+        mut fetch: F,
+    ) -> Result<Vec<Value>, ClientError>
+    where
+        F: FnMut(Option<Value>) -> Answer,
+        Answer: std::future::Future<Output = Result<Box<RawValue>, ClientError>>,
+    {
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         // A server that keeps handing out cursors is cut off: no list is this long.
         for _ in 0..1000 {
             let params = cursor.take().map(|c| json!({ "cursor": c }));
-            let page: Value = parse(&self.request(method, params).await?)?;
+            let page: Value = parse(&fetch(params).await?)?;
             match page.get(member).and_then(Value::as_array) {
                 Some(page_items) => items.extend(page_items.iter().cloned()),
                 None => {
@@ -484,12 +772,36 @@ impl Client {
             }
             match page.get("nextCursor").and_then(Value::as_str) {
                 Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+                _ if method == "tools/list" => return Ok(self.keep_tool_headers(items)),
                 _ => return Ok(items),
             }
         }
         Err(ClientError::InvalidAnswer(format!(
             "{method} kept paginating"
         )))
+    }
+
+    /// The tools whose annotations are valid, with what each mirrors kept.
+    fn keep_tool_headers(&self, mut tools: Vec<Value>) -> Vec<Value> {
+        let mut mirrored = HashMap::new();
+        tools.retain(|tool| {
+            let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+            let schema = tool.get("inputSchema").unwrap_or(&Value::Null);
+            match header_params(schema) {
+                Ok(params) => {
+                    if !params.is_empty() {
+                        mirrored.insert(name.to_owned(), Arc::from(params));
+                    }
+                    true
+                }
+                Err(why) => {
+                    tracing::warn!(upstream = %self.inner.label, tool = name, %why, "left out a tool with an invalid x-mcp-header");
+                    false
+                }
+            }
+        });
+        *lock(&self.inner.tool_headers) = Some(mirrored);
+        tools
     }
 
     /// Calls a tool; the result as the server sent it.
@@ -577,7 +889,11 @@ impl Drop for CancelOnDrop<'_> {
             "params": { "requestId": self.id, "reason": "the client cancelled the request" },
         })
         .to_string();
-        let message = Outgoing { id: None, text };
+        let message = Outgoing {
+            text,
+            cancels: self.inner.stateless.get().map(|_| self.id),
+            ..Outgoing::default()
+        };
         if let Err(mpsc::error::TrySendError::Full(message)) = self.inner.outgoing.try_send(message)
         {
             // The queue is full: the cancel waits its turn rather than being lost.
@@ -705,7 +1021,11 @@ impl Inner {
                 Err(error) => json!({ "jsonrpc": "2.0", "id": id, "error": error }),
             }
             .to_string();
-            let _ = inner.outgoing.send(Outgoing { id: None, text }).await;
+            let message = Outgoing {
+                text,
+                ..Outgoing::default()
+            };
+            let _ = inner.outgoing.send(message).await;
         });
     }
 
@@ -746,6 +1066,77 @@ impl Inner {
     /// The label log lines of this connection carry.
     pub(crate) fn label(&self) -> &Arc<str> {
         &self.label
+    }
+}
+
+/// The `_meta` object of `params`, made if missing (`None` when `params` is not an object).
+fn meta_of(params: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
+    params
+        .as_object_mut()?
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Default::default()))
+        .as_object_mut()
+}
+
+/// What a stateless server asks before it completes a request.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InputRequired {
+    #[serde(default)]
+    input_requests: HashMap<String, InputRequest>,
+    #[serde(default)]
+    request_state: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct InputRequest {
+    method: String,
+    #[serde(default)]
+    params: Option<Box<RawValue>>,
+}
+
+/// The server's questions when `raw` is an `input_required` result.
+fn input_required(raw: &RawValue) -> Result<Option<InputRequired>, ClientError> {
+    #[derive(Deserialize)]
+    struct Kind<'a> {
+        #[serde(default, rename = "resultType", borrow)]
+        result_type: Option<std::borrow::Cow<'a, str>>,
+    }
+    let kind: Kind<'_> = parse_borrowed(raw)?;
+    if kind.result_type.as_deref() != Some("input_required") {
+        return Ok(None);
+    }
+    let asked: InputRequired = parse(raw)?;
+    if asked.input_requests.is_empty() {
+        return Err(ClientError::InvalidAnswer(
+            "input_required without inputRequests".into(),
+        ));
+    }
+    Ok(Some(asked))
+}
+
+fn parse_borrowed<'a, T: Deserialize<'a>>(raw: &'a RawValue) -> Result<T, ClientError> {
+    serde_json::from_str(raw.get()).map_err(|e| ClientError::InvalidAnswer(e.to_string()))
+}
+
+/// The stateless version an `initialize` refusal offers instead: the server's list of
+/// supported versions (`data.supported`) names one, or it answered -32022 (unsupported
+/// version) with no list a session could use.
+fn stateless_offer(code: i64, data: Option<&Value>) -> Option<&'static str> {
+    let supported: Vec<&str> = data
+        .and_then(|d| d.get("supported"))
+        .and_then(Value::as_array)
+        .map(|list| list.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let offered = ProtocolVersion::STATELESS
+        .into_iter()
+        .find(|v| supported.contains(&v.as_str()));
+    match offered {
+        Some(version) => Some(version.as_str()),
+        None if code == -32022 && supported.is_empty() => {
+            Some(ProtocolVersion::STATELESS[0].as_str())
+        }
+        None => None,
     }
 }
 

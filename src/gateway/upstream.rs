@@ -529,9 +529,14 @@ impl Upstream {
         } else {
             (None, None)
         };
-        let answer = child
-            .client
-            .request_with(method, Some(params), Call { progress });
+        let answer = child.client.request_with(
+            method,
+            Some(params),
+            Call {
+                progress,
+                inputs: None,
+            },
+        );
         tokio::pin!(answer);
         let mut asks = FuturesUnordered::new();
         let outcome = loop {

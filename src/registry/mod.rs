@@ -23,7 +23,6 @@
 
 pub mod bus;
 pub mod files;
-pub(crate) mod header_params;
 pub mod rollout;
 mod snapshot;
 
@@ -247,7 +246,7 @@ struct Inner {
     /// Set once a tool whose calls may become tasks was registered.
     ever_tasks: AtomicBool,
     /// The arguments tools mirror in HTTP headers, for the tools that have any.
-    tool_headers: DashMap<String, Arc<[header_params::HeaderParam]>, FastHash>,
+    tool_headers: DashMap<String, Arc<[crate::protocol::mcp::HeaderParam]>, FastHash>,
 }
 
 /// One kind: lookups by key, and the list snapshot.
@@ -467,12 +466,13 @@ impl Registry {
                 });
             }
         }
-        let headers = header_params::header_params(&definition.input_schema).map_err(|reason| {
-            RegistryError::InvalidHeaderAnnotation {
-                tool: definition.name.clone(),
-                reason,
-            }
-        })?;
+        let headers =
+            crate::protocol::mcp::header_params(&definition.input_schema).map_err(|reason| {
+                RegistryError::InvalidHeaderAnnotation {
+                    tool: definition.name.clone(),
+                    reason,
+                }
+            })?;
         let name = definition.name.clone();
         let tasks = definition.task_support != crate::tool::TaskSupport::Forbidden;
         self.inner
@@ -492,7 +492,7 @@ impl Registry {
     pub(crate) fn tool_header_params(
         &self,
         name: &str,
-    ) -> Option<Arc<[header_params::HeaderParam]>> {
+    ) -> Option<Arc<[crate::protocol::mcp::HeaderParam]>> {
         self.inner.tool_headers.get(name).map(|p| p.value().clone())
     }
 

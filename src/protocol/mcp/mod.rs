@@ -7,6 +7,7 @@
 
 mod capabilities;
 mod error;
+mod header_params;
 mod methods;
 mod types;
 mod version;
@@ -15,6 +16,7 @@ pub use capabilities::{
     required_capabilities, required_tasks_extension, server_capabilities, Offers,
 };
 pub use error::{codes, ConflictScope, Error, ReadLimit, SignatureProblem};
+pub use header_params::{encode as encode_header_value, header_params, HeaderParam};
 pub use methods::{notifications, Capability, Method};
 pub use types::*;
 pub use version::ProtocolVersion;

@@ -3,9 +3,9 @@
 //! `Mcp-Param-Region` on `tools/call`, so that intermediaries can route on it without
 //! reading the body; the server checks that the header says what the body says.
 //!
-//! Here: reading and checking the annotations when a tool is registered (an invalid one is
-//! a registration error: clients must drop a tool that carries one), and comparing a header
-//! with its argument.
+//! Here: reading and checking the annotations (a server refuses to register a tool with an
+//! invalid one; a client drops such a tool from what it lists), comparing a header with its
+//! argument (the server's side), and writing the header of an argument (the client's side).
 
 use base64::Engine;
 use serde_json::Value;
@@ -24,8 +24,11 @@ pub struct HeaderParam {
 /// The types an annotated property may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ParamKind {
+    /// `"type": "string"`.
     String,
+    /// `"type": "integer"`.
     Integer,
+    /// `"type": "boolean"`.
     Boolean,
 }
 
@@ -111,6 +114,23 @@ impl HeaderParam {
         (!value.is_null()).then_some(value)
     }
 
+    /// The header value that mirrors this argument of `arguments`: `None` when the argument
+    /// is absent or null (the header is then left out) or not of the declared type.
+    pub fn header_value(&self, arguments: &Value) -> Option<String> {
+        match (self.kind, self.value(arguments)?) {
+            (ParamKind::String, Value::String(s)) => Some(encode(s)),
+            (ParamKind::Integer, Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => Some(i.to_string()),
+                (None, Some(f)) if f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER => {
+                    Some(format!("{f:.0}"))
+                }
+                _ => Some(n.to_string()),
+            },
+            (ParamKind::Boolean, Value::Bool(b)) => Some(b.to_string()),
+            _ => None,
+        }
+    }
+
     /// Whether the header (as sent, before decoding) says what `value` says.
     ///
     /// # Errors
@@ -144,6 +164,22 @@ impl HeaderParam {
                 self.path.join(".")
             ))
         }
+    }
+}
+
+/// How a string travels in a header: as itself when it is visible ASCII (inner spaces
+/// allowed) with no space at either end, else as `=?base64?…?=` of its UTF-8, which is what
+/// keeps non-ASCII text, control characters and significant edge spaces intact.
+pub fn encode(text: &str) -> String {
+    let plain = text.bytes().all(|b| b == b' ' || b.is_ascii_graphic())
+        && !text.starts_with(' ')
+        && !text.ends_with(' ')
+        && !text.starts_with("=?base64?");
+    if plain {
+        text.to_owned()
+    } else {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
+        format!("=?base64?{encoded}?=")
     }
 }
 
@@ -204,6 +240,52 @@ mod tests {
         ] {
             assert!(header_params(&bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn what_a_client_writes_the_server_reads_back() {
+        let param = region();
+        for text in [
+            "us-west1",
+            "us west 1",
+            "",
+            " padded ",
+            "Hello, 世界",
+            "line1\r\nline2",
+            "\tindented",
+            "=?base64?SGVsbG8=?=",
+        ] {
+            let arguments = json!({ "region": text });
+            let header = param.header_value(&arguments).expect("a string");
+            assert!(
+                header.bytes().all(|b| b.is_ascii_graphic() || b == b' '),
+                "{header:?}"
+            );
+            assert!(
+                param.check(&header, &json!(text)).is_ok(),
+                "{text:?} as {header:?}"
+            );
+        }
+        assert_eq!(
+            param
+                .header_value(&json!({ "region": "us west 1" }))
+                .as_deref(),
+            Some("us west 1")
+        );
+        assert_eq!(param.header_value(&json!({ "region": null })), None);
+        assert_eq!(param.header_value(&json!({})), None);
+        let schema = json!({"properties": {
+            "n": {"type": "integer", "x-mcp-header": "N"},
+            "b": {"type": "boolean", "x-mcp-header": "B"}
+        }});
+        let params = header_params(&schema).expect("valid");
+        let arguments = json!({ "n": 42, "b": false });
+        assert_eq!(params[0].header_value(&arguments).as_deref(), Some("42"));
+        assert_eq!(params[1].header_value(&arguments).as_deref(), Some("false"));
+        assert_eq!(
+            params[0].header_value(&json!({ "n": 42.0 })).as_deref(),
+            Some("42")
+        );
     }
 
     #[test]
