@@ -14,6 +14,11 @@
 //! every answer its own); a 2026-07-28 client served by a session-era upstream, its
 //! elicitation as an `input_required` round; a command that cannot start stops `mcp-ws` with
 //! exit 2; no child outlives `mcp-ws`.
+//!
+//! `mcp_ws::client` over WebSocket on its own, against mcp-ws: calls (concurrent ones each
+//! answered their own), a normal close, headers on the upgrade, a request in flight failing
+//! `ClientError::Closed` when the server is killed or stops (never hanging), a message over
+//! `max_message_bytes` ending the connection, and `wss://` with the platform's roots.
 
 use crate::interop_py_sdk::ensure_python_env;
 use crate::interop_ts_sdk::ensure_sdk_1;
@@ -22,6 +27,7 @@ use crate::support::meta::*;
 use crate::support::process::ServerProcess;
 use crate::support::ws::call;
 use crate::support::*;
+use mcp_ws::client::{Client as McpClient, ClientError, ClientOptions};
 use mcp_ws::config::{UpstreamMode, UpstreamSettings};
 use mcp_ws::RunningServer;
 use serde_json::json;
@@ -460,6 +466,214 @@ async fn an_http_upstream_is_served_like_a_stdio_one() {
             "{motd}"
         );
     }
+}
+
+/// Options of `mcp_ws::client` for the tests of its WebSocket transport.
+fn ws_client_options() -> ClientOptions {
+    ClientOptions {
+        initialize_timeout: READ_TIMEOUT,
+        label: "test".into(),
+        ..ClientOptions::default()
+    }
+}
+
+/// Fails unless `request` ends within READ_TIMEOUT with `ClientError::Closed`; returns why.
+async fn assert_closed<T: std::fmt::Debug>(
+    request: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> String {
+    match tokio::time::timeout(READ_TIMEOUT, request).await {
+        Ok(Err(ClientError::Closed(reason))) => reason.to_string(),
+        Ok(other) => panic!("expected ClientError::Closed, got {other:?}"),
+        Err(_) => panic!("the request hangs after the connection ended"),
+    }
+}
+
+#[tokio::test]
+async fn the_websocket_client_talks_to_mcp_ws() {
+    let server = start(settings());
+    let client = McpClient::websocket(&server.url(), &[], ws_client_options())
+        .await
+        .expect("connects and initializes");
+    assert_eq!(client.server().protocol_version, "2025-11-25");
+    let tools = client
+        .list_all("tools/list", "tools")
+        .await
+        .expect("tools/list");
+    assert!(tools.iter().any(|tool| tool["name"] == "echo"), "{tools:?}");
+    let echo = client
+        .call_tool("echo", json!({"text": "over a WebSocket"}))
+        .await
+        .expect("echo");
+    assert_eq!(text_of(&echo), "over a WebSocket", "{echo}");
+    // Concurrent calls each get their own answer.
+    let calls = (0..20).map(|i| {
+        let client = client.clone();
+        async move { client.call_tool("add", json!({"a": i, "b": 1000})).await }
+    });
+    for (i, answer) in futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let answer = answer.expect("add");
+        assert_eq!(text_of(&answer), (i + 1000).to_string(), "{answer}");
+    }
+    // An error of the server is its error, not the connection's.
+    let unknown = client.call_tool("nope", json!({})).await;
+    assert!(
+        matches!(unknown, Err(ClientError::Rpc { .. })),
+        "{unknown:?}"
+    );
+
+    // A normal close: the server answers it, and the connection is over.
+    client.shutdown(READ_TIMEOUT).await;
+    let reason = tokio::time::timeout(READ_TIMEOUT, client.closed())
+        .await
+        .expect("closed");
+    assert_eq!(&*reason, "the WebSocket was closed by the client");
+    assert_closed(client.request("ping", None)).await;
+}
+
+#[tokio::test]
+async fn the_websocket_client_sends_its_headers_with_the_upgrade() {
+    let mut settings = with_api_key(settings());
+    settings.auth.required = true;
+    let server = start(settings);
+    let refused = McpClient::websocket(&server.url(), &[], ws_client_options()).await;
+    match refused {
+        Err(ClientError::Connect(why)) => assert!(why.contains("401"), "{why}"),
+        other => panic!("connected without credentials: {other:?}"),
+    }
+    let headers = [("Authorization".to_owned(), format!("Bearer {TEST_KEY}"))];
+    let client = McpClient::websocket(&server.url(), &headers, ws_client_options())
+        .await
+        .expect("connects with the API key");
+    let echo = client
+        .call_tool("echo", json!({"text": "authorized"}))
+        .await
+        .expect("echo");
+    assert_eq!(text_of(&echo), "authorized");
+}
+
+#[tokio::test]
+async fn the_websocket_client_fails_what_is_in_flight_when_the_server_goes() {
+    // Killed: the TCP connection ends without a close frame.
+    let server = ServerProcess::spawn(&["--listen", "127.0.0.1:0"], &[]);
+    let url = format!("ws://{}/mcp", server.wait_listening());
+    let client = McpClient::websocket(&url, &[], ws_client_options())
+        .await
+        .expect("connects");
+    let sleeping = {
+        let client = client.clone();
+        tokio::spawn(async move { client.call_tool("sleep", json!({"ms": 60_000})).await })
+    };
+    // The sleep is on the server once a later request on the same connection is answered.
+    client.request("ping", None).await.expect("ping");
+    let mut server = server;
+    server.child.kill().expect("SIGKILL mcp-ws");
+    let _ = server.child.wait();
+    let why = assert_closed(async { sleeping.await.expect("the call's task") }).await;
+    assert!(why.contains("WebSocket"), "{why}");
+    assert!(client.is_closed());
+    assert_closed(client.request("ping", None)).await;
+
+    // Stopped: the server answers what it was running (-32004 past its grace) and closes
+    // with 1001; the connection is over, and a request after it fails at once.
+    let mut settings = settings();
+    settings.shutdown.grace_ms = 100;
+    let (server, _gate) = start_with_gate(settings);
+    let client = McpClient::websocket(&server.url(), &[], ws_client_options())
+        .await
+        .expect("connects");
+    let held = {
+        let client = client.clone();
+        tokio::spawn(async move { client.call_tool("hold", json!({})).await })
+    };
+    client.request("ping", None).await.expect("ping");
+    let stopper = stop_in_background(server);
+    let answer = tokio::time::timeout(READ_TIMEOUT, held)
+        .await
+        .expect("the held call is answered")
+        .expect("the call's task");
+    assert!(
+        matches!(
+            &answer,
+            Err(ClientError::Rpc {
+                code: SHUTTING_DOWN,
+                ..
+            } | ClientError::Closed(_))
+        ),
+        "{answer:?}"
+    );
+    let reason = tokio::time::timeout(READ_TIMEOUT, client.closed())
+        .await
+        .expect("the server closes the connection");
+    assert!(
+        reason.starts_with("the server closed the WebSocket (1001"),
+        "{reason}"
+    );
+    assert_closed(client.request("ping", None)).await;
+    assert_stopped(stopper).await;
+}
+
+#[tokio::test]
+async fn the_websocket_client_ends_the_connection_on_a_message_over_its_limit() {
+    let server = start(settings());
+    let options = ClientOptions {
+        max_message_bytes: 4096,
+        ..ws_client_options()
+    };
+    let client = McpClient::websocket(&server.url(), &[], options)
+        .await
+        .expect("connects");
+    let fits = client
+        .call_tool("echo", json!({"text": "x".repeat(1000)}))
+        .await
+        .expect("an answer under the limit");
+    assert_eq!(text_of(&fits).len(), 1000);
+    // The echo of 8 KiB is over the client's 4 KiB: that answer cannot be read, and nothing
+    // after it.
+    let why = assert_closed(client.call_tool("echo", json!({"text": "x".repeat(8192)}))).await;
+    assert!(why.contains("over max_message_bytes (4096)"), "{why}");
+    assert!(client.is_closed());
+    assert_closed(client.request("ping", None)).await;
+}
+
+#[test]
+fn the_websocket_client_speaks_wss_with_the_platform_roots() {
+    const TEST: &str = "gateway::the_websocket_client_speaks_wss_with_the_platform_roots";
+    // Alone in a process: the trust roots come from this process's environment.
+    if !crate::support::alone::in_own_process(TEST) {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (_pki, settings) = crate::tls::make_pki();
+    let ca_file = settings.tls.client_ca_file.clone();
+    let server = start(settings);
+    let url = server.url();
+    assert!(url.starts_with("wss://"), "{url}");
+    runtime.block_on(async {
+        // The test CA is no root of the platform's: the certificate is refused.
+        match McpClient::websocket(&url, &[], ws_client_options()).await {
+            Err(ClientError::Connect(why)) => assert!(why.contains("TLS"), "{why}"),
+            other => panic!("a certificate of an unknown CA was accepted: {other:?}"),
+        }
+        // The platform's roots on Linux are read from SSL_CERT_FILE when it is set
+        // (rustls-native-certs, under rustls-platform-verifier): now the test CA is one.
+        std::env::set_var("SSL_CERT_FILE", &ca_file);
+        let client = McpClient::websocket(&url, &[], ws_client_options())
+            .await
+            .expect("connects over wss:// trusting the test CA");
+        let echo = client
+            .call_tool("echo", json!({"text": "over TLS"}))
+            .await
+            .expect("echo");
+        assert_eq!(text_of(&echo), "over TLS");
+        client.shutdown(READ_TIMEOUT).await;
+    });
 }
 
 #[test]
