@@ -1,6 +1,7 @@
 //! The gateway, with upstreams nobody here wrote the servers of: `py`, a FastMCP server of the
-//! official Python SDK (tests/interop/gateway_upstream.py, over stdio, and over Streamable
-//! HTTP), and `every`, the npm package `@modelcontextprotocol/server-everything` (stdio).
+//! official Python SDK (tests/interop/gateway_upstream.py, over stdio, over Streamable HTTP,
+//! and over the SDK's WebSocket transport), and `every`, the npm package
+//! `@modelcontextprotocol/server-everything` (stdio).
 //! Clients: the official Python SDK (WebSocket and HTTP) and TypeScript SDK, raw frames where
 //! a test needs to see each one, and the `mcp-ws` binary for what concerns processes
 //! (`--stdio`, exit codes, children after SIGTERM and SIGKILL).
@@ -13,7 +14,8 @@
 //! it, its environment from the identity) or one for all (50 sessions × 20 interleaved calls,
 //! every answer its own); a 2026-07-28 client served by a session-era upstream, its
 //! elicitation as an `input_required` round; a command that cannot start stops `mcp-ws` with
-//! exit 2; no child outlives `mcp-ws`.
+//! exit 2; no child outlives `mcp-ws`. A `ws://` upstream: prefixed list, results, progress,
+//! sampling, `isError` and a cancel across it, and its server dying mid-call answered -32030.
 //!
 //! `mcp_ws::client` over WebSocket on its own, against mcp-ws: calls (concurrent ones each
 //! answered their own), a normal close, headers on the upgrade, a request in flight failing
@@ -22,7 +24,9 @@
 
 use crate::interop_py_sdk::ensure_python_env;
 use crate::interop_ts_sdk::ensure_sdk_1;
-use crate::support::interop::{assert_every_check_passed, interop_dir, run_client, Transport};
+use crate::support::interop::{
+    assert_every_check_passed, interop_dir, run_client, KillOnDrop, Transport,
+};
 use crate::support::meta::*;
 use crate::support::process::ServerProcess;
 use crate::support::ws::call;
@@ -30,7 +34,7 @@ use crate::support::*;
 use mcp_ws::client::{Client as McpClient, ClientError, ClientOptions};
 use mcp_ws::config::{UpstreamMode, UpstreamSettings};
 use mcp_ws::RunningServer;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -410,35 +414,43 @@ async fn a_stateless_client_is_served_by_a_session_era_upstream() {
     assert_eq!(text_of(&result), "hello Lin", "{response}");
 }
 
-#[tokio::test]
-async fn an_http_upstream_is_served_like_a_stdio_one() {
-    // FastMCP over Streamable HTTP, on a free port.
+/// The FastMCP upstream as a server of its own on a free port (`--http` or `--ws`), with
+/// `env`; returns it (killed when dropped) and its port once it listens.
+fn fastmcp_listening(transport: &str, env: &[(&str, &Path)]) -> (KillOnDrop, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("a free port")
         .local_addr()
         .expect("addr")
         .port();
-    let mut upstream = crate::support::interop::KillOnDrop(
+    let mut upstream = KillOnDrop(
         Command::new(ensure_python_env())
             .arg(interop_dir().join("gateway_upstream.py"))
-            .args(["--http", &port.to_string()])
+            .args([transport, &port.to_string()])
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("the FastMCP HTTP upstream starts"),
+            .expect("the FastMCP upstream starts"),
     );
     let deadline = Instant::now() + READ_TIMEOUT;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
             Instant::now() < deadline,
-            "the HTTP upstream does not listen"
+            "the {transport} upstream does not listen"
         );
         assert!(
             upstream.0.try_wait().expect("try_wait").is_none(),
-            "the HTTP upstream exited"
+            "the {transport} upstream exited"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    (upstream, port)
+}
+
+#[tokio::test]
+async fn an_http_upstream_is_served_like_a_stdio_one() {
+    // FastMCP over Streamable HTTP, on a free port.
+    let (_upstream, port) = fastmcp_listening("--http", &[]);
     for mode in [UpstreamMode::PerSession, UpstreamMode::Shared] {
         let remote = UpstreamSettings {
             name: "remote".into(),
@@ -465,6 +477,145 @@ async fn an_http_upstream_is_served_like_a_stdio_one() {
             motd["result"]["contents"][0]["text"], "hello from upstream",
             "{motd}"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_websocket_upstream_is_served_like_a_stdio_one() {
+    // FastMCP over the Python SDK's own WebSocket transport (which requires the `mcp`
+    // subprotocol), on a free port.
+    let (_dir, events) = events_file();
+    let (_upstream, port) = fastmcp_listening("--ws", &[("GATEWAY_EVENTS", &events)]);
+    for mode in [UpstreamMode::PerSession, UpstreamMode::Shared] {
+        let remote = UpstreamSettings {
+            name: "ws".into(),
+            url: format!("ws://127.0.0.1:{port}/ws"),
+            mode,
+            ..Default::default()
+        };
+        // Beside the demo tools: the upstream's names get its prefix.
+        let mut settings = settings();
+        settings.upstreams = vec![remote];
+        let server = start(settings);
+        let mut client = Client::initialized(&server).await;
+
+        let listed = client.request("tools/list", json!({})).await;
+        let names: Vec<&str> = listed["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|tool| tool["name"].as_str())
+            .collect();
+        for name in ["echo", "add", "ws__add", "ws__slow", "ws__wait", "ws__fail"] {
+            assert!(names.contains(&name), "{name} is not listed: {names:?}");
+        }
+
+        let sum = client.call_tool("ws__add", json!({"a": 4, "b": 5})).await;
+        assert_eq!(
+            sum["result"]["structuredContent"],
+            json!({"sum": 9.0}),
+            "{sum}"
+        );
+
+        // Progress crosses under the client's own token (150 ms apart: none throttled).
+        let id = client.fresh_id();
+        client
+            .send_json(request(
+                id.clone(),
+                "tools/call",
+                json!({"name": "ws__slow", "arguments": {"steps": 3, "delay_ms": 150},
+                       "_meta": {"progressToken": "p"}}),
+            ))
+            .await;
+        let slow = client.recv_response(&id).await;
+        assert_eq!(tool_text(&slow), "done", "{slow}");
+        let progress: Vec<Value> = client
+            .backlog
+            .drain(..)
+            .filter(|m| m["method"] == "notifications/progress")
+            .map(|m| m["params"].clone())
+            .collect();
+        let steps: Vec<f64> = progress
+            .iter()
+            .map(|p| {
+                assert_eq!(p["progressToken"], "p", "{p}");
+                p["progress"].as_f64().expect("progress")
+            })
+            .collect();
+        assert_eq!(steps, [1.0, 2.0, 3.0], "{progress:?}");
+        assert_eq!(progress[2]["total"], 3.0);
+
+        // The upstream's request to the client (sampling) crosses both WebSockets and back.
+        let id = client.fresh_id();
+        client
+            .send_json(request(
+                id.clone(),
+                "tools/call",
+                json!({"name": "ws__ask_model", "arguments": {}}),
+            ))
+            .await;
+        let ask = loop {
+            let message = client.recv().await;
+            if message["method"] == "sampling/createMessage" {
+                break message;
+            }
+            assert!(
+                message.get("id") != Some(&id),
+                "answered before asking: {message}"
+            );
+        };
+        client
+            .send_json(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {
+                "role": "assistant", "model": "test",
+                "content": {"type": "text", "text": "4"}}}))
+            .await;
+        let asked = client.recv_response(&id).await;
+        assert_eq!(tool_text(&asked), "model said 4", "{asked}");
+
+        let failed = client.call_tool("ws__fail", json!({})).await;
+        assert_eq!(failed["result"]["isError"], true, "{failed}");
+        assert!(tool_text(&failed).contains("always fails"), "{failed}");
+
+        // A cancel reaches the upstream's task, and no answer follows it.
+        let tag = format!("ws-{mode:?}");
+        client
+            .send_json(request(
+                json!(7),
+                "tools/call",
+                json!({"name": "ws__wait", "arguments": {"ms": 3000, "tag": tag}}),
+            ))
+            .await;
+        // The upstream has the call once a later call on the same connection is answered.
+        let whoami = client.call_tool("ws__whoami", json!({})).await;
+        assert!(tool_text(&whoami).starts_with("pid="), "{whoami}");
+        client.send_json(cancel(json!(7))).await;
+        wait_for_event(&events, &format!("cancelled {tag}")).await;
+        tokio::time::sleep(Duration::from_millis(3200)).await;
+        client.expect_nothing_pending().await;
+        assert!(!read_events(&events).contains(&format!("finished {tag}")));
+
+        if mode == UpstreamMode::Shared {
+            // The upstream server dies mid-call (its process exits): the WebSocket ends and the
+            // call is answered -32030 at once; the next cannot connect (refused, or reset if
+            // it came while the process's sockets were being closed).
+            let crash = client.call_tool("ws__crash", json!({})).await;
+            let error = assert_error(&crash, &crash["id"], -32030);
+            assert_eq!(error["data"]["upstream"], "ws", "{error}");
+            assert!(
+                error["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("WebSocket")),
+                "{error}"
+            );
+            let next = client.call_tool("ws__whoami", json!({})).await;
+            let error = assert_error(&next, &next["id"], -32030);
+            assert!(
+                error["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("cannot connect")),
+                "{error}"
+            );
+        }
     }
 }
 
