@@ -1,8 +1,10 @@
-//! `mcp_ws::client` on its own: starts a stdio MCP server, lists its tools and calls one.
+//! `mcp_ws::client` on its own: starts a stdio MCP server (or reaches one over Streamable
+//! HTTP or WebSocket), lists its tools and calls one.
 //!
 //! ```sh
 //! cargo run --example client -- npx -y @modelcontextprotocol/server-everything
 //! cargo run --example client -- --http http://127.0.0.1:8765/mcp
+//! cargo run --example client -- --ws ws://127.0.0.1:8765/mcp
 //! ```
 
 use mcp_ws::client::{Client, ClientOptions, StdioCommand};
@@ -14,11 +16,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let client = match args.as_slice() {
         [flag, url] if flag == "--http" => Client::http(url, &[], ClientOptions::default()).await?,
+        [flag, url] if flag == "--ws" => {
+            Client::websocket(url, &[], ClientOptions::default()).await?
+        }
         [program, rest @ ..] => {
             let command = StdioCommand::new(program).args(rest.iter().cloned());
             Client::stdio(command, ClientOptions::default()).await?
         }
-        [] => return Err("usage: client CMD [ARGS...] | client --http URL".into()),
+        [] => {
+            return Err("usage: client CMD [ARGS...] | client --http URL | client --ws URL".into())
+        }
     };
     let server = client.server();
     println!(

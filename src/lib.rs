@@ -37,7 +37,7 @@
 //!   async function run in a worker; [`tool`], [`resource`], [`prompt`] hold their details.
 //! - [`RequestContext`] ([`context`]): progress, logging, cancellation, the session, and
 //!   requests to the client.
-//! - [`client`]: an MCP client of other servers (stdio, Streamable HTTP).
+//! - [`client`]: an MCP client of other servers (stdio, Streamable HTTP, WebSocket).
 //! - [`model`]: content blocks and results; [`config`]: [`Settings`]; [`rollout`]: which
 //!   version of a tool in several versions a session sees.
 //!
@@ -67,8 +67,8 @@
 //! 10. `mailbox`: a session's bounded inbox and the throttles of what tools send it.
 //! 11. `observe`: access log, metrics, log setup, trace ids.
 //! 12. `config`: settings, file < env < CLI.
-//! 13. `client`: an MCP client (stdio, Streamable HTTP), what the gateway reaches its
-//!     upstreams with.
+//! 13. `client`: an MCP client (stdio, Streamable HTTP, WebSocket), what the gateway
+//!     reaches its upstreams with.
 //! 14. `protocol`: `jsonrpc` (the wire), `mcp` (its meaning), `mrtr` (request state),
 //!     `traceparent` (W3C trace context).
 //!

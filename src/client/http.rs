@@ -292,9 +292,9 @@ async fn stream_into(response: reqwest::Response, inner: &Weak<Inner>, max_event
     }
 }
 
-/// TLS for `https://` upstreams: the ring provider the listener uses, and the platform's
-/// trust roots.
-fn tls_config() -> Result<rustls::ClientConfig, ClientError> {
+/// TLS for `https://` upstreams (and `wss://` ones, in ws.rs): the ring provider the
+/// listener uses, and the platform's trust roots.
+pub(super) fn tls_config() -> Result<rustls::ClientConfig, ClientError> {
     use rustls_platform_verifier::BuilderVerifierExt;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)

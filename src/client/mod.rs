@@ -1,5 +1,5 @@
-//! An MCP client: connects to a server over stdio (a child process) or Streamable HTTP, in
-//! either protocol era, and sends it requests and notifications. The gateway
+//! An MCP client: connects to a server over stdio (a child process), Streamable HTTP or
+//! WebSocket, in either protocol era, and sends it requests and notifications. The gateway
 //! (`crate::gateway`) reaches its upstreams through it; the benches and tests use it too.
 //!
 //! The era follows [`ClientOptions::protocol_version`], as the conformance suite asks of
@@ -43,6 +43,7 @@
 
 mod http;
 mod stdio;
+mod ws;
 
 pub use stdio::StdioCommand;
 
@@ -294,6 +295,7 @@ pub(crate) struct Inner {
 enum Transport {
     Stdio(stdio::Process),
     Http(http::Session),
+    WebSocket(ws::Connection),
 }
 
 /// A connection to an MCP server; see the module docs.
@@ -364,6 +366,26 @@ impl Client {
             session.listen(&client.inner, &client.server().protocol_version);
         }
         Ok(client)
+    }
+
+    /// Talks to the MCP server at the WebSocket `url` (`ws://`, or `wss://` with the
+    /// platform's trust roots), one JSON-RPC message per text frame, asking for the `mcp`
+    /// subprotocol and sending `headers` with the upgrade request. A message from the server
+    /// over `max_message_bytes` ends the connection (the stream cannot be read past it).
+    ///
+    /// # Errors
+    /// As for [`stdio`](Self::stdio); [`ClientError::Connect`] also when the upgrade is
+    /// refused (an HTTP status, a subprotocol the server does not speak).
+    pub async fn websocket(
+        url: &str,
+        headers: &[(String, String)],
+        options: ClientOptions,
+    ) -> Result<Self, ClientError> {
+        let (outgoing, rx) = mpsc::channel(OUTGOING_QUEUE);
+        let connection = ws::Connection::open(url, headers, options.max_message_bytes).await?;
+        let client = Self::new(outgoing, Transport::WebSocket(connection.clone()), &options);
+        connection.run(&client.inner, rx);
+        client.handshake(&options).await
     }
 
     fn new(
@@ -842,20 +864,24 @@ impl Client {
     }
 
     /// Ends the connection: a child process gets its stdin closed and SIGTERM, then SIGKILL
-    /// after `grace`; an HTTP session is deleted. Requests still waiting fail with
+    /// after `grace`; an HTTP session is deleted; a WebSocket gets a normal close frame (and
+    /// up to `grace` for the server's). Requests still waiting fail with
     /// [`ClientError::Closed`].
     pub async fn shutdown(&self, grace: Duration) {
         match &self.inner.transport {
             Transport::Stdio(process) => process.terminate(grace).await,
             Transport::Http(session) => session.delete().await,
+            Transport::WebSocket(connection) => connection.close(grace).await,
         }
         self.inner.close("shut down by the client");
     }
 
     /// Kills a child process at once (stdio); closes the connection otherwise.
     pub fn kill(&self) {
-        if let Transport::Stdio(process) = &self.inner.transport {
-            process.kill();
+        match &self.inner.transport {
+            Transport::Stdio(process) => process.kill(),
+            Transport::Http(_) => {}
+            Transport::WebSocket(connection) => connection.abort(),
         }
         self.inner.close("killed by the client");
     }

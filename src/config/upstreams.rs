@@ -1,5 +1,5 @@
 //! `[[upstreams]]`: other MCP servers the gateway serves as this server's own (a stdio
-//! program started per session or shared, or a Streamable HTTP endpoint).
+//! program started per session or shared, a Streamable HTTP endpoint, or a WebSocket one).
 
 use super::ConfigError;
 use serde::Deserialize;
@@ -71,9 +71,11 @@ pub struct UpstreamSettings {
     pub env: BTreeMap<String, String>,
     /// Its working directory.
     pub cwd: Option<PathBuf>,
-    /// A Streamable HTTP upstream instead of a command: its endpoint URL.
+    /// A remote upstream instead of a command: its endpoint URL, `http://` or `https://`
+    /// (Streamable HTTP) or `ws://` or `wss://` (WebSocket, the `mcp` subprotocol).
     pub url: String,
-    /// Headers sent with every request to `url` (an `Authorization`, say); never logged.
+    /// Headers sent with every request to `url` (with the upgrade request of a WebSocket):
+    /// an `Authorization`, say; never logged.
     pub headers: BTreeMap<String, String>,
     /// One child per session (`per_session`, the default) or one for all (`shared`).
     pub mode: UpstreamMode,
@@ -141,6 +143,9 @@ impl Default for UpstreamSettings {
     }
 }
 
+/// The schemes an upstream's `url` may have: Streamable HTTP, then WebSocket.
+const REMOTE_SCHEMES: &[&str] = &["http://", "https://", "ws://", "wss://"];
+
 /// The identity fields `env_from_identity` may name.
 pub const IDENTITY_FIELDS: &[&str] = &["sub", "principal", "proof", "scopes"];
 
@@ -169,8 +174,12 @@ pub(super) fn validate(upstreams: &[UpstreamSettings]) -> Result<(), ConfigError
             }
         }
         let url = &upstream.url;
-        if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
-            return invalid(format!("upstreams.{name}.url: not an http(s) URL"));
+        if !(url.is_empty() || REMOTE_SCHEMES.iter().any(|scheme| url.starts_with(scheme))) {
+            // The URL itself is not repeated: it may carry credentials.
+            return invalid(format!(
+                "upstreams.{name}.url: not an http://, https:// (Streamable HTTP), ws:// or \
+                 wss:// (WebSocket) URL"
+            ));
         }
         if let Some(field) = upstream
             .env_from_identity
@@ -221,5 +230,30 @@ mod tests {
         assert!(!filter.admits("write_file"));
         assert!(!filter.admits("read_secrets"));
         assert!(ToolFilter::default().admits("anything"));
+    }
+
+    #[test]
+    fn a_url_is_streamable_http_or_websocket() {
+        let remote = |url: &str| UpstreamSettings {
+            name: "remote".into(),
+            url: url.into(),
+            ..UpstreamSettings::default()
+        };
+        for url in [
+            "http://127.0.0.1:8000/mcp",
+            "https://host/mcp",
+            "ws://127.0.0.1:8000/ws",
+            "wss://host/mcp",
+        ] {
+            assert!(validate(&[remote(url)]).is_ok(), "{url}");
+        }
+        for url in ["ftp://host/mcp", "host:8000/mcp", "WS://host/mcp"] {
+            let Err(ConfigError::Invalid(message)) = validate(&[remote(url)]) else {
+                panic!("{url} accepted");
+            };
+            assert!(message.starts_with("upstreams.remote.url: "), "{message}");
+            assert!(message.contains("ws:// or wss://"), "{message}");
+            assert!(!message.contains(url), "the URL is not repeated: {message}");
+        }
     }
 }

@@ -1,6 +1,6 @@
-//! The gateway: other MCP servers (`[[upstreams]]`: stdio programs, Streamable HTTP
-//! endpoints) served through this one, so many clients reach them over WebSocket and
-//! Streamable HTTP, in both protocol eras, behind one perimeter and one set of limits.
+//! The gateway: other MCP servers (`[[upstreams]]`: stdio programs, Streamable HTTP or
+//! WebSocket endpoints) served through this one, so many clients reach them over WebSocket
+//! and Streamable HTTP, in both protocol eras, behind one perimeter and one set of limits.
 //!
 //! At start each upstream is started once and asked for its tools, resources, templates and
 //! prompts, which are registered as this server's (tool and prompt names prefixed; resource

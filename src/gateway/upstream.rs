@@ -239,7 +239,12 @@ impl Upstream {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            Box::pin(async move { Client::http(&url, &headers, options).await })
+            // The config admits http(s):// (Streamable HTTP) and ws(s):// (WebSocket) only.
+            if url.starts_with("ws://") || url.starts_with("wss://") {
+                Box::pin(async move { Client::websocket(&url, &headers, options).await })
+            } else {
+                Box::pin(async move { Client::http(&url, &headers, options).await })
+            }
         };
         // Where the child's pipes are driven (and what the kernel's parent-death signal is
         // tied to: a thread that lives as long as the server). A session's own child lives

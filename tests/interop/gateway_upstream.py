@@ -1,5 +1,6 @@
-"""A stdio MCP server written with FastMCP (the official Python SDK, mcp 1.30.0), put behind
-mcp-ws as an upstream by tests/it/gateway.rs. Nothing in it knows of mcp-ws.
+"""An MCP server written with FastMCP (the official Python SDK, mcp 1.30.0), put behind mcp-ws
+as an upstream by tests/it/gateway.rs (over stdio, Streamable HTTP or WebSocket). Nothing in
+it knows of mcp-ws.
 
 Tools:
   add(a, b)             a + b, as text and as structured content
@@ -10,7 +11,8 @@ Tools:
   ask_model()           asks the client's model (sampling)
   image()               one image block and one resource_link block
   fail()                raises: an isError result
-  crash()               the process exits at once (status 3) mid-call
+  crash()               the process exits at once (status 3) mid-call (over WebSocket: the
+                        server, with every connection)
   garbage()             writes a line that is not JSON to stdout, then answers
   grow(name)            adds a tool of that name and tells the client the list changed
   touch(uri)            sends resources/updated for uri (the server offers subscriptions)
@@ -18,6 +20,9 @@ Resource mem://motd, template mem://items/{id}, prompt greet(name).
 
 Usage: python gateway_upstream.py              (stdio)
        python gateway_upstream.py --http PORT  (Streamable HTTP at http://127.0.0.1:PORT/mcp)
+       python gateway_upstream.py --ws PORT    (WebSocket at ws://127.0.0.1:PORT/ws: the SDK's
+                                                websocket_server in a Starlette route, under
+                                                uvicorn; it requires the `mcp` subprotocol)
 """
 
 import asyncio
@@ -171,11 +176,35 @@ def greet(name: str) -> str:
     return f"Please greet {name}."
 
 
+class OverWebSocket:
+    """An ASGI app serving `server` to each WebSocket connection, through the SDK's own
+    WebSocket transport (FastMCP has no WebSocket mode of its own)."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        from mcp.server.websocket import websocket_server
+
+        async with websocket_server(scope, receive, send) as (read, write):
+            lowlevel = server._mcp_server
+            await lowlevel.run(read, write, lowlevel.create_initialization_options())
+
+
+def serve_websocket(port: int) -> None:
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.routing import WebSocketRoute
+
+    app = Starlette(routes=[WebSocketRoute("/ws", OverWebSocket())])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
 if __name__ == "__main__":
     # `--http PORT`: Streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.
     if sys.argv[1:2] == ["--http"]:
         server.settings.host = "127.0.0.1"
         server.settings.port = int(sys.argv[2])
         server.run("streamable-http")
+    # `--ws PORT`: WebSocket on 127.0.0.1:PORT/ws.
+    elif sys.argv[1:2] == ["--ws"]:
+        serve_websocket(int(sys.argv[2]))
     else:
         server.run("stdio")

@@ -1,6 +1,7 @@
 //! The gateway, with upstreams nobody here wrote the servers of: `py`, a FastMCP server of the
-//! official Python SDK (tests/interop/gateway_upstream.py, over stdio, and over Streamable
-//! HTTP), and `every`, the npm package `@modelcontextprotocol/server-everything` (stdio).
+//! official Python SDK (tests/interop/gateway_upstream.py, over stdio, over Streamable HTTP,
+//! and over the SDK's WebSocket transport), and `every`, the npm package
+//! `@modelcontextprotocol/server-everything` (stdio).
 //! Clients: the official Python SDK (WebSocket and HTTP) and TypeScript SDK, raw frames where
 //! a test needs to see each one, and the `mcp-ws` binary for what concerns processes
 //! (`--stdio`, exit codes, children after SIGTERM and SIGKILL).
@@ -13,18 +14,27 @@
 //! it, its environment from the identity) or one for all (50 sessions × 20 interleaved calls,
 //! every answer its own); a 2026-07-28 client served by a session-era upstream, its
 //! elicitation as an `input_required` round; a command that cannot start stops `mcp-ws` with
-//! exit 2; no child outlives `mcp-ws`.
+//! exit 2; no child outlives `mcp-ws`. A `ws://` upstream: prefixed list, results, progress,
+//! sampling, `isError` and a cancel across it, and its server dying mid-call answered -32030.
+//!
+//! `mcp_ws::client` over WebSocket on its own, against mcp-ws: calls (concurrent ones each
+//! answered their own), a normal close, headers on the upgrade, a request in flight failing
+//! `ClientError::Closed` when the server is killed or stops (never hanging), a message over
+//! `max_message_bytes` ending the connection, and `wss://` with the platform's roots.
 
 use crate::interop_py_sdk::ensure_python_env;
 use crate::interop_ts_sdk::ensure_sdk_1;
-use crate::support::interop::{assert_every_check_passed, interop_dir, run_client, Transport};
+use crate::support::interop::{
+    assert_every_check_passed, interop_dir, run_client, KillOnDrop, Transport,
+};
 use crate::support::meta::*;
 use crate::support::process::ServerProcess;
 use crate::support::ws::call;
 use crate::support::*;
+use mcp_ws::client::{Client as McpClient, ClientError, ClientOptions};
 use mcp_ws::config::{UpstreamMode, UpstreamSettings};
 use mcp_ws::RunningServer;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -404,35 +414,43 @@ async fn a_stateless_client_is_served_by_a_session_era_upstream() {
     assert_eq!(text_of(&result), "hello Lin", "{response}");
 }
 
-#[tokio::test]
-async fn an_http_upstream_is_served_like_a_stdio_one() {
-    // FastMCP over Streamable HTTP, on a free port.
+/// The FastMCP upstream as a server of its own on a free port (`--http` or `--ws`), with
+/// `env`; returns it (killed when dropped) and its port once it listens.
+fn fastmcp_listening(transport: &str, env: &[(&str, &Path)]) -> (KillOnDrop, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("a free port")
         .local_addr()
         .expect("addr")
         .port();
-    let mut upstream = crate::support::interop::KillOnDrop(
+    let mut upstream = KillOnDrop(
         Command::new(ensure_python_env())
             .arg(interop_dir().join("gateway_upstream.py"))
-            .args(["--http", &port.to_string()])
+            .args([transport, &port.to_string()])
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("the FastMCP HTTP upstream starts"),
+            .expect("the FastMCP upstream starts"),
     );
     let deadline = Instant::now() + READ_TIMEOUT;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
             Instant::now() < deadline,
-            "the HTTP upstream does not listen"
+            "the {transport} upstream does not listen"
         );
         assert!(
             upstream.0.try_wait().expect("try_wait").is_none(),
-            "the HTTP upstream exited"
+            "the {transport} upstream exited"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    (upstream, port)
+}
+
+#[tokio::test]
+async fn an_http_upstream_is_served_like_a_stdio_one() {
+    // FastMCP over Streamable HTTP, on a free port.
+    let (_upstream, port) = fastmcp_listening("--http", &[]);
     for mode in [UpstreamMode::PerSession, UpstreamMode::Shared] {
         let remote = UpstreamSettings {
             name: "remote".into(),
@@ -460,6 +478,353 @@ async fn an_http_upstream_is_served_like_a_stdio_one() {
             "{motd}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_websocket_upstream_is_served_like_a_stdio_one() {
+    // FastMCP over the Python SDK's own WebSocket transport (which requires the `mcp`
+    // subprotocol), on a free port.
+    let (_dir, events) = events_file();
+    let (_upstream, port) = fastmcp_listening("--ws", &[("GATEWAY_EVENTS", &events)]);
+    for mode in [UpstreamMode::PerSession, UpstreamMode::Shared] {
+        let remote = UpstreamSettings {
+            name: "ws".into(),
+            url: format!("ws://127.0.0.1:{port}/ws"),
+            mode,
+            ..Default::default()
+        };
+        // Beside the demo tools: the upstream's names get its prefix.
+        let mut settings = settings();
+        settings.upstreams = vec![remote];
+        let server = start(settings);
+        let mut client = Client::initialized(&server).await;
+
+        let listed = client.request("tools/list", json!({})).await;
+        let names: Vec<&str> = listed["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|tool| tool["name"].as_str())
+            .collect();
+        for name in ["echo", "add", "ws__add", "ws__slow", "ws__wait", "ws__fail"] {
+            assert!(names.contains(&name), "{name} is not listed: {names:?}");
+        }
+
+        let sum = client.call_tool("ws__add", json!({"a": 4, "b": 5})).await;
+        assert_eq!(
+            sum["result"]["structuredContent"],
+            json!({"sum": 9.0}),
+            "{sum}"
+        );
+
+        // Progress crosses under the client's own token (150 ms apart: none throttled).
+        let id = client.fresh_id();
+        client
+            .send_json(request(
+                id.clone(),
+                "tools/call",
+                json!({"name": "ws__slow", "arguments": {"steps": 3, "delay_ms": 150},
+                       "_meta": {"progressToken": "p"}}),
+            ))
+            .await;
+        let slow = client.recv_response(&id).await;
+        assert_eq!(tool_text(&slow), "done", "{slow}");
+        let progress: Vec<Value> = client
+            .backlog
+            .drain(..)
+            .filter(|m| m["method"] == "notifications/progress")
+            .map(|m| m["params"].clone())
+            .collect();
+        let steps: Vec<f64> = progress
+            .iter()
+            .map(|p| {
+                assert_eq!(p["progressToken"], "p", "{p}");
+                p["progress"].as_f64().expect("progress")
+            })
+            .collect();
+        assert_eq!(steps, [1.0, 2.0, 3.0], "{progress:?}");
+        assert_eq!(progress[2]["total"], 3.0);
+
+        // The upstream's request to the client (sampling) crosses both WebSockets and back.
+        let id = client.fresh_id();
+        client
+            .send_json(request(
+                id.clone(),
+                "tools/call",
+                json!({"name": "ws__ask_model", "arguments": {}}),
+            ))
+            .await;
+        let ask = loop {
+            let message = client.recv().await;
+            if message["method"] == "sampling/createMessage" {
+                break message;
+            }
+            assert!(
+                message.get("id") != Some(&id),
+                "answered before asking: {message}"
+            );
+        };
+        client
+            .send_json(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {
+                "role": "assistant", "model": "test",
+                "content": {"type": "text", "text": "4"}}}))
+            .await;
+        let asked = client.recv_response(&id).await;
+        assert_eq!(tool_text(&asked), "model said 4", "{asked}");
+
+        let failed = client.call_tool("ws__fail", json!({})).await;
+        assert_eq!(failed["result"]["isError"], true, "{failed}");
+        assert!(tool_text(&failed).contains("always fails"), "{failed}");
+
+        // A cancel reaches the upstream's task, and no answer follows it.
+        let tag = format!("ws-{mode:?}");
+        client
+            .send_json(request(
+                json!(7),
+                "tools/call",
+                json!({"name": "ws__wait", "arguments": {"ms": 3000, "tag": tag}}),
+            ))
+            .await;
+        // The upstream has the call once a later call on the same connection is answered.
+        let whoami = client.call_tool("ws__whoami", json!({})).await;
+        assert!(tool_text(&whoami).starts_with("pid="), "{whoami}");
+        client.send_json(cancel(json!(7))).await;
+        wait_for_event(&events, &format!("cancelled {tag}")).await;
+        tokio::time::sleep(Duration::from_millis(3200)).await;
+        client.expect_nothing_pending().await;
+        assert!(!read_events(&events).contains(&format!("finished {tag}")));
+
+        if mode == UpstreamMode::Shared {
+            // The upstream server dies mid-call (its process exits): the WebSocket ends and the
+            // call is answered -32030 at once; the next cannot connect (refused, or reset if
+            // it came while the process's sockets were being closed).
+            let crash = client.call_tool("ws__crash", json!({})).await;
+            let error = assert_error(&crash, &crash["id"], -32030);
+            assert_eq!(error["data"]["upstream"], "ws", "{error}");
+            assert!(
+                error["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("WebSocket")),
+                "{error}"
+            );
+            let next = client.call_tool("ws__whoami", json!({})).await;
+            let error = assert_error(&next, &next["id"], -32030);
+            assert!(
+                error["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("cannot connect")),
+                "{error}"
+            );
+        }
+    }
+}
+
+/// Options of `mcp_ws::client` for the tests of its WebSocket transport.
+fn ws_client_options() -> ClientOptions {
+    ClientOptions {
+        initialize_timeout: READ_TIMEOUT,
+        label: "test".into(),
+        ..ClientOptions::default()
+    }
+}
+
+/// Fails unless `request` ends within READ_TIMEOUT with `ClientError::Closed`; returns why.
+async fn assert_closed<T: std::fmt::Debug>(
+    request: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> String {
+    match tokio::time::timeout(READ_TIMEOUT, request).await {
+        Ok(Err(ClientError::Closed(reason))) => reason.to_string(),
+        Ok(other) => panic!("expected ClientError::Closed, got {other:?}"),
+        Err(_) => panic!("the request hangs after the connection ended"),
+    }
+}
+
+#[tokio::test]
+async fn the_websocket_client_talks_to_mcp_ws() {
+    let server = start(settings());
+    let client = McpClient::websocket(&server.url(), &[], ws_client_options())
+        .await
+        .expect("connects and initializes");
+    assert_eq!(client.server().protocol_version, "2025-11-25");
+    let tools = client
+        .list_all("tools/list", "tools")
+        .await
+        .expect("tools/list");
+    assert!(tools.iter().any(|tool| tool["name"] == "echo"), "{tools:?}");
+    let echo = client
+        .call_tool("echo", json!({"text": "over a WebSocket"}))
+        .await
+        .expect("echo");
+    assert_eq!(text_of(&echo), "over a WebSocket", "{echo}");
+    // Concurrent calls each get their own answer.
+    let calls = (0..20).map(|i| {
+        let client = client.clone();
+        async move { client.call_tool("add", json!({"a": i, "b": 1000})).await }
+    });
+    for (i, answer) in futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let answer = answer.expect("add");
+        assert_eq!(text_of(&answer), (i + 1000).to_string(), "{answer}");
+    }
+    // An error of the server is its error, not the connection's.
+    let unknown = client.call_tool("nope", json!({})).await;
+    assert!(
+        matches!(unknown, Err(ClientError::Rpc { .. })),
+        "{unknown:?}"
+    );
+
+    // A normal close: the server answers it, and the connection is over.
+    client.shutdown(READ_TIMEOUT).await;
+    let reason = tokio::time::timeout(READ_TIMEOUT, client.closed())
+        .await
+        .expect("closed");
+    assert_eq!(&*reason, "the WebSocket was closed by the client");
+    assert_closed(client.request("ping", None)).await;
+}
+
+#[tokio::test]
+async fn the_websocket_client_sends_its_headers_with_the_upgrade() {
+    let mut settings = with_api_key(settings());
+    settings.auth.required = true;
+    let server = start(settings);
+    let refused = McpClient::websocket(&server.url(), &[], ws_client_options()).await;
+    match refused {
+        Err(ClientError::Connect(why)) => assert!(why.contains("401"), "{why}"),
+        other => panic!("connected without credentials: {other:?}"),
+    }
+    let headers = [("Authorization".to_owned(), format!("Bearer {TEST_KEY}"))];
+    let client = McpClient::websocket(&server.url(), &headers, ws_client_options())
+        .await
+        .expect("connects with the API key");
+    let echo = client
+        .call_tool("echo", json!({"text": "authorized"}))
+        .await
+        .expect("echo");
+    assert_eq!(text_of(&echo), "authorized");
+}
+
+#[tokio::test]
+async fn the_websocket_client_fails_what_is_in_flight_when_the_server_goes() {
+    // Killed: the TCP connection ends without a close frame.
+    let server = ServerProcess::spawn(&["--listen", "127.0.0.1:0"], &[]);
+    let url = format!("ws://{}/mcp", server.wait_listening());
+    let client = McpClient::websocket(&url, &[], ws_client_options())
+        .await
+        .expect("connects");
+    let sleeping = {
+        let client = client.clone();
+        tokio::spawn(async move { client.call_tool("sleep", json!({"ms": 60_000})).await })
+    };
+    // The sleep is on the server once a later request on the same connection is answered.
+    client.request("ping", None).await.expect("ping");
+    let mut server = server;
+    server.child.kill().expect("SIGKILL mcp-ws");
+    let _ = server.child.wait();
+    let why = assert_closed(async { sleeping.await.expect("the call's task") }).await;
+    assert!(why.contains("WebSocket"), "{why}");
+    assert!(client.is_closed());
+    assert_closed(client.request("ping", None)).await;
+
+    // Stopped: the server answers what it was running (-32004 past its grace) and closes
+    // with 1001; the connection is over, and a request after it fails at once.
+    let mut settings = settings();
+    settings.shutdown.grace_ms = 100;
+    let (server, _gate) = start_with_gate(settings);
+    let client = McpClient::websocket(&server.url(), &[], ws_client_options())
+        .await
+        .expect("connects");
+    let held = {
+        let client = client.clone();
+        tokio::spawn(async move { client.call_tool("hold", json!({})).await })
+    };
+    client.request("ping", None).await.expect("ping");
+    let stopper = stop_in_background(server);
+    let answer = tokio::time::timeout(READ_TIMEOUT, held)
+        .await
+        .expect("the held call is answered")
+        .expect("the call's task");
+    assert!(
+        matches!(
+            &answer,
+            Err(ClientError::Rpc {
+                code: SHUTTING_DOWN,
+                ..
+            } | ClientError::Closed(_))
+        ),
+        "{answer:?}"
+    );
+    let reason = tokio::time::timeout(READ_TIMEOUT, client.closed())
+        .await
+        .expect("the server closes the connection");
+    assert!(
+        reason.starts_with("the server closed the WebSocket (1001"),
+        "{reason}"
+    );
+    assert_closed(client.request("ping", None)).await;
+    assert_stopped(stopper).await;
+}
+
+#[tokio::test]
+async fn the_websocket_client_ends_the_connection_on_a_message_over_its_limit() {
+    let server = start(settings());
+    let options = ClientOptions {
+        max_message_bytes: 4096,
+        ..ws_client_options()
+    };
+    let client = McpClient::websocket(&server.url(), &[], options)
+        .await
+        .expect("connects");
+    let fits = client
+        .call_tool("echo", json!({"text": "x".repeat(1000)}))
+        .await
+        .expect("an answer under the limit");
+    assert_eq!(text_of(&fits).len(), 1000);
+    // The echo of 8 KiB is over the client's 4 KiB: that answer cannot be read, and nothing
+    // after it.
+    let why = assert_closed(client.call_tool("echo", json!({"text": "x".repeat(8192)}))).await;
+    assert!(why.contains("over max_message_bytes (4096)"), "{why}");
+    assert!(client.is_closed());
+    assert_closed(client.request("ping", None)).await;
+}
+
+#[test]
+fn the_websocket_client_speaks_wss_with_the_platform_roots() {
+    const TEST: &str = "gateway::the_websocket_client_speaks_wss_with_the_platform_roots";
+    // Alone in a process: the trust roots come from this process's environment.
+    if !crate::support::alone::in_own_process(TEST) {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (_pki, settings) = crate::tls::make_pki();
+    let ca_file = settings.tls.client_ca_file.clone();
+    let server = start(settings);
+    let url = server.url();
+    assert!(url.starts_with("wss://"), "{url}");
+    runtime.block_on(async {
+        // The test CA is no root of the platform's: the certificate is refused.
+        match McpClient::websocket(&url, &[], ws_client_options()).await {
+            Err(ClientError::Connect(why)) => assert!(why.contains("TLS"), "{why}"),
+            other => panic!("a certificate of an unknown CA was accepted: {other:?}"),
+        }
+        // The platform's roots on Linux are read from SSL_CERT_FILE when it is set
+        // (rustls-native-certs, under rustls-platform-verifier): now the test CA is one.
+        std::env::set_var("SSL_CERT_FILE", &ca_file);
+        let client = McpClient::websocket(&url, &[], ws_client_options())
+            .await
+            .expect("connects over wss:// trusting the test CA");
+        let echo = client
+            .call_tool("echo", json!({"text": "over TLS"}))
+            .await
+            .expect("echo");
+        assert_eq!(text_of(&echo), "over TLS");
+        client.shutdown(READ_TIMEOUT).await;
+    });
 }
 
 #[test]

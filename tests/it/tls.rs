@@ -49,8 +49,8 @@ impl Certified {
 }
 
 /// A CA, the server's certificate (localhost, 127.0.0.1), client certificates, and the files
-/// the server reads.
-struct Pki {
+/// the server reads (gateway.rs's `wss://` client test uses them too).
+pub(crate) struct Pki {
     dir: TempDir,
     ca: CertificateDer<'static>,
     /// CN=alice.
@@ -97,7 +97,9 @@ fn issue(
     }
 }
 
-fn make_pki() -> (Pki, Settings) {
+/// The certificates, and settings serving TLS with them (`tls.client_ca_file` is the CA's
+/// certificate, in PEM).
+pub(crate) fn make_pki() -> (Pki, Settings) {
     let dir = TempDir::new().expect("tempdir");
     let authority = ca("mcp-ws test CA");
     let server = issue(
