@@ -74,7 +74,7 @@ fn sample(schema: &Value) -> Value {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::args()
-        .last()
+        .next_back()
         .filter(|a| a.starts_with("http"))
         .ok_or("usage: conformance_client URL")?;
     let options = ClientOptions {
