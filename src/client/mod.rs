@@ -555,6 +555,11 @@ impl Client {
             .unwrap_or_else(|| NONE.get_or_init(ServerDetails::default))
     }
 
+    /// Whether the server is spoken to statelessly (2026-07-28).
+    pub fn is_stateless(&self) -> bool {
+        self.inner.stateless.get().is_some()
+    }
+
     /// The operating-system id of the child process (stdio clients).
     pub fn pid(&self) -> Option<u32> {
         match &self.inner.transport {

@@ -77,6 +77,11 @@ pub struct UpstreamSettings {
     /// Headers sent with every request to `url` (with the upgrade request of a WebSocket):
     /// an `Authorization`, say; never logged.
     pub headers: BTreeMap<String, String>,
+    /// The protocol version asked of the upstream, which also picks the era it is spoken to
+    /// in: one of 2024-11-05 … 2025-11-25 (the `initialize` handshake; default 2025-11-25)
+    /// or 2026-07-28 (stateless: `server/discover`, `_meta` on every request). Either falls
+    /// back to the other era when the upstream speaks only that one.
+    pub protocol_version: String,
     /// One child per session (`per_session`, the default) or one for all (`shared`).
     pub mode: UpstreamMode,
     /// Put before the upstream's tool and prompt names. Default: `<name>__` when there is
@@ -130,6 +135,7 @@ impl Default for UpstreamSettings {
             cwd: None,
             url: String::new(),
             headers: BTreeMap::new(),
+            protocol_version: crate::client::DEFAULT_PROTOCOL_VERSION.to_owned(),
             mode: UpstreamMode::PerSession,
             prefix: None,
             tools: ToolFilter::default(),
@@ -179,6 +185,13 @@ pub(super) fn validate(upstreams: &[UpstreamSettings]) -> Result<(), ConfigError
             return invalid(format!(
                 "upstreams.{name}.url: not an http://, https:// (Streamable HTTP), ws:// or \
                  wss:// (WebSocket) URL"
+            ));
+        }
+        if crate::protocol::mcp::ProtocolVersion::parse(&upstream.protocol_version).is_none() {
+            return invalid(format!(
+                "upstreams.{name}.protocol_version: {:?} is not a protocol version this server \
+                 speaks (2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25, 2026-07-28)",
+                upstream.protocol_version
             ));
         }
         if let Some(field) = upstream

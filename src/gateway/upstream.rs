@@ -204,6 +204,7 @@ impl Upstream {
         };
         let options = ClientOptions {
             name: self.env.client_name.clone(),
+            protocol_version: settings.protocol_version.clone(),
             capabilities,
             initialize_timeout: Duration::from_millis(settings.initialize_timeout_ms),
             max_message_bytes: self.env.max_message_bytes,
@@ -409,23 +410,50 @@ impl Upstream {
     /// Subscribes `client` to every resource this upstream registered, when it offers
     /// subscriptions: its `resources/updated` then reach the sessions subscribed to the URI
     /// (the session keeps who subscribed; the upstream only has to send the updates).
+    /// A stateless upstream has no session to tell: its changes (lists and those resources)
+    /// come on a `subscriptions/listen` stream held open for as long as the client lives.
     pub(crate) fn subscribe_all(&self, client: &Client) {
-        let offers = client
-            .server()
-            .capabilities
-            .get("resources")
-            .and_then(|r| r.get("subscribe"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let capabilities = &client.server().capabilities;
+        let declares = |kind: &str, flag: &str| {
+            capabilities
+                .get(kind)
+                .and_then(|c| c.get(flag))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        };
+        let offers = declares("resources", "subscribe");
+        let uris: Vec<String> = if offers {
+            crate::lock(&self.listed)
+                .resources
+                .keys()
+                .take(MAX_SUBSCRIBED)
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if client.is_stateless() {
+            let mut notifications = json!({
+                "toolsListChanged": declares("tools", "listChanged"),
+                "promptsListChanged": declares("prompts", "listChanged"),
+                "resourcesListChanged": declares("resources", "listChanged"),
+            });
+            if offers {
+                notifications["resourceSubscriptions"] = json!(uris);
+            }
+            let client = client.clone();
+            let name = self.name.clone();
+            self.env.runtime.spawn(async move {
+                let listen = json!({ "notifications": notifications });
+                if let Err(error) = client.request("subscriptions/listen", Some(listen)).await {
+                    tracing::debug!(upstream = %name, %error, "the listen stream ended");
+                }
+            });
+            return;
+        }
         if !offers {
             return;
         }
-        let uris: Vec<String> = crate::lock(&self.listed)
-            .resources
-            .keys()
-            .take(MAX_SUBSCRIBED)
-            .cloned()
-            .collect();
         let client = client.clone();
         self.env.runtime.spawn(async move {
             for uri in uris {
@@ -520,10 +548,14 @@ impl Upstream {
     ) -> Result<Box<RawValue>, RpcError> {
         let _slot = self.admit().await?;
         let child = self.child_for(ctx).await?;
-        let (events, mut event_rx) = mpsc::channel(CALL_EVENTS);
+        let (events_tx, mut event_rx) = mpsc::channel(CALL_EVENTS);
         let call_id = child.calls.next.fetch_add(1, Ordering::Relaxed);
         let session = ctx.session().scope.as_ref().map(|s| s.id());
-        crate::lock(&child.calls.by_id).insert(call_id, CallLink { events, session });
+        let link = CallLink {
+            events: events_tx.clone(),
+            session,
+        };
+        crate::lock(&child.calls.by_id).insert(call_id, link);
         let _unlink = Unlink {
             calls: &child.calls,
             id: call_id,
@@ -539,7 +571,13 @@ impl Upstream {
             Some(params),
             Call {
                 progress,
-                inputs: None,
+                // A stateless upstream's questions belong to this call: they reach its
+                // client as the child's own requests do.
+                inputs: child.client.is_stateless().then(|| {
+                    Arc::new(CallInputs {
+                        events: events_tx.clone(),
+                    }) as Arc<dyn ClientHandler>
+                }),
             },
         );
         tokio::pin!(answer);
@@ -745,30 +783,57 @@ impl ClientHandler for Handler {
             .upgrade()
             .ok_or("the upstream's calls are gone")
             .and_then(|calls| calls.only_session());
-        let method = method.to_owned();
-        Box::pin(async move {
-            let events = routed.map_err(|why| RpcError::new(-32603, why))?;
-            let params = match params {
-                Some(raw) => serde_json::from_str(raw.get())
-                    .map_err(|e| RpcError::new(-32602, format!("Invalid params: {e}")))?,
-                None => json!({}),
-            };
-            let (reply, answer) = oneshot::channel();
-            events
-                .try_send(CallEvent::Ask {
-                    method,
-                    params,
-                    reply,
-                })
-                .map_err(|_| {
-                    RpcError::new(-32603, "the call this request belongs to is busy or over")
-                })?;
-            answer.await.unwrap_or_else(|_| {
-                Err(RpcError::new(
-                    -32603,
-                    "the call this request belongs to ended",
-                ))
+        match routed {
+            Ok(events) => ask_through(events, method, params),
+            Err(why) => Box::pin(async move { Err(RpcError::new(-32603, why)) }),
+        }
+    }
+}
+
+/// Asks the client of the call `events` belongs to, and waits for its answer.
+fn ask_through(
+    events: mpsc::Sender<CallEvent>,
+    method: &str,
+    params: Option<Box<RawValue>>,
+) -> BoxFuture<'static, Result<Value, RpcError>> {
+    let method = method.to_owned();
+    Box::pin(async move {
+        let params = match params {
+            Some(raw) => serde_json::from_str(raw.get())
+                .map_err(|e| RpcError::new(-32602, format!("Invalid params: {e}")))?,
+            None => json!({}),
+        };
+        let (reply, answer) = oneshot::channel();
+        events
+            .try_send(CallEvent::Ask {
+                method,
+                params,
+                reply,
             })
+            .map_err(|_| {
+                RpcError::new(-32603, "the call this request belongs to is busy or over")
+            })?;
+        answer.await.unwrap_or_else(|_| {
+            Err(RpcError::new(
+                -32603,
+                "the call this request belongs to ended",
+            ))
         })
+    })
+}
+
+/// What a stateless upstream asks to complete one call (its `input_required` rounds): it
+/// goes to that call's client, with no guessing which call it is for.
+struct CallInputs {
+    events: mpsc::Sender<CallEvent>,
+}
+
+impl ClientHandler for CallInputs {
+    fn request(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+    ) -> BoxFuture<'static, Result<Value, RpcError>> {
+        ask_through(self.events.clone(), method, params)
     }
 }

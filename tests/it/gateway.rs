@@ -29,7 +29,7 @@ use crate::support::interop::{
 };
 use crate::support::meta::*;
 use crate::support::process::ServerProcess;
-use crate::support::ws::call;
+use crate::support::ws::{call, initialize_with};
 use crate::support::*;
 use mcp_ws::client::{Client as McpClient, ClientError, ClientOptions};
 use mcp_ws::config::{UpstreamMode, UpstreamSettings};
@@ -412,6 +412,125 @@ async fn a_stateless_client_is_served_by_a_session_era_upstream() {
     .await;
     let result = assert_complete(&response, &id);
     assert_eq!(text_of(&result), "hello Lin", "{response}");
+}
+
+/// Serves `server`'s `tools/call` of `name` on `client` and answers the one elicitation that
+/// crosses before the result with `content`; returns the result.
+async fn call_answering_elicitation(
+    client: &mut Client,
+    name: &str,
+    arguments: Value,
+    content: Value,
+) -> Value {
+    let id = client.fresh_id();
+    client
+        .send_json(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": name, "arguments": arguments}}))
+        .await;
+    let ask = client.recv().await;
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    client
+        .send_json(json!({"jsonrpc": "2.0", "id": ask["id"],
+                          "result": {"action": "accept", "content": content}}))
+        .await;
+    client.recv_response(&id).await
+}
+
+/// Methods `upstream` served, by the count of its latency histogram.
+async fn served(upstream: &RunningServer, method: &str) -> u64 {
+    let (status, body) = crate::support::http::http_get(upstream.addr(), "/metrics").await;
+    assert_eq!(status, 200);
+    let key = format!("mcp_request_duration_seconds_count{{method=\"{method}\"}} ");
+    body.lines()
+        .find_map(|line| line.strip_prefix(&key)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// An upstream spoken to in the stateless era (mcp-ws itself, serving the conformance set
+/// over Streamable HTTP, with `protocol_version = "2026-07-28"`), in both modes, for a
+/// client of the session era: lists and calls pass, progress reaches the client under its
+/// token, and the upstream's elicitation (an `input_required` round) reaches the client as
+/// an `elicitation/create` request whose answer completes the call. The upstream saw
+/// `server/discover` and never `initialize`.
+#[tokio::test]
+async fn a_stateless_upstream_serves_a_session_era_client() {
+    for mode in [UpstreamMode::Shared, UpstreamMode::PerSession] {
+        let upstream = start_profile();
+        let remote = UpstreamSettings {
+            name: "modern".into(),
+            url: format!("http://{}/mcp", upstream.addr()),
+            protocol_version: "2026-07-28".into(),
+            mode,
+            ..Default::default()
+        };
+        let server = gateway(vec![remote], |_| {});
+        let mut client = Client::connect(&server).await;
+        initialize_with(&mut client, json!({"elicitation": {}})).await;
+
+        let listed = client.request("tools/list", json!({})).await;
+        let names: Vec<&str> = listed["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|tool| tool["name"].as_str())
+            .collect();
+        for name in [
+            "test_simple_text",
+            "test_tool_with_progress",
+            "test_elicitation",
+        ] {
+            assert!(
+                names.contains(&name),
+                "{mode:?}: {name} is not listed: {names:?}"
+            );
+        }
+
+        let simple = client.call_tool("test_simple_text", json!({})).await;
+        assert_eq!(
+            tool_text(&simple),
+            "This is a simple text response for testing.",
+            "{mode:?}: {simple}"
+        );
+
+        let (response, before) = crate::support::ws::exchange(
+            &mut client,
+            "tools/call",
+            json!({"name": "test_tool_with_progress", "arguments": {},
+                   "_meta": {"progressToken": "mine"}}),
+        )
+        .await;
+        assert_eq!(
+            tool_text(&response),
+            "Tool with progress executed successfully",
+            "{mode:?}: {response}"
+        );
+        let progress: Vec<f64> = before
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .inspect(|m| assert_eq!(m["params"]["progressToken"], "mine", "{m}"))
+            .filter_map(|m| m["params"]["progress"].as_f64())
+            .collect();
+        assert_eq!(progress, [0.0, 50.0, 100.0], "{mode:?}: {before:?}");
+
+        let answered = call_answering_elicitation(
+            &mut client,
+            "test_elicitation",
+            json!({"message": "Who are you?"}),
+            json!({"username": "lin", "email": "lin@example.com"}),
+        )
+        .await;
+        let text = tool_text(&answered);
+        assert!(
+            text.starts_with("User response: action=accept")
+                && text.contains(r#""username":"lin""#),
+            "{mode:?}: {answered}"
+        );
+
+        assert!(served(&upstream, "server/discover").await >= 1, "{mode:?}");
+        assert_eq!(served(&upstream, "initialize").await, 0, "{mode:?}");
+        server.stop();
+        upstream.stop();
+    }
 }
 
 /// The FastMCP upstream as a server of its own on a free port (`--http` or `--ws`), with
