@@ -14,7 +14,10 @@
 //! it, its environment from the identity) or one for all (50 sessions × 20 interleaved calls,
 //! every answer its own); a 2026-07-28 client served by a session-era upstream, its
 //! elicitation as an `input_required` round; a command that cannot start stops `mcp-ws` with
-//! exit 2; no child outlives `mcp-ws`. A `ws://` upstream: prefixed list, results, progress,
+//! exit 2; no child outlives `mcp-ws`. An upstream spoken to statelessly (mcp-ws with
+//! `protocol_version = "2026-07-28"`) for a session-era client: calls, progress, and its
+//! `input_required` elicitation as a request to the client; the client's fall-back to
+//! `initialize` for servers of the handshake era only. A `ws://` upstream: prefixed list, results, progress,
 //! sampling, `isError` and a cancel across it, and its server dying mid-call answered -32030.
 //!
 //! `mcp_ws::client` over WebSocket on its own, against mcp-ws: calls (concurrent ones each
@@ -531,6 +534,43 @@ async fn a_stateless_upstream_serves_a_session_era_client() {
         server.stop();
         upstream.stop();
     }
+}
+
+/// `mcp_ws::client` asked for 2026-07-28 of servers that speak only the handshake era (the
+/// Python SDK's FastMCP and server-everything, over stdio) falls back to `initialize`; the
+/// same client asked of mcp-ws over HTTP stays stateless.
+#[tokio::test]
+async fn a_stateless_client_falls_back_to_the_handshake_where_it_must() {
+    let options = || ClientOptions {
+        protocol_version: "2026-07-28".into(),
+        ..ClientOptions::default()
+    };
+    let py = py_upstream(UpstreamMode::Shared);
+    let every = everything_upstream(UpstreamMode::Shared);
+    for upstream in [py, every] {
+        let command = mcp_ws::client::StdioCommand::new(&upstream.command).args(upstream.args);
+        let client = McpClient::stdio(command, options())
+            .await
+            .expect("connects");
+        assert_eq!(client.server().protocol_version, "2025-11-25");
+        assert!(!client.is_stateless());
+        let tools = client.list_all("tools/list", "tools").await.expect("tools");
+        assert!(!tools.is_empty(), "{}", upstream.name);
+        client.shutdown(Duration::from_secs(2)).await;
+    }
+    let server = start(settings());
+    let url = format!("http://{}/mcp", server.addr());
+    let client = McpClient::http(&url, &[], options())
+        .await
+        .expect("connects");
+    assert_eq!(client.server().protocol_version, "2026-07-28");
+    assert!(client.is_stateless());
+    let sum = client
+        .call_tool("add", json!({"a": 2, "b": 3}))
+        .await
+        .expect("add");
+    assert_eq!(sum["content"][0]["text"], "5", "{sum}");
+    assert_eq!(sum["resultType"], "complete", "{sum}");
 }
 
 /// The FastMCP upstream as a server of its own on a free port (`--http` or `--ws`), with
