@@ -495,6 +495,17 @@ impl RequestContext {
         self.inner.progress.is_some()
     }
 
+    /// The level below which [`log`](Self::log) sends nothing for this request: the
+    /// session's (`logging.client_level` until the client sets one with
+    /// `logging/setLevel`), or the request's own; `None` when the request's lines go
+    /// nowhere. What a tool that passes log lines on from elsewhere may ask of its source.
+    pub fn log_level(&self) -> Option<LogLevel> {
+        match self.inner.log_floor {
+            LogFloor::Session => Some(self.inner.inbox.log_level()),
+            LogFloor::Request(level) => level,
+        }
+    }
+
     /// Reports progress. Does nothing when the client sent no progress token; drops values
     /// that do not increase, and reports closer than `progress.min_interval_ms` to the last.
     pub fn report_progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {

@@ -14,7 +14,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
@@ -71,7 +71,12 @@ pub(crate) struct Child {
     pub client: Client,
     calls: Arc<Calls>,
     started: Instant,
+    /// The log level last passed on to it (`NO_LEVEL`: none yet).
+    level_sent: Arc<AtomicU8>,
 }
+
+/// No level passed on to a child yet.
+const NO_LEVEL: u8 = u8::MAX;
 
 /// The calls in flight on one child, for routing what the child sends that belongs to a
 /// call but does not say which (log lines, requests to the client).
@@ -276,6 +281,7 @@ impl Upstream {
                 client,
                 calls,
                 started: Instant::now(),
+                level_sent: Arc::new(AtomicU8::new(NO_LEVEL)),
             })
         }
     }
@@ -548,6 +554,9 @@ impl Upstream {
     ) -> Result<Box<RawValue>, RpcError> {
         let _slot = self.admit().await?;
         let child = self.child_for(ctx).await?;
+        if self.settings.mode == UpstreamMode::PerSession {
+            child.pass_log_level(ctx).await;
+        }
         let (events_tx, mut event_rx) = mpsc::channel(CALL_EVENTS);
         let call_id = child.calls.next.fetch_add(1, Ordering::Relaxed);
         let session = ctx.session().scope.as_ref().map(|s| s.id());
@@ -628,6 +637,35 @@ impl Upstream {
             },
             other => self.unavailable(other),
         })
+    }
+}
+
+impl Child {
+    /// Passes the session's log level on to its own child (`logging/setLevel`) when the
+    /// child was not yet told it, so that the child does not write the lines the gateway
+    /// would drop. The gateway still filters what arrives (a line already on its way, a
+    /// child that ignores the level). A shared child serves sessions of different levels:
+    /// it is never told one.
+    async fn pass_log_level(&self, ctx: &RequestContext) {
+        let Some(level) = ctx.log_level() else {
+            return;
+        };
+        let logs = self.client.server().capabilities.get("logging").is_some();
+        if !logs || self.client.is_stateless() {
+            return;
+        }
+        if self.level_sent.swap(level as u8, Ordering::Relaxed) == level as u8 {
+            return;
+        }
+        let Ok(level) = serde_json::to_value(level) else {
+            return;
+        };
+        // Waited for (once per change), so that the request that found the change already
+        // runs at the new level; a child that refuses it is still filtered here.
+        let _ = self
+            .client
+            .request("logging/setLevel", Some(json!({ "level": level })))
+            .await;
     }
 }
 

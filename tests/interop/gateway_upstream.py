@@ -5,6 +5,7 @@ it knows of mcp-ws.
 Tools:
   add(a, b)             a + b, as text and as structured content
   whoami()              this process's pid and $MCP_USER (per-session vs shared children)
+  level()               the log level the client last set (logging/setLevel), or "-"
   slow(steps, delay_ms) reports progress and logs a line per step, then says "done"
   wait(ms)              sleeps; records in $GATEWAY_EVENTS whether it was cancelled
   ask_name()            elicits a name from the client
@@ -57,6 +58,22 @@ def add(a: float, b: float) -> Sum:
 def whoami() -> str:
     """This process's pid and the user it was started for."""
     return f"pid={os.getpid()} user={os.environ.get('MCP_USER', '-')}"
+
+
+# The log level the client last set (logging/setLevel); declaring the handler is what makes
+# the server offer the logging capability.
+LEVEL = {"last": "-"}
+
+
+@server._mcp_server.set_logging_level()
+async def set_level(level) -> None:
+    LEVEL["last"] = level
+
+
+@server.tool()
+def level() -> str:
+    """The log level the client last set with logging/setLevel, or "-"."""
+    return LEVEL["last"]
 
 
 @server.tool()

@@ -367,6 +367,39 @@ async fn each_session_has_its_own_child_ended_with_it_and_told_who_it_serves() {
     assert_eq!(again, anonymous_child);
 }
 
+/// A session's log level reaches its own child before the session's first call to it
+/// (`logging.client_level`, `info`, until the client sets one) and again before the next
+/// call after each `logging/setLevel`; a shared child, serving sessions of several levels,
+/// is never told one.
+#[tokio::test]
+async fn a_sessions_log_level_is_passed_on_to_its_own_child_only() {
+    let server = gateway(
+        vec![
+            py_upstream(UpstreamMode::PerSession),
+            UpstreamSettings {
+                name: "shared".into(),
+                ..py_upstream(UpstreamMode::Shared)
+            },
+        ],
+        |_| {},
+    );
+    let mut client = Client::initialized(&server).await;
+    assert_eq!(
+        tool_text(&client.call_tool("py__level", json!({})).await),
+        "info"
+    );
+    for level in ["warning", "error"] {
+        let set = client
+            .request("logging/setLevel", json!({"level": level}))
+            .await;
+        assert!(set.get("result").is_some(), "{set}");
+        let seen = client.call_tool("py__level", json!({})).await;
+        assert_eq!(tool_text(&seen), level, "{seen}");
+        let shared = client.call_tool("shared__level", json!({})).await;
+        assert_eq!(tool_text(&shared), "-", "{shared}");
+    }
+}
+
 #[tokio::test]
 async fn a_stateless_client_is_served_by_a_session_era_upstream() {
     let server = gateway(vec![py_upstream(UpstreamMode::PerSession)], |s| {
