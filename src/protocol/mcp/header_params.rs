@@ -279,11 +279,20 @@ mod tests {
             "b": {"type": "boolean", "x-mcp-header": "B"}
         }});
         let params = header_params(&schema).expect("valid");
+        let param = |suffix: &str| {
+            params
+                .iter()
+                .find(|p| p.suffix == suffix)
+                .expect("annotated")
+        };
         let arguments = json!({ "n": 42, "b": false });
-        assert_eq!(params[0].header_value(&arguments).as_deref(), Some("42"));
-        assert_eq!(params[1].header_value(&arguments).as_deref(), Some("false"));
+        assert_eq!(param("N").header_value(&arguments).as_deref(), Some("42"));
         assert_eq!(
-            params[0].header_value(&json!({ "n": 42.0 })).as_deref(),
+            param("B").header_value(&arguments).as_deref(),
+            Some("false")
+        );
+        assert_eq!(
+            param("N").header_value(&json!({ "n": 42.0 })).as_deref(),
             Some("42")
         );
     }
