@@ -650,11 +650,15 @@ impl Child {
         let Some(level) = ctx.log_level() else {
             return;
         };
-        let logs = self.client.server().capabilities.get("logging").is_some();
-        if !logs || self.client.is_stateless() {
+        // The common case, one load: the child knows the level already.
+        if self.level_sent.load(Ordering::Relaxed) == level as u8 {
             return;
         }
-        if self.level_sent.swap(level as u8, Ordering::Relaxed) == level as u8 {
+        let logs = self.client.server().capabilities.get("logging").is_some();
+        if self.level_sent.swap(level as u8, Ordering::Relaxed) == level as u8
+            || !logs
+            || self.client.is_stateless()
+        {
             return;
         }
         let Ok(level) = serde_json::to_value(level) else {
