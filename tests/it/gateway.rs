@@ -571,7 +571,7 @@ async fn a_stateless_upstream_serves_a_session_era_client() {
 
 /// `mcp_ws::client` asked for 2026-07-28 of servers that speak only the handshake era (the
 /// Python SDK's FastMCP and server-everything, over stdio) falls back to `initialize`; the
-/// same client asked of mcp-ws over HTTP stays stateless.
+/// same client asked of mcp-ws over HTTP or WebSocket stays stateless.
 #[tokio::test]
 async fn a_stateless_client_falls_back_to_the_handshake_where_it_must() {
     let options = || ClientOptions {
@@ -603,6 +603,17 @@ async fn a_stateless_client_falls_back_to_the_handshake_where_it_must() {
         .await
         .expect("add");
     assert_eq!(sum["content"][0]["text"], "5", "{sum}");
+    assert_eq!(sum["resultType"], "complete", "{sum}");
+    let url = format!("ws://{}/mcp", server.addr());
+    let client = McpClient::websocket(&url, &[], options())
+        .await
+        .expect("connects");
+    assert!(client.is_stateless());
+    let sum = client
+        .call_tool("add", json!({"a": 4, "b": 5}))
+        .await
+        .expect("add");
+    assert_eq!(sum["content"][0]["text"], "9", "{sum}");
     assert_eq!(sum["resultType"], "complete", "{sum}");
 }
 
