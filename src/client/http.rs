@@ -7,7 +7,8 @@
 //! Session-era SSE streams are resumable (2025-11-25, SEP-1699): a server may end a
 //! request's stream before its answer, having given its events ids, and the client then
 //! asks for the rest with a GET carrying `Last-Event-ID`, after the `retry` the server set,
-//! until the answer came or the server stops making progress ([`Resume`]).
+//! until the answer came or the server stops making progress ([`Resume`]). The GET stream
+//! reconnects the same way.
 
 use super::{ClientError, Inner, Outgoing};
 use futures_util::future::{AbortHandle, Abortable};
@@ -231,20 +232,31 @@ impl Session {
         let weak = Arc::downgrade(inner);
         tokio::spawn(async move {
             let mut failures = 0u32;
+            // Where the stream stands: a reconnection resumes it after its last event.
+            let mut resume = Resume::default();
             loop {
-                let response = session
+                let mut request = session
                     .request(reqwest::Method::GET)
-                    .header(ACCEPT, "text/event-stream")
-                    .send()
-                    .await;
-                match response {
+                    .header(ACCEPT, "text/event-stream");
+                if let Some(id) = &resume.last_id {
+                    request = request.header(LAST_EVENT_ID, id.as_str());
+                }
+                match request.send().await {
                     Ok(response) if response.status().is_success() => {
                         failures = 0;
                         let Some(inner) = weak.upgrade() else { return };
                         drop(inner);
-                        Resume::default()
-                            .read(response, &weak, usize::MAX, None)
-                            .await;
+                        resume.read(response, &weak, usize::MAX, None).await;
+                    }
+                    // The server will not resume after that event (it no longer holds it,
+                    // say): a fresh stream, the events missed meanwhile lost.
+                    Ok(response)
+                        if resume.last_id.is_some()
+                            && response.status().is_client_error()
+                            && !matches!(response.status().as_u16(), 404 | 405) =>
+                    {
+                        resume.last_id = None;
+                        failures += 1;
                     }
                     // No stream offered, or the session is gone: nothing to listen to.
                     Ok(_) => return,
@@ -254,7 +266,15 @@ impl Session {
                     Some(inner) if !inner.closed.borrow().is_some() && failures < 10 => {}
                     _ => return,
                 }
-                tokio::time::sleep(Duration::from_millis(500 << failures.min(4))).await;
+                // The server's `retry` when it set one, never less than the backoff of
+                // failed attempts.
+                let backoff = Duration::from_millis(500 << failures.min(4));
+                let wait = match resume.retry {
+                    Some(_) if failures == 0 => resume.wait(),
+                    Some(_) => resume.wait().max(backoff),
+                    None => backoff,
+                };
+                tokio::time::sleep(wait).await;
             }
         });
     }
