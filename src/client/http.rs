@@ -3,6 +3,12 @@
 //! after `initialize`; a GET stream carries what the server sends outside any request; the
 //! session is deleted when the client shuts down. A stateless (2026-07-28) request carries
 //! its own headers and no session; it is cancelled by dropping its POST.
+//!
+//! Session-era SSE streams are resumable (2025-11-25, SEP-1699): a server may end a
+//! request's stream before its answer, having given its events ids, and the client then
+//! asks for the rest with a GET carrying `Last-Event-ID`, after the `retry` the server set,
+//! until the answer came or the server stops making progress ([`Resume`]). The GET stream
+//! reconnects the same way.
 
 use super::{ClientError, Inner, Outgoing};
 use futures_util::future::{AbortHandle, Abortable};
@@ -15,6 +21,19 @@ use tokio::sync::mpsc;
 
 const SESSION_ID: &str = "mcp-session-id";
 const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+const LAST_EVENT_ID: &str = "last-event-id";
+
+/// The wait before a reconnection when the server set no `retry`.
+const DEFAULT_RETRY: Duration = Duration::from_millis(1000);
+/// The longest `retry` obeyed: a server cannot park a request for longer between polls.
+const MAX_RETRY: Duration = Duration::from_secs(30);
+/// The shortest wait: a server's `retry: 0` does not make a busy loop of reconnections.
+const MIN_RETRY: Duration = Duration::from_millis(100);
+/// Reconnections in a row that bring no new event before a request's stream is given up.
+const MAX_IDLE_RESUMPTIONS: u32 = 5;
+/// How often a resumed stream that brings nothing looks whether its request still waits (a
+/// cancelled one does not, and its stream is let go).
+const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// One session with an HTTP endpoint; clones are the same session.
 #[derive(Clone)]
@@ -180,7 +199,11 @@ impl Post {
         let weak = Arc::downgrade(&inner);
         drop(inner);
         if is_stream {
-            stream_into(response, &weak, max_body).await;
+            let mut resume = Resume::default();
+            resume.read(response, &weak, max_body, None).await;
+            if let Some(id) = message.id {
+                resume.until_answered(&session, id, &weak, max_body).await;
+            }
         } else {
             // A refusal's body may hold the JSON-RPC error for the request (a stateless
             // server answers an unsupported version or a header mismatch so).
@@ -209,18 +232,31 @@ impl Session {
         let weak = Arc::downgrade(inner);
         tokio::spawn(async move {
             let mut failures = 0u32;
+            // Where the stream stands: a reconnection resumes it after its last event.
+            let mut resume = Resume::default();
             loop {
-                let response = session
+                let mut request = session
                     .request(reqwest::Method::GET)
-                    .header(ACCEPT, "text/event-stream")
-                    .send()
-                    .await;
-                match response {
+                    .header(ACCEPT, "text/event-stream");
+                if let Some(id) = &resume.last_id {
+                    request = request.header(LAST_EVENT_ID, id.as_str());
+                }
+                match request.send().await {
                     Ok(response) if response.status().is_success() => {
                         failures = 0;
                         let Some(inner) = weak.upgrade() else { return };
                         drop(inner);
-                        stream_into(response, &weak, usize::MAX).await;
+                        resume.read(response, &weak, usize::MAX, None).await;
+                    }
+                    // The server will not resume after that event (it no longer holds it,
+                    // say): a fresh stream, the events missed meanwhile lost.
+                    Ok(response)
+                        if resume.last_id.is_some()
+                            && response.status().is_client_error()
+                            && !matches!(response.status().as_u16(), 404 | 405) =>
+                    {
+                        resume.last_id = None;
+                        failures += 1;
                     }
                     // No stream offered, or the session is gone: nothing to listen to.
                     Ok(_) => return,
@@ -230,7 +266,15 @@ impl Session {
                     Some(inner) if !inner.closed.borrow().is_some() && failures < 10 => {}
                     _ => return,
                 }
-                tokio::time::sleep(Duration::from_millis(500 << failures.min(4))).await;
+                // The server's `retry` when it set one, never less than the backoff of
+                // failed attempts.
+                let backoff = Duration::from_millis(500 << failures.min(4));
+                let wait = match resume.retry {
+                    Some(_) if failures == 0 => resume.wait(),
+                    Some(_) => resume.wait().max(backoff),
+                    None => backoff,
+                };
+                tokio::time::sleep(wait).await;
             }
         });
     }
@@ -279,17 +323,142 @@ async fn read_json(response: reqwest::Response, inner: &Weak<Inner>, max_body: u
     }
 }
 
-async fn stream_into(response: reqwest::Response, inner: &Weak<Inner>, max_event: usize) {
-    let mut events = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
-    while let Some(event) = events.next().await {
-        let Ok(event) = event else { return };
-        let Some(data) = event.data else { continue };
-        if data.len() > max_event || data.trim().is_empty() {
-            continue;
-        }
-        let Some(inner) = inner.upgrade() else { return };
-        inner.receive(&data);
+/// Where a session-era SSE stream stands, for resuming it: the id of the last event seen
+/// (what `Last-Event-ID` names) and the reconnection wait the server last set.
+#[derive(Debug, Default)]
+struct Resume {
+    last_id: Option<String>,
+    retry: Option<u64>,
+}
+
+impl Resume {
+    /// The wait before reconnecting: the server's `retry`, within bounds.
+    fn wait(&self) -> Duration {
+        self.retry
+            .map_or(DEFAULT_RETRY, Duration::from_millis)
+            .clamp(MIN_RETRY, MAX_RETRY)
     }
+
+    /// Takes an event's `id` and `retry` fields; whether the id is one not seen before.
+    fn note(&mut self, id: Option<String>, retry: Option<u64>) -> bool {
+        if let Some(retry) = retry {
+            self.retry = Some(retry);
+        }
+        let Some(id) = id else { return false };
+        // An empty id clears it (as in a browser's EventSource): nothing to resume.
+        let id = Some(id).filter(|id| !id.is_empty());
+        let new = id.is_some() && id != self.last_id;
+        self.last_id = id;
+        new
+    }
+
+    /// Reads an SSE stream into the client until it ends (or fails, or, with `answer_to`,
+    /// until that request no longer waits: a resumed stream may stay open after its
+    /// answer). Whether it brought an event id not seen before.
+    async fn read(
+        &mut self,
+        response: reqwest::Response,
+        inner: &Weak<Inner>,
+        max_event: usize,
+        answer_to: Option<u64>,
+    ) -> bool {
+        let mut events = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
+        let mut advanced = false;
+        loop {
+            let next = match answer_to {
+                None => events.next().await,
+                Some(id) => match tokio::time::timeout(WATCH_EVERY, events.next()).await {
+                    Ok(next) => next,
+                    Err(_quiet) if waits(inner, id) => continue,
+                    Err(_quiet) => return advanced,
+                },
+            };
+            let Some(Ok(event)) = next else {
+                return advanced;
+            };
+            advanced |= self.note(event.id, event.retry);
+            let Some(data) = event.data else { continue };
+            if data.len() > max_event || data.trim().is_empty() {
+                continue;
+            }
+            let Some(inner) = inner.upgrade() else {
+                return advanced;
+            };
+            inner.receive(&data);
+            if answer_to.is_some_and(|id| !waits_for(&inner, id)) {
+                return advanced;
+            }
+        }
+    }
+
+    /// After request `id`'s stream ended: while the request still waits and the stream had
+    /// event ids, reconnects with `Last-Event-ID` (after the server's `retry`) and reads on,
+    /// until the answer came, the server cannot resume, or it brought nothing new
+    /// [`MAX_IDLE_RESUMPTIONS`] times in a row.
+    async fn until_answered(
+        mut self,
+        session: &Session,
+        id: u64,
+        inner: &Weak<Inner>,
+        max_event: usize,
+    ) {
+        let mut idle = 0;
+        while idle < MAX_IDLE_RESUMPTIONS {
+            match inner.upgrade() {
+                // The 2026-07-28 era has no resumption (its events carry no ids anyway).
+                Some(inner) if inner.stateless.get().is_none() && waits_for(&inner, id) => {}
+                _ => return,
+            }
+            let Some(last_id) = self.last_id.clone() else {
+                return;
+            };
+            tokio::time::sleep(self.wait()).await;
+            if !waits(inner, id) {
+                return;
+            }
+            let response = session
+                .request(reqwest::Method::GET)
+                .header(ACCEPT, "text/event-stream")
+                .header(LAST_EVENT_ID, last_id)
+                .send()
+                .await;
+            let advanced = match response {
+                Ok(response) if response.status().is_success() => {
+                    self.read(response, inner, max_event, Some(id)).await
+                }
+                Ok(response) if is_transient(response.status()) => false,
+                Ok(response) => {
+                    let gone = response.status() == reqwest::StatusCode::NOT_FOUND
+                        && super::lock(&session.0.id).is_some();
+                    if let (true, Some(inner)) = (gone, inner.upgrade()) {
+                        // As for a POST: the server forgot the session.
+                        inner.close("the server ended the session (HTTP 404)");
+                    }
+                    // Otherwise the server cannot resume that stream (400, 405): the
+                    // request fails as when nothing was resumable.
+                    return;
+                }
+                // The server cannot be reached for now: tried again, within the bound.
+                Err(_) => false,
+            };
+            idle = if advanced { 0 } else { idle + 1 };
+        }
+    }
+}
+
+/// A refusal worth trying again after the wait (an overloaded or restarting server).
+fn is_transient(status: reqwest::StatusCode) -> bool {
+    status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+}
+
+/// Whether request `id` still waits for its answer (not answered, failed nor cancelled).
+fn waits_for(inner: &Inner, id: u64) -> bool {
+    super::lock(&inner.pending).contains_key(&id)
+}
+
+/// [`waits_for`], while the client is there.
+fn waits(inner: &Weak<Inner>, id: u64) -> bool {
+    inner.upgrade().is_some_and(|inner| waits_for(&inner, id))
 }
 
 /// TLS for `https://` upstreams (and `wss://` ones, in ws.rs): the ring provider the
@@ -302,4 +471,43 @@ pub(super) fn tls_config() -> Result<rustls::ClientConfig, ClientError> {
         .and_then(|b| b.with_platform_verifier())
         .map_err(|e| ClientError::Connect(format!("TLS: {e}")))?
         .with_no_client_auth())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_is_the_servers_retry_within_bounds() {
+        let wait = |retry| {
+            Resume {
+                last_id: None,
+                retry,
+            }
+            .wait()
+        };
+        assert_eq!(wait(None), DEFAULT_RETRY);
+        assert_eq!(wait(Some(500)), Duration::from_millis(500));
+        assert_eq!(wait(Some(0)), MIN_RETRY);
+        assert_eq!(wait(Some(u64::MAX)), MAX_RETRY);
+    }
+
+    #[test]
+    fn the_last_id_follows_the_events_and_an_empty_one_clears_it() {
+        let mut resume = Resume::default();
+        // A priming event: an id and a retry.
+        assert!(resume.note(Some("1_0".into()), Some(500)));
+        assert_eq!(resume.last_id.as_deref(), Some("1_0"));
+        assert_eq!(resume.retry, Some(500));
+        // An event without an id keeps both; the same id again is nothing new.
+        assert!(!resume.note(None, None));
+        assert!(!resume.note(Some("1_0".into()), None));
+        assert_eq!(
+            (resume.last_id.as_deref(), resume.retry),
+            (Some("1_0"), Some(500))
+        );
+        assert!(resume.note(Some("1_1".into()), None));
+        assert!(!resume.note(Some(String::new()), None));
+        assert_eq!(resume.last_id, None);
+    }
 }

@@ -17,6 +17,7 @@ mod batch;
 mod capabilities;
 mod client_conformance;
 mod client_requests;
+mod client_sse_resume;
 mod config_cli;
 mod conformance_fixtures;
 mod conformance_suite;

@@ -1,0 +1,171 @@
+//! `mcp_ws::client` resuming a response stream that ended before its answer (SEP-1699),
+//! against mcp-ws. mcp-ws never ends a request's stream early on its own, so a proxy between
+//! the two does (as a load balancer with a response timeout would): it ends the first
+//! POST's SSE stream cleanly after its first progress event. The client must then ask for
+//! the rest with a GET carrying `Last-Event-ID`, and mcp-ws replays it from its log: the
+//! call gets its answer and the progress it missed.
+
+use crate::support::*;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use futures_util::StreamExt;
+use mcp_ws::client::{Call, Client, ClientOptions};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// What the proxy did.
+#[derive(Default)]
+struct Seen {
+    /// Whether it ended a POST's stream early (it does so once).
+    cut: AtomicBool,
+    /// GETs it passed on that carried `Last-Event-ID`.
+    resumed: AtomicUsize,
+}
+
+struct Proxy {
+    upstream: SocketAddr,
+    http: reqwest::Client,
+    seen: Arc<Seen>,
+}
+
+/// Passes every request on to `upstream` and its answer back, except the first POST
+/// answered with an SSE stream: that stream ends after its first progress event.
+fn cutting_proxy(upstream: SocketAddr) -> (SocketAddr, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let shared = web::Data::new(Proxy {
+        upstream,
+        http: reqwest::Client::new(),
+        seen: seen.clone(),
+    });
+    let (bound_tx, bound) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            let server = HttpServer::new(move || {
+                App::new()
+                    .app_data(shared.clone())
+                    .default_service(web::to(forward))
+            })
+            .workers(1)
+            .bind("127.0.0.1:0")
+            .expect("the proxy binds");
+            bound_tx.send(server.addrs()[0]).expect("the test waits");
+            server.run().await
+        })
+    });
+    let addr = bound.recv_timeout(READ_TIMEOUT).expect("the proxy listens");
+    (addr, seen)
+}
+
+async fn forward(request: HttpRequest, body: web::Bytes, proxy: web::Data<Proxy>) -> HttpResponse {
+    let url = format!("http://{}{}", proxy.upstream, request.uri());
+    let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes()).expect("method");
+    let is_post = method == reqwest::Method::POST;
+    let mut upstream = proxy.http.request(method, url).body(body);
+    for (name, value) in request.headers() {
+        if name.as_str() == "last-event-id" {
+            proxy.seen.resumed.fetch_add(1, Ordering::Relaxed);
+        }
+        if !matches!(name.as_str(), "host" | "content-length" | "connection") {
+            upstream = upstream.header(name.as_str(), value.as_bytes());
+        }
+    }
+    let answer = upstream.send().await.expect("mcp-ws answers");
+    let mut response = HttpResponse::build(
+        actix_web::http::StatusCode::from_u16(answer.status().as_u16()).expect("status"),
+    );
+    let mut is_stream = false;
+    for (name, value) in answer.headers() {
+        if matches!(
+            name.as_str(),
+            "content-length" | "transfer-encoding" | "connection"
+        ) {
+            continue;
+        }
+        is_stream |=
+            name.as_str() == "content-type" && value.as_bytes().starts_with(b"text/event-stream");
+        response.insert_header((name.as_str(), value.as_bytes()));
+    }
+    let body = answer.bytes_stream();
+    if !(is_post && is_stream) || proxy.seen.cut.swap(true, Ordering::Relaxed) {
+        return response.streaming(body);
+    }
+    // Everything up to the end of the first progress event, then a clean end of the body.
+    let cut = futures_util::stream::unfold(
+        (body, Vec::new(), false),
+        |(mut body, mut passed, done)| async move {
+            if done {
+                return None;
+            }
+            let chunk = match body.next().await? {
+                Ok(chunk) => chunk,
+                Err(error) => return Some((Err(error), (body, passed, true))),
+            };
+            let start = passed.len();
+            passed.extend_from_slice(&chunk);
+            let end = find(&passed, b"notifications/progress")
+                .and_then(|at| find(&passed[at..], b"\n\n").map(|gap| at + gap + 2));
+            match end {
+                Some(end) => {
+                    let part = chunk.slice(..end - start);
+                    Some((Ok(part), (body, passed, true)))
+                }
+                None => Some((Ok(chunk), (body, passed, false))),
+            }
+        },
+    );
+    response.streaming(Box::pin(cut))
+}
+
+/// Where `needle` first occurs in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[tokio::test]
+async fn a_response_stream_ended_early_is_resumed_with_last_event_id() {
+    let server = start(settings());
+    let (proxy, seen) = cutting_proxy(server.addr());
+    let client = Client::http(
+        &format!("http://{proxy}/mcp"),
+        &[],
+        ClientOptions::default(),
+    )
+    .await
+    .expect("connects through the proxy");
+    assert_eq!(client.server().protocol_version, "2025-11-25");
+
+    // Progress makes the answer an SSE stream (mcp-ws answers with JSON when nothing comes
+    // before the answer).
+    let (progress, mut reports) = mpsc::channel(64);
+    let call = Call {
+        progress: Some(progress),
+        ..Call::default()
+    };
+    let params = json!({ "name": "sleep", "arguments": { "ms": 300 } });
+    let answer = tokio::time::timeout(
+        READ_TIMEOUT,
+        client.request_with("tools/call", Some(params), call),
+    )
+    .await
+    .expect("answered in time")
+    .expect("answered across the early end of its stream");
+    let answer: Value = mcp_ws::client::parse(&answer).expect("JSON");
+    assert_eq!(answer["content"][0]["text"], "slept 300 ms", "{answer}");
+
+    assert!(seen.cut.load(Ordering::Relaxed), "the proxy ended a stream");
+    assert!(
+        seen.resumed.load(Ordering::Relaxed) >= 1,
+        "the client resumed with Last-Event-ID"
+    );
+    // The progress sent after the cut came with the replay.
+    let mut received = 0;
+    while reports.try_recv().is_ok() {
+        received += 1;
+    }
+    assert!(received >= 2, "{received} progress reports");
+
+    client.shutdown(Duration::from_secs(2)).await;
+}
