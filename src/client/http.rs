@@ -17,7 +17,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 const SESSION_ID: &str = "mcp-session-id";
 const PROTOCOL_VERSION: &str = "mcp-protocol-version";
@@ -223,13 +223,17 @@ impl Post {
 
 impl Session {
     /// Opens the GET stream for what the server sends outside any request (after
-    /// `initialize`); a server without one (405) is fine.
-    pub(crate) fn listen(&self, inner: &Arc<Inner>, version: &str) {
+    /// `initialize`); a server without one (405) is fine. The receiver resolves once the
+    /// server answered the first GET (or could not be reached), so that the stream is there
+    /// before the client's first request: a server may deliver an answer on it.
+    pub(crate) fn listen(&self, inner: &Arc<Inner>, version: &str) -> oneshot::Receiver<()> {
         if let Ok(version) = HeaderValue::from_str(version) {
             *super::lock(&self.0.version) = Some(version);
         }
         let session = self.clone();
         let weak = Arc::downgrade(inner);
+        let (opened, first) = oneshot::channel();
+        let mut opened = Some(opened);
         tokio::spawn(async move {
             let mut failures = 0u32;
             // Where the stream stands: a reconnection resumes it after its last event.
@@ -241,7 +245,11 @@ impl Session {
                 if let Some(id) = &resume.last_id {
                     request = request.header(LAST_EVENT_ID, id.as_str());
                 }
-                match request.send().await {
+                let response = request.send().await;
+                if let Some(opened) = opened.take() {
+                    let _ = opened.send(());
+                }
+                match response {
                     Ok(response) if response.status().is_success() => {
                         failures = 0;
                         let Some(inner) = weak.upgrade() else { return };
@@ -277,6 +285,7 @@ impl Session {
                 tokio::time::sleep(wait).await;
             }
         });
+        first
     }
 
     /// Deletes the session on the server (best effort).

@@ -363,7 +363,10 @@ impl Client {
         if let (Transport::Http(session), None) =
             (&client.inner.transport, client.inner.stateless.get())
         {
-            session.listen(&client.inner, &client.server().protocol_version);
+            let opened = session.listen(&client.inner, &client.server().protocol_version);
+            // Not longer than this: a server that holds back the GET's headers is no reason
+            // to hold back the client.
+            let _ = tokio::time::timeout(Duration::from_secs(2), opened).await;
         }
         Ok(client)
     }
