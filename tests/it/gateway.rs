@@ -195,26 +195,37 @@ async fn a_cancel_reaches_the_upstream_and_no_answer_follows() {
             .insert("GATEWAY_EVENTS".into(), events.display().to_string());
         let server = gateway(vec![py], |_| {});
         let mut client = Client::initialized(&server).await;
-        let tag = format!("{mode:?}");
-        client
-            .send_json(request(
-                json!(7),
-                "tools/call",
-                json!({"name": "wait", "arguments": {"ms": 3000, "tag": tag}}),
-            ))
-            .await;
-        // The upstream has the call once a second call on the same child is answered.
-        let whoami = client.call_tool("whoami", json!({})).await;
-        assert!(tool_text(&whoami).starts_with("pid="), "{whoami}");
-        client.send_json(cancel(json!(7))).await;
-        // The upstream's task was cancelled (the SDK cancels it on notifications/cancelled
-        // under the id the gateway gave it), and never finished.
-        wait_for_event(&events, &format!("cancelled {tag}")).await;
-        // Past the time the call would have taken: no answer for id 7, late or not.
-        tokio::time::sleep(Duration::from_millis(3200)).await;
-        client.expect_nothing_pending().await;
-        assert!(!read_events(&events).contains(&format!("finished {tag}")));
+        assert_cancel_reaches_the_upstream(&mut client, &events, "", &format!("{mode:?}")).await;
     }
+}
+
+/// Calls the FastMCP upstream's `wait` (under `prefix`) and cancels it: the upstream's task
+/// is cancelled (the SDK cancels it on `notifications/cancelled` under the id the gateway
+/// gave it) and never finishes, and no answer follows, late or not.
+async fn assert_cancel_reaches_the_upstream(
+    client: &mut Client,
+    events: &Path,
+    prefix: &str,
+    tag: &str,
+) {
+    client
+        .send_json(request(
+            json!(7),
+            "tools/call",
+            json!({"name": format!("{prefix}wait"), "arguments": {"ms": 3000, "tag": tag}}),
+        ))
+        .await;
+    // The upstream has the call once a later call on the same connection is answered.
+    let whoami = client
+        .call_tool(&format!("{prefix}whoami"), json!({}))
+        .await;
+    assert!(tool_text(&whoami).starts_with("pid="), "{whoami}");
+    client.send_json(cancel(json!(7))).await;
+    wait_for_event(events, &format!("cancelled {tag}")).await;
+    // Past the time the call would have taken: no answer for id 7.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    client.expect_nothing_pending().await;
+    assert!(!read_events(events).contains(&format!("finished {tag}")));
 }
 
 #[tokio::test]
@@ -781,21 +792,7 @@ async fn a_websocket_upstream_is_served_like_a_stdio_one() {
 
         // A cancel reaches the upstream's task, and no answer follows it.
         let tag = format!("ws-{mode:?}");
-        client
-            .send_json(request(
-                json!(7),
-                "tools/call",
-                json!({"name": "ws__wait", "arguments": {"ms": 3000, "tag": tag}}),
-            ))
-            .await;
-        // The upstream has the call once a later call on the same connection is answered.
-        let whoami = client.call_tool("ws__whoami", json!({})).await;
-        assert!(tool_text(&whoami).starts_with("pid="), "{whoami}");
-        client.send_json(cancel(json!(7))).await;
-        wait_for_event(&events, &format!("cancelled {tag}")).await;
-        tokio::time::sleep(Duration::from_millis(3200)).await;
-        client.expect_nothing_pending().await;
-        assert!(!read_events(&events).contains(&format!("finished {tag}")));
+        assert_cancel_reaches_the_upstream(&mut client, &events, "ws__", &tag).await;
 
         if mode == UpstreamMode::Shared {
             // The upstream server dies mid-call (its process exits): the WebSocket ends and the
