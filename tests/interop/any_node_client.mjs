@@ -9,13 +9,20 @@
 // fails (its node died: the connection broke or nginx answered 502) is retried on the same
 // session with the same key, with a growing pause, for up to RETRY_FOR_MS (counted in
 // `retried`); a session that could not begin is begun again (counted in `restarts`). A step
-// still failing after that is a failure.
+// still failing after that is a failure. Why each retry or restart happened is counted in
+// `retry_reasons`: the JSON-RPC error code ("-32008": the server's retryable refusal of a
+// keyed call while Redis is away), the HTTP status of a refused request ("503"), or the
+// error's name (a broken connection). HTTP refusals are also counted by status in
+// `http_errors`. With MCP_TOKEN set, every request carries it as a bearer token.
 //
-// Usage: node any_node_client.mjs URL SESSIONS CALLS
+// Usage: [MCP_TOKEN=bearer-token] node any_node_client.mjs URL SESSIONS CALLS
 // Prints "ready N" once N sessions are initialized (every 10), then one JSON summary line.
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import {
+  StreamableHTTPClientTransport,
+  StreamableHTTPError,
+} from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
 const RETRY_FOR_MS = 30_000;
 const [url, sessions, calls] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])];
@@ -24,7 +31,30 @@ if (!url || !(sessions > 0) || !(calls > 0)) {
   process.exit(2);
 }
 
-const results = { sessions_ok: 0, calls_ok: 0, retried: 0, restarts: 0, crosstalk: 0, failures: [] };
+const results = {
+  sessions_ok: 0,
+  calls_ok: 0,
+  retried: 0,
+  restarts: 0,
+  crosstalk: 0,
+  failures: [],
+  retry_reasons: {},
+  http_errors: {},
+};
+const token = process.env.MCP_TOKEN;
+const transportOptions = token ? { requestInit: { headers: { Authorization: `Bearer ${token}` } } } : {};
+
+// Counts why a step failed (see the top of the file).
+function noteFailure(e) {
+  let reason = e?.name ?? 'error';
+  if (e instanceof StreamableHTTPError && e.code !== undefined) {
+    reason = String(e.code);
+    results.http_errors[reason] = (results.http_errors[reason] ?? 0) + 1;
+  } else if (typeof e?.code === 'number') {
+    reason = String(e.code);
+  }
+  results.retry_reasons[reason] = (results.retry_reasons[reason] ?? 0) + 1;
+}
 let ready = 0;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const options = { timeout: 15_000 };
@@ -37,6 +67,7 @@ async function retrying(step) {
       return await step();
     } catch (e) {
       if (Date.now() + pause > deadline) throw e;
+      noteFailure(e);
       results.retried += 1;
       await sleep(pause);
       pause = Math.min(pause * 2, 1_000);
@@ -46,7 +77,7 @@ async function retrying(step) {
 
 async function runSession(index, state) {
   const client = new Client({ name: 'any-node-client-ts', version: '0.1.0' });
-  const transport = new StreamableHTTPClientTransport(new URL(url));
+  const transport = new StreamableHTTPClientTransport(new URL(url), transportOptions);
   await client.connect(transport, options);
   try {
     state.initialized = true;
@@ -90,6 +121,7 @@ async function oneSession(index) {
         break;
       } catch (e) {
         if (state.initialized || Date.now() > deadline) throw e;
+        noteFailure(e);
         results.restarts += 1;
         await sleep(500);
       }

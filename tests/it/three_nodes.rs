@@ -291,6 +291,17 @@ const RUNNER_KEY_SHA256: &str = "652eb77e3776f559d34bd2bfbb7874c6a0be54b04cbee5e
 
 #[test]
 fn sessions_go_on_when_redis_is_killed_and_restarted_mid_run() {
+    redis_killed_and_restarted_mid_run(Sdk::Python);
+}
+
+#[test]
+fn typescript_sdk_sessions_go_on_when_redis_is_killed_and_restarted_mid_run() {
+    redis_killed_and_restarted_mid_run(Sdk::TypeScript);
+}
+
+/// SESSIONS × CALLS keyed calls of `sdk` through round-robin while Redis (with its
+/// append-only file) is SIGKILLed and restarted 1.5 s later, every request with an API key.
+fn redis_killed_and_restarted_mid_run(sdk: Sdk) {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut redis = RedisServer::start_persistent(&dir.path().join("redis"));
     let auth = format!("[[auth.api_keys]]\nname = \"runner\"\nsha256 = \"{RUNNER_KEY_SHA256}\"\n");
@@ -298,7 +309,7 @@ fn sessions_go_on_when_redis_is_killed_and_restarted_mid_run() {
     let redis = &mut redis;
     let summary = run_sessions_as(
         &proxy,
-        Sdk::Python,
+        sdk,
         "echo",
         SESSIONS,
         CALLS,
@@ -325,9 +336,10 @@ fn sessions_go_on_when_redis_is_killed_and_restarted_mid_run() {
     }
     assert_all_completed(&summary, SESSIONS, CALLS);
     // The outage was felt, and only as the server's clear, retryable refusals: 503 for a
-    // session (or a new one) a node could not look up, which makes the SDK end the session
-    // (the client then begins another), and -32008 for a keyed call; no request was left
-    // unanswered (a timeout) or failed otherwise.
+    // session (or a new one) a node could not look up (the Python SDK then ends the session
+    // and the client begins another; the TypeScript SDK's request fails and is sent again),
+    // and -32008 for a keyed call; no request was left unanswered (a timeout) or failed
+    // otherwise.
     let reasons = summary["retry_reasons"]
         .as_object()
         .cloned()
