@@ -287,6 +287,86 @@ async fn every_request_lands_anywhere(redis_url: &str, keys: impl Fn(&str) -> Ve
 
 /// An anonymous client's idempotency keys are scoped to its session, by the id every node
 /// knows: its retry on another node is answered from the store, not run again.
+/// The answer to the keyed call `params` on `node`, sent again while the node refuses it
+/// -32008: a node whose Redis calls just failed (a failover) refuses keyed calls for a short
+/// pause (retryable; nothing runs), and a client is told to retry.
+async fn keyed_until_taken(
+    session: &Session,
+    node: &RunningServer,
+    tag: &str,
+    params: &Value,
+) -> Value {
+    for attempt in 0..100 {
+        let id = json!(format!("{tag}{attempt}"));
+        let messages = session
+            .ask(node, id.clone(), "tools/call", params.clone())
+            .await;
+        let answer = answer_of(&messages, &id);
+        if answer.get("result").is_some() {
+            return answer;
+        }
+        assert_eq!(answer["error"]["code"], -32008, "{answer}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the keyed call was never taken on {}", node.addr());
+}
+
+/// A Redis Cluster master that holds a session's record is SIGKILLed and its replica takes
+/// over: the session goes on. A node that never held it takes it up from the promoted
+/// replica (503, retryable, while the cluster and the node's slot map settle), and a keyed
+/// call and its retry are answered once.
+#[tokio::test]
+async fn a_session_goes_on_through_a_redis_cluster_failover() {
+    let mut redis = RedisCluster::start_with_replicas();
+    let (nodes, _fixtures) = nodes(&redis.url(), "failover:", false);
+    let [a, b, c] = [&nodes[0], &nodes[1], &nodes[2]];
+    let session = Session::begin(a, Some(TEST_KEY)).await;
+    let echo = |text: &str| json!({"name": "echo", "arguments": {"text": text}});
+    let before = session.ask(b, json!(1), "tools/call", echo("before")).await;
+    assert_eq!(tool_text(&answer_of(&before, &json!(1))), "before");
+
+    let holder = redis
+        .keys_per_master("failover:session:*")
+        .iter()
+        .position(|keys| keys.iter().any(|key| key.contains(&session.id)))
+        .expect("a master holds the session's record");
+    redis.replicated(holder);
+    redis.fail_over_master(holder);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut refusals = 0;
+    let taken_up = loop {
+        let response = session
+            .post_raw(c, request(json!(2), "tools/call", echo("after")))
+            .await;
+        match response.status().as_u16() {
+            200 => break messages(response).collect::<Vec<Value>>().await,
+            503 => refusals += 1,
+            other => panic!("the take-up after the failover answered {other}"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no take-up within 20 s ({refusals} refusals)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(tool_text(&answer_of(&taken_up, &json!(2))), "after");
+
+    let keyed = json!({"name": "echo", "arguments": {"text": "keyed"},
+                       "_meta": {"idempotencyKey": "after-failover"}});
+    let hits = || crate::support::http::metric(c, "mcp_dedup_hits_total");
+    let hits_before = hits().await;
+    let first = keyed_until_taken(&session, b, "first-", &keyed).await;
+    let again = keyed_until_taken(&session, c, "again-", &keyed).await;
+    assert_eq!(tool_text(&first), "keyed");
+    assert_eq!(again["result"], first["result"]);
+    assert_eq!(
+        hits().await,
+        hits_before + 1,
+        "the retry on c is answered from the store, not run again"
+    );
+}
+
 #[tokio::test]
 async fn an_anonymous_retry_on_another_node_is_answered_from_the_store() {
     let redis = RedisServer::start();

@@ -106,11 +106,15 @@ fn binary() -> &'static str {
     }
 }
 
-/// A Redis Cluster of three masters (real `redis-server` processes in cluster mode, no
-/// replicas), each holding a third of the slots, joined by `CLUSTER MEET`; stopped when
-/// dropped. Its URL is the `redis+cluster://` form the server's `redis.url` accepts.
+/// A Redis Cluster of three masters (real `redis-server` processes in cluster mode), each
+/// holding a third of the slots, joined by `CLUSTER MEET`, with a replica each when asked
+/// for; stopped when dropped. Its URL is the `redis+cluster://` form the server's
+/// `redis.url` accepts (the masters are its seeds).
 pub struct RedisCluster {
+    /// The masters' ports, then the replicas' (`replicas[i]` follows master `i`).
     ports: Vec<u16>,
+    replicas: Vec<u16>,
+    /// The processes, in the order of `ports` then `replicas`.
     children: Vec<Child>,
     /// Where the masters keep their cluster config files.
     dir: tempfile::TempDir,
@@ -125,22 +129,12 @@ impl RedisCluster {
         // spawn, a cluster that does not form) stops the ones already started.
         let mut cluster = Self {
             ports: cluster_ports(3),
+            replicas: Vec::new(),
             children: Vec::new(),
             dir,
         };
         for port in cluster.ports.clone() {
-            let child = Command::new(binary())
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
-                .args(["--cluster-node-timeout", "2000"])
-                .current_dir(cluster.dir.path())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server starts in cluster mode");
-            cluster.children.push(child);
+            cluster.spawn(port);
         }
         let mut connections: Vec<redis::Connection> =
             cluster.ports.iter().map(|port| connect(*port)).collect();
@@ -180,6 +174,113 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         cluster
+    }
+
+    /// [`start`](Self::start), then a replica for each master (`CLUSTER REPLICATE`), waited
+    /// for until each replica's link to its master is up.
+    pub fn start_with_replicas() -> Self {
+        let mut cluster = Self::start();
+        let masters = cluster.ports.clone();
+        let mut replicas = cluster_ports(3);
+        replicas.retain(|port| !masters.contains(port));
+        assert_eq!(replicas.len(), 3, "free ports for the replicas");
+        for (master, replica) in masters.iter().zip(&replicas) {
+            cluster.spawn(*replica);
+            cluster.replicas.push(*replica);
+            let id: String = redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut connect(*master))
+                .expect("CLUSTER MYID");
+            let mut connection = connect(*replica);
+            redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(masters[0])
+                .query::<()>(&mut connection)
+                .expect("CLUSTER MEET");
+            // A replica can follow a master only once it knows it.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while redis::cmd("CLUSTER")
+                .arg("REPLICATE")
+                .arg(&id)
+                .query::<()>(&mut connection)
+                .is_err()
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "the replica did not meet its master"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for replica in replicas {
+            let mut connection = connect(replica);
+            while !redis::cmd("INFO")
+                .arg("replication")
+                .query::<String>(&mut connection)
+                .is_ok_and(|info| info.contains("master_link_status:up"))
+            {
+                assert!(Instant::now() < deadline, "a replica did not sync");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        cluster
+    }
+
+    /// Starts one `redis-server` in cluster mode on `port` (kept in `children`).
+    fn spawn(&mut self, port: u16) {
+        let child = Command::new(binary())
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+            .args(["--cluster-node-timeout", "2000"])
+            .current_dir(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts in cluster mode");
+        self.children.push(child);
+    }
+
+    /// SIGKILLs master `index`, then waits until its replica has taken over (it says it is
+    /// a master and the cluster is ok again); returns the replica's port.
+    pub fn fail_over_master(&mut self, index: usize) -> u16 {
+        let replica = self.replicas[index];
+        let _ = self.children[index].kill();
+        let _ = self.children[index].wait();
+        let mut connection = connect(replica);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let role: Vec<redis::Value> = redis::cmd("ROLE")
+                .query(&mut connection)
+                .unwrap_or_default();
+            let promoted =
+                matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master");
+            let ok = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query::<String>(&mut connection)
+                .is_ok_and(|info| info.contains("cluster_state:ok"));
+            if promoted && ok {
+                return replica;
+            }
+            assert!(Instant::now() < deadline, "the replica did not take over");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until master `index`'s writes so far reached its replica (`WAIT 1`).
+    pub fn replicated(&self, index: usize) {
+        let acknowledged: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5000)
+            .query(&mut connect(self.ports[index]))
+            .expect("WAIT");
+        assert_eq!(
+            acknowledged, 1,
+            "the replica of master {index} did not acknowledge"
+        );
     }
 
     /// `redis+cluster://127.0.0.1:A,127.0.0.1:B,127.0.0.1:C`.
