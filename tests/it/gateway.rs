@@ -497,8 +497,9 @@ async fn served(upstream: &RunningServer, method: &str) -> u64 {
 /// over Streamable HTTP, with `protocol_version = "2026-07-28"`), in both modes, for a
 /// client of the session era: lists and calls pass, progress reaches the client under its
 /// token, and the upstream's elicitation (an `input_required` round) reaches the client as
-/// an `elicitation/create` request whose answer completes the call. The upstream saw
-/// `server/discover` and never `initialize`.
+/// an `elicitation/create` request whose answer completes the call; a tool added to the
+/// upstream reaches the client's list (`list_changed` on the gateway's listen stream). The
+/// upstream saw `server/discover` and never `initialize`.
 #[tokio::test]
 async fn a_stateless_upstream_serves_a_session_era_client() {
     for mode in [UpstreamMode::Shared, UpstreamMode::PerSession] {
@@ -571,6 +572,26 @@ async fn a_stateless_upstream_serves_a_session_era_client() {
             text.starts_with("User response: action=accept")
                 && text.contains(r#""username":"lin""#),
             "{mode:?}: {answered}"
+        );
+
+        // A change of the upstream's list comes on the gateway's subscriptions/listen
+        // stream: the gateway lists again and tells the client once.
+        let added = format!("added_{mode:?}").to_lowercase();
+        upstream
+            .registry()
+            .add_tool(crate::support::stateless::plain_tool(&added))
+            .expect("added");
+        let changed = client.recv().await;
+        assert_eq!(
+            changed["method"], "notifications/tools/list_changed",
+            "{mode:?}: {changed}"
+        );
+        let listed = client.request("tools/list", json!({})).await;
+        assert!(
+            listed["result"]["tools"]
+                .as_array()
+                .is_some_and(|tools| tools.iter().any(|t| t["name"] == added.as_str())),
+            "{mode:?}: {listed}"
         );
 
         assert!(served(&upstream, "server/discover").await >= 1, "{mode:?}");
