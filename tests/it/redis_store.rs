@@ -12,7 +12,8 @@
 //!   once, and its retries on either node are answered from Redis;
 //! - a call whose run ends while Redis is away (it could not record the result) is not run
 //!   again when Redis comes back empty: the node answers retries from what it kept and writes
-//!   it to Redis, where the other node finds it;
+//!   it to Redis, where the other node finds it; with no retry on that node, it writes the
+//!   result back by itself once Redis answers again;
 //! - with `cluster.on_store_error = "local"`, requests still run with Redis gone:
 //!   de-duplication goes on locally (a retry on the same node is still answered), the
 //!   failures are counted; once Redis is back, the node uses it again (a retry on the other
@@ -317,6 +318,48 @@ async fn a_result_redis_missed_during_an_outage_is_kept_and_written_back() {
     let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
     assert_eq!(
         until_taken(&mut on_b, "held", "midway-1", "b").await,
+        "node-a run 1: \"held\""
+    );
+    assert_eq!(a.runs.load(Ordering::SeqCst), 1, "it ran once");
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+}
+
+/// As above, but no retry reaches node a: the result it kept is written to Redis by itself
+/// once Redis answers again, and a retry on node b is answered from there.
+#[tokio::test]
+async fn a_result_kept_during_an_outage_is_written_back_when_redis_returns() {
+    let mut redis = RedisServer::start();
+    let a = start_node("node-a", node_settings(&redis));
+    let b = start_node("node-b", node_settings(&redis));
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    on_a.send_json(keyed_call(json!(1), "held", "midway-2"))
+        .await;
+    wait_metric(&a.server, "mcp_pool_running", 1).await;
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never claimed in Redis"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    redis.kill();
+    a.gate.add_permits(1);
+    let ran = on_a.recv_response(&json!(1)).await;
+    assert_eq!(result_text(&ran, &json!(1)), "node-a run 1: \"held\"");
+    // Redis comes back empty; nothing is sent to node a.
+    redis.restart();
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never written back to Redis"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    assert_eq!(
+        until_taken(&mut on_b, "held", "midway-2", "b").await,
         "node-a run 1: \"held\""
     );
     assert_eq!(a.runs.load(Ordering::SeqCst), 1, "it ran once");

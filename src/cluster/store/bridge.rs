@@ -200,7 +200,8 @@ pub(crate) const BEAT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Says this node is alive, every [`BEAT`]: a stream of a request it runs is resumed on
 /// another node by waiting for its events, and a retry of a keyed call it runs waits for
-/// its answer, until the node is found dead.
+/// its answer, until the node is found dead. A beat Redis takes after an outage also
+/// writes back the results this node kept in memory meanwhile.
 async fn beat(cluster: Arc<Cluster>) {
     let Some(redis) = cluster.store.redis() else {
         return;
@@ -209,7 +210,9 @@ async fn beat(cluster: Arc<Cluster>) {
     let mut every = tokio::time::interval(BEAT);
     loop {
         every.tick().await;
-        redis.beat(&cluster.metrics, node, BEAT * 3).await;
+        if redis.beat(&cluster.metrics, node, BEAT * 3).await && cluster.store.has_stranded() {
+            cluster.store.write_back(&cluster.metrics).await;
+        }
     }
 }
 

@@ -127,6 +127,13 @@ pub(crate) struct Store {
     /// Keyed requests running on this node, so a duplicate arriving here waits for a wakeup
     /// rather than polling: the runner holds the sender, and drops it when it is done.
     running_here: Mutex<HashMap<Key, watch::Receiver<()>>>,
+    /// With Redis: keys whose result only this node's memory holds (Redis could not take
+    /// it, or it ran in memory), oldest first, written to Redis as soon as it answers again
+    /// ([`write_back`](Self::write_back)). Bounded like the memory store; a key dropped from
+    /// here is still written back by a retry that reaches this node.
+    stranded: Mutex<std::collections::VecDeque<Key>>,
+    /// The most keys `stranded` holds.
+    max_stranded: usize,
 }
 
 impl Store {
@@ -147,6 +154,8 @@ impl Store {
             node: u64::from_be_bytes(node),
             next_owner: AtomicU64::new(1),
             running_here: Mutex::default(),
+            stranded: Mutex::default(),
+            max_stranded: settings.dedup.max_entries,
         }
     }
 
@@ -212,6 +221,46 @@ impl Store {
             }
         }
         self.memory.complete(key, owner, done, ttl);
+        if self.redis.is_some() {
+            let mut stranded = lock(&self.stranded);
+            if stranded.len() >= self.max_stranded {
+                stranded.pop_front();
+            }
+            stranded.push_back(*key);
+        }
+    }
+
+    /// Writes the results only this node holds to Redis (called when Redis answers again),
+    /// so that a retry on another node finds them without waiting for one to reach this
+    /// node. Stops at the first write Redis refuses; the rest wait for the next call.
+    pub(crate) async fn write_back(&self, metrics: &Metrics) {
+        let Some(redis) = &self.redis else { return };
+        let mut written = 0u64;
+        loop {
+            let Some(key) = lock(&self.stranded).pop_front() else {
+                break;
+            };
+            // Gone from memory (expired, or evicted): nothing to write.
+            let Some((done, left)) = self.memory.done(&key) else {
+                continue;
+            };
+            if !redis.complete(metrics, &key, done.encode(), left).await {
+                lock(&self.stranded).push_front(key);
+                break;
+            }
+            written += 1;
+        }
+        if written > 0 {
+            tracing::info!(
+                results = written,
+                "wrote to Redis the results kept in memory while it was away"
+            );
+        }
+    }
+
+    /// Whether results wait to be written back to Redis.
+    pub(crate) fn has_stranded(&self) -> bool {
+        !lock(&self.stranded).is_empty()
     }
 
     /// With Redis, the result this node holds in memory under `key`: a run that ended while

@@ -593,14 +593,15 @@ impl RedisStore {
         }
     }
 
-    /// Says this node is alive for `ttl`.
-    pub(crate) async fn beat(&self, metrics: &Metrics, node: u64, ttl: Duration) {
+    /// Says this node is alive for `ttl`; whether Redis took it.
+    pub(crate) async fn beat(&self, metrics: &Metrics, node: u64, ttl: Duration) -> bool {
         let key = self.node_key(node);
         self.run(metrics, "beat", |mut con| async move {
             con.pset_ex::<_, _, ()>(key, 1, (ttl.as_millis() as u64).max(1))
                 .await
         })
-        .await;
+        .await
+        .is_some()
     }
 
     /// Whether node `node` said it is alive lately; `None` when Redis could not be asked.
