@@ -99,7 +99,7 @@ impl Session {
                     continue;
                 }
                 let post = session.clone().post(message, weak.clone(), max_body);
-                let Some(id) = post.id else {
+                let Some(id) = post.message.id else {
                     tokio::spawn(post.run());
                     continue;
                 };
@@ -128,7 +128,6 @@ impl Session {
 
     fn post(self, message: Outgoing, inner: Weak<Inner>, max_body: usize) -> Post {
         Post {
-            id: message.id,
             session: self,
             message,
             inner,
@@ -139,7 +138,6 @@ impl Session {
 
 /// One message to POST.
 struct Post {
-    id: Option<u64>,
     session: Session,
     message: Outgoing,
     inner: Weak<Inner>,
@@ -153,7 +151,6 @@ impl Post {
             message,
             inner,
             max_body,
-            ..
         } = self;
         let mut request = session
             .request(reqwest::Method::POST)

@@ -436,47 +436,39 @@ impl Client {
     async fn begin(&self, options: &ClientOptions) -> Result<ServerDetails, ClientError> {
         let asked = options.protocol_version.as_str();
         if ProtocolVersion::parse(asked).is_some_and(ProtocolVersion::is_stateless) {
-            return match self.discover(options, asked).await {
+            let refused = match self.discover(options, asked).await {
+                Err(refused) => refused,
+                discovered => return discovered,
+            };
+            let unsupported =
+                matches!(refused, ClientError::Rpc { code, .. } if code == UNSUPPORTED_VERSION);
+            return match supported_offer(&refused) {
                 // Refused with the versions the server speaks: the newest this client
                 // knows, in its era (asked again once).
-                Err(ClientError::Rpc {
-                    code: UNSUPPORTED_VERSION,
-                    message,
-                    data,
-                }) => match supported_offer(data.as_ref()) {
-                    Some(version) if version.is_stateless() => {
-                        self.discover(options, version.as_str()).await
-                    }
-                    Some(version) => self.initialize(options, version.as_str()).await,
-                    None => Err(ClientError::Rpc {
-                        code: UNSUPPORTED_VERSION,
-                        message,
-                        data,
-                    }),
-                },
+                Some(version) if version.is_stateless() => {
+                    self.discover(options, version.as_str()).await
+                }
+                Some(version) => self.initialize(options, version.as_str()).await,
+                None if unsupported => Err(refused),
                 // A server of the handshake era does not know `server/discover` (or, over
                 // HTTP, refuses a request outside a session).
-                Err(ClientError::Rpc { .. } | ClientError::Status(400..=499)) => {
+                None if matches!(
+                    refused,
+                    ClientError::Rpc { .. } | ClientError::Status(400..=499)
+                ) =>
+                {
                     self.initialize(options, ProtocolVersion::NEWEST_SESSION.as_str())
                         .await
                 }
-                other => other,
+                None => Err(refused),
             };
         }
         match self.initialize(options, asked).await {
-            Err(ClientError::Rpc {
-                code,
-                message,
-                data,
-            }) => match stateless_offer(code, data.as_ref()) {
-                Some(version) => self.discover(options, version).await,
-                None => Err(ClientError::Rpc {
-                    code,
-                    message,
-                    data,
-                }),
+            Err(refused) => match stateless_offer(&refused) {
+                Some(version) => self.discover(options, version.as_str()).await,
+                None => Err(refused),
             },
-            other => other,
+            initialized => initialized,
         }
     }
 
@@ -1173,9 +1165,14 @@ fn parse_borrowed<'a, T: Deserialize<'a>>(raw: &'a RawValue) -> Result<T, Client
 /// The code of a refused protocol version (2026-07-28).
 const UNSUPPORTED_VERSION: i64 = -32022;
 
-/// The versions a refusal lists (`data.supported`) that this client knows.
-fn supported_versions(data: Option<&Value>) -> Vec<ProtocolVersion> {
-    data.and_then(|d| d.get("supported"))
+/// The versions an error's `data.supported` lists that this client knows (none for an error
+/// that is not a JSON-RPC one).
+fn supported_versions(error: &ClientError) -> Vec<ProtocolVersion> {
+    let ClientError::Rpc { data, .. } = error else {
+        return Vec::new();
+    };
+    data.as_ref()
+        .and_then(|d| d.get("supported"))
         .and_then(Value::as_array)
         .map(|list| {
             list.iter()
@@ -1187,25 +1184,28 @@ fn supported_versions(data: Option<&Value>) -> Vec<ProtocolVersion> {
 }
 
 /// The newest version a refusal offers that this client knows.
-fn supported_offer(data: Option<&Value>) -> Option<ProtocolVersion> {
+fn supported_offer(error: &ClientError) -> Option<ProtocolVersion> {
+    let supported = supported_versions(error);
     // Newest first.
     ProtocolVersion::ALL
         .into_iter()
-        .find(|v| supported_versions(data).contains(v))
+        .find(|v| supported.contains(v))
 }
 
 /// The stateless version an `initialize` refusal offers instead: the server's list of
 /// supported versions (`data.supported`) names one, or it answered -32022 (unsupported
 /// version) with no list.
-fn stateless_offer(code: i64, data: Option<&Value>) -> Option<&'static str> {
-    let supported = supported_versions(data);
-    let offered = ProtocolVersion::STATELESS
+fn stateless_offer(error: &ClientError) -> Option<ProtocolVersion> {
+    let supported = supported_versions(error);
+    match ProtocolVersion::STATELESS
         .into_iter()
-        .find(|v| supported.contains(v));
-    match offered {
-        Some(version) => Some(version.as_str()),
-        None if code == UNSUPPORTED_VERSION && supported.is_empty() => {
-            Some(ProtocolVersion::STATELESS[0].as_str())
+        .find(|v| supported.contains(v))
+    {
+        Some(version) => Some(version),
+        None if supported.is_empty()
+            && matches!(error, ClientError::Rpc { code, .. } if *code == UNSUPPORTED_VERSION) =>
+        {
+            Some(ProtocolVersion::STATELESS[0])
         }
         None => None,
     }
