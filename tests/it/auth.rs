@@ -1174,13 +1174,7 @@ async fn a_request_on_a_session_is_authorized_with_its_own_narrower_credential()
         .await,
     )
     .await;
-    let names: Vec<&str> = listed["result"]["tools"]
-        .as_array()
-        .expect("a list")
-        .iter()
-        .filter_map(|tool| tool["name"].as_str())
-        .collect();
-    assert_eq!(names, ["echo"], "{listed}");
+    assert_eq!(tool_names(&listed), ["echo"], "{listed}");
 
     let allowed = body(post(&server, Some(&wide), Some(&id), add).await).await;
     assert_eq!(allowed["result"]["content"][0]["text"], "3", "{allowed}");

@@ -516,12 +516,7 @@ async fn a_stateless_upstream_serves_a_session_era_client() {
         initialize_with(&mut client, json!({"elicitation": {}})).await;
 
         let listed = client.request("tools/list", json!({})).await;
-        let names: Vec<&str> = listed["result"]["tools"]
-            .as_array()
-            .expect("tools")
-            .iter()
-            .filter_map(|tool| tool["name"].as_str())
-            .collect();
+        let names = tool_names(&listed);
         for name in [
             "test_simple_text",
             "test_tool_with_progress",
@@ -588,9 +583,7 @@ async fn a_stateless_upstream_serves_a_session_era_client() {
         );
         let listed = client.request("tools/list", json!({})).await;
         assert!(
-            listed["result"]["tools"]
-                .as_array()
-                .is_some_and(|tools| tools.iter().any(|t| t["name"] == added.as_str())),
+            tool_names(&listed).contains(&added.as_str()),
             "{mode:?}: {listed}"
         );
 
@@ -735,12 +728,7 @@ async fn a_websocket_upstream_is_served_like_a_stdio_one() {
         let mut client = Client::initialized(&server).await;
 
         let listed = client.request("tools/list", json!({})).await;
-        let names: Vec<&str> = listed["result"]["tools"]
-            .as_array()
-            .expect("tools")
-            .iter()
-            .filter_map(|tool| tool["name"].as_str())
-            .collect();
+        let names = tool_names(&listed);
         for name in ["echo", "add", "ws__add", "ws__slow", "ws__wait", "ws__fail"] {
             assert!(names.contains(&name), "{name} is not listed: {names:?}");
         }

@@ -226,6 +226,16 @@ pub fn tool_text(response: &Value) -> String {
     text_of(&response["result"]).to_owned()
 }
 
+/// The names in a `tools/list` answer.
+pub fn tool_names(response: &Value) -> Vec<&str> {
+    response["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a tools/list answer: {response}"))
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect()
+}
+
 /// The text of a successful tool call's answer with this id.
 pub fn result_text(response: &Value, id: &Value) -> String {
     text_of(&assert_result(response, id)).to_owned()
