@@ -16,8 +16,9 @@
 //!   result back by itself once Redis answers again;
 //! - with `cluster.on_store_error = "local"`, requests still run with Redis gone:
 //!   de-duplication goes on locally (a retry on the same node is still answered), the
-//!   failures are counted; once Redis is back, the node uses it again (a retry on the other
-//!   node is answered) and the bridge resubscribes, by themselves.
+//!   failures are counted; once Redis is back, the node writes what it ran meanwhile there
+//!   and uses it again (retries on the other node are answered) and the bridge resubscribes,
+//!   by themselves.
 
 use crate::support::http::{metric, wait_metric};
 use crate::support::redis::RedisServer;
@@ -275,95 +276,69 @@ async fn without_redis_a_keyed_call_is_refused_retryably_and_runs_once_when_it_r
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
 }
 
+/// Retries on node a, while its result is not yet in Redis, are answered from what it kept.
 #[tokio::test]
 async fn a_result_redis_missed_during_an_outage_is_kept_and_written_back() {
+    result_kept_through_an_outage("midway-1", true).await;
+}
+
+/// With no retry reaching node a, the result it kept is written to Redis by itself once
+/// Redis answers again.
+#[tokio::test]
+async fn a_result_kept_during_an_outage_is_written_back_when_redis_returns() {
+    result_kept_through_an_outage("midway-2", false).await;
+}
+
+/// A keyed call claimed in Redis runs through a Redis kill, and Redis comes back empty (no
+/// persistence). Node a's result reaches Redis (with `retry_on_a`, retries sent to node a
+/// meanwhile are answered from its memory); a retry on node b is answered from Redis; the
+/// call ran once.
+async fn result_kept_through_an_outage(key: &str, retry_on_a: bool) {
     let mut redis = RedisServer::start();
     let a = start_node("node-a", node_settings(&redis));
     let b = start_node("node-b", node_settings(&redis));
     let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
-    // Claimed in Redis, then Redis goes away while it runs.
-    on_a.send_json(keyed_call(json!(1), "held", "midway-1"))
-        .await;
+    on_a.send_json(keyed_call(json!(1), "held", key)).await;
     wait_metric(&a.server, "mcp_pool_running", 1).await;
     // The claim is in Redis (the worker claims the key after it takes its pool slot).
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    while redis.keys("mcp-ws:idem:*").is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never claimed in Redis"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    until_stored(&redis, "never claimed in Redis").await;
     redis.kill();
     a.gate.add_permits(1);
     let ran = on_a.recv_response(&json!(1)).await;
     assert_eq!(result_text(&ran, &json!(1)), "node-a run 1: \"held\"");
-    // Redis comes back empty (no persistence): retries on node a are answered from what it
-    // kept, until it has written the result to Redis.
     redis.restart();
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    let mut id = 10;
-    while redis.keys("mcp-ws:idem:*").is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never written back to Redis"
-        );
-        id += 1;
-        let retry = on_a
-            .send_request(keyed_call(json!(id), "held", "midway-1"))
-            .await;
-        assert_eq!(result_text(&retry, &json!(id)), "node-a run 1: \"held\"");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    if retry_on_a {
+        let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+        for id in 10.. {
+            if !redis.keys("mcp-ws:idem:*").is_empty() {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never written back to Redis"
+            );
+            let retry = on_a.send_request(keyed_call(json!(id), "held", key)).await;
+            assert_eq!(result_text(&retry, &json!(id)), "node-a run 1: \"held\"");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
+    until_stored(&redis, "never written back to Redis").await;
     let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
     assert_eq!(
-        until_taken(&mut on_b, "held", "midway-1", "b").await,
+        until_taken(&mut on_b, "held", key, "b").await,
         "node-a run 1: \"held\""
     );
     assert_eq!(a.runs.load(Ordering::SeqCst), 1, "it ran once");
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
 }
 
-/// As above, but no retry reaches node a: the result it kept is written to Redis by itself
-/// once Redis answers again, and a retry on node b is answered from there.
-#[tokio::test]
-async fn a_result_kept_during_an_outage_is_written_back_when_redis_returns() {
-    let mut redis = RedisServer::start();
-    let a = start_node("node-a", node_settings(&redis));
-    let b = start_node("node-b", node_settings(&redis));
-    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
-    on_a.send_json(keyed_call(json!(1), "held", "midway-2"))
-        .await;
-    wait_metric(&a.server, "mcp_pool_running", 1).await;
+/// Waits until Redis holds a de-duplication entry; fails with `why` after READ_TIMEOUT.
+async fn until_stored(redis: &RedisServer, why: &str) {
     let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
     while redis.keys("mcp-ws:idem:*").is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never claimed in Redis"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        assert!(tokio::time::Instant::now() < deadline, "{why}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    redis.kill();
-    a.gate.add_permits(1);
-    let ran = on_a.recv_response(&json!(1)).await;
-    assert_eq!(result_text(&ran, &json!(1)), "node-a run 1: \"held\"");
-    // Redis comes back empty; nothing is sent to node a.
-    redis.restart();
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    while redis.keys("mcp-ws:idem:*").is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never written back to Redis"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
-    assert_eq!(
-        until_taken(&mut on_b, "held", "midway-2", "b").await,
-        "node-a run 1: \"held\""
-    );
-    assert_eq!(a.runs.load(Ordering::SeqCst), 1, "it ran once");
-    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]
@@ -393,29 +368,27 @@ async fn without_redis_requests_still_run_and_it_reconnects_by_itself() {
     wait_metric(&b.server, "mcp_bus_bridge_subscribed", 0).await;
 
     redis.restart();
-    // Both bridges resubscribe by themselves, and node a's store uses Redis again: a fresh
-    // key lands there (polling: the pause after a failure is short, but not zero).
+    // Both bridges resubscribe by themselves, and what node a ran in memory is written to
+    // Redis by itself once Redis answers again: a retry on node b is answered from there.
     bridged(&[&a, &b]).await;
+    until_stored(&redis, "node a's result never reached Redis").await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    let retry = on_b.send_request(keyed_call(json!(3), "x", "down-1")).await;
+    assert_eq!(result_text(&retry, &json!(3)), "node-a run 1: \"x\"");
+    // A call after the outage reaches Redis too (stored there at once, or written back at
+    // node a's next heartbeat if it was still pausing after the failure).
+    let after = on_a.send_request(keyed_call(json!(4), "x", "up-1")).await;
+    assert_eq!(result_text(&after, &json!(4)), "node-a run 2: \"x\"");
     let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    let mut n = 0;
-    while redis.keys("mcp-ws:idem:*").is_empty() {
+    while redis.keys("mcp-ws:idem:*").len() < 2 {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "node a never used Redis again"
+            "node a's later result never reached Redis"
         );
-        n += 1;
-        on_a.send_request(keyed_call(json!(100 + n), "x", &format!("up-{n}")))
-            .await;
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
-    let retry = on_b
-        .send_request(keyed_call(json!(3), "x", &format!("up-{n}")))
-        .await;
-    assert_eq!(
-        result_text(&retry, &json!(3)),
-        format!("node-a run {}: \"x\"", 1 + n)
-    );
+    let retry = on_b.send_request(keyed_call(json!(5), "x", "up-1")).await;
+    assert_eq!(result_text(&retry, &json!(5)), "node-a run 2: \"x\"");
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
     // And changes cross again. (A resource update, since a bridge that resubscribes also
     // tells every session that the lists may have changed.)
