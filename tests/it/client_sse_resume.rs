@@ -32,8 +32,9 @@ struct Proxy {
 }
 
 /// Passes every request on to `upstream` and its answer back, except the first POST
-/// answered with an SSE stream: that stream ends after its first progress event.
-fn cutting_proxy(upstream: SocketAddr) -> (SocketAddr, Arc<Seen>) {
+/// answered with an SSE stream: that stream ends after its first progress event. Its
+/// address, what it saw, and the handle that stops it (and its thread).
+fn cutting_proxy(upstream: SocketAddr) -> (SocketAddr, Arc<Seen>, actix_web::dev::ServerHandle) {
     let seen = Arc::new(Seen::default());
     let shared = web::Data::new(Proxy {
         upstream,
@@ -51,12 +52,16 @@ fn cutting_proxy(upstream: SocketAddr) -> (SocketAddr, Arc<Seen>) {
             .workers(1)
             .bind("127.0.0.1:0")
             .expect("the proxy binds");
-            bound_tx.send(server.addrs()[0]).expect("the test waits");
-            server.run().await
+            let addr = server.addrs()[0];
+            let running = server.run();
+            bound_tx
+                .send((addr, running.handle()))
+                .expect("the test waits");
+            running.await
         })
     });
-    let addr = bound.recv_timeout(READ_TIMEOUT).expect("the proxy listens");
-    (addr, seen)
+    let (addr, handle) = bound.recv_timeout(READ_TIMEOUT).expect("the proxy listens");
+    (addr, seen, handle)
 }
 
 async fn forward(request: HttpRequest, body: web::Bytes, proxy: web::Data<Proxy>) -> HttpResponse {
@@ -127,7 +132,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 #[tokio::test]
 async fn a_response_stream_ended_early_is_resumed_with_last_event_id() {
     let server = start(settings());
-    let (proxy, seen) = cutting_proxy(server.addr());
+    let (proxy, seen, proxy_handle) = cutting_proxy(server.addr());
     let client = Client::http(
         &format!("http://{proxy}/mcp"),
         &[],
@@ -168,4 +173,5 @@ async fn a_response_stream_ended_early_is_resumed_with_last_event_id() {
     assert!(received >= 2, "{received} progress reports");
 
     client.shutdown(Duration::from_secs(2)).await;
+    proxy_handle.stop(false).await;
 }
