@@ -29,6 +29,8 @@ pub const UPSTREAM_UNAVAILABLE: i64 = -32030;
 const SESSION_END_GRACE: Duration = Duration::from_secs(2);
 /// Longest wait between restarts of a child that keeps failing.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The first pause before a stateless upstream's listen stream is opened again.
+const LISTEN_PAUSE: Duration = Duration::from_millis(500);
 /// A child that lived this long before it ended was not failing: its restart waits not.
 const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 /// Resources of one upstream the gateway subscribes a child to, at most.
@@ -417,8 +419,9 @@ impl Upstream {
     /// subscriptions: its `resources/updated` then reach the sessions subscribed to the URI
     /// (the session keeps who subscribed; the upstream only has to send the updates).
     /// A stateless upstream has no session to tell: its changes (lists and those resources)
-    /// come on a `subscriptions/listen` stream held open for as long as the client lives.
-    pub(crate) fn subscribe_all(&self, client: &Client) {
+    /// come on a `subscriptions/listen` stream held open for as long as the client lives
+    /// ([`listen`](Self::listen)).
+    pub(crate) fn subscribe_all(self: &Arc<Self>, client: &Client) {
         let capabilities = &client.server().capabilities;
         let declares = |kind: &str, flag: &str| {
             capabilities
@@ -447,14 +450,10 @@ impl Upstream {
             if offers {
                 notifications["resourceSubscriptions"] = json!(uris);
             }
-            let client = client.clone();
-            let name = self.name.clone();
-            self.env.runtime.spawn(async move {
-                let listen = json!({ "notifications": notifications });
-                if let Err(error) = client.request("subscriptions/listen", Some(listen)).await {
-                    tracing::debug!(upstream = %name, %error, "the listen stream ended");
-                }
-            });
+            let listen = json!({ "notifications": notifications });
+            self.env
+                .runtime
+                .spawn(self.clone().listen(client.downgrade(), listen));
             return;
         }
         if !offers {
@@ -468,6 +467,37 @@ impl Upstream {
                     .await;
             }
         });
+    }
+
+    /// Holds a `subscriptions/listen` stream open on a stateless child for as long as the
+    /// child's client is open, opening it again when the upstream ends it (a restart, a
+    /// proxy's timeout), after a pause that grows while it keeps ending at once. What
+    /// changed while it was down is caught up by listing the upstream again.
+    async fn listen(self: Arc<Self>, child: crate::client::WeakClient, listen: Value) {
+        let mut pause = LISTEN_PAUSE;
+        let mut reopened = false;
+        // Held only while a stream is open: the task keeps no closed client alive.
+        while let Some(client) = child.upgrade().filter(|c| !c.is_closed()) {
+            if reopened {
+                for kind in ["tools", "resources", "prompts"] {
+                    tokio::spawn(super::relist(self.clone(), client.clone(), kind.to_owned()));
+                }
+            }
+            let opened = Instant::now();
+            let ended = client
+                .request("subscriptions/listen", Some(listen.clone()))
+                .await;
+            if let Err(error) = ended {
+                tracing::debug!(upstream = %self.name, %error, "the listen stream ended");
+            }
+            drop(client);
+            if opened.elapsed() > MAX_BACKOFF {
+                pause = LISTEN_PAUSE;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_BACKOFF);
+            reopened = true;
+        }
     }
 
     /// The shared child, when one runs.

@@ -594,6 +594,47 @@ async fn a_stateless_upstream_serves_a_session_era_client() {
     }
 }
 
+/// A stateless upstream that restarts ends the gateway's listen stream: the gateway opens
+/// it again (and lists the upstream again for what changed meanwhile), so a tool added to
+/// the restarted upstream still reaches the client's list.
+#[tokio::test]
+async fn a_stateless_upstreams_listen_stream_is_opened_again_after_a_restart() {
+    let upstream = start_profile();
+    let addr = upstream.addr();
+    let remote = UpstreamSettings {
+        name: "modern".into(),
+        url: format!("http://{addr}/mcp"),
+        protocol_version: "2026-07-28".into(),
+        mode: UpstreamMode::Shared,
+        ..Default::default()
+    };
+    let server = gateway(vec![remote], |_| {});
+    let mut client = Client::initialized(&server).await;
+    let simple = client.call_tool("test_simple_text", json!({})).await;
+    assert!(simple.get("result").is_some(), "{simple}");
+
+    upstream.stop();
+    let mut settings = profile_settings();
+    settings.server.listen = addr;
+    let restarted = start_bare(settings, |builder| builtins("conformance", builder));
+    restarted
+        .registry()
+        .add_tool(crate::support::stateless::plain_tool("added_after_restart"))
+        .expect("added");
+    let changed = client.recv().await;
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
+    );
+    let listed = client.request("tools/list", json!({})).await;
+    assert!(
+        tool_names(&listed).contains(&"added_after_restart"),
+        "{listed}"
+    );
+    server.stop();
+    restarted.stop();
+}
+
 /// `mcp_ws::client` asked for 2026-07-28 of servers that speak only the handshake era (the
 /// Python SDK's FastMCP and server-everything, over stdio) falls back to `initialize`; the
 /// same client asked of mcp-ws over HTTP or WebSocket stays stateless.
