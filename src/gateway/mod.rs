@@ -6,9 +6,14 @@
 //! prompts, which are registered as this server's (tool and prompt names prefixed; resource
 //! URIs as they are). A request for one of them runs in a worker like any other and is
 //! forwarded by [`upstream::Upstream::forward`] to the child that serves the session: its
-//! own (`per_session`) or the one everybody shares (`shared`). The child's `list_changed`
-//! re-lists it and updates the registry, which tells every session once; its
+//! own (`per_session`) or the one everybody shares (`shared`). A shared child's
+//! `list_changed` re-lists it and updates the registry, which tells every session once; its
 //! `resources/updated` reaches the sessions subscribed to the URI.
+//!
+//! A session's own child is listed when it starts and after each of its `list_changed`:
+//! where it offers something else than the upstream registered at start (it runs for one
+//! client, `env_from_identity`), the session gets a view of its own in the registry (the
+//! child's entries in place of the upstream's), and that session alone is told.
 //!
 //! A session's own child (`per_session`) runs on the worker thread that serves the session:
 //! its calls cross no thread. Shared children (and the children started at discovery) run on
@@ -20,8 +25,9 @@ mod proxy;
 mod upstream;
 
 use crate::config::{Settings, UpstreamMode};
+use crate::mailbox::inbox::Changes;
 use crate::observe::metrics::UpstreamMetrics;
-use crate::registry::Registry;
+use crate::registry::{KindView, OwnerView, Registry, Viewer};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,7 +145,7 @@ impl Gateway {
                 let upstream = upstream.clone();
                 async move { upstream.shared_child().await }
             }) {
-                upstream.subscribe_all(&child.client);
+                upstream.subscribe_all(&child.client, None);
             }
             let listed = crate::lock(&upstream.listed);
             tracing::info!(
@@ -274,16 +280,141 @@ async fn list(
     Ok(offers)
 }
 
-/// Lists one kind again after the upstream said it changed (`tools`, `resources`,
-/// `prompts`), and registers the new list in place of the old: the registry tells the
-/// sessions. One re-list at a time per upstream.
-pub(crate) async fn relist(upstream: Arc<Upstream>, child: crate::client::Client, kind: String) {
+/// Lists a child again (one kind after it said that kind changed; every kind when a
+/// session's own child starts) and brings what it offers to whoever sees that child: the
+/// registry (a shared child: every session), or a session's view (`viewer`: its own child).
+/// One re-list at a time per upstream.
+pub(crate) async fn relist(
+    upstream: Arc<Upstream>,
+    child: crate::client::Client,
+    kind: Option<String>,
+    viewer: Option<Viewer>,
+) {
     let _one = upstream.relisting.lock().await;
     let capabilities = child.server().capabilities.clone();
-    match list(&child, &capabilities, Some(&kind)).await {
-        Ok(offers) => register(&upstream, offers),
+    match list(&child, &capabilities, kind.as_deref()).await {
+        Ok(offers) => match &viewer {
+            None => register(&upstream, offers),
+            Some(viewer) => show(&upstream, viewer, offers),
+        },
         Err(error) => tracing::warn!(upstream = %upstream.name, %error, "re-listing failed"),
     }
+}
+
+/// Shows `viewer` what its own child offers (the kinds listed in `offers`) in place of what
+/// the upstream registered at start, where they differ: a kind the child lists as
+/// registered needs no view. Tells the viewer's sessions of each kind whose view came,
+/// changed or went.
+fn show(upstream: &Arc<Upstream>, viewer: &Viewer, offers: Offers) {
+    let registered = crate::lock(&upstream.listed);
+    let tools = offers.tools.map(|tools| {
+        let admitted = tools
+            .into_iter()
+            .filter(|definition| upstream.settings.tools.admits(tool_name(definition)));
+        part(&registered.tools, admitted, |definition| {
+            proxy::tool(upstream, definition).map(|(_, tool)| (tool.name().to_owned(), tool))
+        })
+        .map(|(hidden, tools)| Registry::tool_view(hidden, tools))
+    });
+    let resources = offers.resources.map(|(resources, templates)| {
+        let fixed = part(&registered.resources, resources.into_iter(), |definition| {
+            proxy::resource(upstream, definition).map(|r| (r.uri().to_owned(), r))
+        });
+        let templated = part(&registered.templates, templates.into_iter(), |definition| {
+            proxy::template(upstream, definition).map(|t| (t.uri_template().to_owned(), t))
+        });
+        (
+            fixed.map(|(hidden, shown)| KindView::new(hidden, shown)),
+            templated.map(|(hidden, shown)| KindView::new(hidden, shown)),
+        )
+    });
+    let prompts = offers.prompts.map(|prompts| {
+        part(&registered.prompts, prompts.into_iter(), |definition| {
+            proxy::prompt(upstream, definition).map(|p| (p.name().to_owned(), p))
+        })
+        .map(|(hidden, shown)| KindView::new(hidden, shown))
+    });
+    drop(registered);
+    upstream
+        .registry()
+        .update_view(viewer, &upstream.name, |view| {
+            let mut changed = Changes::default();
+            let mut note = |had: bool, has: bool, kind: Changes| {
+                if had || has {
+                    changed = changed.union(kind);
+                }
+            };
+            if let Some(tools) = tools {
+                note(view.tools.is_some(), tools.is_some(), Changes::TOOLS);
+                view.tools = tools;
+            }
+            if let Some((resources, templates)) = resources {
+                let had = view.resources.is_some() || view.templates.is_some();
+                note(
+                    had,
+                    resources.is_some() || templates.is_some(),
+                    Changes::RESOURCES,
+                );
+                view.resources = resources;
+                view.templates = templates;
+            }
+            if let Some(prompts) = prompts {
+                note(view.prompts.is_some(), prompts.is_some(), Changes::PROMPTS);
+                view.prompts = prompts;
+            }
+            changed
+        });
+}
+
+/// Forgets `viewer`'s views of this upstream (its child is gone), telling its sessions of
+/// the lists that change back.
+pub(crate) fn unshow(upstream: &Upstream, viewer: &Viewer) {
+    upstream
+        .registry()
+        .update_view(viewer, &upstream.name, |view| {
+            let mut changed = Changes::default();
+            for (had, kind) in [
+                (view.tools.is_some(), Changes::TOOLS),
+                (
+                    view.resources.is_some() || view.templates.is_some(),
+                    Changes::RESOURCES,
+                ),
+                (view.prompts.is_some(), Changes::PROMPTS),
+            ] {
+                if had {
+                    changed = changed.union(kind);
+                }
+            }
+            *view = OwnerView::default();
+            changed
+        });
+}
+
+/// One kind of a child's view: `None` when its `definitions` (those `make` accepts, by the
+/// key it gives) are exactly what the upstream registered; else the registered keys to
+/// hide and the entries to show.
+fn part<T>(
+    registered: &std::collections::HashMap<String, Value>,
+    definitions: impl Iterator<Item = Value>,
+    make: impl Fn(&Value) -> Option<(String, T)>,
+) -> Option<(std::collections::HashSet<String>, Vec<T>)> {
+    let mut listed = std::collections::HashMap::new();
+    let mut shown = Vec::new();
+    for definition in definitions {
+        if let Some((key, entry)) = make(&definition) {
+            listed.insert(key, definition);
+            shown.push(entry);
+        }
+    }
+    (listed != *registered).then(|| (registered.keys().cloned().collect(), shown))
+}
+
+/// A tool definition's name (empty when it has none).
+fn tool_name(definition: &Value) -> &str {
+    definition
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 /// Registers `offers` (the kinds listed in it) in place of what the upstream registered of
@@ -294,13 +425,9 @@ fn register(upstream: &Arc<Upstream>, offers: Offers) {
     let registry = upstream.registry();
     let mut listed = crate::lock(&upstream.listed);
     if let Some(tools) = offers.tools {
-        let admitted = tools.into_iter().filter(|definition| {
-            let name = definition
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            upstream.settings.tools.admits(name)
-        });
+        let admitted = tools
+            .into_iter()
+            .filter(|definition| upstream.settings.tools.admits(tool_name(definition)));
         replace(
             upstream,
             "tool",

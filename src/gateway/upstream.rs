@@ -8,7 +8,7 @@ use crate::config::{UpstreamMode, UpstreamSettings};
 use crate::context::RequestContext;
 use crate::model::{LogLevel, RpcError};
 use crate::observe::metrics::UpstreamMetrics;
-use crate::registry::Registry;
+use crate::registry::{Registry, Viewer};
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::value::RawValue;
@@ -48,13 +48,6 @@ pub(crate) struct Environment {
     pub max_message_bytes: usize,
     /// What `Client` tells the upstream of itself.
     pub client_name: String,
-}
-
-/// Which session (or, for 2026-07-28 requests, which identity) a per-session child is for.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum SlotKey {
-    Session(u64),
-    Identity(Arc<str>),
 }
 
 /// A child, or the place of one.
@@ -108,6 +101,15 @@ enum CallEvent {
     },
 }
 
+/// Whom a session's own child serves, and who sees its lists: the session, or (a
+/// 2026-07-28 request, a session of its own) the identity.
+fn viewer_of(ctx: &RequestContext) -> Viewer {
+    match &ctx.session().scope {
+        Some(scope) => Viewer::Session(scope.id()),
+        None => Viewer::Identity(Arc::from(ctx.identity().principal())),
+    }
+}
+
 /// Restarts of a failing child wait longer each time.
 #[derive(Default)]
 struct Backoff {
@@ -125,8 +127,9 @@ pub(crate) struct Upstream {
     env: Environment,
     /// `shared`: the one child.
     shared: Slot,
-    /// `per_session`: a child per session (and per identity for 2026-07-28 requests).
-    slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
+    /// `per_session`: a child per session (and per identity for 2026-07-28 requests), by
+    /// whom it serves (who also sees its lists, where they differ from the registry's).
+    slots: Mutex<HashMap<Viewer, Arc<Slot>>>,
     /// Starts that failed (the command cannot start, or does not initialize) wait longer
     /// each time, for every session.
     backoff: Mutex<Backoff>,
@@ -182,10 +185,15 @@ impl Upstream {
         ctx: Option<&RequestContext>,
     ) -> impl std::future::Future<Output = Result<Child, ClientError>> + Send + 'static {
         let calls = Arc::new(Calls::default());
+        let viewer = match (ctx, self.settings.mode) {
+            (Some(ctx), UpstreamMode::PerSession) => Some(viewer_of(ctx)),
+            _ => None,
+        };
         let handler = Arc::new(Handler {
             upstream: Arc::downgrade(self),
             calls: Arc::downgrade(&calls),
             client: std::sync::OnceLock::new(),
+            viewer,
         });
         let own = handler.clone();
         let settings = &self.settings;
@@ -328,7 +336,19 @@ impl Upstream {
         match self.start_child(Some(ctx)).await {
             Ok(started) => {
                 *crate::lock(&self.backoff) = Backoff::default();
-                self.subscribe_all(&started.client);
+                let viewer = slot.is_some().then(|| viewer_of(ctx));
+                if let Some(viewer) = &viewer {
+                    // What a session's own child offers may differ from what the upstream
+                    // registered at start: the session is shown its child's lists.
+                    let relist = super::relist(
+                        self.clone(),
+                        started.client.clone(),
+                        None,
+                        Some(viewer.clone()),
+                    );
+                    self.env.runtime.spawn(relist);
+                }
+                self.subscribe_all(&started.client, viewer);
                 *child = Some(started.clone());
                 Ok(started)
             }
@@ -344,10 +364,7 @@ impl Upstream {
     /// (and its child is stopped) when the session is over.
     fn session_slot(self: &Arc<Self>, ctx: &RequestContext) -> Arc<Slot> {
         let scope = ctx.session().scope.clone();
-        let key = match &scope {
-            Some(scope) => SlotKey::Session(scope.id()),
-            None => SlotKey::Identity(Arc::from(ctx.identity().principal())),
-        };
+        let key = viewer_of(ctx);
         let mut slots = crate::lock(&self.slots);
         if let Some(slot) = slots.get(&key) {
             return slot.clone();
@@ -367,10 +384,11 @@ impl Upstream {
     }
 
     /// Stops the child of a session that is over.
-    fn end_slot(&self, key: &SlotKey) {
+    fn end_slot(&self, key: &Viewer) {
         let Some(slot) = crate::lock(&self.slots).remove(key) else {
             return;
         };
+        super::unshow(self, key);
         self.env.runtime.spawn(async move {
             if let Some(child) = slot.child.lock().await.take() {
                 child.client.shutdown(SESSION_END_GRACE).await;
@@ -388,9 +406,9 @@ impl Upstream {
         let now = self.now_ms();
         let is_idle =
             |slot: &Slot| now.saturating_sub(slot.last_used.load(Ordering::Relaxed)) > idle;
-        let expired: Vec<SlotKey> = crate::lock(&self.slots)
+        let expired: Vec<Viewer> = crate::lock(&self.slots)
             .iter()
-            .filter(|(key, slot)| matches!(key, SlotKey::Identity(_)) && is_idle(slot))
+            .filter(|(key, slot)| matches!(key, Viewer::Identity(_)) && is_idle(slot))
             .map(|(key, _)| key.clone())
             .collect();
         for key in expired {
@@ -421,7 +439,9 @@ impl Upstream {
     /// A stateless upstream has no session to tell: its changes (lists and those resources)
     /// come on a `subscriptions/listen` stream held open for as long as the client lives
     /// ([`listen`](Self::listen)).
-    pub(crate) fn subscribe_all(self: &Arc<Self>, client: &Client) {
+    ///
+    /// `viewer`: whose view a session's own child's lists change (`None`: a shared child).
+    pub(crate) fn subscribe_all(self: &Arc<Self>, client: &Client, viewer: Option<Viewer>) {
         let capabilities = &client.server().capabilities;
         let declares = |kind: &str, flag: &str| {
             capabilities
@@ -453,7 +473,7 @@ impl Upstream {
             let listen = json!({ "notifications": notifications });
             self.env
                 .runtime
-                .spawn(self.clone().listen(client.downgrade(), listen));
+                .spawn(self.clone().listen(client.downgrade(), listen, viewer));
             return;
         }
         if !offers {
@@ -473,15 +493,19 @@ impl Upstream {
     /// child's client is open, opening it again when the upstream ends it (a restart, a
     /// proxy's timeout), after a pause that grows while it keeps ending at once. What
     /// changed while it was down is caught up by listing the upstream again.
-    async fn listen(self: Arc<Self>, child: crate::client::WeakClient, listen: Value) {
+    async fn listen(
+        self: Arc<Self>,
+        child: crate::client::WeakClient,
+        listen: Value,
+        viewer: Option<Viewer>,
+    ) {
         let mut pause = LISTEN_PAUSE;
         let mut reopened = false;
         // Held only while a stream is open: the task keeps no closed client alive.
         while let Some(client) = child.upgrade().filter(|c| !c.is_closed()) {
             if reopened {
-                for kind in ["tools", "resources", "prompts"] {
-                    tokio::spawn(super::relist(self.clone(), client.clone(), kind.to_owned()));
-                }
+                let relist = super::relist(self.clone(), client.clone(), None, viewer.clone());
+                tokio::spawn(relist);
             }
             let opened = Instant::now();
             let ended = client
@@ -777,6 +801,9 @@ struct Handler {
     calls: Weak<Calls>,
     /// The child itself, once connected (weakly: the client holds this handler).
     client: std::sync::OnceLock<crate::client::WeakClient>,
+    /// Who sees what a session's own child lists (`None`: a shared child, whose lists are
+    /// the registry's).
+    viewer: Option<Viewer>,
 }
 
 #[derive(serde::Deserialize)]
@@ -831,7 +858,8 @@ impl ClientHandler for Handler {
                 let kind = method.split('/').nth(1).unwrap_or_default().to_owned();
                 // Listed again from the child that said it changed.
                 if let Some(client) = self.client.get().and_then(|c| c.upgrade()) {
-                    tokio::spawn(super::relist(upstream, client, kind));
+                    let viewer = self.viewer.clone();
+                    tokio::spawn(super::relist(upstream, client, Some(kind), viewer));
                 }
             }
             "notifications/resources/updated" => {

@@ -12,6 +12,7 @@
 //! If a thread's fan-out falls more than the channel's capacity behind, it marks everything
 //! changed on that thread (a spurious notification rather than a lost one).
 
+use super::Viewer;
 use crate::mailbox::inbox::{Changes, Inbox, TaskNote};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -32,6 +33,8 @@ pub enum BusEvent {
     ResourceUpdated(Arc<str>),
     /// A task's status was stored (2026-07-28 tasks extension).
     Task(Arc<TaskNote>),
+    /// What one viewer sees of these lists changed (its views: this node only).
+    View(Viewer, Changes),
 }
 
 /// Receives what is published on the bus besides the local sessions (the bridge to other
@@ -89,8 +92,9 @@ impl ChangeBus {
     }
 
     /// Registers a session's inbox on the current thread until the returned registration is
-    /// dropped. Starts this thread's fan-out task if it has none.
-    pub fn attach(&self, inbox: &Rc<Inbox>) -> BusRegistration {
+    /// dropped; `viewer` is whose views the session sees (their changes reach it). Starts
+    /// this thread's fan-out task if it has none.
+    pub(crate) fn attach(&self, inbox: &Rc<Inbox>, viewer: Viewer) -> BusRegistration {
         let id = self.inner.id;
         let slot = LOCAL.with(|local| {
             let mut local = local.borrow_mut();
@@ -99,7 +103,7 @@ impl ChangeBus {
                 actix_rt::spawn(fan_out(id, receiver));
                 LocalSessions::default()
             });
-            set.insert(Rc::downgrade(inbox))
+            set.insert(Rc::downgrade(inbox), viewer)
         });
         BusRegistration { bus: id, slot }
     }
@@ -124,22 +128,22 @@ impl Drop for BusRegistration {
     }
 }
 
-/// The sessions of one bus on one thread.
+/// The sessions of one bus on one thread, each with whose views it sees.
 #[derive(Default)]
 struct LocalSessions {
-    slots: Vec<Option<Weak<Inbox>>>,
+    slots: Vec<Option<(Weak<Inbox>, Viewer)>>,
     free: Vec<usize>,
 }
 
 impl LocalSessions {
-    fn insert(&mut self, inbox: Weak<Inbox>) -> usize {
+    fn insert(&mut self, inbox: Weak<Inbox>, viewer: Viewer) -> usize {
         match self.free.pop() {
             Some(slot) => {
-                self.slots[slot] = Some(inbox);
+                self.slots[slot] = Some((inbox, viewer));
                 slot
             }
             None => {
-                self.slots.push(Some(inbox));
+                self.slots.push(Some((inbox, viewer)));
                 self.slots.len() - 1
             }
         }
@@ -154,8 +158,19 @@ impl LocalSessions {
     }
 
     fn each(&self, mut f: impl FnMut(&Inbox)) {
-        for inbox in self.slots.iter().flatten().filter_map(Weak::upgrade) {
-            f(&inbox);
+        for (inbox, _) in self.slots.iter().flatten() {
+            if let Some(inbox) = inbox.upgrade() {
+                f(&inbox);
+            }
+        }
+    }
+
+    /// The sessions that see `viewer`'s views.
+    fn each_of(&self, viewer: &Viewer, mut f: impl FnMut(&Inbox)) {
+        for (inbox, _) in self.slots.iter().flatten().filter(|(_, v)| v == viewer) {
+            if let Some(inbox) = inbox.upgrade() {
+                f(&inbox);
+            }
         }
     }
 }
@@ -181,6 +196,9 @@ async fn fan_out(bus: u64, mut receiver: broadcast::Receiver<BusEvent>) {
                 Ok(BusEvent::Task(note)) => sessions.each(|inbox| {
                     inbox.mark_task(note);
                 }),
+                Ok(BusEvent::View(viewer, changes)) => {
+                    sessions.each_of(viewer, |inbox| inbox.mark_changed(*changes))
+                }
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::warn!(
                         missed,

@@ -16,6 +16,10 @@
 //! every change ends in). A session keeps the tools it called in a [`ToolCache`] while the
 //! count stands still, instead of taking a shard lock of the map per call.
 //!
+//! A viewer (a session, or a 2026-07-28 identity) may have views (`views`): entries of one
+//! owner (a gateway upstream) it sees in place of the registered ones. Lists and lookups of
+//! a viewer without views cost one atomic load more.
+//!
 //! Pagination cursors are opaque: the snapshot's content hash and an offset, base64url. A
 //! cursor that does not decode, or whose list has changed since (another hash), is refused
 //! with -32602, never silently restarted from the first page. The hash covers only the
@@ -25,6 +29,7 @@ pub mod bus;
 pub mod files;
 pub mod rollout;
 mod snapshot;
+mod views;
 
 use crate::mailbox::inbox::Changes;
 use crate::prompt::Prompt;
@@ -41,6 +46,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub use snapshot::Page;
+pub use views::Viewer;
+pub(crate) use views::{KindView, OwnerView, ViewerRef};
+use views::{Seen, ViewSet, Viewed};
 
 use crate::{lock, FastHash};
 
@@ -121,7 +129,7 @@ impl ListKind {
 }
 
 /// Something registered, with what lists say of it.
-trait Registered: Clone + Send + Sync + 'static {
+pub(crate) trait Registered: Clone + Send + Sync + 'static {
     const KIND: &'static str;
     const LIST: ListKind;
     fn key(&self) -> &str;
@@ -247,6 +255,8 @@ struct Inner {
     ever_tasks: AtomicBool,
     /// The arguments tools mirror in HTTP headers, for the tools that have any.
     tool_headers: DashMap<String, Arc<[crate::protocol::mcp::HeaderParam]>, FastHash>,
+    /// What some sessions (or identities) see in place of some entries.
+    views: views::Views,
 }
 
 /// One kind: lookups by key, and the list snapshot.
@@ -366,14 +376,22 @@ impl<T: Registered> Kind<T> {
 
     /// Rebuilds the snapshot (the writer lock is held).
     fn rebuild(&self) {
-        let mut items: Vec<T> = self
+        let items: Vec<T> = self
             .items
             .iter()
             .filter(|e| e.enabled)
             .map(|e| e.item.clone())
             .collect();
+        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) =
+            Arc::new(Self::snapshot_of(items));
+        // Last, after the map and the snapshot: a cache that sees the new count sees them.
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The list snapshot of `items`, in key order.
+    fn snapshot_of(mut items: Vec<T>) -> Snapshot {
         items.sort_by(|a, b| a.key().cmp(b.key()));
-        let snapshot = Snapshot::new(items.into_iter().map(|item| {
+        Snapshot::new(items.into_iter().map(|item| {
             let key: Arc<str> = item.key().into();
             let versions = item.versions().clone();
             let encode: snapshot::Encoder =
@@ -383,10 +401,7 @@ impl<T: Registered> Kind<T> {
                 versions,
                 encode,
             }
-        }));
-        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
-        // Last, after the map and the snapshot: a cache that sees the new count sees them.
-        self.generation.fetch_add(1, Ordering::Release);
+        }))
     }
 
     fn get(&self, key: &str) -> Option<T> {
@@ -402,6 +417,61 @@ impl<T: Registered> Kind<T> {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+}
+
+impl<T: Viewed> Kind<T> {
+    /// The enabled entry of `key` as `view` (a viewer's views, if it has any) shows it.
+    fn get_seen(&self, view: Option<&ViewSet>, key: &str) -> Option<T> {
+        match view.map(|v| v.seen::<T>(key)) {
+            Some(Seen::Shown(entry)) => Some(entry),
+            Some(Seen::Hidden) => None,
+            Some(Seen::AsRegistered) | None => self.get(key),
+        }
+    }
+
+    /// The enabled entries `view` (a viewer's views, if it has any) shows, unsorted.
+    fn items_seen(&self, view: Option<&ViewSet>) -> Vec<T> {
+        match view {
+            Some(view) if view.touches::<T>() => view.items(self),
+            _ => self
+                .items
+                .iter()
+                .filter(|e| e.enabled)
+                .map(|e| e.item.clone())
+                .collect(),
+        }
+    }
+
+    /// The list `view` (a viewer's views, if it has any) shows.
+    fn snapshot_seen(&self, view: Option<&ViewSet>) -> Arc<Snapshot> {
+        match view {
+            Some(view) => view.snapshot(self),
+            None => self.snapshot(),
+        }
+    }
+}
+
+/// Checks what MCP requires of a tool's schemas (objects) and what clients require of its
+/// header annotations; returns the arguments it mirrors in headers.
+fn check_tool(tool: &Tool) -> Result<Vec<crate::protocol::mcp::HeaderParam>, RegistryError> {
+    let definition = &tool.definition;
+    for (member, schema) in [
+        ("inputSchema", Some(&definition.input_schema)),
+        ("outputSchema", definition.output_schema.as_ref()),
+    ] {
+        if schema.is_some_and(|s| s.get("type").and_then(|t| t.as_str()) != Some("object")) {
+            return Err(RegistryError::InvalidToolSchema {
+                tool: definition.name.clone(),
+                member,
+            });
+        }
+    }
+    crate::protocol::mcp::header_params(&definition.input_schema).map_err(|reason| {
+        RegistryError::InvalidHeaderAnnotation {
+            tool: definition.name.clone(),
+            reason,
+        }
+    })
 }
 
 /// A resource read's target: a fixed resource, or a template and the URI's variables.
@@ -454,25 +524,8 @@ impl Registry {
     /// [`RegistryError::InvalidToolSchema`] when its input or output schema does not
     /// describe an object (a [`Json`](crate::Json) output of a type that is not a struct).
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegistryError> {
+        let headers = check_tool(&tool)?;
         let definition = &tool.definition;
-        for (member, schema) in [
-            ("inputSchema", Some(&definition.input_schema)),
-            ("outputSchema", definition.output_schema.as_ref()),
-        ] {
-            if schema.is_some_and(|s| s.get("type").and_then(|t| t.as_str()) != Some("object")) {
-                return Err(RegistryError::InvalidToolSchema {
-                    tool: definition.name.clone(),
-                    member,
-                });
-            }
-        }
-        let headers =
-            crate::protocol::mcp::header_params(&definition.input_schema).map_err(|reason| {
-                RegistryError::InvalidHeaderAnnotation {
-                    tool: definition.name.clone(),
-                    reason,
-                }
-            })?;
         let name = definition.name.clone();
         let tasks = definition.task_support != crate::tool::TaskSupport::Forbidden;
         self.inner
@@ -656,14 +709,22 @@ impl Registry {
     }
 
     /// [`tool_handler`](Self::tool_handler) through a session's `cache`: the same answer
-    /// while the tools do not change. The cache must belong to one chooser (one identity).
+    /// while the tools and the views do not change. The cache must belong to one chooser
+    /// (one identity) and one viewer.
     pub(crate) fn cached_tool_handler(
         &self,
         name: &str,
         chooser: &dyn VersionChooser,
+        viewer: ViewerRef<'_>,
         cache: &ToolCache,
     ) -> Result<CachedTool, Error> {
-        let generation = self.inner.tools.generation.load(Ordering::Acquire);
+        // Both counts only grow, so their sum moves whenever either does.
+        let generation = self
+            .inner
+            .tools
+            .generation
+            .load(Ordering::Acquire)
+            .wrapping_add(self.inner.views.generation.load(Ordering::Acquire));
         let mut tools = cache.tools.borrow_mut();
         if cache.generation.replace(generation) != generation {
             tools.clear();
@@ -671,7 +732,7 @@ impl Registry {
         if let Some((handler, support)) = tools.get(name) {
             return Ok((handler.clone(), *support));
         }
-        let found = self.tool_handler(name, chooser)?;
+        let found = self.tool_handler(name, chooser, viewer)?;
         // Only registered tools get in, and at most `MAX` of them: the client names the tools.
         if tools.len() == ToolCache::MAX {
             tools.clear();
@@ -680,39 +741,50 @@ impl Registry {
         Ok(found)
     }
 
-    /// The handler of an enabled tool, in the version `chooser` picks when it has several,
-    /// with its task support (one `Arc` clone).
+    /// The handler of an enabled tool as `viewer` sees it, in the version `chooser` picks
+    /// when it has several, with its task support (one `Arc` clone).
     pub(crate) fn tool_handler(
         &self,
         name: &str,
         chooser: &dyn VersionChooser,
+        viewer: ViewerRef<'_>,
     ) -> Result<CachedTool, Error> {
+        let pick = |versions: &ToolVersions| {
+            let tool = versions.chosen(chooser);
+            (tool.handler.clone(), tool.definition.task_support)
+        };
+        let unknown = || Error::UnknownTool { name: name.into() };
+        if let Some(view) = self.inner.views.of(viewer) {
+            return match view.seen::<ToolVersions>(name) {
+                Seen::Shown(versions) => Ok(pick(&versions)),
+                Seen::Hidden => Err(unknown()),
+                Seen::AsRegistered => self.registered_tool(name, pick).ok_or_else(unknown),
+            };
+        }
+        self.registered_tool(name, pick).ok_or_else(unknown)
+    }
+
+    fn registered_tool<R>(&self, name: &str, pick: impl FnOnce(&ToolVersions) -> R) -> Option<R> {
         self.inner
             .tools
             .items
             .get(name)
             .filter(|e| e.enabled)
-            .map(|e| {
-                let tool = e.item.chosen(chooser);
-                (tool.handler.clone(), tool.definition.task_support)
-            })
-            .ok_or_else(|| Error::UnknownTool { name: name.into() })
+            .map(|e| pick(&e.item))
     }
 
-    /// What a read of `uri` reaches: a fixed resource first, else the first template (in
-    /// template order) that matches.
-    pub(crate) fn resource_target(&self, uri: &str) -> Option<ResourceTarget> {
-        if let Some(resource) = self.inner.resources.get(uri) {
+    /// What a read of `uri` by `viewer` reaches: a fixed resource first, else the first
+    /// template (in template order) that matches.
+    pub(crate) fn resource_target(
+        &self,
+        uri: &str,
+        viewer: ViewerRef<'_>,
+    ) -> Option<ResourceTarget> {
+        let view = self.inner.views.of(viewer);
+        if let Some(resource) = self.inner.resources.get_seen(view.as_deref(), uri) {
             return Some(ResourceTarget::Fixed(resource));
         }
-        let mut templates: Vec<ResourceTemplate> = self
-            .inner
-            .templates
-            .items
-            .iter()
-            .filter(|e| e.enabled)
-            .map(|e| e.item.clone())
-            .collect();
+        let mut templates = self.inner.templates.items_seen(view.as_deref());
         templates.sort_by(|a, b| a.uri_template().cmp(b.uri_template()));
         templates.into_iter().find_map(|template| {
             let variables = template.template.as_ref().ok()?.matches(uri)?;
@@ -720,18 +792,25 @@ impl Registry {
         })
     }
 
-    /// An enabled prompt.
-    pub(crate) fn prompt(&self, name: &str) -> Option<Prompt> {
-        self.inner.prompts.get(name)
+    /// An enabled prompt, as `viewer` sees it.
+    pub(crate) fn prompt(&self, name: &str, viewer: ViewerRef<'_>) -> Option<Prompt> {
+        let view = self.inner.views.of(viewer);
+        self.inner.prompts.get_seen(view.as_deref(), name)
     }
 
-    /// An enabled resource template.
-    pub(crate) fn resource_template(&self, uri_template: &str) -> Option<ResourceTemplate> {
-        self.inner.templates.get(uri_template)
+    /// An enabled resource template, as `viewer` sees it.
+    pub(crate) fn resource_template(
+        &self,
+        uri_template: &str,
+        viewer: ViewerRef<'_>,
+    ) -> Option<ResourceTemplate> {
+        let view = self.inner.views.of(viewer);
+        self.inner.templates.get_seen(view.as_deref(), uri_template)
     }
 
     /// One page of a list, for a session on `version`, of the entries whose key `visible`
-    /// admits (all without a filter), showing of each tool the version `chooser` picks.
+    /// admits (all without a filter) as `viewer` sees them, showing of each tool the version
+    /// `chooser` picks.
     pub(crate) fn page(
         &self,
         kind: ListKind,
@@ -739,15 +818,56 @@ impl Registry {
         cursor: Option<&str>,
         page_size: usize,
         visible: Option<&dyn Fn(&str) -> bool>,
-        chooser: &dyn VersionChooser,
+        seen_by: (&dyn VersionChooser, ViewerRef<'_>),
     ) -> Result<Page, Error> {
+        let (chooser, viewer) = seen_by;
+        let view = self.inner.views.of(viewer);
+        let view = view.as_deref();
         let snapshot = match kind {
-            ListKind::Tools => self.inner.tools.snapshot(),
-            ListKind::Resources => self.inner.resources.snapshot(),
-            ListKind::ResourceTemplates => self.inner.templates.snapshot(),
-            ListKind::Prompts => self.inner.prompts.snapshot(),
+            ListKind::Tools => self.inner.tools.snapshot_seen(view),
+            ListKind::Resources => self.inner.resources.snapshot_seen(view),
+            ListKind::ResourceTemplates => self.inner.templates.snapshot_seen(view),
+            ListKind::Prompts => self.inner.prompts.snapshot_seen(view),
         };
         snapshot.page(version, cursor, page_size, visible, chooser)
+    }
+
+    /// Changes what `owner` shows `viewer` in place of what it registered (`update` gets
+    /// the view as it is, and returns the lists it changed; a view left empty shows the
+    /// registry's entries again), and tells that viewer's sessions of the lists that
+    /// changed. A viewer's views live on this node only, as the children they come from do.
+    pub(crate) fn update_view(
+        &self,
+        viewer: &Viewer,
+        owner: &str,
+        update: impl FnOnce(&mut OwnerView) -> Changes,
+    ) {
+        let changed = self.inner.views.update(viewer, owner, update);
+        if !changed.is_empty() {
+            self.inner
+                .bus
+                .publish_local(BusEvent::View(viewer.clone(), changed));
+        }
+    }
+
+    /// A view part of `tools` (each checked as [`add_tool`](Self::add_tool) would; one it
+    /// refuses is left out, with a warning) hiding the registered tools of `hidden`.
+    pub(crate) fn tool_view(
+        hidden: std::collections::HashSet<String>,
+        tools: Vec<Tool>,
+    ) -> Arc<KindView<ToolVersions>> {
+        let tools = tools
+            .into_iter()
+            .filter(|tool| match check_tool(tool) {
+                Ok(_) => true,
+                Err(error) => {
+                    tracing::warn!(%error, "a tool of a view left out");
+                    false
+                }
+            })
+            .map(ToolVersions::of)
+            .collect();
+        KindView::new(hidden, tools)
     }
 
     /// Which capabilities to declare: a kind is declared once anything of it was registered.

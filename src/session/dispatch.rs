@@ -21,7 +21,7 @@ use crate::protocol::mcp::{
 };
 use crate::protocol::mrtr::BindingParts;
 use crate::registry::Page;
-use crate::registry::{ListKind, ResourceTarget};
+use crate::registry::{ListKind, ResourceTarget, Viewer, ViewerRef};
 use crate::resource::{CompletionRequest, ResourceError};
 use crate::tool::Arguments;
 use crate::tool::{TaskSupport, ToolError};
@@ -166,7 +166,13 @@ impl Session {
                         limit: limits.max_subscription_uri_bytes,
                     });
                 }
-                if self.shared.registry.resource_target(&p.uri).is_none() {
+                let viewer = self.viewer(&Era::Session);
+                if self
+                    .shared
+                    .registry
+                    .resource_target(&p.uri, viewer)
+                    .is_none()
+                {
                     return Err(Error::ResourceNotFound {
                         uri: p.uri.into_owned(),
                     });
@@ -261,7 +267,12 @@ impl Session {
             }),
         });
         // From now on the session hears of list changes and resource updates.
-        self.bus = Some(self.shared.registry.bus().attach(&self.inbox));
+        self.bus = Some(
+            self.shared
+                .registry
+                .bus()
+                .attach(&self.inbox, Viewer::Session(self.id)),
+        );
         self.revision += 1;
         Ok(result)
     }
@@ -273,8 +284,22 @@ impl Session {
         params: Option<&RawValue>,
     ) -> Result<String, Error> {
         Ok(self
-            .list_page(kind, version, params)?
+            .list_page(kind, version, params, self.viewer(&Era::Session))?
             .to_result(kind.member()))
+    }
+
+    /// Whose views a request of `era` sees: its session's, or (2026-07-28, a session of its
+    /// own) its identity's.
+    pub(super) fn viewer(&self, era: &Era) -> ViewerRef<'_> {
+        match era {
+            Era::Session => ViewerRef::Session(self.id),
+            Era::Stateless(_) => self.identity_viewer(),
+        }
+    }
+
+    /// The viewer of this connection's 2026-07-28 requests: its identity.
+    pub(super) fn identity_viewer(&self) -> ViewerRef<'_> {
+        ViewerRef::Identity(self.admission.identity.principal())
     }
 
     /// One page of a list, after the request's cursor.
@@ -283,6 +308,7 @@ impl Session {
         kind: ListKind,
         version: ProtocolVersion,
         params: Option<&RawValue>,
+        viewer: ViewerRef<'_>,
     ) -> Result<Page, Error> {
         let p: ListParams<'_> = parse_params(params)?;
         let page_size = self.shared.settings.limits.page_size;
@@ -300,7 +326,7 @@ impl Session {
             p.cursor.as_deref(),
             page_size,
             visible,
-            &chooser,
+            (&chooser, viewer),
         )
     }
 
@@ -381,8 +407,10 @@ impl Session {
             .for_subject(self.admission.identity.subject());
         let registry = &self.shared.registry;
         let (handler, task_support) = match &self.tool_cache {
-            Some(cache) => registry.cached_tool_handler(&p.name, &chooser, cache)?,
-            None => registry.tool_handler(&p.name, &chooser)?,
+            Some(cache) => {
+                registry.cached_tool_handler(&p.name, &chooser, self.viewer(&era), cache)?
+            }
+            None => registry.tool_handler(&p.name, &chooser, self.viewer(&era))?,
         };
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
@@ -562,7 +590,7 @@ impl Session {
         let target = self
             .shared
             .registry
-            .resource_target(&uri)
+            .resource_target(&uri, self.viewer(&era))
             .ok_or_else(|| Error::ResourceNotFound { uri: uri.clone() })?;
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
@@ -632,7 +660,7 @@ impl Session {
         let prompt = self
             .shared
             .registry
-            .prompt(&p.name)
+            .prompt(&p.name, self.viewer(&era))
             .ok_or_else(|| Error::UnknownPrompt {
                 name: p.name.clone().into_owned(),
             })?;
@@ -719,7 +747,7 @@ impl Session {
             CompleteRef::Prompt { name } => {
                 self.admission.access.check_prompt(name)?;
                 let prompt = registry
-                    .prompt(name)
+                    .prompt(name, self.viewer(&era))
                     .ok_or_else(|| Error::UnknownPrompt { name: name.clone() })?;
                 if !prompt.has_argument(&p.argument.name) {
                     return Err(unknown_argument());
@@ -728,7 +756,7 @@ impl Session {
             }
             CompleteRef::Resource { uri } => {
                 let template = registry
-                    .resource_template(uri)
+                    .resource_template(uri, self.viewer(&era))
                     .filter(|_| self.admission.access.may_use_resource(uri))
                     .ok_or_else(|| {
                         Error::InvalidParams(format!("ref.uri: unknown resource template {uri:?}"))

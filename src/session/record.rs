@@ -151,7 +151,12 @@ impl Session {
             }
         }
         if self.bus.is_none() {
-            self.bus = Some(self.shared.registry.bus().attach(&self.inbox));
+            self.bus = Some(
+                self.shared
+                    .registry
+                    .bus()
+                    .attach(&self.inbox, crate::registry::Viewer::Session(self.id)),
+            );
         }
         self.revision = record.revision;
         true

@@ -20,7 +20,7 @@ use crate::protocol::mcp::{
     server_capabilities, Error, LogLevel, Method, ProtocolVersion, RequestMeta,
 };
 use crate::protocol::mrtr::{Binding, BindingParts};
-use crate::registry::ListKind;
+use crate::registry::{ListKind, Viewer};
 use crate::worker::OnInput;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -268,7 +268,7 @@ impl Session {
         version: ProtocolVersion,
         params: Option<&RawValue>,
     ) -> Result<String, Error> {
-        let page = self.list_page(kind, version, params)?;
+        let page = self.list_page(kind, version, params, self.identity_viewer())?;
         let hints = self.cache_hints(self.shared.settings.cache.list_ttl_ms);
         Ok(self.stateless_result(&page.to_result(kind.member()), &hints, None))
     }
@@ -384,7 +384,8 @@ impl Session {
             task_ids,
         };
         if self.bus.is_none() {
-            self.bus = Some(self.shared.registry.bus().attach(&self.inbox));
+            let viewer = Viewer::Identity(Arc::from(self.admission.identity.principal()));
+            self.bus = Some(self.shared.registry.bus().attach(&self.inbox, viewer));
         }
         for uri in filter.resource_subscriptions.iter().flatten() {
             self.inbox.add_interest(uri);

@@ -5,6 +5,9 @@ it knows of mcp-ws.
 Tools:
   add(a, b)             a + b, as text and as structured content
   whoami()              this process's pid and $MCP_USER (per-session vs shared children)
+  for_<user>()          with $GATEWAY_USER_TOOL set and $MCP_USER given: a tool of that
+                        client's own (a per-session child's list differs from the gateway's
+                        start-time child's, which runs for no client)
   level()               the log level the client last set (logging/setLevel), or "-"
   slow(steps, delay_ms) reports progress and logs a line per step, then says "done"
   wait(ms)              sleeps; records in $GATEWAY_EVENTS whether it was cancelled
@@ -58,6 +61,16 @@ def add(a: float, b: float) -> Sum:
 def whoami() -> str:
     """This process's pid and the user it was started for."""
     return f"pid={os.getpid()} user={os.environ.get('MCP_USER', '-')}"
+
+
+USER = os.environ.get("MCP_USER")
+if os.environ.get("GATEWAY_USER_TOOL") and USER:
+
+    def for_user() -> str:
+        """Only this client's own child has it."""
+        return f"for {USER}"
+
+    server.add_tool(for_user, name=f"for_{USER}")
 
 
 # The log level the client last set (logging/setLevel); declaring the handler is what makes

@@ -27,7 +27,7 @@ use crate::support::http::{http_get, http_get_with, metric, wait_metric};
 use crate::support::*;
 
 use jsonwebtoken::{EncodingKey, Header};
-use mcp_ws::config::{ApiKeySettings, PolicySettings};
+use mcp_ws::config::PolicySettings;
 use mcp_ws::{RequestContext, RunningServer, Settings, Tool, ToolError};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -44,22 +44,6 @@ const AUDIENCE: &str = "https://mcp.test/mcp";
 
 // ---------------------------------------------------------------------------------------
 // Credentials and settings.
-
-fn sha256_hex(key: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, key.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn api_key(name: &str, key: &str, scopes: &[&str]) -> ApiKeySettings {
-    ApiKeySettings {
-        name: name.into(),
-        sha256: sha256_hex(key),
-        scopes: scopes.iter().map(|s| s.to_string()).collect(),
-    }
-}
 
 fn now() -> i64 {
     SystemTime::now()

@@ -22,7 +22,6 @@ use crate::support::http::{metric, wait_metric};
 use crate::support::ws::Ws;
 use crate::support::*;
 
-use mcp_ws::config::ApiKeySettings;
 use mcp_ws::{RunningServer, Settings};
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr};
@@ -333,15 +332,7 @@ async fn a_session_waiting_for_a_reconnect_keeps_its_place_and_resumes_past_the_
 
 #[tokio::test]
 async fn sessions_per_identity_are_limited_for_authenticated_clients_only() {
-    let key = |name: &str, key: &str| ApiKeySettings {
-        name: name.into(),
-        sha256: ring::digest::digest(&ring::digest::SHA256, key.as_bytes())
-            .as_ref()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-        scopes: vec![],
-    };
+    let key = |name: &str, key: &str| api_key(name, key, &[]);
     let mut s = settings();
     s.server.max_sessions_per_identity = 1;
     s.auth.api_keys = vec![key("alice", "alice-key"), key("bob", "bob-key")];

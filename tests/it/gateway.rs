@@ -11,7 +11,7 @@
 //! sampling across the gateway; a cancel reaching the upstream (and no answer after it); a
 //! child's crash answered -32030 at once for every call in flight on it, and a fresh child
 //! next; garbage lines skipped; `list_changed` re-listed; one child per session (ended with
-//! it, its environment from the identity) or one for all (50 sessions × 20 interleaved calls,
+//! it, its environment from the identity, its own tool list shown to it alone) or one for all (50 sessions × 20 interleaved calls,
 //! every answer its own); a 2026-07-28 client served by a session-era upstream, its
 //! elicitation as an `input_required` round; a command that cannot start stops `mcp-ws` with
 //! exit 2; no child outlives `mcp-ws`. An upstream spoken to statelessly (mcp-ws with
@@ -376,6 +376,126 @@ async fn each_session_has_its_own_child_ended_with_it_and_told_who_it_serves() {
     assert!(alive(pid_of(&anonymous_child)));
     let again = tool_text(&anonymous.call_tool("whoami", json!({})).await);
     assert_eq!(again, anonymous_child);
+}
+
+/// Reads the next messages until a `notifications/tools/list_changed` (from the backlog
+/// first), and fails if none comes in time.
+async fn expect_tools_changed(client: &mut Client, who: &str) {
+    loop {
+        let message = client.recv().await;
+        if message["method"] == "notifications/tools/list_changed" {
+            return;
+        }
+        assert!(
+            message.get("id").is_none() || message.get("method").is_some(),
+            "{who}: an answer nobody waits for: {message}"
+        );
+    }
+}
+
+/// A per-session child that lists other tools than the one the gateway listed at start
+/// (here a tool named for its client, whom the start-time child did not know): once the
+/// session uses the upstream, it is told its list changed and sees its own child's list.
+/// Another session neither lists nor calls that tool, nor hears of the change; a change the
+/// child announces later reaches its own session alone. A 2026-07-28 identity sees its own
+/// child's list the same way.
+#[tokio::test]
+async fn a_session_sees_the_tools_of_its_own_child() {
+    let mut upstream = py_upstream(UpstreamMode::PerSession);
+    upstream.env = [("GATEWAY_USER_TOOL".to_owned(), "1".to_owned())].into();
+    let server = gateway(vec![upstream], |s| {
+        s.auth.api_keys = vec![
+            api_key("alice", "alice-key", &[]),
+            api_key("bob", "bob-key", &[]),
+        ];
+        s.info.name = crate::support::stateless::SERVER_NAME.into();
+        s.info.version = crate::support::stateless::SERVER_VERSION.into();
+    });
+    let listed = |response: &Value| -> Vec<String> {
+        tool_names(response)
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut alice = Client::initialized_as(&server, "alice-key").await;
+    let mut bob = Client::initialized_as(&server, "bob-key").await;
+    let at_start = listed(&alice.request("tools/list", json!({})).await);
+    assert!(at_start.contains(&"whoami".to_owned()), "{at_start:?}");
+    assert!(
+        !at_start.iter().any(|n| n.starts_with("for_")),
+        "{at_start:?}"
+    );
+
+    // Alice's first call starts her child, whose list has her tool.
+    let who = alice.call_tool("whoami", json!({})).await;
+    assert!(tool_text(&who).ends_with("user=alice"), "{who}");
+    expect_tools_changed(&mut alice, "alice").await;
+    let hers = listed(&alice.request("tools/list", json!({})).await);
+    assert!(hers.contains(&"for_alice".to_owned()), "{hers:?}");
+    assert!(hers.contains(&"whoami".to_owned()), "{hers:?}");
+    let mine = alice.call_tool("for_alice", json!({})).await;
+    assert_eq!(tool_text(&mine), "for alice", "{mine}");
+
+    // Bob: not told, not listed, not callable.
+    bob.expect_nothing_pending().await;
+    let his = listed(&bob.request("tools/list", json!({})).await);
+    assert_eq!(his, at_start, "bob sees the start-time list");
+    let refused = bob.call_tool("for_alice", json!({})).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+
+    // Bob's own child: his tool, and Alice hears nothing of it.
+    let who = bob.call_tool("whoami", json!({})).await;
+    assert!(tool_text(&who).ends_with("user=bob"), "{who}");
+    expect_tools_changed(&mut bob, "bob").await;
+    let his = listed(&bob.request("tools/list", json!({})).await);
+    assert!(his.contains(&"for_bob".to_owned()), "{his:?}");
+    assert!(!his.contains(&"for_alice".to_owned()), "{his:?}");
+    alice.expect_nothing_pending().await;
+    assert_eq!(
+        listed(&alice.request("tools/list", json!({})).await),
+        hers,
+        "alice's list is her child's still"
+    );
+
+    // A change Alice's child announces is hers alone.
+    let grew = alice.call_tool("grow", json!({"name": "grown"})).await;
+    assert_eq!(tool_text(&grew), "grew", "{grew}");
+    expect_tools_changed(&mut alice, "alice").await;
+    let hers = listed(&alice.request("tools/list", json!({})).await);
+    assert!(hers.contains(&"grown".to_owned()), "{hers:?}");
+    bob.expect_nothing_pending().await;
+    let his = listed(&bob.request("tools/list", json!({})).await);
+    assert!(!his.contains(&"grown".to_owned()), "{his:?}");
+
+    // A 2026-07-28 client of Alice's: her identity's own child, her identity's list.
+    let mut modern = Client::connect_url_as(&server.url(), Some("alice-key")).await;
+    let (id, response) = call(
+        &mut modern,
+        "tools/call",
+        stateless(json!({"name": "whoami", "arguments": {}})),
+    )
+    .await;
+    let result = assert_complete(&response, &id);
+    assert!(text_of(&result).ends_with("user=alice"), "{response}");
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        let (_, response) = call(&mut modern, "tools/list", stateless(json!({}))).await;
+        seen = response["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect();
+        if seen.contains(&"for_alice".to_owned()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(seen.contains(&"for_alice".to_owned()), "{seen:?}");
+    assert!(
+        !seen.contains(&"grown".to_owned()),
+        "another child's: {seen:?}"
+    );
 }
 
 /// A session's log level reaches its own child before the session's first call to it

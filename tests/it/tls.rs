@@ -14,7 +14,7 @@
 
 use crate::support::*;
 
-use mcp_ws::config::{ApiKeySettings, ClientAuth};
+use mcp_ws::config::ClientAuth;
 use mcp_ws::{RequestContext, RunningServer, Server, Settings, Tool, ToolError};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
@@ -330,15 +330,7 @@ async fn with_required_client_certificates_the_subject_is_the_identity() {
 async fn with_optional_client_certificates_a_certificate_or_a_token_names_the_client() {
     let (pki, mut s) = make_pki();
     s.tls.client_auth = ClientAuth::Optional;
-    s.auth.api_keys = vec![ApiKeySettings {
-        name: "ci".into(),
-        sha256: ring::digest::digest(&ring::digest::SHA256, b"ci-key")
-            .as_ref()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-        scopes: vec![],
-    }];
+    s.auth.api_keys = vec![api_key("ci", "ci-key", &[])];
     let server = start_tls(s);
     let ca = Some(&pki.ca);
     let cases = [

@@ -116,6 +116,8 @@ impl Message {
             }
             BusEvent::ResourceUpdated(uri) => message.updated = Some(uri.to_string()),
             BusEvent::Task(note) => message.task = Some(TaskNote::clone(note)),
+            // Views are of this node's children: their changes are only published here.
+            BusEvent::View(..) => {}
         }
         message
     }

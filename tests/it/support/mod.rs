@@ -47,18 +47,31 @@ pub const TEST_KEY: &str = "tester-5c1d9e2a7b3f4c6d8e0a1b2c3d4e5f60";
 /// `settings` with the API key [`TEST_KEY`] (authentication stays optional): for what is
 /// scoped to an identity across sessions (an anonymous client is its session alone).
 pub fn with_api_key(mut settings: Settings) -> Settings {
-    settings.auth.api_keys.push(mcp_ws::config::ApiKeySettings {
-        name: "tester".into(),
-        sha256: test_key_sha256(),
-        scopes: Vec::new(),
-    });
+    settings
+        .auth
+        .api_keys
+        .push(api_key("tester", TEST_KEY, &[]));
     settings
 }
 
 /// The SHA-256 of [`TEST_KEY`] in hex, as `auth.api_keys` takes it.
 pub fn test_key_sha256() -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, TEST_KEY.as_bytes());
+    sha256_hex(TEST_KEY)
+}
+
+/// The SHA-256 of `key` in hex, as `auth.api_keys` takes it.
+pub fn sha256_hex(key: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An `auth.api_keys` entry: `key` known as `name`, with `scopes`.
+pub fn api_key(name: &str, key: &str, scopes: &[&str]) -> mcp_ws::config::ApiKeySettings {
+    mcp_ws::config::ApiKeySettings {
+        name: name.into(),
+        sha256: sha256_hex(key),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+    }
 }
 
 /// The demo set, as the binary serves it by default.
