@@ -11,14 +11,17 @@
 //! sampling across the gateway; a cancel reaching the upstream (and no answer after it); a
 //! child's crash answered -32030 at once for every call in flight on it, and a fresh child
 //! next; garbage lines skipped; `list_changed` re-listed; one child per session (ended with
-//! it, its environment from the identity, its own tool list shown to it alone) or one for all (50 sessions × 20 interleaved calls,
-//! every answer its own); a 2026-07-28 client served by a session-era upstream, its
-//! elicitation as an `input_required` round; a command that cannot start stops `mcp-ws` with
-//! exit 2; no child outlives `mcp-ws`. An upstream spoken to statelessly (mcp-ws with
-//! `protocol_version = "2026-07-28"`) for a session-era client: calls, progress, and its
-//! `input_required` elicitation as a request to the client; the client's fall-back to
-//! `initialize` for servers of the handshake era only. A `ws://` upstream: prefixed list, results, progress,
-//! sampling, `isError` and a cancel across it, and its server dying mid-call answered -32030.
+//! it, its environment from the identity, its own tool list shown to it alone) or one for
+//! all (50 sessions × 20 interleaved calls, every answer its own); a 2026-07-28 client
+//! served by a session-era upstream, its elicitation as an `input_required` round; a command
+//! that cannot start stops `mcp-ws` with exit 2; no child outlives `mcp-ws`. An upstream
+//! spoken to statelessly (mcp-ws with `protocol_version = "2026-07-28"`) for a session-era
+//! client: calls, progress, and its `input_required` elicitation as a request to the client.
+//! The client's fall-backs: to `initialize` for servers of the handshake era only, to
+//! `server/discover` for a server of 2026-07-28 only (the TypeScript SDK 2.x's
+//! `createMcpHandler` with `legacy: 'reject'`). A `ws://` upstream: prefixed list, results,
+//! progress, sampling, `isError` and a cancel across it, and its server dying mid-call
+//! answered -32030.
 //!
 //! `mcp_ws::client` over WebSocket on its own, against mcp-ws: calls (concurrent ones each
 //! answered their own), a normal close, headers on the upgrade, a request in flight failing
@@ -26,7 +29,7 @@
 //! `max_message_bytes` ending the connection, and `wss://` with the platform's roots.
 
 use crate::interop_py_sdk::ensure_python_env;
-use crate::interop_ts_sdk::ensure_sdk_1;
+use crate::interop_ts_sdk::{ensure_sdk_1, ensure_sdk_2, ts2_dir};
 use crate::support::interop::{
     assert_every_check_passed, interop_dir, run_client, KillOnDrop, Transport,
 };
@@ -805,6 +808,86 @@ async fn a_stateless_client_falls_back_to_the_handshake_where_it_must() {
 
 /// The FastMCP upstream as a server of its own on a free port (`--http` or `--ws`), with
 /// `env`; returns it (killed when dropped) and its port once it listens.
+/// A server of the 2026-07-28 revision only (the TypeScript SDK 2.x's `createMcpHandler`
+/// with `legacy: 'reject'`, tests/interop/ts2/modern_only_server.mjs), listening; every
+/// method it is sent is appended to `methods`.
+fn modern_only_listening(methods: &Path) -> (KillOnDrop, u16) {
+    ensure_sdk_2();
+    let mut upstream = KillOnDrop(
+        Command::new("node")
+            .arg(ts2_dir().join("modern_only_server.mjs"))
+            .arg(methods)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("node runs the 2026-only server"),
+    );
+    let stdout = upstream.0.stdout.take().expect("its stdout");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+        .expect("it says where it listens");
+    let port = line
+        .trim()
+        .strip_prefix("listening ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("not a port: {line:?}"));
+    (upstream, port)
+}
+
+/// A server that speaks only 2026-07-28 and refuses `initialize` (-32022, naming the
+/// revisions it serves, as that revision says it should) is reached by an upstream asked
+/// for the handshake era (the default `protocol_version`): the gateway's client falls back
+/// to `server/discover` and speaks to it statelessly, in both modes, for clients of both
+/// eras.
+#[tokio::test]
+async fn a_server_of_2026_only_is_reached_through_the_fall_back_to_discover() {
+    for mode in [UpstreamMode::Shared, UpstreamMode::PerSession] {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let methods = dir.path().join("methods");
+        let (_upstream, port) = modern_only_listening(&methods);
+        let remote = UpstreamSettings {
+            name: "modern".into(),
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            mode,
+            ..Default::default()
+        };
+        let server = gateway(vec![remote], |s| {
+            s.info.name = crate::support::stateless::SERVER_NAME.into();
+            s.info.version = crate::support::stateless::SERVER_VERSION.into();
+        });
+        let mut client = Client::initialized(&server).await;
+        let listed = client.request("tools/list", json!({})).await;
+        assert_eq!(tool_names(&listed), ["shout"], "{mode:?}: {listed}");
+        let shout = client.call_tool("shout", json!({"text": "hi"})).await;
+        assert_eq!(tool_text(&shout), "HI", "{mode:?}: {shout}");
+
+        let mut modern = Client::connect(&server).await;
+        let (id, response) = call(
+            &mut modern,
+            "tools/call",
+            stateless(json!({"name": "shout", "arguments": {"text": "hey"}})),
+        )
+        .await;
+        let result = assert_complete(&response, &id);
+        assert_eq!(text_of(&result), "HEY", "{mode:?}: {response}");
+
+        let seen = std::fs::read_to_string(&methods).expect("the methods it was sent");
+        let seen: Vec<&str> = seen.lines().collect();
+        assert_eq!(seen.first(), Some(&"initialize"), "{mode:?}: {seen:?}");
+        assert!(seen.contains(&"server/discover"), "{mode:?}: {seen:?}");
+        assert_eq!(
+            seen.iter().filter(|m| **m == "tools/call").count(),
+            2,
+            "{mode:?}: {seen:?}"
+        );
+        assert!(
+            !seen.contains(&"notifications/initialized"),
+            "{mode:?}: {seen:?}"
+        );
+        server.stop();
+    }
+}
+
 fn fastmcp_listening(transport: &str, env: &[(&str, &Path)]) -> (KillOnDrop, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("a free port")

@@ -51,7 +51,7 @@ const TS2_CHECKS: &[&str] = &[
     "stateless: no session id, no GET, no DELETE; headers repeat the body",
 ];
 
-fn ts2_dir() -> PathBuf {
+pub(crate) fn ts2_dir() -> PathBuf {
     interop_dir().join("ts2")
 }
 
@@ -101,10 +101,18 @@ pub(crate) fn ensure_sdk_1() {
     });
 }
 
-/// The 2.x client.
-fn ensure_sdk_2() {
+/// The 2.x client and server.
+pub(crate) fn ensure_sdk_2() {
     static INSTALLED: Once = Once::new();
-    INSTALLED.call_once(|| npm_ci(&ts2_dir(), &["@modelcontextprotocol/client"]));
+    INSTALLED.call_once(|| {
+        npm_ci(
+            &ts2_dir(),
+            &[
+                "@modelcontextprotocol/client",
+                "@modelcontextprotocol/server",
+            ],
+        )
+    });
 }
 
 fn run_sdk_1(transport: Transport) {
