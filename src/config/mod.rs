@@ -5,7 +5,7 @@
 //! `--listen`. Durations carry their unit in the field name.
 
 mod upstreams;
-pub use upstreams::{ToolFilter, UpstreamMode, UpstreamSettings};
+pub use upstreams::{ToolFilter, UpstreamMode, UpstreamSettings, UpstreamStart};
 
 use base64::Engine;
 use ed25519_dalek::VerifyingKey;

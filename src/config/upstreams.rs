@@ -10,12 +10,25 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UpstreamMode {
-    /// One child (or upstream HTTP session) per client session: started at the session's
-    /// `initialize`, stopped when it ends.
+    /// One child (or upstream HTTP session) per client session: started as `start` says,
+    /// stopped when the session ends.
     #[default]
     PerSession,
     /// One child for every session; ids rewritten so each answer reaches its own caller.
     Shared,
+}
+
+/// When a `per_session` upstream's child for a session is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamStart {
+    /// At the session's `initialize`, in the background (the answer does not wait): the
+    /// child is ready, and the session shown its lists, by the session's first call.
+    #[default]
+    Initialize,
+    /// At the session's first request for the upstream: a session that never uses it costs
+    /// no process.
+    FirstUse,
 }
 
 /// Glob filters on an upstream's tool names (`*` matches any run of characters).
@@ -84,6 +97,10 @@ pub struct UpstreamSettings {
     pub protocol_version: String,
     /// One child per session (`per_session`, the default) or one for all (`shared`).
     pub mode: UpstreamMode,
+    /// `per_session`: a session's child is started at its `initialize` (the default) or at
+    /// its first use of the upstream (`first_use`). A 2026-07-28 identity's child, which
+    /// has no `initialize`, is started at first use either way.
+    pub start: UpstreamStart,
     /// Put before the upstream's tool and prompt names. Default: `<name>__` when there is
     /// more than one upstream or any built-in set, `""` for a single upstream alone.
     pub prefix: Option<String>,
@@ -120,6 +137,7 @@ impl std::fmt::Debug for UpstreamSettings {
             .field("url", &self.url)
             .field("headers", &headers)
             .field("mode", &self.mode)
+            .field("start", &self.start)
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
@@ -137,6 +155,7 @@ impl Default for UpstreamSettings {
             headers: BTreeMap::new(),
             protocol_version: crate::client::DEFAULT_PROTOCOL_VERSION.to_owned(),
             mode: UpstreamMode::PerSession,
+            start: UpstreamStart::Initialize,
             prefix: None,
             tools: ToolFilter::default(),
             max_children: 256,

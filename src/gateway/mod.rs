@@ -24,10 +24,12 @@
 mod proxy;
 mod upstream;
 
-use crate::config::{Settings, UpstreamMode};
+use crate::config::{Settings, UpstreamMode, UpstreamStart};
 use crate::mailbox::inbox::Changes;
 use crate::observe::metrics::UpstreamMetrics;
+use crate::perimeter::Refusal;
 use crate::registry::{KindView, OwnerView, Registry, Viewer};
+use crate::session::shared::SessionObserver;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -169,6 +171,21 @@ impl Gateway {
         Ok(Some(gateway))
     }
 
+    /// What starts the sessions' own children at their `initialize` (`per_session`
+    /// upstreams with `start = "initialize"`), if any upstream wants that.
+    pub(crate) fn session_observer(&self) -> Option<Arc<dyn SessionObserver>> {
+        let starting: Vec<Arc<Upstream>> = self
+            .upstreams
+            .iter()
+            .filter(|u| {
+                u.settings.mode == UpstreamMode::PerSession
+                    && u.settings.start == UpstreamStart::Initialize
+            })
+            .cloned()
+            .collect();
+        (!starting.is_empty()).then(|| Arc::new(StartAtInitialize(starting)) as _)
+    }
+
     /// The metrics of each upstream, by name.
     pub(crate) fn metrics(&self) -> Vec<(Arc<str>, Arc<UpstreamMetrics>)> {
         self.upstreams
@@ -199,6 +216,37 @@ impl Gateway {
 impl Drop for Gateway {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Starts a session's own child of each of these upstreams when the session completes its
+/// `initialize`.
+struct StartAtInitialize(Vec<Arc<Upstream>>);
+
+impl SessionObserver for StartAtInitialize {
+    fn initialized(&self, session: &crate::context::SessionInfo) {
+        // On the session's own thread, where its children live; the `initialize` answer
+        // does not wait. A child that cannot start is logged and backs off as at first use.
+        let Ok(here) = Handle::try_current() else {
+            return;
+        };
+        for upstream in &self.0 {
+            let upstream = upstream.clone();
+            let session = session.clone();
+            here.spawn(async move {
+                let _ = upstream.child_for(&session).await;
+            });
+        }
+    }
+
+    fn admits(&self) -> Result<(), Refusal> {
+        match self.0.iter().find(|u| u.is_full()) {
+            Some(full) => Err(Refusal::UpstreamFull {
+                upstream: full.name.to_string(),
+                limit: full.settings.max_children,
+            }),
+            None => Ok(()),
+        }
     }
 }
 

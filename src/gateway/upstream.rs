@@ -5,7 +5,7 @@
 
 use crate::client::{Call, Client, ClientError, ClientHandler, ClientOptions, StdioCommand};
 use crate::config::{UpstreamMode, UpstreamSettings};
-use crate::context::RequestContext;
+use crate::context::{RequestContext, SessionInfo};
 use crate::model::{LogLevel, RpcError};
 use crate::observe::metrics::UpstreamMetrics;
 use crate::registry::{Registry, Viewer};
@@ -103,10 +103,10 @@ enum CallEvent {
 
 /// Whom a session's own child serves, and who sees its lists: the session, or (a
 /// 2026-07-28 request, a session of its own) the identity.
-fn viewer_of(ctx: &RequestContext) -> Viewer {
-    match &ctx.session().scope {
+fn viewer_of(session: &SessionInfo) -> Viewer {
+    match &session.scope {
         Some(scope) => Viewer::Session(scope.id()),
-        None => Viewer::Identity(Arc::from(ctx.identity().principal())),
+        None => Viewer::Identity(Arc::from(session.identity.principal())),
     }
 }
 
@@ -178,15 +178,15 @@ impl Upstream {
         .with_data(json!({ "upstream": &*self.name, "retryable": true }))
     }
 
-    /// Starts a child (on the gateway's runtime) for `ctx`'s session, or for discovery
+    /// Starts a child (on the gateway's runtime) for `session`, or for discovery
     /// (`None`).
     pub(crate) fn start_child(
         self: &Arc<Self>,
-        ctx: Option<&RequestContext>,
+        session: Option<&SessionInfo>,
     ) -> impl std::future::Future<Output = Result<Child, ClientError>> + Send + 'static {
         let calls = Arc::new(Calls::default());
-        let viewer = match (ctx, self.settings.mode) {
-            (Some(ctx), UpstreamMode::PerSession) => Some(viewer_of(ctx)),
+        let viewer = match (session, self.settings.mode) {
+            (Some(session), UpstreamMode::PerSession) => Some(viewer_of(session)),
             _ => None,
         };
         let handler = Arc::new(Handler {
@@ -198,11 +198,11 @@ impl Upstream {
         let own = handler.clone();
         let settings = &self.settings;
         let mut capabilities = json!({});
-        match (ctx, settings.mode) {
+        match (session, settings.mode) {
             // A session's own child may ask what its client can answer.
-            (Some(ctx), UpstreamMode::PerSession) => {
+            (Some(session), UpstreamMode::PerSession) => {
                 for capability in ["roots", "sampling", "elicitation"] {
-                    if let Some(declared) = ctx.session().client_capabilities.get(capability) {
+                    if let Some(declared) = session.client_capabilities.get(capability) {
                         capabilities[capability] = declared.clone();
                     }
                 }
@@ -213,8 +213,8 @@ impl Upstream {
             }
             _ => {}
         }
-        let label: Arc<str> = match ctx {
-            Some(ctx) => Arc::from(format!("{} trace={}", self.name, ctx.trace_id())),
+        let label: Arc<str> = match session {
+            Some(session) => Arc::from(format!("{} trace={}", self.name, session.trace_id)),
             None => self.name.clone(),
         };
         let options = ClientOptions {
@@ -232,8 +232,8 @@ impl Upstream {
             for (name, value) in &settings.env {
                 command = command.env(name, value);
             }
-            if let (Some(ctx), UpstreamMode::PerSession) = (ctx, settings.mode) {
-                let identity = ctx.identity();
+            if let (Some(session), UpstreamMode::PerSession) = (session, settings.mode) {
+                let identity = &session.identity;
                 for (variable, field) in &settings.env_from_identity {
                     let value = match field.as_str() {
                         "sub" => identity.subject().to_owned(),
@@ -267,7 +267,7 @@ impl Upstream {
         // on the worker thread that serves the session: its calls then cross no thread
         // (two fewer wake-ups per call). A shared child lives on the gateway's thread, which
         // every worker reaches alike.
-        let runtime = match (ctx, settings.mode) {
+        let runtime = match (session, settings.mode) {
             (Some(_), UpstreamMode::PerSession) => {
                 Handle::try_current().unwrap_or_else(|_| self.env.runtime.clone())
             }
@@ -296,14 +296,15 @@ impl Upstream {
         }
     }
 
-    /// The child that serves `ctx`'s request, started if there is none (or it ended).
+    /// The child that serves `session` (its own, or the shared one), started if there is
+    /// none (or it ended).
     pub(crate) async fn child_for(
         self: &Arc<Self>,
-        ctx: &RequestContext,
+        session: &SessionInfo,
     ) -> Result<Child, RpcError> {
         let slot = match self.settings.mode {
             UpstreamMode::Shared => None,
-            UpstreamMode::PerSession => Some(self.session_slot(ctx)),
+            UpstreamMode::PerSession => Some(self.session_slot(session)),
         };
         let slot_ref = slot.as_deref().unwrap_or(&self.shared);
         slot_ref.last_used.store(self.now_ms(), Ordering::Relaxed);
@@ -327,16 +328,16 @@ impl Upstream {
                 wait.as_millis()
             )));
         }
-        if slot.is_some() && self.metrics.children.get() >= self.settings.max_children as u64 {
+        if slot.is_some() && self.is_full() {
             return Err(self.unavailable(format!(
                 "{} children are running (max_children), retry later",
                 self.settings.max_children
             )));
         }
-        match self.start_child(Some(ctx)).await {
+        match self.start_child(Some(session)).await {
             Ok(started) => {
                 *crate::lock(&self.backoff) = Backoff::default();
-                let viewer = slot.is_some().then(|| viewer_of(ctx));
+                let viewer = slot.is_some().then(|| viewer_of(session));
                 if let Some(viewer) = &viewer {
                     // What a session's own child offers may differ from what the upstream
                     // registered at start: the session is shown its child's lists.
@@ -360,11 +361,16 @@ impl Upstream {
         }
     }
 
-    /// The slot of `ctx`'s session (or identity), made on first use; a session's slot goes
+    /// Whether it runs as many children as it may (`max_children`; `per_session`).
+    pub(crate) fn is_full(&self) -> bool {
+        self.metrics.children.get() >= self.settings.max_children as u64
+    }
+
+    /// The slot of `session` (or its identity), made on first use; a session's slot goes
     /// (and its child is stopped) when the session is over.
-    fn session_slot(self: &Arc<Self>, ctx: &RequestContext) -> Arc<Slot> {
-        let scope = ctx.session().scope.clone();
-        let key = viewer_of(ctx);
+    fn session_slot(self: &Arc<Self>, session: &SessionInfo) -> Arc<Slot> {
+        let scope = session.scope.clone();
+        let key = viewer_of(session);
         let mut slots = crate::lock(&self.slots);
         if let Some(slot) = slots.get(&key) {
             return slot.clone();
@@ -607,7 +613,7 @@ impl Upstream {
         params: Value,
     ) -> Result<Box<RawValue>, RpcError> {
         let _slot = self.admit().await?;
-        let child = self.child_for(ctx).await?;
+        let child = self.child_for(ctx.session()).await?;
         if self.settings.mode == UpstreamMode::PerSession {
             child.pass_log_level(ctx).await;
         }

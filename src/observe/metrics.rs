@@ -409,6 +409,9 @@ rejections! {
     forbidden => "forbidden",
     /// `server.max_sessions` sessions are open (HTTP 503).
     session_cap => "session_cap",
+    /// A gateway upstream that starts a child at every `initialize` runs `max_children`
+    /// (HTTP 503).
+    upstream_children => "upstream_children",
     /// `server.max_sessions_per_ip` sessions from one client address (HTTP 429).
     ip_limit => "ip_limit",
     /// `server.max_sessions_per_identity` sessions of one identity (HTTP 429).

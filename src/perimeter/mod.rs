@@ -251,6 +251,15 @@ pub enum Refusal {
     /// The server is shutting down.
     #[error("Service unavailable: server shutting down")]
     ShuttingDown,
+    /// A gateway upstream that starts a child at every session's `initialize` runs as many
+    /// as it may (`max_children`).
+    #[error("Service unavailable: upstream {upstream} runs {limit} children (max_children), retry later")]
+    UpstreamFull {
+        /// The upstream's name.
+        upstream: String,
+        /// Its `max_children`.
+        limit: usize,
+    },
     /// Sessions live in Redis (`cluster.sessions`) and Redis cannot be reached: a session
     /// this node does not hold cannot be found, nor a new one begun.
     #[error("Service unavailable: the session store cannot be reached, retry later")]
@@ -302,6 +311,7 @@ impl Refusal {
             Self::ForbiddenOrigin => Some(&rejections.origin),
             Self::ForbiddenHost => Some(&rejections.host),
             Self::TooManySessions => Some(&rejections.session_cap),
+            Self::UpstreamFull { .. } => Some(&rejections.upstream_children),
             Self::SessionStoreUnavailable => Some(&rejections.store_unavailable),
             Self::PayloadTooLarge => Some(&rejections.message_too_large),
             Self::PartialBudget => Some(&rejections.partial_budget),
@@ -343,9 +353,10 @@ impl ResponseError for Refusal {
             }
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::TooManySessionsFrom { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::TooManySessions | Self::ShuttingDown | Self::SessionStoreUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::TooManySessions
+            | Self::ShuttingDown
+            | Self::SessionStoreUnavailable
+            | Self::UpstreamFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UnsupportedProtocolVersion(_)
             | Self::BodyNotText
             | Self::BodyUnreadable
@@ -373,8 +384,9 @@ impl ResponseError for Refusal {
             Self::BodyDeadline => {
                 response.insert_header((actix_web::http::header::CONNECTION, "close"));
             }
-            // A place comes back when one of the client's own sessions ends.
-            Self::TooManySessionsFrom { .. } => {
+            // A place comes back when one of the client's own sessions ends (a child when
+            // any session of the upstream does).
+            Self::TooManySessionsFrom { .. } | Self::UpstreamFull { .. } => {
                 response.insert_header(("Retry-After", "5"));
             }
             Self::Unauthorized(challenge) | Self::InsufficientScope(challenge) => {

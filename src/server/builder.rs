@@ -203,6 +203,9 @@ impl ServerBuilder {
         let shared = Shared::new(self.settings, registry, state_key, perimeter);
         if let Some(gateway) = &gateway {
             let _ = shared.metrics.upstreams.set(gateway.metrics());
+            if let Some(observer) = gateway.session_observer() {
+                shared.observe_sessions(observer);
+            }
         }
         Ok(Server {
             shared,

@@ -254,17 +254,19 @@ impl Session {
             trace = %self.admission.trace_id,
             "session initialized"
         );
+        let info = Rc::new(SessionInfo {
+            protocol_version: version,
+            client_capabilities: Arc::new(Value::Object(p.capabilities)),
+            client_info: Arc::new(p.client_info),
+            identity: self.admission.identity.clone(),
+            trace_id: self.admission.trace_id.clone(),
+            scope: Some(crate::context::SessionScope::new(self.id)),
+        });
+        self.shared.session_initialized(&info);
         self.phase = Phase::Ready(Negotiated {
             version,
             offers,
-            info: Rc::new(SessionInfo {
-                protocol_version: version,
-                client_capabilities: Arc::new(Value::Object(p.capabilities)),
-                client_info: Arc::new(p.client_info),
-                identity: self.admission.identity.clone(),
-                trace_id: self.admission.trace_id.clone(),
-                scope: Some(crate::context::SessionScope::new(self.id)),
-            }),
+            info,
         });
         // From now on the session hears of list changes and resource updates.
         self.bus = Some(

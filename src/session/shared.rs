@@ -31,6 +31,20 @@ pub struct Shutdown {
     pub grace: Duration,
 }
 
+/// Told of every session that completes its `initialize` on this node (the gateway starts
+/// the session's own children then).
+pub trait SessionObserver: Send + Sync + 'static {
+    /// Called on the session's thread right after its `initialize` succeeded; must not
+    /// block (spawn what takes time).
+    fn initialized(&self, session: &crate::context::SessionInfo);
+
+    /// Whether a new session may begin: a refusal when what it would start at its
+    /// `initialize` has no room.
+    fn admits(&self) -> Result<(), Refusal> {
+        Ok(())
+    }
+}
+
 /// See the module docs.
 pub struct Shared {
     /// The server's settings.
@@ -60,6 +74,8 @@ pub struct Shared {
     pub redaction: Redaction,
     sessions: DashMap<u64, Recipient<Shutdown>>,
     next_session_id: AtomicU64,
+    /// Told of every session's `initialize` (set once, by the server: the gateway).
+    observer: std::sync::OnceLock<Arc<dyn SessionObserver>>,
     /// Turns `true` when shutdown begins (and never back): read by admission, and watched
     /// by work that waits outside any actor (2026-07-28 requests over HTTP), which is not in
     /// `sessions`.
@@ -107,6 +123,7 @@ impl Shared {
             metrics,
             sessions: DashMap::new(),
             next_session_id: AtomicU64::new(1),
+            observer: std::sync::OnceLock::new(),
             shutdown: watch::Sender::new(false),
         })
     }
@@ -159,6 +176,37 @@ impl Shared {
             });
         };
         Ok(slot.bound_to(Owner::of(&admission.identity), permit))
+    }
+
+    /// Sets who is told of every session's `initialize` (once; a second observer is
+    /// ignored).
+    pub fn observe_sessions(&self, observer: Arc<dyn SessionObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    /// Tells the observer, if any, that `session` completed its `initialize`.
+    pub fn session_initialized(&self, session: &crate::context::SessionInfo) {
+        if let Some(observer) = self.observer.get() {
+            observer.initialized(session);
+        }
+    }
+
+    /// [`open_session`](Self::open_session) for a session that begins here with an
+    /// `initialize` (a WebSocket connection, an HTTP `initialize`), once the observer of
+    /// sessions admits one.
+    ///
+    /// # Errors
+    /// As `open_session`, and 503 when the observer refuses.
+    pub fn open_new_session(
+        self: &Arc<Self>,
+        admission: &Admission,
+    ) -> Result<SessionSlot, Refusal> {
+        if let Some(observer) = self.observer.get() {
+            observer.admits().inspect_err(|refusal| {
+                tracing::debug!(peer = ?admission.peer, %refusal, "refused a new session");
+            })?;
+        }
+        self.open_session(admission)
     }
 
     /// Whether the server is shutting down.

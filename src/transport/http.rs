@@ -102,7 +102,7 @@ pub async fn post(
                 // A session begun now could be served by this node only.
                 return Err(Refusal::SessionStoreUnavailable);
             }
-            let slot = shared.open_session(&admission)?;
+            let slot = shared.open_new_session(&admission)?;
             let id = SessionId::generate();
             let session = HostedSession::start_http(
                 shared.clone(),

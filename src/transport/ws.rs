@@ -623,7 +623,7 @@ pub async fn upgrade(
             )
         }
         None => {
-            let slot = shared.open_session(&admission)?;
+            let slot = shared.open_new_session(&admission)?;
             WsSession::new(shared, directory, slot, admission, pinned)
         }
     };

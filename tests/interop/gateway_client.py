@@ -212,9 +212,10 @@ async def run_checks(transport: str, url: str) -> None:
             assert first == second and first.startswith("pid="), (first, second)
         await check("a per-session upstream keeps one child for the session", own_child)
 
+        # A name no earlier run added: the upstream's list really changes.
+        name = f"grown_{os.getpid()}_{transport}"
+
         async def list_changed():
-            # A name no earlier run added: the upstream's list really changes.
-            name = f"grown_{os.getpid()}_{transport}"
             result = await s.call_tool("py__grow", {"name": name})
             assert text_of(result) == "grew"
             with anyio.fail_after(NOTIFICATION_TIMEOUT_S):
@@ -229,6 +230,8 @@ async def run_checks(transport: str, url: str) -> None:
         await check("a line of garbage from the child is skipped", garbage)
 
         async def crash():
+            global tools_changed
+            tools_changed = anyio.Event()
             before = text_of(await s.call_tool("py__whoami", {}))
             try:
                 await s.call_tool("py__crash", {})
@@ -238,7 +241,15 @@ async def run_checks(transport: str, url: str) -> None:
                 assert "py" in e.error.message, e.error.message
             after = text_of(await s.call_tool("py__whoami", {}))
             assert re.match(r"pid=\d+", after) and after != before, (before, after)
-        await check("a crashed child answers -32030 and the next call gets a fresh one", crash)
+            # The fresh child never grew the tool: the session is told, and no longer lists it.
+            with anyio.fail_after(NOTIFICATION_TIMEOUT_S):
+                await tools_changed.wait()
+            listed = {t.name for t in (await s.list_tools()).tools}
+            assert f"py__{name}" not in listed, sorted(listed)
+        await check(
+            "a crashed child answers -32030 and the next call gets a fresh one, its list too",
+            crash,
+        )
 
         async def unknown():
             try:

@@ -38,7 +38,7 @@ use crate::support::process::ServerProcess;
 use crate::support::ws::{call, initialize_with};
 use crate::support::*;
 use mcp_ws::client::{Client as McpClient, ClientError, ClientOptions};
-use mcp_ws::config::{UpstreamMode, UpstreamSettings};
+use mcp_ws::config::{UpstreamMode, UpstreamSettings, UpstreamStart};
 use mcp_ws::RunningServer;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -112,7 +112,7 @@ const PY_CHECKS: &[&str] = &[
     "a per-session upstream keeps one child for the session",
     "an upstream's tools/list_changed reaches the client, list updated",
     "a line of garbage from the child is skipped",
-    "a crashed child answers -32030 and the next call gets a fresh one",
+    "a crashed child answers -32030 and the next call gets a fresh one, its list too",
     "an unknown prefixed tool is -32602",
 ];
 
@@ -396,66 +396,68 @@ async fn expect_tools_changed(client: &mut Client, who: &str) {
     }
 }
 
-/// A per-session child that lists other tools than the one the gateway listed at start
-/// (here a tool named for its client, whom the start-time child did not know): once the
-/// session uses the upstream, it is told its list changed and sees its own child's list.
-/// Another session neither lists nor calls that tool, nor hears of the change; a change the
-/// child announces later reaches its own session alone. A 2026-07-28 identity sees its own
-/// child's list the same way.
-#[tokio::test]
-async fn a_session_sees_the_tools_of_its_own_child() {
+/// `py` per session, with a tool named for each child's client (`for_<sub>`), and API keys
+/// for alice and bob.
+fn user_tool_gateway(start: UpstreamStart) -> RunningServer {
     let mut upstream = py_upstream(UpstreamMode::PerSession);
     upstream.env = [("GATEWAY_USER_TOOL".to_owned(), "1".to_owned())].into();
-    let server = gateway(vec![upstream], |s| {
+    upstream.start = start;
+    gateway(vec![upstream], |s| {
         s.auth.api_keys = vec![
             api_key("alice", "alice-key", &[]),
             api_key("bob", "bob-key", &[]),
         ];
         s.info.name = crate::support::stateless::SERVER_NAME.into();
         s.info.version = crate::support::stateless::SERVER_VERSION.into();
-    });
-    let listed = |response: &Value| -> Vec<String> {
-        tool_names(response)
-            .into_iter()
-            .map(str::to_owned)
-            .collect()
-    };
-    let mut alice = Client::initialized_as(&server, "alice-key").await;
-    let mut bob = Client::initialized_as(&server, "bob-key").await;
-    let at_start = listed(&alice.request("tools/list", json!({})).await);
-    assert!(at_start.contains(&"whoami".to_owned()), "{at_start:?}");
-    assert!(
-        !at_start.iter().any(|n| n.starts_with("for_")),
-        "{at_start:?}"
-    );
+    })
+}
 
-    // Alice's first call starts her child, whose list has her tool.
-    let who = alice.call_tool("whoami", json!({})).await;
-    assert!(tool_text(&who).ends_with("user=alice"), "{who}");
+/// The tool names of a session's `tools/list`.
+async fn listed_tools(client: &mut Client) -> Vec<String> {
+    let response = client.request("tools/list", json!({})).await;
+    tool_names(&response)
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A per-session child that lists other tools than the one the gateway listed at start
+/// (here a tool named for its client, whom the start-time child did not know). The child
+/// starts at the session's `initialize` (the default); once it has listed, the session is
+/// told its list changed and sees its own child's list. Another session neither lists nor
+/// calls that tool, nor hears of the change; a change the child announces later reaches
+/// its own session alone. A 2026-07-28 identity sees its own child's list the same way.
+#[tokio::test]
+async fn a_session_sees_the_tools_of_its_own_child() {
+    let server = user_tool_gateway(UpstreamStart::Initialize);
+    let metric = crate::support::http::metric;
+
+    // Alice's initialize starts her child, whose list has her tool.
+    let mut alice = Client::initialized_as(&server, "alice-key").await;
     expect_tools_changed(&mut alice, "alice").await;
-    let hers = listed(&alice.request("tools/list", json!({})).await);
+    assert_eq!(
+        metric(&server, "mcp_upstream_children{upstream=\"py\"}").await,
+        1
+    );
+    let hers = listed_tools(&mut alice).await;
     assert!(hers.contains(&"for_alice".to_owned()), "{hers:?}");
     assert!(hers.contains(&"whoami".to_owned()), "{hers:?}");
     let mine = alice.call_tool("for_alice", json!({})).await;
     assert_eq!(tool_text(&mine), "for alice", "{mine}");
+    let who = alice.call_tool("whoami", json!({})).await;
+    assert!(tool_text(&who).ends_with("user=alice"), "{who}");
 
-    // Bob: not told, not listed, not callable.
-    bob.expect_nothing_pending().await;
-    let his = listed(&bob.request("tools/list", json!({})).await);
-    assert_eq!(his, at_start, "bob sees the start-time list");
-    let refused = bob.call_tool("for_alice", json!({})).await;
-    assert_eq!(refused["error"]["code"], -32602, "{refused}");
-
-    // Bob's own child: his tool, and Alice hears nothing of it.
-    let who = bob.call_tool("whoami", json!({})).await;
-    assert!(tool_text(&who).ends_with("user=bob"), "{who}");
+    // Bob's own child: his tool, not hers; she hears nothing of it.
+    let mut bob = Client::initialized_as(&server, "bob-key").await;
     expect_tools_changed(&mut bob, "bob").await;
-    let his = listed(&bob.request("tools/list", json!({})).await);
+    let his = listed_tools(&mut bob).await;
     assert!(his.contains(&"for_bob".to_owned()), "{his:?}");
     assert!(!his.contains(&"for_alice".to_owned()), "{his:?}");
+    let refused = bob.call_tool("for_alice", json!({})).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
     alice.expect_nothing_pending().await;
     assert_eq!(
-        listed(&alice.request("tools/list", json!({})).await),
+        listed_tools(&mut alice).await,
         hers,
         "alice's list is her child's still"
     );
@@ -464,13 +466,12 @@ async fn a_session_sees_the_tools_of_its_own_child() {
     let grew = alice.call_tool("grow", json!({"name": "grown"})).await;
     assert_eq!(tool_text(&grew), "grew", "{grew}");
     expect_tools_changed(&mut alice, "alice").await;
-    let hers = listed(&alice.request("tools/list", json!({})).await);
-    assert!(hers.contains(&"grown".to_owned()), "{hers:?}");
+    assert!(listed_tools(&mut alice).await.contains(&"grown".to_owned()));
     bob.expect_nothing_pending().await;
-    let his = listed(&bob.request("tools/list", json!({})).await);
-    assert!(!his.contains(&"grown".to_owned()), "{his:?}");
+    assert!(!listed_tools(&mut bob).await.contains(&"grown".to_owned()));
 
-    // A 2026-07-28 client of Alice's: her identity's own child, her identity's list.
+    // A 2026-07-28 client of Alice's: her identity's own child (started at its first
+    // request), her identity's list.
     let mut modern = Client::connect_url_as(&server.url(), Some("alice-key")).await;
     let (id, response) = call(
         &mut modern,
@@ -499,6 +500,96 @@ async fn a_session_sees_the_tools_of_its_own_child() {
         !seen.contains(&"grown".to_owned()),
         "another child's: {seen:?}"
     );
+}
+
+/// With `start = "first_use"` a session's child starts at its first request for the
+/// upstream, not at `initialize`: until then the session lists what the upstream offered at
+/// start, and no process runs for it.
+#[tokio::test]
+async fn a_child_started_at_first_use_runs_only_once_the_session_uses_the_upstream() {
+    let server = user_tool_gateway(UpstreamStart::FirstUse);
+    let metric = crate::support::http::metric;
+    let mut alice = Client::initialized_as(&server, "alice-key").await;
+    let at_start = listed_tools(&mut alice).await;
+    assert!(
+        !at_start.iter().any(|n| n.starts_with("for_")),
+        "{at_start:?}"
+    );
+    alice.expect_nothing_pending().await;
+    assert_eq!(
+        metric(&server, "mcp_upstream_children{upstream=\"py\"}").await,
+        0
+    );
+
+    let who = alice.call_tool("whoami", json!({})).await;
+    assert!(tool_text(&who).ends_with("user=alice"), "{who}");
+    assert_eq!(
+        metric(&server, "mcp_upstream_children{upstream=\"py\"}").await,
+        1
+    );
+    expect_tools_changed(&mut alice, "alice").await;
+    assert!(listed_tools(&mut alice)
+        .await
+        .contains(&"for_alice".to_owned()));
+}
+
+/// A `per_session` upstream that starts a child at every `initialize` and runs
+/// `max_children` refuses a new session with 503 and `Retry-After`, over WebSocket (the
+/// upgrade) and HTTP (the `initialize` POST), and admits one again once a child is gone.
+#[tokio::test]
+async fn a_new_session_beyond_max_children_is_refused_503() {
+    let mut upstream = py_upstream(UpstreamMode::PerSession);
+    upstream.max_children = 1;
+    let server = gateway(vec![upstream], |s| {
+        // A dropped socket ends its session at once (no resume).
+        s.sessions.resume_grace_ms = 0;
+    });
+    let children = "mcp_upstream_children{upstream=\"py\"}";
+    let first = Client::initialized(&server).await;
+    crate::support::http::wait_metric(&server, children, 1).await;
+
+    let refused = match tokio_tungstenite::connect_async(server.url()).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response,
+        other => panic!(
+            "expected a refused upgrade, got {:?}",
+            other.map(|(_, r)| r.status())
+        ),
+    };
+    assert_eq!(refused.status(), 503);
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("5")
+    );
+    let body = String::from_utf8_lossy(refused.body().as_deref().unwrap_or_default()).into_owned();
+    assert!(body.contains("max_children"), "{body}");
+
+    let http = crate::support::http::Http::new(&server);
+    let initialize = request(
+        json!(1),
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    let response = crate::support::http::send(http.bare(&initialize)).await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(
+        crate::support::http::header(&response, "retry-after"),
+        Some("5")
+    );
+    assert_eq!(
+        crate::support::http::metric(&server, "mcp_rejected_total{reason=\"upstream_children\"}")
+            .await,
+        2
+    );
+
+    first.hang_up().await;
+    crate::support::http::wait_metric(&server, children, 0).await;
+    let mut next = Client::initialized(&server).await;
+    let who = next.call_tool("whoami", json!({})).await;
+    assert!(tool_text(&who).starts_with("pid="), "{who}");
 }
 
 /// A session's log level reaches its own child before the session's first call to it
