@@ -764,6 +764,7 @@ impl Registry {
         self.registered_tool(name, pick).ok_or_else(unknown)
     }
 
+    /// `pick` of the registry's own enabled entry of tool `name` (no view asked).
     fn registered_tool<R>(&self, name: &str, pick: impl FnOnce(&ToolVersions) -> R) -> Option<R> {
         self.inner
             .tools
