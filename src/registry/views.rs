@@ -55,23 +55,12 @@ impl<T: Registered> KindView<T> {
 }
 
 /// What one owner (an upstream) shows one viewer, per kind (`None`: that kind as registered).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct OwnerView {
     pub tools: Option<Arc<KindView<ToolVersions>>>,
     pub resources: Option<Arc<KindView<Resource>>>,
     pub templates: Option<Arc<KindView<ResourceTemplate>>>,
     pub prompts: Option<Arc<KindView<Prompt>>>,
-}
-
-impl Clone for OwnerView {
-    fn clone(&self) -> Self {
-        Self {
-            tools: self.tools.clone(),
-            resources: self.resources.clone(),
-            templates: self.templates.clone(),
-            prompts: self.prompts.clone(),
-        }
-    }
 }
 
 impl OwnerView {

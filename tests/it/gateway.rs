@@ -548,22 +548,7 @@ async fn a_new_session_beyond_max_children_is_refused_503() {
     let first = Client::initialized(&server).await;
     crate::support::http::wait_metric(&server, children, 1).await;
 
-    let refused = match tokio_tungstenite::connect_async(server.url()).await {
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response,
-        other => panic!(
-            "expected a refused upgrade, got {:?}",
-            other.map(|(_, r)| r.status())
-        ),
-    };
-    assert_eq!(refused.status(), 503);
-    assert_eq!(
-        refused
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok()),
-        Some("5")
-    );
-    let body = String::from_utf8_lossy(refused.body().as_deref().unwrap_or_default()).into_owned();
+    let body = crate::support::ws::assert_upgrade_refused(&server.url(), 503, "5").await;
     assert!(body.contains("max_children"), "{body}");
 
     let http = crate::support::http::Http::new(&server);

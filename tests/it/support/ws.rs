@@ -239,19 +239,26 @@ impl Client {
 
 /// Asserts that a WebSocket upgrade to `url` is refused with HTTP 503 and `Retry-After: 1`.
 pub async fn assert_upgrade_refused_503(url: &str) {
+    assert_upgrade_refused(url, 503, "1").await;
+}
+
+/// Asserts that a WebSocket upgrade to `url` is refused with `status` and `Retry-After:
+/// retry_after`; returns the refusal's body.
+pub async fn assert_upgrade_refused(url: &str, status: u16, retry_after: &str) -> String {
     match tokio_tungstenite::connect_async(url).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-            assert_eq!(response.status(), 503);
+            assert_eq!(response.status(), status);
             assert_eq!(
                 response
                     .headers()
                     .get("retry-after")
                     .and_then(|v| v.to_str().ok()),
-                Some("1")
+                Some(retry_after)
             );
+            String::from_utf8_lossy(response.body().as_deref().unwrap_or_default()).into_owned()
         }
         other => panic!(
-            "expected HTTP 503, got {:?}",
+            "expected HTTP {status}, got {:?}",
             other.map(|(_, r)| r.status())
         ),
     }
