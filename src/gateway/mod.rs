@@ -387,6 +387,12 @@ fn show(upstream: &Arc<Upstream>, viewer: &Viewer, offers: Offers) {
         .registry()
         .update_view(viewer, &upstream.name, |view| {
             let mut changed = Changes::default();
+            // The session may have ended while its child was listed: its views are gone
+            // (`unshow` runs after its slot is removed), and none may come back.
+            if !upstream.serves(viewer) {
+                *view = OwnerView::default();
+                return changed;
+            }
             let mut note = |had: bool, has: bool, kind: Changes| {
                 if had || has {
                     changed = changed.union(kind);

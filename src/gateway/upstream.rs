@@ -389,6 +389,11 @@ impl Upstream {
         slot
     }
 
+    /// Whether a session's (or identity's) own child still has its place here.
+    pub(crate) fn serves(&self, viewer: &Viewer) -> bool {
+        crate::lock(&self.slots).contains_key(viewer)
+    }
+
     /// Stops the child of a session that is over.
     fn end_slot(&self, key: &Viewer) {
         let Some(slot) = crate::lock(&self.slots).remove(key) else {
