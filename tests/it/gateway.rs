@@ -471,7 +471,20 @@ async fn a_session_sees_the_tools_of_its_own_child() {
     assert!(!listed_tools(&mut bob).await.contains(&"grown".to_owned()));
 
     // A 2026-07-28 client of Alice's: her identity's own child (started at its first
-    // request), her identity's list.
+    // request), her identity's list, and her identity's listen stream told of it.
+    let mut listener = Client::connect_url_as(&server.url(), Some("alice-key")).await;
+    listener
+        .send_json(request(
+            json!("listen"),
+            "subscriptions/listen",
+            stateless(json!({"notifications": {"toolsListChanged": true}})),
+        ))
+        .await;
+    let ack = listener.recv().await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
     let mut modern = Client::connect_url_as(&server.url(), Some("alice-key")).await;
     let (id, response) = call(
         &mut modern,
@@ -499,6 +512,11 @@ async fn a_session_sees_the_tools_of_its_own_child() {
     assert!(
         !seen.contains(&"grown".to_owned()),
         "another child's: {seen:?}"
+    );
+    let changed = listener.recv().await;
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
     );
 }
 
