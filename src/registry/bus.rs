@@ -12,7 +12,6 @@
 //! If a thread's fan-out falls more than the channel's capacity behind, it marks everything
 //! changed on that thread (a spurious notification rather than a lost one).
 
-use super::Viewer;
 use crate::mailbox::inbox::{Changes, Inbox, TaskNote};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,6 +22,16 @@ use tokio::sync::broadcast;
 
 /// How many events a slow thread may fall behind before it marks everything changed.
 const CAPACITY: usize = 1024;
+
+/// Who sees a view, owned: a session (by its server-unique id) or an identity (by its
+/// principal). The bus marks a view's change on its viewer's sessions only.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Viewer {
+    /// A session, by its server-unique id ([`SessionScope::id`](crate::context::SessionScope::id)).
+    Session(u64),
+    /// The 2026-07-28 requests of an identity, by its principal.
+    Identity(Arc<str>),
+}
 
 /// One change, as published.
 #[derive(Debug, Clone, PartialEq)]

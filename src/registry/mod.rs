@@ -45,8 +45,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+pub use bus::Viewer;
 pub use snapshot::Page;
-pub use views::Viewer;
 pub(crate) use views::{KindView, OwnerView, ViewerRef};
 use views::{Seen, ViewSet, Viewed};
 

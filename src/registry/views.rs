@@ -13,6 +13,7 @@
 //! consistent set. Each set keeps the list snapshots it built, per kind, for as long as the
 //! registry's entries of that kind do not change.
 
+use super::bus::Viewer;
 use super::snapshot::Snapshot;
 use super::{Kind, ListKind, Registered, ToolVersions};
 use crate::mailbox::inbox::Changes;
@@ -22,16 +23,6 @@ use dashmap::DashMap;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// Who sees a view, owned: a session (by its server-unique id) or an identity (by its
-/// principal).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Viewer {
-    /// A session, by its server-unique id ([`SessionScope::id`](crate::context::SessionScope::id)).
-    Session(u64),
-    /// The 2026-07-28 requests of an identity, by its principal.
-    Identity(Arc<str>),
-}
 
 /// Who is looking, borrowed (what a request knows without allocating).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
