@@ -31,8 +31,6 @@ use crate::observe::telemetry;
 use crate::protocol::jsonrpc::{self, Params, RequestId};
 use crate::protocol::mcp::{CallToolParams, Error, RequestMeta};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use smol_str::SmolStr;
 use std::fmt::{self, Write};
 use std::sync::Arc;
@@ -570,24 +568,6 @@ impl Outcome {
     }
 }
 
-/// `_meta` of a request whose params the decoder kept raw.
-#[derive(Deserialize)]
-struct MetaOnly<'a> {
-    #[serde(borrow, default, rename = "_meta")]
-    meta: Option<RequestMeta<'a>>,
-}
-
-/// The trace id of a request's own `params._meta.traceparent`, if it has a valid one.
-fn own_trace_id(params: &Params<'_, CallToolParams<'_>>) -> Option<Box<str>> {
-    match params {
-        Params::Parsed(call) => call.meta.as_ref()?.trace_id(),
-        Params::Raw(raw) => serde_json::from_str::<MetaOnly<'_>>(raw.map(RawValue::get)?)
-            .ok()?
-            .meta?
-            .trace_id(),
-    }
-}
-
 /// Who sent a request, as its access line shows them (what the perimeter admitted).
 pub(crate) trait Requester {
     /// The peer's address, if known.
@@ -601,20 +581,23 @@ pub(crate) trait Requester {
 }
 
 impl RequestRecord {
-    /// Starts the record of `request`, which arrived in a session admitted as `admission`.
-    /// When `span` (the request's) is enabled, the request's trace id is recorded in its
+    /// Starts the record of `request`, which arrived in a session admitted as `admission`,
+    /// its `_meta` read already (`meta`). When `span` (the request's) is enabled, the
+    /// request's trace id (its own `traceparent`, else the connection's) is recorded in its
     /// `trace` field.
     pub(crate) fn begin(
         redaction: &Redaction,
         admission: &impl Requester,
         request: &jsonrpc::Request<'_, CallToolParams<'_>>,
+        meta: Option<&RequestMeta<'_>>,
         span: &tracing::Span,
     ) -> Self {
         let started = Instant::now();
         let method = MethodLabel::of(&request.method);
         let logged = tracing::enabled!(target: TARGET, tracing::Level::INFO);
         let line = if logged || !span.is_disabled() {
-            let trace_id: Arc<str> = own_trace_id(&request.params)
+            let trace_id: Arc<str> = meta
+                .and_then(RequestMeta::trace_id)
                 .map_or_else(|| admission.trace_id().clone(), Arc::from);
             span.record("trace", &*trace_id);
             logged.then(|| {

@@ -463,8 +463,23 @@ impl Session {
             trace = tracing::field::Empty,
         );
         let _entered = span.enter();
+        // Its `_meta`, read once: the access line's trace id and the era both need it.
+        let raw_meta = match request.params {
+            jsonrpc::Params::Raw(raw) => crate::protocol::mcp::MetaOnly::of(raw),
+            jsonrpc::Params::Parsed(_) => None,
+        };
+        let meta = match &request.params {
+            jsonrpc::Params::Parsed(call) => call.meta.as_deref(),
+            jsonrpc::Params::Raw(_) => raw_meta.as_ref().and_then(|m| m.meta.as_ref()),
+        };
         // Its latency and access-log line; taken by the worker's entry if one runs it.
-        let record = RequestRecord::begin(&self.shared.redaction, &self.admission, &request, &span);
+        let record = RequestRecord::begin(
+            &self.shared.redaction,
+            &self.admission,
+            &request,
+            meta,
+            &span,
+        );
         let started = record.started();
         let mut record = Some(record);
         let raw_params = match request.params {
@@ -473,7 +488,7 @@ impl Session {
         };
         // A request naming a version in `_meta` is a 2026-07-28 one, served from its own
         // `_meta`; errors answering it take that revision's form.
-        let era = self.stateless_request(&request);
+        let era = self.stateless_request(&request, meta);
         let is_stateless = !matches!(era, Ok(Era::Session));
         let outcome = if self.in_flight.contains_key(&request.id)
             || self.listeners.contains_key(&request.id)

@@ -31,30 +31,18 @@ use std::sync::Arc;
 /// The `_meta` key tagging every notification of a `subscriptions/listen` stream.
 pub const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 
-/// The `_meta` of a request whose params the decoder kept raw.
-#[derive(Deserialize)]
-struct MetaOnly<'a> {
-    #[serde(borrow, default, rename = "_meta")]
-    meta: Option<RequestMeta<'a>>,
-}
-
 impl Session {
-    /// The era of `request`: stateless when its `_meta` names 2026-07-28 (with what that
-    /// `_meta` establishes), else session.
+    /// The era of `request`, whose `_meta` is `meta`: stateless when it names 2026-07-28
+    /// (with what that `_meta` establishes), else session.
     ///
     /// # Errors
     /// For a request that names a version in `_meta`: -32602 for a malformed `_meta`, -32022
     /// for a version this server does not speak.
-    pub(super) fn stateless_request(&self, request: &Request<'_>) -> Result<Era, Error> {
-        let parsed;
-        let meta = match &request.params {
-            Params::Parsed(p) => p.meta.as_deref(),
-            Params::Raw(Some(raw)) if raw.get().starts_with('{') => {
-                parsed = serde_json::from_str::<MetaOnly<'_>>(raw.get()).ok();
-                parsed.as_ref().and_then(|p| p.meta.as_ref())
-            }
-            Params::Raw(_) => None,
-        };
+    pub(super) fn stateless_request(
+        &self,
+        request: &Request<'_>,
+        meta: Option<&RequestMeta<'_>>,
+    ) -> Result<Era, Error> {
         // Methods only 2026-07-28 has, and everything a 2026-07-28-only host (an HTTP request
         // whose header named that revision) receives, need the per-request `_meta`.
         let must_be_stateless = self.stateless_only

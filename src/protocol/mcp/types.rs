@@ -153,6 +153,23 @@ impl RequestMeta<'_> {
     }
 }
 
+/// Params read only for their `_meta`: a request whose params the decoder kept raw.
+#[derive(Debug, Deserialize)]
+pub struct MetaOnly<'a> {
+    /// The `_meta` member, if any.
+    #[serde(borrow, default, rename = "_meta")]
+    pub meta: Option<RequestMeta<'a>>,
+}
+
+impl<'a> MetaOnly<'a> {
+    /// The `_meta` of raw params (`None`: no params, params that are not an object, or an
+    /// object whose `_meta` does not read).
+    pub fn of(raw: Option<&'a RawValue>) -> Option<Self> {
+        let raw = raw.filter(|raw| raw.get().starts_with('{'))?;
+        serde_json::from_str(raw.get()).ok()
+    }
+}
+
 /// `tools/call` params. They are the hot path's, so the JSON-RPC decoder parses them in the
 /// envelope's own pass (see `jsonrpc::EagerParams`).
 #[derive(Debug, Deserialize)]
