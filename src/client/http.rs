@@ -358,9 +358,10 @@ impl Resume {
         new
     }
 
-    /// Reads an SSE stream into the client until it ends (or fails, or, with `answer_to`,
-    /// until that request no longer waits: a resumed stream may stay open after its
-    /// answer). Whether it brought an event id not seen before.
+    /// Reads an SSE stream into the client until it ends (or fails, or the client closes or
+    /// is dropped, or, with `answer_to`, until that request no longer waits: a resumed
+    /// stream may stay open after its answer). Whether it brought an event id not seen
+    /// before.
     async fn read(
         &mut self,
         response: reqwest::Response,
@@ -368,11 +369,20 @@ impl Resume {
         max_event: usize,
         answer_to: Option<u64>,
     ) -> bool {
+        // A stream the server holds open (the GET stream, a listen) must not outlive the
+        // client: dropping the response closes it on the server.
+        let Some(mut closed) = inner.upgrade().map(|inner| inner.closed.subscribe()) else {
+            return false;
+        };
         let mut events = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
         let mut advanced = false;
         loop {
             let next = match answer_to {
-                None => events.next().await,
+                None => tokio::select! {
+                    // Closed, or the sender dropped with the client.
+                    _ = closed.wait_for(Option::is_some) => return advanced,
+                    next = events.next() => next,
+                },
                 Some(id) => match tokio::time::timeout(WATCH_EVERY, events.next()).await {
                     Ok(next) => next,
                     Err(_quiet) if waits(inner, id) => continue,

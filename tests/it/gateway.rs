@@ -900,6 +900,51 @@ async fn a_stateless_client_falls_back_to_the_handshake_where_it_must() {
     assert_eq!(sum["resultType"], "complete", "{sum}");
 }
 
+/// A stream the HTTP client reads (here a stateless `subscriptions/listen`, which the server
+/// holds open) ends with the client: shut down, or dropped, the client leaves no request
+/// open on the server (a 2026-07-28 request holds a session place there while it runs).
+#[tokio::test]
+async fn the_http_clients_open_streams_end_with_the_client() {
+    let mut s = settings();
+    // The server notices a client that went away at its next keep-alive comment.
+    s.sessions.sse_keep_alive_ms = 100;
+    let server = start(s);
+    let url = format!("http://{}/mcp", server.addr());
+    let sessions = "mcp_sessions";
+    for shut_down in [true, false] {
+        let client = McpClient::http(
+            &url,
+            &[],
+            ClientOptions {
+                protocol_version: "2026-07-28".into(),
+                ..ClientOptions::default()
+            },
+        )
+        .await
+        .expect("connects");
+        let listening = client.clone();
+        let listen = tokio::spawn(async move {
+            let params = json!({"notifications": {"toolsListChanged": true}});
+            listening
+                .request("subscriptions/listen", Some(params))
+                .await
+        });
+        crate::support::http::wait_metric(&server, sessions, 1).await;
+        if shut_down {
+            client.shutdown(Duration::from_secs(2)).await;
+        } else {
+            client.kill();
+            drop(client);
+        }
+        let ended = tokio::time::timeout(READ_TIMEOUT, listen)
+            .await
+            .expect("the listen request ends with its client")
+            .expect("the task");
+        assert!(ended.is_err(), "{ended:?}");
+        crate::support::http::wait_metric(&server, sessions, 0).await;
+    }
+}
+
 /// The FastMCP upstream as a server of its own on a free port (`--http` or `--ws`), with
 /// `env`; returns it (killed when dropped) and its port once it listens.
 /// A server of the 2026-07-28 revision only (the TypeScript SDK 2.x's `createMcpHandler`
