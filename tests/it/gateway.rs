@@ -789,26 +789,34 @@ async fn a_stateless_upstream_serves_a_session_era_client() {
         // A change of the upstream's list comes on the gateway's subscriptions/listen
         // stream: the gateway lists again and tells the client once.
         let added = format!("added_{mode:?}").to_lowercase();
-        upstream
-            .registry()
-            .add_tool(crate::support::stateless::plain_tool(&added))
-            .expect("added");
-        let changed = client.recv().await;
-        assert_eq!(
-            changed["method"], "notifications/tools/list_changed",
-            "{mode:?}: {changed}"
-        );
-        let listed = client.request("tools/list", json!({})).await;
-        assert!(
-            tool_names(&listed).contains(&added.as_str()),
-            "{mode:?}: {listed}"
-        );
+        assert_a_tool_added_upstream_reaches(&mut client, &upstream, &added).await;
 
         assert!(served(&upstream, "server/discover").await >= 1, "{mode:?}");
         assert_eq!(served(&upstream, "initialize").await, 0, "{mode:?}");
         server.stop();
         upstream.stop();
     }
+}
+
+/// Adds tool `name` to `upstream` (mcp-ws, a stateless upstream of the gateway `client` is
+/// on) and checks that the client's next message says its tools changed, and that its list
+/// then holds the tool.
+async fn assert_a_tool_added_upstream_reaches(
+    client: &mut Client,
+    upstream: &RunningServer,
+    name: &str,
+) {
+    upstream
+        .registry()
+        .add_tool(crate::support::stateless::plain_tool(name))
+        .expect("added");
+    let changed = client.recv().await;
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{name}: {changed}"
+    );
+    let listed = listed_tools(client).await;
+    assert!(listed.iter().any(|n| n == name), "{name}: {listed:?}");
 }
 
 /// A stateless upstream that restarts ends the gateway's listen stream: the gateway opens
@@ -834,20 +842,7 @@ async fn a_stateless_upstreams_listen_stream_is_opened_again_after_a_restart() {
     let mut settings = profile_settings();
     settings.server.listen = addr;
     let restarted = start_bare(settings, |builder| builtins("conformance", builder));
-    restarted
-        .registry()
-        .add_tool(crate::support::stateless::plain_tool("added_after_restart"))
-        .expect("added");
-    let changed = client.recv().await;
-    assert_eq!(
-        changed["method"], "notifications/tools/list_changed",
-        "{changed}"
-    );
-    let listed = client.request("tools/list", json!({})).await;
-    assert!(
-        tool_names(&listed).contains(&"added_after_restart"),
-        "{listed}"
-    );
+    assert_a_tool_added_upstream_reaches(&mut client, &restarted, "added_after_restart").await;
     server.stop();
     restarted.stop();
 }
