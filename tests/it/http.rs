@@ -1326,7 +1326,8 @@ async fn idle_sessions_are_reaped_but_not_while_listening_or_working() {
         json_body(answered).await,
         json!({"jsonrpc": "2.0", "id": "w", "result": {"content": [{"type": "text", "text": "released"}]}})
     );
-    working.assert_alive().await;
+    // The answer is the proof that the session outlived its work: from then on it is idle,
+    // and may be reaped 200 ms later (a ping here raced that on a loaded machine).
 
     // Once nothing holds them, they are reaped too.
     drop(stream);
