@@ -15,9 +15,12 @@
 //! When it is written, the record holds one box and the params text: the id is shared, the
 //! method kept inline, and every client string is escaped as the line is formatted
 //! ([`Clean`]), not copied first. Params that are compact JSON of plain strings and integers
-//! are copied byte by byte (redacted members skipped), the rest transcoded through
-//! `serde_json`; the output is the same. The line is written by hand, as the `fmt` layer would
-//! write it, and goes to the log's background writer
+//! are copied byte by byte (redacted members skipped), and when they are ASCII, quoted in that
+//! same copy as the line's field value; the rest is transcoded through `serde_json` and
+//! quoted when the line is written; the output is the same. The fields a session's lines
+//! share (address, agent, identity, trace id) are rendered once per session
+//! ([`SessionFields`]). The line is written by hand, as the `fmt` layer would write it, and
+//! goes to the log's background writer
 //! ([`telemetry`](crate::observe::telemetry)): no `tracing` dispatch, no `core::fmt` and no
 //! system call on the event loop (outside the binary's log, or inside an enabled span, it is
 //! an ordinary `tracing` event).
@@ -32,6 +35,7 @@ use crate::protocol::jsonrpc::{self, Params, RequestId};
 use crate::protocol::mcp::{CallToolParams, Error, RequestMeta};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use smol_str::SmolStr;
+use std::cell::{Cell, OnceCell};
 use std::fmt::{self, Write};
 use std::sync::Arc;
 use std::time::Instant;
@@ -102,7 +106,7 @@ impl Redaction {
         // Most params are compact JSON of plain strings and integers: copied as they are
         // (what the transcoding below would write), unless the budget is reached.
         let start = out.len();
-        if self.copy_plain(json.as_bytes(), json, out) && out.len() < self.max_bytes {
+        if self.copy_plain(json.as_bytes(), json, out, false) && out.len() < self.max_bytes {
             return;
         }
         out.truncate(start);
@@ -126,7 +130,10 @@ impl Redaction {
     /// between tokens, strings without escapes, DEL or C1 controls, integers of at most 18
     /// digits other than `-0` (no floats), nesting within 64. Returns `false` at anything
     /// else, `out` then holding part of a copy. The budget is the caller's to check.
-    fn copy_plain(&self, bytes: &[u8], json: &str, out: &mut String) -> bool {
+    ///
+    /// With `quote`, every `"` of the copy is written `\"`: the copy as the inside of a quoted
+    /// field value (the copy has no `\` of its own to escape).
+    fn copy_plain(&self, bytes: &[u8], json: &str, out: &mut String, quote: bool) -> bool {
         // One bit per open container, set for an object; `depth` of them.
         let (mut objects, mut depth) = (0u64, 0u32);
         let mut expect_key = false;
@@ -174,11 +181,14 @@ impl Redaction {
                         && self.hides(&json[start + 1..i - 1])
                         && bytes.get(i) == Some(&b':')
                     {
-                        out.push_str(&json[start..=i]);
-                        out.push_str(REDACTED);
+                        push_string_token(out, &json[start..i], quote);
+                        out.push(':');
+                        push_string_token(out, REDACTED, quote);
                         i = skip_value(bytes, i + 1);
                         continue;
                     }
+                    push_string_token(out, &json[start..i], quote);
+                    continue;
                 }
                 b'-' | b'0'..=b'9' => {
                     i += 1;
@@ -204,10 +214,20 @@ impl Redaction {
     }
 
     /// A request's params for its line: the raw params, or for a `tools/call` parsed in the
-    /// decoder's pass, its name, arguments and `_meta` written back as JSON; `None` for none.
-    fn params(&self, params: &Params<'_, CallToolParams<'_>>) -> Option<String> {
-        Some(match params {
-            Params::Raw(None) => return None,
+    /// decoder's pass, its name, arguments and `_meta` written back as JSON. Quoted in the
+    /// same pass when that is a copy ([`quoted`](Self::quoted)), else as JSON to be quoted
+    /// when the line is written.
+    fn params(&self, params: &Params<'_, CallToolParams<'_>>) -> LineParams {
+        match self.quoted(params) {
+            Some(quoted) => LineParams::Quoted(quoted),
+            None => self.json(params),
+        }
+    }
+
+    /// What [`params`](Self::params) writes, as JSON.
+    fn json(&self, params: &Params<'_, CallToolParams<'_>>) -> LineParams {
+        LineParams::Json(match params {
+            Params::Raw(None) => return LineParams::Absent,
             Params::Raw(Some(raw)) => self.apply(raw.get()),
             Params::Parsed(call) => {
                 let mut out = String::with_capacity(64);
@@ -230,6 +250,110 @@ impl Redaction {
                 out
             }
         })
+    }
+
+    /// What [`params`](Self::params) writes as JSON, already quoted as the line's field
+    /// value, when the JSON is a copy ([`copy_plain`](Self::copy_plain)) in ASCII, an object
+    /// or an array, shorter than the budget: then quoting it is escaping its `"` (no `\`,
+    /// control or non-ASCII character to escape), the same in the text and JSON formats, and
+    /// it is done as the copy is made instead of in a second pass over the line.
+    fn quoted(&self, params: &Params<'_, CallToolParams<'_>>) -> Option<String> {
+        let copy = |json: &str, out: &mut String| {
+            json.is_ascii() && self.copy_plain(json.as_bytes(), json, out, true)
+        };
+        let mut out = String::new();
+        match params {
+            Params::Raw(None) => return None,
+            Params::Raw(Some(raw)) => {
+                let raw = raw.get();
+                if !raw.starts_with(['{', '[']) {
+                    return None;
+                }
+                out.reserve(raw.len() + 32);
+                out.push('"');
+                if !copy(raw, &mut out) {
+                    return None;
+                }
+            }
+            Params::Parsed(call) => {
+                let name = &*call.name;
+                if !name.is_ascii() || name.bytes().any(|b| JSON_SPECIAL[usize::from(b)]) {
+                    return None;
+                }
+                let arguments = call.arguments.map_or("", |a| a.get());
+                out.reserve(name.len() + arguments.len() + 64);
+                out.push_str("\"{\\\"name\\\":\\\"");
+                out.push_str(name);
+                out.push_str("\\\"");
+                if let Some(arguments) = call.arguments {
+                    out.push_str(",\\\"arguments\\\":");
+                    if !copy(arguments.get(), &mut out) {
+                        return None;
+                    }
+                }
+                if let Some(meta) = &call.meta {
+                    let meta = serde_json::to_string(meta).ok()?;
+                    out.push_str(",\\\"_meta\\\":");
+                    if !copy(&meta, &mut out) {
+                        return None;
+                    }
+                }
+                out.push('}');
+            }
+        }
+        out.push('"');
+        // JSON without a `"` is a plain token, which the text format writes unquoted.
+        if !out.as_bytes().contains(&b'\\') {
+            return None;
+        }
+        // The JSON's own length, counted only near the budget: the quotes around it and one
+        // `\` per `"` inside are not part of it.
+        let within = out.len() - 2 < self.max_bytes
+            || out.len() - 2 - out.bytes().filter(|&b| b == b'\\').count() < self.max_bytes;
+        within.then_some(out)
+    }
+}
+
+/// A request's params as its line shows them.
+enum LineParams {
+    /// No params: `-`.
+    Absent,
+    /// Redacted and cut JSON, quoted as the line is written.
+    Json(String),
+    /// The field's value as written, quoted already ([`Redaction::quoted`]).
+    Quoted(String),
+}
+
+impl fmt::Display for LineParams {
+    /// The params' JSON (a [`Quoted`](Self::Quoted) value unquoted again): what a `tracing`
+    /// event shows, quoting it as its formatter does.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Absent => f.write_str("-"),
+            Self::Json(json) => f.write_str(json),
+            Self::Quoted(quoted) => {
+                let inner = &quoted[1..quoted.len() - 1];
+                for (n, part) in inner.split("\\\"").enumerate() {
+                    if n > 0 {
+                        f.write_char('"')?;
+                    }
+                    f.write_str(part)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Appends a JSON string token (`"` first and last, nothing escaped inside), with `quote` its
+/// two `"` written `\"`.
+fn push_string_token(out: &mut String, token: &str, quote: bool) {
+    if quote {
+        out.push_str("\\\"");
+        out.push_str(&token[1..token.len() - 1]);
+        out.push_str("\\\"");
+    } else {
+        out.push_str(token);
     }
 }
 
@@ -525,8 +649,35 @@ pub(crate) struct RequestRecord {
 struct AccessLine {
     id: RequestId,
     method: SmolStr,
-    params: Option<String>,
+    params: LineParams,
     trace_id: Arc<str>,
+}
+
+/// The last fields of a session's access lines, the same in each of its requests that has
+/// no trace id of its own: `peer`, `user_agent`, `identity` and `trace_id` (what the
+/// perimeter admitted). Rendered once, at the session's second line, and copied into every
+/// line after it; a session of one request (a 2026-07-28 request's, or one idle since
+/// `initialize`) keeps nothing.
+#[derive(Default)]
+pub(crate) struct SessionFields {
+    rendered: OnceCell<Box<str>>,
+    /// Whether the session's first line is written (it renders its fields in place).
+    first_written: Cell<bool>,
+}
+
+impl SessionFields {
+    /// Writes the fields `render` writes, from the session's rendering once it has one.
+    fn write(&self, out: &mut telemetry::Line<'_>, render: impl FnOnce(&mut telemetry::Line<'_>)) {
+        if let Some(rendered) = self.rendered.get() {
+            out.rendered(rendered);
+            return;
+        }
+        if !self.first_written.replace(true) {
+            render(out);
+            return;
+        }
+        out.rendered(self.rendered.get_or_init(|| out.render(render).into()));
+    }
 }
 
 /// How a request ended, for its line.
@@ -627,12 +778,14 @@ impl RequestRecord {
     }
 
     /// The request is done: its latency goes into its method's histogram (unless it was
-    /// cancelled: it got no answer), and its line is written. Returns the clock read that
-    /// ended it, for the caller's own bookkeeping of the same moment.
+    /// cancelled: it got no answer), and its line is written, `fields` keeping what the
+    /// session's lines share. Returns the clock read that ended it, for the caller's own
+    /// bookkeeping of the same moment.
     pub(crate) fn finish(
         self,
         metrics: &Metrics,
         admission: &impl Requester,
+        fields: &SessionFields,
         session: u64,
         outcome: Outcome,
     ) -> Instant {
@@ -645,26 +798,38 @@ impl RequestRecord {
             return finished;
         };
         let duration_us = elapsed.as_micros() as u64;
-        let params = line.params.as_deref().unwrap_or("-");
         // The line written by hand, as the `fmt` layer would write the event below, when
         // the log is the binary's (see `telemetry`): no `tracing` dispatch, no `core::fmt`.
-        let written = telemetry::write_direct(TARGET, "request", |fields| {
+        let written = telemetry::write_direct(TARGET, "request", |out| {
             let mut scratch = String::new();
-            fields.u64("session", session);
-            fields.display("id", clean(line.id.as_json(), &mut scratch));
-            fields.display("method", clean(&line.method, &mut scratch));
-            fields.display("params", params);
-            fields.str("outcome", outcome.label());
-            if let Some(code) = outcome.code() {
-                fields.i64("code", code);
+            out.u64("session", session);
+            out.display("id", clean(line.id.as_json(), &mut scratch));
+            out.display("method", clean(&line.method, &mut scratch));
+            match &line.params {
+                LineParams::Absent => out.display("params", "-"),
+                LineParams::Json(json) => out.display("params", json),
+                LineParams::Quoted(quoted) => out.quoted("params", quoted),
             }
-            fields.u64("duration_us", duration_us);
-            let mut peer = [0u8; 16];
-            fields.display("peer", peer_text(admission.peer(), &mut peer, &mut scratch));
-            let user_agent = admission.user_agent().unwrap_or("-");
-            fields.display("user_agent", clean(user_agent, &mut scratch));
-            fields.display("identity", clean(admission.subject(), &mut scratch));
-            fields.display("trace_id", clean(&line.trace_id, &mut scratch));
+            out.str("outcome", outcome.label());
+            if let Some(code) = outcome.code() {
+                out.i64("code", code);
+            }
+            out.u64("duration_us", duration_us);
+            let requester = |out: &mut telemetry::Line<'_>| {
+                let mut scratch = String::new();
+                let mut peer = [0u8; 16];
+                out.display("peer", peer_text(admission.peer(), &mut peer, &mut scratch));
+                let user_agent = admission.user_agent().unwrap_or("-");
+                out.display("user_agent", clean(user_agent, &mut scratch));
+                out.display("identity", clean(admission.subject(), &mut scratch));
+                out.display("trace_id", clean(&line.trace_id, &mut scratch));
+            };
+            // The request's own trace id (from its `_meta`) is not the session's.
+            if Arc::ptr_eq(&line.trace_id, admission.trace_id()) {
+                fields.write(out, requester);
+            } else {
+                requester(out);
+            }
         });
         if written {
             return finished;
@@ -676,7 +841,7 @@ impl RequestRecord {
             session,
             id = %Clean(line.id.as_json()),
             method = %Clean(&line.method),
-            params = %params,
+            params = %line.params,
             outcome = outcome.label(),
             code = outcome.code(),
             duration_us,
@@ -779,7 +944,7 @@ impl fmt::Display for Peer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{json, Value};
+    use serde_json::{json, value::RawValue, Value};
 
     fn redaction(max: usize) -> Redaction {
         Redaction::new(&crate::config::LoggingSettings::default().redact_keys, max)
@@ -914,6 +1079,85 @@ mod tests {
             );
         }
     }
+    /// What the line shows of `params`: the quoted value [`Redaction::quoted`] made, else the
+    /// JSON of [`Redaction::params`] quoted as the text format (`{:?}`) and the JSON format
+    /// (a JSON string) quote it, which must then be the same.
+    fn shown(r: &Redaction, params: &Params<'_, CallToolParams<'_>>) -> (String, bool) {
+        match r.params(params) {
+            LineParams::Quoted(quoted) => {
+                let json = LineParams::Quoted(quoted.clone()).to_string();
+                assert!(json.contains('"'), "a plain token: {json}");
+                assert_eq!(quoted, format!("{json:?}"), "text format");
+                assert_eq!(quoted, serde_json::to_string(&json).expect("json"));
+                (json, true)
+            }
+            LineParams::Json(json) => (json, false),
+            LineParams::Absent => ("-".into(), false),
+        }
+    }
+
+    #[test]
+    fn params_are_quoted_in_the_copy_as_the_line_would_quote_them() {
+        let r = redaction(100);
+        fn raw(text: &str) -> &RawValue {
+            serde_json::from_str(text).expect("raw")
+        }
+        let cases: [(&str, bool); 10] = [
+            (r#"{"name":"echo","arguments":{"text":"hi"}}"#, true),
+            (
+                r#"{"password":"p","x":[1,{"token":{"a":"}"}},null,true]}"#,
+                true,
+            ),
+            (r#"["a",-3,{"b":[]}]"#, true),
+            (r#"{"text":"é"}"#, false),
+            (r#"{"text":"q\"uote"}"#, false),
+            (r#"[1,{}]"#, false),
+            (r#""a string""#, false),
+            (r#"{ "spaced": 1 }"#, false),
+            (
+                r#"{"long":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}"#,
+                false,
+            ),
+            (
+                r#"{"long":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}"#,
+                true,
+            ),
+        ];
+        for (text, quoted) in cases {
+            let params = Params::Raw(Some(raw(text)));
+            let (json, was_quoted) = shown(&r, &params);
+            assert_eq!(was_quoted, quoted, "{text}");
+            let LineParams::Json(unquoted) = r.json(&params) else {
+                panic!("no JSON for {text}");
+            };
+            assert_eq!(json, unquoted, "{text}");
+        }
+        assert_eq!(shown(&r, &Params::Raw(None)), ("-".into(), false));
+        for (text, quoted) in [
+            (
+                r#"{"name":"echo","arguments":{"text":"hi","apiKey":"k"}}"#,
+                true,
+            ),
+            (r#"{"name":"echo"}"#, true),
+            (
+                r#"{"name":"echo","_meta":{"progressToken":"t","n":1}}"#,
+                true,
+            ),
+            (r#"{"name":"e\"cho","arguments":{}}"#, false),
+            (r#"{"name":"écho","arguments":{}}"#, false),
+            (r#"{"name":"echo","arguments":{"f":1.5}}"#, false),
+        ] {
+            let call: CallToolParams<'_> = serde_json::from_str(text).expect("call");
+            let params = Params::Parsed(call);
+            let (json, was_quoted) = shown(&r, &params);
+            assert_eq!(was_quoted, quoted, "{text}");
+            let LineParams::Json(unquoted) = r.json(&params) else {
+                panic!("no JSON for {text}");
+            };
+            assert_eq!(json, unquoted, "{text}");
+        }
+    }
+
     #[test]
     fn plain_params_are_copied_as_the_transcoding_writes_them() {
         let r = redaction(10_000);
@@ -930,7 +1174,10 @@ mod tests {
         ];
         for text in copied {
             let (mut fast, mut slow) = (String::new(), String::new());
-            assert!(r.copy_plain(text.as_bytes(), text, &mut fast), "{text}");
+            assert!(
+                r.copy_plain(text.as_bytes(), text, &mut fast, false),
+                "{text}"
+            );
             r.transcode(text, &mut slow);
             assert_eq!(fast, slow, "{text}");
             assert_eq!(r.apply(text), slow, "{text}");
@@ -950,13 +1197,16 @@ mod tests {
         ];
         for text in transcoded {
             let mut fast = String::new();
-            assert!(!r.copy_plain(text.as_bytes(), text, &mut fast), "{text}");
+            assert!(
+                !r.copy_plain(text.as_bytes(), text, &mut fast, false),
+                "{text}"
+            );
             let mut slow = String::new();
             r.transcode(text, &mut slow);
             assert_eq!(r.apply(text), slow, "{text}");
         }
         let deep = format!("{}{}", "[".repeat(65), "]".repeat(65));
-        assert!(!r.copy_plain(deep.as_bytes(), &deep, &mut String::new()));
+        assert!(!r.copy_plain(deep.as_bytes(), &deep, &mut String::new(), false));
         // At the budget, the transcoding's cut.
         let long = format!(r#"{{"text":"{}","then":[1,2,3]}}"#, "x".repeat(200));
         let small = redaction(64);

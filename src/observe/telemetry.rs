@@ -572,6 +572,30 @@ impl Line<'_> {
         }
     }
 
+    /// Fields [`render`](Self::render) wrote, as they were written.
+    pub(crate) fn rendered(&mut self, fields: &str) {
+        self.out.push_str(fields);
+    }
+
+    /// The fields `fields` writes, written apart from the line (for [`rendered`](Self::rendered)
+    /// to add them to this line and others of the same log).
+    pub(crate) fn render(&self, fields: impl FnOnce(&mut Line<'_>)) -> String {
+        let mut out = String::new();
+        fields(&mut Line {
+            out: &mut out,
+            json: self.json,
+        });
+        out
+    }
+
+    /// A field given as `%value` whose value is `quoted`, a quoted string whose every `"`
+    /// and `\` inside is escaped, that has no control or non-ASCII character: such a value
+    /// is written as it is, in the text and JSON formats alike.
+    pub(crate) fn quoted(&mut self, name: &str, quoted: &str) {
+        self.name(name);
+        self.out.push_str(quoted);
+    }
+
     /// A field given as `%value`, `rendered` being what `value` displays as: in the text
     /// format bare when a plain token or already quoted, else quoted ([`TextFields`]).
     pub(crate) fn display(&mut self, name: &str, rendered: &str) {

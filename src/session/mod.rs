@@ -29,7 +29,7 @@ pub use pump::{InboxPump, SessionHost};
 use crate::cluster::dedup::recent::{RecentResponses, RequestHash};
 use crate::context::SessionInfo;
 use crate::mailbox::inbox::{Changes, ClientError, ClientRequest, Inbox, SessionEvent};
-use crate::observe::access::{Outcome, RequestRecord};
+use crate::observe::access::{Outcome, RequestRecord, SessionFields};
 use crate::perimeter::rate::SessionBucket;
 use crate::perimeter::Admission;
 use crate::protocol::jsonrpc::{
@@ -124,6 +124,8 @@ pub struct Session {
     shared_id: Option<SessionId>,
     /// Who the client is and where from, as the perimeter admitted it.
     admission: Admission,
+    /// The admission's fields of this session's access lines, rendered once.
+    access_fields: SessionFields,
     /// The rate limiter's bucket for that client, kept from its first request on.
     rate_bucket: SessionBucket,
     /// The resource URIs a session-era client subscribed to.
@@ -263,6 +265,7 @@ impl Session {
             bus: None,
             shared_id: None,
             admission,
+            access_fields: SessionFields::default(),
             rate_bucket: SessionBucket::default(),
             subscriptions: Default::default(),
             listeners: HashMap::default(),
@@ -565,7 +568,13 @@ impl Session {
         };
         // Answered here (a worker took the record otherwise).
         if let Some(record) = record {
-            record.finish(&self.shared.metrics, &self.admission, self.id, answered);
+            record.finish(
+                &self.shared.metrics,
+                &self.admission,
+                &self.access_fields,
+                self.id,
+                answered,
+            );
         }
         reply
     }
@@ -638,6 +647,7 @@ impl Session {
         entry.record.finish(
             &self.shared.metrics,
             &self.admission,
+            &self.access_fields,
             self.id,
             Outcome::Cancelled,
         );
@@ -730,6 +740,7 @@ impl Session {
                 let finished = entry.record.finish(
                     &self.shared.metrics,
                     &self.admission,
+                    &self.access_fields,
                     self.id,
                     Outcome::of(&outcome),
                 );

@@ -594,68 +594,67 @@ async fn client_strings_cannot_forge_fields_of_a_text_line() {
     let user_agent = "ua\" identity=admin x=\"1";
     let mut client = client_with(&server.url(), &[("user-agent", user_agent)]).await;
     let method = "ping identity=admin outcome=\"ok\" \\\" code=1";
-    let id = json!("x\" identity=admin y=\"");
-    let answer = client.request_with_id(id.clone(), method, json!({})).await;
-    assert_error(&answer, &id, -32601);
+    // Twice after `initialize`: the session's second line renders the fields it shares
+    // with its other lines, the third copies them.
+    let ids = [json!("x\" identity=admin y=\""), json!("z\" identity=root")];
+    for id in &ids {
+        let answer = client.request_with_id(id.clone(), method, json!({})).await;
+        assert_error(&answer, id, -32601);
+    }
 
     let deadline = Instant::now() + READ_TIMEOUT;
-    let line = loop {
+    let lines = loop {
         let log = server.process.stderr_text();
-        if let Some(line) = log
+        let lines: Vec<String> = log
             .lines()
-            .find(|l| l.contains("mcp_ws::access") && l.contains("code=-32601"))
-        {
-            break line.to_owned();
+            .filter(|l| l.contains("mcp_ws::access") && l.contains("code=-32601"))
+            .map(str::to_owned)
+            .collect();
+        if lines.len() >= ids.len() {
+            break lines;
         }
-        assert!(Instant::now() < deadline, "no access line:\n{log}");
+        assert!(Instant::now() < deadline, "no access lines:\n{log}");
         std::thread::sleep(Duration::from_millis(10));
     };
-    assert_eq!(
-        server
-            .process
-            .stderr_text()
-            .lines()
-            .filter(|l| l.contains("mcp_ws::access") && l.contains("-32601"))
-            .count(),
-        1,
-        "one line"
-    );
-    let (_, rest) = line
-        .split_once("mcp_ws::access: request ")
-        .unwrap_or_else(|| panic!("an access line: {line}"));
-    let fields = text_fields(rest).unwrap_or_else(|| panic!("fields do not parse: {line}"));
-    let names: Vec<&str> = fields.iter().map(|(name, _)| name.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "session",
-            "id",
-            "method",
-            "params",
-            "outcome",
-            "code",
-            "duration_us",
-            "peer",
-            "user_agent",
-            "identity",
-            "trace_id"
-        ],
-        "{line}"
-    );
-    let field = |name: &str| {
-        fields
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-            .unwrap_or_default()
-    };
-    assert_eq!(field("method"), method, "{line}");
-    // A string id is written as its JSON text, which reads back as the string.
-    assert_eq!(field("id"), id.as_str().expect("a string id"), "{line}");
-    assert_eq!(field("user_agent"), user_agent, "{line}");
-    assert_eq!(field("identity"), "anonymous", "{line}");
-    assert_eq!(field("outcome"), "error", "{line}");
-    assert_eq!(field("code"), "-32601", "{line}");
-    assert_eq!(field("params"), "{}", "{line}");
-    assert_eq!(field("peer"), "127.0.0.1", "{line}");
+    assert_eq!(lines.len(), ids.len(), "one line each: {lines:?}");
+    for (line, id) in lines.iter().zip(&ids) {
+        let (_, rest) = line
+            .split_once("mcp_ws::access: request ")
+            .unwrap_or_else(|| panic!("an access line: {line}"));
+        let fields = text_fields(rest).unwrap_or_else(|| panic!("fields do not parse: {line}"));
+        let names: Vec<&str> = fields.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "session",
+                "id",
+                "method",
+                "params",
+                "outcome",
+                "code",
+                "duration_us",
+                "peer",
+                "user_agent",
+                "identity",
+                "trace_id"
+            ],
+            "{line}"
+        );
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or_default()
+        };
+        assert_eq!(field("method"), method, "{line}");
+        // A string id is written as its JSON text, which reads back as the string.
+        assert_eq!(field("id"), id.as_str().expect("a string id"), "{line}");
+        assert_eq!(field("user_agent"), user_agent, "{line}");
+        assert_eq!(field("identity"), "anonymous", "{line}");
+        assert_eq!(field("outcome"), "error", "{line}");
+        assert_eq!(field("code"), "-32601", "{line}");
+        assert_eq!(field("params"), "{}", "{line}");
+        assert_eq!(field("peer"), "127.0.0.1", "{line}");
+    }
 }
