@@ -2,11 +2,11 @@
 //! `RUST_LOG` or else `logging.filter`, as text or as JSON lines (`logging.format`).
 //!
 //! [`install`] (what the binary uses) hands each formatted line to a background thread
-//! through a bounded queue (`logging.queue_lines`): the thread that logs never makes a
-//! system call for it nor waits for the reader of stderr. The background thread writes the
-//! lines in batches through a buffer, flushed whenever the queue runs empty and at least every
-//! [`FLUSH_EVERY`] while lines keep coming, and fully when the [`LogGuard`] drops. A line
-//! that finds the queue full is dropped and counted ([`dropped_lines`], exported as
+//! through one bounded buffer ([`log_writer`](crate::observe::log_writer)): the thread that
+//! logs copies its line under a short lock and makes no system call for it nor waits for the
+//! reader of stderr. The background thread writes the lines in batches, at least every
+//! [`FLUSH_EVERY`], and all of them when the [`LogGuard`] drops. A line that finds
+//! `logging.queue_lines` lines held is dropped and counted ([`dropped_lines`], exported as
 //! `mcp_dropped_total{reason="access_log"}`): a stalled stderr costs lines, never the event
 //! loop. [`init`] and [`init_with`] keep the simple path for tests and embedders: each line is
 //! written by the thread that logs it, before the event returns.
@@ -31,13 +31,12 @@
 //! enabled span) the line is an ordinary `tracing` event.
 
 use crate::config::{LogFormat, LoggingSettings};
+use crate::observe::log_writer::{Closer, LogWriter};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::io::{self, IsTerminal, Write};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 use tracing::field::{Field, Visit};
-use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_appender::rolling::{RollingFileAppender, Rotation};
 use tracing_subscriber::field::{RecordFields, VisitOutput};
 use tracing_subscriber::fmt::format::{FormatFields, Writer};
@@ -45,21 +44,17 @@ use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-/// Longest a line waits in the background writer's buffer while lines keep coming.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+pub use crate::observe::log_writer::FLUSH_EVERY;
 
-/// Bytes the background writer gathers before a write(2) (unless it flushes first).
-const BATCH_BYTES: usize = 64 * 1024;
-
-/// The drop counter of the background writer [`install`] set up, if it did.
-static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
+/// The background writer [`install`] set up, if it did (for its drop counter).
+static INSTALLED: OnceLock<LogWriter> = OnceLock::new();
 
 /// The writer and format of [`write_direct`], when [`install`] set them up without ANSI.
 static DIRECT: OnceLock<Direct> = OnceLock::new();
 
 /// Where [`write_direct`] writes, and how.
 struct Direct {
-    writer: NonBlocking,
+    writer: LogWriter,
     json: bool,
 }
 
@@ -67,7 +62,7 @@ struct Direct {
 /// waits about a second at most for a stalled reader) and stops the writer.
 #[must_use = "the log's background writer stops, and lines are lost, when the guard drops"]
 pub struct LogGuard {
-    _worker: WorkerGuard,
+    _closer: Closer,
 }
 
 impl fmt::Debug for LogGuard {
@@ -90,39 +85,37 @@ pub enum LogError {
     /// A global `tracing` subscriber was installed before.
     #[error("a global tracing subscriber is already installed")]
     AlreadyInstalled,
+    /// The background writer's thread could not be started.
+    #[error("cannot start the log's writer thread: {0}")]
+    Thread(io::Error),
 }
 
 /// Log lines the background writer dropped because its queue was full, since the start.
 pub fn dropped_lines() -> u64 {
-    DROPPED
-        .get()
-        .map_or(0, |counter| counter.dropped_lines() as u64)
+    INSTALLED.get().map_or(0, LogWriter::dropped)
 }
 
 /// Installs the global subscriber the settings ask for, writing through a background thread
 /// (see the module docs). Keep the guard until the last line is logged: the binary holds it
 /// until its server has stopped.
 pub fn install(logging: &LoggingSettings) -> Result<LogGuard, LogError> {
-    let builder = NonBlockingBuilder::default()
-        .lossy(true)
-        .buffered_lines_limit(logging.queue_lines.max(1))
-        .thread_name("mcp-ws-log");
-    let (writer, worker) = match rolling(logging)? {
-        Some(file) => builder.finish(Batched::new(file)),
-        None => builder.finish(Batched::new(io::stderr())),
+    let out: Box<dyn Write + Send> = match rolling(logging)? {
+        Some(file) => Box::new(file),
+        None => Box::new(io::stderr()),
     };
-    let dropped = writer.error_counter();
+    let (writer, closer) =
+        LogWriter::spawn(out, logging.queue_lines, "mcp-ws-log").map_err(LogError::Thread)?;
     let ansi = logging.file_parts().is_none() && io::stderr().is_terminal();
     let direct = (!ansi).then(|| Direct {
         writer: writer.clone(),
         json: logging.format == LogFormat::Json,
     });
-    subscribe(logging, writer, ansi).map_err(|_| LogError::AlreadyInstalled)?;
-    let _ = DROPPED.set(dropped);
+    subscribe(logging, writer.clone(), ansi).map_err(|_| LogError::AlreadyInstalled)?;
+    let _ = INSTALLED.set(writer);
     if let Some(direct) = direct {
         let _ = DIRECT.set(direct);
     }
-    Ok(LogGuard { _worker: worker })
+    Ok(LogGuard { _closer: closer })
 }
 
 /// Installs the global subscriber (text lines to stderr, each written by the thread that
@@ -198,38 +191,6 @@ where
             .with_span_list(true)
             .finish()
             .try_init(),
-    }
-}
-
-/// The background writer's output: a buffer over stderr or the file, flushed by the worker
-/// when its queue runs empty, and here once [`FLUSH_EVERY`] has passed since the last flush
-/// (a steady stream that never empties the queue still reaches the reader that soon).
-struct Batched<W: Write> {
-    inner: io::BufWriter<W>,
-    flushed: Instant,
-}
-
-impl<W: Write> Batched<W> {
-    fn new(inner: W) -> Self {
-        Self {
-            inner: io::BufWriter::with_capacity(BATCH_BYTES, inner),
-            flushed: Instant::now(),
-        }
-    }
-}
-
-impl<W: Write> Write for Batched<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let written = self.inner.write(buf)?;
-        if self.flushed.elapsed() >= FLUSH_EVERY {
-            self.flush()?;
-        }
-        Ok(written)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.flushed = Instant::now();
-        self.inner.flush()
     }
 }
 
@@ -404,13 +365,12 @@ pub(crate) fn write_direct(
             return false;
         };
         let state = &mut *state;
-        let writer = state.writer.get_or_insert_with(|| direct.writer.clone());
         let out = &mut state.out;
         out.clear();
         let stamp = (&mut state.clock, now.as_secs(), now.subsec_micros());
         format_line(out, direct.json, stamp, target, message, fields);
-        // Lossy: a full queue drops the line and counts it, as for any other line.
-        let _ = writer.write_all(out.as_bytes());
+        // Lossy: a full buffer drops the line and counts it, as for any other line.
+        direct.writer.push(out.as_bytes());
         if out.capacity() > SCRATCH_KEEP {
             *out = String::new();
         }
@@ -454,11 +414,10 @@ fn format_line(
 const YEAR_10000: u64 = 253_402_300_800;
 
 thread_local! {
-    /// The line [`write_direct`] builds, this thread's handle on the writer, its clock.
+    /// The line [`write_direct`] builds, and its clock.
     static LINE: RefCell<LineState> = const {
         RefCell::new(LineState {
             out: String::new(),
-            writer: None,
             clock: Clock { second: u64::MAX, prefix: String::new() },
         })
     };
@@ -466,7 +425,6 @@ thread_local! {
 
 struct LineState {
     out: String,
-    writer: Option<NonBlocking>,
     clock: Clock,
 }
 
@@ -742,17 +700,6 @@ mod tests {
         assert_eq!(token("\"a\nb\""), r#""\"a\nb\"""#);
     }
 
-    #[test]
-    fn the_batch_is_flushed_once_the_interval_has_passed() {
-        let mut batched = Batched::new(Vec::new());
-        batched.write_all(b"one\n").expect("write");
-        assert!(batched.inner.get_ref().is_empty(), "buffered");
-        batched.flushed = Instant::now()
-            .checked_sub(FLUSH_EVERY)
-            .expect("a clock past the interval");
-        batched.write_all(b"two\n").expect("write");
-        assert_eq!(batched.inner.get_ref().as_slice(), b"one\ntwo\n");
-    }
     #[test]
     fn debug_strings_are_written_as_debug_writes_them() {
         let mut samples: Vec<String> = (0u8..0x80).map(|b| char::from(b).to_string()).collect();

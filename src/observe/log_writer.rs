@@ -1,0 +1,361 @@
+//! The log's background writer: one buffer that the threads which log append their lines to,
+//! and one thread that writes it out in batches, so that logging a line costs its copy under
+//! a short lock, with no allocation and no system call on the thread that logs.
+//!
+//! The writer thread takes the whole buffer at once (swapping in an empty one it keeps for
+//! reuse) once it holds [`BATCH_BYTES`], or [`FLUSH_EVERY`] after its first line, or when the
+//! log is closed; it writes the batch with one `write_all` and flushes it. The buffer is
+//! bounded in lines: a line that finds `limit` lines held (the buffer's and the batch being
+//! written) is dropped and counted, so a reader that stops reading costs lines, never the
+//! threads that log. Closing ([`Closer`], at shutdown) writes every line held, waiting at most
+//! [`CLOSE_WAIT`] for a stalled reader.
+//!
+//! Lines keep the order in which their threads took the lock: every line of the process, the
+//! `fmt` layer's and the access log's hand-written ones, goes through the same buffer.
+
+use crate::lock;
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use tracing_subscriber::fmt::MakeWriter;
+
+/// Longest a line waits in the buffer before the writer thread writes it out.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// Bytes the buffer gathers before the writer thread takes it without waiting longer.
+pub(crate) const BATCH_BYTES: usize = 64 * 1024;
+
+/// Longest closing waits for the writer thread to write what is held.
+pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Capacity a buffer keeps between batches; a larger one (after a burst) is let go.
+const KEEP_BYTES: usize = 4 * BATCH_BYTES;
+
+/// A handle on the buffer: what the threads that log write to (it is the `fmt` layer's
+/// [`MakeWriter`] and an [`io::Write`]), each write one line.
+#[derive(Clone)]
+pub(crate) struct LogWriter {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the writer thread: a first line in an empty buffer, a full batch, the close.
+    wake: Condvar,
+    /// Tells [`Closer`] the writer thread is done.
+    done: Condvar,
+    /// Most lines held at once.
+    limit: usize,
+    /// Lines dropped for want of room.
+    dropped: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    buffer: Vec<u8>,
+    /// Lines in `buffer`.
+    buffered: usize,
+    /// Lines of the batch the writer thread is writing.
+    writing: usize,
+    closing: bool,
+    finished: bool,
+}
+
+/// Closes the log when dropped: every line held is written out (at most [`CLOSE_WAIT`] is
+/// spent waiting for a stalled reader), and the writer thread ends.
+pub(crate) struct Closer {
+    shared: Arc<Shared>,
+}
+
+impl LogWriter {
+    /// A writer to `out` holding at most `limit` lines, its thread named `thread_name`.
+    ///
+    /// # Errors
+    /// When the thread cannot be started.
+    pub(crate) fn spawn<W: Write + Send + 'static>(
+        out: W,
+        limit: usize,
+        thread_name: &str,
+    ) -> io::Result<(Self, Closer)> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+            limit: limit.max(1),
+            dropped: AtomicU64::new(0),
+        });
+        let worker = shared.clone();
+        std::thread::Builder::new()
+            .name(thread_name.to_owned())
+            .spawn(move || worker.run(out))?;
+        Ok((
+            Self {
+                shared: shared.clone(),
+            },
+            Closer { shared },
+        ))
+    }
+
+    /// Lines dropped so far because the buffer was full.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Adds one line (`line` holds it whole, newline included), or drops it when the buffer
+    /// is full or the log closed.
+    pub(crate) fn push(&self, line: &[u8]) {
+        let shared = &*self.shared;
+        let mut state = lock(&shared.state);
+        if state.closing || state.buffered + state.writing >= shared.limit {
+            drop(state);
+            shared.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let before = state.buffer.len();
+        state.buffer.extend_from_slice(line);
+        state.buffered += 1;
+        // The writer thread waits for a first line, then for a full batch or its deadline:
+        // only those two moments need a wake-up (each a system call).
+        let wake = before == 0 || (before < BATCH_BYTES && state.buffer.len() >= BATCH_BYTES);
+        drop(state);
+        if wake {
+            shared.wake.notify_one();
+        }
+    }
+}
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.push(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for LogWriter {
+    type Writer = LogWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl Shared {
+    /// The writer thread: batches out until the log is closed and nothing is held.
+    fn run<W: Write>(&self, mut out: W) {
+        let mut batch = Vec::new();
+        loop {
+            let mut state = lock(&self.state);
+            while state.buffer.is_empty() && !state.closing {
+                state = self.wait(state, None);
+            }
+            if state.buffer.is_empty() {
+                break;
+            }
+            let deadline = Instant::now() + FLUSH_EVERY;
+            while !state.closing && state.buffer.len() < BATCH_BYTES {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                state = self.wait(state, Some(deadline - now));
+            }
+            std::mem::swap(&mut batch, &mut state.buffer);
+            state.writing = std::mem::take(&mut state.buffered);
+            drop(state);
+            // A reader gone (EPIPE) or a full disk loses this batch; the next is tried anew.
+            let _ = out.write_all(&batch).and_then(|()| out.flush());
+            batch.clear();
+            if batch.capacity() > KEEP_BYTES {
+                batch = Vec::new();
+            }
+            lock(&self.state).writing = 0;
+        }
+        let mut state = lock(&self.state);
+        state.finished = true;
+        drop(state);
+        self.done.notify_all();
+    }
+
+    fn wait<'a>(
+        &self,
+        state: std::sync::MutexGuard<'a, State>,
+        timeout: Option<Duration>,
+    ) -> std::sync::MutexGuard<'a, State> {
+        match timeout {
+            None => self
+                .wake
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            Some(timeout) => {
+                self.wake
+                    .wait_timeout(state, timeout)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .0
+            }
+        }
+    }
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        let shared = &*self.shared;
+        let mut state = lock(&shared.state);
+        state.closing = true;
+        shared.wake.notify_one();
+        let deadline = Instant::now() + CLOSE_WAIT;
+        while !state.finished {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            state = shared
+                .done
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader's side: what reached it, and a gate that stalls it while closed.
+    #[derive(Clone, Default)]
+    struct Reader {
+        text: Arc<Mutex<Vec<u8>>>,
+        writes: Arc<AtomicU64>,
+        stalled: Arc<(Mutex<bool>, Condvar)>,
+    }
+
+    impl Write for Reader {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let (stalled, resumed) = &*self.stalled;
+            let mut stalled = lock(stalled);
+            while *stalled {
+                stalled = resumed.wait(stalled).expect("gate");
+            }
+            lock(&self.text).extend_from_slice(buf);
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Reader {
+        fn text(&self) -> String {
+            String::from_utf8(lock(&self.text).clone()).expect("utf-8")
+        }
+
+        fn stall(&self, stalled: bool) {
+            *lock(&self.stalled.0) = stalled;
+            self.stalled.1.notify_all();
+        }
+
+        /// Waits (at most 5 s) until `lines` lines have reached the reader.
+        fn wait_lines(&self, lines: usize) -> String {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                let text = self.text();
+                if text.lines().count() >= lines || Instant::now() >= deadline {
+                    return text;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+
+    #[test]
+    fn lines_reach_the_reader_in_order_in_batches_and_all_at_close() {
+        let reader = Reader::default();
+        let (writer, closer) =
+            LogWriter::spawn(reader.clone(), 100_000, "log-test").expect("spawn");
+        // A line alone reaches the reader without more lines coming.
+        writer.push(b"first\n");
+        assert_eq!(reader.wait_lines(1), "first\n");
+        // Many lines from several threads: each whole, each thread's in its order, batched.
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let writer = writer.clone();
+                std::thread::spawn(move || {
+                    for n in 0..5_000 {
+                        writer.push(format!("t{t} {n}\n").as_bytes());
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("thread");
+        }
+        drop(closer);
+        let text = reader.text();
+        assert_eq!(text.lines().count(), 20_001);
+        for t in 0..4 {
+            let own: Vec<usize> = text
+                .lines()
+                .filter_map(|line| line.strip_prefix(&format!("t{t} ")))
+                .map(|n| n.parse().expect("number"))
+                .collect();
+            assert_eq!(own, (0..5_000).collect::<Vec<_>>(), "thread {t}");
+        }
+        let writes = reader.writes.load(Ordering::Relaxed);
+        assert!(writes < 2_000, "{writes} writes for 20,001 lines");
+        assert_eq!(writer.dropped(), 0);
+        // After the close, lines are dropped and counted.
+        writer.push(b"late\n");
+        assert_eq!(writer.dropped(), 1);
+        assert!(!reader.text().contains("late"));
+    }
+
+    #[test]
+    fn a_stalled_reader_costs_lines_beyond_the_limit_not_the_caller() {
+        let reader = Reader::default();
+        reader.stall(true);
+        let (writer, closer) = LogWriter::spawn(reader.clone(), 10, "log-test").expect("spawn");
+        // The writer thread takes the first line and blocks writing it; then 9 more fit.
+        writer.push(b"0\n");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&writer.shared.state).writing == 0 {
+            assert!(Instant::now() < deadline, "the batch was not taken");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let started = Instant::now();
+        for n in 1..1_000 {
+            writer.push(format!("{n}\n").as_bytes());
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "pushing blocked"
+        );
+        assert_eq!(writer.dropped(), 990);
+        reader.stall(false);
+        drop(closer);
+        let kept: Vec<String> = reader.text().lines().map(str::to_owned).collect();
+        assert_eq!(kept, (0..10).map(|n| n.to_string()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn closing_gives_up_on_a_reader_that_never_reads() {
+        let reader = Reader::default();
+        reader.stall(true);
+        let (writer, closer) = LogWriter::spawn(reader.clone(), 10, "log-test").expect("spawn");
+        writer.push(b"stuck\n");
+        let started = Instant::now();
+        drop(closer);
+        let waited = started.elapsed();
+        assert!(
+            waited >= CLOSE_WAIT && waited < CLOSE_WAIT * 5,
+            "{waited:?}"
+        );
+        reader.stall(false);
+    }
+}
