@@ -51,6 +51,8 @@ const MAX_NAME_BYTES: usize = 128;
 pub struct Redaction {
     /// The fragments, normalized (lowercase, without `_` and `-`).
     fragments: Vec<String>,
+    /// The shortest fragment's length: a shorter name contains none.
+    shortest: usize,
     max_bytes: usize,
 }
 
@@ -63,14 +65,25 @@ const FULL: &str = "access-log params budget reached";
 impl Redaction {
     /// From `logging.redact_keys` and `logging.access_params_max_bytes`.
     pub fn new(keys: &[String], max_bytes: usize) -> Self {
+        let fragments: Vec<String> = keys.iter().map(|k| normalize(k)).collect();
         Self {
-            fragments: keys.iter().map(|k| normalize(k)).collect(),
+            shortest: fragments
+                .iter()
+                .map(String::len)
+                .min()
+                .unwrap_or(usize::MAX),
+            fragments,
             max_bytes,
         }
     }
 
     /// Whether a member of this name is redacted.
     pub fn hides(&self, key: &str) -> bool {
+        // An ASCII name is no longer once normalized: shorter than every fragment, it
+        // contains none.
+        if key.is_ascii() && key.len() < self.shortest {
+            return false;
+        }
         // Member names are short and ASCII: normalized on the stack, not in a new String.
         let mut buffer = [0u8; 64];
         if key.len() <= buffer.len() && key.is_ascii() {
@@ -164,6 +177,7 @@ impl Redaction {
                 b'"' => {
                     i += 1;
                     loop {
+                        i = skip_plain_ascii(bytes, i);
                         while i < bytes.len() && !JSON_SPECIAL[usize::from(bytes[i])] {
                             i += 1;
                         }
@@ -432,6 +446,32 @@ static JSON_SPECIAL: [bool; 256] = {
     table[0xc2] = true;
     table
 };
+
+/// The first index at or after `at` where eight bytes in a row from there are not all ASCII
+/// that [`JSON_SPECIAL`] passes (no `"`, `\`, control or non-ASCII byte among them), found a
+/// word at a time; the bytes from there on are for the caller to look at one by one. A word
+/// may stop the scan early (the test has false alarms, never misses), not late.
+fn skip_plain_ascii(bytes: &[u8], at: usize) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGH: u64 = ONES << 7;
+    // The high bit of each byte of `x` that is zero, and maybe of bytes above such a one.
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let mut i = at;
+    while let Some(Ok(chunk)) = bytes.get(i..i + 8).map(<[u8; 8]>::try_from) {
+        let word = u64::from_ne_bytes(chunk);
+        let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+        let special = zero(word ^ (ONES * u64::from(b'"')))
+            | zero(word ^ (ONES * u64::from(b'\\')))
+            | zero(word ^ (ONES * 0x7f))
+            | below_space
+            | (word & HIGH);
+        if special != 0 {
+            break;
+        }
+        i += 8;
+    }
+    i
+}
 
 /// Where the JSON value starting at `at` of `bytes` (valid JSON, no whitespace before it)
 /// ends.
@@ -1155,6 +1195,31 @@ mod tests {
                 panic!("no JSON for {text}");
             };
             assert_eq!(json, unquoted, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_word_scan_stops_at_or_before_every_byte_it_must_not_pass() {
+        let plain: Vec<u8> = (0x20u8..0x7f)
+            .filter(|b| !JSON_SPECIAL[usize::from(*b)])
+            .collect();
+        // Plain ASCII: whole words skipped, the rest left.
+        for len in 0..40 {
+            let text: Vec<u8> = plain.iter().copied().cycle().take(len).collect();
+            for at in 0..=len {
+                assert_eq!(skip_plain_ascii(&text, at), at + (len - at) / 8 * 8);
+            }
+        }
+        // Any other byte, at any place in a word.
+        for byte in (0..=255u8).filter(|b| !plain.contains(b)) {
+            for place in 0..24 {
+                let mut text = vec![b'a'; 24];
+                text[place] = byte;
+                for at in 0..=place {
+                    let stop = skip_plain_ascii(&text, at);
+                    assert!(stop <= place, "{byte:#x} at {place} from {at}: {stop}");
+                }
+            }
         }
     }
 
