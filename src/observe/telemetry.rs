@@ -3,9 +3,10 @@
 //!
 //! [`install`] (what the binary uses) hands each formatted line to a background thread
 //! through one bounded buffer (`observe::log_writer`): the thread that logs copies its line
-//! under a short lock and makes no system call for it nor waits for the reader of stderr. The background thread writes the lines in batches, at least every
-//! [`FLUSH_EVERY`], and all of them when the [`LogGuard`] drops. A line that finds
-//! `logging.queue_lines` lines held is dropped and counted ([`dropped_lines`], exported as
+//! under a short lock and makes no system call for it nor waits for the reader of stderr.
+//! The background thread writes the lines in batches, at least every [`FLUSH_EVERY`], and
+//! all of them when the [`LogGuard`] drops. A line that finds `logging.queue_lines` lines
+//! held is dropped and counted ([`dropped_lines`], exported as
 //! `mcp_dropped_total{reason="access_log"}`): a stalled stderr costs lines, never the event
 //! loop. [`init`] and [`init_with`] keep the simple path for tests and embedders: each line is
 //! written by the thread that logs it, before the event returns.
