@@ -697,7 +697,7 @@ struct AccessLine {
 /// no trace id of its own: `peer`, `user_agent`, `identity` and `trace_id` (what the
 /// perimeter admitted). Rendered once, at the session's second line, and copied into every
 /// line after it; a session of one request (a 2026-07-28 request's, or one idle since
-/// `initialize`) keeps nothing.
+/// `initialize`) renders nothing ahead and keeps only the empty cell.
 #[derive(Default)]
 pub(crate) struct SessionFields {
     rendered: OnceCell<Box<str>>,

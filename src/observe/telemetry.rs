@@ -90,7 +90,7 @@ pub enum LogError {
     Thread(io::Error),
 }
 
-/// Log lines the background writer dropped because its queue was full, since the start.
+/// Log lines the background writer dropped because its buffer was full, since the start.
 pub fn dropped_lines() -> u64 {
     INSTALLED.get().map_or(0, LogWriter::dropped)
 }
