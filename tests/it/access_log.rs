@@ -279,6 +279,45 @@ async fn each_request_gets_one_access_line_with_its_outcome() {
 }
 
 #[tokio::test]
+async fn a_request_s_own_trace_id_is_on_its_line_among_the_session_s() {
+    // The access log at `info`: every line written by hand, the fields a session's lines
+    // share rendered once (at its second line) and copied after that.
+    let server = spawn("own-trace", "json", "info", "");
+    let session_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let own_trace = "0af7651916cd43dd8448eb211c80319c";
+    let mut client = client_with(
+        &server.url(),
+        &[("traceparent", &traceparent(session_trace))],
+    )
+    .await;
+    let own = json!({"_meta": {"traceparent": traceparent(own_trace)}});
+    for (id, params) in [
+        ("first", json!({})),
+        ("own", own.clone()),
+        ("second", json!({})),
+        ("own-again", own),
+        ("third", json!({})),
+    ] {
+        let answer = client.request_with_id(json!(id), "ping", params).await;
+        assert_result(&answer, &json!(id));
+    }
+    let lines = server.wait_access_lines(6);
+    for (id, trace) in [
+        ("init", session_trace),
+        ("first", session_trace),
+        ("own", own_trace),
+        ("second", session_trace),
+        ("own-again", own_trace),
+        ("third", session_trace),
+    ] {
+        let line = line_of(&lines, &json!(id));
+        assert_eq!(line["trace_id"], trace, "{line}");
+        assert_eq!(line["peer"], "127.0.0.1", "{line}");
+        assert_eq!(line["identity"], "anonymous", "{line}");
+    }
+}
+
+#[tokio::test]
 async fn params_are_redacted_at_any_depth_and_cut() {
     let server = spawn(
         "redaction",
@@ -379,6 +418,11 @@ async fn trace_ids_come_from_the_upgrade_then_the_request() {
         )
         .await;
     assert_result(&call, &json!("tp-call"));
+    // After requests with trace ids of their own, the connection's again (the fields a
+    // session's lines share are rendered once, with the connection's trace id).
+    from_traceparent
+        .request_with_id(json!("tp-plain-2"), "ping", json!({}))
+        .await;
     // An invalid traceparent is ignored: X-Trace-Id is next.
     let mut from_header = client_with(
         &server.url(),
@@ -408,8 +452,8 @@ async fn trace_ids_come_from_the_upgrade_then_the_request() {
         .await;
     anonymous_b.expect_nothing_pending().await;
 
-    // 4 initialize, 7 requests, the barrier.
-    let lines = server.wait_access_lines(12);
+    // 4 initialize, 8 requests, the barrier.
+    let lines = server.wait_access_lines(13);
     let trace = |id: &str| {
         line_of(&lines, &json!(id))["trace_id"]
             .as_str()
@@ -419,6 +463,7 @@ async fn trace_ids_come_from_the_upgrade_then_the_request() {
     assert_eq!(trace("tp-plain"), upgrade_trace);
     assert_eq!(trace("tp-own"), own_trace);
     assert_eq!(trace("tp-call"), call_trace);
+    assert_eq!(trace("tp-plain-2"), upgrade_trace);
     assert_eq!(trace("hdr"), "req-abc.1");
     let made_up = trace("a1");
     assert!(
@@ -482,20 +527,51 @@ async fn the_access_log_can_be_filtered_out_and_is_written_as_text_too() {
     let text = spawn("text", "text", "info", "");
     let mut client = client_with(&text.url(), &[("x-trace-id", "text-trace")]).await;
     client.request_with_id(json!("t1"), "ping", json!({})).await;
+    // Params quoted as they are copied (plain ASCII), and params quoted as the line is
+    // written (an escape inside): the same field, read back.
+    let plain = json!({"name": "echo", "arguments": {"text": "say hi", "n": 7}});
+    let escaped = json!({"name": "echo", "arguments": {"text": "a \"b\" é\n"}});
+    for (id, params) in [("t2", &plain), ("t3", &escaped)] {
+        let answer = client
+            .request_with_id(json!(id), "tools/call", params.clone())
+            .await;
+        assert_result(&answer, &json!(id));
+    }
     let deadline = Instant::now() + READ_TIMEOUT;
+    let line_of_id = |log: &str, id: &str| {
+        log.lines()
+            .find(|l| l.contains("mcp_ws::access") && l.contains(&format!("id=\"{id}\"")))
+            .map(str::to_owned)
+    };
     loop {
         let log = text.process.stderr_text();
-        if let Some(line) = log
-            .lines()
-            .find(|l| l.contains("mcp_ws::access") && l.contains("\"t1\""))
-        {
+        if let (Some(line), Some(_), Some(_)) = (
+            line_of_id(&log, "t1"),
+            line_of_id(&log, "t2"),
+            line_of_id(&log, "t3"),
+        ) {
             assert!(line.contains("method=ping"), "{line}");
             assert!(line.contains("trace_id=text-trace"), "{line}");
             assert!(line.contains("outcome=\"ok\""), "{line}");
             break;
         }
-        assert!(Instant::now() < deadline, "no text access line:\n{log}");
+        assert!(Instant::now() < deadline, "no text access lines:\n{log}");
         std::thread::sleep(Duration::from_millis(10));
+    }
+    let log = text.process.stderr_text();
+    for (id, params) in [("t2", &plain), ("t3", &escaped)] {
+        let line = line_of_id(&log, id).expect("its line");
+        let (_, rest) = line
+            .split_once("mcp_ws::access: request ")
+            .unwrap_or_else(|| panic!("an access line: {line}"));
+        let fields = text_fields(rest).unwrap_or_else(|| panic!("fields do not parse: {line}"));
+        let shown = fields
+            .iter()
+            .find(|(name, _)| name == "params")
+            .map(|(_, value)| value.as_str())
+            .unwrap_or_else(|| panic!("no params: {line}"));
+        let shown: Value = serde_json::from_str(shown).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(&shown, params, "{line}");
     }
 }
 
