@@ -741,13 +741,19 @@ impl Outcome {
     }
 
     fn label(self) -> &'static str {
+        let quoted = self.quoted_label();
+        &quoted[1..quoted.len() - 1]
+    }
+
+    /// The label as a quoted string (how a `&str` field is written in both formats).
+    fn quoted_label(self) -> &'static str {
         match self {
-            Self::Ok => "ok",
+            Self::Ok => "\"ok\"",
             Self::Error(code) if code == crate::protocol::mcp::codes::REQUEST_TIMED_OUT.0 => {
-                "timed_out"
+                "\"timed_out\""
             }
-            Self::Error(_) => "error",
-            Self::Cancelled => "cancelled",
+            Self::Error(_) => "\"error\"",
+            Self::Cancelled => "\"cancelled\"",
         }
     }
 
@@ -844,13 +850,16 @@ impl RequestRecord {
             let mut scratch = String::new();
             out.u64("session", session);
             out.display("id", clean(line.id.as_json(), &mut scratch));
-            out.display("method", clean(&line.method, &mut scratch));
+            match self.method.served() {
+                Some(served) => out.token("method", served),
+                None => out.display("method", clean(&line.method, &mut scratch)),
+            }
             match &line.params {
                 LineParams::Absent => out.display("params", "-"),
                 LineParams::Json(json) => out.display("params", json),
                 LineParams::Quoted(quoted) => out.quoted("params", quoted),
             }
-            out.str("outcome", outcome.label());
+            out.quoted("outcome", outcome.quoted_label());
             if let Some(code) = outcome.code() {
                 out.i64("code", code);
             }
@@ -1195,6 +1204,37 @@ mod tests {
                 panic!("no JSON for {text}");
             };
             assert_eq!(json, unquoted, "{text}");
+        }
+    }
+
+    #[test]
+    fn outcomes_and_served_methods_are_written_as_their_fields_would_be() {
+        let timed_out = crate::protocol::mcp::codes::REQUEST_TIMED_OUT.0;
+        for outcome in [
+            Outcome::Ok,
+            Outcome::Error(-32_601),
+            Outcome::Error(timed_out),
+            Outcome::Cancelled,
+        ] {
+            let label = outcome.label();
+            assert_eq!(outcome.quoted_label(), format!("{label:?}"), "text format");
+            assert_eq!(
+                outcome.quoted_label(),
+                serde_json::to_string(label).expect("json"),
+                "JSON format"
+            );
+        }
+        assert_eq!(Outcome::Error(timed_out).label(), "timed_out");
+        for method in [
+            "initialize",
+            "tools/call",
+            "resources/read",
+            "server/discover",
+        ] {
+            assert_eq!(MethodLabel::of(method).served(), Some(method));
+        }
+        for method in ["no/such", "tools/call ", "", "TOOLS/CALL"] {
+            assert_eq!(MethodLabel::of(method).served(), None, "{method:?}");
         }
     }
 

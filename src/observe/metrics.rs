@@ -595,6 +595,12 @@ impl MethodLabel {
         Self(index as u8)
     }
 
+    /// The method's name, when it is one the server serves (not `other`): a plain token.
+    pub(crate) fn served(self) -> Option<&'static str> {
+        let (method, name) = METHODS[usize::from(self.0)];
+        method.map(|_| name)
+    }
+
     /// The label value.
     #[cfg(any(test, feature = "testing"))]
     pub fn as_str(self) -> &'static str {

@@ -520,16 +520,6 @@ impl Line<'_> {
         self.out.push_str(itoa::Buffer::new().format(value));
     }
 
-    /// A string field (`name = value` with a `&str`): quoted in the text format, always.
-    pub(crate) fn str(&mut self, name: &str, value: &str) {
-        self.name(name);
-        if self.json {
-            push_json_str(self.out, value);
-        } else {
-            push_debug_str(self.out, value);
-        }
-    }
-
     /// Fields [`render`](Self::render) wrote, as they were written.
     pub(crate) fn rendered(&mut self, fields: &str) {
         self.out.push_str(fields);
@@ -544,6 +534,20 @@ impl Line<'_> {
             json: self.json,
         });
         out
+    }
+
+    /// A field given as `%value` whose value is a plain token (see [`TextFields`]): bare in
+    /// the text format, a JSON string with nothing to escape in the JSON format.
+    pub(crate) fn token(&mut self, name: &str, token: &str) {
+        debug_assert!(is_plain(token), "{token:?}");
+        self.name(name);
+        if self.json {
+            self.out.push('"');
+            self.out.push_str(token);
+            self.out.push('"');
+        } else {
+            self.out.push_str(token);
+        }
     }
 
     /// A field given as `%value` whose value is `quoted`, a quoted string whose every `"`
@@ -817,6 +821,7 @@ mod tests {
                 target: "mcp_ws::access",
                 session = 7_u64,
                 id = %rendered,
+                method = %"tools/call",
                 params = %plain,
                 outcome = plain,
                 code,
@@ -850,8 +855,12 @@ mod tests {
             |line| {
                 line.u64("session", 7);
                 line.display("id", rendered);
+                line.token("method", "tools/call");
                 line.display("params", plain);
-                line.str("outcome", plain);
+                // A `&str` value whose `{:?}` is its JSON string too.
+                let quoted = format!("{plain:?}");
+                assert_eq!(quoted, serde_json::to_string(plain).expect("json"));
+                line.quoted("outcome", &quoted);
                 if let Some(code) = code {
                     line.i64("code", code);
                 }
