@@ -3,8 +3,9 @@
 //! a short lock, with no allocation and no system call on the thread that logs.
 //!
 //! The writer thread takes the whole buffer at once (swapping in an empty one it keeps for
-//! reuse) once it holds [`BATCH_BYTES`], or [`FLUSH_EVERY`] after its first line, or when the
-//! log is closed; it writes the batch with one `write_all` and flushes it. The buffer is
+//! reuse) once it holds [`BATCH_BYTES`], or [`FLUSH_EVERY`] after the thread found lines in
+//! it (at a line's arrival when it was idle, else when it finished writing the batch before),
+//! or when the log is closed; it writes the batch with one `write_all` and flushes it. The buffer is
 //! bounded in lines: a line that finds `limit` lines held (the buffer's and the batch being
 //! written) is dropped and counted, so a reader that stops reading costs lines, never the
 //! threads that log. Closing ([`Closer`], at shutdown) writes every line held, waiting at most
@@ -20,7 +21,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tracing_subscriber::fmt::MakeWriter;
 
-/// Longest a line waits in the buffer before the writer thread writes it out.
+/// Longest a line waits in the buffer before the writer thread writes it out, beyond the time
+/// the batch before it takes to be written.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// Bytes the buffer gathers before the writer thread takes it without waiting longer.
