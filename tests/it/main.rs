@@ -22,6 +22,7 @@ mod config_cli;
 mod conformance_fixtures;
 mod conformance_suite;
 mod connection_limits;
+mod container;
 mod decode_memory;
 mod dedup;
 mod fuzz_session;

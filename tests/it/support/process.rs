@@ -20,13 +20,20 @@ impl ServerProcess {
     /// Runs the binary from the crate root, with the variables it reads cleared (then set
     /// from `env`), logging at info.
     pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-ws"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-ws"));
+        command
             .args(args)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env_remove("MCP_WS_CONFIG")
             .env_remove("MCP_WS_LISTEN")
             .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        Self::start(command)
+    }
+
+    /// Runs `command` (the binary, as the caller set it up), its stderr collected.
+    pub fn start(mut command: Command) -> Self {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
