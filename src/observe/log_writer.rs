@@ -5,11 +5,11 @@
 //! The writer thread takes the whole buffer at once (swapping in an empty one it keeps for
 //! reuse) once it holds [`BATCH_BYTES`], or [`FLUSH_EVERY`] after the thread found lines in
 //! it (at a line's arrival when it was idle, else when it finished writing the batch before),
-//! or when the log is closed; it writes the batch with one `write_all` and flushes it. The buffer is
-//! bounded in lines: a line that finds `limit` lines held (the buffer's and the batch being
-//! written) is dropped and counted, so a reader that stops reading costs lines, never the
-//! threads that log. Closing ([`Closer`], at shutdown) writes every line held, waiting at most
-//! [`CLOSE_WAIT`] for a stalled reader.
+//! or when the log is closed; it writes the batch with one `write_all` and flushes it. The
+//! buffer is bounded in lines: a line that finds `limit` lines held (the buffer's and the
+//! batch being written) is dropped and counted, so a reader that stops reading costs lines,
+//! never the threads that log. Closing ([`Closer`], at shutdown) writes every line held,
+//! waiting at most [`CLOSE_WAIT`] for a stalled reader.
 //!
 //! Lines keep the order in which their threads took the lock: every line of the process, the
 //! `fmt` layer's and the access log's hand-written ones, goes through the same buffer.
