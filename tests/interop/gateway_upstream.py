@@ -90,12 +90,14 @@ def level() -> str:
 
 
 @server.tool()
-async def slow(steps: int, delay_ms: int, ctx: Context) -> str:
-    """Reports progress and logs a line for each step."""
+async def slow(steps: int, delay_ms: int, ctx: Context, pause_after_ms: int = 0) -> str:
+    """Reports progress and logs a line for each step; then waits pause_after_ms before it
+    answers."""
     for step in range(1, steps + 1):
         await asyncio.sleep(delay_ms / 1000)
         await ctx.report_progress(step, steps, f"step {step}")
         await ctx.info(f"step {step} of {steps}")
+    await asyncio.sleep(pause_after_ms / 1000)
     return "done"
 
 
