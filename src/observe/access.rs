@@ -79,14 +79,15 @@ impl Redaction {
 
     /// Whether a member of this name is redacted.
     pub fn hides(&self, key: &str) -> bool {
+        let ascii = key.is_ascii();
         // An ASCII name is no longer once normalized: shorter than every fragment, it
         // contains none.
-        if key.is_ascii() && key.len() < self.shortest {
+        if ascii && key.len() < self.shortest {
             return false;
         }
         // Member names are short and ASCII: normalized on the stack, not in a new String.
         let mut buffer = [0u8; 64];
-        if key.len() <= buffer.len() && key.is_ascii() {
+        if ascii && key.len() <= buffer.len() {
             let mut len = 0;
             for byte in key.bytes().filter(|b| *b != b'_' && *b != b'-') {
                 buffer[len] = byte.to_ascii_lowercase();
