@@ -35,7 +35,7 @@ pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(1);
 const KEEP_BYTES: usize = 4 * BATCH_BYTES;
 
 /// A handle on the buffer: what the threads that log write to (it is the `fmt` layer's
-/// [`MakeWriter`] and an [`io::Write`]), each write one line.
+/// [`MakeWriter`], and borrowed an [`io::Write`]), each write one line.
 #[derive(Clone)]
 pub(crate) struct LogWriter {
     shared: Arc<Shared>,
@@ -127,7 +127,7 @@ impl LogWriter {
     }
 }
 
-impl Write for LogWriter {
+impl Write for &LogWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.push(buf);
         Ok(buf.len())
@@ -138,11 +138,12 @@ impl Write for LogWriter {
     }
 }
 
+/// Each `fmt` layer event borrows the writer: no handle is cloned per line.
 impl<'a> MakeWriter<'a> for LogWriter {
-    type Writer = LogWriter;
+    type Writer = &'a LogWriter;
 
     fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
+        self
     }
 }
 
