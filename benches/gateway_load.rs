@@ -170,7 +170,7 @@ impl Session {
                 Session::Ws(Box::new(ws))
             }
             "http" => Session::Http {
-                client: reqwest::Client::builder()
+                client: http_client_builder()
                     .pool_max_idle_per_host(1)
                     .tcp_nodelay(true)
                     .no_proxy()
@@ -771,4 +771,13 @@ fn main() -> Result<(), BoxError> {
             Err(e)
         }
     }
+}
+
+/// `reqwest::Client::builder()` once ring's crypto provider, the server's, is the process's
+/// default: this build's reqwest has none of its own (see clippy.toml), and building a client
+/// needs one even for plain http://.
+#[allow(clippy::disallowed_methods)]
+fn http_client_builder() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
 }

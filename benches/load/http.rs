@@ -402,6 +402,10 @@ fn session_headers(id: &HeaderValue) -> HeaderMap {
 
 /// Opens one connection and, for a session dialect, its MCP session(s).
 async fn open(target: &HttpTarget) -> Result<Connection, String> {
+    // This build's reqwest has no crypto provider of its own (see clippy.toml): ring's,
+    // the server's, is installed first (plain http:// needs none, but building does).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    #[allow(clippy::disallowed_methods)]
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1)
         .tcp_nodelay(true)

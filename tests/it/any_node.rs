@@ -59,7 +59,7 @@ fn url(node: &RunningServer) -> String {
 
 impl Session {
     async fn begin(node: &RunningServer, token: Option<&'static str>) -> Self {
-        let http = reqwest::Client::new();
+        let http = crate::support::http::client();
         let mut params = initialize_params("2025-11-25");
         params["capabilities"] = json!({"elicitation": {}});
         let mut post = http
@@ -260,7 +260,7 @@ async fn every_request_lands_anywhere(redis_url: &str, keys: impl Fn(&str) -> Ve
 
     // Someone else presenting the id finds nothing, on any node.
     let stranger = Session {
-        http: reqwest::Client::new(),
+        http: crate::support::http::client(),
         id: session.id.clone(),
         token: None,
     };
@@ -413,7 +413,7 @@ async fn a_request_state_minted_on_one_node_of_a_redis_cluster_is_accepted_by_an
 async fn request_state_accepted_elsewhere(redis_url: &str) {
     let (nodes, fixtures) = nodes(redis_url, "mrtr-shared:", false);
     let post = |node: &RunningServer, body: Value| {
-        reqwest::Client::new()
+        crate::support::http::client()
             .post(url(node))
             .header(ACCEPT, "application/json, text/event-stream")
             .header(CONTENT_TYPE, "application/json")
@@ -488,7 +488,7 @@ async fn with_redis_away_held_sessions_go_on_and_the_others_get_503() {
     assert_eq!(refused.status(), 503);
     assert_eq!(header(&refused, "retry-after"), Some("1"));
     // A new session could be served by this node only: refused too.
-    let http = reqwest::Client::new();
+    let http = crate::support::http::client();
     let refused = http
         .post(url(&nodes[2]))
         .header(ACCEPT, "application/json, text/event-stream")
@@ -674,7 +674,7 @@ async fn delete_on_a_node_that_never_served_the_session_ends_it() {
     let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
     // Someone else's DELETE finds nothing.
     let stranger = Session {
-        http: reqwest::Client::new(),
+        http: crate::support::http::client(),
         id: session.id.clone(),
         token: None,
     };

@@ -636,7 +636,9 @@ async fn the_protected_resource_metadata_is_served_at_both_well_known_urls() {
         "/.well-known/oauth-protected-resource",
         "/.well-known/oauth-protected-resource/mcp",
     ] {
-        let response = reqwest::get(format!("http://{}{path}", server.addr()))
+        let response = crate::support::http::client()
+            .get(format!("http://{}{path}", server.addr()))
+            .send()
             .await
             .expect("GET");
         assert_eq!(response.status(), 200, "{path}");
@@ -666,28 +668,32 @@ async fn a_configured_resource_is_the_metadata_resource_and_the_challenge_url() 
         refused.www_authenticate.as_deref(),
         Some("Bearer resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource/public/mcp\"")
     );
-    let document: Value = reqwest::get(format!(
-        "http://{}/.well-known/oauth-protected-resource/public/mcp",
-        server.addr()
-    ))
-    .await
-    .expect("GET")
-    .text()
-    .await
-    .map(|text| serde_json::from_str(&text).expect("JSON"))
-    .expect("body");
+    let document: Value = crate::support::http::client()
+        .get(format!(
+            "http://{}/.well-known/oauth-protected-resource/public/mcp",
+            server.addr()
+        ))
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .map(|text| serde_json::from_str(&text).expect("JSON"))
+        .expect("body");
     assert_eq!(document["resource"], "https://mcp.example.com/public/mcp");
 }
 
 #[tokio::test]
 async fn without_authentication_there_is_no_metadata_and_tokens_are_ignored() {
     let server = start_auth(settings());
-    let response = reqwest::get(format!(
-        "http://{}/.well-known/oauth-protected-resource/mcp",
-        server.addr()
-    ))
-    .await
-    .expect("GET");
+    let response = crate::support::http::client()
+        .get(format!(
+            "http://{}/.well-known/oauth-protected-resource/mcp",
+            server.addr()
+        ))
+        .send()
+        .await
+        .expect("GET");
     assert_eq!(response.status(), 404);
     let mut client = session_with(&server, "whatever").await;
     assert_eq!(identity_of(&mut client).await["authenticated"], false);
@@ -702,7 +708,7 @@ async fn post(
     session: Option<&str>,
     body: Value,
 ) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
+    let mut request = crate::support::http::client()
         .post(format!("http://{}/mcp", server.addr()))
         .header("Accept", "application/json, text/event-stream")
         .header("Content-Type", "application/json")
@@ -748,7 +754,7 @@ async fn http_requests_are_authenticated_each_and_a_session_id_is_its_identitys_
     assert_eq!(foreign.status(), 404);
     let anonymous = post(&server, None, Some(&id), call.clone()).await;
     assert_eq!(anonymous.status(), 401);
-    let delete = reqwest::Client::new()
+    let delete = crate::support::http::client()
         .delete(format!("http://{}/mcp", server.addr()))
         .bearer_auth(BOT_KEY)
         .header("Mcp-Session-Id", &id)

@@ -38,7 +38,7 @@ fn cutting_proxy(upstream: SocketAddr) -> (SocketAddr, Arc<Seen>, actix_web::dev
     let seen = Arc::new(Seen::default());
     let shared = web::Data::new(Proxy {
         upstream,
-        http: reqwest::Client::new(),
+        http: crate::support::http::client(),
         seen: seen.clone(),
     });
     let (bound_tx, bound) = std::sync::mpsc::channel();

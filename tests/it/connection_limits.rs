@@ -157,7 +157,7 @@ async fn http_initialize_with(
     from: [u8; 4],
     headers: &[(&'static str, &str)],
 ) -> u16 {
-    let client = reqwest::Client::builder()
+    let client = crate::support::http::client_builder()
         .local_address(IpAddr::from(from))
         .build()
         .expect("client");

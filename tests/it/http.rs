@@ -134,7 +134,7 @@ struct Endpoint {
 impl Endpoint {
     fn new(server: &RunningServer) -> Self {
         Self {
-            http: reqwest::Client::new(),
+            http: crate::support::http::client(),
             url: format!("http://{}/mcp", server.addr()),
         }
     }

@@ -255,6 +255,8 @@ async fn connect_http(
     handler: InteropClient,
     mode: ClientLifecycleMode,
 ) -> Client {
+    // rmcp builds its own reqwest client, which takes the process's crypto provider.
+    crate::support::http::install_crypto();
     let transport =
         StreamableHttpClientTransport::from_uri(format!("http://{}/mcp", server.addr()));
     handler

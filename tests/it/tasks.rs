@@ -51,7 +51,7 @@ async fn http_request(addr: SocketAddr, method: &str, params: Value) -> (u16, Va
 }
 
 async fn http_request_as(addr: SocketAddr, method: &str, params: Value) -> (u16, Value) {
-    let mut request = reqwest::Client::new()
+    let mut request = crate::support::http::client()
         .post(format!("http://{addr}/mcp"))
         .header("Accept", "application/json, text/event-stream")
         .header("Content-Type", "application/json")

@@ -401,7 +401,7 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
     let mut a = start_node(dir.path(), "node-a", &redis);
     let b = start_node(dir.path(), "node-b", &redis);
     let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let http = reqwest::Client::new();
+    let http = crate::support::http::client();
     let post = |addr: std::net::SocketAddr, session: Option<&str>, body: Value| {
         let mut post = http
             .post(format!("http://{addr}/mcp"))

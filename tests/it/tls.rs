@@ -206,7 +206,7 @@ async fn who(client: &mut Client) -> Value {
 }
 
 fn https_client(tls: ClientConfig) -> reqwest::Client {
-    reqwest::Client::builder()
+    crate::support::http::client_builder()
         .tls_backend_preconfigured(tls)
         .build()
         .expect("https client")

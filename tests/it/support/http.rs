@@ -17,6 +17,30 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// A `reqwest` client for the tests: [`client_builder`] built.
+pub fn client() -> reqwest::Client {
+    client_builder().build().expect("reqwest client")
+}
+
+/// `reqwest::Client::builder()`, after [`install_crypto`]: the tests' reqwest has no TLS
+/// crypto of its own (its default, aws-lc, took a sixth of a clean test build to compile),
+/// so a client is built only through here (`clippy.toml` refuses the direct calls).
+#[allow(clippy::disallowed_methods)]
+pub fn client_builder() -> reqwest::ClientBuilder {
+    install_crypto();
+    reqwest::Client::builder()
+}
+
+/// Makes rustls's ring provider, the one the server uses, the process's default: what a
+/// client that does not bring its own TLS configuration (reqwest's, rmcp's) takes.
+pub fn install_crypto() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err only if another provider is installed already, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// A minimal HTTP/1.1 GET over a fresh connection: (status, body).
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     http_get_with(addr, path, &[]).await
@@ -102,7 +126,7 @@ pub struct Http {
 impl Http {
     pub fn new(server: &RunningServer) -> Self {
         Self {
-            client: reqwest::Client::new(),
+            client: client(),
             url: format!("http://{}/mcp", server.addr()),
         }
     }
