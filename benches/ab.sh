@@ -12,7 +12,7 @@ OLD=$1
 NEW=$2
 shift 2
 cd "$(dirname "$0")/.."
-LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
+LOAD=$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
 ROUNDS=${ROUNDS:-10}
 PORT=${PORT_BASE:-18800}
 OUT=$(mktemp -d)

@@ -43,7 +43,7 @@ ERA=${ERA:-2025-11-25}
 # A given binary is used as is; only the default one (and only for mcp-ws) is built here.
 [ $# -ge 2 ] || [ "$TARGET" != mcp-ws ] || cargo build --release --quiet
 # LOAD: a load generator already built (it does not depend on the server's code).
-LOAD=${LOAD:-$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
+LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 PORT=${PORT:-18790}
 OUT=$(mktemp /tmp/callgrind.$TARGET.XXXXXX)
 

@@ -34,7 +34,7 @@ echo "== mcp-ws configuration: $CONFIG, log filter: ${SERVER_LOG:-logging.filter
 SERVER=${SERVER:-}
 [ -n "$SERVER" ] || { cargo build --release --quiet; SERVER=target/release/mcp-ws; }
 # LOAD: a load generator already built (it does not depend on the server's code).
-LOAD=${LOAD:-$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
+LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 ROUNDS=${ROUNDS:-6}
 TRANSPORTS=${TRANSPORTS:-ws http}
 PORT=${PORT_BASE:-18875}

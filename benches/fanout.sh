@@ -9,7 +9,7 @@
 #   SESSIONS=1000 CHANGES=50 benches/fanout.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOAD=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
+LOAD=$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
 SESSIONS=${SESSIONS:-10000}
 CHANGES=${CHANGES:-20}
 PORT=${PORT_BASE:-18885}

@@ -46,7 +46,7 @@ UPSTREAM="$(command -v node) $UPSTREAM_JS stdio"
 
 SERVER=${SERVER:-}
 [ -n "$SERVER" ] || { cargo build --release --quiet; SERVER=${CARGO_TARGET_DIR:-target}/release/mcp-ws; }
-LOAD=${LOAD:-$(cargo bench --bench gateway_load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
+LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench gateway_load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 [ -x "$LOAD" ] || { echo "gateway.sh: no load generator" >&2; exit 1; }
 
 GW=

@@ -34,7 +34,7 @@ CONFIG=${CONFIG:-config/default.toml}
 echo "== mcp-ws configuration: $CONFIG, log filter: ${SERVER_LOG:-logging.filter of the config}" >&2
 cargo build --release --quiet
 # LOAD: a load generator already built (it does not depend on the server's code).
-LOAD=${LOAD:-$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
+LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 PEERS=$PWD/target/peers
 for peer in rmcp tower-mcp; do
   CARGO_TARGET_DIR=$PEERS cargo build --release --quiet --manifest-path benches/peers/$peer/Cargo.toml

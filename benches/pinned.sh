@@ -32,7 +32,7 @@ echo "== mcp-ws configuration: $CONFIG, log filter: ${SERVER_LOG:-logging.filter
 SERVER=${SERVER:-}
 [ -n "$SERVER" ] || { cargo build --release --quiet; SERVER=target/release/mcp-ws; }
 # LOAD: a load generator already built (as in callgrind.sh).
-LOAD=${LOAD:-$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
+LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 PORT_BASE=${PORT_BASE:-18765}
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }

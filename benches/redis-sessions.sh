@@ -39,7 +39,7 @@ if [ -z "$SERVER" ]; then
   cargo build --release --quiet
   SERVER=${CARGO_TARGET_DIR:-target}/release/mcp-ws
 fi
-LOAD=${LOAD:-$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
+LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 ROUNDS=${ROUNDS:-5}
 PARTS=${PARTS:-1 2 3}
 SESSIONS=${SESSIONS:-30}
