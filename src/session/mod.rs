@@ -38,7 +38,7 @@ use crate::protocol::jsonrpc::{
 };
 use crate::protocol::mcp::{
     notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams, Method,
-    ProgressParams, ProgressToken, ProtocolVersion,
+    ProgressParams, ProgressToken, ProtocolVersion, RawParamsHead, RequestMeta,
 };
 use crate::registry::bus::BusRegistration;
 use crate::session::shared::{SessionId, Shared};
@@ -46,6 +46,7 @@ use crate::worker::WorkerHandle;
 use era::Era;
 use serde::Serialize;
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::collections::{hash_map, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -59,6 +60,57 @@ pub type Message<'a> = jsonrpc::Decoded<'a, CallToolParams<'a>>;
 pub type Entry<'a> = jsonrpc::Entry<'a, CallToolParams<'a>>;
 /// A request of a [`Message`].
 pub type Request<'a> = jsonrpc::Request<'a, CallToolParams<'a>>;
+
+/// A request with the head of its raw params read ([`RawParamsHead`]): `_meta`, what it
+/// acts on, a `tools/call`'s arguments. A host that looks at a request before the session
+/// does (a 2026-07-28 POST, whose headers must agree with its body) reads it once with
+/// [`of`](Self::of) and hands it to [`Session::on_read_request`].
+pub struct ReadRequest<'a> {
+    /// The request.
+    pub request: Request<'a>,
+    /// The head of its params, when the decoder kept them raw and they are an object
+    /// whose `_meta` reads.
+    head: Option<RawParamsHead<'a>>,
+}
+
+impl<'a> ReadRequest<'a> {
+    /// Reads the head of `request`'s params, if the decoder kept them raw.
+    pub fn of(request: Request<'a>) -> Self {
+        let head = match request.params {
+            jsonrpc::Params::Raw(raw) => RawParamsHead::of(raw),
+            jsonrpc::Params::Parsed(_) => None,
+        };
+        Self { request, head }
+    }
+
+    /// Its `_meta`, if it has one that reads.
+    pub fn meta(&self) -> Option<&RequestMeta<'a>> {
+        match &self.request.params {
+            jsonrpc::Params::Parsed(call) => call.meta.as_deref(),
+            jsonrpc::Params::Raw(_) => self.head.as_ref().and_then(|head| head.meta.as_ref()),
+        }
+    }
+
+    /// What it acts on (the tool, prompt, resource or task), if its method names one
+    /// ([`Method::target`]) and the member is a string.
+    pub fn target(&self) -> Option<Cow<'_, str>> {
+        match &self.request.params {
+            jsonrpc::Params::Parsed(call) => Some(Cow::Borrowed(call.name.as_ref())),
+            jsonrpc::Params::Raw(_) => {
+                let method = Method::parse(&self.request.method)?;
+                self.head.as_ref()?.target(method)
+            }
+        }
+    }
+
+    /// A `tools/call`'s arguments, raw.
+    pub fn arguments(&self) -> Option<&'a RawValue> {
+        match &self.request.params {
+            jsonrpc::Params::Parsed(call) => call.arguments,
+            jsonrpc::Params::Raw(_) => self.head.as_ref().and_then(|head| head.arguments),
+        }
+    }
+}
 
 /// Where an outgoing frame belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -364,15 +416,35 @@ impl Session {
                 );
                 Intake::Answered
             }
-            Decoded::Single(entry) => match self.on_entry(entry, exchange, None, out) {
-                Reply::Now(frame) => {
-                    out.send(frame, Route::Answer(exchange));
-                    Intake::Answered
-                }
-                Reply::Later => Intake::Pending,
-                Reply::Silent => Intake::Silent,
-            },
+            Decoded::Single(entry) => {
+                let reply = self.on_entry(entry, exchange, None, out);
+                Self::intake(reply, exchange, out)
+            }
             Decoded::Batch(entries) => self.on_batch(entries, exchange, out),
+        }
+    }
+
+    /// Handles a single request its host has [read](ReadRequest::of) already, as
+    /// [`on_message`](Self::on_message) handles it decoded.
+    pub fn on_read_request(
+        &mut self,
+        read: ReadRequest<'_>,
+        exchange: u64,
+        out: &mut dyn Outlet,
+    ) -> Intake {
+        let reply = self.on_request(read, exchange, None, out);
+        Self::intake(reply, exchange, out)
+    }
+
+    /// What became of a single message, given its reply: an answer now goes out.
+    fn intake(reply: Reply, exchange: u64, out: &mut dyn Outlet) -> Intake {
+        match reply {
+            Reply::Now(frame) => {
+                out.send(frame, Route::Answer(exchange));
+                Intake::Answered
+            }
+            Reply::Later => Intake::Pending,
+            Reply::Silent => Intake::Silent,
         }
     }
 
@@ -428,7 +500,9 @@ impl Session {
         out: &mut dyn Outlet,
     ) -> Reply {
         match entry {
-            Entry::Request(request) => self.on_request(request, exchange, batch, out),
+            Entry::Request(request) => {
+                self.on_request(ReadRequest::of(request), exchange, batch, out)
+            }
             Entry::Notification(notification) => {
                 self.on_notification(notification, out);
                 Reply::Silent
@@ -451,11 +525,12 @@ impl Session {
 
     fn on_request(
         &mut self,
-        request: Request<'_>,
+        read: ReadRequest<'_>,
         exchange: u64,
         batch: Option<u64>,
         out: &mut dyn Outlet,
     ) -> Reply {
+        let request = &read.request;
         self.shared.metrics.requests.inc();
         let span = tracing::debug_span!(
             "request",
@@ -467,19 +542,12 @@ impl Session {
         );
         let _entered = span.enter();
         // Its `_meta`, read once: the access line's trace id and the era both need it.
-        let raw_meta = match request.params {
-            jsonrpc::Params::Raw(raw) => crate::protocol::mcp::MetaOnly::of(raw),
-            jsonrpc::Params::Parsed(_) => None,
-        };
-        let meta = match &request.params {
-            jsonrpc::Params::Parsed(call) => call.meta.as_deref(),
-            jsonrpc::Params::Raw(_) => raw_meta.as_ref().and_then(|m| m.meta.as_ref()),
-        };
+        let meta = read.meta();
         // Its latency and access-log line; taken by the worker's entry if one runs it.
         let record = RequestRecord::begin(
             &self.shared.redaction,
             &self.admission,
-            &request,
+            request,
             meta,
             &span,
         );
@@ -491,7 +559,7 @@ impl Session {
         };
         // A request naming a version in `_meta` is a 2026-07-28 one, served from its own
         // `_meta`; errors answering it take that revision's form.
-        let era = self.stateless_request(&request, meta);
+        let era = self.stateless_request(request, meta);
         let is_stateless = !matches!(era, Ok(Era::Session));
         let outcome = if self.in_flight.contains_key(&request.id)
             || self.listeners.contains_key(&request.id)
@@ -513,7 +581,7 @@ impl Session {
                 &self.rate_bucket,
             ) {
                 Err(refused) => Err(refused),
-                Ok(passed) => match self.recent.replay(&request) {
+                Ok(passed) => match self.recent.replay(request) {
                     // A retry of a request this session finished: its response again.
                     Some(replayed) => {
                         match &replayed {
@@ -522,7 +590,7 @@ impl Session {
                         }
                         replayed.map(Some)
                     }
-                    None => match era.and_then(|era| self.route(&request, era, exchange, batch)) {
+                    None => match era.and_then(|era| self.route(request, era, exchange, batch)) {
                         Ok(dispatch::Dispatch::Inline(result)) => Ok(Some(result)),
                         Ok(dispatch::Dispatch::Worker(job)) => self
                             .start_worker(

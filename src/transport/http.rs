@@ -12,13 +12,13 @@
 
 use super::events::{Cursor, SseEvent};
 use super::hosted::{End, HostedSession, OpenStream, Post, PostReply, TakeRecord};
-use super::stateless::{FirstReply, StatelessExchange};
+use super::stateless::{Body, FirstReply, StatelessExchange};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
-use crate::protocol::jsonrpc::{encode_error, Decoded, Params};
+use crate::protocol::jsonrpc::{encode_error, Decoded};
 use crate::protocol::mcp::{ProtocolVersion, RequestMeta};
 use crate::session::record::SessionRecord;
 use crate::session::shared::{SessionId, Shared};
-use crate::session::{Entry, Request, Session};
+use crate::session::{Entry, ReadRequest, Session};
 use crate::transport::hosted::HostedSessions;
 use actix::dev::SendError;
 use actix::Addr;
@@ -27,7 +27,6 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{self, Stream, StreamExt};
 use memchr::memmem;
-use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -182,7 +181,8 @@ fn names_stateless_version(text: &str) -> bool {
 /// The `_meta` key of a 2026-07-28 request's version.
 const META_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 
-/// A 2026-07-28 request: decoded once; its headers must agree with its body
+/// A 2026-07-28 request: decoded once, and its params' head (`_meta`, what it acts on)
+/// read once ([`ReadRequest`]), which the session then takes as read; its headers must agree with its body
 /// (`MCP-Protocol-Version`, `Mcp-Method`, and `Mcp-Name` for the methods that name
 /// something; else -32020 with HTTP 400, and nothing runs), then it runs on a core of its
 /// own in this handler (a [`StatelessExchange`]). A client that goes away before the answer
@@ -194,20 +194,19 @@ async fn stateless(
     text: &str,
     header_version: Option<&str>,
 ) -> Result<HttpResponse, Refusal> {
-    let message = Session::decode(shared, &admission, text);
-    let id = match &message {
+    let body = match Session::decode(shared, &admission, text) {
         Decoded::Single(Entry::Request(request)) => {
-            let binding = HeaderBinding::of(request);
-            let checked = check_headers(req.headers(), &request.method, &binding, header_version)
-                .and_then(|()| {
-                    check_param_headers(req.headers(), shared, &request.method, &binding)
-                });
+            // Its params' head read here, once: the headers are checked against it, and the
+            // session takes it as read.
+            let read = ReadRequest::of(request);
+            let checked = check_headers(req.headers(), &read, header_version)
+                .and_then(|()| check_param_headers(req.headers(), shared, &read));
             if let Err(mismatch) = checked {
                 let error = crate::protocol::mcp::Error::HeaderMismatch(mismatch);
-                let frame = encode_error(Some(&request.id), &error.to_wire_stateless());
+                let frame = encode_error(Some(&read.request.id), &error.to_wire_stateless());
                 return Ok(json_answer(frame, 400));
             }
-            Some(request.id.clone())
+            Body::Request(read)
         }
         // This revision defines no client notification over HTTP (closing a stream
         // cancels), and the server sends no requests to answer: accepted and ignored.
@@ -215,11 +214,17 @@ async fn stateless(
             Entry::Notification(_) | Entry::Response { .. } | Entry::Dropped { .. },
         ) => return Ok(HttpResponse::Accepted().finish()),
         // Answered by the core with the error they deserve.
-        Decoded::Single(Entry::Invalid { .. }) | Decoded::Batch(_) | Decoded::Rejected(_) => None,
+        message @ (Decoded::Single(Entry::Invalid { .. })
+        | Decoded::Batch(_)
+        | Decoded::Rejected(_)) => Body::Message(message),
+    };
+    let id = match &body {
+        Body::Request(read) => Some(read.request.id.clone()),
+        Body::Message(_) => None,
     };
     // A stateless request holds a session slot while it runs: the same caps apply.
     let slot = shared.open_session(&admission)?;
-    let exchange = StatelessExchange::start(shared.clone(), slot, admission, message);
+    let exchange = StatelessExchange::start(shared.clone(), slot, admission, body);
     let first = exchange.first_reply(keep_alive(shared)).await;
     if matches!(first, FirstReply::Json { .. }) {
         // Sent at the end of this thread's round rather than at once, as an answer that
@@ -245,77 +250,19 @@ async fn stateless(
     })
 }
 
-/// What the headers of a 2026-07-28 request must repeat of its body, read from the decoded
-/// request: the name (or URI, or task id) it acts on, its `_meta` version, and for a
-/// `tools/call` its arguments (for `Mcp-Param-*`).
-struct HeaderBinding<'a> {
-    name: Option<Cow<'a, str>>,
-    meta_version: Option<Cow<'a, str>>,
-    arguments: Option<&'a RawValue>,
-}
-
-impl<'a> HeaderBinding<'a> {
-    /// The binding of `request`.
-    fn of(request: &'a Request<'a>) -> Self {
-        #[derive(serde::Deserialize)]
-        struct RawParams<'a> {
-            #[serde(borrow, default)]
-            name: Option<Cow<'a, str>>,
-            #[serde(borrow, default)]
-            uri: Option<Cow<'a, str>>,
-            #[serde(borrow, default, rename = "taskId")]
-            task_id: Option<Cow<'a, str>>,
-            #[serde(borrow, default)]
-            arguments: Option<&'a RawValue>,
-            #[serde(borrow, default, rename = "_meta")]
-            meta: Option<RequestMeta<'a>>,
-        }
-        let (name, version, arguments) = match &request.params {
-            // `tools/call`, the hot path: its params were parsed with the envelope.
-            Params::Parsed(call) => (
-                Some(Cow::Borrowed(call.name.as_ref())),
-                call.meta.as_ref().and_then(|m| m.protocol_version),
-                call.arguments,
-            ),
-            Params::Raw(raw) => {
-                // Params that are not an object name nothing; the core answers them.
-                let params =
-                    raw.and_then(|raw| serde_json::from_str::<RawParams<'a>>(raw.get()).ok());
-                match params {
-                    None => (None, None, None),
-                    Some(p) => {
-                        let name = match request.method.as_ref() {
-                            "tools/call" | "prompts/get" => p.name,
-                            "resources/read" => p.uri,
-                            "tasks/get" | "tasks/update" | "tasks/cancel" => p.task_id,
-                            _ => None,
-                        };
-                        (name, p.meta.and_then(|m| m.protocol_version), p.arguments)
-                    }
-                }
-            }
-        };
-        let meta_version = match version {
-            None => None,
-            // A version that is not a string is the core's to refuse (-32602), not a mismatch.
-            Some(raw) => serde_json::from_str::<Cow<'a, str>>(raw.get()).ok(),
-        };
-        Self {
-            name,
-            meta_version,
-            arguments,
-        }
-    }
-}
-
 /// The headers of a 2026-07-28 request against its body: what is wrong, if anything.
 fn check_headers(
     headers: &HeaderMap,
-    method: &str,
-    binding: &HeaderBinding<'_>,
+    read: &ReadRequest<'_>,
     header_version: Option<&str>,
 ) -> Result<(), String> {
-    let meta_version = binding.meta_version.as_deref();
+    let method = read.request.method.as_ref();
+    // A version that is not a string is the core's to refuse (-32602), not a mismatch.
+    let meta_version = read
+        .meta()
+        .and_then(|meta| meta.protocol_version)
+        .and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok());
+    let meta_version = meta_version.as_deref();
     match (header_version, meta_version) {
         (None, _) => return Err("the MCP-Protocol-Version header is required".into()),
         (Some(header), Some(meta)) if header != meta => {
@@ -337,7 +284,7 @@ fn check_headers(
         }
         Some(_) => {}
     }
-    if let Some(name) = binding.name.as_deref() {
+    if let Some(name) = read.target().as_deref() {
         match headers
             .get(&NAME_HEADER)
             .map(|v| v.to_str().unwrap_or("").trim())
@@ -360,21 +307,19 @@ fn check_headers(
 fn check_param_headers(
     headers: &HeaderMap,
     shared: &Shared,
-    method: &str,
-    binding: &HeaderBinding<'_>,
+    read: &ReadRequest<'_>,
 ) -> Result<(), String> {
-    if method != "tools/call" {
+    if read.request.method != "tools/call" {
         return Ok(());
     }
-    let Some(params) = binding
-        .name
-        .as_deref()
-        .and_then(|name| shared.registry.tool_header_params(name))
+    let Some(params) = read
+        .target()
+        .and_then(|name| shared.registry.tool_header_params(&name))
     else {
         return Ok(());
     };
     // Only calls of annotated tools pay for reading the arguments here.
-    let arguments = match binding.arguments {
+    let arguments = match read.arguments() {
         None => serde_json::Value::Null,
         // Not arguments the session will take either; it answers the error.
         Some(raw) => match serde_json::from_str(raw.get()) {

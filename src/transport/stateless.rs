@@ -15,7 +15,7 @@
 use crate::perimeter::Admission;
 use crate::protocol::mcp::Error;
 use crate::session::shared::{SessionSlot, Shared};
-use crate::session::{Intake, Message, Outlet, Route, Session};
+use crate::session::{Intake, Message, Outlet, ReadRequest, Route, Session};
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::Arc;
@@ -26,6 +26,16 @@ use tokio::time::Instant;
 
 /// The exchange number of the one request a stateless core serves.
 const EXCHANGE: u64 = 1;
+
+/// What a stateless POST hands its core: the single request it should be, read (its
+/// headers were checked against it), or whatever else the client sent, for the core to
+/// answer with the error it deserves.
+pub enum Body<'a> {
+    /// One request, its params' head read once by the transport.
+    Request(ReadRequest<'a>),
+    /// Anything else, decoded.
+    Message(Message<'a>),
+}
 
 /// How a stateless POST is answered first.
 pub enum FirstReply {
@@ -61,17 +71,21 @@ pub struct StatelessExchange {
 }
 
 impl StatelessExchange {
-    /// Starts `message` (one 2026-07-28 request, or whatever a client sent as one, decoded
+    /// Starts `body` (one 2026-07-28 request, or whatever a client sent as one, decoded
     /// by [`Session::decode`] for `admission`) on a core of its own, on the current thread.
     pub fn start(
         shared: Arc<Shared>,
         slot: SessionSlot,
         admission: Admission,
-        message: Message<'_>,
+        body: Body<'_>,
     ) -> Self {
         let mut core = Session::stateless(shared.clone(), slot.id(), admission);
         let mut out = ExchangeOutlet::default();
-        if core.on_message(message, EXCHANGE, &mut out) == Intake::Silent {
+        let intake = match body {
+            Body::Request(read) => core.on_read_request(read, EXCHANGE, &mut out),
+            Body::Message(message) => core.on_message(message, EXCHANGE, &mut out),
+        };
+        if intake == Intake::Silent {
             out.closed = true;
         }
         // Work that finished in its first poll left its outcome in the inbox already.

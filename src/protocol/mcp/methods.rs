@@ -85,6 +85,17 @@ impl Method {
         }
     }
 
+    /// The member of this method's params that names what it acts on (a 2026-07-28
+    /// request's `Mcp-Name` header repeats it), if it has one.
+    pub fn target(self) -> Option<Target> {
+        match self {
+            Self::ToolsCall | Self::PromptsGet => Some(Target::Name),
+            Self::ResourcesRead => Some(Target::Uri),
+            Self::TasksGet | Self::TasksUpdate | Self::TasksCancel => Some(Target::TaskId),
+            _ => None,
+        }
+    }
+
     /// Whether only 2026-07-28 requests have this method (a session-era session does not).
     pub fn is_stateless_only(self) -> bool {
         matches!(
@@ -111,6 +122,17 @@ impl Method {
                 | Self::Discover
         )
     }
+}
+
+/// The params member that names what a request acts on ([`Method::target`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// `name`: the tool or prompt.
+    Name,
+    /// `uri`: the resource.
+    Uri,
+    /// `taskId`: the task.
+    TaskId,
 }
 
 /// Notification method names, both directions.

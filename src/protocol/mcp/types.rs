@@ -2,6 +2,7 @@
 //! Params are parsed once, straight into these types, borrowing from the frame.
 
 use crate::protocol::jsonrpc::RequestId;
+use crate::protocol::mcp::methods::{Method, Target};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -153,19 +154,45 @@ impl RequestMeta<'_> {
     }
 }
 
-/// Params read only for their `_meta`: a request whose params the decoder kept raw.
-#[derive(Debug, Deserialize)]
-pub struct MetaOnly<'a> {
+/// What the server reads of params the JSON-RPC decoder kept raw (every method but an
+/// eagerly parsed `tools/call`) before the method's handler parses them: their `_meta`
+/// (the era, the access line's trace id), the member naming what the request acts on (a
+/// 2026-07-28 request's `Mcp-Name` header repeats it) and a `tools/call`'s arguments (its
+/// `Mcp-Param-*` headers). Read once, by the first that needs it, and handed on.
+///
+/// Every member but `_meta` is kept raw: a member of the wrong type is its handler's to
+/// answer, and must not hide the `_meta` beside it.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawParamsHead<'a> {
     /// The `_meta` member, if any.
     #[serde(borrow, default, rename = "_meta")]
     pub meta: Option<RequestMeta<'a>>,
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    uri: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "taskId")]
+    task_id: Option<&'a RawValue>,
+    /// `tools/call`'s arguments, raw.
+    #[serde(borrow, default)]
+    pub arguments: Option<&'a RawValue>,
 }
 
-impl<'a> MetaOnly<'a> {
-    /// The `_meta` of raw params (`None`: no params, params that are not an object, or an
+impl<'a> RawParamsHead<'a> {
+    /// The head of raw params (`None`: no params, params that are not an object, or an
     /// object whose `_meta` does not read).
     pub fn of(raw: Option<&'a RawValue>) -> Option<Self> {
         let raw = raw.filter(|raw| raw.get().starts_with('{'))?;
+        serde_json::from_str(raw.get()).ok()
+    }
+
+    /// What a request of `method` acts on ([`Method::target`]), if that member is a string.
+    pub fn target(&self, method: Method) -> Option<Cow<'a, str>> {
+        let raw = match method.target()? {
+            Target::Name => self.name,
+            Target::Uri => self.uri,
+            Target::TaskId => self.task_id,
+        }?;
         serde_json::from_str(raw.get()).ok()
     }
 }
