@@ -52,9 +52,9 @@ const MAX_NAME_BYTES: usize = 128;
 pub struct Redaction {
     /// The fragments, normalized (lowercase, without `_` and `-`), as one automaton: a name
     /// is read once whatever the number of fragments. A window-by-window comparison with
-    /// each fragment cost a `memcmp` call per window and fragment: about 750 instructions
-    /// for `arguments` on every `tools/call`, and 25,000 for a 2026-07-28 request's `_meta`
-    /// names (benches/README, "Redaction by automaton"). `None` only if the fragments are
+    /// each fragment cost a `memcmp` call per window and fragment: 25,000 instructions for
+    /// the long `_meta` names of a 2026-07-28 request (benches/README, "Redaction by
+    /// automaton"). `None` only if the fragments are
     /// beyond what an automaton can hold: then every member is hidden (and a warning said
     /// so at startup).
     fragments: Option<AhoCorasick>,

@@ -182,11 +182,11 @@ fn names_stateless_version(text: &str) -> bool {
 const META_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// A 2026-07-28 request: decoded once, and its params' head (`_meta`, what it acts on)
-/// read once ([`ReadRequest`]), which the session then takes as read; its headers must agree with its body
-/// (`MCP-Protocol-Version`, `Mcp-Method`, and `Mcp-Name` for the methods that name
-/// something; else -32020 with HTTP 400, and nothing runs), then it runs on a core of its
-/// own in this handler (a [`StatelessExchange`]). A client that goes away before the answer
-/// (or closes the answer's stream) cancels it.
+/// read once ([`ReadRequest`]), which the session then takes as read. Its headers must
+/// agree with its body (`MCP-Protocol-Version`, `Mcp-Method`, and `Mcp-Name` for the
+/// methods that name something; else -32020 with HTTP 400, and nothing runs), then it runs
+/// on a core of its own in this handler (a [`StatelessExchange`]). A client that goes away
+/// before the answer (or closes the answer's stream) cancels it.
 async fn stateless(
     req: &HttpRequest,
     shared: &Arc<Shared>,
