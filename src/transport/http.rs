@@ -199,8 +199,13 @@ async fn stateless(
             // Its params' head read here, once: the headers are checked against it, and the
             // session takes it as read.
             let read = ReadRequest::of(request);
-            let checked = check_headers(req.headers(), &read, header_version)
-                .and_then(|()| check_param_headers(req.headers(), shared, &read));
+            let checked = {
+                // Decoded once for both checks (a raw `name` may hold escapes).
+                let target = read.target();
+                check_headers(req.headers(), &read, target.as_deref(), header_version).and_then(
+                    |()| check_param_headers(req.headers(), shared, &read, target.as_deref()),
+                )
+            };
             if let Err(mismatch) = checked {
                 let error = crate::protocol::mcp::Error::HeaderMismatch(mismatch);
                 let frame = encode_error(Some(&read.request.id), &error.to_wire_stateless());
@@ -250,10 +255,12 @@ async fn stateless(
     })
 }
 
-/// The headers of a 2026-07-28 request against its body: what is wrong, if anything.
+/// The headers of a 2026-07-28 request against its body (`target`: what it acts on,
+/// [`ReadRequest::target`]): what is wrong, if anything.
 fn check_headers(
     headers: &HeaderMap,
     read: &ReadRequest<'_>,
+    target: Option<&str>,
     header_version: Option<&str>,
 ) -> Result<(), String> {
     let method = read.request.method.as_ref();
@@ -284,7 +291,7 @@ fn check_headers(
         }
         Some(_) => {}
     }
-    if let Some(name) = read.target().as_deref() {
+    if let Some(name) = target {
         match headers
             .get(&NAME_HEADER)
             .map(|v| v.to_str().unwrap_or("").trim())
@@ -303,19 +310,17 @@ fn check_headers(
 
 /// The `Mcp-Param-*` headers of a 2026-07-28 `tools/call` against the arguments they
 /// mirror (the tool's `x-mcp-header` annotations): each argument present and not null must
-/// be repeated, after decoding, by its header.
+/// be repeated, after decoding, by its header. `target` is the tool's name.
 fn check_param_headers(
     headers: &HeaderMap,
     shared: &Shared,
     read: &ReadRequest<'_>,
+    target: Option<&str>,
 ) -> Result<(), String> {
     if read.request.method != "tools/call" {
         return Ok(());
     }
-    let Some(params) = read
-        .target()
-        .and_then(|name| shared.registry.tool_header_params(&name))
-    else {
+    let Some(params) = target.and_then(|name| shared.registry.tool_header_params(name)) else {
         return Ok(());
     };
     // Only calls of annotated tools pay for reading the arguments here.

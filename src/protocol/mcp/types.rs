@@ -162,7 +162,7 @@ impl RequestMeta<'_> {
 ///
 /// Every member but `_meta` is kept raw: a member of the wrong type is its handler's to
 /// answer, and must not hide the `_meta` beside it.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 pub struct RawParamsHead<'a> {
     /// The `_meta` member, if any.
     #[serde(borrow, default, rename = "_meta")]
