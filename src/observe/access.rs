@@ -30,7 +30,7 @@
 //! ([`TextFields`](crate::observe::telemetry::TextFields)).
 
 use crate::observe::metrics::{MethodLabel, Metrics};
-use crate::observe::telemetry;
+use crate::observe::telemetry::{self, event_name, field_name};
 use crate::protocol::jsonrpc::{self, Params, RequestId};
 use crate::protocol::mcp::{CallToolParams, Error, RequestMeta};
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
@@ -43,6 +43,9 @@ use std::time::Instant;
 
 /// The target of access-log lines (`RUST_LOG=mcp_ws::access=off` turns them off).
 pub const TARGET: &str = "mcp_ws::access";
+
+/// The access line's target and message, as [`telemetry::write_direct`] writes them.
+const LINE_EVENT: telemetry::EventName = event_name!("mcp_ws::access", "request");
 
 /// Longest id or method text in a line, in bytes; longer is cut (a client chooses them).
 const MAX_NAME_BYTES: usize = 128;
@@ -167,6 +170,9 @@ impl Redaction {
         // One bit per open container, set for an object; `depth` of them.
         let (mut objects, mut depth) = (0u64, 0u32);
         let mut expect_key = false;
+        // Tokens are checked one by one but copied in runs, from `copied` to the next string
+        // to quote, redacted value or the end: a copy per token cost more than the check.
+        let mut copied = 0;
         let mut i = 0;
         while i < bytes.len() {
             let start = i;
@@ -208,18 +214,25 @@ impl Redaction {
                         return false;
                     }
                     i += 1;
-                    if std::mem::take(&mut expect_key)
+                    let hidden = std::mem::take(&mut expect_key)
                         && self.hides(&json[start + 1..i - 1])
-                        && bytes.get(i) == Some(&b':')
-                    {
+                        && bytes.get(i) == Some(&b':');
+                    // Quoting, a string's two `"` are written `\"`: the run before it is
+                    // copied, then the string (the run holds no `"`: strings have no escapes).
+                    if quote || hidden {
+                        let Some(run) = json.get(copied..start) else {
+                            return false;
+                        };
+                        out.push_str(run);
                         push_string_token(out, &json[start..i], quote);
+                        copied = i;
+                    }
+                    if hidden {
                         out.push(':');
                         push_string_token(out, REDACTED, quote);
                         i = skip_value(bytes, i + 1);
-                        continue;
+                        copied = i;
                     }
-                    push_string_token(out, &json[start..i], quote);
-                    continue;
                 }
                 b'-' | b'0'..=b'9' => {
                     i += 1;
@@ -236,12 +249,14 @@ impl Redaction {
                 b'f' => i += 5,
                 _ => return false,
             }
-            match json.get(start..i) {
-                Some(token) => out.push_str(token),
-                None => return false,
-            }
         }
-        true
+        match json.get(copied..) {
+            Some(run) => {
+                out.push_str(run);
+                true
+            }
+            None => false,
+        }
     }
 
     /// A request's params for its line: the raw params, or for a `tools/call` parsed in the
@@ -875,32 +890,38 @@ impl RequestRecord {
         let duration_us = elapsed.as_micros() as u64;
         // The line written by hand, as the `fmt` layer would write the event below, when
         // the log is the binary's (see `telemetry`): no `tracing` dispatch, no `core::fmt`.
-        let written = telemetry::write_direct(TARGET, "request", |out| {
+        let written = telemetry::write_direct(&LINE_EVENT, |out| {
             let mut scratch = String::new();
-            out.u64("session", session);
-            out.display("id", clean(line.id.as_json(), &mut scratch));
+            out.u64(field_name!("session"), session);
+            out.display(field_name!("id"), clean(line.id.as_json(), &mut scratch));
             match self.method.served() {
-                Some(served) => out.token("method", served),
-                None => out.display("method", clean(&line.method, &mut scratch)),
+                Some(served) => out.token(field_name!("method"), served),
+                None => out.display(field_name!("method"), clean(&line.method, &mut scratch)),
             }
             match &line.params {
-                LineParams::Absent => out.display("params", "-"),
-                LineParams::Json(json) => out.display("params", json),
-                LineParams::Quoted(quoted) => out.quoted("params", quoted),
+                LineParams::Absent => out.display(field_name!("params"), "-"),
+                LineParams::Json(json) => out.display(field_name!("params"), json),
+                LineParams::Quoted(quoted) => out.quoted(field_name!("params"), quoted),
             }
-            out.quoted("outcome", outcome.quoted_label());
+            out.quoted(field_name!("outcome"), outcome.quoted_label());
             if let Some(code) = outcome.code() {
-                out.i64("code", code);
+                out.i64(field_name!("code"), code);
             }
-            out.u64("duration_us", duration_us);
+            out.u64(field_name!("duration_us"), duration_us);
             let requester = |out: &mut telemetry::Line<'_>| {
                 let mut scratch = String::new();
                 let mut peer = [0u8; 16];
-                out.display("peer", peer_text(admission.peer(), &mut peer, &mut scratch));
+                out.display(
+                    field_name!("peer"),
+                    peer_text(admission.peer(), &mut peer, &mut scratch),
+                );
                 let user_agent = admission.user_agent().unwrap_or("-");
-                out.display("user_agent", clean(user_agent, &mut scratch));
-                out.display("identity", clean(admission.subject(), &mut scratch));
-                out.display("trace_id", clean(&line.trace_id, &mut scratch));
+                out.display(field_name!("user_agent"), clean(user_agent, &mut scratch));
+                out.display(
+                    field_name!("identity"),
+                    clean(admission.subject(), &mut scratch),
+                );
+                out.display(field_name!("trace_id"), clean(&line.trace_id, &mut scratch));
             };
             // The request's own trace id (from its `_meta`) is not the session's.
             if Arc::ptr_eq(&line.trace_id, admission.trace_id()) {
@@ -1367,6 +1388,11 @@ mod tests {
     }
 
     #[test]
+    fn the_written_line_names_the_access_target() {
+        assert_eq!(LINE_EVENT.target(), TARGET);
+    }
+
+    #[test]
     fn plain_params_are_copied_as_the_transcoding_writes_them() {
         let r = redaction(10_000);
         let copied = [
@@ -1389,6 +1415,10 @@ mod tests {
             r.transcode(text, &mut slow);
             assert_eq!(fast, slow, "{text}");
             assert_eq!(r.apply(text), slow, "{text}");
+            // Quoted in the same copy: every `"` escaped, nothing else changed.
+            let mut quoted = String::new();
+            assert!(r.copy_plain(text.as_bytes(), text, &mut quoted, true));
+            assert_eq!(quoted, slow.replace('"', "\\\""), "{text}");
         }
         // Whatever the transcoding would write otherwise goes through it.
         let transcoded = [

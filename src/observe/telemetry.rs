@@ -343,11 +343,7 @@ impl VisitOutput<fmt::Result> for TextVisitor<'_> {
 /// no [`install`] (or ANSI colors), a span is current (the line would carry it), the clock is
 /// before 1970 or past 9999, or the thread is already writing one; the caller then logs the
 /// event through `tracing`.
-pub(crate) fn write_direct(
-    target: &str,
-    message: &str,
-    fields: impl FnOnce(&mut Line<'_>),
-) -> bool {
+pub(crate) fn write_direct(event: &EventName, fields: impl FnOnce(&mut Line<'_>)) -> bool {
     let Some(direct) = DIRECT.get() else {
         return false;
     };
@@ -368,7 +364,7 @@ pub(crate) fn write_direct(
         let out = &mut state.out;
         out.clear();
         let stamp = (&mut state.clock, now.as_secs(), now.subsec_micros());
-        format_line(out, direct.json, stamp, target, message, fields);
+        format_line(out, direct.json, stamp, event, fields);
         // Lossy: a full buffer drops the line and counts it, as for any other line.
         direct.writer.push(out.as_bytes());
         if out.capacity() > SCRATCH_KEEP {
@@ -384,31 +380,91 @@ fn format_line(
     out: &mut String,
     json: bool,
     (clock, second, micros): (&mut Clock, u64, u32),
-    target: &str,
-    message: &str,
+    event: &EventName,
     fields: impl FnOnce(&mut Line<'_>),
 ) {
     if json {
         out.push_str("{\"timestamp\":\"");
     }
     clock.push(out, second, micros);
-    if json {
-        out.push_str("\",\"level\":\"INFO\",\"message\":");
-        push_json_str(out, message);
+    out.push_str(if json {
+        event.json_head
     } else {
-        out.push_str("  INFO ");
-        out.push_str(target);
-        out.push_str(": ");
-        out.push_str(message);
-    }
+        event.text_head
+    });
     fields(&mut Line { out, json });
-    if json {
-        out.push_str(",\"target\":");
-        push_json_str(out, target);
-        out.push('}');
-    }
-    out.push('\n');
+    out.push_str(if json { event.json_tail } else { "\n" });
 }
+
+/// An `info` event's target and message as each format writes them around the fields, put
+/// together at compile time by [`event_name!`]: the text format's `  INFO target: message`,
+/// the JSON format's level and message after the timestamp, and its target at the end.
+pub(crate) struct EventName {
+    text_head: &'static str,
+    json_head: &'static str,
+    json_tail: &'static str,
+}
+
+impl EventName {
+    /// Use [`event_name!`], which writes the three parts from the target and message.
+    pub(crate) const fn new(
+        text_head: &'static str,
+        json_head: &'static str,
+        json_tail: &'static str,
+    ) -> Self {
+        Self {
+            text_head,
+            json_head,
+            json_tail,
+        }
+    }
+
+    /// The target, as the text format wrote it.
+    #[cfg(test)]
+    pub(crate) fn target(&self) -> &'static str {
+        let head = self.text_head.trim_start_matches("  INFO ");
+        &head[..head.find(": ").unwrap_or(head.len())]
+    }
+}
+
+/// The [`EventName`] of an `info` event of this target and message, both literals that JSON
+/// writes as they are (no `"`, `\\` or control character).
+macro_rules! event_name {
+    ($target:literal, $message:literal) => {
+        $crate::observe::telemetry::EventName::new(
+            concat!("  INFO ", $target, ": ", $message),
+            concat!("\",\"level\":\"INFO\",\"message\":\"", $message, "\""),
+            concat!(",\"target\":\"", $target, "\"}\n"),
+        )
+    };
+}
+pub(crate) use event_name;
+
+/// A field's name as each format writes it ahead of its value (` name=` and `,"name":`),
+/// put together at compile time by [`field_name!`]: one copy per field, not three.
+#[derive(Clone, Copy)]
+pub(crate) struct FieldName {
+    text: &'static str,
+    json: &'static str,
+}
+
+impl FieldName {
+    /// Use [`field_name!`], which writes both forms from the name.
+    pub(crate) const fn new(text: &'static str, json: &'static str) -> Self {
+        Self { text, json }
+    }
+}
+
+/// The [`FieldName`] of a field named by this literal, which JSON writes as it is.
+macro_rules! field_name {
+    ($name:literal) => {
+        $crate::observe::telemetry::FieldName::new(
+            concat!(" ", $name, "="),
+            concat!(",\"", $name, "\":"),
+        )
+    };
+}
+pub(crate) use field_name;
 
 /// 10000-01-01T00:00:00Z in Unix seconds: the timestamp format has four digits of year.
 const YEAR_10000: u64 = 253_402_300_800;
@@ -446,12 +502,9 @@ impl Clock {
                 .extend(timestamp_prefix(second).into_iter().map(char::from));
         }
         out.push_str(&self.prefix);
-        let micros = micros.min(999_999);
-        let mut scale = 100_000;
-        while scale > 0 {
-            out.push(char::from(b'0' + (micros / scale % 10) as u8));
-            scale /= 10;
-        }
+        // Six digits, zeros first: those of 1_000_000 + micros but its leading `1`.
+        let mut digits = itoa::Buffer::new();
+        out.push_str(&digits.format(1_000_000 + micros.min(999_999))[1..]);
         out.push('Z');
     }
 }
@@ -496,26 +549,19 @@ pub(crate) struct Line<'a> {
 }
 
 impl Line<'_> {
-    fn name(&mut self, name: &str) {
-        if self.json {
-            self.out.push(',');
-            push_json_str(self.out, name);
-            self.out.push(':');
-        } else {
-            self.out.push(' ');
-            self.out.push_str(name);
-            self.out.push('=');
-        }
+    fn name(&mut self, name: FieldName) {
+        self.out
+            .push_str(if self.json { name.json } else { name.text });
     }
 
     /// An unsigned integer field (`name = value`).
-    pub(crate) fn u64(&mut self, name: &str, value: u64) {
+    pub(crate) fn u64(&mut self, name: FieldName, value: u64) {
         self.name(name);
         self.out.push_str(itoa::Buffer::new().format(value));
     }
 
     /// A signed integer field (`name = value`).
-    pub(crate) fn i64(&mut self, name: &str, value: i64) {
+    pub(crate) fn i64(&mut self, name: FieldName, value: i64) {
         self.name(name);
         self.out.push_str(itoa::Buffer::new().format(value));
     }
@@ -538,7 +584,7 @@ impl Line<'_> {
 
     /// A field given as `%value` whose value is a plain token (see [`TextFields`]): bare in
     /// the text format, a JSON string with nothing to escape in the JSON format.
-    pub(crate) fn token(&mut self, name: &str, token: &str) {
+    pub(crate) fn token(&mut self, name: FieldName, token: &str) {
         debug_assert!(is_plain(token), "{token:?}");
         self.name(name);
         if self.json {
@@ -553,14 +599,14 @@ impl Line<'_> {
     /// A field given as `%value` whose value is `quoted`, a quoted string whose every `"`
     /// and `\` inside is escaped, that has no control or non-ASCII character: such a value
     /// is written as it is, in the text and JSON formats alike.
-    pub(crate) fn quoted(&mut self, name: &str, quoted: &str) {
+    pub(crate) fn quoted(&mut self, name: FieldName, quoted: &str) {
         self.name(name);
         self.out.push_str(quoted);
     }
 
     /// A field given as `%value`, `rendered` being what `value` displays as: in the text
     /// format bare when a plain token or already quoted, else quoted ([`TextFields`]).
-    pub(crate) fn display(&mut self, name: &str, rendered: &str) {
+    pub(crate) fn display(&mut self, name: FieldName, rendered: &str) {
         self.name(name);
         if self.json {
             push_json_str(self.out, rendered);
@@ -850,21 +896,20 @@ mod tests {
             &mut ours,
             json,
             (&mut clock, 0, 0),
-            "mcp_ws::access",
-            "request",
+            &event_name!("mcp_ws::access", "request"),
             |line| {
-                line.u64("session", 7);
-                line.display("id", rendered);
-                line.token("method", "tools/call");
-                line.display("params", plain);
+                line.u64(field_name!("session"), 7);
+                line.display(field_name!("id"), rendered);
+                line.token(field_name!("method"), "tools/call");
+                line.display(field_name!("params"), plain);
                 // A `&str` value whose `{:?}` is its JSON string too.
                 let quoted = format!("{plain:?}");
                 assert_eq!(quoted, serde_json::to_string(plain).expect("json"));
-                line.quoted("outcome", &quoted);
+                line.quoted(field_name!("outcome"), &quoted);
                 if let Some(code) = code {
-                    line.i64("code", code);
+                    line.i64(field_name!("code"), code);
                 }
-                line.u64("duration_us", u64::MAX);
+                line.u64(field_name!("duration_us"), u64::MAX);
             },
         );
         let blank = |line: String| {
