@@ -10,10 +10,11 @@
 //! `User-Agent` and identity, the session and the trace id.
 //!
 //! Cost: the clock is read when a request arrives and when it is answered (the worker's
-//! deadline reuses the first read). When the access target is filtered out, the line costs
-//! one `enabled!` check (a cached callsite interest) and nothing is copied or formatted.
-//! When it is written, the record holds one box and the params text: the id is shared, the
-//! method kept inline, and every client string is escaped as the line is formatted
+//! deadline reuses the first read). Whether the access target is enabled is asked once per
+//! session ([`SessionFields`]); when it is filtered out, nothing is copied or formatted.
+//! When it is written, the params text is the record's one allocation: the id is shared, a
+//! method the server serves is written as its label (another kept inline), and every
+//! client string is escaped as the line is formatted
 //! ([`Clean`]), not copied first. Params that are compact JSON of plain strings and integers
 //! are copied byte by byte (redacted members skipped), and when they are ASCII, quoted in that
 //! same copy as the line's field value; the rest is transcoded through `serde_json` and
@@ -348,8 +349,9 @@ impl Redaction {
             }
         }
         out.push('"');
-        // JSON without a `"` is a plain token, which the text format writes unquoted.
-        if !out.as_bytes().contains(&b'\\') {
+        // JSON without a `"` is a plain token, which the text format writes unquoted (a
+        // parsed call's always has its `\"name\"`).
+        if matches!(params, Params::Raw(_)) && !out.as_bytes().contains(&b'\\') {
             return None;
         }
         // The JSON's own length, counted only near the budget: the quotes around it and one
@@ -723,18 +725,31 @@ pub(crate) struct RequestRecord {
     started: Instant,
     method: MethodLabel,
     /// What the access-log line needs beyond the session's admission, captured while the
-    /// frame is at hand; `None` when the line is filtered out.
-    line: Option<Box<AccessLine>>,
+    /// frame is at hand; `None` when the line is filtered out. Held inline: a box cost an
+    /// allocation per request for a record that moves twice.
+    line: Option<AccessLine>,
 }
 
 /// Copies of the frame's parts, taken as they are (escaping waits for the line, see
-/// [`Clean`]): the id shares the request's (inline up to 23 bytes), the method is inline up
-/// to 23 bytes (every method of the protocol), the params are the one text built.
+/// [`Clean`]): the id shares the request's (inline up to 23 bytes), the params are the one
+/// text built.
 struct AccessLine {
     id: RequestId,
-    method: SmolStr,
+    /// The method as the client wrote it (inline up to 23 bytes), only when it is not one
+    /// the server serves: those are written as their metrics label.
+    unserved_method: Option<SmolStr>,
     params: LineParams,
     trace_id: Arc<str>,
+}
+
+impl AccessLine {
+    /// The method as the line writes it: its label when served, else the client's text.
+    fn method(&self, label: MethodLabel) -> &str {
+        label
+            .served()
+            .or(self.unserved_method.as_deref())
+            .unwrap_or_default()
+    }
 }
 
 /// The last fields of a session's access lines, the same in each of its requests that has
@@ -747,6 +762,10 @@ pub(crate) struct SessionFields {
     rendered: OnceCell<Box<str>>,
     /// Whether the session's first line is written (it renders its fields in place).
     first_written: Cell<bool>,
+    /// Whether the access target is enabled, asked of the filter at the session's first
+    /// request: the filter is set once for the process, and asking it cost each request a
+    /// dispatch (about 130 instructions).
+    logged: OnceCell<bool>,
 }
 
 impl SessionFields {
@@ -829,13 +848,16 @@ impl RequestRecord {
     pub(crate) fn begin(
         redaction: &Redaction,
         admission: &impl Requester,
+        fields: &SessionFields,
         request: &jsonrpc::Request<'_, CallToolParams<'_>>,
         meta: Option<&RequestMeta<'_>>,
         span: &tracing::Span,
     ) -> Self {
         let started = Instant::now();
         let method = MethodLabel::of(&request.method);
-        let logged = tracing::enabled!(target: TARGET, tracing::Level::INFO);
+        let logged = *fields
+            .logged
+            .get_or_init(|| tracing::enabled!(target: TARGET, tracing::Level::INFO));
         let line = if logged || !span.is_disabled() {
             let trace_id: Arc<str> = meta
                 .and_then(RequestMeta::trace_id)
@@ -843,14 +865,16 @@ impl RequestRecord {
             span.record("trace", &*trace_id);
             logged.then(|| {
                 // Enough of a long method for [`Clean`] to see that it is cut.
-                let method = &request.method;
-                let kept = floor_char_boundary(method, MAX_NAME_BYTES + 4);
-                Box::new(AccessLine {
+                let unserved_method = method.served().is_none().then(|| {
+                    let kept = floor_char_boundary(&request.method, MAX_NAME_BYTES + 4);
+                    SmolStr::new(&request.method[..kept])
+                });
+                AccessLine {
                     id: request.id.clone(),
-                    method: SmolStr::new(&method[..kept]),
+                    unserved_method,
                     params: redaction.params(&request.params),
                     trace_id,
-                })
+                }
             })
         } else {
             None
@@ -896,7 +920,10 @@ impl RequestRecord {
             out.display(field_name!("id"), clean(line.id.as_json(), &mut scratch));
             match self.method.served() {
                 Some(served) => out.token(field_name!("method"), served),
-                None => out.display(field_name!("method"), clean(&line.method, &mut scratch)),
+                None => out.display(
+                    field_name!("method"),
+                    clean(line.method(self.method), &mut scratch),
+                ),
             }
             match &line.params {
                 LineParams::Absent => out.display(field_name!("params"), "-"),
@@ -939,7 +966,7 @@ impl RequestRecord {
             target: TARGET,
             session,
             id = %Clean(line.id.as_json()),
-            method = %Clean(&line.method),
+            method = %Clean(line.method(self.method)),
             params = %line.params,
             outcome = outcome.label(),
             code = outcome.code(),

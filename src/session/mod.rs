@@ -547,6 +547,7 @@ impl Session {
         let record = RequestRecord::begin(
             &self.shared.redaction,
             &self.admission,
+            &self.access_fields,
             request,
             meta,
             &span,
