@@ -862,7 +862,9 @@ impl RequestRecord {
             let trace_id: Arc<str> = meta
                 .and_then(RequestMeta::trace_id)
                 .map_or_else(|| admission.trace_id().clone(), Arc::from);
-            span.record("trace", &*trace_id);
+            if !span.is_disabled() {
+                span.record("trace", &*trace_id);
+            }
             logged.then(|| {
                 // Enough of a long method for [`Clean`] to see that it is cut.
                 let unserved_method = method.served().is_none().then(|| {

@@ -347,7 +347,9 @@ pub(crate) fn write_direct(event: &EventName, fields: impl FnOnce(&mut Line<'_>)
     let Some(direct) = DIRECT.get() else {
         return false;
     };
-    if !tracing::Span::current().is_none() {
+    // Inside a span the `fmt` layer would write the span's context too. Asked of the
+    // dispatcher directly: `Span::current` also builds and drops a handle.
+    if tracing::dispatcher::get_default(|dispatch| dispatch.current_span().id().is_some()) {
         return false;
     }
     let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) else {

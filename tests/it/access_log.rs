@@ -472,6 +472,11 @@ async fn trace_ids_come_from_the_upgrade_then_the_request() {
     );
     assert_eq!(trace("a2"), made_up, "one id per connection");
     assert_ne!(trace("b1"), made_up, "another connection, another id");
+    // A ping is answered inside its `request` span, enabled here: its access line is then
+    // the `fmt` layer's, with the span's context (the hand-written line has none).
+    let ping_line = line_of(&lines, &json!("tp-plain"));
+    assert_eq!(ping_line["span"]["name"], "request", "{ping_line}");
+    assert_eq!(ping_line["span"]["trace"], upgrade_trace, "{ping_line}");
 
     // Every line logged inside a request's spans carries the request's trace id: the
     // `request` span on each, and the `worker` span on the worker's.
