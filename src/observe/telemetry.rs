@@ -430,7 +430,7 @@ impl EventName {
 }
 
 /// The [`EventName`] of an `info` event of this target and message, both literals that JSON
-/// writes as they are (no `"`, `\\` or control character).
+/// writes as they are (no `"`, `\` or control character).
 macro_rules! event_name {
     ($target:literal, $message:literal) => {
         $crate::observe::telemetry::EventName::new(
