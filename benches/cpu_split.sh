@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The server's CPU per request split into user and kernel time, with the access log on (the
+# shipped config/default.toml and its log filter) and off (RUST_LOG=info,mcp_ws::access=off),
+# alternated: what the access line costs in instructions (user) and in writing it out
+# (kernel). The server runs alone on core 0, the generator on core 1 (16 connections x 16
+# pipelined 64 B `tools/call echo`, 5 s); its utime and stime are read from /proc before and
+# after, so connection setup is counted too (a few milliseconds of the run).
+#
+#   benches/cpu_split.sh [mcp-ws binary]        (default: target/release/mcp-ws, built here)
+#   LOG_TO=/dev/null benches/cpu_split.sh ...   (where the server's log goes; default a new
+#                                                file in /tmp, as a supervisor's file would)
+#   ROUNDS=5 benches/cpu_split.sh ...           (pairs of runs, default 3)
+#   LOAD=/path/to/load benches/cpu_split.sh ... (a load generator already built)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SERVER=${1:-target/release/mcp-ws}
+[ $# -ge 1 ] || cargo build --release --quiet
+LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
+LOG_TO=${LOG_TO:-$(mktemp /tmp/mcp-ws-cpu-split.XXXXXX.log)}
+PORT=${PORT:-18950}
+TICKS=$(getconf CLK_TCK)
+RESULTS=$(mktemp)
+
+run() { # label [env assignments...]
+  local label=$1
+  shift
+  env "$@" taskset -c 0 "$SERVER" --listen 127.0.0.1:$PORT --config config/default.toml 2>"$LOG_TO" &
+  local pid=$!
+  sleep 1
+  local before after result
+  before=$(awk '{print $14, $15}' "/proc/$pid/stat")
+  result=$(taskset -c 1 "$LOAD" --targets mcp-ws --url ws://127.0.0.1:$PORT/mcp \
+    --connections 16 --pipeline 16 --payload 64 --duration 5 --warmup 0 --out "$(mktemp -d)" \
+    | grep '^RESULT_JSON ' | sed 's/^RESULT_JSON //')
+  after=$(awk '{print $14, $15}' "/proc/$pid/stat")
+  kill -TERM $pid
+  wait $pid 2>/dev/null || true
+  python3 -c '
+import json, sys
+label, ticks, before, after, result = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+point = json.loads(result)["targets"]["mcp-ws"]["points"][0]
+if point["errors"] or point["lost"] or point["mismatched"]:
+    sys.exit(f"{label}: errors, lost or mismatched answers: no figure")
+n = point["answered"]
+(u0, s0), (u1, s1) = (map(int, before.split()), map(int, after.split()))
+user, kernel = (u1 - u0) / ticks * 1e6 / n, (s1 - s0) / ticks * 1e6 / n
+print(f"{label} {n} {user:.3f} {kernel:.3f} {user + kernel:.3f}")
+' "$label" "$TICKS" "$before" "$after" "$result" | tee -a "$RESULTS"
+}
+
+echo "== $SERVER, log to $LOG_TO; columns: configuration, answered, user, kernel, total (µs of server CPU per request)"
+for _ in $(seq 1 "${ROUNDS:-3}"); do
+  run shipped -u RUST_LOG
+  run access-off RUST_LOG=info,mcp_ws::access=off
+done
+python3 -c '
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+median = {}
+for label in ("shipped", "access-off"):
+    mine = [r for r in rows if r[0] == label]
+    median[label] = [statistics.median(float(r[i]) for r in mine) for i in (2, 3, 4)]
+    print(f"median {label}: user {median[label][0]:.3f} kernel {median[label][1]:.3f} total {median[label][2]:.3f}")
+s, o = median["shipped"], median["access-off"]
+print(f"shipped / access-off: user {s[0] / o[0]:.3f}x, kernel {s[1] / o[1]:.3f}x, total {s[2] / o[2]:.3f}x")
+' "$RESULTS"
