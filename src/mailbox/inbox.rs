@@ -115,8 +115,8 @@ impl SessionEvent {
     }
 }
 
-/// What was dropped at the session's sources since it last looked (see
-/// [`Inbox::take_dropped`]).
+/// What was dropped at the session's sources since it last looked (`Inbox::take_dropped`,
+/// for tests).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Dropped {
     /// Log lines over their request's budget (`limits.log_lines_per_second`).

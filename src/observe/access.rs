@@ -22,7 +22,7 @@
 //! share (address, agent, identity, trace id) are rendered once per session
 //! ([`SessionFields`]). The line is written by hand, as the `fmt` layer would write it, and
 //! goes to the log's background writer
-//! ([`telemetry`](crate::observe::telemetry)): no `tracing` dispatch, no `core::fmt` and no
+//! ([`telemetry`]): no `tracing` dispatch, no `core::fmt` and no
 //! system call on the event loop (outside the binary's log, or inside an enabled span, it is
 //! an ordinary `tracing` event).
 //!

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The entry under KEYS[1], or, when there is none, ARGV[1] is put there for ARGV[2] ms and
+/// The entry under `KEYS[1]`, or, when there is none, `ARGV[1]` is put there for `ARGV[2]` ms and
 /// nil is returned.
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -38,7 +38,7 @@ return false",
     )
 });
 
-/// Deletes KEYS[1] if it still holds ARGV[1] (the caller's own running entry).
+/// Deletes `KEYS[1]` if it still holds `ARGV[1]` (the caller's own running entry).
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end

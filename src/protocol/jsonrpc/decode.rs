@@ -98,8 +98,9 @@ pub fn decode<'a, P: EagerParams<'a>>(text: &'a str, limits: &FrameLimits) -> De
     decode_with(text, limits, true)
 }
 
-/// [`decode`], with `eager: false` keeping every method's params raw (for a caller that needs
-/// the params' exact text, such as a signature check).
+/// Decodes one frame as `decode` (the tests' entry, with `eager: true`) does; `eager: false`
+/// keeps every method's params raw (for a caller that needs the params' exact text, such as
+/// a signature check).
 pub fn decode_with<'a, P: EagerParams<'a>>(
     text: &'a str,
     limits: &FrameLimits,
