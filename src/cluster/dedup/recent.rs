@@ -198,7 +198,8 @@ mod tests {
         )
     }
 
-    fn finish(recent: &mut RecentResponses, id: u32, text: &str) {
+    /// Remembers the answer `text` to call `id`, finished `at`.
+    fn finish_at(recent: &mut RecentResponses, id: u32, text: &str, at: Instant) {
         let fingerprint = with_request(&call(id, text), |r| match &r.params {
             Params::Parsed(p) => recent.fingerprint(&p.name, p.arguments),
             Params::Raw(_) => None,
@@ -206,7 +207,11 @@ mod tests {
         .expect("on");
         let frame = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"{text}"}}"#);
         let request_id = with_request(&call(id, text), |r| r.id.clone());
-        recent.remember(request_id, fingerprint, &frame, Instant::now());
+        recent.remember(request_id, fingerprint, &frame, at);
+    }
+
+    fn finish(recent: &mut RecentResponses, id: u32, text: &str) {
+        finish_at(recent, id, text, Instant::now());
     }
 
     #[test]
@@ -246,21 +251,11 @@ mod tests {
             window_ms: 60_000,
             ..settings(8, 1000)
         });
-        let remember = |recent: &mut RecentResponses, id: u32, text: &str, at: Instant| {
-            let fingerprint = with_request(&call(id, text), |r| match &r.params {
-                Params::Parsed(p) => recent.fingerprint(&p.name, p.arguments),
-                Params::Raw(_) => None,
-            })
-            .expect("on");
-            let frame = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"{text}"}}"#);
-            let request_id = with_request(&call(id, text), |r| r.id.clone());
-            recent.remember(request_id, fingerprint, &frame, at);
-        };
         let start = Instant::now();
-        remember(&mut recent, 1, "a", start);
-        remember(&mut recent, 1, "b", start + Duration::from_secs(40));
+        finish_at(&mut recent, 1, "a", start);
+        finish_at(&mut recent, 1, "b", start + Duration::from_secs(40));
         // The first answer of id 1 expires here; the second is 30 s from its own expiry.
-        remember(&mut recent, 2, "c", start + Duration::from_secs(70));
+        finish_at(&mut recent, 2, "c", start + Duration::from_secs(70));
         assert_eq!(
             with_request(&call(1, "b"), |r| recent.replay(r)),
             Some(Ok(r#""b""#.to_owned()))
