@@ -20,12 +20,16 @@ LOG_TO=${LOG_TO:-$(mktemp /tmp/mcp-ws-cpu-split.XXXXXX.log)}
 PORT=${PORT:-18950}
 TICKS=$(getconf CLK_TCK)
 RESULTS=$(mktemp)
+# The server of the run under way, stopped however the script ends (a failed run included).
+SERVER_PID=
+trap '[ -z "$SERVER_PID" ] || kill "$SERVER_PID" 2>/dev/null || true' EXIT
 
 run() { # label [env assignments...]
   local label=$1
   shift
   env "$@" taskset -c 0 "$SERVER" --listen 127.0.0.1:$PORT --config config/default.toml 2>"$LOG_TO" &
-  local pid=$!
+  SERVER_PID=$!
+  local pid=$SERVER_PID
   sleep 1
   local before after result
   before=$(awk '{print $14, $15}' "/proc/$pid/stat")
@@ -35,6 +39,7 @@ run() { # label [env assignments...]
   after=$(awk '{print $14, $15}' "/proc/$pid/stat")
   kill -TERM $pid
   wait $pid 2>/dev/null || true
+  SERVER_PID=
   python3 -c '
 import json, sys
 label, ticks, before, after, result = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
