@@ -58,9 +58,8 @@ pub struct Redaction {
     /// is read once whatever the number of fragments. A window-by-window comparison with
     /// each fragment cost a `memcmp` call per window and fragment: 25,000 instructions for
     /// the long `_meta` names of a 2026-07-28 request (benches/README, "Redaction by
-    /// automaton"). `None` only if the fragments are
-    /// beyond what an automaton can hold: then every member is hidden (and a warning said
-    /// so at startup).
+    /// automaton"). `None` only if the fragments are beyond what an automaton can hold:
+    /// then every member is hidden (and a warning said so at startup).
     fragments: Option<AhoCorasick>,
     /// The shortest fragment's length: a shorter name contains none.
     shortest: usize,
@@ -756,7 +755,8 @@ impl AccessLine {
 /// no trace id of its own: `peer`, `user_agent`, `identity` and `trace_id` (what the
 /// perimeter admitted). Rendered once, at the session's second line, and copied into every
 /// line after it; a session of one request (a 2026-07-28 request's, or one idle since
-/// `initialize`) renders nothing ahead and keeps only the empty cell.
+/// `initialize`) renders nothing ahead and keeps only the empty cell. It also keeps whether
+/// the session writes access lines at all, asked once.
 #[derive(Default)]
 pub(crate) struct SessionFields {
     rendered: OnceCell<Box<str>>,
