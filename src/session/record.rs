@@ -2,16 +2,20 @@
 //! settled and what the client changed since (log level, subscriptions), so that any node
 //! can serve the session's next request (`cluster.sessions = "redis"`). Requests in flight,
 //! requests to the client and event logs are not in it: they stay on the node that holds
-//! them, and messages for them travel between nodes (see `transport::http`).
+//! them, and messages for them travel between nodes (see `transport::http`). A WebSocket
+//! session's record also lists the ids of its requests in flight, so that the node that takes
+//! it up after its node died answers them (see `transport::socket_record`).
 
 use super::{Negotiated, Phase, Session};
 use crate::context::SessionInfo;
 use crate::model::{ForVersion, Implementation};
+use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::mcp::{LogLevel, Offers, ProtocolVersion};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// What another node needs to serve a session; see the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,15 +81,29 @@ impl Session {
         })
     }
 
-    /// The ids of the requests in flight (JSON text), sorted.
-    pub fn in_flight_ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self
-            .in_flight
-            .keys()
-            .map(|id| id.as_json().to_owned())
-            .collect();
-        ids.sort_unstable();
-        ids
+    /// The session-era requests in flight that began at least `age` before `now`, for
+    /// [`SessionRecord::in_flight`], and when the first of the others will have (`None`:
+    /// there are no others). 2026-07-28 requests are left out: that revision has no
+    /// resumption.
+    pub fn in_flight_settled(
+        &self,
+        now: Instant,
+        age: Duration,
+    ) -> (Vec<RequestId>, Option<Instant>) {
+        let mut settled = Vec::new();
+        let mut next: Option<Instant> = None;
+        for (id, entry) in &self.in_flight {
+            if entry.stateless {
+                continue;
+            }
+            let settles = entry.record.started() + age;
+            if settles <= now {
+                settled.push(id.clone());
+            } else {
+                next = Some(next.map_or(settles, |next| next.min(settles)));
+            }
+        }
+        (settled, next)
     }
 
     /// How many times what a [`SessionRecord`] holds changed (setLevel, subscriptions).

@@ -16,6 +16,7 @@
 //! [`HostedSessions`] directory) with messages, and get their answers back through channels.
 
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
+use super::socket_record::{self, KeepsRecord, Kept, RecordWritten, SocketRecord};
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
 use crate::cluster::Cluster;
 use crate::perimeter::{Access, Admission};
@@ -192,6 +193,9 @@ pub struct HostedSession {
     in_redis: bool,
     /// The revision of the record last stored, and when.
     stored: (u64, Instant),
+    /// A WebSocket session's record, with sessions in Redis and resumption on (an HTTP
+    /// session's is `stored` above).
+    socket_record: Option<SocketRecord>,
 }
 
 impl HostedSession {
@@ -207,13 +211,15 @@ impl HostedSession {
         Self::http_host(shared, directory, slot, id, core).start()
     }
 
-    /// Keeps a WebSocket session whose socket dropped, on the current thread (its own).
-    pub fn park(
+    /// Keeps a WebSocket session whose socket dropped, on the current thread (its own), with
+    /// its record in Redis (`record`, kept by its socket until now) when it has one.
+    pub(crate) fn park(
         shared: Arc<Shared>,
         directory: Arc<HostedSessions>,
         slot: SessionSlot,
         id: SessionId,
         core: Session,
+        record: Option<SocketRecord>,
     ) -> Addr<Self> {
         let out = Outlets::Socket(SocketOutlet {
             socket: None,
@@ -223,7 +229,9 @@ impl HostedSession {
             overflowed: false,
             waiting: false,
         });
-        Self::host(shared, directory, slot, id, core, out).start()
+        let mut host = Self::host(shared, directory, slot, id, core, out);
+        host.socket_record = record;
+        host.start()
     }
 
     fn host(
@@ -249,6 +257,7 @@ impl HostedSession {
             yields: false,
             in_redis: false,
             stored: (0, Instant::now()),
+            socket_record: None,
         }
     }
 
@@ -294,8 +303,11 @@ impl HostedSession {
             overflowed: false,
             waiting: false,
         });
+        let record = SocketRecord::new(&shared, &id);
         let mut host = Self::host(shared, directory, slot, id, core, out);
         host.in_redis = true;
+        // Written afresh: what was in flight on the lost node is answered here, once.
+        host.socket_record = record;
         Some(host.start())
     }
 
@@ -534,8 +546,8 @@ impl HostedSession {
         match &mut self.out {
             Outlets::Http(http) => http.close_all(),
             Outlets::Socket(socket) => {
-                if self.shared.settings.sessions_in_redis() {
-                    forget_record(&self.shared, &self.id);
+                if let Some(record) = self.socket_record.take() {
+                    record.forget();
                 }
                 if let Some(socket) = socket.socket.take() {
                     let code = if self.closing {
@@ -647,7 +659,14 @@ impl Actor for HostedSession {
                     Self::reap_if_idle,
                 );
             }
-            Outlets::Socket(_) => self.wait_for_socket(ctx),
+            Outlets::Socket(_) => {
+                if let Some(record) = &mut self.socket_record {
+                    record.adopt::<Self>(ctx);
+                    ctx.run_interval(record.refresh_every(), socket_record::keep);
+                }
+                socket_record::keep(self, ctx);
+                self.wait_for_socket(ctx);
+            }
         }
     }
 
@@ -663,6 +682,7 @@ impl SessionHost for HostedSession {
     fn drain_inbox(&mut self, ctx: &mut Self::Context) -> bool {
         let busy = self.core.has_work_in_flight();
         self.core.on_inbox(&mut self.out);
+        socket_record::keep(self, ctx);
         if !self.core.has_work_in_flight() {
             self.withdraw_work();
         }
@@ -832,7 +852,7 @@ impl Handler<Shutdown> for HostedSession {
 impl Handler<AttachSocket> for HostedSession {
     type Result = bool;
 
-    fn handle(&mut self, attach: AttachSocket, _ctx: &mut Self::Context) -> bool {
+    fn handle(&mut self, attach: AttachSocket, ctx: &mut Self::Context) -> bool {
         let Outlets::Socket(out) = &mut self.out else {
             return false;
         };
@@ -853,6 +873,8 @@ impl Handler<AttachSocket> for HostedSession {
         self.detached += 1;
         self.set_waiting(false);
         self.withdraw_work();
+        // The answers it kept for the client are on their way: the record lets them go.
+        socket_record::keep(self, ctx);
         tracing::debug!(session = self.slot.id(), id = %self.id, "session resumed");
         true
     }
@@ -880,6 +902,7 @@ impl Handler<Yield> for HostedSession {
         );
         self.shared.metrics.reclaimed.add(stopped as u64);
         self.core.answer_all_with(&Error::Reclaimed, &mut self.out);
+        socket_record::keep(self, ctx);
         self.end_if_due(ctx);
     }
 }
@@ -914,7 +937,30 @@ impl Handler<Relayed> for HostedSession {
             Outlets::Http(_) => Access::default(),
         };
         self.core.on_text_as(&relayed.0, 0, &access, &mut self.out);
+        socket_record::keep(self, ctx);
         self.end_if_due(ctx);
+    }
+}
+
+impl KeepsRecord for HostedSession {
+    fn record_and_session(&mut self) -> Option<Kept<'_>> {
+        Some(Kept {
+            record: self.socket_record.as_mut()?,
+            session: &self.core,
+            parked: matches!(&self.out, Outlets::Socket(out) if out.socket.is_none()),
+        })
+    }
+}
+
+/// A write of the session's record is done: a change made meanwhile is written now.
+impl Handler<RecordWritten> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, _: RecordWritten, ctx: &mut Self::Context) {
+        if let Some(record) = &mut self.socket_record {
+            record.written();
+        }
+        socket_record::keep(self, ctx);
     }
 }
 
@@ -1242,17 +1288,6 @@ async fn follow_mirror(
             return;
         }
     }
-}
-
-/// Deletes an ended WebSocket session's record (sessions in Redis): no node takes it up.
-pub(crate) fn forget_record(shared: &Arc<Shared>, id: &SessionId) {
-    let cluster = shared.cluster.clone();
-    let id = id.as_str().to_owned();
-    actix::spawn(async move {
-        if let Some(redis) = cluster.store.redis() {
-            redis.delete_session(&cluster.metrics, &id).await;
-        }
-    });
 }
 
 /// How long a node keeps an idle copy of a session that lives in Redis.

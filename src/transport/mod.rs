@@ -11,5 +11,6 @@ pub mod http;
 #[cfg(any(test, feature = "testing"))]
 pub mod memory;
 pub(crate) mod mirror;
+pub(crate) mod socket_record;
 pub mod stateless;
 pub mod ws;

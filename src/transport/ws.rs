@@ -16,6 +16,9 @@
 //! and what it missed, in order; this actor then relays its frames to the hosted session. An
 //! older socket still attached to the session is closed (1000, "MCP session reconnected on
 //! another connection"). Past the grace, everything is cancelled, as on a disconnect before.
+//! With sessions in Redis, the session also keeps a record there
+//! ([`super::socket_record`]), so that a client whose node died resumes it on
+//! another one.
 //!
 //! Close codes: 1000 normal or replaced by a reconnect, 1003 binary frames (text only), 1007 a
 //! text message that is not UTF-8, 1009 a message over `limits.max_message_bytes` or past the
@@ -36,6 +39,7 @@ use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
 use crate::transport::hosted::HostedSessions;
+use crate::transport::socket_record::{self, KeepsRecord, Kept, RecordWritten, SocketRecord};
 use actix::prelude::*;
 use actix_web::error::PayloadError;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -53,10 +57,6 @@ pub const RESUME_SUBPROTOCOL_PREFIX: &str = "mcp.session.";
 /// An offered subprotocol `mcp.version.<version>` pins the connection to that protocol
 /// version (the WebSocket transport proposal, SEP-1288); it is selected when offered.
 pub const VERSION_SUBPROTOCOL_PREFIX: &str = "mcp.version.";
-
-/// How often a WebSocket session's record is looked at for a change of its requests in
-/// flight (sessions in Redis): requests started since are not in it, should the node die.
-const RECORD_EVERY: Duration = Duration::from_millis(500);
 
 /// Close code for a resume whose session ended before the socket could attach.
 const SESSION_GONE: u16 = 4404;
@@ -99,11 +99,10 @@ pub struct WsSession {
     /// when the socket attaches (its messages are served with the narrower of that and the
     /// session's).
     resume_access: Option<Access>,
-    /// With sessions in Redis (and resumption on): the revision and requests in flight of
-    /// the record last stored, so another node can take the session up if this one dies.
-    stored: Option<(u64, Vec<String>)>,
-    /// Whether it keeps such a record at all (decided once, not per frame).
-    records: bool,
+    /// With sessions in Redis (and resumption on), for its own session: the record another
+    /// node takes the session up from if this one dies. It goes with the session when the
+    /// session is parked.
+    record: Option<SocketRecord>,
 }
 
 /// Where this connection's session is.
@@ -141,12 +140,15 @@ impl WsSession {
             session.pin_version(version);
         }
         session.set_resume_id(id.clone());
-        Self::with_core(
+        let record = SocketRecord::new(&shared, &id);
+        let mut socket = Self::with_core(
             shared,
             directory,
             Core::Local { session, slot, id },
             expires,
-        )
+        );
+        socket.record = record;
+        socket
     }
 
     /// A connection resuming the session hosted by `hosted`, with a credential valid until
@@ -197,58 +199,9 @@ impl WsSession {
             credential_expires,
             ends_with_socket: false,
             resume_access: None,
-            stored: None,
-            records: shared.settings.sessions_in_redis()
-                && shared.settings.sessions.resume_grace_ms > 0,
+            record: None,
             shared,
         }
-    }
-
-    /// With sessions in Redis and resumption on: stores the session's record when it
-    /// changed (initialize, setLevel, subscriptions) or its requests in flight did (looked at
-    /// every [`RECORD_EVERY`], so one write covers many requests).
-    fn store_record(&mut self) {
-        if !self.records {
-            return;
-        }
-        let settings = &self.shared.settings;
-        let Core::Local { session, id, .. } = &self.core else {
-            return;
-        };
-        let revision = session.revision();
-        if revision == 0 {
-            return;
-        }
-        let in_flight = session.in_flight_ids();
-        if self
-            .stored
-            .as_ref()
-            .is_some_and(|(r, ids)| *r == revision && *ids == in_flight)
-        {
-            return;
-        }
-        let Some(mut record) = session.record() else {
-            return;
-        };
-        record.websocket = true;
-        record.in_flight = in_flight
-            .iter()
-            .filter_map(|id| serde_json::from_str(id).ok())
-            .collect();
-        self.stored = Some((revision, in_flight));
-        let Ok(json) = serde_json::to_string(&record) else {
-            return;
-        };
-        // Kept for a reconnect as long as a parked session is, and a little more.
-        let ttl = Duration::from_millis(settings.sessions.http_idle_timeout_ms)
-            .max(Duration::from_millis(settings.sessions.resume_grace_ms) * 2);
-        let cluster = self.shared.cluster.clone();
-        let id = id.as_str().to_owned();
-        actix::spawn(async move {
-            if let Some(redis) = cluster.store.redis() {
-                redis.put_session(&cluster.metrics, &id, json, ttl).await;
-            }
-        });
     }
 
     /// The session's id, for logs (its `Display` shows a prefix only).
@@ -300,11 +253,7 @@ impl WsSession {
             Core::Local { session, .. } => {
                 // One socket: every exchange is answered on it, so they need no numbers.
                 session.on_text(text, 0, ctx);
-                if self.records && self.stored.is_none() {
-                    // The first record (at initialize) goes at once; later changes with the
-                    // next look.
-                    self.store_record();
-                }
+                socket_record::keep(self, ctx);
                 // A cancel may have taken the last request in flight during a drain.
                 self.close_if_drained(ctx);
             }
@@ -391,6 +340,9 @@ impl WsSession {
             let mut session = session;
             // A closed connection cancels all its workers, which returns their pool permits.
             session.cancel_all(ctx);
+            if let Some(record) = self.record.take() {
+                record.forget();
+            }
             return None;
         }
         // What 2026-07-28 requests started is not kept: that revision has no resumption.
@@ -404,6 +356,7 @@ impl WsSession {
             slot,
             id.clone(),
             session,
+            self.record.take(),
         );
         self.hosted.remember(id, hosted.clone(), owner);
         Some(hosted)
@@ -422,6 +375,7 @@ impl SessionHost for WsSession {
             return false;
         };
         session.on_inbox(ctx);
+        socket_record::keep(self, ctx);
         // A worker's outcome may have been the last request in flight during a drain.
         self.close_if_drained(ctx);
         true
@@ -444,8 +398,8 @@ impl Actor for WsSession {
                 self.sockets
                     .remember(id.clone(), ctx.address(), slot.owner().clone());
                 ctx.spawn(InboxPump::new(session.inbox().clone()));
-                if self.records {
-                    ctx.run_interval(RECORD_EVERY, |socket, _ctx| socket.store_record());
+                if let Some(record) = &self.record {
+                    ctx.run_interval(record.refresh_every(), socket_record::keep);
                 }
             }
             Core::Relay(hosted) => {
@@ -477,8 +431,8 @@ impl Actor for WsSession {
                 self.sockets.forget(&id);
                 session.cancel_all(ctx);
                 drop(slot);
-                if self.stored.is_some() {
-                    crate::transport::hosted::forget_record(&self.shared, &id);
+                if let Some(record) = self.record.take() {
+                    record.forget();
                 }
             }
             local @ Core::Local { .. } => {
@@ -561,6 +515,31 @@ impl Handler<Deliver> for WsSession {
 
     fn handle(&mut self, deliver: Deliver, ctx: &mut Self::Context) {
         ctx.text(deliver.0);
+    }
+}
+
+impl KeepsRecord for WsSession {
+    fn record_and_session(&mut self) -> Option<Kept<'_>> {
+        match (&mut self.record, &self.core) {
+            (Some(record), Core::Local { session, .. }) => Some(Kept {
+                record,
+                session,
+                parked: false,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A write of the session's record is done: a change made meanwhile is written now.
+impl Handler<RecordWritten> for WsSession {
+    type Result = ();
+
+    fn handle(&mut self, _: RecordWritten, ctx: &mut Self::Context) {
+        if let Some(record) = &mut self.record {
+            record.written();
+        }
+        socket_record::keep(self, ctx);
     }
 }
 

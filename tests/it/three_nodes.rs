@@ -546,7 +546,6 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
 async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
     use crate::support::Client;
     use serde_json::json;
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
     let mut a = start_node(dir.path(), "node-a", &redis);
@@ -574,12 +573,106 @@ async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
             json!({"name": "sleep", "arguments": {"ms": 60000}}),
         ))
         .await;
-    // The node writes what is in flight every half second.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The record lists a request once it has run 20 ms (and a Redis round trip later).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     a.child.kill().expect("SIGKILL node A");
     let _ = a.child.wait();
 
-    let mut request = format!("ws://{b_addr}/mcp")
+    let mut resumed = resume_websocket(b_addr, &resume_id).await;
+    let lost = resumed.recv_response(&json!(9)).await;
+    assert_eq!(lost["error"]["code"], -32031, "{lost}");
+    assert_eq!(lost["error"]["data"]["reason"], "nodeLost", "{lost}");
+    let echo = resumed.call_tool("echo", json!({"text": "on b"})).await;
+    assert_eq!(crate::support::tool_text(&echo), "on b");
+}
+
+/// What a WebSocket session's record lists as in flight follows its requests within 20 ms
+/// of their start and their answer, not a half-second timer: where the session resumes after
+/// its node died, a request sent 200 ms before the death is answered -32031, and one answered
+/// 200 ms before is not answered again. (With the record looked at every half second, as it
+/// once was, both failed.)
+#[tokio::test]
+async fn a_websocket_session_resumed_after_its_node_died_gets_one_answer_per_request() {
+    use crate::support::Client;
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut a = start_node(dir.path(), "node-a", &redis);
+    let b = start_node(dir.path(), "node-b", &redis);
+    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+    let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
+    let init = client
+        .request_with_id(
+            json!(0),
+            "initialize",
+            crate::support::initialize_params("2025-11-25"),
+        )
+        .await;
+    let resume_id = init["result"]["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .expect("a resume id")
+        .to_owned();
+    client
+        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let sleep = |ms: u64| json!({"name": "sleep", "arguments": {"ms": ms}});
+    client
+        .send_json(crate::support::request(
+            json!(9),
+            "tools/call",
+            sleep(60_000),
+        ))
+        .await;
+    client
+        .send_json(crate::support::request(json!(10), "tools/call", sleep(600)))
+        .await;
+    let answered = client.recv_response(&json!(10)).await;
+    assert!(answered.get("result").is_some(), "{answered}");
+    client
+        .send_json(crate::support::request(
+            json!(12),
+            "tools/call",
+            sleep(60_000),
+        ))
+        .await;
+    // A moment: far more than the 20 ms after which a request is recorded; a timer of half
+    // a second, started with the socket, would next fire after it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.child.kill().expect("SIGKILL node A");
+    let _ = a.child.wait();
+
+    let mut resumed = resume_websocket(b_addr, &resume_id).await;
+    resumed
+        .send_json(crate::support::request(json!(13), "ping", json!({})))
+        .await;
+    // What node B sends before the ping's answer: what the client missed, from the record.
+    let mut before_ping = Vec::new();
+    loop {
+        let message = resumed.recv().await;
+        if message["id"] == 13 {
+            break;
+        }
+        before_ping.push(message);
+    }
+    let mut lost: Vec<i64> = before_ping
+        .iter()
+        .map(|message| {
+            assert_eq!(message["error"]["code"], -32031, "{message}");
+            message["id"].as_i64().expect("a numeric id")
+        })
+        .collect();
+    lost.sort_unstable();
+    assert_eq!(
+        lost,
+        [9, 12],
+        "the requests running on node A, each answered once: {before_ping:?}"
+    );
+}
+
+/// A WebSocket connection to `addr` resuming the session `resume_id`.
+async fn resume_websocket(addr: SocketAddr, resume_id: &str) -> crate::support::Client {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{addr}/mcp")
         .into_client_request()
         .expect("request");
     request
@@ -590,11 +683,195 @@ async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
         .insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));
     let (ws, _) = tokio_tungstenite::connect_async(request)
         .await
-        .expect("the session resumes on node B");
-    let mut resumed = Client::from_ws(ws);
-    let lost = resumed.recv_response(&json!(9)).await;
+        .expect("the session resumes on the node");
+    crate::support::Client::from_ws(ws)
+}
+
+/// An idle WebSocket session's record is written again before its time to live ends, so a
+/// node can still take the session up after hours of quiet; the record of a session its
+/// client closed is deleted.
+#[tokio::test]
+async fn an_idle_websocket_sessions_record_stays_in_redis_until_the_session_ends() {
+    use crate::support::Client;
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    // The record's time to live: the larger of http_idle_timeout_ms and twice the grace.
+    let node = start_node_with(
+        dir.path(),
+        "node",
+        &redis.url(),
+        "[sessions]\nhttp_idle_timeout_ms = 2000\nresume_grace_ms = 500\n\n\
+         [heartbeat]\ninterval_ms = 100\nclient_timeout_ms = 60000\n",
+    );
+    let addr = node.wait_listening();
+    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
+    let init = client
+        .request_with_id(
+            json!(0),
+            "initialize",
+            crate::support::initialize_params("2025-11-25"),
+        )
+        .await;
+    let resume_id = init["result"]["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .expect("a resume id")
+        .to_owned();
+    client
+        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let record_key = |keys: Vec<String>| keys.into_iter().find(|key| key.contains(&resume_id));
+    // The record is written a Redis round trip after initialize.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while record_key(redis.keys("*session:*")).is_none() {
+        assert!(Instant::now() < deadline, "no record for the session");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Twice and a half the time to live without a word from the client (the heartbeat's
+    // pings go unanswered: its timeout is set far off).
+    let quiet = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < quiet {
+        assert!(
+            record_key(redis.keys("*session:*")).is_some(),
+            "the idle session's record expired: {:?}",
+            redis.keys("*")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    client.hang_up().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while record_key(redis.keys("*session:*")).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the ended session's record stays"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A WebSocket session taken up by node B after node A died keeps its record there: when B
+/// dies too, node C answers -32031 the request that was running on B, and not again the one
+/// B already answered for A.
+#[tokio::test]
+async fn a_websocket_session_survives_a_second_node_death() {
+    use crate::support::Client;
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut a = start_node(dir.path(), "node-a", &redis);
+    let mut b = start_node(dir.path(), "node-b", &redis);
+    let c = start_node(dir.path(), "node-c", &redis);
+    let (a_addr, b_addr, c_addr) = (a.wait_listening(), b.wait_listening(), c.wait_listening());
+    let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
+    let resume_id = initialize_resumable(&mut client).await;
+    let long_sleep = json!({"name": "sleep", "arguments": {"ms": 60000}});
+    client
+        .send_json(crate::support::request(
+            json!(9),
+            "tools/call",
+            long_sleep.clone(),
+        ))
+        .await;
+    // Far more than the 20 ms after which a request is recorded.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.child.kill().expect("SIGKILL node A");
+    let _ = a.child.wait();
+
+    let mut on_b = resume_websocket(b_addr, &resume_id).await;
+    let lost = on_b.recv_response(&json!(9)).await;
     assert_eq!(lost["error"]["code"], -32031, "{lost}");
-    assert_eq!(lost["error"]["data"]["reason"], "nodeLost", "{lost}");
-    let echo = resumed.call_tool("echo", json!({"text": "on b"})).await;
-    assert_eq!(crate::support::tool_text(&echo), "on b");
+    on_b.send_json(crate::support::request(json!(20), "tools/call", long_sleep))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.child.kill().expect("SIGKILL node B");
+    let _ = b.child.wait();
+
+    let mut on_c = resume_websocket(c_addr, &resume_id).await;
+    on_c.send_json(crate::support::request(json!(21), "ping", json!({})))
+        .await;
+    let before_ping = messages_before(&mut on_c, &json!(21)).await;
+    let lost: Vec<&Value> = before_ping.iter().map(|message| &message["id"]).collect();
+    assert_eq!(lost, [&json!(20)], "{before_ping:?}");
+    assert_eq!(before_ping[0]["error"]["code"], -32031, "{before_ping:?}");
+}
+
+/// A WebSocket session parked on its node (its socket dropped) keeps its record current
+/// there, and a request answered while parked stays listed, its answer waiting for the
+/// client: when that node dies before the client is back, the node the client resumes on
+/// answers -32031 both the request still running and the one whose answer died with it.
+#[tokio::test]
+async fn a_parked_websocket_sessions_kept_answers_are_not_lost_with_its_node() {
+    use crate::support::Client;
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut a = start_node(dir.path(), "node-a", &redis);
+    let b = start_node(dir.path(), "node-b", &redis);
+    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+    let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
+    let resume_id = initialize_resumable(&mut client).await;
+    let sleep = |ms: u64| json!({"name": "sleep", "arguments": {"ms": ms}});
+    client
+        .send_json(crate::support::request(json!(9), "tools/call", sleep(600)))
+        .await;
+    client
+        .send_json(crate::support::request(
+            json!(12),
+            "tools/call",
+            sleep(60_000),
+        ))
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The connection drops without a close frame: the session is parked on A.
+    drop(client);
+    // Request 9 is answered while parked (its answer kept for the reconnect).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    a.child.kill().expect("SIGKILL node A");
+    let _ = a.child.wait();
+
+    let mut resumed = resume_websocket(b_addr, &resume_id).await;
+    resumed
+        .send_json(crate::support::request(json!(13), "ping", json!({})))
+        .await;
+    let before_ping = messages_before(&mut resumed, &json!(13)).await;
+    let mut lost: Vec<i64> = before_ping
+        .iter()
+        .map(|message| {
+            assert_eq!(message["error"]["code"], -32031, "{message}");
+            message["id"].as_i64().expect("a numeric id")
+        })
+        .collect();
+    lost.sort_unstable();
+    assert_eq!(lost, [9, 12], "{before_ping:?}");
+}
+
+/// Initializes a WebSocket session; its resume id.
+async fn initialize_resumable(client: &mut crate::support::Client) -> String {
+    use serde_json::json;
+    let init = client
+        .request_with_id(
+            json!(0),
+            "initialize",
+            crate::support::initialize_params("2025-11-25"),
+        )
+        .await;
+    client
+        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    init["result"]["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .expect("a resume id")
+        .to_owned()
+}
+
+/// The messages that come before the response with `id`.
+async fn messages_before(client: &mut crate::support::Client, id: &Value) -> Vec<Value> {
+    let mut before = Vec::new();
+    loop {
+        let message = client.recv().await;
+        if &message["id"] == id && message.get("method").is_none() {
+            return before;
+        }
+        before.push(message);
+    }
 }

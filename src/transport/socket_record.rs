@@ -1,0 +1,262 @@
+//! The record a WebSocket session keeps in Redis (sessions in Redis, resumption on), so
+//! that another node can take the session up after its node died: what `initialize`
+//! settled and what the client changed since (a
+//! [`SessionRecord`](crate::session::record::SessionRecord)), and the requests it has had in
+//! flight for [`RECORD_AFTER`], which that node answers -32031 (the node was lost).
+//!
+//! A [`SocketRecord`] moves with the session's core: from the socket's actor to the
+//! [`HostedSession`](super::hosted::HostedSession) that keeps the session parked or relays a
+//! resumed socket's frames to it, and it is begun afresh by a node that takes a session up.
+//! Either actor calls [`keep`] after anything that may change the session (a frame, a drain
+//! of its inbox); the record is written when it changed, at most once per [`RECORD_AFTER`],
+//! one write at a time.
+
+use crate::protocol::jsonrpc::RequestId;
+use crate::session::shared::{SessionId, Shared};
+use crate::session::Session;
+use actix::dev::ToEnvelope;
+use actix::prelude::*;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A request is listed in the record once it has run this long, and the record is written
+/// at most this often: should the node die, a request begun or answered within this much
+/// before is the one that may get no answer, or a second one (-32031), from the node that
+/// takes the session up. Requests answered sooner never cost a write, and a session busy
+/// with longer ones writes one record for all its changes in that time (benches/README.md,
+/// "A WebSocket session's record").
+pub(crate) const RECORD_AFTER: Duration = Duration::from_millis(20);
+
+/// A WebSocket session's record in Redis, as its host keeps it; see the module docs.
+pub(crate) struct SocketRecord {
+    shared: Arc<Shared>,
+    id: String,
+    /// How long Redis keeps the record: as long as a parked session waits, and more.
+    ttl: Duration,
+    /// What the record last written holds.
+    stored: Option<Stored>,
+    /// The write under way. One at a time, so that they land in order; what changes
+    /// meanwhile is written when it is done ([`RecordWritten`]).
+    writing: Option<tokio::task::JoinHandle<()>>,
+    /// A look is scheduled: a request comes of age, or the spacing of writes ends.
+    look_armed: bool,
+}
+
+/// What the record was last written with.
+struct Stored {
+    /// [`Session::revision`] then.
+    revision: u64,
+    /// The requests in flight it lists ([`Session::in_flight_settled`]).
+    in_flight: Vec<RequestId>,
+    /// When: the next write waits [`RECORD_AFTER`]; a quarter of the time to live later,
+    /// the record is written again, changed or not.
+    at: Instant,
+}
+
+/// A write of the record is done: the next may go.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RecordWritten;
+
+/// An actor that hosts a session and keeps its record.
+pub(crate) trait KeepsRecord: Actor + Handler<RecordWritten>
+where
+    Self::Context: AsyncContext<Self> + ToEnvelope<Self, RecordWritten>,
+{
+    /// The record and the session it is of, when this actor keeps one.
+    fn record_and_session(&mut self) -> Option<Kept<'_>>;
+}
+
+/// What [`KeepsRecord`] lends to [`keep`].
+pub(crate) struct Kept<'a> {
+    /// The record.
+    pub record: &'a mut SocketRecord,
+    /// The session it is of.
+    pub session: &'a Session,
+    /// No socket is attached: answers wait for the client's reconnect, and die with the
+    /// node if it dies first, so a request the record lists stays listed once answered.
+    pub parked: bool,
+}
+
+impl SocketRecord {
+    /// The record of the session `id`, when sessions live in Redis and WebSocket sessions
+    /// can be resumed (`None` otherwise: there is nothing to keep).
+    pub(crate) fn new(shared: &Arc<Shared>, id: &SessionId) -> Option<Self> {
+        let settings = &shared.settings;
+        if !settings.sessions_in_redis() || settings.sessions.resume_grace_ms == 0 {
+            return None;
+        }
+        let ttl = Duration::from_millis(settings.sessions.http_idle_timeout_ms)
+            .max(Duration::from_millis(settings.sessions.resume_grace_ms) * 2);
+        Some(Self {
+            shared: shared.clone(),
+            id: id.as_str().to_owned(),
+            ttl,
+            stored: None,
+            writing: None,
+            look_armed: false,
+        })
+    }
+
+    /// How often the host looks at the record in any case, so that a quiet session's record
+    /// is written again before Redis lets it expire.
+    pub(crate) fn refresh_every(&self) -> Duration {
+        (self.ttl / 4).max(RECORD_AFTER)
+    }
+
+    /// The record came from another actor (the session was parked): its write under way now
+    /// reports here, and this actor's timers do the looking.
+    pub(crate) fn adopt<A>(&mut self, ctx: &mut A::Context)
+    where
+        A: KeepsRecord,
+        A::Context: AsyncContext<A> + ToEnvelope<A, RecordWritten>,
+    {
+        self.look_armed = false;
+        if let Some(under_way) = self.writing.take() {
+            let host = ctx.address();
+            self.writing = Some(actix::spawn(async move {
+                let _ = under_way.await;
+                host.do_send(RecordWritten);
+            }));
+        }
+    }
+
+    /// The write under way is done.
+    pub(crate) fn written(&mut self) {
+        self.writing = None;
+    }
+
+    /// The session ended: its record is deleted (after the write under way, which would
+    /// otherwise bring it back), so that no node takes it up.
+    pub(crate) fn forget(self) {
+        if self.stored.is_none() && self.writing.is_none() {
+            return;
+        }
+        let cluster = self.shared.cluster.clone();
+        let under_way = self.writing;
+        let id = self.id;
+        actix::spawn(async move {
+            if let Some(under_way) = under_way {
+                let _ = under_way.await;
+            }
+            if let Some(redis) = cluster.store.redis() {
+                redis.delete_session(&cluster.metrics, &id).await;
+            }
+        });
+    }
+
+    /// The write of `session`'s record as of `now`, if it differs from the last one written
+    /// (and that one is [`RECORD_AFTER`] old) or is due for its time to live; and when to
+    /// look again: when a request comes of age, or the spacing of writes ends. `parked`:
+    /// the requests listed stay listed (see [`Kept::parked`]).
+    fn next_write(
+        &mut self,
+        session: &Session,
+        parked: bool,
+        now: Instant,
+    ) -> (Option<impl Future<Output = ()> + 'static>, Option<Instant>) {
+        let revision = session.revision();
+        if revision == 0 {
+            // Not initialized: there is nothing to take up.
+            return (None, None);
+        }
+        let (mut in_flight, comes_of_age) = session.in_flight_settled(now, RECORD_AFTER);
+        if let (true, Some(stored)) = (parked, &self.stored) {
+            for id in &stored.in_flight {
+                if !in_flight.contains(id) {
+                    in_flight.push(id.clone());
+                }
+            }
+        }
+        if let Some(stored) = &self.stored {
+            let since = now.saturating_duration_since(stored.at);
+            let changed = stored.revision != revision
+                || stored.in_flight.len() != in_flight.len()
+                || in_flight.iter().any(|id| !stored.in_flight.contains(id));
+            if !changed && since < self.ttl / 4 {
+                return (None, comes_of_age);
+            }
+            if since < RECORD_AFTER {
+                let spacing_ends = stored.at + RECORD_AFTER;
+                let again = comes_of_age.map_or(spacing_ends, |at| at.min(spacing_ends));
+                return (None, Some(again));
+            }
+        }
+        let Some(mut record) = session.record() else {
+            return (None, comes_of_age);
+        };
+        record.websocket = true;
+        record.in_flight = in_flight
+            .iter()
+            .filter_map(|id| serde_json::from_str(id.as_json()).ok())
+            .collect();
+        let Ok(json) = serde_json::to_string(&record) else {
+            return (None, comes_of_age);
+        };
+        self.stored = Some(Stored {
+            revision,
+            in_flight,
+            at: now,
+        });
+        let cluster = self.shared.cluster.clone();
+        let id = self.id.clone();
+        let ttl = self.ttl;
+        let write = async move {
+            if let Some(redis) = cluster.store.redis() {
+                redis.put_session(&cluster.metrics, &id, json, ttl).await;
+            }
+        };
+        (Some(write), comes_of_age)
+    }
+}
+
+/// Writes the record of the session `host` keeps, if it changed (see the module docs).
+/// Asked after every frame and inbox drain: without a record, or with a write under way or
+/// a look scheduled, this is all it costs.
+#[inline]
+pub(crate) fn keep<A>(host: &mut A, ctx: &mut A::Context)
+where
+    A: KeepsRecord,
+    A::Context: AsyncContext<A> + ToEnvelope<A, RecordWritten>,
+{
+    if let Some(kept) = host.record_and_session() {
+        if kept.record.writing.is_none() && !kept.record.look_armed {
+            look(host, ctx);
+        }
+    }
+}
+
+/// [`keep`] past its cheap checks.
+fn look<A>(host: &mut A, ctx: &mut A::Context)
+where
+    A: KeepsRecord,
+    A::Context: AsyncContext<A> + ToEnvelope<A, RecordWritten>,
+{
+    let Some(Kept {
+        record,
+        session,
+        parked,
+    }) = host.record_and_session()
+    else {
+        return;
+    };
+    let now = Instant::now();
+    let (write, look_again) = record.next_write(session, parked, now);
+    if let Some(write) = write {
+        let host = ctx.address();
+        record.writing = Some(actix::spawn(async move {
+            write.await;
+            host.do_send(RecordWritten);
+        }));
+    }
+    if let Some(at) = look_again {
+        record.look_armed = true;
+        ctx.run_later(at.saturating_duration_since(now), |host: &mut A, ctx| {
+            if let Some(kept) = host.record_and_session() {
+                kept.record.look_armed = false;
+            }
+            keep(host, ctx);
+        });
+    }
+}
