@@ -542,13 +542,20 @@ impl HostedSession {
     /// Ends the session: cancels its work, closes its streams or socket, forgets its id.
     fn end(&mut self, ctx: &mut Context<Self>, why: &str) {
         tracing::debug!(session = self.slot.id(), id = %self.id, why, "session ended");
+        if let Some(record) = self.socket_record.take() {
+            if self.closing {
+                // The node is shutting down: the session may go on elsewhere, where what
+                // still runs here (and, parked, the answers kept here) is answered.
+                let parked = matches!(&self.out, Outlets::Socket(out) if out.socket.is_none());
+                record.hand_over(&self.core, parked);
+            } else {
+                record.forget();
+            }
+        }
         self.core.cancel_all(&mut self.out);
         match &mut self.out {
             Outlets::Http(http) => http.close_all(),
             Outlets::Socket(socket) => {
-                if let Some(record) = self.socket_record.take() {
-                    record.forget();
-                }
                 if let Some(socket) = socket.socket.take() {
                     let code = if self.closing {
                         CloseCode::Away

@@ -146,6 +146,39 @@ impl SocketRecord {
         });
     }
 
+    /// The node is shutting down and the session ends here: its record is written a last
+    /// time (after the write under way) and kept, so that its client may resume it on
+    /// another node. It lists what is still in flight, which ends here unanswered, however
+    /// young (and, `parked`, what it listed: those answers end here too).
+    pub(crate) fn hand_over(mut self, session: &Session, parked: bool) {
+        let now = Instant::now();
+        let (mut in_flight, _) = session.in_flight_settled(now, Duration::ZERO);
+        if parked {
+            self.keep_listed(&mut in_flight);
+        }
+        let Some(write) = self.write(session, in_flight, now) else {
+            return;
+        };
+        let under_way = self.writing.take();
+        actix::spawn(async move {
+            if let Some(under_way) = under_way {
+                let _ = under_way.await;
+            }
+            write.await;
+        });
+    }
+
+    /// Adds to `in_flight` what the record last written listed.
+    fn keep_listed(&self, in_flight: &mut Vec<RequestId>) {
+        if let Some(stored) = &self.stored {
+            for id in &stored.in_flight {
+                if !in_flight.contains(id) {
+                    in_flight.push(id.clone());
+                }
+            }
+        }
+    }
+
     /// The write of `session`'s record as of `now`, if it differs from the last one written
     /// (and that one is [`RECORD_AFTER`] old) or is due for its time to live; and when to
     /// look again: when a request comes of age, or the spacing of writes ends. `parked`:
@@ -162,12 +195,8 @@ impl SocketRecord {
             return (None, None);
         }
         let (mut in_flight, comes_of_age) = session.in_flight_settled(now, RECORD_AFTER);
-        if let (true, Some(stored)) = (parked, &self.stored) {
-            for id in &stored.in_flight {
-                if !in_flight.contains(id) {
-                    in_flight.push(id.clone());
-                }
-            }
+        if parked {
+            self.keep_listed(&mut in_flight);
         }
         if let Some(stored) = &self.stored {
             let since = now.saturating_duration_since(stored.at);
@@ -183,31 +212,37 @@ impl SocketRecord {
                 return (None, Some(again));
             }
         }
-        let Some(mut record) = session.record() else {
-            return (None, comes_of_age);
-        };
+        (self.write(session, in_flight, now), comes_of_age)
+    }
+
+    /// The write of `session`'s record listing `in_flight`, remembered as written at `now`
+    /// (`None` if the session has no record yet).
+    fn write(
+        &mut self,
+        session: &Session,
+        in_flight: Vec<RequestId>,
+        now: Instant,
+    ) -> Option<impl Future<Output = ()> + 'static> {
+        let mut record = session.record()?;
         record.websocket = true;
         record.in_flight = in_flight
             .iter()
             .filter_map(|id| serde_json::from_str(id.as_json()).ok())
             .collect();
-        let Ok(json) = serde_json::to_string(&record) else {
-            return (None, comes_of_age);
-        };
+        let json = serde_json::to_string(&record).ok()?;
         self.stored = Some(Stored {
-            revision,
+            revision: record.revision,
             in_flight,
             at: now,
         });
         let cluster = self.shared.cluster.clone();
         let id = self.id.clone();
         let ttl = self.ttl;
-        let write = async move {
+        Some(async move {
             if let Some(redis) = cluster.store.redis() {
                 redis.put_session(&cluster.metrics, &id, json, ttl).await;
             }
-        };
-        (Some(write), comes_of_age)
+        })
     }
 }
 

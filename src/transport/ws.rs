@@ -338,11 +338,17 @@ impl WsSession {
         let grace = Duration::from_millis(self.shared.settings.sessions.resume_grace_ms);
         if !session.is_initialized() || grace.is_zero() || self.shared.is_draining() {
             let mut session = session;
+            if let Some(record) = self.record.take() {
+                if self.shared.is_draining() {
+                    // What runs here ends with the node: another node answers it, if the
+                    // client resumes the session there.
+                    record.hand_over(&session, false);
+                } else {
+                    record.forget();
+                }
+            }
             // A closed connection cancels all its workers, which returns their pool permits.
             session.cancel_all(ctx);
-            if let Some(record) = self.record.take() {
-                record.forget();
-            }
             return None;
         }
         // What 2026-07-28 requests started is not kept: that revision has no resumption.
@@ -429,11 +435,17 @@ impl Actor for WsSession {
                 id,
             } if self.ends_with_socket => {
                 self.sockets.forget(&id);
+                if let Some(record) = self.record.take() {
+                    if self.closing {
+                        // The node is shutting down, not the client done: the session may
+                        // go on elsewhere.
+                        record.hand_over(&session, false);
+                    } else {
+                        record.forget();
+                    }
+                }
                 session.cancel_all(ctx);
                 drop(slot);
-                if let Some(record) = self.record.take() {
-                    record.forget();
-                }
             }
             local @ Core::Local { .. } => {
                 self.core = local;

@@ -875,3 +875,53 @@ async fn messages_before(client: &mut crate::support::Client, id: &Value) -> Vec
         before.push(message);
     }
 }
+
+/// A WebSocket session outlives its node's graceful shutdown (sessions in Redis): its
+/// requests are answered before the 1001 close, and its client resumes it on another node
+/// with its id, with nothing answered twice there.
+#[tokio::test]
+async fn a_websocket_session_goes_on_elsewhere_after_its_node_shuts_down() {
+    use crate::support::Client;
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut a = start_node_with(
+        dir.path(),
+        "node-a",
+        &redis.url(),
+        "[shutdown]\ngrace_ms = 300\n",
+    );
+    let b = start_node(dir.path(), "node-b", &redis);
+    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+    let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
+    let resume_id = initialize_resumable(&mut client).await;
+    client
+        .send_json(crate::support::request(
+            json!(9),
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 60000}}),
+        ))
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = Command::new("kill")
+        .args(["-TERM", &a.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -TERM succeeded");
+    // The shutdown's answer, then the close.
+    let stopped = client.recv_response(&json!(9)).await;
+    assert!(stopped.get("error").is_some(), "{stopped}");
+    let close = client.recv_close().await.expect("a close frame");
+    assert_eq!(u16::from(close.code), 1001, "{close:?}");
+    let (exit, _) = a.wait_exit();
+    assert!(exit.success(), "node A exits 0: {exit:?}");
+
+    let mut resumed = resume_websocket(b_addr, &resume_id).await;
+    resumed
+        .send_json(crate::support::request(json!(10), "ping", json!({})))
+        .await;
+    let before_ping = messages_before(&mut resumed, &json!(10)).await;
+    assert!(before_ping.is_empty(), "answered again: {before_ping:?}");
+    let echo = resumed.call_tool("echo", json!({"text": "on b"})).await;
+    assert_eq!(crate::support::tool_text(&echo), "on b");
+}
