@@ -28,6 +28,9 @@ pub struct Cluster {
     pub bus: ChangeBus,
     /// Where the other nodes' notes about sessions go (the hosting transport sets it).
     pub(crate) session_sink: std::sync::OnceLock<store::bridge::SessionSink>,
+    /// Last writes of WebSocket session records under way at shutdown (see
+    /// `transport::socket_record`): the server waits for them before it stops.
+    pub(crate) last_writes: std::sync::atomic::AtomicUsize,
 }
 
 impl Cluster {
@@ -58,6 +61,7 @@ impl Cluster {
             metrics,
             bus,
             session_sink: std::sync::OnceLock::new(),
+            last_writes: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 }

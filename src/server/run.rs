@@ -294,9 +294,18 @@ async fn shut_down(shared: &Arc<Shared>, handle: &ServerHandle) {
     // Running tasks record their failure (-32004) in the store first, so that a client
     // polling through another node sees it.
     let deadline = Instant::now() + grace + Duration::from_secs(2);
-    while (shared.live_sessions() > 0 || shared.metrics.tasks_running.get() > 0)
-        && Instant::now() < deadline
-    {
+    // And WebSocket sessions' last records, written so that their clients resume them
+    // elsewhere (sessions in Redis).
+    let busy = || {
+        shared.live_sessions() > 0
+            || shared.metrics.tasks_running.get() > 0
+            || shared
+                .cluster
+                .last_writes
+                .load(std::sync::atomic::Ordering::Acquire)
+                > 0
+    };
+    while busy() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     handle.stop(true).await;

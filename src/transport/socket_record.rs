@@ -17,6 +17,7 @@ use crate::session::Session;
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -160,11 +161,16 @@ impl SocketRecord {
             return;
         };
         let under_way = self.writing.take();
+        // Counted until done: the server's stop waits for it (it would be dropped with its
+        // thread, and another node would answer again what was answered here).
+        let cluster = self.shared.cluster.clone();
+        cluster.last_writes.fetch_add(1, Ordering::AcqRel);
         actix::spawn(async move {
             if let Some(under_way) = under_way {
                 let _ = under_way.await;
             }
             write.await;
+            cluster.last_writes.fetch_sub(1, Ordering::AcqRel);
         });
     }
 
