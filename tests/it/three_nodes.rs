@@ -552,20 +552,7 @@ async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
     let b = start_node(dir.path(), "node-b", &redis);
     let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
     let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
-    let init = client
-        .request_with_id(
-            json!(0),
-            "initialize",
-            crate::support::initialize_params("2025-11-25"),
-        )
-        .await;
-    let resume_id = init["result"]["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .expect("a resume id")
-        .to_owned();
-    client
-        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .await;
+    let resume_id = initialize_resumable(&mut client).await;
     client
         .send_json(crate::support::request(
             json!(9),
@@ -601,20 +588,7 @@ async fn a_websocket_session_resumed_after_its_node_died_gets_one_answer_per_req
     let b = start_node(dir.path(), "node-b", &redis);
     let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
     let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
-    let init = client
-        .request_with_id(
-            json!(0),
-            "initialize",
-            crate::support::initialize_params("2025-11-25"),
-        )
-        .await;
-    let resume_id = init["result"]["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .expect("a resume id")
-        .to_owned();
-    client
-        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .await;
+    let resume_id = initialize_resumable(&mut client).await;
     let sleep = |ms: u64| json!({"name": "sleep", "arguments": {"ms": ms}});
     client
         .send_json(crate::support::request(
@@ -693,7 +667,6 @@ async fn resume_websocket(addr: SocketAddr, resume_id: &str) -> crate::support::
 #[tokio::test]
 async fn an_idle_websocket_sessions_record_stays_in_redis_until_the_session_ends() {
     use crate::support::Client;
-    use serde_json::json;
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
     // The record's time to live: the larger of http_idle_timeout_ms and twice the grace.
@@ -706,20 +679,7 @@ async fn an_idle_websocket_sessions_record_stays_in_redis_until_the_session_ends
     );
     let addr = node.wait_listening();
     let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
-    let init = client
-        .request_with_id(
-            json!(0),
-            "initialize",
-            crate::support::initialize_params("2025-11-25"),
-        )
-        .await;
-    let resume_id = init["result"]["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .expect("a resume id")
-        .to_owned();
-    client
-        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .await;
+    let resume_id = initialize_resumable(&mut client).await;
     let record_key = |keys: Vec<String>| keys.into_iter().find(|key| key.contains(&resume_id));
     // The record is written a Redis round trip after initialize.
     let deadline = Instant::now() + Duration::from_secs(10);
