@@ -543,14 +543,9 @@ impl HostedSession {
     fn end(&mut self, ctx: &mut Context<Self>, why: &str) {
         tracing::debug!(session = self.slot.id(), id = %self.id, why, "session ended");
         if let Some(record) = self.socket_record.take() {
-            if self.closing {
-                // The node is shutting down: the session may go on elsewhere, where what
-                // still runs here (and, parked, the answers kept here) is answered.
-                let parked = matches!(&self.out, Outlets::Socket(out) if out.socket.is_none());
-                record.hand_over(&self.core, parked);
-            } else {
-                record.forget();
-            }
+            // Before the cancel: during a shutdown, what runs here is listed for the node
+            // the client may resume the session on.
+            record.end(&self.core, self.is_parked());
         }
         self.core.cancel_all(&mut self.out);
         match &mut self.out {
@@ -617,6 +612,12 @@ impl HostedSession {
         });
     }
 
+    /// A WebSocket session without a socket: what it sends waits for its client's
+    /// reconnect.
+    fn is_parked(&self) -> bool {
+        matches!(&self.out, Outlets::Socket(out) if out.socket.is_none())
+    }
+
     /// Counts the session in `mcp_parked_sessions` while it has no socket.
     fn set_waiting(&mut self, waiting: bool) {
         if let Outlets::Socket(out) = &mut self.out {
@@ -640,8 +641,7 @@ impl HostedSession {
         let detached = self.detached;
         let grace = Duration::from_millis(self.shared.settings.sessions.resume_grace_ms);
         ctx.run_later(grace, move |session, ctx| {
-            let waiting = matches!(&session.out, Outlets::Socket(s) if s.socket.is_none());
-            if session.detached == detached && waiting {
+            if session.detached == detached && session.is_parked() {
                 session.end(ctx, "not resumed within the grace");
             }
         });
@@ -896,8 +896,7 @@ impl Handler<Yield> for HostedSession {
     fn handle(&mut self, _yield: Yield, ctx: &mut Self::Context) {
         // The pool forgot it when it asked.
         self.yields = false;
-        let parked = matches!(&self.out, Outlets::Socket(s) if s.socket.is_none());
-        if !parked || self.closing || !self.core.has_work_in_flight() {
+        if !self.is_parked() || self.closing || !self.core.has_work_in_flight() {
             return;
         }
         let stopped = self.core.requests_in_flight();
@@ -951,10 +950,11 @@ impl Handler<Relayed> for HostedSession {
 
 impl KeepsRecord for HostedSession {
     fn record_and_session(&mut self) -> Option<Kept<'_>> {
+        let parked = self.is_parked();
         Some(Kept {
             record: self.socket_record.as_mut()?,
             session: &self.core,
-            parked: matches!(&self.out, Outlets::Socket(out) if out.socket.is_none()),
+            parked,
         })
     }
 }
@@ -964,10 +964,7 @@ impl Handler<RecordWritten> for HostedSession {
     type Result = ();
 
     fn handle(&mut self, _: RecordWritten, ctx: &mut Self::Context) {
-        if let Some(record) = &mut self.socket_record {
-            record.written();
-        }
-        socket_record::keep(self, ctx);
+        socket_record::written(self, ctx);
     }
 }
 

@@ -11,6 +11,7 @@
 //! of its inbox); the record is written when it changed, at most once per [`RECORD_AFTER`],
 //! one write at a time.
 
+use crate::cluster::Cluster;
 use crate::protocol::jsonrpc::RequestId;
 use crate::session::shared::{SessionId, Shared};
 use crate::session::Session;
@@ -53,6 +54,22 @@ struct Stored {
     /// When: the next write waits [`RECORD_AFTER`]; a quarter of the time to live later,
     /// the record is written again, changed or not.
     at: Instant,
+}
+
+/// A last write under way, counted in `Cluster::last_writes` until it is dropped.
+struct LastWrite(Arc<Cluster>);
+
+impl LastWrite {
+    fn begin(shared: &Shared) -> Self {
+        shared.cluster.last_writes.fetch_add(1, Ordering::AcqRel);
+        Self(shared.cluster.clone())
+    }
+}
+
+impl Drop for LastWrite {
+    fn drop(&mut self) {
+        self.0.last_writes.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A write of the record is done: the next may go.
@@ -123,14 +140,21 @@ impl SocketRecord {
         }
     }
 
-    /// The write under way is done.
-    pub(crate) fn written(&mut self) {
-        self.writing = None;
+    /// The session ends on this node. While the node shuts down, the session may go on
+    /// elsewhere: its record is handed over ([`hand_over`](Self::hand_over)); otherwise it
+    /// ended for good and its record is deleted ([`forget`](Self::forget)). `parked`: as in
+    /// [`Kept::parked`].
+    pub(crate) fn end(self, session: &Session, parked: bool) {
+        if self.shared.is_draining() {
+            self.hand_over(session, parked);
+        } else {
+            self.forget();
+        }
     }
 
     /// The session ended: its record is deleted (after the write under way, which would
     /// otherwise bring it back), so that no node takes it up.
-    pub(crate) fn forget(self) {
+    fn forget(self) {
         if self.stored.is_none() && self.writing.is_none() {
             return;
         }
@@ -151,7 +175,7 @@ impl SocketRecord {
     /// time (after the write under way) and kept, so that its client may resume it on
     /// another node. It lists what is still in flight, which ends here unanswered, however
     /// young (and, `parked`, what it listed: those answers end here too).
-    pub(crate) fn hand_over(mut self, session: &Session, parked: bool) {
+    fn hand_over(mut self, session: &Session, parked: bool) {
         let now = Instant::now();
         let (mut in_flight, _) = session.in_flight_settled(now, Duration::ZERO);
         if parked {
@@ -161,16 +185,16 @@ impl SocketRecord {
             return;
         };
         let under_way = self.writing.take();
-        // Counted until done: the server's stop waits for it (it would be dropped with its
-        // thread, and another node would answer again what was answered here).
-        let cluster = self.shared.cluster.clone();
-        cluster.last_writes.fetch_add(1, Ordering::AcqRel);
+        // Counted until done or dropped: the server's stop waits for it (it would be
+        // dropped with its thread, and another node would answer again what was answered
+        // here).
+        let counted = LastWrite::begin(&self.shared);
         actix::spawn(async move {
             if let Some(under_way) = under_way {
                 let _ = under_way.await;
             }
             write.await;
-            cluster.last_writes.fetch_sub(1, Ordering::AcqRel);
+            drop(counted);
         });
     }
 
@@ -266,6 +290,19 @@ where
             look(host, ctx);
         }
     }
+}
+
+/// The write under way of the record `host` keeps is done ([`RecordWritten`]): a change
+/// made meanwhile is written now.
+pub(crate) fn written<A>(host: &mut A, ctx: &mut A::Context)
+where
+    A: KeepsRecord,
+    A::Context: AsyncContext<A> + ToEnvelope<A, RecordWritten>,
+{
+    if let Some(kept) = host.record_and_session() {
+        kept.record.writing = None;
+    }
+    keep(host, ctx);
 }
 
 /// [`keep`] past its cheap checks.

@@ -141,14 +141,12 @@ impl WsSession {
         }
         session.set_resume_id(id.clone());
         let record = SocketRecord::new(&shared, &id);
-        let mut socket = Self::with_core(
+        Self::with_core(
             shared,
             directory,
-            Core::Local { session, slot, id },
+            (Core::Local { session, slot, id }, record),
             expires,
-        );
-        socket.record = record;
-        socket
+        )
     }
 
     /// A connection resuming the session hosted by `hosted`, with a credential valid until
@@ -161,7 +159,7 @@ impl WsSession {
         expires: Option<SystemTime>,
         access: Access,
     ) -> Self {
-        let mut socket = Self::with_core(shared, directory, Core::Relay(hosted), expires);
+        let mut socket = Self::with_core(shared, directory, (Core::Relay(hosted), None), expires);
         socket.resume_access = Some(access);
         socket
     }
@@ -180,10 +178,11 @@ impl WsSession {
         self.close(ctx, CloseCode::Policy, "credential expired");
     }
 
+    /// The actor around `core`, with the record of the session when it is its own.
     fn with_core(
         shared: Arc<Shared>,
         (hosted, sockets): (Arc<HostedSessions>, Arc<Sockets>),
-        core: Core,
+        (core, record): (Core, Option<SocketRecord>),
         credential_expires: Option<SystemTime>,
     ) -> Self {
         Self {
@@ -199,7 +198,7 @@ impl WsSession {
             credential_expires,
             ends_with_socket: false,
             resume_access: None,
-            record: None,
+            record,
             shared,
         }
     }
@@ -339,13 +338,9 @@ impl WsSession {
         if !session.is_initialized() || grace.is_zero() || self.shared.is_draining() {
             let mut session = session;
             if let Some(record) = self.record.take() {
-                if self.shared.is_draining() {
-                    // What runs here ends with the node: another node answers it, if the
-                    // client resumes the session there.
-                    record.hand_over(&session, false);
-                } else {
-                    record.forget();
-                }
+                // Before the cancel: during a shutdown, what runs here is listed for the
+                // node the client may resume the session on.
+                record.end(&session, false);
             }
             // A closed connection cancels all its workers, which returns their pool permits.
             session.cancel_all(ctx);
@@ -436,13 +431,7 @@ impl Actor for WsSession {
             } if self.ends_with_socket => {
                 self.sockets.forget(&id);
                 if let Some(record) = self.record.take() {
-                    if self.closing {
-                        // The node is shutting down, not the client done: the session may
-                        // go on elsewhere.
-                        record.hand_over(&session, false);
-                    } else {
-                        record.forget();
-                    }
+                    record.end(&session, false);
                 }
                 session.cancel_all(ctx);
                 drop(slot);
@@ -548,10 +537,7 @@ impl Handler<RecordWritten> for WsSession {
     type Result = ();
 
     fn handle(&mut self, _: RecordWritten, ctx: &mut Self::Context) {
-        if let Some(record) = &mut self.record {
-            record.written();
-        }
-        socket_record::keep(self, ctx);
+        socket_record::written(self, ctx);
     }
 }
 
