@@ -544,15 +544,13 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
 /// running there is answered -32031 (the node was lost), and the session goes on.
 #[tokio::test]
 async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
-    use crate::support::Client;
     use serde_json::json;
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
     let mut a = start_node(dir.path(), "node-a", &redis);
     let b = start_node(dir.path(), "node-b", &redis);
     let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
-    let resume_id = initialize_resumable(&mut client).await;
+    let (mut client, resume_id) = resumable_session(a_addr).await;
     client
         .send_json(crate::support::request(
             json!(9),
@@ -580,15 +578,13 @@ async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
 /// once was, both failed.)
 #[tokio::test]
 async fn a_websocket_session_resumed_after_its_node_died_gets_one_answer_per_request() {
-    use crate::support::Client;
     use serde_json::json;
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
     let mut a = start_node(dir.path(), "node-a", &redis);
     let b = start_node(dir.path(), "node-b", &redis);
     let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
-    let resume_id = initialize_resumable(&mut client).await;
+    let (mut client, resume_id) = resumable_session(a_addr).await;
     let sleep = |ms: u64| json!({"name": "sleep", "arguments": {"ms": ms}});
     client
         .send_json(crate::support::request(
@@ -616,31 +612,8 @@ async fn a_websocket_session_resumed_after_its_node_died_gets_one_answer_per_req
     let _ = a.child.wait();
 
     let mut resumed = resume_websocket(b_addr, &resume_id).await;
-    resumed
-        .send_json(crate::support::request(json!(13), "ping", json!({})))
-        .await;
-    // What node B sends before the ping's answer: what the client missed, from the record.
-    let mut before_ping = Vec::new();
-    loop {
-        let message = resumed.recv().await;
-        if message["id"] == 13 {
-            break;
-        }
-        before_ping.push(message);
-    }
-    let mut lost: Vec<i64> = before_ping
-        .iter()
-        .map(|message| {
-            assert_eq!(message["error"]["code"], -32031, "{message}");
-            message["id"].as_i64().expect("a numeric id")
-        })
-        .collect();
-    lost.sort_unstable();
-    assert_eq!(
-        lost,
-        [9, 12],
-        "the requests running on node A, each answered once: {before_ping:?}"
-    );
+    // The requests running on node A, each answered once; not the one answered there.
+    assert_eq!(lost_on_resume(&mut resumed).await, [9, 12]);
 }
 
 /// A WebSocket connection to `addr` resuming the session `resume_id`.
@@ -666,7 +639,6 @@ async fn resume_websocket(addr: SocketAddr, resume_id: &str) -> crate::support::
 /// client closed is deleted.
 #[tokio::test]
 async fn an_idle_websocket_sessions_record_stays_in_redis_until_the_session_ends() {
-    use crate::support::Client;
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
     // The record's time to live: the larger of http_idle_timeout_ms and twice the grace.
@@ -678,8 +650,7 @@ async fn an_idle_websocket_sessions_record_stays_in_redis_until_the_session_ends
          [heartbeat]\ninterval_ms = 100\nclient_timeout_ms = 60000\n",
     );
     let addr = node.wait_listening();
-    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
-    let resume_id = initialize_resumable(&mut client).await;
+    let (client, resume_id) = resumable_session(addr).await;
     let record_key = |keys: Vec<String>| keys.into_iter().find(|key| key.contains(&resume_id));
     // The record is written a Redis round trip after initialize.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -714,7 +685,6 @@ async fn an_idle_websocket_sessions_record_stays_in_redis_until_the_session_ends
 /// B already answered for A.
 #[tokio::test]
 async fn a_websocket_session_survives_a_second_node_death() {
-    use crate::support::Client;
     use serde_json::json;
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
@@ -722,8 +692,7 @@ async fn a_websocket_session_survives_a_second_node_death() {
     let mut b = start_node(dir.path(), "node-b", &redis);
     let c = start_node(dir.path(), "node-c", &redis);
     let (a_addr, b_addr, c_addr) = (a.wait_listening(), b.wait_listening(), c.wait_listening());
-    let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
-    let resume_id = initialize_resumable(&mut client).await;
+    let (mut client, resume_id) = resumable_session(a_addr).await;
     let long_sleep = json!({"name": "sleep", "arguments": {"ms": 60000}});
     client
         .send_json(crate::support::request(
@@ -747,12 +716,7 @@ async fn a_websocket_session_survives_a_second_node_death() {
     let _ = b.child.wait();
 
     let mut on_c = resume_websocket(c_addr, &resume_id).await;
-    on_c.send_json(crate::support::request(json!(21), "ping", json!({})))
-        .await;
-    let before_ping = messages_before(&mut on_c, &json!(21)).await;
-    let lost: Vec<&Value> = before_ping.iter().map(|message| &message["id"]).collect();
-    assert_eq!(lost, [&json!(20)], "{before_ping:?}");
-    assert_eq!(before_ping[0]["error"]["code"], -32031, "{before_ping:?}");
+    assert_eq!(lost_on_resume(&mut on_c).await, [20]);
 }
 
 /// A WebSocket session parked on its node (its socket dropped) keeps its record current
@@ -761,15 +725,13 @@ async fn a_websocket_session_survives_a_second_node_death() {
 /// answers -32031 both the request still running and the one whose answer died with it.
 #[tokio::test]
 async fn a_parked_websocket_sessions_kept_answers_are_not_lost_with_its_node() {
-    use crate::support::Client;
     use serde_json::json;
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
     let mut a = start_node(dir.path(), "node-a", &redis);
     let b = start_node(dir.path(), "node-b", &redis);
     let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
-    let resume_id = initialize_resumable(&mut client).await;
+    let (mut client, resume_id) = resumable_session(a_addr).await;
     let sleep = |ms: u64| json!({"name": "sleep", "arguments": {"ms": ms}});
     client
         .send_json(crate::support::request(json!(9), "tools/call", sleep(600)))
@@ -790,24 +752,14 @@ async fn a_parked_websocket_sessions_kept_answers_are_not_lost_with_its_node() {
     let _ = a.child.wait();
 
     let mut resumed = resume_websocket(b_addr, &resume_id).await;
-    resumed
-        .send_json(crate::support::request(json!(13), "ping", json!({})))
-        .await;
-    let before_ping = messages_before(&mut resumed, &json!(13)).await;
-    let mut lost: Vec<i64> = before_ping
-        .iter()
-        .map(|message| {
-            assert_eq!(message["error"]["code"], -32031, "{message}");
-            message["id"].as_i64().expect("a numeric id")
-        })
-        .collect();
-    lost.sort_unstable();
-    assert_eq!(lost, [9, 12], "{before_ping:?}");
+    assert_eq!(lost_on_resume(&mut resumed).await, [9, 12]);
 }
 
-/// Initializes a WebSocket session; its resume id.
-async fn initialize_resumable(client: &mut crate::support::Client) -> String {
+/// A WebSocket connection to `addr` with a new, initialized session; the session's resume
+/// id.
+async fn resumable_session(addr: SocketAddr) -> (crate::support::Client, String) {
     use serde_json::json;
+    let mut client = crate::support::Client::connect_url(&format!("ws://{addr}/mcp")).await;
     let init = client
         .request_with_id(
             json!(0),
@@ -818,22 +770,34 @@ async fn initialize_resumable(client: &mut crate::support::Client) -> String {
     client
         .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
         .await;
-    init["result"]["_meta"]["mcp-ws/sessionId"]
+    let resume_id = init["result"]["_meta"]["mcp-ws/sessionId"]
         .as_str()
         .expect("a resume id")
-        .to_owned()
+        .to_owned();
+    (client, resume_id)
 }
 
-/// The messages that come before the response with `id`.
-async fn messages_before(client: &mut crate::support::Client, id: &Value) -> Vec<Value> {
-    let mut before = Vec::new();
+/// On a connection that just resumed a session: the ids (sorted) of what the node sent
+/// before answering a `ping`, which is what the session's record listed; each must be a
+/// -32031 `nodeLost`.
+async fn lost_on_resume(client: &mut crate::support::Client) -> Vec<i64> {
+    use serde_json::json;
+    let ping = json!("ping after resume");
+    client
+        .send_json(crate::support::request(ping.clone(), "ping", json!({})))
+        .await;
+    let mut lost = Vec::new();
     loop {
         let message = client.recv().await;
-        if &message["id"] == id && message.get("method").is_none() {
-            return before;
+        if message["id"] == ping && message.get("method").is_none() {
+            break;
         }
-        before.push(message);
+        assert_eq!(message["error"]["code"], -32031, "{message}");
+        assert_eq!(message["error"]["data"]["reason"], "nodeLost", "{message}");
+        lost.push(message["id"].as_i64().expect("a numeric id"));
     }
+    lost.sort_unstable();
+    lost
 }
 
 /// A WebSocket session outlives its node's graceful shutdown (sessions in Redis): its
@@ -841,7 +805,6 @@ async fn messages_before(client: &mut crate::support::Client, id: &Value) -> Vec
 /// with its id, with nothing answered twice there.
 #[tokio::test]
 async fn a_websocket_session_goes_on_elsewhere_after_its_node_shuts_down() {
-    use crate::support::Client;
     use serde_json::json;
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
@@ -853,8 +816,7 @@ async fn a_websocket_session_goes_on_elsewhere_after_its_node_shuts_down() {
     );
     let b = start_node(dir.path(), "node-b", &redis);
     let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let mut client = Client::connect_url(&format!("ws://{a_addr}/mcp")).await;
-    let resume_id = initialize_resumable(&mut client).await;
+    let (mut client, resume_id) = resumable_session(a_addr).await;
     client
         .send_json(crate::support::request(
             json!(9),
@@ -877,11 +839,8 @@ async fn a_websocket_session_goes_on_elsewhere_after_its_node_shuts_down() {
     assert!(exit.success(), "node A exits 0: {exit:?}");
 
     let mut resumed = resume_websocket(b_addr, &resume_id).await;
-    resumed
-        .send_json(crate::support::request(json!(10), "ping", json!({})))
-        .await;
-    let before_ping = messages_before(&mut resumed, &json!(10)).await;
-    assert!(before_ping.is_empty(), "answered again: {before_ping:?}");
+    // Answered on A before the close: nothing is answered again.
+    assert_eq!(lost_on_resume(&mut resumed).await, [] as [i64; 0]);
     let echo = resumed.call_tool("echo", json!({"text": "on b"})).await;
     assert_eq!(crate::support::tool_text(&echo), "on b");
 }
