@@ -902,7 +902,8 @@ pub struct ProgressSettings {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HeartbeatSettings {
-    /// How often the server pings each client, in ms.
+    /// How often the server pings each client, in ms (a connection's first ping at a random
+    /// point of the interval's second half, so connections opened together are spread).
     pub interval_ms: u64,
     /// A client silent (no frame, no pong) this long is disconnected, in ms.
     pub client_timeout_ms: u64,

@@ -417,8 +417,16 @@ impl Actor for WsSession {
             }
             Core::Gone => {}
         }
+        // The first beat at a random point of the interval's second half, then every
+        // interval. Sessions opened together (a burst of reconnects after a restart) would
+        // otherwise be pinged together every interval for as long as they live: thousands of
+        // writes in one turn of the event loop, which every other session on it waits out.
         let interval = Duration::from_millis(self.shared.settings.heartbeat.interval_ms);
-        ctx.run_interval(interval, Self::heartbeat);
+        let first = interval.mul_f64(0.5 + rand::random::<f64>() / 2.0);
+        ctx.run_later(first, move |socket, ctx| {
+            ctx.run_interval(interval, Self::heartbeat);
+            socket.heartbeat(ctx);
+        });
         tracing::debug!(session = %self.log_id(), "socket opened");
     }
 

@@ -7,6 +7,8 @@
 //!   no request stays connected well past the timeout, and can still `ping`.
 //! - Any frame from the client counts too: a client that sends notifications but never
 //!   reads (never pongs) stays connected.
+//! - Connections opened together are not pinged together: each one's first ping comes at a
+//!   random point of the interval's second half.
 //!
 //! Short settings (ping every 100 ms, timeout 1.5 s) keep these fast, with room for a test
 //! task that a loaded machine stalls for a few hundred milliseconds.
@@ -117,5 +119,54 @@ async fn client_that_sends_frames_without_ponging_stays_connected() {
         client.backlog.is_empty(),
         "notifications are not answered: {:?}",
         client.backlog
+    );
+}
+
+#[tokio::test]
+async fn connections_opened_together_are_first_pinged_at_spread_times() {
+    const CONNECTIONS: usize = 16;
+    const SPREAD_INTERVAL_MS: u64 = 2_000;
+    let mut settings = heartbeat_settings();
+    settings.heartbeat.interval_ms = SPREAD_INTERVAL_MS;
+    settings.heartbeat.client_timeout_ms = 10 * SPREAD_INTERVAL_MS;
+    let server = start(settings);
+
+    // Each connection's first ping, measured from its own open (its actor starts before the
+    // upgrade's answer reaches the client, so an offset reads a little short).
+    let mut waits = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let mut client = Client::connect(&server).await;
+        let opened = Instant::now();
+        waits.push(tokio::spawn(async move {
+            loop {
+                let frame = tokio::time::timeout(READ_TIMEOUT, client.ws.next())
+                    .await
+                    .expect("a ping within the read timeout")
+                    .expect("the connection stays open")
+                    .expect("a valid frame");
+                if let Message::Ping(_) = frame {
+                    return opened.elapsed();
+                }
+            }
+        }));
+    }
+    let mut offsets_ms = Vec::new();
+    for wait in waits {
+        offsets_ms.push(wait.await.expect("the reader ran").as_millis() as u64);
+    }
+    offsets_ms.sort_unstable();
+    let (first, last) = (offsets_ms[0], offsets_ms[CONNECTIONS - 1]);
+
+    // Not before the interval's half (a little early for the offset's reading, see above).
+    assert!(
+        first + 100 >= SPREAD_INTERVAL_MS / 2,
+        "a first ping before half the interval: {offsets_ms:?}"
+    );
+    // Spread over the second half: 16 uniform draws over 1000 ms all within 250 ms of each
+    // other has a chance of about 10^-8. Pinged together (every first ping one interval
+    // after the open) they would lie within a few milliseconds.
+    assert!(
+        last - first >= SPREAD_INTERVAL_MS / 8,
+        "first pings bunched together: {offsets_ms:?}"
     );
 }
