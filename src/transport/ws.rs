@@ -89,20 +89,18 @@ pub struct WsSession {
     quiet_close_armed: bool,
     /// Whether the close frame went out: the connection only waits for the client's reply.
     close_sent: bool,
-    /// When the credential the connection was opened with expires (a JWT's `exp`): the
-    /// session ends then.
-    credential_expires: Option<SystemTime>,
     /// Whether the session ends with the socket (the client closed with 1000, or the server
     /// is shutting down) rather than waiting for a reconnect.
     ends_with_socket: bool,
     /// A resuming connection: what its own credential grants, handed to the hosted session
     /// when the socket attaches (its messages are served with the narrower of that and the
-    /// session's).
-    resume_access: Option<Access>,
+    /// session's). Boxed, as the record below: most connections have neither, and every
+    /// connection's actor carries the field (see `Session`'s `occasional`).
+    resume_access: Option<Box<Access>>,
     /// With sessions in Redis (and resumption on), for its own session: the record another
     /// node takes the session up from if this one dies. It goes with the session when the
     /// session is parked.
-    record: Option<SocketRecord>,
+    record: Option<Box<SocketRecord>>,
 }
 
 /// Where this connection's session is.
@@ -134,34 +132,41 @@ impl WsSession {
         pinned: Option<ProtocolVersion>,
     ) -> Self {
         let id = SessionId::generate();
-        let expires = admission.expires;
         let mut session = Session::new(shared.clone(), slot.id(), admission);
         if let Some(version) = pinned {
             session.pin_version(version);
         }
         session.set_resume_id(id.clone());
-        let record = SocketRecord::new(&shared, &id);
+        let record = SocketRecord::new(&shared, &id).map(Box::new);
         Self::with_core(
             shared,
             directory,
             (Core::Local { session, slot, id }, record),
-            expires,
         )
     }
 
-    /// A connection resuming the session hosted by `hosted`, with a credential valid until
-    /// `expires` that grants `access` (its requests get no more than that, nor than the
-    /// session's own credential grants).
+    /// A connection resuming the session hosted by `hosted`, with a credential that grants
+    /// `access` (its requests get no more than that, nor than the session's own credential
+    /// grants).
     pub fn resume(
         shared: Arc<Shared>,
         directory: (Arc<HostedSessions>, Arc<Sockets>),
         hosted: Addr<HostedSession>,
-        expires: Option<SystemTime>,
         access: Access,
     ) -> Self {
-        let mut socket = Self::with_core(shared, directory, (Core::Relay(hosted), None), expires);
-        socket.resume_access = Some(access);
+        let mut socket = Self::with_core(shared, directory, (Core::Relay(hosted), None));
+        socket.resume_access = Some(Box::new(access));
         socket
+    }
+
+    /// Ends the connection when the credential it was opened with expires (a JWT's `exp`),
+    /// through [`credential_expired`](Self::credential_expired). Scheduled as the actor's
+    /// context is made, so the actor does not carry the time.
+    fn end_at(expires: SystemTime, ctx: &mut ws::WebsocketContext<Self>) {
+        let left = expires
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        ctx.run_later(left, |socket, ctx| socket.credential_expired(ctx));
     }
 
     /// The connection's credential expired: the requests in flight are answered with
@@ -182,8 +187,7 @@ impl WsSession {
     fn with_core(
         shared: Arc<Shared>,
         (hosted, sockets): (Arc<HostedSessions>, Arc<Sockets>),
-        (core, record): (Core, Option<SocketRecord>),
-        credential_expires: Option<SystemTime>,
+        (core, record): (Core, Option<Box<SocketRecord>>),
     ) -> Self {
         Self {
             hosted,
@@ -195,7 +199,6 @@ impl WsSession {
             last_heard_while_closing: Instant::now(),
             quiet_close_armed: false,
             close_sent: false,
-            credential_expires,
             ends_with_socket: false,
             resume_access: None,
             record,
@@ -357,7 +360,7 @@ impl WsSession {
             slot,
             id.clone(),
             session,
-            self.record.take(),
+            self.record.take().map(|record| *record),
         );
         self.hosted.remember(id, hosted.clone(), owner);
         Some(hosted)
@@ -387,12 +390,6 @@ impl Actor for WsSession {
     type Context = ws::WebsocketContext<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        if let Some(expires) = self.credential_expires {
-            let left = expires
-                .duration_since(SystemTime::now())
-                .unwrap_or(Duration::ZERO);
-            ctx.run_later(left, |socket, ctx| socket.credential_expired(ctx));
-        }
         match &mut self.core {
             Core::Local { session, slot, id } => {
                 slot.register(ctx.address().recipient());
@@ -406,7 +403,11 @@ impl Actor for WsSession {
             Core::Relay(hosted) => {
                 let attach = hosted.send(AttachSocket {
                     socket: SocketHandle::of(&ctx.address()),
-                    access: self.resume_access.take().unwrap_or_default(),
+                    access: self
+                        .resume_access
+                        .take()
+                        .map(|access| *access)
+                        .unwrap_or_default(),
                 });
                 ctx.wait(attach.into_actor(self).map(|attached, session, ctx| {
                     if !matches!(attached, Ok(true)) {
@@ -582,6 +583,7 @@ pub async fn upgrade(
     let directory = (hosted.into_inner(), sockets.into_inner());
     let admission = perimeter::admit(&shared.perimeter, &req)?;
     let pinned = pinned_version(&req)?;
+    let expires = admission.expires;
     let limits = &shared.settings.limits;
     let reader = Reader::new(
         stream,
@@ -599,13 +601,7 @@ pub async fn upgrade(
                 }
                 claimed => claimed?,
             };
-            WsSession::resume(
-                shared.clone(),
-                directory,
-                hosted,
-                admission.expires,
-                admission.access,
-            )
+            WsSession::resume(shared.clone(), directory, hosted, admission.access)
         }
         None => {
             let slot = shared.open_new_session(&admission)?;
@@ -620,12 +616,14 @@ pub async fn upgrade(
     let mut response = ws::handshake_with_protocols(&req, &protocols)?;
     // actix's reader is given a stream that never yields: this one reads the socket.
     let never = futures_util::stream::pending::<Result<bytes::Bytes, PayloadError>>();
-    Ok(
-        response.streaming(ws::WebsocketContext::with_factory(never, move |ctx| {
-            ctx.add_stream(reader);
-            session
-        })),
-    )
+    let stream = ws::WebsocketContext::with_factory(never, move |ctx| {
+        ctx.add_stream(reader);
+        if let Some(expires) = expires {
+            WsSession::end_at(expires, ctx);
+        }
+        session
+    });
+    Ok(response.streaming(stream))
 }
 
 /// The protocol version the upgrade pins with an `mcp.version.<version>` offer: the first
