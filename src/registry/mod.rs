@@ -725,6 +725,7 @@ impl Registry {
             .generation
             .load(Ordering::Acquire)
             .wrapping_add(self.inner.views.generation.load(Ordering::Acquire));
+        let cache = cache.0.get_or_init(Box::default);
         let mut tools = cache.tools.borrow_mut();
         if cache.generation.replace(generation) != generation {
             tools.clear();
@@ -888,9 +889,14 @@ impl Registry {
 }
 
 /// The tools one session called, by name, with the version its identity's rollout chose:
-/// kept while the registry's tools do not change (see the module docs).
+/// kept while the registry's tools do not change (see the module docs). Made on the first
+/// call: every session holds one inline, and most WebSocket sessions at rest have called
+/// nothing (an idle session's size: benches/README.md, "An idle session's actor in 1 KiB").
 #[derive(Default)]
-pub(crate) struct ToolCache {
+pub(crate) struct ToolCache(std::cell::OnceCell<Box<ToolCacheEntries>>);
+
+#[derive(Default)]
+struct ToolCacheEntries {
     /// The tools' generation the entries belong to.
     generation: Cell<u64>,
     tools: RefCell<HashMap<Box<str>, CachedTool, FastHash>>,

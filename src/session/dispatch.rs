@@ -178,12 +178,16 @@ impl Session {
                     });
                 }
                 let max = limits.max_subscriptions_per_session;
-                if !self.subscriptions.contains(p.uri.as_ref()) {
-                    if self.subscriptions.len() >= max {
+                let subscriptions = &mut self
+                    .occasional
+                    .get_or_insert_with(Box::default)
+                    .subscriptions;
+                if !subscriptions.contains(p.uri.as_ref()) {
+                    if subscriptions.len() >= max {
                         refused.inc();
                         return Err(Error::TooManySubscriptions { limit: max });
                     }
-                    self.subscriptions.insert(p.uri.clone().into_owned());
+                    subscriptions.insert(p.uri.clone().into_owned());
                     self.inbox.add_interest(&p.uri);
                     self.shared.metrics.subscriptions.inc();
                     self.revision += 1;
@@ -192,7 +196,8 @@ impl Session {
             }
             Method::ResourcesUnsubscribe => {
                 let p: SubscribeParams<'_> = parse_params(params)?;
-                if self.subscriptions.remove(p.uri.as_ref()) {
+                let subscribed = self.occasional.as_mut();
+                if subscribed.is_some_and(|o| o.subscriptions.remove(p.uri.as_ref())) {
                     self.inbox.drop_interest(&p.uri);
                     self.shared.metrics.subscriptions.dec();
                     self.revision += 1;

@@ -159,10 +159,8 @@ pub struct Session {
     inbox: Rc<Inbox>,
     /// Bounded by `max_in_flight_per_session`, so a fast hasher is safe from flooding.
     in_flight: HashMap<RequestId, InFlight, FastHash>,
-    batches: HashMap<u64, PendingBatch, FastHash>,
-    next_batch: u64,
-    /// Requests sent to the client for tools, by the server's id.
-    client_requests: HashMap<u64, PendingClientRequest, FastHash>,
+    /// Batches, requests to the client, subscriptions and listen streams, once there is one.
+    occasional: Option<Box<Occasional>>,
     /// Set on shutdown: no new requests, in-flight ones may finish.
     draining: bool,
     /// Whether `shared_id` is a WebSocket resume id, announced in the `initialize` result
@@ -180,10 +178,6 @@ pub struct Session {
     access_fields: SessionFields,
     /// The rate limiter's bucket for that client, kept from its first request on.
     rate_bucket: SessionBucket,
-    /// The resource URIs a session-era client subscribed to.
-    subscriptions: std::collections::HashSet<String>,
-    /// Open `subscriptions/listen` streams (2026-07-28), by the listen request's id.
-    listeners: HashMap<RequestId, Listener, FastHash>,
     /// Serves 2026-07-28 requests only (a host for one HTTP request of that revision): a
     /// request without its `_meta` is malformed, not a session-era one.
     stateless_only: bool,
@@ -205,9 +199,25 @@ pub struct Session {
     /// The `clientCapabilities` of the last 2026-07-28 request.
     last_client_capabilities: stateless::LastParsed<serde_json::Value>,
     /// The `SessionInfo` of the last 2026-07-28 request.
-    last_stateless_info: std::cell::RefCell<Option<Rc<SessionInfo>>>,
+    last_stateless_info: std::cell::Cell<Option<Rc<SessionInfo>>>,
     /// The slots of the global pool its requests hold (its fair share, see `worker::Pool`).
     pool_share: crate::worker::PoolShare,
+}
+
+/// What few sessions hold, allocated on first use: every WebSocket connection's actor holds
+/// its [`Session`] inline, and an idle one's actor fits a smaller size class of the
+/// allocator without these (benches/README.md, "An idle session's actor in 1 KiB").
+#[derive(Default)]
+struct Occasional {
+    /// Batches not yet answered in full, by the session's own number.
+    batches: HashMap<u64, PendingBatch, FastHash>,
+    next_batch: u64,
+    /// Requests sent to the client for tools, by the server's id.
+    client_requests: HashMap<u64, PendingClientRequest, FastHash>,
+    /// The resource URIs a session-era client subscribed to.
+    subscriptions: std::collections::HashSet<String>,
+    /// Open `subscriptions/listen` streams (2026-07-28), by the listen request's id.
+    listeners: HashMap<RequestId, Listener, FastHash>,
 }
 
 enum Phase {
@@ -309,9 +319,7 @@ impl Session {
             phase: Phase::AwaitingInit,
             inbox,
             in_flight: HashMap::default(),
-            batches: HashMap::default(),
-            next_batch: 0,
-            client_requests: HashMap::default(),
+            occasional: None,
             draining: false,
             announce_id: false,
             bus: None,
@@ -319,8 +327,6 @@ impl Session {
             admission,
             access_fields: SessionFields::default(),
             rate_bucket: SessionBucket::default(),
-            subscriptions: Default::default(),
-            listeners: HashMap::default(),
             stateless_only: false,
             pinned: None,
             raw_params,
@@ -455,9 +461,10 @@ impl Session {
     /// itself, so an entry that settles another at once (a cancel of a request earlier in the
     /// same batch) finds it; the loop's own count is released last, the same way.
     fn on_batch(&mut self, entries: Vec<Entry<'_>>, exchange: u64, out: &mut dyn Outlet) -> Intake {
-        let batch = self.next_batch;
-        self.next_batch += 1;
-        self.batches.insert(
+        let occasional = self.occasional_mut();
+        let batch = occasional.next_batch;
+        occasional.next_batch += 1;
+        occasional.batches.insert(
             batch,
             PendingBatch {
                 pending: 1,
@@ -469,6 +476,7 @@ impl Session {
         for entry in entries {
             let reply = self.on_entry(entry, exchange, Some(batch), out);
             let pending = self
+                .occasional_mut()
                 .batches
                 .get_mut(&batch)
                 .expect("the loop's own count keeps its batch registered");
@@ -563,7 +571,7 @@ impl Session {
         let era = self.stateless_request(request, meta);
         let is_stateless = !matches!(era, Ok(Era::Session));
         let outcome = if self.in_flight.contains_key(&request.id)
-            || self.listeners.contains_key(&request.id)
+            || (self.occasional.as_ref()).is_some_and(|o| o.listeners.contains_key(&request.id))
         {
             Err(Error::DuplicateRequestId)
         } else if self.draining
@@ -683,7 +691,7 @@ impl Session {
             .as_json()
             .parse::<u64>()
             .ok()
-            .and_then(|server_id| self.client_requests.remove(&server_id));
+            .and_then(|server_id| self.occasional.as_mut()?.client_requests.remove(&server_id));
         let Some(pending) = pending else {
             tracing::debug!(session = self.id, id = %id, "response to no request of ours; dropped");
             return;
@@ -700,7 +708,11 @@ impl Session {
     /// Stops a request in flight; no response will be sent for it. Unknown or finished ids
     /// are ignored, as the spec asks (the cancel may cross the response on the wire).
     fn cancel(&mut self, id: &RequestId, out: &mut dyn Outlet) {
-        if let Some(listener) = self.listeners.remove(id) {
+        if let Some(listener) = self
+            .occasional
+            .as_mut()
+            .and_then(|o| o.listeners.remove(id))
+        {
             self.forget_listener(&listener);
             tracing::debug!(session = self.id, id = %id, "listen stream cancelled");
             out.close(listener.exchange);
@@ -773,7 +785,7 @@ impl Session {
                     out.send(encode_notification(method, &EmptyParams {}), Route::Session);
                 }
             }
-            for uri in updated.iter().filter(|u| self.subscriptions.contains(*u)) {
+            for uri in updated.iter().filter(|u| self.is_subscribed(u)) {
                 #[derive(Serialize)]
                 struct Updated<'a> {
                     uri: &'a str,
@@ -785,7 +797,7 @@ impl Session {
             }
         }
         // 2026-07-28 listen streams: what each asked for, tagged with its id.
-        for listener in self.listeners.values() {
+        for (_, listener) in self.listeners() {
             for method in listener.filter.changed(changes) {
                 let frame = stateless::tagged(method, &listener.tag, None);
                 out.send(frame, Route::During(listener.exchange));
@@ -816,7 +828,9 @@ impl Session {
                 let frame = match outcome {
                     Ok(frame) => {
                         if let Some(fingerprint) = entry.replay {
-                            self.recent.remember(id, fingerprint, &frame, finished);
+                            let dedup = &self.shared.settings.dedup;
+                            self.recent
+                                .remember(dedup, id, fingerprint, &frame, finished);
                         }
                         frame
                     }
@@ -891,7 +905,8 @@ impl Session {
             }
             SessionEvent::ClientRequest(request) => self.send_client_request(request, out),
             SessionEvent::ClientRequestAbandoned { server_id, reason } => {
-                if let Some(pending) = self.client_requests.remove(&server_id) {
+                let pending = self.occasional.as_mut();
+                if let Some(pending) = pending.and_then(|o| o.client_requests.remove(&server_id)) {
                     #[derive(Serialize)]
                     #[serde(rename_all = "camelCase")]
                     struct Cancelled<'a> {
@@ -943,7 +958,8 @@ impl Session {
         })
         .unwrap_or_default();
         let exchange = entry.exchange;
-        self.client_requests
+        self.occasional_mut()
+            .client_requests
             .insert(server_id, PendingClientRequest { reply, exchange });
         out.send(frame, Route::During(exchange));
     }
@@ -956,7 +972,10 @@ impl Session {
         frame: Option<String>,
         out: &mut dyn Outlet,
     ) -> bool {
-        let hash_map::Entry::Occupied(mut slot) = self.batches.entry(batch) else {
+        let Some(occasional) = self.occasional.as_mut() else {
+            return true;
+        };
+        let hash_map::Entry::Occupied(mut slot) = occasional.batches.entry(batch) else {
             return true;
         };
         let pending = slot.get_mut();
@@ -979,7 +998,7 @@ impl Session {
     /// so, and that they closed cleanly).
     pub fn begin_drain(&mut self, out: &mut dyn Outlet) {
         self.draining = true;
-        for (id, listener) in std::mem::take(&mut self.listeners) {
+        for (id, listener) in self.take_listeners() {
             self.forget_listener(&listener);
             let result = self.stateless_result("{}", "", Some(&stateless::tag_value(&id)));
             out.send(
@@ -1003,7 +1022,7 @@ impl Session {
         for id in stateless {
             self.cancel(&id, out);
         }
-        for (_, listener) in std::mem::take(&mut self.listeners) {
+        for (_, listener) in self.take_listeners() {
             self.forget_listener(&listener);
         }
     }
@@ -1039,7 +1058,7 @@ impl Session {
     pub fn answer_all_with(&mut self, error: &Error, out: &mut dyn Outlet) {
         self.fail_client_requests();
         // Open listen streams are requests too: each gets the error as its answer.
-        for (id, listener) in std::mem::take(&mut self.listeners) {
+        for (id, listener) in self.take_listeners() {
             self.forget_listener(&listener);
             out.send(
                 encode_error(Some(&id), &error.to_wire_stateless()),
@@ -1067,9 +1086,42 @@ impl Session {
     /// Fails every request sent to the client for a tool with "disconnected": the connection
     /// is going, no answer can come.
     fn fail_client_requests(&mut self) {
-        for (_, pending) in self.client_requests.drain() {
+        let Some(occasional) = self.occasional.as_mut() else {
+            return;
+        };
+        for (_, pending) in occasional.client_requests.drain() {
             let _ = pending.reply.send(Err(ClientError::Disconnected));
         }
+    }
+
+    /// What few sessions hold, made on first use.
+    fn occasional_mut(&mut self) -> &mut Occasional {
+        self.occasional.get_or_insert_with(Box::default)
+    }
+
+    /// The open listen streams (2026-07-28), by the listen request's id.
+    fn listeners(&self) -> impl Iterator<Item = (&RequestId, &Listener)> {
+        self.occasional.iter().flat_map(|o| o.listeners.iter())
+    }
+
+    /// The open listen streams, taken out of the session.
+    fn take_listeners(&mut self) -> HashMap<RequestId, Listener, FastHash> {
+        self.occasional
+            .as_mut()
+            .map(|o| std::mem::take(&mut o.listeners))
+            .unwrap_or_default()
+    }
+
+    /// The resource URIs a session-era client subscribed to.
+    fn subscriptions(&self) -> impl Iterator<Item = &String> {
+        self.occasional.iter().flat_map(|o| o.subscriptions.iter())
+    }
+
+    /// Whether a session-era client subscribed to `uri`.
+    fn is_subscribed(&self, uri: &str) -> bool {
+        self.occasional
+            .as_ref()
+            .is_some_and(|o| o.subscriptions.contains(uri))
     }
 
     /// Cancels every request in flight (the connection closed, or the grace ran out), each
@@ -1088,10 +1140,11 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         // Subscriptions end with the session.
-        self.shared
-            .metrics
-            .subscriptions
-            .sub(self.subscriptions.len() as u64);
+        self.shared.metrics.subscriptions.sub(
+            self.occasional
+                .as_ref()
+                .map_or(0, |o| o.subscriptions.len()) as u64,
+        );
         // Workers may outlive the session by a moment; what they post now goes nowhere.
         self.inbox.flush_dropped(&self.shared.metrics);
         self.inbox.close();

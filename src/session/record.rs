@@ -57,7 +57,7 @@ impl Session {
         };
         let offers = negotiated.offers;
         let info = &negotiated.info;
-        let mut subscriptions: Vec<String> = self.subscriptions.iter().cloned().collect();
+        let mut subscriptions: Vec<String> = self.subscriptions().cloned().collect();
         subscriptions.sort_unstable();
         Some(SessionRecord {
             version: negotiated.version.as_str().to_owned(),
@@ -152,20 +152,26 @@ impl Session {
         self.inbox.set_log_level(record.log_level);
         let wanted: std::collections::HashSet<String> =
             record.subscriptions.iter().cloned().collect();
-        for gone in self
-            .subscriptions
-            .difference(&wanted)
-            .cloned()
-            .collect::<Vec<_>>()
-        {
-            self.subscriptions.remove(&gone);
-            self.inbox.drop_interest(&gone);
-            self.shared.metrics.subscriptions.dec();
-        }
-        for new in wanted {
-            if self.subscriptions.insert(new.clone()) {
-                self.inbox.add_interest(&new);
-                self.shared.metrics.subscriptions.inc();
+        // A session with no subscriptions, had or wanted, is left without the allocation.
+        if !wanted.is_empty() || self.occasional.is_some() {
+            let subscriptions = &mut self
+                .occasional
+                .get_or_insert_with(Box::default)
+                .subscriptions;
+            for gone in subscriptions
+                .difference(&wanted)
+                .cloned()
+                .collect::<Vec<_>>()
+            {
+                subscriptions.remove(&gone);
+                self.inbox.drop_interest(&gone);
+                self.shared.metrics.subscriptions.dec();
+            }
+            for new in wanted {
+                if subscriptions.insert(new.clone()) {
+                    self.inbox.add_interest(&new);
+                    self.shared.metrics.subscriptions.inc();
+                }
             }
         }
         if self.bus.is_none() {

@@ -131,28 +131,25 @@ impl Session {
         capabilities: Arc<Value>,
         client_info: Arc<crate::model::Implementation>,
     ) -> Rc<SessionInfo> {
-        let mut last = self.last_stateless_info.borrow_mut();
-        match &*last {
+        let info = match self.last_stateless_info.take() {
             Some(info)
                 if info.protocol_version == version
                     && Arc::ptr_eq(&info.client_capabilities, &capabilities)
                     && Arc::ptr_eq(&info.client_info, &client_info) =>
             {
-                info.clone()
-            }
-            _ => {
-                let info = Rc::new(SessionInfo {
-                    protocol_version: version,
-                    client_capabilities: capabilities,
-                    client_info,
-                    identity: self.admission.identity.clone(),
-                    trace_id: self.admission.trace_id.clone(),
-                    scope: None,
-                });
-                *last = Some(info.clone());
                 info
             }
-        }
+            _ => Rc::new(SessionInfo {
+                protocol_version: version,
+                client_capabilities: capabilities,
+                client_info,
+                identity: self.admission.identity.clone(),
+                trace_id: self.admission.trace_id.clone(),
+                scope: None,
+            }),
+        };
+        self.last_stateless_info.set(Some(info.clone()));
+        info
     }
 
     /// Routes a 2026-07-28 request.
@@ -340,7 +337,8 @@ impl Session {
         let p: ListenParams =
             crate::protocol::mcp::parse_object(params).map_err(Error::InvalidParams)?;
         let limits = &self.shared.settings.limits;
-        if self.listeners.len() >= limits.max_listens_per_session {
+        let listening = self.occasional.as_ref().map_or(0, |o| o.listeners.len());
+        if listening >= limits.max_listens_per_session {
             return Err(Error::InvalidParams(format!(
                 "too many subscriptions/listen streams: a connection may hold {}",
                 limits.max_listens_per_session
@@ -387,7 +385,7 @@ impl Session {
             serde_json::to_string(&filter).unwrap_or_else(|_| "{}".into()),
         );
         tracing::debug!(session = self.id, id = %id, "listen stream opened");
-        self.listeners.insert(
+        self.occasional_mut().listeners.insert(
             id,
             super::Listener {
                 exchange,
@@ -417,7 +415,7 @@ impl Session {
     ) {
         let subject = self.admission.identity.principal();
         for note in notes.iter().filter(|n| n.owner == subject) {
-            for listener in self.listeners.values() {
+            for (_, listener) in self.listeners() {
                 if listener.filter.follows(&note.id) {
                     let frame = format!(
                         r#"{{"jsonrpc":"2.0","method":"{}","params":{{"_meta":{},{}}}}}"#,
@@ -638,22 +636,27 @@ pub(super) fn subscription_meta(id: &RequestId) -> String {
 
 /// The last value parsed from a `_meta` member, with the text it came from. A client sends
 /// the same `clientInfo` and capabilities with every 2026-07-28 request, so a request
-/// carrying the same text reuses the parsed value instead of parsing it again. Clones share
-/// the one entry.
-pub(super) struct LastParsed<T>(Rc<std::cell::RefCell<Option<Parsed<T>>>>);
+/// carrying the same text reuses the parsed value instead of parsing it again. Clones of a
+/// [`shared`](Self::shared) one share its entry. A default one makes its entry when first
+/// used: a session-era session, which most never do, holds a pointer and no allocation.
+pub(super) struct LastParsed<T>(std::cell::OnceCell<Rc<std::cell::RefCell<Option<Parsed<T>>>>>);
 
 /// A parsed value and the text it came from.
 type Parsed<T> = (Box<str>, Arc<T>);
 
 impl<T> Default for LastParsed<T> {
     fn default() -> Self {
-        Self(Rc::default())
+        Self(std::cell::OnceCell::new())
     }
 }
 
 impl<T> Clone for LastParsed<T> {
     fn clone(&self) -> Self {
-        Self(self.0.clone())
+        let clone = Self::default();
+        if let Some(entry) = self.0.get() {
+            let _ = clone.0.set(entry.clone());
+        }
+        clone
     }
 }
 
@@ -666,7 +669,7 @@ pub(super) type ParseCaches = (
 );
 
 thread_local! {
-    static STATELESS_PARSE_CACHES: ParseCaches = Default::default();
+    static STATELESS_PARSE_CACHES: ParseCaches = (LastParsed::shared(), LastParsed::shared());
 }
 
 /// This thread's [`ParseCaches`] for sessions of one request.
@@ -675,10 +678,15 @@ pub(super) fn stateless_parse_caches() -> ParseCaches {
 }
 
 impl<T> LastParsed<T> {
+    /// One whose clones share its entry.
+    fn shared() -> Self {
+        Self(std::cell::OnceCell::from(Rc::default()))
+    }
+
     /// The value of `text`: the kept one when `text` is the same, else `parse(text)` (kept
     /// in its place); `None` when it does not parse.
     fn get_or_parse(&self, text: &str, parse: impl FnOnce(&str) -> Option<T>) -> Option<Arc<T>> {
-        let mut last = self.0.borrow_mut();
+        let mut last = self.0.get_or_init(Rc::default).borrow_mut();
         if let Some((kept, value)) = &*last {
             if **kept == *text {
                 return Some(value.clone());

@@ -22,9 +22,15 @@ use crate::FastHash;
 /// See the module docs.
 pub struct RecentResponses {
     enabled: bool,
-    window: Duration,
-    max_entries: usize,
-    max_bytes: usize,
+    /// What is remembered, from the first answer on: a session that is never answered a
+    /// `tools/call` keeps a pointer, not the table (it is held inline by every session).
+    stored: Option<Box<Stored>>,
+    /// Hashes ids, and a request's name and arguments; only compared within this session.
+    hasher: FastHash,
+}
+
+#[derive(Default)]
+struct Stored {
     /// Bounded by `max_entries`, filled only by the session's own finished requests. A table
     /// that is given each id's hash: the hash is computed once per request remembered and
     /// kept for its eviction, where a map hashed the id again to insert and to evict
@@ -34,8 +40,6 @@ pub struct RecentResponses {
     /// when they finished and their entry's expiry.
     order: VecDeque<(RequestId, u64, Instant, Expiry)>,
     bytes: usize,
-    /// Hashes ids, and a request's name and arguments; only compared within this session.
-    hasher: FastHash,
 }
 
 struct Remembered {
@@ -66,12 +70,7 @@ impl RecentResponses {
     pub fn new(settings: &DedupSettings) -> Self {
         Self {
             enabled: settings.enabled,
-            window: Duration::from_millis(settings.window_ms),
-            max_entries: settings.session_max_entries,
-            max_bytes: settings.session_max_bytes,
-            table: HashTable::new(),
-            order: VecDeque::new(),
-            bytes: 0,
+            stored: None,
             hasher: FastHash::default(),
         }
     }
@@ -97,11 +96,9 @@ impl RecentResponses {
         &self,
         request: &Request<'_, CallToolParams<'_>>,
     ) -> Option<Result<String, Error>> {
-        if self.table.is_empty() {
-            return None;
-        }
+        let stored = self.stored.as_ref().filter(|s| !s.table.is_empty())?;
         let hash = self.hasher.hash_one(&request.id);
-        let remembered = self.table.find(hash, |e| e.id == request.id)?;
+        let remembered = stored.table.find(hash, |e| e.id == request.id)?;
         if expired(remembered.expires, Instant::now()) {
             return None;
         }
@@ -122,16 +119,25 @@ impl RecentResponses {
         })
     }
 
-    /// Remembers the response `frame` of the request `id`, finished `now`.
-    pub fn remember(&mut self, id: RequestId, fingerprint: RequestHash, frame: &str, now: Instant) {
+    /// Remembers the response `frame` of the request `id`, finished `now`, within the
+    /// bounds of `settings` (the ones the store was made with: passed in rather than kept,
+    /// as every session holds a store inline, most of them empty).
+    pub fn remember(
+        &mut self,
+        settings: &DedupSettings,
+        id: RequestId,
+        fingerprint: RequestHash,
+        frame: &str,
+        now: Instant,
+    ) {
         let Some(result) = result_of(frame, &id) else {
             return;
         };
-        if result.len() > self.max_bytes {
+        if result.len() > settings.session_max_bytes {
             return;
         }
         let hash = self.hasher.hash_one(&id);
-        let expires = now.checked_add(self.window);
+        let expires = now.checked_add(Duration::from_millis(settings.window_ms));
         let remembered = Remembered {
             id: id.clone(),
             hash,
@@ -140,33 +146,34 @@ impl RecentResponses {
             at: now,
             expires,
         };
-        self.bytes += remembered.result.len();
-        match self.table.entry(hash, |e| e.id == id, |e| e.hash) {
+        let stored = self.stored.get_or_insert_with(Box::default);
+        stored.bytes += remembered.result.len();
+        match stored.table.entry(hash, |e| e.id == id, |e| e.hash) {
             Entry::Occupied(mut entry) => {
                 let old = std::mem::replace(entry.get_mut(), remembered);
-                self.bytes -= old.result.len();
+                stored.bytes -= old.result.len();
             }
             Entry::Vacant(entry) => {
                 entry.insert(remembered);
             }
         }
-        self.order.push_back((id, hash, now, expires));
-        while self.table.len() > self.max_entries
-            || self.bytes > self.max_bytes
-            || self
+        stored.order.push_back((id, hash, now, expires));
+        while stored.table.len() > settings.session_max_entries
+            || stored.bytes > settings.session_max_bytes
+            || stored
                 .order
                 .front()
                 .is_some_and(|(_, _, _, expires)| expired(*expires, now))
         {
-            let Some((oldest, hash, at, _)) = self.order.pop_front() else {
+            let Some((oldest, hash, at, _)) = stored.order.pop_front() else {
                 break;
             };
             // An id remembered again since is the newer entry's to keep.
-            if let Ok(entry) = self
+            if let Ok(entry) = stored
                 .table
                 .find_entry(hash, |e| e.id == oldest && e.at == at)
             {
-                self.bytes -= entry.remove().0.result.len();
+                stored.bytes -= entry.remove().0.result.len();
             }
         }
     }
@@ -198,8 +205,24 @@ mod tests {
         )
     }
 
+    /// A store with `settings`, and them for its `remember`.
+    struct Store {
+        recent: RecentResponses,
+        settings: DedupSettings,
+    }
+
+    impl Store {
+        fn new(settings: DedupSettings) -> Self {
+            Self {
+                recent: RecentResponses::new(&settings),
+                settings,
+            }
+        }
+    }
+
     /// Remembers the answer `text` to call `id`, finished `at`.
-    fn finish_at(recent: &mut RecentResponses, id: u32, text: &str, at: Instant) {
+    fn finish_at(store: &mut Store, id: u32, text: &str, at: Instant) {
+        let recent = &mut store.recent;
         let fingerprint = with_request(&call(id, text), |r| match &r.params {
             Params::Parsed(p) => recent.fingerprint(&p.name, p.arguments),
             Params::Raw(_) => None,
@@ -207,61 +230,61 @@ mod tests {
         .expect("on");
         let frame = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"{text}"}}"#);
         let request_id = with_request(&call(id, text), |r| r.id.clone());
-        recent.remember(request_id, fingerprint, &frame, at);
+        recent.remember(&store.settings, request_id, fingerprint, &frame, at);
     }
 
-    fn finish(recent: &mut RecentResponses, id: u32, text: &str) {
-        finish_at(recent, id, text, Instant::now());
+    fn finish(store: &mut Store, id: u32, text: &str) {
+        finish_at(store, id, text, Instant::now());
     }
 
     #[test]
     fn a_finished_id_gets_its_result_again_and_other_params_a_conflict() {
-        let mut recent = RecentResponses::new(&settings(8, 1000));
-        assert!(with_request(&call(1, "a"), |r| recent.replay(r)).is_none());
-        finish(&mut recent, 1, "a");
+        let mut store = Store::new(settings(8, 1000));
+        assert!(with_request(&call(1, "a"), |r| store.recent.replay(r)).is_none());
+        finish(&mut store, 1, "a");
         assert_eq!(
-            with_request(&call(1, "a"), |r| recent.replay(r)),
+            with_request(&call(1, "a"), |r| store.recent.replay(r)),
             Some(Ok(r#""a""#.to_owned()))
         );
         assert!(matches!(
-            with_request(&call(1, "b"), |r| recent.replay(r)),
+            with_request(&call(1, "b"), |r| store.recent.replay(r)),
             Some(Err(Error::IdempotencyConflict { .. }))
         ));
-        assert!(with_request(&call(2, "a"), |r| recent.replay(r)).is_none());
+        assert!(with_request(&call(2, "a"), |r| store.recent.replay(r)).is_none());
     }
 
     #[test]
     fn bounded_by_entries_and_bytes_oldest_first() {
-        let mut recent = RecentResponses::new(&settings(2, 1000));
+        let mut store = Store::new(settings(2, 1000));
         for id in 1..=3 {
-            finish(&mut recent, id, "x");
+            finish(&mut store, id, "x");
         }
-        assert!(with_request(&call(1, "x"), |r| recent.replay(r)).is_none());
-        assert!(with_request(&call(3, "x"), |r| recent.replay(r)).is_some());
-        let mut recent = RecentResponses::new(&settings(8, 8));
-        finish(&mut recent, 1, "abcd");
-        finish(&mut recent, 2, "abcd");
-        assert!(with_request(&call(1, "abcd"), |r| recent.replay(r)).is_none());
-        assert!(with_request(&call(2, "abcd"), |r| recent.replay(r)).is_some());
+        assert!(with_request(&call(1, "x"), |r| store.recent.replay(r)).is_none());
+        assert!(with_request(&call(3, "x"), |r| store.recent.replay(r)).is_some());
+        let mut store = Store::new(settings(8, 8));
+        finish(&mut store, 1, "abcd");
+        finish(&mut store, 2, "abcd");
+        assert!(with_request(&call(1, "abcd"), |r| store.recent.replay(r)).is_none());
+        assert!(with_request(&call(2, "abcd"), |r| store.recent.replay(r)).is_some());
     }
 
     #[test]
     fn an_id_remembered_again_outlives_its_first_expiry() {
-        let mut recent = RecentResponses::new(&DedupSettings {
+        let mut store = Store::new(DedupSettings {
             window_ms: 60_000,
             ..settings(8, 1000)
         });
         let start = Instant::now();
-        finish_at(&mut recent, 1, "a", start);
-        finish_at(&mut recent, 1, "b", start + Duration::from_secs(40));
+        finish_at(&mut store, 1, "a", start);
+        finish_at(&mut store, 1, "b", start + Duration::from_secs(40));
         // The first answer of id 1 expires here; the second is 30 s from its own expiry.
-        finish_at(&mut recent, 2, "c", start + Duration::from_secs(70));
+        finish_at(&mut store, 2, "c", start + Duration::from_secs(70));
         assert_eq!(
-            with_request(&call(1, "b"), |r| recent.replay(r)),
+            with_request(&call(1, "b"), |r| store.recent.replay(r)),
             Some(Ok(r#""b""#.to_owned()))
         );
         assert_eq!(
-            with_request(&call(2, "c"), |r| recent.replay(r)),
+            with_request(&call(2, "c"), |r| store.recent.replay(r)),
             Some(Ok(r#""c""#.to_owned()))
         );
     }
