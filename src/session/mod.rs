@@ -570,8 +570,7 @@ impl Session {
         // `_meta`; errors answering it take that revision's form.
         let era = self.stateless_request(request, meta);
         let is_stateless = !matches!(era, Ok(Era::Session));
-        let outcome = if self.in_flight.contains_key(&request.id)
-            || (self.occasional.as_ref()).is_some_and(|o| o.listeners.contains_key(&request.id))
+        let outcome = if self.in_flight.contains_key(&request.id) || self.is_listening(&request.id)
         {
             Err(Error::DuplicateRequestId)
         } else if self.draining
@@ -905,8 +904,11 @@ impl Session {
             }
             SessionEvent::ClientRequest(request) => self.send_client_request(request, out),
             SessionEvent::ClientRequestAbandoned { server_id, reason } => {
-                let pending = self.occasional.as_mut();
-                if let Some(pending) = pending.and_then(|o| o.client_requests.remove(&server_id)) {
+                let abandoned = self
+                    .occasional
+                    .as_mut()
+                    .and_then(|o| o.client_requests.remove(&server_id));
+                if let Some(pending) = abandoned {
                     #[derive(Serialize)]
                     #[serde(rename_all = "camelCase")]
                     struct Cancelled<'a> {
@@ -1102,6 +1104,13 @@ impl Session {
     /// The open listen streams (2026-07-28), by the listen request's id.
     fn listeners(&self) -> impl Iterator<Item = (&RequestId, &Listener)> {
         self.occasional.iter().flat_map(|o| o.listeners.iter())
+    }
+
+    /// Whether `id` is an open listen stream's request.
+    fn is_listening(&self, id: &RequestId) -> bool {
+        self.occasional
+            .as_ref()
+            .is_some_and(|o| o.listeners.contains_key(id))
     }
 
     /// The open listen streams, taken out of the session.

@@ -31,10 +31,10 @@ pub struct RecentResponses {
 
 #[derive(Default)]
 struct Stored {
-    /// Bounded by `max_entries`, filled only by the session's own finished requests. A table
-    /// that is given each id's hash: the hash is computed once per request remembered and
-    /// kept for its eviction, where a map hashed the id again to insert and to evict
-    /// (callgrind: `remember` went from 783 to 645 instructions per request).
+    /// Bounded by `dedup.session_max_entries`, filled only by the session's own finished
+    /// requests. A table that is given each id's hash: the hash is computed once per request
+    /// remembered and kept for its eviction, where a map hashed the id again to insert and to
+    /// evict (callgrind: `remember` went from 783 to 645 instructions per request).
     table: HashTable<Remembered>,
     /// Ids in the order they finished (which is the order they expire in), with their hash,
     /// when they finished and their entry's expiry.
