@@ -722,6 +722,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn one_request_sessions_share_their_threads_parse_caches_and_others_keep_their_own() {
+        let parse = |text: &str| serde_json::from_str::<Value>(text).ok();
+        let text = r#"{"sampling":{}}"#;
+        // Two sessions of one request on this thread: what the first parsed, the second
+        // gets without parsing (the same value).
+        let (_, first) = stateless_parse_caches();
+        let (_, second) = stateless_parse_caches();
+        let parsed = first.get_or_parse(text, parse).expect("parses");
+        let again = second.get_or_parse(text, |_| panic!("parsed a second time"));
+        assert!(Arc::ptr_eq(&parsed, &again.expect("kept")));
+        // A session-era session's cache (made on first use) is its own: it parses, and its
+        // clones made after that share its entry.
+        let own = LastParsed::<Value>::default();
+        let own_parsed = own.get_or_parse(text, parse).expect("parses");
+        assert!(!Arc::ptr_eq(&parsed, &own_parsed));
+        let clone = own.clone();
+        let from_clone = clone.get_or_parse(text, |_| panic!("parsed a second time"));
+        assert!(Arc::ptr_eq(&own_parsed, &from_clone.expect("kept")));
+    }
+
+    #[test]
     fn stateless_results_lead_with_result_type_and_identity() {
         let shape = StatelessShape::new(
             &crate::model::Implementation::new("srv", "1"),
