@@ -1308,8 +1308,7 @@ async fn the_websocket_client_fails_what_is_in_flight_when_the_server_goes() {
     // The sleep is on the server once a later request on the same connection is answered.
     client.request("ping", None).await.expect("ping");
     let mut server = server;
-    server.child.kill().expect("SIGKILL mcp-ws");
-    let _ = server.child.wait();
+    server.kill();
     let why = assert_closed(async { sleeping.await.expect("the call's task") }).await;
     assert!(why.contains("WebSocket"), "{why}");
     assert!(client.is_closed());
@@ -1469,8 +1468,7 @@ async fn no_child_outlives_mcp_ws_killed() {
     for mode in ["per_session", "shared"] {
         let (mut server, _client, child) = stdio_binary(mode).await;
         assert!(alive(child));
-        server.child.kill().expect("SIGKILL mcp-ws");
-        let _ = server.child.wait();
+        server.kill();
         wait_gone(child).await;
     }
 }
@@ -1478,12 +1476,7 @@ async fn no_child_outlives_mcp_ws_killed() {
 #[tokio::test]
 async fn children_are_stopped_when_mcp_ws_stops() {
     let (mut server, _client, child) = stdio_binary("per_session").await;
-    let pid = i32::try_from(server.child.id()).expect("pid");
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .expect("kill")
-        .success());
+    server.terminate();
     let (status, stderr) = server.wait_exit();
     assert!(status.success(), "{status}\n{stderr}");
     assert!(!alive(child), "the child outlived mcp-ws");

@@ -80,12 +80,7 @@ async fn reading_client_answers_pings_and_stays_connected() {
     let min_pings = 2 * TIMEOUT_MS / INTERVAL_MS;
     let mut pings = 0;
     while quiet_since.elapsed() < well_past_timeout() || pings < min_pings {
-        let frame = tokio::time::timeout(READ_TIMEOUT, client.ws.next())
-            .await
-            .expect("the server keeps pinging")
-            .expect("the connection stays open")
-            .expect("a valid frame");
-        match frame {
+        match client.next_frame().await {
             Message::Ping(_) => pings += 1,
             other => panic!("only pings while the client is idle, got {other:?}"),
         }
@@ -138,16 +133,8 @@ async fn connections_opened_together_are_first_pinged_at_spread_times() {
         let mut client = Client::connect(&server).await;
         let opened = Instant::now();
         waits.push(tokio::spawn(async move {
-            loop {
-                let frame = tokio::time::timeout(READ_TIMEOUT, client.ws.next())
-                    .await
-                    .expect("a ping within the read timeout")
-                    .expect("the connection stays open")
-                    .expect("a valid frame");
-                if let Message::Ping(_) = frame {
-                    return opened.elapsed();
-                }
-            }
+            while !matches!(client.next_frame().await, Message::Ping(_)) {}
+            opened.elapsed()
         }));
     }
     let mut offsets_ms = Vec::new();

@@ -161,11 +161,7 @@ fn python_sdk_call_survives_sigterm(transport: Transport) {
         assert!(Instant::now() < deadline, "the call never started");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let killed = Command::new("kill")
-        .args(["-TERM", &server_pid(&server)])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
+    server.terminate();
 
     while next_line(&mut transcript).is_some() {}
     let status = client.0.wait().expect("the client exits");
@@ -186,10 +182,6 @@ fn python_sdk_call_survives_sigterm(transport: Transport) {
 }
 
 /// The server's pid, for `kill`.
-fn server_pid(server: &ServerProcess) -> String {
-    server.child.id().to_string()
-}
-
 /// `mcp_workers` of the server at `addr`, over a plain blocking GET of `/metrics`.
 fn workers_running(addr: std::net::SocketAddr) -> u64 {
     let Ok(mut stream) = std::net::TcpStream::connect(addr) else {

@@ -30,18 +30,8 @@ fn resume_settings(grace_ms: u64) -> mcp_ws::Settings {
 
 /// A client initialized on the newest version, and its session id.
 async fn session(server: &RunningServer) -> (Client, String) {
-    let mut client = Client::connect(server).await;
-    let response = client
-        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
-        .await;
-    let id = assert_result(&response, &json!(0))["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .expect("the initialize result gives the session id")
-        .to_owned();
+    let (client, id) = Client::resumable_at(&server.url()).await;
     assert_eq!(id.len(), 32, "128 random bits, hex: {id}");
-    client
-        .send_json(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
-        .await;
     (client, id)
 }
 

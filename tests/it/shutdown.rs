@@ -21,7 +21,6 @@ use crate::support::ws::assert_upgrade_refused_503;
 use crate::support::*;
 
 use serde_json::{json, Value};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Settings for these tests: no heartbeat during a test (a heartbeat close would be
@@ -279,11 +278,7 @@ async fn sigterm_closes_clients_with_1001_and_the_binary_exits_0() {
         .await;
     assert_eq!(response["result"]["protocolVersion"], "2025-11-25");
 
-    let status = Command::new("kill")
-        .args(["-TERM", &process.child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill -TERM succeeded");
+    process.terminate();
 
     frames_before_close_1001(&mut client).await;
     drop(client);

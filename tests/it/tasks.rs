@@ -643,12 +643,7 @@ async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
     )
     .await;
     let id = task_id(&created);
-    let pid = node_a.child.id().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
+    node_a.terminate();
     let failed = http_poll(b, &id, "failed").await;
     assert_eq!(failed["error"]["code"], -32004, "{failed}");
     assert!(failed.get("result").is_none());

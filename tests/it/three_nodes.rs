@@ -250,7 +250,7 @@ fn round_robin_and_a_node_killed(sdk: Sdk) {
 
     let victim = &mut nodes[1];
     let summary = run_sessions(&proxy, sdk, "echo", SESSIONS, CALLS, || {
-        victim.child.kill().expect("SIGKILL a node");
+        victim.kill();
     });
     println!("a node killed mid-run: {summary}");
     assert_all_completed(&summary, SESSIONS, CALLS);
@@ -461,8 +461,7 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
         }
     }
     let first_id = progress_ids[0].clone();
-    a.child.kill().expect("SIGKILL node A");
-    let _ = a.child.wait();
+    a.kill();
     drop(stream);
     let resumed = http
         .get(format!("http://{b_addr}/mcp"))
@@ -551,17 +550,10 @@ async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
     let b = start_node(dir.path(), "node-b", &redis);
     let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
     let (mut client, resume_id) = resumable_session(a_addr).await;
-    client
-        .send_json(crate::support::request(
-            json!(9),
-            "tools/call",
-            json!({"name": "sleep", "arguments": {"ms": 60000}}),
-        ))
-        .await;
+    start_sleep(&mut client, 9, 60_000).await;
     // The record lists a request once it has run 20 ms (and a Redis round trip later).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    a.child.kill().expect("SIGKILL node A");
-    let _ = a.child.wait();
+    a.kill();
 
     let mut resumed = resume_websocket(b_addr, &resume_id).await;
     let lost = resumed.recv_response(&json!(9)).await;
@@ -585,31 +577,15 @@ async fn a_websocket_session_resumed_after_its_node_died_gets_one_answer_per_req
     let b = start_node(dir.path(), "node-b", &redis);
     let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
     let (mut client, resume_id) = resumable_session(a_addr).await;
-    let sleep = |ms: u64| json!({"name": "sleep", "arguments": {"ms": ms}});
-    client
-        .send_json(crate::support::request(
-            json!(9),
-            "tools/call",
-            sleep(60_000),
-        ))
-        .await;
-    client
-        .send_json(crate::support::request(json!(10), "tools/call", sleep(600)))
-        .await;
+    start_sleep(&mut client, 9, 60_000).await;
+    start_sleep(&mut client, 10, 600).await;
     let answered = client.recv_response(&json!(10)).await;
     assert!(answered.get("result").is_some(), "{answered}");
-    client
-        .send_json(crate::support::request(
-            json!(12),
-            "tools/call",
-            sleep(60_000),
-        ))
-        .await;
+    start_sleep(&mut client, 12, 60_000).await;
     // A moment: far more than the 20 ms after which a request is recorded; a timer of half
     // a second, started with the socket, would next fire after it.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    a.child.kill().expect("SIGKILL node A");
-    let _ = a.child.wait();
+    a.kill();
 
     let mut resumed = resume_websocket(b_addr, &resume_id).await;
     // The requests running on node A, each answered once; not the one answered there.
@@ -693,27 +669,17 @@ async fn a_websocket_session_survives_a_second_node_death() {
     let c = start_node(dir.path(), "node-c", &redis);
     let (a_addr, b_addr, c_addr) = (a.wait_listening(), b.wait_listening(), c.wait_listening());
     let (mut client, resume_id) = resumable_session(a_addr).await;
-    let long_sleep = json!({"name": "sleep", "arguments": {"ms": 60000}});
-    client
-        .send_json(crate::support::request(
-            json!(9),
-            "tools/call",
-            long_sleep.clone(),
-        ))
-        .await;
+    start_sleep(&mut client, 9, 60_000).await;
     // Far more than the 20 ms after which a request is recorded.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    a.child.kill().expect("SIGKILL node A");
-    let _ = a.child.wait();
+    a.kill();
 
     let mut on_b = resume_websocket(b_addr, &resume_id).await;
     let lost = on_b.recv_response(&json!(9)).await;
     assert_eq!(lost["error"]["code"], -32031, "{lost}");
-    on_b.send_json(crate::support::request(json!(20), "tools/call", long_sleep))
-        .await;
+    start_sleep(&mut on_b, 20, 60_000).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    b.child.kill().expect("SIGKILL node B");
-    let _ = b.child.wait();
+    b.kill();
 
     let mut on_c = resume_websocket(c_addr, &resume_id).await;
     assert_eq!(lost_on_resume(&mut on_c).await, [20]);
@@ -725,31 +691,20 @@ async fn a_websocket_session_survives_a_second_node_death() {
 /// answers -32031 both the request still running and the one whose answer died with it.
 #[tokio::test]
 async fn a_parked_websocket_sessions_kept_answers_are_not_lost_with_its_node() {
-    use serde_json::json;
     let dir = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
     let mut a = start_node(dir.path(), "node-a", &redis);
     let b = start_node(dir.path(), "node-b", &redis);
     let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
     let (mut client, resume_id) = resumable_session(a_addr).await;
-    let sleep = |ms: u64| json!({"name": "sleep", "arguments": {"ms": ms}});
-    client
-        .send_json(crate::support::request(json!(9), "tools/call", sleep(600)))
-        .await;
-    client
-        .send_json(crate::support::request(
-            json!(12),
-            "tools/call",
-            sleep(60_000),
-        ))
-        .await;
+    start_sleep(&mut client, 9, 600).await;
+    start_sleep(&mut client, 12, 60_000).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The connection drops without a close frame: the session is parked on A.
     drop(client);
     // Request 9 is answered while parked (its answer kept for the reconnect).
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    a.child.kill().expect("SIGKILL node A");
-    let _ = a.child.wait();
+    a.kill();
 
     let mut resumed = resume_websocket(b_addr, &resume_id).await;
     assert_eq!(lost_on_resume(&mut resumed).await, [9, 12]);
@@ -758,23 +713,16 @@ async fn a_parked_websocket_sessions_kept_answers_are_not_lost_with_its_node() {
 /// A WebSocket connection to `addr` with a new, initialized session; the session's resume
 /// id.
 async fn resumable_session(addr: SocketAddr) -> (crate::support::Client, String) {
+    crate::support::Client::resumable_at(&format!("ws://{addr}/mcp")).await
+}
+
+/// Sends `tools/call` `sleep` for `ms` with the id `id`, without waiting for its answer.
+async fn start_sleep(client: &mut crate::support::Client, id: i64, ms: u64) {
     use serde_json::json;
-    let mut client = crate::support::Client::connect_url(&format!("ws://{addr}/mcp")).await;
-    let init = client
-        .request_with_id(
-            json!(0),
-            "initialize",
-            crate::support::initialize_params("2025-11-25"),
-        )
-        .await;
+    let params = json!({"name": "sleep", "arguments": {"ms": ms}});
     client
-        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send_json(crate::support::request(json!(id), "tools/call", params))
         .await;
-    let resume_id = init["result"]["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .expect("a resume id")
-        .to_owned();
-    (client, resume_id)
 }
 
 /// On a connection that just resumed a session: the ids (sorted) of what the node sent
@@ -817,19 +765,9 @@ async fn a_websocket_session_goes_on_elsewhere_after_its_node_shuts_down() {
     let b = start_node(dir.path(), "node-b", &redis);
     let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
     let (mut client, resume_id) = resumable_session(a_addr).await;
-    client
-        .send_json(crate::support::request(
-            json!(9),
-            "tools/call",
-            json!({"name": "sleep", "arguments": {"ms": 60000}}),
-        ))
-        .await;
+    start_sleep(&mut client, 9, 60_000).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let status = Command::new("kill")
-        .args(["-TERM", &a.child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill -TERM succeeded");
+    a.terminate();
     // The shutdown's answer, then the close.
     let stopped = client.recv_response(&json!(9)).await;
     assert!(stopped.get("error").is_some(), "{stopped}");

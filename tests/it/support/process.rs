@@ -58,6 +58,22 @@ impl ServerProcess {
         }
     }
 
+    /// SIGKILL, and the process reaped: the server ends as in a crash.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL the server");
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM: the server's graceful shutdown ([`wait_exit`](Self::wait_exit) sees it end).
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -TERM {}", self.child.id());
+    }
+
+    /// Everything the server wrote to stderr so far.
     pub fn stderr_text(&self) -> String {
         self.stderr.lock().expect("log lock").join("\n")
     }

@@ -82,6 +82,24 @@ impl Client {
         Self::initialized_at(&server.url(), Some(token), "2025-11-25").await
     }
 
+    /// Connects to `url` and completes the handshake on the newest version; the client, and
+    /// the id its session is resumed by (`_meta["mcp-ws/sessionId"]` of the `initialize`
+    /// result).
+    pub async fn resumable_at(url: &str) -> (Self, String) {
+        let mut client = Self::connect_url(url).await;
+        let response = client
+            .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+            .await;
+        let id = response["result"]["_meta"]["mcp-ws/sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("the initialize result gives a resume id: {response}"))
+            .to_owned();
+        client
+            .send_json(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+            .await;
+        (client, id)
+    }
+
     /// Connects to `url` (with `token`, if any) and completes the handshake on `version`.
     pub async fn initialized_at(url: &str, token: Option<&str>, version: &str) -> Self {
         let mut client = Self::connect_url_as(url, token).await;
@@ -106,17 +124,27 @@ impl Client {
         self.send_text(&value.to_string()).await;
     }
 
+    /// The next frame of any kind (pings included), within [`READ_TIMEOUT`].
+    pub async fn next_frame(&mut self) -> Message {
+        self.next_frame_by(tokio::time::Instant::now() + READ_TIMEOUT)
+            .await
+    }
+
+    /// The next frame of any kind, before `deadline`.
+    pub async fn next_frame_by(&mut self, deadline: tokio::time::Instant) -> Message {
+        tokio::time::timeout_at(deadline, self.ws.next())
+            .await
+            .expect("a frame arrives in time")
+            .expect("the connection is open")
+            .expect("a valid frame")
+    }
+
     /// The next text frame as raw text, skipping pings. The timeout covers the whole wait,
     /// so a server that keeps pinging cannot stretch it.
     pub async fn recv_text(&mut self) -> String {
         let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
         loop {
-            let frame = tokio::time::timeout_at(deadline, self.ws.next())
-                .await
-                .expect("a frame arrives in time")
-                .expect("the connection is open")
-                .expect("a valid frame");
-            match frame {
+            match self.next_frame_by(deadline).await {
                 Message::Text(text) => return text.to_string(),
                 Message::Ping(_) | Message::Pong(_) => continue,
                 other => panic!("expected a text frame, got {other:?}"),
