@@ -329,8 +329,9 @@ impl WsSession {
     }
 
     /// Hands a local session to a [`HostedSession`] on this thread, which keeps it for a
-    /// reconnect; returns its address. `None` when the session is not worth keeping (never
-    /// initialized, resume disabled, the server shutting down): it then ends here.
+    /// reconnect; returns its address. `None` when the session ends with the socket (its
+    /// client closed it, or the server is shutting down) or is not worth keeping (never
+    /// initialized, resume disabled): it then ends here.
     fn park(&mut self, ctx: &mut ws::WebsocketContext<Self>) -> Option<Addr<HostedSession>> {
         let Core::Local { session, slot, id } = std::mem::replace(&mut self.core, Core::Gone)
         else {
@@ -338,7 +339,11 @@ impl WsSession {
         };
         self.sockets.forget(&id);
         let grace = Duration::from_millis(self.shared.settings.sessions.resume_grace_ms);
-        if !session.is_initialized() || grace.is_zero() || self.shared.is_draining() {
+        if self.ends_with_socket
+            || !session.is_initialized()
+            || grace.is_zero()
+            || self.shared.is_draining()
+        {
             let mut session = session;
             if let Some(record) = self.record.take() {
                 // Before the cancel: during a shutdown, what runs here is listed for the
@@ -432,21 +437,8 @@ impl Actor for WsSession {
     }
 
     fn stopped(&mut self, ctx: &mut Self::Context) {
-        match std::mem::replace(&mut self.core, Core::Gone) {
-            Core::Local {
-                mut session,
-                slot,
-                id,
-            } if self.ends_with_socket => {
-                self.sockets.forget(&id);
-                if let Some(record) = self.record.take() {
-                    record.end(&session, false);
-                }
-                session.cancel_all(ctx);
-                drop(slot);
-            }
-            local @ Core::Local { .. } => {
-                self.core = local;
+        match &self.core {
+            Core::Local { .. } => {
                 self.park(ctx);
             }
             Core::Relay(hosted) => hosted.do_send(DetachSocket {
