@@ -895,6 +895,7 @@ impl Registry {
 #[derive(Default)]
 pub(crate) struct ToolCache(std::cell::OnceCell<Box<ToolCacheEntries>>);
 
+/// What a [`ToolCache`] holds once a tool was called.
 #[derive(Default)]
 struct ToolCacheEntries {
     /// The tools' generation the entries belong to.

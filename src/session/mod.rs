@@ -211,6 +211,7 @@ pub struct Session {
 struct Occasional {
     /// Batches not yet answered in full, by the session's own number.
     batches: HashMap<u64, PendingBatch, FastHash>,
+    /// The number the next batch gets.
     next_batch: u64,
     /// Requests sent to the client for tools, by the server's id.
     client_requests: HashMap<u64, PendingClientRequest, FastHash>,

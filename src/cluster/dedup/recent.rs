@@ -29,6 +29,7 @@ pub struct RecentResponses {
     hasher: FastHash,
 }
 
+/// The remembered answers, made with the first.
 #[derive(Default)]
 struct Stored {
     /// Bounded by `dedup.session_max_entries`, filled only by the session's own finished
