@@ -42,12 +42,13 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// Files outside the layers: the crate root declares every module and holds the helpers
 /// every layer may use (`lock`, `FastHash`, `random_id`); this file only reads the others;
 /// `testing.rs` is the tests' door into every layer (the `testing` feature);
-/// the binary (`main.rs`, `demo/`, `conformance/`) uses the library from outside, through its public API.
+/// the binary (`main.rs`, `allocator.rs`, `demo/`, `conformance/`) uses the library from outside, through its public API.
 const OUTSIDE: &[&str] = &[
     "lib.rs",
     "layers.rs",
     "testing.rs",
     "main.rs",
+    "allocator.rs",
     "demo/",
     "conformance/",
 ];

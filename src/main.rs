@@ -2,6 +2,7 @@
 //! writer kept until the server has stopped) → the built-in capability set named in the
 //! settings → the server, built through the public API.
 
+mod allocator;
 mod conformance;
 mod demo;
 
@@ -14,7 +15,7 @@ use std::process::ExitCode;
 /// mimalloc instead of the system allocator: under load, glibc malloc/free took about a
 /// quarter of the server's CPU (perf, 16 pipelined connections).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: allocator::Mimalloc = allocator::Mimalloc;
 
 /// MCP server over WebSocket and Streamable HTTP, both on one endpoint: ws://ADDR/mcp and
 /// http://ADDR/mcp (default ADDR 127.0.0.1:8765).
