@@ -250,7 +250,6 @@ impl Session {
         .map_err(|_| Error::Internal)?;
         tracing::info!(
             session = self.id,
-            identity = self.admission.identity.subject(),
             client = %p.client_info.name,
             client_version = %p.client_info.version,
             requested = %p.protocol_version,

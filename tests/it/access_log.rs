@@ -528,6 +528,17 @@ async fn the_access_log_can_be_filtered_out_and_is_written_as_text_too() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(quiet.access_lines().is_empty());
+    // Each of its fields once: `identity` was written twice, a JSON object with a key twice.
+    let log = quiet.process.stderr_text();
+    let initialized = log
+        .lines()
+        .find(|line| line.contains("session initialized"))
+        .expect("the line");
+    assert_eq!(
+        initialized.matches("\"identity\":").count(),
+        1,
+        "{initialized}"
+    );
 
     let text = spawn("text", "text", "info", "");
     let mut client = client_with(&text.url(), &[("x-trace-id", "text-trace")]).await;
