@@ -439,7 +439,9 @@ fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
     if !text.starts_with('"') {
         return None;
     }
-    if !text.contains('\\') {
+    // A byte loop: the strings read here (`"2.0"`, a method name) are a few bytes long,
+    // where `str::contains`'s memchr costs three times as much to set up.
+    if !text.bytes().any(|byte| byte == b'\\') {
         return Some(Cow::Borrowed(&text[1..text.len() - 1]));
     }
     serde_json::from_str::<String>(text).ok().map(Cow::Owned)
