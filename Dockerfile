@@ -8,11 +8,13 @@
 
 # Build stage: the toolchain the crate needs (rust-version in Cargo.toml) and a C compiler
 # (mimalloc and ring build C code; the image has gcc).
-FROM rust:1.88-bookworm AS build
+FROM rust:1.91-bookworm AS build
 WORKDIR /src
 COPY . .
-# .cargo/config.toml (copied with the sources) sets the C flags mimalloc is built with.
-RUN cargo build --release --locked --bin mcp-ws
+# .cargo/config.toml (copied with the sources) sets the C flags mimalloc is built with. The
+# release profile keeps line tables for profiling; the image's binary goes without them
+# (21 MB instead of 109), its symbols kept for backtraces.
+RUN CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release --locked --bin mcp-ws
 
 # Run stage: the binary, its default configuration and curl for the health check.
 FROM debian:bookworm-slim

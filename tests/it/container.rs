@@ -8,8 +8,12 @@
 //!   uid, and none of the variables the image does not set) serves the MCP endpoint on the
 //!   image's listen address, and the `HEALTHCHECK`'s own command succeeds.
 //!
+//! - the lock file builds with the crate's `rust-version`, which the image's Rust must meet:
+//!   every locked package needs no newer Rust.
+//!
 //! Not checked here: that the base images exist, that the build stage builds in them, that
-//! `apt-get` in the run stage finds curl.
+//! `apt-get` in the run stage finds curl. `tests/container/build-offline.sh` checks those on
+//! a machine with no registry, by making the base images from Debian and rustup first.
 
 use crate::support::process::ServerProcess;
 use crate::support::*;
@@ -79,10 +83,83 @@ fn args_of<'a>(stage: &'a [Instruction], keyword: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// `major.minor` as a pair.
-fn version(text: &str) -> (u32, u32) {
+/// `major.minor[.patch]` as a triple (patch 0 when left out).
+fn version(text: &str) -> (u32, u32, u32) {
     let mut parts = text.split('.').map(|p| p.parse::<u32>().expect("a number"));
-    (parts.next().expect("major"), parts.next().expect("minor"))
+    (
+        parts.next().expect("major"),
+        parts.next().expect("minor"),
+        parts.next().unwrap_or(0),
+    )
+}
+
+/// The crate's `rust-version`, from Cargo.toml.
+fn rust_version(root: &Path) -> String {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .expect("rust-version")
+}
+
+/// Every package of the lock file that this platform builds (the server's dependencies, the
+/// tests' and the benches') needs no newer Rust than the crate's `rust-version`: the image
+/// builds with `--locked`, so one newer release taken by `cargo update` made its build fail
+/// while the tests, on a newer toolchain, passed (`.cargo/config.toml` now has `cargo update`
+/// keep to it). Reads `cargo metadata`, which fetches what the cache lacks.
+#[test]
+fn every_locked_package_builds_with_the_crates_rust_version() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let needed = rust_version(root);
+    let rustc = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV");
+    let rustc = String::from_utf8(rustc.stdout).expect("UTF-8");
+    let host = rustc
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc's host triple");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let metadata = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .args(["--filter-platform", host])
+        .current_dir(root)
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        metadata.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&metadata.stderr)
+    );
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&metadata.stdout).expect("cargo metadata's JSON");
+    let resolved: std::collections::HashSet<&str> = metadata["resolve"]["nodes"]
+        .as_array()
+        .expect("resolve.nodes")
+        .iter()
+        .filter_map(|node| node["id"].as_str())
+        .collect();
+    let packages = metadata["packages"].as_array().expect("packages");
+    let mut too_new = Vec::new();
+    for package in packages {
+        let id = package["id"].as_str().expect("id");
+        let Some(wanted) = package["rust_version"].as_str() else {
+            continue;
+        };
+        if resolved.contains(id) && version(wanted) > version(&needed) {
+            too_new.push(format!(
+                "{} {} needs {wanted}",
+                package["name"], package["version"]
+            ));
+        }
+    }
+    assert!(resolved.len() > 100, "the whole graph: {}", resolved.len());
+    assert!(
+        too_new.is_empty(),
+        "rust-version is {needed}, but the lock file holds: {too_new:?}"
+    );
 }
 
 /// The port of `host:port` or of a URL's authority.
@@ -111,14 +188,9 @@ async fn the_dockerfile_has_two_stages_and_its_run_stage_serves_unprivileged_and
         .strip_prefix("rust:")
         .and_then(|tag| tag.split('-').next())
         .unwrap_or_else(|| panic!("a rust image: {image}"));
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
-    let needed = manifest
-        .lines()
-        .find_map(|l| l.strip_prefix("rust-version = "))
-        .map(|v| v.trim_matches('"'))
-        .expect("rust-version");
+    let needed = rust_version(root);
     assert!(
-        version(rust) >= version(needed),
+        version(rust) >= version(&needed),
         "the image's Rust {rust} is older than rust-version {needed}"
     );
     assert!(
