@@ -149,10 +149,9 @@ fn every_locked_package_builds_with_the_crates_rust_version() {
             continue;
         };
         if resolved.contains(id) && version(wanted) > version(&needed) {
-            too_new.push(format!(
-                "{} {} needs {wanted}",
-                package["name"], package["version"]
-            ));
+            let name = package["name"].as_str().unwrap_or_default();
+            let release = package["version"].as_str().unwrap_or_default();
+            too_new.push(format!("{name} {release} needs {wanted}"));
         }
     }
     assert!(resolved.len() > 100, "the whole graph: {}", resolved.len());
