@@ -13,7 +13,7 @@ WORKDIR /src
 COPY . .
 # .cargo/config.toml (copied with the sources) sets the C flags mimalloc is built with. The
 # release profile keeps line tables for profiling; the image's binary goes without them
-# (21 MB instead of 109), its symbols kept for backtraces.
+# (20 MB instead of 109), its symbols kept for backtraces.
 RUN CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release --locked --bin mcp-ws
 
 # Run stage: the binary, its default configuration and curl for the health check.
