@@ -307,7 +307,9 @@ impl Redaction {
         let copy = |json: &str, out: &mut String| {
             json.is_ascii() && self.copy_plain(json.as_bytes(), json, out, true)
         };
-        let mut out = String::new();
+        // Each branch makes the copy's buffer at its size: `with_capacity` allocates
+        // directly, where `reserve` on an empty `String` went through the growth path.
+        let mut out;
         match params {
             Params::Raw(None) => return None,
             Params::Raw(Some(raw)) => {
@@ -315,7 +317,7 @@ impl Redaction {
                 if !raw.starts_with(['{', '[']) {
                     return None;
                 }
-                out.reserve(raw.len() + 32);
+                out = String::with_capacity(raw.len() + 32);
                 out.push('"');
                 if !copy(raw, &mut out) {
                     return None;
@@ -327,7 +329,7 @@ impl Redaction {
                     return None;
                 }
                 let arguments = call.arguments.map_or("", |a| a.get());
-                out.reserve(name.len() + arguments.len() + 64);
+                out = String::with_capacity(name.len() + arguments.len() + 64);
                 out.push_str("\"{\\\"name\\\":\\\"");
                 out.push_str(name);
                 out.push_str("\\\"");
