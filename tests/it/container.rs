@@ -6,8 +6,7 @@
 //! - its run stage played out here: the binary started as the image starts it (its
 //!   `ENTRYPOINT`, its `ENV`, a `WORKDIR` holding what its `COPY` puts there, an unprivileged
 //!   uid, and none of the variables the image does not set) serves the MCP endpoint on the
-//!   image's listen address, and the `HEALTHCHECK`'s own command succeeds.
-//!
+//!   image's listen address, and the `HEALTHCHECK`'s own command succeeds;
 //! - the lock file builds with the crate's `rust-version`, which the image's Rust must meet:
 //!   every locked package needs no newer Rust.
 //!
