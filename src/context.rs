@@ -412,6 +412,8 @@ impl RequestContext {
             log_floor,
             log_budget,
         } = parts;
+        // One allocation per request: the context is cloned into whatever the tool spawns,
+        // and the clones share its progress gate, log budget and deadline.
         Self {
             inner: Rc::new(Inner {
                 id,

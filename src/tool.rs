@@ -60,7 +60,9 @@ impl ToolError {
     }
 }
 
-/// The raw `arguments` object of a call, for tools that parse it themselves.
+/// The raw `arguments` object of a call, for tools that parse it themselves. A copy of the
+/// arguments' text (one allocation per call): the frame they came in with is gone when the
+/// session has dispatched it, and the tool may run long after.
 #[derive(Debug, Default)]
 pub struct Arguments(Option<Box<RawValue>>);
 

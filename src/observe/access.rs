@@ -733,7 +733,8 @@ pub(crate) struct RequestRecord {
 
 /// Copies of the frame's parts, taken as they are (escaping waits for the line, see
 /// [`Clean`]): the id shares the request's (inline up to 23 bytes), the params are the one
-/// text built.
+/// text built (an allocation per logged request: the line is written when the request
+/// ends, after its frame is gone).
 struct AccessLine {
     id: RequestId,
     /// The method as the client wrote it (inline up to 23 bytes), only when it is not one

@@ -40,6 +40,9 @@ use tracing::Instrument;
 
 /// The work a worker runs: given the request's id and context, the encoded response frame
 /// (serialized straight into the frame, see `jsonrpc::encode_result_with`) or an error.
+/// Boxed, the closure and the future it makes: each method's work is a type of its own,
+/// held in one `WorkerJob`, and it runs after the frame it came from is gone (two of a
+/// call's allocations; benches/README.md, "What a request allocates").
 pub type Work =
     Box<dyn FnOnce(RequestId, RequestContext) -> LocalBoxFuture<'static, Result<String, Error>>>;
 
@@ -263,6 +266,7 @@ impl RequestWorker {
             started: tracing::enabled!(tracing::Level::DEBUG).then(Instant::now),
             span: span.clone(),
         };
+        // Pinned in a box: polled here first, then, if it waits, moved into an actor.
         let execution = Box::pin(execute(job, cancel.clone()).instrument(span));
         (execution, cancel, report)
     }

@@ -139,6 +139,8 @@ impl RecentResponses {
         }
         let hash = self.hasher.hash_one(&id);
         let expires = now.checked_add(Duration::from_millis(settings.window_ms));
+        // The result is copied (one allocation per remembered answer): the frame itself goes
+        // to the socket, and a retry of `id` within the window gets this copy.
         let remembered = Remembered {
             id: id.clone(),
             hash,
