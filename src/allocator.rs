@@ -35,6 +35,28 @@ fn plain_suffices(align: usize, size: usize) -> bool {
     align <= PLAIN_ALIGN && align <= size
 }
 
+/// A block for `layout` from `plain` when it aligns the block, else from `aligned`: the
+/// one dispatch of `alloc` and `alloc_zeroed`.
+///
+/// # Safety
+/// `plain` and `aligned` are mimalloc's allocation calls of one kind (`mi_malloc` and
+/// `mi_malloc_aligned`, or the zeroing pair), which have no preconditions.
+#[inline]
+unsafe fn allocate(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: as the caller promises, calls without preconditions.
+    unsafe {
+        if plain_suffices(layout.align(), layout.size()) {
+            plain(layout.size()).cast()
+        } else {
+            aligned(layout.size(), layout.align()).cast()
+        }
+    }
+}
+
 // SAFETY: every path returns a block of at least `layout.size()` bytes aligned to
 // `layout.align()` or null (the plain ones by `plain_suffices`, the others by mimalloc's
 // aligned calls), and every block, however it was made, is freed and resized by mimalloc,
@@ -42,26 +64,14 @@ fn plain_suffices(align: usize, size: usize) -> bool {
 unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: mimalloc's allocation calls have no preconditions.
-        unsafe {
-            if plain_suffices(layout.align(), layout.size()) {
-                mi::mi_malloc(layout.size()).cast()
-            } else {
-                mi::mi_malloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        // SAFETY: mimalloc's allocation pair.
+        unsafe { allocate(layout, mi::mi_malloc, mi::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as in `alloc`.
-        unsafe {
-            if plain_suffices(layout.align(), layout.size()) {
-                mi::mi_zalloc(layout.size()).cast()
-            } else {
-                mi::mi_zalloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        // SAFETY: mimalloc's zeroing allocation pair.
+        unsafe { allocate(layout, mi::mi_zalloc, mi::mi_zalloc_aligned) }
     }
 
     #[inline]
