@@ -301,6 +301,10 @@ pub enum Refusal {
     /// A method the endpoint does not serve.
     #[error("Method not allowed")]
     MethodNotAllowed,
+    /// A WebSocket resume's `Mcp-Awaiting-Ids` is not a JSON array of at most 1024 request
+    /// ids (strings and numbers).
+    #[error("Bad Request: Mcp-Awaiting-Ids must be a JSON array of at most 1024 request ids (strings or numbers)")]
+    BadAwaitingIds,
 }
 
 impl Refusal {
@@ -331,6 +335,7 @@ impl Refusal {
             | Self::SessionRequired
             | Self::SessionNotFound
             | Self::ResumeGone
+            | Self::BadAwaitingIds
             | Self::MethodNotAllowed => None,
         }
     }
@@ -361,7 +366,8 @@ impl ResponseError for Refusal {
             | Self::BodyNotText
             | Self::BodyUnreadable
             | Self::SessionRequired
-            | Self::ResumeGone => StatusCode::BAD_REQUEST,
+            | Self::ResumeGone
+            | Self::BadAwaitingIds => StatusCode::BAD_REQUEST,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge | Self::PartialBudget => StatusCode::PAYLOAD_TOO_LARGE,

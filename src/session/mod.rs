@@ -1040,6 +1040,11 @@ impl Session {
         self.in_flight.len()
     }
 
+    /// The ids of the requests running, each to be answered in time.
+    pub fn in_flight_ids(&self) -> impl Iterator<Item = &RequestId> {
+        self.in_flight.keys()
+    }
+
     /// Whether `initialize` was answered.
     pub fn is_initialized(&self) -> bool {
         matches!(self.phase, Phase::Ready(_))

@@ -15,11 +15,13 @@
 //! too); handlers and sockets on any thread reach it by its id (the transports'
 //! [`HostedSessions`] directory) with messages, and get their answers back through channels.
 
+use super::awaited::{answer_id, lost_answer, Awaited, Lost};
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use super::socket_record::{self, KeepsRecord, Kept, RecordWritten, SocketRecord};
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
 use crate::cluster::Cluster;
 use crate::perimeter::{Access, Admission};
+use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::mcp::Error;
 use crate::session::record::SessionRecord;
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
@@ -136,6 +138,8 @@ pub struct AttachSocket {
     /// What the socket's own credential grants: its messages are served with the narrower
     /// of that and the session's.
     pub access: Access,
+    /// The ids the client says it has no answer for (`Mcp-Awaiting-Ids`), if it said.
+    pub awaiting: Option<Awaited>,
 }
 
 /// A resumed session's socket is gone; `end_session` when its client closed normally.
@@ -228,6 +232,7 @@ impl HostedSession {
             max_missed: shared.settings.sessions.resume_buffer_messages,
             overflowed: false,
             waiting: false,
+            lost_on_node: None,
         });
         let mut host = Self::host(shared, directory, slot, id, core, out);
         host.socket_record = record;
@@ -278,30 +283,17 @@ impl HostedSession {
         }
         core.set_resume_id(id.clone());
         core.inbox().offset_server_ids(shared.cluster.node_base());
-        let lost: VecDeque<String> = record
-            .in_flight
-            .iter()
-            .map(|request| {
-                serde_json::json!({
-                    "jsonrpc": "2.0",
-                    "id": request,
-                    "error": {
-                        "code": NODE_LOST,
-                        "message": "The node running this request was lost: retry it (a tools/call \
-                                    with its idempotency key that finished there is answered, not run again)",
-                        "data": { "reason": "nodeLost" },
-                    },
-                })
-                .to_string()
-            })
-            .collect();
+        // Answered -32031 as a socket attaches, unless its client says what it awaits
+        // (`SocketOutlet::lost_answers`).
+        let lost_on_node = record.in_flight.iter().map(|id| id.to_string()).collect();
         let out = Outlets::Socket(SocketOutlet {
             socket: None,
             access: Access::default(),
-            missed: lost,
+            missed: VecDeque::new(),
             max_missed: shared.settings.sessions.resume_buffer_messages,
             overflowed: false,
             waiting: false,
+            lost_on_node: Some(lost_on_node),
         });
         let record = SocketRecord::new(&shared, &id);
         let mut host = Self::host(shared, directory, slot, id, core, out);
@@ -873,8 +865,10 @@ impl Handler<AttachSocket> for HostedSession {
                 reason: "MCP session reconnected on another connection",
             });
         }
-        // What the client missed, in order, before anything new.
-        for frame in out.missed.drain(..) {
+        // The answers lost with a node or a connection, then what the client missed, in
+        // order, before anything new.
+        let lost = out.lost_answers(&self.core, attach.awaiting.as_ref());
+        for frame in lost.into_iter().chain(out.missed.drain(..)) {
             attach.socket.deliver.do_send(Deliver(frame));
         }
         self.detached += 1;
@@ -1001,6 +995,36 @@ pub struct SocketOutlet {
     overflowed: bool,
     /// Whether it is counted as waiting for a socket.
     waiting: bool,
+    /// Taken up from a dead node's record, until a socket attaches: the ids (JSON) of the
+    /// requests that record listed as running there.
+    lost_on_node: Option<Vec<String>>,
+}
+
+impl SocketOutlet {
+    /// The -32031 answers a socket attaching now is owed. Without `awaiting`, one for each
+    /// request a dead node's record listed (none on the session's own node). With it, one
+    /// for each awaited request the session neither runs nor holds an answer for: the
+    /// client's word settles what the record could not (see [`super::awaited`]).
+    fn lost_answers(&mut self, core: &Session, awaiting: Option<&Awaited>) -> Vec<String> {
+        let on_node = self.lost_on_node.take();
+        let lost = if on_node.is_some() {
+            Lost::Node
+        } else {
+            Lost::Connection
+        };
+        match awaiting {
+            None => on_node
+                .unwrap_or_default()
+                .iter()
+                .map(|id| lost_answer(id, lost))
+                .collect(),
+            Some(awaited) => {
+                let running = core.in_flight_ids().map(RequestId::as_json);
+                let kept = self.missed.iter().filter_map(|frame| answer_id(frame));
+                awaited.owed(running.chain(kept), lost)
+            }
+        }
+    }
 }
 
 impl Outlet for SocketOutlet {
@@ -1274,19 +1298,9 @@ async fn follow_mirror(
     }
     for id in &mirrored.ids {
         mirrored.count += 1;
-        let frame = serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": {
-                "code": NODE_LOST,
-                "message": "The node running this request was lost: retry it (a tools/call \
-                            with its idempotency key that finished there is answered, not run again)",
-                "data": { "reason": "nodeLost" },
-            },
-        });
         let event = SseEvent {
             id: format!("{stream}_{}", mirrored.count),
-            data: Arc::from(frame.to_string()),
+            data: Arc::from(lost_answer(&id.to_string(), Lost::Node)),
         };
         if reader.send(event).await.is_err() {
             return;
@@ -1300,10 +1314,6 @@ const COPY_IDLE: Duration = Duration::from_secs(30);
 /// How long a resume on another node waits for the stream's node to mirror what the client
 /// already has.
 const MIRROR_PATIENCE: Duration = Duration::from_secs(1);
-
-/// The code of the error a request gets when the node running it was lost before it
-/// answered (sessions in Redis, a stream resumed on another node).
-pub const NODE_LOST: i64 = -32031;
 
 /// Whether a client message that needed no answer may concern another node (sessions in
 /// Redis): an answer to a server's request (`result` or `error`), or a cancel. Other

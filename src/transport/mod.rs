@@ -3,6 +3,7 @@
 //! id, answering POSTs and SSE streams; a 2026-07-28 request on a core of its own in its
 //! handler, a [`stateless::StatelessExchange`]), and an in-memory actor for in-process tests.
 
+pub mod awaited;
 pub mod directory;
 pub mod events;
 pub mod frames;

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 /// A request is listed in the record once it has run this long, and the record is written
 /// at most this often: should the node die, a request begun or answered within this much
 /// before is the one that may get no answer, or a second one (-32031), from the node that
-/// takes the session up. Requests answered sooner never cost a write, and a session busy
+/// takes the session up, unless its client lists what it awaits on resume
+/// ([`super::awaited`]). Requests answered sooner never cost a write, and a session busy
 /// with longer ones writes one record for all its changes in that time (benches/README.md,
 /// "A WebSocket session's record").
 pub(crate) const RECORD_AFTER: Duration = Duration::from_millis(20);

@@ -15,7 +15,10 @@
 //! header, or the subprotocol entry `mcp.session.<id>` for browsers) gets the same session,
 //! and what it missed, in order; this actor then relays its frames to the hosted session. An
 //! older socket still attached to the session is closed (1000, "MCP session reconnected on
-//! another connection"). Past the grace, everything is cancelled, as on a disconnect before.
+//! another connection"). A reconnect may list the ids its client has no answer for
+//! (`Mcp-Awaiting-Ids`, see [`super::awaited`]): each one the session neither runs nor kept
+//! an answer for is answered -32031. Past the grace, everything is cancelled, as on a
+//! disconnect before.
 //! With sessions in Redis, the session also keeps a record there
 //! ([`super::socket_record`]), so that a client whose node died resumes it on
 //! another one.
@@ -28,6 +31,7 @@
 //! the wrong reader (never sent in practice), 4404 the session to resume ended meanwhile (the
 //! reader's refusals are [`Refused`]).
 
+use super::awaited::Awaited;
 use super::frames::{Inbound, Reader, Refused};
 use super::hosted::{
     AttachSocket, Deliver, Detach, DetachSocket, HostedSession, Relayed, SocketHandle,
@@ -92,15 +96,23 @@ pub struct WsSession {
     /// Whether the session ends with the socket (the client closed with 1000, or the server
     /// is shutting down) rather than waiting for a reconnect.
     ends_with_socket: bool,
-    /// A resuming connection: what its own credential grants, handed to the hosted session
-    /// when the socket attaches (its messages are served with the narrower of that and the
-    /// session's). Boxed, as the record below: most connections have neither, and every
-    /// connection's actor carries the field (see `Session`'s `occasional`).
-    resume_access: Option<Box<Access>>,
+    /// A resuming connection: what it hands the hosted session when the socket attaches.
+    /// Boxed, as the record below: most connections have neither, and every connection's
+    /// actor carries the field (see `Session`'s `occasional`).
+    resume: Option<Box<Resume>>,
     /// With sessions in Redis (and resumption on), for its own session: the record another
     /// node takes the session up from if this one dies. It goes with the session when the
     /// session is parked.
     record: Option<Box<SocketRecord>>,
+}
+
+/// What a resuming connection tells the session it resumes.
+struct Resume {
+    /// What its own credential grants: its messages are served with the narrower of that
+    /// and the session's.
+    access: Access,
+    /// The ids its client says it has no answer for (`Mcp-Awaiting-Ids`), if it said.
+    awaiting: Option<Awaited>,
 }
 
 /// Where this connection's session is.
@@ -147,15 +159,16 @@ impl WsSession {
 
     /// A connection resuming the session hosted by `hosted`, with a credential that grants
     /// `access` (its requests get no more than that, nor than the session's own credential
-    /// grants).
+    /// grants), from a client that awaits the answers of `awaiting` if it said so.
     pub fn resume(
         shared: Arc<Shared>,
         directory: (Arc<HostedSessions>, Arc<Sockets>),
         hosted: Addr<HostedSession>,
         access: Access,
+        awaiting: Option<Awaited>,
     ) -> Self {
         let mut socket = Self::with_core(shared, directory, (Core::Relay(hosted), None));
-        socket.resume_access = Some(Box::new(access));
+        socket.resume = Some(Box::new(Resume { access, awaiting }));
         socket
     }
 
@@ -200,7 +213,7 @@ impl WsSession {
             quiet_close_armed: false,
             close_sent: false,
             ends_with_socket: false,
-            resume_access: None,
+            resume: None,
             record,
             shared,
         }
@@ -408,13 +421,13 @@ impl Actor for WsSession {
                 }
             }
             Core::Relay(hosted) => {
+                let resume = self.resume.take().map(|resume| *resume);
+                let (access, awaiting) =
+                    resume.map_or_else(Default::default, |r| (r.access, r.awaiting));
                 let attach = hosted.send(AttachSocket {
                     socket: SocketHandle::of(&ctx.address()),
-                    access: self
-                        .resume_access
-                        .take()
-                        .map(|access| *access)
-                        .unwrap_or_default(),
+                    access,
+                    awaiting,
                 });
                 ctx.wait(attach.into_actor(self).map(|attached, session, ctx| {
                     if !matches!(attached, Ok(true)) {
@@ -588,6 +601,7 @@ pub async fn upgrade(
     let session = match resumed_session_id(&req) {
         // A resumed session keeps what it negotiated; a version offer is only checked.
         Some(id) => {
+            let awaiting = Awaited::of(&req)?;
             let owner = Owner::of(&admission.identity);
             let hosted = match claim_session(&directory, &id, &owner).await {
                 Err(Refusal::SessionNotFound) if shared.settings.sessions_in_redis() => {
@@ -595,7 +609,13 @@ pub async fn upgrade(
                 }
                 claimed => claimed?,
             };
-            WsSession::resume(shared.clone(), directory, hosted, admission.access)
+            WsSession::resume(
+                shared.clone(),
+                directory,
+                hosted,
+                admission.access,
+                awaiting,
+            )
         }
         None => {
             let slot = shared.open_new_session(&admission)?;

@@ -10,6 +10,10 @@
 //! - past the grace, or when it missed more than `sessions.resume_buffer_messages`, the
 //!   session ends and its work is cancelled; a normal close (1000) ends it at once; an unknown
 //!   id is refused (404);
+//! - a resuming client may list the ids it has no answer for (`Mcp-Awaiting-Ids`): each one
+//!   the session neither runs nor kept an answer for is answered -32031 `connectionLost`
+//!   (it or its answer was lost with the connection), and nothing else is answered twice; a
+//!   header that is not such a list is refused (400);
 //! - parked sessions yield: when a connected client needs a pool slot and none is free, the
 //!   work in flight of a parked session is stopped first and answered -32004 (`reclaimed`)
 //!   on resume; a resumed session is a live one again.
@@ -41,10 +45,20 @@ async fn reconnect(
     header: &'static str,
     value: &str,
 ) -> Result<(Client, Option<String>), u16> {
+    reconnect_with(server, &[(header, value)]).await
+}
+
+/// Upgrades with `headers`; `Ok(client)` or `Err(status)`.
+async fn reconnect_with(
+    server: &RunningServer,
+    headers: &[(&'static str, &str)],
+) -> Result<(Client, Option<String>), u16> {
     let mut request = server.url().into_client_request().expect("request");
-    request
-        .headers_mut()
-        .insert(header, HeaderValue::from_str(value).expect("value"));
+    for (header, value) in headers {
+        request
+            .headers_mut()
+            .insert(*header, HeaderValue::from_str(value).expect("value"));
+    }
     match tokio_tungstenite::connect_async(request).await {
         Ok((ws, response)) => {
             let protocol = response
@@ -308,4 +322,81 @@ async fn a_resumed_session_no_longer_yields() {
     assert_eq!(result_text(&answer, &json!("a")), "released");
     let answer = other.recv().await;
     assert_eq!(result_text(&answer, &json!("o")), "released");
+}
+
+/// A resuming client that lists the ids it awaits gets exactly one answer for each: the one
+/// kept while no socket was attached, in its turn the one still running, and -32031
+/// `connectionLost` for a request the session never had (it was lost with the connection;
+/// without the header, its client would wait for it forever). A request whose answer the
+/// client had is not awaited, and not answered again.
+#[tokio::test]
+async fn a_resuming_client_that_says_what_it_awaits_gets_one_answer_for_each() {
+    let (server, gate) = start_with_gate(resume_settings(30_000));
+    let (mut client, id) = session(&server).await;
+    let echo = client.call_tool("echo", json!({"text": "had"})).await;
+    assert_eq!(echo["result"]["content"][0]["text"], "had");
+    client.send_json(hold_call(json!("running"))).await;
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":"kept","method":"tools/call",
+            "params":{"name":"sleep","arguments":{"ms":200}}}))
+        .await;
+    wait_metric(&server, "mcp_pool_running", 2).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    // The sleep answers while no socket is attached: its answer is kept.
+    wait_metric(&server, "mcp_pool_running", 1).await;
+
+    let awaiting = r#"["running", "kept", "lost"]"#;
+    let (mut client, _) = reconnect_with(
+        &server,
+        &[("Mcp-Session-Id", &id), ("Mcp-Awaiting-Ids", awaiting)],
+    )
+    .await
+    .expect("resumed");
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":"ping","method":"ping"}))
+        .await;
+    let mut before_ping = Vec::new();
+    loop {
+        let message = client.recv().await;
+        if message["id"] == "ping" {
+            break;
+        }
+        before_ping.push(message);
+    }
+    assert_eq!(before_ping.len(), 2, "{before_ping:?}");
+    assert_eq!(before_ping[0]["id"], "lost", "{before_ping:?}");
+    assert_eq!(before_ping[0]["error"]["code"], -32031);
+    assert_eq!(before_ping[0]["error"]["data"]["reason"], "connectionLost");
+    assert_eq!(
+        assert_result(&before_ping[1], &json!("kept"))["content"][0]["text"],
+        "slept 200 ms"
+    );
+    gate.add_permits(1);
+    let running = client.recv_response(&json!("running")).await;
+    assert_result(&running, &json!("running"));
+    client.expect_nothing_pending().await;
+}
+
+/// `Mcp-Awaiting-Ids` that is not a JSON array of ids is refused (400), and the session is
+/// still there to resume.
+#[tokio::test]
+async fn a_resume_whose_awaited_ids_are_not_a_list_of_ids_is_refused() {
+    let server = start(resume_settings(30_000));
+    let (client, id) = session(&server).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    for bad in ["[null]", "{\"id\": 1}", "[1,", "7"] {
+        let refused = reconnect_with(
+            &server,
+            &[("Mcp-Session-Id", &id), ("Mcp-Awaiting-Ids", bad)],
+        )
+        .await;
+        assert_eq!(refused.err(), Some(400), "{bad}");
+    }
+    let mut client = resume(&server, &id).await;
+    let echo = client
+        .call_tool("echo", json!({"text": "still here"}))
+        .await;
+    assert_eq!(echo["result"]["content"][0]["text"], "still here");
 }

@@ -592,8 +592,116 @@ async fn a_websocket_session_resumed_after_its_node_died_gets_one_answer_per_req
     assert_eq!(lost_on_resume(&mut resumed).await, [9, 12]);
 }
 
+/// The client's word closes the record's 20 ms window, both ways. Node A dies with request
+/// 9 long in its record, and request 10 sent a moment before (too young to be listed), so
+/// the record cannot name 10. A client resuming on node B with `Mcp-Awaiting-Ids: [9, 10]`
+/// gets one -32031 `nodeLost` for each. Without the header it would get none for 10 and
+/// wait forever.
+#[tokio::test]
+async fn a_request_sent_just_before_its_node_died_is_answered_when_its_client_awaits_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut a = start_node(dir.path(), "node-a", &redis);
+    let b = start_node(dir.path(), "node-b", &redis);
+    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+    let (mut client, resume_id) = resumable_session(a_addr).await;
+    start_sleep(&mut client, 9, 60_000).await;
+    // Far more than the 20 ms after which a request is recorded.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    start_sleep(&mut client, 10, 60_000).await;
+    a.kill();
+
+    let mut resumed = resume_websocket_awaiting(b_addr, &resume_id, Some("[9, 10]")).await;
+    assert_eq!(lost_on_resume(&mut resumed).await, [9, 10]);
+}
+
+/// The other half of the window: a request answered on the socket within 20 ms of its
+/// node's death is still listed in the record, so without the client's word the node that
+/// takes the session up answers it a second time. The test puts back the record node A
+/// wrote while request 10 ran, after its answer and A's death: the state a death within
+/// those 20 ms leaves, made certain. Session one resumes on node B without the header and
+/// gets the second answer for 10 (the gap); session two says it awaits only 9 and gets
+/// exactly that.
+#[tokio::test]
+async fn a_request_answered_just_before_its_node_died_is_not_answered_again_when_its_client_says_so(
+) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut a = start_node(dir.path(), "node-a", &redis);
+    let b = start_node(dir.path(), "node-b", &redis);
+    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let (mut client, resume_id) = resumable_session(a_addr).await;
+        start_sleep(&mut client, 9, 60_000).await;
+        start_sleep(&mut client, 10, 400).await;
+        let listed = record_listing(&redis, &resume_id, &[9, 10]).await;
+        let answered = client.recv_response(&serde_json::json!(10)).await;
+        assert!(answered.get("result").is_some(), "{answered}");
+        sessions.push((client, resume_id, listed));
+    }
+    a.kill();
+    let mut connection = redis.connection().expect("redis answers");
+    for (_, _, (key, record)) in &sessions {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(record)
+            .arg("PX")
+            .arg(600_000)
+            .query(&mut connection)
+            .expect("SET");
+    }
+
+    let mut unsaid = resume_websocket_awaiting(b_addr, &sessions[0].1, None).await;
+    assert_eq!(lost_on_resume(&mut unsaid).await, [9, 10]);
+    let mut said = resume_websocket_awaiting(b_addr, &sessions[1].1, Some("[9]")).await;
+    assert_eq!(lost_on_resume(&mut said).await, [9]);
+}
+
+/// Waits until the record of session `resume_id` in Redis lists exactly the requests `ids`
+/// as in flight; its key and text.
+async fn record_listing(redis: &RedisServer, resume_id: &str, ids: &[i64]) -> (String, String) {
+    let mut connection = redis.connection().expect("redis answers");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let key = redis
+            .keys("*session:*")
+            .into_iter()
+            .find(|key| key.contains(resume_id));
+        if let Some(key) = key {
+            let text: Option<String> = redis::cmd("GET")
+                .arg(&key)
+                .query(&mut connection)
+                .expect("GET");
+            if let Some(text) = text {
+                let record: Value = serde_json::from_str(&text).expect("a JSON record");
+                let mut listed: Vec<i64> = record["in_flight"]
+                    .as_array()
+                    .map(|ids| ids.iter().filter_map(Value::as_i64).collect())
+                    .unwrap_or_default();
+                listed.sort_unstable();
+                if listed == ids {
+                    return (key, text);
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "the record never listed {ids:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A WebSocket connection to `addr` resuming the session `resume_id`.
 async fn resume_websocket(addr: SocketAddr, resume_id: &str) -> crate::support::Client {
+    resume_websocket_awaiting(addr, resume_id, None).await
+}
+
+/// A WebSocket connection to `addr` resuming the session `resume_id`, saying which request
+/// ids it awaits (`Mcp-Awaiting-Ids`, a JSON array) if `awaiting` is given.
+async fn resume_websocket_awaiting(
+    addr: SocketAddr,
+    resume_id: &str,
+    awaiting: Option<&str>,
+) -> crate::support::Client {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let mut request = format!("ws://{addr}/mcp")
         .into_client_request()
@@ -601,6 +709,11 @@ async fn resume_websocket(addr: SocketAddr, resume_id: &str) -> crate::support::
     request
         .headers_mut()
         .insert("Mcp-Session-Id", resume_id.parse().expect("header"));
+    if let Some(awaiting) = awaiting {
+        request
+            .headers_mut()
+            .insert("Mcp-Awaiting-Ids", awaiting.parse().expect("header"));
+    }
     request
         .headers_mut()
         .insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));

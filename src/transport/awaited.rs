@@ -1,0 +1,229 @@
+//! What a client resuming a WebSocket session says it is still waiting for, and the answers a
+//! resume owes it.
+//!
+//! Without it, the node a session resumes on knows only what the session itself kept: the
+//! requests still running, the answers kept while no socket was attached, and (taken up
+//! from a dead node) the requests that node's record listed. That misses a request begun
+//! within the record's 20 ms before the node died (no answer ever), lists one answered within
+//! them (a second answer), and on any node misses an answer that was sent on the dropped
+//! connection but never arrived. No order of writes closes these: only the client knows
+//! what it got. So a resuming client may say so: [`HEADER`] (`Mcp-Awaiting-Ids`) on the
+//! upgrade, a JSON array of the ids of its requests it has no answer for. Each of those the
+//! session neither runs nor holds an answer for is answered -32031 as the socket attaches,
+//! and nothing else is: every awaited request gets exactly one answer, and no other request
+//! a second one.
+
+use crate::perimeter::Refusal;
+use crate::protocol::jsonrpc::RequestId;
+use actix_web::HttpRequest;
+use serde_json::value::RawValue;
+use std::collections::HashSet;
+
+/// The upgrade header a resuming client lists its unanswered request ids in.
+pub const HEADER: &str = "mcp-awaiting-ids";
+
+/// Most ids the header may list. Far more than a session may have in flight
+/// (`limits.max_in_flight_per_session`), so that a client whose refusals were lost too can
+/// list them, and few enough that a resume's work stays small.
+pub const MAX_IDS: usize = 1024;
+
+/// The code of the error a request gets when its answer was lost with its node or its
+/// connection: retry it.
+pub const NODE_LOST: i64 = -32031;
+
+/// Why a request's answer was lost, in the error's `data.reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// The node running it died (sessions in Redis: it was taken up on another node).
+    Node,
+    /// The session's node is alive, but the request or its answer was lost with the
+    /// connection that dropped.
+    Connection,
+}
+
+impl Lost {
+    fn reason(self) -> &'static str {
+        match self {
+            Self::Node => "nodeLost",
+            Self::Connection => "connectionLost",
+        }
+    }
+}
+
+/// The ids a resuming client awaits, as it wrote them.
+pub struct Awaited(Vec<RequestId>);
+
+impl Awaited {
+    /// The [`HEADER`] of `req`, if it has one.
+    ///
+    /// # Errors
+    /// [`Refusal::BadAwaitingIds`] when it is not a JSON array of at most [`MAX_IDS`]
+    /// strings and numbers.
+    pub fn of(req: &HttpRequest) -> Result<Option<Self>, Refusal> {
+        let Some(value) = req.headers().get(HEADER) else {
+            return Ok(None);
+        };
+        let text = value.to_str().map_err(|_| Refusal::BadAwaitingIds)?;
+        let raw: Vec<&RawValue> =
+            serde_json::from_str(text).map_err(|_| Refusal::BadAwaitingIds)?;
+        if raw.len() > MAX_IDS {
+            return Err(Refusal::BadAwaitingIds);
+        }
+        raw.into_iter()
+            .map(RequestId::from_raw)
+            .collect::<Option<Vec<_>>>()
+            .map(|ids| Some(Self(ids)))
+            .ok_or(Refusal::BadAwaitingIds)
+    }
+
+    /// The answers a resume owes: -32031 (`lost`) for each awaited id, once, that is not
+    /// among `answered` (the ids of requests still running and of answers about to be
+    /// delivered). Ids are compared as JSON values (`1.0` is not `1`, but `"\u0061"` is
+    /// `"a"`); each answer carries the id as the client wrote it.
+    pub fn owed<'a>(&self, answered: impl IntoIterator<Item = &'a str>, lost: Lost) -> Vec<String> {
+        let mut settled: HashSet<String> = answered.into_iter().filter_map(canonical).collect();
+        self.0
+            .iter()
+            .filter(|id| canonical(id.as_json()).is_some_and(|id| settled.insert(id)))
+            .map(|id| lost_answer(id.as_json(), lost))
+            .collect()
+    }
+}
+
+/// The id of a JSON-RPC response in `frame` (a message with an `id` and no `method`).
+pub fn answer_id(frame: &str) -> Option<&str> {
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        id: Option<&'a RawValue>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let message: Message<'_> = serde_json::from_str(frame).ok()?;
+    match message {
+        Message {
+            id: Some(id),
+            method: None,
+        } => Some(id.get()),
+        _ => None,
+    }
+}
+
+/// The -32031 answer to the request `id` (its JSON text), whose answer was lost.
+pub fn lost_answer(id: &str, lost: Lost) -> String {
+    let message = match lost {
+        Lost::Node => {
+            "The node running this request was lost: retry it (a tools/call with its \
+             idempotency key that finished there is answered, not run again)"
+        }
+        Lost::Connection => {
+            "This request or its answer was lost with the connection: retry it (a tools/call \
+             with its idempotency key that finished is answered, not run again)"
+        }
+    };
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{NODE_LOST},"message":"{message}","data":{{"reason":"{}"}}}}}}"#,
+        lost.reason()
+    )
+}
+
+/// An id's JSON text in one spelling, so that ids written differently compare equal.
+fn canonical(id: &str) -> Option<String> {
+    serde_json::from_str::<serde_json::Value>(id)
+        .ok()
+        .map(|id| id.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::test::TestRequest;
+
+    fn awaited(header: &str) -> Result<Option<Awaited>, Refusal> {
+        Awaited::of(
+            &TestRequest::default()
+                .insert_header((HEADER, header))
+                .to_http_request(),
+        )
+    }
+
+    #[test]
+    fn the_header_is_a_json_array_of_ids() {
+        assert!(Awaited::of(&TestRequest::default().to_http_request())
+            .expect("no header is fine")
+            .is_none());
+        let ids = awaited(r#"[1, "a", 2.50]"#)
+            .expect("valid")
+            .expect("present");
+        let texts: Vec<&str> = ids.0.iter().map(RequestId::as_json).collect();
+        assert_eq!(texts, ["1", r#""a""#, "2.50"]);
+        for bad in ["1", "[null]", "[true]", "[[1]]", "{}", "[1,", ""] {
+            assert!(
+                matches!(awaited(bad), Err(Refusal::BadAwaitingIds)),
+                "{bad:?} is refused"
+            );
+        }
+        let many = format!("[{}]", vec!["1"; MAX_IDS + 1].join(","));
+        assert!(matches!(awaited(&many), Err(Refusal::BadAwaitingIds)));
+        let most = format!("[{}]", vec!["1"; MAX_IDS].join(","));
+        assert!(awaited(&most).is_ok());
+        let refusal = Refusal::BadAwaitingIds.to_string();
+        assert!(
+            refusal.contains(&format!("at most {MAX_IDS} ")),
+            "{refusal}"
+        );
+    }
+
+    #[test]
+    fn a_resume_owes_each_awaited_id_not_answered_one_answer() {
+        let ids = awaited(r#"[1, "a", 3, 3, "\u0062", 4]"#)
+            .expect("valid")
+            .expect("present");
+        let owed = ids.owed(["1", r#""b""#, "7"], Lost::Connection);
+        let owed: Vec<serde_json::Value> = owed
+            .iter()
+            .map(|frame| serde_json::from_str(frame).expect("JSON"))
+            .collect();
+        let ids: Vec<&serde_json::Value> = owed.iter().map(|answer| &answer["id"]).collect();
+        assert_eq!(
+            ids,
+            [
+                &serde_json::json!("a"),
+                &serde_json::json!(3),
+                &serde_json::json!(4)
+            ]
+        );
+        for answer in &owed {
+            assert_eq!(answer["error"]["code"], NODE_LOST);
+            assert_eq!(answer["error"]["data"]["reason"], "connectionLost");
+        }
+    }
+
+    #[test]
+    fn a_lost_answer_keeps_the_id_as_written() {
+        let answer = lost_answer("1.50", Lost::Node);
+        assert!(answer.contains(r#""id":1.50,"#), "{answer}");
+        let answer: serde_json::Value = serde_json::from_str(&answer).expect("JSON");
+        assert_eq!(answer["jsonrpc"], "2.0");
+        assert_eq!(answer["error"]["data"]["reason"], "nodeLost");
+    }
+
+    #[test]
+    fn only_responses_have_an_answer_id() {
+        assert_eq!(
+            answer_id(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#),
+            Some("7")
+        );
+        assert_eq!(
+            answer_id(r#"{"jsonrpc":"2.0","id":"x","error":{"code":1,"message":""}}"#),
+            Some(r#""x""#)
+        );
+        assert_eq!(
+            answer_id(r#"{"jsonrpc":"2.0","id":1,"method":"roots/list"}"#),
+            None
+        );
+        assert_eq!(
+            answer_id(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
+            None
+        );
+    }
+}
