@@ -31,7 +31,7 @@ use mcp_ws::testing::jsonrpc::{
 use mcp_ws::testing::mcp::CallToolParams;
 use mcp_ws::testing::memory::{ClientFrame, MemorySession};
 use mcp_ws::testing::shared::Shared;
-use mcp_ws::testing::{Job, PoolShare, RequestWorker};
+use mcp_ws::testing::{Job, PoolShare, RequestWorker, Work};
 use mcp_ws::{RequestContext, Server, Settings};
 use serde_json::value::RawValue;
 use std::future::poll_fn;
@@ -161,7 +161,7 @@ fn worker(c: &mut Criterion) {
         id: id.clone(),
         // The session reads the clock when a request arrives; the worker reuses that read.
         received: Instant::now(),
-        work: Box::new(|_id, _ctx: RequestContext| Box::pin(echo_work())),
+        work: Work::new(|_id, _ctx: RequestContext| Box::pin(echo_work())),
         timeout: Duration::from_secs(60),
         wants_progress: false,
         trace_id: None,

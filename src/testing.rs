@@ -10,4 +10,4 @@ pub use crate::perimeter::Admission;
 pub use crate::protocol::{jsonrpc, mcp};
 pub use crate::session::shared;
 pub use crate::transport::memory;
-pub use crate::worker::{Job, PoolShare, RequestWorker};
+pub use crate::worker::{Job, PoolShare, RequestWorker, Work};

@@ -222,7 +222,7 @@ impl Passed {
             return work;
         };
         let cluster = cluster.clone();
-        Box::new(move |id, ctx| {
+        Work::new(move |id, ctx| {
             Box::pin(async move {
                 let lifetime = Duration::from_millis(2 * cluster.settings.signatures.max_skew_ms);
                 if let Some(redis) = cluster.store.redis() {
@@ -233,7 +233,7 @@ impl Passed {
                         });
                     }
                 }
-                work(id, ctx).await
+                work.start(id, ctx).await
             })
         })
     }

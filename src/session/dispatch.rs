@@ -26,7 +26,7 @@ use crate::resource::{CompletionRequest, ResourceError};
 use crate::tool::Arguments;
 use crate::tool::{TaskSupport, ToolError};
 use crate::worker::OnInput;
-use crate::worker::{Job, RequestWorker, Work};
+use crate::worker::{Job, Outcome, RequestWorker, ToolCall, Work};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -460,23 +460,19 @@ impl Session {
             self.task_call(&mut era, handler, arguments, trace_id.clone(), task_support)?
         } else if era.stateless {
             let shared = self.shared.clone();
-            Box::new(move |id, ctx| {
+            Work::new(move |id, ctx| {
                 Box::pin(async move {
                     let outcome = handler.call(arguments, ctx).await;
                     stateless_call_answer(&shared, &id, outcome, version, size_hint)
                 })
             })
         } else {
-            Box::new(move |id, ctx| {
-                Box::pin(async move {
-                    let result = match handler.call(arguments, ctx).await {
-                        Ok(result) => result,
-                        Err(ToolError::Rpc(error)) => return Err(error.into()),
-                        Err(e) => e.into_result(),
-                    };
-                    encode_result_with(&id, &ForVersion(&result, version), size_hint)
-                        .map_err(|_| Error::Internal)
-                })
+            Work::ToolCall(ToolCall {
+                handler,
+                arguments,
+                answer: session_call_answer,
+                version,
+                size_hint,
             })
         };
         Ok(WorkerJob {
@@ -514,7 +510,7 @@ impl Session {
                     required: crate::protocol::mcp::required_tasks_extension(),
                 });
             }
-            return Ok(Box::new(move |id, ctx| {
+            return Ok(Work::new(move |id, ctx| {
                 Box::pin(async move {
                     let outcome = handler.call(arguments, ctx).await;
                     stateless_call_answer(&shared, &id, outcome, version, 128)
@@ -529,7 +525,7 @@ impl Session {
         let on_input = era.on_input.take();
         let info = era.info.clone();
         let asks = Rc::new(crate::context::TaskAsks::new(rounds));
-        Ok(Box::new(move |id, _ctx| {
+        Ok(Work::new(move |id, _ctx| {
             Box::pin(async move {
                 let call = TaskCall {
                     cluster: shared.cluster.clone(),
@@ -613,7 +609,7 @@ impl Session {
                 self.cache_hints(self.shared.settings.cache.read_ttl_ms),
             )
         });
-        let work: Work = Box::new(move |id, ctx| {
+        let work = Work::new(move |id, ctx| {
             Box::pin(async move {
                 let read = match target {
                     ResourceTarget::Fixed(resource) => resource.reader.read(&uri, ctx).await,
@@ -695,7 +691,7 @@ impl Session {
         let arguments = p.arguments;
         let version = era.info.protocol_version;
         let shared = era.stateless.then(|| self.shared.clone());
-        let work: Work = Box::new(move |id, ctx| {
+        let work = Work::new(move |id, ctx| {
             Box::pin(async move {
                 let rendered =
                     prompt
@@ -791,7 +787,7 @@ impl Session {
             context: p.context.map(|c| c.arguments).unwrap_or_default(),
         };
         let era = self.request_era(era, None)?;
-        let work: Work = Box::new(move |id, ctx| {
+        let work = Work::new(move |id, ctx| {
             Box::pin(async move {
                 let values = completer.complete(request, ctx).await;
                 Ok(encode_result(&id, &answer(Completion::new(values))))
@@ -895,6 +891,22 @@ impl Session {
             .observe(self.in_flight.len() as u64);
         Ok(())
     }
+}
+
+/// The answer to a session-era `tools/call`: the tool's result (an `isError` one for a
+/// failed tool), or the JSON-RPC error a tool passed on.
+fn session_call_answer(
+    id: &RequestId,
+    outcome: Result<crate::model::CallToolResult, ToolError>,
+    version: ProtocolVersion,
+    size_hint: usize,
+) -> Outcome {
+    let result = match outcome {
+        Ok(result) => result,
+        Err(ToolError::Rpc(error)) => return Err(error.into()),
+        Err(e) => e.into_result(),
+    };
+    encode_result_with(id, &ForVersion(&result, version), size_hint).map_err(|_| Error::Internal)
 }
 
 /// The answer to a 2026-07-28 `tools/call`: the tool's result (an `isError` one for a

@@ -463,7 +463,7 @@ impl Session {
         let owner = stateless.info.identity.principal().to_owned();
         let shared = self.shared.clone();
         let task_id = p.task_id;
-        let work: crate::worker::Work = Box::new(move |id, _ctx| {
+        let work = crate::worker::Work::new(move |id, _ctx| {
             Box::pin(async move {
                 let result = match method {
                     Method::TasksGet => {

@@ -14,6 +14,10 @@
 //! touches the socket; its session decides what to write (and drops whatever arrives for a
 //! request no longer in flight).
 
+mod work;
+
+pub use work::{Outcome, ToolCall, Work};
+
 use crate::config::Settings;
 use crate::context::{
     Ask, CancelFlag, ContextParts, Deadline, Input, LogFloor, RequestContext, Rounds, SessionInfo,
@@ -24,7 +28,7 @@ use crate::observe::metrics::Metrics;
 use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::mcp::Error;
 use actix::prelude::*;
-use futures_util::future::{poll_immediate, LocalBoxFuture};
+use futures_util::future::poll_immediate;
 use futures_util::FutureExt;
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -37,14 +41,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit, TryAcquireError};
 use tracing::Instrument;
-
-/// The work a worker runs: given the request's id and context, the encoded response frame
-/// (serialized straight into the frame, see `jsonrpc::encode_result_with`) or an error.
-/// Boxed, the closure and the future it makes: each method's work is a type of its own,
-/// held in one `WorkerJob`, and it runs after the frame it came from is gone (two of a
-/// call's allocations; benches/README.md, "What a request allocates").
-pub type Work =
-    Box<dyn FnOnce(RequestId, RequestContext) -> LocalBoxFuture<'static, Result<String, Error>>>;
 
 /// Answers a 2026-07-28 request that asked the client for something it has no answer to:
 /// given the request's id and the asks, the `InputRequiredResult` frame.
@@ -416,7 +412,7 @@ fn execute(job: Job, cancel: CancelFlag) -> impl Future<Output = Result<String, 
             log_budget: LineBudget::new(limits.log_lines_per_second, limits.log_lines_burst),
         });
         let clock = ctx.clone();
-        let mut work = AssertUnwindSafe(work(id.clone(), ctx)).catch_unwind();
+        let mut work = AssertUnwindSafe(work.start(id.clone(), ctx)).catch_unwind();
         // Work that is ready at once never arms the deadline's timer.
         let ended = match poll_immediate(&mut work).await {
             Some(outcome) => Ended::Done(outcome),

@@ -144,7 +144,7 @@ impl Idempotency {
 
     /// Wraps a request's work: it runs only if it is the first of its key.
     pub(crate) fn wrap(self, cluster: Arc<Cluster>, work: Work) -> Work {
-        Box::new(move |id, ctx| Box::pin(run(cluster, self, id, ctx, work)))
+        Work::new(move |id, ctx| Box::pin(run(cluster, self, id, ctx, work)))
     }
 }
 
@@ -272,7 +272,7 @@ async fn run(
                     owner,
                     backend,
                 );
-                let outcome = work(id.clone(), ctx).await;
+                let outcome = work.start(id.clone(), ctx).await;
                 lease.settle(&outcome, &id, window).await;
                 return outcome;
             }
