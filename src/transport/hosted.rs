@@ -142,14 +142,27 @@ pub struct AttachSocket {
     pub awaiting: Option<Awaited>,
 }
 
-/// A resumed session's socket is gone; `end_session` when its client closed normally.
+/// A resumed session's socket is gone.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct DetachSocket {
     /// The socket that went.
     pub socket: SocketHandle,
-    /// Whether the session ends with it.
-    pub end_session: bool,
+    /// Whether the session ends with it, and why.
+    pub ending: Ending,
+}
+
+/// Whether a WebSocket session ends with its socket rather than waiting for a reconnect, and
+/// why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// It waits for a reconnect (the socket dropped, or closed with anything but 1000).
+    Resumable,
+    /// It ends on this node: the server is shutting down (with sessions in Redis its record
+    /// is kept, for a resume on another node), or the connection's credential expired.
+    Here,
+    /// Its client closed it (1000): it ended for good, even while the server shuts down.
+    ByClient,
 }
 
 /// A text message from a resumed session's socket.
@@ -537,7 +550,7 @@ impl HostedSession {
         if let Some(record) = self.socket_record.take() {
             // Before the cancel: during a shutdown, what runs here is listed for the node
             // the client may resume the session on.
-            record.end(&self.core, self.is_parked());
+            record.end(&self.core, self.is_parked(), false);
         }
         self.core.cancel_all(&mut self.out);
         match &mut self.out {
@@ -918,10 +931,15 @@ impl Handler<DetachSocket> for HostedSession {
             return;
         }
         out.socket = None;
-        if detach.end_session {
-            self.end(ctx, "closed by the client");
-        } else {
-            self.wait_for_socket(ctx);
+        match detach.ending {
+            Ending::Resumable => self.wait_for_socket(ctx),
+            Ending::Here => self.end(ctx, "ended with its socket"),
+            Ending::ByClient => {
+                if let Some(record) = self.socket_record.take() {
+                    record.end(&self.core, self.is_parked(), true);
+                }
+                self.end(ctx, "closed by the client");
+            }
         }
     }
 }

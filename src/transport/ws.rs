@@ -34,7 +34,7 @@
 use super::awaited::Awaited;
 use super::frames::{Inbound, Reader, Refused};
 use super::hosted::{
-    AttachSocket, Deliver, Detach, DetachSocket, HostedSession, Relayed, SocketHandle,
+    AttachSocket, Deliver, Detach, DetachSocket, Ending, HostedSession, Relayed, SocketHandle,
     DRAINED_QUIET,
 };
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
@@ -93,9 +93,8 @@ pub struct WsSession {
     quiet_close_armed: bool,
     /// Whether the close frame went out: the connection only waits for the client's reply.
     close_sent: bool,
-    /// Whether the session ends with the socket (the client closed with 1000, or the server
-    /// is shutting down) rather than waiting for a reconnect.
-    ends_with_socket: bool,
+    /// Whether the session ends with the socket rather than waiting for a reconnect, and why.
+    ending: Ending,
     /// A resuming connection: what it hands the hosted session when the socket attaches.
     /// Boxed, as the record below: most connections have neither, and every connection's
     /// actor carries the field (see `Session`'s `occasional`).
@@ -190,7 +189,7 @@ impl WsSession {
         // A session of this connection ends, its requests answered; a resumed one, hosted
         // elsewhere, waits for a reconnect with a fresh credential, its requests kept for it.
         if let Core::Local { session, .. } = &mut self.core {
-            self.ends_with_socket = true;
+            self.ending = Ending::Here;
             session.answer_all_with(&Error::CredentialExpired, ctx);
         }
         self.close(ctx, CloseCode::Policy, "credential expired");
@@ -212,7 +211,7 @@ impl WsSession {
             last_heard_while_closing: Instant::now(),
             quiet_close_armed: false,
             close_sent: false,
-            ends_with_socket: false,
+            ending: Ending::Resumable,
             resume: None,
             record,
             shared,
@@ -352,7 +351,7 @@ impl WsSession {
         };
         self.sockets.forget(&id);
         let grace = Duration::from_millis(self.shared.settings.sessions.resume_grace_ms);
-        if self.ends_with_socket
+        if self.ending != Ending::Resumable
             || !session.is_initialized()
             || grace.is_zero()
             || self.shared.is_draining()
@@ -360,8 +359,8 @@ impl WsSession {
             let mut session = session;
             if let Some(record) = self.record.take() {
                 // Before the cancel: during a shutdown, what runs here is listed for the
-                // node the client may resume the session on.
-                record.end(&session, false);
+                // node the client may resume the session on (unless the client ended it).
+                record.end(&session, false, self.ending == Ending::ByClient);
             }
             // A closed connection cancels all its workers, which returns their pool permits.
             session.cancel_all(ctx);
@@ -458,7 +457,7 @@ impl Actor for WsSession {
             }
             Core::Relay(hosted) => hosted.do_send(DetachSocket {
                 socket: SocketHandle::of(&ctx.address()),
-                end_session: self.ends_with_socket,
+                ending: self.ending,
             }),
             Core::Gone => {}
         }
@@ -483,9 +482,12 @@ impl StreamHandler<Result<Inbound, Refused>> for WsSession {
                     // The reply to our shutdown close: the handshake is complete.
                     return ctx.stop();
                 }
-                // A client that closes normally is done with its session; any other close
-                // (going away, an error) may be followed by a reconnect.
-                self.ends_with_socket = reason.as_ref().is_none_or(|r| r.code == CloseCode::Normal);
+                // A client that closes normally is done with its session, even while the
+                // server shuts down; any other close (going away, an error) may be followed
+                // by a reconnect.
+                if reason.as_ref().is_none_or(|r| r.code == CloseCode::Normal) {
+                    self.ending = Ending::ByClient;
+                }
                 ctx.close(reason);
                 ctx.stop();
             }
@@ -510,7 +512,7 @@ impl Handler<Shutdown> for WsSession {
             return;
         }
         self.closing = true;
-        self.ends_with_socket = true;
+        self.ending = Ending::Here;
         if let Core::Local { session, .. } = &mut self.core {
             session.begin_drain(ctx);
         }

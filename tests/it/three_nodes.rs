@@ -861,6 +861,80 @@ async fn lost_on_resume(client: &mut crate::support::Client) -> Vec<i64> {
     lost
 }
 
+/// A client that closes its WebSocket session (1000) while its node shuts down has ended
+/// it: its record is deleted rather than kept for a resume elsewhere, as the record of a
+/// session the shutdown ended is (the test above), and a resume on another node is refused
+/// (404).
+#[tokio::test]
+async fn a_websocket_session_its_client_closes_during_a_shutdown_ends_for_good() {
+    closed_by_its_client_during_a_shutdown(false).await;
+}
+
+/// The same for a session on its second connection (hosted apart from the socket, which
+/// relays to it).
+#[tokio::test]
+async fn a_resumed_websocket_session_its_client_closes_during_a_shutdown_ends_for_good() {
+    closed_by_its_client_during_a_shutdown(true).await;
+}
+
+async fn closed_by_its_client_during_a_shutdown(resumed: bool) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut a = start_node_with(
+        dir.path(),
+        "node-a",
+        &redis.url(),
+        "[shutdown]\ngrace_ms = 5000\n",
+    );
+    let b = start_node(dir.path(), "node-b", &redis);
+    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+    let (mut client, resume_id) = resumable_session(a_addr).await;
+    // A request in flight holds the session open through the shutdown's grace.
+    start_sleep(&mut client, 9, 60_000).await;
+    let (key, _) = record_listing(&redis, &resume_id, &[9]).await;
+    if resumed {
+        // Dropped without a close: parked, then resumed on the same node.
+        drop(client);
+        client = resume_websocket(a_addr, &resume_id).await;
+    }
+    a.terminate();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !a.stderr_text().contains("shutting down") {
+        assert!(Instant::now() < deadline, "node A never began its shutdown");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    client.hang_up().await;
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.keys("*session:*").contains(&key) {
+        assert!(
+            Instant::now() < deadline,
+            "the record of a session its client closed is kept"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (exit, _) = a.wait_exit();
+    assert!(exit.success(), "node A exits 0: {exit:?}");
+    assert_eq!(resume_status(b_addr, &resume_id).await, 404);
+}
+
+/// The HTTP status of a WebSocket upgrade to `addr` resuming `resume_id` that is refused.
+async fn resume_status(addr: SocketAddr, resume_id: &str) -> u16 {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{addr}/mcp")
+        .into_client_request()
+        .expect("request");
+    request
+        .headers_mut()
+        .insert("Mcp-Session-Id", resume_id.parse().expect("header"));
+    match tokio_tungstenite::connect_async(request).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
+        Ok(_) => panic!("the session was resumed"),
+        Err(other) => panic!("unexpected connect error: {other}"),
+    }
+}
+
 /// A WebSocket session outlives its node's graceful shutdown (sessions in Redis): its
 /// requests are answered before the 1001 close, and its client resumes it on another node
 /// with its id, with nothing answered twice there.
