@@ -14,7 +14,8 @@
 //! a second one.
 
 use crate::perimeter::Refusal;
-use crate::protocol::jsonrpc::RequestId;
+use crate::protocol::jsonrpc::{encode_error, RequestId};
+use crate::protocol::mcp::Error;
 use actix_web::HttpRequest;
 use serde_json::value::RawValue;
 use std::collections::HashSet;
@@ -26,29 +27,6 @@ pub const HEADER: &str = "mcp-awaiting-ids";
 /// (`limits.max_in_flight_per_session`), so that a client whose refusals were lost too can
 /// list them, and few enough that a resume's work stays small.
 pub const MAX_IDS: usize = 1024;
-
-/// The code of the error a request gets when its answer was lost with its node or its
-/// connection: retry it.
-pub const NODE_LOST: i64 = -32031;
-
-/// Why a request's answer was lost, in the error's `data.reason`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lost {
-    /// The node running it died (sessions in Redis: it was taken up on another node).
-    Node,
-    /// The session's node is alive, but the request or its answer was lost with the
-    /// connection that dropped.
-    Connection,
-}
-
-impl Lost {
-    fn reason(self) -> &'static str {
-        match self {
-            Self::Node => "nodeLost",
-            Self::Connection => "connectionLost",
-        }
-    }
-}
 
 /// The ids a resuming client awaits, as it wrote them.
 pub struct Awaited(Vec<RequestId>);
@@ -76,16 +54,20 @@ impl Awaited {
             .ok_or(Refusal::BadAwaitingIds)
     }
 
-    /// The answers a resume owes: -32031 (`lost`) for each awaited id, once, that is not
+    /// The answers a resume owes: `lost` (-32031) for each awaited id, once, that is not
     /// among `answered` (the ids of requests still running and of answers about to be
     /// delivered). Ids are compared as JSON values (`1.0` is not `1`, but `"\u0061"` is
     /// `"a"`); each answer carries the id as the client wrote it.
-    pub fn owed<'a>(&self, answered: impl IntoIterator<Item = &'a str>, lost: Lost) -> Vec<String> {
+    pub fn owed<'a>(
+        &self,
+        answered: impl IntoIterator<Item = &'a str>,
+        lost: &Error,
+    ) -> Vec<String> {
         let mut settled: HashSet<String> = answered.into_iter().filter_map(canonical).collect();
         self.0
             .iter()
             .filter(|id| canonical(id.as_json()).is_some_and(|id| settled.insert(id)))
-            .map(|id| lost_answer(id.as_json(), lost))
+            .map(|id| lost_answer(id, lost))
             .collect()
     }
 }
@@ -108,22 +90,10 @@ pub fn answer_id(frame: &str) -> Option<&str> {
     }
 }
 
-/// The -32031 answer to the request `id` (its JSON text), whose answer was lost.
-pub fn lost_answer(id: &str, lost: Lost) -> String {
-    let message = match lost {
-        Lost::Node => {
-            "The node running this request was lost: retry it (a tools/call with its \
-             idempotency key that finished there is answered, not run again)"
-        }
-        Lost::Connection => {
-            "This request or its answer was lost with the connection: retry it (a tools/call \
-             with its idempotency key that finished is answered, not run again)"
-        }
-    };
-    format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{NODE_LOST},"message":"{message}","data":{{"reason":"{}"}}}}}}"#,
-        lost.reason()
-    )
+/// The answer to the request `id` whose answer was lost (`lost`: [`Error::NodeLost`] or
+/// [`Error::ConnectionLost`]).
+pub fn lost_answer(id: &RequestId, lost: &Error) -> String {
+    encode_error(Some(id), &lost.to_wire())
 }
 
 /// An id's JSON text in one spelling, so that ids written differently compare equal.
@@ -178,7 +148,7 @@ mod tests {
         let ids = awaited(r#"[1, "a", 3, 3, "\u0062", 4]"#)
             .expect("valid")
             .expect("present");
-        let owed = ids.owed(["1", r#""b""#, "7"], Lost::Connection);
+        let owed = ids.owed(["1", r#""b""#, "7"], &Error::ConnectionLost);
         let owed: Vec<serde_json::Value> = owed
             .iter()
             .map(|frame| serde_json::from_str(frame).expect("JSON"))
@@ -193,17 +163,19 @@ mod tests {
             ]
         );
         for answer in &owed {
-            assert_eq!(answer["error"]["code"], NODE_LOST);
+            assert_eq!(answer["error"]["code"], -32031);
             assert_eq!(answer["error"]["data"]["reason"], "connectionLost");
         }
     }
 
     #[test]
     fn a_lost_answer_keeps_the_id_as_written() {
-        let answer = lost_answer("1.50", Lost::Node);
+        let id = awaited("[1.50]").expect("valid").expect("present");
+        let answer = lost_answer(&id.0[0], &Error::NodeLost);
         assert!(answer.contains(r#""id":1.50,"#), "{answer}");
         let answer: serde_json::Value = serde_json::from_str(&answer).expect("JSON");
         assert_eq!(answer["jsonrpc"], "2.0");
+        assert_eq!(answer["error"]["code"], -32031);
         assert_eq!(answer["error"]["data"]["reason"], "nodeLost");
     }
 

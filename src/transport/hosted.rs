@@ -15,7 +15,7 @@
 //! too); handlers and sockets on any thread reach it by its id (the transports'
 //! [`HostedSessions`] directory) with messages, and get their answers back through channels.
 
-use super::awaited::{answer_id, lost_answer, Awaited, Lost};
+use super::awaited::{answer_id, lost_answer, Awaited};
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use super::socket_record::{self, KeepsRecord, Kept, RecordWritten, SocketRecord};
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
@@ -298,7 +298,11 @@ impl HostedSession {
         core.inbox().offset_server_ids(shared.cluster.node_base());
         // Answered -32031 as a socket attaches, unless its client says what it awaits
         // (`SocketOutlet::lost_answers`).
-        let lost_on_node = record.in_flight.iter().map(|id| id.to_string()).collect();
+        let lost_on_node = record
+            .in_flight
+            .iter()
+            .filter_map(RequestId::from_value)
+            .collect();
         let out = Outlets::Socket(SocketOutlet {
             socket: None,
             access: Access::default(),
@@ -1013,9 +1017,9 @@ pub struct SocketOutlet {
     overflowed: bool,
     /// Whether it is counted as waiting for a socket.
     waiting: bool,
-    /// Taken up from a dead node's record, until a socket attaches: the ids (JSON) of the
+    /// Taken up from a dead node's record, until a socket attaches: the ids of the
     /// requests that record listed as running there.
-    lost_on_node: Option<Vec<String>>,
+    lost_on_node: Option<Vec<RequestId>>,
 }
 
 impl SocketOutlet {
@@ -1026,20 +1030,20 @@ impl SocketOutlet {
     fn lost_answers(&mut self, core: &Session, awaiting: Option<&Awaited>) -> Vec<String> {
         let on_node = self.lost_on_node.take();
         let lost = if on_node.is_some() {
-            Lost::Node
+            Error::NodeLost
         } else {
-            Lost::Connection
+            Error::ConnectionLost
         };
         match awaiting {
             None => on_node
                 .unwrap_or_default()
                 .iter()
-                .map(|id| lost_answer(id, lost))
+                .map(|id| lost_answer(id, &lost))
                 .collect(),
             Some(awaited) => {
                 let running = core.in_flight_ids().map(RequestId::as_json);
                 let kept = self.missed.iter().filter_map(|frame| answer_id(frame));
-                awaited.owed(running.chain(kept), lost)
+                awaited.owed(running.chain(kept), &lost)
             }
         }
     }
@@ -1314,11 +1318,11 @@ async fn follow_mirror(
             break;
         }
     }
-    for id in &mirrored.ids {
+    for id in mirrored.ids.iter().filter_map(RequestId::from_value) {
         mirrored.count += 1;
         let event = SseEvent {
             id: format!("{stream}_{}", mirrored.count),
-            data: Arc::from(lost_answer(&id.to_string(), Lost::Node)),
+            data: Arc::from(lost_answer(&id, &Error::NodeLost)),
         };
         if reader.send(event).await.is_err() {
             return;

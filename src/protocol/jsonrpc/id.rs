@@ -22,6 +22,13 @@ impl RequestId {
         Self::is_valid(raw).then(|| Self(SmolStr::new(raw.get())))
     }
 
+    /// The id a JSON value holds, if it is a string or a number (ids kept as values, in
+    /// records other nodes wrote). Its text is the value's, which may spell a number
+    /// differently than its client did (`1.50` becomes `1.5`).
+    pub fn from_value(value: &serde_json::Value) -> Option<Self> {
+        Self::from_raw(&RawValue::from_string(value.to_string()).ok()?)
+    }
+
     /// An integer id (for ids the server makes itself).
     pub fn from_number(n: u64) -> Self {
         Self(smol_str::format_smolstr!("{n}"))

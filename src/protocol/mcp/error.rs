@@ -56,6 +56,10 @@ pub mod codes {
     /// The client's identity sent more requests than its rate allows; `data.retryAfterMs`
     /// says when the next one will be served.
     pub const RATE_LIMITED: ErrorCode = ErrorCode(-32017);
+    /// The request's answer was lost: the node running it died (sessions in Redis), or,
+    /// for a WebSocket resume that lists it as awaited, it or its answer was lost with the
+    /// connection. Send it again.
+    pub const ANSWER_LOST: ErrorCode = ErrorCode(-32031);
 }
 
 /// What an idempotency conflict was keyed by.
@@ -232,6 +236,14 @@ pub enum Error {
     Reclaimed,
     #[error("The connection's credential expired: reconnect with a fresh one")]
     CredentialExpired,
+    /// The node running the request died before it answered (sessions in Redis: its
+    /// session went on on another node).
+    #[error("The node running this request was lost: retry it (a tools/call with its idempotency key that finished there is answered, not run again)")]
+    NodeLost,
+    /// A WebSocket resume lists the request as awaited, and its session neither runs it nor
+    /// holds its answer: it, or its answer, was lost with the connection that dropped.
+    #[error("This request or its answer was lost with the connection: retry it (a tools/call with its idempotency key that finished is answered, not run again)")]
+    ConnectionLost,
     #[error("Server busy: no worker slot became free in time, retry later")]
     ServerBusy { limit: usize, waited_ms: u64 },
     /// A `tools/call` with an idempotency key while the store every node shares (Redis)
@@ -292,6 +304,7 @@ impl Error {
             Self::DuplicateRequestId => codes::DUPLICATE_REQUEST_ID,
             Self::ShuttingDown | Self::Reclaimed => codes::SHUTTING_DOWN,
             Self::CredentialExpired => codes::CREDENTIAL_EXPIRED,
+            Self::NodeLost | Self::ConnectionLost => codes::ANSWER_LOST,
             Self::ServerBusy { .. } | Self::StoreUnavailable { .. } => codes::SERVER_BUSY,
             Self::SessionBusy { .. } => codes::SESSION_BUSY,
             Self::SignatureRefused { .. } => codes::SIGNATURE_REFUSED,
@@ -400,6 +413,8 @@ impl Error {
                 data: Some(data), ..
             } => object.with_data(data.clone()),
             Self::Reclaimed => object.with_data(json!({ "reason": "reclaimed" })),
+            Self::NodeLost => object.with_data(json!({ "reason": "nodeLost" })),
+            Self::ConnectionLost => object.with_data(json!({ "reason": "connectionLost" })),
             _ => object,
         }
     }
