@@ -592,6 +592,45 @@ async fn a_websocket_session_resumed_after_its_node_died_gets_one_answer_per_req
     assert_eq!(lost_on_resume(&mut resumed).await, [9, 12]);
 }
 
+/// A keyed call answered on a node that then died is not run again when its client retries
+/// it on another node: its answer was stored in Redis before it was sent, and the retry gets
+/// it (`mcp_dedup_hits_total`), with nothing run there. (One still running on the dead node
+/// is run again: `a_request_on_a_node_that_died_is_answered_where_its_stream_resumes`.)
+#[tokio::test]
+async fn a_keyed_call_answered_before_its_node_died_is_not_run_again_on_its_retry() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut a = start_node(dir.path(), "node-a", &redis);
+    let b = start_node(dir.path(), "node-b", &redis);
+    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+    let (mut client, resume_id) = resumable_session(a_addr).await;
+    let keyed_echo = |id: Value| {
+        let params = json!({"name": "echo", "arguments": {"text": "charge 10"},
+            "_meta": {"idempotencyKey": "payment-7"}});
+        crate::support::request(id, "tools/call", params)
+    };
+    client.send_json(keyed_echo(json!(1))).await;
+    let first = client.recv_response(&json!(1)).await;
+    assert_eq!(crate::support::tool_text(&first), "charge 10");
+    assert_eq!(metric(a_addr, "mcp_idempotent_runs_total"), 1);
+    a.kill();
+
+    let mut resumed = resume_websocket_awaiting(b_addr, &resume_id, Some("[]")).await;
+    resumed.send_json(keyed_echo(json!("retry-1"))).await;
+    let retry = resumed.recv_response(&json!("retry-1")).await;
+    assert_eq!(
+        retry["result"], first["result"],
+        "the stored answer: {retry}"
+    );
+    assert_eq!(
+        metric(b_addr, "mcp_idempotent_runs_total"),
+        0,
+        "ran on node b"
+    );
+    assert_eq!(metric(b_addr, "mcp_dedup_hits_total"), 1);
+}
+
 /// The client's word closes the record's 20 ms window, both ways. Node A dies with request
 /// 9 long in its record, and request 10 sent a moment before (too young to be listed), so
 /// the record cannot name 10. A client resuming on node B with `Mcp-Awaiting-Ids: [9, 10]`
