@@ -61,6 +61,35 @@ fn start_node_with(dir: &Path, name: &str, redis_url: &str, extra: &str) -> Serv
     )
 }
 
+/// Node A (its configuration with `a_config` added) and node B on one fresh Redis, both
+/// listening: the WebSocket resume tests' cluster. Dropped, it kills both nodes, then Redis.
+struct TwoNodes {
+    a: ServerProcess,
+    b: ServerProcess,
+    a_addr: SocketAddr,
+    b_addr: SocketAddr,
+    redis: RedisServer,
+    _dir: tempfile::TempDir,
+}
+
+impl TwoNodes {
+    fn start(a_config: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let redis = RedisServer::start();
+        let a = start_node_with(dir.path(), "node-a", &redis.url(), a_config);
+        let b = start_node(dir.path(), "node-b", &redis);
+        let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+        Self {
+            a,
+            b,
+            a_addr,
+            b_addr,
+            redis,
+            _dir: dir,
+        }
+    }
+}
+
 /// Three nodes on the Redis at `redis_url` (each with `extra` in its config) behind nginx.
 fn three_nodes(
     dir: &Path,
@@ -396,11 +425,7 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
     use futures_util::StreamExt;
     use reqwest::header::{ACCEPT, CONTENT_TYPE};
     use serde_json::json;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let redis = RedisServer::start();
-    let mut a = start_node(dir.path(), "node-a", &redis);
-    let b = start_node(dir.path(), "node-b", &redis);
-    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+    let mut nodes = TwoNodes::start("");
     let http = crate::support::http::client();
     let post = |addr: std::net::SocketAddr, session: Option<&str>, body: Value| {
         let mut post = http
@@ -416,7 +441,7 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
         post.send()
     };
     let init = post(
-        a_addr,
+        nodes.a_addr,
         None,
         crate::support::request(
             json!(0),
@@ -436,7 +461,7 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
             "_meta": {"progressToken": token, "idempotencyKey": "dead-run"}})
     };
     let running = post(
-        a_addr,
+        nodes.a_addr,
         Some(&session),
         crate::support::request(json!(9), "tools/call", keyed_sleep("p")),
     )
@@ -461,10 +486,10 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
         }
     }
     let first_id = progress_ids[0].clone();
-    a.kill();
+    nodes.a.kill();
     drop(stream);
     let resumed = http
-        .get(format!("http://{b_addr}/mcp"))
+        .get(format!("http://{}/mcp", nodes.b_addr))
         .header(ACCEPT, "text/event-stream")
         .header("mcp-session-id", &session)
         .header("mcp-protocol-version", "2025-11-25")
@@ -476,7 +501,7 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
         resumed.status(),
         200,
         "resuming after {first_id}: keys {:?}",
-        redis.keys("*")
+        nodes.redis.keys("*")
     );
     let mut events = sse_stream::SseStream::from_bytes_stream(resumed.bytes_stream());
     let answer = loop {
@@ -486,7 +511,7 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
             .unwrap_or_else(|| {
                 panic!(
                     "the stream ended without an answer; node B's log:\n{}",
-                    b.stderr_text()
+                    nodes.b.stderr_text()
                 )
             })
             .expect("well-formed");
@@ -502,7 +527,7 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
     assert_eq!(answer["error"]["code"], -32031, "{answer}");
     assert_eq!(answer["error"]["data"]["reason"], "nodeLost", "{answer}");
     let ping = post(
-        b_addr,
+        nodes.b_addr,
         Some(&session),
         crate::support::request(json!(10), "ping", json!({})),
     )
@@ -514,7 +539,7 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
     // waited out (it would hold the key for limits.max_request_timeout_ms). Its first
     // progress report shows it runs.
     let rerun = post(
-        b_addr,
+        nodes.b_addr,
         Some(&session),
         crate::support::request(json!(11), "tools/call", keyed_sleep("p2")),
     )
@@ -536,7 +561,7 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
             }
         }
     }
-    assert_eq!(metric(b_addr, "mcp_dedup_orphans_total"), 1);
+    assert_eq!(metric(nodes.b_addr, "mcp_dedup_orphans_total"), 1);
 }
 
 /// A WebSocket session resumes on another node after its node died: its request that was
@@ -544,18 +569,14 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
 #[tokio::test]
 async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
     use serde_json::json;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let redis = RedisServer::start();
-    let mut a = start_node(dir.path(), "node-a", &redis);
-    let b = start_node(dir.path(), "node-b", &redis);
-    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let (mut client, resume_id) = resumable_session(a_addr).await;
+    let mut nodes = TwoNodes::start("");
+    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
     start_sleep(&mut client, 9, 60_000).await;
     // The record lists a request once it has run 20 ms (and a Redis round trip later).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    a.kill();
+    nodes.a.kill();
 
-    let mut resumed = resume_websocket(b_addr, &resume_id).await;
+    let mut resumed = resume_websocket(nodes.b_addr, &resume_id).await;
     let lost = resumed.recv_response(&json!(9)).await;
     assert_eq!(lost["error"]["code"], -32031, "{lost}");
     assert_eq!(lost["error"]["data"]["reason"], "nodeLost", "{lost}");
@@ -571,12 +592,8 @@ async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
 #[tokio::test]
 async fn a_websocket_session_resumed_after_its_node_died_gets_one_answer_per_request() {
     use serde_json::json;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let redis = RedisServer::start();
-    let mut a = start_node(dir.path(), "node-a", &redis);
-    let b = start_node(dir.path(), "node-b", &redis);
-    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let (mut client, resume_id) = resumable_session(a_addr).await;
+    let mut nodes = TwoNodes::start("");
+    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
     start_sleep(&mut client, 9, 60_000).await;
     start_sleep(&mut client, 10, 600).await;
     let answered = client.recv_response(&json!(10)).await;
@@ -585,9 +602,9 @@ async fn a_websocket_session_resumed_after_its_node_died_gets_one_answer_per_req
     // A moment: far more than the 20 ms after which a request is recorded; a timer of half
     // a second, started with the socket, would next fire after it.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    a.kill();
+    nodes.a.kill();
 
-    let mut resumed = resume_websocket(b_addr, &resume_id).await;
+    let mut resumed = resume_websocket(nodes.b_addr, &resume_id).await;
     // The requests running on node A, each answered once; not the one answered there.
     assert_eq!(lost_on_resume(&mut resumed).await, [9, 12]);
 }
@@ -599,12 +616,8 @@ async fn a_websocket_session_resumed_after_its_node_died_gets_one_answer_per_req
 #[tokio::test]
 async fn a_keyed_call_answered_before_its_node_died_is_not_run_again_on_its_retry() {
     use serde_json::json;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let redis = RedisServer::start();
-    let mut a = start_node(dir.path(), "node-a", &redis);
-    let b = start_node(dir.path(), "node-b", &redis);
-    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let (mut client, resume_id) = resumable_session(a_addr).await;
+    let mut nodes = TwoNodes::start("");
+    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
     let keyed_echo = |id: Value| {
         let params = json!({"name": "echo", "arguments": {"text": "charge 10"},
             "_meta": {"idempotencyKey": "payment-7"}});
@@ -613,10 +626,10 @@ async fn a_keyed_call_answered_before_its_node_died_is_not_run_again_on_its_retr
     client.send_json(keyed_echo(json!(1))).await;
     let first = client.recv_response(&json!(1)).await;
     assert_eq!(crate::support::tool_text(&first), "charge 10");
-    assert_eq!(metric(a_addr, "mcp_idempotent_runs_total"), 1);
-    a.kill();
+    assert_eq!(metric(nodes.a_addr, "mcp_idempotent_runs_total"), 1);
+    nodes.a.kill();
 
-    let mut resumed = resume_websocket_awaiting(b_addr, &resume_id, Some("[]")).await;
+    let mut resumed = resume_websocket_awaiting(nodes.b_addr, &resume_id, Some("[]")).await;
     resumed.send_json(keyed_echo(json!("retry-1"))).await;
     let retry = resumed.recv_response(&json!("retry-1")).await;
     assert_eq!(
@@ -624,11 +637,11 @@ async fn a_keyed_call_answered_before_its_node_died_is_not_run_again_on_its_retr
         "the stored answer: {retry}"
     );
     assert_eq!(
-        metric(b_addr, "mcp_idempotent_runs_total"),
+        metric(nodes.b_addr, "mcp_idempotent_runs_total"),
         0,
         "ran on node b"
     );
-    assert_eq!(metric(b_addr, "mcp_dedup_hits_total"), 1);
+    assert_eq!(metric(nodes.b_addr, "mcp_dedup_hits_total"), 1);
 }
 
 /// The client's word closes the record's 20 ms window, both ways. Node A dies with request
@@ -638,19 +651,15 @@ async fn a_keyed_call_answered_before_its_node_died_is_not_run_again_on_its_retr
 /// wait forever.
 #[tokio::test]
 async fn a_request_sent_just_before_its_node_died_is_answered_when_its_client_awaits_it() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let redis = RedisServer::start();
-    let mut a = start_node(dir.path(), "node-a", &redis);
-    let b = start_node(dir.path(), "node-b", &redis);
-    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let (mut client, resume_id) = resumable_session(a_addr).await;
+    let mut nodes = TwoNodes::start("");
+    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
     start_sleep(&mut client, 9, 60_000).await;
     // Far more than the 20 ms after which a request is recorded.
     tokio::time::sleep(Duration::from_millis(300)).await;
     start_sleep(&mut client, 10, 60_000).await;
-    a.kill();
+    nodes.a.kill();
 
-    let mut resumed = resume_websocket_awaiting(b_addr, &resume_id, Some("[9, 10]")).await;
+    let mut resumed = resume_websocket_awaiting(nodes.b_addr, &resume_id, Some("[9, 10]")).await;
     assert_eq!(lost_on_resume(&mut resumed).await, [9, 10]);
 }
 
@@ -664,23 +673,19 @@ async fn a_request_sent_just_before_its_node_died_is_answered_when_its_client_aw
 #[tokio::test]
 async fn a_request_answered_just_before_its_node_died_is_not_answered_again_when_its_client_says_so(
 ) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let redis = RedisServer::start();
-    let mut a = start_node(dir.path(), "node-a", &redis);
-    let b = start_node(dir.path(), "node-b", &redis);
-    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
+    let mut nodes = TwoNodes::start("");
     let mut sessions = Vec::new();
     for _ in 0..2 {
-        let (mut client, resume_id) = resumable_session(a_addr).await;
+        let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
         start_sleep(&mut client, 9, 60_000).await;
         start_sleep(&mut client, 10, 400).await;
-        let listed = record_listing(&redis, &resume_id, &[9, 10]).await;
+        let listed = record_listing(&nodes.redis, &resume_id, &[9, 10]).await;
         let answered = client.recv_response(&serde_json::json!(10)).await;
         assert!(answered.get("result").is_some(), "{answered}");
         sessions.push((client, resume_id, listed));
     }
-    a.kill();
-    let mut connection = redis.connection().expect("redis answers");
+    nodes.a.kill();
+    let mut connection = nodes.redis.connection().expect("redis answers");
     for (_, _, (key, record)) in &sessions {
         let _: () = redis::cmd("SET")
             .arg(key)
@@ -691,9 +696,9 @@ async fn a_request_answered_just_before_its_node_died_is_not_answered_again_when
             .expect("SET");
     }
 
-    let mut unsaid = resume_websocket_awaiting(b_addr, &sessions[0].1, None).await;
+    let mut unsaid = resume_websocket_awaiting(nodes.b_addr, &sessions[0].1, None).await;
     assert_eq!(lost_on_resume(&mut unsaid).await, [9, 10]);
-    let mut said = resume_websocket_awaiting(b_addr, &sessions[1].1, Some("[9]")).await;
+    let mut said = resume_websocket_awaiting(nodes.b_addr, &sessions[1].1, Some("[9]")).await;
     assert_eq!(lost_on_resume(&mut said).await, [9]);
 }
 
@@ -843,12 +848,8 @@ async fn a_websocket_session_survives_a_second_node_death() {
 /// answers -32031 both the request still running and the one whose answer died with it.
 #[tokio::test]
 async fn a_parked_websocket_sessions_kept_answers_are_not_lost_with_its_node() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let redis = RedisServer::start();
-    let mut a = start_node(dir.path(), "node-a", &redis);
-    let b = start_node(dir.path(), "node-b", &redis);
-    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let (mut client, resume_id) = resumable_session(a_addr).await;
+    let mut nodes = TwoNodes::start("");
+    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
     start_sleep(&mut client, 9, 600).await;
     start_sleep(&mut client, 12, 60_000).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -856,9 +857,9 @@ async fn a_parked_websocket_sessions_kept_answers_are_not_lost_with_its_node() {
     drop(client);
     // Request 9 is answered while parked (its answer kept for the reconnect).
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    a.kill();
+    nodes.a.kill();
 
-    let mut resumed = resume_websocket(b_addr, &resume_id).await;
+    let mut resumed = resume_websocket(nodes.b_addr, &resume_id).await;
     assert_eq!(lost_on_resume(&mut resumed).await, [9, 12]);
 }
 
@@ -917,28 +918,19 @@ async fn a_resumed_websocket_session_its_client_closes_during_a_shutdown_ends_fo
 }
 
 async fn closed_by_its_client_during_a_shutdown(resumed: bool) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let redis = RedisServer::start();
-    let mut a = start_node_with(
-        dir.path(),
-        "node-a",
-        &redis.url(),
-        "[shutdown]\ngrace_ms = 5000\n",
-    );
-    let b = start_node(dir.path(), "node-b", &redis);
-    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let (mut client, resume_id) = resumable_session(a_addr).await;
+    let mut nodes = TwoNodes::start("[shutdown]\ngrace_ms = 5000\n");
+    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
     // A request in flight holds the session open through the shutdown's grace.
     start_sleep(&mut client, 9, 60_000).await;
-    let (key, _) = record_listing(&redis, &resume_id, &[9]).await;
+    let (key, _) = record_listing(&nodes.redis, &resume_id, &[9]).await;
     if resumed {
         // Dropped without a close: parked, then resumed on the same node.
         drop(client);
-        client = resume_websocket(a_addr, &resume_id).await;
+        client = resume_websocket(nodes.a_addr, &resume_id).await;
     }
-    a.terminate();
+    nodes.a.terminate();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !a.stderr_text().contains("shutting down") {
+    while !nodes.a.stderr_text().contains("shutting down") {
         assert!(Instant::now() < deadline, "node A never began its shutdown");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -946,16 +938,16 @@ async fn closed_by_its_client_during_a_shutdown(resumed: bool) {
     client.hang_up().await;
 
     let deadline = Instant::now() + Duration::from_secs(10);
-    while redis.keys("*session:*").contains(&key) {
+    while nodes.redis.keys("*session:*").contains(&key) {
         assert!(
             Instant::now() < deadline,
             "the record of a session its client closed is kept"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (exit, _) = a.wait_exit();
+    let (exit, _) = nodes.a.wait_exit();
     assert!(exit.success(), "node A exits 0: {exit:?}");
-    assert_eq!(resume_status(b_addr, &resume_id).await, 404);
+    assert_eq!(resume_status(nodes.b_addr, &resume_id).await, 404);
 }
 
 /// The HTTP status of a WebSocket upgrade to `addr` resuming `resume_id` that is refused.
@@ -980,29 +972,20 @@ async fn resume_status(addr: SocketAddr, resume_id: &str) -> u16 {
 #[tokio::test]
 async fn a_websocket_session_goes_on_elsewhere_after_its_node_shuts_down() {
     use serde_json::json;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let redis = RedisServer::start();
-    let mut a = start_node_with(
-        dir.path(),
-        "node-a",
-        &redis.url(),
-        "[shutdown]\ngrace_ms = 300\n",
-    );
-    let b = start_node(dir.path(), "node-b", &redis);
-    let (a_addr, b_addr) = (a.wait_listening(), b.wait_listening());
-    let (mut client, resume_id) = resumable_session(a_addr).await;
+    let mut nodes = TwoNodes::start("[shutdown]\ngrace_ms = 300\n");
+    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
     start_sleep(&mut client, 9, 60_000).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    a.terminate();
+    nodes.a.terminate();
     // The shutdown's answer, then the close.
     let stopped = client.recv_response(&json!(9)).await;
     assert!(stopped.get("error").is_some(), "{stopped}");
     let close = client.recv_close().await.expect("a close frame");
     assert_eq!(u16::from(close.code), 1001, "{close:?}");
-    let (exit, _) = a.wait_exit();
+    let (exit, _) = nodes.a.wait_exit();
     assert!(exit.success(), "node A exits 0: {exit:?}");
 
-    let mut resumed = resume_websocket(b_addr, &resume_id).await;
+    let mut resumed = resume_websocket(nodes.b_addr, &resume_id).await;
     // Answered on A before the close: nothing is answered again.
     assert_eq!(lost_on_resume(&mut resumed).await, [] as [i64; 0]);
     let echo = resumed.call_tool("echo", json!({"text": "on b"})).await;
