@@ -46,7 +46,11 @@ impl Work {
     pub fn start(self, id: RequestId, ctx: RequestContext) -> WorkFuture {
         match self {
             Self::ToolCall(call) => WorkFuture::ToolCall(ToolCallFuture {
-                tool: call.handler.call(call.arguments, ctx),
+                tool: ToolState::Due {
+                    handler: call.handler,
+                    arguments: call.arguments,
+                    ctx,
+                },
                 answer: call.answer,
                 id,
                 version: call.version,
@@ -98,18 +102,48 @@ impl Future for WorkFuture {
 
 /// A started tool call: see [`WorkFuture::ToolCall`].
 pub struct ToolCallFuture {
-    tool: ToolFuture,
+    tool: ToolState,
     answer: Answer,
     id: RequestId,
     version: ProtocolVersion,
     size_hint: usize,
 }
 
+/// Where a tool call stands. The handler is called at the first poll, not when the work is
+/// started: the worker catches panics only in its polls, and a handler may panic as it is
+/// called, before it returns its future (a typed tool whose function is not `async`).
+enum ToolState {
+    /// Not called yet.
+    Due {
+        handler: Arc<dyn ToolHandler>,
+        arguments: Arguments,
+        ctx: RequestContext,
+    },
+    /// The tool's future.
+    Running(ToolFuture),
+    /// Answered (or its handler panicked).
+    Over,
+}
+
 impl Future for ToolCallFuture {
     type Output = Outcome;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
-        let outcome = ready!(self.tool.as_mut().poll(cx));
+        self.tool = match std::mem::replace(&mut self.tool, ToolState::Over) {
+            ToolState::Due {
+                handler,
+                arguments,
+                ctx,
+            } => ToolState::Running(handler.call(arguments, ctx)),
+            other => other,
+        };
+        let ToolState::Running(tool) = &mut self.tool else {
+            // Polled after its answer, or after its handler panicked: the worker never
+            // does either.
+            return Poll::Pending;
+        };
+        let outcome = ready!(tool.as_mut().poll(cx));
+        self.tool = ToolState::Over;
         Poll::Ready((self.answer)(
             &self.id,
             outcome,

@@ -529,6 +529,34 @@ async fn a_tool_observes_cancellation_from_another_thread() {
     client.expect_nothing_pending().await;
 }
 
+/// A tool whose handler panics as it is called, before it returns its future (a typed
+/// tool's function that is not `async`, or a hand-written `ToolHandler`), is caught like one
+/// that panics while it runs.
+#[tokio::test]
+async fn a_tool_that_panics_before_its_future_answers_internal_error_and_the_session_lives_on() {
+    #[allow(unreachable_code)]
+    let tool = Tool::new(
+        "explode_at_once",
+        "panics when called",
+        |_: NoArgs, _ctx| {
+            if std::hint::black_box(true) {
+                panic!("secret internal detail /etc/passwd");
+            }
+            async move { Ok(CallToolResult::text("unreachable")) }
+        },
+    );
+    let server = start_with(settings(), |b| b.tool(tool));
+    let mut client = Client::initialized(&server).await;
+    let response = client.call_tool("explode_at_once", json!({})).await;
+    let error = assert_error(&response, &response["id"], -32603);
+    assert_eq!(error, json!({"code": -32603, "message": "Internal error"}));
+    assert_eq!(metric(&server, "mcp_panicked_total").await, 1);
+    wait_metric(&server, "mcp_pool_running", 0).await;
+    let response = client.call_tool("echo", json!({"text": "alive"})).await;
+    assert_eq!(response["result"]["content"][0]["text"], "alive");
+    assert_server_alive(&server).await;
+}
+
 #[tokio::test]
 async fn a_panicking_tool_answers_internal_error_and_the_session_lives_on() {
     let tool = Tool::new("explode", "panics", |_: NoArgs, _ctx| async move {
