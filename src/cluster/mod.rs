@@ -28,7 +28,7 @@ pub struct Cluster {
     pub bus: ChangeBus,
     /// Where the other nodes' notes about sessions go (the hosting transport sets it).
     pub(crate) session_sink: std::sync::OnceLock<store::bridge::SessionSink>,
-    /// Last writes of WebSocket session records under way at shutdown (see
+    /// Last writes and deletes of WebSocket session records under way (see
     /// `transport::socket_record`): the server waits for them before it stops.
     pub(crate) last_writes: std::sync::atomic::AtomicUsize,
 }

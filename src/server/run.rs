@@ -294,8 +294,8 @@ async fn shut_down(shared: &Arc<Shared>, handle: &ServerHandle) {
     // Running tasks record their failure (-32004) in the store first, so that a client
     // polling through another node sees it.
     let deadline = Instant::now() + grace + Duration::from_secs(2);
-    // And WebSocket sessions' last records, written so that their clients resume them
-    // elsewhere (sessions in Redis).
+    // And WebSocket sessions' last records (sessions in Redis): written so that their
+    // clients resume them elsewhere, or deleted for sessions their clients closed.
     let busy = || {
         shared.live_sessions() > 0
             || shared.metrics.tasks_running.get() > 0

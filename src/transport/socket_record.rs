@@ -57,7 +57,7 @@ struct Stored {
     at: Instant,
 }
 
-/// A last write under way, counted in `Cluster::last_writes` until it is dropped.
+/// A last write (or delete) under way, counted in `Cluster::last_writes` until it is dropped.
 struct LastWrite(Arc<Cluster>);
 
 impl LastWrite {
@@ -159,6 +159,9 @@ impl SocketRecord {
         if self.stored.is_none() && self.writing.is_none() {
             return;
         }
+        // Counted as a last write: a session its client closes while the server stops
+        // would otherwise keep its record, the delete dropped with its thread.
+        let counted = LastWrite::begin(&self.shared);
         let cluster = self.shared.cluster.clone();
         let under_way = self.writing;
         let id = self.id;
@@ -169,6 +172,7 @@ impl SocketRecord {
             if let Some(redis) = cluster.store.redis() {
                 redis.delete_session(&cluster.metrics, &id).await;
             }
+            drop(counted);
         });
     }
 
