@@ -572,8 +572,7 @@ async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
     let mut nodes = TwoNodes::start("");
     let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
     start_sleep(&mut client, 9, 60_000).await;
-    // The record lists a request once it has run 20 ms (and a Redis round trip later).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    record_listing(&nodes.redis, &resume_id, &[9]).await;
     nodes.a.kill();
 
     let mut resumed = resume_websocket(nodes.b_addr, &resume_id).await;
@@ -645,19 +644,20 @@ async fn a_keyed_call_answered_before_its_node_died_is_not_run_again_on_its_retr
 }
 
 /// The client's word closes the record's 20 ms window, both ways. Node A dies with request
-/// 9 long in its record, and request 10 sent a moment before (too young to be listed), so
-/// the record cannot name 10. A client resuming on node B with `Mcp-Awaiting-Ids: [9, 10]`
-/// gets one -32031 `nodeLost` for each. Without the header it would get none for 10 and
-/// wait forever.
+/// 9 in its record and request 10 sent a moment before, too young to be listed. The test
+/// puts back the record that lists 9 alone after A's death, so that the record cannot name
+/// 10 however the machine's timing fell. A client resuming on node B with
+/// `Mcp-Awaiting-Ids: [9, 10]` gets one -32031 `nodeLost` for each. Without the header it
+/// would get none for 10 and wait forever.
 #[tokio::test]
 async fn a_request_sent_just_before_its_node_died_is_answered_when_its_client_awaits_it() {
     let mut nodes = TwoNodes::start("");
     let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
     start_sleep(&mut client, 9, 60_000).await;
-    // Far more than the 20 ms after which a request is recorded.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let listed = record_listing(&nodes.redis, &resume_id, &[9]).await;
     start_sleep(&mut client, 10, 60_000).await;
     nodes.a.kill();
+    put_back(&nodes.redis, &listed);
 
     let mut resumed = resume_websocket_awaiting(nodes.b_addr, &resume_id, Some("[9, 10]")).await;
     assert_eq!(lost_on_resume(&mut resumed).await, [9, 10]);
@@ -685,15 +685,8 @@ async fn a_request_answered_just_before_its_node_died_is_not_answered_again_when
         sessions.push((client, resume_id, listed));
     }
     nodes.a.kill();
-    let mut connection = nodes.redis.connection().expect("redis answers");
-    for (_, _, (key, record)) in &sessions {
-        let _: () = redis::cmd("SET")
-            .arg(key)
-            .arg(record)
-            .arg("PX")
-            .arg(600_000)
-            .query(&mut connection)
-            .expect("SET");
+    for (_, _, listed) in &sessions {
+        put_back(&nodes.redis, listed);
     }
 
     let mut unsaid = resume_websocket_awaiting(nodes.b_addr, &sessions[0].1, None).await;
@@ -732,6 +725,19 @@ async fn record_listing(redis: &RedisServer, resume_id: &str, ids: &[i64]) -> (S
         assert!(Instant::now() < deadline, "the record never listed {ids:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Writes a record [`record_listing`] returned (its key and text) back into Redis: the
+/// state of the record a node leaves when it dies before its next write.
+fn put_back(redis: &RedisServer, (key, record): &(String, String)) {
+    let mut connection = redis.connection().expect("redis answers");
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(record)
+        .arg("PX")
+        .arg(600_000)
+        .query(&mut connection)
+        .expect("SET");
 }
 
 /// A WebSocket connection to `addr` resuming the session `resume_id`.
@@ -827,15 +833,14 @@ async fn a_websocket_session_survives_a_second_node_death() {
     let (a_addr, b_addr, c_addr) = (a.wait_listening(), b.wait_listening(), c.wait_listening());
     let (mut client, resume_id) = resumable_session(a_addr).await;
     start_sleep(&mut client, 9, 60_000).await;
-    // Far more than the 20 ms after which a request is recorded.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    record_listing(&redis, &resume_id, &[9]).await;
     a.kill();
 
     let mut on_b = resume_websocket(b_addr, &resume_id).await;
     let lost = on_b.recv_response(&json!(9)).await;
     assert_eq!(lost["error"]["code"], -32031, "{lost}");
     start_sleep(&mut on_b, 20, 60_000).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    record_listing(&redis, &resume_id, &[20]).await;
     b.kill();
 
     let mut on_c = resume_websocket(c_addr, &resume_id).await;
@@ -941,7 +946,8 @@ async fn closed_by_its_client_during_a_shutdown(resumed: bool) {
     while nodes.redis.keys("*session:*").contains(&key) {
         assert!(
             Instant::now() < deadline,
-            "the record of a session its client closed is kept"
+            "the record of a session its client closed is kept; node A's log:\n{}",
+            nodes.a.stderr_text()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
