@@ -752,25 +752,34 @@ async fn resume_websocket_awaiting(
     resume_id: &str,
     awaiting: Option<&str>,
 ) -> crate::support::Client {
+    try_resume(addr, resume_id, awaiting)
+        .await
+        .unwrap_or_else(|status| panic!("the resume was refused: {status}"))
+}
+
+/// The same resume, or the HTTP status that refused it.
+async fn try_resume(
+    addr: SocketAddr,
+    resume_id: &str,
+    awaiting: Option<&str>,
+) -> Result<crate::support::Client, u16> {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let mut request = format!("ws://{addr}/mcp")
         .into_client_request()
         .expect("request");
-    request
-        .headers_mut()
-        .insert("Mcp-Session-Id", resume_id.parse().expect("header"));
+    let headers = request.headers_mut();
+    headers.insert("Mcp-Session-Id", resume_id.parse().expect("header"));
     if let Some(awaiting) = awaiting {
-        request
-            .headers_mut()
-            .insert("Mcp-Awaiting-Ids", awaiting.parse().expect("header"));
+        headers.insert("Mcp-Awaiting-Ids", awaiting.parse().expect("header"));
     }
-    request
-        .headers_mut()
-        .insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));
-    let (ws, _) = tokio_tungstenite::connect_async(request)
-        .await
-        .expect("the session resumes on the node");
-    crate::support::Client::from_ws(ws)
+    headers.insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((ws, _)) => Ok(crate::support::Client::from_ws(ws)),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            Err(response.status().as_u16())
+        }
+        Err(other) => panic!("unexpected connect error: {other}"),
+    }
 }
 
 /// An idle WebSocket session's record is written again before its time to live ends, so a
@@ -953,23 +962,10 @@ async fn closed_by_its_client_during_a_shutdown(resumed: bool) {
     }
     let (exit, _) = nodes.a.wait_exit();
     assert!(exit.success(), "node A exits 0: {exit:?}");
-    assert_eq!(resume_status(nodes.b_addr, &resume_id).await, 404);
-}
-
-/// The HTTP status of a WebSocket upgrade to `addr` resuming `resume_id` that is refused.
-async fn resume_status(addr: SocketAddr, resume_id: &str) -> u16 {
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-    let mut request = format!("ws://{addr}/mcp")
-        .into_client_request()
-        .expect("request");
-    request
-        .headers_mut()
-        .insert("Mcp-Session-Id", resume_id.parse().expect("header"));
-    match tokio_tungstenite::connect_async(request).await {
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
-        Ok(_) => panic!("the session was resumed"),
-        Err(other) => panic!("unexpected connect error: {other}"),
-    }
+    assert_eq!(
+        try_resume(nodes.b_addr, &resume_id, None).await.err(),
+        Some(404)
+    );
 }
 
 /// A WebSocket session outlives its node's graceful shutdown (sessions in Redis): its
