@@ -3,6 +3,7 @@
 //! This file owns the run: it parses the command line, places the client on
 //! its cores, starts or attaches to each target in turn (mcp-ws, the
 //! raw-echo framing ceiling, the actix-inline ceiling of its own stack, the
+//! same server as a naive `serde_json::Value` echo (actix-naive), the
 //! jsonrpsee baseline), runs the same workload
 //! against each, and prints the table, the warnings and one final
 //! `RESULT_JSON {...}` line. With `--serve-baseline` it instead runs only a

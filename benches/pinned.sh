@@ -47,9 +47,11 @@ MCP=$!; pids+=($MCP)
 taskset -c 0 "$LOAD" --serve-baseline raw-echo --listen 127.0.0.1:$((PORT_BASE + 1)) >/dev/null & RAW=$!; pids+=($RAW)
 taskset -c 0 "$LOAD" --serve-baseline jsonrpsee --listen 127.0.0.1:$((PORT_BASE + 2)) >/dev/null & JR=$!; pids+=($JR)
 taskset -c 0 "$LOAD" --serve-baseline actix-inline --listen 127.0.0.1:$((PORT_BASE + 3)) >/dev/null & AI=$!; pids+=($AI)
+taskset -c 0 "$LOAD" --serve-baseline actix-naive --listen 127.0.0.1:$((PORT_BASE + 4)) >/dev/null & AN=$!; pids+=($AN)
 sleep 1
 taskset -c 1 "$LOAD" "$@" \
   --url ws://127.0.0.1:$PORT_BASE/mcp --server-pid $MCP \
   --raw-echo-url ws://127.0.0.1:$((PORT_BASE + 1))/mcp --raw-echo-pid $RAW \
   --jsonrpsee-url ws://127.0.0.1:$((PORT_BASE + 2))/mcp --jsonrpsee-pid $JR \
-  --actix-inline-url ws://127.0.0.1:$((PORT_BASE + 3))/mcp --actix-inline-pid $AI
+  --actix-inline-url ws://127.0.0.1:$((PORT_BASE + 3))/mcp --actix-inline-pid $AI \
+  --actix-naive-url ws://127.0.0.1:$((PORT_BASE + 4))/mcp --actix-naive-pid $AN

@@ -5,10 +5,17 @@
 //! the worker path to: what mcp-ws costs above it is the price of the worker
 //! actor, the limits and the MCP session around each request.
 //!
-//! It is written to be fast, not naive: one typed parse of the envelope with
-//! borrowed strings, the id copied as raw JSON, the echoed text passed through
-//! as the JSON string it arrived as (never unescaped and escaped again, as
-//! mcp-ws does too), one `serde_json::to_string` of the answer.
+//! [`Style::Optimized`] (the `actix-inline` target) is written to be fast:
+//! one typed parse of the envelope with borrowed strings, the id copied as raw
+//! JSON, the echoed text passed through as the JSON string it arrived as (never
+//! unescaped and escaped again, as mcp-ws does too), one
+//! `serde_json::to_string` of the answer.
+//!
+//! [`Style::Naive`] (the `actix-naive` target) is the same server answering as
+//! a JSON-RPC echo is commonly written: the frame parsed into a
+//! `serde_json::Value`, the answer built with `json!` and serialized from
+//! that tree. Issue #20 measures mcp-ws against "a naive actix-web inline
+//! JSON-RPC echo"; both are reported.
 
 use std::borrow::Cow;
 use std::net::TcpListener;
@@ -18,6 +25,7 @@ use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use actix_web_actors::ws;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 use crate::client::MCP_SUBPROTOCOL;
@@ -29,17 +37,34 @@ const SHUTDOWN_TIMEOUT_SECS: u64 = 5;
 
 const INITIALIZE_RESULT: &str = r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"actix-inline-baseline","version":"0"}}"#;
 
+/// How the session answers a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// Typed, borrowed parse; the echoed text passed through ([`answer`]).
+    Optimized,
+    /// A `serde_json::Value` tree in and out ([`naive_answer`]).
+    Naive,
+}
+
 /// Serves on `listener` with one actix worker (one core's worth, like a
-/// pinned mcp-ws) until `shutdown` fires. Runs its own actix system, so it
-/// must be called on a thread without a runtime.
-pub fn serve(listener: TcpListener, shutdown: oneshot::Receiver<()>) -> std::io::Result<()> {
+/// pinned mcp-ws) until `shutdown` fires, answering in `style`. Runs its own
+/// actix system, so it must be called on a thread without a runtime.
+pub fn serve(
+    listener: TcpListener,
+    shutdown: oneshot::Receiver<()>,
+    style: Style,
+) -> std::io::Result<()> {
     actix_rt::System::new().block_on(async move {
-        let server = HttpServer::new(|| App::new().route("/mcp", web::get().to(upgrade)))
-            .workers(1)
-            .disable_signals()
-            .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS)
-            .listen(listener)?
-            .run();
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(web::Data::new(style))
+                .route("/mcp", web::get().to(upgrade))
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS)
+        .listen(listener)?
+        .run();
         let handle = server.handle();
         let running = actix_rt::spawn(server);
         // A dropped sender also means "stop".
@@ -50,14 +75,18 @@ pub fn serve(listener: TcpListener, shutdown: oneshot::Receiver<()>) -> std::io:
     })
 }
 
-async fn upgrade(req: HttpRequest, stream: web::Payload) -> Result<HttpResponse, actix_web::Error> {
-    ws::WsResponseBuilder::new(InlineSession, &req, stream)
+async fn upgrade(
+    req: HttpRequest,
+    stream: web::Payload,
+    style: web::Data<Style>,
+) -> Result<HttpResponse, actix_web::Error> {
+    ws::WsResponseBuilder::new(InlineSession(**style), &req, stream)
         .protocols(&[MCP_SUBPROTOCOL])
         .frame_size(MAX_FRAME_BYTES)
         .start()
 }
 
-struct InlineSession;
+struct InlineSession(Style);
 
 impl Actor for InlineSession {
     type Context = ws::WebsocketContext<Self>;
@@ -67,7 +96,11 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for InlineSession {
     fn handle(&mut self, message: Result<ws::Message, ws::ProtocolError>, ctx: &mut Self::Context) {
         match message {
             Ok(ws::Message::Text(text)) => {
-                if let Some(answer) = answer(&text) {
+                let answer = match self.0 {
+                    Style::Optimized => answer(&text),
+                    Style::Naive => naive_answer(&text),
+                };
+                if let Some(answer) = answer {
                     ctx.text(answer);
                 }
             }
@@ -188,4 +221,32 @@ fn error(id: Option<&RawValue>, code: i32, message: &str) -> String {
         error: ErrorObject { code, message },
     })
     .unwrap_or_default()
+}
+
+/// [`answer`] as it is commonly written: the frame parsed into a tree, the
+/// answer built as one and serialized.
+fn naive_answer(frame: &str) -> Option<String> {
+    let Ok(request) = serde_json::from_str::<Value>(frame) else {
+        return Some(naive_error(Value::Null, -32700, "parse error"));
+    };
+    let id = request.get("id")?.clone();
+    let result = match request["method"].as_str() {
+        Some("tools/call") => {
+            let params = &request["params"];
+            match params["arguments"]["text"].as_str() {
+                Some(text) if params["name"] == "echo" => {
+                    json!({ "content": [{ "type": "text", "text": text }] })
+                }
+                _ => return Some(naive_error(id, -32602, "invalid params")),
+            }
+        }
+        Some("initialize") => serde_json::from_str(INITIALIZE_RESULT).ok()?,
+        Some("ping") => json!({}),
+        _ => return Some(naive_error(id, -32601, "method not found")),
+    };
+    Some(json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string())
+}
+
+fn naive_error(id: Value, code: i32, message: &str) -> String {
+    json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } }).to_string()
 }

@@ -40,6 +40,7 @@ impl BaselineKind {
         match self {
             BaselineKind::RawEcho => "raw-echo",
             BaselineKind::ActixInline => "actix-inline",
+            BaselineKind::ActixNaive => "actix-naive",
             BaselineKind::Jsonrpsee => "jsonrpsee",
         }
     }
@@ -145,7 +146,12 @@ fn run_server_thread(
             let _ = handle.stop();
             let _ = tokio::time::timeout(STOP_TIMEOUT, handle.stopped()).await;
         }),
-        BaselineKind::ActixInline => {
+        BaselineKind::ActixInline | BaselineKind::ActixNaive => {
+            let style = if kind == BaselineKind::ActixNaive {
+                actix_inline::Style::Naive
+            } else {
+                actix_inline::Style::Optimized
+            };
             // actix runs its own system; it takes the socket as a std listener.
             let bound = listener
                 .local_addr()
@@ -154,8 +160,8 @@ fn run_server_thread(
             match bound {
                 Ok((addr, listener)) => {
                     let _ = ready.send(Ok(addr));
-                    if let Err(e) = actix_inline::serve(listener, shutdown) {
-                        eprintln!("actix-inline: {e}");
+                    if let Err(e) = actix_inline::serve(listener, shutdown, style) {
+                        eprintln!("{}: {e}", kind.name());
                     }
                 }
                 Err(e) => drop(ready.send(Err(e.to_string()))),

@@ -32,7 +32,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "mcp-ws,raw-echo,actix-inline,jsonrpsee"
+        default_value = "mcp-ws,raw-echo,actix-inline,actix-naive,jsonrpsee"
     )]
     pub targets: Vec<TargetKind>,
 
@@ -56,6 +56,12 @@ pub struct Args {
     /// Pid of the external actix-inline baseline.
     #[arg(long)]
     pub actix_inline_pid: Option<u32>,
+    /// External actix-naive baseline (started with `--serve-baseline actix-naive`).
+    #[arg(long)]
+    pub actix_naive_url: Option<String>,
+    /// Pid of the external actix-naive baseline.
+    #[arg(long)]
+    pub actix_naive_pid: Option<u32>,
     /// External jsonrpsee baseline (started with `--serve-baseline jsonrpsee`).
     #[arg(long)]
     pub jsonrpsee_url: Option<String>,
@@ -223,6 +229,10 @@ pub enum TargetKind {
     /// the inline ceiling of mcp-ws's own stack.
     #[value(name = "actix-inline")]
     ActixInline,
+    /// The same session answering through a `serde_json::Value` tree, as a
+    /// JSON-RPC echo is commonly written (issue #20's naive echo).
+    #[value(name = "actix-naive")]
+    ActixNaive,
     /// jsonrpsee 0.26 WebSocket server with the same methods.
     #[value(name = "jsonrpsee")]
     Jsonrpsee,
@@ -234,6 +244,7 @@ impl TargetKind {
             TargetKind::McpWs => "mcp-ws",
             TargetKind::RawEcho => "raw-echo",
             TargetKind::ActixInline => "actix-inline",
+            TargetKind::ActixNaive => "actix-naive",
             TargetKind::Jsonrpsee => "jsonrpsee",
         }
     }
@@ -245,6 +256,8 @@ pub enum BaselineKind {
     RawEcho,
     #[value(name = "actix-inline")]
     ActixInline,
+    #[value(name = "actix-naive")]
+    ActixNaive,
     #[value(name = "jsonrpsee")]
     Jsonrpsee,
 }

@@ -258,6 +258,7 @@ fn ratios(outcomes: &[TargetOutcome]) -> Value {
     for baseline in [
         TargetKind::RawEcho,
         TargetKind::ActixInline,
+        TargetKind::ActixNaive,
         TargetKind::Jsonrpsee,
     ] {
         let Some(base) = find(outcomes, baseline) else {

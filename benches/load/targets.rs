@@ -20,9 +20,10 @@ impl TargetKind {
     pub fn reply_style(self) -> ReplyStyle {
         match self {
             TargetKind::RawEcho => ReplyStyle::EchoedRequest,
-            TargetKind::McpWs | TargetKind::ActixInline | TargetKind::Jsonrpsee => {
-                ReplyStyle::JsonRpc
-            }
+            TargetKind::McpWs
+            | TargetKind::ActixInline
+            | TargetKind::ActixNaive
+            | TargetKind::Jsonrpsee => ReplyStyle::JsonRpc,
         }
     }
 
@@ -37,6 +38,7 @@ impl TargetKind {
             TargetKind::McpWs => (&args.url, args.server_pid),
             TargetKind::RawEcho => (&args.raw_echo_url, args.raw_echo_pid),
             TargetKind::ActixInline => (&args.actix_inline_url, args.actix_inline_pid),
+            TargetKind::ActixNaive => (&args.actix_naive_url, args.actix_naive_pid),
             TargetKind::Jsonrpsee => (&args.jsonrpsee_url, args.jsonrpsee_pid),
         };
         url.as_deref().map(|url| (url, pid))
@@ -170,6 +172,7 @@ fn spawn_on_server_cpus(kind: TargetKind, args: &Args) -> Result<InProcessServer
         TargetKind::McpWs => McpWsServer::spawn().map(|s| InProcessServer::McpWs(Box::new(s))),
         TargetKind::RawEcho => baseline(BaselineKind::RawEcho),
         TargetKind::ActixInline => baseline(BaselineKind::ActixInline),
+        TargetKind::ActixNaive => baseline(BaselineKind::ActixNaive),
         TargetKind::Jsonrpsee => baseline(BaselineKind::Jsonrpsee),
     };
     if let Some(previous) = restore {
