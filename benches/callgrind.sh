@@ -9,8 +9,10 @@
 #                                                              config/default.toml, e.g. dedup off)
 #   SERVER_LOG=warn benches/callgrind.sh                      (the server's RUST_LOG; default unset:
 #                                                              the config's filter, access log on)
-#   BARE=1 benches/callgrind.sh                               (then again on the bare configuration,
-#                                                              benches/bare.toml with SERVER_LOG=warn)
+#   BARE=0 benches/callgrind.sh                               (the shipped run only; by default it is
+#                                                              followed by the bare configuration,
+#                                                              benches/bare.toml with SERVER_LOG=warn,
+#                                                              and the ratio of the two figures)
 #
 # The figure is of the shipped configuration (config/default.toml, its log filter: the access
 # log on, written to $OUT.log) unless CONFIG / SERVER_LOG say otherwise; the run prints which.
@@ -25,11 +27,20 @@
 # connections x 16 pipelined `tools/call echo` for 10 s. Needs valgrind (callgrind_annotate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# BARE=1: this run, then the same run on the bare configuration.
-if [ "${BARE:-}" = 1 ]; then
-  BARE= "$0" "$@"
-  echo "== the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
-  BARE= CONFIG=benches/bare.toml SERVER_LOG=warn exec "$0" "$@"
+# The shipped configuration's run, then the same run on the bare one beside it, and the two
+# figures' ratio: by default for mcp-ws when neither CONFIG nor SERVER_LOG names another
+# configuration (BARE=0: this run only).
+[ -n "${BARE:-}" ] || { [ -z "${CONFIG:-}${SERVER_LOG:-}" ] && [ "${TARGET:-mcp-ws}" = mcp-ws ] && BARE=1 || BARE=0; }
+if [ "$BARE" = 1 ]; then
+  RUNS=$(mktemp -d)
+  BARE=0 "$0" "$@" | tee "$RUNS/shipped"
+  echo "== beside it, the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
+  BARE=0 CONFIG=benches/bare.toml SERVER_LOG=warn "$0" "$@" | tee "$RUNS/bare"
+  per_request() { sed -n 's/.* \([0-9]*\) instructions per request.*/\1/p' "$1" | tail -1; }
+  python3 -c 'import sys; s, b = map(int, sys.argv[1:]); print(f"shipped {s} / bare {b} instructions per request: {s / b:.3f}x")' \
+    "$(per_request "$RUNS/shipped")" "$(per_request "$RUNS/bare")"
+  rm -r "$RUNS"
+  exit
 fi
 CONFIG=${CONFIG:-config/default.toml}
 # The server's RUST_LOG: unset, logging.filter of the config decides.

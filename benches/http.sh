@@ -12,20 +12,23 @@
 #   (access log on, written to a file), unless told otherwise:
 #   CONFIG=file.toml                (mcp-ws with another configuration)
 #   SERVER_LOG=warn                 (the server's RUST_LOG; warn turns the access log off)
-#   BARE=1                          (then the same run again on the bare configuration,
+#   BARE=0                          (this run only; by default, when neither CONFIG nor SERVER_LOG
+#                                    is given, the same run follows on the bare configuration,
 #                                    CONFIG=benches/bare.toml SERVER_LOG=warn: hardening and
-#                                    access log off)
+#                                    access log off, printed beside the shipped one)
 #   The server's log goes to $OUT/mcp-ws.log.
 #
 # The peers are standalone cargo projects in benches/peers/ (own [workspace], own target dir
 # target/peers), built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# BARE=1: this run, then the same run on the bare configuration.
-if [ "${BARE:-}" = 1 ]; then
-  BARE= "$0" "$@"
-  echo "== the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
-  BARE= CONFIG=benches/bare.toml SERVER_LOG=warn exec "$0" "$@"
+# The shipped configuration's run, then the same run on the bare one beside it: by default
+# when neither CONFIG nor SERVER_LOG names another configuration (BARE=0: this run only).
+[ -n "${BARE:-}" ] || { [ -z "${CONFIG:-}${SERVER_LOG:-}" ] && BARE=1 || BARE=0; }
+if [ "$BARE" = 1 ]; then
+  BARE=0 "$0" "$@"
+  echo "== beside it, the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
+  BARE=0 CONFIG=benches/bare.toml SERVER_LOG=warn exec "$0" "$@"
 fi
 CONFIG=${CONFIG:-config/default.toml}
 # The server's RUST_LOG: unset, logging.filter of the config decides.
