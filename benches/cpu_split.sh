@@ -4,7 +4,9 @@
 # alternated: what the access line costs in instructions (user) and in writing it out
 # (kernel). The server runs alone on core 0, the generator on core 1 (16 connections x 16
 # pipelined 64 B `tools/call echo`, 5 s); its utime and stime are read from /proc before and
-# after, so connection setup is counted too (a few milliseconds of the run).
+# after, so connection setup is counted too (a few milliseconds of the run). Where `perf` can
+# read the server's tracepoints, the same window's system calls and context switches per
+# request are counted too (PERF=0 leaves them out).
 #
 #   benches/cpu_split.sh [mcp-ws binary]        (default: target/release/mcp-ws, built here)
 #   LOG_TO=/dev/null benches/cpu_split.sh ...   (where the server's log goes; default a new
@@ -31,29 +33,44 @@ run() { # label [env assignments...]
   SERVER_PID=$!
   local pid=$SERVER_PID
   sleep 1
-  local before after result
+  local before after result counts perf_pid=
+  counts=$(mktemp)
+  if [ "${PERF:-1}" = 1 ] && command -v perf >/dev/null 2>&1; then
+    perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$pid" -o "$counts" 2>/dev/null &
+    perf_pid=$!
+  fi
   before=$(awk '{print $14, $15}' "/proc/$pid/stat")
   result=$(taskset -c 1 "$LOAD" --targets mcp-ws --url ws://127.0.0.1:$PORT/mcp \
     --connections 16 --pipeline 16 --payload 64 --duration 5 --warmup 0 --out "$(mktemp -d)" \
     | grep '^RESULT_JSON ' | sed 's/^RESULT_JSON //')
   after=$(awk '{print $14, $15}' "/proc/$pid/stat")
+  [ -z "$perf_pid" ] || { kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; }
   kill -TERM $pid
   wait $pid 2>/dev/null || true
   SERVER_PID=
   python3 -c '
 import json, sys
-label, ticks, before, after, result = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+label, ticks, before, after, result, counts = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 point = json.loads(result)["targets"]["mcp-ws"]["points"][0]
 if point["errors"] or point["lost"] or point["mismatched"]:
     sys.exit(f"{label}: errors, lost or mismatched answers: no figure")
 n = point["answered"]
 (u0, s0), (u1, s1) = (map(int, before.split()), map(int, after.split()))
 user, kernel = (u1 - u0) / ticks * 1e6 / n, (s1 - s0) / ticks * 1e6 / n
-print(f"{label} {n} {user:.3f} {kernel:.3f} {user + kernel:.3f}")
-' "$label" "$TICKS" "$before" "$after" "$result" | tee -a "$RESULTS"
+# perf stat -x, lines: count,unit,event,...; "-" where perf counted nothing.
+event = {}
+for line in open(counts):
+    fields = line.strip().split(",")
+    if len(fields) > 2 and fields[0].isdigit():
+        event[fields[2]] = int(fields[0]) / n
+per = lambda name: f"{event[name]:.4f}" if name in event else "-"
+calls, switches = per("raw_syscalls:sys_enter"), per("context-switches")
+print(f"{label} {n} {user:.3f} {kernel:.3f} {user + kernel:.3f} {calls} {switches}")
+' "$label" "$TICKS" "$before" "$after" "$result" "$counts" | tee -a "$RESULTS"
+  rm -f "$counts"
 }
 
-echo "== $SERVER, log to $LOG_TO; columns: configuration, answered, user, kernel, total (µs of server CPU per request)"
+echo "== $SERVER, log to $LOG_TO; columns: configuration, answered, user, kernel, total (µs of server CPU per request), system calls and context switches per request"
 for _ in $(seq 1 "${ROUNDS:-3}"); do
   run shipped -u RUST_LOG
   run access-off RUST_LOG=info,mcp_ws::access=off
@@ -66,6 +83,15 @@ for label in ("shipped", "access-off"):
     mine = [r for r in rows if r[0] == label]
     median[label] = [statistics.median(float(r[i]) for r in mine) for i in (2, 3, 4)]
     print(f"median {label}: user {median[label][0]:.3f} kernel {median[label][1]:.3f} total {median[label][2]:.3f}")
+    counted = [float(r[6]) for r in mine if len(r) > 6 and r[6] != "-"]
+    calls = [float(r[5]) for r in mine if len(r) > 5 and r[5] != "-"]
+    if counted:
+        print(f"  per request: system calls {statistics.median(calls):.4f}, context switches {statistics.median(counted):.4f}")
 s, o = median["shipped"], median["access-off"]
 print(f"shipped / access-off: user {s[0] / o[0]:.3f}x, kernel {s[1] / o[1]:.3f}x, total {s[2] / o[2]:.3f}x")
+# Each shipped run against the access-off run after it, so that a pair meets the same load.
+pairs = [float(a[4]) / float(b[4]) for a, b in zip(
+    [r for r in rows if r[0] == "shipped"], [r for r in rows if r[0] == "access-off"])]
+each = " ".join("%.3f" % p for p in pairs)
+print(f"shipped / access-off, total, per pair: {each}; median {statistics.median(pairs):.3f}x")
 ' "$RESULTS"
