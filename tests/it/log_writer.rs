@@ -8,6 +8,8 @@
 //! - `logging.file`: the file (`NAME.YYYY-MM-DD` in its directory) is created and holds the
 //!   lines; older files beyond `logging.file_keep` are deleted; a directory that does not
 //!   exist is a configuration error at start.
+//! - A stderr that is a pipe is made to hold one batch of the writer (1 MiB, or the
+//!   kernel's `pipe-max-size` when that is smaller).
 
 use crate::support::http::http_get;
 use crate::support::process::ServerProcess;
@@ -178,7 +180,7 @@ async fn sigterm_right_after_requests_loses_no_line_in_the_file() {
 struct Stalled {
     child: Child,
     /// Open and unread: dropping it would make writes fail instead of block.
-    _stderr: BufReader<ChildStderr>,
+    stderr: BufReader<ChildStderr>,
     addr: SocketAddr,
     _config: PathBuf,
 }
@@ -217,7 +219,7 @@ impl Stalled {
         };
         Self {
             child,
-            _stderr: stderr,
+            stderr,
             addr,
             _config: config,
         }
@@ -276,6 +278,19 @@ async fn a_stderr_nobody_reads_costs_lines_not_answers() {
         .await;
     assert_result(&init, &json!(1));
     assert!(metric_of(server.addr, dropped).await > 0);
+}
+
+#[test]
+fn a_stderr_pipe_is_made_to_hold_one_batch_of_the_log() {
+    let server = Stalled::spawn("pipe-size", "");
+    let size = rustix::pipe::fcntl_getpipe_size(server.stderr.get_ref()).expect("a pipe");
+    let most: usize = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+        .expect("pipe-max-size")
+        .trim()
+        .parse()
+        .expect("a number");
+    // The writer's batch, 1 MiB, unless the kernel allows less; a pipe starts at 64 KiB.
+    assert_eq!(size, most.min(1 << 20), "the pipe's size");
 }
 
 #[tokio::test]
