@@ -31,7 +31,7 @@
 //! enabled span) the line is an ordinary `tracing` event.
 
 use crate::config::{LogFormat, LoggingSettings};
-use crate::observe::log_writer::{Closer, LogWriter, BATCH_BYTES};
+use crate::observe::log_writer::{Closer, LogWriter};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::io::{self, IsTerminal, Write};
@@ -123,15 +123,18 @@ pub fn install(logging: &LoggingSettings) -> Result<LogGuard, LogError> {
 }
 
 /// Makes stderr's pipe, when stderr is one (a supervisor reading it), hold one batch of the
-/// writer thread ([`BATCH_BYTES`]): a batch then goes into the pipe with one write, where the
-/// usual 64 KiB pipe blocked the writer thread once for each 64 KiB its reader drained, a
-/// sleep and a wake-up on the server's core each time. Best effort: the kernel caps the size
-/// (`/proc/sys/fs/pipe-max-size`, 1 MiB by default) and refuses it for anything but a pipe,
-/// and stderr is then used as it is.
+/// writer thread ([`BATCH_BYTES`](crate::observe::log_writer::BATCH_BYTES)): a batch then
+/// goes into the pipe with one write, where the usual 64 KiB pipe blocked the writer thread
+/// once for each 64 KiB its reader drained, a sleep and a wake-up on the server's core each
+/// time. Best effort: the kernel caps the size (`/proc/sys/fs/pipe-max-size`, 1 MiB by
+/// default) and refuses it for anything but a pipe, and stderr is then used as it is.
 fn widen_stderr_pipe() {
     // Not a pipe, or over the cap: the error changes nothing, and is not worth a line.
     #[cfg(target_os = "linux")]
-    let _ = rustix::pipe::fcntl_setpipe_size(io::stderr(), BATCH_BYTES);
+    {
+        use crate::observe::log_writer::BATCH_BYTES;
+        let _ = rustix::pipe::fcntl_setpipe_size(io::stderr(), BATCH_BYTES);
+    }
 }
 
 /// Installs the global subscriber (text lines to stderr, each written by the thread that

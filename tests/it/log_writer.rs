@@ -280,6 +280,7 @@ async fn a_stderr_nobody_reads_costs_lines_not_answers() {
     assert!(metric_of(server.addr, dropped).await > 0);
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn a_stderr_pipe_is_made_to_hold_one_batch_of_the_log() {
     let server = Stalled::spawn("pipe-size", "");
