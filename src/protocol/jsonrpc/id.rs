@@ -26,7 +26,7 @@ impl RequestId {
     /// records other nodes wrote). Its text is the value's, which may spell a number
     /// differently than its client did (`1.50` becomes `1.5`).
     pub fn from_value(value: &serde_json::Value) -> Option<Self> {
-        Self::from_raw(&RawValue::from_string(value.to_string()).ok()?)
+        Self::from_raw(&serde_json::value::to_raw_value(value).ok()?)
     }
 
     /// An integer id (for ids the server makes itself).
@@ -89,6 +89,17 @@ mod tests {
     fn null_bool_array_object_are_not_ids() {
         for text in ["null", "true", "false", "[1]", "{}"] {
             assert!(RequestId::from_raw(&raw(text)).is_none(), "{text}");
+            let value: serde_json::Value = serde_json::from_str(text).expect("JSON");
+            assert!(RequestId::from_value(&value).is_none(), "{text}");
+        }
+    }
+
+    #[test]
+    fn ids_kept_as_values_come_back_in_the_values_spelling() {
+        for (text, spelled) in [(r#""a""#, r#""a""#), ("7", "7"), ("1.50", "1.5")] {
+            let value: serde_json::Value = serde_json::from_str(text).expect("JSON");
+            let id = RequestId::from_value(&value).expect("an id");
+            assert_eq!(id.as_json(), spelled);
         }
     }
 }
