@@ -255,8 +255,8 @@ async fn a_stderr_nobody_reads_costs_lines_not_answers() {
         .await;
     assert_result(&init, &json!("init"));
     // About 1 KiB a line: the pipe's 64 KiB and the writer's queue of 64 lines (its buffer
-    // and the batch it is blocked on) take some 200 lines; each round adds 100. Every answer comes within the client's
-    // receive timeout, and so does every /metrics.
+    // and the batch it is blocked on) take some 200 lines; each round adds 100. Every answer
+    // comes within the client's receive timeout, and so does every /metrics.
     let padding = json!({"pad": "x".repeat(1000)});
     let mut rounds = 0;
     while metric_of(server.addr, dropped).await == 0 {
