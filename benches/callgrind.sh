@@ -30,16 +30,18 @@ cd "$(dirname "$0")/.."
 # The shipped configuration's run, then the same run on the bare one beside it, and the two
 # figures' ratio: by default for mcp-ws when neither CONFIG nor SERVER_LOG names another
 # configuration (BARE=0: this run only).
-[ -n "${BARE:-}" ] || { [ -z "${CONFIG:-}${SERVER_LOG:-}" ] && [ "${TARGET:-mcp-ws}" = mcp-ws ] && BARE=1 || BARE=0; }
+. benches/common.sh
+[ "${TARGET:-mcp-ws}" = mcp-ws ] || BARE=${BARE:-0}
+bare_default
 if [ "$BARE" = 1 ]; then
   RUNS=$(mktemp -d)
+  trap 'rm -r "$RUNS"' EXIT
   BARE=0 "$0" "$@" | tee "$RUNS/shipped"
   echo "== beside it, the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
   BARE=0 CONFIG=benches/bare.toml SERVER_LOG=warn "$0" "$@" | tee "$RUNS/bare"
   per_request() { sed -n 's/.* \([0-9]*\) instructions per request.*/\1/p' "$1" | tail -1; }
   python3 -c 'import sys; s, b = map(int, sys.argv[1:]); print(f"shipped {s} / bare {b} instructions per request: {s / b:.3f}x")' \
     "$(per_request "$RUNS/shipped")" "$(per_request "$RUNS/bare")"
-  rm -r "$RUNS"
   exit
 fi
 CONFIG=${CONFIG:-config/default.toml}

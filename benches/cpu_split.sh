@@ -10,7 +10,8 @@
 #
 #   benches/cpu_split.sh [mcp-ws binary]        (default: target/release/mcp-ws, built here)
 #   LOG_TO=/dev/null benches/cpu_split.sh ...   (where the server's log goes; default a new
-#                                                file in /tmp, as a supervisor's file would)
+#                                                file in /tmp, as a supervisor's file would,
+#                                                deleted at the end unless KEEP_LOG=1)
 #   ROUNDS=5 benches/cpu_split.sh ...           (pairs of runs, default 3)
 #   LOAD=/path/to/load benches/cpu_split.sh ... (a load generator already built)
 set -euo pipefail
@@ -18,13 +19,16 @@ cd "$(dirname "$0")/.."
 SERVER=${1:-target/release/mcp-ws}
 [ $# -ge 1 ] || cargo build --release --quiet
 LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
-LOG_TO=${LOG_TO:-$(mktemp /tmp/mcp-ws-cpu-split.XXXXXX.log)}
+. benches/common.sh
+# A log file of its own is deleted at the end (`drop_log`); a given LOG_TO is left alone.
+OWN_LOG=
+[ -n "${LOG_TO:-}" ] || { LOG_TO=$(mktemp /tmp/mcp-ws-cpu-split.XXXXXX.log); OWN_LOG=$LOG_TO; }
 PORT=${PORT:-18950}
 TICKS=$(getconf CLK_TCK)
 RESULTS=$(mktemp)
 # The server of the run under way, stopped however the script ends (a failed run included).
 SERVER_PID=
-trap '[ -z "$SERVER_PID" ] || kill "$SERVER_PID" 2>/dev/null || true' EXIT
+trap '[ -z "$SERVER_PID" ] || kill "$SERVER_PID" 2>/dev/null || true; drop_log "$OWN_LOG"' EXIT
 
 run() { # label [env assignments...]
   local label=$1

@@ -18,17 +18,14 @@
 #                                    is given, the same run follows on the bare configuration,
 #                                    CONFIG=benches/bare.toml SERVER_LOG=warn: hardening and
 #                                    access log off, printed beside the shipped one)
-#   The server's log goes to $OUT/mcp-ws.log.
+#   The server's log goes to $OUT/mcp-ws.log, deleted when the run ends unless KEEP_LOG=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/common.sh
 # The shipped configuration's run, then the same run on the bare one beside it: by default
 # when neither CONFIG nor SERVER_LOG names another configuration (BARE=0: this run only).
-[ -n "${BARE:-}" ] || { [ -z "${CONFIG:-}${SERVER_LOG:-}" ] && BARE=1 || BARE=0; }
-if [ "$BARE" = 1 ]; then
-  BARE=0 "$0" "$@"
-  echo "== beside it, the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
-  BARE=0 CONFIG=benches/bare.toml SERVER_LOG=warn exec "$0" "$@"
-fi
+bare_default
+bare_beside "$@"
 CONFIG=${CONFIG:-config/default.toml}
 # The server's RUST_LOG: unset, logging.filter of the config decides.
 [ -z "${SERVER_LOG:-}" ] || export RUST_LOG=$SERVER_LOG
@@ -45,7 +42,7 @@ OUT=${OUT:-bench-results/era-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 taskset -c 0 "$SERVER" --listen 127.0.0.1:$PORT --config "$CONFIG" 2>"$OUT/mcp-ws.log" &
 MCP=$!
-trap 'kill $MCP 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+trap 'kill $MCP 2>/dev/null || true; wait 2>/dev/null || true; drop_log "$OUT/mcp-ws.log"' EXIT
 sleep 1
 
 # measure TRANSPORT ERA [args] -> one line "transport era rps cpu_cores p50 p99 bad" on stdout

@@ -16,20 +16,17 @@
 #                                    is given, the same run follows on the bare configuration,
 #                                    CONFIG=benches/bare.toml SERVER_LOG=warn: hardening and
 #                                    access log off, printed beside the shipped one)
-#   The server's log goes to $OUT/mcp-ws.log.
+#   The server's log goes to $OUT/mcp-ws.log, deleted when the run ends unless KEEP_LOG=1.
 #
 # The peers are standalone cargo projects in benches/peers/ (own [workspace], own target dir
 # target/peers), built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/common.sh
 # The shipped configuration's run, then the same run on the bare one beside it: by default
 # when neither CONFIG nor SERVER_LOG names another configuration (BARE=0: this run only).
-[ -n "${BARE:-}" ] || { [ -z "${CONFIG:-}${SERVER_LOG:-}" ] && BARE=1 || BARE=0; }
-if [ "$BARE" = 1 ]; then
-  BARE=0 "$0" "$@"
-  echo "== beside it, the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
-  BARE=0 CONFIG=benches/bare.toml SERVER_LOG=warn exec "$0" "$@"
-fi
+bare_default
+bare_beside "$@"
 CONFIG=${CONFIG:-config/default.toml}
 # The server's RUST_LOG: unset, logging.filter of the config decides.
 [ -z "${SERVER_LOG:-}" ] || export RUST_LOG=$SERVER_LOG
@@ -47,7 +44,7 @@ PORT=${PORT_BASE:-18865}
 OUT=${OUT:-bench-results/http-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; drop_log "$OUT/mcp-ws.log"; }
 trap cleanup EXIT
 
 taskset -c 0 target/release/mcp-ws --listen 127.0.0.1:$PORT --config "$CONFIG" 2>"$OUT/mcp-ws.log" &

@@ -20,14 +20,11 @@
 #                                   (given builds: then nothing is built here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/common.sh
 # The shipped configuration's run, then the same run on the bare one beside it: by default
 # when neither CONFIG nor SERVER_LOG names another configuration (BARE=0: this run only).
-[ -n "${BARE:-}" ] || { [ -z "${CONFIG:-}${SERVER_LOG:-}" ] && BARE=1 || BARE=0; }
-if [ "$BARE" = 1 ]; then
-  BARE=0 "$0" "$@"
-  echo "== beside it, the bare configuration: CONFIG=benches/bare.toml SERVER_LOG=warn"
-  BARE=0 CONFIG=benches/bare.toml SERVER_LOG=warn exec "$0" "$@"
-fi
+bare_default
+bare_beside "$@"
 CONFIG=${CONFIG:-config/default.toml}
 # The server's RUST_LOG: unset, logging.filter of the config decides.
 [ -z "${SERVER_LOG:-}" ] || export RUST_LOG=$SERVER_LOG
@@ -39,15 +36,12 @@ SERVER=${SERVER:-}
 LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 PORT_BASE=${PORT_BASE:-18765}
 pids=()
-# A log file of the run's own is deleted when it ends: at full speed the access log writes
-# about 0.8 GB a run, and with the files of the runs before kept, later runs of the shipped
-# configuration slowed (0.85x actix-naive in the first of five runs, 0.69x in the fifth,
-# with 3 GB of earlier logs on the disk, on 2026-12-05); deleted, they do not.
+# A log file of the run's own is deleted when it ends (`drop_log`, benches/common.sh).
 OWN_LOG=
 cleanup() {
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
-  [ -z "$OWN_LOG" ] || [ "${KEEP_LOG:-}" = 1 ] || rm -f "$OWN_LOG"
+  drop_log "$OWN_LOG"
 }
 trap cleanup EXIT
 prlimit --pid $$ --nofile=20000:20000 2>/dev/null || true
