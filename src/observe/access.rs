@@ -39,7 +39,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use smol_str::SmolStr;
 use std::cell::{Cell, OnceCell};
 use std::fmt::{self, Write};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 /// The target of access-log lines (`RUST_LOG=mcp_ws::access=off` turns them off).
@@ -139,7 +139,7 @@ impl Redaction {
         // Most params are compact JSON of plain strings and integers: copied as they are
         // (what the transcoding below would write), unless the budget is reached.
         let start = out.len();
-        if self.copy_plain(json.as_bytes(), json, out, false) && out.len() < self.max_bytes {
+        if self.copy_plain(json, out, false) && out.len() < self.max_bytes {
             return;
         }
         out.truncate(start);
@@ -160,80 +160,73 @@ impl Redaction {
 
     /// Appends `json` (valid JSON) with hidden members' values redacted, byte for byte as the
     /// transcoding of [`append`](Self::append) writes it, when that is a copy: no whitespace
-    /// between tokens, strings without escapes, DEL or C1 controls, integers of at most 18
-    /// digits other than `-0` (no floats), nesting within 64. Returns `false` at anything
-    /// else, `out` then holding part of a copy. The budget is the caller's to check.
+    /// between tokens, strings without escapes, DEL or C1 controls (a hidden value's too),
+    /// integers of at most 18 digits other than `-0` (no floats), nesting within 64. Returns
+    /// `false` at anything else, `out` then holding part of a copy. The budget is the
+    /// caller's to check.
     ///
     /// With `quote`, every `"` of the copy is written `\"`: the copy as the inside of a quoted
-    /// field value (the copy has no `\` of its own to escape).
-    fn copy_plain(&self, bytes: &[u8], json: &str, out: &mut String, quote: bool) -> bool {
-        // One bit per open container, set for an object; `depth` of them.
-        let (mut objects, mut depth) = (0u64, 0u32);
-        let mut expect_key = false;
-        // Tokens are checked one by one but copied in runs, from `copied` to the next string
-        // to quote, redacted value or the end: a copy per token cost more than the check.
+    /// field value (the copy has no `\` of its own to escape), made of ASCII JSON only.
+    fn copy_plain(&self, json: &str, out: &mut String, quote: bool) -> bool {
+        let bytes = json.as_bytes();
+        // What rules a copy out inside strings, looked for in the whole text at once: a
+        // branch-free pass the compiler vectorizes, then one search for C1's lead byte.
+        // Strings are then only searched for their closing `"` (they have no `\`).
+        let (unusual, c2) = bytes.iter().fold((false, false), |(unusual, c2), &b| {
+            let unusual = unusual | (b < 0x20) | (b == b'\\') | (b == 0x7f);
+            (unusual | (quote & (b >= 0x80)), c2 | (b == 0xc2))
+        });
+        if unusual
+            || c2
+                && memchr::memchr_iter(0xc2, bytes)
+                    .any(|at| matches!(bytes.get(at + 1), Some(0x80..=0x9f)))
+        {
+            return false;
+        }
+        let mut depth = 0u32;
+        // Tokens are checked one by one but copied in runs, from `copied` to the next `"` to
+        // quote, redacted value or the end: a copy per token cost more than the check.
         let mut copied = 0;
         let mut i = 0;
         while i < bytes.len() {
             let start = i;
             match bytes[i] {
-                open @ (b'{' | b'[') => {
-                    if depth == 64 {
-                        return false;
-                    }
-                    objects = (objects << 1) | u64::from(open == b'{');
-                    depth += 1;
-                    expect_key = open == b'{';
-                    i += 1;
-                }
-                b'}' | b']' => {
-                    objects >>= 1;
-                    depth = depth.saturating_sub(1);
-                    expect_key = false;
-                    i += 1;
-                }
-                b',' => {
-                    expect_key = objects & 1 == 1 && depth > 0;
-                    i += 1;
-                }
-                b':' => i += 1,
                 b'"' => {
-                    i += 1;
-                    loop {
-                        i = skip_plain_ascii(bytes, i);
-                        while i < bytes.len() && !JSON_SPECIAL[usize::from(bytes[i])] {
-                            i += 1;
-                        }
-                        // 0xc2 starts a C1 control only before 0x80..=0x9f.
-                        match bytes.get(i..i + 2) {
-                            Some([0xc2, next]) if !(0x80..=0x9f).contains(next) => i += 2,
-                            _ => break,
-                        }
-                    }
-                    if bytes.get(i) != Some(&b'"') {
+                    // The closing `"`; in JSON without whitespace, a string followed by
+                    // `:` is a member's name.
+                    let Some(end) = find_quote(bytes, start + 1) else {
                         return false;
-                    }
-                    i += 1;
-                    let hidden = std::mem::take(&mut expect_key)
-                        && self.hides(&json[start + 1..i - 1])
-                        && bytes.get(i) == Some(&b':');
-                    // Quoting, a string's two `"` are written `\"`: the run before it is
-                    // copied, then the string (the run holds no `"`: strings have no escapes).
-                    if quote || hidden {
-                        let Some(run) = json.get(copied..start) else {
-                            return false;
-                        };
-                        out.push_str(run);
+                    };
+                    i = end + 1;
+                    if bytes.get(i) == Some(&b':') && self.hides(&json[start + 1..end]) {
+                        out.push_str(&json[copied..start]);
                         push_string_token(out, &json[start..i], quote);
-                        copied = i;
-                    }
-                    if hidden {
                         out.push(':');
                         push_string_token(out, REDACTED, quote);
                         i = skip_value(bytes, i + 1);
                         copied = i;
+                    } else if quote {
+                        // The run up to the string, then the string up to its closing `"`,
+                        // each followed by the `\` of the `"` after it.
+                        out.push_str(&json[copied..start]);
+                        out.push('\\');
+                        out.push_str(&json[start..end]);
+                        out.push('\\');
+                        copied = end;
                     }
                 }
+                b'{' | b'[' => {
+                    if depth == 64 {
+                        return false;
+                    }
+                    depth += 1;
+                    i += 1;
+                }
+                b'}' | b']' => {
+                    depth = depth.saturating_sub(1);
+                    i += 1;
+                }
+                b',' | b':' => i += 1,
                 b'-' | b'0'..=b'9' => {
                     i += 1;
                     while i < bytes.len() && bytes[i].is_ascii_digit() {
@@ -304,9 +297,6 @@ impl Redaction {
     /// control or non-ASCII character to escape), the same in the text and JSON formats, and
     /// it is done as the copy is made instead of in a second pass over the line.
     fn quoted(&self, params: &Params<'_, CallToolParams<'_>>) -> Option<String> {
-        let copy = |json: &str, out: &mut String| {
-            json.is_ascii() && self.copy_plain(json.as_bytes(), json, out, true)
-        };
         // Each branch makes the copy's buffer at its size: `with_capacity` allocates
         // directly, where `reserve` on an empty `String` went through the growth path.
         let mut out;
@@ -319,7 +309,7 @@ impl Redaction {
                 }
                 out = String::with_capacity(raw.len() + 32);
                 out.push('"');
-                if !copy(raw, &mut out) {
+                if !self.copy_plain(raw, &mut out, true) {
                     return None;
                 }
             }
@@ -335,14 +325,14 @@ impl Redaction {
                 out.push_str("\\\"");
                 if let Some(arguments) = call.arguments {
                     out.push_str(",\\\"arguments\\\":");
-                    if !copy(arguments.get(), &mut out) {
+                    if !self.copy_plain(arguments.get(), &mut out, true) {
                         return None;
                     }
                 }
                 if let Some(meta) = &call.meta {
                     let meta = serde_json::to_string(meta).ok()?;
                     out.push_str(",\\\"_meta\\\":");
-                    if !copy(&meta, &mut out) {
+                    if !self.copy_plain(&meta, &mut out, true) {
                         return None;
                     }
                 }
@@ -494,30 +484,24 @@ static JSON_SPECIAL: [bool; 256] = {
     table
 };
 
-/// The first index at or after `at` where eight bytes in a row from there are not all ASCII
-/// that [`JSON_SPECIAL`] passes (no `"`, `\`, control or non-ASCII byte among them), found a
-/// word at a time; the bytes from there on are for the caller to look at one by one. A word
-/// may stop the scan early (the test has false alarms, never misses), not late.
-fn skip_plain_ascii(bytes: &[u8], at: usize) -> usize {
+/// The index of the first `"` in `bytes` at or after `at`, found a word at a time: strings
+/// in params are short, where a call to `memchr` cost more than this whole search.
+fn find_quote(bytes: &[u8], at: usize) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGH: u64 = ONES << 7;
-    // The high bit of each byte of `x` that is zero, and maybe of bytes above such a one.
-    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
     let mut i = at;
     while let Some(Ok(chunk)) = bytes.get(i..i + 8).map(<[u8; 8]>::try_from) {
-        let word = u64::from_ne_bytes(chunk);
-        let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
-        let special = zero(word ^ (ONES * u64::from(b'"')))
-            | zero(word ^ (ONES * u64::from(b'\\')))
-            | zero(word ^ (ONES * 0x7f))
-            | below_space
-            | (word & HIGH);
-        if special != 0 {
-            break;
+        // Zero where a byte is `"`; the lowest byte flagged is the first of them (a flag
+        // above a zero byte may be false, never one below it).
+        let word = u64::from_le_bytes(chunk) ^ (ONES * u64::from(b'"'));
+        let found = word.wrapping_sub(ONES) & !word & HIGH;
+        if found != 0 {
+            return Some(i + (found.trailing_zeros() / 8) as usize);
         }
         i += 8;
     }
-    i
+    let rest = bytes.get(i..)?;
+    rest.iter().position(|&b| b == b'"').map(|at| i + at)
 }
 
 /// Where the JSON value starting at `at` of `bytes` (valid JSON, no whitespace before it)
@@ -752,17 +736,140 @@ impl AccessLine {
             .or(self.unserved_method.as_deref())
             .unwrap_or_default()
     }
+
+    /// Writes the line's fields, as the `fmt` layer writes those of [`log`](Self::log)
+    /// (tested byte for byte), in as few copies as it can: what a session's lines share
+    /// rendered once ([`SessionFields`]), the fields around a served method and after an
+    /// outcome joined at compile or start-up time ([`telemetry::Lead`]).
+    fn write(
+        &self,
+        out: &mut telemetry::Line<'_>,
+        ending: &Ending,
+        admission: &impl Requester,
+        fields: &SessionFields,
+    ) {
+        let &Ending {
+            method,
+            session,
+            outcome,
+            duration_us,
+        } = ending;
+        let mut scratch = String::new();
+        fields.write(&fields.head, out, |out| {
+            out.u64(field_name!("session"), session);
+            out.lead(field_name!("id"));
+        });
+        out.display_value(clean(self.id.as_json(), &mut scratch));
+        match method_lead(method) {
+            Some(lead) => out.lead(lead),
+            None => {
+                out.display(
+                    field_name!("method"),
+                    clean(self.method(method), &mut scratch),
+                );
+                out.lead(field_name!("params"));
+            }
+        }
+        match &self.params {
+            LineParams::Absent => out.display_value("-"),
+            LineParams::Json(json) => out.display_value(json),
+            LineParams::Quoted(quoted) => out.quoted_value(quoted),
+        }
+        out.lead(outcome.lead());
+        if let Some(code) = outcome.code() {
+            out.i64_value(code);
+            out.lead(field_name!("duration_us"));
+        }
+        out.u64_value(duration_us);
+        let requester = |out: &mut telemetry::Line<'_>| {
+            let mut scratch = String::new();
+            let mut peer = [0u8; 16];
+            out.display(
+                field_name!("peer"),
+                peer_text(admission.peer(), &mut peer, &mut scratch),
+            );
+            let user_agent = admission.user_agent().unwrap_or("-");
+            out.display(field_name!("user_agent"), clean(user_agent, &mut scratch));
+            out.display(
+                field_name!("identity"),
+                clean(admission.subject(), &mut scratch),
+            );
+            out.display(field_name!("trace_id"), clean(&self.trace_id, &mut scratch));
+        };
+        // The request's own trace id (from its `_meta`) is not the session's.
+        if Arc::ptr_eq(&self.trace_id, admission.trace_id()) {
+            fields.write(&fields.requester, out, requester);
+        } else {
+            requester(out);
+        }
+    }
+
+    /// Logs the line as a `tracing` event (when [`telemetry::write_direct`] cannot write
+    /// it). Every client string through `Clean`, escaped as it is written: nothing is
+    /// copied for the line, and the text format quotes whatever is not a plain token.
+    fn log(&self, ending: &Ending, admission: &impl Requester) {
+        tracing::info!(
+            target: TARGET,
+            session = ending.session,
+            id = %Clean(self.id.as_json()),
+            method = %Clean(self.method(ending.method)),
+            params = %self.params,
+            outcome = ending.outcome.label(),
+            code = ending.outcome.code(),
+            duration_us = ending.duration_us,
+            peer = %Peer(admission.peer()),
+            user_agent = %Clean(admission.user_agent().unwrap_or("-")),
+            identity = %Clean(admission.subject()),
+            trace_id = %Clean(&self.trace_id),
+            "request"
+        );
+    }
 }
 
-/// The last fields of a session's access lines, the same in each of its requests that has
-/// no trace id of its own: `peer`, `user_agent`, `identity` and `trace_id` (what the
-/// perimeter admitted). Rendered once, at the session's second line, and copied into every
-/// line after it; a session of one request (a 2026-07-28 request's, or one idle since
-/// `initialize`) renders nothing ahead and keeps only the empty cell. It also keeps whether
-/// the session writes access lines at all, asked once.
+/// What a line says of its request's end, besides the request.
+struct Ending {
+    method: MethodLabel,
+    session: u64,
+    outcome: Outcome,
+    duration_us: u64,
+}
+
+/// ` method=<name> params=` and its JSON form for each method the server serves, by its
+/// label's index: the fields around a served method's name, one copy into a line.
+static METHOD_LEADS: LazyLock<Box<[Option<MethodLead>]>> = LazyLock::new(|| {
+    MethodLabel::all()
+        .map(|label| {
+            label.served().map(|name| MethodLead {
+                text: format!(" method={name} params="),
+                json: format!(",\"method\":\"{name}\",\"params\":"),
+            })
+        })
+        .collect()
+});
+
+/// One of [`METHOD_LEADS`], in the text and JSON formats.
+struct MethodLead {
+    text: String,
+    json: String,
+}
+
+/// The [`METHOD_LEADS`] of a served method.
+fn method_lead(label: MethodLabel) -> Option<telemetry::Lead> {
+    let lead = METHOD_LEADS.get(label.index())?.as_ref()?;
+    Some(telemetry::Lead::new(&lead.text, &lead.json))
+}
+
+/// What a session's access lines share, rendered once: the fields ahead of the id
+/// (` session=N id=`), and the last fields, the same in each of its requests that has no
+/// trace id of its own: `peer`, `user_agent`, `identity` and `trace_id` (what the perimeter
+/// admitted). Rendered at the session's second line and copied into every line after it; a
+/// session of one request (a 2026-07-28 request's, or one idle since `initialize`) renders
+/// nothing ahead and keeps only the empty cells. It also keeps whether the session writes
+/// access lines at all, asked once.
 #[derive(Default)]
 pub(crate) struct SessionFields {
-    rendered: OnceCell<Box<str>>,
+    head: OnceCell<Box<str>>,
+    requester: OnceCell<Box<str>>,
     /// Whether the session's first line is written (it renders its fields in place).
     first_written: Cell<bool>,
     /// Whether the access target is enabled, asked of the filter at the session's first
@@ -772,17 +879,21 @@ pub(crate) struct SessionFields {
 }
 
 impl SessionFields {
-    /// Writes the fields `render` writes, from the session's rendering once it has one.
-    fn write(&self, out: &mut telemetry::Line<'_>, render: impl FnOnce(&mut telemetry::Line<'_>)) {
-        if let Some(rendered) = self.rendered.get() {
+    /// Writes the fields `render` writes, from `cell`'s rendering once it has one (from
+    /// the session's second line on).
+    fn write(
+        &self,
+        cell: &OnceCell<Box<str>>,
+        out: &mut telemetry::Line<'_>,
+        render: impl FnOnce(&mut telemetry::Line<'_>),
+    ) {
+        if let Some(rendered) = cell.get() {
             out.rendered(rendered);
-            return;
-        }
-        if !self.first_written.replace(true) {
+        } else if !self.first_written.get() {
             render(out);
-            return;
+        } else {
+            out.rendered(cell.get_or_init(|| out.render(render).into()));
         }
-        out.rendered(self.rendered.get_or_init(|| out.render(render).into()));
     }
 }
 
@@ -807,19 +918,35 @@ impl Outcome {
     }
 
     fn label(self) -> &'static str {
-        let quoted = self.quoted_label();
-        &quoted[1..quoted.len() - 1]
+        match self {
+            Self::Ok => "ok",
+            Self::Error(code) if code == crate::protocol::mcp::codes::REQUEST_TIMED_OUT.0 => {
+                "timed_out"
+            }
+            Self::Error(_) => "error",
+            Self::Cancelled => "cancelled",
+        }
     }
 
-    /// The label as a quoted string (how a `&str` field is written in both formats).
-    fn quoted_label(self) -> &'static str {
+    /// The `outcome` field with the name of the field after it (`code` for an error,
+    /// else `duration_us`), one copy into the line.
+    fn lead(self) -> telemetry::Lead {
+        /// The field with this label, then the name of the next field.
+        macro_rules! outcome_then {
+            ($label:literal, $next:literal) => {
+                telemetry::Lead::new(
+                    concat!(" outcome=\"", $label, "\" ", $next, "="),
+                    concat!(",\"outcome\":\"", $label, "\",\"", $next, "\":"),
+                )
+            };
+        }
         match self {
-            Self::Ok => "\"ok\"",
+            Self::Ok => outcome_then!("ok", "duration_us"),
             Self::Error(code) if code == crate::protocol::mcp::codes::REQUEST_TIMED_OUT.0 => {
-                "\"timed_out\""
+                outcome_then!("timed_out", "code")
             }
-            Self::Error(_) => "\"error\"",
-            Self::Cancelled => "\"cancelled\"",
+            Self::Error(_) => outcome_then!("error", "code"),
+            Self::Cancelled => outcome_then!("cancelled", "duration_us"),
         }
     }
 
@@ -916,72 +1043,21 @@ impl RequestRecord {
         let Some(line) = self.line else {
             return finished;
         };
-        let duration_us = elapsed.as_micros() as u64;
-        // The line written by hand, as the `fmt` layer would write the event below, when
+        let ending = Ending {
+            method: self.method,
+            session,
+            outcome,
+            duration_us: elapsed.as_micros() as u64,
+        };
+        // The line written by hand, as the `fmt` layer would write the event of `log`, when
         // the log is the binary's (see `telemetry`): no `tracing` dispatch, no `core::fmt`.
         let written = telemetry::write_direct(&LINE_EVENT, |out| {
-            let mut scratch = String::new();
-            out.u64(field_name!("session"), session);
-            out.display(field_name!("id"), clean(line.id.as_json(), &mut scratch));
-            match self.method.served() {
-                Some(served) => out.token(field_name!("method"), served),
-                None => out.display(
-                    field_name!("method"),
-                    clean(line.method(self.method), &mut scratch),
-                ),
-            }
-            match &line.params {
-                LineParams::Absent => out.display(field_name!("params"), "-"),
-                LineParams::Json(json) => out.display(field_name!("params"), json),
-                LineParams::Quoted(quoted) => out.quoted(field_name!("params"), quoted),
-            }
-            out.quoted(field_name!("outcome"), outcome.quoted_label());
-            if let Some(code) = outcome.code() {
-                out.i64(field_name!("code"), code);
-            }
-            out.u64(field_name!("duration_us"), duration_us);
-            let requester = |out: &mut telemetry::Line<'_>| {
-                let mut scratch = String::new();
-                let mut peer = [0u8; 16];
-                out.display(
-                    field_name!("peer"),
-                    peer_text(admission.peer(), &mut peer, &mut scratch),
-                );
-                let user_agent = admission.user_agent().unwrap_or("-");
-                out.display(field_name!("user_agent"), clean(user_agent, &mut scratch));
-                out.display(
-                    field_name!("identity"),
-                    clean(admission.subject(), &mut scratch),
-                );
-                out.display(field_name!("trace_id"), clean(&line.trace_id, &mut scratch));
-            };
-            // The request's own trace id (from its `_meta`) is not the session's.
-            if Arc::ptr_eq(&line.trace_id, admission.trace_id()) {
-                fields.write(out, requester);
-            } else {
-                requester(out);
-            }
+            line.write(out, &ending, admission, fields);
         });
-        if written {
-            return finished;
+        fields.first_written.set(true);
+        if !written {
+            line.log(&ending, admission);
         }
-        // Every client string through `Clean`, escaped as it is written: nothing is copied
-        // for the line, and the text format quotes whatever is not a plain token.
-        tracing::info!(
-            target: TARGET,
-            session,
-            id = %Clean(line.id.as_json()),
-            method = %Clean(line.method(self.method)),
-            params = %line.params,
-            outcome = outcome.label(),
-            code = outcome.code(),
-            duration_us,
-            peer = %Peer(admission.peer()),
-            user_agent = %Clean(admission.user_agent().unwrap_or("-")),
-            identity = %Clean(admission.subject()),
-            trace_id = %Clean(&line.trace_id),
-            "request"
-        );
         finished
     }
 }
@@ -1363,23 +1439,107 @@ mod tests {
         }
     }
 
+    /// A client as the perimeter admitted it.
+    struct Admitted {
+        peer: Option<std::net::IpAddr>,
+        user_agent: Option<&'static str>,
+        subject: &'static str,
+        trace_id: Arc<str>,
+    }
+
+    impl Requester for Admitted {
+        fn peer(&self) -> Option<std::net::IpAddr> {
+            self.peer
+        }
+        fn user_agent(&self) -> Option<&str> {
+            self.user_agent
+        }
+        fn subject(&self) -> &str {
+            self.subject
+        }
+        fn trace_id(&self) -> &Arc<str> {
+            &self.trace_id
+        }
+    }
+
     #[test]
-    fn outcomes_and_served_methods_are_written_as_their_fields_would_be() {
+    fn direct_access_lines_are_the_fmt_layers_byte_for_byte() {
         let timed_out = crate::protocol::mcp::codes::REQUEST_TIMED_OUT.0;
-        for outcome in [
+        let clients = [
+            Admitted {
+                peer: Some("10.0.100.9".parse().expect("ip")),
+                user_agent: Some("node"),
+                subject: "alice",
+                trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),
+            },
+            Admitted {
+                peer: None,
+                user_agent: None,
+                subject: "a \"b\"\n\u{1b}",
+                trace_id: Arc::from("t=1 x"),
+            },
+        ];
+        let params = || {
+            [
+                LineParams::Absent,
+                LineParams::Json("{\"text\":\"é \\\"q\\\"\\n\"}".into()),
+                LineParams::Quoted("\"{\\\"name\\\":\\\"echo\\\"}\"".into()),
+            ]
+        };
+        let outcomes = [
             Outcome::Ok,
             Outcome::Error(-32_601),
             Outcome::Error(timed_out),
             Outcome::Cancelled,
-        ] {
-            let label = outcome.label();
-            assert_eq!(outcome.quoted_label(), format!("{label:?}"), "text format");
-            assert_eq!(
-                outcome.quoted_label(),
-                serde_json::to_string(label).expect("json"),
-                "JSON format"
-            );
+        ];
+        let mut compared = 0;
+        for json in [false, true] {
+            for client in &clients {
+                for method in ["tools/call", "ping", "no/such", "a=b\n"] {
+                    let label = MethodLabel::of(method);
+                    let unserved_method = label.served().is_none().then(|| method.into());
+                    for (outcome, which, own_trace) in outcomes.iter().flat_map(|outcome| {
+                        (0..3).flat_map(move |which| {
+                            [(outcome, which, false), (outcome, which, true)]
+                        })
+                    }) {
+                        {
+                            let params = params().into_iter().nth(which).expect("params");
+                            // One session's lines: the first renders what they share in
+                            // place, the second into the session's cells, the third copies.
+                            let fields = SessionFields::default();
+                            let line = AccessLine {
+                                id: RequestId::from_value(&serde_json::json!("r\u{1b} 1"))
+                                    .expect("id"),
+                                unserved_method: unserved_method.clone(),
+                                params,
+                                trace_id: match own_trace {
+                                    true => Arc::from("0af7651916cd43dd8448eb211c80319c"),
+                                    false => client.trace_id.clone(),
+                                },
+                            };
+                            for session in [7, 7, 7] {
+                                let ending = Ending {
+                                    method: label,
+                                    session,
+                                    outcome: *outcome,
+                                    duration_us: 18,
+                                };
+                                let ours = telemetry::lines::direct(json, &LINE_EVENT, |out| {
+                                    line.write(out, &ending, client, &fields)
+                                });
+                                fields.first_written.set(true);
+                                let theirs =
+                                    telemetry::lines::fmt_layer(json, || line.log(&ending, client));
+                                assert_eq!(ours, theirs, "json {json}, {method:?}, {outcome:?}");
+                                compared += 1;
+                            }
+                        }
+                    }
+                }
+            }
         }
+        assert_eq!(compared, 2 * 2 * 4 * 4 * 3 * 2 * 3);
         assert_eq!(Outcome::Error(timed_out).label(), "timed_out");
         for method in [
             "initialize",
@@ -1394,26 +1554,101 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_word_scan_stops_at_or_before_every_byte_it_must_not_pass() {
-        let plain: Vec<u8> = (0x20u8..0x7f)
-            .filter(|b| !JSON_SPECIAL[usize::from(*b)])
-            .collect();
-        // Plain ASCII: whole words skipped, the rest left.
-        for len in 0..40 {
-            let text: Vec<u8> = plain.iter().copied().cycle().take(len).collect();
-            for at in 0..=len {
-                assert_eq!(skip_plain_ascii(&text, at), at + (len - at) / 8 * 8);
+    /// JSON values of every shape the copy meets: names that are hidden or not, strings
+    /// with and without what rules a copy out (`"` and `\` escaped, controls, DEL, C1),
+    /// non-ASCII, integers of every length and floats.
+    fn any_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let text = || {
+            proptest::string::string_regex("[a-z \"\\\\\n\u{7f}\u{85}é日{}:,]{0,12}")
+                .expect("regex")
+        };
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            (-99i64..99).prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            text().prop_map(Value::String),
+        ];
+        let name = prop_oneof![
+            Just("password".to_owned()),
+            Just("api_key".to_owned()),
+            Just("keep".to_owned()),
+            text(),
+        ];
+        leaf.prop_recursive(6, 48, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::vec((name.clone(), inner), 0..6)
+                    .prop_map(|members| Value::Object(members.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Whether `value`'s compact JSON is what the copy takes: strings with nothing to
+    /// escape (anywhere), integers of at most 18 digits (but in a hidden member's value).
+    fn copyable(r: &Redaction, value: &serde_json::Value, hidden: bool) -> bool {
+        use serde_json::Value;
+        let plain = |s: &str| !s.contains(|c: char| c == '"' || c == '\\' || c.is_control());
+        match value {
+            Value::Null | Value::Bool(_) => true,
+            Value::Number(n) => {
+                hidden || n.as_i64().is_some_and(|n| n.unsigned_abs() < 10u64.pow(18))
+            }
+            Value::String(s) => plain(s),
+            Value::Array(items) => items.iter().all(|v| copyable(r, v, hidden)),
+            Value::Object(members) => members
+                .iter()
+                .all(|(k, v)| plain(k) && copyable(r, v, hidden || r.hides(k))),
+        }
+    }
+
+    proptest::proptest! {
+        /// The copy is made exactly when the value is plain, and is then the transcoding,
+        /// quoted or not.
+        #[test]
+        fn a_copy_is_the_transcoding_whenever_one_is_made(value in any_json()) {
+            let r = redaction(10_000);
+            let text = serde_json::to_string(&value).expect("json");
+            let mut slow = String::new();
+            r.transcode(&text, &mut slow);
+            let mut copy = String::new();
+            let copied = r.copy_plain(&text, &mut copy, false);
+            proptest::prop_assert_eq!(copied, copyable(&r, &value, false), "{}", text);
+            if copied {
+                proptest::prop_assert_eq!(&copy, &slow);
+            }
+            let mut quoted = String::new();
+            let quotable = r.copy_plain(&text, &mut quoted, true);
+            proptest::prop_assert_eq!(quotable, copied && text.is_ascii());
+            if quotable {
+                proptest::prop_assert_eq!(quoted, slow.replace('"', "\\\""));
             }
         }
-        // Any other byte, at any place in a word.
-        for byte in (0..=255u8).filter(|b| !plain.contains(b)) {
-            for place in 0..24 {
-                let mut text = vec![b'a'; 24];
-                text[place] = byte;
-                for at in 0..=place {
-                    let stop = skip_plain_ascii(&text, at);
-                    assert!(stop <= place, "{byte:#x} at {place} from {at}: {stop}");
+    }
+
+    #[test]
+    fn the_word_search_finds_the_first_quote() {
+        for len in 0..40 {
+            for quote in 0..=len {
+                for at in 0..=len {
+                    // Bytes next to `"` (0x21, 0x23) and ones a word's borrow crosses.
+                    let mut text: Vec<u8> = (0..len).map(|n| b"a\x00\xff\x21\x23"[n % 5]).collect();
+                    if quote < len {
+                        text[quote] = b'"';
+                        // A second one after it.
+                        if quote + 2 < len {
+                            text[quote + 1] = 0x21;
+                            text[quote + 2] = b'"';
+                        }
+                    }
+                    let expected = text[at.min(len)..]
+                        .iter()
+                        .position(|&b| b == b'"')
+                        .map(|p| at + p);
+                    assert_eq!(find_quote(&text, at), expected, "{text:?} from {at}");
                 }
             }
         }
@@ -1432,7 +1667,7 @@ mod tests {
             r#"[]"#,
             r#"{"name":"echo","arguments":{"text":"hello é 日本 © ±"}}"#,
             r#"{"a":[1,-2,true,false,null,"x",{"b":[]}],"c":{"d":{"e":[[],[{}]]}}}"#,
-            r#"{"password":"p","token":{"a":[1,{"b":"}"}],"c":"\"]"},"keep":1,"apiKey":[1,2],"x":-5}"#,
+            r#"{"password":"p","token":{"a":[1,{"b":"}"}],"c":"]"},"keep":1,"apiKey":[1,2],"x":-5}"#,
             r#"[{"secret":null},{"secret":123456789012345678},"tail"]"#,
             r#"{"n":999999999999999999,"m":-999999999999999999,"z":0}"#,
             r#""just a string""#,
@@ -1440,17 +1675,16 @@ mod tests {
         ];
         for text in copied {
             let (mut fast, mut slow) = (String::new(), String::new());
-            assert!(
-                r.copy_plain(text.as_bytes(), text, &mut fast, false),
-                "{text}"
-            );
+            assert!(r.copy_plain(text, &mut fast, false), "{text}");
             r.transcode(text, &mut slow);
             assert_eq!(fast, slow, "{text}");
             assert_eq!(r.apply(text), slow, "{text}");
-            // Quoted in the same copy: every `"` escaped, nothing else changed.
+            // Quoted in the same copy: every `"` escaped, nothing else changed (ASCII only).
             let mut quoted = String::new();
-            assert!(r.copy_plain(text.as_bytes(), text, &mut quoted, true));
-            assert_eq!(quoted, slow.replace('"', "\\\""), "{text}");
+            assert_eq!(r.copy_plain(text, &mut quoted, true), text.is_ascii());
+            if text.is_ascii() {
+                assert_eq!(quoted, slow.replace('"', "\\\""), "{text}");
+            }
         }
         // Whatever the transcoding would write otherwise goes through it.
         let transcoded = [
@@ -1464,19 +1698,18 @@ mod tests {
             r#"{"a":-0}"#,
             r#"{"a":1234567890123456789}"#,
             r#"{"pass\u0077ord":"p"}"#,
+            // An escape rules the copy out even in a value it would hide.
+            r#"{"password":"\"]"}"#,
         ];
         for text in transcoded {
             let mut fast = String::new();
-            assert!(
-                !r.copy_plain(text.as_bytes(), text, &mut fast, false),
-                "{text}"
-            );
+            assert!(!r.copy_plain(text, &mut fast, false), "{text}");
             let mut slow = String::new();
             r.transcode(text, &mut slow);
             assert_eq!(r.apply(text), slow, "{text}");
         }
         let deep = format!("{}{}", "[".repeat(65), "]".repeat(65));
-        assert!(!r.copy_plain(deep.as_bytes(), &deep, &mut String::new(), false));
+        assert!(!r.copy_plain(&deep, &mut String::new(), false));
         // At the budget, the transcoding's cut.
         let long = format!(r#"{{"text":"{}","then":[1,2,3]}}"#, "x".repeat(200));
         let small = redaction(64);

@@ -595,6 +595,16 @@ impl MethodLabel {
         Self(index as u8)
     }
 
+    /// Every label, in the order of their [`index`](Self::index).
+    pub(crate) fn all() -> impl Iterator<Item = Self> {
+        (0..METHODS.len()).map(|index| Self(index as u8))
+    }
+
+    /// Its place among [`all`](Self::all) the labels.
+    pub(crate) fn index(self) -> usize {
+        usize::from(self.0)
+    }
+
     /// The method's name, when it is one the server serves (not `other`): a plain token.
     pub(crate) fn served(self) -> Option<&'static str> {
         let (method, name) = METHODS[usize::from(self.0)];

@@ -414,7 +414,11 @@ fn format_line(
         event.text_head
     });
     fields(&mut Line { out, json });
-    out.push_str(if json { event.json_tail } else { "\n" });
+    if json {
+        out.push_str(event.json_tail);
+    } else {
+        out.push('\n');
+    }
 }
 
 /// An `info` event's target and message as each format writes them around the fields, put
@@ -461,25 +465,28 @@ macro_rules! event_name {
 }
 pub(crate) use event_name;
 
-/// A field's name as each format writes it ahead of its value (` name=` and `,"name":`),
-/// put together at compile time by [`field_name!`]: one copy per field, not three.
+/// What a line writes ahead of a value, as each format writes it: a field's name (` name=`,
+/// `,"name":`, from [`field_name!`]), or fields whose values are known when the code is
+/// written (or once per process or session) joined with the name of the field after them,
+/// so that each is one copy into the line.
 #[derive(Clone, Copy)]
-pub(crate) struct FieldName {
+pub(crate) struct Lead {
     text: &'static str,
     json: &'static str,
 }
 
-impl FieldName {
-    /// Use [`field_name!`], which writes both forms from the name.
+impl Lead {
+    /// The text and JSON forms; each must be what the `fmt` layer writes in that format
+    /// (the byte-for-byte tests here and in `access` compare them).
     pub(crate) const fn new(text: &'static str, json: &'static str) -> Self {
         Self { text, json }
     }
 }
 
-/// The [`FieldName`] of a field named by this literal, which JSON writes as it is.
+/// The [`Lead`] of a field named by this literal, which JSON writes as it is.
 macro_rules! field_name {
     ($name:literal) => {
-        $crate::observe::telemetry::FieldName::new(
+        $crate::observe::telemetry::Lead::new(
             concat!(" ", $name, "="),
             concat!(",\"", $name, "\":"),
         )
@@ -570,20 +577,25 @@ pub(crate) struct Line<'a> {
 }
 
 impl Line<'_> {
-    fn name(&mut self, name: FieldName) {
+    /// What goes ahead of the next value: a field's name, or fields joined with it.
+    pub(crate) fn lead(&mut self, lead: Lead) {
         self.out
-            .push_str(if self.json { name.json } else { name.text });
+            .push_str(if self.json { lead.json } else { lead.text });
     }
 
     /// An unsigned integer field (`name = value`).
-    pub(crate) fn u64(&mut self, name: FieldName, value: u64) {
-        self.name(name);
+    pub(crate) fn u64(&mut self, name: Lead, value: u64) {
+        self.lead(name);
+        self.u64_value(value);
+    }
+
+    /// The value of an unsigned integer field whose name was written.
+    pub(crate) fn u64_value(&mut self, value: u64) {
         self.out.push_str(itoa::Buffer::new().format(value));
     }
 
-    /// A signed integer field (`name = value`).
-    pub(crate) fn i64(&mut self, name: FieldName, value: i64) {
-        self.name(name);
+    /// The value of a signed integer field whose name was written.
+    pub(crate) fn i64_value(&mut self, value: i64) {
         self.out.push_str(itoa::Buffer::new().format(value));
     }
 
@@ -603,32 +615,22 @@ impl Line<'_> {
         out
     }
 
-    /// A field given as `%value` whose value is a plain token (see [`TextFields`]): bare in
-    /// the text format, a JSON string with nothing to escape in the JSON format.
-    pub(crate) fn token(&mut self, name: FieldName, token: &str) {
-        debug_assert!(is_plain(token), "{token:?}");
-        self.name(name);
-        if self.json {
-            self.out.push('"');
-            self.out.push_str(token);
-            self.out.push('"');
-        } else {
-            self.out.push_str(token);
-        }
-    }
-
-    /// A field given as `%value` whose value is `quoted`, a quoted string whose every `"`
-    /// and `\` inside is escaped, that has no control or non-ASCII character: such a value
-    /// is written as it is, in the text and JSON formats alike.
-    pub(crate) fn quoted(&mut self, name: FieldName, quoted: &str) {
-        self.name(name);
+    /// The value of a field given as `%value` whose value is `quoted`, a quoted string
+    /// whose every `"` and `\` inside is escaped, that has no control or non-ASCII
+    /// character: such a value is written as it is, in the text and JSON formats alike.
+    pub(crate) fn quoted_value(&mut self, quoted: &str) {
         self.out.push_str(quoted);
     }
 
     /// A field given as `%value`, `rendered` being what `value` displays as: in the text
     /// format bare when a plain token or already quoted, else quoted ([`TextFields`]).
-    pub(crate) fn display(&mut self, name: FieldName, rendered: &str) {
-        self.name(name);
+    pub(crate) fn display(&mut self, name: Lead, rendered: &str) {
+        self.lead(name);
+        self.display_value(rendered);
+    }
+
+    /// The value of a [`display`](Self::display) field whose name was written.
+    pub(crate) fn display_value(&mut self, rendered: &str) {
         if self.json {
             push_json_str(self.out, rendered);
         } else {
@@ -853,36 +855,9 @@ mod tests {
         }
     }
 
-    /// A writer the tests read back.
-    #[derive(Clone, Default)]
-    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.0.lock().expect("lock").extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Captured {
-        fn text(&self) -> String {
-            String::from_utf8(self.0.lock().expect("lock").clone()).expect("utf-8")
-        }
-    }
-
     /// The line `format_line` writes, and the one the `fmt` layer (configured as
     /// `subscribe` configures it) writes for the same event, timestamps blanked.
     fn both_lines(json: bool, rendered: &str, plain: &str, code: Option<i64>) -> (String, String) {
-        let captured = Captured::default();
-        let writer = {
-            let captured = captured.clone();
-            move || captured.clone()
-        };
-        let builder = tracing_subscriber::fmt().with_writer(writer);
         let event = || {
             tracing::info!(
                 target: "mcp_ws::access",
@@ -896,52 +871,23 @@ mod tests {
                 "request"
             );
         };
-        if json {
-            let subscriber = builder
-                .json()
-                .flatten_event(true)
-                .with_current_span(true)
-                .with_span_list(true)
-                .finish();
-            tracing::subscriber::with_default(subscriber, event);
-        } else {
-            let subscriber = builder.with_ansi(false).fmt_fields(TextFields).finish();
-            tracing::subscriber::with_default(subscriber, event);
-        }
-        let mut ours = String::new();
-        let mut clock = Clock {
-            second: u64::MAX,
-            prefix: String::new(),
-        };
-        format_line(
-            &mut ours,
-            json,
-            (&mut clock, 0, 0),
-            &event_name!("mcp_ws::access", "request"),
-            |line| {
-                line.u64(field_name!("session"), 7);
-                line.display(field_name!("id"), rendered);
-                line.token(field_name!("method"), "tools/call");
-                line.display(field_name!("params"), plain);
-                // A `&str` value whose `{:?}` is its JSON string too.
-                let quoted = format!("{plain:?}");
-                assert_eq!(quoted, serde_json::to_string(plain).expect("json"));
-                line.quoted(field_name!("outcome"), &quoted);
-                if let Some(code) = code {
-                    line.i64(field_name!("code"), code);
-                }
-                line.u64(field_name!("duration_us"), u64::MAX);
-            },
-        );
-        let blank = |line: String| {
-            let at = line.find("T").map_or(0, |t| t.saturating_sub(10));
-            format!(
-                "{}<time>{}",
-                &line[..at],
-                line.get(at + 27..).unwrap_or_default()
-            )
-        };
-        (blank(ours), blank(captured.text()))
+        let ours = lines::direct(json, &event_name!("mcp_ws::access", "request"), |line| {
+            line.u64(field_name!("session"), 7);
+            line.display(field_name!("id"), rendered);
+            line.display(field_name!("method"), "tools/call");
+            line.display(field_name!("params"), plain);
+            // A `&str` value whose `{:?}` is its JSON string too.
+            let quoted = format!("{plain:?}");
+            assert_eq!(quoted, serde_json::to_string(plain).expect("json"));
+            line.lead(field_name!("outcome"));
+            line.quoted_value(&quoted);
+            if let Some(code) = code {
+                line.lead(field_name!("code"));
+                line.i64_value(code);
+            }
+            line.u64(field_name!("duration_us"), u64::MAX);
+        });
+        (ours, lines::fmt_layer(json, event))
     }
 
     #[test]
@@ -967,5 +913,77 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+/// The lines of the two writers, for tests that compare them byte for byte.
+#[cfg(test)]
+pub(crate) mod lines {
+    use super::*;
+
+    /// A writer the tests read back.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// `line` with its timestamp blanked.
+    fn blank(line: &str) -> String {
+        let at = line.find('T').map_or(0, |t| t.saturating_sub(10));
+        format!(
+            "{}<time>{}",
+            &line[..at],
+            line.get(at + 27..).unwrap_or_default()
+        )
+    }
+
+    /// What the `fmt` layer, configured as `subscribe` configures it for this format,
+    /// writes for the events `event` logs, timestamps blanked.
+    pub(crate) fn fmt_layer(json: bool, event: impl Fn()) -> String {
+        let captured = Captured::default();
+        let writer = {
+            let captured = captured.clone();
+            move || captured.clone()
+        };
+        let builder = tracing_subscriber::fmt().with_writer(writer);
+        if json {
+            let subscriber = builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_span_list(true)
+                .finish();
+            tracing::subscriber::with_default(subscriber, event);
+        } else {
+            let subscriber = builder.with_ansi(false).fmt_fields(TextFields).finish();
+            tracing::subscriber::with_default(subscriber, event);
+        }
+        let text = String::from_utf8(captured.0.lock().expect("lock").clone()).expect("utf-8");
+        blank(&text)
+    }
+
+    /// The line [`write_direct`] writes of `event` with the fields `fields` writes, its
+    /// timestamp blanked.
+    pub(crate) fn direct(
+        json: bool,
+        event: &EventName,
+        fields: impl FnOnce(&mut Line<'_>),
+    ) -> String {
+        let mut ours = String::new();
+        let mut clock = Clock {
+            second: u64::MAX,
+            prefix: String::new(),
+        };
+        format_line(&mut ours, json, (&mut clock, 0, 0), event, fields);
+        blank(&ours)
     }
 }
