@@ -599,6 +599,11 @@ impl Line<'_> {
         self.out.push_str(itoa::Buffer::new().format(value));
     }
 
+    /// Bytes written so far (of the line, or of a [`render`](Self::render)ing).
+    pub(crate) fn written(&self) -> usize {
+        self.out.len()
+    }
+
     /// Fields [`render`](Self::render) wrote, as they were written.
     pub(crate) fn rendered(&mut self, fields: &str) {
         self.out.push_str(fields);
