@@ -876,9 +876,9 @@ fn method_lead(label: MethodLabel) -> Option<telemetry::Lead> {
 /// admitted). Rendered at the session's second line, both in one text, and copied into
 /// every line after it; a session of one request (a 2026-07-28 request's, or one idle since
 /// `initialize`) renders nothing ahead and keeps only the empty cell. It also keeps whether
-/// the session writes access lines at all, asked once. One text and its split, not two:
-/// the struct stays 24 bytes, and an idle session's actor within its allocation's size
-/// class (benches/README, "An idle session's actor in 1 KiB").
+/// the session writes access lines at all, asked once. One text and its split, not two
+/// cells: the struct stays 24 bytes (a second cell cost 232 B a session at 18,000,
+/// benches/README, "The access line in fewer copies").
 #[derive(Default)]
 pub(crate) struct SessionFields {
     /// The fields ahead of the id, then the last fields.
@@ -1675,8 +1675,8 @@ mod tests {
 
     #[test]
     fn what_a_session_keeps_for_its_lines_stays_three_words() {
-        // Each session holds one. A second cell (16 bytes) moved an idle session's actor
-        // into the allocator's next size class: 232 B more a session over 18,000.
+        // Each session holds one. A second cell (16 bytes) cost 232 B more a session at
+        // 18,000: most likely the actor's allocation moving up a size class (not checked).
         assert_eq!(std::mem::size_of::<SessionFields>(), 24);
     }
 
