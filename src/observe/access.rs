@@ -169,9 +169,9 @@ impl Redaction {
     /// field value (the copy has no `\` of its own to escape), made of ASCII JSON only.
     fn copy_plain(&self, json: &str, out: &mut String, quote: bool) -> bool {
         let bytes = json.as_bytes();
-        // What rules a copy out inside strings, looked for in the whole text at once: a
-        // branch-free pass the compiler vectorizes, then one search for C1's lead byte.
-        // Strings are then only searched for their closing `"` (they have no `\`).
+        // What rules a copy out inside strings, looked for in the whole text at once (one
+        // branch-free pass, then a search for C1's lead byte only if there is one), so that
+        // strings are then searched only for their closing `"` (they have no `\`).
         let (unusual, c2) = bytes.iter().fold((false, false), |(unusual, c2), &b| {
             let unusual = unusual | (b < 0x20) | (b == b'\\') | (b == 0x7f);
             (unusual | (quote & (b >= 0x80)), c2 | (b == 0xc2))
@@ -484,8 +484,8 @@ static JSON_SPECIAL: [bool; 256] = {
     table
 };
 
-/// The index of the first `"` in `bytes` at or after `at`, found a word at a time: strings
-/// in params are short, where a call to `memchr` cost more than this whole search.
+/// The index of the first `"` in `bytes` at or after `at`, found a word at a time (strings
+/// in params are short: a call to `memchr` per string cost as much, in its set-up).
 fn find_quote(bytes: &[u8], at: usize) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGH: u64 = ONES << 7;
