@@ -800,7 +800,7 @@ impl AccessLine {
             LineParams::Json(json) => out.display_value(json),
             LineParams::Quoted(quoted) => out.quoted_value(quoted),
         }
-        out.lead(outcome.lead());
+        out.lead(outcome.label_and_lead().1);
         if let Some(code) = outcome.code() {
             out.i64_value(code);
             out.lead(field_name!("duration_us"));
@@ -936,26 +936,18 @@ impl Outcome {
         }
     }
 
-    fn label(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::Error(code) if code == crate::protocol::mcp::codes::REQUEST_TIMED_OUT.0 => {
-                "timed_out"
-            }
-            Self::Error(_) => "error",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    /// The `outcome` field with the name of the field after it (`code` for an error,
-    /// else `duration_us`), one copy into the line.
-    fn lead(self) -> telemetry::Lead {
-        /// The field with this label, then the name of the next field.
+    /// The outcome's label, and the `outcome` field with the name of the field after it
+    /// (`code` for an error, else `duration_us`) as one copy into a direct line: both from
+    /// one literal.
+    fn label_and_lead(self) -> (&'static str, telemetry::Lead) {
         macro_rules! outcome_then {
             ($label:literal, $next:literal) => {
-                telemetry::Lead::new(
-                    concat!(" outcome=\"", $label, "\" ", $next, "="),
-                    concat!(",\"outcome\":\"", $label, "\",\"", $next, "\":"),
+                (
+                    $label,
+                    telemetry::Lead::new(
+                        concat!(" outcome=\"", $label, "\" ", $next, "="),
+                        concat!(",\"outcome\":\"", $label, "\",\"", $next, "\":"),
+                    ),
                 )
             };
         }
@@ -967,6 +959,11 @@ impl Outcome {
             Self::Error(_) => outcome_then!("error", "code"),
             Self::Cancelled => outcome_then!("cancelled", "duration_us"),
         }
+    }
+
+    /// The label (`ok`, `error`, `timed_out`, `cancelled`).
+    fn label(self) -> &'static str {
+        self.label_and_lead().0
     }
 
     fn code(self) -> Option<i64> {
