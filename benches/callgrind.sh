@@ -15,7 +15,8 @@
 #                                                              and the ratio of the two figures)
 #
 # The figure is of the shipped configuration (config/default.toml, its log filter: the access
-# log on, written to $OUT.log) unless CONFIG / SERVER_LOG say otherwise; the run prints which.
+# log on, written to $OUT.log, deleted after a successful run unless KEEP_LOG=1) unless
+# CONFIG / SERVER_LOG say otherwise; the run prints which.
 #   TRANSPORT=http [ERA=2026-07-28] benches/callgrind.sh      (over Streamable HTTP: 16 keep-alive
 #                                                              connections, one request each)
 #   ERA=2026-07-28 benches/callgrind.sh                       (mcp-ws: stateless 2026-07-28
@@ -59,6 +60,8 @@ ERA=${ERA:-2025-11-25}
 LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 PORT=${PORT:-18790}
 OUT=$(mktemp /tmp/callgrind.$TARGET.XXXXXX)
+# The generator's output directory, removed however the script ends.
+LOAD_OUT=$(mktemp -d)
 
 if [ "$TARGET" = mcp-ws ]; then
   SERVE=("$SERVER" --listen 127.0.0.1:$PORT --config "$CONFIG")
@@ -70,7 +73,7 @@ fi
 taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${SERVE[@]}" \
   >"$OUT.log" 2>&1 &
 SERVER_PID=$!
-trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
+trap 'kill $SERVER_PID 2>/dev/null || true; rm -rf "$LOAD_OUT"' EXIT
 sleep 6 # valgrind starts slowly
 if [ "${TRANSPORT:-ws}" = http ]; then
   # Streamable HTTP: 16 keep-alive connections, one request in flight each; a 2025-11-25
@@ -79,15 +82,16 @@ if [ "${TRANSPORT:-ws}" = http ]; then
   DIALECT=$([ "$ERA" = 2026-07-28 ] && echo modern || echo session)
   RESULT=$(taskset -c 1 "$LOAD" http --http-target "mcp-ws,$DIALECT,http://127.0.0.1:$PORT/mcp" \
     --connections 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 ${LOAD_ARGS:-} \
-    --out "$(mktemp -d)" | grep '^RESULT_JSON ')
+    --out "$LOAD_OUT" | grep '^RESULT_JSON ')
 else
   RESULT=$(taskset -c 1 "$LOAD" --targets "$TARGET" "$URL_FLAG" ws://127.0.0.1:$PORT/mcp \
     --connections 16 --pipeline 16 --payload "$PAYLOAD" --duration 10 --warmup 0.1 --era "$ERA" ${LOAD_ARGS:-} \
-    --out "$(mktemp -d)" | grep '^RESULT_JSON ')
+    --out "$LOAD_OUT" | grep '^RESULT_JSON ')
 fi
 kill -TERM $SERVER_PID # mcp-ws drains and exits; a baseline ends on SIGTERM (callgrind still writes its profile)
 wait $SERVER_PID 2>/dev/null || true
 trap - EXIT
+rm -rf "$LOAD_OUT"
 
 # Answered requests; a run with errors, lost or mismatched answers gives no figure.
 ANSWERED=$(python3 -c '
@@ -98,5 +102,9 @@ sys.exit(f"callgrind.sh: {bad} errors/lost/mismatched answers; no figure") if ba
 ' "$RESULT" "$TARGET")
 # The whole process, start-up included; start-up is well under 1% of a 10 s run.
 INSTRUCTIONS=$(callgrind_annotate "$OUT" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
+# The server's output (valgrind's and the access log's lines) is kept only when asked
+# (KEEP_LOG=1) or when the run failed before this point, as the other scripts' logs are.
+drop_log "$OUT.log"
+KEPT=$([ -e "$OUT.log" ] && echo ", server output: $OUT.log" || true)
 echo "$TARGET, ${TRANSPORT:-ws}, era $ERA, payload ${PAYLOAD} B: ${INSTRUCTIONS} instructions, ${ANSWERED} requests answered," \
-  "$((INSTRUCTIONS / ANSWERED)) instructions per request (profile: $OUT, server output: $OUT.log)"
+  "$((INSTRUCTIONS / ANSWERED)) instructions per request (profile: $OUT$KEPT)"

@@ -25,10 +25,13 @@ OWN_LOG=
 [ -n "${LOG_TO:-}" ] || { LOG_TO=$(mktemp /tmp/mcp-ws-cpu-split.XXXXXX.log); OWN_LOG=$LOG_TO; }
 PORT=${PORT:-18950}
 TICKS=$(getconf CLK_TCK)
-RESULTS=$(mktemp)
-# The server of the run under way, stopped however the script ends (a failed run included).
+# The runs' figures, perf counts and generator outputs, removed however the script ends.
+WORK=$(mktemp -d)
+RESULTS=$WORK/results
+# The server of the run under way, stopped however the script ends (a failed run included);
+# a perf attached to it ends with it.
 SERVER_PID=
-trap '[ -z "$SERVER_PID" ] || kill "$SERVER_PID" 2>/dev/null || true; drop_log "$OWN_LOG"' EXIT
+trap '[ -z "$SERVER_PID" ] || kill "$SERVER_PID" 2>/dev/null || true; drop_log "$OWN_LOG"; rm -rf "$WORK"' EXIT
 
 run() { # label [env assignments...]
   local label=$1
@@ -38,14 +41,15 @@ run() { # label [env assignments...]
   local pid=$SERVER_PID
   sleep 1
   local before after result counts perf_pid=
-  counts=$(mktemp)
+  counts=$WORK/counts
+  : >"$counts" # empty when perf counts nothing
   if [ "${PERF:-1}" = 1 ] && command -v perf >/dev/null 2>&1; then
     perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$pid" -o "$counts" 2>/dev/null &
     perf_pid=$!
   fi
   before=$(awk '{print $14, $15}' "/proc/$pid/stat")
   result=$(taskset -c 1 "$LOAD" --targets mcp-ws --url ws://127.0.0.1:$PORT/mcp \
-    --connections 16 --pipeline 16 --payload 64 --duration 5 --warmup 0 --out "$(mktemp -d)" \
+    --connections 16 --pipeline 16 --payload 64 --duration 5 --warmup 0 --out "$WORK/load" \
     | grep '^RESULT_JSON ' | sed 's/^RESULT_JSON //')
   after=$(awk '{print $14, $15}' "/proc/$pid/stat")
   [ -z "$perf_pid" ] || { kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; }
@@ -87,10 +91,10 @@ for label in ("shipped", "access-off"):
     mine = [r for r in rows if r[0] == label]
     median[label] = [statistics.median(float(r[i]) for r in mine) for i in (2, 3, 4)]
     print(f"median {label}: user {median[label][0]:.3f} kernel {median[label][1]:.3f} total {median[label][2]:.3f}")
-    counted = [float(r[6]) for r in mine if len(r) > 6 and r[6] != "-"]
-    calls = [float(r[5]) for r in mine if len(r) > 5 and r[5] != "-"]
-    if counted:
-        print(f"  per request: system calls {statistics.median(calls):.4f}, context switches {statistics.median(counted):.4f}")
+    calls = [float(r[5]) for r in mine if len(r) > 6 and r[5] != "-"]
+    switches = [float(r[6]) for r in mine if len(r) > 6 and r[6] != "-"]
+    if calls and switches:
+        print(f"  per request: system calls {statistics.median(calls):.4f}, context switches {statistics.median(switches):.4f}")
 s, o = median["shipped"], median["access-off"]
 print(f"shipped / access-off: user {s[0] / o[0]:.3f}x, kernel {s[1] / o[1]:.3f}x, total {s[2] / o[2]:.3f}x")
 # Each shipped run against the access-off run after it, so that a pair meets the same load.
