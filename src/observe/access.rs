@@ -12,10 +12,11 @@
 //! Cost: the clock is read when a request arrives and when it is answered (the worker's
 //! deadline reuses the first read). Whether the access target is enabled is asked once per
 //! session ([`SessionFields`]); when it is filtered out, nothing is copied or formatted.
-//! When it is written, the params text is the record's one allocation: the id is shared, a
-//! method the server serves is written as its label (another kept inline), and every
-//! client string is escaped as the line is formatted
-//! ([`Clean`]), not copied first. Params that are compact JSON of plain strings and integers
+//! When it is written, the params text is the record's one allocation: the id is shared, the
+//! trace id is kept only when the request has its own (the session's is read where the
+//! session keeps it), a method the server serves is written as its label (another kept
+//! inline), and every client string is escaped as the line is formatted ([`Clean`]), not
+//! copied first. Params that are compact JSON of plain strings and integers
 //! are copied byte by byte (redacted members skipped), and when they are ASCII, quoted in that
 //! same copy as the line's field value; the rest is transcoded through `serde_json` and
 //! quoted when the line is written; the output is the same. The fields a session's lines
@@ -39,7 +40,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use smol_str::SmolStr;
 use std::cell::{Cell, OnceCell};
 use std::fmt::{self, Write};
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::Instant;
 
 /// The target of access-log lines (`RUST_LOG=mcp_ws::access=off` turns them off).
@@ -725,7 +726,9 @@ struct AccessLine {
     /// the server serves: those are written as their metrics label.
     unserved_method: Option<SmolStr>,
     params: LineParams,
-    trace_id: Arc<str>,
+    /// The request's own trace id (from its `_meta`), when it has one; else the line shows
+    /// its session's, which is not copied for it.
+    own_trace_id: Option<Box<str>>,
 }
 
 impl AccessLine {
@@ -807,11 +810,9 @@ impl AccessLine {
         }
         out.u64_value(duration_us);
         // The request's own trace id (from its `_meta`) is not the session's.
-        match shared {
-            Some((_, rendered)) if Arc::ptr_eq(&self.trace_id, admission.trace_id()) => {
-                out.rendered(rendered);
-            }
-            _ => requester(out, &self.trace_id),
+        match (shared, &self.own_trace_id) {
+            (Some((_, rendered)), None) => out.rendered(rendered),
+            (_, own) => requester(out, own.as_deref().unwrap_or(admission.trace_id())),
         }
     }
 
@@ -831,7 +832,7 @@ impl AccessLine {
             peer = %Peer(admission.peer()),
             user_agent = %Clean(admission.user_agent().unwrap_or("-")),
             identity = %Clean(admission.subject()),
-            trace_id = %Clean(&self.trace_id),
+            trace_id = %Clean(self.own_trace_id.as_deref().unwrap_or(admission.trace_id())),
             "request"
         );
     }
@@ -983,7 +984,7 @@ pub(crate) trait Requester {
     /// The subject of the client's identity.
     fn subject(&self) -> &str;
     /// The trace id of its connection (a request's own `traceparent` comes first).
-    fn trace_id(&self) -> &Arc<str>;
+    fn trace_id(&self) -> &str;
 }
 
 impl RequestRecord {
@@ -1005,11 +1006,12 @@ impl RequestRecord {
             .logged
             .get_or_init(|| tracing::enabled!(target: TARGET, tracing::Level::INFO));
         let line = if logged || !span.is_disabled() {
-            let trace_id: Arc<str> = meta
-                .and_then(RequestMeta::trace_id)
-                .map_or_else(|| admission.trace_id().clone(), Arc::from);
+            let own_trace_id = meta.and_then(RequestMeta::trace_id);
             if !span.is_disabled() {
-                span.record("trace", &*trace_id);
+                span.record(
+                    "trace",
+                    own_trace_id.as_deref().unwrap_or(admission.trace_id()),
+                );
             }
             logged.then(|| {
                 // Enough of a long method for [`Clean`] to see that it is cut.
@@ -1021,7 +1023,7 @@ impl RequestRecord {
                     id: request.id.clone(),
                     unserved_method,
                     params: redaction.params(&request.params),
-                    trace_id,
+                    own_trace_id,
                 }
             })
         } else {
@@ -1460,7 +1462,7 @@ mod tests {
         peer: Option<std::net::IpAddr>,
         user_agent: Option<&'static str>,
         subject: &'static str,
-        trace_id: Arc<str>,
+        trace_id: &'static str,
     }
 
     impl Requester for Admitted {
@@ -1473,8 +1475,8 @@ mod tests {
         fn subject(&self) -> &str {
             self.subject
         }
-        fn trace_id(&self) -> &Arc<str> {
-            &self.trace_id
+        fn trace_id(&self) -> &str {
+            self.trace_id
         }
     }
 
@@ -1486,13 +1488,13 @@ mod tests {
                 peer: Some("10.0.100.9".parse().expect("ip")),
                 user_agent: Some("node"),
                 subject: "alice",
-                trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),
+                trace_id: "4bf92f3577b34da6a3ce929d0e0e4736",
             },
             Admitted {
                 peer: None,
                 user_agent: None,
                 subject: "a \"b\"\n\u{1b}",
-                trace_id: Arc::from("t=1 x"),
+                trace_id: "t=1 x",
             },
         ];
         let params = || {
@@ -1529,10 +1531,8 @@ mod tests {
                                     .expect("id"),
                                 unserved_method: unserved_method.clone(),
                                 params,
-                                trace_id: match own_trace {
-                                    true => Arc::from("0af7651916cd43dd8448eb211c80319c"),
-                                    false => client.trace_id.clone(),
-                                },
+                                own_trace_id: own_trace
+                                    .then(|| "0af7651916cd43dd8448eb211c80319c".into()),
                             };
                             for session in [7, 7, 7] {
                                 let ending = Ending {

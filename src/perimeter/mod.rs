@@ -150,7 +150,7 @@ impl crate::observe::access::Requester for Admission {
         self.identity.subject()
     }
 
-    fn trace_id(&self) -> &Arc<str> {
+    fn trace_id(&self) -> &str {
         &self.trace_id
     }
 }
