@@ -161,29 +161,15 @@ impl Redaction {
 
     /// Appends `json` (valid JSON) with hidden members' values redacted, byte for byte as the
     /// transcoding of [`append`](Self::append) writes it, when that is a copy: no whitespace
-    /// between tokens, strings without escapes, DEL or C1 controls (a hidden value's too),
-    /// integers of at most 18 digits other than `-0` (no floats), nesting within 64. Returns
-    /// `false` at anything else, `out` then holding part of a copy. The budget is the
-    /// caller's to check.
+    /// between tokens, strings without escapes, DEL or C1 controls (a hidden value is not
+    /// copied: whatever it holds), integers of at most 18 digits other than `-0` (no
+    /// floats), nesting within 64. Returns `false` at anything else, `out` then holding part
+    /// of a copy. The budget is the caller's to check.
     ///
     /// With `quote`, every `"` of the copy is written `\"`: the copy as the inside of a quoted
     /// field value (the copy has no `\` of its own to escape), made of ASCII JSON only.
     fn copy_plain(&self, json: &str, out: &mut String, quote: bool) -> bool {
         let bytes = json.as_bytes();
-        // What rules a copy out inside strings, looked for in the whole text at once (one
-        // branch-free pass, then a search for C1's lead byte only if there is one), so that
-        // strings are then searched only for their closing `"` (they have no `\`).
-        let (unusual, c2) = bytes.iter().fold((false, false), |(unusual, c2), &b| {
-            let unusual = unusual | (b < 0x20) | (b == b'\\') | (b == 0x7f);
-            (unusual | (quote & (b >= 0x80)), c2 | (b == 0xc2))
-        });
-        if unusual
-            || c2
-                && memchr::memchr_iter(0xc2, bytes)
-                    .any(|at| matches!(bytes.get(at + 1), Some(0x80..=0x9f)))
-        {
-            return false;
-        }
         let mut depth = 0u32;
         // Tokens are checked one by one but copied in runs, from `copied` to the next `"` to
         // quote, redacted value or the end: a copy per token cost more than the check.
@@ -193,9 +179,11 @@ impl Redaction {
             let start = i;
             match bytes[i] {
                 b'"' => {
-                    // The closing `"`; in JSON without whitespace, a string followed by
-                    // `:` is a member's name.
-                    let Some(end) = find_quote(bytes, start + 1) else {
+                    // The closing `"`, found by the same pass that checks the string for
+                    // what rules a copy out; in JSON without whitespace, a string followed
+                    // by `:` is a member's name. Outside strings every byte is one of this
+                    // match's.
+                    let Some(end) = plain_string_end(bytes, start + 1, quote) else {
                         return false;
                     };
                     i = end + 1;
@@ -323,12 +311,14 @@ impl Redaction {
                 out = String::with_capacity(name.len() + arguments.len() + 64);
                 out.push_str("\"{\\\"name\\\":\\\"");
                 out.push_str(name);
-                out.push_str("\\\"");
+                // The name's closing `"` and the next member's name in one copy.
                 if let Some(arguments) = call.arguments {
-                    out.push_str(",\\\"arguments\\\":");
+                    out.push_str("\\\",\\\"arguments\\\":");
                     if !self.copy_plain(arguments.get(), &mut out, true) {
                         return None;
                     }
+                } else {
+                    out.push_str("\\\"");
                 }
                 if let Some(meta) = &call.meta {
                     let meta = serde_json::to_string(meta).ok()?;
@@ -485,24 +475,89 @@ static JSON_SPECIAL: [bool; 256] = {
     table
 };
 
-/// The index of the first `"` in `bytes` at or after `at`, found a word at a time (strings
-/// in params are short: a call to `memchr` per string cost as much, in its set-up).
-fn find_quote(bytes: &[u8], at: usize) -> Option<usize> {
+/// The index of the `"` that ends the string whose text starts at `at` in `bytes`, when
+/// the text is what [`Redaction::copy_plain`] copies as it is: no `\`, C0 control or DEL,
+/// and with `ascii` nothing beyond ASCII, else no C1 control (`0xc2` then `0x80..=0x9f`).
+/// `None` when it holds one of those, or has no end.
+///
+/// One pass, a word at a time, looks for the closing `"` and for those bytes together
+/// (strings in params are short: a call to `memchr` per string cost as much as this in its
+/// set-up, and a separate pass over the whole text for what rules a copy out cost some 3
+/// instructions a byte).
+fn plain_string_end(bytes: &[u8], at: usize, ascii: bool) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGH: u64 = ONES << 7;
+    // The high bit of each byte of `w` that is zero. A flag above a flagged byte may be
+    // false (a borrow), one below it never is: the lowest flag is exact.
+    let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
     let mut i = at;
-    while let Some(Ok(chunk)) = bytes.get(i..i + 8).map(<[u8; 8]>::try_from) {
-        // Zero where a byte is `"`; the lowest byte flagged is the first of them (a flag
-        // above a zero byte may be false, never one below it).
-        let word = u64::from_le_bytes(chunk) ^ (ONES * u64::from(b'"'));
-        let found = word.wrapping_sub(ONES) & !word & HIGH;
-        if found != 0 {
-            return Some(i + (found.trailing_zeros() / 8) as usize);
+    loop {
+        let Some(Ok(chunk)) = bytes.get(i..i + 8).map(<[u8; 8]>::try_from) else {
+            // Fewer than eight bytes left: one at a time.
+            let rest = bytes.get(i..)?;
+            let found = i + rest.iter().position(|&b| stops_plain_string(b, ascii))?;
+            match plain_string_stop(bytes, found, ascii) {
+                Stop::End => return Some(found),
+                Stop::Refuse => return None,
+                Stop::Pass => {
+                    i = found + 1;
+                    continue;
+                }
+            }
+        };
+        let w = u64::from_le_bytes(chunk);
+        let quote_or_escape =
+            zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')));
+        // Below 0x20, then DEL and above (`w + 1` carries into a byte's high bit from 0x7f
+        // on; a carry or borrow across bytes starts at a byte flagged already), or for a
+        // copy that may hold UTF-8: below 0x20, DEL and C1's lead byte.
+        let unusual = if ascii {
+            (w.wrapping_sub(ONES * 0x20) | w.wrapping_add(ONES) | w) & HIGH
+        } else {
+            (w.wrapping_sub(ONES * 0x20) & !w & HIGH)
+                | zero(w ^ (ONES * 0x7f))
+                | zero(w ^ (ONES * 0xc2))
+        };
+        let flags = quote_or_escape | unusual;
+        if flags == 0 {
+            i += 8;
+            continue;
         }
-        i += 8;
+        let found = i + (flags.trailing_zeros() / 8) as usize;
+        match plain_string_stop(bytes, found, ascii) {
+            Stop::End => return Some(found),
+            Stop::Refuse => return None,
+            Stop::Pass => i = found + 1,
+        }
     }
-    let rest = bytes.get(i..)?;
-    rest.iter().position(|&b| b == b'"').map(|at| i + at)
+}
+
+/// Whether [`plain_string_end`] looks twice at byte `b`: the end of a string, or a byte
+/// that may rule its copy out.
+fn stops_plain_string(b: u8, ascii: bool) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20 || b == 0x7f || if ascii { b >= 0x80 } else { b == 0xc2 }
+}
+
+/// What a byte [`plain_string_end`] stops at means.
+enum Stop {
+    /// The string's closing `"`.
+    End,
+    /// A byte that rules the copy out.
+    Refuse,
+    /// A byte that does not: a lead byte of UTF-8 that starts no C1 control, or one flagged
+    /// only by a neighbour's borrow (which the lowest flag never is).
+    Pass,
+}
+
+/// What the byte at `at` of `bytes` means to [`plain_string_end`].
+fn plain_string_stop(bytes: &[u8], at: usize, ascii: bool) -> Stop {
+    match bytes.get(at) {
+        Some(b'"') => Stop::End,
+        Some(0xc2) if !ascii && !matches!(bytes.get(at + 1), Some(0x80..=0x9f)) => Stop::Pass,
+        Some(&b) if stops_plain_string(b, ascii) => Stop::Refuse,
+        Some(_) => Stop::Pass,
+        None => Stop::Refuse,
+    }
 }
 
 /// Where the JSON value starting at `at` of `bytes` (valid JSON, no whitespace before it)
@@ -1401,8 +1456,10 @@ mod tests {
         fn raw(text: &str) -> &RawValue {
             serde_json::from_str(text).expect("raw")
         }
-        let cases: [(&str, bool); 10] = [
+        let cases: [(&str, bool); 11] = [
             (r#"{"name":"echo","arguments":{"text":"hi"}}"#, true),
+            // A hidden value is skipped, escapes and all.
+            (r#"{"password":"q\"uote é","x":1}"#, true),
             (
                 r#"{"password":"p","x":[1,{"token":{"a":"}"}},null,true]}"#,
                 true,
@@ -1604,15 +1661,16 @@ mod tests {
     }
 
     /// Whether `value`'s compact JSON is what the copy takes: strings with nothing to
-    /// escape (anywhere), integers of at most 18 digits (but in a hidden member's value).
+    /// escape, integers of at most 18 digits (a hidden member's value may hold anything).
     fn copyable(r: &Redaction, value: &serde_json::Value, hidden: bool) -> bool {
         use serde_json::Value;
         let plain = |s: &str| !s.contains(|c: char| c == '"' || c == '\\' || c.is_control());
+        if hidden {
+            return true;
+        }
         match value {
             Value::Null | Value::Bool(_) => true,
-            Value::Number(n) => {
-                hidden || n.as_i64().is_some_and(|n| n.unsigned_abs() < 10u64.pow(18))
-            }
+            Value::Number(n) => n.as_i64().is_some_and(|n| n.unsigned_abs() < 10u64.pow(18)),
             Value::String(s) => plain(s),
             Value::Array(items) => items.iter().all(|v| copyable(r, v, hidden)),
             Value::Object(members) => members
@@ -1638,7 +1696,8 @@ mod tests {
             }
             let mut quoted = String::new();
             let quotable = r.copy_plain(&text, &mut quoted, true);
-            proptest::prop_assert_eq!(quotable, copied && text.is_ascii());
+            // Non-ASCII rules the quoted copy out where it would be copied.
+            proptest::prop_assert_eq!(quotable, copied && copy.is_ascii());
             if quotable {
                 proptest::prop_assert_eq!(quoted, slow.replace('"', "\\\""));
             }
@@ -1646,28 +1705,63 @@ mod tests {
     }
 
     #[test]
-    fn the_word_search_finds_the_first_quote() {
-        for len in 0..40 {
-            for quote in 0..=len {
-                for at in 0..=len {
-                    // Bytes next to `"` (0x21, 0x23) and ones a word's borrow crosses.
-                    let mut text: Vec<u8> = (0..len).map(|n| b"a\x00\xff\x21\x23"[n % 5]).collect();
-                    if quote < len {
-                        text[quote] = b'"';
-                        // A second one after it.
-                        if quote + 2 < len {
-                            text[quote + 1] = 0x21;
-                            text[quote + 2] = b'"';
+    fn the_word_scan_ends_a_plain_string_where_a_byte_scan_does() {
+        // Byte by byte, what `plain_string_end` finds a word at a time.
+        fn byte_scan(bytes: &[u8], at: usize, ascii: bool) -> Option<usize> {
+            for i in at..bytes.len() {
+                match bytes[i] {
+                    b'"' => return Some(i),
+                    b'\\' | 0..=0x1f | 0x7f => return None,
+                    0x80.. if ascii => return None,
+                    0xc2 if matches!(bytes.get(i + 1), Some(0x80..=0x9f)) => return None,
+                    _ => {}
+                }
+            }
+            None
+        }
+        // Bytes next to those it looks for (and ones a word's borrow or carry crosses), then
+        // each it looks for, alone or as C1's lead.
+        let fillers = b"a\x00\xff\x21\x23\x20\x7e\xa0\x80\xc3";
+        let specials: [&[u8]; 10] = [
+            b"\"",
+            b"\\",
+            b"\x00",
+            b"\x1f",
+            b"\x7f",
+            b"\x80",
+            b"\xc2\x85",
+            b"\xc2\x9f",
+            b"\xc2\xa0",
+            b"\xc2a",
+        ];
+        let mut compared = 0;
+        for len in 0..24 {
+            for special in specials {
+                for put in 0..=len {
+                    let mut text: Vec<u8> = (0..len)
+                        .map(|n| fillers[(n + put) % fillers.len()])
+                        .collect();
+                    if put < len {
+                        text.splice(put..(put + special.len()).min(len), special.iter().copied());
+                        // A `"` after it.
+                        if put + special.len() + 1 < text.len() {
+                            text[put + special.len() + 1] = b'"';
                         }
                     }
-                    let expected = text[at.min(len)..]
-                        .iter()
-                        .position(|&b| b == b'"')
-                        .map(|p| at + p);
-                    assert_eq!(find_quote(&text, at), expected, "{text:?} from {at}");
+                    for at in 0..=text.len() {
+                        for ascii in [false, true] {
+                            assert_eq!(
+                                plain_string_end(&text, at, ascii),
+                                byte_scan(&text, at, ascii),
+                                "{text:?} from {at}, ascii {ascii}"
+                            );
+                            compared += 1;
+                        }
+                    }
                 }
             }
         }
+        assert!(compared > 50_000, "{compared}");
     }
 
     #[test]
@@ -1692,6 +1786,8 @@ mod tests {
             r#"{"a":[1,-2,true,false,null,"x",{"b":[]}],"c":{"d":{"e":[[],[{}]]}}}"#,
             r#"{"password":"p","token":{"a":[1,{"b":"}"}],"c":"]"},"keep":1,"apiKey":[1,2],"x":-5}"#,
             r#"[{"secret":null},{"secret":123456789012345678},"tail"]"#,
+            // A hidden value is not copied, whatever it holds.
+            r#"{"password":"\"]\u0001","keep":{"token":"\u00e9\n","x":1}}"#,
             r#"{"n":999999999999999999,"m":-999999999999999999,"z":0}"#,
             r#""just a string""#,
             r#"42"#,
@@ -1721,8 +1817,6 @@ mod tests {
             r#"{"a":-0}"#,
             r#"{"a":1234567890123456789}"#,
             r#"{"pass\u0077ord":"p"}"#,
-            // An escape rules the copy out even in a value it would hide.
-            r#"{"password":"\"]"}"#,
         ];
         for text in transcoded {
             let mut fast = String::new();
