@@ -1124,7 +1124,7 @@ impl RequestRecord {
         };
         // The line written by hand, as the `fmt` layer would write the event of `log`, when
         // the log is the binary's (see `telemetry`): no `tracing` dispatch, no `core::fmt`.
-        let written = telemetry::write_direct(&LINE_EVENT, |out| {
+        let written = telemetry::write_direct(&LINE_EVENT, finished, |out| {
             line.write(out, &ending, admission, fields);
         });
         fields.first_written.set(true);

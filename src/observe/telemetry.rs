@@ -23,9 +23,11 @@
 //!
 //! The access log's lines take a shorter way (`write_direct`): with the writer of
 //! [`install`] and no ANSI colors, a line outside any span is written by hand, byte for byte
-//! as the `fmt` layer would write it (same timestamp, level, target, field order, quoting and
-//! escapes), into a buffer of the logging thread, and handed to the same background writer,
-//! in order with every other line. `tracing`'s dispatch, its field visitors and `core::fmt`
+//! as the `fmt` layer would write it (same timestamp format, level, target, field order,
+//! quoting and escapes), into a buffer of the logging thread, and handed to the same
+//! background writer, in order with every other line. Its time is the moment its request
+//! ended, read once for the request's duration and turned into the time of day
+//! (`WallClock`). `tracing`'s dispatch, its field visitors and `core::fmt`
 //! are what a line cost before (about 17,000 instructions of a 35,000-instruction request,
 //! callgrind); elsewhere (an embedder's subscriber, [`init`], a terminal, a line inside an
 //! enabled span) the line is an ordinary `tracing` event.
@@ -36,6 +38,7 @@ use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::io::{self, IsTerminal, Write};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::field::{Field, Visit};
 use tracing_appender::rolling::{RollingFileAppender, Rotation};
 use tracing_subscriber::field::{RecordFields, VisitOutput};
@@ -358,11 +361,16 @@ impl VisitOutput<fmt::Result> for TextVisitor<'_> {
 
 /// Writes one `info` line of `target` with `message` and the fields `fields` adds, straight to
 /// the background writer of [`install`], as the `fmt` layer would have written the event (see
-/// the module docs). Returns `false`, having written nothing, when that path is not open:
-/// no [`install`] (or ANSI colors), a span is current (the line would carry it), the clock is
+/// the module docs), timestamped `at` (a clock read the caller made already: see
+/// [`WallClock`]). Returns `false`, having written nothing, when that path is not open: no
+/// [`install`] (or ANSI colors), a span is current (the line would carry it), the clock is
 /// before 1970 or past 9999, or the thread is already writing one; the caller then logs the
 /// event through `tracing`.
-pub(crate) fn write_direct(event: &EventName, fields: impl FnOnce(&mut Line<'_>)) -> bool {
+pub(crate) fn write_direct(
+    event: &EventName,
+    at: Instant,
+    fields: impl FnOnce(&mut Line<'_>),
+) -> bool {
     let Some(direct) = DIRECT.get() else {
         return false;
     };
@@ -371,17 +379,17 @@ pub(crate) fn write_direct(event: &EventName, fields: impl FnOnce(&mut Line<'_>)
     if tracing::dispatcher::get_default(|dispatch| dispatch.current_span().id().is_some()) {
         return false;
     }
-    let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) else {
-        return false;
-    };
-    if now.as_secs() >= YEAR_10000 {
-        return false;
-    }
     LINE.with(|state| {
         let Ok(mut state) = state.try_borrow_mut() else {
             return false;
         };
         let state = &mut *state;
+        let Some(now) = state.wall.since_epoch(at) else {
+            return false;
+        };
+        if now.as_secs() >= YEAR_10000 {
+            return false;
+        }
         let out = &mut state.out;
         out.clear();
         let stamp = (&mut state.clock, now.as_secs(), now.subsec_micros());
@@ -498,11 +506,12 @@ pub(crate) use field_name;
 const YEAR_10000: u64 = 253_402_300_800;
 
 thread_local! {
-    /// The line [`write_direct`] builds, and its clock.
+    /// The line [`write_direct`] builds, and its clocks.
     static LINE: RefCell<LineState> = const {
         RefCell::new(LineState {
             out: String::new(),
             clock: Clock { second: u64::MAX, prefix: String::new() },
+            wall: WallClock { anchor: None },
         })
     };
 }
@@ -510,6 +519,41 @@ thread_local! {
 struct LineState {
     out: String,
     clock: Clock,
+    wall: WallClock,
+}
+
+/// The wall-clock time of a moment the caller read on the monotonic clock (an access line's
+/// is the moment its request ended, read for its duration): the time of day of an anchor,
+/// a pair of readings of the two clocks, plus the monotonic time since. A reading of the
+/// time of day cost a line about 30 ns here (a `clock_gettime`, some 1.3 % of a request).
+/// The two clocks advance at the same rate (NTP slews both); a step of the time of day
+/// (`settimeofday`, a resumed VM) shows in a thread's lines at its next anchor, which is
+/// taken again once the anchor is [`WallClock::REANCHOR`] old.
+struct WallClock {
+    anchor: Option<(Instant, Duration)>,
+}
+
+impl WallClock {
+    /// How long an anchor serves.
+    const REANCHOR: Duration = Duration::from_millis(100);
+
+    /// The time since 1970 at `at`; `None` before 1970.
+    fn since_epoch(&mut self, at: Instant) -> Option<Duration> {
+        // One subtraction of the two moments while the anchor serves (`Instant`'s
+        // arithmetic is some 40 instructions a call).
+        if let Some((instant, wall)) = self.anchor {
+            if let Some(since) = at.checked_duration_since(instant) {
+                if since < Self::REANCHOR {
+                    return wall.checked_add(since);
+                }
+            }
+        }
+        let instant = Instant::now();
+        let wall = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
+        self.anchor = Some((instant, wall));
+        // `at` was read before the anchor.
+        wall.checked_sub(instant.saturating_duration_since(at))
+    }
 }
 
 /// The `fmt` layer's timestamp (`2026-12-02T00:32:22.122311Z`, UTC), its date and time to
@@ -858,6 +902,52 @@ mod tests {
                 break;
             }
         }
+    }
+
+    #[test]
+    fn a_lines_time_of_day_is_its_monotonic_moment_from_an_anchor() {
+        let mut wall = WallClock { anchor: None };
+        let at = Instant::now();
+        let derived = wall.since_epoch(at).expect("after 1970");
+        let read = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970");
+        // The anchor was taken after `at`, the reading after the anchor.
+        assert!(derived <= read, "{derived:?} after {read:?}");
+        assert!(
+            read - derived < Duration::from_secs(5),
+            "{derived:?}, {read:?}"
+        );
+        let (instant, anchor_wall) = wall.anchor.expect("anchored");
+        // While the anchor serves: its time of day plus the monotonic time since, and no
+        // new anchor.
+        let step = Duration::from_millis(40);
+        assert!(step < WallClock::REANCHOR);
+        assert_eq!(wall.since_epoch(instant + step), Some(anchor_wall + step));
+        assert_eq!(wall.anchor, Some((instant, anchor_wall)));
+        // A moment before the anchor takes a new one, and is as far before it.
+        let before = instant
+            .checked_sub(step)
+            .expect("a monotonic clock this old");
+        let derived = wall.since_epoch(before).expect("after 1970");
+        let (renewed, renewed_wall) = wall.anchor.expect("anchored");
+        assert!(renewed > instant);
+        assert_eq!(derived, renewed_wall - renewed.duration_since(before));
+        let off = derived.abs_diff(anchor_wall - step);
+        assert!(off < Duration::from_secs(5), "{off:?}");
+        // An anchor that has served its time is taken again: a step of the time of day
+        // (here an anchor an hour off) lasts no longer than that.
+        let hour = Duration::from_secs(3600);
+        wall.anchor = Some((instant, anchor_wall + hour));
+        assert_eq!(
+            wall.since_epoch(instant + step),
+            Some(anchor_wall + hour + step)
+        );
+        let stale = instant + WallClock::REANCHOR;
+        let derived = wall.since_epoch(stale).expect("after 1970");
+        let (renewed, _) = wall.anchor.expect("anchored");
+        assert!(renewed > instant);
+        assert!(derived < anchor_wall + hour, "{derived:?}");
     }
 
     /// The line `format_line` writes, and the one the `fmt` layer (configured as

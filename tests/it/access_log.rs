@@ -188,6 +188,7 @@ async fn each_request_gets_one_access_line_with_its_outcome() {
         "info",
         "[limits.tool_timeout_ms]\nsleep = 50\n",
     );
+    let before = unix_micros_now();
     let mut client = client_with(
         &server.url(),
         &[
@@ -238,10 +239,24 @@ async fn each_request_gets_one_access_line_with_its_outcome() {
     let batch = client.recv().await;
     assert_eq!(batch.as_array().map(Vec::len), Some(2), "{batch}");
     client.expect_nothing_pending().await;
+    let after = unix_micros_now();
 
     // init, echo-1, 77, slow, cancel-me, b1, b2, and the barrier ping.
     let lines = server.wait_access_lines(8);
     assert_eq!(lines.len(), 8, "{lines:#?}");
+    // Each line's time of day (made from the monotonic moment its request ended) is within
+    // the requests' time, read here on the system clock; a millisecond's leeway for the
+    // microseconds each side cuts.
+    for line in &lines {
+        let at = line["timestamp"]
+            .as_str()
+            .map(unix_micros)
+            .expect("timestamp");
+        assert!(
+            before - 1_000 <= at && at <= after + 1_000,
+            "{before} <= {at} <= {after}: {line}"
+        );
+    }
     let session = &line_of(&lines, &json!("init"))["session"];
     assert!(session.is_u64(), "{session}");
     for line in &lines {
@@ -276,6 +291,48 @@ async fn each_request_gets_one_access_line_with_its_outcome() {
         .as_u64()
         .expect("duration");
     assert!(slow_us >= 50_000, "{slow_us}");
+}
+
+/// Microseconds since 1970 now, on the system clock.
+fn unix_micros_now() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    i64::try_from(now.as_micros()).expect("in range")
+}
+
+/// Microseconds since 1970 of a log timestamp, `2026-12-05T06:00:10.645625Z` (UTC).
+fn unix_micros(timestamp: &str) -> i64 {
+    let field = |range: std::ops::Range<usize>| -> i64 {
+        timestamp
+            .get(range)
+            .and_then(|digits| digits.parse().ok())
+            .unwrap_or_else(|| panic!("not a timestamp: {timestamp}"))
+    };
+    assert_eq!(timestamp.len(), 27, "{timestamp}");
+    let (year, month, day) = (field(0..4), field(5..7), field(8..10));
+    // Days from 1970-01-01 of a civil date (H. Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + field(11..13) * 3600 + field(14..16) * 60 + field(17..19);
+    seconds * 1_000_000 + field(20..26)
+}
+
+#[test]
+fn log_timestamps_are_read_as_the_system_clock_counts() {
+    assert_eq!(unix_micros("1970-01-01T00:00:00.000000Z"), 0);
+    assert_eq!(
+        unix_micros("2000-02-29T23:59:59.000001Z"),
+        951_868_799_000_001
+    );
+    assert_eq!(
+        unix_micros("2025-12-02T00:32:22.122311Z"),
+        1_764_635_542_122_311
+    );
 }
 
 #[tokio::test]
