@@ -10,22 +10,21 @@
 //! `User-Agent` and identity, the session and the trace id.
 //!
 //! Cost: the clock is read when a request arrives and when it is answered (the worker's
-//! deadline reuses the first read). Whether the access target is enabled is asked once per
-//! session ([`SessionFields`]); when it is filtered out, nothing is copied or formatted.
-//! When it is written, the params text is the record's one allocation: the id is shared, the
-//! trace id is kept only when the request has its own (the session's is read where the
-//! session keeps it), a method the server serves is written as its label (another kept
-//! inline), and every client string is escaped as the line is formatted ([`Clean`]), not
-//! copied first. Params that are compact JSON of plain strings and integers
-//! are copied byte by byte (redacted members skipped), and when they are ASCII, quoted in that
-//! same copy as the line's field value; the rest is transcoded through `serde_json` and
-//! quoted when the line is written; the output is the same. The fields a session's lines
-//! share (address, agent, identity, trace id) are rendered once per session
-//! ([`SessionFields`]). The line is written by hand, as the `fmt` layer would write it, and
-//! goes to the log's background writer
-//! ([`telemetry`]): no `tracing` dispatch, no `core::fmt` and no
-//! system call on the event loop (outside the binary's log, or inside an enabled span, it is
-//! an ordinary `tracing` event).
+//! deadline reuses the first read, the line's timestamp the second). Whether the access
+//! target is enabled is asked once per session ([`SessionFields`]); when it is filtered
+//! out, nothing is copied or formatted. When it is written, the params text is the record's
+//! one allocation: the id is shared, the trace id is kept only when the request has its own
+//! (the session's is read where the session keeps it), a method the server serves is
+//! written as its label (another kept inline), and every client string is escaped as the
+//! line is formatted ([`Clean`]), not copied first. Params that are compact JSON of plain
+//! strings and integers are copied byte by byte (redacted members skipped), and when they
+//! are ASCII, quoted in that same copy as the line's field value; the rest is transcoded
+//! through `serde_json` and quoted when the line is written; the output is the same. The
+//! fields a session's lines share (address, agent, identity, trace id) are rendered once
+//! per session ([`SessionFields`]). The line is written by hand, as the `fmt` layer would
+//! write it, and goes to the log's background writer ([`telemetry`]): no `tracing`
+//! dispatch, no `core::fmt` and no system call on the event loop (outside the binary's log,
+//! or inside an enabled span, it is an ordinary `tracing` event).
 //!
 //! Client strings cannot forge fields: in JSON the formatter escapes them; in the text
 //! format a value that is not a plain token is quoted and escaped
@@ -180,9 +179,9 @@ impl Redaction {
             match bytes[i] {
                 b'"' => {
                     // The closing `"`, found by the same pass that checks the string for
-                    // what rules a copy out; in JSON without whitespace, a string followed
-                    // by `:` is a member's name. Outside strings every byte is one of this
-                    // match's.
+                    // what rules a copy out (outside strings, any byte this match does not
+                    // expect rules it out); in JSON without whitespace, a string followed
+                    // by `:` is a member's name.
                     let Some(end) = plain_string_end(bytes, start + 1, quote) else {
                         return false;
                     };
