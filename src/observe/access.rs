@@ -1572,46 +1572,53 @@ mod tests {
                 for method in ["tools/call", "ping", "no/such", "a=b\n"] {
                     let label = MethodLabel::of(method);
                     let unserved_method = label.served().is_none().then(|| method.into());
-                    for (outcome, which, own_trace) in outcomes.iter().flat_map(|outcome| {
+                    // Which of a session's three lines have a trace id of their own: the
+                    // first renders what they share in place, the second into the
+                    // session's cells (with or without its own), the third copies them.
+                    let own_traces = [
+                        [false, false, false],
+                        [true, true, true],
+                        [false, true, false],
+                        [true, false, true],
+                    ];
+                    for (outcome, which, own_traces) in outcomes.iter().flat_map(|outcome| {
                         (0..3).flat_map(move |which| {
-                            [(outcome, which, false), (outcome, which, true)]
+                            own_traces.map(|own_traces| (outcome, which, own_traces))
                         })
                     }) {
-                        {
-                            let params = params().into_iter().nth(which).expect("params");
-                            // One session's lines: the first renders what they share in
-                            // place, the second into the session's cells, the third copies.
-                            let fields = SessionFields::default();
+                        let fields = SessionFields::default();
+                        for own_trace in own_traces {
                             let line = AccessLine {
                                 id: RequestId::from_value(&serde_json::json!("r\u{1b} 1"))
                                     .expect("id"),
                                 unserved_method: unserved_method.clone(),
-                                params,
+                                params: params().into_iter().nth(which).expect("params"),
                                 own_trace_id: own_trace
                                     .then(|| "0af7651916cd43dd8448eb211c80319c".into()),
                             };
-                            for session in [7, 7, 7] {
-                                let ending = Ending {
-                                    method: label,
-                                    session,
-                                    outcome: *outcome,
-                                    duration_us: 18,
-                                };
-                                let ours = telemetry::lines::direct(json, &LINE_EVENT, |out| {
-                                    line.write(out, &ending, client, &fields)
-                                });
-                                fields.first_written.set(true);
-                                let theirs =
-                                    telemetry::lines::fmt_layer(json, || line.log(&ending, client));
-                                assert_eq!(ours, theirs, "json {json}, {method:?}, {outcome:?}");
-                                compared += 1;
-                            }
+                            let ending = Ending {
+                                method: label,
+                                session: 7,
+                                outcome: *outcome,
+                                duration_us: 18,
+                            };
+                            let ours = telemetry::lines::direct(json, &LINE_EVENT, |out| {
+                                line.write(out, &ending, client, &fields)
+                            });
+                            fields.first_written.set(true);
+                            let theirs =
+                                telemetry::lines::fmt_layer(json, || line.log(&ending, client));
+                            assert_eq!(
+                                ours, theirs,
+                                "json {json}, {method:?}, {outcome:?}, {own_traces:?}"
+                            );
+                            compared += 1;
                         }
                     }
                 }
             }
         }
-        assert_eq!(compared, 2 * 2 * 4 * 4 * 3 * 2 * 3);
+        assert_eq!(compared, 2 * 2 * 4 * 4 * 3 * 4 * 3);
         assert_eq!(Outcome::Error(timed_out).label(), "timed_out");
         for method in [
             "initialize",
