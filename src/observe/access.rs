@@ -1790,7 +1790,7 @@ mod tests {
             r#"[]"#,
             r#"{"name":"echo","arguments":{"text":"hello é 日本 © ±"}}"#,
             r#"{"a":[1,-2,true,false,null,"x",{"b":[]}],"c":{"d":{"e":[[],[{}]]}}}"#,
-            r#"{"password":"p","token":{"a":[1,{"b":"}"}],"c":"]"},"keep":1,"apiKey":[1,2],"x":-5}"#,
+            r#"{"password":"p","token":{"a":[1,{"b":"}"}],"c":"\"]"},"keep":1,"apiKey":[1,2],"x":-5}"#,
             r#"[{"secret":null},{"secret":123456789012345678},"tail"]"#,
             // A hidden value is not copied, whatever it holds.
             r#"{"password":"\"]\u0001","keep":{"token":"\u00e9\n","x":1}}"#,
