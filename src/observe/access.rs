@@ -303,7 +303,12 @@ impl Redaction {
             }
             Params::Parsed(call) => {
                 let name = &*call.name;
-                if !name.is_ascii() || name.bytes().any(|b| JSON_SPECIAL[usize::from(b)]) {
+                // Printable ASCII but `"` and `\`: written as it is inside the quotes, in one
+                // pass over the name.
+                if name
+                    .bytes()
+                    .any(|b| !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\')
+                {
                     return None;
                 }
                 let arguments = call.arguments.map_or("", |a| a.get());
@@ -1500,6 +1505,9 @@ mod tests {
             ),
             (r#"{"name":"e\"cho","arguments":{}}"#, false),
             (r#"{"name":"écho","arguments":{}}"#, false),
+            (r#"{"name":"ec\nho","arguments":{}}"#, false),
+            (r#"{"name":"echo\u007f","arguments":{}}"#, false),
+            (r#"{"name":"e\\cho","arguments":{}}"#, false),
             (r#"{"name":"echo","arguments":{"f":1.5}}"#, false),
         ] {
             let call: CallToolParams<'_> = serde_json::from_str(text).expect("call");
