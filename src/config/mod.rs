@@ -935,14 +935,33 @@ pub struct LoggingSettings {
     pub redact_keys: Vec<String>,
     /// Longest params text in an access-log line, in bytes; longer is cut, ending in `…`.
     pub access_params_max_bytes: usize,
-    /// Where the log goes: empty for stderr, else this file, rotated daily (`FILE.YYYY-MM-DD`
-    /// in its directory, which must exist).
+    /// Where the log goes: empty for stderr, else this file, in a directory that must exist,
+    /// rotated as `file_rotation` says.
     pub file: PathBuf,
-    /// How many daily files of `file` are kept; older ones are deleted as the day turns.
+    /// When `file` moves on to a new file: each UTC day, or at a size.
+    pub file_rotation: FileRotation,
+    /// With `file_rotation = "size"`, the size a file is not to pass, in bytes: the file is
+    /// rotated before a write would take it past this (a single write larger than this,
+    /// one batch of the log's writer, fills a file of its own). Lines are never split.
+    pub file_max_bytes: u64,
+    /// How many files of `file` are kept, the one being written included; older ones are
+    /// deleted (daily files at start and as the day turns, numbered ones at each rotation).
     pub file_keep: usize,
     /// Lines the log's background writer holds before it drops new ones (counted in
     /// `mcp_dropped_total{reason="access_log"}`) rather than make the event loop wait.
     pub queue_lines: usize,
+}
+
+/// When the log file (`logging.file`) moves on to a new file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileRotation {
+    /// A file a UTC day, `FILE.YYYY-MM-DD`.
+    #[default]
+    Daily,
+    /// `FILE` is written until the next write would take it past `logging.file_max_bytes`;
+    /// it is then renamed `FILE.1`, the one before that `FILE.2`, and so on.
+    Size,
 }
 
 /// How log lines are written.
@@ -1077,6 +1096,8 @@ impl Default for LoggingSettings {
             .to_vec(),
             access_params_max_bytes: 2048,
             file: PathBuf::new(),
+            file_rotation: FileRotation::Daily,
+            file_max_bytes: 100 << 20,
             file_keep: 7,
             queue_lines: 16_384,
         }
@@ -1084,8 +1105,9 @@ impl Default for LoggingSettings {
 }
 
 impl LoggingSettings {
-    /// The directory and file-name prefix of `file`, when it is set: the rotated files are
-    /// `PREFIX.YYYY-MM-DD` in the directory (`.` for a bare name).
+    /// The directory and file name of `file`, when it is set (`.` for a bare name): the
+    /// files are `NAME.YYYY-MM-DD` (daily) or `NAME`, `NAME.1`, ... (by size) in the
+    /// directory.
     pub fn file_parts(&self) -> Option<(&Path, &std::ffi::OsStr)> {
         if self.file.as_os_str().is_empty() {
             return None;
@@ -1290,6 +1312,7 @@ impl Settings {
                 self.logging.access_params_max_bytes as u64,
             ),
             ("logging.file_keep", self.logging.file_keep as u64),
+            ("logging.file_max_bytes", self.logging.file_max_bytes),
             ("logging.queue_lines", self.logging.queue_lines as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {

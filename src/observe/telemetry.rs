@@ -1,5 +1,6 @@
-//! Log output: `tracing` to stderr or to a daily-rotated file (`logging.file`), filtered by
-//! `RUST_LOG` or else `logging.filter`, as text or as JSON lines (`logging.format`).
+//! Log output: `tracing` to stderr or to a file (`logging.file`) rotated by day or by size,
+//! filtered by `RUST_LOG` or else `logging.filter`, as text or as JSON lines
+//! (`logging.format`).
 //!
 //! [`install`] (what the binary uses) hands each formatted line to a background thread
 //! through one bounded buffer (`observe::log_writer`): the thread that logs copies its line
@@ -32,12 +33,13 @@
 //! callgrind); elsewhere (an embedder's subscriber, [`init`], a terminal, a line inside an
 //! enabled span) the line is an ordinary `tracing` event.
 
-use crate::config::{LogFormat, LoggingSettings};
+use crate::config::{FileRotation, LogFormat, LoggingSettings};
 use crate::observe::log_writer::{Closer, LogWriter};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::io::{self, IsTerminal, Write};
-use std::sync::OnceLock;
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::field::{Field, Visit};
 use tracing_appender::rolling::{RollingFileAppender, Rotation};
@@ -85,6 +87,14 @@ pub enum LogError {
         /// What went wrong.
         source: tracing_appender::rolling::InitError,
     },
+    /// `logging.file` could not be opened for rotation by size (`file_rotation = "size"`).
+    #[error("logging.file: cannot open {path}: {source}")]
+    SizeFile {
+        /// The configured file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        source: io::Error,
+    },
     /// A global `tracing` subscriber was installed before.
     #[error("a global tracing subscriber is already installed")]
     AlreadyInstalled,
@@ -103,8 +113,9 @@ pub fn dropped_lines() -> u64 {
 /// where the kernel allows). Keep the guard until the last line is logged: the binary holds it
 /// until its server has stopped.
 pub fn install(logging: &LoggingSettings) -> Result<LogGuard, LogError> {
-    let out: Box<dyn Write + Send> = match rolling(logging)? {
-        Some(file) => Box::new(file),
+    let out: Box<dyn Write + Send> = match log_file(logging)? {
+        Some(LogFile::Daily(file)) => Box::new(file),
+        Some(LogFile::Size(file)) => Box::new(file),
         None => {
             widen_stderr_pipe();
             Box::new(io::stderr())
@@ -154,8 +165,9 @@ pub fn init(default_filter: &str) {
 /// cannot be opened). A second call leaves the first in place. [`install`] is the
 /// non-blocking alternative.
 pub fn init_with(logging: &LoggingSettings) {
-    let (writer, ansi) = match rolling(logging) {
-        Ok(Some(file)) => (BoxMakeWriter::new(file), false),
+    let (writer, ansi) = match log_file(logging) {
+        Ok(Some(LogFile::Daily(file))) => (BoxMakeWriter::new(file), false),
+        Ok(Some(LogFile::Size(file))) => (BoxMakeWriter::new(Mutex::new(file)), false),
         Ok(None) => (BoxMakeWriter::new(io::stderr), io::stderr().is_terminal()),
         Err(error) => {
             eprintln!("mcp-ws: {error}; logging to stderr");
@@ -165,21 +177,49 @@ pub fn init_with(logging: &LoggingSettings) {
     let _ = subscribe(logging, writer, ansi);
 }
 
-/// The daily-rotated file of `logging.file`, if one is configured.
-fn rolling(logging: &LoggingSettings) -> Result<Option<RollingFileAppender>, LogError> {
+/// The file of `logging.file`, rotated as `logging.file_rotation` says.
+enum LogFile {
+    /// `FILE.YYYY-MM-DD` (UTC), the files beyond `file_keep` deleted at start and as the day
+    /// turns.
+    Daily(RollingFileAppender),
+    /// `FILE`, renamed `FILE.1` (the older ones shifted up, those beyond `file_keep` deleted)
+    /// before a write that would take it past `file_max_bytes`.
+    Size(logroller::LogRoller),
+}
+
+/// The file of `logging.file`, if one is configured.
+fn log_file(logging: &LoggingSettings) -> Result<Option<LogFile>, LogError> {
     let Some((dir, name)) = logging.file_parts() else {
         return Ok(None);
     };
-    RollingFileAppender::builder()
-        .rotation(Rotation::DAILY)
-        .filename_prefix(name.to_string_lossy())
-        .max_log_files(logging.file_keep.max(1))
-        .build(dir)
-        .map(Some)
-        .map_err(|source| LogError::File {
-            path: logging.file.clone(),
-            source,
-        })
+    let keep = logging.file_keep.max(1);
+    match logging.file_rotation {
+        FileRotation::Daily => RollingFileAppender::builder()
+            .rotation(Rotation::DAILY)
+            .filename_prefix(name.to_string_lossy())
+            .max_log_files(keep)
+            .build(dir)
+            .map(|file| Some(LogFile::Daily(file)))
+            .map_err(|source| LogError::File {
+                path: logging.file.clone(),
+                source,
+            }),
+        // logroller counts the numbered files only, not the one being written. Graceful:
+        // each flush (one a batch) waits for the renames of a rotation it started, so no
+        // `FILE.pending.N` is left behind at exit.
+        FileRotation::Size => logroller::LogRollerBuilder::new(dir, Path::new(name))
+            .rotation(logroller::Rotation::SizeBased(
+                logroller::RotationSize::Bytes(logging.file_max_bytes),
+            ))
+            .max_keep_files(keep as u64 - 1)
+            .graceful_shutdown(true)
+            .build()
+            .map(|file| Some(LogFile::Size(file)))
+            .map_err(|error| LogError::SizeFile {
+                path: logging.file.clone(),
+                source: io::Error::other(error),
+            }),
+    }
 }
 
 /// Installs the subscriber: the filter (`RUST_LOG` first), the format, this writer.

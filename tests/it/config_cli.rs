@@ -231,6 +231,19 @@ fn invalid_config_exits_2_naming_the_problem() {
         "limits.max_batch_len must be greater than 0",
     );
 
+    let zero_size = write_config("zero-log-size", "[logging]\nfile_max_bytes = 0\n");
+    assert_refuses_to_start(
+        &["--config", zero_size.to_str().expect("utf-8 path")],
+        &[],
+        "logging.file_max_bytes must be greater than 0",
+    );
+    let rotation = write_config("hourly-log", "[logging]\nfile_rotation = \"hourly\"\n");
+    assert_refuses_to_start(
+        &["--config", rotation.to_str().expect("utf-8 path")],
+        &[],
+        "file_rotation",
+    );
+
     // The budget of partly received messages must hold one message of the largest size.
     let budget = write_config(
         "small-partial-budget",

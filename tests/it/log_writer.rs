@@ -7,7 +7,9 @@
 //!   queue full are counted in `mcp_dropped_total{reason="access_log"}`.
 //! - `logging.file`: the file (`NAME.YYYY-MM-DD` in its directory) is created and holds the
 //!   lines; older files beyond `logging.file_keep` are deleted; a directory that does not
-//!   exist is a configuration error at start.
+//!   exist is a configuration error at start. Rotated by size (`file_rotation = "size"`):
+//!   no file passes `file_max_bytes`, no line is cut, and the `file_keep` files kept (`NAME`,
+//!   `NAME.1`, `NAME.2`) hold the newest lines in order, none missing.
 //! - A stderr that is a pipe is made to hold one batch of the writer (1 MiB, where the
 //!   kernel's `pipe-max-size` allows it).
 
@@ -362,6 +364,97 @@ async fn the_log_file_is_created_holds_the_lines_and_old_files_are_pruned() {
         "{}",
         process.stderr_text()
     );
+}
+
+#[tokio::test]
+async fn a_log_file_rotated_by_size_stays_under_it_keeps_whole_lines_and_file_keep_files() {
+    let dir = log_dir("size");
+    // Numbered files of an earlier run beyond what `file_keep = 3` keeps, and a file of
+    // another name.
+    for n in [5, 9] {
+        std::fs::write(dir.join(format!("mcp-ws.log.{n}")), "old\n").expect("write");
+    }
+    std::fs::write(dir.join("other.txt"), "keep me\n").expect("write");
+    let file = dir.join("mcp-ws.log");
+    let max_bytes = 16_384;
+    let config = config(
+        "size",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\nfile = {:?}\nfile_rotation = \"size\"\nfile_max_bytes = {max_bytes}\nfile_keep = 3\n",
+            file.to_str().expect("utf-8")
+        ),
+    );
+    let mut process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
+    let addr = wait_addr(|| file_text(&dir));
+    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
+    client
+        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
+        .await;
+    // Rounds of 10 pings (some 4 KiB of JSON lines), each past the writer's 100 ms batch
+    // deadline: about three batches to a file, some seven rotations.
+    let (rounds, per_round) = (24u64, 10u64);
+    for round in 0..rounds {
+        for n in 0..per_round {
+            let id = round * per_round + n;
+            client
+                .send_json(json!({"jsonrpc": "2.0", "id": id, "method": "ping"}))
+                .await;
+        }
+        for _ in 0..per_round {
+            let answer = client.recv().await;
+            assert!(answer.get("result").is_some(), "{answer}");
+        }
+        tokio::time::sleep(Duration::from_millis(120)).await;
+    }
+    sigterm(&process.child);
+    drop(client);
+    let (status, stderr) = process.wait_exit();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+
+    // The file being written and the two newest numbered ones; the older numbered files
+    // (this run's and the earlier run's) deleted, no rotation left half done.
+    assert_eq!(
+        files_in(&dir),
+        ["mcp-ws.log", "mcp-ws.log.1", "mcp-ws.log.2", "other.txt"],
+        "file_keep = 3"
+    );
+    let oldest_first = ["mcp-ws.log.2", "mcp-ws.log.1", "mcp-ws.log"];
+    let mut ids = Vec::new();
+    let mut last = String::new();
+    for name in oldest_first {
+        let text = std::fs::read_to_string(dir.join(name)).expect("read");
+        if name != "mcp-ws.log" {
+            assert!(
+                !text.is_empty() && text.len() <= max_bytes,
+                "{name}: {} bytes",
+                text.len()
+            );
+        }
+        assert!(text.ends_with('\n'), "{name} ends within a line");
+        for line in text.lines() {
+            let line: Value = serde_json::from_str(line)
+                .unwrap_or_else(|error| panic!("{name}: a line cut or mixed ({error}): {line}"));
+            if line["target"] == "mcp_ws::access" && line["method"] == "ping" {
+                let id = line["id"].as_str().and_then(|id| id.parse::<u64>().ok());
+                ids.push(id.unwrap_or_else(|| panic!("an id: {line}")));
+            }
+            last = line.to_string();
+        }
+    }
+    // What is kept is the newest lines, in order, none missing: the rounds' last ids in
+    // a row, over more than one file's worth.
+    let kept = ids.len() as u64;
+    assert!(
+        kept > 2 * per_round,
+        "{kept} ping lines in the three files: {ids:?}"
+    );
+    let expected: Vec<u64> = (rounds * per_round - kept..rounds * per_round).collect();
+    assert_eq!(
+        ids, expected,
+        "the newest ping lines, in order, none missing"
+    );
+    assert!(last.contains("\"stopped\""), "the last line: {last}");
 }
 
 #[test]
