@@ -38,7 +38,7 @@ use crate::observe::log_writer::{Closer, LogWriter};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::io::{self, IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::field::{Field, Visit};
@@ -184,7 +184,72 @@ enum LogFile {
     Daily(RollingFileAppender),
     /// `FILE`, renamed `FILE.1` (the older ones shifted up, those beyond `file_keep` deleted)
     /// before a write that would take it past `file_max_bytes`.
-    Size(logroller::LogRoller),
+    Size(SizeRotated),
+}
+
+/// logroller's writer, begun again when `FILE` was deleted under it.
+///
+/// logroller renames `FILE` at each rotation. Once someone has deleted it (an operator
+/// freeing disk), it would write on into the deleted file, then fail the rename at its next
+/// rotation and at every write after: the log silent for good. Checked before each write (a
+/// `stat` a batch), a deleted `FILE` is begun again instead.
+struct SizeRotated {
+    roller: logroller::LogRoller,
+    dir: PathBuf,
+    name: PathBuf,
+    /// `dir/name`.
+    path: PathBuf,
+    max_bytes: u64,
+    keep: usize,
+}
+
+impl SizeRotated {
+    /// A writer to `dir/name` (`dir` exists) keeping `keep` files in all.
+    fn open(dir: &Path, name: &Path, max_bytes: u64, keep: usize) -> io::Result<Self> {
+        Ok(Self {
+            roller: Self::roller(dir, name, max_bytes, keep)?,
+            dir: dir.to_owned(),
+            name: name.to_owned(),
+            path: dir.join(name),
+            max_bytes,
+            keep,
+        })
+    }
+
+    fn roller(
+        dir: &Path,
+        name: &Path,
+        max_bytes: u64,
+        keep: usize,
+    ) -> io::Result<logroller::LogRoller> {
+        // logroller counts the numbered files only, not the one being written. Graceful:
+        // each flush (one a batch) waits for the renames of a rotation the batch started,
+        // so no `FILE.pending.N` is left behind at exit.
+        logroller::LogRollerBuilder::new(dir, name)
+            .rotation(logroller::Rotation::SizeBased(
+                logroller::RotationSize::Bytes(max_bytes),
+            ))
+            .max_keep_files(keep.max(1) as u64 - 1)
+            .graceful_shutdown(true)
+            .build()
+            .map_err(io::Error::other)
+    }
+}
+
+impl Write for SizeRotated {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // A new writer that cannot be made (the directory gone too) leaves the old one.
+        if !self.path.exists() {
+            if let Ok(roller) = Self::roller(&self.dir, &self.name, self.max_bytes, self.keep) {
+                self.roller = roller;
+            }
+        }
+        self.roller.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.roller.flush()
+    }
 }
 
 /// The file of `logging.file`, if one is configured.
@@ -204,20 +269,11 @@ fn log_file(logging: &LoggingSettings) -> Result<Option<LogFile>, LogError> {
                 path: logging.file.clone(),
                 source,
             }),
-        // logroller counts the numbered files only, not the one being written. Graceful:
-        // each flush (one a batch) waits for the renames of a rotation it started, so no
-        // `FILE.pending.N` is left behind at exit.
-        FileRotation::Size => logroller::LogRollerBuilder::new(dir, Path::new(name))
-            .rotation(logroller::Rotation::SizeBased(
-                logroller::RotationSize::Bytes(logging.file_max_bytes),
-            ))
-            .max_keep_files(keep as u64 - 1)
-            .graceful_shutdown(true)
-            .build()
+        FileRotation::Size => SizeRotated::open(dir, Path::new(name), logging.file_max_bytes, keep)
             .map(|file| Some(LogFile::Size(file)))
-            .map_err(|error| LogError::SizeFile {
+            .map_err(|source| LogError::SizeFile {
                 path: logging.file.clone(),
-                source: io::Error::other(error),
+                source,
             }),
     }
 }

@@ -9,7 +9,8 @@
 //!   lines; older files beyond `logging.file_keep` are deleted; a directory that does not
 //!   exist is a configuration error at start. Rotated by size (`file_rotation = "size"`):
 //!   no file passes `file_max_bytes`, no line is cut, and the `file_keep` files kept (`NAME`,
-//!   `NAME.1`, `NAME.2`) hold the newest lines in order, none missing.
+//!   `NAME.1`, `NAME.2`) hold the newest lines in order, none missing; the same after every
+//!   log file was deleted while the server ran.
 //! - A stderr that is a pipe is made to hold one batch of the writer (1 MiB, where the
 //!   kernel's `pipe-max-size` allows it).
 
@@ -392,37 +393,88 @@ async fn a_log_file_rotated_by_size_stays_under_it_keeps_whole_lines_and_file_ke
         .await;
     // Rounds of 10 pings (some 4 KiB of JSON lines), each past the writer's 100 ms batch
     // deadline: about three batches to a file, some seven rotations.
-    let (rounds, per_round) = (24u64, 10u64);
-    for round in 0..rounds {
-        for n in 0..per_round {
-            let id = round * per_round + n;
-            client
-                .send_json(json!({"jsonrpc": "2.0", "id": id, "method": "ping"}))
-                .await;
-        }
-        for _ in 0..per_round {
-            let answer = client.recv().await;
-            assert!(answer.get("result").is_some(), "{answer}");
-        }
-        tokio::time::sleep(Duration::from_millis(120)).await;
-    }
+    let ids = ping_rounds(&mut client, 0..24).await;
     sigterm(&process.child);
     drop(client);
     let (status, stderr) = process.wait_exit();
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
+    assert_newest_lines_kept(&dir, max_bytes, ids.end);
+    assert!(
+        dir.join("other.txt").exists(),
+        "a file of another name is kept"
+    );
+}
 
-    // The file being written and the two newest numbered ones; the older numbered files
-    // (this run's and the earlier run's) deleted, no rotation left half done.
+#[tokio::test]
+async fn a_log_file_rotated_by_size_and_deleted_is_begun_again() {
+    let dir = log_dir("size-deleted");
+    let file = dir.join("mcp-ws.log");
+    let max_bytes = 16_384;
+    let config = config(
+        "size-deleted",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\nfile = {:?}\nfile_rotation = \"size\"\nfile_max_bytes = {max_bytes}\nfile_keep = 3\n",
+            file.to_str().expect("utf-8")
+        ),
+    );
+    let mut process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
+    let addr = wait_addr(|| file_text(&dir));
+    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
+    client
+        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
+        .await;
+    ping_rounds(&mut client, 0..8).await;
+    // An operator frees the disk: the numbered files and the one being written alike.
+    for name in files_in(&dir) {
+        std::fs::remove_file(dir.join(name)).expect("delete a log file");
+    }
+    let after = ping_rounds(&mut client, 8..24).await;
+    sigterm(&process.child);
+    drop(client);
+    let (status, stderr) = process.wait_exit();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    // The lines written after the deletion are in the files as if nothing had happened.
+    assert_newest_lines_kept(&dir, max_bytes, after.end);
+}
+
+/// Pings with the ids `10 * round ..`, ten a round, each round's answers awaited and then
+/// 120 ms waited (past the log writer's 100 ms batch deadline); returns the ids sent.
+async fn ping_rounds(client: &mut Client, rounds: std::ops::Range<u64>) -> std::ops::Range<u64> {
+    for round in rounds.clone() {
+        for id in round * 10..round * 10 + 10 {
+            client
+                .send_json(json!({"jsonrpc": "2.0", "id": id, "method": "ping"}))
+                .await;
+        }
+        for _ in 0..10 {
+            let answer = client.recv().await;
+            assert!(answer.get("result").is_some(), "{answer}");
+        }
+        tokio::time::sleep(Duration::from_millis(120)).await;
+    }
+    rounds.start * 10..rounds.end * 10
+}
+
+/// After the server's exit, `dir`'s log files are `mcp-ws.log` and its two newest numbered
+/// files (`file_keep = 3`; the older ones deleted, no rotation left half done); the numbered
+/// ones are within `max_bytes`; no line is cut; and the ping lines the three hold, oldest
+/// file first, are the newest ones in a row up to `end` (excluded), more than two rounds'
+/// worth, followed by the server's last line.
+fn assert_newest_lines_kept(dir: &Path, max_bytes: usize, end: u64) {
+    let logs: Vec<String> = files_in(dir)
+        .into_iter()
+        .filter(|name| name.starts_with("mcp-ws.log"))
+        .collect();
     assert_eq!(
-        files_in(&dir),
-        ["mcp-ws.log", "mcp-ws.log.1", "mcp-ws.log.2", "other.txt"],
+        logs,
+        ["mcp-ws.log", "mcp-ws.log.1", "mcp-ws.log.2"],
         "file_keep = 3"
     );
-    let oldest_first = ["mcp-ws.log.2", "mcp-ws.log.1", "mcp-ws.log"];
     let mut ids = Vec::new();
     let mut last = String::new();
-    for name in oldest_first {
+    for name in ["mcp-ws.log.2", "mcp-ws.log.1", "mcp-ws.log"] {
         let text = std::fs::read_to_string(dir.join(name)).expect("read");
         if name != "mcp-ws.log" {
             assert!(
@@ -442,14 +494,9 @@ async fn a_log_file_rotated_by_size_stays_under_it_keeps_whole_lines_and_file_ke
             last = line.to_string();
         }
     }
-    // What is kept is the newest lines, in order, none missing: the rounds' last ids in
-    // a row, over more than one file's worth.
     let kept = ids.len() as u64;
-    assert!(
-        kept > 2 * per_round,
-        "{kept} ping lines in the three files: {ids:?}"
-    );
-    let expected: Vec<u64> = (rounds * per_round - kept..rounds * per_round).collect();
+    assert!(kept > 20, "{kept} ping lines in the three files: {ids:?}");
+    let expected: Vec<u64> = (end - kept..end).collect();
     assert_eq!(
         ids, expected,
         "the newest ping lines, in order, none missing"
