@@ -38,7 +38,7 @@ use crate::observe::log_writer::{Closer, LogWriter};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::io::{self, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::field::{Field, Visit};
@@ -114,8 +114,7 @@ pub fn dropped_lines() -> u64 {
 /// until its server has stopped.
 pub fn install(logging: &LoggingSettings) -> Result<LogGuard, LogError> {
     let out: Box<dyn Write + Send> = match log_file(logging)? {
-        Some(LogFile::Daily(file)) => Box::new(file),
-        Some(LogFile::Size(file)) => Box::new(file),
+        Some(file) => Box::new(file),
         None => {
             widen_stderr_pipe();
             Box::new(io::stderr())
@@ -166,8 +165,7 @@ pub fn init(default_filter: &str) {
 /// non-blocking alternative.
 pub fn init_with(logging: &LoggingSettings) {
     let (writer, ansi) = match log_file(logging) {
-        Ok(Some(LogFile::Daily(file))) => (BoxMakeWriter::new(file), false),
-        Ok(Some(LogFile::Size(file))) => (BoxMakeWriter::new(Mutex::new(file)), false),
+        Ok(Some(file)) => (BoxMakeWriter::new(Mutex::new(file)), false),
         Ok(None) => (BoxMakeWriter::new(io::stderr), io::stderr().is_terminal()),
         Err(error) => {
             eprintln!("mcp-ws: {error}; logging to stderr");
@@ -177,78 +175,110 @@ pub fn init_with(logging: &LoggingSettings) {
     let _ = subscribe(logging, writer, ansi);
 }
 
-/// The file of `logging.file`, rotated as `logging.file_rotation` says.
-enum LogFile {
-    /// `FILE.YYYY-MM-DD` (UTC), the files beyond `file_keep` deleted at start and as the day
-    /// turns.
-    Daily(RollingFileAppender),
-    /// `FILE`, renamed `FILE.1` (the older ones shifted up, those beyond `file_keep` deleted)
-    /// before a write that would take it past `file_max_bytes`.
-    Size(SizeRotated),
+/// The file of `logging.file`, made again at the next write once the file it was writing has
+/// been deleted (an operator freeing disk).
+///
+/// Either writer would go on writing into the deleted file, whose space stays taken while it
+/// is open: until the day turns (daily), or for good by size, where logroller's rename of the
+/// file at its next rotation fails, and at every write after. The check is a `stat` a batch.
+struct LogFile {
+    writer: Rotating,
+    settings: FileSettings,
 }
 
-/// logroller's writer, begun again when `FILE` was deleted under it.
-///
-/// logroller renames `FILE` at each rotation. Once someone has deleted it (an operator
-/// freeing disk), it would write on into the deleted file, then fail the rename at its next
-/// rotation and at every write after: the log silent for good. Checked before each write (a
-/// `stat` a batch), a deleted `FILE` is begun again instead.
-struct SizeRotated {
-    roller: logroller::LogRoller,
+/// A writer of `logging.file`.
+enum Rotating {
+    /// tracing-appender's: `FILE.YYYY-MM-DD` (UTC), the files beyond `file_keep` deleted at
+    /// start and as the day turns.
+    Daily(RollingFileAppender),
+    /// logroller's: `FILE`, renamed `FILE.1` (the older ones shifted up, those beyond
+    /// `file_keep` deleted) before a write that would take it past `file_max_bytes`.
+    Size(logroller::LogRoller),
+}
+
+/// What a writer of `logging.file` is made from.
+struct FileSettings {
+    /// The file's directory (it exists: the settings were validated).
     dir: PathBuf,
+    /// The file's name.
     name: PathBuf,
-    /// `dir/name`.
-    path: PathBuf,
+    /// The file as configured, for errors.
+    configured: PathBuf,
+    rotation: FileRotation,
     max_bytes: u64,
+    /// Files kept in all, at least one.
     keep: usize,
 }
 
-impl SizeRotated {
-    /// A writer to `dir/name` (`dir` exists) keeping `keep` files in all.
-    fn open(dir: &Path, name: &Path, max_bytes: u64, keep: usize) -> io::Result<Self> {
-        Ok(Self {
-            roller: Self::roller(dir, name, max_bytes, keep)?,
-            dir: dir.to_owned(),
-            name: name.to_owned(),
-            path: dir.join(name),
-            max_bytes,
-            keep,
-        })
+impl FileSettings {
+    /// A new writer.
+    fn open(&self) -> Result<Rotating, LogError> {
+        match self.rotation {
+            FileRotation::Daily => RollingFileAppender::builder()
+                .rotation(Rotation::DAILY)
+                .filename_prefix(self.name.to_string_lossy())
+                .max_log_files(self.keep)
+                .build(&self.dir)
+                .map(Rotating::Daily)
+                .map_err(|source| LogError::File {
+                    path: self.configured.clone(),
+                    source,
+                }),
+            // logroller counts the numbered files only, not the one being written.
+            // Graceful: each flush (one a batch) waits for the renames of a rotation the batch
+            // started, so no `FILE.pending.N` is left behind at exit.
+            FileRotation::Size => logroller::LogRollerBuilder::new(&self.dir, &self.name)
+                .rotation(logroller::Rotation::SizeBased(
+                    logroller::RotationSize::Bytes(self.max_bytes),
+                ))
+                .max_keep_files(self.keep as u64 - 1)
+                .graceful_shutdown(true)
+                .build()
+                .map(Rotating::Size)
+                .map_err(|error| LogError::SizeFile {
+                    path: self.configured.clone(),
+                    source: io::Error::other(error),
+                }),
+        }
     }
 
-    fn roller(
-        dir: &Path,
-        name: &Path,
-        max_bytes: u64,
-        keep: usize,
-    ) -> io::Result<logroller::LogRoller> {
-        // logroller counts the numbered files only, not the one being written. Graceful:
-        // each flush (one a batch) waits for the renames of a rotation the batch started,
-        // so no `FILE.pending.N` is left behind at exit.
-        logroller::LogRollerBuilder::new(dir, name)
-            .rotation(logroller::Rotation::SizeBased(
-                logroller::RotationSize::Bytes(max_bytes),
-            ))
-            .max_keep_files(keep.max(1) as u64 - 1)
-            .graceful_shutdown(true)
-            .build()
-            .map_err(io::Error::other)
+    /// The file a writer writes now: today's (UTC) for a daily one.
+    fn current(&self) -> PathBuf {
+        let mut name = self.name.clone().into_os_string();
+        if self.rotation == FileRotation::Daily {
+            let today = time::OffsetDateTime::now_utc().date();
+            name.push(format!(
+                ".{:04}-{:02}-{:02}",
+                today.year(),
+                u8::from(today.month()),
+                today.day()
+            ));
+        }
+        self.dir.join(name)
     }
 }
 
-impl Write for SizeRotated {
+impl Write for LogFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // A new writer that cannot be made (the directory gone too) leaves the old one.
-        if !self.path.exists() {
-            if let Ok(roller) = Self::roller(&self.dir, &self.name, self.max_bytes, self.keep) {
-                self.roller = roller;
+        // Made again when its file is gone; a writer that cannot be made (the directory gone
+        // too) leaves the old one. At the turn of the day the daily writer is made again
+        // once, before it would have begun the new day's file itself: the same file.
+        if !self.settings.current().exists() {
+            if let Ok(writer) = self.settings.open() {
+                self.writer = writer;
             }
         }
-        self.roller.write(buf)
+        match &mut self.writer {
+            Rotating::Daily(writer) => writer.write(buf),
+            Rotating::Size(writer) => writer.write(buf),
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.roller.flush()
+        match &mut self.writer {
+            Rotating::Daily(writer) => writer.flush(),
+            Rotating::Size(writer) => writer.flush(),
+        }
     }
 }
 
@@ -257,25 +287,18 @@ fn log_file(logging: &LoggingSettings) -> Result<Option<LogFile>, LogError> {
     let Some((dir, name)) = logging.file_parts() else {
         return Ok(None);
     };
-    let keep = logging.file_keep.max(1);
-    match logging.file_rotation {
-        FileRotation::Daily => RollingFileAppender::builder()
-            .rotation(Rotation::DAILY)
-            .filename_prefix(name.to_string_lossy())
-            .max_log_files(keep)
-            .build(dir)
-            .map(|file| Some(LogFile::Daily(file)))
-            .map_err(|source| LogError::File {
-                path: logging.file.clone(),
-                source,
-            }),
-        FileRotation::Size => SizeRotated::open(dir, Path::new(name), logging.file_max_bytes, keep)
-            .map(|file| Some(LogFile::Size(file)))
-            .map_err(|source| LogError::SizeFile {
-                path: logging.file.clone(),
-                source,
-            }),
-    }
+    let settings = FileSettings {
+        dir: dir.to_owned(),
+        name: PathBuf::from(name),
+        configured: logging.file.clone(),
+        rotation: logging.file_rotation,
+        max_bytes: logging.file_max_bytes,
+        keep: logging.file_keep.max(1),
+    };
+    Ok(Some(LogFile {
+        writer: settings.open()?,
+        settings,
+    }))
 }
 
 /// Installs the subscriber: the filter (`RUST_LOG` first), the format, this writer.

@@ -10,7 +10,7 @@
 //!   exist is a configuration error at start. Rotated by size (`file_rotation = "size"`):
 //!   no file passes `file_max_bytes`, no line is cut, and the `file_keep` files kept (`NAME`,
 //!   `NAME.1`, `NAME.2`) hold the newest lines in order, none missing; the same after every
-//!   log file was deleted while the server ran.
+//!   log file was deleted while the server ran. A deleted daily file is begun again too.
 //! - A stderr that is a pipe is made to hold one batch of the writer (1 MiB, where the
 //!   kernel's `pipe-max-size` allows it).
 
@@ -437,6 +437,62 @@ async fn a_log_file_rotated_by_size_and_deleted_is_begun_again() {
     assert!(stderr.is_empty(), "{stderr}");
     // The lines written after the deletion are in the files as if nothing had happened.
     assert_newest_lines_kept(&dir, max_bytes, after.end);
+}
+
+#[tokio::test]
+async fn a_daily_log_file_deleted_is_begun_again() {
+    let dir = log_dir("daily-deleted");
+    let file = dir.join("mcp-ws.log");
+    let config = config(
+        "daily-deleted",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\nfile = {:?}\n",
+            file.to_str().expect("utf-8")
+        ),
+    );
+    let mut process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
+    let addr = wait_addr(|| file_text(&dir));
+    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
+    client
+        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
+        .await;
+    ping_rounds(&mut client, 0..3).await;
+    // An operator frees the disk: today's file goes.
+    let deleted = files_in(&dir);
+    assert_eq!(deleted.len(), 1, "one file of today: {deleted:?}");
+    std::fs::remove_file(dir.join(&deleted[0])).expect("delete the log file");
+    let after = ping_rounds(&mut client, 3..6).await;
+    sigterm(&process.child);
+    drop(client);
+    let (status, stderr) = process.wait_exit();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    // A file of today again (the same name, unless the day turned meanwhile), holding every
+    // line written after the deletion, in order, and the server's last line.
+    let names = files_in(&dir);
+    assert_eq!(names.len(), 1, "one file of today: {names:?}");
+    let text = std::fs::read_to_string(dir.join(&names[0])).expect("read");
+    let ids: Vec<u64> = text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+        .filter(|line| line["target"] == "mcp_ws::access" && line["method"] == "ping")
+        .map(|line| {
+            line["id"]
+                .as_str()
+                .and_then(|id| id.parse().ok())
+                .expect("an id")
+        })
+        .collect();
+    // A batch written just after the deletion may hold lines from before it.
+    let first = ids.first().copied().unwrap_or(after.end);
+    assert!(first <= after.start, "{ids:?}");
+    assert_eq!(
+        ids,
+        (first..after.end).collect::<Vec<_>>(),
+        "in order, none missing"
+    );
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.contains("\"stopped\""), "the last line: {last}");
 }
 
 /// Pings with the ids `10 * round ..`, ten a round, each round's answers awaited and then
