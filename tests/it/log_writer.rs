@@ -376,29 +376,12 @@ async fn a_log_file_rotated_by_size_stays_under_it_keeps_whole_lines_and_file_ke
         std::fs::write(dir.join(format!("mcp-ws.log.{n}")), "old\n").expect("write");
     }
     std::fs::write(dir.join("other.txt"), "keep me\n").expect("write");
-    let file = dir.join("mcp-ws.log");
     let max_bytes = 16_384;
-    let config = config(
-        "size",
-        &format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\nfile = {:?}\nfile_rotation = \"size\"\nfile_max_bytes = {max_bytes}\nfile_keep = 3\n",
-            file.to_str().expect("utf-8")
-        ),
-    );
-    let mut process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
-    let addr = wait_addr(|| file_text(&dir));
-    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
-    client
-        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
-        .await;
+    let (mut process, mut client) = serve_to_file("size", &dir, &size_rotation(max_bytes)).await;
     // Rounds of 10 pings (some 4 KiB of JSON lines), each past the writer's 100 ms batch
     // deadline: about three batches to a file, some seven rotations.
     let ids = ping_rounds(&mut client, 0..24).await;
-    sigterm(&process.child);
-    drop(client);
-    let (status, stderr) = process.wait_exit();
-    assert_eq!(status.code(), Some(0), "{stderr}");
-    assert!(stderr.is_empty(), "{stderr}");
+    stop_cleanly(&mut process, client);
     assert_newest_lines_kept(&dir, max_bytes, ids.end);
     assert!(
         dir.join("other.txt").exists(),
@@ -409,32 +392,16 @@ async fn a_log_file_rotated_by_size_stays_under_it_keeps_whole_lines_and_file_ke
 #[tokio::test]
 async fn a_log_file_rotated_by_size_and_deleted_is_begun_again() {
     let dir = log_dir("size-deleted");
-    let file = dir.join("mcp-ws.log");
     let max_bytes = 16_384;
-    let config = config(
-        "size-deleted",
-        &format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\nfile = {:?}\nfile_rotation = \"size\"\nfile_max_bytes = {max_bytes}\nfile_keep = 3\n",
-            file.to_str().expect("utf-8")
-        ),
-    );
-    let mut process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
-    let addr = wait_addr(|| file_text(&dir));
-    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
-    client
-        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
-        .await;
+    let (mut process, mut client) =
+        serve_to_file("size-deleted", &dir, &size_rotation(max_bytes)).await;
     ping_rounds(&mut client, 0..8).await;
     // An operator frees the disk: the numbered files and the one being written alike.
     for name in files_in(&dir) {
         std::fs::remove_file(dir.join(name)).expect("delete a log file");
     }
     let after = ping_rounds(&mut client, 8..24).await;
-    sigterm(&process.child);
-    drop(client);
-    let (status, stderr) = process.wait_exit();
-    assert_eq!(status.code(), Some(0), "{stderr}");
-    assert!(stderr.is_empty(), "{stderr}");
+    stop_cleanly(&mut process, client);
     // The lines written after the deletion are in the files as if nothing had happened.
     assert_newest_lines_kept(&dir, max_bytes, after.end);
 }
@@ -442,31 +409,14 @@ async fn a_log_file_rotated_by_size_and_deleted_is_begun_again() {
 #[tokio::test]
 async fn a_daily_log_file_deleted_is_begun_again() {
     let dir = log_dir("daily-deleted");
-    let file = dir.join("mcp-ws.log");
-    let config = config(
-        "daily-deleted",
-        &format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\nfile = {:?}\n",
-            file.to_str().expect("utf-8")
-        ),
-    );
-    let mut process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
-    let addr = wait_addr(|| file_text(&dir));
-    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
-    client
-        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
-        .await;
+    let (mut process, mut client) = serve_to_file("daily-deleted", &dir, "").await;
     ping_rounds(&mut client, 0..3).await;
     // An operator frees the disk: today's file goes.
     let deleted = files_in(&dir);
     assert_eq!(deleted.len(), 1, "one file of today: {deleted:?}");
     std::fs::remove_file(dir.join(&deleted[0])).expect("delete the log file");
     let after = ping_rounds(&mut client, 3..6).await;
-    sigterm(&process.child);
-    drop(client);
-    let (status, stderr) = process.wait_exit();
-    assert_eq!(status.code(), Some(0), "{stderr}");
-    assert!(stderr.is_empty(), "{stderr}");
+    stop_cleanly(&mut process, client);
     // A file of today again (the same name, unless the day turned meanwhile), holding every
     // line written after the deletion, in order, and the server's last line.
     let names = files_in(&dir);
@@ -493,6 +443,41 @@ async fn a_daily_log_file_deleted_is_begun_again() {
     );
     let last = text.lines().last().unwrap_or_default();
     assert!(last.contains("\"stopped\""), "the last line: {last}");
+}
+
+/// `[logging]` lines rotating the file by size at `max_bytes`, three files kept.
+fn size_rotation(max_bytes: usize) -> String {
+    format!("file_rotation = \"size\"\nfile_max_bytes = {max_bytes}\nfile_keep = 3\n")
+}
+
+/// The binary logging JSON lines to `dir/mcp-ws.log`, `logging` added to its `[logging]`,
+/// and a client of it past `initialize`.
+async fn serve_to_file(name: &str, dir: &Path, logging: &str) -> (ServerProcess, Client) {
+    let file = dir.join("mcp-ws.log");
+    let config = config(
+        name,
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\nfile = {:?}\n{logging}",
+            file.to_str().expect("utf-8")
+        ),
+    );
+    let process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
+    let addr = wait_addr(|| file_text(dir));
+    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
+    let init = client
+        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
+        .await;
+    assert_result(&init, &json!("init"));
+    (process, client)
+}
+
+/// SIGTERM, then the exit: status 0, nothing on stderr (every line went to the file).
+fn stop_cleanly(process: &mut ServerProcess, client: Client) {
+    sigterm(&process.child);
+    drop(client);
+    let (status, stderr) = process.wait_exit();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
 }
 
 /// Pings with the ids `10 * round ..`, ten a round, each round's answers awaited and then
