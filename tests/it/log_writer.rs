@@ -376,11 +376,12 @@ async fn a_log_file_rotated_by_size_stays_under_it_keeps_whole_lines_and_file_ke
         std::fs::write(dir.join(format!("mcp-ws.log.{n}")), "old\n").expect("write");
     }
     std::fs::write(dir.join("other.txt"), "keep me\n").expect("write");
-    let max_bytes = 16_384;
+    // A file holds some seven rounds' batches: a batch cannot pass the size unless the
+    // writer thread was held up for as many rounds (each round's is some 4 KiB).
+    let max_bytes = 32_768;
     let (mut process, mut client) = serve_to_file("size", &dir, &size_rotation(max_bytes)).await;
-    // Rounds of 10 pings (some 4 KiB of JSON lines), each past the writer's 100 ms batch
-    // deadline: about three batches to a file, some seven rotations.
-    let ids = ping_rounds(&mut client, 0..24).await;
+    // Rounds of 10 pings, each past the writer's 100 ms batch deadline: some four rotations.
+    let ids = ping_rounds(&mut client, 0..30).await;
     stop_cleanly(&mut process, client);
     assert_newest_lines_kept(&dir, max_bytes, ids.end);
     assert!(
@@ -392,7 +393,7 @@ async fn a_log_file_rotated_by_size_stays_under_it_keeps_whole_lines_and_file_ke
 #[tokio::test]
 async fn a_log_file_rotated_by_size_and_deleted_is_begun_again() {
     let dir = log_dir("size-deleted");
-    let max_bytes = 16_384;
+    let max_bytes = 32_768;
     let (mut process, mut client) =
         serve_to_file("size-deleted", &dir, &size_rotation(max_bytes)).await;
     ping_rounds(&mut client, 0..8).await;
@@ -400,7 +401,7 @@ async fn a_log_file_rotated_by_size_and_deleted_is_begun_again() {
     for name in files_in(&dir) {
         std::fs::remove_file(dir.join(name)).expect("delete a log file");
     }
-    let after = ping_rounds(&mut client, 8..24).await;
+    let after = ping_rounds(&mut client, 8..32).await;
     stop_cleanly(&mut process, client);
     // The lines written after the deletion are in the files as if nothing had happened.
     assert_newest_lines_kept(&dir, max_bytes, after.end);
