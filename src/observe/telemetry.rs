@@ -1,6 +1,6 @@
-//! Log output: `tracing` to stderr or to a file (`logging.file`) rotated by day or by size,
-//! filtered by `RUST_LOG` or else `logging.filter`, as text or as JSON lines
-//! (`logging.format`).
+//! Log output: `tracing` to stderr or to a file (`logging.file`, rotated by day or by size:
+//! `observe::log_file`), filtered by `RUST_LOG` or else `logging.filter`, as text or as JSON
+//! lines (`logging.format`).
 //!
 //! [`install`] (what the binary uses) hands each formatted line to a background thread
 //! through one bounded buffer (`observe::log_writer`): the thread that logs copies its line
@@ -33,16 +33,15 @@
 //! callgrind); elsewhere (an embedder's subscriber, [`init`], a terminal, a line inside an
 //! enabled span) the line is an ordinary `tracing` event.
 
-use crate::config::{FileRotation, LogFormat, LoggingSettings};
+use crate::config::{LogFormat, LoggingSettings};
+use crate::observe::log_file::{FileSettings, LogFile};
 use crate::observe::log_writer::{Closer, LogWriter};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::io::{self, IsTerminal, Write};
-use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::field::{Field, Visit};
-use tracing_appender::rolling::{RollingFileAppender, Rotation};
 use tracing_subscriber::field::{RecordFields, VisitOutput};
 use tracing_subscriber::fmt::format::{FormatFields, Writer};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
@@ -175,130 +174,20 @@ pub fn init_with(logging: &LoggingSettings) {
     let _ = subscribe(logging, writer, ansi);
 }
 
-/// The file of `logging.file`, made again at the next write once the file it was writing has
-/// been deleted (an operator freeing disk).
-///
-/// Either writer would go on writing into the deleted file, whose space stays taken while it
-/// is open: until the day turns (daily), or for good by size, where logroller's rename of the
-/// file at its next rotation fails, and at every write after. The check is a `stat` a batch.
-struct LogFile {
-    writer: Rotating,
-    settings: FileSettings,
-}
-
-/// A writer of `logging.file`.
-enum Rotating {
-    /// tracing-appender's: `FILE.YYYY-MM-DD` (UTC), the files beyond `file_keep` deleted at
-    /// start and as the day turns.
-    Daily(RollingFileAppender),
-    /// logroller's: `FILE`, renamed `FILE.1` (the older ones shifted up, those beyond
-    /// `file_keep` deleted) before a write that would take it past `file_max_bytes`.
-    Size(logroller::LogRoller),
-}
-
-/// What a writer of `logging.file` is made from.
-struct FileSettings {
-    /// The file's directory (it exists: the settings were validated).
-    dir: PathBuf,
-    /// The file's name.
-    name: PathBuf,
-    /// The file as configured, for errors.
-    configured: PathBuf,
-    rotation: FileRotation,
-    max_bytes: u64,
-    /// Files kept in all, at least one.
-    keep: usize,
-}
-
-impl FileSettings {
-    /// A new writer.
-    fn open(&self) -> Result<Rotating, LogError> {
-        match self.rotation {
-            FileRotation::Daily => RollingFileAppender::builder()
-                .rotation(Rotation::DAILY)
-                .filename_prefix(self.name.to_string_lossy())
-                .max_log_files(self.keep)
-                .build(&self.dir)
-                .map(Rotating::Daily)
-                .map_err(|source| LogError::File {
-                    path: self.configured.clone(),
-                    source,
-                }),
-            // logroller counts the numbered files only, not the one being written.
-            // Graceful: each flush (one a batch) waits for the renames of a rotation the batch
-            // started, so no `FILE.pending.N` is left behind at exit.
-            FileRotation::Size => logroller::LogRollerBuilder::new(&self.dir, &self.name)
-                .rotation(logroller::Rotation::SizeBased(
-                    logroller::RotationSize::Bytes(self.max_bytes),
-                ))
-                .max_keep_files(self.keep as u64 - 1)
-                .graceful_shutdown(true)
-                .build()
-                .map(Rotating::Size)
-                .map_err(|error| LogError::SizeFile {
-                    path: self.configured.clone(),
-                    source: io::Error::other(error),
-                }),
-        }
-    }
-
-    /// The file a writer writes now: today's (UTC) for a daily one.
-    fn current(&self) -> PathBuf {
-        let mut name = self.name.clone().into_os_string();
-        if self.rotation == FileRotation::Daily {
-            let today = time::OffsetDateTime::now_utc().date();
-            name.push(format!(
-                ".{:04}-{:02}-{:02}",
-                today.year(),
-                u8::from(today.month()),
-                today.day()
-            ));
-        }
-        self.dir.join(name)
-    }
-}
-
-impl Write for LogFile {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // Made again when its file is gone; a writer that cannot be made (the directory gone
-        // too) leaves the old one. At the turn of the day the daily writer is made again
-        // once, before it would have begun the new day's file itself: the same file.
-        if !self.settings.current().exists() {
-            if let Ok(writer) = self.settings.open() {
-                self.writer = writer;
-            }
-        }
-        match &mut self.writer {
-            Rotating::Daily(writer) => writer.write(buf),
-            Rotating::Size(writer) => writer.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match &mut self.writer {
-            Rotating::Daily(writer) => writer.flush(),
-            Rotating::Size(writer) => writer.flush(),
-        }
-    }
-}
-
 /// The file of `logging.file`, if one is configured.
 fn log_file(logging: &LoggingSettings) -> Result<Option<LogFile>, LogError> {
     let Some((dir, name)) = logging.file_parts() else {
         return Ok(None);
     };
-    let settings = FileSettings {
+    LogFile::open(FileSettings {
         dir: dir.to_owned(),
-        name: PathBuf::from(name),
+        name: name.to_owned(),
         configured: logging.file.clone(),
         rotation: logging.file_rotation,
         max_bytes: logging.file_max_bytes,
         keep: logging.file_keep.max(1),
-    };
-    Ok(Some(LogFile {
-        writer: settings.open()?,
-        settings,
-    }))
+    })
+    .map(Some)
 }
 
 /// Installs the subscriber: the filter (`RUST_LOG` first), the format, this writer.

@@ -241,7 +241,7 @@ fn invalid_config_exits_2_naming_the_problem() {
     assert_refuses_to_start(
         &["--config", rotation.to_str().expect("utf-8 path")],
         &[],
-        "file_rotation",
+        "unknown variant `hourly`",
     );
 
     // The budget of partly received messages must hold one message of the largest size.

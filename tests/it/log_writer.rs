@@ -99,17 +99,29 @@ fn file_text(dir: &Path) -> String {
 
 /// Polls `log` (the log so far) for the `addr` of the JSON `listening` line.
 fn wait_addr(log: impl Fn() -> String) -> SocketAddr {
+    wait_addr_after(log, 0)
+}
+
+/// The addresses of the JSON `listening` lines in `text`, in order.
+fn listening_addrs(text: &str) -> Vec<SocketAddr> {
+    text.lines()
+        .filter_map(|line| {
+            let line: Value = serde_json::from_str(line).ok()?;
+            line["addr"].as_str()?.parse().ok()
+        })
+        .collect()
+}
+
+/// Polls `log` for the `addr` of the JSON `listening` line that follows the first `seen`
+/// (those of earlier runs in the same file).
+fn wait_addr_after(log: impl Fn() -> String, seen: usize) -> SocketAddr {
     let deadline = Instant::now() + READ_TIMEOUT;
     loop {
         let text = log();
-        let found = text.lines().find_map(|line| {
-            let line: Value = serde_json::from_str(line).ok()?;
-            line["addr"].as_str()?.parse().ok()
-        });
-        if let Some(addr) = found {
-            return addr;
+        if let Some(addr) = listening_addrs(&text).get(seen) {
+            return *addr;
         }
-        assert!(Instant::now() < deadline, "no listening line:\n{text}");
+        assert!(Instant::now() < deadline, "no new listening line:\n{text}");
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -370,9 +382,9 @@ async fn the_log_file_is_created_holds_the_lines_and_old_files_are_pruned() {
 #[tokio::test]
 async fn a_log_file_rotated_by_size_stays_under_it_keeps_whole_lines_and_file_keep_files() {
     let dir = log_dir("size");
-    // Numbered files of an earlier run beyond what `file_keep = 3` keeps, and a file of
-    // another name.
-    for n in [5, 9] {
+    // Numbered files beyond what `file_keep = 3` keeps (an earlier run's, a copy named like
+    // one), deleted at start, and a file of another name.
+    for n in [5, 20261205] {
         std::fs::write(dir.join(format!("mcp-ws.log.{n}")), "old\n").expect("write");
     }
     std::fs::write(dir.join("other.txt"), "keep me\n").expect("write");
@@ -397,14 +409,12 @@ async fn a_log_file_rotated_by_size_and_deleted_is_begun_again() {
     let (mut process, mut client) =
         serve_to_file("size-deleted", &dir, &size_rotation(max_bytes)).await;
     ping_rounds(&mut client, 0..8).await;
-    // An operator frees the disk: the numbered files and the one being written alike.
-    for name in files_in(&dir) {
-        std::fs::remove_file(dir.join(name)).expect("delete a log file");
-    }
-    let after = ping_rounds(&mut client, 8..32).await;
+    delete_log_files(&dir);
+    // Fewer lines than a file holds: no rotation comes to move on from the deleted file.
+    let after = ping_rounds(&mut client, 8..11).await;
     stop_cleanly(&mut process, client);
-    // The lines written after the deletion are in the files as if nothing had happened.
-    assert_newest_lines_kept(&dir, max_bytes, after.end);
+    assert_eq!(files_in(&dir), ["mcp-ws.log"]);
+    assert_lines_since(&dir, after);
 }
 
 #[tokio::test]
@@ -412,29 +422,34 @@ async fn a_daily_log_file_deleted_is_begun_again() {
     let dir = log_dir("daily-deleted");
     let (mut process, mut client) = serve_to_file("daily-deleted", &dir, "").await;
     ping_rounds(&mut client, 0..3).await;
-    // An operator frees the disk: today's file goes.
-    let deleted = files_in(&dir);
-    assert_eq!(deleted.len(), 1, "one file of today: {deleted:?}");
-    std::fs::remove_file(dir.join(&deleted[0])).expect("delete the log file");
+    delete_log_files(&dir);
     let after = ping_rounds(&mut client, 3..6).await;
     stop_cleanly(&mut process, client);
-    // A file of today again (the same name, unless the day turned meanwhile), holding every
-    // line written after the deletion, in order, and the server's last line.
-    let names = files_in(&dir);
-    assert_eq!(names.len(), 1, "one file of today: {names:?}");
-    let text = std::fs::read_to_string(dir.join(&names[0])).expect("read");
-    let ids: Vec<u64> = text
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
-        .filter(|line| line["target"] == "mcp_ws::access" && line["method"] == "ping")
-        .map(|line| {
-            line["id"]
-                .as_str()
-                .and_then(|id| id.parse().ok())
-                .expect("an id")
-        })
-        .collect();
-    // A batch written just after the deletion may hold lines from before it.
+    // A file of today again (or of the next day, if the day turned meanwhile).
+    assert_lines_since(&dir, after);
+}
+
+/// An operator frees the disk: every file in `dir` deleted, the one being written included
+/// (a file a rotation has just renamed away is not there to delete).
+fn delete_log_files(dir: &Path) {
+    let names = files_in(dir);
+    assert!(!names.is_empty(), "no log file");
+    for name in names {
+        match std::fs::remove_file(dir.join(name)) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                panic!("delete a log file: {error}")
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The files in `dir` hold every ping line from `after` on, in order, none missing (a batch
+/// written just after the deletion may add some from before it), then the server's last
+/// line.
+fn assert_lines_since(dir: &Path, after: std::ops::Range<u64>) {
+    let text = file_text(dir);
+    let ids = ping_ids("the files", &text);
     let first = ids.first().copied().unwrap_or(after.end);
     assert!(first <= after.start, "{ids:?}");
     assert_eq!(
@@ -444,6 +459,50 @@ async fn a_daily_log_file_deleted_is_begun_again() {
     );
     let last = text.lines().last().unwrap_or_default();
     assert!(last.contains("\"stopped\""), "the last line: {last}");
+}
+
+/// The ids of the ping access lines of `text` (JSON lines of `name`), in order; a line that
+/// is not JSON (cut, or two mixed) fails.
+fn ping_ids(name: &str, text: &str) -> Vec<u64> {
+    text.lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line)
+                .unwrap_or_else(|error| panic!("{name}: a line cut or mixed ({error}): {line}"))
+        })
+        .filter(|line| line["target"] == "mcp_ws::access" && line["method"] == "ping")
+        .map(|line| {
+            let id = line["id"].as_str().and_then(|id| id.parse().ok());
+            id.unwrap_or_else(|| panic!("an id: {line}"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_restart_within_the_day_keeps_the_days_file_with_file_keep_1() {
+    let dir = log_dir("daily-restart");
+    let keep_one = "file_keep = 1\n";
+    let (mut process, mut client) = serve_to_file("daily-restart", &dir, keep_one).await;
+    ping_rounds(&mut client, 0..1).await;
+    stop_cleanly(&mut process, client);
+    let first = files_in(&dir);
+    let before = file_text(&dir);
+    assert_eq!(first.len(), 1, "{first:?}");
+    // tracing-appender alone counts the day's file among those to prune as it starts, and
+    // with one file kept deleted it.
+    let (mut process, mut client) = serve_to_file("daily-restart", &dir, keep_one).await;
+    ping_rounds(&mut client, 1..2).await;
+    stop_cleanly(&mut process, client);
+    let names = files_in(&dir);
+    assert_eq!(names.len(), 1, "one file kept: {names:?}");
+    if names != first {
+        // The day turned between the runs: the new day's file is the one kept.
+        return;
+    }
+    let text = file_text(&dir);
+    assert!(
+        text.starts_with(&before) && text.len() > before.len(),
+        "the first run's lines, then the second's:\n{text}"
+    );
 }
 
 /// `[logging]` lines rotating the file by size at `max_bytes`, three files kept.
@@ -462,8 +521,10 @@ async fn serve_to_file(name: &str, dir: &Path, logging: &str) -> (ServerProcess,
             file.to_str().expect("utf-8")
         ),
     );
+    // A file of an earlier run holds its `listening` line.
+    let seen = listening_addrs(&file_text(dir)).len();
     let process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
-    let addr = wait_addr(|| file_text(dir));
+    let addr = wait_addr_after(|| file_text(dir), seen);
     let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
     let init = client
         .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
@@ -518,23 +579,15 @@ fn assert_newest_lines_kept(dir: &Path, max_bytes: usize, end: u64) {
     let mut last = String::new();
     for name in ["mcp-ws.log.2", "mcp-ws.log.1", "mcp-ws.log"] {
         let text = std::fs::read_to_string(dir.join(name)).expect("read");
-        if name != "mcp-ws.log" {
-            assert!(
-                !text.is_empty() && text.len() <= max_bytes,
-                "{name}: {} bytes",
-                text.len()
-            );
-        }
+        // Each file is rotated before a batch (some 4 KiB) would take it past the size.
+        assert!(
+            !text.is_empty() && text.len() <= max_bytes,
+            "{name}: {} bytes",
+            text.len()
+        );
         assert!(text.ends_with('\n'), "{name} ends within a line");
-        for line in text.lines() {
-            let line: Value = serde_json::from_str(line)
-                .unwrap_or_else(|error| panic!("{name}: a line cut or mixed ({error}): {line}"));
-            if line["target"] == "mcp_ws::access" && line["method"] == "ping" {
-                let id = line["id"].as_str().and_then(|id| id.parse::<u64>().ok());
-                ids.push(id.unwrap_or_else(|| panic!("an id: {line}")));
-            }
-            last = line.to_string();
-        }
+        ids.extend(ping_ids(name, &text));
+        last = text.lines().last().unwrap_or_default().to_owned();
     }
     let kept = ids.len() as u64;
     assert!(kept > 20, "{kept} ping lines in the three files: {ids:?}");

@@ -1,0 +1,408 @@
+//! The log's file (`logging.file`): rotated by day (tracing-appender's daily appender,
+//! `FILE.YYYY-MM-DD`) or by size (here: `FILE`, then `FILE.1`, `FILE.2`, …), and begun again
+//! when the file being written is deleted while the server runs.
+//!
+//! [`LogFile`] is an [`io::Write`] for the log's writer thread (a batch of whole lines a
+//! write) or, behind a lock, for the `fmt` layer (a line a write). Nothing here runs on an
+//! event loop.
+//!
+//! The rotation by size is written here rather than taken from a crate: the one tried
+//! (logroller 0.1) renamed every numbered file from the highest index found in the directory
+//! down, so a stray `FILE.20261205` cost twenty million renames a rotation, made its renames
+//! in a thread of its own, and left `FILE.pending.N` files behind when the process ended
+//! first. This one touches `FILE.1` to `FILE.<file_keep - 1>` only, on the writing thread.
+
+use crate::config::FileRotation;
+use crate::observe::telemetry::LogError;
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use tracing_appender::rolling::{RollingFileAppender, Rotation};
+
+/// What a writer of `logging.file` is made from.
+pub(crate) struct FileSettings {
+    /// The file's directory (it exists: the settings were validated).
+    pub(crate) dir: PathBuf,
+    /// The file's name.
+    pub(crate) name: OsString,
+    /// The file as configured, for errors.
+    pub(crate) configured: PathBuf,
+    /// By day or by size.
+    pub(crate) rotation: FileRotation,
+    /// With rotation by size, the size a file does not pass.
+    pub(crate) max_bytes: u64,
+    /// Files kept in all, the one being written included; at least one.
+    pub(crate) keep: usize,
+}
+
+/// The log file, made again at the next write once the file it was writing is gone (an
+/// operator freeing disk): it would go on writing into the deleted file, whose space stays
+/// taken while it is open, until the day turned (daily) or for good (by size). The check is a
+/// `stat` a write.
+pub(crate) struct LogFile {
+    writer: Rotating,
+    settings: FileSettings,
+    /// A failure to make the writer again was reported on stderr and has not ended yet.
+    reopen_failing: bool,
+}
+
+/// A writer of `logging.file`.
+enum Rotating {
+    Daily(RollingFileAppender),
+    Size(BySize),
+}
+
+impl LogFile {
+    /// The file of `settings`, opened (daily: the files beyond `keep` deleted; by size: the
+    /// numbered files from `FILE.<keep>` on deleted).
+    ///
+    /// # Errors
+    /// When the file cannot be opened.
+    pub(crate) fn open(settings: FileSettings) -> Result<Self, LogError> {
+        Ok(Self {
+            writer: settings.open()?,
+            settings,
+            reopen_failing: false,
+        })
+    }
+}
+
+impl FileSettings {
+    /// A new writer.
+    fn open(&self) -> Result<Rotating, LogError> {
+        match self.rotation {
+            FileRotation::Daily => {
+                // tracing-appender prunes as it starts so that `keep - 1` files remain beside
+                // the one it is about to create, counting today's if it exists: a restart
+                // within the day would delete one file too many (with `keep = 1`, the day's
+                // file itself). The day's file, when there, is counted in.
+                let today = matches!(self.current().try_exists(), Ok(true));
+                RollingFileAppender::builder()
+                    .rotation(Rotation::DAILY)
+                    .filename_prefix(self.name.to_string_lossy())
+                    .max_log_files(self.keep + usize::from(today))
+                    .build(&self.dir)
+                    .map(Rotating::Daily)
+                    .map_err(|source| LogError::File {
+                        path: self.configured.clone(),
+                        source,
+                    })
+            }
+            FileRotation::Size => {
+                BySize::open(self)
+                    .map(Rotating::Size)
+                    .map_err(|source| LogError::SizeFile {
+                        path: self.configured.clone(),
+                        source,
+                    })
+            }
+        }
+    }
+
+    /// The file a writer writes now: today's (UTC) for a daily one.
+    fn current(&self) -> PathBuf {
+        let mut name = self.name.clone();
+        if self.rotation == FileRotation::Daily {
+            let today = time::OffsetDateTime::now_utc().date();
+            name.push(format!(
+                ".{:04}-{:02}-{:02}",
+                today.year(),
+                u8::from(today.month()),
+                today.day()
+            ));
+        }
+        self.dir.join(name)
+    }
+}
+
+impl Write for LogFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // Only a file known to be gone: a `stat` that fails otherwise (no permission to look)
+        // proves nothing, and would make a writer again at every write. At the turn of the
+        // day the daily writer is made again here, before it would begin the new day's file
+        // itself: the same file, the same pruning.
+        if matches!(self.settings.current().try_exists(), Ok(false)) {
+            match self.settings.open() {
+                Ok(writer) => {
+                    self.writer = writer;
+                    self.reopen_failing = false;
+                }
+                // The old writer stays (into the deleted file, or, by size, the file it was
+                // renamed to): lines are kept where they can be, and it is said once.
+                Err(error) if !self.reopen_failing => {
+                    self.reopen_failing = true;
+                    eprintln!("mcp-ws: {error}; writing on to the file it replaces");
+                }
+                Err(_) => {}
+            }
+        }
+        match &mut self.writer {
+            Rotating::Daily(writer) => writer.write(buf),
+            Rotating::Size(writer) => writer.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.writer {
+            Rotating::Daily(writer) => writer.flush(),
+            Rotating::Size(writer) => writer.flush(),
+        }
+    }
+}
+
+/// `FILE`, written until the next write would take it past `max_bytes`; it is then renamed
+/// `FILE.1`, after `FILE.1` became `FILE.2` and so on, the one that would become
+/// `FILE.<keep>` deleted. A write is never split: one larger than `max_bytes` fills a file of
+/// its own, and an empty file is never rotated.
+struct BySize {
+    file: File,
+    dir: PathBuf,
+    name: OsString,
+    /// `dir/name`.
+    path: PathBuf,
+    /// Bytes in `file`.
+    written: u64,
+    max_bytes: u64,
+    keep: usize,
+    /// A rotation failure was reported on stderr and no rotation has succeeded since.
+    rotate_failing: bool,
+}
+
+impl BySize {
+    /// `FILE` opened to append (a restart goes on with it, its size counted), and the
+    /// numbered files that `keep` no longer keeps deleted.
+    fn open(settings: &FileSettings) -> io::Result<Self> {
+        let path = settings.dir.join(&settings.name);
+        let file = append_to(&path)?;
+        let written = file.metadata()?.len();
+        let this = Self {
+            file,
+            dir: settings.dir.clone(),
+            name: settings.name.clone(),
+            path,
+            written,
+            max_bytes: settings.max_bytes,
+            keep: settings.keep,
+            rotate_failing: false,
+        };
+        this.delete_beyond_keep();
+        Ok(this)
+    }
+
+    /// `FILE.n`.
+    fn numbered(&self, n: usize) -> PathBuf {
+        numbered(&self.dir, &self.name, n)
+    }
+
+    /// Deletes `FILE.n` for every `n` from `keep` on (an earlier run's, with a larger
+    /// `file_keep`, or a copy named like one): one pass over the directory, at start.
+    fn delete_beyond_keep(&self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let beyond = number_of(&file_name, &self.name).is_some_and(|n| n >= self.keep as u64);
+            if beyond && entry.file_type().is_ok_and(|t| t.is_file()) {
+                // One that cannot be deleted stays; it is not written to.
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// Moves the files up one number and begins a new `FILE`.
+    fn rotate(&mut self) -> io::Result<()> {
+        if self.keep > 1 {
+            remove_if_there(&self.numbered(self.keep - 1))?;
+            for n in (1..self.keep - 1).rev() {
+                rename_if_there(&self.numbered(n), &self.numbered(n + 1))?;
+            }
+            rename_if_there(&self.path, &self.numbered(1))?;
+        } else {
+            remove_if_there(&self.path)?;
+        }
+        self.file = append_to(&self.path)?;
+        self.written = 0;
+        Ok(())
+    }
+}
+
+impl Write for BySize {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let len = buf.len() as u64;
+        if self.written > 0 && self.written.saturating_add(len) > self.max_bytes {
+            match self.rotate() {
+                Ok(()) => self.rotate_failing = false,
+                // The lines go on into the file being written (past its size) rather than be
+                // lost; the next write tries again. Said once.
+                Err(error) if !self.rotate_failing => {
+                    self.rotate_failing = true;
+                    eprintln!(
+                        "mcp-ws: logging.file: cannot rotate {}: {error}; writing on to it",
+                        self.path.display()
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+        self.file.write_all(buf)?;
+        self.written = self.written.saturating_add(len);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// `dir/name.n`.
+fn numbered(dir: &Path, name: &OsStr, n: usize) -> PathBuf {
+    let mut numbered = name.to_owned();
+    numbered.push(format!(".{n}"));
+    dir.join(numbered)
+}
+
+/// `n` when `file_name` is `name.n` (`n` decimal digits only, within `u64`).
+fn number_of(file_name: &OsStr, name: &OsStr) -> Option<u64> {
+    let rest = file_name
+        .as_encoded_bytes()
+        .strip_prefix(name.as_encoded_bytes())?
+        .strip_prefix(b".")?;
+    if rest.is_empty() || !rest.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(rest).ok()?.parse().ok()
+}
+
+fn append_to(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Not there already is as good as removed.
+fn remove_if_there(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}
+
+/// A file not there has nothing to move.
+fn rename_if_there(from: &Path, to: &Path) -> io::Result<()> {
+    match fs::rename(from, to) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(dir: &Path, max_bytes: u64, keep: usize) -> FileSettings {
+        FileSettings {
+            dir: dir.to_owned(),
+            name: "log".into(),
+            configured: dir.join("log"),
+            rotation: FileRotation::Size,
+            max_bytes,
+            keep,
+        }
+    }
+
+    fn text(dir: &Path, name: &str) -> String {
+        fs::read_to_string(dir.join(name)).unwrap_or_else(|_| "<none>".to_owned())
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .expect("read dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn files_move_up_one_number_before_a_write_would_pass_the_size() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut file = BySize::open(&settings(dir.path(), 10, 3)).expect("open");
+        for batch in [
+            "aaaa\n",
+            "bbbb\n",
+            "cccc\n",
+            "dddd\n",
+            "eeeeeeeeeeeeeee\n",
+            "ff\n",
+        ] {
+            file.write_all(batch.as_bytes()).expect("write");
+        }
+        // a+b (10 bytes: not past 10), c+d, the long one alone, f: the oldest, a+b, went.
+        assert_eq!(names(dir.path()), ["log", "log.1", "log.2"]);
+        assert_eq!(text(dir.path(), "log.2"), "cccc\ndddd\n");
+        assert_eq!(text(dir.path(), "log.1"), "eeeeeeeeeeeeeee\n");
+        assert_eq!(text(dir.path(), "log"), "ff\n");
+    }
+
+    #[test]
+    fn one_file_kept_is_begun_again_and_a_restart_appends_counting_its_size() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut file = BySize::open(&settings(dir.path(), 10, 1)).expect("open");
+        file.write_all(b"aaaaaa\n").expect("write");
+        drop(file);
+        let mut file = BySize::open(&settings(dir.path(), 10, 1)).expect("reopen");
+        file.write_all(b"bb\n").expect("write");
+        assert_eq!(text(dir.path(), "log"), "aaaaaa\nbb\n");
+        file.write_all(b"cc\n").expect("write");
+        assert_eq!(names(dir.path()), ["log"]);
+        assert_eq!(text(dir.path(), "log"), "cc\n");
+    }
+
+    #[test]
+    fn numbered_files_beyond_keep_go_at_start_and_nothing_else_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for name in [
+            "log.1",
+            "log.2",
+            "log.3",
+            "log.20261205",
+            "log.99999999999999999999999",
+            "log.1.gz",
+            "log.x",
+            "logs.5",
+            "other",
+        ] {
+            fs::write(dir.path().join(name), "old\n").expect("write");
+        }
+        let _file = BySize::open(&settings(dir.path(), 10, 3)).expect("open");
+        assert_eq!(
+            names(dir.path()),
+            [
+                "log",
+                "log.1",
+                "log.1.gz",
+                "log.2",
+                "log.99999999999999999999999",
+                "log.x",
+                "logs.5",
+                "other"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_file_named_like_a_number_is_read_as_one() {
+        let name = OsStr::new("mcp-ws.log");
+        assert_eq!(number_of(OsStr::new("mcp-ws.log.7"), name), Some(7));
+        assert_eq!(number_of(OsStr::new("mcp-ws.log.07"), name), Some(7));
+        for other in [
+            "mcp-ws.log",
+            "mcp-ws.log.",
+            "mcp-ws.log.-1",
+            "mcp-ws.log.1a",
+            "mcp-ws.logx1",
+        ] {
+            assert_eq!(number_of(OsStr::new(other), name), None, "{other}");
+        }
+    }
+}
