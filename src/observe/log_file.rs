@@ -13,12 +13,30 @@
 //! first. This one touches `FILE.1` to `FILE.<file_keep - 1>` only, on the writing thread.
 
 use crate::config::FileRotation;
-use crate::observe::telemetry::LogError;
 use std::ffi::{OsStr, OsString};
+use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use tracing_appender::rolling::{RollingFileAppender, Rotation};
+use tracing_appender::rolling::{InitError, RollingFileAppender, Rotation};
+
+/// Why the file could not be opened (`telemetry` makes it a `LogError`).
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The daily file (tracing-appender's error).
+    Daily(InitError),
+    /// The file rotated by size.
+    Size(io::Error),
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Daily(error) => error.fmt(f),
+            Self::Size(error) => error.fmt(f),
+        }
+    }
+}
 
 /// What a writer of `logging.file` is made from.
 pub(crate) struct FileSettings {
@@ -26,7 +44,7 @@ pub(crate) struct FileSettings {
     pub(crate) dir: PathBuf,
     /// The file's name.
     pub(crate) name: OsString,
-    /// The file as configured, for errors.
+    /// The file as configured, for messages.
     pub(crate) configured: PathBuf,
     /// By day or by size.
     pub(crate) rotation: FileRotation,
@@ -59,7 +77,7 @@ impl LogFile {
     ///
     /// # Errors
     /// When the file cannot be opened.
-    pub(crate) fn open(settings: FileSettings) -> Result<Self, LogError> {
+    pub(crate) fn open(settings: FileSettings) -> Result<Self, OpenError> {
         Ok(Self {
             writer: settings.open()?,
             settings,
@@ -70,7 +88,7 @@ impl LogFile {
 
 impl FileSettings {
     /// A new writer.
-    fn open(&self) -> Result<Rotating, LogError> {
+    fn open(&self) -> Result<Rotating, OpenError> {
         match self.rotation {
             FileRotation::Daily => {
                 // tracing-appender prunes as it starts so that `keep - 1` files remain beside
@@ -84,19 +102,11 @@ impl FileSettings {
                     .max_log_files(self.keep + usize::from(today))
                     .build(&self.dir)
                     .map(Rotating::Daily)
-                    .map_err(|source| LogError::File {
-                        path: self.configured.clone(),
-                        source,
-                    })
+                    .map_err(OpenError::Daily)
             }
-            FileRotation::Size => {
-                BySize::open(self)
-                    .map(Rotating::Size)
-                    .map_err(|source| LogError::SizeFile {
-                        path: self.configured.clone(),
-                        source,
-                    })
-            }
+            FileRotation::Size => BySize::open(self)
+                .map(Rotating::Size)
+                .map_err(OpenError::Size),
         }
     }
 
@@ -132,7 +142,11 @@ impl Write for LogFile {
                 // renamed to): lines are kept where they can be, and it is said once.
                 Err(error) if !self.reopen_failing => {
                     self.reopen_failing = true;
-                    eprintln!("mcp-ws: {error}; writing on to the file it replaces");
+                    eprintln!(
+                        "mcp-ws: logging.file: cannot open {} again: {error}; writing on to the \
+                         file it replaces",
+                        self.settings.configured.display()
+                    );
                 }
                 Err(_) => {}
             }

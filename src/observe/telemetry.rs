@@ -34,7 +34,7 @@
 //! enabled span) the line is an ordinary `tracing` event.
 
 use crate::config::{LogFormat, LoggingSettings};
-use crate::observe::log_file::{FileSettings, LogFile};
+use crate::observe::log_file::{FileSettings, LogFile, OpenError};
 use crate::observe::log_writer::{Closer, LogWriter};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
@@ -179,6 +179,7 @@ fn log_file(logging: &LoggingSettings) -> Result<Option<LogFile>, LogError> {
     let Some((dir, name)) = logging.file_parts() else {
         return Ok(None);
     };
+    let path = logging.file.clone();
     LogFile::open(FileSettings {
         dir: dir.to_owned(),
         name: name.to_owned(),
@@ -188,6 +189,10 @@ fn log_file(logging: &LoggingSettings) -> Result<Option<LogFile>, LogError> {
         keep: logging.file_keep.max(1),
     })
     .map(Some)
+    .map_err(|error| match error {
+        OpenError::Daily(source) => LogError::File { path, source },
+        OpenError::Size(source) => LogError::SizeFile { path, source },
+    })
 }
 
 /// Installs the subscriber: the filter (`RUST_LOG` first), the format, this writer.
