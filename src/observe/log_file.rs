@@ -2,9 +2,10 @@
 //! `FILE.YYYY-MM-DD`) or by size (here: `FILE`, then `FILE.1`, `FILE.2`, …), and begun again
 //! when the file being written is deleted while the server runs.
 //!
-//! [`LogFile`] is an [`io::Write`] for the log's writer thread (a batch of whole lines a
-//! write) or, behind a lock, for the `fmt` layer (a line a write). Nothing here runs on an
-//! event loop.
+//! [`LogFile`] is an [`io::Write`] for the log's writer thread of `telemetry::install` (a
+//! batch of whole lines a write, off the event loops), or, behind a lock, for the `fmt`
+//! layer of `telemetry::init_with` (a line a write, on the thread that logs, as every write
+//! of that simpler path is).
 //!
 //! The rotation by size is written here rather than taken from a crate: the one tried
 //! (logroller 0.1) renamed every numbered file from the highest index found in the directory
