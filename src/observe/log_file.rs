@@ -113,17 +113,20 @@ impl FileSettings {
 
     /// The file a writer writes now: today's (UTC) for a daily one.
     fn current(&self) -> PathBuf {
-        let mut name = self.name.clone();
-        if self.rotation == FileRotation::Daily {
-            let today = time::OffsetDateTime::now_utc().date();
-            name.push(format!(
-                ".{:04}-{:02}-{:02}",
-                today.year(),
-                u8::from(today.month()),
-                today.day()
-            ));
+        match self.rotation {
+            FileRotation::Size => self.dir.join(&self.name),
+            // The name as the appender is given it (`to_string_lossy`).
+            FileRotation::Daily => {
+                let today = time::OffsetDateTime::now_utc().date();
+                self.dir.join(format!(
+                    "{}.{:04}-{:02}-{:02}",
+                    self.name.to_string_lossy(),
+                    today.year(),
+                    u8::from(today.month()),
+                    today.day()
+                ))
+            }
         }
-        self.dir.join(name)
     }
 }
 
@@ -143,7 +146,9 @@ impl Write for LogFile {
                 // renamed to): lines are kept where they can be, and it is said once.
                 Err(error) if !self.reopen_failing => {
                     self.reopen_failing = true;
-                    eprintln!(
+                    // Said on stderr, whose failure (a reader gone) is no reason to panic.
+                    let _ = writeln!(
+                        io::stderr(),
                         "mcp-ws: logging.file: cannot open {} again: {error}; writing on to the \
                          file it replaces",
                         self.settings.configured.display()
@@ -227,19 +232,41 @@ impl BySize {
     }
 
     /// Moves the files up one number and begins a new `FILE`.
+    ///
+    /// Only the unbroken run `FILE.1`, `FILE.2`, … is moved (a file number `file_keep` or
+    /// more cannot be reached: a huge `file_keep` costs as many renames as there are files),
+    /// and nothing is deleted but by being renamed over: the one numbered `file_keep - 1` by
+    /// the one before it. A rotation that fails midway has moved some files up one and left
+    /// a gap, which the next one's run stops at: no file is lost to a retry.
     fn rotate(&mut self) -> io::Result<()> {
-        if self.keep > 1 {
-            remove_if_there(&self.numbered(self.keep - 1))?;
-            for n in (1..self.keep - 1).rev() {
-                rename_if_there(&self.numbered(n), &self.numbered(n + 1))?;
-            }
-            rename_if_there(&self.path, &self.numbered(1))?;
-        } else {
-            remove_if_there(&self.path)?;
+        let last = self.keep - 1;
+        if last == 0 {
+            // One file kept: it is begun again in place.
+            self.file.set_len(0)?;
+            self.written = 0;
+            return Ok(());
         }
-        self.file = append_to(&self.path)?;
-        self.written = 0;
-        Ok(())
+        let mut run = 0;
+        while run < last && self.numbered(run + 1).is_file() {
+            run += 1;
+        }
+        for n in (1..=run.min(last - 1)).rev() {
+            fs::rename(self.numbered(n), self.numbered(n + 1))?;
+        }
+        fs::rename(&self.path, self.numbered(1))?;
+        match append_to(&self.path) {
+            Ok(file) => {
+                self.file = file;
+                self.written = 0;
+                Ok(())
+            }
+            Err(error) => {
+                // The lines go on into the file just renamed: named `FILE` again, it is the
+                // one being written (the files above it are one number higher, a gap at 1).
+                let _ = fs::rename(self.numbered(1), &self.path);
+                Err(error)
+            }
+        }
     }
 }
 
@@ -253,7 +280,8 @@ impl Write for BySize {
                 // lost; the next write tries again. Said once.
                 Err(error) if !self.rotate_failing => {
                     self.rotate_failing = true;
-                    eprintln!(
+                    let _ = writeln!(
+                        io::stderr(),
                         "mcp-ws: logging.file: cannot rotate {}: {error}; writing on to it",
                         self.path.display()
                     );
@@ -292,22 +320,6 @@ fn number_of(file_name: &OsStr, name: &OsStr) -> Option<u64> {
 
 fn append_to(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
-}
-
-/// Not there already is as good as removed.
-fn remove_if_there(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
-        _ => Ok(()),
-    }
-}
-
-/// A file not there has nothing to move.
-fn rename_if_there(from: &Path, to: &Path) -> io::Result<()> {
-    match fs::rename(from, to) {
-        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
-        _ => Ok(()),
-    }
 }
 
 #[cfg(test)]
@@ -357,6 +369,48 @@ mod tests {
         assert_eq!(text(dir.path(), "log.2"), "cccc\ndddd\n");
         assert_eq!(text(dir.path(), "log.1"), "eeeeeeeeeeeeeee\n");
         assert_eq!(text(dir.path(), "log"), "ff\n");
+    }
+
+    #[test]
+    fn a_rotation_that_fails_loses_no_file_and_the_next_one_catches_up() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut file = BySize::open(&settings(dir.path(), 10, 4)).expect("open");
+        for batch in ["aaaaaaaa\n", "bbbbbbbb\n"] {
+            file.write_all(batch.as_bytes()).expect("write");
+        }
+        // `log.2` cannot be renamed over: `log.1` stays, the lines go on into `log`, past
+        // its size, and a retry at each write fails the same way without deleting anything.
+        let blocker = dir.path().join("log.2");
+        fs::create_dir(&blocker).expect("mkdir");
+        fs::write(blocker.join("x"), "").expect("write");
+        for batch in ["cccccccc\n", "dddddddd\n"] {
+            file.write_all(batch.as_bytes()).expect("write");
+        }
+        assert_eq!(text(dir.path(), "log.1"), "aaaaaaaa\n");
+        assert_eq!(text(dir.path(), "log"), "bbbbbbbb\ncccccccc\ndddddddd\n");
+        fs::remove_dir_all(&blocker).expect("rmdir");
+        file.write_all(b"eeeeeeee\n").expect("write");
+        assert_eq!(names(dir.path()), ["log", "log.1", "log.2"]);
+        assert_eq!(text(dir.path(), "log.2"), "aaaaaaaa\n");
+        assert_eq!(text(dir.path(), "log.1"), "bbbbbbbb\ncccccccc\ndddddddd\n");
+        assert_eq!(text(dir.path(), "log"), "eeeeeeee\n");
+        // A gap stops the run: `log.2` alone (no `log.1`) is not moved, and stays.
+        fs::remove_file(dir.path().join("log.1")).expect("rm");
+        file.write_all(b"ffffffff\n").expect("write");
+        assert_eq!(names(dir.path()), ["log", "log.1", "log.2"]);
+        assert_eq!(text(dir.path(), "log.2"), "aaaaaaaa\n");
+        assert_eq!(text(dir.path(), "log.1"), "eeeeeeee\n");
+    }
+
+    #[test]
+    fn a_huge_file_keep_costs_the_files_there_are() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut file = BySize::open(&settings(dir.path(), 4, usize::MAX)).expect("open");
+        for batch in ["aaaa\n", "bbbb\n", "cccc\n"] {
+            file.write_all(batch.as_bytes()).expect("write");
+        }
+        assert_eq!(names(dir.path()), ["log", "log.1", "log.2"]);
+        assert_eq!(text(dir.path(), "log.2"), "aaaa\n");
     }
 
     #[test]

@@ -408,7 +408,10 @@ async fn a_log_file_rotated_by_size_and_deleted_is_begun_again() {
     let max_bytes = 32_768;
     let (mut process, mut client) =
         serve_to_file("size-deleted", &dir, &size_rotation(max_bytes)).await;
-    ping_rounds(&mut client, 0..8).await;
+    let before = ping_rounds(&mut client, 0..8).await;
+    // Every line before is written (the last batch's rotation, if any, done) before the
+    // files go, so that no rotation renames one as they are deleted.
+    wait_for_ping_line(&dir, before.end - 1);
     delete_log_files(&dir);
     // Fewer lines than a file holds: no rotation comes to move on from the deleted file.
     let after = ping_rounds(&mut client, 8..11).await;
@@ -427,6 +430,23 @@ async fn a_daily_log_file_deleted_is_begun_again() {
     stop_cleanly(&mut process, client);
     // A file of today again (or of the next day, if the day turned meanwhile).
     assert_lines_since(&dir, after);
+}
+
+/// Waits until the ping line of `id` is in a file of `dir` (a line being written as the
+/// files are read may be cut: only whole ones are read).
+fn wait_for_ping_line(dir: &Path, id: u64) {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let written = || {
+        file_text(dir).lines().any(|line| {
+            serde_json::from_str::<Value>(line).is_ok_and(|line| {
+                line["target"] == "mcp_ws::access" && line["id"] == id.to_string().as_str()
+            })
+        })
+    };
+    while !written() {
+        assert!(Instant::now() < deadline, "no line of ping {id}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// An operator frees the disk: every file in `dir` deleted, the one being written included
