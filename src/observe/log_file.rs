@@ -172,9 +172,9 @@ impl Write for LogFile {
 }
 
 /// `FILE`, written until the next write would take it past `max_bytes`; it is then renamed
-/// `FILE.1`, after `FILE.1` became `FILE.2` and so on, the one that would become
-/// `FILE.<keep>` deleted. A write is never split: one larger than `max_bytes` fills a file of
-/// its own, and an empty file is never rotated.
+/// `FILE.1`, after `FILE.1` became `FILE.2` and so on (`FILE.<keep - 1>` renamed over, so
+/// gone). With one file kept, `FILE` is emptied instead. A write is never split: one larger
+/// than `max_bytes` fills a file of its own, and an empty file is never rotated.
 struct BySize {
     file: File,
     dir: PathBuf,
