@@ -45,8 +45,6 @@ pub(crate) struct FileSettings {
     pub(crate) dir: PathBuf,
     /// The file's name.
     pub(crate) name: OsString,
-    /// The file as configured, for messages.
-    pub(crate) configured: PathBuf,
     /// By day or by size.
     pub(crate) rotation: FileRotation,
     /// With rotation by size, the size a file does not pass.
@@ -151,7 +149,7 @@ impl Write for LogFile {
                         io::stderr(),
                         "mcp-ws: logging.file: cannot open {} again: {error}; writing on to the \
                          file it replaces",
-                        self.settings.configured.display()
+                        self.settings.current().display()
                     );
                 }
                 Err(_) => {}
@@ -212,7 +210,9 @@ impl BySize {
 
     /// `FILE.n`.
     fn numbered(&self, n: usize) -> PathBuf {
-        numbered(&self.dir, &self.name, n)
+        let mut numbered = self.name.clone();
+        numbered.push(format!(".{n}"));
+        self.dir.join(numbered)
     }
 
     /// Deletes `FILE.n` for every `n` from `keep` on (an earlier run's, with a larger
@@ -299,13 +299,6 @@ impl Write for BySize {
     }
 }
 
-/// `dir/name.n`.
-fn numbered(dir: &Path, name: &OsStr, n: usize) -> PathBuf {
-    let mut numbered = name.to_owned();
-    numbered.push(format!(".{n}"));
-    dir.join(numbered)
-}
-
 /// `n` when `file_name` is `name.n` (`n` decimal digits only, within `u64`).
 fn number_of(file_name: &OsStr, name: &OsStr) -> Option<u64> {
     let rest = file_name
@@ -330,7 +323,6 @@ mod tests {
         FileSettings {
             dir: dir.to_owned(),
             name: "log".into(),
-            configured: dir.join("log"),
             rotation: FileRotation::Size,
             max_bytes,
             keep,

@@ -183,7 +183,6 @@ fn log_file(logging: &LoggingSettings) -> Result<Option<LogFile>, LogError> {
     LogFile::open(FileSettings {
         dir: dir.to_owned(),
         name: name.to_owned(),
-        configured: logging.file.clone(),
         rotation: logging.file_rotation,
         max_bytes: logging.file_max_bytes,
         keep: logging.file_keep.max(1),

@@ -25,6 +25,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A config of the binary on a free port, one worker, JSON lines, `logging` added to its
+/// `[logging]`, in the test's temporary directory.
+fn json_log_config(name: &str, logging: &str) -> PathBuf {
+    config(
+        name,
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\n{logging}"
+        ),
+    )
+}
+
 /// A config file in the test's temporary directory.
 fn config(name: &str, text: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -135,12 +146,7 @@ async fn requests_then_sigterm(
     dir: Option<&Path>,
     count: usize,
 ) -> String {
-    let config = config(
-        name,
-        &format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\n{logging}"
-        ),
-    );
+    let config = json_log_config(name, logging);
     let mut process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
     let addr = match dir {
         Some(dir) => wait_addr(|| file_text(dir)),
@@ -326,20 +332,7 @@ async fn the_log_file_is_created_holds_the_lines_and_old_files_are_pruned() {
         std::fs::write(dir.join(format!("mcp-ws.log.2020-01-0{day}")), "old\n").expect("write");
     }
     std::fs::write(dir.join("other.txt"), "keep me\n").expect("write");
-    let file = dir.join("mcp-ws.log");
-    let config = config(
-        "rotation",
-        &format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\nfile = {:?}\nfile_keep = 3\n",
-            file.to_str().expect("utf-8")
-        ),
-    );
-    let process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
-    let addr = wait_addr(|| file_text(&dir));
-    let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
-    client
-        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
-        .await;
+    let (process, mut client) = serve_to_file("rotation", &dir, "file_keep = 3\n").await;
     pings(&mut client, 10, &json!({})).await;
     // The lines reach the file without a shutdown: the writer flushes when its queue is
     // empty.
@@ -534,12 +527,9 @@ fn size_rotation(max_bytes: usize) -> String {
 /// and a client of it past `initialize`.
 async fn serve_to_file(name: &str, dir: &Path, logging: &str) -> (ServerProcess, Client) {
     let file = dir.join("mcp-ws.log");
-    let config = config(
+    let config = json_log_config(
         name,
-        &format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"json\"\nfile = {:?}\n{logging}",
-            file.to_str().expect("utf-8")
-        ),
+        &format!("file = {:?}\n{logging}", file.to_str().expect("utf-8")),
     );
     // A file of an earlier run holds its `listening` line.
     let seen = listening_addrs(&file_text(dir)).len();
