@@ -5,10 +5,11 @@
 //! The writer thread takes the whole buffer at once (swapping in an empty one it keeps for
 //! reuse) once it holds [`BATCH_BYTES`], or [`FLUSH_EVERY`] after the thread found lines in
 //! it (at a line's arrival when it was idle, else when it finished writing the batch before),
-//! or when the log is closed; it writes the batch with one `write_all` and flushes it. The
-//! buffer is bounded in lines: a line that finds `limit` lines held (the buffer's and the
-//! batch being written) is dropped and counted, so a reader that stops reading costs lines,
-//! never the threads that log. Closing ([`Closer`], at shutdown) writes every line held,
+//! or when the log is closed; it writes the batch out and flushes it. The buffer is bounded
+//! in lines: a line that finds `limit` lines held (the buffer's and the batch being written)
+//! is dropped and counted, so a reader that stops reading costs lines, never the threads that
+//! log. The lines a failed write loses (a reader gone, a full disk) are counted with them.
+//! Closing ([`Closer`], at shutdown) writes every line held,
 //! waiting at most [`CLOSE_WAIT`] for a stalled reader.
 //!
 //! Lines keep the order in which their threads took the lock: every line of the process, the
@@ -57,7 +58,7 @@ struct Shared {
     done: Condvar,
     /// Most lines held at once.
     limit: usize,
-    /// Lines dropped for want of room.
+    /// Lines dropped for want of room, or lost to a failed write.
     dropped: AtomicU64,
 }
 
@@ -107,7 +108,7 @@ impl LogWriter {
         ))
     }
 
-    /// Lines dropped so far because the buffer was full.
+    /// Lines dropped so far because the buffer was full, or lost to a failed write.
     pub(crate) fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
     }
@@ -155,10 +156,33 @@ impl<'a> MakeWriter<'a> for LogWriter {
     }
 }
 
+/// Writes `batch` (whole lines) to `out` and flushes it; returns how many of its lines did
+/// not get out whole: every line not ended by the bytes `out` took before a write failed
+/// (`EPIPE` from a reader gone, `ENOSPC` from a full disk) or took nothing. A line cut by the
+/// failure counts as lost. A writer that fails a write after taking part of it without
+/// saying how much (a file rotated by size writes each batch whole or fails) has all the
+/// lines of that write counted.
+fn deliver(out: &mut impl Write, batch: &[u8]) -> u64 {
+    let mut written = 0;
+    while written < batch.len() {
+        match out.write(&batch[written..]) {
+            Ok(0) => break,
+            Ok(n) => written += n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    // No writer here buffers (stderr, files written whole): a flush loses nothing of its own.
+    let _ = out.flush();
+    memchr::memchr_iter(b'\n', &batch[written..]).count() as u64
+}
+
 impl Shared {
     /// The writer thread: batches out until the log is closed and nothing is held.
     fn run<W: Write>(&self, mut out: W) {
         let mut batch = Vec::new();
+        // Whether the last batch lost lines (the failure is said when a stretch begins).
+        let mut failing = false;
         loop {
             let mut state = lock(&self.state);
             while state.buffer.is_empty() && !state.closing {
@@ -178,8 +202,23 @@ impl Shared {
             std::mem::swap(&mut batch, &mut state.buffer);
             state.writing = std::mem::take(&mut state.buffered);
             drop(state);
-            // A reader gone (EPIPE) or a full disk loses this batch; the next is tried anew.
-            let _ = out.write_all(&batch).and_then(|()| out.flush());
+            // A reader gone (EPIPE) or a full disk loses what this batch had left to write,
+            // counted as dropped lines; the next batch is tried anew.
+            let lost = deliver(&mut out, &batch);
+            if lost > 0 {
+                self.dropped.fetch_add(lost, Ordering::Relaxed);
+                if !failing {
+                    failing = true;
+                    // Said once per failing stretch, on stderr, which may be what fails.
+                    let _ = writeln!(
+                        io::stderr(),
+                        "mcp-ws: the log cannot be written; lines are dropped and counted in \
+                         mcp_dropped_total{{reason=\"access_log\"}}"
+                    );
+                }
+            } else {
+                failing = false;
+            }
             batch.clear();
             if batch.capacity() > KEEP_BYTES {
                 batch = Vec::new();
@@ -368,5 +407,60 @@ mod tests {
             "{waited:?}"
         );
         reader.stall(false);
+    }
+    /// Takes `room` bytes in all, in writes of at most `chunk`, then fails every write as a
+    /// pipe whose reader is gone does.
+    struct Breaks {
+        taken: Vec<u8>,
+        room: usize,
+        chunk: usize,
+    }
+
+    impl Write for Breaks {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.chunk).min(self.room - self.taken.len());
+            if n == 0 {
+                return Err(io::ErrorKind::BrokenPipe.into());
+            }
+            self.taken.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_write_counts_the_lines_it_did_not_deliver_whole() {
+        let batch = b"one\ntwo\nthree\nfour\n";
+        // Every room: from all four lines lost to none; a line cut by the failure is lost.
+        for room in 0..=batch.len() {
+            let mut out = Breaks {
+                taken: Vec::new(),
+                room,
+                chunk: 3,
+            };
+            let lost = deliver(&mut out, batch);
+            let whole = out.taken.iter().filter(|&&b| b == b'\n').count() as u64;
+            assert_eq!(lost + whole, 4, "room {room}");
+            assert_eq!(out.taken, batch[..room], "room {room}");
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn lines_a_full_disk_refuses_are_counted_as_dropped() {
+        // `/dev/full` fails every write with ENOSPC, as a full disk does.
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("open /dev/full");
+        let (writer, closer) = LogWriter::spawn(full, 100_000, "log-test").expect("spawn");
+        for n in 0..100 {
+            writer.push(format!("{n}\n").as_bytes());
+        }
+        drop(closer);
+        assert_eq!(writer.dropped(), 100);
     }
 }

@@ -652,8 +652,8 @@ impl Latencies {
 
 /// What was dropped rather than wait or grow without bound (`mcp_dropped_total{reason}`):
 /// notifications on their way to a client, and (`reason="access_log"`) lines of the server's
-/// own log that found the background writer's queue full — every dropped log line, access
-/// line or not, counted process-wide ([`telemetry::dropped_lines`]).
+/// own log that found the background writer's queue full or whose write failed — every lost
+/// log line, access line or not, counted process-wide ([`telemetry::dropped_lines`]).
 #[derive(Debug, Default)]
 pub struct Drops {
     /// Log lines over `limits.log_lines_per_second` / `log_lines_burst`.
@@ -666,7 +666,7 @@ impl Drops {
     fn render(&self, out: &mut String) {
         let _ = writeln!(
             out,
-            "# HELP mcp_dropped_total Notifications to clients dropped by a limit\n# TYPE mcp_dropped_total counter"
+            "# HELP mcp_dropped_total Notifications to clients dropped by a limit, and lines of the server log dropped or lost (reason=\"access_log\")\n# TYPE mcp_dropped_total counter"
         );
         for (reason, count) in [
             ("log_lines", self.log_lines.get()),

@@ -102,7 +102,8 @@ pub enum LogError {
     Thread(io::Error),
 }
 
-/// Log lines the background writer dropped because its buffer was full, since the start.
+/// Log lines the background writer dropped because its buffer was full, or lost because
+/// their write failed (a reader gone, a full disk), since the start.
 pub fn dropped_lines() -> u64 {
     INSTALLED.get().map_or(0, LogWriter::dropped)
 }

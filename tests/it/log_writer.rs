@@ -11,6 +11,8 @@
 //!   no file passes `file_max_bytes`, no line is cut, and the `file_keep` files kept (`NAME`,
 //!   `NAME.1`, `NAME.2`) hold the newest lines in order, none missing; the same after every
 //!   log file was deleted while the server ran. A deleted daily file is begun again too.
+//! - A stderr whose reader is gone (a closed pipe): the lines its writes lose are counted in
+//!   the same metric, one for each, and the server answers on.
 //! - A stderr that is a pipe is made to hold one batch of the writer (1 MiB, where the
 //!   kernel's `pipe-max-size` allows it).
 
@@ -197,11 +199,12 @@ async fn sigterm_right_after_requests_loses_no_line_in_the_file() {
 }
 
 /// The binary with its stderr piped and, once its `listening` line is read, never read
-/// again: the pipe fills (64 KiB) and the log's writer blocks on it.
+/// again: the pipe fills (64 KiB) and the log's writer blocks on it; or, once the pipe is
+/// closed ([`close_stderr`](Self::close_stderr)), its writes fail.
 struct Stalled {
     child: Child,
-    /// Open and unread: dropping it would make writes fail instead of block.
-    stderr: BufReader<ChildStderr>,
+    /// Open and unread: dropping it makes writes fail instead of block.
+    stderr: Option<BufReader<ChildStderr>>,
     addr: SocketAddr,
     _config: PathBuf,
 }
@@ -240,10 +243,16 @@ impl Stalled {
         };
         Self {
             child,
-            stderr,
+            stderr: Some(stderr),
             addr,
             _config: config,
         }
+    }
+
+    /// Closes the pipe's reading end, as a log collector that dies does: the server's
+    /// writes to stderr fail (`EPIPE`) from then on.
+    fn close_stderr(&mut self) {
+        self.stderr = None;
     }
 }
 
@@ -302,11 +311,44 @@ async fn a_stderr_nobody_reads_costs_lines_not_answers() {
     assert!(metric_of(server.addr, dropped).await > 0);
 }
 
+#[tokio::test]
+async fn lines_a_closed_stderr_refuses_are_counted_and_answers_go_on() {
+    let dropped = "mcp_dropped_total{reason=\"access_log\"}";
+    let mut server = Stalled::spawn("closed", "");
+    let mut client = Client::connect_url(&format!("ws://{}/mcp", server.addr)).await;
+    let init = client
+        .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
+        .await;
+    assert_result(&init, &json!("init"));
+    // Every line so far is written (the pipe holds them) before the reader goes: the
+    // writer flushes within 100 ms.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(metric_of(server.addr, dropped).await, 0);
+    server.close_stderr();
+    // Each ping's access line is written after the close, and lost: counted, each one.
+    pings(&mut client, 50, &json!({})).await;
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let mut count = metric_of(server.addr, dropped).await;
+    while count < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "{count} lost lines counted of 50"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        count = metric_of(server.addr, dropped).await;
+    }
+    let (status, body) = http_get(server.addr, "/healthz").await;
+    assert_eq!((status, body.trim()), (200, "ok"));
+    let ping = client.request_with_id(json!("p"), "ping", json!({})).await;
+    assert_result(&ping, &json!("p"));
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn a_stderr_pipe_is_made_to_hold_one_batch_of_the_log() {
     let server = Stalled::spawn("pipe-size", "");
-    let size = rustix::pipe::fcntl_getpipe_size(server.stderr.get_ref()).expect("a pipe");
+    let stderr = server.stderr.as_ref().expect("open");
+    let size = rustix::pipe::fcntl_getpipe_size(stderr.get_ref()).expect("a pipe");
     let most: usize = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
         .expect("pipe-max-size")
         .trim()
