@@ -33,6 +33,22 @@ RESULTS=$WORK/results
 SERVER_PID=
 trap '[ -z "$SERVER_PID" ] || kill "$SERVER_PID" 2>/dev/null || true; drop_log "$OWN_LOG"; rm -rf "$WORK"' EXIT
 
+# The CPU ticks (user + kernel) of the server's log writer thread (`mcp-ws-log`), 0 if it
+# has none: its share of a request is the file's or pipe's write, apart from the event loop.
+log_thread_ticks() { # pid
+  local task stat fields
+  for task in /proc/"$1"/task/*; do
+    [ "$(cat "$task/comm" 2>/dev/null)" = mcp-ws-log ] || continue
+    stat=$(cat "$task/stat" 2>/dev/null) || break
+    # After the `)` that ends the thread's name come state, ...: utime and stime are the
+    # 12th and 13th of those.
+    read -ra fields <<<"${stat##*) }"
+    echo $((fields[11] + fields[12]))
+    return
+  done
+  echo 0
+}
+
 run() { # label [env assignments...]
   local label=$1
   shift
@@ -47,11 +63,11 @@ run() { # label [env assignments...]
     perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$pid" -o "$counts" 2>/dev/null &
     perf_pid=$!
   fi
-  before=$(awk '{print $14, $15}' "/proc/$pid/stat")
+  before="$(awk '{print $14, $15}' "/proc/$pid/stat") $(log_thread_ticks "$pid")"
   result=$(taskset -c 1 "$LOAD" --targets mcp-ws --url ws://127.0.0.1:$PORT/mcp \
     --connections 16 --pipeline 16 --payload 64 --duration 5 --warmup 0 --out "$WORK/load" \
     | grep '^RESULT_JSON ' | sed 's/^RESULT_JSON //')
-  after=$(awk '{print $14, $15}' "/proc/$pid/stat")
+  after="$(awk '{print $14, $15}' "/proc/$pid/stat") $(log_thread_ticks "$pid")"
   [ -z "$perf_pid" ] || { kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; }
   kill -TERM $pid
   wait $pid 2>/dev/null || true
@@ -63,8 +79,9 @@ point = json.loads(result)["targets"]["mcp-ws"]["points"][0]
 if point["errors"] or point["lost"] or point["mismatched"]:
     sys.exit(f"{label}: errors, lost or mismatched answers: no figure")
 n = point["answered"]
-(u0, s0), (u1, s1) = (map(int, before.split()), map(int, after.split()))
+(u0, s0, l0), (u1, s1, l1) = (map(int, before.split()), map(int, after.split()))
 user, kernel = (u1 - u0) / ticks * 1e6 / n, (s1 - s0) / ticks * 1e6 / n
+log = (l1 - l0) / ticks * 1e6 / n
 # perf stat -x, lines: count,unit,event,...; "-" where perf counted nothing.
 event = {}
 for line in open(counts):
@@ -73,12 +90,12 @@ for line in open(counts):
         event[fields[2]] = int(fields[0]) / n
 per = lambda name: f"{event[name]:.4f}" if name in event else "-"
 calls, switches = per("raw_syscalls:sys_enter"), per("context-switches")
-print(f"{label} {n} {user:.3f} {kernel:.3f} {user + kernel:.3f} {calls} {switches}")
+print(f"{label} {n} {user:.3f} {kernel:.3f} {user + kernel:.3f} {calls} {switches} {log:.3f}")
 ' "$label" "$TICKS" "$before" "$after" "$result" "$counts" | tee -a "$RESULTS"
   rm -f "$counts"
 }
 
-echo "== $SERVER, log to $LOG_TO; columns: configuration, answered, user, kernel, total (µs of server CPU per request), system calls and context switches per request"
+echo "== $SERVER, log to $LOG_TO; columns: configuration, answered, user, kernel, total (µs of server CPU per request), system calls and context switches per request, the log writer thread's µs per request (part of the total)"
 for _ in $(seq 1 "${ROUNDS:-3}"); do
   run shipped -u RUST_LOG
   run access-off RUST_LOG=info,mcp_ws::access=off
@@ -95,6 +112,8 @@ for label in ("shipped", "access-off"):
     switches = [float(r[6]) for r in mine if len(r) > 6 and r[6] != "-"]
     if calls and switches:
         print(f"  per request: system calls {statistics.median(calls):.4f}, context switches {statistics.median(switches):.4f}")
+    log = statistics.median(float(r[7]) for r in mine)
+    print(f"  of the total, the log writer thread: {log:.3f} µs ({log / median[label][2] * 100:.1f} %)")
 s, o = median["shipped"], median["access-off"]
 print(f"shipped / access-off: user {s[0] / o[0]:.3f}x, kernel {s[1] / o[1]:.3f}x, total {s[2] / o[2]:.3f}x")
 # Each shipped run against the access-off run after it, so that a pair meets the same load.
