@@ -9,8 +9,8 @@
 //! in lines: a line that finds `limit` lines held (the buffer's and the batch being written)
 //! is dropped and counted, so a reader that stops reading costs lines, never the threads that
 //! log. The lines a failed write loses (a reader gone, a full disk) are counted with them.
-//! Closing ([`Closer`], at shutdown) writes every line held,
-//! waiting at most [`CLOSE_WAIT`] for a stalled reader.
+//! Closing ([`Closer`], at shutdown) writes every line held, waiting at most [`CLOSE_WAIT`]
+//! for a stalled reader.
 //!
 //! Lines keep the order in which their threads took the lock: every line of the process, the
 //! `fmt` layer's and the access log's hand-written ones, goes through the same buffer.
@@ -408,6 +408,7 @@ mod tests {
         );
         reader.stall(false);
     }
+
     /// Takes `room` bytes in all, in writes of at most `chunk`, then fails every write as a
     /// pipe whose reader is gone does.
     struct Breaks {
