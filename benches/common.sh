@@ -22,3 +22,27 @@ bare_beside() {
 drop_log() {
   [ -z "${1:-}" ] || [ "${KEEP_LOG:-}" = 1 ] || rm -f "$1"
 }
+
+# With TOUCH_MEMORY=1, writes a byte into every page of the machine's available memory
+# (all but 2 GiB) once, then lets it go. On a VM whose host backs a guest page only when it
+# is first touched, the page cache of a log file that lands on such memory costs ten times
+# as much to write (about 11 µs a page here); a series of runs then measures where the
+# cache lands, not the server (benches/README.md, "Where the access line's server CPU goes,
+# by thread"). About 50 s for 17 GiB on this machine; once after boot is enough.
+touch_memory() {
+  [ "${TOUCH_MEMORY:-0}" = 1 ] || return 0
+  python3 - <<'PY'
+import mmap
+available = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo")
+                 if line.startswith("MemAvailable:"))
+size = max(0, available - 2 * 2**30) // mmap.PAGESIZE * mmap.PAGESIZE
+if size:
+    memory = mmap.mmap(-1, size)
+    for offset in range(0, size, mmap.PAGESIZE):
+        memory[offset] = 1
+    memory.close()
+print(f"== touched {size / 2**30:.1f} GiB of available memory once (TOUCH_MEMORY=1)")
+PY
+  # Not again in the runs this script starts (the bare run beside the shipped one).
+  export TOUCH_MEMORY=0
+}

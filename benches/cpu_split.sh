@@ -14,12 +14,15 @@
 #                                                deleted at the end unless KEEP_LOG=1)
 #   ROUNDS=5 benches/cpu_split.sh ...           (pairs of runs, default 3)
 #   LOAD=/path/to/load benches/cpu_split.sh ... (a load generator already built)
+#   TOUCH_MEMORY=1 benches/cpu_split.sh ...     (first touch every page of available memory
+#                                                once: on a fresh VM, see benches/common.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SERVER=${1:-target/release/mcp-ws}
 [ $# -ge 1 ] || cargo build --release --quiet
 LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 . benches/common.sh
+touch_memory
 # A log file of its own is deleted at the end (`drop_log`); a given LOG_TO is left alone.
 OWN_LOG=
 [ -n "${LOG_TO:-}" ] || { LOG_TO=$(mktemp /tmp/mcp-ws-cpu-split.XXXXXX.log); OWN_LOG=$LOG_TO; }

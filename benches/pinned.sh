@@ -18,9 +18,12 @@
 #                                    when the run ends unless KEEP_LOG=1).
 #   SERVER=/path/to/other/mcp-ws LOAD=/path/to/load benches/pinned.sh ...
 #                                   (given builds: then nothing is built here)
+#   TOUCH_MEMORY=1                  (first touch every page of available memory once: on a
+#                                    fresh VM, see benches/common.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benches/common.sh
+touch_memory
 # The shipped configuration's run, then the same run on the bare one beside it: by default
 # when neither CONFIG nor SERVER_LOG names another configuration (BARE=0: this run only).
 bare_default
