@@ -39,10 +39,11 @@ trap '[ -z "$SERVER_PID" ] || kill "$SERVER_PID" 2>/dev/null || true; drop_log "
 # The CPU ticks (user + kernel) of the server's log writer thread (`mcp-ws-log`), 0 if it
 # has none: its share of a request is the file's or pipe's write, apart from the event loop.
 log_thread_ticks() { # pid
-  local task stat fields
+  local task comm stat fields
   for task in /proc/"$1"/task/*; do
-    [ "$(cat "$task/comm" 2>/dev/null)" = mcp-ws-log ] || continue
-    stat=$(cat "$task/stat" 2>/dev/null) || break
+    read -r comm 2>/dev/null <"$task/comm" || continue
+    [ "$comm" = mcp-ws-log ] || continue
+    read -r stat 2>/dev/null <"$task/stat" || break
     # After the `)` that ends the thread's name come state, ...: utime and stime are the
     # 12th and 13th of those.
     read -ra fields <<<"${stat##*) }"
@@ -66,11 +67,13 @@ run() { # label [env assignments...]
     perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$pid" -o "$counts" 2>/dev/null &
     perf_pid=$!
   fi
-  before="$(awk '{print $14, $15}' "/proc/$pid/stat") $(log_thread_ticks "$pid")"
+  before=$(awk '{print $14, $15}' "/proc/$pid/stat")
+  before="$before $(log_thread_ticks "$pid")"
   result=$(taskset -c 1 "$LOAD" --targets mcp-ws --url ws://127.0.0.1:$PORT/mcp \
     --connections 16 --pipeline 16 --payload 64 --duration 5 --warmup 0 --out "$WORK/load" \
     | grep '^RESULT_JSON ' | sed 's/^RESULT_JSON //')
-  after="$(awk '{print $14, $15}' "/proc/$pid/stat") $(log_thread_ticks "$pid")"
+  after=$(awk '{print $14, $15}' "/proc/$pid/stat")
+  after="$after $(log_thread_ticks "$pid")"
   [ -z "$perf_pid" ] || { kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; }
   kill -TERM $pid
   wait $pid 2>/dev/null || true
@@ -115,10 +118,11 @@ for label in ("shipped", "access-off"):
     switches = [float(r[6]) for r in mine if len(r) > 6 and r[6] != "-"]
     if calls and switches:
         print(f"  per request: system calls {statistics.median(calls):.4f}, context switches {statistics.median(switches):.4f}")
-    log = statistics.median(float(r[7]) for r in mine)
-    print(f"  of the total, the log writer thread: {log:.3f} µs ({log / median[label][2] * 100:.1f} %)")
+    median[label].append(statistics.median(float(r[7]) for r in mine))
+    print(f"  of the total, the log writer thread: {median[label][3]:.3f}")
 s, o = median["shipped"], median["access-off"]
 print(f"shipped / access-off: user {s[0] / o[0]:.3f}x, kernel {s[1] / o[1]:.3f}x, total {s[2] / o[2]:.3f}x")
+print(f"the shipped log writer thread: {s[3] / o[2] * 100:.1f} % of an access-off request")
 # Each shipped run against the access-off run after it, so that a pair meets the same load.
 pairs = [float(a[4]) / float(b[4]) for a, b in zip(
     [r for r in rows if r[0] == "shipped"], [r for r in rows if r[0] == "access-off"])]

@@ -51,7 +51,7 @@ fn main() -> ExitCode {
     let mut settings = match Settings::load(cli.config.as_deref(), cli.listen) {
         Ok(settings) => settings,
         Err(error) => {
-            eprintln!("mcp-ws: {error}");
+            say(&error);
             return ExitCode::from(2);
         }
     };
@@ -59,7 +59,7 @@ fn main() -> ExitCode {
         settings.builtins.set = "none".to_owned();
         settings.upstreams = vec![stdio_upstream(command, args, cli.mode.as_deref())];
         if let Err(error) = settings.validate() {
-            eprintln!("mcp-ws: {error}");
+            say(&error);
             return ExitCode::from(2);
         }
     }
@@ -68,7 +68,7 @@ fn main() -> ExitCode {
     let _log = match mcp_ws::telemetry::install(&settings.logging) {
         Ok(guard) => guard,
         Err(error) => {
-            eprintln!("mcp-ws: {error}");
+            say(&error);
             return ExitCode::from(2);
         }
     };
@@ -82,7 +82,7 @@ fn main() -> ExitCode {
     let server = match with_builtins(&set, Server::builder().settings(settings)).build() {
         Ok(server) => server,
         Err(error) => {
-            eprintln!("mcp-ws: {error}");
+            say(&error);
             return ExitCode::from(2);
         }
     };
@@ -90,10 +90,17 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(%error, "mcp-ws failed");
-            eprintln!("mcp-ws: {error}");
+            say(&error);
             ExitCode::FAILURE
         }
     }
+}
+
+/// Says why the server does not start or stopped, on stderr. `eprintln!` would panic if
+/// stderr cannot be written (a reader gone), turning exit code 2 into a panic's 101.
+fn say(error: &dyn std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "mcp-ws: {error}");
 }
 
 /// The one upstream of `--stdio -- CMD ARGS`: named after the program, its tools under their

@@ -289,7 +289,21 @@ impl Write for BySize {
                 Err(_) => {}
             }
         }
-        self.file.write_all(buf)?;
+        if let Err(error) = self.file.write_all(buf) {
+            // A batch goes in whole or not at all: what part of it got in (a disk that filled
+            // midway) is cut off again, so that no line is left cut to be glued to the next
+            // batch's first, the log's writer counts the right lines lost, and the file's
+            // size stays what `written` says. Only ever shortened: a file someone else
+            // emptied meanwhile is not lengthened with zeros.
+            if self
+                .file
+                .metadata()
+                .is_ok_and(|metadata| metadata.len() > self.written)
+            {
+                let _ = self.file.set_len(self.written);
+            }
+            return Err(error);
+        }
         self.written = self.written.saturating_add(len);
         Ok(buf.len())
     }

@@ -81,6 +81,8 @@ pub(crate) struct Closer {
 
 impl LogWriter {
     /// A writer to `out` holding at most `limit` lines, its thread named `thread_name`.
+    /// `out` must not buffer: a line counts as written once `out.write` took it, and what a
+    /// buffer lost at its flush would not be counted.
     ///
     /// # Errors
     /// When the thread cannot be started.
@@ -156,13 +158,22 @@ impl<'a> MakeWriter<'a> for LogWriter {
     }
 }
 
-/// Writes `batch` (whole lines) to `out` and flushes it; returns how many of its lines did
-/// not get out whole: every line not ended by the bytes `out` took before a write failed
-/// (`EPIPE` from a reader gone, `ENOSPC` from a full disk) or took nothing. A line cut by the
-/// failure counts as lost. A writer that fails a write after taking part of it without
-/// saying how much (a file rotated by size writes each batch whole or fails) has all the
-/// lines of that write counted.
-fn deliver(out: &mut impl Write, batch: &[u8]) -> u64 {
+/// What writing a batch out came to ([`deliver`]).
+struct Delivery {
+    /// Lines of the batch that did not get out whole.
+    lost: u64,
+    /// Whether the bytes that got out end inside a line: its head is in the output, and the
+    /// next write must begin a new line first.
+    cut: bool,
+}
+
+/// Writes `batch` (whole lines) to `out` and flushes it. The lines lost are those not ended
+/// by the bytes `out` took before a write failed (`EPIPE` from a reader gone, `ENOSPC` from
+/// a full disk) or took nothing: a line cut by the failure counts as lost. `out` must say
+/// how much each write took; one that fails after taking part of a write without saying so
+/// has all the lines of that write counted (a file rotated by size takes a batch whole or
+/// not at all).
+fn deliver(out: &mut impl Write, batch: &[u8]) -> Delivery {
     let mut written = 0;
     while written < batch.len() {
         match out.write(&batch[written..]) {
@@ -172,9 +183,12 @@ fn deliver(out: &mut impl Write, batch: &[u8]) -> u64 {
             Err(_) => break,
         }
     }
-    // No writer here buffers (stderr, files written whole): a flush loses nothing of its own.
+    // No writer of the log buffers (stderr, the log files): a flush loses nothing of its own.
     let _ = out.flush();
-    memchr::memchr_iter(b'\n', &batch[written..]).count() as u64
+    Delivery {
+        lost: memchr::memchr_iter(b'\n', &batch[written..]).count() as u64,
+        cut: written > 0 && batch[written - 1] != b'\n',
+    }
 }
 
 impl Shared {
@@ -183,6 +197,8 @@ impl Shared {
         let mut batch = Vec::new();
         // Whether the last batch lost lines (the failure is said when a stretch begins).
         let mut failing = false;
+        // Whether the output ends inside a line a failed write cut.
+        let mut cut = false;
         loop {
             let mut state = lock(&self.state);
             while state.buffer.is_empty() && !state.closing {
@@ -202,14 +218,22 @@ impl Shared {
             std::mem::swap(&mut batch, &mut state.buffer);
             state.writing = std::mem::take(&mut state.buffered);
             drop(state);
+            // The head of a line a failed write cut is ended first, so that the next line
+            // is not glued to it.
+            if cut {
+                cut = deliver(&mut out, b"\n").lost > 0;
+            }
             // A reader gone (EPIPE) or a full disk loses what this batch had left to write,
             // counted as dropped lines; the next batch is tried anew.
-            let lost = deliver(&mut out, &batch);
-            if lost > 0 {
-                self.dropped.fetch_add(lost, Ordering::Relaxed);
+            let delivery = deliver(&mut out, &batch);
+            cut |= delivery.cut;
+            if delivery.lost > 0 {
+                self.dropped.fetch_add(delivery.lost, Ordering::Relaxed);
                 if !failing {
                     failing = true;
-                    // Said once per failing stretch, on stderr, which may be what fails.
+                    // Said once per failing stretch, on stderr, which may be what fails (then
+                    // no one sees it; a pipe no one reads may hold this thread here, as it
+                    // would for any batch, never the threads that log).
                     let _ = writeln!(
                         io::stderr(),
                         "mcp-ws: the log cannot be written; lines are dropped and counted in \
@@ -409,21 +433,51 @@ mod tests {
         reader.stall(false);
     }
 
-    /// Takes `room` bytes in all, in writes of at most `chunk`, then fails every write as a
-    /// pipe whose reader is gone does.
+    /// Takes `room` bytes, in writes of at most `chunk` after a first write interrupted by a
+    /// signal, then fails one write as a pipe whose reader is gone does (a full disk that is
+    /// then given room again), and takes whatever comes after.
+    #[derive(Clone)]
     struct Breaks {
-        taken: Vec<u8>,
+        taken: Arc<Mutex<Vec<u8>>>,
         room: usize,
         chunk: usize,
+        interrupted: bool,
+        failed: bool,
+    }
+
+    impl Breaks {
+        fn new(room: usize) -> Self {
+            Self {
+                taken: Arc::default(),
+                room,
+                chunk: 3,
+                interrupted: false,
+                failed: false,
+            }
+        }
+
+        fn taken(&self) -> Vec<u8> {
+            lock(&self.taken).clone()
+        }
     }
 
     impl Write for Breaks {
         fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            let n = buf.len().min(self.chunk).min(self.room - self.taken.len());
+            if !self.interrupted {
+                self.interrupted = true;
+                return Err(io::ErrorKind::Interrupted.into());
+            }
+            let mut taken = lock(&self.taken);
+            let n = if self.failed {
+                buf.len()
+            } else {
+                buf.len().min(self.chunk).min(self.room - taken.len())
+            };
             if n == 0 {
+                self.failed = true;
                 return Err(io::ErrorKind::BrokenPipe.into());
             }
-            self.taken.extend_from_slice(&buf[..n]);
+            taken.extend_from_slice(&buf[..n]);
             Ok(n)
         }
 
@@ -435,18 +489,35 @@ mod tests {
     #[test]
     fn a_failed_write_counts_the_lines_it_did_not_deliver_whole() {
         let batch = b"one\ntwo\nthree\nfour\n";
-        // Every room: from all four lines lost to none; a line cut by the failure is lost.
+        // A failure at every byte: from all four lines lost to none.
         for room in 0..=batch.len() {
-            let mut out = Breaks {
-                taken: Vec::new(),
-                room,
-                chunk: 3,
-            };
-            let lost = deliver(&mut out, batch);
-            let whole = out.taken.iter().filter(|&&b| b == b'\n').count() as u64;
-            assert_eq!(lost + whole, 4, "room {room}");
-            assert_eq!(out.taken, batch[..room], "room {room}");
+            let mut out = Breaks::new(room);
+            let delivery = deliver(&mut out, batch);
+            assert_eq!(out.taken(), batch[..room], "room {room}");
+            let unended = batch[room..].iter().filter(|&&b| b == b'\n').count() as u64;
+            assert_eq!(delivery.lost, unended, "room {room}");
+            let inside_a_line = !matches!(room, 0 | 4 | 8 | 14 | 19);
+            assert_eq!(delivery.cut, inside_a_line, "room {room}");
         }
+        // Nothing to lose: written whole, the interruption retried.
+        let delivery = deliver(&mut Breaks::new(usize::MAX), batch);
+        assert_eq!((delivery.lost, delivery.cut), (0, false));
+    }
+
+    #[test]
+    fn a_line_cut_by_a_failed_write_is_ended_before_the_next_batch() {
+        let out = Breaks::new(6);
+        let (writer, closer) = LogWriter::spawn(out.clone(), 100, "log-test").expect("spawn");
+        writer.push(b"first line\n");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while writer.dropped() == 0 {
+            assert!(Instant::now() < deadline, "the first batch was not written");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        writer.push(b"second line\n");
+        drop(closer);
+        assert_eq!(out.taken(), b"first \nsecond line\n");
+        assert_eq!(writer.dropped(), 1);
     }
 
     #[cfg(target_os = "linux")]

@@ -8,8 +8,8 @@
 //! The background thread writes the lines in batches, at least every [`FLUSH_EVERY`], and
 //! all of them when the [`LogGuard`] drops. A line that finds `logging.queue_lines` lines
 //! held is dropped and counted ([`dropped_lines`], exported as
-//! `mcp_dropped_total{reason="access_log"}`): a stalled stderr costs lines, never the event
-//! loop. [`init`] and [`init_with`] keep the simple path for tests and embedders: each line is
+//! `mcp_dropped_total{reason="access_log"}`), and so is a line its write loses (a reader
+//! gone, a full disk): a stalled stderr costs lines, never the event loop. [`init`] and [`init_with`] keep the simple path for tests and embedders: each line is
 //! written by the thread that logs it, before the event returns.
 //!
 //! Requests are logged in `debug` spans (`request{session, id, method, trace}` and, for work
@@ -168,7 +168,7 @@ pub fn init_with(logging: &LoggingSettings) {
         Ok(Some(file)) => (BoxMakeWriter::new(Mutex::new(file)), false),
         Ok(None) => (BoxMakeWriter::new(io::stderr), io::stderr().is_terminal()),
         Err(error) => {
-            eprintln!("mcp-ws: {error}; logging to stderr");
+            let _ = writeln!(io::stderr(), "mcp-ws: {error}; logging to stderr");
             (BoxMakeWriter::new(io::stderr), io::stderr().is_terminal())
         }
     };

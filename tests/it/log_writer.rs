@@ -249,6 +249,20 @@ impl Stalled {
         }
     }
 
+    /// Reads stderr up to a line holding `needle` (bounded: the server exits or the test's
+    /// own timeout ends it).
+    fn read_to_line(&mut self, needle: &str) {
+        let stderr = self.stderr.as_mut().expect("open");
+        loop {
+            let mut line = String::new();
+            let read = stderr.read_line(&mut line).expect("read stderr");
+            assert!(read > 0, "the server exited before a line with {needle}");
+            if line.contains(needle) {
+                return;
+            }
+        }
+    }
+
     /// Closes the pipe's reading end, as a log collector that dies does: the server's
     /// writes to stderr fail (`EPIPE`) from then on.
     fn close_stderr(&mut self) {
@@ -320,9 +334,9 @@ async fn lines_a_closed_stderr_refuses_are_counted_and_answers_go_on() {
         .request_with_id(json!("init"), "initialize", initialize_params("2025-11-25"))
         .await;
     assert_result(&init, &json!("init"));
-    // Every line so far is written (the pipe holds them) before the reader goes: the
-    // writer flushes within 100 ms.
-    std::thread::sleep(Duration::from_millis(300));
+    // Every line so far is written before the reader goes: the last, `initialize`'s
+    // access line, is read.
+    server.read_to_line("method=initialize");
     assert_eq!(metric_of(server.addr, dropped).await, 0);
     server.close_stderr();
     // Each ping's access line is written after the close, and lost: counted, each once
