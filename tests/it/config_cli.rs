@@ -5,7 +5,8 @@
 //! - The binary serves on the address of the file given with `--config`; `MCP_WS_LISTEN`
 //!   overrides the file, and `--listen` overrides `MCP_WS_LISTEN`.
 //! - An invalid configuration (unknown key, zero limit, unreadable file, bad address) makes
-//!   the binary exit with code 2 and a message on stderr naming the problem.
+//!   the binary exit with code 2 and a message on stderr naming the problem; with code 2
+//!   too when stderr cannot be written.
 //! - `GET /healthz` answers 200 with the body `ok`; `GET /` a short text page naming both
 //!   URLs of the endpoint (nothing about the version).
 //! - `--help` lists every flag with its environment variable; the start-up log names the
@@ -191,6 +192,27 @@ async fn env_overrides_the_file_and_the_flag_overrides_env() {
     );
     assert_eq!(process.wait_listening(), flag_addr, "--listen wins");
     assert_healthz(flag_addr).await;
+}
+
+#[test]
+fn invalid_config_exits_2_with_stderr_gone() {
+    // A pipe whose reading end is closed before the binary starts: its message about the
+    // config cannot be written (EPIPE), and the exit code must say what happened all the
+    // same (`eprintln!` panicked there: 101).
+    let zero = write_config("zero-batch-stderr-gone", "[limits]\nmax_batch_len = 0\n");
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-ws"))
+        .args(["--config", zero.to_str().expect("utf-8 path")])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("MCP_WS_CONFIG")
+        .env_remove("MCP_WS_LISTEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(writer)
+        .status()
+        .expect("the mcp-ws binary runs");
+    assert_eq!(status.code(), Some(2), "{status:?}");
 }
 
 /// Runs the binary expecting it to refuse to start: exit code 2, `needle` on stderr.
