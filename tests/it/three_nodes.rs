@@ -176,12 +176,28 @@ fn run_sessions_as(
             .expect("the SDK client starts"),
     );
     let stdout = client.0.stdout.take().expect("piped stdout");
+    // Read on a thread of its own, so that a client that hangs without a word (a proxy
+    // that is not there) fails the test at the deadline: killed as `client` drops, its
+    // stdout ends and the thread with it.
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut on_ready = Some(on_ready);
     let mut summary = None;
-    for line in BufReader::new(stdout).lines() {
-        let line = line.expect("a line");
-        assert!(Instant::now() < deadline, "the client took too long");
+    loop {
+        let line = match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => line.expect("a line"),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the client took too long")
+            }
+        };
         if let Some(ready) = line.strip_prefix("ready ") {
             if ready.parse::<usize>().unwrap_or(0) >= sessions / 2 {
                 if let Some(on_ready) = on_ready.take() {

@@ -1,8 +1,9 @@
 //! nginx in the foreground with its own prefix, running one of the repository's sample
 //! configs with its addresses replaced by the ports a test picked; stopped when dropped.
 
+use super::ports::{free_port, owns_listener};
 use super::READ_TIMEOUT;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,45 +15,79 @@ pub struct Nginx {
 
 impl Nginx {
     /// Runs `sample` (relative to the crate root) with each `(address in the sample, node)`
-    /// replaced, and its `listen` address replaced by a free port.
+    /// replaced, and its `listen` address replaced by a free port: another one if nginx
+    /// loses that port to someone else before it binds it (tests run in parallel).
     pub fn start(prefix: &Path, sample: &str, nodes: &[(&str, SocketAddr)], listen: &str) -> Self {
         let sample_text =
             std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(sample))
                 .expect("the sample config is in the repository");
-        let addr = free_port();
-        let mut config = sample_text.replace(listen, &addr.to_string());
-        for (placeholder, node) in nodes {
-            config = config.replace(placeholder, &node.to_string());
+        for _ in 0..5 {
+            let addr = free_port();
+            let mut config = sample_text.replace(listen, &addr.to_string());
+            for (placeholder, node) in nodes {
+                config = config.replace(placeholder, &node.to_string());
+            }
+            assert_ne!(
+                config, sample_text,
+                "the sample names the addresses the test replaces"
+            );
+            let mut nginx = Self::spawn(prefix, &config, addr);
+            if nginx.listening(prefix) {
+                return nginx;
+            }
         }
-        assert_ne!(
-            config, sample_text,
-            "the sample names the addresses the test replaces"
-        );
+        panic!("nginx found no free port in five tries")
+    }
+
+    /// nginx running `config` (which listens on `addr`) with its prefix in `prefix`.
+    fn spawn(prefix: &Path, config: &str, addr: SocketAddr) -> Self {
         for dir in ["logs", "tmp"] {
             std::fs::create_dir_all(prefix.join(dir)).expect("prefix dirs");
         }
         let path = prefix.join("nginx.conf");
         std::fs::write(&path, config).expect("config written");
-        let child = Command::new(binary())
-            .arg("-p")
-            .arg(prefix)
-            .args(["-e", "logs/error.log", "-c"])
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx starts (install the Debian package nginx; .ci/run does)");
+        // Each nginx reads only its own complaints.
+        std::fs::write(prefix.join("logs/error.log"), "").expect("error log emptied");
+        Self {
+            child: Command::new(binary())
+                .arg("-p")
+                .arg(prefix)
+                .args(["-e", "logs/error.log", "-c"])
+                .arg(&path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("nginx starts (install the Debian package nginx; .ci/run does)"),
+            addr,
+        }
+    }
+
+    /// Waits until nginx listens on its address (true), or has given up on it because
+    /// someone else took it first (false).
+    fn listening(&mut self, prefix: &Path) -> bool {
+        let log = || std::fs::read_to_string(prefix.join("logs/error.log")).unwrap_or_default();
         let deadline = Instant::now() + READ_TIMEOUT;
-        while TcpStream::connect(addr).is_err() {
+        loop {
+            // nginx retries a bind for a few seconds before it exits; an address that is
+            // another's will not become nginx's.
+            let taken = format!("bind() to {} failed (98", self.addr);
+            if log().contains(&taken) {
+                return false;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("nginx exited ({status}); its log:\n{}", log());
+            }
+            if TcpStream::connect(self.addr).is_ok() && owns_listener(self.child.id(), self.addr) {
+                return true;
+            }
             assert!(
                 Instant::now() < deadline,
                 "nginx did not listen; its log:\n{}",
-                std::fs::read_to_string(prefix.join("logs/error.log")).unwrap_or_default()
+                log()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Self { child, addr }
     }
 
     /// `ws://ADDR/mcp`.
@@ -92,9 +127,23 @@ fn binary() -> &'static str {
     }
 }
 
-/// A free loopback port.
-pub fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
+#[test]
+fn nginx_on_a_port_someone_else_holds_is_told_from_nginx_listening() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = |addr: SocketAddr| {
+        format!(
+            "daemon off;\npid tmp/nginx.pid;\nevents {{}}\nhttp {{\n    server {{\n        \
+             listen {addr};\n        return 200;\n    }}\n}}\n"
+        )
+    };
+    // The port is someone else's: it answers, but nginx does not hold it.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let held = holder.local_addr().expect("addr");
+    let mut loser = Nginx::spawn(&dir.path().join("held"), &config(held), held);
+    assert!(!loser.listening(&dir.path().join("held")));
+    drop(loser);
+    // A free port: nginx's own.
+    let free = free_port();
+    let mut winner = Nginx::spawn(&dir.path().join("free"), &config(free), free);
+    assert!(winner.listening(&dir.path().join("free")));
 }

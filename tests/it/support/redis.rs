@@ -3,6 +3,7 @@
 //! persistence, is stopped when dropped, and can be killed and restarted on the same port to
 //! show a node going on without it and reconnecting by itself.
 
+use super::ports::{free_port, owns_listener};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,18 +30,21 @@ impl RedisServer {
         Self::on_free_port(Some(dir.to_owned()))
     }
 
+    /// On a port free at the start: another one if the server loses that port to someone
+    /// else before it binds it (tests run in parallel).
     fn on_free_port(data: Option<std::path::PathBuf>) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
         let mut server = Self {
-            port,
+            port: 0,
             child: None,
             data,
         };
-        server.restart();
-        server
+        for _ in 0..5 {
+            server.port = free_port().port();
+            if server.try_restart() {
+                return server;
+            }
+        }
+        panic!("redis-server found no free port in five tries")
     }
 
     /// `redis://127.0.0.1:PORT/`.
@@ -59,6 +63,16 @@ impl RedisServer {
     /// Starts it again on the same port (empty, unless it is persistent) and waits until it
     /// answers PING.
     pub fn restart(&mut self) {
+        assert!(
+            self.try_restart(),
+            "redis-server could not bind its port {} again",
+            self.port
+        );
+    }
+
+    /// [`restart`](Self::restart), false when the server exits instead: its port was
+    /// someone else's.
+    fn try_restart(&mut self) -> bool {
         self.kill();
         let mut command = Command::new(binary());
         command
@@ -73,8 +87,25 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts (install the Debian package redis-server; .ci/run does)");
+        let pid = child.id();
         self.child = Some(child);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Its own listener, not just an answer: another test's server may hold the port.
+        while !owns_listener(pid, addr) {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                return false;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {} did not listen",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         connect(self.port);
+        true
     }
 
     /// A plain connection, for the test to look at what the server stored.
@@ -352,4 +383,19 @@ fn cluster_ports(count: usize) -> Vec<u16> {
         }
     }
     ports
+}
+
+#[test]
+fn a_redis_server_on_a_port_someone_else_holds_is_not_taken_for_started() {
+    let holder = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let mut server = RedisServer {
+        port: holder.local_addr().expect("addr").port(),
+        child: None,
+        data: None,
+    };
+    assert!(!server.try_restart(), "the port is the holder's");
+    drop(holder);
+    // Its port free again, it starts there.
+    assert!(server.try_restart());
+    assert_eq!(server.keys("*"), Vec::<String>::new());
 }

@@ -1,0 +1,63 @@
+//! Ports for programs the tests start (nginx, redis-server) that take their port from the
+//! command line or config: a port found free is only free until someone else binds it, and
+//! the tests run in parallel. A program that loses that race fails to bind and exits, while
+//! the address answers all the same, someone else's. [`owns_listener`] tells the two apart,
+//! so that the starters can try another port instead of testing against a stranger.
+
+use std::net::{SocketAddr, TcpListener};
+
+/// A loopback port free at the time of the call.
+pub fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+}
+
+/// Whether the process `pid` holds the socket listening on the IPv4 `addr`: the socket's
+/// inode, from `/proc/net/tcp`, is among the process's descriptors. Linux only; elsewhere
+/// it says yes (the check is then not made).
+pub fn owns_listener(pid: u32, addr: SocketAddr) -> bool {
+    if !cfg!(target_os = "linux") {
+        return true;
+    }
+    let SocketAddr::V4(addr) = addr else {
+        return true;
+    };
+    // The kernel writes the address as the native-endian number of its network-order bytes,
+    // the port in host order, in hex; state 0A is LISTEN.
+    let local = format!(
+        "{:08X}:{:04X}",
+        u32::from_ne_bytes(addr.ip().octets()),
+        addr.port()
+    );
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    let inode = table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A"))
+            .then(|| fields.get(9).map(|inode| inode.to_string()))
+            .flatten()
+    });
+    let Some(inode) = inode else {
+        return false;
+    };
+    let socket = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == socket.as_str())
+        })
+    })
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_listener_is_told_from_someone_elses() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    assert!(owns_listener(std::process::id(), addr));
+    // Another process (this one's parent) does not hold it; nor does anyone a free port.
+    assert!(!owns_listener(std::os::unix::process::parent_id(), addr));
+    drop(listener);
+    assert!(!owns_listener(std::process::id(), addr));
+}
