@@ -1023,12 +1023,7 @@ async fn a_server_of_2026_only_is_reached_through_the_fall_back_to_discover() {
 }
 
 fn fastmcp_listening(transport: &str, env: &[(&str, &Path)]) -> (KillOnDrop, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("a free port")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let mut upstream = KillOnDrop(
+    crate::support::ports::listening_child(&format!("the {transport} upstream"), |port| {
         Command::new(ensure_python_env())
             .arg(interop_dir().join("gateway_upstream.py"))
             .args([transport, &port.to_string()])
@@ -1036,21 +1031,8 @@ fn fastmcp_listening(transport: &str, env: &[(&str, &Path)]) -> (KillOnDrop, u16
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("the FastMCP upstream starts"),
-    );
-    let deadline = Instant::now() + READ_TIMEOUT;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the {transport} upstream does not listen"
-        );
-        assert!(
-            upstream.0.try_wait().expect("try_wait").is_none(),
-            "the {transport} upstream exited"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (upstream, port)
+            .expect("the FastMCP upstream starts")
+    })
 }
 
 #[tokio::test]
@@ -1510,23 +1492,13 @@ async fn an_rmcp_server_over_http_is_an_upstream() {
         ("sessions", UpstreamMode::PerSession),
         ("stateless-json", UpstreamMode::Shared),
     ] {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("a free port")
-            .local_addr()
-            .expect("addr")
-            .port();
-        let _upstream = crate::support::interop::KillOnDrop(
+        let (_upstream, port) = crate::support::ports::listening_child("the rmcp server", |port| {
             Command::new(&binary)
                 .arg(format!("127.0.0.1:{port}"))
                 .env("MODE", rmcp_mode)
                 .spawn()
-                .expect("the rmcp server starts"),
-        );
-        let deadline = Instant::now() + READ_TIMEOUT;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the rmcp server does not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+                .expect("the rmcp server starts")
+        });
         let rust = UpstreamSettings {
             name: "rust".into(),
             url: format!("http://127.0.0.1:{port}/mcp"),

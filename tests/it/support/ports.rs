@@ -2,9 +2,14 @@
 //! command line or config: a port found free is only free until someone else binds it, and
 //! the tests run in parallel. A program that loses that race fails to bind and exits, while
 //! the address answers all the same, someone else's. [`owns_listener`] tells the two apart,
-//! so that the starters can try another port instead of testing against a stranger.
+//! so that the starters can try another port instead of testing against a stranger
+//! ([`listening_child`] for any program given its port).
 
+use super::interop::KillOnDrop;
+use super::READ_TIMEOUT;
 use std::net::{SocketAddr, TcpListener};
+use std::process::Child;
+use std::time::{Duration, Instant};
 
 /// A loopback port free at the time of the call.
 pub fn free_port() -> SocketAddr {
@@ -48,6 +53,31 @@ pub fn owns_listener(pid: u32, addr: SocketAddr) -> bool {
             std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == socket.as_str())
         })
     })
+}
+
+/// The process `spawn` starts to listen on the loopback port it is given, once it listens
+/// there itself: on another free port when it exits first (someone else took the port; five
+/// tries). Fails when it neither listens nor exits within [`READ_TIMEOUT`].
+pub fn listening_child(what: &str, mut spawn: impl FnMut(u16) -> Child) -> (KillOnDrop, u16) {
+    for _ in 0..5 {
+        let addr = free_port();
+        let mut child = KillOnDrop(spawn(addr.port()));
+        let deadline = Instant::now() + READ_TIMEOUT;
+        loop {
+            if owns_listener(child.0.id(), addr) {
+                return (child, addr.port());
+            }
+            if let Ok(Some(_)) = child.0.try_wait() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what} does not listen on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("{what} exited before listening, on five ports in a row")
 }
 
 #[cfg(target_os = "linux")]
