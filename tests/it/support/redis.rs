@@ -164,8 +164,8 @@ impl RedisCluster {
             children: Vec::new(),
             dir,
         };
-        for port in cluster.ports.clone() {
-            cluster.spawn(port);
+        for index in 0..cluster.ports.len() {
+            cluster.ports[index] = cluster.spawn(cluster.ports[index]);
         }
         let mut connections: Vec<redis::Connection> =
             cluster.ports.iter().map(|port| connect(*port)).collect();
@@ -215,8 +215,8 @@ impl RedisCluster {
         let mut replicas = cluster_ports(3);
         replicas.retain(|port| !masters.contains(port));
         assert_eq!(replicas.len(), 3, "free ports for the replicas");
-        for (master, replica) in masters.iter().zip(&replicas) {
-            cluster.spawn(*replica);
+        for (master, replica) in masters.iter().zip(&mut replicas) {
+            *replica = cluster.spawn(*replica);
             cluster.replicas.push(*replica);
             let id: String = redis::cmd("CLUSTER")
                 .arg("MYID")
@@ -259,20 +259,44 @@ impl RedisCluster {
         cluster
     }
 
-    /// Starts one `redis-server` in cluster mode on `port` (kept in `children`).
-    fn spawn(&mut self, port: u16) {
-        let child = Command::new(binary())
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--cluster-enabled", "yes"])
-            .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
-            .args(["--cluster-node-timeout", "2000"])
-            .current_dir(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts in cluster mode");
-        self.children.push(child);
+    /// Starts one `redis-server` in cluster mode (kept in `children`) on `port`, or on
+    /// another free one if someone else takes `port` first (tests run in parallel); returns
+    /// the port it listens on.
+    fn spawn(&mut self, port: u16) -> u16 {
+        let mut port = port;
+        for _ in 0..5 {
+            let mut child = Command::new(binary())
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+                .args(["--cluster-node-timeout", "2000"])
+                .current_dir(self.dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server starts in cluster mode");
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if owns_listener(child.id(), addr) {
+                    // Only a node that runs is kept: `children` follows `ports`.
+                    self.children.push(child);
+                    return port;
+                }
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("redis-server on {port} did not listen");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            port = cluster_ports(1)[0];
+        }
+        panic!("a cluster node found no free port in five tries")
     }
 
     /// SIGKILLs master `index`, then waits until its replica has taken over (it says it is
