@@ -9,8 +9,9 @@
 //! all of them when the [`LogGuard`] drops. A line that finds `logging.queue_lines` lines
 //! held is dropped and counted ([`dropped_lines`], exported as
 //! `mcp_dropped_total{reason="access_log"}`), and so is a line its write loses (a reader
-//! gone, a full disk): a stalled stderr costs lines, never the event loop. [`init`] and [`init_with`] keep the simple path for tests and embedders: each line is
-//! written by the thread that logs it, before the event returns.
+//! gone, a full disk): a stalled stderr costs lines, never the event loop. [`init`] and
+//! [`init_with`] keep the simple path for tests and embedders: each line is written by the
+//! thread that logs it, before the event returns.
 //!
 //! Requests are logged in `debug` spans (`request{session, id, method, trace}` and, for work
 //! in a worker, its child `worker{run, trace}`) with their duration and outcome; enable them
