@@ -202,16 +202,30 @@ fn invalid_config_exits_2_with_stderr_gone() {
     let zero = write_config("zero-batch-stderr-gone", "[limits]\nmax_batch_len = 0\n");
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-ws"))
-        .args(["--config", zero.to_str().expect("utf-8 path")])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env_remove("MCP_WS_CONFIG")
-        .env_remove("MCP_WS_LISTEN")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(writer)
-        .status()
-        .expect("the mcp-ws binary runs");
+    let mut binary = crate::support::interop::KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-ws"))
+            .args(["--config", zero.to_str().expect("utf-8 path")])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env_remove("MCP_WS_CONFIG")
+            .env_remove("MCP_WS_LISTEN")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(writer)
+            .spawn()
+            .expect("the mcp-ws binary runs"),
+    );
+    // Bounded: a binary that took the config would serve until killed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = binary.0.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the binary did not exit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     assert_eq!(status.code(), Some(2), "{status:?}");
 }
 

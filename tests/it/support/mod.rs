@@ -6,7 +6,8 @@
 //! - [`meta`]: the per-request `_meta` of 2026-07-28 and the checks of its results;
 //!   [`stateless`]: the 2026-07-28 server under test;
 //! - [`process`]: the `mcp-ws` binary as a child process; [`redis`]: a `redis-server`;
-//!   [`nginx`]: nginx; [`ports`]: ports for those two, checked to be theirs;
+//!   [`nginx`]: nginx; [`ports`]: ports for the programs the tests start, checked to be
+//!   theirs;
 //!   [`interop`]: the server the SDK clients drive; [`alone`]: a test in a process of its own.
 //!
 //! Every receive has a timeout, so a missing answer fails the test instead of hanging it.

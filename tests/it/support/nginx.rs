@@ -132,8 +132,11 @@ fn nginx_on_a_port_someone_else_holds_is_told_from_nginx_listening() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = |addr: SocketAddr| {
         format!(
-            "daemon off;\npid tmp/nginx.pid;\nevents {{}}\nhttp {{\n    server {{\n        \
-             listen {addr};\n        return 200;\n    }}\n}}\n"
+            "daemon off;\npid tmp/nginx.pid;\nevents {{}}\nhttp {{\n    access_log off;\n    \
+             client_body_temp_path tmp/body;\n    proxy_temp_path tmp/proxy;\n    \
+             fastcgi_temp_path tmp/fastcgi;\n    uwsgi_temp_path tmp/uwsgi;\n    \
+             scgi_temp_path tmp/scgi;\n    server {{\n        listen {addr};\n        \
+             return 200;\n    }}\n}}\n"
         )
     };
     // The port is someone else's: it answers, but nginx does not hold it.

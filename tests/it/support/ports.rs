@@ -1,5 +1,5 @@
-//! Ports for programs the tests start (nginx, redis-server) that take their port from the
-//! command line or config: a port found free is only free until someone else binds it, and
+//! Ports for programs the tests start (nginx, redis-server, the gateway's upstreams) that
+//! take their port from the command line or config: a port found free is only free until someone else binds it, and
 //! the tests run in parallel. A program that loses that race fails to bind and exits, while
 //! the address answers all the same, someone else's. [`owns_listener`] tells the two apart,
 //! so that the starters can try another port instead of testing against a stranger
@@ -18,15 +18,16 @@ pub fn free_port() -> SocketAddr {
         .expect("a free port")
 }
 
-/// Whether the process `pid` holds the socket listening on the IPv4 `addr`: the socket's
-/// inode, from `/proc/net/tcp`, is among the process's descriptors. Linux only; elsewhere
-/// it says yes (the check is then not made).
+/// Whether the process `pid` holds a socket listening on the IPv4 `addr`, the exact address
+/// it bound (not `0.0.0.0`): the socket's inode, from `/proc/net/tcp`, is among the
+/// process's descriptors. Linux only; elsewhere it says yes (the check is then not made).
+/// An IPv6 address is never owned: its table is not read.
 pub fn owns_listener(pid: u32, addr: SocketAddr) -> bool {
     if !cfg!(target_os = "linux") {
         return true;
     }
     let SocketAddr::V4(addr) = addr else {
-        return true;
+        return false;
     };
     // The kernel writes the address as the native-endian number of its network-order bytes,
     // the port in host order, in hex; state 0A is LISTEN.
@@ -38,27 +39,34 @@ pub fn owns_listener(pid: u32, addr: SocketAddr) -> bool {
     let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
         return false;
     };
-    let inode = table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        (fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A"))
-            .then(|| fields.get(9).map(|inode| inode.to_string()))
-            .flatten()
-    });
-    let Some(inode) = inode else {
-        return false;
-    };
-    let socket = format!("socket:[{inode}]");
-    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-        fds.flatten().any(|fd| {
-            std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == socket.as_str())
+    // Every listener on the address (more than one with SO_REUSEPORT).
+    let sockets: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A"))
+                .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))
+                .flatten()
         })
-    })
+        .collect();
+    !sockets.is_empty()
+        && std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|target| {
+                    sockets
+                        .iter()
+                        .any(|socket| target.as_os_str() == socket.as_str())
+                })
+            })
+        })
 }
 
 /// The process `spawn` starts to listen on the loopback port it is given, once it listens
 /// there itself: on another free port when it exits first (someone else took the port; five
 /// tries). Fails when it neither listens nor exits within [`READ_TIMEOUT`].
 pub fn listening_child(what: &str, mut spawn: impl FnMut(u16) -> Child) -> (KillOnDrop, u16) {
+    let mut exits = Vec::new();
     for _ in 0..5 {
         let addr = free_port();
         let mut child = KillOnDrop(spawn(addr.port()));
@@ -67,7 +75,8 @@ pub fn listening_child(what: &str, mut spawn: impl FnMut(u16) -> Child) -> (Kill
             if owns_listener(child.0.id(), addr) {
                 return (child, addr.port());
             }
-            if let Ok(Some(_)) = child.0.try_wait() {
+            if let Ok(Some(status)) = child.0.try_wait() {
+                exits.push(status);
                 break;
             }
             assert!(
@@ -77,7 +86,7 @@ pub fn listening_child(what: &str, mut spawn: impl FnMut(u16) -> Child) -> (Kill
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    panic!("{what} exited before listening, on five ports in a row")
+    panic!("{what} exited before listening, on five ports in a row: {exits:?}")
 }
 
 #[cfg(target_os = "linux")]

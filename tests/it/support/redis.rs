@@ -278,8 +278,11 @@ impl RedisCluster {
                 .expect("redis-server starts in cluster mode");
             let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
             let deadline = Instant::now() + Duration::from_secs(10);
+            // Its cluster bus (port + 10000) is bound after the port: both, or it may yet
+            // exit on the second.
+            let bus = std::net::SocketAddr::from(([127, 0, 0, 1], port + 10_000));
             loop {
-                if owns_listener(child.id(), addr) {
+                if owns_listener(child.id(), addr) && owns_listener(child.id(), bus) {
                     // Only a node that runs is kept: `children` follows `ports`.
                     self.children.push(child);
                     return port;
