@@ -1408,14 +1408,18 @@ fn the_profile_validates_sets_only_what_differs_and_builds_the_fixture_set() {
 
 #[tokio::test]
 async fn the_binary_serves_the_fixtures_with_the_profile() {
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port");
+    // `--listen` over the profile's own address (127.0.0.1:8766), on a port the kernel
+    // picks as the server binds.
     let process = ServerProcess::spawn(
-        &["--config", CONFORMANCE_TOML, "--listen", &addr.to_string()],
+        &["--config", CONFORMANCE_TOML, "--listen", "127.0.0.1:0"],
         &[],
     );
-    assert_eq!(process.wait_listening(), addr);
+    let addr = process.wait_listening();
+    assert_ne!(
+        addr.port(),
+        8766,
+        "--listen is taken over the config's address"
+    );
     let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
     let init = client
         .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
