@@ -14,6 +14,7 @@
 //! first. This one touches `FILE.1` to `FILE.<file_keep - 1>` only, on the writing thread.
 
 use crate::config::FileRotation;
+use crate::observe::log_writer::FailureNotice;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -60,8 +61,8 @@ pub(crate) struct FileSettings {
 pub(crate) struct LogFile {
     writer: Rotating,
     settings: FileSettings,
-    /// A failure to make the writer again was reported on stderr and has not ended yet.
-    reopen_failing: bool,
+    /// A failure to make the writer again.
+    reopen: FailureNotice,
 }
 
 /// A writer of `logging.file`.
@@ -80,7 +81,7 @@ impl LogFile {
         Ok(Self {
             writer: settings.open()?,
             settings,
-            reopen_failing: false,
+            reopen: FailureNotice::default(),
         })
     }
 }
@@ -138,21 +139,15 @@ impl Write for LogFile {
             match self.settings.open() {
                 Ok(writer) => {
                     self.writer = writer;
-                    self.reopen_failing = false;
+                    self.reopen.ended();
                 }
                 // The old writer stays (into the deleted file, or, by size, the file it was
-                // renamed to): lines are kept where they can be, and it is said once.
-                Err(error) if !self.reopen_failing => {
-                    self.reopen_failing = true;
-                    // Said on stderr, whose failure (a reader gone) is no reason to panic.
-                    let _ = writeln!(
-                        io::stderr(),
-                        "mcp-ws: logging.file: cannot open {} again: {error}; writing on to the \
-                         file it replaces",
-                        self.settings.current().display()
-                    );
-                }
-                Err(_) => {}
+                // renamed to): lines are kept where they can be.
+                Err(error) => self.reopen.failed(format_args!(
+                    "logging.file: cannot open {} again: {error}; writing on to the file it \
+                     replaces",
+                    self.settings.current().display()
+                )),
             }
         }
         match &mut self.writer {
@@ -175,16 +170,14 @@ impl Write for LogFile {
 /// than `max_bytes` fills a file of its own, and an empty file is never rotated.
 struct BySize {
     file: File,
-    dir: PathBuf,
-    name: OsString,
-    /// `dir/name`.
+    /// `FILE`, the one written.
     path: PathBuf,
     /// Bytes in `file`.
     written: u64,
     max_bytes: u64,
     keep: usize,
-    /// A rotation failure was reported on stderr and no rotation has succeeded since.
-    rotate_failing: bool,
+    /// A rotation's failure.
+    rotation: FailureNotice,
 }
 
 impl BySize {
@@ -194,41 +187,22 @@ impl BySize {
         let path = settings.dir.join(&settings.name);
         let file = append_to(&path)?;
         let written = file.metadata()?.len();
-        let this = Self {
+        delete_beyond_keep(settings);
+        Ok(Self {
             file,
-            dir: settings.dir.clone(),
-            name: settings.name.clone(),
             path,
             written,
             max_bytes: settings.max_bytes,
             keep: settings.keep,
-            rotate_failing: false,
-        };
-        this.delete_beyond_keep();
-        Ok(this)
+            rotation: FailureNotice::default(),
+        })
     }
 
     /// `FILE.n`.
     fn numbered(&self, n: usize) -> PathBuf {
-        let mut numbered = self.name.clone();
+        let mut numbered = self.path.clone().into_os_string();
         numbered.push(format!(".{n}"));
-        self.dir.join(numbered)
-    }
-
-    /// Deletes `FILE.n` for every `n` from `keep` on (an earlier run's, with a larger
-    /// `file_keep`, or a copy named like one): one pass over the directory, at start.
-    fn delete_beyond_keep(&self) {
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let file_name = entry.file_name();
-            let beyond = number_of(&file_name, &self.name).is_some_and(|n| n >= self.keep as u64);
-            if beyond && entry.file_type().is_ok_and(|t| t.is_file()) {
-                // One that cannot be deleted stays; it is not written to.
-                let _ = fs::remove_file(entry.path());
-            }
-        }
+        numbered.into()
     }
 
     /// Moves the files up one number and begins a new `FILE`.
@@ -275,18 +249,13 @@ impl Write for BySize {
         let len = buf.len() as u64;
         if self.written > 0 && self.written.saturating_add(len) > self.max_bytes {
             match self.rotate() {
-                Ok(()) => self.rotate_failing = false,
+                Ok(()) => self.rotation.ended(),
                 // The lines go on into the file being written (past its size) rather than be
-                // lost; the next write tries again. Said once.
-                Err(error) if !self.rotate_failing => {
-                    self.rotate_failing = true;
-                    let _ = writeln!(
-                        io::stderr(),
-                        "mcp-ws: logging.file: cannot rotate {}: {error}; writing on to it",
-                        self.path.display()
-                    );
-                }
-                Err(_) => {}
+                // lost; the next write tries again.
+                Err(error) => self.rotation.failed(format_args!(
+                    "logging.file: cannot rotate {}: {error}; writing on to it",
+                    self.path.display()
+                )),
             }
         }
         if let Err(error) = self.file.write_all(buf) {
@@ -310,6 +279,22 @@ impl Write for BySize {
 
     fn flush(&mut self) -> io::Result<()> {
         self.file.flush()
+    }
+}
+
+/// Deletes `FILE.n` for every `n` from `keep` on (an earlier run's, with a larger
+/// `file_keep`, or a copy named like one): one pass over the directory, at start.
+fn delete_beyond_keep(settings: &FileSettings) {
+    let Ok(entries) = fs::read_dir(&settings.dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let beyond = number_of(&entry.file_name(), &settings.name)
+            .is_some_and(|n| n >= settings.keep as u64);
+        if beyond && entry.file_type().is_ok_and(|t| t.is_file()) {
+            // One that cannot be deleted stays; it is not written to.
+            let _ = fs::remove_file(entry.path());
+        }
     }
 }
 

@@ -158,6 +158,31 @@ impl<'a> MakeWriter<'a> for LogWriter {
     }
 }
 
+/// A failure of the log's own output, said once on stderr for as long as it lasts: the log
+/// cannot carry news of its own failure, and saying it at every write would flood stderr.
+#[derive(Default)]
+pub(crate) struct FailureNotice {
+    /// The failure was said and has not ended since.
+    said: bool,
+}
+
+impl FailureNotice {
+    /// Says `what` (after `mcp-ws: `) on stderr, unless this failure was said already.
+    /// stderr's own failure (a reader gone, which may be the failure itself) is ignored: no
+    /// reason to panic.
+    pub(crate) fn failed(&mut self, what: std::fmt::Arguments<'_>) {
+        if !self.said {
+            self.said = true;
+            let _ = writeln!(io::stderr(), "mcp-ws: {what}");
+        }
+    }
+
+    /// The failure has ended: the next one is said.
+    pub(crate) fn ended(&mut self) {
+        self.said = false;
+    }
+}
+
 /// What writing a batch out came to ([`deliver`]).
 struct Delivery {
     /// Lines of the batch that did not get out whole.
@@ -195,8 +220,7 @@ impl Shared {
     /// The writer thread: batches out until the log is closed and nothing is held.
     fn run<W: Write>(&self, mut out: W) {
         let mut batch = Vec::new();
-        // Whether the last batch lost lines (the failure is said when a stretch begins).
-        let mut failing = false;
+        let mut lost_lines = FailureNotice::default();
         // Whether the output ends inside a line a failed write cut.
         let mut cut = false;
         loop {
@@ -229,19 +253,15 @@ impl Shared {
             cut |= delivery.cut;
             if delivery.lost > 0 {
                 self.dropped.fetch_add(delivery.lost, Ordering::Relaxed);
-                if !failing {
-                    failing = true;
-                    // Said once per failing stretch, on stderr, which may be what fails (then
-                    // no one sees it; a pipe no one reads may hold this thread here, as it
-                    // would for any batch, never the threads that log).
-                    let _ = writeln!(
-                        io::stderr(),
-                        "mcp-ws: the log cannot be written; lines are dropped and counted in \
-                         mcp_dropped_total{{reason=\"access_log\"}}"
-                    );
-                }
+                // On stderr, which may be what fails (then no one sees it; a pipe no one
+                // reads may hold this thread here, as it would for any batch, never the
+                // threads that log).
+                lost_lines.failed(format_args!(
+                    "the log cannot be written; lines are dropped and counted in \
+                     mcp_dropped_total{{reason=\"access_log\"}}"
+                ));
             } else {
-                failing = false;
+                lost_lines.ended();
             }
             batch.clear();
             if batch.capacity() > KEEP_BYTES {
