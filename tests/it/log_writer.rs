@@ -73,12 +73,17 @@ fn files_in(dir: &Path) -> Vec<String> {
 
 /// Sends `count` pings in one go, then reads their answers.
 async fn pings(client: &mut Client, count: usize, params: &Value) {
-    for n in 0..count {
+    pings_with_ids(client, 0..count as u64, params).await;
+}
+
+/// Sends pings with the ids `ids` in one go, then reads their answers.
+async fn pings_with_ids(client: &mut Client, ids: std::ops::Range<u64>, params: &Value) {
+    for id in ids.clone() {
         client
-            .send_json(json!({"jsonrpc": "2.0", "id": n, "method": "ping", "params": params}))
+            .send_json(json!({"jsonrpc": "2.0", "id": id, "method": "ping", "params": params}))
             .await;
     }
-    for _ in 0..count {
+    for _ in ids {
         let answer = client.recv().await;
         assert!(answer.get("result").is_some(), "{answer}");
     }
@@ -228,37 +233,32 @@ impl Stalled {
             .stderr(Stdio::piped())
             .spawn()
             .expect("the mcp-ws binary starts");
-        let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
-        // Bounded: the server logs `listening` at start, or exits (end of the pipe).
-        let addr = loop {
-            let mut line = String::new();
-            let read = stderr.read_line(&mut line).expect("read stderr");
-            assert!(read > 0, "the server exited before listening");
-            if let Some(addr) = line
-                .split_whitespace()
-                .find_map(|word| word.strip_prefix("addr="))
-            {
-                break addr.parse().expect("a socket address");
-            }
-        };
-        Self {
+        let mut stalled = Self {
+            stderr: Some(BufReader::new(child.stderr.take().expect("piped"))),
             child,
-            stderr: Some(stderr),
-            addr,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             _config: config,
-        }
+        };
+        // The server logs `listening` at start.
+        let listening = stalled.read_to_line(" addr=");
+        stalled.addr = listening
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("addr="))
+            .and_then(|addr| addr.parse().ok())
+            .unwrap_or_else(|| panic!("a socket address: {listening}"));
+        stalled
     }
 
-    /// Reads stderr up to a line holding `needle` (bounded: the server exits or the test's
-    /// own timeout ends it).
-    fn read_to_line(&mut self, needle: &str) {
+    /// Reads stderr up to the line holding `needle`, and returns it (bounded: the server
+    /// exits, ending the pipe, or the test's own timeout ends it).
+    fn read_to_line(&mut self, needle: &str) -> String {
         let stderr = self.stderr.as_mut().expect("open");
         loop {
             let mut line = String::new();
             let read = stderr.read_line(&mut line).expect("read stderr");
             assert!(read > 0, "the server exited before a line with {needle}");
             if line.contains(needle) {
-                return;
+                return line;
             }
         }
     }
@@ -624,15 +624,7 @@ fn stop_cleanly(process: &mut ServerProcess, client: Client) {
 /// 120 ms waited (past the log writer's 100 ms batch deadline); returns the ids sent.
 async fn ping_rounds(client: &mut Client, rounds: std::ops::Range<u64>) -> std::ops::Range<u64> {
     for round in rounds.clone() {
-        for id in round * 10..round * 10 + 10 {
-            client
-                .send_json(json!({"jsonrpc": "2.0", "id": id, "method": "ping"}))
-                .await;
-        }
-        for _ in 0..10 {
-            let answer = client.recv().await;
-            assert!(answer.get("result").is_some(), "{answer}");
-        }
+        pings_with_ids(client, round * 10..round * 10 + 10, &json!({})).await;
         tokio::time::sleep(Duration::from_millis(120)).await;
     }
     rounds.start * 10..rounds.end * 10

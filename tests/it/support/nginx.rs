@@ -1,15 +1,16 @@
 //! nginx in the foreground with its own prefix, running one of the repository's sample
 //! configs with its addresses replaced by the ports a test picked; stopped when dropped.
 
-use super::ports::{free_port, owns_listener};
-use super::READ_TIMEOUT;
-use std::net::{SocketAddr, TcpStream};
+use super::ports::{free_port, wait_listening};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// nginx running a config of the test's, stopped (its workers with it) when dropped.
 pub struct Nginx {
     child: Child,
+    /// The address it listens on.
     pub addr: SocketAddr,
 }
 
@@ -64,30 +65,19 @@ impl Nginx {
     }
 
     /// Waits until nginx listens on its address (true), or has given up on it because
-    /// someone else took it first (false).
+    /// someone else took it first (false: nginx retries a bind for a few seconds, then
+    /// exits). Any other exit fails the test with nginx's log.
     fn listening(&mut self, prefix: &Path) -> bool {
-        let log = || std::fs::read_to_string(prefix.join("logs/error.log")).unwrap_or_default();
-        let deadline = Instant::now() + READ_TIMEOUT;
-        loop {
-            // nginx retries a bind for a few seconds before it exits; an address that is
-            // another's will not become nginx's.
-            let taken = format!("bind() to {} failed (98", self.addr);
-            if log().contains(&taken) {
-                return false;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("nginx exited ({status}); its log:\n{}", log());
-            }
-            if TcpStream::connect(self.addr).is_ok() && owns_listener(self.child.id(), self.addr) {
-                return true;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "nginx did not listen; its log:\n{}",
-                log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let Err(status) = wait_listening(&mut self.child, &[self.addr], "nginx") else {
+            return true;
+        };
+        let log = std::fs::read_to_string(prefix.join("logs/error.log")).unwrap_or_default();
+        let taken = format!("bind() to {} failed (98", self.addr);
+        assert!(
+            log.contains(&taken),
+            "nginx exited ({status}); its log:\n{log}"
+        );
+        false
     }
 
     /// `ws://ADDR/mcp`.

@@ -8,7 +8,7 @@
 use super::interop::KillOnDrop;
 use super::READ_TIMEOUT;
 use std::net::{SocketAddr, TcpListener};
-use std::process::Child;
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// A loopback port free at the time of the call.
@@ -62,28 +62,42 @@ pub fn owns_listener(pid: u32, addr: SocketAddr) -> bool {
         })
 }
 
+/// Waits until `child` listens on each of `addrs` itself (`Ok`), or exits first (`Err`
+/// with its status: it lost its port to someone else, or failed). `child` is killed, and
+/// the test fails, when neither comes within [`READ_TIMEOUT`].
+pub fn wait_listening(
+    child: &mut Child,
+    addrs: &[SocketAddr],
+    what: &str,
+) -> Result<(), ExitStatus> {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        if addrs.iter().all(|addr| owns_listener(child.id(), *addr)) {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} does not listen on {addrs:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The process `spawn` starts to listen on the loopback port it is given, once it listens
-/// there itself: on another free port when it exits first (someone else took the port; five
-/// tries). Fails when it neither listens nor exits within [`READ_TIMEOUT`].
+/// there itself ([`wait_listening`]): on another free port when it exits first (five
+/// tries).
 pub fn listening_child(what: &str, mut spawn: impl FnMut(u16) -> Child) -> (KillOnDrop, u16) {
     let mut exits = Vec::new();
     for _ in 0..5 {
         let addr = free_port();
         let mut child = KillOnDrop(spawn(addr.port()));
-        let deadline = Instant::now() + READ_TIMEOUT;
-        loop {
-            if owns_listener(child.0.id(), addr) {
-                return (child, addr.port());
-            }
-            if let Ok(Some(status)) = child.0.try_wait() {
-                exits.push(status);
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what} does not listen on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        match wait_listening(&mut child.0, &[addr], what) {
+            Ok(()) => return (child, addr.port()),
+            Err(status) => exits.push(status),
         }
     }
     panic!("{what} exited before listening, on five ports in a row: {exits:?}")

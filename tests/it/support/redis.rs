@@ -3,7 +3,7 @@
 //! persistence, is stopped when dropped, and can be killed and restarted on the same port to
 //! show a node going on without it and reconnecting by itself.
 
-use super::ports::{free_port, owns_listener};
+use super::ports::{free_port, wait_listening};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -82,28 +82,17 @@ impl RedisServer {
             Some(dir) => command.args(["--appendonly", "yes", "--dir"]).arg(dir),
             None => command.args(["--appendonly", "no"]),
         };
-        let child = command
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts (install the Debian package redis-server; .ci/run does)");
-        let pid = child.id();
-        self.child = Some(child);
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
-        let deadline = Instant::now() + Duration::from_secs(10);
         // Its own listener, not just an answer: another test's server may hold the port.
-        while !owns_listener(pid, addr) {
-            if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
-                self.child = None;
-                return false;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on {} did not listen",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        if wait_listening(&mut child, &[addr], "redis-server").is_err() {
+            return false;
         }
+        self.child = Some(child);
         connect(self.port);
         true
     }
@@ -276,26 +265,14 @@ impl RedisCluster {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("redis-server starts in cluster mode");
-            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-            let deadline = Instant::now() + Duration::from_secs(10);
             // Its cluster bus (port + 10000) is bound after the port: both, or it may yet
             // exit on the second.
-            let bus = std::net::SocketAddr::from(([127, 0, 0, 1], port + 10_000));
-            loop {
-                if owns_listener(child.id(), addr) && owns_listener(child.id(), bus) {
-                    // Only a node that runs is kept: `children` follows `ports`.
-                    self.children.push(child);
-                    return port;
-                }
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if Instant::now() >= deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("redis-server on {port} did not listen");
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            let addrs =
+                [port, port + 10_000].map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p)));
+            if wait_listening(&mut child, &addrs, "a Redis Cluster node").is_ok() {
+                // Only a node that runs is kept: `children` follows `ports`.
+                self.children.push(child);
+                return port;
             }
             port = cluster_ports(1)[0];
         }
