@@ -203,11 +203,7 @@ fn invalid_config_exits_2_with_stderr_gone() {
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
     let mut binary = crate::support::interop::KillOnDrop(
-        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-ws"))
-            .args(["--config", zero.to_str().expect("utf-8 path")])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env_remove("MCP_WS_CONFIG")
-            .env_remove("MCP_WS_LISTEN")
+        ServerProcess::command(&["--config", zero.to_str().expect("utf-8 path")], &[])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(writer)

@@ -11,6 +11,8 @@
 //!   no file passes `file_max_bytes`, no line is cut, and the `file_keep` files kept (`NAME`,
 //!   `NAME.1`, `NAME.2`) hold the newest lines in order, none missing; the same after every
 //!   log file was deleted while the server ran. A deleted daily file is begun again too.
+//!   On a disk that fills midway (the process's file size limited, `RLIMIT_FSIZE`), the file
+//!   keeps whole lines only, and every ping line is either in it or counted lost, never both.
 //! - A stderr whose reader is gone (a closed pipe): the lines its writes lose are counted in
 //!   the same metric, one for each, and the server answers on.
 //! - A stderr that is a pipe is made to hold one batch of the writer (1 MiB, where the
@@ -222,12 +224,7 @@ impl Stalled {
                 "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[logging]\nformat = \"text\"\n{logging}"
             ),
         );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-ws"))
-            .args(["--config", config.to_str().expect("utf-8")])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env_remove("MCP_WS_CONFIG")
-            .env_remove("MCP_WS_LISTEN")
-            .env("RUST_LOG", "info")
+        let mut child = ServerProcess::command(&["--config", config.to_str().expect("utf-8")], &[])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -493,6 +490,89 @@ async fn a_daily_log_file_deleted_is_begun_again() {
     assert_lines_since(&dir, after);
 }
 
+#[tokio::test]
+async fn a_log_file_rotated_by_size_on_a_full_disk_keeps_whole_lines_and_counts_the_rest() {
+    let dropped = "mcp_dropped_total{reason=\"access_log\"}";
+    let dir = log_dir("size-full");
+    // The disk fills before the file reaches its size: the process may write 16 KiB to a
+    // file, some forty ping lines, and the batch that crosses it is taken in part (the first
+    // to cross surely so, unless it began exactly at the limit).
+    let limit = 16_384;
+    let (mut process, mut client) =
+        serve_to_file_within("size-full", &dir, &size_rotation(1 << 20), Some(limit)).await;
+    let addr = wait_addr_after(|| file_text(&dir), 0);
+    let sent = ping_rounds(&mut client, 0..12).await;
+    // Every ping line is written whole or counted lost, never both: a batch the disk took
+    // part of is cut off again (else the file would end inside a line, and the lines of
+    // the batch after it would be both counted and glued on).
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let (kept, lost) = loop {
+        let text = std::fs::read_to_string(dir.join("mcp-ws.log")).expect("read the log");
+        let kept = ping_ids("mcp-ws.log", &text);
+        let lost = metric_of(addr, dropped).await;
+        if kept.len() as u64 + lost >= sent.end {
+            assert!(text.ends_with('\n'), "the file ends within a line");
+            assert!(text.len() as u64 <= limit, "{} bytes", text.len());
+            break (kept, lost);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} ping lines kept, {lost} counted lost, of {}",
+            kept.len(),
+            sent.end
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(lost > 0, "the disk never filled: {} lines kept", kept.len());
+    assert!(!kept.is_empty(), "no ping line written");
+    // A batch after the first refused may be short enough to fit again: the lines kept are
+    // not always the first ones, but each is there once, in order.
+    assert_eq!(
+        kept.len() as u64 + lost,
+        sent.end,
+        "lines kept ({kept:?}) and counted lost ({lost}) add up"
+    );
+    assert!(
+        kept.windows(2).all(|pair| pair[0] < pair[1]) && kept.iter().all(|id| *id < sent.end),
+        "each ping line at most once, in order: {kept:?}"
+    );
+    // Said on stderr, and the server answers on.
+    let ping = client.request_with_id(json!("p"), "ping", json!({})).await;
+    assert_result(&ping, &json!("p"));
+    sigterm(&process.child);
+    drop(client);
+    let (status, stderr) = process.wait_exit();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("lines are dropped and counted"),
+        "stderr: {stderr}"
+    );
+}
+
+/// Makes `command`'s process unable to write a file past `bytes` (`RLIMIT_FSIZE`), its
+/// writes past it failing with `EFBIG` rather than killing it (`SIGXFSZ` ignored, which
+/// `exec` keeps).
+#[allow(unsafe_code)]
+fn limit_file_size(command: &mut Command, bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    let limit = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
+    // SAFETY: between fork and exec, only async-signal-safe calls (`signal`, `setrlimit`),
+    // nothing allocated.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+                || libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Waits until the ping line of `id` is in a file of `dir` (a line being written as the
 /// files are read may be cut: only whole ones are read).
 fn wait_for_ping_line(dir: &Path, id: u64) {
@@ -594,6 +674,18 @@ fn size_rotation(max_bytes: usize) -> String {
 /// The binary logging JSON lines to `dir/mcp-ws.log`, `logging` added to its `[logging]`,
 /// and a client of it past `initialize`.
 async fn serve_to_file(name: &str, dir: &Path, logging: &str) -> (ServerProcess, Client) {
+    serve_to_file_within(name, dir, logging, None).await
+}
+
+/// [`serve_to_file`], the binary's files limited to `max_file_bytes` when given
+/// (`RLIMIT_FSIZE`, with `SIGXFSZ` ignored: a write past it takes what fits, and the next
+/// fails with `EFBIG`, as on a disk that fills midway).
+async fn serve_to_file_within(
+    name: &str,
+    dir: &Path,
+    logging: &str,
+    max_file_bytes: Option<u64>,
+) -> (ServerProcess, Client) {
     let file = dir.join("mcp-ws.log");
     let config = json_log_config(
         name,
@@ -601,7 +693,11 @@ async fn serve_to_file(name: &str, dir: &Path, logging: &str) -> (ServerProcess,
     );
     // A file of an earlier run holds its `listening` line.
     let seen = listening_addrs(&file_text(dir)).len();
-    let process = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8")], &[]);
+    let mut command = ServerProcess::command(&["--config", config.to_str().expect("utf-8")], &[]);
+    if let Some(bytes) = max_file_bytes {
+        limit_file_size(&mut command, bytes);
+    }
+    let process = ServerProcess::start(command);
     let addr = wait_addr_after(|| file_text(dir), seen);
     let mut client = Client::connect_url(&format!("ws://{addr}/mcp")).await;
     let init = client

@@ -20,6 +20,12 @@ impl ServerProcess {
     /// Runs the binary from the crate root, with the variables it reads cleared (then set
     /// from `env`), logging at info.
     pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start(Self::command(args, env))
+    }
+
+    /// The binary's command as [`spawn`](Self::spawn) runs it, for a test that sets up more
+    /// (its stdio, or limits) before it starts.
+    pub fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-ws"));
         command
             .args(args)
@@ -28,7 +34,7 @@ impl ServerProcess {
             .env_remove("MCP_WS_LISTEN")
             .env("RUST_LOG", "info")
             .envs(env.iter().copied());
-        Self::start(command)
+        command
     }
 
     /// Runs `command` (the binary, as the caller set it up), its stderr collected.
