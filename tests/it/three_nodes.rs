@@ -208,7 +208,17 @@ fn run_sessions_as(
             summary = Some(serde_json::from_str(&line).expect("a JSON summary"));
         }
     }
-    let status = client.0.wait().expect("the client exits");
+    // Its stdout ended; the process may still be on its way out (or hung there).
+    let status = loop {
+        if let Some(status) = client.0.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client closed its stdout but did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(status.success(), "client exit status {status}");
     summary.expect("the client printed its summary")
 }
