@@ -945,8 +945,8 @@ pub struct LoggingSettings {
     /// one batch of the log's writer, fills a file of its own). Lines are never split.
     pub file_max_bytes: u64,
     /// How many files of `file` are kept, the one being written included; older ones are
-    /// deleted (daily files at start and as the day turns; numbered ones at each rotation,
-    /// and at start those numbered from `file_keep` on).
+    /// deleted (daily files, `FILE.YYYY-MM-DD` only, at start and as the day turns; numbered
+    /// ones at each rotation, and at start those numbered from `file_keep` on).
     pub file_keep: usize,
     /// Lines the log's background writer holds before it drops new ones (counted in
     /// `mcp_dropped_total{reason="access_log"}`) rather than make the event loop wait.

@@ -1,6 +1,7 @@
 //! The log's file (`logging.file`): rotated by day (tracing-appender's daily appender,
-//! `FILE.YYYY-MM-DD`) or by size (here: `FILE`, then `FILE.1`, `FILE.2`, …), and begun again
-//! when the file being written is deleted while the server runs.
+//! `FILE.YYYY-MM-DD`, the days beyond `file_keep` deleted here) or by size (here: `FILE`, then
+//! `FILE.1`, `FILE.2`, …), and begun again when the file being written is deleted while the
+//! server runs.
 //!
 //! [`LogFile`] is an [`io::Write`] for the log's writer thread of `telemetry::install` (a
 //! batch of whole lines a write, off the event loops), or, behind a lock, for the `fmt`
@@ -91,15 +92,16 @@ impl FileSettings {
     fn open(&self) -> Result<Rotating, OpenError> {
         match self.rotation {
             FileRotation::Daily => {
-                // tracing-appender prunes as it starts so that `keep - 1` files remain beside
-                // the one it is about to create, counting today's if it exists: a restart
-                // within the day would delete one file too many (with `keep = 1`, the day's
-                // file itself). The day's file, when there, is counted in.
-                let today = matches!(self.current().try_exists(), Ok(true));
+                // Pruned here, not by tracing-appender: it counts every file whose name
+                // begins with FILE's (an archive `FILE.gz`, the `FILE.1` of an earlier
+                // rotation by size), deletes the oldest by creation time, and at a restart
+                // within the day counted today's file as one to prune (with `keep = 1`,
+                // deleting it). The writer is made again as each day begins (see `write`),
+                // so this runs at start and at each new day, as the appender's did.
+                delete_days_beyond_keep(self, &utc_date());
                 RollingFileAppender::builder()
                     .rotation(Rotation::DAILY)
                     .filename_prefix(self.name.to_string_lossy())
-                    .max_log_files(self.keep + usize::from(today))
                     .build(&self.dir)
                     .map(Rotating::Daily)
                     .map_err(OpenError::Daily)
@@ -116,17 +118,61 @@ impl FileSettings {
             FileRotation::Size => self.dir.join(&self.name),
             // The name as the appender is given it (`to_string_lossy`).
             FileRotation::Daily => {
-                let today = time::OffsetDateTime::now_utc().date();
-                self.dir.join(format!(
-                    "{}.{:04}-{:02}-{:02}",
-                    self.name.to_string_lossy(),
-                    today.year(),
-                    u8::from(today.month()),
-                    today.day()
-                ))
+                self.dir
+                    .join(format!("{}.{}", self.name.to_string_lossy(), utc_date()))
             }
         }
     }
+}
+
+/// Today's date (UTC) as the daily files are named: `YYYY-MM-DD`.
+fn utc_date() -> String {
+    let today = time::OffsetDateTime::now_utc().date();
+    format!(
+        "{:04}-{:02}-{:02}",
+        today.year(),
+        u8::from(today.month()),
+        today.day()
+    )
+}
+
+/// Deletes the daily files `FILE.YYYY-MM-DD` but the `keep` newest by the date in their
+/// names, `today`'s counted among them whether it exists yet or not (it is the one written)
+/// and never deleted. No other name is touched.
+fn delete_days_beyond_keep(settings: &FileSettings, today: &str) {
+    let Ok(entries) = fs::read_dir(&settings.dir) else {
+        return;
+    };
+    let name = settings.name.to_string_lossy();
+    let mut days: Vec<(String, PathBuf)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let date = date_of(&entry.file_name(), &name)?;
+            let other_day = date != today && entry.file_type().is_ok_and(|t| t.is_file());
+            other_day.then(|| (date, entry.path()))
+        })
+        .collect();
+    // Newest first (`YYYY-MM-DD` sorts as the dates do).
+    days.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    for (_, path) in days.into_iter().skip(settings.keep.saturating_sub(1)) {
+        // One that cannot be deleted stays; it is not written to.
+        let _ = fs::remove_file(path);
+    }
+}
+
+/// `YYYY-MM-DD` when `file_name` is `name.YYYY-MM-DD` (digits where the format has them).
+fn date_of(file_name: &OsStr, name: &str) -> Option<String> {
+    let date = file_name
+        .to_str()?
+        .strip_prefix(name)?
+        .strip_prefix('.')?
+        .as_bytes();
+    let shape = date.len() == 10
+        && date.iter().enumerate().all(|(i, b)| match i {
+            4 | 7 => *b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    shape.then(|| String::from_utf8_lossy(date).into_owned())
 }
 
 impl Write for LogFile {
@@ -450,6 +496,72 @@ mod tests {
                 "other"
             ]
         );
+    }
+
+    #[test]
+    fn only_daily_files_beyond_keep_go_the_newest_by_name_and_todays_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Made newest first, so that an order by creation time is not the names' order.
+        for name in [
+            "log.2026-12-04",
+            "log.2026-11-30",
+            "log.2026-12-03",
+            "log.2026-12-01",
+            "log",
+            "log.1",
+            "log.2",
+            "log.2026-12-01.gz",
+            "log.2026-1-01",
+            "logs.2026-01-01",
+            "other",
+        ] {
+            fs::write(dir.path().join(name), "old\n").expect("write");
+        }
+        let daily = |keep| FileSettings {
+            rotation: FileRotation::Daily,
+            ..settings(dir.path(), 10, keep)
+        };
+        // Today's file not there yet: it is counted all the same.
+        delete_days_beyond_keep(&daily(3), "2026-12-05");
+        let others = [
+            "log",
+            "log.1",
+            "log.2",
+            "log.2026-1-01",
+            "log.2026-12-01.gz",
+            "logs.2026-01-01",
+            "other",
+        ];
+        let mut expected = vec!["log.2026-12-03", "log.2026-12-04"];
+        expected.extend(others);
+        expected.sort_unstable();
+        assert_eq!(names(dir.path()), expected);
+        // A restart within the day, one file kept: the day's own stays.
+        fs::write(dir.path().join("log.2026-12-05"), "today\n").expect("write");
+        delete_days_beyond_keep(&daily(1), "2026-12-05");
+        let mut expected = vec!["log.2026-12-05"];
+        expected.extend(others);
+        expected.sort_unstable();
+        assert_eq!(names(dir.path()), expected);
+    }
+
+    #[test]
+    fn a_file_named_like_a_day_is_read_as_one() {
+        assert_eq!(
+            date_of(OsStr::new("mcp-ws.log.2026-12-05"), "mcp-ws.log").as_deref(),
+            Some("2026-12-05")
+        );
+        for other in [
+            "mcp-ws.log",
+            "mcp-ws.log.",
+            "mcp-ws.log.2026-12-5",
+            "mcp-ws.log.2026-12-05.gz",
+            "mcp-ws.log.2026_12_05",
+            "mcp-ws.log2026-12-05",
+            "mcp-ws.log.1",
+        ] {
+            assert_eq!(date_of(OsStr::new(other), "mcp-ws.log"), None, "{other}");
+        }
     }
 
     #[test]

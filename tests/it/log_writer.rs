@@ -6,11 +6,12 @@
 //!   `/healthz` and a WebSocket `ping` are answered, and the lines that found the writer's
 //!   queue full are counted in `mcp_dropped_total{reason="access_log"}`.
 //! - `logging.file`: the file (`NAME.YYYY-MM-DD` in its directory) is created and holds the
-//!   lines; older files beyond `logging.file_keep` are deleted; a directory that does not
-//!   exist is a configuration error at start. Rotated by size (`file_rotation = "size"`):
-//!   no file passes `file_max_bytes`, no line is cut, and the `file_keep` files kept (`NAME`,
-//!   `NAME.1`, `NAME.2`) hold the newest lines in order, none missing; the same after every
-//!   log file was deleted while the server ran. A deleted daily file is begun again too.
+//!   lines; older days' files beyond `logging.file_keep` are deleted, and no other file; a
+//!   directory that does not exist is a configuration error at start. Rotated by size
+//!   (`file_rotation = "size"`): no file passes `file_max_bytes`, no line is cut, and the
+//!   `file_keep` files kept (`NAME`, `NAME.1`, `NAME.2`) hold the newest lines in order, none
+//!   missing; the same after every log file was deleted while the server ran. A deleted
+//!   daily file is begun again too.
 //!   On a disk that fills midway (the process's file size limited, `RLIMIT_FSIZE`), the file
 //!   keeps whole lines only, and every ping line is either in it or counted lost, never both.
 //! - A stderr whose reader is gone (a closed pipe): the lines its writes lose are counted in
@@ -387,11 +388,16 @@ fn a_stderr_pipe_is_made_to_hold_one_batch_of_the_log() {
 #[tokio::test]
 async fn the_log_file_is_created_holds_the_lines_and_old_files_are_pruned() {
     let dir = log_dir("rotation");
-    // Files of past days, beyond what `file_keep = 3` keeps, and a file of another name.
+    // Files whose names begin with the log's but are not its days (an earlier rotation by
+    // size's, an archive), made first, so that they are the oldest; files of past days,
+    // beyond what `file_keep = 3` keeps; and a file of another name.
+    let not_days = ["mcp-ws.log.1", "mcp-ws.log.2020-01-01.gz", "other.txt"];
+    for name in not_days {
+        std::fs::write(dir.join(name), "keep me\n").expect("write");
+    }
     for day in 1..=5 {
         std::fs::write(dir.join(format!("mcp-ws.log.2020-01-0{day}")), "old\n").expect("write");
     }
-    std::fs::write(dir.join("other.txt"), "keep me\n").expect("write");
     let (process, mut client) = serve_to_file("rotation", &dir, "file_keep = 3\n").await;
     pings(&mut client, 10, &json!({})).await;
     // The lines reach the file without a shutdown: the writer flushes when its queue is
@@ -409,10 +415,17 @@ async fn the_log_file_is_created_holds_the_lines_and_old_files_are_pruned() {
     let names = files_in(&dir);
     let logs: Vec<&String> = names
         .iter()
-        .filter(|n| n.starts_with("mcp-ws.log"))
+        .filter(|n| n.starts_with("mcp-ws.log.") && !not_days.contains(&n.as_str()))
         .collect();
     assert_eq!(logs.len(), 3, "file_keep = 3: {names:?}");
-    assert!(names.contains(&"other.txt".to_owned()), "{names:?}");
+    for name in not_days {
+        assert!(names.contains(&name.to_owned()), "{name} kept: {names:?}");
+    }
+    assert!(
+        logs.iter()
+            .all(|name| name.as_str() > "mcp-ws.log.2020-01-03"),
+        "the oldest days went: {names:?}"
+    );
     // Today's file (UTC) holds the lines: one file, or two if the day turned during the
     // test (then the oldest file of 2020 went too, and three are still kept).
     let days: Vec<&&String> = logs
