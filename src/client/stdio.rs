@@ -7,14 +7,12 @@
 //! own children read end-of-file on the stdin they inherited, on which MCP servers exit.
 
 use super::{ClientError, Inner, Outgoing};
-use futures_util::StreamExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, watch, Notify};
-use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 /// A command to run as a stdio MCP server.
 ///
@@ -223,16 +221,24 @@ async fn write(
 }
 
 async fn read(stdout: ChildStdout, inner: Weak<Inner>, max_line: usize) {
-    let mut lines = FramedRead::new(stdout, LinesCodec::new_with_max_length(max_line));
-    while let Some(line) = lines.next().await {
+    let mut lines = Lines::new(stdout, max_line);
+    loop {
+        let line = lines.next().await;
         let Some(inner) = inner.upgrade() else { return };
         match line {
-            Ok(line) if line.trim().is_empty() => {}
-            Ok(line) => inner.receive(&line),
-            Err(LinesCodecError::MaxLineLengthExceeded) => {
+            Ok(None) => break,
+            Ok(Some(Line { cut: true, .. })) => {
                 tracing::warn!(upstream = %inner.label(), max_line, "skipped a line longer than the limit");
             }
-            Err(LinesCodecError::Io(error)) => {
+            // Skipped like any other line that is not JSON-RPC: the child goes on.
+            Ok(Some(Line { bytes, .. })) => match std::str::from_utf8(bytes) {
+                Ok(line) if line.trim().is_empty() => {}
+                Ok(line) => inner.receive(line),
+                Err(_) => {
+                    tracing::warn!(upstream = %inner.label(), "skipped a line that is not UTF-8");
+                }
+            },
+            Err(error) => {
                 inner.close(&format!("reading its stdout failed: {error}"));
                 return;
             }
@@ -243,12 +249,83 @@ async fn read(stdout: ChildStdout, inner: Weak<Inner>, max_line: usize) {
     }
 }
 
+/// Longest stderr line logged, in bytes; the rest of a longer one is skipped.
+const MAX_STDERR_LINE: usize = 2000;
+
+/// Logs the child's stderr, line by line, until it ends. Whatever the child writes, its
+/// stderr is read on: a pipe left unread would block the child once full, and one closed
+/// would fail (or, `SIGPIPE`, kill) it at its next log line.
 async fn log_stderr(stderr: ChildStderr, label: Arc<str>) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        // Long lines are cut: a log line is not a data channel.
-        let shown: String = line.chars().take(2000).collect();
-        tracing::info!(upstream = %label, stderr = %shown, "upstream stderr");
+    let mut lines = Lines::new(stderr, MAX_STDERR_LINE);
+    while let Ok(Some(line)) = lines.next().await {
+        let shown = String::from_utf8_lossy(line.bytes);
+        let cut = if line.cut { "…" } else { "" };
+        tracing::info!(upstream = %label, stderr = %format_args!("{shown}{cut}"), "upstream stderr");
+    }
+}
+
+/// A line of a child's pipe, without its `\n` (nor a `\r` before it).
+struct Line<'a> {
+    /// The line, or its first `max` bytes when it was longer.
+    bytes: &'a [u8],
+    /// Whether it was longer than `max` (its rest skipped).
+    cut: bool,
+}
+
+/// The lines of a child's pipe as bytes, whatever they hold (a line that is not UTF-8 is
+/// the reader's to judge), each kept to at most `max` bytes: a child cannot make the server
+/// hold more of a line than that.
+struct Lines<R> {
+    reader: BufReader<R>,
+    line: Vec<u8>,
+    max: usize,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> Lines<R> {
+    fn new(reader: R, max: usize) -> Self {
+        Self {
+            reader: BufReader::new(reader),
+            line: Vec::new(),
+            max,
+        }
+    }
+
+    /// The next line; `None` at end of file (a last line without `\n` is a line).
+    async fn next(&mut self) -> std::io::Result<Option<Line<'_>>> {
+        // What one long line grew is not kept for the next ones.
+        if self.line.capacity() > 64 << 10 {
+            self.line = Vec::new();
+        }
+        self.line.clear();
+        let mut cut = false;
+        let mut read_any = false;
+        loop {
+            let buffer = self.reader.fill_buf().await?;
+            if buffer.is_empty() {
+                if !read_any {
+                    return Ok(None);
+                }
+                break;
+            }
+            read_any = true;
+            let end = memchr::memchr(b'\n', buffer);
+            let part = &buffer[..end.unwrap_or(buffer.len())];
+            let room = self.max.saturating_sub(self.line.len());
+            cut |= part.len() > room;
+            self.line.extend_from_slice(&part[..part.len().min(room)]);
+            let used = end.map_or(buffer.len(), |end| end + 1);
+            self.reader.consume(used);
+            if end.is_some() {
+                break;
+            }
+        }
+        if !cut && self.line.last() == Some(&b'\r') {
+            self.line.pop();
+        }
+        Ok(Some(Line {
+            bytes: &self.line,
+            cut,
+        }))
     }
 }
 
@@ -311,5 +388,42 @@ fn die_with_parent(cmd: &mut Command) {
             }
             Ok(())
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every line of `input` read with `max`, as (text, cut).
+    async fn lines_of(input: &[u8], max: usize) -> Vec<(Vec<u8>, bool)> {
+        let mut lines = Lines::new(input, max);
+        let mut out = Vec::new();
+        while let Some(line) = lines.next().await.expect("read") {
+            out.push((line.bytes.to_vec(), line.cut));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn lines_are_bytes_cut_at_max_and_read_on_after_any_byte() {
+        let long = vec![b'x'; 20_000];
+        let mut input = b"caf\xe9\r\n\n{}\n".to_vec();
+        input.extend_from_slice(&long);
+        input.extend_from_slice(b"\nlast");
+        let lines = lines_of(&input, 10).await;
+        assert_eq!(
+            lines,
+            [
+                (b"caf\xe9".to_vec(), false),
+                (Vec::new(), false),
+                (b"{}".to_vec(), false),
+                (vec![b'x'; 10], true),
+                (b"last".to_vec(), false),
+            ]
+        );
+        // A line longer than the reader's buffer (8 KiB) is read whole within `max`.
+        let lines = lines_of(&input, 30_000).await;
+        assert_eq!(lines[3], (long, false));
     }
 }

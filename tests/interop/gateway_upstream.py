@@ -18,6 +18,8 @@ Tools:
   crash()               the process exits at once (status 3) mid-call (over WebSocket: the
                         server, with every connection)
   garbage()             writes a line that is not JSON to stdout, then answers
+  not_utf8(stream)      writes a line that is not UTF-8 to stdout or stderr, then 100 lines
+                        to stderr, then answers
   grow(name)            adds a tool of that name and tells the client the list changed
   touch(uri)            sends resources/updated for uri (the server offers subscriptions)
 Resource mem://motd, template mem://items/{id}, prompt greet(name).
@@ -162,6 +164,21 @@ def garbage() -> str:
     """Writes a line that is not JSON-RPC to stdout, then answers."""
     sys.stdout.write("this is not json\n")
     sys.stdout.flush()
+    return "still here"
+
+
+@server.tool()
+async def not_utf8(stream: str) -> str:
+    """Writes a line that is not UTF-8 to `stream` (stdout or stderr), then, a moment
+    later, 100 more lines to stderr (which fail if the gateway stopped reading it), then
+    answers."""
+    out = sys.stdout if stream == "stdout" else sys.stderr
+    out.buffer.write(b"caf\xe9 \xff\xfe\n")
+    out.flush()
+    await asyncio.sleep(0.3)
+    for n in range(100):
+        sys.stderr.write(f"after {n}\n")
+        sys.stderr.flush()
     return "still here"
 
 

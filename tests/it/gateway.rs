@@ -331,6 +331,25 @@ async fn a_crash_answers_every_call_in_flight_on_the_child_at_once() {
     );
 }
 
+#[tokio::test]
+async fn a_line_that_is_not_utf8_on_stdout_or_stderr_leaves_the_child_serving() {
+    let server = gateway(vec![py_upstream(UpstreamMode::Shared)], |_| {});
+    let mut client = Client::initialized(&server).await;
+    let before = tool_text(&client.call_tool("whoami", json!({})).await);
+    for stream in ["stdout", "stderr"] {
+        // On stdout: skipped, the connection to the child kept (it closed, and every call
+        // on it failed -32030). On stderr: logged, and the pipe still read (it was closed,
+        // and the child's next lines to stderr failed it: an `isError` result).
+        let answer = client
+            .call_tool("not_utf8", json!({"stream": stream}))
+            .await;
+        assert_eq!(tool_text(&answer), "still here", "{stream}: {answer}");
+        assert_ne!(answer["result"]["isError"], true, "{stream}: {answer}");
+    }
+    let after = tool_text(&client.call_tool("whoami", json!({})).await);
+    assert_eq!(before, after, "the same child");
+}
+
 fn pid_of(whoami: &str) -> i32 {
     whoami
         .strip_prefix("pid=")
