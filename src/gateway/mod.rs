@@ -281,7 +281,7 @@ struct Offers {
 /// stops it (per-session upstreams start one per session).
 async fn discover(upstream: Arc<Upstream>) -> Result<Offers, String> {
     let child = upstream
-        .start_child(None)
+        .start_child(None, None)
         .await
         .map_err(|e| e.to_string())?;
     let capabilities = child.client.server().capabilities.clone();

@@ -134,6 +134,10 @@ pub(crate) struct Upstream {
     /// each time, for every session.
     backoff: Mutex<Backoff>,
     in_flight: Option<Arc<tokio::sync::Semaphore>>,
+    /// `per_session`: a place for each child running or starting, `max_children` in all. A
+    /// place is taken before a child is started and given back when it ends, so that
+    /// sessions arriving together cannot all pass a count of the children already running.
+    places: Arc<tokio::sync::Semaphore>,
     rate: Mutex<(Instant, u32)>,
     epoch: Instant,
     /// Set while the server stops: no child is started any more.
@@ -159,6 +163,11 @@ impl Upstream {
             slots: Mutex::new(HashMap::new()),
             backoff: Mutex::new(Backoff::default()),
             in_flight,
+            places: Arc::new(tokio::sync::Semaphore::new(
+                settings
+                    .max_children
+                    .min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             rate: Mutex::new((Instant::now(), 0)),
             epoch: Instant::now(),
             stopping: std::sync::atomic::AtomicBool::new(false),
@@ -179,10 +188,11 @@ impl Upstream {
     }
 
     /// Starts a child (on the gateway's runtime) for `session`, or for discovery
-    /// (`None`).
+    /// (`None`); `place`, a session's own child's, is held as long as the child runs.
     pub(crate) fn start_child(
         self: &Arc<Self>,
         session: Option<&SessionInfo>,
+        place: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> impl std::future::Future<Output = Result<Child, ClientError>> + Send + 'static {
         let calls = Arc::new(Calls::default());
         let viewer = match (session, self.settings.mode) {
@@ -286,6 +296,7 @@ impl Upstream {
             gateway_runtime.spawn(async move {
                 watched.closed().await;
                 metrics.children.dec();
+                drop(place);
             });
             Ok(Child {
                 client,
@@ -328,13 +339,19 @@ impl Upstream {
                 wait.as_millis()
             )));
         }
-        if slot.is_some() && self.is_full() {
-            return Err(self.unavailable(format!(
-                "{} children are running (max_children), retry later",
-                self.settings.max_children
-            )));
-        }
-        match self.start_child(Some(session)).await {
+        let place = match slot {
+            None => None,
+            Some(_) => match self.places.clone().try_acquire_owned() {
+                Ok(place) => Some(place),
+                Err(_) => {
+                    return Err(self.unavailable(format!(
+                        "{} children are running (max_children), retry later",
+                        self.settings.max_children
+                    )))
+                }
+            },
+        };
+        match self.start_child(Some(session), place).await {
             Ok(started) => {
                 *crate::lock(&self.backoff) = Backoff::default();
                 let viewer = slot.is_some().then(|| viewer_of(session));
@@ -361,9 +378,10 @@ impl Upstream {
         }
     }
 
-    /// Whether it runs as many children as it may (`max_children`; `per_session`).
+    /// Whether it runs (or is starting) as many children as it may (`max_children`;
+    /// `per_session`).
     pub(crate) fn is_full(&self) -> bool {
-        self.metrics.children.get() >= self.settings.max_children as u64
+        self.settings.mode == UpstreamMode::PerSession && self.places.available_permits() == 0
     }
 
     /// The slot of `session` (or its identity), made on first use; a session's slot goes

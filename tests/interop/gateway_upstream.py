@@ -24,6 +24,9 @@ Tools:
   touch(uri)            sends resources/updated for uri (the server offers subscriptions)
 Resource mem://motd, template mem://items/{id}, prompt greet(name).
 
+Over stdio, with $GATEWAY_EVENTS, a child records "started PID session" (or "... alone") there; $GATEWAY_START_DELAY_MS
+holds its start back that long.
+
 Usage: python gateway_upstream.py              (stdio)
        python gateway_upstream.py --http PORT  (Streamable HTTP at http://127.0.0.1:PORT/mcp)
        python gateway_upstream.py --ws PORT    (WebSocket at ws://127.0.0.1:PORT/ws: the SDK's
@@ -256,4 +259,11 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["--ws"]:
         serve_websocket(int(sys.argv[2]))
     else:
+        # With $GATEWAY_EVENTS, each child says it started, and whether for a session ($MCP_USER
+        # given) or not (the gateway's discovery at start); $GATEWAY_START_DELAY_MS holds its
+        # start (and so its answer to `initialize`) back that long.
+        record(f"started {os.getpid()} {'session' if 'MCP_USER' in os.environ else 'alone'}")
+        import time
+
+        time.sleep(int(os.environ.get("GATEWAY_START_DELAY_MS", "0")) / 1000)
         server.run("stdio")

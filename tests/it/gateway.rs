@@ -614,6 +614,56 @@ async fn a_new_session_beyond_max_children_is_refused_503() {
     assert!(tool_text(&who).starts_with("pid="), "{who}");
 }
 
+/// Sessions that arrive while the first children are still starting start no more than
+/// `max_children` (the count of children running was read before any had started: every
+/// one of them passed it, and started its own).
+#[tokio::test]
+async fn sessions_arriving_together_start_no_more_than_max_children() {
+    let (_dir, events) = events_file();
+    let mut upstream = py_upstream(UpstreamMode::PerSession);
+    upstream.max_children = 2;
+    upstream
+        .env
+        .insert("GATEWAY_EVENTS".into(), events.display().to_string());
+    upstream
+        .env
+        .insert("GATEWAY_START_DELAY_MS".into(), "1500".into());
+    let server = gateway(vec![upstream], |_| {});
+    let http = crate::support::http::Http::new(&server);
+    let initialize = request(
+        json!(1),
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    // Six `initialize` at once, each starting its session's child; a session the gateway
+    // has no place for is refused (503) or gets -32030 at its calls.
+    let statuses: Vec<u16> = futures_util::future::join_all(
+        (0..6).map(|_| crate::support::http::send(http.bare(&initialize))),
+    )
+    .await
+    .iter()
+    .map(|response| response.status().as_u16())
+    .collect();
+    assert!(
+        statuses.iter().all(|status| matches!(status, 200 | 503)),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().filter(|status| **status == 200).count() >= 2,
+        "{statuses:?}"
+    );
+    // Once two children have answered `initialize` (1.5 s after their start), every child
+    // that was started at the same time as they were has said so.
+    crate::support::http::wait_metric(&server, "mcp_upstream_children{upstream=\"py\"}", 2).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let started = read_events(&events)
+        .lines()
+        .filter(|line| line.starts_with("started ") && line.ends_with(" session"))
+        .count();
+    assert_eq!(started, 2, "children started:\n{}", read_events(&events));
+}
+
 /// A session's log level reaches its own child before the session's first call to it
 /// (`logging.client_level`, `info`, until the client sets one) and again before the next
 /// call after each `logging/setLevel`; a shared child, serving sessions of several levels,
