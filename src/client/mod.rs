@@ -872,6 +872,16 @@ impl Client {
         reason.unwrap_or_else(|| Arc::from("closed"))
     }
 
+    /// [`closed`](Self::closed), as a future that does not hold the connection open: it
+    /// ends when the connection closes, or when every handle to it is gone.
+    pub(crate) fn on_close(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut watch = self.inner.closed.subscribe();
+        async move {
+            // An error: the sender went with the last handle.
+            let _ = watch.wait_for(Option::is_some).await;
+        }
+    }
+
     fn close_reason(&self) -> Arc<str> {
         self.inner
             .closed

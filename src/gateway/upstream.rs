@@ -292,9 +292,11 @@ impl Upstream {
             };
             let _ = own.client.set(client.downgrade());
             metrics.children.inc();
-            let watched = client.clone();
+            // Watched without being held: a child that nothing holds any more (its slot gone
+            // while it started) is stopped as its last handle goes, not kept by its watcher.
+            let closed = client.on_close();
             gateway_runtime.spawn(async move {
-                watched.closed().await;
+                closed.await;
                 metrics.children.dec();
                 drop(place);
             });
@@ -435,9 +437,18 @@ impl Upstream {
         let now = self.now_ms();
         let is_idle =
             |slot: &Slot| now.saturating_sub(slot.last_used.load(Ordering::Relaxed)) > idle;
+        // `last_used` is when a call last began: a child running a call longer than the
+        // timeout is not idle, nor one being started (its slot locked).
+        let no_calls = |slot: &Slot| {
+            slot.child
+                .try_lock()
+                .is_ok_and(|child| child.as_ref().is_none_or(|c| c.calls.is_idle()))
+        };
         let expired: Vec<Viewer> = crate::lock(&self.slots)
             .iter()
-            .filter(|(key, slot)| matches!(key, Viewer::Identity(_)) && is_idle(slot))
+            .filter(|(key, slot)| {
+                matches!(key, Viewer::Identity(_)) && is_idle(slot) && no_calls(slot)
+            })
             .map(|(key, _)| key.clone())
             .collect();
         for key in expired {

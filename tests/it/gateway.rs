@@ -1590,6 +1590,27 @@ async fn an_rmcp_server_over_http_is_an_upstream() {
 }
 
 #[tokio::test]
+async fn an_identitys_child_is_not_reaped_while_a_call_runs_on_it() {
+    let mut py = py_upstream(UpstreamMode::PerSession);
+    py.idle_timeout_ms = 200;
+    let server = gateway(vec![py], |s| {
+        s.info.name = crate::support::stateless::SERVER_NAME.into();
+        s.info.version = crate::support::stateless::SERVER_VERSION.into();
+    });
+    // A 2026-07-28 call runs on its identity's own child. It began more than 200 ms before
+    // the reaper (every 5 s) looks: idle by the clock, but with a call in flight.
+    let mut client = Client::connect(&server).await;
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        stateless(json!({"name": "wait", "arguments": {"ms": 6000, "tag": "long"}})),
+    )
+    .await;
+    let result = assert_complete(&response, &id);
+    assert_eq!(text_of(&result), "waited long", "{response}");
+}
+
+#[tokio::test]
 async fn an_idle_shared_child_is_stopped_and_started_again_on_demand() {
     let mut py = py_upstream(UpstreamMode::Shared);
     py.idle_timeout_ms = 200;
