@@ -116,7 +116,8 @@ pub struct UpstreamSettings {
     /// (`jwt`, `key`, …), `scopes` (space-separated).
     pub env_from_identity: BTreeMap<String, String>,
     /// Longest wait for the child's answer to `initialize`, in ms (`npx -y` may download
-    /// first); past it the child is killed.
+    /// first); past it the child is killed. Also the longest wait for its lists (at start,
+    /// and after a `list_changed`), given up past it.
     pub initialize_timeout_ms: u64,
     /// Requests to this upstream in flight at once, across sessions (0: no limit beyond the
     /// server's own); more wait for a slot as long as their deadline allows.

@@ -289,7 +289,7 @@ async fn discover(upstream: Arc<Upstream>) -> Result<Offers, String> {
         capabilities.get("completions").is_some(),
         std::sync::atomic::Ordering::Relaxed,
     );
-    let offers = list(&child.client, &capabilities, None).await;
+    let offers = list(&upstream, &child.client, &capabilities, Changes::ALL).await;
     match upstream.settings.mode {
         UpstreamMode::Shared => upstream.adopt_shared(child).await,
         UpstreamMode::PerSession => child.client.shutdown(Duration::from_secs(2)).await,
@@ -297,14 +297,40 @@ async fn discover(upstream: Arc<Upstream>) -> Result<Offers, String> {
     offers
 }
 
-/// Lists what `client` offers (of one kind, or all); a kind the server does not declare is
-/// not listed.
+/// Lists what `client` offers (the kinds of `kinds`; a kind the server does not declare is
+/// not listed), within the upstream's `initialize_timeout_ms`: a child that never answers a
+/// list holds up neither the gateway's start nor (re-lists being one at a time) the other
+/// sessions' re-lists.
 async fn list(
+    upstream: &Upstream,
     client: &crate::client::Client,
     capabilities: &Value,
-    only: Option<&str>,
+    kinds: Changes,
 ) -> Result<Offers, String> {
-    let wanted = |kind: &str| capabilities.get(kind).is_some() && only.is_none_or(|o| o == kind);
+    let limit = Duration::from_millis(upstream.settings.initialize_timeout_ms);
+    match tokio::time::timeout(limit, list_within(client, capabilities, kinds)).await {
+        Ok(listed) => listed,
+        Err(_) => Err(format!(
+            "no list within {} ms (initialize_timeout_ms)",
+            limit.as_millis()
+        )),
+    }
+}
+
+/// [`list`], however long it takes.
+async fn list_within(
+    client: &crate::client::Client,
+    capabilities: &Value,
+    kinds: Changes,
+) -> Result<Offers, String> {
+    let wanted = |kind: &str| {
+        let bit = match kind {
+            "tools" => Changes::TOOLS,
+            "resources" => Changes::RESOURCES,
+            _ => Changes::PROMPTS,
+        };
+        capabilities.get(kind).is_some() && kinds.contains(bit)
+    };
     let fail = |what: &str, e: crate::client::ClientError| format!("{what}: {e}");
     let mut offers = Offers::default();
     if wanted("tools") {
@@ -328,19 +354,19 @@ async fn list(
     Ok(offers)
 }
 
-/// Lists a child again (one kind after it said that kind changed; every kind when a
-/// session's own child starts) and brings what it offers to whoever sees that child: the
-/// registry (a shared child: every session), or a session's view (`viewer`: its own child).
-/// One re-list at a time per upstream.
+/// Lists a child again (the kinds it said changed; every kind when a session's own child
+/// starts) and brings what it offers to whoever sees that child: the registry (a shared
+/// child: every session), or a session's view (`viewer`: its own child). One re-list at a
+/// time per upstream.
 pub(crate) async fn relist(
     upstream: Arc<Upstream>,
     child: crate::client::Client,
-    kind: Option<String>,
+    kinds: Changes,
     viewer: Option<Viewer>,
 ) {
     let _one = upstream.relisting.lock().await;
     let capabilities = child.server().capabilities.clone();
-    match list(&child, &capabilities, kind.as_deref()).await {
+    match list(&upstream, &child, &capabilities, kinds).await {
         Ok(offers) => match &viewer {
             None => register(&upstream, offers),
             Some(viewer) => show(&upstream, viewer, offers),

@@ -6,6 +6,7 @@
 use crate::client::{Call, Client, ClientError, ClientHandler, ClientOptions, StdioCommand};
 use crate::config::{UpstreamMode, UpstreamSettings};
 use crate::context::{RequestContext, SessionInfo};
+use crate::mailbox::inbox::Changes;
 use crate::model::{LogLevel, RpcError};
 use crate::observe::metrics::UpstreamMetrics;
 use crate::registry::{Registry, Viewer};
@@ -204,6 +205,7 @@ impl Upstream {
             calls: Arc::downgrade(&calls),
             client: std::sync::OnceLock::new(),
             viewer,
+            relists: Arc::default(),
         });
         let own = handler.clone();
         let settings = &self.settings;
@@ -363,7 +365,7 @@ impl Upstream {
                     let relist = super::relist(
                         self.clone(),
                         started.client.clone(),
-                        None,
+                        Changes::ALL,
                         Some(viewer.clone()),
                     );
                     self.env.runtime.spawn(relist);
@@ -544,7 +546,8 @@ impl Upstream {
         // Held only while a stream is open: the task keeps no closed client alive.
         while let Some(client) = child.upgrade().filter(|c| !c.is_closed()) {
             if reopened {
-                let relist = super::relist(self.clone(), client.clone(), None, viewer.clone());
+                let relist =
+                    super::relist(self.clone(), client.clone(), Changes::ALL, viewer.clone());
                 tokio::spawn(relist);
             }
             let opened = Instant::now();
@@ -844,6 +847,37 @@ struct Handler {
     /// Who sees what a session's own child lists (`None`: a shared child, whose lists are
     /// the registry's).
     viewer: Option<Viewer>,
+    /// The kinds the child said changed and that are not listed again yet
+    /// ([`Changes::bits`]), and [`RELISTING`] while its re-lister runs.
+    relists: Arc<AtomicU8>,
+}
+
+/// In [`Handler::relists`]: the child's re-lister runs.
+const RELISTING: u8 = 0x80;
+
+/// A child's re-lister: lists again the kinds it said changed, and again while it says more
+/// changed meanwhile; ends when nothing is left to list (or the child is gone).
+async fn relist_while_changed(
+    upstream: Arc<Upstream>,
+    child: crate::client::WeakClient,
+    relists: Arc<AtomicU8>,
+    viewer: Option<Viewer>,
+) {
+    loop {
+        // Taken before the listing: a change said during it is listed after it.
+        let kinds = Changes::from_bits(relists.fetch_and(RELISTING, Ordering::AcqRel));
+        if kinds.is_empty() {
+            let done = relists.compare_exchange(RELISTING, 0, Ordering::AcqRel, Ordering::Acquire);
+            if done.is_ok() {
+                return;
+            }
+            continue;
+        }
+        let Some(client) = child.upgrade() else {
+            return;
+        };
+        super::relist(upstream.clone(), client, kinds, viewer.clone()).await;
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -895,11 +929,29 @@ impl ClientHandler for Handler {
             "notifications/tools/list_changed"
             | "notifications/resources/list_changed"
             | "notifications/prompts/list_changed" => {
-                let kind = method.split('/').nth(1).unwrap_or_default().to_owned();
-                // Listed again from the child that said it changed.
-                if let Some(client) = self.client.get().and_then(|c| c.upgrade()) {
-                    let viewer = self.viewer.clone();
-                    tokio::spawn(super::relist(upstream, client, Some(kind), viewer));
+                let kind = match method {
+                    "notifications/tools/list_changed" => Changes::TOOLS,
+                    "notifications/resources/list_changed" => Changes::RESOURCES,
+                    _ => Changes::PROMPTS,
+                };
+                // Listed again from the child that said it changed: by the one re-lister of
+                // this child, started unless it runs already (it then lists this kind too,
+                // after what it is listing now). A child's flood of notifications costs a
+                // few lists, not a task and a list each.
+                let before = self
+                    .relists
+                    .fetch_or(kind.bits() | RELISTING, Ordering::AcqRel);
+                if before & RELISTING == 0 {
+                    if let Some(child) = self.client.get().cloned() {
+                        tokio::spawn(relist_while_changed(
+                            upstream,
+                            child,
+                            self.relists.clone(),
+                            self.viewer.clone(),
+                        ));
+                    } else {
+                        self.relists.store(0, Ordering::Release);
+                    }
                 }
             }
             "notifications/resources/updated" => {

@@ -93,6 +93,18 @@ impl Changes {
     pub const TOOLS: Self = Self(1);
     pub const RESOURCES: Self = Self(2);
     pub const PROMPTS: Self = Self(4);
+    /// Every list.
+    pub const ALL: Self = Self(7);
+
+    /// The bits, to keep in an atomic.
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// From [`bits`](Self::bits) (bits beyond the three lists dropped).
+    pub fn from_bits(bits: u8) -> Self {
+        Self(bits & Self::ALL.0)
+    }
 
     pub fn contains(self, other: Self) -> bool {
         self.0 & other.0 == other.0 && other.0 != 0

@@ -21,6 +21,10 @@ Tools:
   not_utf8(stream)      writes a line that is not UTF-8 to stdout or stderr, then 100 lines
                         to stderr, then answers
   grow(name)            adds a tool of that name and tells the client the list changed
+  flood(count)          tells the client `count` times that the tool list changed, all but
+                        the first while the tools/list after the first is held unanswered
+  stall_lists()         leaves every tools/list from then on unanswered, and tells the client
+                        the tool list changed (each tools/list is recorded in $GATEWAY_EVENTS)
   touch(uri)            sends resources/updated for uri (the server offers subscriptions)
 Resource mem://motd, template mem://items/{id}, prompt greet(name).
 
@@ -198,6 +202,44 @@ async def grow(name: str, ctx: Context) -> str:
     return "grew"
 
 
+# Each tools/list recorded ("listed tools"); after stall_lists(), never answered; during
+# flood(), held until the flood is over.
+LISTS = {"stalled": False, "held": None}
+
+
+@server.tool()
+async def flood(count: int, ctx: Context) -> str:
+    """Says `count` times that its tool list changed: once, then, while the tools/list that
+    follows is held unanswered, `count - 1` times in a row; then answers the held list."""
+    held = asyncio.Event()
+    LISTS["held"] = held
+    await ctx.session.send_tool_list_changed()
+    await asyncio.sleep(0.5)
+    for _ in range(count - 1):
+        await ctx.session.send_tool_list_changed()
+    await asyncio.sleep(0.5)
+    LISTS["held"] = None
+    held.set()
+    return "flooded"
+
+
+@server.tool()
+async def stall_lists(ctx: Context) -> str:
+    """From now on leaves tools/list unanswered, and says its tool list changed."""
+    LISTS["stalled"] = True
+    await ctx.session.send_tool_list_changed()
+    return "stalled"
+
+
+async def list_tools_recorded():
+    record("listed tools")
+    if LISTS["stalled"]:
+        await asyncio.Event().wait()
+    if LISTS["held"] is not None:
+        await LISTS["held"].wait()
+    return await server.list_tools()
+
+
 @server._mcp_server.subscribe_resource()
 async def subscribed(uri) -> None:
     record(f"subscribed {uri}")
@@ -247,6 +289,10 @@ def serve_websocket(port: int) -> None:
 
     app = Starlette(routes=[WebSocketRoute("/ws", OverWebSocket())])
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+# In place of FastMCP's own tools/list handler (registered as the server was made).
+server._mcp_server.list_tools()(list_tools_recorded)
 
 
 if __name__ == "__main__":

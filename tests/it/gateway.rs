@@ -400,6 +400,61 @@ async fn each_session_has_its_own_child_ended_with_it_and_told_who_it_serves() {
     assert_eq!(again, anonymous_child);
 }
 
+/// The `tools/list` requests the child of `events` has been sent.
+fn tool_lists(events: &Path) -> usize {
+    read_events(events)
+        .lines()
+        .filter(|line| *line == "listed tools")
+        .count()
+}
+
+#[tokio::test]
+async fn a_flood_of_list_changed_costs_a_few_lists_not_one_each() {
+    let (_dir, events) = events_file();
+    let mut py = py_upstream(UpstreamMode::Shared);
+    py.env
+        .insert("GATEWAY_EVENTS".into(), events.display().to_string());
+    let server = gateway(vec![py], |_| {});
+    let mut client = Client::initialized(&server).await;
+    let before = tool_lists(&events);
+    let flood = client.call_tool("flood", json!({"count": 200})).await;
+    assert_eq!(tool_text(&flood), "flooded", "{flood}");
+    // A change after the flood: once the client is told of it, every re-list the flood
+    // made is done (they run one at a time, in order).
+    let grow = client.call_tool("grow", json!({"name": "late"})).await;
+    assert_eq!(tool_text(&grow), "grew", "{grow}");
+    expect_tools_changed(&mut client, "the client").await;
+    assert!(listed_tools(&mut client).await.contains(&"late".to_owned()));
+    // The first notification's list, held while the other 199 came; one list for those;
+    // one for `grow`'s. (A list for each was 201.)
+    let lists = tool_lists(&events) - before;
+    assert!(
+        (2..=4).contains(&lists),
+        "{lists} tools/list for 201 notifications"
+    );
+}
+
+#[tokio::test]
+async fn a_child_that_never_answers_its_list_holds_up_no_other_sessions_list() {
+    let mut py = py_upstream(UpstreamMode::PerSession);
+    py.initialize_timeout_ms = 3000;
+    let server = gateway(vec![py], |_| {});
+    let mut stalled = Client::initialized(&server).await;
+    let mut other = Client::initialized(&server).await;
+    // Each session's own child listed at its start (a change from what the gateway
+    // registered would be told): both are past it before one stalls.
+    let _ = tool_text(&stalled.call_tool("whoami", json!({})).await);
+    let _ = tool_text(&other.call_tool("whoami", json!({})).await);
+    let stall = stalled.call_tool("stall_lists", json!({})).await;
+    assert_eq!(tool_text(&stall), "stalled", "{stall}");
+    // The stalled child's re-list runs first and never ends on its own; the other child's,
+    // after it, comes once that one is given up (3 s), within the client's 10 s.
+    let grow = other.call_tool("grow", json!({"name": "mine"})).await;
+    assert_eq!(tool_text(&grow), "grew", "{grow}");
+    expect_tools_changed(&mut other, "the other session").await;
+    assert!(listed_tools(&mut other).await.contains(&"mine".to_owned()));
+}
+
 /// Reads the next messages until a `notifications/tools/list_changed` (from the backlog
 /// first), and fails if none comes in time.
 async fn expect_tools_changed(client: &mut Client, who: &str) {
