@@ -958,7 +958,12 @@ impl ClientHandler for Handler {
                 if let Some(p) =
                     params.and_then(|p| serde_json::from_str::<UpdatedParams>(p.get()).ok())
                 {
-                    upstream.env.registry.resource_updated(&p.uri);
+                    // A session's own child's resource is that session's: what its child
+                    // serves may differ from another's at the same URI.
+                    match &self.viewer {
+                        Some(viewer) => upstream.env.registry.view_resource_updated(viewer, &p.uri),
+                        None => upstream.env.registry.resource_updated(&p.uri),
+                    }
                 }
             }
             _ => {}

@@ -44,6 +44,9 @@ pub enum BusEvent {
     Task(Arc<TaskNote>),
     /// What one viewer sees of these lists changed (its views: this node only).
     View(Viewer, Changes),
+    /// The resource at this URI of one viewer's own child changed (its child: this node
+    /// only).
+    ViewUpdated(Viewer, Arc<str>),
 }
 
 /// Receives what is published on the bus besides the local sessions (the bridge to other
@@ -208,6 +211,9 @@ async fn fan_out(bus: u64, mut receiver: broadcast::Receiver<BusEvent>) {
                 Ok(BusEvent::View(viewer, changes)) => {
                     sessions.each_of(viewer, |inbox| inbox.mark_changed(*changes))
                 }
+                Ok(BusEvent::ViewUpdated(viewer, uri)) => sessions.each_of(viewer, |inbox| {
+                    inbox.mark_updated(uri);
+                }),
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::warn!(
                         missed,

@@ -703,6 +703,14 @@ impl Registry {
             .publish(BusEvent::ResourceUpdated(uri.into()));
     }
 
+    /// Tells the subscribed sessions of `viewer` alone that the resource at `uri` changed
+    /// (a resource of its own child, which other sessions do not read).
+    pub(crate) fn view_resource_updated(&self, viewer: &Viewer, uri: &str) {
+        self.inner
+            .bus
+            .publish(BusEvent::ViewUpdated(viewer.clone(), uri.into()));
+    }
+
     /// The bus the registry publishes its changes on.
     pub(crate) fn bus(&self) -> &ChangeBus {
         &self.inner.bus

@@ -400,6 +400,36 @@ async fn each_session_has_its_own_child_ended_with_it_and_told_who_it_serves() {
     assert_eq!(again, anonymous_child);
 }
 
+#[tokio::test]
+async fn a_sessions_own_childs_resource_update_reaches_that_session_alone() {
+    let server = gateway(vec![py_upstream(UpstreamMode::PerSession)], |_| {});
+    let mut toucher = Client::initialized(&server).await;
+    let mut other = Client::initialized(&server).await;
+    for client in [&mut toucher, &mut other] {
+        let subscribed = client
+            .request("resources/subscribe", json!({"uri": "mem://motd"}))
+            .await;
+        assert_result(&subscribed, &subscribed["id"]);
+    }
+    let touch = toucher
+        .call_tool("touch", json!({"uri": "mem://motd"}))
+        .await;
+    assert_eq!(tool_text(&touch), "touched", "{touch}");
+    let updated = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                         "params": {"uri": "mem://motd"}});
+    let mut frames = toucher.drain_until_barrier().await;
+    while !frames.contains(&updated) {
+        frames = vec![toucher.recv().await];
+    }
+    // Marked in the same pass, the other session's would be on its way by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = other.drain_until_barrier().await;
+    assert!(
+        !seen.contains(&updated),
+        "another session's child's resource: {seen:?}"
+    );
+}
+
 /// The `tools/list` requests the child of `events` has been sent.
 fn tool_lists(events: &Path) -> usize {
     read_events(events)

@@ -117,7 +117,7 @@ impl Message {
             BusEvent::ResourceUpdated(uri) => message.updated = Some(uri.to_string()),
             BusEvent::Task(note) => message.task = Some(TaskNote::clone(note)),
             // Views are of this node's children: their changes are only published here.
-            BusEvent::View(..) => {}
+            BusEvent::View(..) | BusEvent::ViewUpdated(..) => {}
         }
         message
     }
