@@ -18,7 +18,9 @@
 //!   de-duplication goes on locally (a retry on the same node is still answered), the
 //!   failures are counted; once Redis is back, the node writes what it ran meanwhile there
 //!   and uses it again (retries on the other node are answered) and the bridge resubscribes,
-//!   by themselves.
+//!   by themselves;
+//! - a keyed call cancelled while its claim is on its way to a stalled Redis (SIGSTOP) leaves
+//!   the key free once the claim lands: its retry runs at once.
 
 use crate::support::http::{metric, wait_metric};
 use crate::support::redis::RedisServer;
@@ -121,6 +123,46 @@ async fn bridged(nodes: &[&Node]) {
     for node in nodes {
         wait_metric(&node.server, "mcp_bus_bridge_subscribed", 1).await;
     }
+}
+
+#[tokio::test]
+async fn a_keyed_call_cancelled_while_its_claim_is_on_the_way_leaves_its_key_free() {
+    let redis = RedisServer::start();
+    let mut settings = node_settings(&redis);
+    // The claim waits for a stalled Redis rather than give up on it.
+    settings.redis.timeout_ms = 5000;
+    let node = start_node("a", settings);
+    bridged(&[&node]).await;
+    let mut client = Client::initialized_as(&node.server, TEST_KEY).await;
+    // A first keyed call loads the claim's script into Redis (a claim that found it missing
+    // would be sent again as a whole script, after the cancel: never).
+    let warm = client
+        .send_request(keyed_call(json!("warm"), "warm", "k-warm"))
+        .await;
+    assert_eq!(result_text(&warm, &json!("warm")), "a run 1: \"warm\"");
+    redis.pause();
+    client
+        .send_json(keyed_call(json!("first"), "once", "k-cancelled"))
+        .await;
+    // The claim is in Redis's socket, unanswered, when the call is cancelled; it lands as
+    // Redis goes on.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                          "params": {"requestId": "first"}}),
+        )
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    redis.resume();
+    // The retry runs at once (the claim that landed was released; it held the key for 600 s,
+    // the retry waiting on it), and it is the run after the warm one: the cancelled call
+    // never ran.
+    let retry = client
+        .send_request(keyed_call(json!("retry"), "once", "k-cancelled"))
+        .await;
+    assert_eq!(result_text(&retry, &json!("retry")), "a run 2: \"once\"");
+    assert_eq!(node.runs.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

@@ -254,10 +254,18 @@ async fn run(
             fingerprint: keyed.fingerprint,
             owner,
         };
+        // Until the store answers, a drop of this run (a 2026-07-28 client closing its
+        // stream, a cancel) would leave a claim that landed with no lease to release it.
+        let asking = Asking {
+            cluster: cluster.clone(),
+            key: keyed.key,
+            running: Some(running.clone()),
+        };
         let claimed = cluster
             .store
             .claim(&cluster.metrics, &keyed.key, running, running_for)
             .await;
+        asking.answered();
         let (found, backend) = match claimed {
             Ok(claimed) => claimed,
             Err(unreachable) => return Err(refuse(&cluster, &id, unreachable)),
@@ -428,22 +436,49 @@ impl Drop for Lease {
         };
         match self.backend {
             Backend::Memory => self.cluster.store.release_in_memory(&self.key, self.owner),
-            Backend::Redis => {
-                // Dropping cannot wait for Redis: the release runs on a task of its own
-                // (without a runtime, the entry expires by itself).
-                let cluster = self.cluster.clone();
-                let key = self.key;
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(async move {
-                        if let Some(redis) = cluster.store.redis() {
-                            redis
-                                .release(&cluster.metrics, &key, running.encode())
-                                .await;
-                        }
-                    });
-                }
-            }
+            Backend::Redis => release_in_redis(&self.cluster, self.key, running),
         }
+    }
+}
+
+/// A claim asked of the store, not answered yet ([`run`]): dropped unanswered, the claim is
+/// released in Redis, where it may land after the drop (the command is on its way). Released
+/// by value: a claim that did not land, or an entry of another run, is left alone. (The
+/// memory store answers without waiting: no claim of it is ever left unanswered.)
+struct Asking {
+    cluster: Arc<Cluster>,
+    key: Key,
+    /// The claim, until answered.
+    running: Option<Claim>,
+}
+
+impl Asking {
+    /// The store answered: the run's lease (if it claimed the key) takes over.
+    fn answered(mut self) {
+        self.running = None;
+    }
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            release_in_redis(&self.cluster, self.key, running);
+        }
+    }
+}
+
+/// Deletes `running` under `key` in Redis if it is still there, on a task of its own:
+/// dropping cannot wait for Redis (without a runtime, the entry expires by itself).
+fn release_in_redis(cluster: &Arc<Cluster>, key: Key, running: Claim) {
+    let cluster = cluster.clone();
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            if let Some(redis) = cluster.store.redis() {
+                redis
+                    .release(&cluster.metrics, &key, running.encode())
+                    .await;
+            }
+        });
     }
 }
 

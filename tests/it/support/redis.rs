@@ -60,6 +60,27 @@ impl RedisServer {
         }
     }
 
+    /// Stops the server's process (SIGSTOP): it holds its connections and takes commands
+    /// into their sockets, answering none until [`resume`](Self::resume)d, as a host that
+    /// stalls.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a [`pause`](Self::pause)d server go on (SIGCONT): it answers what came meanwhile.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("redis-server runs");
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} redis-server");
+    }
+
     /// Starts it again on the same port (empty, unless it is persistent) and waits until it
     /// answers PING.
     pub fn restart(&mut self) {
