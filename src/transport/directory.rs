@@ -28,6 +28,29 @@ impl<A: Actor> Directory<A> {
         self.entries.insert(id, (actor, owner));
     }
 
+    /// The actor of the session `id` if there is one (and it is `owner`'s), else the one
+    /// `make` makes, remembered: two requests taking up the same session at once get the
+    /// same actor, where each made its own and the later one hid the earlier. `make` runs
+    /// under the directory's lock of that id: it must not use the directory.
+    pub fn find_or_make(
+        &self,
+        id: SessionId,
+        owner: &Owner,
+        make: impl FnOnce(&SessionId) -> Option<Addr<A>>,
+    ) -> Option<Addr<A>> {
+        match self.entries.entry(id) {
+            dashmap::Entry::Occupied(entry) => {
+                let (actor, its_owner) = entry.get();
+                (its_owner == owner).then(|| actor.clone())
+            }
+            dashmap::Entry::Vacant(entry) => {
+                let actor = make(entry.key())?;
+                entry.insert((actor.clone(), owner.clone()));
+                Some(actor)
+            }
+        }
+    }
+
     /// The actor of the session with this id, if it is live and `owner`'s (anyone else is
     /// told there is no such session).
     pub fn find(&self, id: &str, owner: &Owner) -> Option<Addr<A>> {
@@ -43,8 +66,59 @@ impl<A: Actor> Directory<A> {
         self.entries.get(id).map(|entry| entry.value().0.clone())
     }
 
-    /// Forgets a session's id (it ended, or its actor let go of it).
-    pub fn forget(&self, id: &SessionId) {
-        self.entries.remove(id);
+    /// Forgets a session's id (it ended, or its actor let go of it), if `actor` is the one
+    /// remembered under it: another actor may have taken the session over meanwhile.
+    pub fn forget(&self, id: &SessionId, actor: &Addr<A>) {
+        self.entries
+            .remove_if(id, |_, (remembered, _)| remembered == actor);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::{Identity, Proof};
+
+    struct Nobody;
+
+    impl Actor for Nobody {
+        type Context = actix::Context<Self>;
+    }
+
+    fn owner(name: &str) -> Owner {
+        Owner::of(&Identity::proven(Proof::ApiKey, name, Vec::new()))
+    }
+
+    #[actix_rt::test]
+    async fn a_session_taken_up_again_gets_the_actor_made_first() {
+        let directory = Directory::<Nobody>::default();
+        let id = SessionId::from_client("s-1");
+        let first = directory
+            .find_or_make(id.clone(), &owner("alice"), |_| Some(Nobody.start()))
+            .expect("made");
+        // The second taker finds the first's actor: it makes none.
+        let second = directory.find_or_make(id.clone(), &owner("alice"), |_| {
+            panic!("a second actor made for the same session")
+        });
+        assert_eq!(second.as_ref(), Some(&first));
+        // Anyone else finds nothing, as for an id that never existed.
+        assert!(directory
+            .find_or_make(id.clone(), &owner("mallory"), |_| Some(Nobody.start()))
+            .is_none());
+        assert_eq!(directory.find("s-1", &owner("alice")), Some(first.clone()));
+    }
+
+    #[actix_rt::test]
+    async fn an_actor_forgets_its_own_entry_only() {
+        let directory = Directory::<Nobody>::default();
+        let id = SessionId::from_client("s-2");
+        let old = Nobody.start();
+        let new = Nobody.start();
+        directory.remember(id.clone(), new.clone(), owner("alice"));
+        // The actor the session was taken over from lets go after the new one took it.
+        directory.forget(&id, &old);
+        assert_eq!(directory.find("s-2", &owner("alice")), Some(new.clone()));
+        directory.forget(&id, &new);
+        assert_eq!(directory.find("s-2", &owner("alice")), None);
     }
 }

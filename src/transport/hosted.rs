@@ -573,7 +573,7 @@ impl HostedSession {
                 }
             }
         }
-        self.directory.forget(&self.id);
+        self.directory.forget(&self.id, &ctx.address());
         ctx.stop();
     }
 
@@ -686,10 +686,10 @@ impl Actor for HostedSession {
         }
     }
 
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
+    fn stopped(&mut self, ctx: &mut Self::Context) {
         self.withdraw_work();
         self.core.cancel_all(&mut self.out);
-        self.directory.forget(&self.id);
+        self.directory.forget(&self.id, &ctx.address());
         self.set_waiting(false);
     }
 }

@@ -466,24 +466,25 @@ async fn find_session(
         return Err(Refusal::SessionNotFound);
     }
     let record = fetch_record(id, admission, shared, false).await?;
-    // Another request may have taken it up meanwhile.
-    if let Some(session) = directory.find(id, &owner) {
-        return Ok(session);
-    }
-    let slot = shared.open_session(admission)?;
-    let id = SessionId::from_client(id);
-    let session = HostedSession::adopt_http(
-        shared.clone(),
-        directory.clone().into_inner(),
-        slot,
-        id.clone(),
-        admission.clone(),
-        &record,
-    )
-    .ok_or(Refusal::SessionNotFound)?;
-    directory.remember(id, session.clone(), owner);
-    tracing::debug!(trace = %record.trace_id, "session taken up from the store");
-    Ok(session)
+    // Another request may have taken it up meanwhile (on another thread, at this moment).
+    let mut refused = None;
+    let taken_up = directory.find_or_make(SessionId::from_client(id), &owner, |id| {
+        let slot = shared
+            .open_session(admission)
+            .map_err(|refusal| refused = Some(refusal))
+            .ok()?;
+        let session = HostedSession::adopt_http(
+            shared.clone(),
+            directory.clone().into_inner(),
+            slot,
+            id.clone(),
+            admission.clone(),
+            &record,
+        )?;
+        tracing::debug!(trace = %record.trace_id, "session taken up from the store");
+        Some(session)
+    });
+    taken_up.ok_or(refused.unwrap_or(Refusal::SessionNotFound))
 }
 
 /// The record of session `id` in Redis (renewing its time to live), if it is the caller's

@@ -349,7 +349,7 @@ impl WsSession {
         else {
             return None;
         };
-        self.sockets.forget(&id);
+        self.sockets.forget(&id, &ctx.address());
         let grace = Duration::from_millis(self.shared.settings.sessions.resume_grace_ms);
         if self.ending != Ending::Resumable
             || !session.is_initialized()
