@@ -31,6 +31,8 @@ pub struct Cluster {
     /// Last writes and deletes of WebSocket session records under way (see
     /// `transport::socket_record`): the server waits for them before it stops.
     pub(crate) last_writes: std::sync::atomic::AtomicUsize,
+    /// The last of this node's SSE stream numbers given (see [`next_stream`](Self::next_stream)).
+    streams: std::sync::atomic::AtomicU64,
 }
 
 impl Cluster {
@@ -62,6 +64,24 @@ impl Cluster {
             bus,
             session_sink: std::sync::OnceLock::new(),
             last_writes: std::sync::atomic::AtomicUsize::new(0),
+            streams: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// A number for an SSE stream of an HTTP session on this node (sessions in Redis): this
+    /// node's [`node_base`](Self::node_base) plus a count of this node's, with bit 31 set
+    /// for a session's `GET` stream (`transport::mirror::is_get_stream`). No two streams of
+    /// the node share one (until the count wraps, after 2^31 streams), so a `Last-Event-ID`
+    /// names one stream of one copy of its session: a copy that took a session up again
+    /// does not number its streams as the copy before it did, whose events the session's
+    /// mirror still holds.
+    pub(crate) fn next_stream(&self, get: bool) -> u64 {
+        let count = self
+            .streams
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(1);
+        // Never 0 below bit 31: that number is a `GET` stream's of earlier versions.
+        let count = (count % ((1 << 31) - 1)) + 1;
+        self.node_base() | if get { 1 << 31 } else { 0 } | count
     }
 }

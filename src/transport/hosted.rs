@@ -349,11 +349,10 @@ impl HostedSession {
         let mut host = Self::host(shared, directory, slot, id, core, out);
         host.in_redis = in_redis;
         if in_redis {
-            // Its streams' numbers are this node's own too: a Last-Event-ID names the node
-            // whose stream it was.
-            host.next_exchange = base + 1;
+            // Its streams' numbers are this node's own too (a Last-Event-ID names the node
+            // whose stream it was), and this copy's alone.
             if let Outlets::Http(http) = &mut host.out {
-                http.session_stream = base;
+                http.session_stream = host.shared.cluster.next_stream(true);
                 http.mirror = Some(super::mirror::Mirror::start(
                     host.shared.cluster.clone(),
                     host.id.as_str(),
@@ -475,18 +474,11 @@ impl HostedSession {
                 let _ = reply.send(Err(ReplayError::Gone));
                 return;
             };
-            // Events between the cursor and the first one still mirrored are gone: refused,
-            // never a silent gap.
-            if let Some(first) = mirrored.events.first() {
-                let first_count = first
-                    .id
-                    .rsplit('_')
-                    .next()
-                    .and_then(|c| c.parse::<u64>().ok());
-                if first_count.is_some_and(|c| c > cursor.count + 1) {
-                    let _ = reply.send(Err(ReplayError::Gone));
-                    return;
-                }
+            // Events after the cursor that the mirror lacks (trimmed, or a write dropped) are
+            // gone: refused, never a silent gap.
+            if mirrored.gap {
+                let _ = reply.send(Err(ReplayError::Gone));
+                return;
             }
             let backlog = std::mem::take(&mut mirrored.events);
             let (tx, rx) = http.reader(cursor.stream, Some(cursor), backlog.len());
@@ -494,7 +486,7 @@ impl HostedSession {
                 let _ = tx.try_send(event);
             }
             if !mirrored.finished {
-                if mirrored.ids.is_empty() {
+                if super::mirror::is_get_stream(cursor.stream) {
                     // Another node's GET stream: what the session hears from now on comes
                     // on this node's own.
                     let stream = http.session_stream;
@@ -577,16 +569,24 @@ impl HostedSession {
         ctx.stop();
     }
 
+    /// How long an HTTP session is kept here without a request: `http_idle_timeout_ms`; a
+    /// copy of a session that lives in Redis is let go sooner (any node takes it up again),
+    /// so that a node does not hold every session it ever served: after a tenth of that, at
+    /// most [`COPY_IDLE`].
+    fn idle_limit(&self) -> Duration {
+        let idle = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
+        if self.in_redis {
+            (idle / 10).min(COPY_IDLE)
+        } else {
+            idle
+        }
+    }
+
     fn reap_if_idle(&mut self, ctx: &mut Context<Self>) {
         let Outlets::Http(http) = &self.out else {
             return;
         };
-        let mut idle = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
-        if self.in_redis {
-            // The session lives in Redis: a copy nobody uses here is let go sooner (any node
-            // takes it up again), so a node does not hold every session it ever served.
-            idle = idle.min(COPY_IDLE);
-        }
+        let idle = self.idle_limit();
         if self.last_active.elapsed() >= idle && http.is_idle() && !self.core.has_work_in_flight() {
             self.end(ctx, "idle");
         }
@@ -665,11 +665,7 @@ impl Actor for HostedSession {
         ctx.spawn(InboxPump::new(self.core.inbox().clone()));
         match self.out {
             Outlets::Http(_) => {
-                let mut idle =
-                    Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
-                if self.in_redis {
-                    idle = idle.min(COPY_IDLE);
-                }
+                let idle = self.idle_limit();
                 ctx.run_interval(
                     (idle / 4).max(Duration::from_millis(10)),
                     Self::reap_if_idle,
@@ -722,8 +718,14 @@ impl Handler<Post> for HostedSession {
             // reply answers as for an unknown session.
             return;
         };
-        let exchange = self.next_exchange;
-        self.next_exchange += 1;
+        // With sessions in Redis, a number no other copy of the session has used (see
+        // `Cluster::next_stream`).
+        let exchange = if self.in_redis {
+            self.shared.cluster.next_stream(false)
+        } else {
+            self.next_exchange += 1;
+            self.next_exchange - 1
+        };
         let ids = http.mirror.as_ref().map(|_| request_ids(&post.text));
         http.streams.insert(
             exchange,
@@ -1256,8 +1258,10 @@ fn request_ids(text: &str) -> String {
     struct Message<'a> {
         #[serde(borrow, default)]
         id: Option<&'a serde_json::value::RawValue>,
+        // Only whether it is there: a method written with escapes (`"tools\/call"`) is
+        // not a borrowed `&str`, and failed the whole parse.
         #[serde(default)]
-        method: Option<&'a str>,
+        method: Option<serde::de::IgnoredAny>,
     }
     let ids: Vec<&serde_json::value::RawValue> = match text.trim_start().as_bytes().first() {
         Some(b'[') => serde_json::from_str::<Vec<Message<'_>>>(text)
@@ -1311,6 +1315,11 @@ async fn follow_mirror(
                 return;
             }
         }
+        if mirrored.gap {
+            // A mirror write was dropped: the stream ends here, and the client's resume
+            // from its last event is refused rather than given the events after the gap.
+            return;
+        }
         if mirrored.finished || reader.is_closed() {
             return;
         }
@@ -1318,7 +1327,13 @@ async fn follow_mirror(
             break;
         }
     }
-    for id in mirrored.ids.iter().filter_map(RequestId::from_value) {
+    // The requests whose answers the mirror held before their node went (an answer and the
+    // stream's end may be mirrored apart) are answered already.
+    let unanswered = mirrored
+        .ids
+        .iter()
+        .filter(|id| !mirrored.answered.contains(id));
+    for id in unanswered.filter_map(RequestId::from_value) {
         mirrored.count += 1;
         let event = SseEvent {
             id: format!("{stream}_{}", mirrored.count),
@@ -1330,7 +1345,8 @@ async fn follow_mirror(
     }
 }
 
-/// How long a node keeps an idle copy of a session that lives in Redis.
+/// How long a node keeps an idle copy of a session that lives in Redis, at most (a tenth
+/// of `http_idle_timeout_ms`, 300 s by default, below it).
 const COPY_IDLE: Duration = Duration::from_secs(30);
 
 /// How long a resume on another node waits for the stream's node to mirror what the client
@@ -1352,5 +1368,26 @@ fn travels(text: &str) -> bool {
             .map(|all| all.into_iter().any(concerns))
             .unwrap_or(true),
         _ => serde_json::from_str::<Message<'_>>(text).map_or(true, concerns),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_ids_of_a_post_are_read_whatever_its_escapes() {
+        assert_eq!(
+            request_ids(r#"{"jsonrpc":"2.0","id":4,"method":"tools\/call","params":{}}"#),
+            "[4]"
+        );
+        assert_eq!(
+            request_ids(
+                r#"[{"jsonrpc":"2.0","id":"a","method":"ping"},
+                    {"jsonrpc":"2.0","method":"notifications\/initialized"},
+                    {"jsonrpc":"2.0","id":9,"result":{}}]"#
+            ),
+            r#"["a"]"#
+        );
     }
 }

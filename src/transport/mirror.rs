@@ -141,6 +141,11 @@ pub(crate) struct Mirrored {
     pub count: u64,
     /// The highest count of the stream the mirror holds, the cursor's event included.
     pub seen: u64,
+    /// Whether an event is missing between the cursor and the last taken (a mirror write
+    /// dropped): the stream cannot be resumed whole.
+    pub gap: bool,
+    /// The ids of the stream's requests whose answers are among the events taken.
+    pub answered: Vec<Value>,
 }
 
 impl Mirrored {
@@ -169,11 +174,15 @@ impl Mirrored {
                         continue;
                     };
                     self.seen = self.seen.max(count);
-                    if count > self.count.max(cursor.count) {
+                    let last = self.count.max(cursor.count);
+                    if count > last {
+                        self.gap |= count > last + 1;
                         self.count = count;
+                        let data = field("d").unwrap_or_default();
+                        self.answered.extend(answered_ids(data));
                         self.events.push(SseEvent {
                             id: format!("{}_{count}", cursor.stream),
-                            data: Arc::from(field("d").unwrap_or_default()),
+                            data: Arc::from(data),
                         });
                     }
                 }
@@ -181,6 +190,19 @@ impl Mirrored {
                 _ => {}
             }
         }
+    }
+}
+
+/// The ids of the responses in an event's data (a response, or a batch of them).
+fn answered_ids(data: &str) -> Vec<Value> {
+    let response_id = |message: &Value| {
+        let answer = message.get("result").is_some() || message.get("error").is_some();
+        answer.then(|| message.get("id").cloned()).flatten()
+    };
+    match serde_json::from_str::<Value>(data) {
+        Ok(Value::Array(batch)) => batch.iter().filter_map(response_id).collect(),
+        Ok(message) => response_id(&message).into_iter().collect(),
+        Err(_) => Vec::new(),
     }
 }
 
@@ -205,4 +227,104 @@ impl Mirrored {
 /// `Cluster::node_base`).
 pub(crate) fn node_of(stream: u64) -> u64 {
     stream >> 32
+}
+
+/// Whether `stream` is a session's `GET` stream (bit 31, see `Cluster::next_stream`; the
+/// node's base itself, as earlier versions numbered it), not a POST's: told by its number,
+/// which a client's `Last-Event-ID` carries, not by the mirror's `b` entry, which the
+/// mirror's bound may have dropped.
+pub(crate) fn is_get_stream(stream: u64) -> bool {
+    stream & (1 << 31) != 0 || stream & 0xFFFF_FFFF == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(n: u32, fields: &[(&str, &str)]) -> StreamEntry {
+        (
+            format!("1-{n}"),
+            fields
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+    }
+
+    fn event(n: u32, stream: &str, count: &str, data: &str) -> StreamEntry {
+        entry(n, &[("k", "e"), ("s", stream), ("c", count), ("d", data)])
+    }
+
+    #[test]
+    fn a_missing_event_after_the_cursor_is_a_gap() {
+        let cursor = Cursor {
+            stream: 7,
+            count: 1,
+        };
+        let mut whole = Mirrored::default();
+        whole.take(
+            cursor,
+            vec![
+                event(1, "7", "1", "{}"),
+                event(2, "7", "2", "{}"),
+                event(3, "8", "5", "{}"),
+                event(4, "7", "3", "{}"),
+            ],
+        );
+        assert!(!whole.gap);
+        assert_eq!(whole.events.len(), 2);
+        // Event 3 of stream 7 was dropped on its way to the mirror.
+        let mut holed = Mirrored::default();
+        holed.take(cursor, vec![event(1, "7", "2", "{}")]);
+        assert!(!holed.gap);
+        holed.take(cursor, vec![event(2, "7", "4", "{}")]);
+        assert!(holed.gap, "4 after 2");
+        // Or the first after the cursor.
+        let mut late = Mirrored::default();
+        late.take(cursor, vec![event(1, "7", "3", "{}")]);
+        assert!(late.gap, "3 after the cursor's 1");
+    }
+
+    #[test]
+    fn the_answers_among_the_events_are_known() {
+        let cursor = Cursor {
+            stream: 7,
+            count: 0,
+        };
+        let mut mirrored = Mirrored::default();
+        mirrored.take(
+            cursor,
+            vec![
+                entry(1, &[("k", "b"), ("s", "7"), ("i", r#"[1,"two",3]"#)]),
+                event(
+                    2,
+                    "7",
+                    "1",
+                    r#"{"jsonrpc":"2.0","method":"notifications/progress"}"#,
+                ),
+                event(3, "7", "2", r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+                event(
+                    4,
+                    "7",
+                    "3",
+                    r#"[{"jsonrpc":"2.0","id":"two","error":{"code":1,"message":"x"}}]"#,
+                ),
+            ],
+        );
+        assert_eq!(mirrored.ids.len(), 3);
+        assert_eq!(
+            mirrored.answered,
+            [Value::from(1), Value::from("two")],
+            "3 unanswered"
+        );
+    }
+
+    #[test]
+    fn a_get_stream_is_told_by_its_number() {
+        let base = 5 << 32;
+        assert!(is_get_stream(base), "the number earlier versions gave");
+        assert!(is_get_stream(base | 1 << 31 | 9));
+        assert!(!is_get_stream(base | 9));
+        assert_eq!(node_of(base | 1 << 31 | 9), 5);
+    }
 }

@@ -16,7 +16,7 @@
 //! resumed elsewhere also run on a three-master Redis Cluster (`redis+cluster://`), where a
 //! session's record and its mirrored events are found on one master.
 
-use crate::support::http::header;
+use crate::support::http::{header, wait_metric};
 use crate::support::meta::*;
 use crate::support::redis::{RedisCluster, RedisServer};
 use crate::support::stateless::{add_fixtures, plain_tool, stateless_settings, Fixtures};
@@ -527,6 +527,86 @@ fn events(
             ))
         }),
     )
+}
+
+/// A `step_then_hold` call (JSON-RPC id `id`) on `node`, its gate opened once its progress
+/// came: the progress event's id and the answer.
+async fn stepped_call(
+    session: &Session,
+    node: &RunningServer,
+    fixtures: &Fixtures,
+    id: i64,
+) -> (String, Value) {
+    let call = json!({"name": "step_then_hold", "arguments": {}, "_meta": {"progressToken": "t"}});
+    let response = session
+        .post_raw(node, request(json!(id), "tools/call", call))
+        .await;
+    let mut stream = events(response);
+    let (progress_id, progress) = tokio::time::timeout(READ_TIMEOUT, stream.next())
+        .await
+        .expect("in time")
+        .expect("the progress event");
+    assert_eq!(progress["method"], "notifications/progress", "{progress}");
+    fixtures.gate.add_permits(1);
+    let (_, answer) = tokio::time::timeout(READ_TIMEOUT, stream.next())
+        .await
+        .expect("in time")
+        .expect("the answer");
+    assert_eq!(answer["id"], id, "{answer}");
+    (progress_id, answer)
+}
+
+#[tokio::test]
+async fn a_copy_taken_up_again_numbers_its_streams_apart_from_the_copy_before() {
+    let redis = RedisServer::start();
+    let fixtures = Fixtures::default();
+    let mut settings = with_api_key(stateless_settings());
+    settings.redis.url = redis.url();
+    settings.redis.key_prefix = "copies:".into();
+    // A copy of a session in Redis that nobody uses is let go after a tenth of this (0.5 s);
+    // the record lives on.
+    settings.sessions.http_idle_timeout_ms = 5000;
+    let node = start_with(settings, |b| add_fixtures(b, &fixtures));
+    let session = Session::begin(&node, Some(TEST_KEY)).await;
+    let (first_progress, _) = stepped_call(&session, &node, &fixtures, 1).await;
+    // The copy is let go (the session is not: it is in Redis), and the next request takes
+    // the session up again in a new copy, whose call streams the same way.
+    wait_metric(&node, "mcp_sessions", 0).await;
+    // Its POSTs as many as the first copy's before its call (`initialize`,
+    // `notifications/initialized`): numbered per copy, the two calls' streams would meet.
+    for id in [10, 11] {
+        let ping = session
+            .post_raw(&node, request(json!(id), "ping", json!({})))
+            .await;
+        assert_eq!(ping.status(), 200);
+    }
+    let (second_progress, _) = stepped_call(&session, &node, &fixtures, 2).await;
+    let stream_of = |id: &str| id.split('_').next().map(str::to_owned);
+    assert_ne!(
+        stream_of(&first_progress),
+        stream_of(&second_progress),
+        "two copies' streams, one number"
+    );
+    // The first call's stream resumed after its progress: its own answer (id 1), not the
+    // second call's.
+    let get = session
+        .with(
+            session
+                .http
+                .get(url(&node))
+                .header(ACCEPT, "text/event-stream"),
+        )
+        .header("last-event-id", &first_progress)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(get.status(), 200);
+    let mut resumed = events(get);
+    let (_, answer) = tokio::time::timeout(READ_TIMEOUT, resumed.next())
+        .await
+        .expect("the answer in time")
+        .expect("the answer");
+    assert_eq!(answer["id"], 1, "{answer}");
 }
 
 #[tokio::test]
