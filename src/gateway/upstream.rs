@@ -78,8 +78,8 @@ const NO_LEVEL: u8 = u8::MAX;
 /// call but does not say which (log lines, requests to the client).
 #[derive(Default)]
 struct Calls {
-    next: AtomicU64,
-    by_id: Mutex<HashMap<u64, CallLink>>,
+    /// By the upstream's count of calls: in the order their requests came.
+    by_id: Mutex<std::collections::BTreeMap<u64, CallLink>>,
 }
 
 struct CallLink {
@@ -135,6 +135,8 @@ pub(crate) struct Upstream {
     /// each time, for every session.
     backoff: Mutex<Backoff>,
     in_flight: Option<Arc<tokio::sync::Semaphore>>,
+    /// Calls forwarded so far (each one's key among its child's calls).
+    calls: AtomicU64,
     /// `per_session`: a place for each child running or starting, `max_children` in all. A
     /// place is taken before a child is started and given back when it ends, so that
     /// sessions arriving together cannot all pass a count of the children already running.
@@ -164,6 +166,7 @@ impl Upstream {
             slots: Mutex::new(HashMap::new()),
             backoff: Mutex::new(Backoff::default()),
             in_flight,
+            calls: AtomicU64::new(0),
             places: Arc::new(tokio::sync::Semaphore::new(
                 settings
                     .max_children
@@ -649,13 +652,14 @@ impl Upstream {
         method: &str,
         params: Value,
     ) -> Result<Box<RawValue>, RpcError> {
+        // Counted before any wait: the calls' order is their requests'.
+        let call_id = self.calls.fetch_add(1, Ordering::Relaxed);
         let _slot = self.admit().await?;
         let child = self.child_for(ctx.session()).await?;
         if self.settings.mode == UpstreamMode::PerSession {
             child.pass_log_level(ctx).await;
         }
         let (events_tx, mut event_rx) = mpsc::channel(CALL_EVENTS);
-        let call_id = child.calls.next.fetch_add(1, Ordering::Relaxed);
         let session = ctx.session().scope.as_ref().map(|s| s.id());
         let link = CallLink {
             events: events_tx.clone(),
@@ -815,9 +819,11 @@ impl Calls {
         crate::lock(&self.by_id).is_empty()
     }
 
-    /// The call a message of the child that names none belongs to: one of its calls when
-    /// they all come from one session (always, for a per-session child), else none (the
-    /// message could be any of theirs).
+    /// The call a message of the child that names none belongs to: the oldest of its calls
+    /// when they all come from one session (always, for a per-session child), else none (the
+    /// message could be any of theirs). The oldest: a call that asks its client something
+    /// has usually run for a while, and one begun after it would take the ask along when it
+    /// ends (the child's question then failed).
     fn only_session(&self) -> Result<mpsc::Sender<CallEvent>, &'static str> {
         let calls = crate::lock(&self.by_id);
         let mut links = calls.values();

@@ -13,6 +13,7 @@ Tools:
   wait(ms)              sleeps; records in $GATEWAY_EVENTS whether it was cancelled
   ask_name()            elicits a name from the client
   ask_model()           asks the client's model (sampling)
+  ask_model_after(ms)   waits, then asks the client's model
   image()               one image block and one resource_link block
   fail()                raises: an isError result
   crash()               the process exits at once (status 3) mid-call (over WebSocket: the
@@ -143,6 +144,13 @@ async def ask_model(ctx: Context) -> str:
         max_tokens=10,
     )
     return f"model said {result.content.text}"
+
+
+@server.tool()
+async def ask_model_after(ms: int, ctx: Context) -> str:
+    """Waits, then asks the client's model."""
+    await asyncio.sleep(ms / 1000)
+    return await ask_model(ctx)
 
 
 @server.tool()

@@ -834,6 +834,50 @@ async fn a_stateless_client_is_served_by_a_session_era_upstream() {
 
 /// Serves `server`'s `tools/call` of `name` on `client` and answers the one elicitation that
 /// crosses before the result with `content`; returns the result.
+#[tokio::test]
+async fn a_childs_question_goes_with_the_call_that_began_first() {
+    let server = gateway(vec![py_upstream(UpstreamMode::PerSession)], |_| {});
+    let mut client = Client::connect(&server).await;
+    initialize_with(&mut client, json!({"sampling": {}})).await;
+    // The session's child runs two calls: one asks its client 0.5 s in, the other, begun
+    // after it, ends at 0.8 s. The child's question names no call: it goes with the first
+    // one's, which is still there to take the answer after the other ended.
+    client
+        .send_json(request(
+            json!("asks"),
+            "tools/call",
+            json!({"name": "ask_model_after", "arguments": {"ms": 500}}),
+        ))
+        .await;
+    client
+        .send_json(request(
+            json!("quick"),
+            "tools/call",
+            json!({"name": "wait", "arguments": {"ms": 800, "tag": "quick"}}),
+        ))
+        .await;
+    let mut ask = None;
+    let mut quick_done = false;
+    while ask.is_none() || !quick_done {
+        let message = client.recv().await;
+        if message["method"] == "sampling/createMessage" {
+            ask = Some(message);
+        } else if message["id"] == "quick" {
+            assert_eq!(tool_text(&message), "waited quick", "{message}");
+            quick_done = true;
+        } else {
+            assert!(message.get("id").is_none(), "{message}");
+        }
+    }
+    let ask = ask.expect("asked");
+    client
+        .send_json(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {
+            "role": "assistant", "content": {"type": "text", "text": "4"}, "model": "m"}}))
+        .await;
+    let asks = client.recv_response(&json!("asks")).await;
+    assert_eq!(tool_text(&asks), "model said 4", "{asks}");
+}
+
 async fn call_answering_elicitation(
     client: &mut Client,
     name: &str,
