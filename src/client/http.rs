@@ -200,14 +200,17 @@ impl Post {
         drop(inner);
         if is_stream {
             let mut resume = Resume::default();
-            resume.read(response, &weak, max_body, None).await;
+            // Read for as long as its request waits: a server may hold the stream open
+            // after the answer, or without one after a cancel, and a stream left open holds
+            // a connection and this task.
+            resume.read(response, &weak, max_body, message.id).await;
             if let Some(id) = message.id {
                 resume.until_answered(&session, id, &weak, max_body).await;
             }
         } else {
             // A refusal's body may hold the JSON-RPC error for the request (a stateless
             // server answers an unsupported version or a header mismatch so).
-            read_json(response, &weak, max_body).await;
+            read_json(response, &weak, max_body, message.id).await;
         }
         // A request whose answer the body did not hold is answered now, never left waiting.
         if let (Some(id), Some(inner)) = (message.id, weak.upgrade()) {
@@ -311,10 +314,25 @@ fn fail(inner: &Inner, id: Option<u64>, error: ClientError) {
 }
 
 /// A JSON body (one message or a batch), read up to `max_body` bytes.
-async fn read_json(response: reqwest::Response, inner: &Weak<Inner>, max_body: usize) {
+/// Reads a JSON body into the client, for as long as request `answer_to` (if any) waits.
+async fn read_json(
+    response: reqwest::Response,
+    inner: &Weak<Inner>,
+    max_body: usize,
+    answer_to: Option<u64>,
+) {
     let mut body = Vec::new();
     let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
+    loop {
+        let chunk = match answer_to {
+            None => chunks.next().await,
+            Some(id) => match tokio::time::timeout(WATCH_EVERY, chunks.next()).await {
+                Ok(chunk) => chunk,
+                Err(_quiet) if waits(inner, id) => continue,
+                Err(_quiet) => return,
+            },
+        };
+        let Some(chunk) = chunk else { break };
         let Ok(chunk) = chunk else { return };
         if body.len() + chunk.len() > max_body {
             if let Some(inner) = inner.upgrade() {

@@ -1138,6 +1138,108 @@ async fn the_http_clients_open_streams_end_with_the_client() {
     }
 }
 
+/// A Streamable HTTP server of the handshake era, by hand, that streams every `tools/call`
+/// and never answers it (nor ends the stream); each such POST's connection, once its client
+/// closes it, is said on the returned channel. Every response closes its connection.
+fn holding_server() -> (String, std::sync::mpsc::Receiver<()>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
+    let (closed, closes) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let closed = closed.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut head = String::new();
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(value) = lower.strip_prefix("content-length:") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                    head += &line;
+                }
+                let mut body = vec![0; length];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let reply = |status: &str, headers: &str, body: &str| {
+                    format!(
+                        "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\n\
+                         Connection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                let json = "Content-Type: application/json\r\n";
+                let answer = |result: Value| {
+                    json!({"jsonrpc": "2.0", "id": message["id"], "result": result}).to_string()
+                };
+                let text = if !head.starts_with("POST") {
+                    reply("405 Method Not Allowed", "", "")
+                } else if message.get("id").is_none() {
+                    reply("202 Accepted", "", "")
+                } else if message["method"] == "initialize" {
+                    let result = json!({"protocolVersion": "2025-11-25",
+                                        "capabilities": {"tools": {}},
+                                        "serverInfo": {"name": "holding", "version": "1"}});
+                    reply(
+                        "200 OK",
+                        &format!("{json}Mcp-Session-Id: s-1\r\n"),
+                        &answer(result),
+                    )
+                } else if message["method"] == "tools/call" {
+                    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                                Connection: close\r\n\r\n";
+                    if stream.write_all(head.as_bytes()).is_err() {
+                        return;
+                    }
+                    // Held open, silent, until the client closes it.
+                    let mut rest = [0u8; 256];
+                    while matches!(reader.read(&mut rest), Ok(n) if n > 0) {}
+                    let _ = closed.send(());
+                    return;
+                } else {
+                    reply("200 OK", json, &answer(json!({})))
+                };
+                let _ = stream.write_all(text.as_bytes());
+            });
+        }
+    });
+    (url, closes)
+}
+
+/// A request the caller stopped waiting for (cancelled) ends its POST's stream on the
+/// server, even one the server holds open without an answer: it held a connection and a
+/// task for as long as the client lived.
+#[tokio::test]
+async fn the_http_client_closes_the_stream_of_a_request_it_gave_up() {
+    let (url, closes) = holding_server();
+    let client = McpClient::http(&url, &[], ClientOptions::default())
+        .await
+        .expect("connects");
+    let call = tokio::time::timeout(
+        Duration::from_millis(300),
+        client.request("tools/call", Some(json!({"name": "hold", "arguments": {}}))),
+    )
+    .await;
+    assert!(call.is_err(), "no answer comes: {call:?}");
+    let closed = tokio::task::spawn_blocking(move || closes.recv_timeout(READ_TIMEOUT))
+        .await
+        .expect("the task");
+    assert!(closed.is_ok(), "the POST's stream is still open");
+    drop(client);
+}
+
 /// The FastMCP upstream as a server of its own on a free port (`--http` or `--ws`), with
 /// `env`; returns it (killed when dropped) and its port once it listens.
 /// A server of the 2026-07-28 revision only (the TypeScript SDK 2.x's `createMcpHandler`
