@@ -521,28 +521,31 @@ mod tests {
             rotation: FileRotation::Daily,
             ..settings(dir.path(), 10, keep)
         };
+        // The names in the directory: these days', and every file not a day's.
+        let days_and_the_rest = |days: &[&'static str]| {
+            let mut expected = vec![
+                "log",
+                "log.1",
+                "log.2",
+                "log.2026-1-01",
+                "log.2026-12-01.gz",
+                "logs.2026-01-01",
+                "other",
+            ];
+            expected.extend(days);
+            expected.sort_unstable();
+            expected
+        };
         // Today's file not there yet: it is counted all the same.
         delete_days_beyond_keep(&daily(3), "2026-12-05");
-        let others = [
-            "log",
-            "log.1",
-            "log.2",
-            "log.2026-1-01",
-            "log.2026-12-01.gz",
-            "logs.2026-01-01",
-            "other",
-        ];
-        let mut expected = vec!["log.2026-12-03", "log.2026-12-04"];
-        expected.extend(others);
-        expected.sort_unstable();
-        assert_eq!(names(dir.path()), expected);
+        assert_eq!(
+            names(dir.path()),
+            days_and_the_rest(&["log.2026-12-03", "log.2026-12-04"])
+        );
         // A restart within the day, one file kept: the day's own stays.
         fs::write(dir.path().join("log.2026-12-05"), "today\n").expect("write");
         delete_days_beyond_keep(&daily(1), "2026-12-05");
-        let mut expected = vec!["log.2026-12-05"];
-        expected.extend(others);
-        expected.sort_unstable();
-        assert_eq!(names(dir.path()), expected);
+        assert_eq!(names(dir.path()), days_and_the_rest(&["log.2026-12-05"]));
     }
 
     #[test]

@@ -97,6 +97,19 @@ impl Session {
         }
     }
 
+    /// `GET` with `Last-Event-ID: last_event_id`: a stream resumed on `node`.
+    async fn resume(&self, node: &RunningServer, last_event_id: &str) -> reqwest::Response {
+        let get = self
+            .http
+            .get(url(node))
+            .header(ACCEPT, "text/event-stream")
+            .header("last-event-id", last_event_id);
+        tokio::time::timeout(READ_TIMEOUT, self.with(get).send())
+            .await
+            .expect("answered in time")
+            .expect("sent")
+    }
+
     async fn post_raw(&self, node: &RunningServer, body: Value) -> reqwest::Response {
         let post = self
             .http
@@ -589,17 +602,7 @@ async fn a_copy_taken_up_again_numbers_its_streams_apart_from_the_copy_before() 
     );
     // The first call's stream resumed after its progress: its own answer (id 1), not the
     // second call's.
-    let get = session
-        .with(
-            session
-                .http
-                .get(url(&node))
-                .header(ACCEPT, "text/event-stream"),
-        )
-        .header("last-event-id", &first_progress)
-        .send()
-        .await
-        .expect("sent");
+    let get = session.resume(&node, &first_progress).await;
     assert_eq!(get.status(), 200);
     let mut resumed = events(get);
     let (_, answer) = tokio::time::timeout(READ_TIMEOUT, resumed.next())
@@ -658,12 +661,7 @@ async fn stream_resumes_elsewhere(redis_url: &str, look: impl Fn(&str)) {
     drop(stream);
 
     // Resumed on B after that event: B follows what A mirrors; A's answer arrives there.
-    let get = session
-        .with(session.http.get(url(b)).header(ACCEPT, "text/event-stream"))
-        .header("last-event-id", &first_id)
-        .send()
-        .await
-        .expect("sent");
+    let get = session.resume(b, &first_id).await;
     assert_eq!(get.status(), 200);
     let mut resumed = events(get);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -719,12 +717,7 @@ async fn stream_resumes_elsewhere(redis_url: &str, look: impl Fn(&str)) {
             .expect("a count")
             - 1
     );
-    let get = session
-        .with(session.http.get(url(a)).header(ACCEPT, "text/event-stream"))
-        .header("last-event-id", &before_change)
-        .send()
-        .await
-        .expect("sent");
+    let get = session.resume(a, &before_change).await;
     assert_eq!(get.status(), 200);
     let mut replayed = events(get);
     let (_, again) = tokio::time::timeout(READ_TIMEOUT, replayed.next())
@@ -738,12 +731,7 @@ async fn stream_resumes_elsewhere(redis_url: &str, look: impl Fn(&str)) {
     look(&session.id);
 
     // A cursor naming events no node mirrored: refused, never a silent gap.
-    let get = session
-        .with(session.http.get(url(b)).header(ACCEPT, "text/event-stream"))
-        .header("last-event-id", "123456789_5")
-        .send()
-        .await
-        .expect("sent");
+    let get = session.resume(b, "123456789_5").await;
     assert_eq!(get.status(), 400);
 }
 

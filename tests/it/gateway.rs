@@ -85,6 +85,24 @@ fn gateway(
     start_bare(settings, |builder| builder)
 }
 
+/// Sends a `tools/call` of `name` with `id`, its answer left to read later.
+async fn start_call(client: &mut Client, id: Value, name: &str, arguments: Value) {
+    client
+        .send_json(request(
+            id,
+            "tools/call",
+            json!({"name": name, "arguments": arguments}),
+        ))
+        .await;
+}
+
+/// The server's name and version as the 2026-07-28 helpers check them
+/// (`support::stateless`).
+fn stateless_named(s: &mut mcp_ws::Settings) {
+    s.info.name = crate::support::stateless::SERVER_NAME.into();
+    s.info.version = crate::support::stateless::SERVER_VERSION.into();
+}
+
 /// The two upstreams the SDK clients expect: `py` per session, `every` shared.
 fn sdk_gateway() -> RunningServer {
     gateway(
@@ -248,13 +266,13 @@ async fn a_shared_child_serves_50_sessions_with_every_answer_its_own() {
             // 20 calls sent at once, answered in whatever order; each answer must be this
             // session's own sum for its id.
             for i in 0..20u64 {
-                client
-                    .send_json(request(
-                        json!(i),
-                        "tools/call",
-                        json!({"name": "add", "arguments": {"a": session * 1000, "b": i}}),
-                    ))
-                    .await;
+                start_call(
+                    &mut client,
+                    json!(i),
+                    "add",
+                    json!({"a": session * 1000, "b": i}),
+                )
+                .await;
             }
             let mut answered = std::collections::HashSet::new();
             for _ in 0..20 {
@@ -294,13 +312,13 @@ async fn a_crash_answers_every_call_in_flight_on_the_child_at_once() {
     let mut waiting = Client::initialized(&server).await;
     let mut crashing = Client::initialized(&server).await;
     let before = tool_text(&waiting.call_tool("whoami", json!({})).await);
-    waiting
-        .send_json(request(
-            json!("long"),
-            "tools/call",
-            json!({"name": "wait", "arguments": {"ms": 30000, "tag": "x"}}),
-        ))
-        .await;
+    start_call(
+        &mut waiting,
+        json!("long"),
+        "wait",
+        json!({"ms": 30000, "tag": "x"}),
+    )
+    .await;
     // The long call is on the child once a later call on it is answered.
     let _ = crashing.call_tool("whoami", json!({})).await;
     let started = Instant::now();
@@ -511,8 +529,7 @@ fn user_tool_gateway(start: UpstreamStart) -> RunningServer {
             api_key("alice", "alice-key", &[]),
             api_key("bob", "bob-key", &[]),
         ];
-        s.info.name = crate::support::stateless::SERVER_NAME.into();
-        s.info.version = crate::support::stateless::SERVER_VERSION.into();
+        stateless_named(s);
     })
 }
 
@@ -784,10 +801,7 @@ async fn a_sessions_log_level_is_passed_on_to_its_own_child_only() {
 
 #[tokio::test]
 async fn a_stateless_client_is_served_by_a_session_era_upstream() {
-    let server = gateway(vec![py_upstream(UpstreamMode::PerSession)], |s| {
-        s.info.name = crate::support::stateless::SERVER_NAME.into();
-        s.info.version = crate::support::stateless::SERVER_VERSION.into();
-    });
+    let server = gateway(vec![py_upstream(UpstreamMode::PerSession)], stateless_named);
     let mut client = Client::connect(&server).await;
     let (id, response) = call(
         &mut client,
@@ -842,20 +856,20 @@ async fn a_childs_question_goes_with_the_call_that_began_first() {
     // The session's child runs two calls: one asks its client 0.5 s in, the other, begun
     // after it, ends at 0.8 s. The child's question names no call: it goes with the first
     // one's, which is still there to take the answer after the other ended.
-    client
-        .send_json(request(
-            json!("asks"),
-            "tools/call",
-            json!({"name": "ask_model_after", "arguments": {"ms": 500}}),
-        ))
-        .await;
-    client
-        .send_json(request(
-            json!("quick"),
-            "tools/call",
-            json!({"name": "wait", "arguments": {"ms": 800, "tag": "quick"}}),
-        ))
-        .await;
+    start_call(
+        &mut client,
+        json!("asks"),
+        "ask_model_after",
+        json!({"ms": 500}),
+    )
+    .await;
+    start_call(
+        &mut client,
+        json!("quick"),
+        "wait",
+        json!({"ms": 800, "tag": "quick"}),
+    )
+    .await;
     let mut ask = None;
     let mut quick_done = false;
     while ask.is_none() || !quick_done {
@@ -1285,10 +1299,7 @@ async fn a_server_of_2026_only_is_reached_through_the_fall_back_to_discover() {
             mode,
             ..Default::default()
         };
-        let server = gateway(vec![remote], |s| {
-            s.info.name = crate::support::stateless::SERVER_NAME.into();
-            s.info.version = crate::support::stateless::SERVER_VERSION.into();
-        });
+        let server = gateway(vec![remote], stateless_named);
         let mut client = Client::initialized(&server).await;
         let listed = client.request("tools/list", json!({})).await;
         assert_eq!(tool_names(&listed), ["shout"], "{mode:?}: {listed}");
@@ -1824,10 +1835,7 @@ async fn an_rmcp_server_over_http_is_an_upstream() {
 async fn an_identitys_child_is_not_reaped_while_a_call_runs_on_it() {
     let mut py = py_upstream(UpstreamMode::PerSession);
     py.idle_timeout_ms = 200;
-    let server = gateway(vec![py], |s| {
-        s.info.name = crate::support::stateless::SERVER_NAME.into();
-        s.info.version = crate::support::stateless::SERVER_VERSION.into();
-    });
+    let server = gateway(vec![py], stateless_named);
     // A 2026-07-28 call runs on its identity's own child. It began more than 200 ms before
     // the reaper (every 5 s) looks: idle by the clock, but with a call in flight.
     let mut client = Client::connect(&server).await;
