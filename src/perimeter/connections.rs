@@ -105,9 +105,9 @@ impl ConnectionLimits {
     }
 }
 
-/// The address a client's sessions count under: IPv4 as is, an IPv4-mapped IPv6 address as
-/// its IPv4 address, any other IPv6 address as its /64.
-fn client_key(ip: IpAddr) -> IpAddr {
+/// The address a client's sessions (and its anonymous request rate) count under: IPv4 as
+/// is, an IPv4-mapped IPv6 address as its IPv4 address, any other IPv6 address as its /64.
+pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

@@ -92,7 +92,8 @@ impl RequestGuard {
             let holder = if identity.is_authenticated() {
                 Holder::Subject(identity.principal())
             } else {
-                Holder::Address(admission.peer)
+                // A host may pick any address of its IPv6 /64: all of them are one.
+                Holder::Address(admission.peer.map(super::connections::client_key))
             };
             if let Err(wait) = rate.take(bucket, holder, now) {
                 metrics.rejections.rate.inc();

@@ -157,6 +157,15 @@ async fn http_initialize_with(
     from: [u8; 4],
     headers: &[(&'static str, &str)],
 ) -> u16 {
+    http_initialize_answer(server, from, headers).await.0
+}
+
+/// [`http_initialize_with`]'s status and body.
+async fn http_initialize_answer(
+    server: &RunningServer,
+    from: [u8; 4],
+    headers: &[(&'static str, &str)],
+) -> (u16, String) {
     let client = crate::support::http::client_builder()
         .local_address(IpAddr::from(from))
         .build()
@@ -170,12 +179,9 @@ async fn http_initialize_with(
     let post = headers
         .iter()
         .fold(post, |post, (name, value)| post.header(*name, *value));
-    post.body(body.to_string())
-        .send()
-        .await
-        .expect("POST")
-        .status()
-        .as_u16()
+    let response = post.body(body.to_string()).send().await.expect("POST");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("a body"))
 }
 
 fn per_ip(limit: usize) -> Settings {
@@ -283,6 +289,35 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_the_one_counted() {
         1,
     );
     assert_pings(&mut alice).await;
+}
+
+/// The anonymous request rate (`limits.rate`) counts addresses as the session limits do:
+/// an IPv6 client's whole /64 is one (a host may pick any address in it).
+#[tokio::test]
+async fn the_anonymous_rate_counts_an_ipv6_clients_64_as_one_address() {
+    let mut s = settings();
+    s.server.trusted_proxies = vec!["127.0.0.1/32".into()];
+    // A token every 2 s: the requests below take far less than that.
+    s.limits.rate.requests_per_second = 0.5;
+    s.limits.rate.burst = 2;
+    let server = start(s);
+    let limited = |(status, body): (u16, String)| {
+        let refused = body.contains("-32017");
+        assert!(refused || status == 200, "{status} {body}");
+        refused
+    };
+    // Two addresses of one /64 spend its two tokens; a third address of it finds none.
+    for address in ["2001:db8:1:2::1", "2001:db8:1:2::2"] {
+        let answer = http_initialize_answer(&server, HERE, &[("X-Forwarded-For", address)]).await;
+        assert!(!limited(answer), "{address}: a token of the burst");
+    }
+    let answer =
+        http_initialize_answer(&server, HERE, &[("X-Forwarded-For", "2001:db8:1:2::3")]).await;
+    assert!(limited(answer), "another address of the same /64");
+    // Another /64 has its own bucket.
+    let answer =
+        http_initialize_answer(&server, HERE, &[("X-Forwarded-For", "2001:db8:1:3::1")]).await;
+    assert!(!limited(answer), "another /64");
 }
 
 #[tokio::test]
