@@ -526,7 +526,7 @@ impl Session {
             }
             Entry::Dropped { error } => {
                 self.shared.metrics.rejections.count_wire(&error);
-                tracing::debug!(session = self.id, %error, "notification over a limit; dropped");
+                tracing::debug!(session = self.id, %error, "a message that gets no answer; dropped");
                 Reply::Silent
             }
         }

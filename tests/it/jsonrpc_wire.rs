@@ -236,6 +236,11 @@ async fn responses_from_the_client_are_dropped_silently() {
     client
         .send_text(r#"{"jsonrpc":"2.0","id":98,"error":{"code":1,"message":"x"}}"#)
         .await;
+    // An error about a message the client could not read, whose id it could not tell
+    // (JSON-RPC 2.0 §5: then the id is null): a response too, not a request to refuse.
+    client
+        .send_text(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#)
+        .await;
     client.expect_nothing_pending().await;
 }
 

@@ -70,8 +70,8 @@ pub enum Entry<'a, P> {
         id: Option<RequestId>,
         error: Error,
     },
-    /// A notification (or a response) refused by a frame limit: never answered, as no
-    /// notification is, not even on error.
+    /// A notification (or a response) refused by a frame limit, or an error response with
+    /// a null id: never answered, as no notification or response is, not even on error.
     Dropped {
         error: Error,
     },
@@ -399,6 +399,11 @@ fn classify<'a, P>(msg: Envelope<'a, P>) -> Entry<'a, P> {
             (Some(id), None, Some(error)) => Entry::Response {
                 id,
                 outcome: Err(error),
+            },
+            // An error whose id its sender could not tell (JSON-RPC 2.0 §5: `null`): a
+            // response to nothing the server can match, never a request to answer.
+            (None, None, Some(_)) if id.is_some() => Entry::Dropped {
+                error: Error::InvalidRequest("an error response with a null id answers no request"),
             },
             (echo_id, _, _) => invalid(echo_id, "a request needs a \"method\""),
         };
