@@ -264,6 +264,10 @@ pub enum Refusal {
     /// this node does not hold cannot be found, nor a new one begun.
     #[error("Service unavailable: the session store cannot be reached, retry later")]
     SessionStoreUnavailable,
+    /// A WebSocket session another node holds, and that node is alive (sessions in Redis):
+    /// it is resumed there (or here, once that node is gone), never in two places.
+    #[error("Service unavailable: the session is held by another node, retry (there, or here once that node is gone)")]
+    SessionHeldElsewhere,
     /// `MCP-Protocol-Version` names a version this server does not speak.
     #[error("Bad Request: unsupported MCP-Protocol-Version {0:?}")]
     UnsupportedProtocolVersion(String),
@@ -334,6 +338,7 @@ impl Refusal {
             | Self::BodyNotText
             | Self::SessionRequired
             | Self::SessionNotFound
+            | Self::SessionHeldElsewhere
             | Self::ResumeGone
             | Self::BadAwaitingIds
             | Self::MethodNotAllowed => None,
@@ -361,6 +366,7 @@ impl ResponseError for Refusal {
             Self::TooManySessions
             | Self::ShuttingDown
             | Self::SessionStoreUnavailable
+            | Self::SessionHeldElsewhere
             | Self::UpstreamFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UnsupportedProtocolVersion(_)
             | Self::BodyNotText
@@ -383,7 +389,8 @@ impl ResponseError for Refusal {
             Self::TooManySessions
             | Self::ShuttingDown
             | Self::PartialBudget
-            | Self::SessionStoreUnavailable => {
+            | Self::SessionStoreUnavailable
+            | Self::SessionHeldElsewhere => {
                 response.insert_header(("Retry-After", "1"));
             }
             // The connection holds the rest of a body nobody reads: it is not reused.

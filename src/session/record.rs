@@ -47,6 +47,12 @@ pub struct SessionRecord {
     /// lost).
     #[serde(default)]
     pub in_flight: Vec<Value>,
+    /// WebSocket sessions: the node that holds the session (its socket, or its copy parked
+    /// for a reconnect), by its number (`Cluster::node_number`); none once that node handed
+    /// it over as it stopped. Another node takes the session up only when none holds it,
+    /// or the one that does is dead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u64>,
 }
 
 impl Session {
@@ -78,6 +84,7 @@ impl Session {
             revision: self.revision,
             websocket: false,
             in_flight: Vec::new(),
+            node: None,
         })
     }
 

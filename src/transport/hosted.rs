@@ -95,6 +95,12 @@ pub struct TakeRecord;
 #[rtype(result = "()")]
 pub struct EndedElsewhere;
 
+/// The client asks another node to resume this WebSocket session (see
+/// [`SessionNoteKind::HandOver`]).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct HandOver;
+
 /// Asks a socket to let go of its session (and close with `code`); it answers with the
 /// hosted session that now holds it, if the session goes on.
 #[derive(Debug, Message)]
@@ -829,6 +835,25 @@ impl Handler<EndedElsewhere> for HostedSession {
     }
 }
 
+impl Handler<HandOver> for HostedSession {
+    type Result = ();
+
+    /// Parked here, the session goes to the node its client reconnected to: its record is
+    /// written a last time, listing what runs here (which ends here unanswered: that node
+    /// answers it -32031), and no longer names this node; the copy ends. A session with a
+    /// socket attached here stays: its client is here.
+    fn handle(&mut self, _: HandOver, ctx: &mut Self::Context) {
+        if !self.is_parked() {
+            return;
+        }
+        let Some(record) = self.socket_record.take() else {
+            return;
+        };
+        record.hand_over(&self.core, true);
+        self.end(ctx, "handed over to the node its client reconnected to");
+    }
+}
+
 /// Delivers the other nodes' notes about sessions to this node's copies (sessions in Redis).
 pub fn deliver_session_notes(directory: Arc<HostedSessions>) -> SessionSink {
     Box::new(move |note: SessionNote| {
@@ -843,6 +868,7 @@ pub fn deliver_session_notes(directory: Arc<HostedSessions>) -> SessionSink {
                 }
             }
             SessionNoteKind::End => session.do_send(EndedElsewhere),
+            SessionNoteKind::HandOver => session.do_send(HandOver),
         }
     })
 }

@@ -180,13 +180,13 @@ impl SocketRecord {
     /// time (after the write under way) and kept, so that its client may resume it on
     /// another node. It lists what is still in flight, which ends here unanswered, however
     /// young (and, `parked`, what it listed: those answers end here too).
-    fn hand_over(mut self, session: &Session, parked: bool) {
+    pub(crate) fn hand_over(mut self, session: &Session, parked: bool) {
         let now = Instant::now();
         let (mut in_flight, _) = session.in_flight_settled(now, Duration::ZERO);
         if parked {
             self.keep_listed(&mut in_flight);
         }
-        let Some(write) = self.write(session, in_flight, now) else {
+        let Some(write) = self.write(session, in_flight, now, false) else {
             return;
         };
         let under_way = self.writing.take();
@@ -247,19 +247,22 @@ impl SocketRecord {
                 return (None, Some(again));
             }
         }
-        (self.write(session, in_flight, now), comes_of_age)
+        (self.write(session, in_flight, now, true), comes_of_age)
     }
 
     /// The write of `session`'s record listing `in_flight`, remembered as written at `now`
-    /// (`None` if the session has no record yet).
+    /// (`None` if the session has no record yet); `held`: as held by this node (else as
+    /// handed over).
     fn write(
         &mut self,
         session: &Session,
         in_flight: Vec<RequestId>,
         now: Instant,
+        held: bool,
     ) -> Option<impl Future<Output = ()> + 'static> {
         let mut record = session.record()?;
         record.websocket = true;
+        record.node = held.then(|| self.shared.cluster.node_number());
         record.in_flight = in_flight
             .iter()
             .filter_map(|id| serde_json::from_str(id.as_json()).ok())

@@ -37,6 +37,7 @@ use super::hosted::{
     AttachSocket, Deliver, Detach, DetachSocket, Ending, HostedSession, Relayed, SocketHandle,
     DRAINED_QUIET,
 };
+use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
 use crate::protocol::mcp::{Error, ProtocolVersion};
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
@@ -688,21 +689,79 @@ async fn take_up(
     id: &str,
     admission: &Admission,
 ) -> Result<Addr<HostedSession>, Refusal> {
-    let record = crate::transport::http::fetch_record(id, admission, shared, true).await?;
-    let identity = &admission.identity;
-    let slot = shared.open_session(admission)?;
-    let id = SessionId::from_client(id);
-    let session = HostedSession::take_up_socket(
-        shared.clone(),
-        hosted.clone(),
-        slot,
-        id.clone(),
-        admission.clone(),
-        &record,
-    )
-    .ok_or(Refusal::SessionNotFound)?;
-    hosted.remember(id, session.clone(), Owner::of(identity));
-    Ok(session)
+    let record = released_record(shared, id, admission).await?;
+    // Another upgrade of the same session may have taken it up meanwhile (a client that
+    // retried its upgrade): one copy, whose in-flight requests are answered once.
+    let owner = Owner::of(&admission.identity);
+    let mut refused = None;
+    let taken_up = hosted.find_or_make(SessionId::from_client(id), &owner, |id| {
+        let slot = shared
+            .open_session(admission)
+            .map_err(|refusal| refused = Some(refusal))
+            .ok()?;
+        HostedSession::take_up_socket(
+            shared.clone(),
+            hosted.clone(),
+            slot,
+            id.clone(),
+            admission.clone(),
+            &record,
+        )
+    });
+    taken_up.ok_or(refused.unwrap_or(Refusal::SessionNotFound))
+}
+
+/// How long a resume waits for the node that holds its session to hand it over.
+const HAND_OVER_WAIT: Duration = Duration::from_secs(1);
+
+/// The record of WebSocket session `id` once no live node holds it: at once when none does
+/// (or the one named is dead); else that node is asked to hand it over (it does when its
+/// copy is parked, as when the client reconnects elsewhere), and the record is read again
+/// until it did, for [`HAND_OVER_WAIT`]. Taken up while another node holds it, its requests
+/// running there would be answered -32031 here while that node still runs them.
+///
+/// # Errors
+/// As [`fetch_record`](crate::transport::http::fetch_record), and
+/// [`Refusal::SessionHeldElsewhere`] when the node holding it is alive and keeps it (its
+/// client's socket is attached there) or did not answer in time (dead: its heartbeat ends
+/// within seconds, and a retry takes the session up).
+async fn released_record(
+    shared: &Arc<Shared>,
+    id: &str,
+    admission: &Admission,
+) -> Result<crate::session::record::SessionRecord, Refusal> {
+    let deadline = tokio::time::Instant::now() + HAND_OVER_WAIT;
+    let mut asked = false;
+    loop {
+        let record = crate::transport::http::fetch_record(id, admission, shared, true).await?;
+        let Some(holder) = record
+            .node
+            .filter(|node| *node != shared.cluster.node_number())
+        else {
+            return Ok(record);
+        };
+        let redis = shared
+            .cluster
+            .store
+            .redis()
+            .ok_or(Refusal::SessionStoreUnavailable)?;
+        // Not known (Redis did not answer): as alive.
+        if redis.is_alive(&shared.metrics, holder).await == Some(false) {
+            return Ok(record);
+        }
+        if !asked {
+            asked = true;
+            let note = SessionNote {
+                id: id.to_owned(),
+                kind: SessionNoteKind::HandOver,
+            };
+            bridge::send_session_note(&shared.cluster, note).await;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Refusal::SessionHeldElsewhere);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The hosted session to resume: one waiting for a reconnect, or one whose (older) socket is

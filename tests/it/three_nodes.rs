@@ -609,6 +609,31 @@ async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
     assert_eq!(crate::support::tool_text(&echo), "on b");
 }
 
+/// A WebSocket session resumed on another node while its own node lives and keeps it parked:
+/// that node hands it over (what runs there ends unanswered), and the request it ran is
+/// answered once, -32031, where the session resumed, never also by the first node. While
+/// the session's socket is attached to a node, another node refuses a resume (503).
+#[tokio::test]
+async fn a_websocket_session_resumed_elsewhere_while_its_node_lives_is_handed_over() {
+    let nodes = TwoNodes::start("");
+    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
+    start_sleep(&mut client, 9, 1500).await;
+    record_listing(&nodes.redis, &resume_id, &[9]).await;
+    // The socket drops (no close): node A keeps the session for a reconnect.
+    drop(client);
+    let mut resumed = resume_websocket(nodes.b_addr, &resume_id).await;
+    assert_eq!(lost_on_resume(&mut resumed).await, [9]);
+    // Past the end of the sleep node A ran: its answer comes nowhere.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    resumed.expect_nothing_pending().await;
+    assert_eq!(
+        try_resume(nodes.a_addr, &resume_id, None).await.err(),
+        Some(503),
+        "node A took the session from the socket node B holds it with"
+    );
+    resumed.expect_nothing_pending().await;
+}
+
 /// What a WebSocket session's record lists as in flight follows its requests within 20 ms
 /// of their start and their answer, not a half-second timer: where the session resumes after
 /// its node died, a request sent 200 ms before the death is answered -32031, and one answered
@@ -778,9 +803,18 @@ async fn resume_websocket_awaiting(
     resume_id: &str,
     awaiting: Option<&str>,
 ) -> crate::support::Client {
-    try_resume(addr, resume_id, awaiting)
-        .await
-        .unwrap_or_else(|status| panic!("the resume was refused: {status}"))
+    // As a client does: a 503 (the node holding the session, just killed, still counts as
+    // alive until its heartbeat ends) is retried after its `Retry-After` (1 s).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match try_resume(addr, resume_id, awaiting).await {
+            Ok(client) => return client,
+            Err(503) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(status) => panic!("the resume was refused: {status}"),
+        }
+    }
 }
 
 /// The same resume, or the HTTP status that refused it.

@@ -68,6 +68,9 @@ pub(crate) enum SessionNoteKind {
     Record(String),
     /// The client deleted the session: copies end.
     End,
+    /// Another node was asked to resume this WebSocket session: the node that holds it hands
+    /// it over (as when it stops), if no socket is attached to it there.
+    HandOver,
 }
 
 /// Where the notes of sessions go on this node (set by the transport that hosts them).
