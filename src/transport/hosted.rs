@@ -914,6 +914,7 @@ impl Handler<AttachSocket> for HostedSession {
         // order, before anything new.
         let lost = out.lost_answers(&self.core, attach.awaiting.as_ref());
         for frame in lost.into_iter().chain(out.missed.drain(..)) {
+            // Within the socket's mailbox, which holds a whole attach (see `WsSession`).
             attach.socket.deliver.do_send(Deliver(frame));
         }
         self.detached += 1;
@@ -1080,7 +1081,13 @@ impl SocketOutlet {
 impl Outlet for SocketOutlet {
     fn send(&mut self, frame: String, _route: Route) {
         match &self.socket {
-            Some(socket) => socket.deliver.do_send(Deliver(frame)),
+            // The socket's mailbox is bounded (see `WsSession`'s start): full, its client
+            // has stopped reading, and what it is sent would pile up there without end.
+            Some(socket) => {
+                if let Err(SendError::Full(_)) = socket.deliver.try_send(Deliver(frame)) {
+                    self.overflowed = true;
+                }
+            }
             None if self.missed.len() < self.max_missed => self.missed.push_back(frame),
             None => self.overflowed = true,
         }

@@ -421,6 +421,17 @@ impl Actor for WsSession {
                 }
             }
             Core::Relay(hosted) => {
+                // What the hosted session may hand this socket before it writes any: all that
+                // an attach delivers at once (what was missed, the answers lost) and one drain
+                // of the session's inbox. More unwritten (its client stopped reading) ends the
+                // session, as missing more than a reconnect can be given does.
+                let limits = &self.shared.settings.limits;
+                ctx.set_mailbox_capacity(
+                    self.shared.settings.sessions.resume_buffer_messages
+                        + super::awaited::MAX_IDS
+                        + limits.max_queued_notifications
+                        + limits.max_in_flight_per_session,
+                );
                 let resume = self.resume.take().map(|resume| *resume);
                 let (access, awaiting) =
                     resume.map_or_else(Default::default, |r| (r.access, r.awaiting));
