@@ -681,7 +681,8 @@ pub struct AuthSettings {
     pub required: bool,
     /// The canonical URI of the MCP endpoint (`https://mcp.example.com/mcp`): `resource` in
     /// the protected resource metadata, and the JWT audience when `jwt.audiences` is empty.
-    /// Empty: derived from each request (`scheme://Host/mcp`).
+    /// Empty: derived from each request (`scheme://Host/mcp`; from a trusted proxy, the
+    /// scheme and host it forwards).
     pub resource: String,
     /// Issuers of the tokens this server accepts, advertised in the protected resource
     /// metadata so that clients can find where to get a token; the JWT issuers when

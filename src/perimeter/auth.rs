@@ -17,12 +17,13 @@
 //! Tokens never reach a log line, an error or a `Debug` output: only what they prove (the
 //! subject and scopes) leaves this module.
 
+use super::forwarded::TrustedProxies;
 use super::policy::Policies;
 use super::tls::ClientCertificate;
 use super::Refusal;
 use crate::config::{AuthSettings, ClientAuth, ConfigError, JwtSettings, Settings};
 use crate::context::{Identity, Proof};
-use actix_web::http::header::{HeaderMap, AUTHORIZATION};
+use actix_web::http::header::{HeaderMap, AUTHORIZATION, HOST};
 use actix_web::HttpRequest;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm};
@@ -53,6 +54,8 @@ pub struct Authenticator {
     /// Whether policies are configured: then the 403 of a client no policy applies to names
     /// the scopes that would.
     policy_scopes: Vec<String>,
+    /// Whose forwarded scheme and host name the resource, when `auth.resource` does not.
+    proxies: TrustedProxies,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -188,6 +191,7 @@ impl Authenticator {
                 scopes_supported: auth.scopes_supported.clone(),
             },
             policy_scopes: policies.scopes().into_iter().map(str::to_owned).collect(),
+            proxies: TrustedProxies::new(&settings.server),
         })
     }
 
@@ -345,13 +349,27 @@ impl Authenticator {
     }
 
     /// The canonical URI of the MCP endpoint: `auth.resource`, or this request's
-    /// `scheme://host/mcp`.
+    /// `scheme://host/mcp`: its connection's scheme and its `Host` (checked against
+    /// `http.allowed_hosts`), or from a trusted proxy, the scheme and host it forwards. Any
+    /// client can write `X-Forwarded-Host`: believed from anyone, it made the challenge and
+    /// the metadata name a site of the client's choosing.
     fn resource(&self, req: &HttpRequest) -> String {
         if !self.metadata.resource.is_empty() {
             return self.metadata.resource.clone();
         }
-        let info = req.connection_info();
-        format!("{}://{}/mcp", info.scheme(), info.host())
+        let peer = req.peer_addr().map(|peer| peer.ip());
+        if self.proxies.trusts_peer(peer) {
+            let info = req.connection_info();
+            return format!("{}://{}/mcp", info.scheme(), info.host());
+        }
+        let config = req.app_config();
+        let scheme = if config.secure() { "https" } else { "http" };
+        let host = req
+            .headers()
+            .get(HOST)
+            .and_then(|host| host.to_str().ok())
+            .unwrap_or(config.host());
+        format!("{scheme}://{host}/mcp")
     }
 
     /// The URL of the resource metadata: the well-known path inserted between the

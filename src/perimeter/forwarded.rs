@@ -40,6 +40,12 @@ impl TrustedProxies {
         self.nets.iter().any(|net| net.contains(ip))
     }
 
+    /// Whether a connection from `peer` is from a trusted proxy (whose forwarded headers
+    /// are believed).
+    pub fn trusts_peer(&self, peer: Option<IpAddr>) -> bool {
+        peer.is_some_and(|peer| self.trusts(peer))
+    }
+
     /// The client's address for a connection from `peer` carrying `headers`.
     pub fn client_address(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
         let mut client = peer?;

@@ -657,6 +657,50 @@ async fn the_protected_resource_metadata_is_served_at_both_well_known_urls() {
     assert_eq!(metric(&server, "mcp_sessions_peak").await, 0);
 }
 
+/// Without `auth.resource`, the resource is this request's own scheme and `Host`: a proxy's
+/// forwarded scheme and host are believed from a trusted proxy only, never from any client
+/// (which could make the challenge and the metadata name a site of its choosing).
+#[tokio::test]
+async fn the_resource_is_named_from_forwarded_headers_only_behind_a_trusted_proxy() {
+    let dir = TempDir::new().expect("tempdir");
+    let forwarded = [
+        ("X-Forwarded-Host", "evil.example"),
+        ("X-Forwarded-Proto", "https"),
+    ];
+    let document = |server: &RunningServer| {
+        let url = format!(
+            "http://{}/.well-known/oauth-protected-resource/mcp",
+            server.addr()
+        );
+        async move {
+            let get = forwarded.iter().fold(
+                crate::support::http::client().get(url),
+                |get, (name, value)| get.header(*name, *value),
+            );
+            let response = get.send().await.expect("GET");
+            let body: Value =
+                serde_json::from_str(&response.text().await.expect("body")).expect("JSON");
+            body["resource"].as_str().unwrap_or_default().to_owned()
+        }
+    };
+    let server = start_auth(auth_settings(&dir));
+    assert_eq!(
+        document(&server).await,
+        format!("http://{}/mcp", server.addr())
+    );
+    let refused = upgrade(&server, &forwarded).await.refused("refused");
+    let challenge = refused.www_authenticate.unwrap_or_default();
+    assert!(
+        !challenge.contains("evil.example"),
+        "a client's header named the resource: {challenge}"
+    );
+    // From a trusted proxy, its word is taken.
+    let mut behind = auth_settings(&dir);
+    behind.server.trusted_proxies = vec!["127.0.0.1/32".into()];
+    let server = start_auth(behind);
+    assert_eq!(document(&server).await, "https://evil.example/mcp");
+}
+
 #[tokio::test]
 async fn a_configured_resource_is_the_metadata_resource_and_the_challenge_url() {
     let dir = TempDir::new().expect("tempdir");
