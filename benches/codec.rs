@@ -159,6 +159,7 @@ fn worker(c: &mut Criterion) {
     });
     let job = || Job {
         id: id.clone(),
+        serial: 1,
         // The session reads the clock when a request arrives; the worker reuses that read.
         received: Instant::now(),
         work: Work::new(|_id, _ctx: RequestContext| Box::pin(echo_work())),
@@ -185,6 +186,7 @@ fn worker(c: &mut Criterion) {
         round_trips(b, &system, &inbox, || {
             inbox.post(SessionEvent::Finished {
                 id: id.clone(),
+                serial: 1,
                 outcome: Ok(String::new()),
             })
         })
@@ -248,6 +250,7 @@ impl Actor for BareActor {
         if let Some(id) = self.id.take() {
             self.inbox.post(SessionEvent::Finished {
                 id,
+                serial: 1,
                 outcome: Ok(String::new()),
             });
         }

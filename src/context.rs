@@ -14,7 +14,7 @@
 //! reaches the session is bounded at its source. Each progress report that goes out
 //! also moves the request's deadline forward, up to the hard maximum.
 
-use crate::mailbox::inbox::{ClientError, ClientRequest, Inbox, SessionEvent};
+use crate::mailbox::inbox::{ClientError, ClientRequest, Inbox, RequestSerial, SessionEvent};
 use crate::mailbox::throttle::LineBudget;
 use crate::model::{
     CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitResult, Implementation,
@@ -337,6 +337,8 @@ impl Deadline {
 /// What a request's context is made of (the worker assembles it).
 pub(crate) struct ContextParts {
     pub id: RequestId,
+    /// Which request of that id, in its session (what it posts carries it).
+    pub serial: RequestSerial,
     /// The trace id of the request's own `_meta.traceparent`, if any.
     pub trace_id: Option<Box<str>>,
     pub inbox: Rc<Inbox>,
@@ -378,6 +380,7 @@ pub struct RequestContext {
 
 struct Inner {
     id: RequestId,
+    serial: RequestSerial,
     /// The trace id from the request's own `_meta.traceparent`, when it had one.
     trace_id: Option<Box<str>>,
     inbox: Rc<Inbox>,
@@ -401,6 +404,7 @@ impl RequestContext {
     pub(crate) fn new(parts: ContextParts) -> Self {
         let ContextParts {
             id,
+            serial,
             trace_id,
             inbox,
             session,
@@ -417,6 +421,7 @@ impl RequestContext {
         Self {
             inner: Rc::new(Inner {
                 id,
+                serial,
                 trace_id,
                 inbox,
                 session,
@@ -528,6 +533,7 @@ impl RequestContext {
         inner.deadline.extend();
         inner.inbox.post(SessionEvent::Progress {
             id: inner.id.clone(),
+            serial: inner.serial,
             progress,
             total,
             message: message.map(str::to_owned),
@@ -558,6 +564,7 @@ impl RequestContext {
         };
         inner.inbox.post(SessionEvent::Log {
             id: inner.id.clone(),
+            serial: inner.serial,
             level,
             logger: logger.map(str::to_owned),
             data,
@@ -818,6 +825,7 @@ impl RequestContext {
         inner.inbox.post(SessionEvent::ClientRequest(ClientRequest {
             server_id,
             on_behalf_of: inner.id.clone(),
+            serial: inner.serial,
             method,
             params,
             reply,
@@ -966,6 +974,7 @@ impl TestContextBuilder {
             .unwrap_or_else(|| Rc::new(|_: &str, _: &Value| Err(ClientError::Disconnected)));
         let ctx = RequestContext::new(ContextParts {
             id,
+            serial: 0,
             trace_id: None,
             inbox: inbox.clone(),
             session,

@@ -31,6 +31,8 @@ pub enum SessionEvent {
     /// A progress report of request `id` (already throttled and increasing).
     Progress {
         id: RequestId,
+        /// Which request of that id (see [`RequestSerial`]).
+        serial: RequestSerial,
         progress: f64,
         total: Option<f64>,
         message: Option<String>,
@@ -38,6 +40,8 @@ pub enum SessionEvent {
     /// A log line of request `id`, for `notifications/message`.
     Log {
         id: RequestId,
+        /// Which request of that id (see [`RequestSerial`]).
+        serial: RequestSerial,
         level: LogLevel,
         logger: Option<String>,
         data: Value,
@@ -55,9 +59,18 @@ pub enum SessionEvent {
     /// to answer with.
     Finished {
         id: RequestId,
+        /// Which request of that id (see [`RequestSerial`]).
+        serial: RequestSerial,
         outcome: Result<String, Error>,
     },
 }
+
+/// Which of a session's requests an event is of, beside its id: a client may send an id
+/// again once its request is over (cancelled), and what the cancelled one's worker or its
+/// tool still posts must not be taken for the new one's (its result sent as the new one's
+/// answer). Counted by the session, one per request it starts; 0 for a context that posts
+/// to no session.
+pub type RequestSerial = u64;
 
 /// A request from the server to the client, made by a tool.
 #[derive(Debug)]
@@ -66,6 +79,8 @@ pub struct ClientRequest {
     pub server_id: u64,
     /// The request of the tool that asks.
     pub on_behalf_of: RequestId,
+    /// Which request of that id.
+    pub serial: RequestSerial,
     pub method: &'static str,
     pub params: Value,
     /// Where the client's answer goes: its `result`, or its error object.

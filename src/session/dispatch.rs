@@ -854,8 +854,11 @@ impl Session {
             trace = trace_id.as_deref().unwrap_or(&era.info.trace_id),
         );
         let stateless = era.stateless;
+        self.last_serial += 1;
+        let serial = self.last_serial;
         let worker = RequestWorker::run(Job {
             id: id.clone(),
+            serial,
             received: record.started(),
             work,
             timeout,
@@ -876,6 +879,7 @@ impl Session {
             id,
             InFlight {
                 worker,
+                serial,
                 progress_token,
                 exchange,
                 batch,

@@ -28,7 +28,9 @@ pub use pump::{InboxPump, SessionHost};
 
 use crate::cluster::dedup::recent::{RecentResponses, RequestHash};
 use crate::context::SessionInfo;
-use crate::mailbox::inbox::{Changes, ClientError, ClientRequest, Inbox, SessionEvent};
+use crate::mailbox::inbox::{
+    Changes, ClientError, ClientRequest, Inbox, RequestSerial, SessionEvent,
+};
 use crate::observe::access::{Outcome, RequestRecord, SessionFields};
 use crate::perimeter::rate::SessionBucket;
 use crate::perimeter::Admission;
@@ -159,6 +161,8 @@ pub struct Session {
     inbox: Rc<Inbox>,
     /// Bounded by `max_in_flight_per_session`, so a fast hasher is safe from flooding.
     in_flight: HashMap<RequestId, InFlight, FastHash>,
+    /// The serial of the last request started in a worker (see [`RequestSerial`]).
+    last_serial: RequestSerial,
     /// Batches, requests to the client, subscriptions and listen streams, once there is one.
     occasional: Option<Box<Occasional>>,
     /// Set on shutdown: no new requests, in-flight ones may finish.
@@ -238,6 +242,8 @@ struct Negotiated {
 /// A request running in a worker.
 struct InFlight {
     worker: WorkerHandle,
+    /// Which request of its id (the events of an earlier one of the same id are not its).
+    serial: RequestSerial,
     progress_token: Option<ProgressToken>,
     /// The exchange the request came in.
     exchange: u64,
@@ -320,6 +326,7 @@ impl Session {
             phase: Phase::AwaitingInit,
             inbox,
             in_flight: HashMap::default(),
+            last_serial: 0,
             occasional: None,
             draining: false,
             announce_id: false,
@@ -812,8 +819,14 @@ impl Session {
 
     fn on_event(&mut self, event: SessionEvent, out: &mut dyn Outlet) {
         match event {
-            SessionEvent::Finished { id, outcome } => {
-                let Some(entry) = self.in_flight.remove(&id) else {
+            SessionEvent::Finished {
+                id,
+                serial,
+                outcome,
+            } => {
+                // The entry of this request, not of a later one of the same id.
+                let current = self.in_flight.get(&id).is_some_and(|e| e.serial == serial);
+                let Some(entry) = current.then(|| self.in_flight.remove(&id)).flatten() else {
                     tracing::debug!(session = self.id, id = %id, "dropping the result of a request no longer in flight");
                     return;
                 };
@@ -851,6 +864,7 @@ impl Session {
             }
             SessionEvent::Progress {
                 id,
+                serial,
                 progress,
                 total,
                 message,
@@ -862,7 +876,7 @@ impl Session {
                     exchange,
                     stateless,
                     ..
-                }) = self.in_flight.get(&id)
+                }) = self.in_flight.get(&id).filter(|e| e.serial == serial)
                 {
                     // `message` appeared in 2025-03-26; a 2026-07-28 request has it whatever
                     // the connection's session negotiated (or whether it has one).
@@ -884,11 +898,12 @@ impl Session {
             }
             SessionEvent::Log {
                 id,
+                serial,
                 level,
                 logger,
                 data,
             } => {
-                if let Some(entry) = self.in_flight.get(&id) {
+                if let Some(entry) = self.in_flight.get(&id).filter(|e| e.serial == serial) {
                     // A 2026-07-28 request's lines were filtered by its own level.
                     if entry.stateless || level >= self.inbox.log_level() {
                         let params = LoggingMessageParams {
@@ -937,11 +952,16 @@ impl Session {
         let ClientRequest {
             server_id,
             on_behalf_of,
+            serial,
             method,
             params,
             reply,
         } = request;
-        let Some(entry) = self.in_flight.get(&on_behalf_of) else {
+        let Some(entry) = self
+            .in_flight
+            .get(&on_behalf_of)
+            .filter(|entry| entry.serial == serial)
+        else {
             // The tool's own request is over; nobody waits for this answer.
             let _ = reply.send(Err(ClientError::Disconnected));
             return;
@@ -1073,8 +1093,12 @@ impl Session {
                 Route::Answer(listener.exchange),
             );
         }
-        let ids: Vec<RequestId> = self.in_flight.keys().cloned().collect();
-        for id in ids {
+        let running: Vec<(RequestId, RequestSerial)> = self
+            .in_flight
+            .iter()
+            .map(|(id, entry)| (id.clone(), entry.serial))
+            .collect();
+        for (id, serial) in running {
             if let Some(entry) = self.in_flight.get(&id) {
                 entry.worker.cancel();
                 self.shared.metrics.cancelled.inc();
@@ -1084,6 +1108,7 @@ impl Session {
             self.on_event(
                 SessionEvent::Finished {
                     id,
+                    serial,
                     outcome: Err(error.clone()),
                 },
                 out,

@@ -22,7 +22,7 @@ use crate::config::Settings;
 use crate::context::{
     Ask, CancelFlag, ContextParts, Deadline, Input, LogFloor, RequestContext, Rounds, SessionInfo,
 };
-use crate::mailbox::inbox::{Inbox, SessionEvent};
+use crate::mailbox::inbox::{Inbox, RequestSerial, SessionEvent};
 use crate::mailbox::throttle::LineBudget;
 use crate::observe::metrics::Metrics;
 use crate::protocol::jsonrpc::RequestId;
@@ -155,6 +155,8 @@ impl Pool {
 /// Everything a worker needs, handed over at start.
 pub struct Job {
     pub id: RequestId,
+    /// Which request of that id, in its session (see [`RequestSerial`]).
+    pub serial: RequestSerial,
     /// When the request arrived in its session (the clock read its latency starts from):
     /// also the deadline's start when a pool slot is free at once.
     pub received: Instant,
@@ -259,6 +261,7 @@ impl RequestWorker {
         let report = Report {
             inbox: job.inbox.clone(),
             id: job.id.clone(),
+            serial: job.serial,
             started: tracing::enabled!(tracing::Level::DEBUG).then(Instant::now),
             span: span.clone(),
         };
@@ -289,6 +292,7 @@ impl RequestWorker {
 struct Report {
     inbox: Rc<Inbox>,
     id: RequestId,
+    serial: RequestSerial,
     /// When the work started, only when debug logs are on.
     started: Option<Instant>,
     span: tracing::Span,
@@ -306,6 +310,7 @@ impl Report {
         }
         self.inbox.post(SessionEvent::Finished {
             id: self.id,
+            serial: self.serial,
             outcome,
         });
     }
@@ -354,6 +359,7 @@ fn execute(job: Job, cancel: CancelFlag) -> impl Future<Output = Result<String, 
     // `work`).
     let Job {
         id,
+        serial,
         received,
         work,
         timeout,
@@ -400,6 +406,7 @@ fn execute(job: Job, cancel: CancelFlag) -> impl Future<Output = Result<String, 
         };
         let ctx = RequestContext::new(ContextParts {
             id: id.clone(),
+            serial,
             trace_id,
             inbox,
             session,

@@ -88,6 +88,29 @@ async fn a_result_that_would_follow_its_cancel_is_dropped() {
 }
 
 #[tokio::test]
+async fn an_id_sent_again_after_its_cancel_gets_its_own_answer_not_the_cancelled_ones() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    // The first echo is done within its worker's first poll; its result reaches the
+    // session after the cancel, and after the second request of the same id was taken:
+    // it must not be taken for the second's answer.
+    client
+        .send_json(json!([
+            {"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"A"}}},
+            cancel(json!(7)),
+            {"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"B"}}}
+        ]))
+        .await;
+    let answer = client.recv().await;
+    let answers = answer.as_array().expect("the batch's answer");
+    assert_eq!(answers.len(), 1, "{answer}");
+    assert_eq!(answers[0]["id"], 7, "{answer}");
+    assert_eq!(tool_text(&answers[0]), "B", "{answer}");
+    client.expect_nothing_pending().await;
+    wait_metric(&server, "mcp_workers", 0).await;
+}
+
+#[tokio::test]
 async fn cancel_of_unknown_or_finished_ids_is_ignored() {
     let server = start(settings());
     let mut client = Client::initialized(&server).await;

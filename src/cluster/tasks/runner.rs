@@ -82,6 +82,8 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     let owner = info.identity.principal().to_owned();
     let ctx = RequestContext::new(ContextParts {
         id: request_id,
+        // Its inbox is its own, no session's.
+        serial: 0,
         trace_id,
         // Nothing is posted to it: a task reports no progress, sends no log lines (the
         // extension has neither) and asks through `asks`.
