@@ -233,12 +233,25 @@ impl Tasks {
         self.signal_local(id, signal);
     }
 
-    /// Delivers a signal to a task running on this node; false when none runs here.
+    /// Delivers a signal to a task running on this node; false when none runs here (or
+    /// its queue is full of the client's answers: those are dropped, not waited for).
     pub fn signal_local(&self, id: &str, signal: Signal) -> bool {
         let Some(runner) = self.running.get(id).map(|r| r.value().clone()) else {
             return false;
         };
-        runner.try_send(signal).is_ok()
+        match runner.try_send(signal) {
+            Ok(()) => true,
+            // A cancel is never lost to a queue its client filled with answers (each waits
+            // for its store): it takes its turn after them. Waiting is bounded by the
+            // runner: its end closes the queue.
+            Err(mpsc::error::TrySendError::Full(cancel @ Signal::Cancel { .. })) => {
+                tokio::spawn(async move {
+                    let _ = runner.send(cancel).await;
+                });
+                true
+            }
+            Err(_) => false,
+        }
     }
 }
 
@@ -375,6 +388,24 @@ pub(crate) fn declared(client_capabilities: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_cancel_is_not_lost_to_a_full_queue() {
+        let tasks = Tasks::new(&TaskSettings::default());
+        let (runner, mut signals) = mpsc::channel(1);
+        tasks.running.insert("t".into(), runner);
+        let answer = || Signal::Answer {
+            responses: Map::new(),
+            applied: None,
+        };
+        assert!(tasks.signal_local("t", answer()));
+        // The queue is full: another answer is refused, a cancel waits its turn.
+        assert!(!tasks.signal_local("t", answer()));
+        assert!(tasks.signal_local("t", Signal::Cancel { applied: None }));
+        assert!(matches!(signals.recv().await, Some(Signal::Answer { .. })));
+        assert!(matches!(signals.recv().await, Some(Signal::Cancel { .. })));
+        assert!(!tasks.signal_local("none", Signal::Cancel { applied: None }));
+    }
 
     #[test]
     fn times_are_rfc3339_utc() {
