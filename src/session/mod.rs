@@ -824,11 +824,16 @@ impl Session {
                 serial,
                 outcome,
             } => {
-                // The entry of this request, not of a later one of the same id.
-                let current = self.in_flight.get(&id).is_some_and(|e| e.serial == serial);
-                let Some(entry) = current.then(|| self.in_flight.remove(&id)).flatten() else {
-                    tracing::debug!(session = self.id, id = %id, "dropping the result of a request no longer in flight");
-                    return;
+                // The entry of this request, not of a later one of the same id (one lookup:
+                // this is every worker's answer).
+                let (id, entry) = match self.in_flight.entry(id) {
+                    hash_map::Entry::Occupied(entry) if entry.get().serial == serial => {
+                        entry.remove_entry()
+                    }
+                    other => {
+                        tracing::debug!(session = self.id, id = %other.key(), "dropping the result of a request no longer in flight");
+                        return;
+                    }
                 };
                 self.shared.metrics.workers.dec();
                 let finished = entry.record.finish(
