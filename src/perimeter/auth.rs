@@ -364,10 +364,12 @@ impl Authenticator {
         }
         let config = req.app_config();
         let scheme = if config.secure() { "https" } else { "http" };
+        // HTTP/2 has no `Host`: its `:authority` is the URI's.
         let host = req
             .headers()
             .get(HOST)
             .and_then(|host| host.to_str().ok())
+            .or_else(|| req.uri().authority().map(|authority| authority.as_str()))
             .unwrap_or(config.host());
         format!("{scheme}://{host}/mcp")
     }

@@ -849,7 +849,11 @@ impl Handler<HandOver> for HostedSession {
         let Some(record) = self.socket_record.take() else {
             return;
         };
-        record.hand_over(&self.core, true);
+        let owed = match &self.out {
+            Outlets::Socket(out) => out.owed_elsewhere(),
+            Outlets::Http(_) => Vec::new(),
+        };
+        record.hand_over(&self.core, true, owed);
         self.end(ctx, "handed over to the node its client reconnected to");
     }
 }
@@ -1052,6 +1056,24 @@ pub struct SocketOutlet {
 }
 
 impl SocketOutlet {
+    /// What the session owes its client that goes with this copy if it ends before a socket
+    /// attaches: the answers it kept, and the requests of a lost node it was to answer
+    /// -32031. Listed in the record for the node that takes the session up next.
+    fn owed_elsewhere(&self) -> Vec<RequestId> {
+        let kept = self
+            .missed
+            .iter()
+            .filter_map(|frame| answer_id(frame))
+            .filter_map(|id| serde_json::from_str::<serde_json::Value>(id).ok())
+            .filter_map(|id| RequestId::from_value(&id));
+        self.lost_on_node
+            .iter()
+            .flatten()
+            .cloned()
+            .chain(kept)
+            .collect()
+    }
+
     /// The -32031 answers a socket attaching now is owed. Without `awaiting`, one for each
     /// request a dead node's record listed (none on the session's own node). With it, one
     /// for each awaited request the session neither runs nor holds an answer for: the

@@ -144,13 +144,17 @@ pub(crate) struct Mirrored {
     /// Whether an event is missing between the cursor and the last taken (a mirror write
     /// dropped): the stream cannot be resumed whole.
     pub gap: bool,
-    /// The ids of the stream's requests whose answers are among the events taken.
+    /// The ids of the stream's requests whose answers the mirror holds (the client's
+    /// cursor's and before included).
     pub answered: Vec<Value>,
 }
 
 impl Mirrored {
     /// Takes the entries of `cursor.stream` among `entries`.
     pub(crate) fn take(&mut self, cursor: Cursor, entries: Vec<StreamEntry>) {
+        // The client has everything up to its cursor: what follows it is counted from there
+        // (a follower reading on goes on from `count`).
+        self.count = self.count.max(cursor.count);
         for (entry_id, fields) in entries {
             self.last = entry_id;
             let field = |name: &str| {
@@ -174,12 +178,18 @@ impl Mirrored {
                         continue;
                     };
                     self.seen = self.seen.max(count);
-                    let last = self.count.max(cursor.count);
+                    let data = field("d").unwrap_or_default();
+                    // Answers the client has (at or before its cursor) count too: a request
+                    // answered there is not owed an error when its node dies.
+                    self.answered.extend(answered_ids(data));
+                    let last = self.count;
+                    if count > last + 1 {
+                        // Nothing after a missing event is taken: the stream ends before it.
+                        self.gap = true;
+                        return;
+                    }
                     if count > last {
-                        self.gap |= count > last + 1;
                         self.count = count;
-                        let data = field("d").unwrap_or_default();
-                        self.answered.extend(answered_ids(data));
                         self.events.push(SseEvent {
                             id: format!("{}_{count}", cursor.stream),
                             data: Arc::from(data),
@@ -277,8 +287,12 @@ mod tests {
         let mut holed = Mirrored::default();
         holed.take(cursor, vec![event(1, "7", "2", "{}")]);
         assert!(!holed.gap);
-        holed.take(cursor, vec![event(2, "7", "4", "{}")]);
+        holed.take(
+            cursor,
+            vec![event(2, "7", "4", "{}"), event(3, "7", "5", "{}")],
+        );
         assert!(holed.gap, "4 after 2");
+        assert_eq!(holed.events.len(), 1, "nothing taken past the gap");
         // Or the first after the cursor.
         let mut late = Mirrored::default();
         late.take(cursor, vec![event(1, "7", "3", "{}")]);
@@ -292,6 +306,8 @@ mod tests {
             count: 0,
         };
         let mut mirrored = Mirrored::default();
+        // The client has event 2 (the answer of 1): its cursor is past it.
+        let cursor = Cursor { count: 2, ..cursor };
         mirrored.take(
             cursor,
             vec![

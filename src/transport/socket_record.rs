@@ -147,7 +147,7 @@ impl SocketRecord {
     /// is deleted ([`forget`](Self::forget)). `parked`: as in [`Kept::parked`].
     pub(crate) fn end(self, session: &Session, parked: bool, by_client: bool) {
         if self.shared.is_draining() && !by_client {
-            self.hand_over(session, parked);
+            self.hand_over(session, parked, Vec::new());
         } else {
             self.forget();
         }
@@ -180,11 +180,18 @@ impl SocketRecord {
     /// time (after the write under way) and kept, so that its client may resume it on
     /// another node. It lists what is still in flight, which ends here unanswered, however
     /// young (and, `parked`, what it listed: those answers end here too).
-    pub(crate) fn hand_over(mut self, session: &Session, parked: bool) {
+    /// `owed`: more requests owed an answer that this node's copy will not give (answers it
+    /// kept for a reconnect, errors it owes from a node lost before it).
+    pub(crate) fn hand_over(mut self, session: &Session, parked: bool, owed: Vec<RequestId>) {
         let now = Instant::now();
         let (mut in_flight, _) = session.in_flight_settled(now, Duration::ZERO);
         if parked {
             self.keep_listed(&mut in_flight);
+        }
+        for id in owed {
+            if !in_flight.contains(&id) {
+                in_flight.push(id);
+            }
         }
         let Some(write) = self.write(session, in_flight, now, false) else {
             return;

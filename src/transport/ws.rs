@@ -728,7 +728,9 @@ const HAND_OVER_WAIT: Duration = Duration::from_secs(1);
 /// The record of WebSocket session `id` once no live node holds it: at once when none does
 /// (or the one named is dead); else that node is asked to hand it over (it does when its
 /// copy is parked, as when the client reconnects elsewhere), and the record is read again
-/// until it did, for [`HAND_OVER_WAIT`]. Taken up while another node holds it, its requests
+/// until it did, for [`HAND_OVER_WAIT`]. Two nodes that read a released record at once may
+/// both take the session up (the read and the take-up are not one step in Redis); the
+/// client's own reconnects, one at a time, do not. Taken up while another node holds it, its requests
 /// running there would be answered -32031 here while that node still runs them.
 ///
 /// # Errors
@@ -742,7 +744,9 @@ async fn released_record(
     admission: &Admission,
 ) -> Result<crate::session::record::SessionRecord, Refusal> {
     let deadline = tokio::time::Instant::now() + HAND_OVER_WAIT;
-    let mut asked = false;
+    // Asked again every 100 ms: the holder hands over a parked copy only, and may notice its
+    // socket gone a moment after the client reconnected here.
+    let mut next_ask = tokio::time::Instant::now();
     loop {
         let record = crate::transport::http::fetch_record(id, admission, shared, true).await?;
         let Some(holder) = record
@@ -760,8 +764,8 @@ async fn released_record(
         if redis.is_alive(&shared.metrics, holder).await == Some(false) {
             return Ok(record);
         }
-        if !asked {
-            asked = true;
+        if tokio::time::Instant::now() >= next_ask {
+            next_ask += Duration::from_millis(100);
             let note = SessionNote {
                 id: id.to_owned(),
                 kind: SessionNoteKind::HandOver,

@@ -204,7 +204,7 @@ impl Envelope {
                     Expected::Response(id.to_owned())
                 }
                 // An error whose sender could not tell the id (§5: null): answered by nothing.
-                (None, false, true) if id.is_some() => Expected::Dropped,
+                (None, false, true) if id == Some("null") => Expected::Dropped,
                 _ => echo(),
             };
         };

@@ -402,9 +402,13 @@ fn classify<'a, P>(msg: Envelope<'a, P>) -> Entry<'a, P> {
             },
             // An error whose id its sender could not tell (JSON-RPC 2.0 §5: `null`): a
             // response to nothing the server can match, never a request to answer.
-            (None, None, Some(_)) if id.is_some() => Entry::Dropped {
-                error: Error::InvalidRequest("an error response with a null id answers no request"),
-            },
+            (None, None, Some(_)) if msg.id.is_some_and(|id| id.get() == "null") => {
+                Entry::Dropped {
+                    error: Error::InvalidRequest(
+                        "an error response with a null id answers no request",
+                    ),
+                }
+            }
             (echo_id, _, _) => invalid(echo_id, "a request needs a \"method\""),
         };
     };
