@@ -20,7 +20,7 @@ use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use super::socket_record::{self, KeepsRecord, Kept, RecordWritten, SocketRecord};
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
 use crate::cluster::Cluster;
-use crate::perimeter::{Access, Admission};
+use crate::perimeter::{Access, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::mcp::Error;
 use crate::session::record::SessionRecord;
@@ -188,6 +188,32 @@ pub(crate) const DRAINED_QUIET: Duration = Duration::from_millis(250);
 
 /// Hosted sessions by the id their client holds.
 pub type HostedSessions = Directory<HostedSession>;
+
+/// The copy of session `id` here, or the one `take_up` makes from its record in Redis with a
+/// session slot opened for `admission` (remembered): requests taking the same session up at
+/// once, on several threads, get one copy (see [`Directory::find_or_make`]).
+///
+/// # Errors
+/// The slot's refusal (a session limit), or [`Refusal::SessionNotFound`] when `take_up`
+/// finds the record unusable (or it is another owner's copy).
+pub(crate) fn find_or_take_up(
+    directory: &Arc<HostedSessions>,
+    shared: &Arc<Shared>,
+    id: &str,
+    admission: &Admission,
+    take_up: impl FnOnce(SessionSlot, &SessionId) -> Option<Addr<HostedSession>>,
+) -> Result<Addr<HostedSession>, Refusal> {
+    let owner = Owner::of(&admission.identity);
+    let mut refused = None;
+    let session = directory.find_or_make(SessionId::from_client(id), &owner, |id| {
+        let slot = shared
+            .open_session(admission)
+            .map_err(|refusal| refused = Some(refusal))
+            .ok()?;
+        take_up(slot, id)
+    });
+    session.ok_or(refused.unwrap_or(Refusal::SessionNotFound))
+}
 
 /// See the module docs.
 pub struct HostedSession {

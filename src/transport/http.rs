@@ -11,7 +11,7 @@
 //! [`Refusal`]s (the perimeter's one mapping to HTTP).
 
 use super::events::{Cursor, SseEvent};
-use super::hosted::{End, HostedSession, OpenStream, Post, PostReply, TakeRecord};
+use super::hosted::{find_or_take_up, End, HostedSession, OpenStream, Post, PostReply, TakeRecord};
 use super::stateless::{Body, FirstReply, StatelessExchange};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded};
@@ -467,15 +467,11 @@ async fn find_session(
     }
     let record = fetch_record(id, admission, shared, false).await?;
     // Another request may have taken it up meanwhile (on another thread, at this moment).
-    let mut refused = None;
-    let taken_up = directory.find_or_make(SessionId::from_client(id), &owner, |id| {
-        let slot = shared
-            .open_session(admission)
-            .map_err(|refusal| refused = Some(refusal))
-            .ok()?;
+    let directory = directory.clone().into_inner();
+    find_or_take_up(&directory, shared, id, admission, |slot, id| {
         let session = HostedSession::adopt_http(
             shared.clone(),
-            directory.clone().into_inner(),
+            directory.clone(),
             slot,
             id.clone(),
             admission.clone(),
@@ -483,8 +479,7 @@ async fn find_session(
         )?;
         tracing::debug!(trace = %record.trace_id, "session taken up from the store");
         Some(session)
-    });
-    taken_up.ok_or(refused.unwrap_or(Refusal::SessionNotFound))
+    })
 }
 
 /// The record of session `id` in Redis (renewing its time to live), if it is the caller's

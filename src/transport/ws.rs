@@ -34,8 +34,8 @@
 use super::awaited::Awaited;
 use super::frames::{Inbound, Reader, Refused};
 use super::hosted::{
-    AttachSocket, Deliver, Detach, DetachSocket, Ending, HostedSession, Relayed, SocketHandle,
-    DRAINED_QUIET,
+    find_or_take_up, AttachSocket, Deliver, Detach, DetachSocket, Ending, HostedSession, Relayed,
+    SocketHandle, DRAINED_QUIET,
 };
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
@@ -703,13 +703,7 @@ async fn take_up(
     let record = released_record(shared, id, admission).await?;
     // Another upgrade of the same session may have taken it up meanwhile (a client that
     // retried its upgrade): one copy, whose in-flight requests are answered once.
-    let owner = Owner::of(&admission.identity);
-    let mut refused = None;
-    let taken_up = hosted.find_or_make(SessionId::from_client(id), &owner, |id| {
-        let slot = shared
-            .open_session(admission)
-            .map_err(|refusal| refused = Some(refusal))
-            .ok()?;
+    find_or_take_up(hosted, shared, id, admission, |slot, id| {
         HostedSession::take_up_socket(
             shared.clone(),
             hosted.clone(),
@@ -718,8 +712,7 @@ async fn take_up(
             admission.clone(),
             &record,
         )
-    });
-    taken_up.ok_or(refused.unwrap_or(Refusal::SessionNotFound))
+    })
 }
 
 /// How long a resume waits for the node that holds its session to hand it over.
