@@ -572,13 +572,23 @@ impl HostedSession {
         }
     }
 
+    /// What a WebSocket session's copy owes its client and takes along if it ends here
+    /// before a socket attaches (see [`SocketOutlet::owed_elsewhere`]).
+    fn owed_elsewhere(&self) -> Vec<RequestId> {
+        match &self.out {
+            Outlets::Socket(out) => out.owed_elsewhere(),
+            Outlets::Http(_) => Vec::new(),
+        }
+    }
+
     /// Ends the session: cancels its work, closes its streams or socket, forgets its id.
     fn end(&mut self, ctx: &mut Context<Self>, why: &str) {
         tracing::debug!(session = self.slot.id(), id = %self.id, why, "session ended");
         if let Some(record) = self.socket_record.take() {
-            // Before the cancel: during a shutdown, what runs here is listed for the node
-            // the client may resume the session on.
-            record.end(&self.core, self.is_parked(), false);
+            // Before the cancel: during a shutdown, what runs here (and what this copy owes
+            // its client) is listed for the node the client may resume the session on.
+            let owed = self.owed_elsewhere();
+            record.end(&self.core, self.is_parked(), false, owed);
         }
         self.core.cancel_all(&mut self.out);
         match &mut self.out {
@@ -875,10 +885,7 @@ impl Handler<HandOver> for HostedSession {
         let Some(record) = self.socket_record.take() else {
             return;
         };
-        let owed = match &self.out {
-            Outlets::Socket(out) => out.owed_elsewhere(),
-            Outlets::Http(_) => Vec::new(),
-        };
+        let owed = self.owed_elsewhere();
         record.hand_over(&self.core, true, owed);
         self.end(ctx, "handed over to the node its client reconnected to");
     }
@@ -999,7 +1006,7 @@ impl Handler<DetachSocket> for HostedSession {
             Ending::Here => self.end(ctx, "ended with its socket"),
             Ending::ByClient => {
                 if let Some(record) = self.socket_record.take() {
-                    record.end(&self.core, self.is_parked(), true);
+                    record.end(&self.core, self.is_parked(), true, Vec::new());
                 }
                 self.end(ctx, "closed by the client");
             }

@@ -144,10 +144,17 @@ impl SocketRecord {
     /// The session ends on this node. While the node shuts down, the session may go on
     /// elsewhere: its record is handed over ([`hand_over`](Self::hand_over)), unless
     /// `by_client` (its client closed it, 1000); otherwise it ended for good and its record
-    /// is deleted ([`forget`](Self::forget)). `parked`: as in [`Kept::parked`].
-    pub(crate) fn end(self, session: &Session, parked: bool, by_client: bool) {
+    /// is deleted ([`forget`](Self::forget)). `parked`: as in [`Kept::parked`]; `owed`: as
+    /// in [`hand_over`](Self::hand_over).
+    pub(crate) fn end(
+        self,
+        session: &Session,
+        parked: bool,
+        by_client: bool,
+        owed: Vec<RequestId>,
+    ) {
         if self.shared.is_draining() && !by_client {
-            self.hand_over(session, parked, Vec::new());
+            self.hand_over(session, parked, owed);
         } else {
             self.forget();
         }

@@ -350,18 +350,18 @@ impl WsSession {
         else {
             return None;
         };
-        self.sockets.forget(&id, &ctx.address());
         let grace = Duration::from_millis(self.shared.settings.sessions.resume_grace_ms);
         if self.ending != Ending::Resumable
             || !session.is_initialized()
             || grace.is_zero()
             || self.shared.is_draining()
         {
+            self.sockets.forget(&id, &ctx.address());
             let mut session = session;
             if let Some(record) = self.record.take() {
                 // Before the cancel: during a shutdown, what runs here is listed for the
                 // node the client may resume the session on (unless the client ended it).
-                record.end(&session, false, self.ending == Ending::ByClient);
+                record.end(&session, false, self.ending == Ending::ByClient, Vec::new());
             }
             // A closed connection cancels all its workers, which returns their pool permits.
             session.cancel_all(ctx);
@@ -380,7 +380,11 @@ impl WsSession {
             session,
             self.record.take().map(|record| *record),
         );
-        self.hosted.remember(id, hosted.clone(), owner);
+        // Remembered as parked before it is forgotten as this socket's: a resume on this node
+        // meanwhile finds it one way or the other, never neither (then it would take the
+        // session up again from its record, a second copy).
+        self.hosted.remember(id.clone(), hosted.clone(), owner);
+        self.sockets.forget(&id, &ctx.address());
         Some(hosted)
     }
 }
