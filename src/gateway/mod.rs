@@ -324,12 +324,7 @@ async fn list_within(
     kinds: Changes,
 ) -> Result<Offers, String> {
     let wanted = |kind: &str| {
-        let bit = match kind {
-            "tools" => Changes::TOOLS,
-            "resources" => Changes::RESOURCES,
-            _ => Changes::PROMPTS,
-        };
-        capabilities.get(kind).is_some() && kinds.contains(bit)
+        capabilities.get(kind).is_some() && Changes::named(kind).is_some_and(|k| kinds.contains(k))
     };
     let fail = |what: &str, e: crate::client::ClientError| format!("{what}: {e}");
     let mut offers = Offers::default();

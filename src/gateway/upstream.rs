@@ -136,7 +136,7 @@ pub(crate) struct Upstream {
     backoff: Mutex<Backoff>,
     in_flight: Option<Arc<tokio::sync::Semaphore>>,
     /// Calls forwarded so far (each one's key among its child's calls).
-    calls: AtomicU64,
+    calls_forwarded: AtomicU64,
     /// `per_session`: a place for each child running or starting, `max_children` in all. A
     /// place is taken before a child is started and given back when it ends, so that
     /// sessions arriving together cannot all pass a count of the children already running.
@@ -166,7 +166,7 @@ impl Upstream {
             slots: Mutex::new(HashMap::new()),
             backoff: Mutex::new(Backoff::default()),
             in_flight,
-            calls: AtomicU64::new(0),
+            calls_forwarded: AtomicU64::new(0),
             places: Arc::new(tokio::sync::Semaphore::new(
                 settings
                     .max_children
@@ -653,7 +653,7 @@ impl Upstream {
         params: Value,
     ) -> Result<Box<RawValue>, RpcError> {
         // Counted before any wait: the calls' order is their requests'.
-        let call_id = self.calls.fetch_add(1, Ordering::Relaxed);
+        let call_id = self.calls_forwarded.fetch_add(1, Ordering::Relaxed);
         let _slot = self.admit().await?;
         let child = self.child_for(ctx.session()).await?;
         if self.settings.mode == UpstreamMode::PerSession {
@@ -935,10 +935,8 @@ impl ClientHandler for Handler {
             "notifications/tools/list_changed"
             | "notifications/resources/list_changed"
             | "notifications/prompts/list_changed" => {
-                let kind = match method {
-                    "notifications/tools/list_changed" => Changes::TOOLS,
-                    "notifications/resources/list_changed" => Changes::RESOURCES,
-                    _ => Changes::PROMPTS,
+                let Some(kind) = method.split('/').nth(1).and_then(Changes::named) else {
+                    return;
                 };
                 // Listed again from the child that said it changed: by the one re-lister of
                 // this child, started unless it runs already (it then lists this kind too,

@@ -110,6 +110,20 @@ impl Changes {
     pub const PROMPTS: Self = Self(4);
     /// Every list.
     pub const ALL: Self = Self(7);
+    /// Each list and its name in MCP (`tools/list`, `notifications/tools/list_changed`, …).
+    pub const NAMED: [(Self, &'static str); 3] = [
+        (Self::TOOLS, "tools"),
+        (Self::RESOURCES, "resources"),
+        (Self::PROMPTS, "prompts"),
+    ];
+
+    /// The list named `name` (`"tools"`, `"resources"`, `"prompts"`).
+    pub fn named(name: &str) -> Option<Self> {
+        Self::NAMED
+            .iter()
+            .find(|(_, named)| *named == name)
+            .map(|(list, _)| *list)
+    }
 
     /// The bits, to keep in an atomic.
     pub fn bits(self) -> u8 {

@@ -220,11 +220,7 @@ async fn fan_out(bus: u64, mut receiver: broadcast::Receiver<BusEvent>) {
                         "change fan-out fell behind; marking everything changed"
                     );
                     sessions.each(|inbox| {
-                        inbox.mark_changed(
-                            Changes::TOOLS
-                                .union(Changes::RESOURCES)
-                                .union(Changes::PROMPTS),
-                        );
+                        inbox.mark_changed(Changes::ALL);
                         inbox.mark_all_subscriptions_updated();
                     });
                 }

@@ -86,18 +86,6 @@ struct Steer {
     responses: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-const LISTS: [(Changes, &str); 3] = [
-    (Changes::TOOLS, "tools"),
-    (Changes::RESOURCES, "resources"),
-    (Changes::PROMPTS, "prompts"),
-];
-
-fn all_lists() -> Changes {
-    Changes::TOOLS
-        .union(Changes::RESOURCES)
-        .union(Changes::PROMPTS)
-}
-
 impl Message {
     fn of(node: u64, event: &BusEvent) -> Self {
         let mut message = Self {
@@ -111,7 +99,7 @@ impl Message {
         };
         match event {
             BusEvent::Lists(changes) => {
-                message.lists = LISTS
+                message.lists = Changes::NAMED
                     .iter()
                     .filter(|(change, _)| changes.contains(*change))
                     .map(|(_, name)| (*name).to_owned())
@@ -148,7 +136,7 @@ impl Message {
             mark_everything_changed(bus);
             return;
         }
-        let changes = LISTS
+        let changes = Changes::NAMED
             .iter()
             .filter(|(_, name)| self.lists.iter().any(|l| l == name))
             .fold(Changes::default(), |all, (change, _)| all.union(*change));
@@ -164,7 +152,7 @@ impl Message {
 /// Every list changed; the bus cannot say "every resource updated", so subscribers hear of
 /// the lists only.
 fn mark_everything_changed(bus: &ChangeBus) {
-    bus.publish_local(BusEvent::Lists(all_lists()));
+    bus.publish_local(BusEvent::Lists(Changes::ALL));
 }
 
 /// The bus observer: hands local changes to the publishing task.
