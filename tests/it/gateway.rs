@@ -1154,15 +1154,41 @@ async fn the_http_clients_open_streams_end_with_the_client() {
 
 /// A Streamable HTTP server of the handshake era, by hand, that streams every `tools/call`
 /// and never answers it (nor ends the stream); each such POST's connection, once its client
-/// closes it, is said on the returned channel. Every response closes its connection.
-fn holding_server() -> (String, std::sync::mpsc::Receiver<()>) {
+/// closes it, is said on `closes`. Every response closes its connection. It stops accepting
+/// when dropped.
+struct HoldingServer {
+    url: String,
+    closes: std::sync::mpsc::Receiver<()>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for HoldingServer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn holding_server() -> HoldingServer {
     use std::io::{BufRead, BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
+    // Polled, so that the thread sees the stop (a blocking accept would wait forever).
+    listener.set_nonblocking(true).expect("nonblocking");
     let (closed, closes) = std::sync::mpsc::channel();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
     std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut stream = match listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(_) => return,
+            };
+            // Its reads block (some systems hand the listener's non-blocking mode on).
+            stream.set_nonblocking(false).expect("blocking");
             let closed = closed.clone();
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(stream.try_clone().expect("clone"));
@@ -1229,7 +1255,7 @@ fn holding_server() -> (String, std::sync::mpsc::Receiver<()>) {
             });
         }
     });
-    (url, closes)
+    HoldingServer { url, closes, stop }
 }
 
 /// A request the caller stopped waiting for (cancelled) ends its POST's stream on the
@@ -1237,8 +1263,8 @@ fn holding_server() -> (String, std::sync::mpsc::Receiver<()>) {
 /// task for as long as the client lived.
 #[tokio::test]
 async fn the_http_client_closes_the_stream_of_a_request_it_gave_up() {
-    let (url, closes) = holding_server();
-    let client = McpClient::http(&url, &[], ClientOptions::default())
+    let server = holding_server();
+    let client = McpClient::http(&server.url, &[], ClientOptions::default())
         .await
         .expect("connects");
     let call = tokio::time::timeout(
@@ -1247,10 +1273,11 @@ async fn the_http_client_closes_the_stream_of_a_request_it_gave_up() {
     )
     .await;
     assert!(call.is_err(), "no answer comes: {call:?}");
-    let closed = tokio::task::spawn_blocking(move || closes.recv_timeout(READ_TIMEOUT))
-        .await
-        .expect("the task");
-    assert!(closed.is_ok(), "the POST's stream is still open");
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while server.closes.try_recv().is_err() {
+        assert!(Instant::now() < deadline, "the POST's stream is still open");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     drop(client);
 }
 
