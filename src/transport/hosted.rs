@@ -587,8 +587,9 @@ impl HostedSession {
         if let Some(record) = self.socket_record.take() {
             // Before the cancel: during a shutdown, what runs here (and what this copy owes
             // its client) is listed for the node the client may resume the session on.
-            let owed = self.owed_elsewhere();
-            record.end(&self.core, self.is_parked(), false, owed);
+            record.end(&self.core, self.is_parked(), false, || {
+                self.owed_elsewhere()
+            });
         }
         self.core.cancel_all(&mut self.out);
         match &mut self.out {
@@ -1006,7 +1007,7 @@ impl Handler<DetachSocket> for HostedSession {
             Ending::Here => self.end(ctx, "ended with its socket"),
             Ending::ByClient => {
                 if let Some(record) = self.socket_record.take() {
-                    record.end(&self.core, self.is_parked(), true, Vec::new());
+                    record.end(&self.core, self.is_parked(), true, Vec::new);
                 }
                 self.end(ctx, "closed by the client");
             }

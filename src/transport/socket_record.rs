@@ -145,16 +145,16 @@ impl SocketRecord {
     /// elsewhere: its record is handed over ([`hand_over`](Self::hand_over)), unless
     /// `by_client` (its client closed it, 1000); otherwise it ended for good and its record
     /// is deleted ([`forget`](Self::forget)). `parked`: as in [`Kept::parked`]; `owed`: as
-    /// in [`hand_over`](Self::hand_over).
+    /// in [`hand_over`](Self::hand_over), asked only then.
     pub(crate) fn end(
         self,
         session: &Session,
         parked: bool,
         by_client: bool,
-        owed: Vec<RequestId>,
+        owed: impl FnOnce() -> Vec<RequestId>,
     ) {
         if self.shared.is_draining() && !by_client {
-            self.hand_over(session, parked, owed);
+            self.hand_over(session, parked, owed());
         } else {
             self.forget();
         }

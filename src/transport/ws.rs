@@ -361,7 +361,7 @@ impl WsSession {
             if let Some(record) = self.record.take() {
                 // Before the cancel: during a shutdown, what runs here is listed for the
                 // node the client may resume the session on (unless the client ended it).
-                record.end(&session, false, self.ending == Ending::ByClient, Vec::new());
+                record.end(&session, false, self.ending == Ending::ByClient, Vec::new);
             }
             // A closed connection cancels all its workers, which returns their pool permits.
             session.cancel_all(ctx);
