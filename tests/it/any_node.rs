@@ -542,14 +542,16 @@ fn events(
     )
 }
 
-/// A `step_then_hold` call (JSON-RPC id `id`) on `node`, its gate opened once its progress
-/// came: the progress event's id and the answer.
-async fn stepped_call(
+/// A `step_then_hold` call (JSON-RPC id `id`) posted to `node`, up to its progress: the
+/// progress event's id, and the stream (which holds until the gate opens).
+async fn held_call(
     session: &Session,
     node: &RunningServer,
-    fixtures: &Fixtures,
     id: i64,
-) -> (String, Value) {
+) -> (
+    String,
+    futures_util::stream::BoxStream<'static, (String, Value)>,
+) {
     let call = json!({"name": "step_then_hold", "arguments": {}, "_meta": {"progressToken": "t"}});
     let response = session
         .post_raw(node, request(json!(id), "tools/call", call))
@@ -560,6 +562,18 @@ async fn stepped_call(
         .expect("in time")
         .expect("the progress event");
     assert_eq!(progress["method"], "notifications/progress", "{progress}");
+    (progress_id, stream)
+}
+
+/// [`held_call`], its gate opened once its progress came: the progress event's id and the
+/// answer.
+async fn stepped_call(
+    session: &Session,
+    node: &RunningServer,
+    fixtures: &Fixtures,
+    id: i64,
+) -> (String, Value) {
+    let (progress_id, mut stream) = held_call(session, node, id).await;
     fixtures.gate.add_permits(1);
     let (_, answer) = tokio::time::timeout(READ_TIMEOUT, stream.next())
         .await
@@ -648,16 +662,7 @@ async fn stream_resumes_elsewhere(redis_url: &str, look: impl Fn(&str)) {
     let session = Session::begin(a, Some(TEST_KEY)).await;
 
     // A POST's stream on A: its first event, then the client loses it.
-    let call = json!({"name": "step_then_hold", "arguments": {}, "_meta": {"progressToken": "t"}});
-    let response = session
-        .post_raw(a, request(json!(1), "tools/call", call))
-        .await;
-    let mut stream = events(response);
-    let (first_id, progress) = tokio::time::timeout(READ_TIMEOUT, stream.next())
-        .await
-        .expect("in time")
-        .expect("the progress event");
-    assert_eq!(progress["method"], "notifications/progress", "{progress}");
+    let (first_id, stream) = held_call(&session, a, 1).await;
     drop(stream);
 
     // Resumed on B after that event: B follows what A mirrors; A's answer arrives there.
