@@ -317,7 +317,7 @@ fn fail(inner: &Inner, id: Option<u64>, error: ClientError) {
 /// Reads a JSON body into the client, for as long as request `answer_to` (if any) waits.
 async fn read_json(
     response: reqwest::Response,
-    inner: &Weak<Inner>,
+    weak: &Weak<Inner>,
     max_body: usize,
     answer_to: Option<u64>,
 ) {
@@ -328,25 +328,27 @@ async fn read_json(
             None => chunks.next().await,
             Some(id) => match tokio::time::timeout(WATCH_EVERY, chunks.next()).await {
                 Ok(chunk) => chunk,
-                Err(_quiet) if waits(inner, id) => continue,
+                Err(_quiet) if waits(weak, id) => continue,
                 Err(_quiet) => return,
             },
         };
         let Some(chunk) = chunk else { break };
         let Ok(chunk) = chunk else { return };
         if body.len() + chunk.len() > max_body {
-            if let Some(inner) = inner.upgrade() {
+            if let Some(inner) = weak.upgrade() {
                 tracing::warn!(upstream = %inner.label(), max_body, "skipped a response body over the limit");
             }
             return;
         }
         body.extend_from_slice(&chunk);
     }
-    let (Ok(text), Some(inner)) = (std::str::from_utf8(&body), inner.upgrade()) else {
+    let (Ok(text), Some(inner)) = (std::str::from_utf8(&body), weak.upgrade()) else {
         return;
     };
     if !text.trim().is_empty() {
-        inner.receive(text);
+        let held = inner.receive(text);
+        drop(inner);
+        super::answer_held(weak, held).await;
     }
 }
 
@@ -386,13 +388,13 @@ impl Resume {
     async fn read(
         &mut self,
         response: reqwest::Response,
-        inner: &Weak<Inner>,
+        weak: &Weak<Inner>,
         max_event: usize,
         answer_to: Option<u64>,
     ) -> bool {
         // A stream the server holds open (the GET stream, a listen) must not outlive the
         // client: dropping the response closes it on the server.
-        let Some(mut closed) = inner.upgrade().map(|inner| inner.closed.subscribe()) else {
+        let Some(mut closed) = weak.upgrade().map(|inner| inner.closed.subscribe()) else {
             return false;
         };
         let mut events = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
@@ -406,7 +408,7 @@ impl Resume {
                 },
                 Some(id) => match tokio::time::timeout(WATCH_EVERY, events.next()).await {
                     Ok(next) => next,
-                    Err(_quiet) if waits(inner, id) => continue,
+                    Err(_quiet) if waits(weak, id) => continue,
                     Err(_quiet) => return advanced,
                 },
             };
@@ -418,13 +420,17 @@ impl Resume {
             if data.len() > max_event || data.trim().is_empty() {
                 continue;
             }
-            let Some(inner) = inner.upgrade() else {
+            let Some(inner) = weak.upgrade() else {
                 return advanced;
             };
-            inner.receive(&data);
+            let held = inner.receive(&data);
             if answer_to.is_some_and(|id| !waits_for(&inner, id)) {
+                drop(inner);
+                super::answer_held(weak, held).await;
                 return advanced;
             }
+            drop(inner);
+            super::answer_held(weak, held).await;
         }
     }
 

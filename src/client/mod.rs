@@ -56,13 +56,20 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 /// The protocol version a client asks for unless told otherwise.
 pub const DEFAULT_PROTOCOL_VERSION: &str = "2025-11-25";
 
 /// How many messages may wait to be written to the server before senders wait.
 const OUTGOING_QUEUE: usize = 1024;
+
+/// How many of the server's requests (pings, sampling, elicitation …) this client answers at
+/// once, each from its arrival until its answer is written. Beyond, the transport reads
+/// nothing more from the server until one is done: a server that sends requests without
+/// reading the answers is held back by its own connection (a child's full stdout pipe, a
+/// socket's window), never by tasks and answers piling up here.
+const MAX_ANSWERING: usize = 64;
 
 /// The most rounds of `input_required` one stateless request may take: a server that keeps
 /// asking is cut off.
@@ -257,6 +264,13 @@ pub(crate) struct Outgoing {
     /// For the cancel of a stateless request: its id. Transports that answer each request
     /// on its own (HTTP) cancel by dropping the request instead of sending `text`.
     pub cancels: Option<u64>,
+    /// For an answer to one of the server's requests: its answering place, given back when
+    /// the transport is done with the message (written, or its POST over).
+    #[expect(
+        dead_code,
+        reason = "held, never read: dropping the message gives it back"
+    )]
+    pub place: Option<OwnedSemaphorePermit>,
 }
 
 /// What every request of a stateless connection carries.
@@ -279,6 +293,8 @@ pub(crate) struct Inner {
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     handler: Arc<dyn ClientHandler>,
+    /// The places of the server's requests being answered ([`MAX_ANSWERING`]).
+    answering: Arc<Semaphore>,
     /// `Some(reason)` once the connection is over.
     closed: watch::Sender<Option<Arc<str>>>,
     server: std::sync::OnceLock<ServerDetails>,
@@ -402,6 +418,7 @@ impl Client {
                 pending: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 handler: options.handler.clone(),
+                answering: Arc::new(Semaphore::new(MAX_ANSWERING)),
                 closed: watch::Sender::new(None),
                 server: std::sync::OnceLock::new(),
                 stateless: std::sync::OnceLock::new(),
@@ -646,7 +663,7 @@ impl Client {
             id: Some(id),
             text,
             headers,
-            cancels: None,
+            ..Outgoing::default()
         };
         if inner.outgoing.send(message).await.is_err() {
             guard.armed = false;
@@ -973,6 +990,33 @@ struct Incoming<'a> {
     error: Option<RpcError>,
 }
 
+/// A request the server sent, owned, for answering later.
+#[derive(Debug)]
+pub(crate) struct ServerRequest {
+    method: String,
+    id: Box<RawValue>,
+    params: Option<Box<RawValue>>,
+}
+
+/// Answers the requests [`Inner::receive`] held, each once an answering place is free: the
+/// reader calling this reads nothing more from the server meanwhile. It holds no handle of
+/// the connection while it waits, so the connection still ends when its last handle goes.
+pub(crate) async fn answer_held(inner: &std::sync::Weak<Inner>, held: Vec<ServerRequest>) {
+    if held.is_empty() {
+        return;
+    }
+    let Some(answering) = inner.upgrade().map(|inner| inner.answering.clone()) else {
+        return;
+    };
+    for request in held {
+        let Ok(place) = answering.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(inner) = inner.upgrade() else { return };
+        inner.answer(request, place);
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ProgressParams {
@@ -985,17 +1029,24 @@ struct ProgressParams {
 }
 
 impl Inner {
-    /// Takes one message (or batch) the server sent.
-    pub(crate) fn receive(self: &Arc<Self>, text: &str) {
+    /// Takes one message (or batch) the server sent. What it returns are the server's
+    /// requests that found no answering place: the reader hands them to [`answer_held`]
+    /// before it reads on.
+    #[must_use]
+    pub(crate) fn receive(self: &Arc<Self>, text: &str) -> Vec<ServerRequest> {
+        let mut held = Vec::new();
         let trimmed = text.trim_start();
         if trimmed.starts_with('[') {
             match serde_json::from_str::<Vec<&RawValue>>(trimmed) {
-                Ok(entries) => entries.iter().for_each(|e| self.receive_one(e.get())),
+                Ok(entries) => entries
+                    .iter()
+                    .for_each(|e| self.receive_one(e.get(), &mut held)),
                 Err(error) => self.skip(text, &error.to_string()),
             }
         } else {
-            self.receive_one(text);
+            self.receive_one(text, &mut held);
         }
+        held
     }
 
     fn skip(&self, text: &str, why: &str) {
@@ -1003,13 +1054,29 @@ impl Inner {
         tracing::warn!(upstream = %self.label, %why, line = %shown, "skipped a message that is not JSON-RPC");
     }
 
-    fn receive_one(self: &Arc<Self>, text: &str) {
+    fn receive_one(self: &Arc<Self>, text: &str, held: &mut Vec<ServerRequest>) {
         let message: Incoming<'_> = match serde_json::from_str(text) {
             Ok(message) => message,
             Err(error) => return self.skip(text, &error.to_string()),
         };
         match (message.method, message.id) {
-            (Some(method), Some(id)) => self.on_request(method, id, message.params),
+            (Some(method), Some(id)) => {
+                let request = ServerRequest {
+                    method: method.to_owned(),
+                    id: id.to_owned(),
+                    params: message.params.map(ToOwned::to_owned),
+                };
+                // Once one waits, those after it in the same batch wait behind it.
+                let place = if held.is_empty() {
+                    self.answering.clone().try_acquire_owned().ok()
+                } else {
+                    None
+                };
+                match place {
+                    Some(place) => self.answer(request, place),
+                    None => held.push(request),
+                }
+            }
             (Some(method), None) => self.on_notification(method, message.params),
             (None, Some(id)) => {
                 let outcome = match (message.result, message.error) {
@@ -1058,12 +1125,14 @@ impl Inner {
         self.handler.notification(method, params);
     }
 
-    fn on_request(self: &Arc<Self>, method: &str, id: &RawValue, params: Option<&RawValue>) {
-        let id = id.to_owned();
+    /// Answers one of the server's requests (in a task of its own: the handler may ask the
+    /// user), holding `place` until the answer is written.
+    fn answer(self: &Arc<Self>, request: ServerRequest, place: OwnedSemaphorePermit) {
+        let ServerRequest { method, id, params } = request;
         let answer = if method == "ping" {
             Box::pin(async { Ok(json!({})) })
         } else {
-            self.handler.request(method, params.map(ToOwned::to_owned))
+            self.handler.request(&method, params)
         };
         let inner = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -1076,9 +1145,13 @@ impl Inner {
             .to_string();
             let message = Outgoing {
                 text,
+                place: Some(place),
                 ..Outgoing::default()
             };
-            let _ = inner.outgoing.send(message).await;
+            let outgoing = inner.outgoing.clone();
+            // No handle held while the queue is full: the connection may end meanwhile.
+            drop(inner);
+            let _ = outgoing.send(message).await;
         });
     }
 

@@ -220,11 +220,11 @@ async fn write(
     drop(process);
 }
 
-async fn read(stdout: ChildStdout, inner: Weak<Inner>, max_line: usize) {
+async fn read(stdout: ChildStdout, weak: Weak<Inner>, max_line: usize) {
     let mut lines = Lines::new(stdout, max_line);
     loop {
         let line = lines.next().await;
-        let Some(inner) = inner.upgrade() else { return };
+        let Some(inner) = weak.upgrade() else { return };
         match line {
             Ok(None) => break,
             Ok(Some(Line { cut: true, .. })) => {
@@ -233,7 +233,11 @@ async fn read(stdout: ChildStdout, inner: Weak<Inner>, max_line: usize) {
             // Skipped like any other line that is not JSON-RPC: the child goes on.
             Ok(Some(Line { bytes, .. })) => match std::str::from_utf8(bytes) {
                 Ok(line) if line.trim().is_empty() => {}
-                Ok(line) => inner.receive(line),
+                Ok(line) => {
+                    let held = inner.receive(line);
+                    drop(inner);
+                    super::answer_held(&weak, held).await;
+                }
                 Err(_) => {
                     tracing::warn!(upstream = %inner.label(), "skipped a line that is not UTF-8");
                 }
@@ -244,7 +248,7 @@ async fn read(stdout: ChildStdout, inner: Weak<Inner>, max_line: usize) {
             }
         }
     }
-    if let Some(inner) = inner.upgrade() {
+    if let Some(inner) = weak.upgrade() {
         inner.close("the process closed its stdout");
     }
 }

@@ -258,7 +258,7 @@ async fn read(
 async fn read_until_closed(
     stream: &mut SplitStream<Socket>,
     connection: &ConnectionInner,
-    inner: &Weak<Inner>,
+    weak: &Weak<Inner>,
 ) -> String {
     let mut closing = connection.closing.subscribe();
     // Set once the client sent (or is sending) its close: the server's is waited for until
@@ -279,12 +279,16 @@ async fn read_until_closed(
         let Some(frame) = frame else {
             return "the WebSocket ended".to_owned();
         };
-        let Some(inner) = inner.upgrade() else {
+        let Some(inner) = weak.upgrade() else {
             // Every handle is gone; the writer closes.
             return String::new();
         };
         match frame {
-            Ok(Message::Text(text)) => inner.receive(text.as_str()),
+            Ok(Message::Text(text)) => {
+                let held = inner.receive(text.as_str());
+                drop(inner);
+                super::answer_held(weak, held).await;
+            }
             Ok(Message::Binary(_)) => {
                 tracing::warn!(upstream = %inner.label(), "skipped a binary WebSocket frame");
             }

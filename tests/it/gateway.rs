@@ -10,7 +10,8 @@
 //! of every kind unchanged; progress, log lines (at the client's level), elicitation and
 //! sampling across the gateway; a cancel reaching the upstream (and no answer after it); a
 //! child's crash answered -32030 at once for every call in flight on it, and a fresh child
-//! next; garbage lines skipped; `list_changed` re-listed; one child per session (ended with
+//! next; garbage lines skipped; a child flooding requests without reading its stdin held
+//! back by its own pipe (tests/interop/flooding_child.py), each request answered once; `list_changed` re-listed; one child per session (ended with
 //! it, its environment from the identity, its own tool list shown to it alone) or one for
 //! all (50 sessions × 20 interleaved calls, every answer its own); a 2026-07-28 client
 //! served by a session-era upstream, its elicitation as an `input_required` round; a command
@@ -347,6 +348,49 @@ async fn a_crash_answers_every_call_in_flight_on_the_child_at_once() {
         crate::support::http::metric(&server, "mcp_upstream_restarts_total{upstream=\"py\"}").await
             >= 1
     );
+}
+
+/// A child that sends requests without reading the answers (tests/interop/flooding_child.py).
+fn flooding_upstream() -> UpstreamSettings {
+    UpstreamSettings {
+        name: "flooder".into(),
+        command: ensure_python_env().display().to_string(),
+        args: vec![interop_dir()
+            .join("flooding_child.py")
+            .display()
+            .to_string()],
+        mode: UpstreamMode::Shared,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_child_flooding_requests_without_reading_is_held_back_by_its_pipe_and_each_answered_once()
+{
+    const COUNT: u64 = 20_000;
+    let server = gateway(vec![flooding_upstream()], |_| {});
+    let mut client = Client::initialized(&server).await;
+    let answer = client.call_tool("flood", json!({ "count": COUNT })).await;
+    let report: Value = serde_json::from_str(&tool_text(&answer))
+        .unwrap_or_else(|e| panic!("the child's report: {e}: {answer}"));
+    // Held back: the gateway stopped reading the child's stdout (before, it read every line
+    // at once, a task and an answer kept for each). What it takes first fills its 64
+    // answering places, its outgoing queue (1,024), the stdin writer's batch and the two
+    // pipes: 2,318 requests when this was written; 10,000 leaves room.
+    let held_back_after = report["held_back_after"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("the child was never held back: {report}"));
+    assert!(
+        (1_000..10_000).contains(&held_back_after),
+        "held back after {held_back_after} requests: {report}"
+    );
+    // And nothing lost or doubled once the child reads again.
+    assert_eq!(report["answered"], COUNT, "{report}");
+    assert_eq!(report["answered_twice"], 0, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    // The gateway serves on.
+    let again = client.call_tool("flood", json!({ "count": 10 })).await;
+    assert!(tool_text(&again).contains("\"answered\": 10"), "{again}");
 }
 
 #[tokio::test]
