@@ -191,6 +191,17 @@ impl Upstream {
         .with_data(json!({ "upstream": &*self.name, "retryable": true }))
     }
 
+    /// [`unavailable`](Self::unavailable) for a failure of the connection to it. Why it could
+    /// not connect (a command line, an address, a URL and its query) is the operator's, for
+    /// the log; the client is told only that it could not. How a connection ended (an exit
+    /// status, a close code) is told.
+    fn unavailable_after(&self, error: &ClientError) -> RpcError {
+        match error {
+            ClientError::Connect(_) => self.unavailable("cannot connect (the server log says why)"),
+            other => self.unavailable(other),
+        }
+    }
+
     /// Starts a child (on the gateway's runtime) for `session`, or for discovery
     /// (`None`); `place`, a session's own child's, is held as long as the child runs.
     pub(crate) fn start_child(
@@ -380,7 +391,7 @@ impl Upstream {
             Err(error) => {
                 note_failure(&self.backoff);
                 tracing::warn!(upstream = %self.name, %error, "upstream could not be started");
-                Err(self.unavailable(error))
+                Err(self.unavailable_after(&error))
             }
         }
     }
@@ -736,7 +747,12 @@ impl Upstream {
                 message,
                 data,
             },
-            other => self.unavailable(other),
+            other => {
+                if matches!(other, ClientError::Connect(_)) {
+                    tracing::warn!(upstream = %self.name, error = %other, "upstream could not be reached");
+                }
+                self.unavailable_after(&other)
+            }
         })
     }
 }
