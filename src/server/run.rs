@@ -169,16 +169,18 @@ pub(super) async fn serve(
     let settings = &shared.settings;
     let app_shared = web::Data::from(shared.clone());
     let app_hosted = web::Data::new(HostedSessions::default());
-    // With sessions in Redis, the other nodes' notes about a session reach this node's copy.
+    let app_sockets = web::Data::new(Sockets::default());
+    // With sessions in Redis, the other nodes' notes about a session reach this node's copy
+    // (or socket).
     if shared.settings.sessions_in_redis() {
         let _ = shared
             .cluster
             .session_sink
-            .set(crate::transport::hosted::deliver_session_notes(
+            .set(crate::transport::ws::deliver_session_notes(
                 app_hosted.clone().into_inner(),
+                app_sockets.clone().into_inner(),
             ));
     }
-    let app_sockets = web::Data::new(Sockets::default());
     let max_body = settings.limits.max_message_bytes;
     let separate_admin = settings.server.admin_listen.is_some();
     let mut server = HttpServer::new(move || {

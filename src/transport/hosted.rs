@@ -95,6 +95,10 @@ pub struct TakeRecord;
 #[rtype(result = "()")]
 pub struct EndedElsewhere;
 
+/// The close reason of a socket whose session its client resumed on a newer connection
+/// (on this node or another).
+pub(crate) const RECONNECTED_ELSEWHERE: &str = "MCP session reconnected on another connection";
+
 /// The client asks another node to resume this WebSocket session (see
 /// [`SessionNoteKind::HandOver`]).
 #[derive(Message)]
@@ -875,11 +879,20 @@ impl Handler<EndedElsewhere> for HostedSession {
 impl Handler<HandOver> for HostedSession {
     type Result = ();
 
-    /// Parked here, the session goes to the node its client reconnected to: its record is
-    /// written a last time, listing what runs here (which ends here unanswered: that node
-    /// answers it -32031), and no longer names this node; the copy ends. A session with a
-    /// socket attached here stays: its client is here.
+    /// The session goes to the node its client reconnected to: a socket still attached here
+    /// is let go first (the client's older connection, half-open or given up on, as when it
+    /// reconnects on this node). Its record is written a last time, listing what runs here
+    /// (which ends here unanswered: that node answers it -32031), and no longer names this
+    /// node; the copy ends.
     fn handle(&mut self, _: HandOver, ctx: &mut Self::Context) {
+        if let Outlets::Socket(out) = &mut self.out {
+            if let Some(socket) = out.socket.take() {
+                socket.detach.do_send(Detach {
+                    code: CloseCode::Normal,
+                    reason: RECONNECTED_ELSEWHERE,
+                });
+            }
+        }
         if !self.is_parked() {
             return;
         }

@@ -494,6 +494,22 @@ pub(crate) async fn fetch_record(
     shared: &Shared,
     websocket: bool,
 ) -> Result<SessionRecord, Refusal> {
+    fetch_record_as_stored(id, admission, shared, websocket)
+        .await
+        .map(|(record, _)| record)
+}
+
+/// [`fetch_record`], and the record's JSON as Redis holds it (what a compare-and-set of it
+/// compares).
+///
+/// # Errors
+/// As [`fetch_record`].
+pub(crate) async fn fetch_record_as_stored(
+    id: &str,
+    admission: &Admission,
+    shared: &Shared,
+    websocket: bool,
+) -> Result<(SessionRecord, String), Refusal> {
     let Some(redis) = shared.cluster.store.redis() else {
         return Err(Refusal::SessionNotFound);
     };
@@ -512,7 +528,7 @@ pub(crate) async fn fetch_record(
         record.principal == "anonymous"
     };
     if theirs && record.websocket == websocket {
-        Ok(record)
+        Ok((record, json))
     } else {
         Err(Refusal::SessionNotFound)
     }

@@ -34,8 +34,8 @@
 use super::awaited::Awaited;
 use super::frames::{Inbound, Reader, Refused};
 use super::hosted::{
-    find_or_take_up, AttachSocket, Deliver, Detach, DetachSocket, Ending, HostedSession, Relayed,
-    SocketHandle, DRAINED_QUIET,
+    find_or_take_up, AttachSocket, Deliver, Detach, DetachSocket, Ending, HandOver, HostedSession,
+    Relayed, SocketHandle, DRAINED_QUIET, RECONNECTED_ELSEWHERE,
 };
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
@@ -72,6 +72,25 @@ const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(1);
 
 /// WebSocket sessions with their socket, by the id their client holds.
 pub type Sockets = Directory<WsSession>;
+
+/// Delivers the other nodes' notes about sessions (sessions in Redis) to this node's
+/// copies ([`hosted::deliver_session_notes`]); a hand-over of a session whose socket is
+/// attached here, without a copy, goes to that socket.
+pub fn deliver_session_notes(
+    hosted: Arc<HostedSessions>,
+    sockets: Arc<Sockets>,
+) -> bridge::SessionSink {
+    let to_copies = super::hosted::deliver_session_notes(hosted.clone());
+    Box::new(move |note: SessionNote| {
+        if matches!(note.kind, SessionNoteKind::HandOver) && hosted.find_any(&note.id).is_none() {
+            if let Some(socket) = sockets.find_any(&note.id) {
+                socket.do_send(HandOver);
+            }
+            return;
+        }
+        to_copies(note);
+    })
+}
 
 /// The WebSocket session actor; see the module docs.
 pub struct WsSession {
@@ -577,6 +596,23 @@ impl Handler<RecordWritten> for WsSession {
 
 /// The session wants this socket gone: another one resumed it, its session ended, or the
 /// server is shutting down.
+/// The client resumed this socket's session on another node (sessions in Redis): the
+/// socket is let go, as when a client reconnects on this node (it is the older connection:
+/// half-open, or one its client gave up on), and the session, parked, is handed over.
+impl Handler<HandOver> for WsSession {
+    type Result = ();
+
+    fn handle(&mut self, _: HandOver, ctx: &mut Self::Context) {
+        let detach = Detach {
+            code: ws::CloseCode::Normal,
+            reason: RECONNECTED_ELSEWHERE,
+        };
+        if let Some(hosted) = <Self as Handler<Detach>>::handle(self, detach, ctx) {
+            hosted.do_send(HandOver);
+        }
+    }
+}
+
 impl Handler<Detach> for WsSession {
     type Result = Option<Addr<HostedSession>>;
 
@@ -695,19 +731,32 @@ fn resumed_session_id(req: &HttpRequest) -> Option<String> {
 /// be resumed here: its requests that were in flight there are answered -32031 (the node was
 /// lost) as soon as the socket attaches.
 ///
+/// The record is first claimed in Redis, in one step with the read it was released by
+/// ([`claim_record`]): of two nodes that resume the same session at once (two reconnects of
+/// a client, each to another node), one takes it up, and the other's resume gets 503 and
+/// finds it held on its retry.
+///
 /// # Errors
 /// [`Refusal::SessionNotFound`] when there is no such session of the client's;
-/// [`Refusal::SessionStoreUnavailable`] when Redis cannot be asked.
+/// [`Refusal::SessionStoreUnavailable`] when Redis cannot be asked;
+/// [`Refusal::SessionHeldElsewhere`] when another node holds it, or claimed it first.
 async fn take_up(
     shared: &Arc<Shared>,
     hosted: &Arc<HostedSessions>,
     id: &str,
     admission: &Admission,
 ) -> Result<Addr<HostedSession>, Refusal> {
-    let record = released_record(shared, id, admission).await?;
-    // Another upgrade of the same session may have taken it up meanwhile (a client that
-    // retried its upgrade): one copy, whose in-flight requests are answered once.
-    find_or_take_up(hosted, shared, id, admission, |slot, id| {
+    let (record, read) = released_record(shared, id, admission).await?;
+    let Some(claimed) = claim_record(shared, id, &record, &read).await? else {
+        // Claimed first by another upgrade: on this node (a client that retried its upgrade)
+        // its copy is here to resume; on another, the retry finds that node holding it.
+        return hosted
+            .find(id, &Owner::of(&admission.identity))
+            .ok_or(Refusal::SessionHeldElsewhere);
+    };
+    // Another upgrade of the same session on this node may have made its copy meanwhile:
+    // one copy, whose in-flight requests are answered once.
+    let taken = find_or_take_up(hosted, shared, id, admission, |slot, id| {
         HostedSession::take_up_socket(
             shared.clone(),
             hosted.clone(),
@@ -716,41 +765,81 @@ async fn take_up(
             admission.clone(),
             &record,
         )
-    })
+    });
+    if taken.is_err() {
+        // No copy was made here: the record is given back as it was, or no node would take
+        // the session up while this one lives.
+        if let Some(redis) = shared.cluster.store.redis() {
+            redis
+                .swap_session(&shared.metrics, id, &claimed, &read)
+                .await;
+        }
+    }
+    taken
+}
+
+/// Claims a released record (`read`, as Redis held it) for this node: the record naming
+/// this node replaces it if it is unchanged since it was read. Returns what it wrote, or
+/// `None` when the record had changed (another node claimed it, or its holder wrote).
+///
+/// # Errors
+/// [`Refusal::SessionStoreUnavailable`] when Redis cannot be asked.
+async fn claim_record(
+    shared: &Shared,
+    id: &str,
+    record: &crate::session::record::SessionRecord,
+    read: &str,
+) -> Result<Option<String>, Refusal> {
+    let redis = shared
+        .cluster
+        .store
+        .redis()
+        .ok_or(Refusal::SessionStoreUnavailable)?;
+    let mut claimed = record.clone();
+    claimed.node = Some(shared.cluster.node_number());
+    let claimed = serde_json::to_string(&claimed).map_err(|_| Refusal::SessionNotFound)?;
+    match redis
+        .swap_session(&shared.metrics, id, read, &claimed)
+        .await
+    {
+        Some(true) => Ok(Some(claimed)),
+        Some(false) => Ok(None),
+        None => Err(Refusal::SessionStoreUnavailable),
+    }
 }
 
 /// How long a resume waits for the node that holds its session to hand it over.
 const HAND_OVER_WAIT: Duration = Duration::from_secs(1);
 
-/// The record of WebSocket session `id` once no live node holds it: at once when none does
-/// (or the one named is dead); else that node is asked to hand it over (it does when its
-/// copy is parked, as when the client reconnects elsewhere), and the record is read again
-/// until it did, for [`HAND_OVER_WAIT`]. Two nodes that read a released record at once may
-/// both take the session up (the read and the take-up are not one step in Redis); the
-/// client's own reconnects, one at a time, do not. Taken up while another node holds it, its requests
-/// running there would be answered -32031 here while that node still runs them.
+/// The record of WebSocket session `id` once no live node holds it, with its JSON as read:
+/// at once when none does (or the one named is dead); else that node is asked to hand it
+/// over (it does, letting go of a socket still attached there: the client reconnected
+/// here), and the record is read again until it did, for [`HAND_OVER_WAIT`]. Taken up while another node
+/// holds it, its requests running there would be answered -32031 here while that node still
+/// runs them.
 ///
 /// # Errors
 /// As [`fetch_record`](crate::transport::http::fetch_record), and
-/// [`Refusal::SessionHeldElsewhere`] when the node holding it is alive and keeps it (its
-/// client's socket is attached there) or did not answer in time (dead: its heartbeat ends
-/// within seconds, and a retry takes the session up).
+/// [`Refusal::SessionHeldElsewhere`] when the node holding it did not hand it over in time
+/// (dead: its heartbeat ends within seconds, and a retry takes the session up; or shutting
+/// down).
 async fn released_record(
     shared: &Arc<Shared>,
     id: &str,
     admission: &Admission,
-) -> Result<crate::session::record::SessionRecord, Refusal> {
+) -> Result<(crate::session::record::SessionRecord, String), Refusal> {
     let deadline = tokio::time::Instant::now() + HAND_OVER_WAIT;
     // Asked again every 100 ms: the holder hands over a parked copy only, and may notice its
     // socket gone a moment after the client reconnected here.
     let mut next_ask = tokio::time::Instant::now();
     loop {
-        let record = crate::transport::http::fetch_record(id, admission, shared, true).await?;
+        let (record, read) =
+            crate::transport::http::fetch_record_as_stored(id, admission, shared, true).await?;
         let Some(holder) = record
             .node
             .filter(|node| *node != shared.cluster.node_number())
         else {
-            return Ok(record);
+            return Ok((record, read));
         };
         let redis = shared
             .cluster
@@ -759,7 +848,7 @@ async fn released_record(
             .ok_or(Refusal::SessionStoreUnavailable)?;
         // Not known (Redis did not answer): as alive.
         if redis.is_alive(&shared.metrics, holder).await == Some(false) {
-            return Ok(record);
+            return Ok((record, read));
         }
         if tokio::time::Instant::now() >= next_ask {
             next_ask += Duration::from_millis(100);
@@ -789,7 +878,7 @@ async fn claim_session(
     let socket = sockets.find(id, owner).ok_or(Refusal::SessionNotFound)?;
     let detach = Detach {
         code: ws::CloseCode::Normal,
-        reason: "MCP session reconnected on another connection",
+        reason: RECONNECTED_ELSEWHERE,
     };
     socket
         .send(detach)

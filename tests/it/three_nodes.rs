@@ -611,8 +611,10 @@ async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
 
 /// A WebSocket session resumed on another node while its own node lives and keeps it parked:
 /// that node hands it over (what runs there ends unanswered), and the request it ran is
-/// answered once, -32031, where the session resumed, never also by the first node. While
-/// the session's socket is attached to a node, another node refuses a resume (503).
+/// answered once, -32031, where the session resumed, never also by the first node. Resumed
+/// on the first node again while the second has its socket attached, the second lets that
+/// socket go (closed 1000, as a reconnect on one node closes the older socket) and hands
+/// the session back.
 #[tokio::test]
 async fn a_websocket_session_resumed_elsewhere_while_its_node_lives_is_handed_over() {
     let nodes = TwoNodes::start("");
@@ -621,17 +623,59 @@ async fn a_websocket_session_resumed_elsewhere_while_its_node_lives_is_handed_ov
     record_listing(&nodes.redis, &resume_id, &[9]).await;
     // The socket drops (no close): node A keeps the session for a reconnect.
     drop(client);
-    let mut resumed = resume_websocket(nodes.b_addr, &resume_id).await;
-    assert_eq!(lost_on_resume(&mut resumed).await, [9]);
+    let mut on_b = resume_websocket(nodes.b_addr, &resume_id).await;
+    assert_eq!(lost_on_resume(&mut on_b).await, [9]);
     // Past the end of the sleep node A ran: its answer comes nowhere.
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    resumed.expect_nothing_pending().await;
+    on_b.expect_nothing_pending().await;
+
+    start_sleep(&mut on_b, 20, 60_000).await;
+    record_listing(&nodes.redis, &resume_id, &[20]).await;
+    let mut on_a = try_resume(nodes.a_addr, &resume_id, None)
+        .await
+        .unwrap_or_else(|status| panic!("node A refused the resume: {status}"));
+    assert_older_socket_closed(&mut on_b).await;
+    assert_eq!(lost_on_resume(&mut on_a).await, [20]);
+    let echo = on_a
+        .call_tool("echo", serde_json::json!({"text": "back on a"}))
+        .await;
+    assert_eq!(crate::support::tool_text(&echo), "back on a");
+}
+
+/// A socket's session resumed elsewhere while the socket is still attached (half-open: its
+/// client gone without a close, the node not yet aware) is handed over at once, not held
+/// until the heartbeat finds the socket dead: the socket is closed 1000, and what ran on it
+/// is answered -32031 where the session resumed. (The resume was refused, 503, until then.)
+#[tokio::test]
+async fn a_websocket_session_resumed_elsewhere_from_a_socket_still_attached_is_handed_over() {
+    let nodes = TwoNodes::start("");
+    let (mut old, resume_id) = resumable_session(nodes.a_addr).await;
+    start_sleep(&mut old, 9, 60_000).await;
+    record_listing(&nodes.redis, &resume_id, &[9]).await;
+    // `old` stays open and attached: node A sees a live socket.
+    let mut resumed = try_resume(nodes.b_addr, &resume_id, None)
+        .await
+        .unwrap_or_else(|status| panic!("node B refused the resume: {status}"));
+    assert_older_socket_closed(&mut old).await;
+    assert_eq!(lost_on_resume(&mut resumed).await, [9]);
+    let echo = resumed
+        .call_tool("echo", serde_json::json!({"text": "on b"}))
+        .await;
+    assert_eq!(crate::support::tool_text(&echo), "on b");
+}
+
+/// The older socket of a session resumed elsewhere: closed 1000 with the reason a reconnect
+/// gives.
+async fn assert_older_socket_closed(old: &mut crate::support::Client) {
+    let close = old
+        .recv_close()
+        .await
+        .expect("the older socket gets a close frame");
+    assert_eq!(u16::from(close.code), 1000, "{close:?}");
     assert_eq!(
-        try_resume(nodes.a_addr, &resume_id, None).await.err(),
-        Some(503),
-        "node A took the session from the socket node B holds it with"
+        close.reason.as_str(),
+        "MCP session reconnected on another connection"
     );
-    resumed.expect_nothing_pending().await;
 }
 
 /// What a WebSocket session's record lists as in flight follows its requests within 20 ms
@@ -914,6 +958,48 @@ async fn a_websocket_session_survives_a_second_node_death() {
 
     let mut on_c = resume_websocket(c_addr, &resume_id).await;
     assert_eq!(lost_on_resume(&mut on_c).await, [20]);
+}
+
+/// Two resumes of one WebSocket session, on two other nodes at the same moment after its
+/// node died (two reconnects of a client, or two clients with its id): one node takes it up
+/// and answers -32031 what ran on the dead node; the other refuses (503). (Both took it up
+/// before the record was claimed in one step with its read: two copies, each answering
+/// -32031.)
+#[tokio::test]
+async fn two_resumes_at_once_on_two_other_nodes_take_the_session_up_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut a = start_node(dir.path(), "node-a", &redis);
+    let b = start_node(dir.path(), "node-b", &redis);
+    let c = start_node(dir.path(), "node-c", &redis);
+    let (a_addr, b_addr, c_addr) = (a.wait_listening(), b.wait_listening(), c.wait_listening());
+    let (mut client, resume_id) = resumable_session(a_addr).await;
+    start_sleep(&mut client, 9, 60_000).await;
+    record_listing(&redis, &resume_id, &[9]).await;
+    a.kill();
+    // Node A's heartbeat ends (within 3 s): from then on, both resumes find it dead.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.keys("*node:*").len() > 2 {
+        assert!(Instant::now() < deadline, "node A's heartbeat never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let (on_b, on_c) = tokio::join!(
+        try_resume(b_addr, &resume_id, None),
+        try_resume(c_addr, &resume_id, None)
+    );
+    let (mut resumed, refused) = match (on_b, on_c) {
+        (Ok(client), Err(status)) | (Err(status), Ok(client)) => (client, status),
+        (Ok(_), Ok(_)) => panic!("both nodes took the session up"),
+        (Err(b), Err(c)) => panic!("neither node took the session up: {b}, {c}"),
+    };
+    assert_eq!(refused, 503, "the other node's refusal");
+    assert_eq!(lost_on_resume(&mut resumed).await, [9]);
+    resumed.expect_nothing_pending().await;
+    let echo = resumed
+        .call_tool("echo", serde_json::json!({"text": "once"}))
+        .await;
+    assert_eq!(crate::support::tool_text(&echo), "once");
 }
 
 /// A WebSocket session parked on its node (its socket dropped) keeps its record current

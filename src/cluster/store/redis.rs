@@ -46,6 +46,18 @@ return 0",
     )
 });
 
+/// Puts `ARGV[2]` under `KEYS[1]`, keeping its time to live, if it still holds `ARGV[1]`;
+/// whether it did.
+static SWAP: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"if redis.call('GET', KEYS[1]) == ARGV[1] then
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+return 1
+end
+return 0",
+    )
+});
+
 /// Where the shared state lives.
 enum Backend {
     /// One Redis server.
@@ -464,6 +476,29 @@ impl RedisStore {
                 .await
         })
         .await
+    }
+
+    /// Replaces a session's record by `new` if it is still `old` (as read: any write since,
+    /// by any node, refuses it), keeping its time to live: one step in Redis, so that of two
+    /// nodes that read the same record, one alone replaces it. `None` when Redis could not
+    /// be asked.
+    pub(crate) async fn swap_session(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        old: &str,
+        new: &str,
+    ) -> Option<bool> {
+        let key = self.session_key(id);
+        self.run(metrics, "swap_session", |mut con| async move {
+            SWAP.key(key)
+                .arg(old)
+                .arg(new)
+                .invoke_async::<i64>(&mut con)
+                .await
+        })
+        .await
+        .map(|swapped| swapped == 1)
     }
 
     /// Deletes a session's record.
