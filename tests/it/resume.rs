@@ -8,8 +8,9 @@
 //!   entry) gets the same session and what it missed, in order: a tool's answer sent while the
 //!   socket was down, progress that goes on; an older socket still attached is closed (1000);
 //! - past the grace, or when it missed more than `sessions.resume_buffer_messages`, the
-//!   session ends and its work is cancelled; a normal close (1000) ends it at once; an unknown
-//!   id is refused (404);
+//!   session ends and its work is cancelled, as does a resumed session whose client stops
+//!   reading once its socket holds a bounded number of frames unwritten; a normal close
+//!   (1000) ends it at once; an unknown id is refused (404);
 //! - a resuming client may list the ids it has no answer for (`Mcp-Awaiting-Ids`): each one
 //!   the session neither runs nor kept an answer for is answered -32031 `connectionLost`
 //!   (it or its answer was lost with the connection), and nothing else is answered twice; a
@@ -187,6 +188,61 @@ async fn a_reconnect_closes_the_older_socket_still_attached() {
     assert_eq!(echo["result"]["content"][0]["text"], "here");
     // Still one session.
     assert_eq!(metric(&server, "mcp_sessions").await, 1);
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct ChatterArgs {
+    /// Log lines to send.
+    lines: u32,
+}
+
+/// Logs `lines` lines of 200 bytes, letting its session forward them as it goes.
+async fn chatter(
+    args: ChatterArgs,
+    ctx: mcp_ws::RequestContext,
+) -> Result<String, mcp_ws::ToolError> {
+    let line = "x".repeat(200);
+    for i in 0..args.lines {
+        ctx.log(mcp_ws::model::LogLevel::Info, &line);
+        if i % 256 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    Ok("logged".into())
+}
+
+/// A resumed socket whose client stops reading: what its session sends it piles up in the
+/// socket's mailbox (the socket, its writes blocked, no longer runs), bounded; once full,
+/// the session ends (1000 after what was sent), as one that missed more than a reconnect
+/// can be given does. (Sent past any bound, it held every frame the session made, without
+/// end, for as long as the socket stayed open.)
+#[tokio::test]
+async fn a_resumed_socket_whose_client_stops_reading_ends_its_session_at_a_bound() {
+    let mut s = resume_settings(30_000);
+    s.limits.log_lines_per_second = 0;
+    let server = start_with(s, |b| {
+        b.tool(mcp_ws::Tool::new("chatter", "Logs many lines.", chatter))
+    });
+    let (old, id) = session(&server).await;
+    let mut resumed = resume(&server, &id).await;
+    drop(old);
+    let level = resumed
+        .request("logging/setLevel", json!({"level": "info"}))
+        .await;
+    assert!(level.get("result").is_some(), "{level}");
+    // 200,000 lines of 200 bytes, 40 MB: more than the socket buffers on both ends and the
+    // mailbox hold. The client reads none of it.
+    resumed
+        .send_json(
+            json!({"jsonrpc": "2.0", "id": "chatter", "method": "tools/call",
+            "params": {"name": "chatter", "arguments": {"lines": 200_000}}}),
+        )
+        .await;
+    wait_metric(&server, "mcp_sessions", 0).await;
+    assert_server_alive(&server).await;
+    // What was written before the end is there to read, then the close.
+    let close = resumed.recv_close().await.expect("a close frame");
+    assert_eq!(u16::from(close.code), 1000, "{close:?}");
 }
 
 #[tokio::test]
