@@ -8,7 +8,8 @@
 //! - nothing outside the directory is listed or read: `..` in a URI, a link to a file
 //!   outside, a link to a directory outside (at start and when created later);
 //! - a file changed on disk sends `notifications/resources/updated` to exactly the sessions
-//!   subscribed to it, and nothing after they unsubscribe; reading a file is no change; a
+//!   subscribed to it, and nothing after they unsubscribe; reading a file is no change, nor is
+//!   watching a tree of thousands of directories; a
 //!   new size is listed without a `list_changed`;
 //! - a file created or deleted (alone or in a new directory) sends
 //!   `notifications/resources/list_changed`, and the next `resources/list` shows it;
@@ -361,6 +362,25 @@ async fn reading_a_file_is_not_a_change() {
     std::fs::rename(staging.join("changed.txt"), &changed).expect("rename");
     expect_updated(&mut witness, &uri(&changed)).await;
     reader.expect_nothing_pending().await;
+}
+
+/// A tree of thousands of directories, nothing changing in it: no update, no list change.
+/// (A scan opens each directory, and the watch saw each open: over 2,048 directories, one
+/// scan's opens filled the watcher's queue, which made it scan again, without end, every
+/// file of the tree announced updated at each round.)
+#[tokio::test]
+async fn a_tree_of_thousands_of_directories_is_watched_without_announcing_changes() {
+    let (_dir, root) = temp_dir();
+    for n in 0..2_500 {
+        let dir = root.join(format!("d{n}"));
+        std::fs::create_dir(&dir).expect("mkdir");
+        write(&dir.join("f.txt"), "still");
+    }
+    let server = serve(&root, 1024);
+    let mut client = Client::initialized(&server).await;
+    subscribe(&mut client, &uri(&root.join("d7").join("f.txt"))).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    client.expect_nothing_pending().await;
 }
 
 #[tokio::test]

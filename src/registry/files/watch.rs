@@ -66,6 +66,13 @@ impl DirectoryWatch {
             let signals = signals.clone();
             let overflowed = overflowed.clone();
             move |event: notify::Result<Event>| {
+                // Opening or reading a file changes nothing, and such events never take a
+                // place in the channel: a scan opens every directory it reads, and with
+                // thousands of directories its own opens overflowed the channel, which made
+                // a rescan, which opened them all again, without end.
+                if event.as_ref().is_ok_and(|event| !matters(&event.kind)) {
+                    return;
+                }
                 if let Err(TrySendError::Full(_)) = signals.try_send(Signal::Event(event)) {
                     overflowed.store(true, Ordering::Relaxed);
                 }
@@ -172,6 +179,15 @@ fn reconcile_until_stopped(
     }
 }
 
+/// Whether an event of this kind may change what is served: not an open or a read (only a
+/// close after writing).
+fn matters(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(access) => *access == AccessKind::Close(AccessMode::Write),
+        _ => true,
+    }
+}
+
 /// The paths a burst of events touched.
 #[derive(Default)]
 struct Batch {
@@ -201,13 +217,10 @@ impl Batch {
         if event.need_rescan() {
             self.rescan = true;
         }
-        let contents = match event.kind {
-            EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
-            // Opening or reading a file changes nothing.
-            EventKind::Access(_) => return,
-            EventKind::Modify(ModifyKind::Metadata(_)) => false,
-            _ => true,
-        };
+        if !matters(&event.kind) {
+            return;
+        }
+        let contents = !matches!(event.kind, EventKind::Modify(ModifyKind::Metadata(_)));
         if self.rescan {
             return;
         }
