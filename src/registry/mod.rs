@@ -20,10 +20,12 @@
 //! owner (a gateway upstream) it sees in place of the registered ones. Lists and lookups of
 //! a viewer without views cost one atomic load more.
 //!
-//! Pagination cursors are opaque: the snapshot's content hash and an offset, base64url. A
-//! cursor that does not decode, or whose list has changed since (another hash), is refused
-//! with -32602, never silently restarted from the first page. The hash covers only the
-//! definitions, so any node serving the same registry accepts the same cursors.
+//! Pagination cursors are opaque: a hash of the list's entries (their keys and versions, in
+//! order) and an offset, base64url. A cursor that does not decode, or whose list has gained
+//! or lost entries since (another hash), is refused with -32602, never silently restarted
+//! from the first page; a definition changed in place (a served file's new size) leaves it
+//! valid. The hash covers only the entries, so any node serving the same registry accepts
+//! the same cursors.
 
 pub mod bus;
 pub mod files;

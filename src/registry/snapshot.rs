@@ -75,16 +75,17 @@ impl Snapshot {
     pub(crate) fn new(entries: impl Iterator<Item = Listed>) -> Self {
         let entries: Vec<Listed> = entries.collect();
         let mut starts = Vec::with_capacity(entries.len());
-        // Definitions as the newest version writes them carry every field, so they tell
-        // any two lists apart.
+        // A cursor is a position: what it depends on is which entries there are, in order
+        // (their keys and versions), not what each says. A definition that changes in place
+        // (a served file's new size, which is no list change) leaves the cursors issued
+        // valid: a client paging a directory of growing files could never finish otherwise.
         let mut hasher = std::hash::DefaultHasher::new();
         let mut next = 0;
         for entry in &entries {
             starts.push(next);
             next += entry.variants();
-            for variant in 0..entry.variants() {
-                (entry.encode)(variant, ProtocolVersion::NEWEST_SESSION).hash(&mut hasher);
-            }
+            entry.key.hash(&mut hasher);
+            entry.versions.hash(&mut hasher);
         }
         Self {
             entries,

@@ -383,6 +383,61 @@ async fn a_tree_of_thousands_of_directories_is_watched_without_announcing_change
     client.expect_nothing_pending().await;
 }
 
+/// A file that grows between two pages (a log file in a served directory) leaves the cursor
+/// valid: its new size is no list change. (The cursor's hash covered each definition, size
+/// included: the next page was refused -32602, with no `list_changed` sent.)
+#[tokio::test]
+async fn a_file_that_grows_between_two_pages_leaves_the_cursor_valid() {
+    let (_dir, root) = temp_dir();
+    for n in 1..=5 {
+        write(&root.join(format!("f{n}.txt")), "short");
+    }
+    let mut s = settings();
+    s.limits.page_size = 2;
+    let server = serve_with(&root, 1024, s);
+    let mut client = Client::initialized(&server).await;
+    let first = client.request("resources/list", json!({})).await;
+    let cursor = first["result"]["nextCursor"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a first page of two: {first}"))
+        .to_owned();
+    write(&root.join("f1.txt"), "longer than it was");
+    // The change is seen (the first page shows the new size) before the next page is asked.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let page = client.request("resources/list", json!({})).await;
+        let grown = page["result"]["resources"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["name"] == "f1.txt" && r["size"] == 18));
+        if grown {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "f1.txt's new size never listed: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut names = Vec::new();
+    let mut next = Some(cursor);
+    while let Some(cursor) = next {
+        let page = client
+            .request("resources/list", json!({ "cursor": cursor }))
+            .await;
+        let result = &page["result"];
+        assert!(result.is_object(), "{page}");
+        names.extend(
+            result["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["name"].as_str().map(str::to_owned)),
+        );
+        next = result["nextCursor"].as_str().map(str::to_owned);
+    }
+    assert_eq!(names, ["f3.txt", "f4.txt", "f5.txt"]);
+}
+
 #[tokio::test]
 async fn a_file_replaced_by_rename_is_updated_and_listed_with_its_new_size() {
     let (_dir, root) = temp_dir();
