@@ -20,7 +20,8 @@
 //!   and uses it again (retries on the other node are answered) and the bridge resubscribes,
 //!   by themselves;
 //! - a keyed call cancelled while its claim is on its way to a stalled Redis (SIGSTOP) leaves
-//!   the key free once the claim lands: its retry runs at once.
+//!   the key free once the claim lands: its retry runs at once;
+//! - a node skipping Redis after a stall still says it is alive.
 
 use crate::support::http::{metric, wait_metric};
 use crate::support::redis::RedisServer;
@@ -447,5 +448,37 @@ async fn without_redis_requests_still_run_and_it_reconnects_by_itself() {
         }
         let method = heard["method"].as_str().unwrap_or_default();
         assert!(method.ends_with("/list_changed"), "{heard}");
+    }
+}
+
+/// A node that met one slow answer of Redis still says it is alive while it skips Redis for
+/// `retry_after_ms`: its heartbeat goes on. (It was skipped too: with a pause of 5 s, the
+/// node's key, 3 s, expired, and the other nodes took a live node for dead, running its
+/// keyed calls again.)
+#[tokio::test]
+async fn a_node_that_skips_redis_after_a_stall_still_beats() {
+    let redis = RedisServer::start();
+    let mut settings = node_settings(&redis);
+    settings.redis.retry_after_ms = 5000;
+    let node = start_node("a", settings);
+    bridged(&[&node]).await;
+    assert_eq!(redis.keys("*node:*").len(), 1, "the node's heartbeat");
+    // A stall longer than the 300 ms timeout fails the next beat (or whatever comes first):
+    // the node skips Redis from then on, for 5 s.
+    redis.pause();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    redis.resume();
+    assert!(
+        metric(&node.server, "mcp_redis_errors_total").await >= 1,
+        "the stall failed an operation"
+    );
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while tokio::time::Instant::now() < deadline {
+        assert_eq!(
+            redis.keys("*node:*").len(),
+            1,
+            "the node's heartbeat lapsed while it skipped Redis"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }

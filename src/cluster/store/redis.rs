@@ -283,6 +283,17 @@ impl RedisStore {
             metrics.redis_skipped.inc();
             return None;
         }
+        self.attempt(metrics, what, op).await
+    }
+
+    /// [`run`](Self::run) even while Redis is skipped after a failure: what must not wait
+    /// out the pause (the node's heartbeat: skipped, it would let the node pass for dead
+    /// after 3 s of a pause as long as `retry_after_ms`). A success ends the pause.
+    async fn attempt<T, F, Fut>(&self, metrics: &Metrics, what: &'static str, op: F) -> Option<T>
+    where
+        F: FnOnce(Connection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
         let Some(connection) = self.connection() else {
             self.failed(metrics, what, &"cannot start the connection");
             return None;
@@ -631,7 +642,7 @@ impl RedisStore {
     /// Says this node is alive for `ttl`; whether Redis took it.
     pub(crate) async fn beat(&self, metrics: &Metrics, node: u64, ttl: Duration) -> bool {
         let key = self.node_key(node);
-        self.run(metrics, "beat", |mut con| async move {
+        self.attempt(metrics, "beat", |mut con| async move {
             con.pset_ex::<_, _, ()>(key, 1, (ttl.as_millis() as u64).max(1))
                 .await
         })
