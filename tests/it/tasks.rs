@@ -14,7 +14,8 @@
 //!   shows, tagged with the listen's id;
 //! - two server processes sharing one real `redis-server`: a task created on one is polled,
 //!   answered and cancelled through the other, the other's listen streams hear it, and a task
-//!   whose node shuts down is failed with -32004.
+//!   whose node shuts down is failed with -32004; asked for while Redis cannot be, a task the
+//!   node does not hold is a retryable -32008, not unknown.
 
 use crate::support::http::{http_get, metric, wait_metric};
 use crate::support::meta::stateless_with;
@@ -651,4 +652,46 @@ async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
         .await
         .expect("joined");
     assert!(status.success(), "node A exits cleanly on TERM");
+}
+
+/// A task this node does not hold, asked for while Redis cannot be: a retryable -32008
+/// (`taskStore`), not -32602 "unknown task" (which a client takes as final); once Redis
+/// answers again, the task is found.
+#[tokio::test]
+async fn a_task_asked_for_while_redis_cannot_be_is_busy_not_unknown() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_node_a, a) = start_node(dir.path(), "node-a", &redis);
+    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "stalled"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    http_poll(b, &id, "working").await;
+
+    redis.pause();
+    let (_, busy) = http_request(b, "tasks/get", json!({"taskId": id})).await;
+    redis.resume();
+    assert_eq!(busy["error"]["code"], -32008, "{busy}");
+    assert_eq!(busy["error"]["data"]["scope"], "taskStore", "{busy}");
+    assert!(
+        busy["error"]["data"]["retryAfterMs"].as_u64().is_some(),
+        "{busy}"
+    );
+    // Once Redis answers (after the node's pause of `retry_after_ms`), it is found.
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let (_, response) = http_request(b, "tasks/get", json!({"taskId": id})).await;
+        if response["result"]["status"] == "working" {
+            break;
+        }
+        assert_eq!(response["error"]["code"], -32008, "{response}");
+        assert!(Instant::now() < deadline, "never found again: {response}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

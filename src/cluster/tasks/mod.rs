@@ -298,11 +298,16 @@ pub(crate) async fn load(cluster: &Cluster, id: &str, owner: &str) -> Result<Tas
     let record = match local {
         Some(record) => Some(record),
         None => match cluster.store.redis() {
-            Some(redis) => redis
-                .get_task(&cluster.metrics, id)
-                .await
-                .flatten()
-                .and_then(|json| serde_json::from_str::<TaskRecord>(&json).ok()),
+            Some(redis) => match redis.get_task(&cluster.metrics, id).await {
+                Some(json) => json.and_then(|json| serde_json::from_str::<TaskRecord>(&json).ok()),
+                // Not known: told as such (retryable), never as a task that does not exist.
+                None => {
+                    return Err(Error::TaskStoreUnavailable {
+                        retry_after_ms: u64::try_from(redis.retry_after().as_millis())
+                            .unwrap_or(u64::MAX),
+                    })
+                }
+            },
             None => None,
         },
     };

@@ -250,6 +250,11 @@ pub enum Error {
     /// cannot be reached (`cluster.on_store_error = "refuse"`): it did not run.
     #[error("Server busy: the idempotency store cannot be reached, retry later")]
     StoreUnavailable { retry_after_ms: u64 },
+    /// A task looked up (`tasks/get`, `tasks/result`, `tasks/cancel`, `tasks/update`) that
+    /// this node does not hold, while the store every node shares (Redis) cannot be asked:
+    /// whether it exists is not known.
+    #[error("Server busy: the task store cannot be reached, retry later")]
+    TaskStoreUnavailable { retry_after_ms: u64 },
     #[error("Session busy: too many requests in flight, wait for some to finish")]
     SessionBusy { limit: usize },
     #[error("{}", reason.message())]
@@ -305,7 +310,9 @@ impl Error {
             Self::ShuttingDown | Self::Reclaimed => codes::SHUTTING_DOWN,
             Self::CredentialExpired => codes::CREDENTIAL_EXPIRED,
             Self::NodeLost | Self::ConnectionLost => codes::ANSWER_LOST,
-            Self::ServerBusy { .. } | Self::StoreUnavailable { .. } => codes::SERVER_BUSY,
+            Self::ServerBusy { .. }
+            | Self::StoreUnavailable { .. }
+            | Self::TaskStoreUnavailable { .. } => codes::SERVER_BUSY,
             Self::SessionBusy { .. } => codes::SESSION_BUSY,
             Self::SignatureRefused { .. } => codes::SIGNATURE_REFUSED,
             Self::IdempotencyConflict { .. } => codes::IDEMPOTENCY_CONFLICT,
@@ -400,6 +407,9 @@ impl Error {
                 .with_data(json!({ "scope": "server", "limit": limit, "waitedMs": waited_ms })),
             Self::StoreUnavailable { retry_after_ms } => object
                 .with_data(json!({ "scope": "idempotencyStore", "retryAfterMs": retry_after_ms })),
+            Self::TaskStoreUnavailable { retry_after_ms } => {
+                object.with_data(json!({ "scope": "taskStore", "retryAfterMs": retry_after_ms }))
+            }
             Self::SessionBusy { limit } => {
                 object.with_data(json!({ "scope": "session", "limit": limit }))
             }
