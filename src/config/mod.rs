@@ -1179,11 +1179,18 @@ pub enum ConfigError {
         /// Why.
         source: std::io::Error,
     },
-    /// The file is not valid TOML for these settings (an unknown key, a wrong type).
-    #[error("invalid config file {path}: {source}")]
+    /// The file is not valid TOML for these settings (an unknown key, a wrong type). Said
+    /// with the line and column and the parser's message, never the line itself: it may
+    /// hold a secret (a Redis URL's password, an upstream's `Authorization` header) that a
+    /// misspelled key or a missing quote would print to the log.
+    #[error("invalid config file {path}: line {line}, column {column}: {}", source.message())]
     Parse {
         /// The file.
         path: PathBuf,
+        /// Where in it (1-based; 0 when the parser could not say).
+        line: usize,
+        /// Where in the line (1-based, in characters; 0 when the parser could not say).
+        column: usize,
         /// Why.
         source: toml::de::Error,
     },
@@ -1199,9 +1206,23 @@ impl Settings {
             path: path.to_owned(),
             source,
         })?;
-        let settings: Self = toml::from_str(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
+        let settings: Self = toml::from_str(&text).map_err(|source| {
+            let (line, column) = source
+                .span()
+                .and_then(|span| text.get(..span.start))
+                .map_or((0, 0), |before| {
+                    let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+                    (
+                        before.matches('\n').count() + 1,
+                        before[line_start..].chars().count() + 1,
+                    )
+                });
+            ConfigError::Parse {
+                path: path.to_owned(),
+                line,
+                column,
+                source,
+            }
         })?;
         settings.validate()?;
         Ok(settings)

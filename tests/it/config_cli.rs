@@ -320,6 +320,49 @@ fn invalid_config_exits_2_naming_the_problem() {
     assert_refuses_to_start(&["--listen", "not-an-address"], &[], "not-an-address");
 }
 
+/// A config file the parser refuses is named with the line and column of the fault, never
+/// the line itself: a misspelled key, a missing quote or a wrong type on a line holding a
+/// secret printed the secret to the log (the parser's message shows the line).
+#[test]
+fn a_refused_config_line_is_located_without_showing_the_secret_it_holds() {
+    let secret = "hunter2-s3cr3t";
+    let cases = [
+        (
+            "misspelled-key",
+            format!("[redis]\nuri = \"redis://:{secret}@127.0.0.1:6379\"\n"),
+            "line 2, column 1: unknown field `uri`",
+        ),
+        (
+            "missing-quotes",
+            format!("[redis]\nurl = redis://:{secret}@127.0.0.1:6379\n"),
+            "line 2, column 7",
+        ),
+        (
+            "wrong-type",
+            format!(
+                "[[upstreams]]\nname = \"x\"\nurl = \"http://127.0.0.1:1/mcp\"\n\
+                 [upstreams.headers]\nAuthorization = [\"Bearer {secret}\"]\n"
+            ),
+            "line 5, column 17",
+        ),
+    ];
+    for (name, text, located) in cases {
+        let file = write_config(name, &text);
+        let mut process =
+            ServerProcess::spawn(&["--config", file.to_str().expect("utf-8 path")], &[]);
+        let (status, stderr) = process.wait_exit();
+        assert_eq!(status.code(), Some(2), "{name}: {status:?}\n{stderr}");
+        assert!(
+            stderr.contains(located),
+            "{name}: not located as {located:?}:\n{stderr}"
+        );
+        assert!(
+            !stderr.contains(secret),
+            "{name}: the secret is shown:\n{stderr}"
+        );
+    }
+}
+
 #[test]
 fn help_lists_every_flag_with_its_environment_variable() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-ws"))
