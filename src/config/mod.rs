@@ -1337,10 +1337,24 @@ impl Settings {
             ("logging.file_keep", self.logging.file_keep as u64),
             ("logging.file_max_bytes", self.logging.file_max_bytes),
             ("logging.queue_lines", self.logging.queue_lines as u64),
+            ("mrtr.state_ttl_ms", self.mrtr.state_ttl_ms),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(
                 "{name} must be greater than 0"
+            )));
+        }
+        // Lifetimes added to the clock or doubled: past a year, no use, and near `u64::MAX`
+        // they wrap (a nonce kept for no time while the skew window stays wide).
+        const YEAR_MS: u64 = 365 * 24 * 3600 * 1000;
+        let lifetimes = [
+            ("signatures.max_skew_ms", self.signatures.max_skew_ms),
+            ("mrtr.state_ttl_ms", self.mrtr.state_ttl_ms),
+            ("tasks.ttl_ms", self.tasks.ttl_ms),
+        ];
+        if let Some((name, _)) = lifetimes.iter().find(|(_, v)| *v > YEAR_MS) {
+            return Err(ConfigError::Invalid(format!(
+                "{name} must be at most {YEAR_MS} (a year)"
             )));
         }
         let budget = self.resources.max_read_bytes_in_flight;

@@ -189,7 +189,7 @@ impl Signatures {
     }
 
     fn nonce_lifetime(&self) -> Duration {
-        Duration::from_millis(2 * self.max_skew_ms)
+        Duration::from_millis(self.max_skew_ms.saturating_mul(2))
     }
 }
 
@@ -224,7 +224,9 @@ impl Passed {
         let cluster = cluster.clone();
         Work::new(move |id, ctx| {
             Box::pin(async move {
-                let lifetime = Duration::from_millis(2 * cluster.settings.signatures.max_skew_ms);
+                let lifetime = Duration::from_millis(
+                    cluster.settings.signatures.max_skew_ms.saturating_mul(2),
+                );
                 if let Some(redis) = cluster.store.redis() {
                     if redis.claim_nonce(&cluster.metrics, &nonce, lifetime).await == Some(false) {
                         cluster.metrics.rejections.signature.inc();

@@ -173,7 +173,7 @@ impl StateKey {
             binding,
             responses,
             outstanding,
-            expires_ms: now_ms() + self.ttl.as_millis() as u64,
+            expires_ms: now_ms().saturating_add(self.ttl.as_millis() as u64),
         };
         let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&state).unwrap_or_default());
         let tag = URL_SAFE_NO_PAD.encode(self.tag(payload.as_bytes()));

@@ -269,6 +269,23 @@ fn invalid_config_exits_2_naming_the_problem() {
         &[],
         "logging.file_max_bytes must be greater than 0",
     );
+    let no_state = write_config("zero-state-ttl", "[mrtr]\nstate_ttl_ms = 0\n");
+    assert_refuses_to_start(
+        &["--config", no_state.to_str().expect("utf-8 path")],
+        &[],
+        "mrtr.state_ttl_ms must be greater than 0",
+    );
+    // Past a year: no use, and (from the library, where u64 is allowed) it could wrap.
+    let skew = write_config(
+        "huge-skew",
+        "[signatures]\nmax_skew_ms = 9223372036854775807\n",
+    );
+    assert_refuses_to_start(
+        &["--config", skew.to_str().expect("utf-8 path")],
+        &[],
+        "signatures.max_skew_ms must be at most 31536000000 (a year)",
+    );
+
     let rotation = write_config("hourly-log", "[logging]\nfile_rotation = \"hourly\"\n");
     assert_refuses_to_start(
         &["--config", rotation.to_str().expect("utf-8 path")],
