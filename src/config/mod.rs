@@ -1191,8 +1191,8 @@ pub enum ConfigError {
         line: usize,
         /// Where in the line (1-based, in characters; 0 when the parser could not say).
         column: usize,
-        /// Why.
-        source: toml::de::Error,
+        /// Why (boxed: it is large, and every other error of the settings small).
+        source: Box<toml::de::Error>,
     },
     /// A value the server cannot run with; the message names the setting.
     #[error("invalid setting: {0}")]
@@ -1221,7 +1221,7 @@ impl Settings {
                 path: path.to_owned(),
                 line,
                 column,
-                source,
+                source: Box::new(source),
             }
         })?;
         settings.validate()?;
