@@ -526,24 +526,51 @@ impl Registry {
     /// [`RegistryError::InvalidToolSchema`] when its input or output schema does not
     /// describe an object (a [`Json`](crate::Json) output of a type that is not a struct).
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegistryError> {
-        let headers = check_tool(&tool)?;
+        check_tool(&tool)?;
         let definition = &tool.definition;
         let name = definition.name.clone();
         let tasks = definition.task_support != crate::tool::TaskSupport::Forbidden;
         self.inner
             .tools
             .add(ToolVersions::of(tool), &self.inner.bus)?;
-        if !headers.is_empty() {
-            self.inner.tool_headers.insert(name, headers.into());
-        }
+        self.refresh_tool_headers(&name);
         if tasks {
             self.inner.ever_tasks.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
 
+    /// What the tool `name` mirrors in HTTP headers is what its highest version registered
+    /// declares: set again whenever a version comes or goes (a version removed left its
+    /// headers asked of every call before).
+    fn refresh_tool_headers(&self, name: &str) {
+        let headers = self
+            .inner
+            .tools
+            .items
+            .get(name)
+            .and_then(|entry| {
+                entry
+                    .item
+                    .tools
+                    .last()
+                    .and_then(|tool| check_tool(tool).ok())
+            })
+            .filter(|headers| !headers.is_empty());
+        match headers {
+            Some(headers) => {
+                self.inner
+                    .tool_headers
+                    .insert(name.to_owned(), headers.into());
+            }
+            None => {
+                self.inner.tool_headers.remove(name);
+            }
+        }
+    }
+
     /// The arguments the tool `name` mirrors in HTTP headers (`x-mcp-header`), if any (of
-    /// its version registered last, when it has several).
+    /// its highest version, when it has several).
     pub(crate) fn tool_header_params(
         &self,
         name: &str,
@@ -575,6 +602,8 @@ impl Registry {
         if removed {
             kind.changed(&self.inner.bus);
         }
+        drop(_writer);
+        self.refresh_tool_headers(name);
         removed
     }
 
@@ -944,5 +973,48 @@ pub fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tool::{Arguments, ToolFuture, ToolHandler};
+
+    struct Nothing;
+
+    impl ToolHandler for Nothing {
+        fn call(&self, _: Arguments, _: crate::RequestContext) -> ToolFuture {
+            Box::pin(async { Ok(crate::model::CallToolResult::text("")) })
+        }
+    }
+
+    /// Version `version` of tool `t`, its argument `region` mirrored in a header or not.
+    fn t(version: &str, mirrored: bool) -> Tool {
+        let mut region = serde_json::json!({"type": "string"});
+        if mirrored {
+            region["x-mcp-header"] = "Region".into();
+        }
+        let schema = serde_json::json!({"type": "object", "properties": {"region": region}});
+        Tool::from_handler("t", "", schema, Nothing).version(version)
+    }
+
+    #[test]
+    fn a_tools_header_params_are_its_highest_versions_as_versions_come_and_go() {
+        let registry = Registry::default();
+        let mirrored = |r: &Registry| r.tool_header_params("t").map(|p| p.len());
+        registry.add_tool(t("1", true)).expect("added");
+        assert_eq!(mirrored(&registry), Some(1));
+        registry.add_tool(t("2", false)).expect("added");
+        assert_eq!(mirrored(&registry), None, "version 2 mirrors nothing");
+        // Version 2 removed: version 1's header is asked again.
+        assert!(registry.remove_tool_version("t", "2"));
+        assert_eq!(mirrored(&registry), Some(1));
+        registry.add_tool(t("2", false)).expect("added");
+        // Version 1 removed: its header is no longer asked (it was, of every call of `t`).
+        assert!(registry.remove_tool_version("t", "1"));
+        assert_eq!(mirrored(&registry), None);
+        assert!(registry.remove_tool_version("t", "2"));
+        assert_eq!(mirrored(&registry), None);
     }
 }
