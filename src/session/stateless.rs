@@ -319,7 +319,7 @@ impl Session {
 
 impl Session {
     /// Opens a `subscriptions/listen` stream: the filter's honoured part (the kinds this
-    /// server declares) is acknowledged first, then every matching change is sent on the
+    /// server declares, the resources the caller may subscribe to) is acknowledged first, then every matching change is sent on the
     /// stream, tagged with the listen request's id, until the client cancels it (or closes
     /// the HTTP stream) or the server ends it with a result. Returns the acknowledgement.
     fn listen(
@@ -347,6 +347,23 @@ impl Session {
         let asked = p.notifications;
         let mut uris = asked.resource_subscriptions.filter(|_| offers.resources);
         if let Some(uris) = &mut uris {
+            // What `resources/subscribe` would refuse is left out (and so out of the
+            // acknowledgement): a resource the caller's policy forbids (its updates would
+            // tell of it), a URI over the subscription limit, one that names no resource
+            // its identity sees.
+            let viewer = self.identity_viewer();
+            let registry = &self.shared.registry;
+            let access = &self.admission.access;
+            let refused = &self.shared.metrics.rejections.subscriptions;
+            uris.retain(|uri| {
+                let kept = uri.len() <= limits.max_subscription_uri_bytes
+                    && access.may_use_resource(uri)
+                    && registry.resource_target(uri, viewer).is_some();
+                if !kept {
+                    refused.inc();
+                }
+                kept
+            });
             uris.truncate(limits.max_subscriptions_per_session);
             uris.sort();
             uris.dedup();

@@ -787,6 +787,48 @@ async fn two_listens_on_one_connection_each_get_only_what_they_asked_for() {
     assert!(listed.iter().any(|t| t["name"] == "new_tool"), "{result}");
 }
 
+/// A listen subscribes to no more than `resources/subscribe` would: a resource the caller's
+/// policy forbids, a URI over `max_subscription_uri_bytes` and one that names no resource are
+/// left out of it (and of its acknowledgement), and the forbidden resource's updates never
+/// reach it. (They were all subscribed to: the updates of a resource the caller may not read
+/// reached it, and any URI of up to a whole message was kept.)
+#[tokio::test]
+async fn a_listen_subscribes_only_to_resources_the_caller_may_subscribe_to() {
+    let mut s = stateless_settings();
+    let mut anonymous = mcp_ws::config::PolicySettings {
+        identities: vec!["anonymous".into()],
+        scopes: Vec::new(),
+        tools: vec!["*".into()],
+        resources: vec![README.into()],
+        prompts: vec!["*".into()],
+        methods: vec!["*".into()],
+    };
+    anonymous
+        .resources
+        .push("mcp-ws-test://nothing-here".into());
+    s.auth.policies = vec![anonymous];
+    let (server, _) = start_stateless(s);
+    let registry = server.registry().clone();
+    let mut client = Client::connect(&server).await;
+    let long = format!("mcp-ws-test://{}", "a".repeat(9000));
+    let listen = json!("watch");
+    let ack = open_listen(
+        &mut client,
+        &listen,
+        json!({"resourceSubscriptions": [README, VAULT, long, "mcp-ws-test://nothing-here"]}),
+    )
+    .await;
+    assert_eq!(ack, json!({"resourceSubscriptions": [README]}));
+    registry.resource_updated(VAULT);
+    registry.resource_updated(README);
+    assert_eq!(
+        client.recv().await,
+        json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+               "params": {"_meta": {SUBSCRIPTION_ID: listen}, "uri": README}})
+    );
+    client.expect_nothing_pending().await;
+}
+
 #[tokio::test]
 async fn a_listen_is_acknowledged_for_what_the_server_offers_only() {
     let server = start_bare(stateless_settings(), |b| b.tool(plain_tool("only")));
