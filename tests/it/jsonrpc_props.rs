@@ -205,6 +205,9 @@ impl Envelope {
                 }
                 // An error whose sender could not tell the id (§5: null): answered by nothing.
                 (None, false, true) if id == Some("null") => Expected::Dropped,
+                // Any other response that is not a valid one: its id is of the server's
+                // numbering, so nothing can be answered under it.
+                (_, true, _) | (_, _, true) => Expected::Dropped,
                 _ => echo(),
             };
         };

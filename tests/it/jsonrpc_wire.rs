@@ -241,6 +241,11 @@ async fn responses_from_the_client_are_dropped_silently() {
     client
         .send_text(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#)
         .await;
+    // A response that is not a valid one: its id is of the server's numbering, and an error
+    // under it would be taken for the answer to the client's own request of that id.
+    client
+        .send_text(r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}"#)
+        .await;
     client.expect_nothing_pending().await;
 }
 

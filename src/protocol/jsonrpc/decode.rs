@@ -409,6 +409,13 @@ fn classify<'a, P>(msg: Envelope<'a, P>) -> Entry<'a, P> {
                     ),
                 }
             }
+            // A response, by its shape, that is not a valid one (both `result` and `error`,
+            // or an id that is no string or number): its id is of the server's numbering,
+            // so an error under it would be taken by the client for the answer to its own
+            // request of that id. Nothing can be answered.
+            (_, result, error) if result.is_some() || error.is_some() => Entry::Dropped {
+                error: Error::InvalidRequest("a malformed response answers no request"),
+            },
             (echo_id, _, _) => invalid(echo_id, "a request needs a \"method\""),
         };
     };
@@ -537,7 +544,6 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":5,"method":"ping","params":null}"#,
             r#"{"jsonrpc":"2.0","id":5,"method":"ping","result":{}}"#,
             r#"{"jsonrpc":"2.0","id":5}"#,
-            r#"{"jsonrpc":"2.0","id":5,"result":{},"error":{}}"#,
         ] {
             assert_eq!(
                 invalid_code(&single(text)),
