@@ -1089,6 +1089,11 @@ impl Session {
     /// accepted goes unanswered before the close. Requests sent to the client fail first, as
     /// in [`cancel_all`](Self::cancel_all).
     pub fn answer_all_with(&mut self, error: &Error, out: &mut dyn Outlet) {
+        // What workers posted and the session has not taken yet goes first: a request whose
+        // work is done (its effects made) gets its own answer, not `error`.
+        while let Some(event) = self.inbox.take_event() {
+            self.on_event(event, out);
+        }
         self.fail_client_requests();
         // Open listen streams are requests too: each gets the error as its answer.
         for (id, listener) in self.take_listeners() {
