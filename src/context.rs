@@ -765,6 +765,11 @@ impl RequestContext {
         params: Value,
         check: impl Fn(Value) -> Result<T, ClientRequestError>,
     ) -> Result<T, ClientRequestError> {
+        if matches!(self.inner.input, Input::Refused) {
+            return Err(ClientRequestError::NotSupported {
+                capability: "requests to the client within completion/complete",
+            });
+        }
         let rounds = match &self.inner.input {
             Input::Rounds(rounds) => Some(rounds),
             Input::Task(task) if !task.detached.get() => Some(&task.rounds),

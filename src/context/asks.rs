@@ -20,6 +20,9 @@ pub enum Input {
     Task(Rc<TaskAsks>),
     /// A unit test: answered by the test's closure.
     Test(Rc<TestClientFn>),
+    /// A request that may not ask (a 2026-07-28 completion: it has no `input_required`
+    /// round): every ask fails at once, as for a client without the capability.
+    Refused,
 }
 
 /// The least severe log level a request's lines must have to go out.

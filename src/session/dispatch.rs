@@ -9,7 +9,7 @@ use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::cluster::dedup::recent::RequestHash;
 use crate::cluster::dedup::{AnonymousScope, Idempotency};
 use crate::cluster::tasks::runner::{Begun, TaskCall};
-use crate::context::{ClientRequestError, Input, LogFloor, Rounds, SessionInfo};
+use crate::context::{ClientRequestError, Input, LogFloor, SessionInfo};
 use crate::model::{Completion, ForVersion, Implementation};
 use crate::observe::access::RequestRecord;
 use crate::perimeter::signature::Passed;
@@ -375,11 +375,9 @@ impl Session {
                         let (input, on_input) = self.rounds(binding, responses, state)?;
                         (input, Some(on_input))
                     }
-                    // Completions may not ask: an ask ends as if unanswerable.
-                    None => (
-                        Input::Rounds(Rc::new(Rounds::new(Default::default()))),
-                        None,
-                    ),
+                    // Completions may not ask (they have no `input_required` round): an
+                    // ask fails at once, as if the client could not answer it.
+                    None => (Input::Refused, None),
                 };
                 Ok(RequestEra {
                     info: stateless.info,

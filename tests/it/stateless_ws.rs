@@ -356,6 +356,44 @@ async fn every_2026_result_kind_has_its_result_type_and_only_lists_and_reads_hav
     assert_eq!(result["completion"]["values"], json!(["Ada", "Alan"]));
 }
 
+/// A 2026-07-28 completion has no `input_required` round: a completer that asks the client
+/// is told at once that it cannot (as by a client without the capability), and answers
+/// what it can. (The ask was recorded as for a call and never answered: -32603.)
+#[tokio::test]
+async fn a_completer_that_asks_the_client_is_refused_at_once_and_answers_without() {
+    let prompt = Prompt::new("pick", "a prompt", |_args, _ctx| async {
+        Ok(mcp_ws::model::GetPromptResult::new(vec![]))
+    })
+    .argument(mcp_ws::PromptArgument::optional("root", "a root"))
+    .complete(|_request, ctx| async move {
+        match ctx.list_roots().await {
+            Ok(roots) => roots.into_iter().map(|r| r.uri).collect(),
+            Err(error) => vec![format!("fallback: {error}")],
+        }
+    });
+    let server = start_bare(stateless_settings(), |b| b.prompt(prompt));
+    let mut client = Client::connect(&server).await;
+    let (id, response) = call(
+        &mut client,
+        "completion/complete",
+        stateless_with(
+            json!({"roots": {}}),
+            json!({"ref": {"type": "ref/prompt", "name": "pick"},
+                   "argument": {"name": "root", "value": ""}}),
+        ),
+    )
+    .await;
+    let result = assert_complete(&response, &id);
+    let values = result["completion"]["values"].as_array().expect("values");
+    assert_eq!(values.len(), 1, "{result}");
+    assert!(
+        values[0]
+            .as_str()
+            .is_some_and(|v| v.starts_with("fallback: ")),
+        "{result}"
+    );
+}
+
 #[tokio::test]
 async fn lists_come_in_one_order_page_after_page_each_page_with_the_same_hints() {
     let mut settings = stateless_settings();
