@@ -103,9 +103,7 @@ impl Session {
             (Phase::AwaitingInit, Some(Method::Initialize)) => {
                 return self.initialize(params).map(Dispatch::Inline)
             }
-            (Phase::AwaitingInit, Some(Method::Ping)) => {
-                return Ok(Dispatch::Inline(EMPTY_RESULT.into()))
-            }
+            (Phase::AwaitingInit, Some(Method::Ping)) => return ping(params).map(Dispatch::Inline),
             (Phase::AwaitingInit, _) => return Err(Error::NotInitialized),
             (Phase::Ready(negotiated), _) => negotiated,
         };
@@ -122,7 +120,7 @@ impl Session {
             Method::Initialize => {
                 return Err(Error::invalid_request("the session is already initialized"))
             }
-            Method::Ping => EMPTY_RESULT.into(),
+            Method::Ping => ping(params)?,
             Method::ToolsCall => {
                 return self
                     .prepare_tool_call(&request.params, Era::Session)
@@ -1020,6 +1018,14 @@ fn progress_token(raw: Option<&RawValue>) -> Result<Option<ProgressToken>, Error
 }
 
 /// MCP params are named: an object (or absent, read as `{}`).
+/// `ping`'s answer: `{}`, for params that are absent or an object, as for every method.
+fn ping(params: Option<&RawValue>) -> Result<String, Error> {
+    if params.is_some_and(|p| !p.get().starts_with('{')) {
+        return Err(Error::InvalidParams("must be a JSON object".into()));
+    }
+    Ok(EMPTY_RESULT.into())
+}
+
 fn parse_params<'a, T: Deserialize<'a>>(params: Option<&'a RawValue>) -> Result<T, Error> {
     parse_object(params).map_err(Error::InvalidParams)
 }

@@ -224,6 +224,11 @@ async fn positional_params_are_refused_with_invalid_params() {
         .send_text(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":["echo"]}"#)
         .await;
     assert_error(&client.recv().await, &json!(1), -32602);
+    // `ping` too, which reads nothing of its params (it answered `{}`).
+    client
+        .send_text(r#"{"jsonrpc":"2.0","id":2,"method":"ping","params":[]}"#)
+        .await;
+    assert_error(&client.recv().await, &json!(2), -32602);
 }
 
 #[tokio::test]
