@@ -148,6 +148,11 @@ impl MemoryStore {
         }
         entries.order.push_back((key, generation));
         // The oldest go first, however long they had left: the bounds hold at every insert.
+        // A claim still running is never evicted: its retry would run the call a second
+        // time, and any client could push out another's by sending keyed calls. Those are
+        // bounded without this (a claim is taken by a worker, and workers by the pool);
+        // each is passed over once, moved to the back.
+        let mut passed_over = 0;
         while entries.map.len() > self.max_entries
             || entries.bytes > self.max_bytes
             || entries.order.len() > 2 * self.max_entries
@@ -158,17 +163,26 @@ impl MemoryStore {
                     .is_none_or(|slot| slot.generation != *generation || slot.expires <= now)
             })
         {
+            if passed_over > entries.order.len() {
+                break;
+            }
             let Some((oldest, generation)) = entries.order.pop_front() else {
                 break;
             };
-            if entries
+            let Some(slot) = entries
                 .map
                 .get(&oldest)
-                .is_some_and(|slot| slot.generation == generation)
-            {
-                if let Some(slot) = entries.map.remove(&oldest) {
-                    entries.bytes -= slot.bytes();
-                }
+                .filter(|slot| slot.generation == generation)
+            else {
+                continue;
+            };
+            if slot.expires > now && matches!(slot.entry, Claim::Running { .. }) {
+                entries.order.push_back((oldest, generation));
+                passed_over += 1;
+                continue;
+            }
+            if let Some(slot) = entries.map.remove(&oldest) {
+                entries.bytes -= slot.bytes();
             }
         }
     }
@@ -278,6 +292,29 @@ mod tests {
     }
 
     #[test]
+    fn a_running_claim_is_never_evicted_however_many_come_after_it() {
+        let store = MemoryStore::new(4, 1000);
+        assert!(store.claim(&key(1), running(1), TTL).is_none());
+        // Anyone's keyed calls, more than the store holds, each run and done.
+        for n in 2..20 {
+            assert!(store.claim(&key(n), running(u128::from(n)), TTL).is_none());
+            store.complete(&key(n), u128::from(n), done("{}"), TTL);
+        }
+        assert!(
+            matches!(store.claim(&key(1), running(99), TTL), Some(Claim::Running { owner: 1, .. })),
+            "the first run's retry must join it, not run again"
+        );
+        assert_eq!(store.len(), 4, "the bound holds for the rest");
+        // Only running claims: the bound is passed rather than one of them evicted.
+        for n in 30..40 {
+            assert!(store.claim(&key(n), running(u128::from(n)), TTL).is_none());
+        }
+        assert_eq!(store.len(), 11);
+        store.release(&key(1), 1);
+        assert!(store.claim(&key(1), running(2), TTL).is_none());
+    }
+
+    #[test]
     fn an_expired_entry_is_gone() {
         let store = MemoryStore::new(10, 1000);
         assert!(store.claim(&key(1), running(1), Duration::ZERO).is_none());
@@ -289,6 +326,7 @@ mod tests {
         let store = MemoryStore::new(3, 10);
         for n in 0..5 {
             assert!(store.claim(&key(n), running(1), TTL).is_none());
+            store.complete(&key(n), 1, done("1"), TTL);
         }
         assert_eq!(store.len(), 3);
         assert!(
