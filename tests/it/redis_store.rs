@@ -21,7 +21,9 @@
 //!   by themselves;
 //! - a keyed call cancelled while its claim is on its way to a stalled Redis (SIGSTOP) leaves
 //!   the key free once the claim lands: its retry runs at once;
-//! - a node skipping Redis after a stall still says it is alive.
+//! - a node skipping Redis after a stall still says it is alive;
+//! - a keyed call ended while the node skips Redis frees its key once Redis answers again;
+//!   after Redis restarted empty, a retry on the node still running the call joins it.
 
 use crate::support::http::{metric, wait_metric};
 use crate::support::redis::RedisServer;
@@ -99,7 +101,6 @@ fn keyed_call(id: Value, text: &str, key: &str) -> Value {
         "name": "count", "arguments": {"text": text}, "_meta": {"idempotencyKey": key}}})
 }
 
-/// Both nodes' bridges hold their subscription.
 /// Sends the keyed call (ids `<tag>1`, `<tag>2`, …) until a node takes it, retrying on the
 /// retryable -32008 as a client is told to (and on nothing else); its result's text.
 async fn until_taken(client: &mut Client, text: &str, key: &str, tag: &str) -> String {
@@ -120,6 +121,7 @@ async fn until_taken(client: &mut Client, text: &str, key: &str, tag: &str) -> S
     unreachable!("the loop returns or panics")
 }
 
+/// The nodes' bridges hold their subscription.
 async fn bridged(nodes: &[&Node]) {
     for node in nodes {
         wait_metric(&node.server, "mcp_bus_bridge_subscribed", 1).await;
@@ -481,4 +483,107 @@ async fn a_node_that_skips_redis_after_a_stall_still_beats() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+/// A keyed call that ends (here: cancelled) while its node skips Redis after a failure frees
+/// its key once Redis answers again: its release waits for Redis, as a result does. (It was
+/// skipped and never sent: the key stayed held for the whole running time, 10 minutes by
+/// default, every retry on every node waiting on it.)
+#[tokio::test]
+async fn a_keyed_call_ended_while_redis_is_skipped_frees_its_key_once_redis_answers() {
+    let redis = RedisServer::start();
+    let mut settings = node_settings(&redis);
+    settings.redis.retry_after_ms = 3000;
+    let node = start_node("a", settings);
+    bridged(&[&node]).await;
+    let mut client = Client::initialized_as(&node.server, TEST_KEY).await;
+    client
+        .send_json(keyed_call(json!(1), "held", "k-paused"))
+        .await;
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // A stall fails an operation (the heartbeat's, within a second): the node skips Redis.
+    redis.pause();
+    while metric(&node.server, "mcp_redis_errors_total").await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Redis operation failed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 1}}),
+        )
+        .await;
+    wait_metric(&node.server, "mcp_pool_running", 0).await;
+    redis.resume();
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while !redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cancelled call's key is still held in Redis"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        until_taken(&mut client, "x", "k-paused", "retry").await,
+        "a run 2: \"x\""
+    );
+}
+
+/// Redis restarts empty while a keyed call runs: a retry reaching the node that runs it
+/// joins that run (and gets its answer) instead of claiming the key afresh in the empty
+/// Redis and running the call a second time beside the first.
+#[tokio::test]
+async fn a_retry_on_the_node_running_its_call_joins_it_after_redis_restarted_empty() {
+    let mut redis = RedisServer::start();
+    let node = start_node("a", node_settings(&redis));
+    let mut client = Client::initialized_as(&node.server, TEST_KEY).await;
+    client
+        .send_json(keyed_call(json!(1), "held", "k-restart"))
+        .await;
+    wait_metric(&node.server, "mcp_pool_running", 1).await;
+    redis.kill();
+    redis.restart();
+    // Retried as a client is told to (-32008 while the node skips Redis) until the retry is
+    // taken: then it waits, joined to the run, with no answer yet.
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut retry = 100;
+    loop {
+        retry += 1;
+        client
+            .send_json(keyed_call(json!(retry), "held", "k-restart"))
+            .await;
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_millis(700),
+            client.recv_response(&json!(retry)),
+        )
+        .await;
+        match answer {
+            Err(_waiting) => break,
+            Ok(answer) => {
+                assert_eq!(answer["error"]["code"], -32008, "{answer}");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "never taken: {answer}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+    assert_eq!(
+        node.runs.load(Ordering::SeqCst),
+        1,
+        "the retry ran the call again"
+    );
+    node.gate.add_permits(2);
+    let first = client.recv_response(&json!(1)).await;
+    assert_eq!(result_text(&first, &json!(1)), "a run 1: \"held\"");
+    let joined = client.recv_response(&json!(retry)).await;
+    assert_eq!(result_text(&joined, &json!(retry)), "a run 1: \"held\"");
 }

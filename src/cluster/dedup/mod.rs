@@ -249,11 +249,26 @@ async fn run(
     }
     let mut poll = FIRST_POLL;
     loop {
+        // A run of this key going on here is joined before any claim: the store may have
+        // lost its claim (Redis restarted empty), and claiming again would run it twice.
+        if let Some((fingerprint, mut done)) = cluster.store.watch_here(&keyed.key) {
+            if fingerprint != keyed.fingerprint {
+                cluster.metrics.dedup_conflicts.inc();
+                return Err(Error::IdempotencyConflict {
+                    scope: crate::protocol::mcp::ConflictScope::IdempotencyKey,
+                });
+            }
+            let _ = tokio::time::timeout(LOCAL_WAIT, done.changed()).await;
+            continue;
+        }
         let owner = cluster.store.new_owner();
         let running = Claim::Running {
             fingerprint: keyed.fingerprint,
             owner,
         };
+        // Live from before the claim is sent, so that a duplicate on this node never takes
+        // it for one left over.
+        let live = LiveOwner::hold(&cluster, owner);
         // Until the store answers, a drop of this run (a 2026-07-28 client closing its
         // stream, a cancel) would leave a claim that landed with no lease to release it.
         let asking = Asking {
@@ -273,13 +288,8 @@ async fn run(
         match found {
             None => {
                 cluster.metrics.idempotent_runs.inc();
-                let lease = Lease::new(
-                    cluster.clone(),
-                    keyed.key,
-                    keyed.fingerprint,
-                    owner,
-                    backend,
-                );
+                let lease =
+                    Lease::new(cluster.clone(), keyed.key, keyed.fingerprint, live, backend);
                 let outcome = work.start(id.clone(), ctx).await;
                 lease.settle(&outcome, &id, window).await;
                 return outcome;
@@ -299,11 +309,12 @@ async fn run(
                 // Join the run: wait until it is settled, then look again (its response, or
                 // a free key if it ended without one).
                 match cluster.store.watch_here(&keyed.key) {
-                    Some(mut done) => {
+                    Some((_, mut done)) => {
                         let _ = tokio::time::timeout(LOCAL_WAIT, done.changed()).await;
                     }
                     None if backend == Backend::Redis && runner_died(&cluster, runner).await => {
-                        // Its node died mid-run: its answer is lost for good, and its entry
+                        // Its node died mid-run (or, this node's, its run ended and its
+                        // release was lost): its answer is lost for good, and its entry
                         // would hold the key until it expires. Freed, so this retry runs.
                         if let Some(redis) = cluster.store.redis() {
                             let stale = Claim::Running {
@@ -315,7 +326,7 @@ async fn run(
                                 .await;
                         }
                         cluster.metrics.dedup_orphans.inc();
-                        tracing::info!(id = %id, "a keyed call's node died while running it; its retry runs it again");
+                        tracing::info!(id = %id, "a keyed call's run is gone (its node died, or its release was lost); its retry runs it again");
                     }
                     None => {
                         tokio::time::sleep(poll).await;
@@ -333,12 +344,13 @@ async fn run(
     }
 }
 
-/// Whether the node that claimed `runner` is known dead: it no longer says it is alive in
-/// Redis (see `bridge::beat`). Not known (Redis away) counts as alive.
+/// Whether the run that claimed `runner` is known gone: its node no longer says it is alive
+/// in Redis (see `bridge::beat`); or it is this node's, and no run here holds it (it ended,
+/// and Redis was not told). Not known (Redis away) counts as alive.
 async fn runner_died(cluster: &Cluster, runner: ClaimId) -> bool {
     let node = crate::cluster::Cluster::number_of(runner);
     if node == cluster.node_number() {
-        return false;
+        return !cluster.store.is_live_owner(runner);
     }
     match cluster.store.redis() {
         Some(redis) => redis.is_alive(&cluster.metrics, node).await == Some(false),
@@ -374,7 +386,8 @@ struct Lease {
     cluster: Arc<Cluster>,
     key: Key,
     fingerprint: RequestDigest,
-    owner: ClaimId,
+    /// Its claim's owner, live until the lease is dropped (after its release is sent).
+    live: LiveOwner,
     backend: Backend,
     /// Wakes the duplicates waiting on this node when dropped.
     here: watch::Sender<()>,
@@ -386,15 +399,15 @@ impl Lease {
         cluster: Arc<Cluster>,
         key: Key,
         fingerprint: RequestDigest,
-        owner: ClaimId,
+        live: LiveOwner,
         backend: Backend,
     ) -> Self {
-        let here = cluster.store.run_here(&key);
+        let here = cluster.store.run_here(&key, fingerprint);
         Self {
             cluster,
             key,
             fingerprint,
-            owner,
+            live,
             backend,
             here,
             settled: false,
@@ -414,7 +427,7 @@ impl Lease {
             .complete(
                 &self.cluster.metrics,
                 &self.key,
-                self.owner,
+                self.live.owner,
                 done,
                 window,
                 self.backend,
@@ -432,12 +445,38 @@ impl Drop for Lease {
         }
         let running = Claim::Running {
             fingerprint: self.fingerprint,
-            owner: self.owner,
+            owner: self.live.owner,
         };
         match self.backend {
-            Backend::Memory => self.cluster.store.release_in_memory(&self.key, self.owner),
+            Backend::Memory => self
+                .cluster
+                .store
+                .release_in_memory(&self.key, self.live.owner),
             Backend::Redis => release_in_redis(&self.cluster, self.key, running),
         }
+    }
+}
+
+/// A claim's owner registered as one of this node's live runs ([`Store::hold_owner`]) until
+/// dropped.
+struct LiveOwner {
+    cluster: Arc<Cluster>,
+    owner: ClaimId,
+}
+
+impl LiveOwner {
+    fn hold(cluster: &Arc<Cluster>, owner: ClaimId) -> Self {
+        cluster.store.hold_owner(owner);
+        Self {
+            cluster: cluster.clone(),
+            owner,
+        }
+    }
+}
+
+impl Drop for LiveOwner {
+    fn drop(&mut self) {
+        self.cluster.store.forget_owner(self.owner);
     }
 }
 
@@ -473,11 +512,10 @@ fn release_in_redis(cluster: &Arc<Cluster>, key: Key, running: Claim) {
     let cluster = cluster.clone();
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(async move {
-            if let Some(redis) = cluster.store.redis() {
-                redis
-                    .release(&cluster.metrics, &key, running.encode())
-                    .await;
-            }
+            cluster
+                .store
+                .release_in_redis(&cluster.metrics, &key, running)
+                .await;
         });
     }
 }

@@ -301,7 +301,10 @@ mod tests {
             store.complete(&key(n), u128::from(n), done("{}"), TTL);
         }
         assert!(
-            matches!(store.claim(&key(1), running(99), TTL), Some(Claim::Running { owner: 1, .. })),
+            matches!(
+                store.claim(&key(1), running(99), TTL),
+                Some(Claim::Running { owner: 1, .. })
+            ),
             "the first run's retry must join it, not run again"
         );
         assert_eq!(store.len(), 4, "the bound holds for the rest");

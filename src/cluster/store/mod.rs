@@ -126,14 +126,23 @@ pub(crate) struct Store {
     next_owner: AtomicU64,
     /// Keyed requests running on this node, so a duplicate arriving here waits for a wakeup
     /// rather than polling: the runner holds the sender, and drops it when it is done.
-    running_here: Mutex<HashMap<Key, watch::Receiver<()>>>,
+    running_here: Mutex<HashMap<Key, (RequestDigest, watch::Receiver<()>)>>,
     /// With Redis: keys whose result only this node's memory holds (Redis could not take
     /// it, or it ran in memory), oldest first, written to Redis as soon as it answers again
     /// ([`write_back`](Self::write_back)). Bounded like the memory store; a key dropped from
     /// here is still written back by a retry that reaches this node.
     stranded: Mutex<std::collections::VecDeque<Key>>,
-    /// The most keys `stranded` holds.
+    /// With Redis: claims this node let go of (their runs ended without a result) that Redis
+    /// could not be told of, oldest first, released as soon as it answers again: each
+    /// would hold its key for the whole running time (10 minutes by default), every retry
+    /// waiting. Bounded like `stranded`; one dropped from here is still freed by a retry
+    /// on this node (its owner is no longer live, [`is_live_owner`](Self::is_live_owner)).
+    stranded_releases: Mutex<std::collections::VecDeque<(Key, Claim)>>,
+    /// The most keys `stranded` (and `stranded_releases`) holds.
     max_stranded: usize,
+    /// The owners of the claims this node's runs hold or are asking for: a running entry of
+    /// this node whose owner is not here is left over (its release was lost), and is freed.
+    live_owners: Mutex<std::collections::HashSet<ClaimId>>,
 }
 
 impl Store {
@@ -155,7 +164,38 @@ impl Store {
             next_owner: AtomicU64::new(1),
             running_here: Mutex::default(),
             stranded: Mutex::default(),
+            stranded_releases: Mutex::default(),
             max_stranded: settings.dedup.max_entries,
+            live_owners: Mutex::default(),
+        }
+    }
+
+    /// Registers `owner` as one of this node's live claims, until
+    /// [`forget_owner`](Self::forget_owner).
+    pub(crate) fn hold_owner(&self, owner: ClaimId) {
+        lock(&self.live_owners).insert(owner);
+    }
+
+    /// `owner`'s run is over (or it claimed nothing).
+    pub(crate) fn forget_owner(&self, owner: ClaimId) {
+        lock(&self.live_owners).remove(&owner);
+    }
+
+    /// Whether `owner` (of this node) is the claim of a run still going here.
+    pub(crate) fn is_live_owner(&self, owner: ClaimId) -> bool {
+        lock(&self.live_owners).contains(&owner)
+    }
+
+    /// Deletes `running` under `key` in Redis if it is still there; when Redis cannot be
+    /// told now, the release waits for it to answer again ([`write_back`](Self::write_back)).
+    pub(crate) async fn release_in_redis(&self, metrics: &Metrics, key: &Key, running: Claim) {
+        let Some(redis) = &self.redis else { return };
+        if !redis.release(metrics, key, running.encode()).await {
+            let mut waiting = lock(&self.stranded_releases);
+            if waiting.len() >= self.max_stranded {
+                waiting.pop_front();
+            }
+            waiting.push_back((*key, running));
         }
     }
 
@@ -256,11 +296,28 @@ impl Store {
                 "wrote to Redis the results kept in memory while it was away"
             );
         }
+        let mut released = 0u64;
+        loop {
+            let Some((key, running)) = lock(&self.stranded_releases).pop_front() else {
+                break;
+            };
+            if !redis.release(metrics, &key, running.encode()).await {
+                lock(&self.stranded_releases).push_front((key, running));
+                break;
+            }
+            released += 1;
+        }
+        if released > 0 {
+            tracing::info!(
+                keys = released,
+                "freed in Redis the keys of runs that ended while it was away"
+            );
+        }
     }
 
-    /// Whether results wait to be written back to Redis.
+    /// Whether results (or releases) wait to be written back to Redis.
     pub(crate) fn has_stranded(&self) -> bool {
-        !lock(&self.stranded).is_empty()
+        !lock(&self.stranded).is_empty() || !lock(&self.stranded_releases).is_empty()
     }
 
     /// With Redis, the result this node holds in memory under `key`: a run that ended while
@@ -283,9 +340,9 @@ impl Store {
 
     /// Registers a keyed request running here; duplicates arriving here wait on it until
     /// the returned sender is dropped.
-    pub(crate) fn run_here(&self, key: &Key) -> watch::Sender<()> {
+    pub(crate) fn run_here(&self, key: &Key, fingerprint: RequestDigest) -> watch::Sender<()> {
         let (sender, receiver) = watch::channel(());
-        lock(&self.running_here).insert(*key, receiver);
+        lock(&self.running_here).insert(*key, (fingerprint, receiver));
         sender
     }
 
@@ -294,14 +351,15 @@ impl Store {
         let mut running = lock(&self.running_here);
         if running
             .get(key)
-            .is_some_and(|receiver| receiver.same_channel(&sender.subscribe()))
+            .is_some_and(|(_, receiver)| receiver.same_channel(&sender.subscribe()))
         {
             running.remove(key);
         }
     }
 
-    /// A wakeup for when the request running here under `key` is done, if one runs here.
-    pub(crate) fn watch_here(&self, key: &Key) -> Option<watch::Receiver<()>> {
+    /// The fingerprint of the request running here under `key`, if one runs here, and a
+    /// wakeup for when it is done.
+    pub(crate) fn watch_here(&self, key: &Key) -> Option<(RequestDigest, watch::Receiver<()>)> {
         lock(&self.running_here).get(key).cloned()
     }
 }

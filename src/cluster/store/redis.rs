@@ -378,7 +378,8 @@ impl RedisStore {
     }
 
     /// Deletes `key` if it still holds `running`.
-    pub(crate) async fn release(&self, metrics: &Metrics, key: &Key, running: Vec<u8>) {
+    /// Whether Redis answered (whatever it held).
+    pub(crate) async fn release(&self, metrics: &Metrics, key: &Key, running: Vec<u8>) -> bool {
         let key = self.entry_key(key);
         self.run(metrics, "release", |mut con| async move {
             RELEASE
@@ -387,7 +388,8 @@ impl RedisStore {
                 .invoke_async::<i64>(&mut con)
                 .await
         })
-        .await;
+        .await
+        .is_some()
     }
 
     /// Records a nonce for `ttl`: `Some(true)` when it is new, `Some(false)` when another
