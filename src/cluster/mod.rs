@@ -33,6 +33,10 @@ pub struct Cluster {
     pub(crate) last_writes: std::sync::atomic::AtomicUsize,
     /// The last of this node's SSE stream numbers given (see [`next_stream`](Self::next_stream)).
     streams: std::sync::atomic::AtomicU64,
+    /// A change of this node's did not reach the other nodes (Redis paused or away, or the
+    /// bridge's queue full): once Redis answers again, they are told everything changed
+    /// (`store::bridge`).
+    pub(crate) owes_everything: std::sync::atomic::AtomicBool,
 }
 
 impl Cluster {
@@ -65,6 +69,7 @@ impl Cluster {
             session_sink: std::sync::OnceLock::new(),
             last_writes: std::sync::atomic::AtomicUsize::new(0),
             streams: std::sync::atomic::AtomicU64::new(0),
+            owes_everything: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

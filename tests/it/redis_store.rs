@@ -23,7 +23,8 @@
 //!   the key free once the claim lands: its retry runs at once;
 //! - a node skipping Redis after a stall still says it is alive;
 //! - a keyed call ended while the node skips Redis frees its key once Redis answers again;
-//!   after Redis restarted empty, a retry on the node still running the call joins it.
+//!   after Redis restarted empty, a retry on the node still running the call joins it;
+//! - a change made while its node skips Redis reaches the other node once Redis answers.
 
 use crate::support::http::{metric, wait_metric};
 use crate::support::redis::RedisServer;
@@ -586,4 +587,66 @@ async fn a_retry_on_the_node_running_its_call_joins_it_after_redis_restarted_emp
     assert_eq!(result_text(&first, &json!(1)), "a run 1: \"held\"");
     let joined = client.recv_response(&json!(retry)).await;
     assert_eq!(result_text(&joined, &json!(retry)), "a run 1: \"held\"");
+}
+
+/// A change made while its node skips Redis after a failure (its publish not sent) reaches
+/// the other node's sessions once Redis answers again, as "every list changed": it was
+/// dropped for good, the other node's subscription never having dropped to tell it so.
+#[tokio::test]
+async fn a_change_made_while_its_node_skips_redis_reaches_the_other_node_after() {
+    let redis = RedisServer::start();
+    let mut settings = node_settings(&redis);
+    settings.redis.retry_after_ms = 3000;
+    let a = start_node("node-a", settings);
+    let b = start_node("node-b", node_settings(&redis));
+    bridged(&[&a, &b]).await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    redis.pause();
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while metric(&a.server, "mcp_redis_errors_total").await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Redis operation failed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    redis.resume();
+    // At once, before node A's next beat (at most a second away) ends its pause.
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Args {}
+    async fn added(_: Args, _: RequestContext) -> Result<String, ToolError> {
+        Ok("added".into())
+    }
+    a.server
+        .registry()
+        .add_tool(Tool::new("added", "Added on node a", added))
+        .expect("added");
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while metric(&a.server, "mcp_bus_bridge_dropped_total").await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node A's change was published: this run did not test a skipped one"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Every list, since what changed is not known (each node has its own registry: B
+    // lists what it has).
+    let mut heard = Vec::new();
+    for _ in 0..3 {
+        heard.push(
+            on_b.recv().await["method"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    heard.sort();
+    assert_eq!(
+        heard,
+        [
+            "notifications/prompts/list_changed",
+            "notifications/resources/list_changed",
+            "notifications/tools/list_changed"
+        ]
+    );
 }

@@ -15,7 +15,8 @@
 //! - two server processes sharing one real `redis-server`: a task created on one is polled,
 //!   answered and cancelled through the other, the other's listen streams hear it, and a task
 //!   whose node shuts down is failed with -32004; asked for while Redis cannot be, a task the
-//!   node does not hold is a retryable -32008, not unknown.
+//!   node does not hold is a retryable -32008, not unknown; one that finishes while Redis is
+//!   away is seen finished on the other node once Redis is back.
 
 use crate::support::http::{http_get, metric, wait_metric};
 use crate::support::meta::stateless_with;
@@ -693,5 +694,52 @@ async fn a_task_asked_for_while_redis_cannot_be_is_busy_not_unknown() {
         assert_eq!(response["error"]["code"], -32008, "{response}");
         assert!(Instant::now() < deadline, "never found again: {response}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A task that finishes while Redis is away (its record not stored) is shown finished by the
+/// other nodes once Redis is back, even back empty: its node writes the record again. (It
+/// was never written again: the other nodes showed the last record Redis took, or none.)
+#[tokio::test]
+async fn a_task_finished_while_redis_is_away_is_seen_finished_elsewhere_once_it_is_back() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_node_a, a) = start_node(dir.path(), "node-a", &redis);
+    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": "away.txt"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    http_poll(b, &id, "input_required").await;
+
+    redis.kill();
+    let (_, ack) = http_request(
+        a,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {
+            "confirm": {"action": "accept", "content": {"confirm": true}}
+        }}),
+    )
+    .await;
+    assert_eq!(result(&ack)["resultType"], "complete", "{ack}");
+    http_poll(a, &id, "completed").await;
+    redis.restart();
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, response) = http_request(b, "tasks/get", json!({"taskId": id})).await;
+        if response["result"]["status"] == "completed" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never seen finished on node B: {response}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

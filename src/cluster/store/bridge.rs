@@ -17,6 +17,7 @@ use crate::mailbox::inbox::TaskNote;
 use crate::registry::bus::{BusEvent, BusObserver, ChangeBus};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -87,6 +88,19 @@ struct Steer {
 }
 
 impl Message {
+    /// "Every list changed": what a node says when changes may have been lost.
+    fn everything(node: u64) -> Self {
+        Self {
+            node,
+            lists: Vec::new(),
+            updated: None,
+            everything: true,
+            task: None,
+            steer: None,
+            session: None,
+        }
+    }
+
     fn of(node: u64, event: &BusEvent) -> Self {
         let mut message = Self {
             node,
@@ -166,6 +180,7 @@ impl BusObserver for Outgoing {
         if self.sender.try_send(event.clone()).is_err() {
             if let Some(cluster) = self.cluster.upgrade() {
                 cluster.metrics.bridge_dropped.inc();
+                cluster.owes_everything.store(true, Ordering::Relaxed);
             }
         }
     }
@@ -194,7 +209,8 @@ pub(crate) const BEAT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Says this node is alive, every [`BEAT`]: a stream of a request it runs is resumed on
 /// another node by waiting for its events, and a retry of a keyed call it runs waits for
 /// its answer, until the node is found dead. A beat Redis takes after an outage also
-/// writes back the results this node kept in memory meanwhile.
+/// writes back what this node kept meanwhile (results, releases, task records) and tells
+/// the others every list changed if a change of its own did not reach them.
 async fn beat(cluster: Arc<Cluster>) {
     let Some(redis) = cluster.store.redis() else {
         return;
@@ -203,32 +219,50 @@ async fn beat(cluster: Arc<Cluster>) {
     let mut every = tokio::time::interval(BEAT);
     loop {
         every.tick().await;
-        if redis.beat(&cluster.metrics, node, BEAT * 3).await && cluster.store.has_stranded() {
+        if !redis.beat(&cluster.metrics, node, BEAT * 3).await {
+            continue;
+        }
+        if cluster.store.has_stranded() {
             cluster.store.write_back(&cluster.metrics).await;
+        }
+        if cluster.tasks.has_unsaved() {
+            crate::cluster::tasks::write_back(&cluster).await;
+        }
+        if cluster.owes_everything.swap(false, Ordering::Relaxed) {
+            tracing::info!("telling the other nodes every list changed: a change of this node's did not reach them");
+            if !send(&cluster, &Message::everything(cluster.store.node())).await {
+                cluster.owes_everything.store(true, Ordering::Relaxed);
+            }
         }
     }
 }
 
-/// Sends this node's changes to Redis, in order. One that cannot be sent is dropped (the
-/// other nodes hear "everything changed" once this node's subscription comes back).
+/// Sends this node's changes to Redis, in order. One that cannot be sent is dropped, and
+/// the other nodes hear "everything changed" once Redis answers again (the next beat it
+/// takes).
 async fn publish(cluster: Arc<Cluster>, mut receiver: mpsc::Receiver<BusEvent>) {
     let node = cluster.store.node();
     while let Some(event) = receiver.recv().await {
-        send(&cluster, &Message::of(node, &event)).await;
+        if !send(&cluster, &Message::of(node, &event)).await {
+            cluster.owes_everything.store(true, Ordering::Relaxed);
+        }
     }
 }
 
-async fn send(cluster: &Cluster, message: &Message) {
+/// Publishes `message`; whether Redis took it (dropped and counted otherwise).
+async fn send(cluster: &Cluster, message: &Message) -> bool {
     let Some(redis) = cluster.store.redis() else {
-        return;
+        return true;
     };
     let Ok(text) = serde_json::to_string(message) else {
-        return;
+        return false;
     };
     if redis.publish(&cluster.metrics, text).await {
         cluster.metrics.bridge_published.inc();
+        true
     } else {
         cluster.metrics.bridge_dropped.inc();
+        false
     }
 }
 
@@ -255,19 +289,9 @@ async fn subscribe(cluster: Arc<Cluster>) {
                 if missed {
                     // Changes may have come and gone while the bridge was down, both ways.
                     mark_everything_changed(&bus);
-                    send(
-                        &cluster,
-                        &Message {
-                            node,
-                            lists: Vec::new(),
-                            updated: None,
-                            everything: true,
-                            task: None,
-                            steer: None,
-                            session: None,
-                        },
-                    )
-                    .await;
+                    if !send(&cluster, &Message::everything(node)).await {
+                        cluster.owes_everything.store(true, Ordering::Relaxed);
+                    }
                 }
                 let mut messages = pubsub.on_message();
                 while let Some(message) = messages.next().await {
@@ -297,13 +321,14 @@ async fn subscribe(cluster: Arc<Cluster>) {
 }
 
 /// Sends a client's answers (`responses`) or its cancel for a task to the other nodes (the
-/// one that runs it acts on it). Without Redis there are no other nodes: nothing to do.
+/// one that runs it acts on it); whether Redis took it. Without Redis there are no other
+/// nodes: nothing to do.
 pub(crate) async fn send_task_steer(
     cluster: &Cluster,
     id: &str,
     cancel: bool,
     responses: Option<serde_json::Map<String, serde_json::Value>>,
-) {
+) -> bool {
     let message = Message {
         node: cluster.store.node(),
         lists: Vec::new(),
@@ -317,7 +342,7 @@ pub(crate) async fn send_task_steer(
         }),
         session: None,
     };
-    send(cluster, &message).await;
+    send(cluster, &message).await
 }
 
 /// Tells the other nodes about a session (`cluster.sessions = "redis"`).

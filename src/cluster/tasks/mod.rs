@@ -183,6 +183,10 @@ pub(crate) struct Tasks {
     running: DashMap<String, mpsc::Sender<Signal>>,
     /// One permit per task running on this node.
     slots: Arc<Semaphore>,
+    /// Tasks of `records` whose last record Redis did not take (it was paused or away):
+    /// written again once it answers ([`write_back`]), or the other nodes would show a
+    /// finished task as working until it expires. Within `records`, so bounded as it is.
+    unsaved: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Tasks {
@@ -192,7 +196,13 @@ impl Tasks {
             records: DashMap::new(),
             running: DashMap::new(),
             slots: Arc::new(Semaphore::new(settings.max_running)),
+            unsaved: std::sync::Mutex::default(),
         }
+    }
+
+    /// Whether task records wait to be written to Redis.
+    pub(crate) fn has_unsaved(&self) -> bool {
+        !crate::lock(&self.unsaved).is_empty()
     }
 
     /// Room for one more task, or -32008: a running slot, and room in the store (after
@@ -263,9 +273,15 @@ pub(crate) async fn save(cluster: &Cluster, record: &TaskRecord) {
         .insert(record.id.clone(), record.clone());
     if let Some(redis) = cluster.store.redis() {
         if let Ok(json) = serde_json::to_string(record) {
-            redis
+            let saved = redis
                 .put_task(&cluster.metrics, &record.id, json, record.remaining())
                 .await;
+            let mut unsaved = crate::lock(&cluster.tasks.unsaved);
+            if saved {
+                unsaved.remove(&record.id);
+            } else {
+                unsaved.insert(record.id.clone());
+            }
         }
     }
     cluster
@@ -277,6 +293,40 @@ pub(crate) async fn save(cluster: &Cluster, record: &TaskRecord) {
                 fields: Value::Object(record.fields(true)).to_string(),
             },
         )));
+}
+
+/// Writes to Redis the task records it did not take (called when it answers again), so
+/// that the other nodes show what this node knows; stops at the first it refuses.
+pub(crate) async fn write_back(cluster: &Cluster) {
+    let Some(redis) = cluster.store.redis() else {
+        return;
+    };
+    let ids: Vec<String> = crate::lock(&cluster.tasks.unsaved).drain().collect();
+    let now = unix_ms();
+    let mut ids = ids.into_iter();
+    while let Some(id) = ids.next() {
+        let Some(record) = cluster
+            .tasks
+            .records
+            .get(&id)
+            .map(|r| r.value().clone())
+            .filter(|r| r.expires_ms() > now)
+        else {
+            continue;
+        };
+        let Ok(json) = serde_json::to_string(&record) else {
+            continue;
+        };
+        if !redis
+            .put_task(&cluster.metrics, &id, json, record.remaining())
+            .await
+        {
+            let mut unsaved = crate::lock(&cluster.tasks.unsaved);
+            unsaved.insert(id);
+            unsaved.extend(ids);
+            return;
+        }
+    }
 }
 
 /// The task `id` as `owner` may see it: this node's copy of a task created here, else the
@@ -332,8 +382,7 @@ pub(crate) async fn update(
         responses: responses.clone(),
         applied,
     })
-    .await;
-    Ok(())
+    .await
 }
 
 /// `tasks/cancel`: asks the task's runner to stop and waits (briefly) until the task is
@@ -343,24 +392,40 @@ pub(crate) async fn cancel(cluster: &Cluster, id: &str, owner: &str) -> Result<(
     if record.status.is_terminal() {
         return Ok(());
     }
-    steer(cluster, id, |applied| Signal::Cancel { applied }).await;
-    Ok(())
+    steer(cluster, id, |applied| Signal::Cancel { applied }).await
 }
 
 /// Sends the signal `make` builds to the task's runner: on this node, waiting until it
 /// applied it; on another node, through Redis.
-async fn steer(cluster: &Cluster, id: &str, make: impl Fn(Option<oneshot::Sender<()>>) -> Signal) {
+///
+/// # Errors
+/// [`Error::TaskStoreUnavailable`] when Redis did not take it (the client sends it again:
+/// answers and cancels are idempotent), rather than it being lost.
+async fn steer(
+    cluster: &Cluster,
+    id: &str,
+    make: impl Fn(Option<oneshot::Sender<()>>) -> Signal,
+) -> Result<(), Error> {
     let (applied, done) = oneshot::channel();
     if cluster.tasks.signal_local(id, make(Some(applied))) {
         let _ = tokio::time::timeout(APPLY_WAIT, done).await;
-        return;
+        return Ok(());
     }
     let (cancel, responses) = match make(None) {
         Signal::Answer { responses, .. } => (false, Some(responses)),
         Signal::Cancel { .. } => (true, None),
-        Signal::Shutdown => return,
+        Signal::Shutdown => return Ok(()),
     };
-    crate::cluster::store::bridge::send_task_steer(cluster, id, cancel, responses).await;
+    if crate::cluster::store::bridge::send_task_steer(cluster, id, cancel, responses).await {
+        return Ok(());
+    }
+    let retry_after = cluster
+        .store
+        .redis()
+        .map_or(Duration::ZERO, |redis| redis.retry_after());
+    Err(Error::TaskStoreUnavailable {
+        retry_after_ms: u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX),
+    })
 }
 
 /// Unix time in ms.
