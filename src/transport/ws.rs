@@ -74,7 +74,7 @@ const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(1);
 pub type Sockets = Directory<WsSession>;
 
 /// Delivers the other nodes' notes about sessions (sessions in Redis) to this node's
-/// copies ([`hosted::deliver_session_notes`]); a hand-over of a session whose socket is
+/// copies ([`hosted::deliver_session_notes`](super::hosted::deliver_session_notes)); a hand-over of a session whose socket is
 /// attached here, without a copy, goes to that socket.
 pub fn deliver_session_notes(
     hosted: Arc<HostedSessions>,

@@ -9,7 +9,8 @@
 //!   outside, a link to a directory outside (at start and when created later);
 //! - a file changed on disk sends `notifications/resources/updated` to exactly the sessions
 //!   subscribed to it, and nothing after they unsubscribe; reading a file is no change, nor is
-//!   watching a tree of thousands of directories; a
+//!   watching a tree of thousands of directories; a directory replaced whole or made again
+//!   is watched anew; a
 //!   new size is listed without a `list_changed`;
 //! - a file created or deleted (alone or in a new directory) sends
 //!   `notifications/resources/list_changed`, and the next `resources/list` shows it;
@@ -493,6 +494,56 @@ async fn after_unsubscribe_changes_send_nothing() {
     write(&file, "three");
     expect_updated(&mut stayer, &uri(&file)).await;
     leaver.expect_nothing_pending().await;
+}
+
+/// The names listed, waiting (up to 10 s) until they are `expected`.
+async fn wait_listed(client: &mut Client, expected: &[&str]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let listed = list(client).await;
+        let mut names: Vec<&str> = listed.iter().filter_map(|r| r["name"].as_str()).collect();
+        names.sort_unstable();
+        if names == expected {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "listed {names:?}, never {expected:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A served directory replaced whole (a release swapped in: `mv dir dir.old; mv dir.new
+/// dir`), or deleted and made again, is watched anew: its files are listed, and files made
+/// in it later too. (The watch followed the old directory: what came into the new one was
+/// never listed, and after a delete nothing ever was again.)
+#[tokio::test]
+async fn a_served_directory_replaced_or_made_again_is_watched_anew() {
+    let (_dir, base) = temp_dir();
+    let served = base.join("served");
+    std::fs::create_dir(&served).expect("mkdir");
+    write(&served.join("a.txt"), "one");
+    let server = serve(&served, 1024);
+    let mut client = Client::initialized(&server).await;
+    wait_listed(&mut client, &["a.txt"]).await;
+
+    let next = base.join("served.new");
+    std::fs::create_dir(&next).expect("mkdir");
+    write(&next.join("b.txt"), "two");
+    std::fs::rename(&served, base.join("served.old")).expect("rename");
+    std::fs::rename(&next, &served).expect("rename");
+    wait_listed(&mut client, &["b.txt"]).await;
+    write(&served.join("c.txt"), "three");
+    wait_listed(&mut client, &["b.txt", "c.txt"]).await;
+
+    std::fs::remove_dir_all(&served).expect("rm -r");
+    wait_listed(&mut client, &[]).await;
+    std::fs::create_dir(&served).expect("mkdir");
+    write(&served.join("d.txt"), "four");
+    wait_listed(&mut client, &["d.txt"]).await;
+    write(&served.join("e.txt"), "five");
+    wait_listed(&mut client, &["d.txt", "e.txt"]).await;
 }
 
 #[tokio::test]

@@ -29,7 +29,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,9 @@ const MAX_DELAY: Duration = Duration::from_millis(500);
 const CHANNEL_CAPACITY: usize = 4096;
 /// Distinct paths remembered in one burst; more means "rescan everything".
 const MAX_BATCH_PATHS: usize = 10_000;
+/// How often the thread looks whether a served directory was replaced (see
+/// [`ServedDir::identity`]).
+const ROOT_CHECK: Duration = Duration::from_secs(1);
 
 /// What the watcher callback hands the reconciling thread.
 enum Signal {
@@ -50,7 +53,8 @@ enum Signal {
 
 /// The watch over the served directories; it stops when dropped (the server holds it).
 pub(crate) struct DirectoryWatch {
-    watcher: Option<RecommendedWatcher>,
+    /// Shared with the reconciling thread, which watches a replaced directory again.
+    watcher: Arc<Mutex<Option<RecommendedWatcher>>>,
     signals: Option<SyncSender<Signal>>,
     stopping: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -96,11 +100,13 @@ impl DirectoryWatch {
             roots: roots
                 .into_iter()
                 .map(|root| ServedDir {
+                    identity: identity(&root.dir),
                     root,
                     files: BTreeMap::new(),
                 })
                 .collect(),
         };
+        let watcher = Arc::new(Mutex::new(Some(watcher)));
         let refused = served.apply(Batch::rescan(), &registry);
         if let Some(refused) = refused.into_iter().next() {
             return Err(ServeError::Registry(refused));
@@ -108,15 +114,18 @@ impl DirectoryWatch {
         let stopping = Arc::new(AtomicBool::new(false));
         let thread = {
             let stopping = stopping.clone();
+            let watcher = watcher.clone();
             std::thread::Builder::new()
                 .name("mcp-ws-files".into())
                 .spawn(move || {
-                    reconcile_until_stopped(served, registry, received, stopping, overflowed)
+                    reconcile_until_stopped(
+                        served, registry, received, stopping, overflowed, &watcher,
+                    )
                 })
                 .map_err(ServeError::Io)?
         };
         Ok(Self {
-            watcher: Some(watcher),
+            watcher,
             signals: Some(signals),
             stopping,
             thread: Some(thread),
@@ -127,7 +136,7 @@ impl DirectoryWatch {
 impl Drop for DirectoryWatch {
     fn drop(&mut self) {
         self.stopping.store(true, Ordering::Relaxed);
-        drop(self.watcher.take());
+        drop(crate::lock(&self.watcher).take());
         if let Some(signals) = self.signals.take() {
             // A full channel wakes the thread anyway, and it sees `stopping`.
             let _ = signals.try_send(Signal::Stop);
@@ -147,12 +156,22 @@ fn reconcile_until_stopped(
     signals: Receiver<Signal>,
     stopping: Arc<AtomicBool>,
     overflowed: Arc<AtomicBool>,
+    watcher: &Mutex<Option<RecommendedWatcher>>,
 ) {
+    let mut last_check = Instant::now();
     loop {
         let mut batch = Batch::default();
-        match signals.recv() {
-            Ok(Signal::Event(event)) => batch.add(event),
-            Ok(Signal::Stop) | Err(_) => return,
+        // Looked at every `ROOT_CHECK`, busy or quiet.
+        if last_check.elapsed() >= ROOT_CHECK {
+            last_check = Instant::now();
+            batch.replaced = served.watch_replaced(watcher);
+        }
+        if batch.replaced.is_empty() {
+            match signals.recv_timeout(ROOT_CHECK.saturating_sub(last_check.elapsed())) {
+                Ok(Signal::Event(event)) => batch.add(event),
+                Ok(Signal::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => continue,
+            }
         }
         let first = Instant::now();
         loop {
@@ -195,13 +214,16 @@ struct Batch {
     paths: HashMap<PathBuf, bool>,
     /// Reconcile every directory whole, and count every file as changed: events were lost.
     rescan: bool,
+    /// Served directories (by index) found replaced: reconciled whole, every file counted
+    /// as changed.
+    replaced: Vec<usize>,
 }
 
 impl Batch {
     fn rescan() -> Self {
         Self {
-            paths: HashMap::new(),
             rescan: true,
+            ..Self::default()
         }
     }
 
@@ -253,6 +275,8 @@ struct Served {
 /// One served directory and the files it registered, with their listed sizes.
 struct ServedDir {
     root: Arc<Root>,
+    /// The directory watched (see [`identity`]).
+    identity: Option<(u64, u64)>,
     files: BTreeMap<PathBuf, u64>,
 }
 
@@ -274,7 +298,7 @@ impl Served {
     fn apply(&mut self, batch: Batch, registry: &Registry) -> Vec<RegistryError> {
         let mut change = Change::default();
         for (index, served) in self.roots.iter_mut().enumerate() {
-            if batch.rescan {
+            if batch.rescan || batch.replaced.contains(&index) {
                 let dir = served.root.dir.clone();
                 served.reconcile(index, &dir, Seen::Rescan, &mut change);
             }
@@ -319,6 +343,56 @@ impl Served {
     }
 }
 
+impl Served {
+    /// The served directories replaced since they were watched (by index), watched again.
+    /// A watch follows the directory it was set on: after `mv dir dir.old; mv dir.new dir`
+    /// (a release swapped in whole), or `rm -r dir; mkdir dir`, it watched the old one, or
+    /// nothing, and what came into the new one was never served. One whose path names
+    /// nothing (or no directory) waits until it does again.
+    fn watch_replaced(&mut self, watcher: &Mutex<Option<RecommendedWatcher>>) -> Vec<usize> {
+        let mut replaced = Vec::new();
+        for (index, served) in self.roots.iter_mut().enumerate() {
+            let now = identity(&served.root.dir);
+            if now == served.identity {
+                continue;
+            }
+            served.identity = now;
+            if now.is_none() {
+                // Gone: what it served goes with the next reconcile of it.
+                replaced.push(index);
+                continue;
+            }
+            let mut watcher = crate::lock(watcher);
+            let Some(watcher) = watcher.as_mut() else {
+                return Vec::new();
+            };
+            let _ = watcher.unwatch(&served.root.dir);
+            match watcher.watch(&served.root.dir, RecursiveMode::Recursive) {
+                Ok(()) => {
+                    tracing::info!(dir = %served.root.configured.display(), "served directory replaced; watching the new one");
+                }
+                Err(error) => {
+                    tracing::warn!(dir = %served.root.configured.display(), %error, "served directory replaced, and the new one cannot be watched");
+                    // Tried again at the next look.
+                    served.identity = None;
+                }
+            }
+            replaced.push(index);
+        }
+        replaced
+    }
+}
+
+/// What tells a directory apart from one put in its place: its device and inode (`None`
+/// when its path names no directory).
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .ok()
+        .filter(std::fs::Metadata::is_dir)
+        .map(|m| (m.dev(), m.ino()))
+}
+
 impl ServedDir {
     /// Brings what is served at and under `path` in step with the disk.
     fn reconcile(&mut self, index: usize, path: &Path, seen: Seen, change: &mut Change) {
@@ -351,6 +425,9 @@ impl ServedDir {
             _ => {
                 if path == self.root.dir {
                     tracing::warn!(dir = %self.root.configured.display(), "served directory is gone");
+                    // A directory made again in its place is watched anew, even one given
+                    // the same inode number (file systems reuse them at once).
+                    self.identity = None;
                 }
                 let gone: Vec<PathBuf> = self.under(path).cloned().collect();
                 for path in gone {
