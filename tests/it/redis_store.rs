@@ -24,7 +24,8 @@
 //! - a node skipping Redis after a stall still says it is alive;
 //! - a keyed call ended while the node skips Redis frees its key once Redis answers again;
 //!   after Redis restarted empty, a retry on the node still running the call joins it;
-//! - a change made while its node skips Redis reaches the other node once Redis answers.
+//! - a change made while its node skips Redis reaches the other node once Redis answers;
+//! - the bus subscription answers its pings and stays subscribed.
 
 use crate::support::http::{metric, wait_metric};
 use crate::support::redis::RedisServer;
@@ -648,5 +649,29 @@ async fn a_change_made_while_its_node_skips_redis_reaches_the_other_node_after()
             "notifications/resources/list_changed",
             "notifications/tools/list_changed"
         ]
+    );
+}
+
+/// The bus subscription's connection is asked a PING every 5 s (a connection dropped without
+/// a word would look subscribed and hear nothing): the PING costs the subscription nothing,
+/// and changes still cross after it. (A silent drop itself is not made here: that needs a
+/// firewall between the node and Redis, not loopback.)
+#[tokio::test]
+async fn the_bus_subscription_answers_its_pings_and_stays_subscribed() {
+    let redis = RedisServer::start();
+    let a = start_node("node-a", node_settings(&redis));
+    let b = start_node("node-b", node_settings(&redis));
+    bridged(&[&a, &b]).await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    tokio::time::sleep(std::time::Duration::from_millis(5500)).await;
+    for node in [&a, &b] {
+        assert_eq!(metric(&node.server, "mcp_redis_errors_total").await, 0);
+        assert_eq!(metric(&node.server, "mcp_bus_bridge_subscribed").await, 1);
+    }
+    assert!(a.server.registry().remove_tool("echo"));
+    let heard = on_b.recv().await;
+    assert_eq!(
+        heard["method"], "notifications/tools/list_changed",
+        "{heard}"
     );
 }

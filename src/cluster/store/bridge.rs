@@ -203,6 +203,9 @@ pub(crate) fn start(cluster: &Arc<Cluster>) {
     actix_rt::spawn(beat(cluster.clone()));
 }
 
+/// How often the bus subscription's connection is asked whether it still answers.
+const SUBSCRIPTION_PING: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How often a node says it is alive; it counts as dead three beats after its last.
 pub(crate) const BEAT: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -283,7 +286,7 @@ async fn subscribe(cluster: Arc<Cluster>) {
             Ok::<_, ::redis::RedisError>(pubsub)
         };
         match tokio::time::timeout(redis.timeout(), connect).await {
-            Ok(Ok(mut pubsub)) => {
+            Ok(Ok(pubsub)) => {
                 cluster.metrics.bridge_subscribed.inc();
                 tracing::info!("change bus bridged to the other nodes through Redis");
                 if missed {
@@ -293,8 +296,28 @@ async fn subscribe(cluster: Arc<Cluster>) {
                         cluster.owes_everything.store(true, Ordering::Relaxed);
                     }
                 }
-                let mut messages = pubsub.on_message();
-                while let Some(message) = messages.next().await {
+                // The connection is asked a PING now and then: one dropped without a word
+                // (a NAT or a balancer forgetting an idle connection) would otherwise look
+                // subscribed and hear nothing, for good.
+                let (mut sink, mut messages) = pubsub.split();
+                let mut ping = tokio::time::interval(SUBSCRIPTION_PING);
+                ping.tick().await;
+                loop {
+                    let message = tokio::select! {
+                        message = messages.next() => message,
+                        _ = ping.tick() => {
+                            let answered = tokio::time::timeout(
+                                redis.timeout(),
+                                sink.ping::<::redis::Value>(),
+                            )
+                            .await;
+                            if matches!(answered, Ok(Ok(_))) {
+                                continue;
+                            }
+                            None
+                        }
+                    };
+                    let Some(message) = message else { break };
                     let Ok(payload) = message.get_payload::<String>() else {
                         continue;
                     };
