@@ -212,8 +212,9 @@ pub(crate) const BEAT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Says this node is alive, every [`BEAT`]: a stream of a request it runs is resumed on
 /// another node by waiting for its events, and a retry of a keyed call it runs waits for
 /// its answer, until the node is found dead. A beat Redis takes after an outage also
-/// writes back what this node kept meanwhile (results, releases, task records) and tells
-/// the others every list changed if a change of its own did not reach them.
+/// writes back what this node kept meanwhile (results, releases; task records are the
+/// tasks module's, `tasks::keep_saved`) and tells the others every list changed if a change
+/// of its own did not reach them.
 async fn beat(cluster: Arc<Cluster>) {
     let Some(redis) = cluster.store.redis() else {
         return;
@@ -227,9 +228,6 @@ async fn beat(cluster: Arc<Cluster>) {
         }
         if cluster.store.has_stranded() {
             cluster.store.write_back(&cluster.metrics).await;
-        }
-        if cluster.tasks.has_unsaved() {
-            crate::cluster::tasks::write_back(&cluster).await;
         }
         if cluster.owes_everything.swap(false, Ordering::Relaxed) {
             tracing::info!("telling the other nodes every list changed: a change of this node's did not reach them");

@@ -295,9 +295,33 @@ pub(crate) async fn save(cluster: &Cluster, record: &TaskRecord) {
         )));
 }
 
-/// Writes to Redis the task records it did not take (called when it answers again), so
-/// that the other nodes show what this node knows; stops at the first it refuses.
-pub(crate) async fn write_back(cluster: &Cluster) {
+/// How often the records Redis did not take are tried again.
+const WRITE_BACK_EVERY: Duration = Duration::from_secs(1);
+
+/// Starts writing again, every [`WRITE_BACK_EVERY`], the task records Redis did not take,
+/// once it answers. Called once with Redis configured, inside the server's runtime.
+pub(crate) fn keep_saved(cluster: &Arc<Cluster>) {
+    if cluster.store.redis().is_none() {
+        return;
+    }
+    let cluster = Arc::downgrade(cluster);
+    actix_rt::spawn(async move {
+        let mut every = tokio::time::interval(WRITE_BACK_EVERY);
+        loop {
+            every.tick().await;
+            let Some(cluster) = cluster.upgrade() else {
+                return;
+            };
+            if cluster.tasks.has_unsaved() {
+                write_back(&cluster).await;
+            }
+        }
+    });
+}
+
+/// Writes to Redis the task records it did not take, so that the other nodes show what
+/// this node knows; stops at the first it refuses.
+async fn write_back(cluster: &Cluster) {
     let Some(redis) = cluster.store.redis() else {
         return;
     };
