@@ -748,8 +748,10 @@ impl Registry {
     }
 
     /// [`tool_handler`](Self::tool_handler) through a session's `cache`: the same answer
-    /// while the tools and the views do not change. The cache must belong to one chooser
-    /// (one identity) and one viewer.
+    /// while the tools and the views do not change, and the viewer is the one the cache was
+    /// filled for. The cache must belong to one chooser (one identity): a session's, whose
+    /// viewers are the session itself (handshake-era requests) and its identity
+    /// (2026-07-28 requests on the same connection), each seeing its own views.
     pub(crate) fn cached_tool_handler(
         &self,
         name: &str,
@@ -757,13 +759,17 @@ impl Registry {
         viewer: ViewerRef<'_>,
         cache: &ToolCache,
     ) -> Result<CachedTool, Error> {
-        // Both counts only grow, so their sum moves whenever either does.
-        let generation = self
+        // Both counts only grow, so their sum moves whenever either does; the low bit says
+        // which of the session's two viewers filled the cache, so a handler found through
+        // one view is never taken for the other's (one the other's view hides).
+        let generation = (self
             .inner
             .tools
             .generation
             .load(Ordering::Acquire)
-            .wrapping_add(self.inner.views.generation.load(Ordering::Acquire));
+            .wrapping_add(self.inner.views.generation.load(Ordering::Acquire))
+            << 1)
+            | u64::from(matches!(viewer, ViewerRef::Session(_)));
         let cache = cache.0.get_or_init(Box::default);
         let mut tools = cache.tools.borrow_mut();
         if cache.generation.replace(generation) != generation {
@@ -997,6 +1003,50 @@ mod tests {
         }
         let schema = serde_json::json!({"type": "object", "properties": {"region": region}});
         Tool::from_handler("t", "", schema, Nothing).version(version)
+    }
+
+    struct First;
+
+    impl VersionChooser for First {
+        fn choose(&self, _: &str, _: &[Arc<str>]) -> usize {
+            0
+        }
+    }
+
+    /// A session's tool cache serves two viewers (the session, and its identity for the
+    /// 2026-07-28 requests of the same connection): a tool the session's view shows is not
+    /// taken from the cache for the identity, whose view hides it. (It was: the cache was
+    /// keyed by name alone.)
+    #[test]
+    fn a_tool_found_through_one_viewer_is_not_cached_for_the_other() {
+        let registry = Registry::default();
+        registry.add_tool(t("1", false)).expect("added");
+        registry.update_view(
+            &Viewer::Identity(Arc::from("someone")),
+            "upstream",
+            |view| {
+                view.tools = Some(Registry::tool_view(
+                    std::iter::once("t".to_owned()).collect(),
+                    Vec::new(),
+                ));
+                Changes::TOOLS
+            },
+        );
+        let cache = ToolCache::default();
+        let session = ViewerRef::Session(7);
+        let identity = ViewerRef::Identity("someone");
+        assert!(registry
+            .cached_tool_handler("t", &First, session, &cache)
+            .is_ok());
+        assert!(
+            registry
+                .cached_tool_handler("t", &First, identity, &cache)
+                .is_err(),
+            "hidden from the identity"
+        );
+        assert!(registry
+            .cached_tool_handler("t", &First, session, &cache)
+            .is_ok());
     }
 
     #[test]
