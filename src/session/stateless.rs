@@ -319,9 +319,10 @@ impl Session {
 
 impl Session {
     /// Opens a `subscriptions/listen` stream: the filter's honoured part (the kinds this
-    /// server declares, the resources the caller may subscribe to) is acknowledged first, then every matching change is sent on the
-    /// stream, tagged with the listen request's id, until the client cancels it (or closes
-    /// the HTTP stream) or the server ends it with a result. Returns the acknowledgement.
+    /// server declares, the resources the caller may subscribe to) is acknowledged first,
+    /// then every matching change is sent on the stream, tagged with the listen request's
+    /// id, until the client cancels it (or closes the HTTP stream) or the server ends it
+    /// with a result. Returns the acknowledgement.
     fn listen(
         &mut self,
         id: RequestId,

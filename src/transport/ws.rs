@@ -73,9 +73,9 @@ const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(1);
 /// WebSocket sessions with their socket, by the id their client holds.
 pub type Sockets = Directory<WsSession>;
 
-/// Delivers the other nodes' notes about sessions (sessions in Redis) to this node's
-/// copies ([`hosted::deliver_session_notes`](super::hosted::deliver_session_notes)); a hand-over of a session whose socket is
-/// attached here, without a copy, goes to that socket.
+/// Delivers the other nodes' notes about sessions (sessions in Redis) to this node's copies
+/// ([`hosted::deliver_session_notes`](super::hosted::deliver_session_notes)); a hand-over of
+/// a session whose socket is attached here, without a copy, goes to that socket.
 pub fn deliver_session_notes(
     hosted: Arc<HostedSessions>,
     sockets: Arc<Sockets>,
@@ -733,8 +733,8 @@ fn resumed_session_id(req: &HttpRequest) -> Option<String> {
 ///
 /// The record is first claimed in Redis, in one step with the read it was released by
 /// ([`claim_record`]): of two nodes that resume the same session at once (two reconnects of
-/// a client, each to another node), one takes it up, and the other's resume gets 503 and
-/// finds it held on its retry.
+/// a client, each to another node), one takes it up, and the other's resume gets 503 (a
+/// retry of it then has the session handed over, as any later reconnect would).
 ///
 /// # Errors
 /// [`Refusal::SessionNotFound`] when there is no such session of the client's;
@@ -749,7 +749,7 @@ async fn take_up(
     let (record, read) = released_record(shared, id, admission).await?;
     let Some(claimed) = claim_record(shared, id, &record, &read).await? else {
         // Claimed first by another upgrade: on this node (a client that retried its upgrade)
-        // its copy is here to resume; on another, the retry finds that node holding it.
+        // its copy is here to resume; on another, 503, and a retry asks that node for it.
         return hosted
             .find(id, &Owner::of(&admission.identity))
             .ok_or(Refusal::SessionHeldElsewhere);
@@ -814,9 +814,9 @@ const HAND_OVER_WAIT: Duration = Duration::from_secs(1);
 /// The record of WebSocket session `id` once no live node holds it, with its JSON as read:
 /// at once when none does (or the one named is dead); else that node is asked to hand it
 /// over (it does, letting go of a socket still attached there: the client reconnected
-/// here), and the record is read again until it did, for [`HAND_OVER_WAIT`]. Taken up while another node
-/// holds it, its requests running there would be answered -32031 here while that node still
-/// runs them.
+/// here), and the record is read again until it did, for [`HAND_OVER_WAIT`]. Taken up while
+/// another node holds it, its requests running there would be answered -32031 here while
+/// that node still runs them.
 ///
 /// # Errors
 /// As [`fetch_record`](crate::transport::http::fetch_record), and

@@ -457,8 +457,8 @@ impl Drop for Lease {
     }
 }
 
-/// A claim's owner registered as one of this node's live runs ([`Store::hold_owner`](crate::cluster::store::Store::hold_owner)) until
-/// dropped.
+/// A claim's owner registered as one of this node's live runs
+/// ([`Store::hold_owner`](crate::cluster::store::Store::hold_owner)) until dropped.
 struct LiveOwner {
     cluster: Arc<Cluster>,
     owner: ClaimId,
