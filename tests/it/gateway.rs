@@ -1904,11 +1904,18 @@ async fn an_rmcp_server_over_http_is_an_upstream() {
     }
 }
 
+/// Also: the server stops without waiting out its shutdown grace for that child. (The child
+/// ran on the worker thread of the connection that started it; its pipes went with that
+/// thread at shutdown, and the gateway waited the whole grace, 10 s by default, for an
+/// exit nothing was left to see, then killed it.)
 #[tokio::test]
 async fn an_identitys_child_is_not_reaped_while_a_call_runs_on_it() {
     let mut py = py_upstream(UpstreamMode::PerSession);
     py.idle_timeout_ms = 200;
-    let server = gateway(vec![py], stateless_named);
+    let server = gateway(vec![py], |s| {
+        stateless_named(s);
+        s.shutdown.grace_ms = 60_000;
+    });
     // A 2026-07-28 call runs on its identity's own child. It began more than 200 ms before
     // the reaper (every 5 s) looks: idle by the clock, but with a call in flight.
     let mut client = Client::connect(&server).await;
@@ -1920,6 +1927,16 @@ async fn an_identitys_child_is_not_reaped_while_a_call_runs_on_it() {
     .await;
     let result = assert_complete(&response, &id);
     assert_eq!(text_of(&result), "waited long", "{response}");
+    drop(client);
+    let stopping = Instant::now();
+    tokio::task::spawn_blocking(move || server.stop())
+        .await
+        .expect("stopped");
+    assert!(
+        stopping.elapsed() < Duration::from_secs(30),
+        "the stop waited out the 60 s grace: {:?}",
+        stopping.elapsed()
+    );
 }
 
 #[tokio::test]
