@@ -348,7 +348,7 @@ async fn read_json(
     if !text.trim().is_empty() {
         let held = inner.receive(text);
         drop(inner);
-        super::answer_held(weak, held).await;
+        super::answer_held(weak, held, std::future::pending()).await;
     }
 }
 
@@ -426,11 +426,11 @@ impl Resume {
             let held = inner.receive(&data);
             if answer_to.is_some_and(|id| !waits_for(&inner, id)) {
                 drop(inner);
-                super::answer_held(weak, held).await;
+                super::answer_held(weak, held, std::future::pending()).await;
                 return advanced;
             }
             drop(inner);
-            super::answer_held(weak, held).await;
+            super::answer_held(weak, held, std::future::pending()).await;
         }
     }
 

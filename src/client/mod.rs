@@ -1000,18 +1000,32 @@ pub(crate) struct ServerRequest {
 
 /// Answers the requests [`Inner::receive`] held, each once an answering place is free: the
 /// reader calling this reads nothing more from the server meanwhile. It holds no handle of
-/// the connection while it waits, so the connection still ends when its last handle goes.
-pub(crate) async fn answer_held(inner: &std::sync::Weak<Inner>, held: Vec<ServerRequest>) {
+/// the connection while it waits, and gives up (the requests unanswered) once the
+/// connection is over, its last handle gone, or `until` (the transport closing) comes: a
+/// reader held back by a server that reads nothing must still let the connection end.
+pub(crate) async fn answer_held(
+    inner: &std::sync::Weak<Inner>,
+    held: Vec<ServerRequest>,
+    until: impl std::future::Future<Output = ()>,
+) {
     if held.is_empty() {
         return;
     }
-    let Some(answering) = inner.upgrade().map(|inner| inner.answering.clone()) else {
+    let Some((answering, mut closed)) = inner
+        .upgrade()
+        .map(|inner| (inner.answering.clone(), inner.closed.subscribe()))
+    else {
         return;
     };
+    let mut until = std::pin::pin!(until);
     for request in held {
-        let Ok(place) = answering.clone().acquire_owned().await else {
-            return;
+        let place = tokio::select! {
+            place = answering.clone().acquire_owned() => place,
+            // Closed, or the sender dropped with the last handle.
+            _ = closed.wait_for(Option::is_some) => return,
+            () = &mut until => return,
         };
+        let Ok(place) = place else { return };
         let Some(inner) = inner.upgrade() else { return };
         inner.answer(request, place);
     }

@@ -236,7 +236,7 @@ async fn read(stdout: ChildStdout, weak: Weak<Inner>, max_line: usize) {
                 Ok(line) => {
                     let held = inner.receive(line);
                     drop(inner);
-                    super::answer_held(&weak, held).await;
+                    super::answer_held(&weak, held, std::future::pending()).await;
                 }
                 Err(_) => {
                     tracing::warn!(upstream = %inner.label(), "skipped a line that is not UTF-8");

@@ -287,7 +287,11 @@ async fn read_until_closed(
             Ok(Message::Text(text)) => {
                 let held = inner.receive(text.as_str());
                 drop(inner);
-                super::answer_held(weak, held).await;
+                let mut closing = connection.closing.subscribe();
+                let closing = async move {
+                    let _ = closing.wait_for(Option::is_some).await;
+                };
+                super::answer_held(weak, held, closing).await;
             }
             Ok(Message::Binary(_)) => {
                 tracing::warn!(upstream = %inner.label(), "skipped a binary WebSocket frame");

@@ -1719,6 +1719,78 @@ async fn the_websocket_client_fails_what_is_in_flight_when_the_server_goes() {
     assert_stopped(stopper).await;
 }
 
+/// A WebSocket server that floods the client with requests and reads nothing: the client's
+/// reader is held back (64 answers waiting to be written), and still, once the client is
+/// shut down and dropped, its socket closes. (The held-back reader watched neither the
+/// close nor the last handle going, and the writer waited for the reader: the socket stayed
+/// open for as long as the server kept it.)
+#[tokio::test]
+async fn the_websocket_client_held_back_by_a_flooding_server_still_closes() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bound");
+    let url = format!("ws://{}/", listener.local_addr().expect("address"));
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
+    let (dropped_tx, dropped_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.expect("accepted");
+        // The callback's type is tungstenite's, error response and all.
+        #[allow(clippy::result_large_err)]
+        let with_mcp = |_: &Request, mut response: Response| {
+            let mcp = "mcp".parse().expect("a header value");
+            response.headers_mut().insert("sec-websocket-protocol", mcp);
+            Ok(response)
+        };
+        let ws = tokio_tungstenite::accept_hdr_async(tcp, with_mcp)
+            .await
+            .expect("upgraded");
+        let (mut sink, mut stream) = ws.split();
+        let init = stream.next().await.expect("initialize").expect("a frame");
+        let init: Value = serde_json::from_str(init.to_text().expect("text")).expect("JSON");
+        let reply = json!({"jsonrpc": "2.0", "id": init["id"], "result": {
+            "protocolVersion": init["params"]["protocolVersion"], "capabilities": {},
+            "serverInfo": {"name": "flood", "version": "1"}}});
+        sink.send(Message::text(reply.to_string()))
+            .await
+            .expect("sent");
+        let _initialized = stream.next().await;
+        // Reads nothing more; pings until its own writes block for 2 s.
+        let mut sent = 0u64;
+        loop {
+            for _ in 0..1000 {
+                sent += 1;
+                let ping = format!(r#"{{"jsonrpc":"2.0","id":{sent},"method":"ping"}}"#);
+                sink.feed(Message::text(ping)).await.expect("fed");
+            }
+            match tokio::time::timeout(Duration::from_secs(2), sink.flush()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => panic!("the client went before it was held back: {error}"),
+                Err(_blocked) => break,
+            }
+        }
+        let _ = held_tx.send(());
+        let _ = dropped_rx.await;
+        // The client's socket closed: the blocked flush fails at once.
+        let flushed = tokio::time::timeout(Duration::from_secs(8), sink.flush()).await;
+        drop(stream);
+        flushed.is_ok()
+    });
+    let client = McpClient::websocket(&url, &[], ClientOptions::default())
+        .await
+        .expect("connected");
+    held_rx.await.expect("held back");
+    client.shutdown(Duration::from_millis(500)).await;
+    drop(client);
+    let _ = dropped_tx.send(());
+    assert!(
+        server.await.expect("the server task"),
+        "the client's socket was still open 8 s after its shutdown and drop"
+    );
+}
+
 #[tokio::test]
 async fn the_websocket_client_ends_the_connection_on_a_message_over_its_limit() {
     let server = start(settings());
