@@ -44,6 +44,8 @@ const MAX_BATCH_PATHS: usize = 10_000;
 /// How often the thread looks whether a served directory was replaced (see
 /// [`ServedDir::identity`]).
 const ROOT_CHECK: Duration = Duration::from_secs(1);
+/// The longest wait before a replaced directory that could not be watched is tried again.
+const MAX_WATCH_RETRY: Duration = Duration::from_secs(60);
 
 /// What the watcher callback hands the reconciling thread.
 enum Signal {
@@ -101,6 +103,7 @@ impl DirectoryWatch {
                 .into_iter()
                 .map(|root| ServedDir {
                     identity: identity(&root.dir),
+                    unwatched: None,
                     root,
                     files: BTreeMap::new(),
                 })
@@ -277,6 +280,9 @@ struct ServedDir {
     root: Arc<Root>,
     /// The directory watched (see [`identity`]).
     identity: Option<(u64, u64)>,
+    /// When a directory that replaced it could not be watched: when to try again, and the
+    /// wait before that try.
+    unwatched: Option<(Instant, Duration)>,
     files: BTreeMap<PathBuf, u64>,
 }
 
@@ -353,14 +359,25 @@ impl Served {
         let mut replaced = Vec::new();
         for (index, served) in self.roots.iter_mut().enumerate() {
             let now = identity(&served.root.dir);
-            if now == served.identity {
+            let retrying = served.unwatched.is_some();
+            if now == served.identity && !retrying {
                 continue;
             }
-            served.identity = now;
-            if now.is_none() {
-                // Gone: what it served goes with the next reconcile of it.
+            if retrying && now == served.identity {
+                // The same directory, which could not be watched: tried again, now and then.
+                match served.unwatched {
+                    Some((at, _)) if at > Instant::now() => continue,
+                    _ => {}
+                }
+            } else {
+                // Another directory (or none): what it holds is listed again, once.
+                served.identity = now;
+                served.unwatched = None;
                 replaced.push(index);
-                continue;
+                if now.is_none() {
+                    // Gone: what it served goes with the reconcile of it.
+                    continue;
+                }
             }
             let mut watcher = crate::lock(watcher);
             let Some(watcher) = watcher.as_mut() else {
@@ -369,15 +386,21 @@ impl Served {
             let _ = watcher.unwatch(&served.root.dir);
             match watcher.watch(&served.root.dir, RecursiveMode::Recursive) {
                 Ok(()) => {
+                    served.unwatched = None;
                     tracing::info!(dir = %served.root.configured.display(), "served directory replaced; watching the new one");
                 }
                 Err(error) => {
-                    tracing::warn!(dir = %served.root.configured.display(), %error, "served directory replaced, and the new one cannot be watched");
-                    // Tried again at the next look.
-                    served.identity = None;
+                    // Tried again later, each time twice as late (at most a minute): its
+                    // files are not listed again meanwhile, nor announced updated.
+                    let wait = served
+                        .unwatched
+                        .map_or(ROOT_CHECK, |(_, wait)| (wait * 2).min(MAX_WATCH_RETRY));
+                    served.unwatched = Some((Instant::now() + wait, wait));
+                    if !retrying {
+                        tracing::warn!(dir = %served.root.configured.display(), %error, "served directory replaced, and the new one cannot be watched; trying again");
+                    }
                 }
             }
-            replaced.push(index);
         }
         replaced
     }
