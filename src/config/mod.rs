@@ -1183,7 +1183,7 @@ pub enum ConfigError {
     /// with the line and column and the parser's message, never the line itself: it may
     /// hold a secret (a Redis URL's password, an upstream's `Authorization` header) that a
     /// misspelled key or a missing quote would print to the log.
-    #[error("invalid config file {path}: line {line}, column {column}: {}", source.message())]
+    #[error("invalid config file {path}: line {line}, column {column}: {}", without_strings(source.message()))]
     Parse {
         /// The file.
         path: PathBuf,
@@ -1197,6 +1197,38 @@ pub enum ConfigError {
     /// A value the server cannot run with; the message names the setting.
     #[error("invalid setting: {0}")]
     Invalid(String),
+}
+
+/// A parser's message without the strings it quotes (`invalid type: string "Bearer …",
+/// expected a map` says `invalid type: string, expected a map`): the value it refused may
+/// be a secret in the wrong place.
+fn without_strings(message: &str) -> String {
+    const QUOTED: &str = "string \"";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(QUOTED) {
+        out.push_str(&rest[..at + "string".len()]);
+        let mut chars = rest[at + QUOTED.len()..].char_indices();
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => {
+                    end = Some(i + 1);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        match end {
+            Some(end) => rest = &rest[at + QUOTED.len() + end..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 impl Settings {
@@ -1578,7 +1610,24 @@ pub fn parse_public_key(text: &str) -> Option<VerifyingKey> {
 
 #[cfg(test)]
 mod tests {
-    use super::RedisSettings;
+    use super::{without_strings, RedisSettings};
+
+    #[test]
+    fn a_parsers_message_loses_the_strings_it_quotes() {
+        assert_eq!(
+            without_strings(r#"invalid type: string "Bearer a\"b", expected a map"#),
+            "invalid type: string, expected a map"
+        );
+        assert_eq!(
+            without_strings(r#"invalid value: string "x", expected one of "a" or string "y""#),
+            r#"invalid value: string, expected one of "a" or string"#
+        );
+        assert_eq!(
+            without_strings("unknown field `uri`"),
+            "unknown field `uri`"
+        );
+        assert_eq!(without_strings(r#"string "unterminated"#), "string");
+    }
 
     fn seeds(url: &str) -> Result<Option<Vec<String>>, String> {
         RedisSettings {

@@ -355,6 +355,19 @@ fn a_refused_config_line_is_located_without_showing_the_secret_it_holds() {
             "line 2, column 7",
         ),
         (
+            "a-string-for-a-table",
+            format!(
+                "[[upstreams]]\nname = \"x\"\nurl = \"http://127.0.0.1:1/mcp\"\n\
+                 headers = \"Authorization: Bearer {secret}\"\n"
+            ),
+            "line 4, column 11: invalid type: string, expected a map",
+        ),
+        (
+            "a-string-for-a-section",
+            format!("redis = \"redis://:{secret}@127.0.0.1:6379\"\n"),
+            "line 1, column 9: invalid type: string, expected struct RedisSettings",
+        ),
+        (
             "wrong-type",
             format!(
                 "[[upstreams]]\nname = \"x\"\nurl = \"http://127.0.0.1:1/mcp\"\n\
