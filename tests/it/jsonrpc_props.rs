@@ -193,11 +193,15 @@ impl Envelope {
         let id = Self::value(&self.id);
         let readable = id.filter(|id| !matches!(id.as_bytes()[0], b'n' | b'{' | b't'));
         let echo = || Expected::Invalid(readable.map(str::to_owned));
-        if Self::value(&self.jsonrpc) != Some("\"2.0\"") {
-            return echo();
-        }
         let result = Self::value(&self.result).is_some();
         let error = Self::value(&self.error).is_some();
+        if Self::value(&self.jsonrpc) != Some("\"2.0\"") {
+            // A response by its shape answers no request, whatever else is wrong with it.
+            if Self::value(&self.method).is_none() && (result || error) {
+                return Expected::Dropped;
+            }
+            return echo();
+        }
         let Some(method) = Self::value(&self.method) else {
             return match (readable, result, error) {
                 (Some(id), true, false) | (Some(id), false, true) => {

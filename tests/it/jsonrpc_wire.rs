@@ -251,6 +251,7 @@ async fn responses_from_the_client_are_dropped_silently() {
     client
         .send_text(r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}"#)
         .await;
+    client.send_text(r#"{"id":2,"result":{}}"#).await;
     client.expect_nothing_pending().await;
 }
 

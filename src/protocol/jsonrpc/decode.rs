@@ -388,6 +388,12 @@ fn classify<'a, P>(msg: Envelope<'a, P>) -> Entry<'a, P> {
     let echo_id = id.clone().flatten();
 
     if msg.jsonrpc.and_then(json_str).as_deref() != Some("2.0") {
+        // A response by its shape is dropped whatever else is wrong with it (see below).
+        if msg.method.is_none() && (msg.result.is_some() || msg.error.is_some()) {
+            return Entry::Dropped {
+                error: Error::InvalidRequest("a malformed response answers no request"),
+            };
+        }
         return invalid(echo_id, "\"jsonrpc\" must be exactly \"2.0\"");
     }
     let Some(method) = msg.method else {
