@@ -348,10 +348,11 @@ async fn run(
 /// in Redis (see `bridge::beat`); or it is this node's, and no run here holds it (it ended,
 /// and Redis was not told). Not known (Redis away) counts as alive.
 async fn runner_died(cluster: &Cluster, runner: ClaimId) -> bool {
-    let node = crate::cluster::Cluster::number_of(runner);
-    if node == cluster.node_number() {
+    // This node's by its whole id (the 20-bit number two nodes may share).
+    if (runner >> 64) as u64 == cluster.store.node() {
         return !cluster.store.is_live_owner(runner);
     }
+    let node = crate::cluster::Cluster::number_of(runner);
     match cluster.store.redis() {
         Some(redis) => redis.is_alive(&cluster.metrics, node).await == Some(false),
         None => false,

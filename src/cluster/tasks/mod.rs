@@ -342,13 +342,23 @@ async fn write_back(cluster: &Cluster) {
             continue;
         };
         if !redis
-            .put_task(&cluster.metrics, &id, json, record.remaining())
+            .put_task(&cluster.metrics, &id, json.clone(), record.remaining())
             .await
         {
             let mut unsaved = crate::lock(&cluster.tasks.unsaved);
             unsaved.insert(id);
             unsaved.extend(ids);
             return;
+        }
+        // A newer record saved meanwhile may have landed before this older one: written
+        // again at the next round.
+        let newer = cluster
+            .tasks
+            .records
+            .get(&id)
+            .is_some_and(|r| serde_json::to_string(r.value()).is_ok_and(|now| now != json));
+        if newer {
+            crate::lock(&cluster.tasks.unsaved).insert(id);
         }
     }
 }
