@@ -549,7 +549,12 @@ async fn a_retry_on_the_node_running_its_call_joins_it_after_redis_restarted_emp
     client
         .send_json(keyed_call(json!(1), "held", "k-restart"))
         .await;
-    wait_metric(&node.server, "mcp_pool_running", 1).await;
+    // Running, its claim in Redis (the worker runs before the claim lands).
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while node.runs.load(Ordering::SeqCst) == 0 || redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     redis.kill();
     redis.restart();
     // Retried as a client is told to (-32008 while the node skips Redis) until the retry is
