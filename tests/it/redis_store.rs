@@ -229,15 +229,7 @@ async fn registry_changes_and_resource_updates_reach_the_other_node() {
     )
     .await;
 
-    #[derive(serde::Deserialize, schemars::JsonSchema)]
-    struct Args {}
-    async fn added(_: Args, _: RequestContext) -> Result<String, ToolError> {
-        Ok("added".into())
-    }
-    a.server
-        .registry()
-        .add_tool(Tool::new("added", "Added on node a", added))
-        .expect("added");
+    add_a_tool(&a.server);
     let heard = on_b.recv().await;
     assert_eq!(
         heard["method"], "notifications/tools/list_changed",
@@ -379,6 +371,32 @@ async fn result_kept_through_an_outage(key: &str, retry_on_a: bool) {
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
 }
 
+/// Adds the tool `added` to `server`'s registry (a change for the bus to carry).
+fn add_a_tool(server: &RunningServer) {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Args {}
+    async fn added(_: Args, _: RequestContext) -> Result<String, ToolError> {
+        Ok("added".into())
+    }
+    server
+        .registry()
+        .add_tool(Tool::new("added", "Added on node a", added))
+        .expect("added");
+}
+
+/// Waits until a Redis operation of `server` failed (it then skips Redis for
+/// `retry_after_ms`).
+async fn until_failed(server: &RunningServer) {
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while metric(server, "mcp_redis_errors_total").await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Redis operation failed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until Redis holds a de-duplication entry; fails with `why` after READ_TIMEOUT.
 async fn until_stored(redis: &RedisServer, why: &str) {
     let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
@@ -502,20 +520,10 @@ async fn a_keyed_call_ended_while_redis_is_skipped_frees_its_key_once_redis_answ
     client
         .send_json(keyed_call(json!(1), "held", "k-paused"))
         .await;
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    while redis.keys("mcp-ws:idem:*").is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "never claimed");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_stored(&redis, "never claimed").await;
     // A stall fails an operation (the heartbeat's, within a second): the node skips Redis.
     redis.pause();
-    while metric(&node.server, "mcp_redis_errors_total").await == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no Redis operation failed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_failed(&node.server).await;
     client
         .send_json(
             json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -608,25 +616,10 @@ async fn a_change_made_while_its_node_skips_redis_reaches_the_other_node_after()
     bridged(&[&a, &b]).await;
     let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
     redis.pause();
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    while metric(&a.server, "mcp_redis_errors_total").await == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no Redis operation failed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_failed(&a.server).await;
     redis.resume();
     // At once, before node A's next beat (at most a second away) ends its pause.
-    #[derive(serde::Deserialize, schemars::JsonSchema)]
-    struct Args {}
-    async fn added(_: Args, _: RequestContext) -> Result<String, ToolError> {
-        Ok("added".into())
-    }
-    a.server
-        .registry()
-        .add_tool(Tool::new("added", "Added on node a", added))
-        .expect("added");
+    add_a_tool(&a.server);
     let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
     while metric(&a.server, "mcp_bus_bridge_dropped_total").await == 0 {
         assert!(

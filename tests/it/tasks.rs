@@ -576,14 +576,36 @@ async fn wait_bridged(addr: SocketAddr) {
     }
 }
 
+/// Nodes A and B on `redis`, each bridged; dropped, both are killed.
+struct TaskNodes {
+    node_a: ServerProcess,
+    a: SocketAddr,
+    _node_b: ServerProcess,
+    b: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+async fn task_nodes(redis: &RedisServer) -> TaskNodes {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (node_a, a) = start_node(dir.path(), "node-a", redis);
+    let (node_b, b) = start_node(dir.path(), "node-b", redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    TaskNodes {
+        node_a,
+        a,
+        _node_b: node_b,
+        b,
+        _dir: dir,
+    }
+}
+
 #[tokio::test]
 async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
     let redis = RedisServer::start();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (mut node_a, a) = start_node(dir.path(), "node-a", &redis);
-    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
-    wait_bridged(a).await;
-    wait_bridged(b).await;
+    // Bound whole: fields left out of a pattern would be dropped (B killed) at once.
+    let mut nodes = task_nodes(&redis).await;
+    let (a, b) = (nodes.a, nodes.b);
 
     // Created on A, parked on a question; polled and answered through B.
     let (_, created) = http_request(
@@ -645,11 +667,11 @@ async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
     )
     .await;
     let id = task_id(&created);
-    node_a.terminate();
+    nodes.node_a.terminate();
     let failed = http_poll(b, &id, "failed").await;
     assert_eq!(failed["error"]["code"], -32004, "{failed}");
     assert!(failed.get("result").is_none());
-    let (status, _) = tokio::task::spawn_blocking(move || node_a.wait_exit())
+    let (status, _) = tokio::task::spawn_blocking(move || nodes.node_a.wait_exit())
         .await
         .expect("joined");
     assert!(status.success(), "node A exits cleanly on TERM");
@@ -661,11 +683,8 @@ async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
 #[tokio::test]
 async fn a_task_asked_for_while_redis_cannot_be_is_busy_not_unknown() {
     let redis = RedisServer::start();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (_node_a, a) = start_node(dir.path(), "node-a", &redis);
-    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
-    wait_bridged(a).await;
-    wait_bridged(b).await;
+    let nodes = task_nodes(&redis).await;
+    let (a, b) = (nodes.a, nodes.b);
     let (_, created) = http_request(
         a,
         "tools/call",
@@ -703,11 +722,8 @@ async fn a_task_asked_for_while_redis_cannot_be_is_busy_not_unknown() {
 #[tokio::test]
 async fn a_task_finished_while_redis_is_away_is_seen_finished_elsewhere_once_it_is_back() {
     let mut redis = RedisServer::start();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (_node_a, a) = start_node(dir.path(), "node-a", &redis);
-    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
-    wait_bridged(a).await;
-    wait_bridged(b).await;
+    let nodes = task_nodes(&redis).await;
+    let (a, b) = (nodes.a, nodes.b);
     let (_, created) = http_request(
         a,
         "tools/call",
