@@ -334,7 +334,12 @@ impl<R: tokio::io::AsyncRead + Unpin> Lines<R> {
 }
 
 async fn wait(mut child: Child, inner: Weak<Inner>, process: Arc<ProcessInner>, label: Arc<str>) {
+    let mut watching = Watching {
+        process: process.clone(),
+        done: false,
+    };
     let status = child.wait().await;
+    watching.done = true;
     process.exited.send_replace(true);
     let how = match status {
         Ok(status) => format!("the process exited ({status})"),
@@ -343,6 +348,24 @@ async fn wait(mut child: Child, inner: Weak<Inner>, process: Arc<ProcessInner>, 
     tracing::info!(upstream = %label, pid = process.pid, %how, "upstream process ended");
     if let Some(inner) = inner.upgrade() {
         inner.close(&how);
+    }
+}
+
+/// The watch over a child's exit. Dropped before the child exited (the runtime it ran on
+/// stopped: a worker thread at shutdown), nothing would see the exit, and a `terminate`
+/// would wait out its whole grace for it: the child's group is killed at once instead (its
+/// pipes went with that runtime already), and it counts as exited.
+struct Watching {
+    process: Arc<ProcessInner>,
+    done: bool,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        if !self.done && !*self.process.exited.borrow() {
+            signal_group(self.process.pid, Signal::Kill);
+            self.process.exited.send_replace(true);
+        }
     }
 }
 

@@ -289,15 +289,16 @@ impl Upstream {
             }
         };
         // Where the child's pipes are driven (and what the kernel's parent-death signal is
-        // tied to: a thread that lives as long as the server). A session's own child lives
-        // on the worker thread that serves the session: its calls then cross no thread
-        // (two fewer wake-ups per call), and it ends with the session. A shared child, and
-        // an identity's (2026-07-28), which outlives the connection that started it, live
-        // on the gateway's thread, which every worker reaches alike and which stops last:
-        // on a worker's, its pipes went with the worker at shutdown, and the gateway waited
-        // out the whole grace for an exit nothing was left to see.
-        let runtime = match (session.map(viewer_of), settings.mode) {
-            (Some(Viewer::Session(_)), UpstreamMode::PerSession) => {
+        // tied to: a thread that lives as long as the server). A session's own child (and a
+        // 2026-07-28 identity's) lives on the worker thread that serves the session: its
+        // calls then cross no thread (two fewer wake-ups per call), and what it asks and
+        // what cancels it leave in the order they were made. (An identity's child on the
+        // gateway's thread had a round's cancel race its ask's answer; the Python SDK's
+        // server then ended its session in 4 of 20 runs under load.) A child whose worker
+        // stops at shutdown is killed as its watcher goes (`client::stdio`). A shared child
+        // lives on the gateway's thread, which every worker reaches alike.
+        let runtime = match (session, settings.mode) {
+            (Some(_), UpstreamMode::PerSession) => {
                 Handle::try_current().unwrap_or_else(|_| self.env.runtime.clone())
             }
             _ => self.env.runtime.clone(),

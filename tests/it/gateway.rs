@@ -1977,9 +1977,10 @@ async fn an_rmcp_server_over_http_is_an_upstream() {
 }
 
 /// Also: the server stops without waiting out its shutdown grace for that child. (The child
-/// ran on the worker thread of the connection that started it; its pipes went with that
-/// thread at shutdown, and the gateway waited the whole grace, 10 s by default, for an
-/// exit nothing was left to see, then killed it.)
+/// runs on the worker thread of the connection that started it; its pipes and the watch
+/// over its exit went with that thread at shutdown, and the gateway waited the whole grace,
+/// 10 s by default, for an exit nothing was left to see, then killed it. Now the watch,
+/// dropped, kills it.)
 #[tokio::test]
 async fn an_identitys_child_is_not_reaped_while_a_call_runs_on_it() {
     let mut py = py_upstream(UpstreamMode::PerSession);
