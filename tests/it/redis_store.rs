@@ -651,9 +651,10 @@ async fn a_change_made_while_its_node_skips_redis_reaches_the_other_node_after()
 }
 
 /// The bus subscription's connection is asked a PING every 5 s (a connection dropped without
-/// a word would look subscribed and hear nothing): the PING costs the subscription nothing,
-/// and changes still cross after it. (A silent drop itself is not made here: that needs a
-/// firewall between the node and Redis, not loopback.)
+/// a word would look subscribed and hear nothing): Redis saw the PING on the subscribed
+/// connections, it cost the subscription nothing, and changes still cross after it. (A
+/// silent drop itself is not made here: that needs a firewall between the node and Redis,
+/// not loopback.)
 #[tokio::test]
 async fn the_bus_subscription_answers_its_pings_and_stays_subscribed() {
     let redis = RedisServer::start();
@@ -666,6 +667,18 @@ async fn the_bus_subscription_answers_its_pings_and_stays_subscribed() {
         assert_eq!(metric(&node.server, "mcp_redis_errors_total").await, 0);
         assert_eq!(metric(&node.server, "mcp_bus_bridge_subscribed").await, 1);
     }
+    // Each subscribed connection's last command, as Redis saw it, was the PING.
+    let mut connection = redis.connection().expect("redis answers");
+    let clients: String = ::redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut connection)
+        .expect("CLIENT LIST");
+    let subscribed: Vec<&str> = clients.lines().filter(|l| l.contains(" sub=1 ")).collect();
+    assert_eq!(subscribed.len(), 2, "{clients}");
+    assert!(
+        subscribed.iter().all(|l| l.contains(" cmd=ping ")),
+        "{clients}"
+    );
     assert!(a.server.registry().remove_tool("echo"));
     let heard = on_b.recv().await;
     assert_eq!(
