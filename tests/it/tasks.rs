@@ -600,6 +600,20 @@ async fn task_nodes(redis: &RedisServer) -> TaskNodes {
     }
 }
 
+/// A `confirm_delete` task created on `a`, polled through `b` until it is parked on its
+/// question; its id and what `b` shows of it.
+async fn parked_task(a: SocketAddr, b: SocketAddr, filename: &str) -> (String, Value) {
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": filename}}),
+    )
+    .await;
+    let id = task_id(&created);
+    let parked = http_poll(b, &id, "input_required").await;
+    (id, parked)
+}
+
 #[tokio::test]
 async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
     let redis = RedisServer::start();
@@ -608,14 +622,7 @@ async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
     let (a, b) = (nodes.a, nodes.b);
 
     // Created on A, parked on a question; polled and answered through B.
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "confirm_delete", "arguments": {"filename": "notes.txt"}}),
-    )
-    .await;
-    let id = task_id(&created);
-    let parked = http_poll(b, &id, "input_required").await;
+    let (id, parked) = parked_task(a, b, "notes.txt").await;
     assert!(parked["inputRequests"].get("confirm").is_some(), "{parked}");
     // B's listen stream follows it.
     let mut listener = Client::connect_url(&format!("ws://{b}/mcp")).await;
@@ -724,14 +731,7 @@ async fn a_task_finished_while_redis_is_away_is_seen_finished_elsewhere_once_it_
     let mut redis = RedisServer::start();
     let nodes = task_nodes(&redis).await;
     let (a, b) = (nodes.a, nodes.b);
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "confirm_delete", "arguments": {"filename": "away.txt"}}),
-    )
-    .await;
-    let id = task_id(&created);
-    http_poll(b, &id, "input_required").await;
+    let (id, _) = parked_task(a, b, "away.txt").await;
 
     redis.kill();
     let (_, ack) = http_request(

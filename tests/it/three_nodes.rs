@@ -596,9 +596,7 @@ async fn a_request_on_a_node_that_died_is_answered_where_its_stream_resumes() {
 async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
     use serde_json::json;
     let mut nodes = TwoNodes::start("");
-    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
-    start_sleep(&mut client, 9, 60_000).await;
-    record_listing(&nodes.redis, &resume_id, &[9]).await;
+    let (_client, resume_id) = session_running(nodes.a_addr, &nodes.redis, 9, 60_000).await;
     nodes.a.kill();
 
     let mut resumed = resume_websocket(nodes.b_addr, &resume_id).await;
@@ -618,9 +616,7 @@ async fn a_websocket_session_resumes_on_another_node_after_its_node_died() {
 #[tokio::test]
 async fn a_websocket_session_resumed_elsewhere_while_its_node_lives_is_handed_over() {
     let nodes = TwoNodes::start("");
-    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
-    start_sleep(&mut client, 9, 1500).await;
-    record_listing(&nodes.redis, &resume_id, &[9]).await;
+    let (client, resume_id) = session_running(nodes.a_addr, &nodes.redis, 9, 1500).await;
     // The socket drops (no close): node A keeps the session for a reconnect.
     drop(client);
     let mut on_b = resume_websocket(nodes.b_addr, &resume_id).await;
@@ -649,9 +645,7 @@ async fn a_websocket_session_resumed_elsewhere_while_its_node_lives_is_handed_ov
 #[tokio::test]
 async fn a_websocket_session_resumed_elsewhere_from_a_socket_still_attached_is_handed_over() {
     let nodes = TwoNodes::start("");
-    let (mut old, resume_id) = resumable_session(nodes.a_addr).await;
-    start_sleep(&mut old, 9, 60_000).await;
-    record_listing(&nodes.redis, &resume_id, &[9]).await;
+    let (mut old, resume_id) = session_running(nodes.a_addr, &nodes.redis, 9, 60_000).await;
     // `old` stays open and attached: node A sees a live socket.
     let mut resumed = try_resume(nodes.b_addr, &resume_id, None)
         .await
@@ -944,9 +938,7 @@ async fn a_websocket_session_survives_a_second_node_death() {
     let mut b = start_node(dir.path(), "node-b", &redis);
     let c = start_node(dir.path(), "node-c", &redis);
     let (a_addr, b_addr, c_addr) = (a.wait_listening(), b.wait_listening(), c.wait_listening());
-    let (mut client, resume_id) = resumable_session(a_addr).await;
-    start_sleep(&mut client, 9, 60_000).await;
-    record_listing(&redis, &resume_id, &[9]).await;
+    let (_client, resume_id) = session_running(a_addr, &redis, 9, 60_000).await;
     a.kill();
 
     let mut on_b = resume_websocket(b_addr, &resume_id).await;
@@ -973,9 +965,7 @@ async fn two_resumes_at_once_on_two_other_nodes_take_the_session_up_once() {
     let b = start_node(dir.path(), "node-b", &redis);
     let c = start_node(dir.path(), "node-c", &redis);
     let (a_addr, b_addr, c_addr) = (a.wait_listening(), b.wait_listening(), c.wait_listening());
-    let (mut client, resume_id) = resumable_session(a_addr).await;
-    start_sleep(&mut client, 9, 60_000).await;
-    record_listing(&redis, &resume_id, &[9]).await;
+    let (_client, resume_id) = session_running(a_addr, &redis, 9, 60_000).await;
     a.kill();
     // Node A's heartbeat ends (within 3 s): from then on, both resumes find it dead.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -1027,6 +1017,20 @@ async fn a_parked_websocket_sessions_kept_answers_are_not_lost_with_its_node() {
 /// id.
 async fn resumable_session(addr: SocketAddr) -> (crate::support::Client, String) {
     crate::support::Client::resumable_at(&format!("ws://{addr}/mcp")).await
+}
+
+/// A WebSocket connection to `addr` with a new session running `sleep` for `ms` under the
+/// id `id`, once the session's record in `redis` lists it; the session's resume id.
+async fn session_running(
+    addr: SocketAddr,
+    redis: &RedisServer,
+    id: i64,
+    ms: u64,
+) -> (crate::support::Client, String) {
+    let (mut client, resume_id) = resumable_session(addr).await;
+    start_sleep(&mut client, id, ms).await;
+    record_listing(redis, &resume_id, &[id]).await;
+    (client, resume_id)
 }
 
 /// Sends `tools/call` `sleep` for `ms` with the id `id`, without waiting for its answer.
