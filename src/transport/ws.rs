@@ -34,8 +34,8 @@
 use super::awaited::Awaited;
 use super::frames::{Inbound, Reader, Refused};
 use super::hosted::{
-    find_or_take_up, AttachSocket, Deliver, Detach, DetachSocket, Ending, HandOver, HostedSession,
-    Relayed, SocketHandle, DRAINED_QUIET, RECONNECTED_ELSEWHERE,
+    AttachSocket, Deliver, Detach, DetachSocket, Ending, HandOver, HostedSession, Relayed,
+    SocketHandle, DRAINED_QUIET, RECONNECTED_ELSEWHERE,
 };
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
@@ -739,7 +739,8 @@ fn resumed_session_id(req: &HttpRequest) -> Option<String> {
 /// # Errors
 /// [`Refusal::SessionNotFound`] when there is no such session of the client's;
 /// [`Refusal::SessionStoreUnavailable`] when Redis cannot be asked;
-/// [`Refusal::SessionHeldElsewhere`] when another node holds it, or claimed it first.
+/// [`Refusal::SessionHeldElsewhere`] when another node holds it, or claimed it first;
+/// as [`Shared::open_session`] when this node cannot host another session.
 async fn take_up(
     shared: &Arc<Shared>,
     hosted: &Arc<HostedSessions>,
@@ -747,6 +748,11 @@ async fn take_up(
     admission: &Admission,
 ) -> Result<Addr<HostedSession>, Refusal> {
     let (record, read) = released_record(shared, id, admission).await?;
+    // The copy's slot before the claim: a node that cannot host the session (at its cap,
+    // or shutting down) refuses without claiming it, so that the claim is never left
+    // standing when its give-back fails (other nodes would refuse the session until the
+    // record's time to live ended).
+    let slot = shared.open_session(admission)?;
     let Some(claimed) = claim_record(shared, id, &record, &read).await? else {
         // Claimed first by another upgrade: on this node (a client that retried its upgrade)
         // its copy is here to resume; on another, 503, and a retry asks that node for it.
@@ -756,19 +762,22 @@ async fn take_up(
     };
     // Another upgrade of the same session on this node may have made its copy meanwhile:
     // one copy, whose in-flight requests are answered once.
-    let taken = find_or_take_up(hosted, shared, id, admission, |slot, id| {
-        HostedSession::take_up_socket(
-            shared.clone(),
-            hosted.clone(),
-            slot,
-            id.clone(),
-            admission.clone(),
-            &record,
-        )
-    });
+    let owner = Owner::of(&admission.identity);
+    let taken = hosted
+        .find_or_make(SessionId::from_client(id), &owner, |id| {
+            HostedSession::take_up_socket(
+                shared.clone(),
+                hosted.clone(),
+                slot,
+                id.clone(),
+                admission.clone(),
+                &record,
+            )
+        })
+        .ok_or(Refusal::SessionNotFound);
     if taken.is_err() {
-        // No copy was made here: the record is given back as it was, or no node would take
-        // the session up while this one lives.
+        // No copy was made here (its record cannot be restored): the record is given back
+        // as it was, or no node would take the session up while this one lives.
         if let Some(redis) = shared.cluster.store.redis() {
             redis
                 .swap_session(&shared.metrics, id, &claimed, &read)

@@ -45,11 +45,23 @@ fn start_node(dir: &Path, name: &str, redis: &RedisServer) -> ServerProcess {
 
 /// A node whose config file adds `extra` (TOML sections) to the shared ones.
 fn start_node_with(dir: &Path, name: &str, redis_url: &str, extra: &str) -> ServerProcess {
+    start_node_configured(dir, name, redis_url, "", extra)
+}
+
+/// A node whose config file adds `server` (keys) to its `[server]` section and `extra`
+/// (TOML sections) to the shared ones.
+fn start_node_configured(
+    dir: &Path,
+    name: &str,
+    redis_url: &str,
+    server: &str,
+    extra: &str,
+) -> ServerProcess {
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(
         &config,
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\ntrusted_proxies = [\"127.0.0.1\"]\n\n\
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\ntrusted_proxies = [\"127.0.0.1\"]\n{server}\n\n\
              [redis]\nurl = \"{}\"\n\n{extra}",
             redis_url,
         ),
@@ -1142,4 +1154,89 @@ async fn a_websocket_session_goes_on_elsewhere_after_its_node_shuts_down() {
     assert_eq!(lost_on_resume(&mut resumed).await, [] as [i64; 0]);
     let echo = resumed.call_tool("echo", json!({"text": "on b"})).await;
     assert_eq!(crate::support::tool_text(&echo), "on b");
+}
+
+/// A node that cannot host another session (at `server.max_sessions`) refuses the resume of
+/// a session a dead node left without claiming its record: a claim it then failed to give
+/// back (Redis lost for a moment) would have every other node refuse the session until the
+/// record's time to live ended. Once a session there ends, the resume goes through.
+#[tokio::test]
+async fn a_node_at_its_session_cap_refuses_a_resume_without_claiming_its_record() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut first = start_node(dir.path(), "node-a", &redis);
+    let full = start_node_configured(dir.path(), "node-b", &redis.url(), "max_sessions = 1", "");
+    let (first_addr, full_addr) = (first.wait_listening(), full.wait_listening());
+    let (_client, resume_id) = session_running(first_addr, &redis, 9, 60_000).await;
+    let (holder, _) = resumable_session(full_addr).await;
+    first.kill();
+
+    let writes = RedisMonitor::start(&redis);
+    // 503 while the dead node still counts as alive, then for the cap.
+    let rejected = "mcp_rejected_total{reason=\"session_cap\"}";
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while metric(full_addr, rejected) == 0 {
+        assert!(Instant::now() < deadline, "never refused for the cap");
+        match try_resume(full_addr, &resume_id, None).await {
+            Err(503) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(status) => panic!("refused with {status}"),
+            Ok(_) => panic!("resumed beyond max_sessions"),
+        }
+    }
+    let written: Vec<String> = writes
+        .stop()
+        .into_iter()
+        .filter(|line| {
+            line.contains(&resume_id)
+                && ["\"EVALSHA\"", "\"EVAL\"", "\"SET\"", "\"DEL\""]
+                    .iter()
+                    .any(|command| line.contains(command))
+        })
+        .collect();
+    assert!(written.is_empty(), "the record was written: {written:?}");
+
+    holder.hang_up().await;
+    let mut resumed = resume_websocket(full_addr, &resume_id).await;
+    assert_eq!(lost_on_resume(&mut resumed).await, [9]);
+}
+
+/// Redis's `MONITOR` on a connection of its own: every command the server runs, until
+/// [`stop`](Self::stop)ped.
+struct RedisMonitor {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl RedisMonitor {
+    fn start(redis: &RedisServer) -> Self {
+        use std::sync::atomic::Ordering;
+        let mut connection = redis.connection().expect("redis answers");
+        let _: () = redis::cmd("MONITOR")
+            .query(&mut connection)
+            .expect("MONITOR");
+        connection
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("read timeout");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            while !stopped.load(Ordering::Relaxed) {
+                match connection.recv_response() {
+                    Ok(redis::Value::SimpleString(line)) => lines.push(line),
+                    Ok(other) => panic!("MONITOR sent {other:?}"),
+                    Err(error) if error.is_timeout() => {}
+                    Err(error) => panic!("MONITOR failed: {error}"),
+                }
+            }
+            lines
+        });
+        Self { stop, thread }
+    }
+
+    /// The commands seen since the start.
+    fn stop(self) -> Vec<String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("the monitor's thread")
+    }
 }
