@@ -1016,7 +1016,11 @@ impl Handler<DetachSocket> for HostedSession {
         }
         out.socket = None;
         match detach.ending {
-            Ending::Resumable => self.wait_for_socket(ctx),
+            Ending::Resumable => {
+                // As at the first socket's park (`ws`): that revision has no resumption.
+                self.core.end_stateless_requests(&mut self.out);
+                self.wait_for_socket(ctx);
+            }
             Ending::Here => self.end(ctx, "ended with its socket"),
             Ending::ByClient => {
                 if let Some(record) = self.socket_record.take() {

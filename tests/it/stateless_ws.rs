@@ -1119,16 +1119,7 @@ async fn a_kept_session_resumes_without_the_2026_requests_of_its_dropped_connect
         .add_tool(plain_tool("while_away"))
         .expect("adds");
 
-    let mut request = server.url().into_client_request().expect("a request");
-    request.headers_mut().insert(
-        "Mcp-Session-Id",
-        session_id.parse().expect("a header value"),
-    );
-    let (ws, _) = tokio_tungstenite::connect_async(request)
-        .await
-        .expect("the session resumes");
-    let mut resumed = Client::from_ws(ws);
-    wait_metric(&server, "mcp_parked_sessions", 0).await;
+    let mut resumed = resume(&server, &session_id).await;
     // Enough for both holds: only the session's is still there to take one.
     fixtures.gate.add_permits(2);
     let response = resumed.recv_response(&json!("session")).await;
@@ -1142,6 +1133,81 @@ async fn a_kept_session_resumes_without_the_2026_requests_of_its_dropped_connect
         resumed.drain_until_barrier().await,
         [json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {}})]
     );
+}
+
+/// A resumed connection that drops in turn leaves its 2026-07-28 requests and listens
+/// behind as the first connection did: the session kept for the next reconnect, its
+/// session-era state with it, and nothing of that revision.
+#[tokio::test]
+async fn a_resumed_session_drops_again_without_the_2026_requests_of_its_second_connection() {
+    let (server, _fixtures) = start_stateless(stateless_settings());
+    let mut client = Client::connect(&server).await;
+    let response = client
+        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+        .await;
+    let session_id = assert_session_result(&response, &json!(0))["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .expect("the session's id, for a reconnect")
+        .to_owned();
+    client
+        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+
+    let mut resumed = resume(&server, &session_id).await;
+    open_listen(
+        &mut resumed,
+        &json!("listen"),
+        json!({"toolsListChanged": true}),
+    )
+    .await;
+    let hold = json!({"name": "step_then_hold", "arguments": {}});
+    let params = add_meta(stateless(hold), "progressToken", json!("m"));
+    resumed
+        .send_json(request(json!("stateless"), "tools/call", params))
+        .await;
+    let progress = resumed.recv().await;
+    assert_eq!(progress["params"]["progressToken"], "m", "{progress}");
+    assert_eq!(metric(&server, "mcp_workers").await, 1);
+
+    drop(resumed);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    wait_metric(&server, "mcp_workers", 0).await;
+    assert_eq!(metric(&server, "mcp_cancelled_total").await, 1);
+    server
+        .registry()
+        .add_tool(plain_tool("while_away"))
+        .expect("adds");
+
+    let mut again = resume(&server, &session_id).await;
+    // The session's own notification, not the listen's.
+    assert_eq!(
+        again.drain_until_barrier().await,
+        [json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {}})]
+    );
+    // The listen's id is free again: the listen ended with its connection.
+    open_listen(
+        &mut again,
+        &json!("listen"),
+        json!({"toolsListChanged": true}),
+    )
+    .await;
+}
+
+/// A WebSocket connection resuming the session `session_id`, once its session is no longer
+/// parked.
+async fn resume(server: &mcp_ws::RunningServer, session_id: &str) -> Client {
+    let mut request = server.url().into_client_request().expect("a request");
+    request.headers_mut().insert(
+        "Mcp-Session-Id",
+        session_id.parse().expect("a header value"),
+    );
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("the session resumes");
+    wait_metric(server, "mcp_parked_sessions", 0).await;
+    Client::from_ws(ws)
 }
 
 #[tokio::test]
