@@ -503,7 +503,10 @@ impl UriTemplate {
     }
 
     /// The variables of `uri` if it matches: each variable takes a non-empty run of
-    /// characters up to the next literal, without `/`, and is percent-decoded.
+    /// characters up to the next literal, without `/`, and is percent-decoded. A value is
+    /// one path segment once decoded too: one that decodes to a `/`, a `\`, a control
+    /// character, `.` or `..` does not match, so that a reader building a path from it
+    /// (`/var/logs/{date}.txt`) cannot be led out of its directory (`..%2F..%2Fetc%2Fpasswd`).
     pub(crate) fn matches(&self, uri: &str) -> Option<TemplateVariables> {
         let mut variables = TemplateVariables::new();
         let mut rest = uri;
@@ -520,7 +523,8 @@ impl UriTemplate {
                     if raw.is_empty() || raw.contains('/') {
                         return None;
                     }
-                    variables.insert(name.clone(), percent_decode(raw)?);
+                    let value = percent_decode(raw).filter(|value| is_one_segment(value))?;
+                    variables.insert(name.clone(), value);
                     rest = &rest[end..];
                 }
             }
@@ -537,6 +541,18 @@ impl UriTemplate {
     }
 }
 
+/// Whether a decoded variable is a path segment no reader can take for more: see
+/// [`UriTemplate::matches`].
+fn is_one_segment(value: &str) -> bool {
+    value != "."
+        && value != ".."
+        && !value
+            .chars()
+            .any(|c| c == '/' || c == '\\' || c.is_control())
+}
+
+/// `text` with each `%XX` (two hex digits) decoded; `None` if it is not UTF-8 then, or a
+/// `%` is not followed by two hex digits.
 fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -544,6 +560,10 @@ fn percent_decode(text: &str) -> Option<String> {
     while i < bytes.len() {
         if bytes[i] == b'%' {
             let hex = text.get(i + 1..i + 3)?;
+            // `from_str_radix` alone would take a sign (`%+F`).
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
             out.push(u8::from_str_radix(hex, 16).ok()?);
             i += 3;
         } else {
@@ -639,6 +659,23 @@ mod tests {
             "a b"
         );
         assert!(t.matches("test://template//data").is_none());
+        for outside in [
+            "..",
+            ".",
+            "..%2F..%2Fetc",
+            "a%5Cb",
+            "a%00",
+            "%2e%2E",
+            "%+F",
+            "%F",
+        ] {
+            let uri = format!("test://template/{outside}/data");
+            assert!(t.matches(&uri).is_none(), "{uri}");
+        }
+        assert_eq!(
+            t.matches("test://template/..a/data").expect("matches")["id"],
+            "..a"
+        );
         assert!(t.matches("test://template/4/2/data").is_none());
         assert!(t.matches("test://template/42/datax").is_none());
         let two = UriTemplate::parse("db://{table}/{row}").expect("valid");

@@ -2,7 +2,8 @@
 //! WebSocket.
 //!
 //! Rules checked: `resources/templates/list` lists each template; a read reaches a template
-//! by expanding it (each variable one non-empty path segment, percent-decoded), a fixed
+//! by expanding it (each variable one non-empty path segment, percent-decoded, and one
+//! segment once decoded: no `/`, `\`, control character, `.` or `..`), a fixed
 //! resource winning over a template that also matches; an unknown URI (or one that only
 //! nearly matches) is -32002 naming it; `resources/subscribe` + `Registry::resource_updated`
 //! sends `notifications/resources/updated` to the subscribed sessions only, once per update,
@@ -180,9 +181,9 @@ async fn a_read_expands_the_template_and_percent_decodes_its_variables() {
     assert_eq!(response["result"]["contents"][0]["mimeType"], "text/plain");
 
     let response = client
-        .read_resource("test://items/a%20b%2Fc%C3%A9/data")
+        .read_resource("test://items/a%20b%3Fc%C3%A9/data")
         .await;
-    assert_eq!(read_text(&response), "id=a b/cé");
+    assert_eq!(read_text(&response), "id=a b?cé");
 
     let response = client.read_resource("test://pairs/left-right").await;
     assert_eq!(read_text(&response), "left=left,right=right");
@@ -203,6 +204,12 @@ async fn an_unknown_uri_is_resource_not_found() {
         "test://items/42/datum", // the trailing literal differs
         "test://items/%zz/data", // not percent-encoding
         "test://items/%FF/data", // decodes to no UTF-8
+        // Decodes to more than one path segment: a reader building a path from it would
+        // leave its directory.
+        "test://items/..%2F..%2Fetc%2Fpasswd/data",
+        "test://items/%2E%2E/data",
+        "test://items/..%5Csecret/data",
+        "test://items/a%00b/data",
     ] {
         let id = client.fresh_id();
         let response = client
