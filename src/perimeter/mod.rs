@@ -268,6 +268,12 @@ pub enum Refusal {
     /// it is resumed there (or here, once that node is gone), never in two places.
     #[error("Service unavailable: the session is held by another node, retry (there, or here once that node is gone)")]
     SessionHeldElsewhere,
+    /// A WebSocket session whose socket on this node did not let go of it within a second
+    /// (its client stopped reading, so the socket, its writes blocked, no longer runs).
+    #[error(
+        "Service unavailable: the session's other connection does not let go of it, retry later"
+    )]
+    SessionHeldByStalledSocket,
     /// `MCP-Protocol-Version` names a version this server does not speak.
     #[error("Bad Request: unsupported MCP-Protocol-Version {0:?}")]
     UnsupportedProtocolVersion(String),
@@ -339,6 +345,7 @@ impl Refusal {
             | Self::SessionRequired
             | Self::SessionNotFound
             | Self::SessionHeldElsewhere
+            | Self::SessionHeldByStalledSocket
             | Self::ResumeGone
             | Self::BadAwaitingIds
             | Self::MethodNotAllowed => None,
@@ -367,6 +374,7 @@ impl ResponseError for Refusal {
             | Self::ShuttingDown
             | Self::SessionStoreUnavailable
             | Self::SessionHeldElsewhere
+            | Self::SessionHeldByStalledSocket
             | Self::UpstreamFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UnsupportedProtocolVersion(_)
             | Self::BodyNotText
@@ -390,7 +398,8 @@ impl ResponseError for Refusal {
             | Self::ShuttingDown
             | Self::PartialBudget
             | Self::SessionStoreUnavailable
-            | Self::SessionHeldElsewhere => {
+            | Self::SessionHeldElsewhere
+            | Self::SessionHeldByStalledSocket => {
                 response.insert_header(("Retry-After", "1"));
             }
             // The connection holds the rest of a body nobody reads: it is not reused.

@@ -257,6 +257,9 @@ impl WsSession {
             code,
             description: Some(description.to_owned()),
         }));
+        // What is still in the mailbox (a `Detach`, a relayed frame) is handled while the
+        // actor stops: nothing follows the close frame (RFC 6455 §5.5.1).
+        self.close_sent = true;
         ctx.stop();
     }
 
@@ -517,9 +520,9 @@ impl StreamHandler<Result<Inbound, Refused>> for WsSession {
                     // The reply to our shutdown close: the handshake is complete.
                     return ctx.stop();
                 }
-                // A client that closes normally is done with its session, even while the
-                // server shuts down; any other close (going away, an error) may be followed
-                // by a reconnect.
+                // A client that closes normally (1000, or no code: a browser's `close()`)
+                // is done with its session, even while the server shuts down; any other
+                // close (going away, an error) may be followed by a reconnect.
                 if reason.as_ref().is_none_or(|r| r.code == CloseCode::Normal) {
                     self.ending = Ending::ByClient;
                 }
@@ -568,7 +571,9 @@ impl Handler<Deliver> for WsSession {
     type Result = ();
 
     fn handle(&mut self, deliver: Deliver, ctx: &mut Self::Context) {
-        ctx.text(deliver.0);
+        if !self.close_sent {
+            ctx.text(deliver.0);
+        }
     }
 }
 
@@ -645,6 +650,15 @@ pub async fn upgrade(
     let admission = perimeter::admit(&shared.perimeter, &req)?;
     let pinned = pinned_version(&req)?;
     let expires = admission.expires;
+    // The handshake is checked before a session is touched: a resume that then failed it
+    // (no `Sec-WebSocket-Key`) would have let go of the client's live socket, or claimed its
+    // record and made a copy no socket ever attaches to.
+    // The selected subprotocol must be one the client offered: the version it pinned, else
+    // plain `mcp`; never its `mcp.auth.<token>` or `mcp.session.<id>` (secrets). (actix
+    // takes the first offer the list holds, so a pin is the list's only entry.)
+    let version_protocol = pinned.map(|v| format!("{VERSION_SUBPROTOCOL_PREFIX}{v}"));
+    let protocols = [version_protocol.as_deref().unwrap_or(SUBPROTOCOL)];
+    let mut response = ws::handshake_with_protocols(&req, &protocols)?;
     let limits = &shared.settings.limits;
     let reader = Reader::new(
         stream,
@@ -655,6 +669,12 @@ pub async fn upgrade(
     let session = match resumed_session_id(&req) {
         // A resumed session keeps what it negotiated; a version offer is only checked.
         Some(id) => {
+            // A node shutting down resumes nothing: a socket still attached here is drained
+            // (its requests answered before its close), and a parked copy is ended, or
+            // handed over to the node the client resumes on next (sessions in Redis).
+            if shared.is_draining() {
+                return Err(Refusal::ShuttingDown.into());
+            }
             let awaiting = Awaited::of(&req)?;
             let owner = Owner::of(&admission.identity);
             let hosted = match claim_session(&directory, &id, &owner).await {
@@ -676,12 +696,6 @@ pub async fn upgrade(
             WsSession::new(shared, directory, slot, admission, pinned)
         }
     };
-    // The selected subprotocol must be one the client offered: the version it pinned, else
-    // plain `mcp`; never its `mcp.auth.<token>` or `mcp.session.<id>` (secrets). (actix
-    // takes the first offer the list holds, so a pin is the list's only entry.)
-    let version_protocol = pinned.map(|v| format!("{VERSION_SUBPROTOCOL_PREFIX}{v}"));
-    let protocols = [version_protocol.as_deref().unwrap_or(SUBPROTOCOL)];
-    let mut response = ws::handshake_with_protocols(&req, &protocols)?;
     // actix's reader is given a stream that never yields: this one reads the socket.
     let never = futures_util::stream::pending::<Result<bytes::Bytes, PayloadError>>();
     let stream = ws::WebsocketContext::with_factory(never, move |ctx| {
@@ -889,10 +903,10 @@ async fn claim_session(
         code: ws::CloseCode::Normal,
         reason: RECONNECTED_ELSEWHERE,
     };
-    socket
-        .send(detach)
-        .await
-        .ok()
-        .flatten()
-        .ok_or(Refusal::SessionNotFound)
+    // Bounded: a socket whose client stopped reading no longer runs (its writes blocked),
+    // and would never answer.
+    match tokio::time::timeout(HAND_OVER_WAIT, socket.send(detach)).await {
+        Ok(detached) => detached.ok().flatten().ok_or(Refusal::SessionNotFound),
+        Err(_) => Err(Refusal::SessionHeldByStalledSocket),
+    }
 }

@@ -456,3 +456,105 @@ async fn a_resume_whose_awaited_ids_are_not_a_list_of_ids_is_refused() {
         .await;
     assert_eq!(echo["result"]["content"][0]["text"], "still here");
 }
+
+/// A resume whose upgrade is not a WebSocket handshake (no `Sec-WebSocket-Key`) is refused
+/// (400) before it touches the session: the socket attached keeps it. (Checked after the
+/// session was claimed, it closed that socket, 1000, and left the session parked for a
+/// reconnect that never came.)
+#[tokio::test]
+async fn a_resume_that_is_no_websocket_handshake_leaves_the_attached_socket_alone() {
+    use std::io::{Read, Write};
+    let server = start(resume_settings(30_000));
+    let (mut client, id) = session(&server).await;
+    let mut stream = std::net::TcpStream::connect(server.addr()).expect("connects");
+    write!(
+        stream,
+        "GET /mcp HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nMcp-Session-Id: {id}\r\n\r\n",
+        server.addr()
+    )
+    .expect("request sent");
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).expect("a status line");
+    assert_eq!(&head, b"HTTP/1.1 400", "{}", String::from_utf8_lossy(&head));
+    drop(stream);
+
+    let echo = client
+        .call_tool("echo", json!({"text": "still here"}))
+        .await;
+    assert_eq!(tool_text(&echo), "still here");
+    assert_eq!(metric(&server, "mcp_parked_sessions").await, 0);
+}
+
+/// A resume while the session's socket here is stalled (its client stopped reading, so the
+/// socket, its writes blocked, no longer runs and cannot let go of the session) is refused
+/// (503, `Retry-After: 1`) after a second, where it waited for as long as the stall lasted.
+#[tokio::test]
+async fn a_resume_while_the_attached_socket_is_stalled_is_refused() {
+    let mut s = resume_settings(30_000);
+    s.limits.log_lines_per_second = 0;
+    s.shutdown.grace_ms = 100;
+    let server = start_with(s, |b| {
+        b.tool(mcp_ws::Tool::new("chatter", "Logs many lines.", chatter))
+    });
+    let (mut client, id) = session(&server).await;
+    let level = client
+        .request("logging/setLevel", json!({"level": "info"}))
+        .await;
+    assert!(level.get("result").is_some(), "{level}");
+    // 40 MB the client reads none of: once the socket buffers on both ends are full, the
+    // session no longer takes its worker's lines, which are dropped at the queue's bound.
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "id": "chatter", "method": "tools/call",
+            "params": {"name": "chatter", "arguments": {"lines": 200_000}}}),
+        )
+        .await;
+    let port = match client.ws.get_ref() {
+        tokio_tungstenite::MaybeTlsStream::Plain(tcp) => {
+            tcp.local_addr().expect("an address").port()
+        }
+        _ => unreachable!("a plain connection"),
+    };
+    wait_until_unread_bytes_stop_growing(port).await;
+    let resumed = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        reconnect(&server, "Mcp-Session-Id", &id),
+    )
+    .await
+    .expect("the resume is answered");
+    assert_eq!(resumed.err(), Some(503));
+    drop(client);
+}
+
+/// Waits until the bytes that arrived on the test's TCP socket of local port `port` and were
+/// not read (its receive queue, `/proc/net/tcp`) are many and stop growing: the receive
+/// window is closed, so the server's writes to that socket block.
+async fn wait_until_unread_bytes_stop_growing(port: u16) {
+    let unread = || {
+        let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+        table.lines().skip(1).find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields.get(1)?.rsplit(':').next()?;
+            (u16::from_str_radix(local_port, 16).ok()? == port)
+                .then(|| usize::from_str_radix(fields.get(4)?.split(':').nth(1)?, 16).ok())?
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut last = 0;
+    let mut steady = 0;
+    while steady < 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the receive queue never filled"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let now = unread().expect("the test's socket is listed");
+        steady = if now > 64 * 1024 && now == last {
+            steady + 1
+        } else {
+            0
+        };
+        last = now;
+    }
+}

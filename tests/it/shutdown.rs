@@ -344,3 +344,82 @@ async fn a_cheap_request_sent_right_after_the_last_result_is_answered_before_the
     );
     assert_stopped(stopper).await;
 }
+
+/// A resume on a node that is shutting down is refused (503, `Retry-After: 1`) before it
+/// touches the session: the socket still attached is drained as any other (its request
+/// answered, then 1001), never let go with its requests cancelled unanswered.
+#[tokio::test]
+async fn a_resume_during_the_drain_is_refused_and_the_attached_socket_is_still_drained() {
+    let (server, gate) = start_with_gate(shutdown_settings(30_000));
+    let url = server.url();
+    let (mut client, session_id) = Client::resumable_at(&url).await;
+    let id = json!("held");
+    send_call(&mut client, &id, "hold", json!({})).await;
+    wait_metric(&server, "mcp_workers", 1).await;
+
+    let stopper = stop_in_background(server);
+    call_until_refused(&mut client).await;
+    assert_eq!(
+        try_resume(&url, &session_id).await.err(),
+        Some((503, "1".into()))
+    );
+
+    gate.add_permits(1);
+    let response = client.recv_response(&id).await;
+    assert_eq!(
+        assert_result(&response, &id),
+        json!({"content": [{"type": "text", "text": "released"}]})
+    );
+    assert!(frames_before_close_1001(&mut client).await.is_empty());
+    assert_stopped(stopper).await;
+}
+
+/// The same for a session parked (its socket dropped) before the shutdown began: refused
+/// 503, where it was upgraded and then closed 4404 "session ended".
+#[tokio::test]
+async fn a_resume_of_a_parked_session_during_the_drain_is_refused() {
+    let (server, gate) = start_with_gate(shutdown_settings(30_000));
+    let url = server.url();
+    let shared = server.shared().clone();
+    let (mut client, session_id) = Client::resumable_at(&url).await;
+    send_call(&mut client, &json!("held"), "hold", json!({})).await;
+    wait_metric(&server, "mcp_workers", 1).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+
+    let stopper = stop_in_background(server);
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while !shared.is_draining() {
+        assert!(Instant::now() < deadline, "the drain never began");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        try_resume(&url, &session_id).await.err(),
+        Some((503, "1".into()))
+    );
+    gate.add_permits(1);
+    assert_stopped(stopper).await;
+}
+
+/// An upgrade resuming `session_id`: the client, or the refusal's status and `Retry-After`.
+async fn try_resume(url: &str, session_id: &str) -> Result<Client, (u16, String)> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = url.into_client_request().expect("a request");
+    request.headers_mut().insert(
+        "Mcp-Session-Id",
+        session_id.parse().expect("a header value"),
+    );
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((ws, _)) => Ok(Client::from_ws(ws)),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => Err((
+            response.status().as_u16(),
+            response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
+        )),
+        Err(other) => panic!("unexpected connect error: {other}"),
+    }
+}
