@@ -15,7 +15,7 @@ use super::hosted::{find_or_take_up, End, HostedSession, OpenStream, Post, PostR
 use super::stateless::{Body, FirstReply, StatelessExchange};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded};
-use crate::protocol::mcp::{ProtocolVersion, RequestMeta};
+use crate::protocol::mcp::{decode_header_value, ProtocolVersion, RequestMeta};
 use crate::session::record::SessionRecord;
 use crate::session::shared::{SessionId, Shared};
 use crate::session::{Entry, ReadRequest, Session};
@@ -270,6 +270,9 @@ fn check_headers(
         .and_then(|meta| meta.protocol_version)
         .and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok());
     let meta_version = meta_version.as_deref();
+    for name in [&PROTOCOL_VERSION_HEADER, &METHOD_HEADER, &NAME_HEADER] {
+        sent_once(headers, name)?;
+    }
     match (header_version, meta_version) {
         (None, _) => return Err("the MCP-Protocol-Version header is required".into()),
         (Some(header), Some(meta)) if header != meta => {
@@ -297,13 +300,24 @@ fn check_headers(
             .map(|v| v.to_str().unwrap_or("").trim())
         {
             None => return Err("the Mcp-Name header is required for this method".into()),
-            Some(header) if header != name => {
+            // A name that is not plain visible ASCII comes base64-encoded (as the clients,
+            // this crate's own, send it).
+            Some(header) if decode_header_value(header).as_deref() != Some(name) => {
                 return Err(format!(
                     "Mcp-Name header {header:?} does not match body value {name:?}"
                 ))
             }
             Some(_) => {}
         }
+    }
+    Ok(())
+}
+
+/// Refuses header `name` sent more than once: its copies may differ, and an intermediary
+/// routing on the last one (or on both, joined) would route on what was not checked.
+fn sent_once(headers: &HeaderMap, name: &HeaderName) -> Result<(), String> {
+    if headers.get_all(name).nth(1).is_some() {
+        return Err(format!("the {name} header is sent more than once"));
     }
     Ok(())
 }
@@ -326,10 +340,17 @@ fn check_param_headers(
     // Only calls of annotated tools pay for reading the arguments here.
     let arguments = match read.arguments() {
         None => serde_json::Value::Null,
-        // Not arguments the session will take either; it answers the error.
+        // Arguments that cannot be read as a value (nested deeper than `serde_json` reads)
+        // cannot be checked: refused, or a tool ignoring the deep part would run unchecked.
         Some(raw) => match serde_json::from_str(raw.get()) {
             Ok(arguments) => arguments,
-            Err(_) => return Ok(()),
+            Err(_) => {
+                return Err(
+                    "the arguments cannot be read to check them against their Mcp-Param \
+                     headers"
+                        .into(),
+                )
+            }
         },
     };
     for param in params.iter() {
@@ -337,6 +358,12 @@ fn check_param_headers(
             continue;
         };
         let name = format!("mcp-param-{}", param.suffix.to_ascii_lowercase());
+        if headers.get_all(name.as_str()).nth(1).is_some() {
+            return Err(format!(
+                "the Mcp-Param-{} header is sent more than once",
+                param.suffix
+            ));
+        }
         let header = match headers.get(name.as_str()).map(|v| v.to_str()) {
             None => {
                 return Err(format!(

@@ -232,6 +232,29 @@ async fn a_header_that_disagrees_with_the_body_is_400_32020_and_nothing_runs() {
         let message = error["message"].as_str().expect("a message");
         assert!(message.contains(name), "{message}");
     }
+    // A header sent twice (even the same value twice): an intermediary may route on either.
+    for (body, name) in [(&ask, version), (&ask, "Mcp-Method"), (&read, "Mcp-Name")] {
+        let mut headers = http
+            .post(body)
+            .build()
+            .expect("a request")
+            .headers()
+            .clone();
+        let value = headers.get(name).expect("the header").clone();
+        headers.append(name, value);
+        let response = send(
+            http.client
+                .post(&http.url)
+                .headers(headers)
+                .body(body.to_string()),
+        )
+        .await;
+        let (status, response) = json_reply(response).await;
+        assert_eq!(status, 400, "{name} twice: {response}");
+        let error = assert_error(&response, &body["id"], -32020);
+        let message = error["message"].as_str().expect("a message");
+        assert!(message.contains("more than once"), "{message}");
+    }
     assert_eq!(fixtures.runs(), 0, "nothing ran");
     // The same requests with the right headers do run.
     for body in [&ask, &read, &prompt] {
@@ -240,6 +263,110 @@ async fn a_header_that_disagrees_with_the_body_is_400_32020_and_nothing_runs() {
         assert_stateless_result(&response, &body["id"], "input_required");
     }
     assert_eq!(fixtures.runs(), 3);
+}
+
+/// A tool whose `region` argument clients mirror in `Mcp-Param-Region`; its calls answer
+/// `ran`.
+struct RegionTool;
+
+impl mcp_ws::tool::ToolHandler for RegionTool {
+    fn call(
+        &self,
+        _arguments: mcp_ws::tool::Arguments,
+        _ctx: mcp_ws::RequestContext,
+    ) -> mcp_ws::tool::ToolFuture {
+        Box::pin(async { Ok(mcp_ws::model::CallToolResult::text("ran")) })
+    }
+}
+
+/// `Mcp-Param-*` headers sent twice, or beside arguments too deep to be read and checked
+/// against them, are refused (400, -32020) and the tool does not run; the same call with
+/// one header and readable arguments runs.
+#[tokio::test]
+async fn a_param_header_sent_twice_or_beside_unreadable_arguments_is_refused() {
+    let mut settings = stateless_settings();
+    settings.limits.max_json_depth = 0;
+    let (server, _fixtures) = start_stateless(settings);
+    let schema = json!({
+        "type": "object",
+        "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+    });
+    server
+        .registry()
+        .add_tool(mcp_ws::Tool::from_handler(
+            "regional",
+            "Runs in a region.",
+            schema,
+            RegionTool,
+        ))
+        .expect("adds");
+    let http = Http::new(&server);
+    let call = |arguments: Value| {
+        request(
+            json!("regional"),
+            "tools/call",
+            stateless(json!({"name": "regional", "arguments": arguments})),
+        )
+    };
+    let post = |body: &Value, regions: &[&str]| {
+        let mut builder = http.post(body);
+        for region in regions {
+            builder = builder.header("Mcp-Param-Region", *region);
+        }
+        builder
+    };
+    let deep = (0..200).fold(json!(1), |inner, _| json!([inner]));
+    let cases = [
+        (
+            call(json!({"region": "eu"})),
+            vec!["eu", "eu"],
+            "more than once",
+        ),
+        (
+            call(json!({"region": "eu", "pad": deep})),
+            vec!["eu"],
+            "cannot be read",
+        ),
+    ];
+    for (body, regions, expected) in &cases {
+        let (status, response) = json_reply(send(post(body, regions)).await).await;
+        assert_eq!(status, 400, "{response}");
+        let error = assert_error(&response, &json!("regional"), -32020);
+        let message = error["message"].as_str().expect("a message");
+        assert!(message.contains(expected), "{message}");
+    }
+    let body = call(json!({"region": "eu"}));
+    let (status, response) = json_reply(send(post(&body, &["eu"])).await).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(
+        assert_stateless_result(&response, &json!("regional"), "complete")["content"][0]["text"],
+        "ran"
+    );
+}
+
+/// A name that is not plain visible ASCII comes in `Mcp-Name` base64-encoded
+/// (`=?base64?…?=`, as the SDKs and this crate's client send it), and is compared decoded.
+#[tokio::test]
+async fn an_encoded_mcp_name_is_compared_decoded() {
+    let (server, _fixtures) = start_stateless(stateless_settings());
+    server
+        .registry()
+        .add_tool(plain_tool("café"))
+        .expect("adds");
+    let http = Http::new(&server);
+    let call = request(
+        json!("café"),
+        "tools/call",
+        stateless(json!({"name": "café", "arguments": {}})),
+    );
+    let encoded = http.post(&call).build().expect("a request");
+    assert_eq!(encoded.headers()["Mcp-Name"], "=?base64?Y2Fmw6k=?=");
+    let (status, response) = json_reply(send(http.post(&call)).await).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(
+        assert_stateless_result(&response, &json!("café"), "complete")["content"][0]["text"],
+        "done"
+    );
 }
 
 #[tokio::test]

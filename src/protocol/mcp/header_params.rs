@@ -9,6 +9,7 @@
 
 use base64::Engine;
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// One annotated argument.
 #[derive(Debug, Clone, PartialEq)]
@@ -185,6 +186,13 @@ pub fn encode(text: &str) -> String {
 
 /// A header value as sent: `=?base64?…?=` (UTF-8, padded base64) or the value itself.
 fn decode(header: &str) -> Option<String> {
+    decode_header_value(header).map(Cow::into_owned)
+}
+
+/// A 2026-07-28 header value as the body has it (`Mcp-Name`, `Mcp-Param-*`): a value in
+/// the `=?base64?…?=` form (what is not plain visible ASCII, or has edge spaces, or looks
+/// like that form) decoded, any other as it is; `None` when the form holds no UTF-8 base64.
+pub fn decode_header_value(header: &str) -> Option<Cow<'_, str>> {
     match header
         .strip_prefix("=?base64?")
         .and_then(|rest| rest.strip_suffix("?="))
@@ -193,9 +201,9 @@ fn decode(header: &str) -> Option<String> {
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(encoded)
                 .ok()?;
-            String::from_utf8(bytes).ok()
+            String::from_utf8(bytes).ok().map(Cow::Owned)
         }
-        None => Some(header.to_owned()),
+        None => Some(Cow::Borrowed(header)),
     }
 }
 

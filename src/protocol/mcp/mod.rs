@@ -16,7 +16,9 @@ pub use capabilities::{
     required_capabilities, required_tasks_extension, server_capabilities, Offers,
 };
 pub use error::{codes, ConflictScope, Error, ReadLimit, SignatureProblem};
-pub use header_params::{encode as encode_header_value, header_params, HeaderParam};
+pub use header_params::{
+    decode_header_value, encode as encode_header_value, header_params, HeaderParam,
+};
 pub use methods::{notifications, Capability, Method};
 pub use types::*;
 pub use version::ProtocolVersion;

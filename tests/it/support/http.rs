@@ -157,7 +157,8 @@ impl Http {
             _ => None,
         };
         match name {
-            Some(name) => builder.header("Mcp-Name", name),
+            // As a client sends it: base64 in `=?base64?…?=` when not plain visible ASCII.
+            Some(name) => builder.header("Mcp-Name", header_value(name)),
             None => builder,
         }
     }
@@ -248,4 +249,19 @@ impl Events {
             panic!("the stream should have ended, got {message}");
         }
     }
+}
+
+/// A 2026-07-28 header's value as the SDKs write it: as it is when it is plain visible
+/// ASCII without edge spaces and does not look like the encoded form, else
+/// `=?base64?{base64 of its UTF-8}?=`.
+pub fn header_value(value: &str) -> String {
+    use base64::Engine;
+    let plain = value.bytes().all(|b| (0x20..=0x7e).contains(&b))
+        && value.trim() == value
+        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+    if plain {
+        return value.to_owned();
+    }
+    let encoded = base64::engine::general_purpose::STANDARD.encode(value);
+    format!("=?base64?{encoded}?=")
 }
