@@ -351,23 +351,35 @@ impl Session {
             // What `resources/subscribe` would refuse is left out (and so out of the
             // acknowledgement): a resource the caller's policy forbids (its updates would
             // tell of it), a URI over the subscription limit, one that names no resource
-            // its identity sees.
+            // its identity sees. At most `max_subscriptions_per_session` distinct URIs are
+            // looked at, the rest left out unread: a message may list a million, and each
+            // look is a search of the resources (checked before the cut, a listen of 4 MiB
+            // held its session's thread for each).
             let viewer = self.identity_viewer();
             let registry = &self.shared.registry;
             let access = &self.admission.access;
             let refused = &self.shared.metrics.rejections.subscriptions;
-            uris.retain(|uri| {
-                let kept = uri.len() <= limits.max_subscription_uri_bytes
-                    && access.may_use_resource(uri)
-                    && registry.resource_target(uri, viewer).is_some();
-                if !kept {
+            let mut looked_at = std::collections::HashSet::new();
+            let mut kept = Vec::new();
+            for uri in uris.drain(..) {
+                if looked_at.len() == limits.max_subscriptions_per_session {
+                    break;
+                }
+                if looked_at.contains(&uri) {
+                    continue;
+                }
+                if uri.len() <= limits.max_subscription_uri_bytes
+                    && access.may_use_resource(&uri)
+                    && registry.resource_target(&uri, viewer).is_some()
+                {
+                    kept.push(uri.clone());
+                } else {
                     refused.inc();
                 }
-                kept
-            });
-            uris.truncate(limits.max_subscriptions_per_session);
-            uris.sort();
-            uris.dedup();
+                looked_at.insert(uri);
+            }
+            kept.sort();
+            *uris = kept;
         }
         let mut task_ids = asked.task_ids.filter(|_| offers.tasks);
         if let Some(ids) = &mut task_ids {

@@ -867,6 +867,46 @@ async fn a_listen_subscribes_only_to_resources_the_caller_may_subscribe_to() {
     client.expect_nothing_pending().await;
 }
 
+/// A listen's URIs are looked at up to `limits.max_subscriptions_per_session` distinct ones
+/// (a repeat is not looked at again), and those after are left out unread: a message may
+/// list a million, each look a search of the resources.
+#[tokio::test]
+async fn a_listen_looks_at_no_more_uris_than_a_session_may_subscribe_to() {
+    let mut s = stateless_settings();
+    s.limits.max_subscriptions_per_session = 2;
+    let (server, _) = start_stateless(s);
+    let mut client = Client::connect(&server).await;
+    let nothing = "mcp-ws-test://nothing-here";
+    let refused = "mcp_rejected_total{reason=\"subscriptions\"}";
+    let ack = open_listen(
+        &mut client,
+        &json!("repeats"),
+        json!({"resourceSubscriptions": [README, README, README, VAULT]}),
+    )
+    .await;
+    let mut uris = ack["resourceSubscriptions"].clone();
+    let expected = {
+        let mut both = [README, VAULT];
+        both.sort_unstable();
+        json!(both)
+    };
+    assert_eq!(uris.take(), expected);
+    assert_eq!(metric(&server, refused).await, 0);
+
+    let ack = open_listen(
+        &mut client,
+        &json!("cut"),
+        json!({"resourceSubscriptions": [nothing, format!("{nothing}-too"), README]}),
+    )
+    .await;
+    assert_eq!(ack, json!({"resourceSubscriptions": []}));
+    assert_eq!(
+        metric(&server, refused).await,
+        2,
+        "the third was not looked at"
+    );
+}
+
 #[tokio::test]
 async fn a_listen_is_acknowledged_for_what_the_server_offers_only() {
     let server = start_bare(stateless_settings(), |b| b.tool(plain_tool("only")));
