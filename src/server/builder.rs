@@ -42,6 +42,9 @@ pub struct ServerBuilder {
     prompts: Vec<Prompt>,
 }
 
+/// The shortest `mrtr.state_key_file` secret taken, in characters once trimmed: 128 bits
+/// of hex.
+const MIN_STATE_KEY_BYTES: usize = 32;
 impl ServerBuilder {
     /// Uses these settings (default: [`Settings::default`], listening on 127.0.0.1:8765).
     /// Set the name, version, title and instructions after this call, or in `settings.info`.
@@ -149,12 +152,25 @@ impl ServerBuilder {
         let perimeter = Perimeter::new(&self.settings)?;
         let mrtr = &self.settings.mrtr;
         let secret = match &mrtr.state_key_file {
-            Some(path) => Some(std::fs::read_to_string(path).map_err(|source| {
-                crate::config::ConfigError::Read {
-                    path: path.clone(),
-                    source,
+            Some(path) => {
+                let secret = std::fs::read_to_string(path).map_err(|source| {
+                    crate::config::ConfigError::Read {
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
+                // An empty file (one not written yet) would key every node's states with a
+                // key anyone can compute.
+                if secret.trim().len() < MIN_STATE_KEY_BYTES {
+                    return Err(crate::config::ConfigError::Invalid(format!(
+                        "mrtr.state_key_file {} holds fewer than {MIN_STATE_KEY_BYTES} \
+                         characters (e.g. `openssl rand -hex 32 > FILE`)",
+                        path.display()
+                    ))
+                    .into());
                 }
-            })?),
+                Some(secret)
+            }
             None => None,
         };
         // Without a file, the nodes sharing a Redis share one secret, made by the first:

@@ -458,3 +458,42 @@ async fn the_root_page_says_how_to_connect() {
     let (status, page) = http_get_with(addr, "/", &[("Host", &rebound)]).await;
     assert_eq!(status, 403, "{page}");
 }
+
+/// A `mrtr.state_key_file` that is empty (made, not yet written) or short is refused at
+/// start: its states would be keyed with a key anyone can compute. One of 64 hex digits
+/// starts the server.
+#[test]
+fn a_state_key_file_without_a_key_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, key) in [
+        ("empty", ""),
+        ("blank", " \n"),
+        ("short", "0123456789abcdef\n"),
+    ] {
+        let key_file = dir.path().join(format!("{name}.key"));
+        std::fs::write(&key_file, key).expect("key file written");
+        let config = write_config(
+            &format!("state-key-{name}"),
+            &format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\n\n[mrtr]\nstate_key_file = \"{}\"\n",
+                key_file.display()
+            ),
+        );
+        assert_refuses_to_start(
+            &["--config", config.to_str().expect("utf-8 path")],
+            &[],
+            "holds fewer than 32 characters",
+        );
+    }
+    let key_file = dir.path().join("good.key");
+    std::fs::write(&key_file, format!("{}\n", "a1".repeat(32))).expect("key file written");
+    let config = write_config(
+        "state-key-good",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n[mrtr]\nstate_key_file = \"{}\"\n",
+            key_file.display()
+        ),
+    );
+    let server = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8 path")], &[]);
+    server.wait_listening();
+}
