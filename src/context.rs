@@ -597,7 +597,9 @@ impl RequestContext {
 
     /// [`list_roots`](Self::list_roots), naming the ask `key` (for a 2026-07-28 client, the
     /// key of its entry in `inputRequests`; unnamed asks are numbered in the order they are
-    /// made, so a tool whose asks depend on earlier answers should name them).
+    /// made, so a tool whose asks depend on earlier answers should name them). Two asks of
+    /// one request never share a key: a key asked again (a form asked again after a
+    /// decline), or a number an unnamed ask may take, is sent as `key.n`.
     ///
     /// # Errors
     /// As for [`list_roots`](Self::list_roots).

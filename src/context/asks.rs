@@ -44,8 +44,49 @@ pub struct Rounds {
     asked: std::cell::RefCell<Vec<Ask>>,
     /// Woken when an ask is recorded (the worker watches for it).
     watcher: std::cell::RefCell<Option<std::task::Waker>>,
-    /// Keys given to asks that name none: the n-th such ask is `"n"`.
-    next_key: Cell<u32>,
+    /// The keys handed out this round.
+    keys: AskKeys,
+}
+
+/// The keys of a request's asks in `inputRequests`: a tool's own key when it is free, else
+/// (an ask that names none, or names one used already) the next free number (`"n"`, or
+/// `"key.n"`). Never one key for two asks: a tool's `"1"` and its first unnamed ask would
+/// share one answer, and a loop asking `"name"` again after a bad answer would be handed
+/// that answer for ever. Handed out in the order the tool asks, so a tool run again in the
+/// next round gets the same keys.
+#[derive(Default)]
+struct AskKeys {
+    used: std::cell::RefCell<std::collections::HashSet<String>>,
+    next: Cell<u32>,
+}
+
+impl AskKeys {
+    fn key(&self, explicit: Option<&str>) -> String {
+        let mut used = self.used.borrow_mut();
+        let key = match explicit {
+            Some(key) if !used.contains(key) && !self.may_number(key) => key.to_owned(),
+            _ => loop {
+                let n = self.next.get() + 1;
+                self.next.set(n);
+                let candidate = match explicit {
+                    Some(key) => format!("{key}.{n}"),
+                    None => n.to_string(),
+                };
+                if !used.contains(&candidate) {
+                    break candidate;
+                }
+            },
+        };
+        used.insert(key.clone());
+        key
+    }
+
+    /// Whether `key` is one an unnamed ask may be given later: a number. A tool's own
+    /// number is taken as its name only if no unnamed ask could reach it first in a later
+    /// run, which cannot be known: it is renamed like a used key.
+    fn may_number(&self, key: &str) -> bool {
+        !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit())
+    }
 }
 
 /// Something a 2026-07-28 request needs from the client: an entry of `inputRequests`.
@@ -66,19 +107,12 @@ impl Rounds {
             answers,
             asked: Default::default(),
             watcher: Default::default(),
-            next_key: Cell::new(0),
+            keys: AskKeys::default(),
         }
     }
 
     pub(super) fn key(&self, explicit: Option<&str>) -> String {
-        match explicit {
-            Some(key) => key.to_owned(),
-            None => {
-                let n = self.next_key.get() + 1;
-                self.next_key.set(n);
-                n.to_string()
-            }
-        }
+        self.keys.key(explicit)
     }
 
     pub(super) fn ask(&self, ask: Ask) {
@@ -130,8 +164,7 @@ pub struct TaskAsks {
     /// Asks waiting for `tasks/update`, by their key in `inputRequests`.
     pending: std::cell::RefCell<std::collections::BTreeMap<String, PendingAsk>>,
     /// Every key handed out: keys are never reused within a task.
-    used: std::cell::RefCell<std::collections::HashSet<String>>,
-    next_key: Cell<u32>,
+    keys: AskKeys,
     /// Set when `pending` changed since the runner last looked.
     changed: Cell<bool>,
     /// Woken when `pending` changes (the task's runner watches for it).
@@ -153,8 +186,7 @@ impl TaskAsks {
             rounds,
             detached: Cell::new(false),
             pending: Default::default(),
-            used: Default::default(),
-            next_key: Cell::new(0),
+            keys: AskKeys::default(),
             changed: Cell::new(false),
             watcher: Default::default(),
         }
@@ -172,23 +204,7 @@ impl TaskAsks {
 
     /// A key not used before in this task: the tool's own when it is free.
     fn key(&self, explicit: Option<&str>) -> String {
-        let mut used = self.used.borrow_mut();
-        let key = match explicit {
-            Some(key) if !used.contains(key) => key.to_owned(),
-            _ => loop {
-                let n = self.next_key.get() + 1;
-                self.next_key.set(n);
-                let candidate = match explicit {
-                    Some(key) => format!("{key}.{n}"),
-                    None => n.to_string(),
-                };
-                if !used.contains(&candidate) {
-                    break candidate;
-                }
-            },
-        };
-        used.insert(key.clone());
-        key
+        self.keys.key(explicit)
     }
 
     fn touch(&self) {

@@ -444,3 +444,53 @@ async fn the_same_tool_asks_a_session_client_with_real_requests() {
     );
     assert_eq!(fixtures.runs(), 1, "a session's tool waits for its answers");
 }
+
+/// Asks with its own key `"1"`, then asks again without naming a key (as the n-th unnamed
+/// ask, `"1"` too before), each in a round of its own.
+async fn numbered(_: NoArgs, ctx: mcp_ws::RequestContext) -> Result<String, mcp_ws::ToolError> {
+    let name = ctx
+        .elicit_as(
+            "1",
+            mcp_ws::model::ElicitRequest::form_for::<NameForm>("Name?"),
+        )
+        .await?
+        .parse::<NameForm>()
+        .map_or(String::new(), |f| f.name);
+    let roots = ctx.list_roots().await?;
+    Ok(format!("{name} in {} roots", roots.len()))
+}
+
+/// Two asks of one request never share a key: a tool's own `"1"` and its first unnamed ask
+/// each get their own, so each answer reaches the ask it answers. (Sharing `"1"`, the
+/// roots ask was handed the name's answer, refused it, and asked again under the key the
+/// name then got the roots' answer for: a request that never ended.)
+#[tokio::test]
+async fn a_tools_own_key_and_an_unnamed_ask_never_share_a_key() {
+    let server = start_bare(stateless_settings(), |b| {
+        b.tool(mcp_ws::Tool::new("numbered", "Asks twice.", numbered))
+    });
+    let mut client = Client::connect(&server).await;
+    let params = stateless_with(
+        json!({"elicitation": {}, "roots": {}}),
+        json!({"name": "numbered", "arguments": {}}),
+    );
+    let (id, response) = call(&mut client, "tools/call", params.clone()).await;
+    let (requests, state) = assert_input_required(&response, &id, &["1.1"]);
+    assert_eq!(requests["1.1"]["method"], "elicitation/create");
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, json!({"1.1": accept_name("Ada")}), Some(&state)),
+    )
+    .await;
+    let (requests, state) = assert_input_required(&response, &id, &["2"]);
+    assert_eq!(requests["2"]["method"], "roots/list");
+    let roots = json!({"2": {"roots": [{"uri": "file:///x"}, {"uri": "file:///y"}]}});
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, roots, Some(&state)),
+    )
+    .await;
+    assert_eq!(text_of(&assert_complete(&response, &id)), "Ada in 2 roots");
+}
