@@ -240,8 +240,9 @@ impl SessionInfo {
     }
 }
 
-/// Set when the request is cancelled (or timed out). The request's future is dropped then
-/// anyway; the flag is for work handed to other threads (`spawn_blocking`).
+/// Set once the request is over: cancelled, timed out, stopped at an ask that ends a
+/// 2026-07-28 round, or answered. The request's future is dropped then anyway; the flag is
+/// for work handed to other threads (`spawn_blocking`), which should stop when it is set.
 #[derive(Debug, Clone, Default)]
 pub struct CancelFlag(Arc<AtomicBool>);
 
@@ -571,7 +572,7 @@ impl RequestContext {
         });
     }
 
-    /// A flag set once the request is cancelled, for work on other threads.
+    /// A flag set once the request is over (see [`CancelFlag`]), for work on other threads.
     pub fn cancel_flag(&self) -> CancelFlag {
         self.inner.cancel.clone()
     }

@@ -231,6 +231,10 @@ impl RequestWorker {
         let mut first_poll = std::task::Context::from_waker(std::task::Waker::noop());
         match execution.as_mut().poll(&mut first_poll) {
             std::task::Poll::Ready(outcome) => {
+                // As a worker actor's drop does: work the tool moved to another thread
+                // (spawn_blocking) sees that the request is over, whether it was answered or
+                // stopped here (an ask that ends a 2026-07-28 round, the deadline).
+                cancel.set();
                 report.send(outcome);
                 WorkerHandle::Finished
             }

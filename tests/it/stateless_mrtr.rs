@@ -26,6 +26,7 @@ use crate::support::stateless::*;
 use crate::support::ws::{call, initialize_with};
 use crate::support::*;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[tokio::test]
@@ -493,4 +494,54 @@ async fn a_tools_own_key_and_an_unnamed_ask_never_share_a_key() {
     )
     .await;
     assert_eq!(text_of(&assert_complete(&response, &id)), "Ada in 2 roots");
+}
+
+/// A request whose round ends at its first wait (an ask without an answer) sets its cancel
+/// flag, as a worker that waited sets it when it stops: work the tool moved to a thread of
+/// its own, watching the flag, learns that the request is over (it ran on for ever).
+#[tokio::test]
+async fn a_round_that_ends_at_its_first_ask_sets_the_cancel_flag() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let seen = Arc::new(AtomicBool::new(false));
+    let seen_by_tool = seen.clone();
+    let server = start_bare(stateless_settings(), move |b| {
+        b.tool(mcp_ws::Tool::new(
+            "watching",
+            "Watches its cancel flag from a thread, then asks.",
+            move |_: NoArgs, ctx: mcp_ws::RequestContext| {
+                let seen = seen_by_tool.clone();
+                async move {
+                    let flag = ctx.cancel_flag();
+                    std::thread::spawn(move || {
+                        let deadline = std::time::Instant::now() + READ_TIMEOUT;
+                        while !flag.is_set() && std::time::Instant::now() < deadline {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        seen.store(flag.is_set(), Ordering::SeqCst);
+                    });
+                    ctx.elicit_as(
+                        "name",
+                        mcp_ws::model::ElicitRequest::form_for::<NameForm>("Name?"),
+                    )
+                    .await?;
+                    Ok::<_, mcp_ws::ToolError>("answered")
+                }
+            },
+        ))
+    });
+    let mut client = Client::connect(&server).await;
+    let params = stateless_with(
+        json!({"elicitation": {}}),
+        json!({"name": "watching", "arguments": {}}),
+    );
+    let (id, response) = call(&mut client, "tools/call", params).await;
+    assert_input_required(&response, &id, &["name"]);
+    let deadline = std::time::Instant::now() + READ_TIMEOUT;
+    while !seen.load(Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the flag was never set"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
