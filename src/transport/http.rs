@@ -540,7 +540,12 @@ pub(crate) async fn fetch_record_as_stored(
     let Some(redis) = shared.cluster.store.redis() else {
         return Err(Refusal::SessionNotFound);
     };
-    let ttl = Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms);
+    // The time to live its holder writes it with (never shortened by the read).
+    let ttl = if websocket {
+        crate::transport::socket_record::record_ttl(&shared.settings)
+    } else {
+        Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms)
+    };
     let json = match redis.get_session(&shared.metrics, id, ttl).await {
         Some(Some(json)) => json,
         Some(None) => return Err(Refusal::SessionNotFound),

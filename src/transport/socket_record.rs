@@ -98,6 +98,13 @@ pub(crate) struct Kept<'a> {
     pub parked: bool,
 }
 
+/// The time to live of a WebSocket session's record: the HTTP idle timeout, or twice the
+/// resume grace if longer (a parked session's record outlives its grace).
+pub(crate) fn record_ttl(settings: &crate::config::Settings) -> Duration {
+    Duration::from_millis(settings.sessions.http_idle_timeout_ms)
+        .max(Duration::from_millis(settings.sessions.resume_grace_ms) * 2)
+}
+
 impl SocketRecord {
     /// The record of the session `id`, when sessions live in Redis and WebSocket sessions
     /// can be resumed (`None` otherwise: there is nothing to keep).
@@ -106,12 +113,10 @@ impl SocketRecord {
         if !settings.sessions_in_redis() || settings.sessions.resume_grace_ms == 0 {
             return None;
         }
-        let ttl = Duration::from_millis(settings.sessions.http_idle_timeout_ms)
-            .max(Duration::from_millis(settings.sessions.resume_grace_ms) * 2);
         Some(Self {
             shared: shared.clone(),
             id: id.as_str().to_owned(),
-            ttl,
+            ttl: record_ttl(settings),
             stored: None,
             writing: None,
             look_armed: false,

@@ -686,3 +686,52 @@ async fn the_bus_subscription_answers_its_pings_and_stays_subscribed() {
         "{heard}"
     );
 }
+
+/// Reading a WebSocket session's record never shortens its time to live (twice the resume
+/// grace when that is longer than the HTTP idle timeout): not when a node reads it to take
+/// the session up, nor when an HTTP request names the session. (`GETEX PX` cut it to the
+/// idle timeout at every read, so a parked session's record could expire within its grace,
+/// and no other node could take the session up.)
+#[tokio::test]
+async fn a_read_never_shortens_a_websocket_sessions_record() {
+    let store = RedisServer::start();
+    let mut s = settings();
+    s.redis.url = store.url();
+    s.sessions.resume_grace_ms = 60_000;
+    s.sessions.http_idle_timeout_ms = 2_000;
+    let server = start(s);
+    let (_client, id) = Client::resumable_at(&server.url()).await;
+    let mut connection = store.connection().expect("redis answers");
+    let key = {
+        let deadline = std::time::Instant::now() + READ_TIMEOUT;
+        loop {
+            if let Some(key) = store
+                .keys("*session:*")
+                .into_iter()
+                .find(|k| k.contains(&id))
+            {
+                break key;
+            }
+            assert!(std::time::Instant::now() < deadline, "no record");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    };
+    let ttl = |connection: &mut ::redis::Connection| -> i64 {
+        ::redis::cmd("PTTL")
+            .arg(&key)
+            .query(connection)
+            .expect("PTTL")
+    };
+    assert!(ttl(&mut connection) > 60_000, "written for twice the grace");
+
+    // An HTTP request naming the WebSocket session: not its kind, 404, and a read.
+    let http = crate::support::http::Http::new(&server);
+    let response = crate::support::http::send(
+        http.bare(&request(json!(1), "ping", json!({})))
+            .header("Mcp-Session-Id", id.as_str()),
+    )
+    .await;
+    assert_eq!(response.status().as_u16(), 404);
+    let left = ttl(&mut connection);
+    assert!(left > 60_000, "the read left {left} ms");
+}

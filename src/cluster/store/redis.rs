@@ -58,6 +58,21 @@ return 0",
     )
 });
 
+/// The entry under `KEYS[1]`, its time to live raised to `ARGV[1]` ms if it had less: never
+/// shortened (`GETEX PX` would cut a WebSocket session's record, kept for twice the resume
+/// grace, to the HTTP idle timeout at any read, even a read for the wrong kind). `PEXPIRE
+/// … GT` would do it in one call, from Redis 7 on only.
+static GET_REFRESHED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local v = redis.call('GET', KEYS[1])
+if v then
+  local left = redis.call('PTTL', KEYS[1])
+  if left >= 0 and left < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+end
+return v",
+    )
+});
+
 /// Where the shared state lives.
 enum Backend {
     /// One Redis server.
@@ -470,8 +485,9 @@ impl RedisStore {
         .is_some()
     }
 
-    /// A session's record, refreshing its time to live; `Some(None)` when there is none,
-    /// `None` when Redis could not be asked.
+    /// A session's record, its time to live raised to `ttl` if it had less
+    /// ([`GET_REFRESHED`]); `Some(None)` when there is none, `None` when Redis could not be
+    /// asked.
     pub(crate) async fn get_session(
         &self,
         metrics: &Metrics,
@@ -481,11 +497,10 @@ impl RedisStore {
         let key = self.session_key(id);
         let ttl_ms = (ttl.as_millis() as u64).max(1);
         self.run(metrics, "get_session", |mut con| async move {
-            redis::cmd("GETEX")
-                .arg(key)
-                .arg("PX")
+            GET_REFRESHED
+                .key(key)
                 .arg(ttl_ms)
-                .query_async::<Option<String>>(&mut con)
+                .invoke_async::<Option<String>>(&mut con)
                 .await
         })
         .await
