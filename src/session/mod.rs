@@ -271,6 +271,9 @@ struct Listener {
 struct PendingBatch {
     pending: usize,
     responses: Vec<String>,
+    /// The ids of the entries in `responses`: requests answered, the answer not yet sent
+    /// (a record lists them, and a resume counts them as awaited, like requests running).
+    answered: Vec<RequestId>,
     exchange: u64,
 }
 
@@ -477,11 +480,17 @@ impl Session {
             PendingBatch {
                 pending: 1,
                 responses: Vec::new(),
+                answered: Vec::new(),
                 exchange,
             },
         );
         let mut answers = false;
         for entry in entries {
+            let id = match &entry {
+                Entry::Request(request) => Some(request.id.clone()),
+                Entry::Invalid { id, .. } => id.clone(),
+                Entry::Notification(_) | Entry::Response { .. } | Entry::Dropped { .. } => None,
+            };
             let reply = self.on_entry(entry, exchange, Some(batch), out);
             let pending = self
                 .occasional_mut()
@@ -492,6 +501,7 @@ impl Session {
                 Reply::Now(frame) => {
                     answers = true;
                     pending.responses.push(frame);
+                    pending.answered.extend(id);
                 }
                 Reply::Later => {
                     answers = true;
@@ -843,6 +853,8 @@ impl Session {
                     self.id,
                     Outcome::of(&outcome),
                 );
+                // The id kept for a batch's list of answered entries (a copy, batches only).
+                let batched = entry.batch.map(|batch| (batch, id.clone()));
                 let frame = match outcome {
                     Ok(frame) => {
                         if let Some(fingerprint) = entry.replay {
@@ -860,10 +872,10 @@ impl Session {
                     }
                     Err(error) => encode_error(Some(&id), &error.to_wire()),
                 };
-                match entry.batch {
+                match batched {
                     None => out.send(frame, Route::Answer(entry.exchange)),
-                    Some(batch) => {
-                        self.batch_entry_done(batch, Some(frame), out);
+                    Some((batch, id)) => {
+                        self.batch_entry_done(batch, Some((id, frame)), out);
                     }
                 }
             }
@@ -997,7 +1009,7 @@ impl Session {
     fn batch_entry_done(
         &mut self,
         batch: u64,
-        frame: Option<String>,
+        answer: Option<(RequestId, String)>,
         out: &mut dyn Outlet,
     ) -> bool {
         let Some(occasional) = self.occasional.as_mut() else {
@@ -1008,7 +1020,10 @@ impl Session {
         };
         let pending = slot.get_mut();
         pending.pending -= 1;
-        pending.responses.extend(frame);
+        if let Some((id, frame)) = answer {
+            pending.answered.push(id);
+            pending.responses.push(frame);
+        }
         if pending.pending > 0 {
             return false;
         }
@@ -1053,6 +1068,15 @@ impl Session {
         for (_, listener) in self.take_listeners() {
             self.forget_listener(&listener);
         }
+    }
+
+    /// The requests of batches still collecting their answers whose own answer is done
+    /// and waits for the others': owed to the client as surely as one still running.
+    pub fn batched_answer_ids(&self) -> impl Iterator<Item = &RequestId> {
+        self.occasional
+            .iter()
+            .flat_map(|occasional| occasional.batches.values())
+            .flat_map(|batch| batch.answered.iter())
     }
 
     /// Whether requests are still running.

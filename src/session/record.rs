@@ -88,7 +88,8 @@ impl Session {
         })
     }
 
-    /// The session-era requests in flight that began at least `age` before `now`, for
+    /// The session-era requests in flight that began at least `age` before `now` (and
+    /// those answered in a batch still waiting for its other entries), for
     /// [`SessionRecord::in_flight`], and when the first of the others will have (`None`:
     /// there are no others). 2026-07-28 requests are left out: that revision has no
     /// resumption.
@@ -110,6 +111,9 @@ impl Session {
                 next = Some(next.map_or(settles, |next| next.min(settles)));
             }
         }
+        // Answered in a batch whose answer waits for its other entries: lost with this
+        // node as a running one would be. (Batches are of 2025-03-26 sessions only.)
+        settled.extend(self.batched_answer_ids().cloned());
         (settled, next)
     }
 

@@ -72,22 +72,32 @@ impl Awaited {
     }
 }
 
-/// The id of a JSON-RPC response in `frame` (a message with an `id` and no `method`).
-pub fn answer_id(frame: &str) -> Option<&str> {
+/// The ids of the JSON-RPC responses in `frame` (messages with an `id` and no `method`):
+/// the one of a single message, each of a batch's array of answers.
+pub fn answer_ids(frame: &str) -> Vec<&str> {
     #[derive(serde::Deserialize)]
     struct Message<'a> {
         #[serde(borrow)]
         id: Option<&'a RawValue>,
         method: Option<serde::de::IgnoredAny>,
     }
-    let message: Message<'_> = serde_json::from_str(frame).ok()?;
-    match message {
-        Message {
-            id: Some(id),
-            method: None,
-        } => Some(id.get()),
-        _ => None,
-    }
+    // By its first byte, not an untagged enum: a `RawValue` cannot be read from the
+    // buffered content an untagged enum tries its variants on.
+    let messages: Vec<Message<'_>> = if frame.trim_start().starts_with('[') {
+        serde_json::from_str(frame).unwrap_or_default()
+    } else {
+        serde_json::from_str(frame).map_or_else(|_| Vec::new(), |message| vec![message])
+    };
+    messages
+        .into_iter()
+        .filter_map(|message| match message {
+            Message {
+                id: Some(id),
+                method: None,
+            } => Some(id.get()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The answer to the request `id` whose answer was lost (`lost`: [`Error::NodeLost`] or
@@ -182,20 +192,23 @@ mod tests {
     #[test]
     fn only_responses_have_an_answer_id() {
         assert_eq!(
-            answer_id(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#),
-            Some("7")
+            answer_ids(
+                r#"[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":"b","error":{"code":1,"message":""}}]"#
+            ),
+            ["1", r#""b""#]
+        );
+        assert_eq!(answer_ids(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#), ["7"]);
+        assert_eq!(
+            answer_ids(r#"{"jsonrpc":"2.0","id":"x","error":{"code":1,"message":""}}"#),
+            [r#""x""#]
         );
         assert_eq!(
-            answer_id(r#"{"jsonrpc":"2.0","id":"x","error":{"code":1,"message":""}}"#),
-            Some(r#""x""#)
+            answer_ids(r#"{"jsonrpc":"2.0","id":1,"method":"roots/list"}"#),
+            Vec::<&str>::new()
         );
         assert_eq!(
-            answer_id(r#"{"jsonrpc":"2.0","id":1,"method":"roots/list"}"#),
-            None
-        );
-        assert_eq!(
-            answer_id(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
-            None
+            answer_ids(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
+            Vec::<&str>::new()
         );
     }
 }

@@ -15,7 +15,7 @@
 //! too); handlers and sockets on any thread reach it by its id (the transports'
 //! [`HostedSessions`] directory) with messages, and get their answers back through channels.
 
-use super::awaited::{answer_id, lost_answer, Awaited};
+use super::awaited::{answer_ids, lost_answer, Awaited};
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use super::socket_record::{self, KeepsRecord, Kept, RecordWritten, SocketRecord};
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
@@ -1114,7 +1114,7 @@ impl SocketOutlet {
         let kept = self
             .missed
             .iter()
-            .filter_map(|frame| answer_id(frame))
+            .flat_map(|frame| answer_ids(frame))
             .filter_map(|id| serde_json::from_str::<serde_json::Value>(id).ok())
             .filter_map(|id| RequestId::from_value(&id));
         self.lost_on_node
@@ -1143,8 +1143,13 @@ impl SocketOutlet {
                 .map(|id| lost_answer(id, &lost))
                 .collect(),
             Some(awaited) => {
-                let running = core.in_flight_ids().map(RequestId::as_json);
-                let kept = self.missed.iter().filter_map(|frame| answer_id(frame));
+                // A batch's entries are answered with it: running, or answered and held
+                // until its last entry is; and a batch's answer kept is an array.
+                let running = core
+                    .in_flight_ids()
+                    .chain(core.batched_answer_ids())
+                    .map(RequestId::as_json);
+                let kept = self.missed.iter().flat_map(|frame| answer_ids(frame));
                 awaited.owed(running.chain(kept), &lost)
             }
         }

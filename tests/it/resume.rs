@@ -558,3 +558,77 @@ async fn wait_until_unread_bytes_stop_growing(port: u16) {
         last = now;
     }
 }
+
+/// A batch (2025-03-26) is answered in one array: a resuming client awaiting its entries
+/// gets that array once, and no -32031 for an entry answered and held for it, nor for an
+/// entry kept in an array sent while no socket was attached. (Counted as neither running
+/// nor kept, the ping of a batch still running got -32031, then its answer again in the
+/// array; and a batch answered while parked was answered twice over.)
+#[tokio::test]
+async fn a_resuming_client_awaiting_a_batchs_entries_gets_the_batchs_answer_once() {
+    let (server, gate) = start_with_gate(resume_settings(30_000));
+    let mut client = Client::connect(&server).await;
+    let response = client
+        .request_with_id(json!(0), "initialize", initialize_params("2025-03-26"))
+        .await;
+    let id = response["result"]["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a resume id: {response}"))
+        .to_owned();
+    client
+        .send_json(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .await;
+    client
+        .send_json(
+            json!([hold_call(json!(1)), {"jsonrpc":"2.0","id":2,"method":"ping"},
+            {"jsonrpc":"2.0","id":3,"method":"tools/call",
+             "params":{"name":"echo","arguments":{"text":"short"}}}]),
+        )
+        .await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    client
+        .send_json(json!([{"jsonrpc":"2.0","id":4,"method":"ping"},
+            {"jsonrpc":"2.0","id":5,"method":"tools/call",
+             "params":{"name":"sleep","arguments":{"ms":200}}}]))
+        .await;
+    wait_metric(&server, "mcp_pool_running", 2).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    // The second batch is answered while no socket is attached: its array is kept.
+    wait_metric(&server, "mcp_pool_running", 1).await;
+
+    let (mut client, _) = reconnect_with(
+        &server,
+        &[
+            ("Mcp-Session-Id", &id),
+            ("Mcp-Awaiting-Ids", "[1, 2, 3, 4, 5]"),
+        ],
+    )
+    .await
+    .expect("resumed");
+    let kept = client.recv_text().await;
+    let kept: Value = serde_json::from_str(&kept).expect("JSON");
+    let mut ids: Vec<i64> = kept
+        .as_array()
+        .unwrap_or_else(|| panic!("the kept batch's array first: {kept}"))
+        .iter()
+        .map(|answer| answer["id"].as_i64().expect("an id"))
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [4, 5], "{kept}");
+    gate.add_permits(1);
+    let batch = client.recv_text().await;
+    let batch: Value = serde_json::from_str(&batch).expect("JSON");
+    let mut ids: Vec<i64> = batch
+        .as_array()
+        .unwrap_or_else(|| panic!("the running batch's array: {batch}"))
+        .iter()
+        .map(|answer| {
+            assert!(answer.get("error").is_none(), "{batch}");
+            answer["id"].as_i64().expect("an id")
+        })
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2, 3], "{batch}");
+    client.expect_nothing_pending().await;
+}
