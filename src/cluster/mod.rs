@@ -62,7 +62,7 @@ impl Cluster {
     pub fn new(settings: Arc<Settings>, metrics: Arc<Metrics>, bus: ChangeBus) -> Arc<Self> {
         Arc::new(Self {
             store: store::Store::new(&settings),
-            tasks: tasks::Tasks::new(&settings.tasks),
+            tasks: tasks::Tasks::new(&settings.tasks, metrics.clone()),
             settings,
             metrics,
             bus,

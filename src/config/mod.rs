@@ -400,6 +400,11 @@ pub struct TaskSettings {
     /// Tasks (running or finished, not yet expired) this node keeps; beyond it a new
     /// task is refused with -32008.
     pub max_stored: usize,
+    /// Bytes the task records this node keeps may take (their JSON, results included):
+    /// while they take this much a new task is refused with -32008 (`taskBytes`), and a
+    /// task whose result would take them past it fails with that error instead of
+    /// keeping the result.
+    pub max_stored_bytes: u64,
 }
 
 impl Default for TaskSettings {
@@ -409,6 +414,7 @@ impl Default for TaskSettings {
             poll_interval_ms: 1_000,
             max_running: 256,
             max_stored: 10_000,
+            max_stored_bytes: 256 << 20,
         }
     }
 }
@@ -1353,6 +1359,7 @@ impl Settings {
             ("tasks.poll_interval_ms", self.tasks.poll_interval_ms),
             ("tasks.max_running", self.tasks.max_running as u64),
             ("tasks.max_stored", self.tasks.max_stored as u64),
+            ("tasks.max_stored_bytes", self.tasks.max_stored_bytes),
             (
                 "limits.max_subscription_uri_bytes",
                 l.max_subscription_uri_bytes as u64,

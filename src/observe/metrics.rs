@@ -69,6 +69,12 @@ impl Gauge {
         self.value.fetch_sub(n, Ordering::Relaxed);
     }
 
+    /// Sets the gauge to a value counted elsewhere.
+    pub fn set(&self, value: u64) {
+        self.value.store(value, Ordering::Relaxed);
+        self.observe(value);
+    }
+
     /// Records a value observed elsewhere (for peaks of per-session counts).
     pub fn observe(&self, value: u64) {
         // The peak only grows, so a value at or below it needs no write. `fetch_max` is a
@@ -146,6 +152,11 @@ pub struct Metrics {
     pub bridge_subscribed: Gauge,
     /// Tasks running on this node (2026-07-28 tasks extension).
     pub tasks_running: Gauge,
+    /// Task records this node keeps (running or finished, not yet forgotten).
+    pub tasks_stored: Gauge,
+    /// Bytes of the task records this node keeps (their JSON), within
+    /// `tasks.max_stored_bytes`.
+    pub tasks_stored_bytes: Gauge,
     /// Tasks created on this node.
     pub tasks_created: Counter,
     /// Requests, messages and connections refused, by reason (see [`Rejections`]).
@@ -262,6 +273,16 @@ impl Metrics {
                 "mcp_tasks_running",
                 "Tasks running on this node",
                 &self.tasks_running,
+            ),
+            (
+                "mcp_tasks_stored",
+                "Task records this node keeps, running or finished",
+                &self.tasks_stored,
+            ),
+            (
+                "mcp_tasks_stored_bytes",
+                "Bytes of the task records this node keeps",
+                &self.tasks_stored_bytes,
             ),
         ];
         for (name, help, gauge) in gauges {

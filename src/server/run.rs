@@ -255,7 +255,7 @@ pub(super) async fn serve(
     let handle = server.handle();
     // Registry changes reach the other nodes, and theirs this one (with Redis).
     crate::cluster::store::bridge::start(&shared.cluster);
-    crate::cluster::tasks::keep_saved(&shared.cluster);
+    crate::cluster::tasks::keep_tidy(&shared.cluster);
     let server_task = actix_rt::spawn(server);
     let (ws, http) = schemes(&shared);
     tracing::info!(

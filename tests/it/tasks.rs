@@ -8,8 +8,11 @@
 //!   `tasks/*` methods;
 //! - a task's questions park it in `input_required` until `tasks/update` answers them (an
 //!   answer that does not fit is asked again under a new key; unknown keys are ignored);
-//! - `tasks/cancel` stops the tool and is idempotent; a task expires with its `ttlMs`; the
-//!   running tasks of a node are bounded (-32008); unknown ids are -32602;
+//! - `tasks/cancel` stops the tool and is idempotent; a task expires with its `ttlMs`, and its
+//!   node then forgets it, result and all, without waiting for a new task to need the room;
+//!   the running tasks of a node are bounded (-32008), and so are the bytes of the tasks it
+//!   keeps (a result that does not fit fails its task, and then new tasks are refused, both
+//!   -32008 `taskBytes`); unknown ids are -32602;
 //! - `subscriptions/listen` with `taskIds` hears `notifications/tasks` with what `tasks/get`
 //!   shows, tagged with the listen's id;
 //! - two server processes sharing one real `redis-server`: a task created on one is polled,
@@ -481,6 +484,100 @@ async fn tasks_expire_with_their_ttl() {
     let gone = ws_request(&mut client, "tasks/get", json!({"taskId": id})).await;
     let data = assert_error(&gone, &gone["id"], -32602)["data"].clone();
     assert_eq!(data["taskId"], json!(id));
+}
+
+/// A tool that requires tasks and answers at once with `size` bytes of text: its task is
+/// stored finished, result and all.
+fn blob() -> Tool {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Size {
+        size: usize,
+    }
+    Tool::new(
+        "blob",
+        "Answers with `size` bytes of text",
+        |args: Size, _ctx: RequestContext| async move { Ok::<_, ToolError>("x".repeat(args.size)) },
+    )
+    .task_support(TaskSupport::Required)
+}
+
+/// An expired task is forgotten (its result with it) by its node on its own, not only when a
+/// new task finds the store full. (It was kept until `tasks.max_stored` other tasks came:
+/// 10 000 results held for nothing.)
+#[tokio::test]
+async fn expired_tasks_are_forgotten_with_their_results() {
+    let mut s = settings();
+    s.tasks.ttl_ms = 200;
+    let server = start_with(s, |b| b.tool(blob()));
+    let mut client = Client::connect(&server).await;
+    let created = ws_request(
+        &mut client,
+        "tools/call",
+        json!({"name": "blob", "arguments": {"size": 10_000}}),
+    )
+    .await;
+    assert_eq!(result(&created)["status"], "completed", "{created}");
+    assert_eq!(metric(&server, "mcp_tasks_stored_peak").await, 1);
+    assert!(metric(&server, "mcp_tasks_stored_bytes_peak").await > 10_000);
+    wait_metric(&server, "mcp_tasks_stored", 0).await;
+    wait_metric(&server, "mcp_tasks_stored_bytes", 0).await;
+    let gone = ws_request(
+        &mut client,
+        "tasks/get",
+        json!({"taskId": task_id(&created)}),
+    )
+    .await;
+    assert_error(&gone, &gone["id"], -32602);
+}
+
+/// The bytes of the tasks a node keeps are bounded by `tasks.max_stored_bytes`: a result that
+/// would take them past it is not kept, its task failing with -32008 `taskBytes`; once they
+/// reach it, a new task is refused at once with the same error, before the tool runs.
+#[tokio::test]
+async fn the_bytes_of_kept_tasks_are_bounded() {
+    const LIMIT: u64 = 8192;
+    let mut s = settings();
+    s.tasks.max_stored_bytes = LIMIT;
+    let server = start_with(s, |b| b.tool(blob()));
+    let mut client = Client::connect(&server).await;
+    let call = |size: u64| json!({"name": "blob", "arguments": {"size": size}});
+    // A result that fits is kept.
+    let kept = ws_request(&mut client, "tools/call", call(1000)).await;
+    assert_eq!(result(&kept)["status"], "completed", "{kept}");
+    // One that does not is not: the task fails, saying why.
+    let created = ws_request(&mut client, "tools/call", call(LIMIT)).await;
+    let id = task_id(&created);
+    let failed = ws_request(&mut client, "tasks/get", json!({"taskId": id})).await;
+    let failed = result(&failed);
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["code"], -32008, "{failed}");
+    assert_eq!(failed["error"]["data"]["scope"], "taskBytes", "{failed}");
+    assert_eq!(failed["error"]["data"]["limit"], LIMIT, "{failed}");
+    assert!(failed.get("result").is_none(), "{failed}");
+    assert!(metric(&server, "mcp_tasks_stored_bytes_peak").await <= LIMIT);
+    // Failed tasks' records are kept (each a few hundred bytes) until the bytes reach the
+    // bound: then a new task is refused at once, even a small one.
+    let mut refused = None;
+    for _ in 0..100 {
+        let response = ws_request(&mut client, "tools/call", call(LIMIT)).await;
+        if response.get("error").is_some() {
+            refused = Some(response);
+            break;
+        }
+        assert_eq!(result(&response)["status"], "failed", "{response}");
+    }
+    let refused = refused.expect("new tasks refused once the bytes are at the bound");
+    let data = assert_error(&refused, &refused["id"], -32008)["data"].clone();
+    assert_eq!(data["scope"], "taskBytes");
+    let small = ws_request(&mut client, "tools/call", call(1)).await;
+    let data = assert_error(&small, &small["id"], -32008)["data"].clone();
+    assert_eq!(data["scope"], "taskBytes");
+    // What was kept is still there.
+    let polled = ws_request(&mut client, "tasks/get", json!({"taskId": task_id(&kept)})).await;
+    assert_eq!(
+        result(&polled)["result"]["content"][0]["text"],
+        "x".repeat(1000)
+    );
 }
 
 #[tokio::test]

@@ -213,7 +213,7 @@ pub(crate) const BEAT: std::time::Duration = std::time::Duration::from_secs(1);
 /// another node by waiting for its events, and a retry of a keyed call it runs waits for
 /// its answer, until the node is found dead. A beat Redis takes after an outage also
 /// writes back what this node kept meanwhile (results, releases; task records are the
-/// tasks module's, `tasks::keep_saved`) and tells the others every list changed if a change
+/// tasks module's, `tasks::keep_tidy`) and tells the others every list changed if a change
 /// of its own did not reach them.
 async fn beat(cluster: Arc<Cluster>) {
     let Some(redis) = cluster.store.redis() else {

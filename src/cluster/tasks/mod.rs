@@ -14,15 +14,23 @@
 //!
 //! A task belongs to the identity that created it: another identity is told it does not
 //! exist. Task ids are random UUIDs (122 random bits), never guessable.
+//!
+//! This node's memory is bounded: `tasks.max_stored` records and `tasks.max_stored_bytes`
+//! bytes of them (their JSON). A record is forgotten once its task expires, by a sweep every
+//! [`SWEEP_EVERY`] (and at once when a new task finds the store full), which looks only at
+//! a clock while no record has expired.
 
 pub(crate) mod runner;
 
 use crate::cluster::Cluster;
 use crate::config::TaskSettings;
-use crate::protocol::mcp::Error;
+use crate::observe::metrics::Metrics;
+use crate::protocol::mcp::{Error, TaskLimit};
+use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
@@ -174,11 +182,26 @@ pub(crate) enum Signal {
     Shutdown,
 }
 
+/// A task record as this node keeps it, with the bytes it counts for.
+#[derive(Debug)]
+struct Kept {
+    record: TaskRecord,
+    /// The length of the record's JSON.
+    bytes: u64,
+}
+
 /// The tasks of this node. See the module docs.
 pub(crate) struct Tasks {
     settings: TaskSettings,
+    metrics: Arc<Metrics>,
     /// Tasks created on this node (running or done), until they expire.
-    records: DashMap<String, TaskRecord>,
+    records: DashMap<String, Kept>,
+    /// The sum of the `bytes` of `records`: changed only under the lock of the entry whose
+    /// bytes change, so it never drifts from them.
+    stored_bytes: AtomicU64,
+    /// Unix ms before which no record of `records` expires: until then a sweep has nothing
+    /// to forget and does not look at them.
+    next_expiry: AtomicU64,
     /// Tasks running on this node: how to reach their runner.
     running: DashMap<String, mpsc::Sender<Signal>>,
     /// One permit per task running on this node.
@@ -190,10 +213,13 @@ pub(crate) struct Tasks {
 }
 
 impl Tasks {
-    pub fn new(settings: &TaskSettings) -> Self {
+    pub fn new(settings: &TaskSettings, metrics: Arc<Metrics>) -> Self {
         Self {
             settings: settings.clone(),
+            metrics,
             records: DashMap::new(),
+            stored_bytes: AtomicU64::new(0),
+            next_expiry: AtomicU64::new(u64::MAX),
             running: DashMap::new(),
             slots: Arc::new(Semaphore::new(settings.max_running)),
             unsaved: std::sync::Mutex::default(),
@@ -205,20 +231,117 @@ impl Tasks {
         !crate::lock(&self.unsaved).is_empty()
     }
 
-    /// Room for one more task, or -32008: a running slot, and room in the store (after
-    /// forgetting expired tasks, if it looked full).
+    /// Room for one more task, or -32008: a running slot, and room in the store, by count
+    /// and by bytes (after forgetting expired tasks, if it looked full).
     pub fn reserve(&self) -> Result<OwnedSemaphorePermit, Error> {
         let busy = || Error::TooManyTasks {
-            limit: self.settings.max_running.min(self.settings.max_stored),
+            scope: TaskLimit::Node,
+            limit: self.settings.max_running.min(self.settings.max_stored) as u64,
         };
-        if self.records.len() >= self.settings.max_stored {
-            let now = unix_ms();
-            self.records.retain(|_, r| r.expires_ms() > now);
-            if self.records.len() >= self.settings.max_stored {
+        let full = || self.records.len() >= self.settings.max_stored;
+        let heavy = || self.stored_bytes.load(Ordering::Acquire) >= self.settings.max_stored_bytes;
+        if full() || heavy() {
+            self.sweep();
+            if full() {
                 return Err(busy());
+            }
+            if heavy() {
+                return Err(self.too_heavy());
             }
         }
         self.slots.clone().try_acquire_owned().map_err(|_| busy())
+    }
+
+    /// -32008 for bytes of task records over `tasks.max_stored_bytes`.
+    fn too_heavy(&self) -> Error {
+        Error::TooManyTasks {
+            scope: TaskLimit::Bytes,
+            limit: self.settings.max_stored_bytes,
+        }
+    }
+
+    /// Keeps `record`, which takes `bytes` as JSON, in place of its last one; false (and not
+    /// kept) when it carries a result that would take the records past
+    /// `tasks.max_stored_bytes`. A record without a result is always kept: the records of
+    /// running and failed tasks are small, and as many as `tasks.max_stored` allows.
+    fn keep(&self, record: &TaskRecord, bytes: u64) -> bool {
+        let bounded = record.result.is_some();
+        let limit = self.settings.max_stored_bytes;
+        let stored = &self.stored_bytes;
+        // Copied before the entry's shard is locked: a result may be large.
+        let copy = record.clone();
+        let entry = self.records.entry(record.id.clone());
+        let old = match &entry {
+            Entry::Occupied(kept) => kept.get().bytes,
+            Entry::Vacant(_) => 0,
+        };
+        let grown = bytes.saturating_sub(old);
+        let fits = grown == 0
+            || !bounded
+            || stored
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    n.checked_add(grown).filter(|total| *total <= limit)
+                })
+                .is_ok();
+        if fits {
+            if !bounded {
+                stored.fetch_add(grown, Ordering::AcqRel);
+            }
+            stored.fetch_sub(old.saturating_sub(bytes), Ordering::AcqRel);
+            entry.insert(Kept {
+                record: copy,
+                bytes,
+            });
+        } else {
+            // Unlocked before `report` reads every shard.
+            drop(entry);
+        }
+        // After the insert: a sweep that began meanwhile (and reset it) still learns of it.
+        self.next_expiry
+            .fetch_min(record.expires_ms(), Ordering::AcqRel);
+        self.report();
+        fits
+    }
+
+    /// Forgets the records whose task expired. While none has, this reads a clock and one
+    /// number; otherwise one pass over the records (no JSON, no await: a few microseconds
+    /// per thousand records).
+    pub fn sweep(&self) {
+        let now = unix_ms();
+        if self.next_expiry.load(Ordering::Acquire) > now {
+            return;
+        }
+        // Reset before the pass: a record kept during it lowers it again (see `keep`).
+        self.next_expiry.store(u64::MAX, Ordering::Release);
+        let mut next = u64::MAX;
+        let mut forgot = false;
+        self.records.retain(|_, kept| {
+            let expires = kept.record.expires_ms();
+            if expires > now {
+                next = next.min(expires);
+                return true;
+            }
+            self.stored_bytes.fetch_sub(kept.bytes, Ordering::AcqRel);
+            forgot = true;
+            false
+        });
+        self.next_expiry.fetch_min(next, Ordering::AcqRel);
+        if forgot {
+            // Ids of forgotten records waiting for Redis would pile up while it is away.
+            let mut unsaved = crate::lock(&self.unsaved);
+            if !unsaved.is_empty() {
+                unsaved.retain(|id| self.records.contains_key(id));
+            }
+        }
+        self.report();
+    }
+
+    /// Shows the store's size in `/metrics`.
+    fn report(&self) {
+        self.metrics.tasks_stored.set(self.records.len() as u64);
+        self.metrics
+            .tasks_stored_bytes
+            .set(self.stored_bytes.load(Ordering::Acquire));
     }
 
     /// Tells every task running on this node that the server is shutting down.
@@ -266,13 +389,29 @@ impl Tasks {
 }
 
 /// Stores `record` (this node's memory; Redis when configured) and publishes its status.
-pub(crate) async fn save(cluster: &Cluster, record: &TaskRecord) {
-    cluster
-        .tasks
-        .records
-        .insert(record.id.clone(), record.clone());
-    if let Some(redis) = cluster.store.redis() {
-        if let Ok(json) = serde_json::to_string(record) {
+/// A result that does not fit in `tasks.max_stored_bytes` is not kept: the task fails with
+/// -32008 `taskBytes` instead, and `record` says so.
+pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
+    let redis = cluster.store.redis();
+    // With Redis the JSON is made anyway, and its length is what the record counts for.
+    let mut json = redis.and_then(|_| serde_json::to_string(record).ok());
+    let bytes = json
+        .as_ref()
+        .map_or_else(|| json_len(record), |j| j.len() as u64);
+    if !cluster.tasks.keep(record, bytes) {
+        // Failing it rather than keeping the result past the bound: the client learns at
+        // once why, instead of the node holding more than it was given; and refusing the
+        // next tasks (as `reserve` does once the bound is reached) is what tells clients to
+        // come back later, before any work is done.
+        runner::fail(record, &cluster.tasks.too_heavy());
+        json = redis.and_then(|_| serde_json::to_string(record).ok());
+        let bytes = json
+            .as_ref()
+            .map_or_else(|| json_len(record), |j| j.len() as u64);
+        cluster.tasks.keep(record, bytes);
+    }
+    if let Some(redis) = redis {
+        if let Some(json) = json {
             let saved = redis
                 .put_task(&cluster.metrics, &record.id, json, record.remaining())
                 .await;
@@ -295,24 +434,25 @@ pub(crate) async fn save(cluster: &Cluster, record: &TaskRecord) {
         )));
 }
 
-/// How often the records Redis did not take are tried again.
-const WRITE_BACK_EVERY: Duration = Duration::from_secs(1);
+/// How often expired records are forgotten, and the records Redis did not take are tried
+/// again.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// Starts writing again, every [`WRITE_BACK_EVERY`], the task records Redis did not take,
-/// once it answers. Called once with Redis configured, inside the server's runtime.
-pub(crate) fn keep_saved(cluster: &Arc<Cluster>) {
-    if cluster.store.redis().is_none() {
-        return;
-    }
+/// Starts the store's upkeep: every [`SWEEP_EVERY`], forgets the records whose task expired
+/// (they held their results until then), and with Redis writes again the task records it
+/// did not take, once it answers. Called once, inside the server's runtime.
+pub(crate) fn keep_tidy(cluster: &Arc<Cluster>) {
     let cluster = Arc::downgrade(cluster);
     actix_rt::spawn(async move {
-        let mut every = tokio::time::interval(WRITE_BACK_EVERY);
+        let mut every = tokio::time::interval(SWEEP_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
             let Some(cluster) = cluster.upgrade() else {
                 return;
             };
-            if cluster.tasks.has_unsaved() {
+            cluster.tasks.sweep();
+            if cluster.store.redis().is_some() && cluster.tasks.has_unsaved() {
                 write_back(&cluster).await;
             }
         }
@@ -333,7 +473,7 @@ async fn write_back(cluster: &Cluster) {
             .tasks
             .records
             .get(&id)
-            .map(|r| r.value().clone())
+            .map(|r| r.value().record.clone())
             .filter(|r| r.expires_ms() > now)
         else {
             continue;
@@ -352,11 +492,10 @@ async fn write_back(cluster: &Cluster) {
         }
         // A newer record saved meanwhile may have landed before this older one: written
         // again at the next round.
-        let newer = cluster
-            .tasks
-            .records
-            .get(&id)
-            .is_some_and(|r| serde_json::to_string(r.value()).is_ok_and(|now| now != json));
+        let newer =
+            cluster.tasks.records.get(&id).is_some_and(|r| {
+                serde_json::to_string(&r.value().record).is_ok_and(|now| now != json)
+            });
         if newer {
             crate::lock(&cluster.tasks.unsaved).insert(id);
         }
@@ -377,7 +516,7 @@ pub(crate) async fn load(cluster: &Cluster, id: &str, owner: &str) -> Result<Tas
         .tasks
         .records
         .get(id)
-        .map(|r| r.value().clone())
+        .map(|r| r.value().record.clone())
         .filter(|r| r.expires_ms() > now);
     let record = match local {
         Some(record) => Some(record),
@@ -462,6 +601,23 @@ async fn steer(
     })
 }
 
+/// The length of `value`'s JSON, counted without keeping it.
+fn json_len(value: &impl Serialize) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len() as u64;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Unix time in ms.
 pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
@@ -495,7 +651,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cancel_is_not_lost_to_a_full_queue() {
-        let tasks = Tasks::new(&TaskSettings::default());
+        let tasks = Tasks::new(&TaskSettings::default(), Arc::default());
         let (runner, mut signals) = mpsc::channel(1);
         tasks.running.insert("t".into(), runner);
         let answer = || Signal::Answer {
@@ -556,11 +712,45 @@ mod tests {
     }
 
     #[test]
+    fn kept_bytes_follow_the_records_and_the_sweep() {
+        let tasks = Tasks::new(
+            &TaskSettings {
+                max_stored_bytes: 120,
+                ..TaskSettings::default()
+            },
+            Arc::default(),
+        );
+        let bytes = || tasks.stored_bytes.load(Ordering::Acquire);
+        let mut record = TaskRecord::new("alice", &TaskSettings::default());
+        assert!(tasks.keep(&record, 100));
+        assert!(tasks.keep(&record, 50), "a smaller record in its place");
+        assert_eq!(bytes(), 50);
+        record.result = Some(json!({}));
+        assert!(!tasks.keep(&record, 200), "a result past the bound");
+        assert_eq!(bytes(), 50);
+        assert!(tasks.keep(&record, 120));
+        assert_eq!(bytes(), 120);
+        let mut other = TaskRecord::new("bob", &TaskSettings::default());
+        assert!(tasks.keep(&other, 30), "no result: kept past the bound");
+        assert_eq!(bytes(), 150);
+        // Expired: the sweep forgets it, and only it.
+        other.created_ms = 0;
+        assert!(tasks.keep(&other, 30));
+        tasks.sweep();
+        assert_eq!(tasks.records.len(), 1);
+        assert_eq!(bytes(), 120);
+        assert_eq!(tasks.metrics.tasks_stored_bytes.get(), 120);
+    }
+
+    #[test]
     fn reservations_are_bounded() {
-        let tasks = Tasks::new(&TaskSettings {
-            max_running: 1,
-            ..TaskSettings::default()
-        });
+        let tasks = Tasks::new(
+            &TaskSettings {
+                max_running: 1,
+                ..TaskSettings::default()
+            },
+            Arc::default(),
+        );
         let first = tasks.reserve().expect("a slot");
         assert!(matches!(tasks.reserve(), Err(Error::TooManyTasks { .. })));
         drop(first);

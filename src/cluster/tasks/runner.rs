@@ -110,7 +110,7 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
         Some(outcome) => {
             // Required, and done at once: a task, finished already.
             finish(&cluster, &mut record, outcome);
-            save(&cluster, &record).await;
+            save(&cluster, &mut record).await;
             cluster.metrics.tasks_created.inc();
             return Ok(Begun::Task(record));
         }
@@ -156,7 +156,7 @@ impl Runner {
     async fn run(mut self, stored: oneshot::Sender<()>) {
         let cluster = self.cluster.clone();
         let _running = cluster.metrics.tasks_running.track();
-        save(&self.cluster, &self.record).await;
+        save(&self.cluster, &mut self.record).await;
         let _ = stored.send(());
         let expiry = tokio::time::sleep(self.record.remaining());
         tokio::pin!(expiry);
@@ -178,7 +178,7 @@ impl Runner {
                     Some(Signal::Cancel { applied }) => {
                         self.cancel.set();
                         self.record.set(TaskStatus::Cancelled);
-                        save(&self.cluster, &self.record).await;
+                        save(&self.cluster, &mut self.record).await;
                         if let Some(applied) = applied {
                             let _ = applied.send(());
                         }
@@ -200,7 +200,7 @@ impl Runner {
             }
         }
         if self.record.status != TaskStatus::Cancelled {
-            save(&self.cluster, &self.record).await;
+            save(&self.cluster, &mut self.record).await;
         }
         self.cluster.tasks.running.remove(&self.record.id);
         // Dropping `self` drops the tool's future: a cancelled task stops at its next wait.
@@ -220,7 +220,7 @@ impl Runner {
         }
         self.record.input_requests = outstanding;
         self.record.set(status);
-        save(&self.cluster, &self.record).await;
+        save(&self.cluster, &mut self.record).await;
     }
 }
 
@@ -252,7 +252,7 @@ fn finish(cluster: &Cluster, record: &mut TaskRecord, outcome: Outcome) {
 }
 
 /// Fails the task with `error` (its JSON-RPC error object).
-fn fail(record: &mut TaskRecord, error: &Error) {
+pub(super) fn fail(record: &mut TaskRecord, error: &Error) {
     record.error = serde_json::to_value(error.to_wire_stateless()).ok();
     record.result = None;
     record.set(TaskStatus::Failed);

@@ -107,6 +107,32 @@ impl ReadLimit {
     }
 }
 
+/// Which limit on tasks a new task, or a task's result, found reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskLimit {
+    /// `tasks.max_running` or `tasks.max_stored`: the tasks of this node.
+    Node,
+    /// `tasks.max_stored_bytes`: the bytes of the task records this node keeps.
+    Bytes,
+}
+
+impl TaskLimit {
+    /// The name in the error's `data.scope`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Node => "tasks",
+            Self::Bytes => "taskBytes",
+        }
+    }
+
+    fn message(self) -> &'static str {
+        match self {
+            Self::Node => "Too many tasks: retry later",
+            Self::Bytes => "Too many bytes of task results kept on this node: retry later",
+        }
+    }
+}
+
 /// Why a request's signature was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SignatureProblem {
@@ -196,9 +222,10 @@ pub enum Error {
     /// expired, or another identity's).
     #[error("Unknown task")]
     UnknownTask { task_id: String },
-    /// 2026-07-28 tasks: this node holds as many tasks as it may.
-    #[error("Too many tasks: retry later")]
-    TooManyTasks { limit: usize },
+    /// 2026-07-28 tasks: this node holds as many tasks, or bytes of tasks, as it may (a new
+    /// task is refused; a task whose result does not fit fails with it).
+    #[error("{}", .scope.message())]
+    TooManyTasks { scope: TaskLimit, limit: u64 },
     /// 2026-07-28: a request's `_meta` lacks a required key or has a malformed one.
     #[error("Invalid params: {0}")]
     MalformedMeta(String),
@@ -386,8 +413,8 @@ impl Error {
                 object.with_data(json!({ "limit": limit }))
             }
             Self::UnknownTask { task_id } => object.with_data(json!({ "taskId": task_id })),
-            Self::TooManyTasks { limit } => {
-                object.with_data(json!({ "scope": "tasks", "limit": limit }))
+            Self::TooManyTasks { scope, limit } => {
+                object.with_data(json!({ "scope": scope.as_str(), "limit": limit }))
             }
             Self::UnsupportedProtocolVersion { requested, pinned } => {
                 let supported: Vec<&str> = match pinned {
