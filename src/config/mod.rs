@@ -397,6 +397,13 @@ pub struct TaskSettings {
     /// Tasks running at once on this node; a task-supporting call beyond it is refused
     /// with -32008 (server busy).
     pub max_running: usize,
+    /// Tasks one authenticated identity may run at once on this node; a new one beyond it
+    /// is refused with -32008 (`identityTasks`), so that one client cannot take every
+    /// running slot. `None` (the default, the key left out): a quarter of `max_running`,
+    /// at least 1 (see [`TaskSettings::running_per_identity`]). `Some(0)`: no limit.
+    /// Anonymous clients are bound by `max_running` alone (nothing tells them apart).
+    #[serde(deserialize_with = "some")]
+    pub max_running_per_identity: Option<usize>,
     /// Tasks (running or finished, not yet expired) this node keeps; beyond it a new
     /// task is refused with -32008.
     pub max_stored: usize,
@@ -413,9 +420,20 @@ impl Default for TaskSettings {
             ttl_ms: 3_600_000,
             poll_interval_ms: 1_000,
             max_running: 256,
+            max_running_per_identity: None,
             max_stored: 10_000,
             max_stored_bytes: 256 << 20,
         }
+    }
+}
+
+impl TaskSettings {
+    /// The tasks one authenticated identity may run at once on a node:
+    /// `max_running_per_identity` when set, else a quarter of `max_running`, at least 1
+    /// (four busy clients can still fill the node; one cannot). 0: no limit.
+    pub fn running_per_identity(&self) -> usize {
+        self.max_running_per_identity
+            .unwrap_or_else(|| (self.max_running / 4).max(1))
     }
 }
 

@@ -10,7 +10,8 @@
 //!   answer that does not fit is asked again under a new key; unknown keys are ignored);
 //! - `tasks/cancel` stops the tool and is idempotent; a task expires with its `ttlMs`, and its
 //!   node then forgets it, result and all, without waiting for a new task to need the room;
-//!   the running tasks of a node are bounded (-32008), and so are the bytes of the tasks it
+//!   the running tasks of a node are bounded (-32008), and so are those of one identity
+//!   (-32008 `identityTasks`: others still get theirs), and so are the bytes of the tasks it
 //!   keeps (a result that does not fit fails its task, and then new tasks are refused, both
 //!   -32008 `taskBytes`); unknown ids are -32602;
 //! - `subscriptions/listen` with `taskIds` hears `notifications/tasks` with what `tasks/get`
@@ -606,6 +607,53 @@ async fn running_tasks_are_bounded() {
     gate.add_permits(1);
     let again = ws_request(&mut client, "tools/call", json!({"name": "job"})).await;
     assert!(result(&again).get("resultType").is_some(), "{again}");
+}
+
+/// One identity runs at most `tasks.max_running_per_identity` tasks at once: its next is
+/// refused with -32008 `identityTasks`, while another identity, and anonymous clients (bound
+/// by `max_running` alone), still get theirs; a task that ends gives its place back. (One
+/// client could take every running slot, for as long as its tasks ran.)
+#[tokio::test]
+async fn one_identity_cannot_take_every_running_slot() {
+    const ALICE: &str = "alice-8d2c4e6f0a1b3c5d7e9f1a2b3c4d5e6f";
+    const BOB: &str = "bob-1f2e3d4c5b6a79881726354453627180";
+    let gate = Arc::new(Semaphore::new(0));
+    let mut s = settings();
+    s.server.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    s.auth.api_keys = vec![api_key("alice", ALICE, &[]), api_key("bob", BOB, &[])];
+    s.tasks.max_running = 8;
+    s.tasks.max_running_per_identity = Some(2);
+    let g = gate.clone();
+    let server = start_with(s, move |b| b.tool(gated("job", g, TaskSupport::Optional)));
+    let url = server.url();
+    let mut alice = Client::connect_url_as(&url, Some(ALICE)).await;
+    let mut bob = Client::connect_url_as(&url, Some(BOB)).await;
+    let mut anonymous = Client::connect(&server).await;
+    let job = || json!({"name": "job"});
+    let first = task_id(&ws_request(&mut alice, "tools/call", job()).await);
+    task_id(&ws_request(&mut alice, "tools/call", job()).await);
+    let refused = ws_request(&mut alice, "tools/call", job()).await;
+    let error = assert_error(&refused, &refused["id"], -32008);
+    assert_eq!(
+        error["data"],
+        json!({"scope": "identityTasks", "limit": 2}),
+        "{refused}"
+    );
+    // A new connection of the same identity is the same identity.
+    let mut alice_again = Client::connect_url_as(&url, Some(ALICE)).await;
+    let refused = ws_request(&mut alice_again, "tools/call", job()).await;
+    assert_error(&refused, &refused["id"], -32008);
+    task_id(&ws_request(&mut bob, "tools/call", job()).await);
+    for _ in 0..3 {
+        task_id(&ws_request(&mut anonymous, "tools/call", job()).await);
+    }
+    assert_eq!(metric(&server, "mcp_tasks_running").await, 6);
+    // One of hers ends: she may start another.
+    let ack = ws_request(&mut alice, "tasks/cancel", json!({"taskId": first})).await;
+    assert_eq!(result(&ack)["resultType"], "complete");
+    wait_metric(&server, "mcp_tasks_running", 5).await;
+    task_id(&ws_request(&mut alice, "tools/call", job()).await);
+    gate.add_permits(16);
 }
 
 #[tokio::test]

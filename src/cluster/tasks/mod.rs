@@ -24,6 +24,7 @@ pub(crate) mod runner;
 
 use crate::cluster::Cluster;
 use crate::config::TaskSettings;
+use crate::context::Identity;
 use crate::observe::metrics::Metrics;
 use crate::protocol::mcp::{Error, TaskLimit};
 use dashmap::mapref::entry::Entry;
@@ -206,6 +207,12 @@ pub(crate) struct Tasks {
     running: DashMap<String, mpsc::Sender<Signal>>,
     /// One permit per task running on this node.
     slots: Arc<Semaphore>,
+    /// Tasks running on this node by authenticated identity (principal), each within
+    /// `per_identity`: one entry per identity running some, removed at zero, so bounded by
+    /// `max_running` (as `perimeter::connections` counts sessions).
+    by_identity: Arc<DashMap<Arc<str>, usize>>,
+    /// `tasks.running_per_identity()`; 0: no limit.
+    per_identity: usize,
     /// Tasks of `records` whose last record Redis did not take (it was paused or away):
     /// written again once it answers ([`write_back`]), or the other nodes would show a
     /// finished task as working until it expires. Within `records`, so bounded as it is.
@@ -222,6 +229,8 @@ impl Tasks {
             next_expiry: AtomicU64::new(u64::MAX),
             running: DashMap::new(),
             slots: Arc::new(Semaphore::new(settings.max_running)),
+            by_identity: Arc::default(),
+            per_identity: settings.running_per_identity(),
             unsaved: std::sync::Mutex::default(),
         }
     }
@@ -231,9 +240,10 @@ impl Tasks {
         !crate::lock(&self.unsaved).is_empty()
     }
 
-    /// Room for one more task, or -32008: a running slot, and room in the store, by count
-    /// and by bytes (after forgetting expired tasks, if it looked full).
-    pub fn reserve(&self) -> Result<OwnedSemaphorePermit, Error> {
+    /// Room for one more task of `identity`, or -32008: room in the store, by count and by
+    /// bytes (after forgetting expired tasks, if it looked full), a place among the tasks
+    /// its identity runs (an authenticated one), and a running slot.
+    pub fn reserve(&self, identity: &Identity) -> Result<TaskSlot, Error> {
         let busy = || Error::TooManyTasks {
             scope: TaskLimit::Node,
             limit: self.settings.max_running.min(self.settings.max_stored) as u64,
@@ -249,7 +259,28 @@ impl Tasks {
                 return Err(self.too_heavy());
             }
         }
-        self.slots.clone().try_acquire_owned().map_err(|_| busy())
+        let place = match identity.is_authenticated() && self.per_identity > 0 {
+            true => {
+                let principal = Arc::<str>::from(identity.principal());
+                if !take(&self.by_identity, principal.clone(), self.per_identity) {
+                    return Err(Error::TooManyTasks {
+                        scope: TaskLimit::Identity,
+                        limit: self.per_identity as u64,
+                    });
+                }
+                Some(IdentityPlace {
+                    counts: self.by_identity.clone(),
+                    principal,
+                })
+            }
+            false => None,
+        };
+        // A refusal here drops `place`, giving it back.
+        let running = self.slots.clone().try_acquire_owned().map_err(|_| busy())?;
+        Ok(TaskSlot {
+            _running: running,
+            _identity: place,
+        })
     }
 
     /// -32008 for bytes of task records over `tasks.max_stored_bytes`.
@@ -384,6 +415,44 @@ impl Tasks {
                 true
             }
             Err(_) => false,
+        }
+    }
+}
+
+/// A task's place among the tasks running on this node, and among its identity's; its
+/// runner holds it, and dropping it gives both back.
+pub(crate) struct TaskSlot {
+    _running: OwnedSemaphorePermit,
+    _identity: Option<IdentityPlace>,
+}
+
+/// One task counted for its identity in `Tasks::by_identity`, until dropped.
+struct IdentityPlace {
+    counts: Arc<DashMap<Arc<str>, usize>>,
+    principal: Arc<str>,
+}
+
+impl Drop for IdentityPlace {
+    fn drop(&mut self) {
+        // Forgotten at zero, so the map holds only identities running tasks.
+        self.counts.remove_if_mut(&self.principal, |_, count| {
+            *count = count.saturating_sub(1);
+            *count == 0
+        });
+    }
+}
+
+/// Counts one more for `key` unless it has `limit` already.
+fn take(counts: &DashMap<Arc<str>, usize>, key: Arc<str>, limit: usize) -> bool {
+    match counts.entry(key) {
+        Entry::Occupied(entry) if *entry.get() >= limit => false,
+        Entry::Occupied(mut entry) => {
+            *entry.get_mut() += 1;
+            true
+        }
+        Entry::Vacant(entry) => {
+            entry.insert(1);
+            true
         }
     }
 }
@@ -751,9 +820,54 @@ mod tests {
             },
             Arc::default(),
         );
-        let first = tasks.reserve().expect("a slot");
-        assert!(matches!(tasks.reserve(), Err(Error::TooManyTasks { .. })));
+        let anonymous = Identity::anonymous();
+        let first = tasks.reserve(&anonymous).expect("a slot");
+        assert!(matches!(
+            tasks.reserve(&anonymous),
+            Err(Error::TooManyTasks { .. })
+        ));
         drop(first);
-        assert!(tasks.reserve().is_ok());
+        assert!(tasks.reserve(&anonymous).is_ok());
+    }
+
+    #[test]
+    fn each_identity_runs_its_share() {
+        let tasks = Tasks::new(
+            &TaskSettings {
+                max_running: 4,
+                max_running_per_identity: Some(1),
+                ..TaskSettings::default()
+            },
+            Arc::default(),
+        );
+        let (alice, bob) = (
+            Identity::authenticated("alice", vec![]),
+            Identity::authenticated("bob", vec![]),
+        );
+        let first = tasks.reserve(&alice).expect("alice's first");
+        assert!(matches!(
+            tasks.reserve(&alice),
+            Err(Error::TooManyTasks {
+                scope: TaskLimit::Identity,
+                limit: 1
+            })
+        ));
+        let _bob = tasks.reserve(&bob).expect("bob's");
+        // Anonymous clients are not told apart: only `max_running` bounds them.
+        let _a = tasks.reserve(&Identity::anonymous()).expect("anonymous");
+        let _b = tasks.reserve(&Identity::anonymous()).expect("anonymous");
+        assert!(matches!(
+            tasks.reserve(&Identity::anonymous()),
+            Err(Error::TooManyTasks {
+                scope: TaskLimit::Node,
+                ..
+            })
+        ));
+        drop(first);
+        assert!(
+            !tasks.by_identity.contains_key(alice.principal()),
+            "forgotten at zero"
+        );
+        assert!(tasks.reserve(&alice).is_ok(), "her place came back");
     }
 }

@@ -13,7 +13,7 @@
 //! holds one of this node's task slots until it ends; a task outlives the request, the
 //! session and the connection that created it.
 
-use super::{save, Signal, TaskRecord, TaskStatus, SIGNAL_CAPACITY};
+use super::{save, Signal, TaskRecord, TaskSlot, TaskStatus, SIGNAL_CAPACITY};
 use crate::cluster::Cluster;
 use crate::context::{
     Ask, CancelFlag, ClientRequestError, ContextParts, Deadline, Input, LogFloor, RequestContext,
@@ -30,7 +30,7 @@ use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot};
 
 /// A call that may become a task.
 pub(crate) struct TaskCall {
@@ -62,7 +62,8 @@ type Outcome = Result<Result<CallToolResult, ToolError>, Box<dyn std::any::Any +
 /// See the module docs.
 ///
 /// # Errors
-/// -32008 when this node runs (or keeps) as many tasks as it may; -32603 when the tool
+/// -32008 when this node runs (or keeps) as many tasks as it may, or the caller's
+/// identity runs as many as it may; -32603 when the tool
 /// panicked before it first waited.
 pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     let TaskCall {
@@ -75,7 +76,7 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
         asks,
         support,
     } = call;
-    let slot = cluster.tasks.reserve()?;
+    let slot = cluster.tasks.reserve(&info.identity)?;
     let settings = &cluster.settings;
     let ttl = Duration::from_millis(settings.tasks.ttl_ms);
     let cancel = CancelFlag::default();
@@ -149,7 +150,7 @@ struct Runner {
     asks: Rc<TaskAsks>,
     signals: mpsc::Receiver<Signal>,
     cancel: CancelFlag,
-    _slot: OwnedSemaphorePermit,
+    _slot: TaskSlot,
 }
 
 impl Runner {

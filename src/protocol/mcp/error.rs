@@ -112,6 +112,9 @@ impl ReadLimit {
 pub enum TaskLimit {
     /// `tasks.max_running` or `tasks.max_stored`: the tasks of this node.
     Node,
+    /// `tasks.max_running_per_identity`: the tasks of the caller's identity running on
+    /// this node.
+    Identity,
     /// `tasks.max_stored_bytes`: the bytes of the task records this node keeps.
     Bytes,
 }
@@ -121,6 +124,7 @@ impl TaskLimit {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Node => "tasks",
+            Self::Identity => "identityTasks",
             Self::Bytes => "taskBytes",
         }
     }
@@ -128,6 +132,9 @@ impl TaskLimit {
     fn message(self) -> &'static str {
         match self {
             Self::Node => "Too many tasks: retry later",
+            Self::Identity => {
+                "Too many tasks of this identity running: retry once one of them ends"
+            }
             Self::Bytes => "Too many bytes of task results kept on this node: retry later",
         }
     }
