@@ -498,6 +498,10 @@ pub struct TaskNote {
     pub id: String,
     /// The subject of the identity it belongs to: only its streams hear of it.
     pub owner: String,
+    /// The tool the task runs: only streams whose credential may use it hear of it. Empty
+    /// from a node that did not send it (then only for credentials that may use every tool).
+    #[serde(default)]
+    pub tool: String,
     /// What `tasks/get` shows of it (the members of a JSON object).
     pub fields: String,
 }

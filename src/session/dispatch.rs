@@ -453,7 +453,14 @@ impl Session {
         // short otherwise; the hint only sizes the frame's first allocation.
         let size_hint = arguments.len() + 64;
         let work: Work = if era.stateless && task_support != TaskSupport::Forbidden {
-            self.task_call(&mut era, handler, arguments, trace_id.clone(), task_support)?
+            self.task_call(
+                &mut era,
+                &p.name,
+                handler,
+                arguments,
+                trace_id.clone(),
+                task_support,
+            )?
         } else if era.stateless {
             let shared = self.shared.clone();
             Work::new(move |id, ctx| {
@@ -493,6 +500,7 @@ impl Session {
     fn task_call(
         &self,
         era: &mut RequestEra,
+        tool: &str,
         handler: Arc<dyn crate::tool::ToolHandler>,
         arguments: Arguments,
         trace_id: Option<Box<str>>,
@@ -521,10 +529,12 @@ impl Session {
         let on_input = era.on_input.take();
         let info = era.info.clone();
         let asks = Rc::new(crate::context::TaskAsks::new(rounds));
+        let tool: Box<str> = tool.into();
         Ok(Work::new(move |id, _ctx| {
             Box::pin(async move {
                 let call = TaskCall {
                     cluster: shared.cluster.clone(),
+                    tool,
                     handler,
                     arguments,
                     request_id: id.clone(),

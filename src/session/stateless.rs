@@ -444,7 +444,12 @@ impl Session {
         out: &mut dyn super::Outlet,
     ) {
         let subject = self.admission.identity.principal();
-        for note in notes.iter().filter(|n| n.owner == subject) {
+        let access = &self.admission.access;
+        // As `tasks/get` would: a task of a tool this credential may not use is not heard of.
+        let visible = |n: &&Arc<crate::mailbox::inbox::TaskNote>| {
+            n.owner == subject && access.may_use_tool(&n.tool)
+        };
+        for note in notes.iter().filter(visible) {
             for (_, listener) in self.listeners() {
                 if listener.filter.follows(&note.id) {
                     let frame = format!(
@@ -491,23 +496,27 @@ impl Session {
             _ => Map::new(),
         };
         let owner = stateless.info.identity.principal().to_owned();
+        // The request's own access (narrowed by its credential on a session opened with
+        // another): a task is for the credentials that may call its tool, and one that may
+        // not is answered as its `tools/call` would be.
+        let access = self.admission.access.clone();
         let shared = self.shared.clone();
         let task_id = p.task_id;
         let work = crate::worker::Work::new(move |id, _ctx| {
             Box::pin(async move {
+                use crate::cluster::tasks;
+                let check_tool = |tool: &str| access.check_tool(tool);
+                let cluster = &shared.cluster;
                 let result = match method {
-                    Method::TasksGet => {
-                        let record =
-                            crate::cluster::tasks::load(&shared.cluster, &task_id, &owner).await?;
-                        record.fields(true)
-                    }
+                    Method::TasksGet => tasks::load(cluster, &task_id, &owner, &check_tool)
+                        .await?
+                        .fields(true),
                     Method::TasksUpdate => {
-                        crate::cluster::tasks::update(&shared.cluster, &task_id, &owner, responses)
-                            .await?;
+                        tasks::update(cluster, &task_id, &owner, &check_tool, responses).await?;
                         Map::new()
                     }
                     _ => {
-                        crate::cluster::tasks::cancel(&shared.cluster, &task_id, &owner).await?;
+                        tasks::cancel(cluster, &task_id, &owner, &check_tool).await?;
                         Map::new()
                     }
                 };

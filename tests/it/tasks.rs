@@ -16,6 +16,10 @@
 //!   -32008 `taskBytes`); unknown ids are -32602;
 //! - `subscriptions/listen` with `taskIds` hears `notifications/tasks` with what `tasks/get`
 //!   shows, tagged with the listen's id;
+//! - a task is for the credentials of its identity that may call its tool: a narrower token
+//!   of the same subject gets for `tasks/get`, `tasks/update` and `tasks/cancel` what a
+//!   `tools/call` of the tool would get (-32602, unknown tool), and its listen streams do
+//!   not hear of the task;
 //! - two server processes sharing one real `redis-server`: a task created on one is polled,
 //!   answered and cancelled through the other, the other's listen streams hear it, and a task
 //!   whose node shuts down is failed with -32004; asked for while Redis cannot be, a task the
@@ -654,6 +658,136 @@ async fn one_identity_cannot_take_every_running_slot() {
     wait_metric(&server, "mcp_tasks_running", 5).await;
     task_id(&ws_request(&mut alice, "tools/call", job()).await);
     gate.add_permits(16);
+}
+
+/// Opens a listen stream on `client` following the tasks `ids`; waits for its
+/// acknowledgement.
+async fn listen(client: &mut Client, ids: &[&str]) {
+    let id = client.fresh_id();
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+            "params": stateless_with(with_tasks(), json!({"notifications": {"taskIds": ids}}))}),
+        )
+        .await;
+    let ack = client.recv().await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+}
+
+/// The `notifications/tasks` `client` hears until one says task `id` is `status`.
+async fn heard_until(client: &mut Client, id: &str, status: &str) -> Vec<Value> {
+    let mut heard = Vec::new();
+    loop {
+        let message = client.recv().await;
+        if message["method"] != "notifications/tasks" {
+            continue;
+        }
+        let done = message["params"]["taskId"] == id && message["params"]["status"] == status;
+        heard.push(message);
+        if done {
+            return heard;
+        }
+    }
+}
+
+/// Within its identity, a task is for the credentials that may call its tool. A token of the
+/// same subject narrowed by a policy to another tool gets, for a task of `job`, what its
+/// `tools/call` of `job` gets (-32602, unknown tool) from `tasks/get`, `tasks/update` and
+/// `tasks/cancel`, which change nothing; its listen stream does not hear of the task, and
+/// the wider token still sees it all. (The narrower token could read, answer and cancel it:
+/// only the principal was checked.)
+#[tokio::test]
+async fn a_narrower_credential_cannot_reach_tasks_of_tools_it_may_not_call() {
+    use jsonwebtoken::{encode, EncodingKey, Header};
+    const SECRET: &str = "a shared secret of at least thirty-two bytes";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let secret_file = dir.path().join("secret");
+    std::fs::write(&secret_file, SECRET).expect("secret written");
+    let mut s = settings();
+    s.server.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    s.auth.required = true;
+    s.auth.authorization_servers = vec!["https://auth.test".into()];
+    s.auth.jwt.secret_file = secret_file;
+    s.auth.jwt.audiences = vec!["https://mcp.test/mcp".into()];
+    let policy = |scope: &str, tools: &[&str]| mcp_ws::config::PolicySettings {
+        identities: vec![],
+        scopes: vec![scope.into()],
+        tools: tools.iter().map(|t| t.to_string()).collect(),
+        resources: vec!["*".into()],
+        prompts: vec!["*".into()],
+        methods: vec!["*".into()],
+    };
+    s.auth.policies = vec![policy("wide", &["*"]), policy("narrow", &["other"])];
+    let token = |scope: &str| {
+        let exp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs()
+            + 600;
+        let claims = json!({"sub": "alice", "iss": "https://auth.test",
+            "aud": "https://mcp.test/mcp", "exp": exp, "scope": scope});
+        encode(
+            &Header::default(),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .expect("a token")
+    };
+    let (job_gate, other_gate) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let (g1, g2) = (job_gate.clone(), other_gate.clone());
+    let server = start_with(s, move |b| {
+        b.tool(gated("job", g1, TaskSupport::Optional)).tool(gated(
+            "other",
+            g2,
+            TaskSupport::Optional,
+        ))
+    });
+    let url = server.url();
+    let mut wide = Client::connect_url_as(&url, Some(&token("wide"))).await;
+    let mut narrow = Client::connect_url_as(&url, Some(&token("narrow"))).await;
+    let id = task_id(&ws_request(&mut wide, "tools/call", json!({"name": "job"})).await);
+    // What a tools/call of the tool gets.
+    let called = ws_request(&mut narrow, "tools/call", json!({"name": "job"})).await;
+    let refused_call = assert_error(&called, &called["id"], -32602);
+    for (method, params) in [
+        ("tasks/get", json!({"taskId": id})),
+        (
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": {"k": {"action": "decline"}}}),
+        ),
+        ("tasks/cancel", json!({"taskId": id})),
+    ] {
+        let refused = ws_request(&mut narrow, method, params).await;
+        let error = assert_error(&refused, &refused["id"], -32602);
+        assert_eq!(
+            error["message"], refused_call["message"],
+            "{method}: {refused}"
+        );
+        assert_eq!(error["data"], json!({"tool": "job"}), "{method}: {refused}");
+    }
+    let polled = ws_request(&mut wide, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(
+        result(&polled)["status"],
+        "working",
+        "not cancelled: {polled}"
+    );
+
+    // Listen streams: the narrow one follows both tasks, hears only its own.
+    let own = task_id(&ws_request(&mut narrow, "tools/call", json!({"name": "other"})).await);
+    listen(&mut narrow, &[&id, &own]).await;
+    listen(&mut wide, &[&id]).await;
+    job_gate.add_permits(1);
+    heard_until(&mut wide, &id, "completed").await;
+    // Published after job's completion: heard after it, had that been heard.
+    other_gate.add_permits(1);
+    let heard = heard_until(&mut narrow, &own, "completed").await;
+    assert!(
+        heard.iter().all(|note| note["params"]["taskId"] == own),
+        "the narrow stream heard of the other task: {heard:?}"
+    );
 }
 
 #[tokio::test]

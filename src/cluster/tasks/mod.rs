@@ -13,7 +13,11 @@
 //! `subscriptions/listen` streams that asked for the task (`taskIds`).
 //!
 //! A task belongs to the identity that created it: another identity is told it does not
-//! exist. Task ids are random UUIDs (122 random bits), never guessable.
+//! exist. Task ids are random UUIDs (122 random bits), never guessable. Within its identity,
+//! a task is for the credentials that may use its tool: every task method (and a listen
+//! stream's `notifications/tasks`) checks the caller's policy for the tool, as `tools/call`
+//! does, so a narrower credential of the same subject cannot read, answer or cancel the
+//! task of a tool it may not call.
 //!
 //! This node's memory is bounded: `tasks.max_stored` records and `tasks.max_stored_bytes`
 //! bytes of them (their JSON). A record is forgotten once its task expires, by a sweep every
@@ -72,6 +76,11 @@ pub(crate) struct TaskRecord {
     pub id: String,
     /// The subject of the identity that created it.
     pub owner: String,
+    /// The tool it runs, by the name it was called with: the caller's policy for it is
+    /// checked on every task method. Empty in records stored before it was kept; those
+    /// are for credentials that may use every tool.
+    #[serde(default)]
+    pub tool: String,
     pub status: TaskStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_message: Option<String>,
@@ -93,12 +102,13 @@ pub(crate) struct TaskRecord {
 }
 
 impl TaskRecord {
-    /// A task just created, working, for `owner`.
-    pub fn new(owner: &str, settings: &TaskSettings) -> Self {
+    /// A task just created, working, of the tool `tool`, for `owner`.
+    pub fn new(owner: &str, tool: &str, settings: &TaskSettings) -> Self {
         let now = unix_ms();
         Self {
             id: uuid::Uuid::new_v4().to_string(),
             owner: owner.to_owned(),
+            tool: tool.to_owned(),
             status: TaskStatus::Working,
             status_message: None,
             created_ms: now,
@@ -498,6 +508,7 @@ pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
             crate::mailbox::inbox::TaskNote {
                 id: record.id.clone(),
                 owner: record.owner.clone(),
+                tool: record.tool.clone(),
                 fields: Value::Object(record.fields(true)).to_string(),
             },
         )));
@@ -571,9 +582,23 @@ async fn write_back(cluster: &Cluster) {
     }
 }
 
+/// What a caller's policy says of a task's tool: `Ok` when it may use it, else the error a
+/// `tools/call` of that tool gets (`Access::check_tool`, in the session layer above).
+pub(crate) type ToolCheck<'a> = &'a dyn Fn(&str) -> Result<(), Error>;
+
 /// The task `id` as `owner` may see it: this node's copy of a task created here, else the
 /// one in Redis. An id that is not a UUID is no task, and is never looked up.
-pub(crate) async fn load(cluster: &Cluster, id: &str, owner: &str) -> Result<TaskRecord, Error> {
+///
+/// # Errors
+/// -32602 for no task of `owner` (never created, expired, another identity's); what
+/// `check_tool` says for a task of a tool the caller may not use (checked after the owner,
+/// so that another identity learns nothing of the task).
+pub(crate) async fn load(
+    cluster: &Cluster,
+    id: &str,
+    owner: &str,
+    check_tool: ToolCheck<'_>,
+) -> Result<TaskRecord, Error> {
     let unknown = || Error::UnknownTask {
         task_id: id.chars().take(64).collect(),
     };
@@ -603,9 +628,11 @@ pub(crate) async fn load(cluster: &Cluster, id: &str, owner: &str) -> Result<Tas
             None => None,
         },
     };
-    record
+    let record = record
         .filter(|r| r.owner == owner && r.expires_ms() > now)
-        .ok_or_else(unknown)
+        .ok_or_else(unknown)?;
+    check_tool(&record.tool)?;
+    Ok(record)
 }
 
 /// `tasks/update`: gives the answers to the task's runner and waits (briefly) until they
@@ -614,9 +641,10 @@ pub(crate) async fn update(
     cluster: &Cluster,
     id: &str,
     owner: &str,
+    check_tool: ToolCheck<'_>,
     responses: Map<String, Value>,
 ) -> Result<(), Error> {
-    let record = load(cluster, id, owner).await?;
+    let record = load(cluster, id, owner, check_tool).await?;
     if record.status.is_terminal() {
         return Ok(());
     }
@@ -629,8 +657,13 @@ pub(crate) async fn update(
 
 /// `tasks/cancel`: asks the task's runner to stop and waits (briefly) until the task is
 /// stored as cancelled. Cancelling a finished task changes nothing.
-pub(crate) async fn cancel(cluster: &Cluster, id: &str, owner: &str) -> Result<(), Error> {
-    let record = load(cluster, id, owner).await?;
+pub(crate) async fn cancel(
+    cluster: &Cluster,
+    id: &str,
+    owner: &str,
+    check_tool: ToolCheck<'_>,
+) -> Result<(), Error> {
+    let record = load(cluster, id, owner, check_tool).await?;
     if record.status.is_terminal() {
         return Ok(());
     }
@@ -745,7 +778,7 @@ mod tests {
     #[test]
     fn fields_follow_the_status() {
         let settings = TaskSettings::default();
-        let mut record = TaskRecord::new("alice", &settings);
+        let mut record = TaskRecord::new("alice", "job", &settings);
         let created = record.fields(true);
         assert_eq!(created["status"], "working");
         assert_eq!(created["ttlMs"], settings.ttl_ms);
@@ -769,8 +802,20 @@ mod tests {
     }
 
     #[test]
+    fn records_stored_before_the_tool_was_kept_still_read() {
+        let mut record = TaskRecord::new("alice", "job", &TaskSettings::default());
+        let mut stored = serde_json::to_value(&record).expect("encodes");
+        stored.as_object_mut().expect("an object").remove("tool");
+        record.tool = String::new();
+        assert_eq!(
+            serde_json::from_value::<TaskRecord>(stored).expect("decodes"),
+            record
+        );
+    }
+
+    #[test]
     fn records_survive_their_stored_form() {
-        let mut record = TaskRecord::new("alice", &TaskSettings::default());
+        let mut record = TaskRecord::new("alice", "job", &TaskSettings::default());
         record.result = Some(json!({"content": [{"type": "text", "text": "é"}]}));
         record.set(TaskStatus::Completed);
         let json = serde_json::to_string(&record).expect("encodes");
@@ -790,7 +835,7 @@ mod tests {
             Arc::default(),
         );
         let bytes = || tasks.stored_bytes.load(Ordering::Acquire);
-        let mut record = TaskRecord::new("alice", &TaskSettings::default());
+        let mut record = TaskRecord::new("alice", "job", &TaskSettings::default());
         assert!(tasks.keep(&record, 100));
         assert!(tasks.keep(&record, 50), "a smaller record in its place");
         assert_eq!(bytes(), 50);
@@ -799,7 +844,7 @@ mod tests {
         assert_eq!(bytes(), 50);
         assert!(tasks.keep(&record, 120));
         assert_eq!(bytes(), 120);
-        let mut other = TaskRecord::new("bob", &TaskSettings::default());
+        let mut other = TaskRecord::new("bob", "job", &TaskSettings::default());
         assert!(tasks.keep(&other, 30), "no result: kept past the bound");
         assert_eq!(bytes(), 150);
         // Expired: the sweep forgets it, and only it.

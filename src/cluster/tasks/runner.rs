@@ -35,6 +35,8 @@ use tokio::sync::{mpsc, oneshot};
 /// A call that may become a task.
 pub(crate) struct TaskCall {
     pub cluster: Arc<Cluster>,
+    /// The tool's name, as the client called it (its policy is checked by it).
+    pub tool: Box<str>,
     pub handler: Arc<dyn ToolHandler>,
     pub arguments: Arguments,
     /// The request's id (the tool's context reports it).
@@ -68,6 +70,7 @@ type Outcome = Result<Result<CallToolResult, ToolError>, Box<dyn std::any::Any +
 pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     let TaskCall {
         cluster,
+        tool,
         handler,
         arguments,
         request_id,
@@ -101,7 +104,7 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     let mut work: LocalBoxFuture<'static, Outcome> =
         Box::pin(AssertUnwindSafe(handler.call(arguments, ctx)).catch_unwind());
     let first = poll_immediate(&mut work).await;
-    let mut record = TaskRecord::new(&owner, &settings.tasks);
+    let mut record = TaskRecord::new(&owner, &tool, &settings.tasks);
     match first {
         Some(Ok(outcome)) if support == TaskSupport::Optional => return Ok(Begun::Done(outcome)),
         Some(Err(_panic)) if support == TaskSupport::Optional => {
