@@ -107,6 +107,18 @@ impl ChangeBus {
     /// dropped; `viewer` is whose views the session sees (their changes reach it). Starts
     /// this thread's fan-out task if it has none.
     pub(crate) fn attach(&self, inbox: &Rc<Inbox>, viewer: Viewer) -> BusRegistration {
+        self.register(inbox, viewer, true)
+    }
+
+    /// Registers a session's inbox for the changes of `viewer`'s views only (`View`,
+    /// `ViewUpdated`), beside its registration by [`attach`](Self::attach): a connection
+    /// that speaks both eras sees its session's views and, for its 2026-07-28 listens, its
+    /// identity's, and is told of every other change once.
+    pub(crate) fn attach_views(&self, inbox: &Rc<Inbox>, viewer: Viewer) -> BusRegistration {
+        self.register(inbox, viewer, false)
+    }
+
+    fn register(&self, inbox: &Rc<Inbox>, viewer: Viewer, everything: bool) -> BusRegistration {
         let id = self.inner.id;
         let slot = LOCAL.with(|local| {
             let mut local = local.borrow_mut();
@@ -115,7 +127,7 @@ impl ChangeBus {
                 actix_rt::spawn(fan_out(id, receiver));
                 LocalSessions::default()
             });
-            set.insert(Rc::downgrade(inbox), viewer)
+            set.insert(Rc::downgrade(inbox), viewer, everything)
         });
         BusRegistration { bus: id, slot }
     }
@@ -140,22 +152,23 @@ impl Drop for BusRegistration {
     }
 }
 
-/// The sessions of one bus on one thread, each with whose views it sees.
+/// The sessions of one bus on one thread, each with whose views it sees, and whether it is
+/// told of every change (else of that viewer's views only: [`ChangeBus::attach_views`]).
 #[derive(Default)]
 struct LocalSessions {
-    slots: Vec<Option<(Weak<Inbox>, Viewer)>>,
+    slots: Vec<Option<(Weak<Inbox>, Viewer, bool)>>,
     free: Vec<usize>,
 }
 
 impl LocalSessions {
-    fn insert(&mut self, inbox: Weak<Inbox>, viewer: Viewer) -> usize {
+    fn insert(&mut self, inbox: Weak<Inbox>, viewer: Viewer, everything: bool) -> usize {
         match self.free.pop() {
             Some(slot) => {
-                self.slots[slot] = Some((inbox, viewer));
+                self.slots[slot] = Some((inbox, viewer, everything));
                 slot
             }
             None => {
-                self.slots.push(Some((inbox, viewer)));
+                self.slots.push(Some((inbox, viewer, everything)));
                 self.slots.len() - 1
             }
         }
@@ -170,7 +183,8 @@ impl LocalSessions {
     }
 
     fn each(&self, mut f: impl FnMut(&Inbox)) {
-        for (inbox, _) in self.slots.iter().flatten() {
+        let everything = self.slots.iter().flatten().filter(|(_, _, all)| *all);
+        for (inbox, _, _) in everything {
             if let Some(inbox) = inbox.upgrade() {
                 f(&inbox);
             }
@@ -179,7 +193,7 @@ impl LocalSessions {
 
     /// The sessions that see `viewer`'s views.
     fn each_of(&self, viewer: &Viewer, mut f: impl FnMut(&Inbox)) {
-        for (inbox, _) in self.slots.iter().flatten().filter(|(_, v)| v == viewer) {
+        for (inbox, _, _) in self.slots.iter().flatten().filter(|(_, v, _)| v == viewer) {
             if let Some(inbox) = inbox.upgrade() {
                 f(&inbox);
             }

@@ -270,6 +270,13 @@ impl Session {
             offers,
             info,
         });
+        // A listen of this connection (2026-07-28) registered it as its identity's viewer:
+        // it goes on hearing of its identity's views beside the session's.
+        if self.bus.is_some() {
+            let viewer = Viewer::Identity(Arc::from(self.admission.identity.principal()));
+            let views = self.shared.registry.bus().attach_views(&self.inbox, viewer);
+            self.occasional_mut().identity_views = Some(views);
+        }
         // From now on the session hears of list changes and resource updates.
         self.bus = Some(
             self.shared

@@ -223,6 +223,9 @@ struct Occasional {
     subscriptions: std::collections::HashSet<String>,
     /// Open `subscriptions/listen` streams (2026-07-28), by the listen request's id.
     listeners: HashMap<RequestId, Listener, FastHash>,
+    /// On a connection that speaks both eras: its identity's view changes, for its
+    /// 2026-07-28 listens, beside `bus` (the session's views).
+    identity_views: Option<BusRegistration>,
 }
 
 enum Phase {

@@ -399,9 +399,23 @@ impl Session {
             resource_subscriptions: uris,
             task_ids,
         };
+        let viewer = || Viewer::Identity(Arc::from(self.admission.identity.principal()));
         if self.bus.is_none() {
-            let viewer = Viewer::Identity(Arc::from(self.admission.identity.principal()));
-            self.bus = Some(self.shared.registry.bus().attach(&self.inbox, viewer));
+            self.bus = Some(self.shared.registry.bus().attach(&self.inbox, viewer()));
+        } else if self.is_initialized()
+            && self
+                .occasional
+                .as_ref()
+                .is_none_or(|o| o.identity_views.is_none())
+        {
+            // The connection's registration is its session's (`initialize`): the listens
+            // also hear of their identity's views.
+            let views = self
+                .shared
+                .registry
+                .bus()
+                .attach_views(&self.inbox, viewer());
+            self.occasional_mut().identity_views = Some(views);
         }
         for uri in filter.resource_subscriptions.iter().flatten() {
             self.inbox.add_interest(uri);

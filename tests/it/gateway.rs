@@ -685,6 +685,70 @@ async fn a_session_sees_the_tools_of_its_own_child() {
     );
 }
 
+/// A connection that speaks both eras (an initialized session that also opens a
+/// 2026-07-28 listen) hears on its listen of its identity's own child's list, as a
+/// 2026-07-28-only connection does: its registration for its session's views does not
+/// hide its identity's. (It heard nothing: `initialize` had registered the connection as
+/// its session's viewer alone.)
+#[tokio::test]
+async fn a_listen_on_an_initialized_connection_hears_of_its_identitys_views() {
+    let server = user_tool_gateway(UpstreamStart::Initialize);
+    let mut mixed = Client::initialized_as(&server, "alice-key").await;
+    expect_tools_changed(&mut mixed, "alice").await;
+    mixed
+        .send_json(request(
+            json!("listen"),
+            "subscriptions/listen",
+            stateless(json!({"notifications": {"toolsListChanged": true}})),
+        ))
+        .await;
+    let ack = mixed.recv().await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    // The other order: a listen, then `initialize` on the same connection.
+    let mut listened_first = Client::connect_url_as(&server.url(), Some("alice-key")).await;
+    listened_first
+        .send_json(request(
+            json!("listen"),
+            "subscriptions/listen",
+            stateless(json!({"notifications": {"toolsListChanged": true}})),
+        ))
+        .await;
+    let ack = listened_first.recv().await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    crate::support::ws::initialize_with(&mut listened_first, json!({})).await;
+    // Its session's child's list: told to its session and its listen alike, now.
+    expect_tools_changed(&mut listened_first, "alice").await;
+    listened_first.drain_until_barrier().await;
+
+    // Her identity's child starts at a 2026-07-28 request of another connection of hers.
+    let mut modern = Client::connect_url_as(&server.url(), Some("alice-key")).await;
+    let (id, response) = call(
+        &mut modern,
+        "tools/call",
+        stateless(json!({"name": "whoami", "arguments": {}})),
+    )
+    .await;
+    assert!(text_of(&assert_complete(&response, &id)).ends_with("user=alice"));
+    for connection in [&mut mixed, &mut listened_first] {
+        loop {
+            let message = connection.recv().await;
+            assert_eq!(
+                message["method"], "notifications/tools/list_changed",
+                "{message}"
+            );
+            if message["params"]["_meta"][SUBSCRIPTION_ID] == "listen" {
+                break;
+            }
+        }
+    }
+}
+
 /// With `start = "first_use"` a session's child starts at its first request for the
 /// upstream, not at `initialize`: until then the session lists what the upstream offered at
 /// start, and no process runs for it.
