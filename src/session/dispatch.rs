@@ -443,7 +443,13 @@ impl Session {
             }
             _ => None,
         };
-        let replay = self.recent.fingerprint(&p.name, p.arguments);
+        // Remembered for a retry by id in its session: session-era requests only (see
+        // `on_request`).
+        let replay = era
+            .stateless()
+            .is_none()
+            .then(|| self.recent.fingerprint(&p.name, p.arguments))
+            .flatten();
         let arguments = Arguments::new(p.arguments);
         let binding = era.stateless().map(|m| {
             let binding = BindingParts::new(

@@ -610,7 +610,13 @@ impl Session {
                 &self.rate_bucket,
             ) {
                 Err(refused) => Err(refused),
-                Ok(passed) => match self.recent.replay(request) {
+                // A session-era request only: a 2026-07-28 request is its own (its `_meta`
+                // checked, its rounds carried by `inputResponses` and `requestState`, its
+                // answer in that revision's form), and its retries are keyed.
+                Ok(passed) => match (!is_stateless)
+                    .then(|| self.recent.replay(request))
+                    .flatten()
+                {
                     // A retry of a request this session finished: its response again.
                     Some(replayed) => {
                         match &replayed {

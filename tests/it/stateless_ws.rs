@@ -1268,3 +1268,44 @@ async fn requests_on_one_connection_are_each_served_with_their_own_capabilities(
         }
     }
 }
+
+/// A 2026-07-28 request is never answered from another request of the same id: not from a
+/// session-era call the connection finished (its answer is not in that revision's form),
+/// nor from its own earlier round (a retry with its `inputResponses` under the same id
+/// runs the tool again, which then has its answer).
+#[tokio::test]
+async fn a_2026_request_is_never_replayed_from_an_earlier_request_of_its_id() {
+    let (server, fixtures) = start_stateless(stateless_settings());
+    let mut client = Client::connect(&server).await;
+    initialize_with(&mut client, json!({})).await;
+    let echo = json!({"name": "echo", "arguments": {"text": "once"}});
+    let session = client
+        .request_with_id(json!("same"), "tools/call", echo.clone())
+        .await;
+    assert_eq!(
+        text_of(&assert_session_result(&session, &json!("same"))),
+        "once"
+    );
+    let modern = client
+        .request_with_id(json!("same"), "tools/call", stateless(echo))
+        .await;
+    assert_eq!(text_of(&assert_complete(&modern, &json!("same"))), "once");
+
+    let ask = stateless_with(
+        json!({"elicitation": {}}),
+        json!({"name": "ask_name", "arguments": {"greeting": "Hi"}}),
+    );
+    let first = client
+        .request_with_id(json!("round"), "tools/call", ask.clone())
+        .await;
+    let (_, state) = assert_input_required(&first, &json!("round"), &["name"]);
+    let retry = retry(&ask, json!({"name": accept_name("Ada")}), Some(&state));
+    let second = client
+        .request_with_id(json!("round"), "tools/call", retry)
+        .await;
+    assert_eq!(
+        text_of(&assert_complete(&second, &json!("round"))),
+        "Hi, Ada!"
+    );
+    assert_eq!(fixtures.runs(), 2, "each round ran the tool");
+}
