@@ -1,7 +1,10 @@
 //! Resources: fixed URIs ([`Resource`]) and URI templates ([`ResourceTemplate`], RFC 6570
 //! level 1: `file:///logs/{date}.txt`), each read by async code that runs in a worker like a
-//! tool call (a slow or panicking read cannot stall or kill its session). Template
-//! variables, like prompt arguments, can offer completions.
+//! tool call: a read that waits (awaits I/O, a timer) does not hold up its session, and one
+//! that panics is answered -32603 while the session lives on. A worker runs on its
+//! session's thread, so a read that blocks it (synchronous I/O, long computation) stalls
+//! that thread: hand such work to `tokio::task::spawn_blocking`. Template variables, like
+//! prompt arguments, can offer completions.
 
 use crate::context::RequestContext;
 use crate::model::{Annotations, Icon, ProtocolVersion, ResourceContents};
