@@ -7,7 +7,9 @@
 //! the arguments, the identity) and to an expiry, all under an HMAC-SHA256 tag with the
 //! server's key (`mrtr.state_key`, the same on every node; a random key per process when
 //! unset). A state that was altered, issued for another request or identity, or has expired
-//! is refused with -32602; the tool does not run.
+//! is refused with -32602; the tool does not run. The answers it carries are the client's,
+//! as those of `inputResponses` are (a client may as well send every answer again without
+//! the state): the tag keeps a state to its request, it does not make answers more true.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;

@@ -298,7 +298,9 @@ impl Session {
             answers = state.responses;
         }
         // A malformed `inputResponses` (not an object) answers nothing: the asks are made
-        // again. Unknown keys are kept but never read.
+        // again. Answers are the client's word, carried or given now alike (the state's tag
+        // binds them to this request and identity, it does not vouch for them): a key no ask
+        // of this round reaches is never read, and one a later ask reaches answers it.
         if let Some(Ok(Value::Object(responses))) =
             input_responses.map(|r| serde_json::from_str(r.get()))
         {
