@@ -69,16 +69,20 @@ pub async fn post(
     // oversized body is refused like everything else (a JSON-RPC error, not actix's text).
     let body = read_body(body, &shared).await?;
     let text = String::from_utf8(body.into()).map_err(|_| Refusal::BodyNotText)?;
-    let header_version = req
-        .headers()
-        .get(&PROTOCOL_VERSION_HEADER)
-        .map(|v| v.to_str().unwrap_or(""));
+    let mut versions = req.headers().get_all(&PROTOCOL_VERSION_HEADER);
+    let header_version = versions.next().map(|v| v.to_str().unwrap_or(""));
+    // Refused for a 2026-07-28 request (`check_headers`); read in the same lookup.
+    let version_repeated = versions.next().is_some();
     // A 2026-07-28 request says so in its `_meta` (and its header); it is served on its own,
     // whatever session header it carries.
     let stateless_header = header_version
         .and_then(ProtocolVersion::parse)
         .is_some_and(ProtocolVersion::is_stateless);
     if stateless_header || names_stateless_version(&text) {
+        let header_version = HeaderVersion {
+            value: header_version,
+            repeated: version_repeated,
+        };
         return stateless(&req, &shared, admission, &text, header_version).await;
     }
     check_version_header(header_version)?;
@@ -192,7 +196,7 @@ async fn stateless(
     shared: &Arc<Shared>,
     admission: Admission,
     text: &str,
-    header_version: Option<&str>,
+    header_version: HeaderVersion<'_>,
 ) -> Result<HttpResponse, Refusal> {
     let body = match Session::decode(shared, &admission, text) {
         Decoded::Single(Entry::Request(request)) => {
@@ -255,13 +259,23 @@ async fn stateless(
     })
 }
 
+/// A request's `MCP-Protocol-Version` header, as read once.
+#[derive(Clone, Copy)]
+struct HeaderVersion<'a> {
+    /// Its (first) value.
+    value: Option<&'a str>,
+    /// Whether it came more than once.
+    repeated: bool,
+}
+
 /// The headers of a 2026-07-28 request against its body (`target`: what it acts on,
-/// [`ReadRequest::target`]): what is wrong, if anything.
+/// [`ReadRequest::target`]): what is wrong, if anything. Each header is looked up once: a
+/// routing header sent twice is refused from the same lookup that reads it.
 fn check_headers(
     headers: &HeaderMap,
     read: &ReadRequest<'_>,
     target: Option<&str>,
-    header_version: Option<&str>,
+    header_version: HeaderVersion<'_>,
 ) -> Result<(), String> {
     let method = read.request.method.as_ref();
     // A version that is not a string is the core's to refuse (-32602), not a mismatch.
@@ -270,10 +284,12 @@ fn check_headers(
         .and_then(|meta| meta.protocol_version)
         .and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok());
     let meta_version = meta_version.as_deref();
-    for name in [&PROTOCOL_VERSION_HEADER, &METHOD_HEADER, &NAME_HEADER] {
-        sent_once(headers, name)?;
+    if header_version.repeated {
+        return Err(format!(
+            "the {PROTOCOL_VERSION_HEADER} header is sent more than once"
+        ));
     }
-    match (header_version, meta_version) {
+    match (header_version.value, meta_version) {
         (None, _) => return Err("the MCP-Protocol-Version header is required".into()),
         (Some(header), Some(meta)) if header != meta => {
             return Err(format!(
@@ -282,10 +298,7 @@ fn check_headers(
         }
         _ => {}
     }
-    match headers
-        .get(&METHOD_HEADER)
-        .map(|v| v.to_str().unwrap_or("").trim())
-    {
+    match sent_once(headers, &METHOD_HEADER)?.map(|v| v.to_str().unwrap_or("").trim()) {
         None => return Err("the Mcp-Method header is required".into()),
         Some(header) if header != method => {
             return Err(format!(
@@ -294,11 +307,9 @@ fn check_headers(
         }
         Some(_) => {}
     }
+    let name_header = sent_once(headers, &NAME_HEADER)?;
     if let Some(name) = target {
-        match headers
-            .get(&NAME_HEADER)
-            .map(|v| v.to_str().unwrap_or("").trim())
-        {
+        match name_header.map(|v| v.to_str().unwrap_or("").trim()) {
             None => return Err("the Mcp-Name header is required for this method".into()),
             // A name that is not plain visible ASCII comes base64-encoded (as the clients,
             // this crate's own, send it).
@@ -313,13 +324,19 @@ fn check_headers(
     Ok(())
 }
 
-/// Refuses header `name` sent more than once: its copies may differ, and an intermediary
-/// routing on the last one (or on both, joined) would route on what was not checked.
-fn sent_once(headers: &HeaderMap, name: &HeaderName) -> Result<(), String> {
-    if headers.get_all(name).nth(1).is_some() {
+/// The value of header `name`, refused when it is sent more than once: its copies may
+/// differ, and an intermediary routing on the last one (or on both, joined) would route on
+/// what was not checked.
+fn sent_once<'h>(
+    headers: &'h HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<&'h header::HeaderValue>, String> {
+    let mut values = headers.get_all(name);
+    let first = values.next();
+    if values.next().is_some() {
         return Err(format!("the {name} header is sent more than once"));
     }
-    Ok(())
+    Ok(first)
 }
 
 /// The `Mcp-Param-*` headers of a 2026-07-28 `tools/call` against the arguments they
@@ -358,13 +375,15 @@ fn check_param_headers(
             continue;
         };
         let name = format!("mcp-param-{}", param.suffix.to_ascii_lowercase());
-        if headers.get_all(name.as_str()).nth(1).is_some() {
+        let mut values = headers.get_all(name.as_str());
+        let first = values.next();
+        if values.next().is_some() {
             return Err(format!(
                 "the Mcp-Param-{} header is sent more than once",
                 param.suffix
             ));
         }
-        let header = match headers.get(name.as_str()).map(|v| v.to_str()) {
+        let header = match first.map(|v| v.to_str()) {
             None => {
                 return Err(format!(
                     "the Mcp-Param-{} header is required: the call has {}",
