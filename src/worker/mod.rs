@@ -526,28 +526,39 @@ async fn wait_for_slot<'p>(pool: &'p Pool, share: &PoolShare) -> Result<Slot<'p>
 /// a session that holds none; for one that holds some, once more than the reserve is free.
 /// -32004 when the pool is closed.
 async fn take_when_free<'p>(pool: &'p Pool, share: &PoolShare) -> Result<Slot<'p>, Error> {
-    if share.held() > 0 {
-        pool.share_waiters.fetch_add(1, Ordering::AcqRel);
-        let _waiter = ShareWaiter(pool);
-        loop {
-            let returned = pool.returned.notified();
-            let mut returned = std::pin::pin!(returned);
-            // Registered before the check, so a slot returned right after it wakes us.
-            returned.as_mut().enable();
-            if share.held() == 0 {
-                // Its own slots came back meanwhile: it queues like any session.
-                break;
-            }
-            match pool.try_take(share) {
-                Ok(slot) => return Ok(slot),
-                Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
-                Err(TryAcquireError::NoPermits) => returned.await,
+    loop {
+        if share.held() > 0 {
+            pool.share_waiters.fetch_add(1, Ordering::AcqRel);
+            let _waiter = ShareWaiter(pool);
+            loop {
+                let returned = pool.returned.notified();
+                let mut returned = std::pin::pin!(returned);
+                // Registered before the check, so a slot returned right after it wakes us.
+                returned.as_mut().enable();
+                if share.held() == 0 {
+                    // Its own slots came back meanwhile: it queues like any session.
+                    break;
+                }
+                match pool.try_take(share) {
+                    Ok(slot) => return Ok(slot),
+                    Err(TryAcquireError::Closed) => return Err(Error::ShuttingDown),
+                    Err(TryAcquireError::NoPermits) => returned.await,
+                }
             }
         }
-    }
-    match pool.permits.acquire().await {
-        Ok(permit) => Ok(Slot::new(pool, permit, share)),
-        Err(_closed) => Err(Error::ShuttingDown),
+        let permit = match pool.permits.acquire().await {
+            Ok(permit) => permit,
+            Err(_closed) => return Err(Error::ShuttingDown),
+        };
+        // Its session took a slot while it queued (a burst of a new session queues whole,
+        // each request holding none when it began to wait): a slot of the reserve is not
+        // for it. Given back, to the next in the queue, and it waits as its session's
+        // other requests do. (Kept, a burst that met a full pool took the whole reserve.)
+        if share.held() > 0 && pool.permits.available_permits() < pool.reserve {
+            drop(permit);
+            continue;
+        }
+        return Ok(Slot::new(pool, permit, share));
     }
 }
 

@@ -21,6 +21,8 @@ use mcp_ws::RunningServer;
 use mcp_ws::Tool;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
 
 fn sleep_call(id: Value, ms: u64) -> Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":ms}}})
@@ -369,6 +371,75 @@ async fn a_session_leaves_the_reserve_to_sessions_holding_no_slot() {
     );
     wait_metric(&server, "mcp_pool_running", 0).await;
     assert_eq!(server.shared().pool.available_permits(), 8);
+}
+
+/// A burst of a new session that met a full pool (its requests queued together, each holding
+/// no slot when it began to wait) takes one slot as the pool frees, not the reserve: the
+/// requests that find their session holding one by their turn give theirs back and wait as
+/// its other requests do, and a session arriving after still finds the reserve. (Each
+/// kept the slot it was given, and the burst took the whole pool.)
+#[tokio::test]
+async fn a_burst_that_met_a_full_pool_leaves_the_reserve_to_sessions_after_it() {
+    let mut s = settings();
+    s.limits.max_concurrent_requests = 4;
+    s.limits.pool_reserve = Some(2);
+    s.limits.admission_wait_ms = 60_000;
+    // Two gates: the pool's fillers end together, the others when the test is done.
+    let (fill_gate, gate) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let tool = |name: &str, gate: &Arc<Semaphore>| {
+        mcp_ws::Tool::from_handler(
+            name,
+            "Holds.",
+            json!({"type": "object"}),
+            Hold(gate.clone()),
+        )
+    };
+    let (fill, hold_tool) = (tool("fill", &fill_gate), tool("hold", &gate));
+    let server = start_with(s, |b| b.tool(fill).tool(hold_tool));
+    let call = |id: usize, name: &str| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name}});
+    // The pool filled by three sessions (one alone may take only what the reserve leaves).
+    let mut fillers = Vec::new();
+    for (count, first_id) in [(2, 0), (1, 10), (1, 20)] {
+        let mut filler = Client::initialized(&server).await;
+        for id in first_id..first_id + count {
+            filler.send_json(call(id, "fill")).await;
+        }
+        fillers.push((filler, count));
+        let running: usize = fillers.iter().map(|(_, count)| count).sum();
+        wait_metric(&server, "mcp_pool_running", running as u64).await;
+    }
+    let mut burst = Client::initialized(&server).await;
+    for id in 100..103 {
+        burst.send_json(call(id, "hold")).await;
+    }
+    wait_metric(&server, "mcp_pool_waiting", 3).await;
+
+    // The four slots come back: the burst takes what leaves the reserve free, and waits for
+    // the rest.
+    fill_gate.add_permits(1);
+    for (filler, count) in &mut fillers {
+        for _ in 0..*count {
+            let response = filler.recv().await;
+            assert_eq!(tool_text(&response), "released", "{response}");
+        }
+    }
+    wait_metric(&server, "mcp_pool_running", 2).await;
+    wait_metric(&server, "mcp_pool_waiting", 1).await;
+    assert_eq!(server.shared().pool.available_permits(), 2);
+    // A session after it finds the reserve.
+    let mut late = Client::initialized(&server).await;
+    late.send_json(call(200, "hold")).await;
+    wait_metric(&server, "mcp_pool_running", 3).await;
+
+    gate.add_permits(1);
+    for _ in 0..3 {
+        let response = burst.recv().await;
+        assert_eq!(tool_text(&response), "released", "{response}");
+    }
+    let response = late.recv().await;
+    assert_eq!(tool_text(&response), "released", "{response}");
+    wait_metric(&server, "mcp_pool_running", 0).await;
+    assert_eq!(server.shared().pool.available_permits(), 4);
 }
 
 /// A server whose global pool has one slot, held by a sleep (id "hold") of the returned
