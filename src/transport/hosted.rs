@@ -960,7 +960,13 @@ impl Handler<AttachSocket> for HostedSession {
                 code: CloseCode::Normal,
                 reason: "MCP session reconnected on another connection",
             });
+            // What 2026-07-28 requests the older connection began end with it, as when it
+            // drops (that revision has no resumption): the new one did not open its listens.
+            self.core.end_stateless_requests(&mut self.out);
         }
+        let Outlets::Socket(out) = &mut self.out else {
+            return false;
+        };
         // The answers lost with a node or a connection, then what the client missed, in
         // order, before anything new.
         let lost = out.lost_answers(&self.core, attach.awaiting.as_ref());
