@@ -100,6 +100,8 @@ impl Session {
     ) -> (Vec<RequestId>, Option<Instant>) {
         let mut settled = Vec::new();
         let mut next: Option<Instant> = None;
+        // Batches with an entry listed: their entries answered meanwhile are listed too.
+        let mut listed_batches = Vec::new();
         for (id, entry) in &self.in_flight {
             if entry.stateless {
                 continue;
@@ -107,13 +109,26 @@ impl Session {
             let settles = entry.record.started() + age;
             if settles <= now {
                 settled.push(id.clone());
+                listed_batches.extend(entry.batch);
             } else {
                 next = Some(next.map_or(settles, |next| next.min(settles)));
             }
         }
-        // Answered in a batch whose answer waits for its other entries: lost with this
-        // node as a running one would be. (Batches are of 2025-03-26 sessions only.)
-        settled.extend(self.batched_answer_ids().cloned());
+        // Answered in a batch whose answer waits for an entry still running: lost with this
+        // node as that entry would be, for as long as it runs. Listed with it, so that a
+        // batch answered within `age` costs no write, as a request does. (Batches are of
+        // 2025-03-26 sessions only.)
+        if !listed_batches.is_empty() {
+            listed_batches.sort_unstable();
+            listed_batches.dedup();
+            if let Some(occasional) = &self.occasional {
+                for batch in listed_batches {
+                    if let Some(pending) = occasional.batches.get(&batch) {
+                        settled.extend(pending.answered.iter().cloned());
+                    }
+                }
+            }
+        }
         (settled, next)
     }
 

@@ -1280,3 +1280,59 @@ async fn a_batch_entry_answered_on_a_node_that_died_before_its_batch_is_answered
     let mut resumed = resume_websocket(nodes.b_addr, &resume_id).await;
     assert_eq!(lost_on_resume(&mut resumed).await, [9, 10]);
 }
+
+/// A batch answered at once costs its session's record no write, as a request answered at
+/// once does: its entries are listed only while one of them has run long enough to be.
+#[tokio::test]
+async fn a_batch_answered_at_once_writes_no_record() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let node = start_node(dir.path(), "node-a", &redis);
+    let addr = node.wait_listening();
+    let mut client = crate::support::Client::connect_url(&format!("ws://{addr}/mcp")).await;
+    let response = client
+        .request_with_id(
+            json!(0),
+            "initialize",
+            crate::support::initialize_params("2025-03-26"),
+        )
+        .await;
+    let resume_id = response["result"]["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a resume id: {response}"))
+        .to_owned();
+    client
+        .send_json(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .await;
+    record_listing(&redis, &resume_id, &[]).await;
+    // Past the spacing of writes: a change now would be written at once.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let writes = RedisMonitor::start(&redis);
+    for n in 0..5 {
+        client
+            .send_json(json!([
+                {"jsonrpc":"2.0","id":format!("p{n}"),"method":"ping"},
+                {"jsonrpc":"2.0","id":format!("e{n}"),"method":"tools/call",
+                 "params":{"name":"echo","arguments":{"text":"quick"}}}
+            ]))
+            .await;
+        let answer = client.recv_text().await;
+        let answer: Value = serde_json::from_str(&answer).expect("JSON");
+        assert_eq!(answer.as_array().map(Vec::len), Some(2), "{answer}");
+    }
+    // Time for a write the batches would have caused to reach Redis.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let written: Vec<String> = writes
+        .stop()
+        .into_iter()
+        .filter(|line| {
+            line.contains(&resume_id)
+                && ["\"SET\"", "\"PSETEX\"", "\"DEL\""]
+                    .iter()
+                    .any(|command| line.contains(command))
+        })
+        .collect();
+    assert!(written.is_empty(), "the record was written: {written:?}");
+}
