@@ -749,9 +749,13 @@ async fn a_narrower_credential_cannot_reach_tasks_of_tools_it_may_not_call() {
     let mut wide = Client::connect_url_as(&url, Some(&token("wide"))).await;
     let mut narrow = Client::connect_url_as(&url, Some(&token("narrow"))).await;
     let id = task_id(&ws_request(&mut wide, "tools/call", json!({"name": "job"})).await);
-    // What a tools/call of the tool gets.
+    // A tools/call of the tool is refused; the task is as unknown as one that never was.
     let called = ws_request(&mut narrow, "tools/call", json!({"name": "job"})).await;
-    let refused_call = assert_error(&called, &called["id"], -32602);
+    assert_error(&called, &called["id"], -32602);
+    let none = "7d444840-9dc0-11d1-b245-5ffdce74fad2";
+    let unknown = ws_request(&mut narrow, "tasks/get", json!({"taskId": none})).await;
+    let unknown = assert_error(&unknown, &unknown["id"], -32602);
+    assert_eq!(unknown["data"], json!({"taskId": none}), "{unknown}");
     for (method, params) in [
         ("tasks/get", json!({"taskId": id})),
         (
@@ -762,11 +766,8 @@ async fn a_narrower_credential_cannot_reach_tasks_of_tools_it_may_not_call() {
     ] {
         let refused = ws_request(&mut narrow, method, params).await;
         let error = assert_error(&refused, &refused["id"], -32602);
-        assert_eq!(
-            error["message"], refused_call["message"],
-            "{method}: {refused}"
-        );
-        assert_eq!(error["data"], json!({"tool": "job"}), "{method}: {refused}");
+        assert_eq!(error["message"], unknown["message"], "{method}: {refused}");
+        assert_eq!(error["data"], json!({"taskId": id}), "{method}: {refused}");
     }
     let polled = ws_request(&mut wide, "tasks/get", json!({"taskId": id})).await;
     assert_eq!(

@@ -590,9 +590,8 @@ pub(crate) type ToolCheck<'a> = &'a dyn Fn(&str) -> Result<(), Error>;
 /// one in Redis. An id that is not a UUID is no task, and is never looked up.
 ///
 /// # Errors
-/// -32602 for no task of `owner` (never created, expired, another identity's); what
-/// `check_tool` says for a task of a tool the caller may not use (checked after the owner,
-/// so that another identity learns nothing of the task).
+/// -32602 for no task of `owner` (never created, expired, another identity's), and the
+/// same for a task of a tool `check_tool` refuses: the caller learns nothing of it.
 pub(crate) async fn load(
     cluster: &Cluster,
     id: &str,
@@ -631,7 +630,9 @@ pub(crate) async fn load(
     let record = record
         .filter(|r| r.owner == owner && r.expires_ms() > now)
         .ok_or_else(unknown)?;
-    check_tool(&record.tool)?;
+    // Answered as for no such task: naming the tool would tell a credential that may not
+    // see it that it exists.
+    check_tool(&record.tool).map_err(|_| unknown())?;
     Ok(record)
 }
 
