@@ -271,8 +271,8 @@ impl Session {
             info,
         });
         // A listen of this connection (2026-07-28) registered it as its identity's viewer:
-        // it goes on hearing of its identity's views beside the session's.
-        if self.bus.is_some() {
+        // while one is open, it goes on hearing of its identity's views beside the session's.
+        if self.bus.is_some() && self.listeners().next().is_some() {
             let viewer = Viewer::Identity(Arc::from(self.admission.identity.principal()));
             let views = self.shared.registry.bus().attach_views(&self.inbox, viewer);
             self.occasional_mut().identity_views = Some(views);

@@ -443,12 +443,19 @@ impl Session {
     }
 
     /// Lets go of what a listen stream held.
-    pub(super) fn forget_listener(&self, listener: &super::Listener) {
+    pub(super) fn forget_listener(&mut self, listener: &super::Listener) {
         for uri in listener.filter.resource_subscriptions.iter().flatten() {
             self.inbox.drop_interest(uri);
         }
         for task in listener.filter.task_ids.iter().flatten() {
             self.inbox.drop_task_interest(task);
+        }
+        // The last listen gone, its identity's views are no longer heard of (the session
+        // would be told of their changes for nothing).
+        if self.listeners().next().is_none() {
+            if let Some(occasional) = self.occasional.as_mut() {
+                occasional.identity_views = None;
+            }
         }
     }
 

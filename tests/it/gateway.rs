@@ -747,6 +747,31 @@ async fn a_listen_on_an_initialized_connection_hears_of_its_identitys_views() {
             }
         }
     }
+
+    // Its listen cancelled, the connection no longer hears of its identity's views: its
+    // session is not told of a list that is not its own.
+    mixed
+        .send_json(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": "listen"}}),
+        )
+        .await;
+    mixed.drain_until_barrier().await;
+    let (id, response) = call(
+        &mut modern,
+        "tools/call",
+        stateless(json!({"name": "grow", "arguments": {"name": "grown"}})),
+    )
+    .await;
+    assert_eq!(text_of(&assert_complete(&response, &id)), "grew");
+    // Heard where it is listened for (`listened_first` still listens).
+    loop {
+        let message = listened_first.recv().await;
+        if message["params"]["_meta"][SUBSCRIPTION_ID] == "listen" {
+            break;
+        }
+    }
+    mixed.expect_nothing_pending().await;
 }
 
 /// With `start = "first_use"` a session's child starts at its first request for the
