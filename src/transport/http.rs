@@ -307,9 +307,8 @@ fn check_headers(
         }
         Some(_) => {}
     }
-    let name_header = sent_once(headers, &NAME_HEADER)?;
     if let Some(name) = target {
-        match name_header.map(|v| v.to_str().unwrap_or("").trim()) {
+        match sent_once(headers, &NAME_HEADER)?.map(|v| v.to_str().unwrap_or("").trim()) {
             None => return Err("the Mcp-Name header is required for this method".into()),
             // A name that is not plain visible ASCII comes base64-encoded (as the clients,
             // this crate's own, send it).

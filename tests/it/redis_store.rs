@@ -688,10 +688,11 @@ async fn the_bus_subscription_answers_its_pings_and_stays_subscribed() {
 }
 
 /// Reading a WebSocket session's record never shortens its time to live (twice the resume
-/// grace when that is longer than the HTTP idle timeout): not when a node reads it to take
-/// the session up, nor when an HTTP request names the session. (`GETEX PX` cut it to the
-/// idle timeout at every read, so a parked session's record could expire within its grace,
-/// and no other node could take the session up.)
+/// grace when that is longer than the HTTP idle timeout), here read for an HTTP request
+/// naming the session. (`GETEX PX` cut it to the idle timeout at every read, so a parked
+/// session's record could expire within its grace, and no other node could take the
+/// session up. A take-up reads it through the same call, asking for the WebSocket record's
+/// own time to live.)
 #[tokio::test]
 async fn a_read_never_shortens_a_websocket_sessions_record() {
     let store = RedisServer::start();

@@ -517,13 +517,23 @@ async fn a_resume_while_the_attached_socket_is_stalled_is_refused() {
         _ => unreachable!("a plain connection"),
     };
     wait_until_unread_bytes_stop_growing(port).await;
+    let mut request = server.url().into_client_request().expect("request");
+    request
+        .headers_mut()
+        .insert("Mcp-Session-Id", HeaderValue::from_str(&id).expect("value"));
     let resumed = tokio::time::timeout(
         std::time::Duration::from_secs(10),
-        reconnect(&server, "Mcp-Session-Id", &id),
+        tokio_tungstenite::connect_async(request),
     )
     .await
     .expect("the resume is answered");
-    assert_eq!(resumed.err(), Some(503));
+    let Err(tokio_tungstenite::tungstenite::Error::Http(refused)) = resumed else {
+        panic!("resumed while its socket held it: {resumed:?}");
+    };
+    assert_eq!(refused.status().as_u16(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body = String::from_utf8_lossy(refused.body().as_deref().unwrap_or_default());
+    assert!(body.contains("does not let go"), "{body}");
     drop(client);
 }
 
