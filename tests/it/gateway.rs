@@ -638,18 +638,7 @@ async fn a_session_sees_the_tools_of_its_own_child() {
     // A 2026-07-28 client of Alice's: her identity's own child (started at its first
     // request), her identity's list, and her identity's listen stream told of it.
     let mut listener = Client::connect_url_as(&server.url(), Some("alice-key")).await;
-    listener
-        .send_json(request(
-            json!("listen"),
-            "subscriptions/listen",
-            stateless(json!({"notifications": {"toolsListChanged": true}})),
-        ))
-        .await;
-    let ack = listener.recv().await;
-    assert_eq!(
-        ack["method"], "notifications/subscriptions/acknowledged",
-        "{ack}"
-    );
+    listen_for_tools(&mut listener).await;
     let mut modern = Client::connect_url_as(&server.url(), Some("alice-key")).await;
     let (id, response) = call(
         &mut modern,
@@ -695,32 +684,10 @@ async fn a_listen_on_an_initialized_connection_hears_of_its_identitys_views() {
     let server = user_tool_gateway(UpstreamStart::Initialize);
     let mut mixed = Client::initialized_as(&server, "alice-key").await;
     expect_tools_changed(&mut mixed, "alice").await;
-    mixed
-        .send_json(request(
-            json!("listen"),
-            "subscriptions/listen",
-            stateless(json!({"notifications": {"toolsListChanged": true}})),
-        ))
-        .await;
-    let ack = mixed.recv().await;
-    assert_eq!(
-        ack["method"], "notifications/subscriptions/acknowledged",
-        "{ack}"
-    );
+    listen_for_tools(&mut mixed).await;
     // The other order: a listen, then `initialize` on the same connection.
     let mut listened_first = Client::connect_url_as(&server.url(), Some("alice-key")).await;
-    listened_first
-        .send_json(request(
-            json!("listen"),
-            "subscriptions/listen",
-            stateless(json!({"notifications": {"toolsListChanged": true}})),
-        ))
-        .await;
-    let ack = listened_first.recv().await;
-    assert_eq!(
-        ack["method"], "notifications/subscriptions/acknowledged",
-        "{ack}"
-    );
+    listen_for_tools(&mut listened_first).await;
     crate::support::ws::initialize_with(&mut listened_first, json!({})).await;
     // Its session's child's list: told to its session and its listen alike, now.
     expect_tools_changed(&mut listened_first, "alice").await;
@@ -772,6 +739,23 @@ async fn a_listen_on_an_initialized_connection_hears_of_its_identitys_views() {
         }
     }
     mixed.expect_nothing_pending().await;
+}
+
+/// Opens a 2026-07-28 listen (id `"listen"`) for tool list changes on `client`, and reads
+/// its acknowledgement.
+async fn listen_for_tools(client: &mut Client) {
+    client
+        .send_json(request(
+            json!("listen"),
+            "subscriptions/listen",
+            stateless(json!({"notifications": {"toolsListChanged": true}})),
+        ))
+        .await;
+    let ack = client.recv().await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
 }
 
 /// With `start = "first_use"` a session's child starts at its first request for the

@@ -577,17 +577,7 @@ async fn wait_until_unread_bytes_stop_growing(port: u16) {
 #[tokio::test]
 async fn a_resuming_client_awaiting_a_batchs_entries_gets_the_batchs_answer_once() {
     let (server, gate) = start_with_gate(resume_settings(30_000));
-    let mut client = Client::connect(&server).await;
-    let response = client
-        .request_with_id(json!(0), "initialize", initialize_params("2025-03-26"))
-        .await;
-    let id = response["result"]["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a resume id: {response}"))
-        .to_owned();
-    client
-        .send_json(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
-        .await;
+    let (mut client, id) = Client::resumable_at_version(&server.url(), "2025-03-26").await;
     client
         .send_json(
             json!([hold_call(json!(1)), {"jsonrpc":"2.0","id":2,"method":"ping"},

@@ -1180,37 +1180,7 @@ async fn a_kept_session_resumes_without_the_2026_requests_of_its_dropped_connect
 /// session-era state with it, and nothing of that revision.
 #[tokio::test]
 async fn a_resumed_session_drops_again_without_the_2026_requests_of_its_second_connection() {
-    let (server, _fixtures) = start_stateless(stateless_settings());
-    let mut client = Client::connect(&server).await;
-    let response = client
-        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
-        .await;
-    let session_id = assert_session_result(&response, &json!(0))["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .expect("the session's id, for a reconnect")
-        .to_owned();
-    client
-        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .await;
-    drop(client);
-    wait_metric(&server, "mcp_parked_sessions", 1).await;
-
-    let mut resumed = resume(&server, &session_id).await;
-    open_listen(
-        &mut resumed,
-        &json!("listen"),
-        json!({"toolsListChanged": true}),
-    )
-    .await;
-    let hold = json!({"name": "step_then_hold", "arguments": {}});
-    let params = add_meta(stateless(hold), "progressToken", json!("m"));
-    resumed
-        .send_json(request(json!("stateless"), "tools/call", params))
-        .await;
-    let progress = resumed.recv().await;
-    assert_eq!(progress["params"]["progressToken"], "m", "{progress}");
-    assert_eq!(metric(&server, "mcp_workers").await, 1);
-
+    let (server, session_id, resumed) = resumed_with_2026_work().await;
     drop(resumed);
     wait_metric(&server, "mcp_parked_sessions", 1).await;
     wait_metric(&server, "mcp_workers", 0).await;
@@ -1240,18 +1210,26 @@ async fn a_resumed_session_drops_again_without_the_2026_requests_of_its_second_c
 /// new connection may open a listen of the same id.
 #[tokio::test]
 async fn a_resumed_connection_replaced_by_a_reconnect_leaves_its_2026_requests_behind() {
+    let (server, session_id, mut resumed) = resumed_with_2026_work().await;
+    // Reconnected while the resumed connection is still attached: it is closed (1000).
+    let mut again = resume(&server, &session_id).await;
+    let close = resumed.recv_close().await.expect("a close frame");
+    assert_eq!(u16::from(close.code), 1000, "{close:?}");
+    wait_metric(&server, "mcp_workers", 0).await;
+    open_listen(
+        &mut again,
+        &json!("listen"),
+        json!({"toolsListChanged": true}),
+    )
+    .await;
+}
+
+/// A session kept for a reconnect (its first connection dropped), resumed on a connection
+/// that opened a 2026-07-28 listen (`"listen"`) and runs a 2026-07-28 request holding a
+/// worker: the server, the session's id and that connection.
+async fn resumed_with_2026_work() -> (mcp_ws::RunningServer, String, Client) {
     let (server, _fixtures) = start_stateless(stateless_settings());
-    let mut client = Client::connect(&server).await;
-    let response = client
-        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
-        .await;
-    let session_id = assert_session_result(&response, &json!(0))["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .expect("the session's id, for a reconnect")
-        .to_owned();
-    client
-        .send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .await;
+    let (client, session_id) = Client::resumable_at(&server.url()).await;
     drop(client);
     wait_metric(&server, "mcp_parked_sessions", 1).await;
 
@@ -1270,18 +1248,7 @@ async fn a_resumed_connection_replaced_by_a_reconnect_leaves_its_2026_requests_b
     let progress = resumed.recv().await;
     assert_eq!(progress["params"]["progressToken"], "m", "{progress}");
     assert_eq!(metric(&server, "mcp_workers").await, 1);
-
-    // Reconnected while the resumed connection is still attached: it is closed (1000).
-    let mut again = resume(&server, &session_id).await;
-    let close = resumed.recv_close().await.expect("a close frame");
-    assert_eq!(u16::from(close.code), 1000, "{close:?}");
-    wait_metric(&server, "mcp_workers", 0).await;
-    open_listen(
-        &mut again,
-        &json!("listen"),
-        json!({"toolsListChanged": true}),
-    )
-    .await;
+    (server, session_id, resumed)
 }
 
 /// A WebSocket connection resuming the session `session_id`, once its session is no longer

@@ -1183,18 +1183,7 @@ async fn a_node_at_its_session_cap_refuses_a_resume_without_claiming_its_record(
             Ok(_) => panic!("resumed beyond max_sessions"),
         }
     }
-    let written: Vec<String> = writes
-        .stop()
-        .into_iter()
-        .filter(|line| {
-            line.contains(&resume_id)
-                // What changes it, by a script or not (a read refreshing its time to live
-                // does not).
-                && ["\"SET\"", "\"PSETEX\"", "\"DEL\""]
-                    .iter()
-                    .any(|command| line.contains(command))
-        })
-        .collect();
+    let written = writes.stop_with_writes_of(&resume_id);
     assert!(written.is_empty(), "the record was written: {written:?}");
 
     holder.hang_up().await;
@@ -1236,6 +1225,20 @@ impl RedisMonitor {
         Self { stop, thread }
     }
 
+    /// The commands seen since the start that changed the record of session `resume_id`,
+    /// by a script or not (a read refreshing its time to live does not change it).
+    fn stop_with_writes_of(self, resume_id: &str) -> Vec<String> {
+        self.stop()
+            .into_iter()
+            .filter(|line| {
+                line.contains(resume_id)
+                    && ["\"SET\"", "\"PSETEX\"", "\"DEL\""]
+                        .iter()
+                        .any(|command| line.contains(command))
+            })
+            .collect()
+    }
+
     /// The commands seen since the start.
     fn stop(self) -> Vec<String> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1251,22 +1254,11 @@ impl RedisMonitor {
 async fn a_batch_entry_answered_on_a_node_that_died_before_its_batch_is_answered_there() {
     use serde_json::json;
     let mut nodes = TwoNodes::start("");
-    let mut client =
-        crate::support::Client::connect_url(&format!("ws://{}/mcp", nodes.a_addr)).await;
-    let response = client
-        .request_with_id(
-            json!(0),
-            "initialize",
-            crate::support::initialize_params("2025-03-26"),
-        )
-        .await;
-    let resume_id = response["result"]["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a resume id: {response}"))
-        .to_owned();
-    client
-        .send_json(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
-        .await;
+    let (mut client, resume_id) = crate::support::Client::resumable_at_version(
+        &format!("ws://{}/mcp", nodes.a_addr),
+        "2025-03-26",
+    )
+    .await;
     client
         .send_json(json!([
             {"jsonrpc":"2.0","id":9,"method":"tools/call",
@@ -1290,21 +1282,9 @@ async fn a_batch_answered_at_once_writes_no_record() {
     let redis = RedisServer::start();
     let node = start_node(dir.path(), "node-a", &redis);
     let addr = node.wait_listening();
-    let mut client = crate::support::Client::connect_url(&format!("ws://{addr}/mcp")).await;
-    let response = client
-        .request_with_id(
-            json!(0),
-            "initialize",
-            crate::support::initialize_params("2025-03-26"),
-        )
-        .await;
-    let resume_id = response["result"]["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a resume id: {response}"))
-        .to_owned();
-    client
-        .send_json(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
-        .await;
+    let (mut client, resume_id) =
+        crate::support::Client::resumable_at_version(&format!("ws://{addr}/mcp"), "2025-03-26")
+            .await;
     record_listing(&redis, &resume_id, &[]).await;
     // Past the spacing of writes: a change now would be written at once.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1324,15 +1304,6 @@ async fn a_batch_answered_at_once_writes_no_record() {
     }
     // Time for a write the batches would have caused to reach Redis.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let written: Vec<String> = writes
-        .stop()
-        .into_iter()
-        .filter(|line| {
-            line.contains(&resume_id)
-                && ["\"SET\"", "\"PSETEX\"", "\"DEL\""]
-                    .iter()
-                    .any(|command| line.contains(command))
-        })
-        .collect();
+    let written = writes.stop_with_writes_of(&resume_id);
     assert!(written.is_empty(), "the record was written: {written:?}");
 }

@@ -86,9 +86,14 @@ impl Client {
     /// the id its session is resumed by (`_meta["mcp-ws/sessionId"]` of the `initialize`
     /// result).
     pub async fn resumable_at(url: &str) -> (Self, String) {
+        Self::resumable_at_version(url, "2025-11-25").await
+    }
+
+    /// As [`resumable_at`](Self::resumable_at), the session on protocol `version`.
+    pub async fn resumable_at_version(url: &str, version: &str) -> (Self, String) {
         let mut client = Self::connect_url(url).await;
         let response = client
-            .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+            .request_with_id(json!(0), "initialize", initialize_params(version))
             .await;
         let id = response["result"]["_meta"]["mcp-ws/sessionId"]
             .as_str()
