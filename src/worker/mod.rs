@@ -430,7 +430,7 @@ fn execute(job: Job, cancel: CancelFlag) -> impl Future<Output = Result<String, 
         let ended = match started {
             Err(panic) => Ended::Done(Err(panic)),
             Ok(work) => {
-                let mut work = AssertUnwindSafe(work).catch_unwind();
+                let mut work = DropCaught::new(AssertUnwindSafe(work).catch_unwind());
                 // Work that is ready at once never arms the deadline's timer.
                 match poll_immediate(&mut work).await {
                     Some(outcome) => Ended::Done(outcome),
@@ -460,6 +460,42 @@ fn execute(job: Job, cancel: CancelFlag) -> impl Future<Output = Result<String, 
                     None => Err(Error::Internal),
                 }
             }
+        }
+    }
+}
+
+/// A tool's future (with its `catch_unwind`) whose drop before it is done (a timeout, an ask
+/// that ends a 2026-07-28 round, a cancel) is caught like a panic in its poll: a `Drop` of
+/// the tool's that panics would otherwise unwind its session's thread, every session on it
+/// with it. The panic hook logs it; the request is answered as its end says (timed out,
+/// `input_required`), or not at all (cancelled).
+pub(crate) struct DropCaught<F>(Option<F>);
+
+impl<F> DropCaught<F> {
+    /// `work`, its drop caught.
+    pub(crate) fn new(work: F) -> Self {
+        Self(Some(work))
+    }
+}
+
+impl<F: Future + Unpin> Future for DropCaught<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        match self.0.as_mut() {
+            Some(work) => Pin::new(work).poll(cx),
+            None => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl<F> Drop for DropCaught<F> {
+    fn drop(&mut self) {
+        if let Some(work) = self.0.take() {
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(move || drop(work)));
         }
     }
 }

@@ -668,3 +668,55 @@ async fn panics_are_answered_and_the_session_lives_on(tool: Tool, name: &str) {
     assert_eq!(response["result"]["content"][0]["text"], "alive");
     assert_server_alive(&server).await;
 }
+
+/// Panics when dropped: what a tool's future holds that panics in its `Drop`.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("secret internal detail /etc/passwd (in a Drop)");
+        }
+    }
+}
+
+/// A tool whose future panics as it is dropped before it is done (here at its time limit,
+/// and when an ask ends a 2026-07-28 round at its first wait): the request is answered as
+/// its end says (-32001 timed out; `input_required`) and the session lives on. (The panic
+/// unwound the session's thread, and every session on it went with it.)
+#[tokio::test]
+async fn a_tool_whose_future_panics_when_dropped_leaves_its_session_alive() {
+    let mut s = crate::support::stateless::stateless_settings();
+    s.limits.tool_timeout_ms.insert("stuck".into(), 100);
+    let stuck = Tool::new("stuck", "never ends", |_: NoArgs, _ctx| async move {
+        let _guard = PanicsOnDrop;
+        std::future::pending::<()>().await;
+        Ok(CallToolResult::text("unreachable"))
+    });
+    let asks = Tool::new(
+        "asks",
+        "asks a name",
+        |_: NoArgs, ctx: mcp_ws::RequestContext| async move {
+            let _guard = PanicsOnDrop;
+            let form = mcp_ws::model::ElicitRequest::form_for::<crate::support::stateless::NameForm>(
+                "Name?",
+            );
+            ctx.elicit_as("name", form).await?;
+            Ok(CallToolResult::text("answered"))
+        },
+    );
+    let server = start_with(s, |b| b.tool(stuck).tool(asks));
+    let mut client = Client::initialized(&server).await;
+    let response = client.call_tool("stuck", json!({})).await;
+    assert_error(&response, &response["id"], -32001);
+    let params = crate::support::meta::stateless_with(
+        json!({"elicitation": {}}),
+        json!({"name": "asks", "arguments": {}}),
+    );
+    let (id, response) = crate::support::ws::call(&mut client, "tools/call", params).await;
+    crate::support::meta::assert_input_required(&response, &id, &["name"]);
+    wait_metric(&server, "mcp_pool_running", 0).await;
+    let response = client.call_tool("echo", json!({"text": "alive"})).await;
+    assert_eq!(response["result"]["content"][0]["text"], "alive");
+    assert_server_alive(&server).await;
+}

@@ -101,8 +101,9 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
         log_floor: LogFloor::Request(None),
         log_budget: crate::mailbox::throttle::LineBudget::unlimited(),
     });
-    let mut work: LocalBoxFuture<'static, Outcome> =
-        Box::pin(AssertUnwindSafe(handler.call(arguments, ctx)).catch_unwind());
+    let mut work: LocalBoxFuture<'static, Outcome> = Box::pin(crate::worker::DropCaught::new(
+        AssertUnwindSafe(handler.call(arguments, ctx)).catch_unwind(),
+    ));
     let first = poll_immediate(&mut work).await;
     let mut record = TaskRecord::new(&owner, &tool, &settings.tasks);
     match first {
