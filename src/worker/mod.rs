@@ -485,10 +485,14 @@ impl<F: Future + Unpin> Future for DropCaught<F> {
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<F::Output> {
-        match self.0.as_mut() {
-            Some(work) => Pin::new(work).poll(cx),
-            None => std::task::Poll::Pending,
-        }
+        let Some(work) = self.0.as_mut() else {
+            return std::task::Poll::Pending;
+        };
+        let outcome = std::task::ready!(Pin::new(work).poll(cx));
+        // Done: its values went with its last poll (caught there). Dropped here, where a
+        // request's drop costs no `catch_unwind` (a tenth of a percent of an echo's work).
+        self.0 = None;
+        std::task::Poll::Ready(outcome)
     }
 }
 
