@@ -681,9 +681,11 @@ impl Drop for PanicsOnDrop {
 }
 
 /// A tool whose future panics as it is dropped before it is done (here at its time limit,
-/// and when an ask ends a 2026-07-28 round at its first wait): the request is answered as
-/// its end says (-32001 timed out; `input_required`) and the session lives on. (The panic
-/// unwound the session's thread, and every session on it went with it.)
+/// when its request is cancelled, and when an ask ends a 2026-07-28 round at its first
+/// wait): the request is answered as its end says (-32001 timed out; nothing;
+/// `input_required`) and the session lives on. (At the time limit the panic ended the
+/// worker's task unanswered; at the round it unwound the session's thread, and every
+/// session on it went with it. A cancel's drop was tokio's to catch already.)
 #[tokio::test]
 async fn a_tool_whose_future_panics_when_dropped_leaves_its_session_alive() {
     let mut s = crate::support::stateless::stateless_settings();
@@ -705,10 +707,28 @@ async fn a_tool_whose_future_panics_when_dropped_leaves_its_session_alive() {
             Ok(CallToolResult::text("answered"))
         },
     );
-    let server = start_with(s, |b| b.tool(stuck).tool(asks));
+    let cancelled = Tool::new("cancelled", "never ends", |_: NoArgs, _ctx| async move {
+        let _guard = PanicsOnDrop;
+        std::future::pending::<()>().await;
+        Ok(CallToolResult::text("unreachable"))
+    });
+    let server = start_with(s, |b| b.tool(stuck).tool(asks).tool(cancelled));
     let mut client = Client::initialized(&server).await;
     let response = client.call_tool("stuck", json!({})).await;
     assert_error(&response, &response["id"], -32001);
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "id": "gone", "method": "tools/call",
+            "params": {"name": "cancelled", "arguments": {}}}),
+        )
+        .await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": "gone"}}),
+        )
+        .await;
     let params = crate::support::meta::stateless_with(
         json!({"elicitation": {}}),
         json!({"name": "asks", "arguments": {}}),
