@@ -135,6 +135,38 @@ pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Counts one more place for `key` unless it holds `limit` already; whether it did. With
+/// [`give_back_place`], the per-key counts of the limits (sessions per address or identity,
+/// tasks per identity): a map holding only the keys that hold places.
+pub(crate) fn take_place<K: std::hash::Hash + Eq>(
+    counts: &dashmap::DashMap<K, usize>,
+    key: K,
+    limit: usize,
+) -> bool {
+    match counts.entry(key) {
+        dashmap::Entry::Occupied(entry) if *entry.get() >= limit => false,
+        dashmap::Entry::Occupied(mut entry) => {
+            *entry.get_mut() += 1;
+            true
+        }
+        dashmap::Entry::Vacant(entry) => {
+            entry.insert(1);
+            true
+        }
+    }
+}
+
+/// Counts one place fewer for `key` ([`take_place`]), forgetting the key at zero.
+pub(crate) fn give_back_place<K: std::hash::Hash + Eq>(
+    counts: &dashmap::DashMap<K, usize>,
+    key: &K,
+) {
+    counts.remove_if_mut(key, |_, count| {
+        *count = count.saturating_sub(1);
+        *count == 0
+    });
+}
+
 /// A fresh random id: 128 bits from the thread's CSPRNG (`rand`'s ChaCha, seeded from the OS
 /// and reseeded as it goes), lower-case hex. Unguessable, so fit for bearer secrets (session
 /// ids), and no system call per id (a trace id is made for every HTTP request that brings

@@ -14,9 +14,8 @@
 //! bounded by the session cap, and an entry is removed when its count falls to zero.
 
 use super::Admission;
-use dashmap::mapref::entry::Entry;
+use crate::{give_back_place, take_place};
 use dashmap::DashMap;
-use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -79,14 +78,14 @@ impl ConnectionLimits {
             return Ok(None);
         }
         if let Some(ip) = ip {
-            if !take(&self.by_ip, ip, self.per_ip) {
+            if !take_place(&self.by_ip, ip, self.per_ip) {
                 return Err((ClientLimit::Ip, self.per_ip));
             }
         }
         if let Some(identity) = &identity {
-            if !take(&self.by_identity, identity.clone(), self.per_identity) {
+            if !take_place(&self.by_identity, identity.clone(), self.per_identity) {
                 if let Some(ip) = ip {
-                    give_back(&self.by_ip, &ip);
+                    give_back_place(&self.by_ip, &ip);
                 }
                 return Err((ClientLimit::Identity, self.per_identity));
             }
@@ -122,35 +121,12 @@ pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
 impl Drop for ConnectionPermit {
     fn drop(&mut self) {
         if let Some(ip) = &self.ip {
-            give_back(&self.limits.by_ip, ip);
+            give_back_place(&self.limits.by_ip, ip);
         }
         if let Some(identity) = &self.identity {
-            give_back(&self.limits.by_identity, identity);
+            give_back_place(&self.limits.by_identity, identity);
         }
     }
-}
-
-/// Counts one more session for `key` unless it holds `limit` already.
-fn take<K: Hash + Eq>(map: &DashMap<K, usize>, key: K, limit: usize) -> bool {
-    match map.entry(key) {
-        Entry::Occupied(entry) if *entry.get() >= limit => false,
-        Entry::Occupied(mut entry) => {
-            *entry.get_mut() += 1;
-            true
-        }
-        Entry::Vacant(entry) => {
-            entry.insert(1);
-            true
-        }
-    }
-}
-
-/// Counts one session fewer for `key`, forgetting it at zero.
-fn give_back<K: Hash + Eq>(map: &DashMap<K, usize>, key: &K) {
-    map.remove_if_mut(key, |_, count| {
-        *count = count.saturating_sub(1);
-        *count == 0
-    });
 }
 
 #[cfg(test)]

@@ -272,7 +272,7 @@ impl Tasks {
         let place = match identity.is_authenticated() && self.per_identity > 0 {
             true => {
                 let principal = Arc::<str>::from(identity.principal());
-                if !take(&self.by_identity, principal.clone(), self.per_identity) {
+                if !crate::take_place(&self.by_identity, principal.clone(), self.per_identity) {
                     return Err(Error::TooManyTasks {
                         scope: TaskLimit::Identity,
                         limit: self.per_identity as u64,
@@ -445,25 +445,7 @@ struct IdentityPlace {
 impl Drop for IdentityPlace {
     fn drop(&mut self) {
         // Forgotten at zero, so the map holds only identities running tasks.
-        self.counts.remove_if_mut(&self.principal, |_, count| {
-            *count = count.saturating_sub(1);
-            *count == 0
-        });
-    }
-}
-
-/// Counts one more for `key` unless it has `limit` already.
-fn take(counts: &DashMap<Arc<str>, usize>, key: Arc<str>, limit: usize) -> bool {
-    match counts.entry(key) {
-        Entry::Occupied(entry) if *entry.get() >= limit => false,
-        Entry::Occupied(mut entry) => {
-            *entry.get_mut() += 1;
-            true
-        }
-        Entry::Vacant(entry) => {
-            entry.insert(1);
-            true
-        }
+        crate::give_back_place(&self.counts, &self.principal);
     }
 }
 
