@@ -639,15 +639,7 @@ async fn a_session_sees_the_tools_of_its_own_child() {
     // request), her identity's list, and her identity's listen stream told of it.
     let mut listener = Client::connect_url_as(&server.url(), Some("alice-key")).await;
     listen_for_tools(&mut listener).await;
-    let mut modern = Client::connect_url_as(&server.url(), Some("alice-key")).await;
-    let (id, response) = call(
-        &mut modern,
-        "tools/call",
-        stateless(json!({"name": "whoami", "arguments": {}})),
-    )
-    .await;
-    let result = assert_complete(&response, &id);
-    assert!(text_of(&result).ends_with("user=alice"), "{response}");
+    let mut modern = alices_2026_client(&server).await;
     let mut seen = Vec::new();
     for _ in 0..50 {
         let (_, response) = call(&mut modern, "tools/list", stateless(json!({}))).await;
@@ -694,14 +686,7 @@ async fn a_listen_on_an_initialized_connection_hears_of_its_identitys_views() {
     listened_first.drain_until_barrier().await;
 
     // Her identity's child starts at a 2026-07-28 request of another connection of hers.
-    let mut modern = Client::connect_url_as(&server.url(), Some("alice-key")).await;
-    let (id, response) = call(
-        &mut modern,
-        "tools/call",
-        stateless(json!({"name": "whoami", "arguments": {}})),
-    )
-    .await;
-    assert!(text_of(&assert_complete(&response, &id)).ends_with("user=alice"));
+    let mut modern = alices_2026_client(&server).await;
     for connection in [&mut mixed, &mut listened_first] {
         loop {
             let message = connection.recv().await;
@@ -739,6 +724,21 @@ async fn a_listen_on_an_initialized_connection_hears_of_its_identitys_views() {
         }
     }
     mixed.expect_nothing_pending().await;
+}
+
+/// A 2026-07-28 connection of Alice's, whose first call (`whoami`, answered as hers) starts
+/// her identity's own child.
+async fn alices_2026_client(server: &RunningServer) -> Client {
+    let mut modern = Client::connect_url_as(&server.url(), Some("alice-key")).await;
+    let (id, response) = call(
+        &mut modern,
+        "tools/call",
+        stateless(json!({"name": "whoami", "arguments": {}})),
+    )
+    .await;
+    let result = assert_complete(&response, &id);
+    assert!(text_of(&result).ends_with("user=alice"), "{response}");
+    modern
 }
 
 /// Opens a 2026-07-28 listen (id `"listen"`) for tool list changes on `client`, and reads

@@ -209,51 +209,26 @@ async fn a_header_that_disagrees_with_the_body_is_400_32020_and_nothing_runs() {
         (&prompt, "Mcp-Name", Some("greet")),
     ];
     for (body, name, value) in cases {
-        let mut headers = http
-            .post(body)
-            .build()
-            .expect("a request")
-            .headers()
-            .clone();
-        headers.remove(name);
-        if let Some(value) = value {
-            headers.insert(name, value.parse().expect("a header value"));
-        }
-        let response = send(
-            http.client
-                .post(&http.url)
-                .headers(headers)
-                .body(body.to_string()),
-        )
+        let message = refused_with_headers(&http, body, |headers| {
+            headers.remove(name);
+            if let Some(value) = value {
+                headers.insert(name, value.parse().expect("a header value"));
+            }
+        })
         .await;
-        let (status, response) = json_reply(response).await;
-        assert_eq!(status, 400, "{name}: {value:?}: {response}");
-        let error = assert_error(&response, &body["id"], -32020);
-        let message = error["message"].as_str().expect("a message");
-        assert!(message.contains(name), "{message}");
+        assert!(message.contains(name), "{name}: {value:?}: {message}");
     }
     // A header sent twice (even the same value twice): an intermediary may route on either.
     for (body, name) in [(&ask, version), (&ask, "Mcp-Method"), (&read, "Mcp-Name")] {
-        let mut headers = http
-            .post(body)
-            .build()
-            .expect("a request")
-            .headers()
-            .clone();
-        let value = headers.get(name).expect("the header").clone();
-        headers.append(name, value);
-        let response = send(
-            http.client
-                .post(&http.url)
-                .headers(headers)
-                .body(body.to_string()),
-        )
+        let message = refused_with_headers(&http, body, |headers| {
+            let value = headers.get(name).expect("the header").clone();
+            headers.append(name, value);
+        })
         .await;
-        let (status, response) = json_reply(response).await;
-        assert_eq!(status, 400, "{name} twice: {response}");
-        let error = assert_error(&response, &body["id"], -32020);
-        let message = error["message"].as_str().expect("a message");
-        assert!(message.contains("more than once"), "{message}");
+        assert!(
+            message.contains("more than once"),
+            "{name} twice: {message}"
+        );
     }
     assert_eq!(fixtures.runs(), 0, "nothing ran");
     // The same requests with the right headers do run.
@@ -263,6 +238,33 @@ async fn a_header_that_disagrees_with_the_body_is_400_32020_and_nothing_runs() {
         assert_stateless_result(&response, &body["id"], "input_required");
     }
     assert_eq!(fixtures.runs(), 3);
+}
+
+/// Posts `body` with the headers a client sends, as `change` leaves them: refused (400,
+/// -32020 under the request's id); the error's message.
+async fn refused_with_headers(
+    http: &Http,
+    body: &Value,
+    change: impl FnOnce(&mut reqwest::header::HeaderMap),
+) -> String {
+    let mut headers = http
+        .post(body)
+        .build()
+        .expect("a request")
+        .headers()
+        .clone();
+    change(&mut headers);
+    let response = send(
+        http.client
+            .post(&http.url)
+            .headers(headers)
+            .body(body.to_string()),
+    )
+    .await;
+    let (status, response) = json_reply(response).await;
+    assert_eq!(status, 400, "{response}");
+    let error = assert_error(&response, &body["id"], -32020);
+    error["message"].as_str().expect("a message").to_owned()
 }
 
 /// A tool whose `region` argument clients mirror in `Mcp-Param-Region`; its calls answer
@@ -339,7 +341,7 @@ async fn a_param_header_sent_twice_or_beside_unreadable_arguments_is_refused() {
     let (status, response) = json_reply(send(post(&body, &["eu"])).await).await;
     assert_eq!(status, 200, "{response}");
     assert_eq!(
-        assert_stateless_result(&response, &json!("regional"), "complete")["content"][0]["text"],
+        text_of(&assert_complete(&response, &json!("regional"))),
         "ran"
     );
 }
@@ -363,10 +365,7 @@ async fn an_encoded_mcp_name_is_compared_decoded() {
     assert_eq!(encoded.headers()["Mcp-Name"], "=?base64?Y2Fmw6k=?=");
     let (status, response) = json_reply(send(http.post(&call)).await).await;
     assert_eq!(status, 200, "{response}");
-    assert_eq!(
-        assert_stateless_result(&response, &json!("café"), "complete")["content"][0]["text"],
-        "done"
-    );
+    assert_eq!(text_of(&assert_complete(&response, &json!("café"))), "done");
 }
 
 #[tokio::test]
