@@ -230,6 +230,7 @@ pub(crate) struct Tasks {
 }
 
 impl Tasks {
+    /// The tasks of a node run with `settings`, its store's size shown in `metrics`.
     pub fn new(settings: &TaskSettings, metrics: Arc<Metrics>) -> Self {
         Self {
             settings: settings.clone(),
@@ -308,6 +309,10 @@ impl Tasks {
     fn keep(&self, record: &TaskRecord, bytes: u64) -> bool {
         let bounded = record.result.is_some();
         let limit = self.settings.max_stored_bytes;
+        // Past the bound alone: refused before the copy below (of a result that large).
+        if bounded && bytes > limit {
+            return false;
+        }
         let stored = &self.stored_bytes;
         // Copied before the entry's shard is locked: a result may be large.
         let copy = record.clone();
@@ -514,7 +519,10 @@ pub(crate) fn keep_tidy(cluster: &Arc<Cluster>) {
                 return;
             };
             cluster.tasks.sweep();
-            if cluster.store.redis().is_some() && cluster.tasks.has_unsaved() {
+            // While Redis is skipped (an outage), a try would be refused at once: the
+            // records wait, untouched, until it answers again.
+            let answering = cluster.store.redis().is_some_and(|r| r.is_available());
+            if answering && cluster.tasks.has_unsaved() {
                 write_back(&cluster).await;
             }
         }
@@ -544,7 +552,7 @@ async fn write_back(cluster: &Cluster) {
             continue;
         };
         if !redis
-            .put_task(&cluster.metrics, &id, json.clone(), record.remaining())
+            .put_task(&cluster.metrics, &id, json, record.remaining())
             .await
         {
             let mut unsaved = crate::lock(&cluster.tasks.unsaved);
@@ -554,10 +562,11 @@ async fn write_back(cluster: &Cluster) {
         }
         // A newer record saved meanwhile may have landed before this older one: written
         // again at the next round.
-        let newer =
-            cluster.tasks.records.get(&id).is_some_and(|r| {
-                serde_json::to_string(&r.value().record).is_ok_and(|now| now != json)
-            });
+        let newer = cluster
+            .tasks
+            .records
+            .get(&id)
+            .is_some_and(|r| r.value().record != record);
         if newer {
             crate::lock(&cluster.tasks.unsaved).insert(id);
         }
