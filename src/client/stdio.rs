@@ -175,8 +175,15 @@ impl Process {
 
     /// Kills the child's group at once, unless the child is gone (its pid may be reused).
     pub(crate) fn kill(&self) {
-        if !*self.0.exited.borrow() {
-            signal_group(self.0.pid, Signal::Kill);
+        self.0.kill_unless_exited();
+    }
+}
+
+impl ProcessInner {
+    /// Kills the child's group at once, unless the child is gone (its pid may be reused).
+    fn kill_unless_exited(&self) {
+        if !*self.exited.borrow() {
+            signal_group(self.pid, Signal::Kill);
         }
     }
 }
@@ -184,9 +191,7 @@ impl Process {
 impl Drop for ProcessInner {
     fn drop(&mut self) {
         // The last handle is gone: nothing will stop the group otherwise.
-        if !*self.exited.borrow() {
-            signal_group(self.pid, Signal::Kill);
-        }
+        self.kill_unless_exited();
     }
 }
 
@@ -334,12 +339,9 @@ impl<R: tokio::io::AsyncRead + Unpin> Lines<R> {
 }
 
 async fn wait(mut child: Child, inner: Weak<Inner>, process: Arc<ProcessInner>, label: Arc<str>) {
-    let mut watching = Watching {
-        process: process.clone(),
-        done: false,
-    };
+    let _watching = Watching(process.clone());
     let status = child.wait().await;
-    watching.done = true;
+    // Marked before anything else can run: `_watching`'s drop then has nothing to do.
     process.exited.send_replace(true);
     let how = match status {
         Ok(status) => format!("the process exited ({status})"),
@@ -355,16 +357,13 @@ async fn wait(mut child: Child, inner: Weak<Inner>, process: Arc<ProcessInner>, 
 /// stopped: a worker thread at shutdown), nothing would see the exit, and a `terminate`
 /// would wait out its whole grace for it: the child's group is killed at once instead (its
 /// pipes went with that runtime already), and it counts as exited.
-struct Watching {
-    process: Arc<ProcessInner>,
-    done: bool,
-}
+struct Watching(Arc<ProcessInner>);
 
 impl Drop for Watching {
     fn drop(&mut self) {
-        if !self.done && !*self.process.exited.borrow() {
-            signal_group(self.process.pid, Signal::Kill);
-            self.process.exited.send_replace(true);
+        if !*self.0.exited.borrow() {
+            signal_group(self.0.pid, Signal::Kill);
+            self.0.exited.send_replace(true);
         }
     }
 }
