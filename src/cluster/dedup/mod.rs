@@ -239,10 +239,7 @@ async fn run(
         .await
     {
         if fingerprint != keyed.fingerprint {
-            cluster.metrics.dedup_conflicts.inc();
-            return Err(Error::IdempotencyConflict {
-                scope: crate::protocol::mcp::ConflictScope::IdempotencyKey,
-            });
+            return Err(key_conflict(&cluster));
         }
         cluster.metrics.dedup_hits.inc();
         return Ok(encode_result(&id, &result));
@@ -253,10 +250,7 @@ async fn run(
         // lost its claim (Redis restarted empty), and claiming again would run it twice.
         if let Some((fingerprint, mut done)) = cluster.store.watch_here(&keyed.key) {
             if fingerprint != keyed.fingerprint {
-                cluster.metrics.dedup_conflicts.inc();
-                return Err(Error::IdempotencyConflict {
-                    scope: crate::protocol::mcp::ConflictScope::IdempotencyKey,
-                });
+                return Err(key_conflict(&cluster));
             }
             let _ = tokio::time::timeout(LOCAL_WAIT, done.changed()).await;
             continue;
@@ -335,10 +329,7 @@ async fn run(
                 }
             }
             Some(_) => {
-                cluster.metrics.dedup_conflicts.inc();
-                return Err(Error::IdempotencyConflict {
-                    scope: crate::protocol::mcp::ConflictScope::IdempotencyKey,
-                });
+                return Err(key_conflict(&cluster));
             }
         }
     }
@@ -518,6 +509,14 @@ fn release_in_redis(cluster: &Arc<Cluster>, key: Key, running: Claim) {
                 .release_in_redis(&cluster.metrics, &key, running)
                 .await;
         });
+    }
+}
+
+/// A keyed call whose key came with other params: counted, and -32019 `idempotencyKey`.
+fn key_conflict(cluster: &Cluster) -> Error {
+    cluster.metrics.dedup_conflicts.inc();
+    Error::IdempotencyConflict {
+        scope: crate::protocol::mcp::ConflictScope::IdempotencyKey,
     }
 }
 
