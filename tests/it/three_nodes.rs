@@ -1195,7 +1195,14 @@ async fn a_node_at_its_session_cap_refuses_a_resume_without_claiming_its_record(
 /// [`stop`](Self::stop)ped.
 struct RedisMonitor {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<String>>,
+    thread: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+/// A test that fails before [`RedisMonitor::stop`] still ends the monitor's thread.
+impl Drop for RedisMonitor {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl RedisMonitor {
@@ -1222,7 +1229,10 @@ impl RedisMonitor {
             }
             lines
         });
-        Self { stop, thread }
+        Self {
+            stop,
+            thread: Some(thread),
+        }
     }
 
     /// The commands seen since the start that changed the record of session `resume_id`,
@@ -1240,9 +1250,10 @@ impl RedisMonitor {
     }
 
     /// The commands seen since the start.
-    fn stop(self) -> Vec<String> {
+    fn stop(mut self) -> Vec<String> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread.join().expect("the monitor's thread")
+        let thread = self.thread.take().expect("stopped once");
+        thread.join().expect("the monitor's thread")
     }
 }
 
