@@ -759,18 +759,18 @@ impl Registry {
         viewer: ViewerRef<'_>,
         cache: &ToolCache,
     ) -> Result<CachedTool, Error> {
-        // Both counts only grow, so their sum moves whenever either does; the low bit says
-        // which of the session's two viewers filled the cache, so a handler found through
-        // one view is never taken for the other's (one the other's view hides).
-        let generation = (self
+        // Both counts only grow, so their sum moves whenever either does.
+        let generation = self
             .inner
             .tools
             .generation
             .load(Ordering::Acquire)
-            .wrapping_add(self.inner.views.generation.load(Ordering::Acquire))
-            << 1)
-            | u64::from(matches!(viewer, ViewerRef::Session(_)));
-        let cache = cache.0.get_or_init(Box::default);
+            .wrapping_add(self.inner.views.generation.load(Ordering::Acquire));
+        // Each of the session's two viewers has its own entries: a handler found through one
+        // view is never taken for the other's (one the other's view hides), and a connection
+        // that alternates them keeps both.
+        let entries = cache.0.get_or_init(Box::default);
+        let cache = &entries.by_viewer[usize::from(matches!(viewer, ViewerRef::Session(_)))];
         let mut tools = cache.tools.borrow_mut();
         if cache.generation.replace(generation) != generation {
             tools.clear();
@@ -940,9 +940,16 @@ impl Registry {
 #[derive(Default)]
 pub(crate) struct ToolCache(std::cell::OnceCell<Box<ToolCacheEntries>>);
 
-/// What a [`ToolCache`] holds once a tool was called.
+/// What a [`ToolCache`] holds once a tool was called: the entries of its identity's viewer
+/// (2026-07-28 requests), then of its session's.
 #[derive(Default)]
 struct ToolCacheEntries {
+    by_viewer: [ViewerEntries; 2],
+}
+
+/// The tools one viewer found.
+#[derive(Default)]
+struct ViewerEntries {
     /// The tools' generation the entries belong to.
     generation: Cell<u64>,
     tools: RefCell<HashMap<Box<str>, CachedTool, FastHash>>,
