@@ -231,9 +231,7 @@ async fn beat(cluster: Arc<Cluster>) {
         }
         if cluster.owes_everything.swap(false, Ordering::Relaxed) {
             tracing::info!("telling the other nodes every list changed: a change of this node's did not reach them");
-            if !send(&cluster, &Message::everything(cluster.store.node())).await {
-                cluster.owes_everything.store(true, Ordering::Relaxed);
-            }
+            send_or_owe(&cluster, &Message::everything(cluster.store.node())).await;
         }
     }
 }
@@ -244,9 +242,15 @@ async fn beat(cluster: Arc<Cluster>) {
 async fn publish(cluster: Arc<Cluster>, mut receiver: mpsc::Receiver<BusEvent>) {
     let node = cluster.store.node();
     while let Some(event) = receiver.recv().await {
-        if !send(&cluster, &Message::of(node, &event)).await {
-            cluster.owes_everything.store(true, Ordering::Relaxed);
-        }
+        send_or_owe(&cluster, &Message::of(node, &event)).await;
+    }
+}
+
+/// [`send`], and if it did not go, the other nodes are owed "every list changed" (told at
+/// the next beat Redis takes).
+async fn send_or_owe(cluster: &Cluster, message: &Message) {
+    if !send(cluster, message).await {
+        cluster.owes_everything.store(true, Ordering::Relaxed);
     }
 }
 
@@ -290,9 +294,7 @@ async fn subscribe(cluster: Arc<Cluster>) {
                 if missed {
                     // Changes may have come and gone while the bridge was down, both ways.
                     mark_everything_changed(&bus);
-                    if !send(&cluster, &Message::everything(node)).await {
-                        cluster.owes_everything.store(true, Ordering::Relaxed);
-                    }
+                    send_or_owe(&cluster, &Message::everything(node)).await;
                 }
                 // The connection is asked a PING now and then: one dropped without a word
                 // (a NAT or a balancer forgetting an idle connection) would otherwise look
