@@ -35,7 +35,7 @@ mod views;
 
 use crate::mailbox::inbox::Changes;
 use crate::prompt::Prompt;
-use crate::protocol::mcp::{Error, Offers, ProtocolVersion};
+use crate::protocol::mcp::{Error, HeaderParam, Offers, ProtocolVersion};
 use crate::registry::bus::{BusEvent, ChangeBus};
 
 use crate::resource::{Resource, ResourceTemplate, TemplateVariables};
@@ -159,25 +159,38 @@ pub trait VersionChooser {
 /// Every registered version of one tool name, lowest first (see [`Tool::version`]).
 #[derive(Clone)]
 pub(crate) struct ToolVersions {
-    tools: Vec<Tool>,
+    tools: Vec<VersionedTool>,
     versions: Arc<[Arc<str>]>,
 }
 
+/// One registered version of a tool, with the arguments it mirrors in HTTP headers (its
+/// `x-mcp-header` annotations, read once when it is registered: a 2026-07-28 call over
+/// HTTP is checked against the version its caller sees).
+#[derive(Clone)]
+struct VersionedTool {
+    tool: Tool,
+    headers: Option<Arc<[HeaderParam]>>,
+}
+
 impl ToolVersions {
-    fn of(tool: Tool) -> Self {
+    /// One version, with the header parameters [`check_tool`] found in it.
+    fn of(tool: Tool, headers: Vec<HeaderParam>) -> Self {
         Self {
             versions: Arc::from(vec![tool.version.clone()]),
-            tools: vec![tool],
+            tools: vec![VersionedTool {
+                tool,
+                headers: (!headers.is_empty()).then(|| headers.into()),
+            }],
         }
     }
 
     /// The version `chooser` picks (the only one, without asking, for a single version).
-    fn chosen(&self, chooser: &dyn VersionChooser) -> &Tool {
+    fn chosen(&self, chooser: &dyn VersionChooser) -> &VersionedTool {
         match self.tools.as_slice() {
             [only] => only,
             tools => {
                 &tools[chooser
-                    .choose(tools[0].name(), &self.versions)
+                    .choose(tools[0].tool.name(), &self.versions)
                     .min(tools.len() - 1)]
             }
         }
@@ -186,8 +199,8 @@ impl ToolVersions {
     /// Removes one version; says whether it was there.
     fn remove(&mut self, version: &str) -> bool {
         let before = self.tools.len();
-        self.tools.retain(|tool| &*tool.version != version);
-        self.versions = self.tools.iter().map(|tool| tool.version.clone()).collect();
+        self.tools.retain(|v| &*v.tool.version != version);
+        self.versions = self.tools.iter().map(|v| v.tool.version.clone()).collect();
         self.tools.len() != before
     }
 }
@@ -197,7 +210,7 @@ impl Registered for ToolVersions {
     const LIST: ListKind = ListKind::Tools;
 
     fn key(&self) -> &str {
-        self.tools[0].name()
+        self.tools[0].tool.name()
     }
 
     fn versions(&self) -> &Arc<[Arc<str>]> {
@@ -205,24 +218,28 @@ impl Registered for ToolVersions {
     }
 
     fn serialize_definition(&self, variant: usize, version: ProtocolVersion) -> String {
-        let tool = &self.tools[variant.min(self.tools.len() - 1)];
+        let tool = &self.tools[variant.min(self.tools.len() - 1)].tool;
         serde_json::to_string(&crate::model::ForVersion(&*tool.definition, version))
             .unwrap_or_default()
     }
 
     fn merge(&mut self, other: Self) -> Result<(), RegistryError> {
-        for tool in other.tools {
-            if self.tools.iter().any(|t| t.version == tool.version) {
+        for added in other.tools {
+            if self
+                .tools
+                .iter()
+                .any(|v| v.tool.version == added.tool.version)
+            {
                 return Err(RegistryError::DuplicateVersion {
-                    name: tool.name().to_owned(),
-                    version: tool.version.to_string(),
+                    name: added.tool.name().to_owned(),
+                    version: added.tool.version.to_string(),
                 });
             }
-            self.tools.push(tool);
+            self.tools.push(added);
         }
         self.tools
-            .sort_by(|a, b| compare_versions(&a.version, &b.version));
-        self.versions = self.tools.iter().map(|tool| tool.version.clone()).collect();
+            .sort_by(|a, b| compare_versions(&a.tool.version, &b.tool.version));
+        self.versions = self.tools.iter().map(|v| v.tool.version.clone()).collect();
         Ok(())
     }
 }
@@ -256,7 +273,6 @@ struct Inner {
     /// Set once a tool whose calls may become tasks was registered.
     ever_tasks: AtomicBool,
     /// The arguments tools mirror in HTTP headers, for the tools that have any.
-    tool_headers: DashMap<String, Arc<[crate::protocol::mcp::HeaderParam]>, FastHash>,
     /// What some sessions (or identities) see in place of some entries.
     views: views::Views,
 }
@@ -455,7 +471,7 @@ impl<T: Viewed> Kind<T> {
 
 /// Checks what MCP requires of a tool's schemas (objects) and what clients require of its
 /// header annotations; returns the arguments it mirrors in headers.
-fn check_tool(tool: &Tool) -> Result<Vec<crate::protocol::mcp::HeaderParam>, RegistryError> {
+fn check_tool(tool: &Tool) -> Result<Vec<HeaderParam>, RegistryError> {
     let definition = &tool.definition;
     for (member, schema) in [
         ("inputSchema", Some(&definition.input_schema)),
@@ -526,61 +542,19 @@ impl Registry {
     /// [`RegistryError::InvalidToolSchema`] when its input or output schema does not
     /// describe an object (a [`Json`](crate::Json) output of a type that is not a struct).
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegistryError> {
-        check_tool(&tool)?;
-        let definition = &tool.definition;
-        let name = definition.name.clone();
-        let tasks = definition.task_support != crate::tool::TaskSupport::Forbidden;
+        let headers = check_tool(&tool)?;
+        let tasks = tool.definition.task_support != crate::tool::TaskSupport::Forbidden;
         self.inner
             .tools
-            .add(ToolVersions::of(tool), &self.inner.bus)?;
-        self.refresh_tool_headers(&name);
+            .add(ToolVersions::of(tool, headers), &self.inner.bus)?;
         if tasks {
             self.inner.ever_tasks.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    /// What the tool `name` mirrors in HTTP headers is what its highest version registered
-    /// declares: set again whenever a version comes or goes (a version removed left its
-    /// headers asked of every call before).
-    fn refresh_tool_headers(&self, name: &str) {
-        let headers = self
-            .inner
-            .tools
-            .items
-            .get(name)
-            .and_then(|entry| {
-                entry
-                    .item
-                    .tools
-                    .last()
-                    .and_then(|tool| check_tool(tool).ok())
-            })
-            .filter(|headers| !headers.is_empty());
-        match headers {
-            Some(headers) => {
-                self.inner
-                    .tool_headers
-                    .insert(name.to_owned(), headers.into());
-            }
-            None => {
-                self.inner.tool_headers.remove(name);
-            }
-        }
-    }
-
-    /// The arguments the tool `name` mirrors in HTTP headers (`x-mcp-header`), if any (of
-    /// its highest version, when it has several).
-    pub(crate) fn tool_header_params(
-        &self,
-        name: &str,
-    ) -> Option<Arc<[crate::protocol::mcp::HeaderParam]>> {
-        self.inner.tool_headers.get(name).map(|p| p.value().clone())
-    }
-
     /// Removes a tool, every version of it; says whether there was one.
     pub fn remove_tool(&self, name: &str) -> bool {
-        self.inner.tool_headers.remove(name);
         self.inner.tools.remove(name, &self.inner.bus)
     }
 
@@ -603,7 +577,6 @@ impl Registry {
             kind.changed(&self.inner.bus);
         }
         drop(_writer);
-        self.refresh_tool_headers(name);
         removed
     }
 
@@ -795,19 +768,43 @@ impl Registry {
         chooser: &dyn VersionChooser,
         viewer: ViewerRef<'_>,
     ) -> Result<CachedTool, Error> {
-        let pick = |versions: &ToolVersions| {
-            let tool = versions.chosen(chooser);
-            (tool.handler.clone(), tool.definition.task_support)
-        };
-        let unknown = || Error::UnknownTool { name: name.into() };
+        self.seen_versioned(name, chooser, viewer, |v| {
+            (v.tool.handler.clone(), v.tool.definition.task_support)
+        })
+        .ok_or_else(|| Error::UnknownTool { name: name.into() })
+    }
+
+    /// The arguments that the version of tool `name` which `viewer` sees (as `chooser`
+    /// picks it) mirrors in HTTP headers (`x-mcp-header`), if any: what a 2026-07-28
+    /// `tools/call` over HTTP is checked against.
+    pub(crate) fn tool_header_params(
+        &self,
+        name: &str,
+        chooser: &dyn VersionChooser,
+        viewer: ViewerRef<'_>,
+    ) -> Option<Arc<[HeaderParam]>> {
+        self.seen_versioned(name, chooser, viewer, |v| v.headers.clone())
+            .flatten()
+    }
+
+    /// `pick` of the version of the enabled tool `name` that `viewer` sees, as `chooser`
+    /// picks it when it has several; `None` when `viewer` sees no such tool.
+    fn seen_versioned<R>(
+        &self,
+        name: &str,
+        chooser: &dyn VersionChooser,
+        viewer: ViewerRef<'_>,
+        pick: impl FnOnce(&VersionedTool) -> R,
+    ) -> Option<R> {
+        let pick = |versions: &ToolVersions| pick(versions.chosen(chooser));
         if let Some(view) = self.inner.views.of(viewer) {
             return match view.seen::<ToolVersions>(name) {
-                Seen::Shown(versions) => Ok(pick(&versions)),
-                Seen::Hidden => Err(unknown()),
-                Seen::AsRegistered => self.registered_tool(name, pick).ok_or_else(unknown),
+                Seen::Shown(versions) => Some(pick(&versions)),
+                Seen::Hidden => None,
+                Seen::AsRegistered => self.registered_tool(name, pick),
             };
         }
-        self.registered_tool(name, pick).ok_or_else(unknown)
+        self.registered_tool(name, pick)
     }
 
     /// `pick` of the registry's own enabled entry of tool `name` (no view asked).
@@ -905,14 +902,13 @@ impl Registry {
     ) -> Arc<KindView<ToolVersions>> {
         let tools = tools
             .into_iter()
-            .filter(|tool| match check_tool(tool) {
-                Ok(_) => true,
+            .filter_map(|tool| match check_tool(&tool) {
+                Ok(headers) => Some(ToolVersions::of(tool, headers)),
                 Err(error) => {
                     tracing::warn!(%error, "a tool of a view left out");
-                    false
+                    None
                 }
             })
-            .map(ToolVersions::of)
             .collect();
         KindView::new(hidden, tools)
     }
@@ -1056,22 +1052,69 @@ mod tests {
             .is_ok());
     }
 
+    struct Last;
+
+    impl VersionChooser for Last {
+        fn choose(&self, _: &str, versions: &[Arc<str>]) -> usize {
+            versions.len() - 1
+        }
+    }
+
+    /// A call is checked against the headers of the version its caller sees, as versions
+    /// come and go. (It was checked against the highest version's, whichever it ran.)
     #[test]
-    fn a_tools_header_params_are_its_highest_versions_as_versions_come_and_go() {
+    fn a_tools_header_params_are_those_of_the_version_its_caller_sees() {
         let registry = Registry::default();
-        let mirrored = |r: &Registry| r.tool_header_params("t").map(|p| p.len());
+        let session = ViewerRef::Session(7);
+        let mirrored = |r: &Registry, chooser: &dyn VersionChooser| {
+            r.tool_header_params("t", chooser, session).map(|p| p.len())
+        };
         registry.add_tool(t("1", true)).expect("added");
-        assert_eq!(mirrored(&registry), Some(1));
+        assert_eq!(mirrored(&registry, &First), Some(1));
         registry.add_tool(t("2", false)).expect("added");
-        assert_eq!(mirrored(&registry), None, "version 2 mirrors nothing");
-        // Version 2 removed: version 1's header is asked again.
+        assert_eq!(
+            mirrored(&registry, &First),
+            Some(1),
+            "version 1 still mirrors"
+        );
+        assert_eq!(
+            mirrored(&registry, &Last),
+            None,
+            "version 2 mirrors nothing"
+        );
         assert!(registry.remove_tool_version("t", "2"));
-        assert_eq!(mirrored(&registry), Some(1));
+        assert_eq!(mirrored(&registry, &Last), Some(1));
         registry.add_tool(t("2", false)).expect("added");
-        // Version 1 removed: its header is no longer asked (it was, of every call of `t`).
         assert!(registry.remove_tool_version("t", "1"));
-        assert_eq!(mirrored(&registry), None);
+        assert_eq!(mirrored(&registry, &First), None);
         assert!(registry.remove_tool_version("t", "2"));
-        assert_eq!(mirrored(&registry), None);
+        assert_eq!(mirrored(&registry, &First), None);
+    }
+
+    /// An identity whose view shows its own `t` (a gateway child's) is checked against that
+    /// tool's headers, other viewers against the registered one's.
+    #[test]
+    fn a_viewed_tools_header_params_are_the_views() {
+        let registry = Registry::default();
+        registry.add_tool(t("1", false)).expect("added");
+        registry.update_view(
+            &Viewer::Identity(Arc::from("someone")),
+            "upstream",
+            |view| {
+                view.tools = Some(Registry::tool_view(
+                    std::iter::once("t".to_owned()).collect(),
+                    vec![t("1", true)],
+                ));
+                Changes::TOOLS
+            },
+        );
+        let mirrored = |viewer| {
+            registry
+                .tool_header_params("t", &First, viewer)
+                .map(|p| p.len())
+        };
+        assert_eq!(mirrored(ViewerRef::Identity("someone")), Some(1));
+        assert_eq!(mirrored(ViewerRef::Identity("someone else")), None);
+        assert_eq!(mirrored(ViewerRef::Session(7)), None);
     }
 }

@@ -16,6 +16,7 @@ use super::stateless::{Body, FirstReply, StatelessExchange};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded};
 use crate::protocol::mcp::{decode_header_value, ProtocolVersion, RequestMeta};
+use crate::registry::ViewerRef;
 use crate::session::record::SessionRecord;
 use crate::session::shared::{SessionId, Shared};
 use crate::session::{Entry, ReadRequest, Session};
@@ -207,7 +208,15 @@ async fn stateless(
                 // Decoded once for both checks (a raw `name` may hold escapes).
                 let target = read.target();
                 check_headers(req.headers(), &read, target.as_deref(), header_version).and_then(
-                    |()| check_param_headers(req.headers(), shared, &read, target.as_deref()),
+                    |()| {
+                        check_param_headers(
+                            req.headers(),
+                            shared,
+                            &admission,
+                            &read,
+                            target.as_deref(),
+                        )
+                    },
                 )
             };
             if let Err(mismatch) = checked {
@@ -339,18 +348,26 @@ fn sent_once<'h>(
 }
 
 /// The `Mcp-Param-*` headers of a 2026-07-28 `tools/call` against the arguments they
-/// mirror (the tool's `x-mcp-header` annotations): each argument present and not null must
-/// be repeated, after decoding, by its header. `target` is the tool's name.
+/// mirror (the `x-mcp-header` annotations of the tool's version the caller sees, through
+/// its identity's views and rollout): each argument present and not null must be repeated,
+/// after decoding, by its header. `target` is the tool's name.
 fn check_param_headers(
     headers: &HeaderMap,
     shared: &Shared,
+    admission: &Admission,
     read: &ReadRequest<'_>,
     target: Option<&str>,
 ) -> Result<(), String> {
     if read.request.method != "tools/call" {
         return Ok(());
     }
-    let Some(params) = target.and_then(|name| shared.registry.tool_header_params(name)) else {
+    let Some(name) = target else {
+        return Ok(());
+    };
+    let identity = &admission.identity;
+    let chooser = shared.rollout.for_subject(identity.subject());
+    let viewer = ViewerRef::Identity(identity.principal());
+    let Some(params) = shared.registry.tool_header_params(name, &chooser, viewer) else {
         return Ok(());
     };
     // Only calls of annotated tools pay for reading the arguments here.

@@ -346,6 +346,82 @@ async fn a_param_header_sent_twice_or_beside_unreadable_arguments_is_refused() {
     );
 }
 
+/// A tool in two versions, only the second mirroring `region` in `Mcp-Param-Region`: a
+/// caller is checked against the version it sees. With no rollout rule it sees version 1
+/// and its call needs no header (it was refused: the highest version's headers were asked
+/// of every caller); rolled out to version 2, its call without the header is refused and
+/// with it runs version 2.
+#[tokio::test]
+async fn a_call_is_checked_against_the_headers_of_the_version_its_caller_sees() {
+    for rolled_out in [false, true] {
+        let mut settings = stateless_settings();
+        if rolled_out {
+            // Every HTTP client of this server is `anonymous` (no authentication).
+            settings.rollout.rules = vec![mcp_ws::config::RolloutRule {
+                tool: "regional".into(),
+                version: "2".into(),
+                identities: vec!["anonymous".into()],
+                percent: 0.0,
+            }];
+        }
+        let (server, _fixtures) = start_stateless(settings);
+        for (version, region) in [
+            ("1", json!({"type": "string"})),
+            ("2", json!({"type": "string", "x-mcp-header": "Region"})),
+        ] {
+            let schema = json!({"type": "object", "properties": {"region": region}});
+            let tool = mcp_ws::Tool::from_handler(
+                "regional",
+                "Runs in a region.",
+                schema,
+                VersionTool(version),
+            )
+            .version(version);
+            server.registry().add_tool(tool).expect("adds");
+        }
+        let http = Http::new(&server);
+        let body = request(
+            json!("regional"),
+            "tools/call",
+            stateless(json!({"name": "regional", "arguments": {"region": "eu"}})),
+        );
+        let (status, response) = json_reply(send(http.post(&body)).await).await;
+        if rolled_out {
+            assert_eq!(status, 400, "{response}");
+            let error = assert_error(&response, &json!("regional"), -32020);
+            let message = error["message"].as_str().expect("a message");
+            assert!(message.contains("Mcp-Param-Region"), "{message}");
+            let with_header = http.post(&body).header("Mcp-Param-Region", "eu");
+            let (status, response) = json_reply(send(with_header).await).await;
+            assert_eq!(status, 200, "{response}");
+            assert_eq!(
+                text_of(&assert_complete(&response, &json!("regional"))),
+                "version 2"
+            );
+        } else {
+            assert_eq!(status, 200, "{response}");
+            assert_eq!(
+                text_of(&assert_complete(&response, &json!("regional"))),
+                "version 1"
+            );
+        }
+    }
+}
+
+/// A tool whose calls answer `version V`.
+struct VersionTool(&'static str);
+
+impl mcp_ws::tool::ToolHandler for VersionTool {
+    fn call(
+        &self,
+        _arguments: mcp_ws::tool::Arguments,
+        _ctx: mcp_ws::RequestContext,
+    ) -> mcp_ws::tool::ToolFuture {
+        let text = format!("version {}", self.0);
+        Box::pin(async move { Ok(mcp_ws::model::CallToolResult::text(text)) })
+    }
+}
+
 /// A name that is not plain visible ASCII comes in `Mcp-Name` base64-encoded
 /// (`=?base64?…?=`, as the SDKs and this crate's client send it), and is compared decoded.
 #[tokio::test]
