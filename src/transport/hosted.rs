@@ -1063,14 +1063,27 @@ impl KeepsRecord for HostedSession {
             parked,
         })
     }
+
+    fn taken_up_elsewhere(&mut self, ctx: &mut Context<Self>) {
+        self.socket_record = None;
+        if let Outlets::Socket(out) = &mut self.out {
+            if let Some(socket) = out.socket.take() {
+                socket.detach.do_send(Detach {
+                    code: CloseCode::Normal,
+                    reason: RECONNECTED_ELSEWHERE,
+                });
+            }
+        }
+        self.end(ctx, "taken up by another node");
+    }
 }
 
 /// A write of the session's record is done: a change made meanwhile is written now.
 impl Handler<RecordWritten> for HostedSession {
     type Result = ();
 
-    fn handle(&mut self, _: RecordWritten, ctx: &mut Self::Context) {
-        socket_record::written(self, ctx);
+    fn handle(&mut self, done: RecordWritten, ctx: &mut Self::Context) {
+        socket_record::written(self, ctx, done);
     }
 }
 

@@ -40,8 +40,9 @@ pub(crate) struct SocketRecord {
     /// What the record last written holds.
     stored: Option<Stored>,
     /// The write under way. One at a time, so that they land in order; what changes
-    /// meanwhile is written when it is done ([`RecordWritten`]).
-    writing: Option<tokio::task::JoinHandle<()>>,
+    /// meanwhile is written when it is done ([`RecordWritten`]). Its output: whether Redis
+    /// refused it because another node holds the session.
+    writing: Option<tokio::task::JoinHandle<bool>>,
     /// A look is scheduled: a request comes of age, or the spacing of writes ends.
     look_armed: bool,
 }
@@ -76,7 +77,11 @@ impl Drop for LastWrite {
 /// A write of the record is done: the next may go.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct RecordWritten;
+pub(crate) struct RecordWritten {
+    /// Redis refused it: another node holds the session (it took the session up while this
+    /// node could not reach Redis for longer than its heartbeat), and this copy is stale.
+    pub(crate) held_elsewhere: bool,
+}
 
 /// An actor that hosts a session and keeps its record.
 pub(crate) trait KeepsRecord: Actor + Handler<RecordWritten>
@@ -85,6 +90,12 @@ where
 {
     /// The record and the session it is of, when this actor keeps one.
     fn record_and_session(&mut self) -> Option<Kept<'_>>;
+
+    /// Another node holds the session now (a write of its record was refused): the record
+    /// is no longer this node's to write or delete, and is dropped unwritten; the copy here
+    /// ends, what runs here unanswered (that node answers it -32031, the node lost), and a
+    /// socket still attached is let go as when its client reconnects elsewhere.
+    fn taken_up_elsewhere(&mut self, ctx: &mut Self::Context);
 }
 
 /// What [`KeepsRecord`] lends to [`keep`].
@@ -140,8 +151,9 @@ impl SocketRecord {
         if let Some(under_way) = self.writing.take() {
             let host = ctx.address();
             self.writing = Some(actix::spawn(async move {
-                let _ = under_way.await;
-                host.do_send(RecordWritten);
+                let held_elsewhere = under_way.await.unwrap_or(false);
+                host.do_send(RecordWritten { held_elsewhere });
+                held_elsewhere
             }));
         }
     }
@@ -182,7 +194,8 @@ impl SocketRecord {
                 let _ = under_way.await;
             }
             if let Some(redis) = cluster.store.redis() {
-                redis.delete_session(&cluster.metrics, &id).await;
+                let node = cluster.node_number();
+                redis.delete_held_session(&cluster.metrics, &id, node).await;
             }
             drop(counted);
         });
@@ -242,7 +255,10 @@ impl SocketRecord {
         session: &Session,
         parked: bool,
         now: Instant,
-    ) -> (Option<impl Future<Output = ()> + 'static>, Option<Instant>) {
+    ) -> (
+        Option<impl Future<Output = bool> + 'static>,
+        Option<Instant>,
+    ) {
         let revision = session.revision();
         if revision == 0 {
             // Not initialized: there is nothing to take up.
@@ -271,14 +287,15 @@ impl SocketRecord {
 
     /// The write of `session`'s record listing `in_flight`, remembered as written at `now`
     /// (`None` if the session has no record yet); `held`: as held by this node (else as
-    /// handed over).
+    /// handed over). Either is written only while this node holds the record (or there is
+    /// none); the write's output says whether it was refused because another node does.
     fn write(
         &mut self,
         session: &Session,
         in_flight: Vec<RequestId>,
         now: Instant,
         held: bool,
-    ) -> Option<impl Future<Output = ()> + 'static> {
+    ) -> Option<impl Future<Output = bool> + 'static> {
         let mut record = session.record()?;
         record.websocket = true;
         record.node = held.then(|| self.shared.cluster.node_number());
@@ -296,9 +313,14 @@ impl SocketRecord {
         let id = self.id.clone();
         let ttl = self.ttl;
         Some(async move {
-            if let Some(redis) = cluster.store.redis() {
-                redis.put_session(&cluster.metrics, &id, json, ttl).await;
-            }
+            let Some(redis) = cluster.store.redis() else {
+                return false;
+            };
+            let node = cluster.node_number();
+            redis
+                .put_held_session(&cluster.metrics, &id, json, ttl, node)
+                .await
+                == Some(false)
         })
     }
 }
@@ -320,14 +342,23 @@ where
 }
 
 /// The write under way of the record `host` keeps is done ([`RecordWritten`]): a change
-/// made meanwhile is written now.
-pub(crate) fn written<A>(host: &mut A, ctx: &mut A::Context)
+/// made meanwhile is written now, unless the write was refused because another node holds
+/// the session ([`KeepsRecord::taken_up_elsewhere`]).
+pub(crate) fn written<A>(host: &mut A, ctx: &mut A::Context, done: RecordWritten)
 where
     A: KeepsRecord,
     A::Context: AsyncContext<A> + ToEnvelope<A, RecordWritten>,
 {
-    if let Some(kept) = host.record_and_session() {
-        kept.record.writing = None;
+    let Some(kept) = host.record_and_session() else {
+        return;
+    };
+    kept.record.writing = None;
+    if done.held_elsewhere {
+        tracing::info!(
+            session = %kept.record.id,
+            "session taken up by another node while this one could not reach Redis; its copy here ends"
+        );
+        return host.taken_up_elsewhere(ctx);
     }
     keep(host, ctx);
 }
@@ -351,8 +382,9 @@ where
     if let Some(write) = write {
         let host = ctx.address();
         record.writing = Some(actix::spawn(async move {
-            write.await;
-            host.do_send(RecordWritten);
+            let held_elsewhere = write.await;
+            host.do_send(RecordWritten { held_elsewhere });
+            held_elsewhere
         }));
     }
     if let Some(at) = look_again {

@@ -588,14 +588,25 @@ impl KeepsRecord for WsSession {
             _ => None,
         }
     }
+
+    fn taken_up_elsewhere(&mut self, ctx: &mut Self::Context) {
+        self.record = None;
+        // Not parked: no reconnect may find this copy.
+        self.ending = Ending::Here;
+        let detach = Detach {
+            code: ws::CloseCode::Normal,
+            reason: RECONNECTED_ELSEWHERE,
+        };
+        <Self as Handler<Detach>>::handle(self, detach, ctx);
+    }
 }
 
 /// A write of the session's record is done: a change made meanwhile is written now.
 impl Handler<RecordWritten> for WsSession {
     type Result = ();
 
-    fn handle(&mut self, _: RecordWritten, ctx: &mut Self::Context) {
-        socket_record::written(self, ctx);
+    fn handle(&mut self, done: RecordWritten, ctx: &mut Self::Context) {
+        socket_record::written(self, ctx, done);
     }
 }
 

@@ -1353,3 +1353,96 @@ async fn a_batch_answered_at_once_writes_no_record() {
     let written = writes.stop_with_writes_of(&resume_id);
     assert!(written.is_empty(), "the record was written: {written:?}");
 }
+
+/// Sends SIGSTOP or SIGCONT to a node's process: a node that stalls (a paused VM, a long
+/// garbage-collecting neighbour), out of Redis's sight for as long.
+fn signal_node(node: &ServerProcess, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &node.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal} node");
+}
+
+/// The record of session `resume_id` in Redis, if there is one.
+fn session_record(redis: &RedisServer, resume_id: &str) -> Option<Value> {
+    let key = redis
+        .keys("*session:*")
+        .into_iter()
+        .find(|key| key.contains(resume_id))?;
+    let mut connection = redis.connection().expect("redis answers");
+    let text: Option<String> = redis::cmd("GET")
+        .arg(&key)
+        .query(&mut connection)
+        .expect("GET");
+    text.map(|text| serde_json::from_str(&text).expect("a JSON record"))
+}
+
+/// Node A stalls (SIGSTOP) for longer than its heartbeat with a WebSocket session, which
+/// node B takes up; then A goes on. A's copy is stale, and its writes of the record are
+/// refused (they are compare-and-set on the holder): the record stays B's, A's copy ends,
+/// and a socket still attached to it is closed as when its client reconnected elsewhere
+/// (1000). (A's next write put its stale copy back over B's record, as the holder: a later
+/// resume went to A's copy.)
+#[tokio::test]
+async fn a_node_back_from_a_stall_leaves_the_record_of_the_node_that_took_its_session_up() {
+    let nodes = TwoNodes::start("");
+    let (mut old, resume_id) = resumable_session(nodes.a_addr).await;
+    let mut on_b = stall_a_while_b_takes_up(&nodes, &resume_id).await;
+    let b_number = session_record(&nodes.redis, &resume_id).expect("B's record")["node"].clone();
+    assert!(b_number.is_u64(), "the record names its holder: {b_number}");
+    signal_node(&nodes.a, "-CONT");
+    // A request on A's stale copy: once it has run for 20 ms, A writes the record listing it.
+    start_sleep(&mut old, 30, 60_000).await;
+    assert_older_socket_closed(&mut old).await;
+    let record = session_record(&nodes.redis, &resume_id).expect("B's record stays");
+    assert_eq!(record["node"], b_number, "{record}");
+    let echo = on_b
+        .call_tool("echo", serde_json::json!({"text": "still on b"}))
+        .await;
+    assert_eq!(crate::support::tool_text(&echo), "still on b");
+}
+
+/// The same with A's copy parked (its socket gone) when A stalls: once A goes on, its copy's
+/// grace (1 s) is over, and the delete of the record it makes as the holder is refused: B's
+/// record stays, and B's session goes on. (A deleted B's record, and no node could take the
+/// session up after B.)
+#[tokio::test]
+async fn a_node_back_from_a_stall_never_deletes_the_record_of_the_node_that_took_its_session_up() {
+    // The record outlives the stall: its time to live is the HTTP idle timeout (8 s).
+    let nodes =
+        TwoNodes::start("[sessions]\nresume_grace_ms = 1000\nhttp_idle_timeout_ms = 8000\n");
+    let (client, resume_id) = resumable_session(nodes.a_addr).await;
+    drop(client);
+    // Parked on A.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut on_b = stall_a_while_b_takes_up(&nodes, &resume_id).await;
+    let b_number = session_record(&nodes.redis, &resume_id).expect("B's record")["node"].clone();
+    assert!(b_number.is_u64(), "the record names its holder: {b_number}");
+    signal_node(&nodes.a, "-CONT");
+    // A's grace is over by its clock: its copy ends at once.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let record = session_record(&nodes.redis, &resume_id).expect("B's record stays");
+    assert_eq!(record["node"], b_number, "{record}");
+    let echo = on_b
+        .call_tool("echo", serde_json::json!({"text": "still on b"}))
+        .await;
+    assert_eq!(crate::support::tool_text(&echo), "still on b");
+}
+
+/// Stalls node A (SIGSTOP) once it has written the record of session `resume_id`, and
+/// resumes the session on node B once A's heartbeat has ended (B then takes it up); A stays
+/// stalled.
+async fn stall_a_while_b_takes_up(nodes: &TwoNodes, resume_id: &str) -> crate::support::Client {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while session_record(&nodes.redis, resume_id).is_none() {
+        assert!(Instant::now() < deadline, "node A never wrote the record");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    signal_node(&nodes.a, "-STOP");
+    while nodes.redis.keys("*node:*").len() > 1 {
+        assert!(Instant::now() < deadline, "node A's heartbeat never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    resume_websocket(nodes.b_addr, resume_id).await
+}

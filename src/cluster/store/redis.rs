@@ -58,6 +58,36 @@ return 0",
     )
 });
 
+/// Whether the session record under `KEYS[1]` is held by node `ARGV[1]` (a WebSocket
+/// session's `node`): the condition of [`PUT_HELD`] and [`DELETE_HELD`]. A record that
+/// cannot be read is not.
+const HELD_BY: &str = r"local function held_by(key, node)
+  local v = redis.call('GET', key)
+  if not v then return nil end
+  local ok, record = pcall(cjson.decode, v)
+  return ok and type(record) == 'table' and record.node == tonumber(node)
+end
+";
+
+/// Puts `ARGV[1]` under `KEYS[1]` for `ARGV[2]` ms if there is no record there or node
+/// `ARGV[3]` holds the one there: 1 if it did, 0 if another node holds it (took the session
+/// up while this one could not reach Redis) or it was handed over.
+static PUT_HELD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"{HELD_BY}if held_by(KEYS[1], ARGV[3]) == false then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1"
+    ))
+});
+
+/// Deletes the record under `KEYS[1]` if node `ARGV[1]` holds it.
+static DELETE_HELD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"{HELD_BY}if held_by(KEYS[1], ARGV[1]) then return redis.call('DEL', KEYS[1]) end
+return 0"
+    ))
+});
+
 /// The entry under `KEYS[1]`, its time to live raised to `ARGV[1]` ms if it had less: never
 /// shortened (`GETEX PX` would cut a WebSocket session's record, kept for twice the resume
 /// grace, to the HTTP idle timeout at any read, even a read for the wrong kind). `PEXPIRE
@@ -485,6 +515,35 @@ impl RedisStore {
         .is_some()
     }
 
+    /// Stores a WebSocket session's record (its JSON) for `ttl`, as written by its holder,
+    /// node `node`: only if there is no record or that node holds the one there
+    /// ([`PUT_HELD`]). A node that lost Redis for longer than its heartbeat may have had the
+    /// session taken up meanwhile; its writes must not bring its stale copy back over the
+    /// new holder's. `Some(false)` when another node holds it, `None` when Redis could not be
+    /// asked.
+    pub(crate) async fn put_held_session(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        json: String,
+        ttl: Duration,
+        node: u64,
+    ) -> Option<bool> {
+        let key = self.session_key(id);
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        self.run(metrics, "put_session", |mut con| async move {
+            PUT_HELD
+                .key(key)
+                .arg(json)
+                .arg(ttl_ms)
+                .arg(node)
+                .invoke_async::<i64>(&mut con)
+                .await
+        })
+        .await
+        .map(|put| put == 1)
+    }
+
     /// A session's record, its time to live raised to `ttl` if it had less
     /// ([`GET_REFRESHED`]); `Some(None)` when there is none, `None` when Redis could not be
     /// asked.
@@ -534,6 +593,20 @@ impl RedisStore {
         let key = self.session_key(id);
         self.run(metrics, "delete_session", |mut con| async move {
             con.del::<_, i64>(key).await
+        })
+        .await;
+    }
+
+    /// Deletes a WebSocket session's record if node `node` holds it (see
+    /// [`put_held_session`](Self::put_held_session)).
+    pub(crate) async fn delete_held_session(&self, metrics: &Metrics, id: &str, node: u64) {
+        let key = self.session_key(id);
+        self.run(metrics, "delete_session", |mut con| async move {
+            DELETE_HELD
+                .key(key)
+                .arg(node)
+                .invoke_async::<i64>(&mut con)
+                .await
         })
         .await;
     }
