@@ -201,12 +201,15 @@ pub(super) async fn serve(
     if settings.server.workers > 0 {
         server = server.workers(settings.server.workers);
     }
+    let unread_limit = Duration::from_millis(settings.heartbeat.client_timeout_ms);
+    // Set before binding: the callback is captured by the listener.
+    let server = server.on_connect(move |connection, extensions| {
+        limit_unread_time(connection, unread_limit);
+        perimeter::tls::on_connect(connection, extensions);
+    });
     let tls = shared.perimeter.tls.clone();
     let bound_server = match tls {
-        Some(config) => server
-            // Set before binding: the callback is captured by the listener.
-            .on_connect(perimeter::tls::on_connect)
-            .bind_rustls_0_23(settings.server.listen, (*config).clone()),
+        Some(config) => server.bind_rustls_0_23(settings.server.listen, (*config).clone()),
         None => server.bind(settings.server.listen),
     };
     let report = |listen: SocketAddr, error: &io::Error| {
@@ -283,6 +286,33 @@ pub(super) async fn serve(
         admin.stop(true).await;
     }
     server_task.await.map_err(io::Error::other)?
+}
+
+/// Has the kernel close an accepted connection (`TCP_USER_TIMEOUT`) whose client takes
+/// none of what the server sends for `limit` (`heartbeat.client_timeout_ms`): its receive
+/// window shut, or the data unacknowledged. Such a connection's writes are held back, and
+/// a WebSocket actor is run only as its socket is written to: without this, a client that
+/// stops reading froze its session (heartbeat included) for as long as its TCP connection
+/// lived, and a resume of the session was refused all that time. Closed, the connection
+/// ends as any dropped one: its session is kept for a reconnect. An idle connection (nothing
+/// to send) is not affected. Linux only; elsewhere, nothing is set.
+fn limit_unread_time(connection: &dyn std::any::Any, limit: Duration) {
+    #[cfg(target_os = "linux")]
+    {
+        type Tcp = actix_web::rt::net::TcpStream;
+        type Tls = actix_tls::accept::rustls_0_23::TlsStream<Tcp>;
+        let tcp = connection
+            .downcast_ref::<Tcp>()
+            .or_else(|| connection.downcast_ref::<Tls>().map(|tls| tls.get_ref().0));
+        if let Some(tcp) = tcp {
+            let millis = u32::try_from(limit.as_millis()).unwrap_or(u32::MAX);
+            if let Err(error) = rustix::net::sockopt::set_tcp_user_timeout(tcp, millis) {
+                tracing::debug!(%error, "TCP_USER_TIMEOUT not set");
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (connection, limit);
 }
 
 async fn shut_down(shared: &Arc<Shared>, handle: &ServerHandle) {

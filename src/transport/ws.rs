@@ -917,7 +917,10 @@ async fn claim_session(
     // Bounded: a socket whose client stopped reading no longer runs (its writes blocked),
     // and would never answer.
     match tokio::time::timeout(HAND_OVER_WAIT, socket.send(detach)).await {
-        Ok(detached) => detached.ok().flatten().ok_or(Refusal::SessionNotFound),
+        // The socket had let go already: parked for an earlier resume that gave up waiting
+        // (the socket stalled, then its connection closed), or as it closed by itself.
+        Ok(Ok(None) | Err(_)) => hosted.find(id, owner).ok_or(Refusal::SessionNotFound),
+        Ok(Ok(Some(hosted))) => Ok(hosted),
         Err(_) => Err(Refusal::SessionHeldByStalledSocket),
     }
 }

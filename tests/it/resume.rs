@@ -497,26 +497,7 @@ async fn a_resume_while_the_attached_socket_is_stalled_is_refused() {
     let server = start_with(s, |b| {
         b.tool(mcp_ws::Tool::new("chatter", "Logs many lines.", chatter))
     });
-    let (mut client, id) = session(&server).await;
-    let level = client
-        .request("logging/setLevel", json!({"level": "info"}))
-        .await;
-    assert!(level.get("result").is_some(), "{level}");
-    // 40 MB the client reads none of: once the socket buffers on both ends are full, the
-    // session no longer takes its worker's lines, which are dropped at the queue's bound.
-    client
-        .send_json(
-            json!({"jsonrpc": "2.0", "id": "chatter", "method": "tools/call",
-            "params": {"name": "chatter", "arguments": {"lines": 200_000}}}),
-        )
-        .await;
-    let port = match client.ws.get_ref() {
-        tokio_tungstenite::MaybeTlsStream::Plain(tcp) => {
-            tcp.local_addr().expect("an address").port()
-        }
-        _ => unreachable!("a plain connection"),
-    };
-    wait_until_unread_bytes_stop_growing(port).await;
+    let (client, id) = stalled_session(&server, 200_000).await;
     let mut request = server.url().into_client_request().expect("request");
     request
         .headers_mut()
@@ -535,6 +516,67 @@ async fn a_resume_while_the_attached_socket_is_stalled_is_refused() {
     let body = String::from_utf8_lossy(refused.body().as_deref().unwrap_or_default());
     assert!(body.contains("does not let go"), "{body}");
     drop(client);
+}
+
+/// A client that takes none of what the server sends for `heartbeat.client_timeout_ms` has
+/// its connection closed (the kernel's `TCP_USER_TIMEOUT`): its session, frozen with the
+/// socket until then, is kept as a dropped connection's is, and a resume takes it up and
+/// goes on. (The session stayed frozen, heartbeat included, and every resume was refused,
+/// for as long as the client kept its TCP connection open.)
+#[tokio::test]
+async fn a_client_that_stops_reading_loses_its_connection_and_its_session_resumes() {
+    let mut s = resume_settings(30_000);
+    s.limits.log_lines_per_second = 0;
+    s.shutdown.grace_ms = 100;
+    s.heartbeat.client_timeout_ms = 2_000;
+    // What the session logs while parked is kept for the reconnect: more than the buffer
+    // holds would end the session (as designed), which is not what this test is about.
+    s.sessions.resume_buffer_messages = 100_000;
+    let server = start_with(s, |b| {
+        b.tool(mcp_ws::Tool::new("chatter", "Logs many lines.", chatter))
+    });
+    let (stalled, id) = stalled_session(&server, 50_000).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (mut resumed, _) = loop {
+        match reconnect(&server, "Mcp-Session-Id", &id).await {
+            Ok(resumed) => break resumed,
+            Err(503) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(status) => panic!("the resume was refused: {status}"),
+        }
+    };
+    let echo = resumed
+        .call_tool("echo", json!({"text": "after the stall"}))
+        .await;
+    assert_eq!(tool_text(&echo), "after the stall");
+    drop(stalled);
+}
+
+/// A session (resumable, at `info`) whose client has stopped reading: it asked for `lines`
+/// log lines of 200 bytes and reads none, so once the socket buffers on both ends are full
+/// the server's writes to it are held back (and the session no longer takes its worker's
+/// lines, which are dropped at the queue's bound). The client, and the session's id.
+async fn stalled_session(server: &RunningServer, lines: u32) -> (Client, String) {
+    let (mut client, id) = session(server).await;
+    let level = client
+        .request("logging/setLevel", json!({"level": "info"}))
+        .await;
+    assert!(level.get("result").is_some(), "{level}");
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "id": "chatter", "method": "tools/call",
+            "params": {"name": "chatter", "arguments": {"lines": lines}}}),
+        )
+        .await;
+    let port = match client.ws.get_ref() {
+        tokio_tungstenite::MaybeTlsStream::Plain(tcp) => {
+            tcp.local_addr().expect("an address").port()
+        }
+        _ => unreachable!("a plain connection"),
+    };
+    wait_until_unread_bytes_stop_growing(port).await;
+    (client, id)
 }
 
 /// Waits until the bytes that arrived on the test's TCP socket of local port `port` and were
