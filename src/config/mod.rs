@@ -412,6 +412,19 @@ pub struct TaskSettings {
     /// task whose result would take them past it fails with that error instead of
     /// keeping the result.
     pub max_stored_bytes: u64,
+    /// Task records (running or finished, not yet expired) of one authenticated identity
+    /// this node keeps; while it keeps this many, a new task of that identity is refused
+    /// with -32008 (`identityStoredTasks`), so that one client cannot fill the store for an
+    /// hour (`ttl_ms`) with quick tasks. `None` (the default): a quarter of `max_stored`,
+    /// at least 1 (see [`TaskSettings::stored_per_identity`]). `Some(0)`: no limit.
+    /// Anonymous clients are bound by `max_stored` alone.
+    #[serde(deserialize_with = "some")]
+    pub max_stored_per_identity: Option<usize>,
+    /// The same by bytes: while the records of one authenticated identity take this many
+    /// bytes, a new task of it is refused with -32008 (`identityStoredTasks`). `None` (the
+    /// default): a quarter of `max_stored_bytes`, at least 1. `Some(0)`: no limit.
+    #[serde(deserialize_with = "some")]
+    pub max_stored_bytes_per_identity: Option<u64>,
 }
 
 impl Default for TaskSettings {
@@ -423,6 +436,8 @@ impl Default for TaskSettings {
             max_running_per_identity: None,
             max_stored: 10_000,
             max_stored_bytes: 256 << 20,
+            max_stored_per_identity: None,
+            max_stored_bytes_per_identity: None,
         }
     }
 }
@@ -434,6 +449,18 @@ impl TaskSettings {
     pub fn running_per_identity(&self) -> usize {
         self.max_running_per_identity
             .unwrap_or_else(|| (self.max_running / 4).max(1))
+    }
+
+    /// The task records of one authenticated identity a node keeps, by count and by bytes:
+    /// `max_stored_per_identity` and `max_stored_bytes_per_identity` when set, else a
+    /// quarter of `max_stored` and of `max_stored_bytes`, at least 1. 0: no limit.
+    pub fn stored_per_identity(&self) -> (usize, u64) {
+        (
+            self.max_stored_per_identity
+                .unwrap_or_else(|| (self.max_stored / 4).max(1)),
+            self.max_stored_bytes_per_identity
+                .unwrap_or_else(|| (self.max_stored_bytes / 4).max(1)),
+        )
     }
 }
 

@@ -660,6 +660,47 @@ async fn one_identity_cannot_take_every_running_slot() {
     gate.add_permits(16);
 }
 
+/// One identity keeps at most `tasks.max_stored_per_identity` task records on a node
+/// (running or done, until they expire): with its tasks all done, its next is refused with
+/// -32008 `identityStoredTasks`, while another identity, and anonymous clients (bound by
+/// `max_stored` alone), still get theirs. (One client could fill the store with quick tasks,
+/// and every other client's task was refused for an hour, the records' time to live.)
+#[tokio::test]
+async fn one_identity_cannot_fill_the_task_store() {
+    const ALICE: &str = "alice-8d2c4e6f0a1b3c5d7e9f1a2b3c4d5e6f";
+    const BOB: &str = "bob-1f2e3d4c5b6a79881726354453627180";
+    let mut s = settings();
+    s.auth.api_keys = vec![api_key("alice", ALICE, &[]), api_key("bob", BOB, &[])];
+    s.tasks.max_stored = 8;
+    s.tasks.max_stored_per_identity = Some(2);
+    // Every task done at once: only the records' count is at stake.
+    let gate = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
+    let server = start_with(s, move |b| {
+        b.tool(gated("job", gate, TaskSupport::Required))
+    });
+    let url = server.url();
+    let mut alice = Client::connect_url_as(&url, Some(ALICE)).await;
+    let mut bob = Client::connect_url_as(&url, Some(BOB)).await;
+    let mut anonymous = Client::connect(&server).await;
+    let job = || json!({"name": "job"});
+    for _ in 0..2 {
+        let id = task_id(&ws_request(&mut alice, "tools/call", job()).await);
+        let task = ws_request(&mut alice, "tasks/get", json!({"taskId": id})).await;
+        assert_eq!(result(&task)["status"], "completed", "{task}");
+    }
+    let refused = ws_request(&mut alice, "tools/call", job()).await;
+    let error = assert_error(&refused, &refused["id"], -32008);
+    assert_eq!(
+        error["data"],
+        json!({"scope": "identityStoredTasks", "limit": 2}),
+        "{refused}"
+    );
+    task_id(&ws_request(&mut bob, "tools/call", job()).await);
+    for _ in 0..3 {
+        task_id(&ws_request(&mut anonymous, "tools/call", job()).await);
+    }
+}
+
 /// Opens a listen stream on `client` following the tasks `ids`; waits for its
 /// acknowledgement.
 async fn listen(client: &mut Client, ids: &[&str]) {

@@ -74,7 +74,7 @@ impl TaskStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct TaskRecord {
     pub id: String,
-    /// The subject of the identity that created it.
+    /// The principal of the identity that created it (`Identity::principal`).
     pub owner: String,
     /// The tool it runs, by the name it was called with: the caller's policy for it is
     /// checked on every task method. Empty in records stored before it was kept; those
@@ -201,6 +201,13 @@ struct Kept {
     bytes: u64,
 }
 
+/// What the store holds of one owner's tasks.
+#[derive(Debug, Default, Clone, Copy)]
+struct Share {
+    count: usize,
+    bytes: u64,
+}
+
 /// The tasks of this node. See the module docs.
 pub(crate) struct Tasks {
     settings: TaskSettings,
@@ -223,6 +230,13 @@ pub(crate) struct Tasks {
     by_identity: Arc<DashMap<Arc<str>, usize>>,
     /// `tasks.running_per_identity()`; 0: no limit.
     per_identity: usize,
+    /// What `records` holds of each owner (the principal that created them): one entry per
+    /// owner with records, removed at its last, so bounded by `max_stored`. Changed under
+    /// the lock of the record's entry, as `stored_bytes` is.
+    stored_by_owner: DashMap<String, Share>,
+    /// `tasks.stored_per_identity()`: each authenticated identity's share of the store by
+    /// count and by bytes (0: no limit), checked as it creates a task.
+    stored_per_identity: (usize, u64),
     /// Tasks of `records` whose last record Redis did not take (it was paused or away):
     /// written again once it answers ([`write_back`]), or the other nodes would show a
     /// finished task as working until it expires. Within `records`, so bounded as it is.
@@ -242,6 +256,8 @@ impl Tasks {
             slots: Arc::new(Semaphore::new(settings.max_running)),
             by_identity: Arc::default(),
             per_identity: settings.running_per_identity(),
+            stored_by_owner: DashMap::new(),
+            stored_per_identity: settings.stored_per_identity(),
             unsaved: std::sync::Mutex::default(),
         }
     }
@@ -252,8 +268,9 @@ impl Tasks {
     }
 
     /// Room for one more task of `identity`, or -32008: room in the store, by count and by
-    /// bytes (after forgetting expired tasks, if it looked full), a place among the tasks
-    /// its identity runs (an authenticated one), and a running slot.
+    /// bytes (after forgetting expired tasks, if it looked full), room in its identity's
+    /// share of the store and a place among the tasks it runs (an authenticated one), and a
+    /// running slot.
     pub fn reserve(&self, identity: &Identity) -> Result<TaskSlot, Error> {
         let busy = || Error::TooManyTasks {
             scope: TaskLimit::Node,
@@ -268,6 +285,23 @@ impl Tasks {
             }
             if heavy() {
                 return Err(self.too_heavy());
+            }
+        }
+        // Records are owned by the principal (`TaskRecord::owner`).
+        let owner = identity.principal();
+        if identity.is_authenticated() && self.over_share(owner) {
+            self.sweep();
+            if self.over_share(owner) {
+                let (count, bytes) = self.stored_per_identity;
+                let share = self.stored_by_owner.get(owner).map(|s| *s);
+                let limit = match share {
+                    Some(share) if count > 0 && share.count >= count => count as u64,
+                    _ => bytes,
+                };
+                return Err(Error::TooManyTasks {
+                    scope: TaskLimit::IdentityStored,
+                    limit,
+                });
             }
         }
         let place = match identity.is_authenticated() && self.per_identity > 0 {
@@ -291,6 +325,15 @@ impl Tasks {
         Ok(TaskSlot {
             _running: running,
             _identity: place,
+        })
+    }
+
+    /// Whether the records of `owner` take its whole share of the store, by count or by
+    /// bytes.
+    fn over_share(&self, owner: &str) -> bool {
+        let (count, bytes) = self.stored_per_identity;
+        self.stored_by_owner.get(owner).is_some_and(|share| {
+            (count > 0 && share.count >= count) || (bytes > 0 && share.bytes >= bytes)
         })
     }
 
@@ -334,6 +377,14 @@ impl Tasks {
                 stored.fetch_add(grown, Ordering::AcqRel);
             }
             stored.fetch_sub(old.saturating_sub(bytes), Ordering::AcqRel);
+            let mut share = self
+                .stored_by_owner
+                .entry(record.owner.clone())
+                .or_default();
+            share.count += usize::from(matches!(entry, Entry::Vacant(_)));
+            // `old`, this record's last bytes, is within the owner's.
+            share.bytes = share.bytes.saturating_sub(old) + bytes;
+            drop(share);
             entry.insert(Kept {
                 record: copy,
                 bytes,
@@ -368,6 +419,12 @@ impl Tasks {
                 return true;
             }
             self.stored_bytes.fetch_sub(kept.bytes, Ordering::AcqRel);
+            self.stored_by_owner
+                .remove_if_mut(&kept.record.owner, |_, share| {
+                    share.count = share.count.saturating_sub(1);
+                    share.bytes = share.bytes.saturating_sub(kept.bytes);
+                    share.count == 0
+                });
             forgot = true;
             false
         });
@@ -846,6 +903,56 @@ mod tests {
         assert_eq!(tasks.records.len(), 1);
         assert_eq!(bytes(), 120);
         assert_eq!(tasks.metrics.tasks_stored_bytes.get(), 120);
+    }
+
+    /// Each owner's share follows its records, by count and bytes, through replacements
+    /// and the sweep; an authenticated identity at its share is refused a new task (by
+    /// bytes, then by count), others are not, and anonymous clients never by a share.
+    #[test]
+    fn each_identity_keeps_its_share_of_the_store() {
+        let tasks = Tasks::new(
+            &TaskSettings {
+                max_stored_per_identity: Some(2),
+                max_stored_bytes_per_identity: Some(100),
+                ..TaskSettings::default()
+            },
+            Arc::default(),
+        );
+        let alice = Identity::authenticated("alice", vec![]);
+        let bob = Identity::authenticated("bob", vec![]);
+        let share = |owner: &str| tasks.stored_by_owner.get(owner).map(|s| (s.count, s.bytes));
+        let settings = TaskSettings::default();
+        let mut first = TaskRecord::new(alice.principal(), "job", &settings);
+        assert!(tasks.keep(&first, 40));
+        assert!(tasks.keep(&first, 100), "its result, in its place");
+        assert_eq!(share(alice.principal()), Some((1, 100)));
+        let refused = |identity: &Identity| match tasks.reserve(identity) {
+            Err(Error::TooManyTasks {
+                scope: TaskLimit::IdentityStored,
+                limit,
+            }) => Some(limit),
+            _ => None,
+        };
+        assert_eq!(refused(&alice), Some(100), "her bytes");
+        assert_eq!(refused(&bob), None);
+        assert!(tasks.keep(&first, 10), "smaller again");
+        assert_eq!(refused(&alice), None);
+        let second = TaskRecord::new(alice.principal(), "job", &settings);
+        assert!(tasks.keep(&second, 10));
+        assert_eq!(share(alice.principal()), Some((2, 20)));
+        assert_eq!(refused(&alice), Some(2), "her count");
+        let anonymous = Identity::anonymous();
+        for _ in 0..3 {
+            let record = TaskRecord::new(anonymous.principal(), "job", &settings);
+            assert!(tasks.keep(&record, 10));
+        }
+        assert_eq!(refused(&anonymous), None, "anonymous clients have no share");
+        // Expired: the sweep forgets it, and her share with it.
+        first.created_ms = 0;
+        assert!(tasks.keep(&first, 10));
+        tasks.sweep();
+        assert_eq!(share(alice.principal()), Some((1, 10)));
+        assert_eq!(refused(&alice), None);
     }
 
     #[test]

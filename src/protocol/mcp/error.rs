@@ -117,6 +117,10 @@ pub enum TaskLimit {
     Identity,
     /// `tasks.max_stored_bytes`: the bytes of the task records this node keeps.
     Bytes,
+    /// `tasks.max_stored_per_identity` or `tasks.max_stored_bytes_per_identity`: the task
+    /// records of the caller's identity this node keeps (running or done, until they
+    /// expire), by count or by bytes.
+    IdentityStored,
 }
 
 impl TaskLimit {
@@ -126,6 +130,7 @@ impl TaskLimit {
             Self::Node => "tasks",
             Self::Identity => "identityTasks",
             Self::Bytes => "taskBytes",
+            Self::IdentityStored => "identityStoredTasks",
         }
     }
 
@@ -136,6 +141,9 @@ impl TaskLimit {
                 "Too many tasks of this identity running: retry once one of them ends"
             }
             Self::Bytes => "Too many bytes of task results kept on this node: retry later",
+            Self::IdentityStored => {
+                "Too many tasks of this identity kept on this node: retry once some expire"
+            }
         }
     }
 }
