@@ -196,6 +196,11 @@ impl ToolVersions {
         }
     }
 
+    /// Whether a version mirrors arguments in HTTP headers.
+    fn mirrors_headers(&self) -> bool {
+        self.tools.iter().any(|v| v.headers.is_some())
+    }
+
     /// Removes one version; says whether it was there.
     fn remove(&mut self, version: &str) -> bool {
         let before = self.tools.len();
@@ -272,7 +277,9 @@ struct Inner {
     bus: ChangeBus,
     /// Set once a tool whose calls may become tasks was registered.
     ever_tasks: AtomicBool,
-    /// The arguments tools mirror in HTTP headers, for the tools that have any.
+    /// Set once a tool mirroring arguments in HTTP headers was registered or shown in a
+    /// view: until then a call's headers are not looked up (most servers have none).
+    ever_tool_headers: AtomicBool,
     /// What some sessions (or identities) see in place of some entries.
     views: views::Views,
 }
@@ -544,9 +551,13 @@ impl Registry {
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegistryError> {
         let headers = check_tool(&tool)?;
         let tasks = tool.definition.task_support != crate::tool::TaskSupport::Forbidden;
+        let mirrors = !headers.is_empty();
         self.inner
             .tools
             .add(ToolVersions::of(tool, headers), &self.inner.bus)?;
+        if mirrors {
+            self.inner.ever_tool_headers.store(true, Ordering::Relaxed);
+        }
         if tasks {
             self.inner.ever_tasks.store(true, Ordering::Relaxed);
         }
@@ -783,6 +794,9 @@ impl Registry {
         chooser: &dyn VersionChooser,
         viewer: ViewerRef<'_>,
     ) -> Option<Arc<[HeaderParam]>> {
+        if !self.inner.ever_tool_headers.load(Ordering::Relaxed) {
+            return None;
+        }
         self.seen_versioned(name, chooser, viewer, |v| v.headers.clone())
             .flatten()
     }
@@ -886,7 +900,14 @@ impl Registry {
         owner: &str,
         update: impl FnOnce(&mut OwnerView) -> Changes,
     ) {
-        let changed = self.inner.views.update(viewer, owner, update);
+        let changed = self.inner.views.update(viewer, owner, |view| {
+            let changed = update(view);
+            let shown = view.tools.as_ref().map(|tools| tools.shown.values());
+            if shown.is_some_and(|mut tools| tools.any(ToolVersions::mirrors_headers)) {
+                self.inner.ever_tool_headers.store(true, Ordering::Relaxed);
+            }
+            changed
+        });
         if !changed.is_empty() {
             self.inner
                 .bus
