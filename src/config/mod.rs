@@ -339,6 +339,9 @@ pub struct SessionSettings {
     pub http_idle_timeout_ms: u64,
     /// SSE events an HTTP session keeps for `Last-Event-ID` resumption.
     pub event_buffer_messages: usize,
+    /// The bytes of those events' data at most: the oldest go first beyond it (one larger
+    /// alone is not kept).
+    pub event_buffer_bytes: usize,
     /// How long an SSE event is kept for resumption, in ms.
     pub event_buffer_age_ms: u64,
     /// Gap between SSE keep-alive comments on an idle stream, in ms; also how long a
@@ -353,6 +356,7 @@ impl Default for SessionSettings {
             resume_buffer_messages: 1000,
             http_idle_timeout_ms: 300_000,
             event_buffer_messages: 1000,
+            event_buffer_bytes: 8 << 20,
             event_buffer_age_ms: 300_000,
             sse_keep_alive_ms: 15_000,
         }
@@ -1369,6 +1373,10 @@ impl Settings {
             (
                 "sessions.event_buffer_messages",
                 self.sessions.event_buffer_messages as u64,
+            ),
+            (
+                "sessions.event_buffer_bytes",
+                self.sessions.event_buffer_bytes as u64,
             ),
             (
                 "sessions.sse_keep_alive_ms",

@@ -13,7 +13,9 @@ use crate::context::{ClientRequestError, Input, LogFloor, SessionInfo};
 use crate::model::{Completion, ForVersion, Implementation};
 use crate::observe::access::RequestRecord;
 use crate::perimeter::signature::Passed;
-use crate::protocol::jsonrpc::{encode_result, encode_result_with, Params, RequestId};
+use crate::protocol::jsonrpc::{
+    encode_result, encode_result_with, Params, RequestId, MAX_ID_BYTES,
+};
 use crate::protocol::mcp::{
     parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef, Error,
     GetPromptParams, ListParams, LogLevel, Method, ProgressToken, ProtocolVersion,
@@ -1030,10 +1032,14 @@ fn resource_error(error: ResourceError, uri: String) -> Error {
     }
 }
 
-/// A progress token from `_meta`, checked (a string or a number).
+/// A progress token from `_meta`, checked (a string or a number, of at most
+/// [`MAX_ID_BYTES`]: it is copied into each of its request's progress notifications).
 fn progress_token(raw: Option<&RawValue>) -> Result<Option<ProgressToken>, Error> {
     match raw {
         None => Ok(None),
+        Some(raw) if raw.get().len() > MAX_ID_BYTES => Err(Error::InvalidParams(
+            "_meta.progressToken: must be at most 1024 bytes".into(),
+        )),
         Some(raw) => ProgressToken::from_raw(raw).map(Some).ok_or_else(|| {
             Error::InvalidParams("_meta.progressToken: must be a string or a number".into())
         }),

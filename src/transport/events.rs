@@ -5,9 +5,11 @@
 //! session's `GET` stream) and counts its own events from 1. An event's id is
 //! `<stream>_<count>`, so a `Last-Event-ID` names both the stream to resume and where in it
 //! (Streamable HTTP: ids are unique across the session's streams and replay never crosses
-//! streams). The log keeps the session's newest events, bounded by count and by age; a
-//! resume that asks for events the log no longer holds is refused, never answered with a
-//! silent gap.
+//! streams). The log keeps the session's newest events, bounded by count, by bytes and by
+//! age; a resume that asks for events the log no longer holds is refused, never answered
+//! with a silent gap. The bytes bound matters: a client chooses the size of what comes back
+//! (an id, a progress token, an echo), and the log holds every event of the session,
+//! read or not.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -95,17 +97,23 @@ struct StreamRecord {
 pub struct EventLog {
     events: VecDeque<Logged>,
     streams: HashMap<u64, StreamRecord>,
+    /// The data bytes of `events`.
+    bytes: usize,
     max_events: usize,
+    max_bytes: usize,
     max_age: Duration,
 }
 
 impl EventLog {
-    /// A log holding at most `max_events` events, none older than `max_age`.
-    pub fn new(max_events: usize, max_age: Duration) -> Self {
+    /// A log holding at most `max_events` events of at most `max_bytes` of data in all (an
+    /// event larger alone is not kept), none older than `max_age`.
+    pub fn new(max_events: usize, max_bytes: usize, max_age: Duration) -> Self {
         Self {
             events: VecDeque::new(),
             streams: HashMap::new(),
+            bytes: 0,
             max_events,
+            max_bytes,
             max_age,
         }
     }
@@ -123,6 +131,7 @@ impl EventLog {
         record.events += 1;
         record.retained += 1;
         let count = record.events;
+        self.bytes += data.len();
         self.events.push_back(Logged {
             stream,
             count,
@@ -177,7 +186,7 @@ impl EventLog {
     fn evict(&mut self) {
         let now = Instant::now();
         while let Some(oldest) = self.events.front() {
-            let too_many = self.events.len() > self.max_events;
+            let too_many = self.events.len() > self.max_events || self.bytes > self.max_bytes;
             let too_old = now.duration_since(oldest.at) > self.max_age;
             if !too_many && !too_old {
                 break;
@@ -185,6 +194,7 @@ impl EventLog {
             let Some(gone) = self.events.pop_front() else {
                 break;
             };
+            self.bytes -= gone.data.len();
             if let Some(record) = self.streams.get_mut(&gone.stream) {
                 record.retained -= 1;
                 if record.retained == 0 && record.finished {
@@ -205,7 +215,7 @@ mod tests {
 
     #[test]
     fn replay_gives_what_came_after_the_cursor_on_that_stream_only() {
-        let mut log = EventLog::new(100, Duration::from_secs(60));
+        let mut log = EventLog::new(100, usize::MAX, Duration::from_secs(60));
         assert_eq!(log.push(3, data("a")).id, "3_1");
         log.push(0, data("session"));
         log.push(3, data("b"));
@@ -244,7 +254,7 @@ mod tests {
 
     #[test]
     fn an_evicted_event_makes_an_older_cursor_a_gap() {
-        let mut log = EventLog::new(2, Duration::from_secs(60));
+        let mut log = EventLog::new(2, usize::MAX, Duration::from_secs(60));
         log.push(1, data("a"));
         log.push(1, data("b"));
         log.push(1, data("c"));
@@ -267,7 +277,7 @@ mod tests {
 
     #[test]
     fn finished_streams_are_forgotten_with_their_last_event() {
-        let mut log = EventLog::new(1, Duration::from_secs(60));
+        let mut log = EventLog::new(1, usize::MAX, Duration::from_secs(60));
         log.push(5, data("answer"));
         log.finish(5);
         assert!(log

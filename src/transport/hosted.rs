@@ -370,6 +370,7 @@ impl HostedSession {
         let out = Outlets::Http(HttpOutlet {
             log: EventLog::new(
                 sessions.event_buffer_messages,
+                sessions.event_buffer_bytes,
                 Duration::from_millis(sessions.event_buffer_age_ms),
             ),
             streams: HashMap::new(),

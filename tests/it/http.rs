@@ -1132,6 +1132,40 @@ async fn a_last_event_id_older_than_the_event_buffer_is_400_never_a_gap() {
     session.assert_alive().await;
 }
 
+/// The event log is bounded in bytes too (`sessions.event_buffer_bytes`): with room for
+/// about 1.5 KB, a call whose progress events each carry a 1,000-byte token keeps only its
+/// last progress event and its answer; resuming before them is 400, never a gap. (Bounded by
+/// count alone, a client made the log hold a thousand times its request: its token, echoed
+/// by every progress event, read or not.)
+#[tokio::test]
+async fn the_event_buffer_is_bounded_in_bytes() {
+    let mut s = http_settings();
+    s.sessions.event_buffer_bytes = 1500;
+    let (server, _gate) = start_http(s);
+    let session = Endpoint::new(&server).initialize("2025-06-18").await;
+    let token = json!("t".repeat(1000));
+    let mut events = Events::of(
+        send(session.post(&call_with_token(json!(1), "steps", json!({"n": 4}), token))).await,
+    );
+    let mut ids = Vec::new();
+    while let Some(event) = events.next().await {
+        ids.push(event.id);
+    }
+    assert_eq!(ids.len(), 5, "4 progress events and the response: {ids:?}");
+    let mut replay = Events::of(send(session.get().header("Last-Event-ID", &ids[2])).await);
+    assert_eq!(replay.expect_message().await.id, ids[3]);
+    assert_eq!(replay.expect_message().await.id, ids[4]);
+    replay.expect_end().await;
+    assert_refused(
+        send(session.get().header("Last-Event-ID", &ids[1])).await,
+        400,
+        -32000,
+        "Bad Request: Last-Event-ID is not resumable: its events are no longer held",
+    )
+    .await;
+    session.assert_alive().await;
+}
+
 #[tokio::test]
 async fn a_garbage_or_unknown_last_event_id_is_400() {
     let (server, _gate) = start_http(http_settings());

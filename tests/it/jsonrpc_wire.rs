@@ -37,6 +37,65 @@ async fn ids_are_echoed_byte_exact() {
     }
 }
 
+/// Ids and progress tokens are at most 1024 bytes (their JSON text): a longer id is -32600
+/// with a null id (echoing it would copy what the bound refuses), a longer progress token
+/// -32602 under the request's id; 1024 bytes are served. (Unbounded, a progress token was
+/// copied into a progress notification every 50 ms for as long as its request ran.)
+#[tokio::test]
+async fn ids_and_progress_tokens_longer_than_1024_bytes_are_refused() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    let string_of = |bytes: usize| format!("\"{}\"", "i".repeat(bytes - 2));
+    let at_bound = string_of(1024);
+    client
+        .send_text(&format!(
+            r#"{{"jsonrpc":"2.0","id":{at_bound},"method":"ping"}}"#
+        ))
+        .await;
+    let text = client.recv_text().await;
+    assert_eq!(
+        text,
+        format!(r#"{{"jsonrpc":"2.0","id":{at_bound},"result":{{}}}}"#)
+    );
+    let over = string_of(1025);
+    client
+        .send_text(&format!(
+            r#"{{"jsonrpc":"2.0","id":{over},"method":"ping"}}"#
+        ))
+        .await;
+    let response = client.recv().await;
+    let error = assert_error(&response, &Value::Null, -32600);
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("1024 bytes")),
+        "{response}"
+    );
+    for (token, served) in [
+        (json!("t".repeat(1022)), true),
+        (json!("t".repeat(1023)), false),
+    ] {
+        let response = client
+            .request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "x"}, "_meta": {"progressToken": token}}),
+            )
+            .await;
+        if served {
+            assert_eq!(tool_text(&response), "x");
+        } else {
+            let error = assert_error(&response, &response["id"], -32602);
+            assert!(
+                error["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("progressToken")),
+                "{response}"
+            );
+        }
+    }
+    client.expect_nothing_pending().await;
+}
+
 #[tokio::test]
 async fn null_id_is_answered_with_invalid_request() {
     let server = start(settings());

@@ -13,7 +13,7 @@
 //! so the outcome (and every error) is the same as without it.
 
 use super::WireError as Error;
-use super::{FrameLimits, RequestId};
+use super::{FrameLimits, RequestId, MAX_ID_BYTES};
 use serde::de::{
     self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 };
@@ -440,6 +440,10 @@ fn classify<'a, P>(msg: Envelope<'a, P>) -> Entry<'a, P> {
         (None, Params::Raw(params)) => Entry::Notification(Notification { method, params }),
         // Not produced: `decode_object` decodes a notification with eager params again, raw.
         (None, Params::Parsed(_)) => invalid(None, "malformed message object"),
+        // Not echoed: the answer would copy what the bound is there to refuse.
+        (Some(Some(id)), _) if id.as_json().len() > MAX_ID_BYTES => {
+            invalid(None, "\"id\" must be at most 1024 bytes")
+        }
         (Some(Some(id)), params) => Entry::Request(Request { id, method, params }),
         (Some(None), _) => invalid(
             None,

@@ -8,6 +8,13 @@ use serde_json::value::RawValue;
 use smol_str::SmolStr;
 use std::fmt;
 
+/// The longest request id (its JSON text) a request may have, and the longest progress
+/// token: an id is copied into its answer, its cancellation and a resumable session's
+/// record, a progress token into every progress notification of its request (one every
+/// 50 ms for as long as it runs), so that unbounded they would multiply what a client sends.
+/// Far beyond what clients use (integers, UUIDs).
+pub const MAX_ID_BYTES: usize = 1024;
+
 /// A request id exactly as received: a JSON string or number (never `null`, which MCP forbids).
 /// The in-flight map, the worker and the tool context each hold a copy: an id of up to 23
 /// bytes (every id clients send in practice) is kept inline, so a request's id costs no

@@ -21,7 +21,7 @@ pub use encode::{
     encode_result_with, result_of,
 };
 pub use error::{ErrorCode, ErrorObject, WireError};
-pub use id::RequestId;
+pub use id::{RequestId, MAX_ID_BYTES};
 #[cfg(feature = "testing")]
 pub use limits::Exceeded;
 pub use limits::{FrameLimits, JsonLimit};
