@@ -7,7 +7,10 @@
 //! Each entry is one of: `b` (a stream begins; `i` holds the JSON ids of its requests, empty
 //! for a session's `GET` stream), `e` (an event: stream `s`, its count `c`, data `d`), `f`
 //! (the stream is finished). The stream is bounded like the node's own log: about
-//! `sessions.event_buffer_messages` entries, and gone `event_buffer_age_ms` after its last.
+//! `sessions.event_buffer_messages` entries, the newest within `event_buffer_bytes` of the
+//! entries this node wrote (another node's entries in the same session's stream count as
+//! nothing here, and may be cut with this node's), and gone `event_buffer_age_ms` after its
+//! last.
 //! Writes go in order through one task per session, several per round trip; a full queue or
 //! a failed write drops (counted in `mcp_bus_bridge_dropped_total`), which a resume then
 //! reports as a gap (400), never hides.
@@ -16,6 +19,8 @@ use super::events::{Cursor, SseEvent};
 use crate::cluster::store::StreamEntry;
 use crate::cluster::Cluster;
 use serde_json::Value;
+use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -44,6 +49,9 @@ enum Op {
 /// The writer of one session's mirror; see the module docs.
 pub(crate) struct Mirror {
     queue: mpsc::Sender<Op>,
+    /// The data bytes of the events in `queue`, within `sessions.event_buffer_bytes`: while
+    /// Redis is slow the queue would otherwise hold every event the node's log let go of.
+    queued: Rc<Cell<usize>>,
     cluster: Arc<Cluster>,
 }
 
@@ -51,14 +59,25 @@ impl Mirror {
     /// Starts the writer of session `id`'s mirror (on the current thread).
     pub(crate) fn start(cluster: Arc<Cluster>, id: &str) -> Self {
         let (queue, ops) = mpsc::channel(QUEUE);
+        let queued = Rc::new(Cell::new(0));
         if let Some(redis) = cluster.store.redis() {
-            actix::spawn(write(cluster.clone(), redis.events_key(id), ops));
+            let writer = write(cluster.clone(), redis.events_key(id), ops, queued.clone());
+            actix::spawn(writer);
         }
-        Self { queue, cluster }
+        Self {
+            queue,
+            queued,
+            cluster,
+        }
     }
 
     fn push(&self, op: Op) {
-        if self.queue.try_send(op).is_err() {
+        let bytes = op.data_bytes();
+        let max_bytes = self.cluster.settings.sessions.event_buffer_bytes;
+        let room = self.queued.get().saturating_add(bytes) <= max_bytes;
+        if room && self.queue.try_send(op).is_ok() {
+            self.queued.set(self.queued.get() + bytes);
+        } else {
             self.cluster.metrics.bridge_dropped.inc();
         }
     }
@@ -83,27 +102,87 @@ impl Mirror {
     }
 }
 
-async fn write(cluster: Arc<Cluster>, key: String, mut ops: mpsc::Receiver<Op>) {
+impl Op {
+    /// The bytes of event data it holds.
+    fn data_bytes(&self) -> usize {
+        match self {
+            Self::Event { data, .. } => data.len(),
+            Self::Begin { .. } | Self::Finish { .. } => 0,
+        }
+    }
+}
+
+async fn write(
+    cluster: Arc<Cluster>,
+    key: String,
+    mut ops: mpsc::Receiver<Op>,
+    queued: Rc<Cell<usize>>,
+) {
     let sessions = &cluster.settings.sessions;
     let max_len = sessions.event_buffer_messages.max(1);
     let ttl = Duration::from_millis(sessions.event_buffer_age_ms);
+    let mut held = Held::new(sessions.event_buffer_bytes, max_len);
+    let take = |op: Op| {
+        queued.set(queued.get().saturating_sub(op.data_bytes()));
+        entry(op)
+    };
     while let Some(first) = ops.recv().await {
-        let mut batch = vec![entry(first)];
+        let mut batch = vec![take(first)];
         while batch.len() < BATCH {
             match ops.try_recv() {
-                Ok(op) => batch.push(entry(op)),
+                Ok(op) => batch.push(take(op)),
                 Err(_) => break,
             }
         }
         let Some(redis) = cluster.store.redis() else {
             return;
         };
+        let cut_to = held.append(&batch);
         if !redis
-            .append_events(&cluster.metrics, &key, batch, max_len, ttl)
+            .append_events(&cluster.metrics, &key, batch, (max_len, cut_to), ttl)
             .await
         {
             cluster.metrics.bridge_dropped.inc();
         }
+    }
+}
+
+/// The sizes of the entries this writer appended that the stream still holds, oldest first,
+/// to cut it to `max_bytes` of them.
+struct Held {
+    sizes: std::collections::VecDeque<usize>,
+    bytes: usize,
+    max_bytes: usize,
+    max_len: usize,
+}
+
+impl Held {
+    fn new(max_bytes: usize, max_len: usize) -> Self {
+        Self {
+            sizes: std::collections::VecDeque::new(),
+            bytes: 0,
+            max_bytes,
+            max_len,
+        }
+    }
+
+    /// Counts `batch` in; the number of entries the stream is to be cut to when its bytes
+    /// are over the bound (at least the newest: a stream without its last entry would not
+    /// say how far it went), else `None` (the count bound is `XADD`'s own).
+    fn append(&mut self, batch: &[Vec<(&'static str, String)>]) -> Option<usize> {
+        for fields in batch {
+            let size = fields.iter().map(|(f, v)| f.len() + v.len()).sum();
+            self.sizes.push_back(size);
+            self.bytes += size;
+        }
+        let mut cut = false;
+        while self.sizes.len() > 1
+            && (self.bytes > self.max_bytes || self.sizes.len() > self.max_len)
+        {
+            cut |= self.bytes > self.max_bytes;
+            self.bytes -= self.sizes.pop_front().unwrap_or_default();
+        }
+        cut.then_some(self.sizes.len())
     }
 }
 

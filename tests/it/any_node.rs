@@ -654,6 +654,84 @@ async fn a_stream_resumes_with_last_event_id_on_another_node_of_a_redis_cluster(
     .await;
 }
 
+/// A session's mirrored events are bounded in bytes as its node's own log is
+/// (`sessions.event_buffer_bytes`): after 30 calls whose progress events each carry a
+/// 1,000-byte token, Redis holds the newest entries within 10,000 bytes (and the newest
+/// progress event), not all 120. (Bounded by count alone, a session's stream in Redis held
+/// up to 1000 entries of any size.)
+#[tokio::test]
+async fn mirrored_events_are_bounded_in_bytes() {
+    let store = RedisServer::start();
+    let fixtures = Fixtures::default();
+    let mut settings = with_api_key(stateless_settings());
+    settings.redis.url = store.url();
+    settings.redis.key_prefix = "bounded:".into();
+    settings.sessions.event_buffer_bytes = 10_000;
+    let node = start_with(settings, |b| add_fixtures(b, &fixtures));
+    let session = Session::begin(&node, Some(TEST_KEY)).await;
+    let token = "t".repeat(1000);
+    let mut last_progress = String::new();
+    for id in 1..=30 {
+        let call =
+            json!({"name": "step_then_hold", "arguments": {}, "_meta": {"progressToken": token}});
+        let response = session
+            .post_raw(&node, request(json!(id), "tools/call", call))
+            .await;
+        let mut stream = events(response);
+        let (progress_id, _) = tokio::time::timeout(READ_TIMEOUT, stream.next())
+            .await
+            .expect("in time")
+            .expect("the progress event");
+        fixtures.gate.add_permits(1);
+        let (_, answer) = tokio::time::timeout(READ_TIMEOUT, stream.next())
+            .await
+            .expect("in time")
+            .expect("the answer");
+        assert_eq!(answer["id"], id, "{answer}");
+        last_progress = progress_id;
+    }
+    let key = format!("bounded:events:{{{}}}", session.id);
+    let mut connection = store.connection().expect("redis answers");
+    let deadline = std::time::Instant::now() + READ_TIMEOUT;
+    loop {
+        let entries: Vec<(String, Vec<String>)> = ::redis::cmd("XRANGE")
+            .arg(&key)
+            .arg("-")
+            .arg("+")
+            .query(&mut connection)
+            .expect("XRANGE");
+        let bytes: usize = entries
+            .iter()
+            .map(|(_, fields)| fields.iter().map(String::len).sum::<usize>())
+            .sum();
+        let has_last = entries.iter().any(|(_, fields)| {
+            fields
+                .windows(2)
+                .any(|w| w[0] == "d" && w[1].contains("notifications/progress"))
+        });
+        if bytes <= 10_000 && has_last && !entries.is_empty() {
+            let (stream, count) = last_progress.split_once('_').expect("an event id");
+            let last = entries.iter().any(|(_, fields)| {
+                let field = |name: &str| {
+                    fields
+                        .chunks(2)
+                        .find(|pair| pair[0] == name)
+                        .map(|pair| pair[1].clone())
+                };
+                field("s").as_deref() == Some(stream) && field("c").as_deref() == Some(count)
+            });
+            assert!(last, "the newest progress event is held: {last_progress}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} entries of {bytes} bytes",
+            entries.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A stream begun on one node of three sharing the Redis at `redis_url`, resumed on others;
 /// `look` is shown the session id once its events are mirrored.
 async fn stream_resumes_elsewhere(redis_url: &str, look: impl Fn(&str)) {

@@ -622,14 +622,14 @@ impl RedisStore {
     }
 
     /// Appends entries (each a list of field/value pairs) to the stream `key`, keeping about
-    /// `max_len` of them and the whole stream for `ttl` after the last append: one pipelined
-    /// round trip. Whether Redis took them.
+    /// `max_len` of them (exactly `cut_to`, when given) and the whole stream for `ttl` after
+    /// the last append: one pipelined round trip. Whether Redis took them.
     pub(crate) async fn append_events(
         &self,
         metrics: &Metrics,
         key: &str,
         entries: Vec<Vec<(&'static str, String)>>,
-        max_len: usize,
+        (max_len, cut_to): (usize, Option<usize>),
         ttl: Duration,
     ) -> bool {
         let key = key.to_owned();
@@ -647,6 +647,14 @@ impl RedisStore {
                     command.arg(*field).arg(value);
                 }
                 command.ignore();
+            }
+            if let Some(cut_to) = cut_to {
+                // Exact: `~` cuts whole nodes of ~100 entries only, which may be large ones.
+                pipe.cmd("XTRIM")
+                    .arg(&key)
+                    .arg("MAXLEN")
+                    .arg(cut_to)
+                    .ignore();
             }
             pipe.cmd("PEXPIRE")
                 .arg(&key)
