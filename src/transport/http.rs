@@ -204,20 +204,26 @@ async fn stateless(
             // Its params' head read here, once: the headers are checked against it, and the
             // session takes it as read.
             let read = ReadRequest::of(request);
-            let checked = {
+            // A version that is not a string is the core's to refuse (-32602), not a mismatch.
+            let meta_version = read
+                .meta()
+                .and_then(|meta| meta.protocol_version)
+                .and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok());
+            let meta_version = meta_version.as_deref();
+            let unspoken = meta_version.is_some_and(|v| {
+                !ProtocolVersion::parse(v).is_some_and(ProtocolVersion::is_stateless)
+            });
+            let checked = if unspoken {
+                // The core's -32022, which lists the versions it speaks, says more than any
+                // header check would.
+                Ok(())
+            } else {
                 // Decoded once for both checks (a raw `name` may hold escapes).
                 let target = read.target();
-                check_headers(req.headers(), &read, target.as_deref(), header_version).and_then(
-                    |()| {
-                        check_param_headers(
-                            req.headers(),
-                            shared,
-                            &admission,
-                            &read,
-                            target.as_deref(),
-                        )
-                    },
-                )
+                let names = (meta_version, target.as_deref());
+                check_headers(req.headers(), &read, names, header_version).and_then(|()| {
+                    check_param_headers(req.headers(), shared, &admission, &read, target.as_deref())
+                })
             };
             if let Err(mismatch) = checked {
                 let error = crate::protocol::mcp::Error::HeaderMismatch(mismatch);
@@ -277,22 +283,17 @@ struct HeaderVersion<'a> {
     repeated: bool,
 }
 
-/// The headers of a 2026-07-28 request against its body (`target`: what it acts on,
-/// [`ReadRequest::target`]): what is wrong, if anything. Each header is looked up once: a
-/// routing header sent twice is refused from the same lookup that reads it.
+/// The headers of a 2026-07-28 request against its body (`meta_version`: the version its
+/// `_meta` names, if a string; `target`: what it acts on, [`ReadRequest::target`]): what is
+/// wrong, if anything. Each header is looked up once: a routing header sent twice is
+/// refused from the same lookup that reads it.
 fn check_headers(
     headers: &HeaderMap,
     read: &ReadRequest<'_>,
-    target: Option<&str>,
+    (meta_version, target): (Option<&str>, Option<&str>),
     header_version: HeaderVersion<'_>,
 ) -> Result<(), String> {
     let method = read.request.method.as_ref();
-    // A version that is not a string is the core's to refuse (-32602), not a mismatch.
-    let meta_version = read
-        .meta()
-        .and_then(|meta| meta.protocol_version)
-        .and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok());
-    let meta_version = meta_version.as_deref();
     if header_version.repeated {
         return Err(format!(
             "the {PROTOCOL_VERSION_HEADER} header is sent more than once"

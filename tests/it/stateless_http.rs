@@ -422,6 +422,36 @@ impl mcp_ws::tool::ToolHandler for VersionTool {
     }
 }
 
+/// A request whose `_meta` names a version this server does not speak per request (a
+/// handshake-era one, or one it does not know) gets -32022 with the versions it does
+/// (HTTP 400), whatever headers it sent: not -32020 for the headers a 2026-07-28 request
+/// would have needed, which told the client to add them only to be refused again.
+#[tokio::test]
+async fn a_request_naming_a_version_not_spoken_per_request_gets_32022() {
+    let (server, _fixtures) = start_stateless(stateless_settings());
+    let http = Http::new(&server);
+    for version in ["2025-11-25", "2099-01-01"] {
+        let body = request(
+            json!(1),
+            "tools/call",
+            with_meta(
+                json!({"name": "echo", "arguments": {"text": "x"}}),
+                json!({PROTOCOL_VERSION: version, CLIENT_CAPABILITIES: {}}),
+            ),
+        );
+        let (status, response) = json_reply(send(http.bare(&body)).await).await;
+        assert_eq!(status, 400, "{response}");
+        let error = assert_error(&response, &json!(1), -32022);
+        assert_eq!(error["data"]["requested"], version, "{response}");
+        assert!(
+            error["data"]["supported"]
+                .as_array()
+                .is_some_and(|s| s.contains(&json!(MODERN))),
+            "{response}"
+        );
+    }
+}
+
 /// A name that is not plain visible ASCII comes in `Mcp-Name` base64-encoded
 /// (`=?base64?…?=`, as the SDKs and this crate's client send it), and is compared decoded.
 #[tokio::test]
