@@ -63,10 +63,10 @@ impl Awaited {
         answered: impl IntoIterator<Item = &'a str>,
         lost: &Error,
     ) -> Vec<String> {
-        let mut settled: HashSet<String> = answered.into_iter().filter_map(canonical).collect();
+        let mut settled: HashSet<String> = answered.into_iter().map(canonical).collect();
         self.0
             .iter()
-            .filter(|id| canonical(id.as_json()).is_some_and(|id| settled.insert(id)))
+            .filter(|id| settled.insert(canonical(id.as_json())))
             .map(|id| lost_answer(id, lost))
             .collect()
     }
@@ -106,11 +106,21 @@ pub fn lost_answer(id: &RequestId, lost: &Error) -> String {
     encode_error(Some(id), &lost.to_wire())
 }
 
-/// An id's JSON text in one spelling, so that ids written differently compare equal.
-fn canonical(id: &str) -> Option<String> {
-    serde_json::from_str::<serde_json::Value>(id)
-        .ok()
-        .map(|id| id.to_string())
+/// An id's JSON text in one spelling, so that ids written differently compare equal
+/// (`"\u0061"` and `"a"`, `1.50` and `1.5`), without making distinct ids equal: an integer
+/// beyond 64 bits (which `serde_json` reads as a float, `18446744073709551617` and
+/// `18446744073709551618` alike), a number beyond a float's range or a string it cannot
+/// read (`1e400`, a lone surrogate `"\udc00"`) keeps its own text.
+fn canonical(id: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(id) {
+        Ok(serde_json::Value::Number(n))
+            if !(n.is_i64() || n.is_u64() || id.contains(['.', 'e', 'E'])) =>
+        {
+            id.trim().to_owned()
+        }
+        Ok(value) => value.to_string(),
+        Err(_) => id.trim().to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -176,6 +186,21 @@ mod tests {
             assert_eq!(answer["error"]["code"], -32031);
             assert_eq!(answer["error"]["data"]["reason"], "connectionLost");
         }
+    }
+
+    #[test]
+    fn ids_a_float_cannot_hold_keep_their_own_text() {
+        assert_eq!(canonical("18446744073709551617"), "18446744073709551617");
+        assert_ne!(
+            canonical("18446744073709551617"),
+            canonical("18446744073709551618")
+        );
+        assert_eq!(canonical("1e400"), "1e400");
+        assert_eq!(canonical(r#""\udc00""#), r#""\udc00""#);
+        // Spellings of one value still meet.
+        assert_eq!(canonical("1.50"), canonical("1.5"));
+        assert_eq!(canonical(r#""\u0061""#), canonical(r#""a""#));
+        assert_ne!(canonical("1.0"), canonical("1"));
     }
 
     #[test]

@@ -434,6 +434,56 @@ async fn a_resuming_client_that_says_what_it_awaits_gets_one_answer_for_each() {
     client.expect_nothing_pending().await;
 }
 
+/// Awaited ids are told apart as their client wrote them: of two integers beyond 64 bits
+/// that differ in their last digit, one running and one lost, the lost one gets -32031; an
+/// id beyond a float's range (`1e400`) is owed its -32031 too. (Compared as JSON values,
+/// the two integers read as the same float, so the lost one was taken for answered, and an
+/// id that could not be read as a value was never answered: each client waited forever.)
+#[tokio::test]
+async fn awaited_ids_are_told_apart_as_written() {
+    let (server, gate) = start_with_gate(resume_settings(30_000));
+    let (mut client, id) = session(&server).await;
+    let running = "18446744073709551617";
+    client
+        .send_text(&format!(
+            r#"{{"jsonrpc":"2.0","id":{running},"method":"tools/call","params":{{"name":"hold","arguments":{{}}}}}}"#
+        ))
+        .await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+
+    let awaiting = format!("[{running}, 18446744073709551618, 1e400]");
+    let (mut client, _) = reconnect_with(
+        &server,
+        &[("Mcp-Session-Id", &id), ("Mcp-Awaiting-Ids", &awaiting)],
+    )
+    .await
+    .expect("resumed");
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":"ping","method":"ping"}))
+        .await;
+    let mut lost = Vec::new();
+    loop {
+        let text = client.recv_text().await;
+        if text.contains(r#""id":"ping""#) {
+            break;
+        }
+        assert!(text.contains("-32031"), "{text}");
+        lost.push(text);
+    }
+    assert_eq!(lost.len(), 2, "{lost:?}");
+    assert!(
+        lost[0].contains(r#""id":18446744073709551618,"#),
+        "{lost:?}"
+    );
+    assert!(lost[1].contains(r#""id":1e400,"#), "{lost:?}");
+    gate.add_permits(1);
+    let answer = client.recv_text().await;
+    assert!(answer.contains(&format!(r#""id":{running},"#)), "{answer}");
+    client.expect_nothing_pending().await;
+}
+
 /// `Mcp-Awaiting-Ids` that is not a JSON array of ids is refused (400), and the session is
 /// still there to resume.
 #[tokio::test]
