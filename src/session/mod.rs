@@ -591,8 +591,12 @@ impl Session {
         // `_meta`; errors answering it take that revision's form.
         let era = self.stateless_request(request, meta);
         let is_stateless = !matches!(era, Ok(Era::Session));
-        let outcome = if self.in_flight.contains_key(&request.id) || self.is_listening(&request.id)
-        {
+        // A batch's entry counts as in flight until the batch's array is sent, its own
+        // answer done or not: a request of its id meanwhile would be answered twice.
+        let in_flight = self.in_flight.contains_key(&request.id)
+            || self.is_listening(&request.id)
+            || self.batched_answer_ids().any(|id| *id == request.id);
+        let outcome = if in_flight {
             Err(Error::DuplicateRequestId)
         } else if self.draining
             && !Method::parse(&request.method).is_some_and(Method::runs_no_user_code)

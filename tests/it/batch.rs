@@ -141,6 +141,39 @@ async fn entries_run_concurrently_and_the_array_waits_for_all() {
     client.expect_nothing_pending().await;
 }
 
+/// A batch's entry counts as in flight until the batch's array is sent, even once its own
+/// answer is done: a request of its id meanwhile gets -32003, and the id is answered once,
+/// in the array. (It was run, or replayed from the answers the session remembers, and its
+/// id answered twice.)
+#[tokio::test]
+async fn an_id_of_a_batch_still_collecting_its_answers_is_a_duplicate() {
+    let (server, gate) = start_with_gate(settings());
+    let mut client = Client::initialized(&server).await;
+    client
+        .send_json(json!([
+            {"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"batched"}}},
+            {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"hold","arguments":{}}}
+        ]))
+        .await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    for params in [
+        json!({"name": "echo", "arguments": {"text": "batched"}}),
+        json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
+    ] {
+        let again = client.request_with_id(json!(1), "tools/call", params).await;
+        assert_error(&again, &json!(1), -32003);
+    }
+    gate.add_permits(1);
+    let response = client.recv().await;
+    let entries = by_id(&response);
+    assert_eq!(
+        assert_result(&entries["1"], &json!(1))["content"][0]["text"],
+        "batched"
+    );
+    assert_result(&entries["2"], &json!(2));
+    client.expect_nothing_pending().await;
+}
+
 #[tokio::test]
 async fn batch_over_the_limit_gets_one_error() {
     let mut s = settings();
