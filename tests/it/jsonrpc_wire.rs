@@ -96,6 +96,24 @@ async fn ids_and_progress_tokens_longer_than_1024_bytes_are_refused() {
     client.expect_nothing_pending().await;
 }
 
+/// A string with a lone surrogate escape (`"\udc00"`) is JSON, but no text: in the params
+/// of a method whose params are read eagerly (`tools/call`'s `name`), the request is still
+/// answered under its id, with -32602. (It was -32700 with a null id: the client never had
+/// an answer to its request.)
+#[tokio::test]
+async fn a_lone_surrogate_in_the_params_is_invalid_params_under_the_requests_id() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    client
+        .send_text(
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"\udc00x","arguments":{}}}"#,
+        )
+        .await;
+    let response = client.recv().await;
+    assert_error(&response, &json!(7), -32602);
+    client.expect_nothing_pending().await;
+}
+
 #[tokio::test]
 async fn null_id_is_answered_with_invalid_request() {
     let server = start(settings());

@@ -342,12 +342,12 @@ fn decode_object<'a, P: EagerParams<'a>>(text: &'a str, eager: bool) -> Entry<'a
         Ok(envelope) if !matches!(envelope.params, Params::Parsed(_)) || envelope.id.is_some() => {
             return classify(envelope);
         }
-        // Not JSON: the plain pass reads the same bytes and would stop at the same place.
-        Err(e) if is_not_json(&e) => return not_json(),
         _ => {}
     }
     // The eager pass failed on the params' shape, or did not fit: a plain pass decides,
-    // errors included.
+    // errors included. Even a syntax error of the eager pass may be the params' alone: a
+    // string with a lone surrogate (`"\udc00"`) cannot be read as text, but is JSON, and the
+    // request is answered under its id (its params then refused as invalid).
     match parse_envelope(text, false) {
         Ok(envelope) => classify(envelope),
         Err(e) if is_not_json(&e) => not_json(),
