@@ -4,7 +4,10 @@
 //! everything a client has sent of a message the server cannot act on yet is here, and held
 //! within bounds:
 //!
-//! - one message: `limits.max_message_bytes` (a frame or a reassembled message);
+//! - one message: `limits.max_message_bytes` (a frame or a reassembled message). A frame is
+//!   refused by the length its header announces, as soon as the header is in: the codec
+//!   refuses only a frame it holds whole, and this reader reads no more than a message's
+//!   worth ahead, so a frame announcing more would never be whole;
 //! - all partly received messages of the server together: `limits.max_partial_bytes`, a
 //!   [`Reservation`] held for this connection's unfinished frame and fragments (given back
 //!   as they complete, and when the reader is dropped with its connection);
@@ -50,7 +53,8 @@ pub enum Inbound {
 /// Why the reader gave up on the connection; it yields nothing after one.
 #[derive(Debug)]
 pub enum Refused {
-    /// A frame or a reassembled message over `limits.max_message_bytes`.
+    /// A frame or a reassembled message over `limits.max_message_bytes` (a frame's header
+    /// announcing a payload that would take its message over it is enough).
     TooBig,
     /// `limits.max_partial_bytes` of partly received messages are held already.
     OverBudget,
@@ -97,6 +101,21 @@ impl Refused {
 
 /// The longest WebSocket frame header (2 bytes, 8 of length, 4 of mask).
 const MAX_HEADER: usize = 14;
+
+/// The payload length in a frame header's second byte, below the mask bit (RFC 6455 §5.2).
+const PAYLOAD_LEN: u8 = 0x7F;
+/// That length when a 16-bit length follows.
+const PAYLOAD_LEN_16: u8 = 126;
+/// That length when a 64-bit length follows.
+const PAYLOAD_LEN_64: u8 = 127;
+/// The opcode in a frame header's first byte.
+const OPCODE: u8 = 0x0F;
+/// The opcode of a continuation frame.
+const OPCODE_CONTINUATION: u8 = 0x0;
+/// The opcode bit of control frames (close, ping, pong).
+const OPCODE_CONTROL: u8 = 0x8;
+/// The longest payload of a control frame (RFC 6455 §5.5).
+const MAX_CONTROL_PAYLOAD: u64 = 125;
 
 /// See the module docs.
 pub struct Reader {
@@ -188,10 +207,65 @@ impl Reader {
             .map_err(|_| Refused::NotText)
     }
 
+    /// Refuses the frame at the start of the buffer by the payload length its header
+    /// announces, once the header's length is in (2, 4 or 10 bytes; the masking key after it
+    /// is not needed). The codec refuses a frame over the limit only when it holds all of it,
+    /// and the reader reads no more than a message's worth ahead: a larger frame (one 6 MiB
+    /// frame sent whole, a header announcing 2^63 − 1 bytes) would never be whole, and the
+    /// connection would sit, holding a message's worth of the budget and the client's pongs
+    /// unread behind the frame, until the heartbeat closed it. The buffer starts with a frame
+    /// header whenever it is not empty: the codec takes whole frames only, and a refusal ends
+    /// the reader. A frame behind others in the buffer is checked as it comes to the front,
+    /// when those before it are decoded: the read-ahead bound keeps what it holds till then
+    /// to a message's worth, and checking every header as it is read would take an offset
+    /// kept in the reader (which keeps to its allocator class: `seen_ticks`).
+    fn check_header(&self) -> Result<(), Refused> {
+        let [first, second, ref rest @ ..] = *self.buffer else {
+            return Ok(());
+        };
+        let announced = match second & PAYLOAD_LEN {
+            PAYLOAD_LEN_16 => match *rest {
+                [a, b, ..] => u64::from(u16::from_be_bytes([a, b])),
+                _ => return Ok(()),
+            },
+            PAYLOAD_LEN_64 => match *rest {
+                [a, b, c, d, e, f, g, h, ..] => u64::from_be_bytes([a, b, c, d, e, f, g, h]),
+                _ => return Ok(()),
+            },
+            short => u64::from(short),
+        };
+        let opcode = first & OPCODE;
+        if opcode & OPCODE_CONTROL != 0 {
+            // What the codec says of such a frame once whole; nothing is gained waiting.
+            if announced > MAX_CONTROL_PAYLOAD {
+                let length = usize::try_from(announced).unwrap_or(usize::MAX);
+                return Err(Refused::Protocol(ProtocolError::InvalidLength(length)));
+            }
+            return Ok(());
+        }
+        // A continuation adds to what its message has so far (the frames before it in the
+        // buffer are decoded, so `fragments` has all of them); any other data frame starts
+        // a message (or is refused by the codec, inside a fragmented one).
+        let room = match (opcode, &self.fragments) {
+            (OPCODE_CONTINUATION, Some(fragments)) => {
+                self.max_message_bytes.saturating_sub(fragments.len())
+            }
+            _ => self.max_message_bytes,
+        };
+        // A length beyond `usize` (a 32-bit target) is over any limit.
+        if usize::try_from(announced).is_ok_and(|length| length <= room) {
+            Ok(())
+        } else {
+            Err(Refused::TooBig)
+        }
+    }
+
     /// The next frame in the buffer, as what the session actor gets; `Ok(None)` when the
     /// buffer holds no whole frame, or only continuation frames that leave the message
     /// unfinished.
     fn decode(&mut self) -> Result<Option<Inbound>, Refused> {
+        // The frame at the front may have been behind another when the bytes were read.
+        self.check_header()?;
         let frame = match self.codec.decode(&mut self.buffer) {
             Ok(Some(frame)) => frame,
             Ok(None) => return Ok(None),
@@ -239,12 +313,14 @@ impl Stream for Reader {
             return Poll::Ready(None);
         }
         // Read no further than a whole message can need: what is buffered beyond that would
-        // be another client's share of the budget, held for frames not yet decoded.
+        // be another client's share of the budget, held for frames not yet decoded. A frame
+        // that could not fit is refused as its header comes, not read ahead of.
         while !this.socket_ended && this.buffer.len() <= this.max_message_bytes + MAX_HEADER {
             match Pin::new(&mut this.socket).poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     this.buffer.extend_from_slice(&chunk);
-                    if let Err(refused) = this.reserve() {
+                    // Before the budget: a frame too large is that, whatever else is held.
+                    if let Err(refused) = this.check_header().and_then(|()| this.reserve()) {
                         return this.refuse(refused);
                     }
                 }

@@ -1,16 +1,19 @@
 //! Limits on what a client can send: one message per text frame, continuation frames
 //! reassembled, binary frames refused with close 1003, messages over
-//! `limits.max_message_bytes` closed with 1009 (single frame or reassembled), non-UTF-8
-//! reassembled text closed with 1007; a duplicate id of a request still in flight is refused
+//! `limits.max_message_bytes` closed with 1009 (single frame or reassembled; a frame as soon
+//! as its header announces more, however little of it follows), non-UTF-8 reassembled text
+//! closed with 1007; a duplicate id of a request still in flight is refused
 //! (-32003) without touching the original; sessions beyond `server.max_sessions` get HTTP
 //! 503. After each, the server still serves new connections.
 
-use crate::support::http::wait_metric;
+use crate::support::http::{metric, wait_metric};
 use crate::support::ws::{assert_server_alive, assert_upgrade_refused_503};
 use crate::support::*;
 use futures_util::SinkExt;
 use mcp_ws::RunningServer;
 use serde_json::json;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::Message;
@@ -101,6 +104,100 @@ async fn reassembled_message_over_the_limit_closes_1009() {
     let chunk = vec![b' '; 600];
     send_fragmented(&mut client, &[b"{", &chunk, &chunk]).await;
     assert_closed_with(&mut client, CloseCode::Size, &server).await;
+}
+
+/// A 64 KiB message limit, for frames well over it that stay quick to send.
+fn limit_64k() -> mcp_ws::Settings {
+    let mut s = settings();
+    s.limits.max_message_bytes = 64 * 1024;
+    s
+}
+
+/// Writes `bytes` on the client's socket as they are, past its WebSocket framing (which
+/// writes a frame whole or not at all): a frame's header without its payload.
+async fn send_raw(client: &mut Client, bytes: &[u8]) {
+    let stream = client.ws.get_mut();
+    stream.write_all(bytes).await.expect("write");
+    stream.flush().await.expect("flush");
+}
+
+/// The header of a masked frame (`first`: FIN and opcode) announcing `len` payload bytes in
+/// the 64-bit form, with its masking key.
+fn header_64(first: u8, len: u64) -> Vec<u8> {
+    let mut header = vec![first, 0x80 | 127];
+    header.extend_from_slice(&len.to_be_bytes());
+    header.extend_from_slice(&[0x12, 0x34, 0x56, 0x78]);
+    header
+}
+
+/// The server closes this connection with `code` within two seconds, long before the
+/// heartbeat (30 s): a server waiting for such a frame in full waits for ever, the client's
+/// pongs unread behind it, until the heartbeat closes the connection with 1001. Nothing of
+/// the frame is held afterwards, and other clients are served.
+async fn assert_closed_at_once(client: &mut Client, code: CloseCode, server: &RunningServer) {
+    let close = tokio::time::timeout(Duration::from_secs(2), client.recv_close())
+        .await
+        .expect("closed within two seconds")
+        .expect("a close frame");
+    assert_eq!(close.code, code, "{close:?}");
+    assert_eq!(server.shared().perimeter.partial.in_use(), 0);
+    assert_server_alive(server).await;
+}
+
+const TOO_LARGE: &str = "mcp_rejected_total{reason=\"message_too_large\"}";
+
+#[tokio::test]
+async fn one_whole_frame_far_over_the_limit_closes_1009_at_once() {
+    let server = start(limit_64k());
+    let mut client = Client::initialized(&server).await;
+    // One text frame of 64 KiB + 1 MiB, sent whole: more than the server reads ahead of a
+    // frame (a message's worth), so it can never have all of it.
+    let text = ping_of_len(64 * 1024 + 1024 * 1024);
+    // The server may close before taking all of it: a failed write is no failure here.
+    let _ = client.ws.send(Message::text(text)).await;
+    assert_closed_at_once(&mut client, CloseCode::Size, &server).await;
+    assert_eq!(metric(&server, TOO_LARGE).await, 1);
+}
+
+#[tokio::test]
+async fn a_frame_header_announcing_2_pow_63_bytes_closes_1009_at_once() {
+    let server = start(limit_64k());
+    let mut client = Client::initialized(&server).await;
+    // The largest length RFC 6455 allows, and not a byte of payload; the header in two
+    // writes, split inside its length.
+    let header = header_64(0x81, (1 << 63) - 1);
+    send_raw(&mut client, &header[..5]).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    send_raw(&mut client, &header[5..]).await;
+    assert_closed_at_once(&mut client, CloseCode::Size, &server).await;
+    assert_eq!(metric(&server, TOO_LARGE).await, 1);
+}
+
+#[tokio::test]
+async fn a_continuation_header_taking_its_message_over_the_limit_closes_1009_at_once() {
+    let server = start(limit_64k());
+    let mut client = Client::initialized(&server).await;
+    // 60 KiB of a message, then a continuation frame announcing 8 KiB more (itself well
+    // within the limit), of which only the header comes.
+    client
+        .ws
+        .send(frame(&vec![b' '; 60 * 1024], TEXT, false))
+        .await
+        .expect("send");
+    send_raw(&mut client, &[0x80, 0x80 | 126, 0x20, 0x00, 1, 2, 3, 4]).await;
+    assert_closed_at_once(&mut client, CloseCode::Size, &server).await;
+    assert_eq!(metric(&server, TOO_LARGE).await, 1);
+}
+
+#[tokio::test]
+async fn a_ping_header_announcing_more_than_125_bytes_closes_1002_at_once() {
+    let server = start(limit_64k());
+    let mut client = Client::initialized(&server).await;
+    // A control frame's payload is at most 125 bytes (RFC 6455 §5.5): a protocol error, as
+    // the server says for a whole one, and not a message too large.
+    send_raw(&mut client, &header_64(0x89, (1 << 63) - 1)).await;
+    assert_closed_at_once(&mut client, CloseCode::Protocol, &server).await;
+    assert_eq!(metric(&server, TOO_LARGE).await, 0);
 }
 
 #[tokio::test]
