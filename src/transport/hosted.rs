@@ -74,9 +74,11 @@ pub struct OpenStream {
     pub reply: oneshot::Sender<Result<mpsc::Receiver<SseEvent>, ReplayError>>,
 }
 
-/// A `DELETE`: the client ends the session.
+/// A `DELETE`: the client ends the session. Answered whether it did: a WebSocket session
+/// (parked here, or relaying a resumed socket) is not `DELETE`'s to end, as it is not a
+/// POST's or a GET's to serve.
 #[derive(Message)]
-#[rtype(result = "()")]
+#[rtype(result = "bool")]
 pub struct End;
 
 /// Another node changed the session (setLevel, subscriptions): take its record up.
@@ -828,9 +830,12 @@ impl Handler<OpenStream> for HostedSession {
 }
 
 impl Handler<End> for HostedSession {
-    type Result = ();
+    type Result = bool;
 
-    fn handle(&mut self, _end: End, ctx: &mut Self::Context) {
+    fn handle(&mut self, _end: End, ctx: &mut Self::Context) -> bool {
+        if !matches!(self.out, Outlets::Http(_)) {
+            return false;
+        }
         if self.in_redis {
             let cluster = self.shared.cluster.clone();
             let id = self.id.as_str().to_owned();
@@ -846,6 +851,7 @@ impl Handler<End> for HostedSession {
             });
         }
         self.end(ctx, "deleted by the client");
+        true
     }
 }
 

@@ -672,11 +672,11 @@ pub async fn delete(
         return Ok(HttpResponse::Ok().finish());
     }
     let session = find_session(id, &admission, &shared, &directory).await?;
-    session
-        .send(End)
-        .await
-        .map_err(|_| Refusal::SessionNotFound)?;
-    Ok(HttpResponse::Ok().finish())
+    match session.send(End).await {
+        Ok(true) => Ok(HttpResponse::Ok().finish()),
+        // Gone meanwhile, or a WebSocket session's: no HTTP session of that id.
+        Ok(false) | Err(_) => Err(Refusal::SessionNotFound),
+    }
 }
 
 /// Any other method on the endpoint.

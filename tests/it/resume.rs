@@ -484,6 +484,31 @@ async fn awaited_ids_are_told_apart_as_written() {
     client.expect_nothing_pending().await;
 }
 
+/// `DELETE /mcp` ends HTTP sessions only: with the id of a WebSocket session parked for a
+/// reconnect it is 404, as a POST or a GET with it is, and the session resumes. (It ended
+/// the parked session, 200, and the resume found nothing.)
+#[tokio::test]
+async fn a_delete_with_a_parked_websocket_sessions_id_is_404_and_the_session_resumes() {
+    let (server, _gate) = start_with_gate(resume_settings(30_000));
+    let (client, id) = session(&server).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    let response = crate::support::http::client()
+        .delete(format!("http://{}/mcp", server.addr()))
+        .header("Mcp-Session-Id", &id)
+        .send()
+        .await
+        .expect("the DELETE is answered");
+    assert_eq!(response.status().as_u16(), 404);
+    let (mut client, _) = reconnect(&server, "Mcp-Session-Id", &id)
+        .await
+        .expect("resumed");
+    let echo = client
+        .call_tool("echo", json!({"text": "still here"}))
+        .await;
+    assert_eq!(tool_text(&echo), "still here");
+}
+
 /// `Mcp-Awaiting-Ids` that is not a JSON array of ids is refused (400), and the session is
 /// still there to resume.
 #[tokio::test]
