@@ -210,12 +210,15 @@ async fn stateless(
                 .and_then(|meta| meta.protocol_version)
                 .and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok());
             let meta_version = meta_version.as_deref();
+            // A version this server does not speak per request, which the version header
+            // does not contradict: the core's -32022, listing the versions it speaks, says
+            // more than a missing header would. (A header naming another version is a
+            // mismatch, -32020, as the conformance suite expects.)
             let unspoken = meta_version.is_some_and(|v| {
                 !ProtocolVersion::parse(v).is_some_and(ProtocolVersion::is_stateless)
+                    && header_version.value.is_none_or(|header| header == v)
             });
             let checked = if unspoken {
-                // The core's -32022, which lists the versions it speaks, says more than any
-                // header check would.
                 Ok(())
             } else {
                 // Decoded once for both checks (a raw `name` may hold escapes).

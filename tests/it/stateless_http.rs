@@ -424,8 +424,9 @@ impl mcp_ws::tool::ToolHandler for VersionTool {
 
 /// A request whose `_meta` names a version this server does not speak per request (a
 /// handshake-era one, or one it does not know) gets -32022 with the versions it does
-/// (HTTP 400), whatever headers it sent: not -32020 for the headers a 2026-07-28 request
-/// would have needed, which told the client to add them only to be refused again.
+/// (HTTP 400), with no version header or one naming the same version: not -32020 for the
+/// headers a 2026-07-28 request would have needed, which told the client to add them only
+/// to be refused again. A version header naming another version is a mismatch, -32020.
 #[tokio::test]
 async fn a_request_naming_a_version_not_spoken_per_request_gets_32022() {
     let (server, _fixtures) = start_stateless(stateless_settings());
@@ -439,16 +440,26 @@ async fn a_request_naming_a_version_not_spoken_per_request_gets_32022() {
                 json!({PROTOCOL_VERSION: version, CLIENT_CAPABILITIES: {}}),
             ),
         );
-        let (status, response) = json_reply(send(http.bare(&body)).await).await;
+        for header in [None, Some(version)] {
+            let mut post = http.bare(&body);
+            if let Some(header) = header {
+                post = post.header("MCP-Protocol-Version", header);
+            }
+            let (status, response) = json_reply(send(post).await).await;
+            assert_eq!(status, 400, "{response}");
+            let error = assert_error(&response, &json!(1), -32022);
+            assert_eq!(error["data"]["requested"], version, "{response}");
+            assert!(
+                error["data"]["supported"]
+                    .as_array()
+                    .is_some_and(|s| s.contains(&json!(MODERN))),
+                "{response}"
+            );
+        }
+        let mismatched = http.bare(&body).header("MCP-Protocol-Version", MODERN);
+        let (status, response) = json_reply(send(mismatched).await).await;
         assert_eq!(status, 400, "{response}");
-        let error = assert_error(&response, &json!(1), -32022);
-        assert_eq!(error["data"]["requested"], version, "{response}");
-        assert!(
-            error["data"]["supported"]
-                .as_array()
-                .is_some_and(|s| s.contains(&json!(MODERN))),
-            "{response}"
-        );
+        assert_error(&response, &json!(1), -32020);
     }
 }
 
