@@ -551,13 +551,13 @@ impl Registry {
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegistryError> {
         let headers = check_tool(&tool)?;
         let tasks = tool.definition.task_support != crate::tool::TaskSupport::Forbidden;
-        let mirrors = !headers.is_empty();
+        // Before the tool can be called: a call in between would skip its headers' check.
+        if !headers.is_empty() {
+            self.inner.ever_tool_headers.store(true, Ordering::Relaxed);
+        }
         self.inner
             .tools
             .add(ToolVersions::of(tool, headers), &self.inner.bus)?;
-        if mirrors {
-            self.inner.ever_tool_headers.store(true, Ordering::Relaxed);
-        }
         if tasks {
             self.inner.ever_tasks.store(true, Ordering::Relaxed);
         }
@@ -900,6 +900,7 @@ impl Registry {
         owner: &str,
         update: impl FnOnce(&mut OwnerView) -> Changes,
     ) {
+        // Set while the view is built, before it is published.
         let changed = self.inner.views.update(viewer, owner, |view| {
             let changed = update(view);
             let shown = view.tools.as_ref().map(|tools| tools.shown.values());

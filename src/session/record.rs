@@ -20,6 +20,14 @@ use std::time::{Duration, Instant};
 /// What another node needs to serve a session; see the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
+    /// WebSocket sessions: the node that holds the session (its socket, or its copy parked
+    /// for a reconnect), by its number (`Cluster::node_number`); none once that node handed
+    /// it over as it stopped. Another node takes the session up only when none holds it,
+    /// or the one that does is dead. The first member of the JSON, so that Redis reads it
+    /// with an anchored pattern, before anything a client chose, rather than parse the
+    /// whole record at each write (`store::redis`, `HELD_BY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u64>,
     /// The negotiated protocol version.
     pub version: String,
     /// The capability kinds declared in `initialize`: tools, resources, prompts,
@@ -47,12 +55,6 @@ pub struct SessionRecord {
     /// lost).
     #[serde(default)]
     pub in_flight: Vec<Value>,
-    /// WebSocket sessions: the node that holds the session (its socket, or its copy parked
-    /// for a reconnect), by its number (`Cluster::node_number`); none once that node handed
-    /// it over as it stopped. Another node takes the session up only when none holds it,
-    /// or the one that does is dead.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<u64>,
 }
 
 impl Session {
@@ -210,5 +212,38 @@ impl Session {
         }
         self.revision = record.revision;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Redis reads a WebSocket record's holder by an anchored pattern (`store::redis`,
+    /// `HELD_BY`): `node` must be the JSON's first member, before anything a client chose.
+    #[test]
+    fn the_holder_is_the_records_first_member() {
+        let record = SessionRecord {
+            node: Some(685_433),
+            version: "2025-11-25".into(),
+            offers: [true; 5],
+            capabilities: serde_json::json!({"node": 1}),
+            client_info: serde_json::json!({}),
+            principal: "anonymous".into(),
+            log_level: LogLevel::Info,
+            subscriptions: Vec::new(),
+            trace_id: String::new(),
+            revision: 1,
+            websocket: true,
+            in_flight: Vec::new(),
+        };
+        let json = serde_json::to_string(&record).expect("encodes");
+        assert!(json.starts_with(r#"{"node":685433,"#), "{json}");
+        let handed_over = SessionRecord {
+            node: None,
+            ..record
+        };
+        let json = serde_json::to_string(&handed_over).expect("encodes");
+        assert!(json.starts_with(r#"{"version":"#), "{json}");
     }
 }

@@ -7,10 +7,11 @@
 //! Each entry is one of: `b` (a stream begins; `i` holds the JSON ids of its requests, empty
 //! for a session's `GET` stream), `e` (an event: stream `s`, its count `c`, data `d`), `f`
 //! (the stream is finished). The stream is bounded like the node's own log: about
-//! `sessions.event_buffer_messages` entries, the newest within `event_buffer_bytes` of the
-//! entries this node wrote (another node's entries in the same session's stream count as
-//! nothing here, and may be cut with this node's), and gone `event_buffer_age_ms` after its
-//! last.
+//! `sessions.event_buffer_messages` entries, roughly the newest within `event_buffer_bytes`
+//! of the entries this node wrote (another node's entries in the same session's stream
+//! count as nothing here, and may be cut with this node's; the count's trim is Redis's
+//! approximate one, whose leftovers are not counted), and gone `event_buffer_age_ms` after
+//! its last.
 //! Writes go in order through one task per session, several per round trip; a full queue or
 //! a failed write drops (counted in `mcp_bus_bridge_dropped_total`), which a resume then
 //! reports as a gap (400), never hides.
@@ -329,6 +330,25 @@ pub(crate) fn is_get_stream(stream: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The entries held are cut to the newest within the bytes bound, never below the
+    /// newest one; a cut by count alone is left to `XADD`'s own trim.
+    #[test]
+    fn held_entries_are_cut_to_the_bytes_bound() {
+        let data = |bytes: usize| vec![("d", "x".repeat(bytes - 1))];
+        let mut held = Held::new(100, 3);
+        assert_eq!(held.append(&[data(40), data(40)]), None);
+        assert_eq!(
+            held.append(&[data(40)]),
+            Some(2),
+            "120 bytes: the oldest goes"
+        );
+        assert_eq!(held.bytes, 80);
+        assert_eq!(held.append(&[data(500)]), Some(1), "the newest alone stays");
+        assert_eq!(held.append(&[data(10), data(10), data(10)]), Some(3));
+        assert_eq!(held.append(&[data(10)]), None, "over the count only");
+        assert_eq!((held.sizes.len(), held.bytes), (3, 30));
+    }
 
     fn entry(n: u32, fields: &[(&str, &str)]) -> StreamEntry {
         (

@@ -1420,10 +1420,14 @@ async fn a_node_back_from_a_stall_never_deletes_the_record_of_the_node_that_took
     let b_number = session_record(&nodes.redis, &resume_id).expect("B's record")["node"].clone();
     assert!(b_number.is_u64(), "the record names its holder: {b_number}");
     signal_node(&nodes.a, "-CONT");
-    // A's grace is over by its clock: its copy ends at once.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let record = session_record(&nodes.redis, &resume_id).expect("B's record stays");
-    assert_eq!(record["node"], b_number, "{record}");
+    // A's grace is over by its clock: its copy ends at once. Looked at throughout, so that
+    // a write of B's own could not put back a record A deleted before it is seen gone.
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        let record = session_record(&nodes.redis, &resume_id).expect("B's record stays");
+        assert_eq!(record["node"], b_number, "{record}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let echo = on_b
         .call_tool("echo", serde_json::json!({"text": "still on b"}))
         .await;

@@ -342,6 +342,8 @@ fn decode_object<'a, P: EagerParams<'a>>(text: &'a str, eager: bool) -> Entry<'a
         Ok(envelope) if !matches!(envelope.params, Params::Parsed(_)) || envelope.id.is_some() => {
             return classify(envelope);
         }
+        // Cut short: the plain pass would stop at the same place.
+        Err(e) if e.is_eof() => return not_json(),
         _ => {}
     }
     // The eager pass failed on the params' shape, or did not fit: a plain pass decides,
