@@ -1034,6 +1034,7 @@ fn resource_error(error: ResourceError, uri: String) -> Error {
 
 /// A progress token from `_meta`, checked (a string or a number, of at most
 /// [`MAX_ID_BYTES`]: it is copied into each of its request's progress notifications).
+#[inline]
 fn progress_token(raw: Option<&RawValue>) -> Result<Option<ProgressToken>, Error> {
     match raw {
         None => Ok(None),

@@ -595,7 +595,7 @@ impl Session {
         // answer done or not: a request of its id meanwhile would be answered twice.
         let in_flight = self.in_flight.contains_key(&request.id)
             || self.is_listening(&request.id)
-            || self.batched_answer_ids().any(|id| *id == request.id);
+            || self.is_batched(&request.id);
         let outcome = if in_flight {
             Err(Error::DuplicateRequestId)
         } else if self.draining
@@ -1081,6 +1081,19 @@ impl Session {
         for (_, listener) in self.take_listeners() {
             self.forget_listener(&listener);
         }
+    }
+
+    /// Whether `id` is a request of a batch still collecting its answers (see
+    /// [`batched_answer_ids`](Self::batched_answer_ids)): one load for a session without
+    /// batches under way.
+    fn is_batched(&self, id: &RequestId) -> bool {
+        self.occasional.as_ref().is_some_and(|occasional| {
+            !occasional.batches.is_empty()
+                && occasional
+                    .batches
+                    .values()
+                    .any(|batch| batch.answered.contains(id))
+        })
     }
 
     /// The requests of batches still collecting their answers whose own answer is done

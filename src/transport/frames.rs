@@ -215,10 +215,11 @@ impl Reader {
     /// connection would sit, holding a message's worth of the budget and the client's pongs
     /// unread behind the frame, until the heartbeat closed it. The buffer starts with a frame
     /// header whenever it is not empty: the codec takes whole frames only, and a refusal ends
-    /// the reader. A frame behind others in the buffer is checked as it comes to the front,
-    /// when those before it are decoded: the read-ahead bound keeps what it holds till then
-    /// to a message's worth, and checking every header as it is read would take an offset
-    /// kept in the reader (which keeps to its allocator class: `seen_ticks`).
+    /// the reader. Asked only when the codec finds the frame at the front unfinished (a
+    /// whole frame is the codec's to refuse), after every read: a frame behind others is
+    /// looked at once it is at the front, the read-ahead bound keeping what the buffer holds
+    /// till then to a message's worth (checking every header as it is read would take an
+    /// offset kept in the reader, which keeps to its allocator class: `seen_ticks`).
     fn check_header(&self) -> Result<(), Refused> {
         let [first, second, ref rest @ ..] = *self.buffer else {
             return Ok(());
@@ -264,11 +265,12 @@ impl Reader {
     /// buffer holds no whole frame, or only continuation frames that leave the message
     /// unfinished.
     fn decode(&mut self) -> Result<Option<Inbound>, Refused> {
-        // The frame at the front may have been behind another when the bytes were read.
-        self.check_header()?;
         let frame = match self.codec.decode(&mut self.buffer) {
             Ok(Some(frame)) => frame,
-            Ok(None) => return Ok(None),
+            // Unfinished: refused now if it never can be (the codec refuses a frame too
+            // large only once it holds it whole). Looked at here only, after every read: a
+            // whole frame costs no second look at its header.
+            Ok(None) => return self.check_header().map(|()| None),
             Err(ProtocolError::Overflow) => return Err(Refused::TooBig),
             Err(error) => return Err(Refused::Protocol(error)),
         };
@@ -314,13 +316,12 @@ impl Stream for Reader {
         }
         // Read no further than a whole message can need: what is buffered beyond that would
         // be another client's share of the budget, held for frames not yet decoded. A frame
-        // that could not fit is refused as its header comes, not read ahead of.
+        // that could not fit is refused by its header as what was read is decoded.
         while !this.socket_ended && this.buffer.len() <= this.max_message_bytes + MAX_HEADER {
             match Pin::new(&mut this.socket).poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     this.buffer.extend_from_slice(&chunk);
-                    // Before the budget: a frame too large is that, whatever else is held.
-                    if let Err(refused) = this.check_header().and_then(|()| this.reserve()) {
+                    if let Err(refused) = this.reserve() {
                         return this.refuse(refused);
                     }
                 }
