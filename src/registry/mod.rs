@@ -1030,6 +1030,20 @@ mod tests {
         Tool::from_handler("t", "", schema, Nothing).version(version)
     }
 
+    /// Gives the identity `someone` a view (an upstream's) hiding the registered `t` and
+    /// showing `shown` in its place.
+    fn view_t_as(registry: &Registry, shown: Vec<Tool>) {
+        registry.update_view(
+            &Viewer::Identity(Arc::from("someone")),
+            "upstream",
+            |view| {
+                let hidden = std::iter::once("t".to_owned()).collect();
+                view.tools = Some(Registry::tool_view(hidden, shown));
+                Changes::TOOLS
+            },
+        );
+    }
+
     struct First;
 
     impl VersionChooser for First {
@@ -1046,17 +1060,7 @@ mod tests {
     fn a_tool_found_through_one_viewer_is_not_cached_for_the_other() {
         let registry = Registry::default();
         registry.add_tool(t("1", false)).expect("added");
-        registry.update_view(
-            &Viewer::Identity(Arc::from("someone")),
-            "upstream",
-            |view| {
-                view.tools = Some(Registry::tool_view(
-                    std::iter::once("t".to_owned()).collect(),
-                    Vec::new(),
-                ));
-                Changes::TOOLS
-            },
-        );
+        view_t_as(&registry, Vec::new());
         let cache = ToolCache::default();
         let session = ViewerRef::Session(7);
         let identity = ViewerRef::Identity("someone");
@@ -1119,17 +1123,7 @@ mod tests {
     fn a_viewed_tools_header_params_are_the_views() {
         let registry = Registry::default();
         registry.add_tool(t("1", false)).expect("added");
-        registry.update_view(
-            &Viewer::Identity(Arc::from("someone")),
-            "upstream",
-            |view| {
-                view.tools = Some(Registry::tool_view(
-                    std::iter::once("t".to_owned()).collect(),
-                    vec![t("1", true)],
-                ));
-                Changes::TOOLS
-            },
-        );
+        view_t_as(&registry, vec![t("1", true)]);
         let mirrored = |viewer| {
             registry
                 .tool_header_params("t", &First, viewer)

@@ -552,7 +552,21 @@ async fn held_call(
     String,
     futures_util::stream::BoxStream<'static, (String, Value)>,
 ) {
-    let call = json!({"name": "step_then_hold", "arguments": {}, "_meta": {"progressToken": "t"}});
+    held_call_with_token(session, node, id, "t").await
+}
+
+/// [`held_call`] with the progress token `token`.
+async fn held_call_with_token(
+    session: &Session,
+    node: &RunningServer,
+    id: i64,
+    token: &str,
+) -> (
+    String,
+    futures_util::stream::BoxStream<'static, (String, Value)>,
+) {
+    let call =
+        json!({"name": "step_then_hold", "arguments": {}, "_meta": {"progressToken": token}});
     let response = session
         .post_raw(node, request(json!(id), "tools/call", call))
         .await;
@@ -573,7 +587,18 @@ async fn stepped_call(
     fixtures: &Fixtures,
     id: i64,
 ) -> (String, Value) {
-    let (progress_id, mut stream) = held_call(session, node, id).await;
+    stepped_call_with_token(session, node, fixtures, id, "t").await
+}
+
+/// [`stepped_call`] with the progress token `token`.
+async fn stepped_call_with_token(
+    session: &Session,
+    node: &RunningServer,
+    fixtures: &Fixtures,
+    id: i64,
+    token: &str,
+) -> (String, Value) {
+    let (progress_id, mut stream) = held_call_with_token(session, node, id, token).await;
     fixtures.gate.add_permits(1);
     let (_, answer) = tokio::time::timeout(READ_TIMEOUT, stream.next())
         .await
@@ -672,23 +697,9 @@ async fn mirrored_events_are_bounded_in_bytes() {
     let token = "t".repeat(1000);
     let mut last_progress = String::new();
     for id in 1..=30 {
-        let call =
-            json!({"name": "step_then_hold", "arguments": {}, "_meta": {"progressToken": token}});
-        let response = session
-            .post_raw(&node, request(json!(id), "tools/call", call))
-            .await;
-        let mut stream = events(response);
-        let (progress_id, _) = tokio::time::timeout(READ_TIMEOUT, stream.next())
+        last_progress = stepped_call_with_token(&session, &node, &fixtures, id, &token)
             .await
-            .expect("in time")
-            .expect("the progress event");
-        fixtures.gate.add_permits(1);
-        let (_, answer) = tokio::time::timeout(READ_TIMEOUT, stream.next())
-            .await
-            .expect("in time")
-            .expect("the answer");
-        assert_eq!(answer["id"], id, "{answer}");
-        last_progress = progress_id;
+            .0;
     }
     let key = format!("bounded:events:{{{}}}", session.id);
     let mut connection = store.connection().expect("redis answers");

@@ -1100,13 +1100,31 @@ async fn a_resumed_stream_still_running_goes_on_live() {
     assert_eq!(metric(&server, "mcp_cancelled_total").await, 0);
 }
 
+/// The event log holds the last 2 events by count (`sessions.event_buffer_messages`).
 #[tokio::test]
 async fn a_last_event_id_older_than_the_event_buffer_is_400_never_a_gap() {
     let mut s = http_settings();
     s.sessions.event_buffer_messages = 2;
-    let (server, _gate) = start_http(s);
+    the_log_holds_only_the_last_two_events(s, json!(1)).await;
+}
+
+/// The event log is bounded in bytes too (`sessions.event_buffer_bytes`): with room for
+/// about 1.5 KB, a call whose progress events each carry a 1,000-byte token keeps only its
+/// last progress event and its answer. (Bounded by count alone, a client made the log hold
+/// a thousand times its request: its token, echoed by every progress event, read or not.)
+#[tokio::test]
+async fn the_event_buffer_is_bounded_in_bytes() {
+    let mut s = http_settings();
+    s.sessions.event_buffer_bytes = 1500;
+    the_log_holds_only_the_last_two_events(s, json!("t".repeat(1000))).await;
+}
+
+/// A call of 4 progress steps (progress token `token`) on a server run with `settings`,
+/// whose log then holds its last 2 events: resuming after the 3rd is whole, after the 1st or
+/// the 2nd is 400, never a gap.
+async fn the_log_holds_only_the_last_two_events(settings: Settings, token: Value) {
+    let (server, _gate) = start_http(settings);
     let session = Endpoint::new(&server).initialize("2025-06-18").await;
-    let token = json!(1);
     let mut events = Events::of(
         send(session.post(&call_with_token(json!(1), "steps", json!({"n": 4}), token))).await,
     );
@@ -1115,7 +1133,6 @@ async fn a_last_event_id_older_than_the_event_buffer_is_400_never_a_gap() {
         ids.push(event.id);
     }
     assert_eq!(ids.len(), 5, "4 progress events and the response: {ids:?}");
-    // The log holds the last 2 events: resuming after the 3rd is whole, after the 2nd not.
     let mut replay = Events::of(send(session.get().header("Last-Event-ID", &ids[2])).await);
     assert_eq!(replay.expect_message().await.id, ids[3]);
     assert_eq!(replay.expect_message().await.id, ids[4]);
@@ -1129,40 +1146,6 @@ async fn a_last_event_id_older_than_the_event_buffer_is_400_never_a_gap() {
         )
         .await;
     }
-    session.assert_alive().await;
-}
-
-/// The event log is bounded in bytes too (`sessions.event_buffer_bytes`): with room for
-/// about 1.5 KB, a call whose progress events each carry a 1,000-byte token keeps only its
-/// last progress event and its answer; resuming before them is 400, never a gap. (Bounded by
-/// count alone, a client made the log hold a thousand times its request: its token, echoed
-/// by every progress event, read or not.)
-#[tokio::test]
-async fn the_event_buffer_is_bounded_in_bytes() {
-    let mut s = http_settings();
-    s.sessions.event_buffer_bytes = 1500;
-    let (server, _gate) = start_http(s);
-    let session = Endpoint::new(&server).initialize("2025-06-18").await;
-    let token = json!("t".repeat(1000));
-    let mut events = Events::of(
-        send(session.post(&call_with_token(json!(1), "steps", json!({"n": 4}), token))).await,
-    );
-    let mut ids = Vec::new();
-    while let Some(event) = events.next().await {
-        ids.push(event.id);
-    }
-    assert_eq!(ids.len(), 5, "4 progress events and the response: {ids:?}");
-    let mut replay = Events::of(send(session.get().header("Last-Event-ID", &ids[2])).await);
-    assert_eq!(replay.expect_message().await.id, ids[3]);
-    assert_eq!(replay.expect_message().await.id, ids[4]);
-    replay.expect_end().await;
-    assert_refused(
-        send(session.get().header("Last-Event-ID", &ids[1])).await,
-        400,
-        -32000,
-        "Bad Request: Last-Event-ID is not resumable: its events are no longer held",
-    )
-    .await;
     session.assert_alive().await;
 }
 
