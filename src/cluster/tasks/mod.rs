@@ -232,7 +232,8 @@ pub(crate) struct Tasks {
     per_identity: usize,
     /// What `records` holds of each owner (the principal that created them): one entry per
     /// owner with records, removed at its last, so bounded by `max_stored`. Changed under
-    /// the lock of the record's entry, as `stored_bytes` is.
+    /// the lock of the record's entry, as `stored_bytes` is: locked after `records` (in
+    /// `keep` and `sweep`), never before it.
     stored_by_owner: DashMap<String, Share>,
     /// `tasks.stored_per_identity()`: each authenticated identity's share of the store by
     /// count and by bytes (0: no limit), checked as it creates a task.
