@@ -277,6 +277,10 @@ pub enum Refusal {
     /// `MCP-Protocol-Version` names a version this server does not speak.
     #[error("Bad Request: unsupported MCP-Protocol-Version {0:?}")]
     UnsupportedProtocolVersion(String),
+    /// A WebSocket resume offering an `mcp.version.*` pin other than the version its
+    /// session negotiated (which it keeps).
+    #[error("Bad Request: the session speaks protocol version {0}; resume it offering mcp.version.{0}, or no version")]
+    ResumeVersionMismatch(&'static str),
     /// `Accept` lacks a media type the answer may need.
     #[error("Not Acceptable: the client must accept {0}")]
     NotAcceptable(&'static str),
@@ -338,6 +342,7 @@ impl Refusal {
             }),
             Self::ShuttingDown
             | Self::UnsupportedProtocolVersion(_)
+            | Self::ResumeVersionMismatch(_)
             | Self::NotAcceptable(_)
             | Self::UnsupportedMediaType
             | Self::BodyUnreadable
@@ -377,6 +382,7 @@ impl ResponseError for Refusal {
             | Self::SessionHeldByStalledSocket
             | Self::UpstreamFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UnsupportedProtocolVersion(_)
+            | Self::ResumeVersionMismatch(_)
             | Self::BodyNotText
             | Self::BodyUnreadable
             | Self::SessionRequired

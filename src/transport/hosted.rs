@@ -154,6 +154,24 @@ pub struct AttachSocket {
     pub awaiting: Option<Awaited>,
 }
 
+/// The version the session negotiated (`None` before `initialize`): a resume's version
+/// offer must be that one.
+#[derive(Message)]
+#[rtype(result = "Option<crate::protocol::mcp::ProtocolVersion>")]
+pub struct NegotiatedVersion;
+
+impl Handler<NegotiatedVersion> for HostedSession {
+    type Result = Option<crate::protocol::mcp::ProtocolVersion>;
+
+    fn handle(
+        &mut self,
+        _: NegotiatedVersion,
+        _ctx: &mut Self::Context,
+    ) -> Option<crate::protocol::mcp::ProtocolVersion> {
+        self.core.negotiated_version()
+    }
+}
+
 /// A resumed session's socket is gone.
 #[derive(Message)]
 #[rtype(result = "()")]

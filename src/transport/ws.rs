@@ -34,8 +34,8 @@
 use super::awaited::Awaited;
 use super::frames::{Inbound, Reader, Refused};
 use super::hosted::{
-    AttachSocket, Deliver, Detach, DetachSocket, Ending, HandOver, HostedSession, Relayed,
-    SocketHandle, DRAINED_QUIET, RECONNECTED_ELSEWHERE,
+    AttachSocket, Deliver, Detach, DetachSocket, Ending, HandOver, HostedSession,
+    NegotiatedVersion, Relayed, SocketHandle, DRAINED_QUIET, RECONNECTED_ELSEWHERE,
 };
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
@@ -678,7 +678,7 @@ pub async fn upgrade(
         Duration::from_millis(limits.partial_timeout_ms),
     );
     let session = match resumed_session_id(&req) {
-        // A resumed session keeps what it negotiated; a version offer is only checked.
+        // A resumed session keeps what it negotiated; a version offer is checked against it.
         Some(id) => {
             // A node shutting down resumes nothing: a socket still attached here is drained
             // (its requests answered before its close), and a parked copy is ended, or
@@ -694,6 +694,14 @@ pub async fn upgrade(
                 }
                 claimed => claimed?,
             };
+            // The session keeps the version it negotiated: a pin offered for another would be
+            // echoed (the handshake's answer is built) and not honoured.
+            if let Some(pin) = pinned {
+                let negotiated = hosted.send(NegotiatedVersion).await.ok().flatten();
+                if let Some(version) = negotiated.filter(|v| *v != pin) {
+                    return Err(Refusal::ResumeVersionMismatch(version.as_str()).into());
+                }
+            }
             WsSession::resume(
                 shared.clone(),
                 directory,

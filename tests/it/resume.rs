@@ -509,6 +509,41 @@ async fn a_delete_with_a_parked_websocket_sessions_id_is_404_and_the_session_res
     assert_eq!(tool_text(&echo), "still here");
 }
 
+/// A resume keeps the version its session negotiated: one offering a pin for another
+/// version is 400, and the session is still there for a resume offering its own version
+/// (echoed) or none. (The other pin was echoed, and the session served in its own version:
+/// the client was told one version and spoken to in another.)
+#[tokio::test]
+async fn a_resume_offering_another_version_pin_is_400_and_the_session_stays() {
+    let (server, _gate) = start_with_gate(resume_settings(30_000));
+    let (client, id) = session(&server).await;
+    drop(client);
+    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    let other = reconnect_with(
+        &server,
+        &[
+            ("Mcp-Session-Id", &id),
+            ("Sec-WebSocket-Protocol", "mcp.version.2025-06-18"),
+        ],
+    )
+    .await;
+    assert_eq!(other.err(), Some(400));
+    let (mut client, protocol) = reconnect_with(
+        &server,
+        &[
+            ("Mcp-Session-Id", &id),
+            ("Sec-WebSocket-Protocol", "mcp.version.2025-11-25"),
+        ],
+    )
+    .await
+    .expect("resumed with its own version");
+    assert_eq!(protocol.as_deref(), Some("mcp.version.2025-11-25"));
+    let echo = client
+        .call_tool("echo", json!({"text": "same version"}))
+        .await;
+    assert_eq!(tool_text(&echo), "same version");
+}
+
 /// `Mcp-Awaiting-Ids` that is not a JSON array of ids is refused (400), and the session is
 /// still there to resume.
 #[tokio::test]
