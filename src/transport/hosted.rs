@@ -99,7 +99,7 @@ pub struct EndedElsewhere;
 
 /// The close reason of a socket whose session its client resumed on a newer connection
 /// (on this node or another).
-pub(crate) const RECONNECTED_ELSEWHERE: &str = "MCP session reconnected on another connection";
+const RECONNECTED_ELSEWHERE: &str = "MCP session reconnected on another connection";
 
 /// The client asks another node to resume this WebSocket session (see
 /// [`SessionNoteKind::HandOver`]).
@@ -116,6 +116,16 @@ pub struct Detach {
     pub code: CloseCode,
     /// The close reason.
     pub reason: &'static str,
+}
+
+impl Detach {
+    /// The client resumed the session on a newer connection (on this node or another), or
+    /// another node took it up: the older socket is closed 1000 with
+    /// [`RECONNECTED_ELSEWHERE`], as a client expects of a reconnect.
+    pub(crate) const RECONNECTED: Self = Self {
+        code: CloseCode::Normal,
+        reason: RECONNECTED_ELSEWHERE,
+    };
 }
 
 /// The socket of a WebSocket session, as the session's host reaches it: frames to deliver,
@@ -606,6 +616,16 @@ impl HostedSession {
         }
     }
 
+    /// A socket still attached is let go as when its client reconnects elsewhere: its
+    /// session went on another connection, here or on another node.
+    fn let_socket_go(&mut self) {
+        if let Outlets::Socket(out) = &mut self.out {
+            if let Some(socket) = out.socket.take() {
+                socket.detach.do_send(Detach::RECONNECTED);
+            }
+        }
+    }
+
     /// Ends the session: cancels its work, closes its streams or socket, forgets its id.
     fn end(&mut self, ctx: &mut Context<Self>, why: &str) {
         tracing::debug!(session = self.slot.id(), id = %self.id, why, "session ended");
@@ -910,14 +930,7 @@ impl Handler<HandOver> for HostedSession {
     /// (which ends here unanswered: that node answers it -32031), and no longer names this
     /// node; the copy ends.
     fn handle(&mut self, _: HandOver, ctx: &mut Self::Context) {
-        if let Outlets::Socket(out) = &mut self.out {
-            if let Some(socket) = out.socket.take() {
-                socket.detach.do_send(Detach {
-                    code: CloseCode::Normal,
-                    reason: RECONNECTED_ELSEWHERE,
-                });
-            }
-        }
+        self.let_socket_go();
         if !self.is_parked() {
             return;
         }
@@ -981,10 +994,7 @@ impl Handler<AttachSocket> for HostedSession {
         }
         out.access = attach.access;
         if let Some(older) = out.socket.replace(attach.socket.clone()) {
-            older.detach.do_send(Detach {
-                code: CloseCode::Normal,
-                reason: "MCP session reconnected on another connection",
-            });
+            older.detach.do_send(Detach::RECONNECTED);
             // What 2026-07-28 requests the older connection began end with it, as when it
             // drops (that revision has no resumption): the new one did not open its listens.
             self.core.end_stateless_requests(&mut self.out);
@@ -1091,14 +1101,7 @@ impl KeepsRecord for HostedSession {
 
     fn taken_up_elsewhere(&mut self, ctx: &mut Context<Self>) {
         self.socket_record = None;
-        if let Outlets::Socket(out) = &mut self.out {
-            if let Some(socket) = out.socket.take() {
-                socket.detach.do_send(Detach {
-                    code: CloseCode::Normal,
-                    reason: RECONNECTED_ELSEWHERE,
-                });
-            }
-        }
+        self.let_socket_go();
         self.end(ctx, "taken up by another node");
     }
 }

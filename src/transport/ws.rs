@@ -35,7 +35,7 @@ use super::awaited::Awaited;
 use super::frames::{Inbound, Reader, Refused};
 use super::hosted::{
     AttachSocket, Deliver, Detach, DetachSocket, Ending, HandOver, HostedSession,
-    NegotiatedVersion, Relayed, SocketHandle, DRAINED_QUIET, RECONNECTED_ELSEWHERE,
+    NegotiatedVersion, Relayed, SocketHandle, DRAINED_QUIET,
 };
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
@@ -593,11 +593,7 @@ impl KeepsRecord for WsSession {
         self.record = None;
         // Not parked: no reconnect may find this copy.
         self.ending = Ending::Here;
-        let detach = Detach {
-            code: ws::CloseCode::Normal,
-            reason: RECONNECTED_ELSEWHERE,
-        };
-        <Self as Handler<Detach>>::handle(self, detach, ctx);
+        <Self as Handler<Detach>>::handle(self, Detach::RECONNECTED, ctx);
     }
 }
 
@@ -619,11 +615,7 @@ impl Handler<HandOver> for WsSession {
     type Result = ();
 
     fn handle(&mut self, _: HandOver, ctx: &mut Self::Context) {
-        let detach = Detach {
-            code: ws::CloseCode::Normal,
-            reason: RECONNECTED_ELSEWHERE,
-        };
-        if let Some(hosted) = <Self as Handler<Detach>>::handle(self, detach, ctx) {
+        if let Some(hosted) = <Self as Handler<Detach>>::handle(self, Detach::RECONNECTED, ctx) {
             hosted.do_send(HandOver);
         }
     }
@@ -918,13 +910,9 @@ async fn claim_session(
         return Ok(hosted);
     }
     let socket = sockets.find(id, owner).ok_or(Refusal::SessionNotFound)?;
-    let detach = Detach {
-        code: ws::CloseCode::Normal,
-        reason: RECONNECTED_ELSEWHERE,
-    };
     // Bounded: a socket whose client stopped reading no longer runs (its writes blocked),
     // and would never answer.
-    match tokio::time::timeout(HAND_OVER_WAIT, socket.send(detach)).await {
+    match tokio::time::timeout(HAND_OVER_WAIT, socket.send(Detach::RECONNECTED)).await {
         // The socket had let go already: parked for an earlier resume that gave up waiting
         // (the socket stalled, then its connection closed), or as it closed by itself.
         Ok(Ok(None) | Err(_)) => hosted.find(id, owner).ok_or(Refusal::SessionNotFound),
