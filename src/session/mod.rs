@@ -1087,13 +1087,11 @@ impl Session {
     /// [`batched_answer_ids`](Self::batched_answer_ids)): one load for a session without
     /// batches under way.
     fn is_batched(&self, id: &RequestId) -> bool {
-        self.occasional.as_ref().is_some_and(|occasional| {
-            !occasional.batches.is_empty()
-                && occasional
-                    .batches
-                    .values()
-                    .any(|batch| batch.answered.contains(id))
-        })
+        let batching = self
+            .occasional
+            .as_ref()
+            .is_some_and(|occasional| !occasional.batches.is_empty());
+        batching && self.batched_answer_ids().any(|answered| answered == id)
     }
 
     /// The requests of batches still collecting their answers whose own answer is done

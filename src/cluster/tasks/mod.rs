@@ -290,15 +290,9 @@ impl Tasks {
         }
         // Records are owned by the principal (`TaskRecord::owner`).
         let owner = identity.principal();
-        if identity.is_authenticated() && self.over_share(owner) {
+        if identity.is_authenticated() && self.share_reached(owner).is_some() {
             self.sweep();
-            if self.over_share(owner) {
-                let (count, bytes) = self.stored_per_identity;
-                let share = self.stored_by_owner.get(owner).map(|s| *s);
-                let limit = match share {
-                    Some(share) if count > 0 && share.count >= count => count as u64,
-                    _ => bytes,
-                };
+            if let Some(limit) = self.share_reached(owner) {
                 return Err(Error::TooManyTasks {
                     scope: TaskLimit::IdentityStored,
                     limit,
@@ -329,13 +323,16 @@ impl Tasks {
         })
     }
 
-    /// Whether the records of `owner` take its whole share of the store, by count or by
-    /// bytes.
-    fn over_share(&self, owner: &str) -> bool {
+    /// The limit of its share of the store (by count, else by bytes) that the records of
+    /// `owner` reach, if they reach one.
+    fn share_reached(&self, owner: &str) -> Option<u64> {
         let (count, bytes) = self.stored_per_identity;
-        self.stored_by_owner.get(owner).is_some_and(|share| {
-            (count > 0 && share.count >= count) || (bytes > 0 && share.bytes >= bytes)
-        })
+        let share = *self.stored_by_owner.get(owner)?;
+        if count > 0 && share.count >= count {
+            Some(count as u64)
+        } else {
+            (bytes > 0 && share.bytes >= bytes).then_some(bytes)
+        }
     }
 
     /// -32008 for bytes of task records over `tasks.max_stored_bytes`.
