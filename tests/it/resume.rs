@@ -40,6 +40,14 @@ async fn session(server: &RunningServer) -> (Client, String) {
     (client, id)
 }
 
+/// A session whose client dropped its connection, parked for a reconnect; its id.
+async fn parked_session(server: &RunningServer) -> String {
+    let (client, id) = session(server).await;
+    drop(client);
+    wait_metric(server, "mcp_parked_sessions", 1).await;
+    id
+}
+
 /// Upgrades with a header; `Ok(client)` or `Err(status)`.
 async fn reconnect(
     server: &RunningServer,
@@ -490,9 +498,7 @@ async fn awaited_ids_are_told_apart_as_written() {
 #[tokio::test]
 async fn a_delete_with_a_parked_websocket_sessions_id_is_404_and_the_session_resumes() {
     let (server, _gate) = start_with_gate(resume_settings(30_000));
-    let (client, id) = session(&server).await;
-    drop(client);
-    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    let id = parked_session(&server).await;
     let response = crate::support::http::client()
         .delete(format!("http://{}/mcp", server.addr()))
         .header("Mcp-Session-Id", &id)
@@ -516,9 +522,7 @@ async fn a_delete_with_a_parked_websocket_sessions_id_is_404_and_the_session_res
 #[tokio::test]
 async fn a_resume_offering_another_version_pin_is_400_and_the_session_stays() {
     let (server, _gate) = start_with_gate(resume_settings(30_000));
-    let (client, id) = session(&server).await;
-    drop(client);
-    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    let id = parked_session(&server).await;
     let other = reconnect_with(
         &server,
         &[
@@ -549,9 +553,7 @@ async fn a_resume_offering_another_version_pin_is_400_and_the_session_stays() {
 #[tokio::test]
 async fn a_resume_whose_awaited_ids_are_not_a_list_of_ids_is_refused() {
     let server = start(resume_settings(30_000));
-    let (client, id) = session(&server).await;
-    drop(client);
-    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    let id = parked_session(&server).await;
     for bad in ["[null]", "{\"id\": 1}", "[1,", "7"] {
         let refused = reconnect_with(
             &server,
