@@ -29,12 +29,24 @@ use sse_stream::SseStream;
 use std::time::Duration;
 
 fn node(redis_url: &str, prefix: &str, local: bool, fixtures: &Fixtures) -> RunningServer {
+    node_with(redis_url, prefix, fixtures, |settings| {
+        if local {
+            settings.cluster.sessions = Some(mcp_ws::config::SessionPlace::Local);
+        }
+    })
+}
+
+/// A node on the Redis at `redis_url` under `prefix`, its settings as `adjust` leaves them.
+fn node_with(
+    redis_url: &str,
+    prefix: &str,
+    fixtures: &Fixtures,
+    adjust: impl FnOnce(&mut mcp_ws::Settings),
+) -> RunningServer {
     let mut settings = with_api_key(stateless_settings());
     settings.redis.url = redis_url.to_owned();
     settings.redis.key_prefix = prefix.into();
-    if local {
-        settings.cluster.sessions = Some(mcp_ws::config::SessionPlace::Local);
-    }
+    adjust(&mut settings);
     start_with(settings, |b| add_fixtures(b, fixtures))
 }
 
@@ -612,13 +624,11 @@ async fn stepped_call_with_token(
 async fn a_copy_taken_up_again_numbers_its_streams_apart_from_the_copy_before() {
     let redis = RedisServer::start();
     let fixtures = Fixtures::default();
-    let mut settings = with_api_key(stateless_settings());
-    settings.redis.url = redis.url();
-    settings.redis.key_prefix = "copies:".into();
-    // A copy of a session in Redis that nobody uses is let go after a tenth of this (0.5 s);
-    // the record lives on.
-    settings.sessions.http_idle_timeout_ms = 5000;
-    let node = start_with(settings, |b| add_fixtures(b, &fixtures));
+    let node = node_with(&redis.url(), "copies:", &fixtures, |settings| {
+        // A copy of a session in Redis that nobody uses is let go after a tenth of this
+        // (0.5 s); the record lives on.
+        settings.sessions.http_idle_timeout_ms = 5000;
+    });
     let session = Session::begin(&node, Some(TEST_KEY)).await;
     let (first_progress, _) = stepped_call(&session, &node, &fixtures, 1).await;
     // The copy is let go (the session is not: it is in Redis), and the next request takes
@@ -688,11 +698,9 @@ async fn a_stream_resumes_with_last_event_id_on_another_node_of_a_redis_cluster(
 async fn mirrored_events_are_bounded_in_bytes() {
     let store = RedisServer::start();
     let fixtures = Fixtures::default();
-    let mut settings = with_api_key(stateless_settings());
-    settings.redis.url = store.url();
-    settings.redis.key_prefix = "bounded:".into();
-    settings.sessions.event_buffer_bytes = 10_000;
-    let node = start_with(settings, |b| add_fixtures(b, &fixtures));
+    let node = node_with(&store.url(), "bounded:", &fixtures, |settings| {
+        settings.sessions.event_buffer_bytes = 10_000;
+    });
     let session = Session::begin(&node, Some(TEST_KEY)).await;
     let token = "t".repeat(1000);
     let mut last_progress = String::new();
