@@ -609,7 +609,7 @@ async fn a_resume_while_the_attached_socket_is_stalled_is_refused() {
     let server = start_with(s, |b| {
         b.tool(mcp_ws::Tool::new("chatter", "Logs many lines.", chatter))
     });
-    let (client, id) = stalled_session(&server, 200_000).await;
+    let (client, id) = stalled_session(&server, 200_000, Stall::Shut).await;
     let mut request = server.url().into_client_request().expect("request");
     request
         .headers_mut()
@@ -647,7 +647,10 @@ async fn a_client_that_stops_reading_loses_its_connection_and_its_session_resume
     let server = start_with(s, |b| {
         b.tool(mcp_ws::Tool::new("chatter", "Logs many lines.", chatter))
     });
-    let (stalled, id) = stalled_session(&server, 50_000).await;
+    // Not waited for until the window is shut for good: from then on, the kernel closes the
+    // connection within the 2 s this test gives it, and a full run can be slow to see the
+    // queue hold still before that.
+    let (stalled, id) = stalled_session(&server, 50_000, Stall::Filling).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let (mut resumed, _) = loop {
         match reconnect(&server, "Mcp-Session-Id", &id).await {
@@ -669,7 +672,7 @@ async fn a_client_that_stops_reading_loses_its_connection_and_its_session_resume
 /// log lines of 200 bytes and reads none, so once the socket buffers on both ends are full
 /// the server's writes to it are held back (and the session no longer takes its worker's
 /// lines, which are dropped at the queue's bound). The client, and the session's id.
-async fn stalled_session(server: &RunningServer, lines: u32) -> (Client, String) {
+async fn stalled_session(server: &RunningServer, lines: u32, stall: Stall) -> (Client, String) {
     let (mut client, id) = session(server).await;
     let level = client
         .request("logging/setLevel", json!({"level": "info"}))
@@ -687,23 +690,52 @@ async fn stalled_session(server: &RunningServer, lines: u32) -> (Client, String)
         }
         _ => unreachable!("a plain connection"),
     };
-    wait_until_unread_bytes_stop_growing(port).await;
+    match stall {
+        Stall::Shut => wait_until_unread_bytes_stop_growing(port).await,
+        Stall::Filling => wait_until_unread_bytes_pass(port, 64 * 1024).await,
+    }
     (client, id)
+}
+
+/// How far [`stalled_session`] waits: until the receive window is shut (the unread bytes
+/// hold still), or until the unread bytes pass 64 KiB, the rest of the lines close behind
+/// (half a second more).
+enum Stall {
+    Shut,
+    Filling,
+}
+
+/// Waits until more than `bytes` arrived unread on the test's TCP socket of local port
+/// `port`, and half a second more.
+async fn wait_until_unread_bytes_pass(port: u16, bytes: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while unread_bytes(port).is_none_or(|unread| unread <= bytes) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the receive queue never filled"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+}
+
+/// The bytes that arrived on the test's TCP socket of local port `port` and were not read
+/// (its receive queue, `/proc/net/tcp`), while the socket is listed.
+fn unread_bytes(port: u16) -> Option<usize> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let local_port = fields.get(1)?.rsplit(':').next()?;
+        (u16::from_str_radix(local_port, 16).ok()? == port)
+            .then(|| usize::from_str_radix(fields.get(4)?.split(':').nth(1)?, 16).ok())?
+    })
 }
 
 /// Waits until the bytes that arrived on the test's TCP socket of local port `port` and were
 /// not read (its receive queue, `/proc/net/tcp`) are many and stop growing: the receive
 /// window is closed, so the server's writes to that socket block.
 async fn wait_until_unread_bytes_stop_growing(port: u16) {
-    let unread = || {
-        let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-        table.lines().skip(1).find_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let local_port = fields.get(1)?.rsplit(':').next()?;
-            (u16::from_str_radix(local_port, 16).ok()? == port)
-                .then(|| usize::from_str_radix(fields.get(4)?.split(':').nth(1)?, 16).ok())?
-        })
-    };
+    let unread = || unread_bytes(port);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut last = 0;
     let mut steady = 0;
