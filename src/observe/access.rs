@@ -1597,8 +1597,7 @@ mod tests {
                         let fields = SessionFields::default();
                         for own_trace in own_traces {
                             let line = AccessLine {
-                                id: RequestId::from_value(&serde_json::json!("r\u{1b} 1"))
-                                    .expect("id"),
+                                id: RequestId::from_json(r#""r\u001b 1""#).expect("id"),
                                 unserved_method: unserved_method.clone(),
                                 params: params().into_iter().nth(which).expect("params"),
                                 own_trace_id: own_trace

@@ -12,13 +12,14 @@ use crate::model::{ForVersion, Implementation};
 use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::mcp::{LogLevel, Offers, ProtocolVersion};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What another node needs to serve a session; see the module docs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionRecord {
     /// WebSocket sessions: the node that holds the session (its socket, or its copy parked
     /// for a reconnect), by its number (`Cluster::node_number`); none once that node handed
@@ -50,11 +51,12 @@ pub struct SessionRecord {
     /// A WebSocket session (resumed with its id over a new socket), not an HTTP one.
     #[serde(default)]
     pub websocket: bool,
-    /// WebSocket sessions: the ids of its requests in flight (JSON), as of the last write:
-    /// a node that takes the session up after its node died answers them (the node was
-    /// lost).
+    /// WebSocket sessions: the ids of its requests in flight, as of the last write: a node
+    /// that takes the session up after its node died answers them (the node was lost).
+    /// Each is the id's JSON text as its client wrote it ([`RequestId::as_json`]), not a
+    /// value: two integers beyond 64 bits would read as one float, and `1e400` as none.
     #[serde(default)]
-    pub in_flight: Vec<Value>,
+    pub in_flight: Vec<Box<RawValue>>,
 }
 
 impl Session {

@@ -367,7 +367,7 @@ impl HostedSession {
         let lost_on_node = record
             .in_flight
             .iter()
-            .filter_map(RequestId::from_value)
+            .filter_map(|id| RequestId::from_raw(id))
             .collect();
         let out = Outlets::Socket(SocketOutlet {
             socket: None,
@@ -1162,8 +1162,7 @@ impl SocketOutlet {
             .missed
             .iter()
             .flat_map(|frame| answer_ids(frame))
-            .filter_map(|id| serde_json::from_str::<serde_json::Value>(id).ok())
-            .filter_map(|id| RequestId::from_value(&id));
+            .filter_map(RequestId::from_json);
         self.lost_on_node
             .iter()
             .flatten()
@@ -1491,11 +1490,11 @@ async fn follow_mirror(
         .ids
         .iter()
         .filter(|id| !mirrored.answered.contains(id));
-    for id in unanswered.filter_map(RequestId::from_value) {
+    for id in unanswered {
         mirrored.count += 1;
         let event = SseEvent {
             id: format!("{stream}_{}", mirrored.count),
-            data: Arc::from(lost_answer(&id, &Error::NodeLost)),
+            data: Arc::from(lost_answer(id, &Error::NodeLost)),
         };
         if reader.send(event).await.is_err() {
             return;

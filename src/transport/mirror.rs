@@ -16,10 +16,12 @@
 //! a failed write drops (counted in `mcp_bus_bridge_dropped_total`), which a resume then
 //! reports as a gap (400), never hides.
 
+use super::awaited::answer_ids;
 use super::events::{Cursor, SseEvent};
 use crate::cluster::store::StreamEntry;
 use crate::cluster::Cluster;
-use serde_json::Value;
+use crate::protocol::jsonrpc::RequestId;
+use serde_json::value::RawValue;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -213,8 +215,8 @@ pub(crate) struct Mirrored {
     pub finished: bool,
     /// Whether the mirror knows the stream at all.
     pub known: bool,
-    /// The ids of the stream's requests (JSON values; none for a GET stream).
-    pub ids: Vec<Value>,
+    /// The ids of the stream's requests (none for a GET stream).
+    pub ids: Vec<RequestId>,
     /// The last entry read, to read on from.
     pub last: String,
     /// The highest count of the stream seen (the cursor's, if none came after).
@@ -226,7 +228,7 @@ pub(crate) struct Mirrored {
     pub gap: bool,
     /// The ids of the stream's requests whose answers the mirror holds (the client's
     /// cursor's and before included).
-    pub answered: Vec<Value>,
+    pub answered: Vec<RequestId>,
 }
 
 impl Mirrored {
@@ -249,8 +251,11 @@ impl Mirrored {
             self.known = true;
             match field("k") {
                 Some("b") => {
+                    // Kept as their text: two integer ids beyond 64 bits would read as one
+                    // float, and `1e400` as none.
                     self.ids = field("i")
-                        .and_then(|ids| serde_json::from_str(ids).ok())
+                        .and_then(|ids| serde_json::from_str::<Vec<&RawValue>>(ids).ok())
+                        .map(|ids| ids.into_iter().filter_map(RequestId::from_raw).collect())
                         .unwrap_or_default();
                 }
                 Some("e") => {
@@ -284,16 +289,10 @@ impl Mirrored {
 }
 
 /// The ids of the responses in an event's data (a response, or a batch of them).
-fn answered_ids(data: &str) -> Vec<Value> {
-    let response_id = |message: &Value| {
-        let answer = message.get("result").is_some() || message.get("error").is_some();
-        answer.then(|| message.get("id").cloned()).flatten()
-    };
-    match serde_json::from_str::<Value>(data) {
-        Ok(Value::Array(batch)) => batch.iter().filter_map(response_id).collect(),
-        Ok(message) => response_id(&message).into_iter().collect(),
-        Err(_) => Vec::new(),
-    }
+fn answered_ids(data: &str) -> impl Iterator<Item = RequestId> + '_ {
+    answer_ids(data)
+        .into_iter()
+        .filter_map(RequestId::from_json)
 }
 
 impl Mirrored {
@@ -429,9 +428,45 @@ mod tests {
         assert_eq!(mirrored.ids.len(), 3);
         assert_eq!(
             mirrored.answered,
-            [Value::from(1), Value::from("two")],
+            [RequestId::from_json("1"), RequestId::from_json(r#""two""#)].map(Option::unwrap),
             "3 unanswered"
         );
+    }
+
+    #[test]
+    fn the_ids_are_kept_as_written() {
+        let cursor = Cursor {
+            stream: 7,
+            count: 0,
+        };
+        let mut mirrored = Mirrored::default();
+        mirrored.take(
+            cursor,
+            vec![
+                entry(
+                    1,
+                    &[
+                        ("k", "b"),
+                        ("s", "7"),
+                        ("i", "[18446744073709551617,18446744073709551618,1e400]"),
+                    ],
+                ),
+                event(
+                    2,
+                    "7",
+                    "1",
+                    r#"{"jsonrpc":"2.0","id":18446744073709551618,"result":{}}"#,
+                ),
+            ],
+        );
+        fn text(ids: &[RequestId]) -> Vec<&str> {
+            ids.iter().map(RequestId::as_json).collect()
+        }
+        assert_eq!(
+            text(&mirrored.ids),
+            ["18446744073709551617", "18446744073709551618", "1e400"]
+        );
+        assert_eq!(text(&mirrored.answered), ["18446744073709551618"]);
     }
 
     #[test]

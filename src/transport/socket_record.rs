@@ -301,7 +301,7 @@ impl SocketRecord {
         record.node = held.then(|| self.shared.cluster.node_number());
         record.in_flight = in_flight
             .iter()
-            .filter_map(|id| serde_json::from_str(id.as_json()).ok())
+            .filter_map(|id| serde_json::value::RawValue::from_string(id.as_json().to_owned()).ok())
             .collect();
         let json = serde_json::to_string(&record).ok()?;
         self.stored = Some(Stored {

@@ -709,6 +709,50 @@ async fn a_websocket_session_resumed_after_its_node_died_gets_one_answer_per_req
     assert_eq!(lost_on_resume(&mut resumed).await, [9, 12]);
 }
 
+/// The ids a WebSocket session's record lists are kept as their client wrote them: where the
+/// session resumes after its node died, each of two integers beyond 64 bits that differ in
+/// their last digit, and an id beyond a float's range (`1e400`), gets its own -32031 under
+/// its own spelling. (Kept as JSON values, the two integers became one float, answered twice
+/// under an id neither client request had, and `1e400` was dropped: never answered.)
+#[tokio::test]
+async fn a_websocket_sessions_record_keeps_its_ids_as_written() {
+    let mut nodes = TwoNodes::start("");
+    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
+    let ids = ["18446744073709551617", "18446744073709551618", "1e400"];
+    for id in ids {
+        client
+            .send_text(&format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"sleep","arguments":{{"ms":60000}}}}}}"#
+            ))
+            .await;
+    }
+    let listed = format!(r#""in_flight":[{}]"#, ids.join(","));
+    record_text_containing(&nodes.redis, &resume_id, &listed).await;
+    nodes.a.kill();
+
+    let mut resumed = resume_websocket(nodes.b_addr, &resume_id).await;
+    resumed
+        .send_text(r#"{"jsonrpc":"2.0","id":"ping after resume","method":"ping"}"#)
+        .await;
+    let mut lost = Vec::new();
+    loop {
+        let text = resumed.recv_text().await;
+        if text.contains(r#""id":"ping after resume""#) {
+            break;
+        }
+        assert!(text.contains("-32031"), "{text}");
+        lost.push(text);
+    }
+    assert_eq!(lost.len(), ids.len(), "{lost:?}");
+    for id in ids {
+        let spelled = format!(r#""id":{id},"#);
+        assert!(
+            lost.iter().any(|text| text.contains(&spelled)),
+            "no -32031 for {id}: {lost:?}"
+        );
+    }
+}
+
 /// A keyed call answered on a node that then died is not run again when its client retries
 /// it on another node: its answer was stored in Redis before it was sent, and the retry gets
 /// it (`mcp_dedup_hits_total`), with nothing run there. (One still running on the dead node
@@ -799,6 +843,32 @@ async fn a_request_answered_just_before_its_node_died_is_not_answered_again_when
 /// Waits until the record of session `resume_id` in Redis lists exactly the requests `ids`
 /// as in flight; its key and text.
 async fn record_listing(redis: &RedisServer, resume_id: &str, ids: &[i64]) -> (String, String) {
+    record_where(redis, resume_id, &format!("listing {ids:?}"), |text| {
+        let record: Value = serde_json::from_str(text).expect("a JSON record");
+        let mut listed: Vec<i64> = record["in_flight"]
+            .as_array()
+            .map(|ids| ids.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default();
+        listed.sort_unstable();
+        listed == ids
+    })
+    .await
+}
+
+/// Waits until the record of session `resume_id` in Redis contains `text` (as written, not
+/// as a JSON value reads it).
+async fn record_text_containing(redis: &RedisServer, resume_id: &str, text: &str) {
+    record_where(redis, resume_id, text, |record| record.contains(text)).await;
+}
+
+/// Waits until the record of session `resume_id` in Redis satisfies `holds` (what it waits
+/// for is `what`); its key and text.
+async fn record_where(
+    redis: &RedisServer,
+    resume_id: &str,
+    what: &str,
+    holds: impl Fn(&str) -> bool,
+) -> (String, String) {
     let mut connection = redis.connection().expect("redis answers");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -811,19 +881,11 @@ async fn record_listing(redis: &RedisServer, resume_id: &str, ids: &[i64]) -> (S
                 .arg(&key)
                 .query(&mut connection)
                 .expect("GET");
-            if let Some(text) = text {
-                let record: Value = serde_json::from_str(&text).expect("a JSON record");
-                let mut listed: Vec<i64> = record["in_flight"]
-                    .as_array()
-                    .map(|ids| ids.iter().filter_map(Value::as_i64).collect())
-                    .unwrap_or_default();
-                listed.sort_unstable();
-                if listed == ids {
-                    return (key, text);
-                }
+            if let Some(text) = text.filter(|text| holds(text)) {
+                return (key, text);
             }
         }
-        assert!(Instant::now() < deadline, "the record never listed {ids:?}");
+        assert!(Instant::now() < deadline, "the record never came to {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -29,11 +29,10 @@ impl RequestId {
         Self::is_valid(raw).then(|| Self(SmolStr::new(raw.get())))
     }
 
-    /// The id a JSON value holds, if it is a string or a number (ids kept as values, in
-    /// records other nodes wrote). Its text is the value's, which may spell a number
-    /// differently than its client did (`1.50` becomes `1.5`).
-    pub fn from_value(value: &serde_json::Value) -> Option<Self> {
-        Self::from_raw(&serde_json::value::to_raw_value(value).ok()?)
+    /// The id whose JSON text is `json` (as [`RequestId::as_json`] gave it, in records and
+    /// logs the server keeps), if it is one JSON string or number.
+    pub fn from_json(json: &str) -> Option<Self> {
+        Self::from_raw(serde_json::from_str::<&RawValue>(json).ok()?)
     }
 
     /// An integer id (for ids the server makes itself).
@@ -96,17 +95,25 @@ mod tests {
     fn null_bool_array_object_are_not_ids() {
         for text in ["null", "true", "false", "[1]", "{}"] {
             assert!(RequestId::from_raw(&raw(text)).is_none(), "{text}");
-            let value: serde_json::Value = serde_json::from_str(text).expect("JSON");
-            assert!(RequestId::from_value(&value).is_none(), "{text}");
+            assert!(RequestId::from_json(text).is_none(), "{text}");
         }
     }
 
     #[test]
-    fn ids_kept_as_values_come_back_in_the_values_spelling() {
-        for (text, spelled) in [(r#""a""#, r#""a""#), ("7", "7"), ("1.50", "1.5")] {
-            let value: serde_json::Value = serde_json::from_str(text).expect("JSON");
-            let id = RequestId::from_value(&value).expect("an id");
-            assert_eq!(id.as_json(), spelled);
+    fn ids_kept_as_text_come_back_as_written() {
+        for text in [
+            r#""a""#,
+            "7",
+            "1.50",
+            "18446744073709551617",
+            "1e400",
+            " 3 ",
+        ] {
+            let id = RequestId::from_json(text).expect("an id");
+            assert_eq!(id.as_json(), text.trim());
+        }
+        for text in ["", "7 8", "[7]", r#""a"x"#] {
+            assert!(RequestId::from_json(text).is_none(), "{text}");
         }
     }
 }
