@@ -71,16 +71,16 @@ pub struct ReadRequest<'a> {
     /// The request.
     pub request: Request<'a>,
     /// The head of its params, when the decoder kept them raw and they are an object
-    /// whose `_meta` reads.
-    head: Option<RawParamsHead<'a>>,
+    /// (`Err`: one whose head does not read, [`RawParamsHead::read`]).
+    head: Result<Option<RawParamsHead<'a>>, serde_json::Error>,
 }
 
 impl<'a> ReadRequest<'a> {
     /// Reads the head of `request`'s params, if the decoder kept them raw.
     pub fn of(request: Request<'a>) -> Self {
         let head = match request.params {
-            jsonrpc::Params::Raw(raw) => RawParamsHead::of(raw),
-            jsonrpc::Params::Parsed(_) => None,
+            jsonrpc::Params::Raw(raw) => RawParamsHead::read(raw),
+            jsonrpc::Params::Parsed(_) => Ok(None),
         };
         Self { request, head }
     }
@@ -89,8 +89,17 @@ impl<'a> ReadRequest<'a> {
     pub fn meta(&self) -> Option<&RequestMeta<'a>> {
         match &self.request.params {
             jsonrpc::Params::Parsed(call) => call.meta.as_deref(),
-            jsonrpc::Params::Raw(_) => self.head.as_ref().and_then(|head| head.meta.as_ref()),
+            jsonrpc::Params::Raw(_) => self.head().and_then(|head| head.meta.as_ref()),
         }
+    }
+
+    /// Why its params, an object, do not read (a member named twice), if they do not.
+    pub fn unreadable(&self) -> Option<&serde_json::Error> {
+        self.head.as_ref().err()
+    }
+
+    fn head(&self) -> Option<&RawParamsHead<'a>> {
+        self.head.as_ref().ok()?.as_ref()
     }
 
     /// What it acts on (the tool, prompt, resource or task), if its method names one
@@ -100,7 +109,7 @@ impl<'a> ReadRequest<'a> {
             jsonrpc::Params::Parsed(call) => Some(Cow::Borrowed(call.name.as_ref())),
             jsonrpc::Params::Raw(_) => {
                 let method = Method::parse(&self.request.method)?;
-                self.head.as_ref()?.target(method)
+                self.head()?.target(method)
             }
         }
     }
@@ -109,7 +118,7 @@ impl<'a> ReadRequest<'a> {
     pub fn arguments(&self) -> Option<&'a RawValue> {
         match &self.request.params {
             jsonrpc::Params::Parsed(call) => call.arguments,
-            jsonrpc::Params::Raw(_) => self.head.as_ref().and_then(|head| head.arguments),
+            jsonrpc::Params::Raw(_) => self.head().and_then(|head| head.arguments),
         }
     }
 }
@@ -589,7 +598,7 @@ impl Session {
         };
         // A request naming a version in `_meta` is a 2026-07-28 one, served from its own
         // `_meta`; errors answering it take that revision's form.
-        let era = self.stateless_request(request, meta);
+        let era = self.stateless_request(request, meta, read.unreadable());
         let is_stateless = !matches!(era, Ok(Era::Session));
         // A batch's entry counts as in flight until the batch's array is sent, its own
         // answer done or not: a request of its id meanwhile would be answered twice.

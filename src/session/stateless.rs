@@ -31,17 +31,30 @@ use std::sync::Arc;
 /// The `_meta` key tagging every notification of a `subscriptions/listen` stream.
 pub const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 
+/// What is said of params that do not read: serde's reason, without its position (a line
+/// and column in the params, not in the message the client sent).
+fn unreadable_params(error: &serde_json::Error) -> String {
+    let reason = error.to_string();
+    let reason = reason
+        .rsplit_once(" at line ")
+        .map_or(reason.as_str(), |(reason, _)| reason);
+    format!("params do not read: {reason}")
+}
+
 impl Session {
     /// The era of `request`, whose `_meta` is `meta`: stateless when it names 2026-07-28
     /// (with what that `_meta` establishes), else session.
     ///
     /// # Errors
     /// For a request that names a version in `_meta`: -32602 for a malformed `_meta`, -32022
-    /// for a version this server does not speak.
+    /// for a version this server does not speak. For a request that must be a 2026-07-28
+    /// one: -32602 if its `_meta` names no version, or its params do not read
+    /// (`unreadable`, a member named twice: then that is what the error says).
     pub(super) fn stateless_request(
         &self,
         request: &Request<'_>,
         meta: Option<&RequestMeta<'_>>,
+        unreadable: Option<&serde_json::Error>,
     ) -> Result<Era, Error> {
         // Methods only 2026-07-28 has, and everything a 2026-07-28-only host (an HTTP request
         // whose header named that revision) receives, need the per-request `_meta`.
@@ -60,9 +73,10 @@ impl Session {
                 });
             }
             return if must_be_stateless {
-                Err(Error::MalformedMeta(
-                    "_meta.io.modelcontextprotocol/protocolVersion: required".into(),
-                ))
+                Err(Error::MalformedMeta(match unreadable {
+                    Some(error) => unreadable_params(error),
+                    None => "_meta.io.modelcontextprotocol/protocolVersion: required".into(),
+                }))
             } else {
                 Ok(Era::Session)
             };

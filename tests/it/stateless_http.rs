@@ -463,6 +463,54 @@ async fn a_request_naming_a_version_not_spoken_per_request_gets_32022() {
     }
 }
 
+/// Params that do not read (a member named twice, in `_meta` or beside it) get -32602 and
+/// HTTP 400 saying so. (The `_meta` that did not read was taken for none:
+/// the error said its version was "required", though the request named it.)
+#[tokio::test]
+async fn params_naming_a_member_twice_get_32602_saying_so() {
+    let (server, _fixtures) = start_stateless(stateless_settings());
+    let http = Http::new(&server);
+    let meta = format!(r#""{PROTOCOL_VERSION}":"{MODERN}","{CLIENT_CAPABILITIES}":{{}}"#);
+    for (method, params, twice) in [
+        (
+            "tools/call",
+            format!(
+                r#"{{"name":"echo","arguments":{{"text":"x"}},"_meta":{{{meta},"{PROTOCOL_VERSION}":"{MODERN}"}}}}"#
+            ),
+            PROTOCOL_VERSION,
+        ),
+        (
+            "tools/list",
+            format!(r#"{{"_meta":{{"{CLIENT_CAPABILITIES}":{{}},{meta}}}}}"#),
+            CLIENT_CAPABILITIES,
+        ),
+        (
+            "prompts/get",
+            format!(
+                r#"{{"name":"greet","name":"greet","arguments":{{"name":"a"}},"_meta":{{{meta}}}}}"#
+            ),
+            "name",
+        ),
+    ] {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"{method}","params":{params}}}"#);
+        // What `post` takes its headers from: the same request, each member once.
+        let named = match method {
+            "tools/call" => json!({"name": "echo"}),
+            "prompts/get" => json!({"name": "greet"}),
+            _ => json!({}),
+        };
+        let headers = request(json!(7), method, named);
+        let (status, response) = json_reply(send(http.post(&headers).body(text)).await).await;
+        assert_eq!(status, 400, "{method}: {response}");
+        let error = assert_error(&response, &json!(7), -32602);
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("params do not read: duplicate field") && message.contains(twice),
+            "{method}: {response}"
+        );
+    }
+}
+
 /// A name that is not plain visible ASCII comes in `Mcp-Name` base64-encoded
 /// (`=?base64?…?=`, as the SDKs and this crate's client send it), and is compared decoded.
 #[tokio::test]

@@ -241,7 +241,8 @@ pub enum Error {
     /// task is refused; a task whose result does not fit fails with it).
     #[error("{}", .scope.message())]
     TooManyTasks { scope: TaskLimit, limit: u64 },
-    /// 2026-07-28: a request's `_meta` lacks a required key or has a malformed one.
+    /// 2026-07-28: a request's `_meta` lacks a required key or has a malformed one, or its
+    /// params do not read (a member named twice), so that its `_meta` cannot be believed.
     #[error("Invalid params: {0}")]
     MalformedMeta(String),
     /// 2026-07-28: the request's `_meta` names a version this server does not speak.

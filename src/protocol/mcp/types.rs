@@ -179,11 +179,17 @@ pub struct RawParamsHead<'a> {
 }
 
 impl<'a> RawParamsHead<'a> {
-    /// The head of raw params (`None`: no params, params that are not an object, or an
-    /// object whose `_meta` does not read).
-    pub fn of(raw: Option<&'a RawValue>) -> Option<Self> {
-        let raw = raw.filter(|raw| raw.get().starts_with('{'))?;
-        serde_json::from_str(raw.get()).ok()
+    /// The head of raw params (`None`: no params, or params that are not an object).
+    ///
+    /// # Errors
+    /// An object whose head does not read: a member read here named twice (a `_meta` key
+    /// too), or a `_meta` that is not an object. Nothing of it can be believed, the era
+    /// its `_meta` names least of all.
+    pub fn read(raw: Option<&'a RawValue>) -> Result<Option<Self>, serde_json::Error> {
+        match raw.filter(|raw| raw.get().starts_with('{')) {
+            Some(raw) => serde_json::from_str(raw.get()).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// What a request of `method` acts on ([`Method::target`]), if that member is a string.
