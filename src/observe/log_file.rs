@@ -21,6 +21,7 @@ use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 use tracing_appender::rolling::{InitError, RollingFileAppender, Rotation};
 
 /// Why the file could not be opened (`telemetry` makes it a `LogError`).
@@ -55,16 +56,25 @@ pub(crate) struct FileSettings {
     pub(crate) keep: usize,
 }
 
-/// The log file, made again at the next write once the file it was writing is gone (an
-/// operator freeing disk): it would go on writing into the deleted file, whose space stays
-/// taken while it is open, until the day turned (daily) or for good (by size). The check is a
-/// `stat` a write.
+/// The log file, made again once the file it was writing is gone (an operator freeing disk):
+/// it would go on writing into the deleted file, whose space stays taken while it is open,
+/// until the day turned (daily) or for good (by size). The check is a `stat`, made at a write
+/// at most every [`CHECK_EVERY`]: `init_with`'s writer writes a line a write, and made one a
+/// line.
 pub(crate) struct LogFile {
     writer: Rotating,
     settings: FileSettings,
     /// A failure to make the writer again.
     reopen: FailureNotice,
+    /// When the next write looks whether the file is still there.
+    next_check: Instant,
+    /// Daily: the day the writer was made for (it is made again as each day begins).
+    day: String,
 }
+
+/// How often a write looks whether the file it writes is still there (and, daily, whether
+/// the day turned): the background writer writes a batch at least this often anyway.
+const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 /// A writer of `logging.file`.
 enum Rotating {
@@ -83,7 +93,39 @@ impl LogFile {
             writer: settings.open()?,
             settings,
             reopen: FailureNotice::default(),
+            next_check: Instant::now() + CHECK_EVERY,
+            day: utc_date(),
         })
+    }
+
+    /// Makes the writer again if the file it writes is gone, or (daily) the day turned.
+    fn reopen_if_gone(&mut self) {
+        let today = match self.settings.rotation {
+            FileRotation::Daily => Some(utc_date()),
+            FileRotation::Size => None,
+        };
+        let day_turned = today.as_ref().is_some_and(|today| *today != self.day);
+        // Only a file known to be gone: a `stat` that fails otherwise (no permission to
+        // look) proves nothing, and would make a writer again at every check. At the turn of
+        // the day the daily writer is made again (if the appender began the new day's file
+        // at a write before this check, the same file, appended to): its pruning runs.
+        if !day_turned && !matches!(self.settings.current().try_exists(), Ok(false)) {
+            return;
+        }
+        match self.settings.open() {
+            Ok(writer) => {
+                self.writer = writer;
+                self.day = today.unwrap_or_default();
+                self.reopen.ended();
+            }
+            // The old writer stays (into the deleted file, or, by size, the file it was
+            // renamed to): lines are kept where they can be.
+            Err(error) => self.reopen.failed(format_args!(
+                "logging.file: cannot open {} again: {error}; writing on to the file it \
+                 replaces",
+                self.settings.current().display()
+            )),
+        }
     }
 }
 
@@ -177,24 +219,10 @@ fn date_of(file_name: &OsStr, name: &str) -> Option<String> {
 
 impl Write for LogFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // Only a file known to be gone: a `stat` that fails otherwise (no permission to look)
-        // proves nothing, and would make a writer again at every write. At the turn of the
-        // day the daily writer is made again here, before it would begin the new day's file
-        // itself: the same file, the same pruning.
-        if matches!(self.settings.current().try_exists(), Ok(false)) {
-            match self.settings.open() {
-                Ok(writer) => {
-                    self.writer = writer;
-                    self.reopen.ended();
-                }
-                // The old writer stays (into the deleted file, or, by size, the file it was
-                // renamed to): lines are kept where they can be.
-                Err(error) => self.reopen.failed(format_args!(
-                    "logging.file: cannot open {} again: {error}; writing on to the file it \
-                     replaces",
-                    self.settings.current().display()
-                )),
-            }
+        let now = Instant::now();
+        if now >= self.next_check {
+            self.next_check = now + CHECK_EVERY;
+            self.reopen_if_gone();
         }
         match &mut self.writer {
             Rotating::Daily(writer) => writer.write(buf),
@@ -385,6 +413,32 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    #[test]
+    fn a_deleted_file_is_looked_for_at_most_every_check_interval() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let start = Instant::now();
+        let mut file = LogFile::open(settings(dir.path(), 1 << 20, 2)).expect("open");
+        file.write_all(b"one\n").expect("write");
+        fs::remove_file(dir.path().join("log")).expect("rm");
+        // Lines written at once after it went (as `init_with` writes them, a line a write)
+        // are not each a `stat`: they go on into the deleted file until the next check.
+        file.write_all(b"two\n").expect("write");
+        if start.elapsed() < CHECK_EVERY / 2 {
+            assert_eq!(
+                names(dir.path()),
+                Vec::<String>::new(),
+                "not looked for yet"
+            );
+        }
+        std::thread::sleep(CHECK_EVERY + CHECK_EVERY / 5);
+        file.write_all(b"three\n").expect("write");
+        assert_eq!(
+            text(dir.path(), "log"),
+            "three\n",
+            "begun again at the check"
+        );
     }
 
     #[test]
