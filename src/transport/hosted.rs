@@ -557,15 +557,7 @@ impl HostedSession {
                     // Another node's GET stream: what the session hears from now on comes
                     // on this node's own.
                     let stream = http.session_stream;
-                    http.streams
-                        .entry(stream)
-                        .or_insert(StreamState {
-                            waiting: None,
-                            reader: None,
-                            ids: None,
-                            mirrored: false,
-                        })
-                        .reader = Some(tx);
+                    http.streams.entry(stream).or_default().reader = Some(tx);
                 } else {
                     actix::spawn(follow_mirror(cluster, key, cursor.stream, mirrored, tx));
                 }
@@ -819,9 +811,8 @@ impl Handler<Post> for HostedSession {
             exchange,
             StreamState {
                 waiting: Some(post.reply),
-                reader: None,
                 ids,
-                mirrored: false,
+                ..StreamState::default()
             },
         );
         let intake = self
@@ -832,9 +823,17 @@ impl Handler<Post> for HostedSession {
             .core
             .negotiated_version()
             .is_some_and(|v| v.has_icons());
-        if intake == Intake::Silent {
-            http.close(exchange);
-            self.relay(&post.text);
+        match intake {
+            Intake::Silent => {
+                http.close(exchange);
+                self.relay(&post.text);
+            }
+            Intake::Pending => {
+                if let Some(state) = http.streams.get_mut(&exchange) {
+                    state.owes_answer = true;
+                }
+            }
+            Intake::Answered => {}
         }
         if !self.core.is_initialized() {
             // Only an `initialize` starts an HTTP session, and it was answered inline: if it
@@ -1219,6 +1218,7 @@ impl Outlet for SocketOutlet {
 }
 
 /// One open stream: a POST waiting for its first frame, and the SSE reader once there is one.
+#[derive(Default)]
 struct StreamState {
     waiting: Option<oneshot::Sender<PostReply>>,
     reader: Option<mpsc::Sender<SseEvent>>,
@@ -1227,6 +1227,10 @@ struct StreamState {
     ids: Option<String>,
     /// Whether the mirror knows the stream (it became SSE): its end is mirrored too.
     mirrored: bool,
+    /// Whether the POST had a request to answer: closed without an answer (cancelled, the
+    /// session ended), it still gets a stream, an empty one, as a POST of requests must
+    /// (`text/event-stream` or `application/json`, never 202).
+    owes_answer: bool,
 }
 
 /// Routes a hosted HTTP session's frames (see the module docs).
@@ -1316,15 +1320,7 @@ impl HttpOutlet {
         // A finished stream (its answer is in the backlog) ends after the replay; an open
         // one goes on live, replacing any reader it had.
         if stream == self.session_stream || !self.log.is_finished(stream) {
-            self.streams
-                .entry(stream)
-                .or_insert(StreamState {
-                    waiting: None,
-                    reader: None,
-                    ids: None,
-                    mirrored: false,
-                })
-                .reader = Some(tx);
+            self.streams.entry(stream).or_default().reader = Some(tx);
         }
         Ok(rx)
     }
@@ -1333,7 +1329,13 @@ impl HttpOutlet {
     fn close(&mut self, exchange: u64) {
         if let Some(mut state) = self.streams.remove(&exchange) {
             if let Some(waiting) = state.waiting.take() {
-                let _ = waiting.send(PostReply::Accepted);
+                let reply = if state.owes_answer {
+                    // Its sender dropped at once: a stream that ends with no event.
+                    PostReply::Stream(mpsc::channel(1).1)
+                } else {
+                    PostReply::Accepted
+                };
+                let _ = waiting.send(reply);
             }
             self.finish_mirrored(exchange, state.mirrored);
         }

@@ -3,7 +3,8 @@
 //!
 //! - Sessions: `initialize` issues an unguessable `Mcp-Session-Id` (128 bits, hex) only when
 //!   it succeeds; later requests need it (400 without, 404 for an unknown or ended one);
-//!   `DELETE` ends the session (200), after which POST, GET and DELETE with it are 404.
+//!   `DELETE` ends the session (200), after which POST, GET and DELETE with it are 404; a
+//!   POST still waiting for its answer then gets an SSE stream with nothing in it.
 //! - `MCP-Protocol-Version`: an unsupported value is 400 before any session check; any
 //!   supported value is accepted whatever the session negotiated (its own version decides,
 //!   e.g. priming); an absent header is accepted.
@@ -16,8 +17,9 @@
 //!   every event with an id `<stream>_<n>` counting up, ending after its response; 2025-11-25
 //!   sessions get a priming event first, older ones none; notifications and responses only
 //!   are 202 with no body; a 2025-03-26 batch is answered as one array.
-//! - Cancellation is `notifications/cancelled` (the tool stops, its POST closes without a
-//!   response), never a dropped connection: the request runs on, and `GET` with
+//! - Cancellation is `notifications/cancelled` (the tool stops, its POST's stream ends
+//!   without a response, an empty stream if nothing came before: a POST of a request is
+//!   never 202), never a dropped connection: the request runs on, and `GET` with
 //!   `Last-Event-ID` replays what was missed, in order, response included. A cursor the
 //!   bounded log no longer covers, or a garbage one, is 400, never a silent gap.
 //! - The `GET` stream carries what belongs to no request: list changes, resource updates.
@@ -505,12 +507,22 @@ async fn delete_ends_the_session_and_its_id_is_then_unknown() {
     let session = endpoint.initialize("2025-06-18").await;
     let other = endpoint.initialize("2025-06-18").await;
     let mut listening = session.listen().await;
+    let held = tokio::spawn(session.post(&call(json!("held"), "hold", json!({}))).send());
+    wait_metric(&server, "mcp_pool_running", 1).await;
 
     let deleted = send(session.delete()).await;
     assert_eq!(deleted.status(), StatusCode::OK);
     assert_eq!(body_text(deleted).await, "");
-    // Its GET stream ends with it.
+    // Its GET stream ends with it, and so does the POST of its request still running,
+    // without an answer: an SSE stream with nothing in it (a POST of a request is never
+    // answered 202).
     listening.expect_end().await;
+    let held = tokio::time::timeout(READ_TIMEOUT, held)
+        .await
+        .expect("the POST is closed in time")
+        .expect("no panic")
+        .expect("answered");
+    Events::of(held).expect_end().await;
     wait_metric(&server, "mcp_sessions", 1).await;
 
     assert_session_not_found(send(session.post(&request(json!(1), "ping", json!({})))).await).await;
@@ -971,7 +983,7 @@ async fn a_2025_03_26_batch_is_answered_as_one_array() {
 // Cancellation and resumption.
 
 #[tokio::test]
-async fn cancelled_in_a_second_post_stops_the_tool_and_closes_the_first_without_a_response() {
+async fn cancelled_in_a_second_post_stops_the_tool_and_ends_the_first_without_a_response() {
     let (server, _gate) = start_http(http_settings());
     let session = Endpoint::new(&server).initialize("2025-11-25").await;
     // The gate is never opened: only the cancel can end the call.
@@ -984,7 +996,9 @@ async fn cancelled_in_a_second_post_stops_the_tool_and_closes_the_first_without_
         .expect("the first POST is closed in time")
         .expect("no panic")
         .expect("answered");
-    assert_accepted(first).await;
+    // A POST of a request is answered JSON or SSE, never 202: an SSE stream with nothing in
+    // it.
+    Events::of(first).expect_end().await;
     wait_metric(&server, "mcp_pool_running", 0).await;
     wait_metric(&server, "mcp_workers", 0).await;
     assert_eq!(metric(&server, "mcp_cancelled_total").await, 1);
