@@ -137,6 +137,9 @@ pub struct Metrics {
     pub idempotent_runs: Counter,
     /// Keyed calls whose node died while running them, freed for their retry to run again.
     pub dedup_orphans: Counter,
+    /// Keyed results not written to Redis: over this node's share of `dedup.max_bytes` (in
+    /// all, or for one identity) in the current window; their retries run again.
+    pub dedup_unkept: Counter,
     /// Redis operations that failed (refused, timed out, an error reply, a dropped
     /// subscription); the node went on locally.
     pub redis_errors: Counter,
@@ -343,6 +346,11 @@ impl Metrics {
                 "mcp_dedup_orphans_total",
                 "Keyed calls whose node died while running them, freed for their retry",
                 &self.dedup_orphans,
+            ),
+            (
+                "mcp_dedup_unkept_total",
+                "Keyed results not written to Redis: over this node's share of dedup.max_bytes",
+                &self.dedup_unkept,
             ),
             (
                 "mcp_redis_errors_total",

@@ -16,7 +16,7 @@
 //! resumed elsewhere also run on a three-master Redis Cluster (`redis+cluster://`), where a
 //! session's record and its mirrored events are found on one master.
 
-use crate::support::http::{header, wait_metric};
+use crate::support::http::{header, metric, wait_metric};
 use crate::support::meta::*;
 use crate::support::redis::{RedisCluster, RedisServer};
 use crate::support::stateless::{add_fixtures, plain_tool, stateless_settings, Fixtures};
@@ -746,6 +746,65 @@ async fn mirrored_events_are_bounded_in_bytes() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// One identity cannot fill the Redis every node shares with its keyed results: a node
+/// writes there at most a quarter of `dedup.max_bytes` of one identity's results a window.
+/// Its results beyond are not kept (counted), their claims released: a retry runs again,
+/// never waits on a claim nobody will settle. Another identity's result is kept meanwhile.
+/// (Each result was written whole, as long as the window: one client filled 152 MiB of
+/// Redis in two seconds with `dedup.max_bytes` at 16 MiB.)
+#[tokio::test]
+async fn one_identity_cannot_fill_redis_with_its_keyed_results() {
+    const OTHER_KEY: &str = "other-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+    let store = RedisServer::start();
+    let fixtures = Fixtures::default();
+    let node = node_with(&store.url(), "share:", &fixtures, |settings| {
+        settings.dedup.max_bytes = 400_000;
+        settings
+            .auth
+            .api_keys
+            .push(crate::support::api_key("other", OTHER_KEY, &[]));
+    });
+    let text = "x".repeat(30_000);
+    let call = |key: &str| json!({"name": "echo", "arguments": {"text": text}, "_meta": {"idempotencyKey": key}});
+    let tester = Session::begin(&node, Some(TEST_KEY)).await;
+    for n in 0..10 {
+        let answer = tester
+            .ask(&node, json!(n), "tools/call", call(&format!("k-{n}")))
+            .await;
+        assert_eq!(tool_text(&answer_of(&answer, &json!(n))), text);
+    }
+    // Three results of about 30 kB fit in the identity's 100 kB share; seven did not.
+    assert_eq!(metric(&node, "mcp_dedup_unkept_total").await, 7);
+    let mut connection = store.connection().expect("redis answers");
+    let kept: usize = store
+        .keys("share:idem:*")
+        .iter()
+        .map(|key| {
+            ::redis::cmd("STRLEN")
+                .arg(key)
+                .query::<usize>(&mut connection)
+                .expect("STRLEN")
+        })
+        .sum();
+    assert!(kept <= 100_000, "{kept} bytes of results in Redis");
+    // A result not kept: its retry runs again, at once.
+    let retry = tester
+        .ask(&node, json!("retry"), "tools/call", call("k-9"))
+        .await;
+    assert_eq!(tool_text(&answer_of(&retry, &json!("retry"))), text);
+    assert_eq!(metric(&node, "mcp_idempotent_runs_total").await, 11);
+    // Another identity's result is kept: its retry is answered from the store.
+    let other = Session::begin(&node, Some(OTHER_KEY)).await;
+    for id in [1, 2] {
+        let answer = other
+            .ask(&node, json!(id), "tools/call", call("theirs"))
+            .await;
+        assert_eq!(tool_text(&answer_of(&answer, &json!(id))), text);
+    }
+    assert_eq!(metric(&node, "mcp_idempotent_runs_total").await, 12);
+    assert_eq!(metric(&node, "mcp_dedup_hits_total").await, 1);
 }
 
 /// A stream begun on one node of three sharing the Redis at `redis_url`, resumed on others;

@@ -70,6 +70,9 @@ pub(crate) enum AnonymousScope<'a> {
 pub(crate) struct Idempotency {
     key: Key,
     fingerprint: RequestDigest,
+    /// Whose share of the store its result takes: the identity's principal, or
+    /// "anonymous" for every anonymous client.
+    identity: Box<str>,
 }
 
 impl Idempotency {
@@ -139,6 +142,7 @@ impl Idempotency {
         Ok(Self {
             key: scoped.finalize().into(),
             fingerprint: tool_call_fingerprint(name, arguments.as_ref()),
+            identity: Box::from(identity.principal()),
         })
     }
 
@@ -285,7 +289,7 @@ async fn run(
                 let lease =
                     Lease::new(cluster.clone(), keyed.key, keyed.fingerprint, live, backend);
                 let outcome = work.start(id.clone(), ctx).await;
-                lease.settle(&outcome, &id, window).await;
+                lease.settle(&outcome, &id, window, &keyed.identity).await;
                 return outcome;
             }
             Some(Claim::Done {
@@ -406,7 +410,13 @@ impl Lease {
         }
     }
 
-    async fn settle(mut self, outcome: &Result<String, Error>, id: &RequestId, window: Duration) {
+    async fn settle(
+        mut self,
+        outcome: &Result<String, Error>,
+        id: &RequestId,
+        window: Duration,
+        identity: &str,
+    ) {
         let Some(result) = outcome.as_ref().ok().and_then(|frame| result_of(frame, id)) else {
             return; // dropped: released
         };
@@ -414,6 +424,16 @@ impl Lease {
             fingerprint: self.fingerprint,
             result: Arc::from(result),
         };
+        if self.backend == Backend::Redis
+            && !self
+                .cluster
+                .store
+                .takes_redis_share(identity, done.encoded_len())
+        {
+            // Not kept: released as the lease drops, so that a retry runs again.
+            self.cluster.metrics.dedup_unkept.inc();
+            return;
+        }
         self.cluster
             .store
             .complete(

@@ -29,7 +29,7 @@ use data_encoding::HEXLOWER;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// A key in the store (a digest).
@@ -75,6 +75,14 @@ impl Claim {
                 text.push_str(result);
                 text.into_bytes()
             }
+        }
+    }
+
+    /// The length of [`encode`](Self::encode)'s output.
+    pub(crate) fn encoded_len(&self) -> usize {
+        match self {
+            Self::Running { .. } => 1 + 64 + 32,
+            Self::Done { result, .. } => 1 + 64 + result.len(),
         }
     }
 
@@ -143,6 +151,64 @@ pub(crate) struct Store {
     /// The owners of the claims this node's runs hold or are asking for: a running entry of
     /// this node whose owner is not here is left over (its release was lost), and is freed.
     live_owners: Mutex<std::collections::HashSet<ClaimId>>,
+    /// What this node may still write of results to Redis in the current window.
+    redis_share: RedisShare,
+}
+
+/// The bytes of keyed results this node writes to Redis, bounded per window of
+/// `dedup.window_ms` (as long as each is kept there): `dedup.max_bytes` in all, and a quarter
+/// of that for one identity (all anonymous clients count as one), so that one client cannot
+/// fill the Redis every node shares, nor this node's share of it. A result over either is not
+/// kept: its claim is released, and a retry runs the call again, as after the node's memory
+/// store evicted it. Redis then holds at most about twice `dedup.max_bytes` of results a node
+/// (this window's and the last one's, still within their time).
+struct RedisShare {
+    window: Duration,
+    max_bytes: u64,
+    max_bytes_per_identity: u64,
+    current: Mutex<ShareWindow>,
+}
+
+/// The bytes written in the current window, in all and by identity.
+struct ShareWindow {
+    began: Instant,
+    written: u64,
+    by_identity: HashMap<Box<str>, u64>,
+}
+
+impl RedisShare {
+    fn new(window: Duration, max_bytes: u64) -> Self {
+        Self {
+            window,
+            max_bytes,
+            max_bytes_per_identity: max_bytes / 4,
+            current: Mutex::new(ShareWindow {
+                began: Instant::now(),
+                written: 0,
+                by_identity: HashMap::new(),
+            }),
+        }
+    }
+
+    /// Takes `bytes` for `identity`, if both it and the node are within their shares.
+    fn take(&self, identity: &str, bytes: u64) -> bool {
+        let mut current = lock(&self.current);
+        let now = Instant::now();
+        if now.duration_since(current.began) >= self.window {
+            current.began = now;
+            current.written = 0;
+            current.by_identity.clear();
+        }
+        let theirs = current.by_identity.get(identity).copied().unwrap_or(0);
+        if current.written.saturating_add(bytes) > self.max_bytes
+            || theirs.saturating_add(bytes) > self.max_bytes_per_identity
+        {
+            return false;
+        }
+        current.written += bytes;
+        *current.by_identity.entry(Box::from(identity)).or_insert(0) += bytes;
+        true
+    }
 }
 
 impl Store {
@@ -167,6 +233,10 @@ impl Store {
             stranded_releases: Mutex::default(),
             max_stranded: settings.dedup.max_entries,
             live_owners: Mutex::default(),
+            redis_share: RedisShare::new(
+                Duration::from_millis(settings.dedup.window_ms),
+                settings.dedup.max_bytes as u64,
+            ),
         }
     }
 
@@ -197,6 +267,13 @@ impl Store {
             }
             waiting.push_back((*key, running));
         }
+    }
+
+    /// Whether a result of `bytes` (encoded) for `identity` fits this node's share of Redis
+    /// ([`RedisShare`]), taken from it if so. One that does not is not kept: its claim is
+    /// released.
+    pub(crate) fn takes_redis_share(&self, identity: &str, bytes: usize) -> bool {
+        self.redis_share.take(identity, bytes as u64)
     }
 
     /// This node's id.
@@ -245,7 +322,8 @@ impl Store {
     }
 
     /// Puts `done` under `key` for `ttl`, in the backend that took the claim (and in memory
-    /// if Redis cannot take it now).
+    /// if Redis cannot take it now). A result for Redis is first taken from this node's
+    /// share ([`takes_redis_share`](Self::takes_redis_share)).
     pub(crate) async fn complete(
         &self,
         metrics: &Metrics,
@@ -380,11 +458,26 @@ mod tests {
                 result: Arc::from(r#"{"content":[{"type":"text","text":"é"}]}"#),
             },
         ] {
+            assert_eq!(entry.encoded_len(), entry.encode().len());
             assert_eq!(Claim::decode(&entry.encode()), Some(entry));
         }
         let upper_case = format!("R{}{}", "AB".repeat(32), "0".repeat(32));
         for junk in [&b""[..], b"X", b"R12", &[0xff; 70], upper_case.as_bytes()] {
             assert_eq!(Claim::decode(junk), None);
         }
+    }
+
+    #[test]
+    fn each_identity_keeps_its_share_of_redis_and_a_new_window_begins_again() {
+        let share = RedisShare::new(Duration::from_millis(50), 400);
+        assert!(share.take("a", 60));
+        assert!(!share.take("a", 41), "a's quarter is 100");
+        assert!(share.take("a", 40));
+        for identity in ["b", "c", "d"] {
+            assert!(share.take(identity, 100));
+        }
+        assert!(!share.take("e", 1), "the node's 400 are taken");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(share.take("a", 100), "a new window");
     }
 }
