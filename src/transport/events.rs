@@ -11,9 +11,19 @@
 //! (an id, a progress token, an echo), and the log holds every event of the session,
 //! read or not.
 
+use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// An event whose data is longer than this goes out in slices of it, each read from the
+/// event's shared data as the connection takes it ([`SseEvent::into_chunks`]). actix copies
+/// each chunk of a body into the connection's write buffer, and takes chunks while that
+/// holds less than 32 KiB: whole, a large event was copied into each connection it went to,
+/// and a client that does not read held that copy on the server. A resume (`Last-Event-ID`)
+/// of a stream with an 8 MiB event, made again and again and never read, held 8 MiB a
+/// connection; in slices, it holds at most about 48 KiB a connection, and the event once.
+pub const SLICE_BYTES: usize = 16 * 1024;
 
 /// One SSE event: its id (none for a priming event's data) and its data (a JSON-RPC frame,
 /// or empty for a priming event).
@@ -43,6 +53,67 @@ impl SseEvent {
             out.push_str("\n\n");
         }
         out
+    }
+}
+
+impl SseEvent {
+    /// The event as the chunks of an SSE body: one, or, for data longer than
+    /// [`SLICE_BYTES`], its head, its data in slices (shared, not copied) and its end.
+    pub fn into_chunks(self) -> EventChunks {
+        if self.data.len() <= SLICE_BYTES {
+            return EventChunks {
+                head: Some(Bytes::from(self.to_wire())),
+                data: Bytes::new(),
+                tail: false,
+            };
+        }
+        let mut head = String::with_capacity(self.id.len() + 32);
+        if !self.id.is_empty() {
+            head.push_str("id: ");
+            head.push_str(&self.id);
+            head.push('\n');
+        }
+        head.push_str("event: message\ndata: ");
+        EventChunks {
+            head: Some(Bytes::from(head)),
+            data: Bytes::from_owner(SharedData(self.data)),
+            tail: true,
+        }
+    }
+}
+
+/// An event's data, shared as the bytes of its slices.
+struct SharedData(Arc<str>);
+
+impl AsRef<[u8]> for SharedData {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+/// The chunks of one event on the wire ([`SseEvent::into_chunks`]).
+pub struct EventChunks {
+    head: Option<Bytes>,
+    data: Bytes,
+    /// Whether the event's end (`\n\n`) is still to come.
+    tail: bool,
+}
+
+impl Iterator for EventChunks {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        if let Some(head) = self.head.take() {
+            return Some(head);
+        }
+        if !self.data.is_empty() {
+            let len = self.data.len().min(SLICE_BYTES);
+            return Some(self.data.split_to(len));
+        }
+        if std::mem::take(&mut self.tail) {
+            return Some(Bytes::from_static(b"\n\n"));
+        }
+        None
     }
 }
 
@@ -208,6 +279,31 @@ impl EventLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_events_chunks_make_its_wire_form() {
+        for (id, len) in [
+            ("3_1", 10),
+            ("", 10),
+            ("3_2", SLICE_BYTES),
+            ("3_3", 3 * SLICE_BYTES + 7),
+        ] {
+            let event = SseEvent {
+                id: id.to_owned(),
+                data: Arc::from("y".repeat(len)),
+            };
+            let chunks: Vec<Bytes> = event.clone().into_chunks().collect();
+            let whole: Vec<u8> = chunks.iter().flat_map(|chunk| chunk.to_vec()).collect();
+            assert_eq!(whole, event.to_wire().into_bytes(), "{id} {len}");
+            assert!(chunks.iter().all(|chunk| chunk.len() <= SLICE_BYTES + 32));
+            let slices = if len > SLICE_BYTES {
+                2 + len.div_ceil(SLICE_BYTES)
+            } else {
+                1
+            };
+            assert_eq!(chunks.len(), slices, "{id} {len}");
+        }
+    }
 
     fn data(text: &str) -> Arc<str> {
         Arc::from(text)

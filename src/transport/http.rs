@@ -10,7 +10,7 @@
 //! inside its handler and its answer's stream (a [`StatelessExchange`]). Refusals are
 //! [`Refusal`]s (the perimeter's one mapping to HTTP).
 
-use super::events::{Cursor, SseEvent};
+use super::events::{Cursor, EventChunks, SseEvent};
 use super::hosted::{find_or_take_up, End, HostedSession, OpenStream, Post, PostReply, TakeRecord};
 use super::stateless::{Body, FirstReply, StatelessExchange};
 use crate::perimeter::{self, Access, Admission, Owner, Refusal};
@@ -781,14 +781,27 @@ fn sse_body<S>(
 where
     S: Stream<Item = SseEvent> + Unpin,
 {
-    stream::unfold(events, move |mut events| async move {
-        let chunk = match tokio::time::timeout(keep_alive, events.next()).await {
-            Ok(Some(event)) => Bytes::from(event.to_wire()),
-            Ok(None) => return None,
-            Err(_idle) => Bytes::from_static(b": keep-alive\n\n"),
-        };
-        Some((Ok(chunk), events))
-    })
+    // The chunks of the event being sent, taken one at a time as actix asks for them.
+    let sending: Option<EventChunks> = None;
+    stream::unfold(
+        (events, sending),
+        move |(mut events, mut sending)| async move {
+            if let Some(chunk) = sending.as_mut().and_then(Iterator::next) {
+                return Some((Ok(chunk), (events, sending)));
+            }
+            let chunk = match tokio::time::timeout(keep_alive, events.next()).await {
+                Ok(Some(event)) => {
+                    let mut chunks = event.into_chunks();
+                    let head = chunks.next().unwrap_or_default();
+                    sending = Some(chunks);
+                    head
+                }
+                Ok(None) => return None,
+                Err(_idle) => Bytes::from_static(b": keep-alive\n\n"),
+            };
+            Some((Ok(chunk), (events, sending)))
+        },
+    )
 }
 
 /// A session's stream, as its host feeds it (the host ends it by dropping the sender).

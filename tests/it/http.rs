@@ -64,6 +64,18 @@ async fn steps(args: StepsArgs, ctx: RequestContext) -> Result<String, ToolError
     Ok(format!("stepped {}", args.n))
 }
 
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct BigArgs {
+    bytes: usize,
+}
+
+/// Reports progress once, then answers a text of `bytes` bytes: its answer is a large event
+/// of an SSE stream.
+async fn big(args: BigArgs, ctx: RequestContext) -> Result<String, ToolError> {
+    ctx.report_progress(1.0, None, None);
+    Ok("x".repeat(args.bytes))
+}
+
 /// Asks the client for its roots and answers with their URIs.
 async fn roots(_args: NoArgs, ctx: RequestContext) -> Result<String, ToolError> {
     let roots = ctx
@@ -120,6 +132,7 @@ fn start_http(settings: Settings) -> (RunningServer, Arc<Semaphore>) {
             .tool(step_gate_step(gate.clone()))
             .tool(Tool::new("steps", "Reports n progress steps.", steps))
             .tool(Tool::new("roots", "Lists the client's roots.", roots))
+            .tool(Tool::new("big", "Progress, then a large answer.", big))
     });
     (server, gate)
 }
@@ -1021,6 +1034,73 @@ async fn cancelled_in_a_second_post_stops_the_tool_and_ends_the_first_without_a_
     wait_metric(&server, "mcp_pool_running", 0).await;
     assert_eq!(metric(&server, "mcp_cancelled_total").await, 2);
     session.assert_alive().await;
+}
+
+/// A large event goes out in slices of at most 16 KiB (as chunks of the HTTP body), read
+/// from the event the session keeps rather than copied whole for each connection: a client
+/// that resumes a stream again and again and never reads holds one slice on the server,
+/// not a copy of the event each time. The slices make the event whole again.
+#[tokio::test]
+async fn a_large_event_goes_out_in_slices() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (server, _gate) = start_http(http_settings());
+    let session = Endpoint::new(&server).initialize("2025-06-18").await;
+    let bytes = 200_000;
+    let body = call_with_token(json!(1), "big", json!({"bytes": bytes}), json!("p")).to_string();
+    let mut socket = tokio::net::TcpStream::connect(server.addr())
+        .await
+        .expect("connect");
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nAccept: {BOTH}\r\nContent-Type: application/json\r\n\
+         Mcp-Session-Id: {}\r\nMCP-Protocol-Version: 2025-06-18\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        server.addr(),
+        session.id,
+        body.len()
+    );
+    socket.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    tokio::time::timeout(READ_TIMEOUT, socket.read_to_end(&mut raw))
+        .await
+        .expect("answered in time")
+        .expect("read");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_lowercase();
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    assert!(head.contains("text/event-stream"), "{head}");
+    // The body's chunks: `<hex size>\r\n<data>\r\n`, until a chunk of size 0.
+    let mut rest = &raw[split + 4..];
+    let mut sizes = Vec::new();
+    let mut text = Vec::new();
+    loop {
+        let line = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("a chunk size");
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..line]).expect("hex"), 16)
+            .expect("a chunk size");
+        if size == 0 {
+            break;
+        }
+        text.extend_from_slice(&rest[line + 2..line + 2 + size]);
+        sizes.push(size);
+        rest = &rest[line + 2 + size + 2..];
+    }
+    assert!(
+        sizes.iter().all(|size| *size <= 16 * 1024),
+        "chunks of {sizes:?} bytes"
+    );
+    let text = String::from_utf8(text).expect("UTF-8");
+    let answer = text
+        .split("\n\n")
+        .filter_map(|event| event.split_once("data: "))
+        .filter_map(|(_, data)| serde_json::from_str::<Value>(data).ok())
+        .find(|message| message.get("id") == Some(&json!(1)))
+        .expect("the answer, whole");
+    assert_eq!(tool_text(&answer).len(), bytes);
 }
 
 #[tokio::test]
