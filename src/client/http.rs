@@ -229,7 +229,12 @@ impl Session {
     /// `initialize`); a server without one (405) is fine. The receiver resolves once the
     /// server answered the first GET (or could not be reached), so that the stream is there
     /// before the client's first request: a server may deliver an answer on it.
-    pub(crate) fn listen(&self, inner: &Arc<Inner>, version: &str) -> oneshot::Receiver<()> {
+    pub(crate) fn listen(
+        &self,
+        inner: &Arc<Inner>,
+        version: &str,
+        max_event: usize,
+    ) -> oneshot::Receiver<()> {
         if let Ok(version) = HeaderValue::from_str(version) {
             *super::lock(&self.0.version) = Some(version);
         }
@@ -257,7 +262,7 @@ impl Session {
                         failures = 0;
                         let Some(inner) = weak.upgrade() else { return };
                         drop(inner);
-                        resume.read(response, &weak, usize::MAX, None).await;
+                        resume.read(response, &weak, max_event, None).await;
                     }
                     // The server will not resume after that event (it no longer holds it,
                     // say): a fresh stream, the events missed meanwhile lost.
@@ -397,7 +402,8 @@ impl Resume {
         let Some(mut closed) = weak.upgrade().map(|inner| inner.closed.subscribe()) else {
             return false;
         };
-        let mut events = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
+        let mut events =
+            sse_stream::SseStream::from_bytes_stream(bounded_events(response, max_event));
         let mut advanced = false;
         loop {
             let next = match answer_to {
@@ -489,6 +495,77 @@ impl Resume {
     }
 }
 
+/// The bytes of an SSE body, ended with an error once one event runs past `max_event` bytes
+/// (and its lines' ends) without the blank line that ends it. The SSE parser keeps an
+/// unfinished line and an unfinished event's data whole, and an event over the limit is
+/// only skipped once it is complete: an upstream that never ended one (a `data:` line
+/// without a newline, or `data:` lines without a blank one) grew the gateway by hundreds of
+/// megabytes a second. Ended, the stream is dropped, which closes its connection.
+fn bounded_events(
+    response: reqwest::Response,
+    max_event: usize,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, EventOverLimit>> {
+    let mut boundary = EventBoundary::default();
+    // Room for the event's other fields (`id:`, `event:`) and its `data:` prefixes.
+    let limit = max_event.saturating_add(4096);
+    response.bytes_stream().map(move |chunk| {
+        let chunk = chunk.map_err(|error| EventOverLimit::Body(error.without_url()))?;
+        if boundary.longest_in(&chunk) > limit {
+            return Err(EventOverLimit::Over(max_event));
+        }
+        Ok(chunk)
+    })
+}
+
+/// Why an SSE body was cut off.
+#[derive(Debug, thiserror::Error)]
+enum EventOverLimit {
+    #[error("{0}")]
+    Body(reqwest::Error),
+    #[error("an event ran past {0} bytes")]
+    Over(usize),
+}
+
+/// Where an SSE body stands between events: the length of the event read so far.
+#[derive(Debug, Default)]
+struct EventBoundary {
+    /// Bytes of the event so far (its lines and their ends), 0 at a blank line.
+    event: usize,
+    /// Bytes of the line so far.
+    line: usize,
+    /// The last byte was a CR: a LF right after it ends the same line.
+    after_cr: bool,
+}
+
+impl EventBoundary {
+    /// Reads `chunk`; the longest the event being read was within it.
+    fn longest_in(&mut self, chunk: &[u8]) -> usize {
+        let mut longest = self.event;
+        for &byte in chunk {
+            match byte {
+                b'\n' if self.after_cr => self.after_cr = false,
+                b'\r' | b'\n' => {
+                    self.after_cr = byte == b'\r';
+                    if self.line == 0 {
+                        // A blank line: the event ends.
+                        self.event = 0;
+                    } else {
+                        self.line = 0;
+                        self.event += 1;
+                    }
+                }
+                _ => {
+                    self.after_cr = false;
+                    self.line += 1;
+                    self.event += 1;
+                    longest = longest.max(self.event);
+                }
+            }
+        }
+        longest
+    }
+}
+
 /// A refusal worth trying again after the wait (an overloaded or restarting server).
 fn is_transient(status: reqwest::StatusCode) -> bool {
     status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
@@ -519,6 +596,25 @@ pub(super) fn tls_config() -> Result<rustls::ClientConfig, ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_events_length_runs_to_its_blank_line_whatever_the_line_ends() {
+        for ends in ["\n", "\r\n", "\r"] {
+            let mut boundary = EventBoundary::default();
+            let event = format!("id: 1{ends}data: abc{ends}");
+            // `id: 1` and its end, `data: abc` and its end: 5 + 1 + 9 + 1 bytes.
+            assert_eq!(boundary.longest_in(event.as_bytes()), 15, "{ends:?}");
+            assert_eq!(boundary.longest_in(ends.as_bytes()), 16, "the blank line");
+            assert_eq!(boundary.longest_in(b"data: x"), 7, "{ends:?}: a new event");
+        }
+        // Split anywhere, the count is the same: a CRLF across two chunks is one line end.
+        let mut boundary = EventBoundary::default();
+        assert_eq!(boundary.longest_in(b"data: ab\r"), 8);
+        assert_eq!(boundary.longest_in(b"\ndata: c"), 16);
+        // The event running in counts; then a blank line ends it.
+        assert_eq!(boundary.longest_in(b"\r\n\r\ndata: d"), 16);
+        assert_eq!(boundary.longest_in(b"e"), 8);
+    }
 
     #[test]
     fn the_wait_is_the_servers_retry_within_bounds() {

@@ -379,7 +379,11 @@ impl Client {
         if let (Transport::Http(session), None) =
             (&client.inner.transport, client.inner.stateless.get())
         {
-            let opened = session.listen(&client.inner, &client.server().protocol_version);
+            let opened = session.listen(
+                &client.inner,
+                &client.server().protocol_version,
+                options.max_message_bytes,
+            );
             // Not longer than this: a server that holds back the GET's headers is no reason
             // to hold back the client.
             let _ = tokio::time::timeout(Duration::from_secs(2), opened).await;

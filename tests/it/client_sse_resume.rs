@@ -175,3 +175,118 @@ async fn a_response_stream_ended_early_is_resumed_with_last_event_id() {
     client.shutdown(Duration::from_secs(2)).await;
     proxy_handle.stop(false).await;
 }
+
+/// What the endless upstream did with its one stream.
+#[derive(Default)]
+struct Endless {
+    /// Bytes of the event it sent.
+    sent: AtomicUsize,
+    /// Whether its stream was dropped (its connection closed by the client).
+    dropped: AtomicBool,
+}
+
+/// Counts the stream's end.
+struct DropFlag(Arc<Endless>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.dropped.store(true, Ordering::Relaxed);
+    }
+}
+
+/// An upstream that answers `initialize`, takes notifications, offers no GET stream, and
+/// answers `tools/call` with an SSE event that never ends: `data: ` and then `A`s, 64 KiB at
+/// a time, without a newline.
+async fn endless(
+    request: HttpRequest,
+    body: web::Bytes,
+    seen: web::Data<Arc<Endless>>,
+) -> HttpResponse {
+    if request.method() != actix_web::http::Method::POST {
+        return HttpResponse::MethodNotAllowed().finish();
+    }
+    let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+    match message["method"].as_str() {
+        Some("initialize") => HttpResponse::Ok()
+            .insert_header(("mcp-session-id", "endless"))
+            .json(json!({"jsonrpc": "2.0", "id": message["id"], "result": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "endless", "version": "1"}
+            }})),
+        Some("tools/call") => {
+            let flag = DropFlag(seen.get_ref().clone());
+            let head = futures_util::stream::once(async {
+                Ok::<_, std::convert::Infallible>(web::Bytes::from_static(
+                    b"event: message\ndata: ",
+                ))
+            });
+            let tail = futures_util::stream::unfold(flag, |flag| async move {
+                flag.0.sent.fetch_add(64 * 1024, Ordering::Relaxed);
+                Some((Ok(web::Bytes::from(vec![b'A'; 64 * 1024])), flag))
+            });
+            HttpResponse::Ok()
+                .content_type("text/event-stream")
+                .streaming(head.chain(tail))
+        }
+        _ => HttpResponse::Accepted().finish(),
+    }
+}
+
+/// An SSE event from the server that never ends (no newline, ever) is cut off once it runs
+/// past the client's `max_message_bytes`: its connection is closed and the call fails at
+/// once. (The SSE parser kept the unfinished line whole, and the event's size was checked
+/// only once it was complete: a gateway's memory grew by hundreds of megabytes a second, for
+/// as long as the call's deadline, and without end on a GET stream.)
+#[tokio::test]
+async fn an_event_that_never_ends_is_cut_off_at_the_message_limit() {
+    let seen = Arc::new(Endless::default());
+    let shared = web::Data::new(seen.clone());
+    let (bound_tx, bound) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            let server = HttpServer::new(move || {
+                App::new()
+                    .app_data(shared.clone())
+                    .default_service(web::to(endless))
+            })
+            .workers(1)
+            .bind("127.0.0.1:0")
+            .expect("binds");
+            let addr = server.addrs()[0];
+            let running = server.run();
+            bound_tx
+                .send((addr, running.handle()))
+                .expect("the test waits");
+            running.await
+        })
+    });
+    let (addr, handle) = bound.recv_timeout(READ_TIMEOUT).expect("listens");
+    let client = Client::http(
+        &format!("http://{addr}/mcp"),
+        &[],
+        ClientOptions {
+            max_message_bytes: 1 << 20,
+            ..ClientOptions::default()
+        },
+    )
+    .await
+    .expect("connects");
+    let params = json!({ "name": "anything", "arguments": {} });
+    let answer = tokio::time::timeout(
+        READ_TIMEOUT,
+        client.request_with("tools/call", Some(params), Call::default()),
+    )
+    .await
+    .expect("failed in time, not held until a deadline");
+    assert!(answer.is_err(), "{answer:?}");
+    let deadline = std::time::Instant::now() + READ_TIMEOUT;
+    while !seen.dropped.load(Ordering::Relaxed) {
+        assert!(std::time::Instant::now() < deadline, "the stream is closed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent = seen.sent.load(Ordering::Relaxed);
+    assert!(sent < 64 << 20, "{sent} bytes read before the cut");
+    client.shutdown(Duration::from_secs(2)).await;
+    handle.stop(false).await;
+}
