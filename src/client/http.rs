@@ -67,10 +67,16 @@ impl Session {
         // Its TLS configuration is its own (ring, the platform's roots): it needs no crypto
         // provider installed in the process, which is what clippy.toml guards against.
         #[allow(clippy::disallowed_methods)]
+        // No redirect is followed and no `Referer` sent: a redirect would take the client's
+        // messages and the configured headers (an API key) to wherever the upstream says,
+        // another host or an internal address, and a `Referer` would name the upstream's
+        // URL, a token in its query included. A redirect is an upstream's error.
         let http = reqwest::Client::builder()
             .default_headers(defaults)
             .tls_backend_preconfigured(tls)
             .connect_timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .referer(false)
             .build()
             .map_err(|e| ClientError::Connect(e.to_string()))?;
         Ok(Self(Arc::new(SessionInner {

@@ -1,9 +1,11 @@
-//! `mcp_ws::client` resuming a response stream that ended before its answer (SEP-1699),
+//! `mcp_ws::client`'s Streamable HTTP transport against servers that end, grow or move its
+//! streams. First, resuming a response stream that ended before its answer (SEP-1699),
 //! against mcp-ws. mcp-ws never ends a request's stream early on its own, so a proxy between
 //! the two does (as a load balancer with a response timeout would): it ends the first
 //! POST's SSE stream cleanly after its first progress event. The client must then ask for
 //! the rest with a GET carrying `Last-Event-ID`, and mcp-ws replays it from its log: the
-//! call gets its answer and the progress it missed.
+//! call gets its answer and the progress it missed. Then hostile servers: an SSE event that
+//! never ends is cut off at the client's message limit, and a redirect is not followed.
 
 use crate::support::*;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -41,26 +43,10 @@ fn cutting_proxy(upstream: SocketAddr) -> (SocketAddr, Arc<Seen>, actix_web::dev
         http: crate::support::http::client(),
         seen: seen.clone(),
     });
-    let (bound_tx, bound) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        actix_web::rt::System::new().block_on(async move {
-            let server = HttpServer::new(move || {
-                App::new()
-                    .app_data(shared.clone())
-                    .default_service(web::to(forward))
-            })
-            .workers(1)
-            .bind("127.0.0.1:0")
-            .expect("the proxy binds");
-            let addr = server.addrs()[0];
-            let running = server.run();
-            bound_tx
-                .send((addr, running.handle()))
-                .expect("the test waits");
-            running.await
-        })
+    let (addr, handle) = serve(move |app| {
+        app.app_data(shared.clone())
+            .default_service(web::to(forward));
     });
-    let (addr, handle) = bound.recv_timeout(READ_TIMEOUT).expect("the proxy listens");
     (addr, seen, handle)
 }
 
@@ -122,6 +108,29 @@ async fn forward(request: HttpRequest, body: web::Bytes, proxy: web::Data<Proxy>
         },
     );
     response.streaming(Box::pin(cut))
+}
+
+/// An HTTP server on its own thread, its routes as `configure` sets them: its address and
+/// the handle that stops it.
+fn serve(
+    configure: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
+) -> (SocketAddr, actix_web::dev::ServerHandle) {
+    let (bound_tx, bound) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            let server = HttpServer::new(move || App::new().configure(configure.clone()))
+                .workers(1)
+                .bind("127.0.0.1:0")
+                .expect("binds");
+            let addr = server.addrs()[0];
+            let running = server.run();
+            bound_tx
+                .send((addr, running.handle()))
+                .expect("the test waits");
+            running.await
+        })
+    });
+    bound.recv_timeout(READ_TIMEOUT).expect("listens")
 }
 
 /// Where `needle` first occurs in `haystack`.
@@ -242,26 +251,10 @@ async fn endless(
 async fn an_event_that_never_ends_is_cut_off_at_the_message_limit() {
     let seen = Arc::new(Endless::default());
     let shared = web::Data::new(seen.clone());
-    let (bound_tx, bound) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        actix_web::rt::System::new().block_on(async move {
-            let server = HttpServer::new(move || {
-                App::new()
-                    .app_data(shared.clone())
-                    .default_service(web::to(endless))
-            })
-            .workers(1)
-            .bind("127.0.0.1:0")
-            .expect("binds");
-            let addr = server.addrs()[0];
-            let running = server.run();
-            bound_tx
-                .send((addr, running.handle()))
-                .expect("the test waits");
-            running.await
-        })
+    let (addr, handle) = serve(move |app| {
+        app.app_data(shared.clone())
+            .default_service(web::to(endless));
     });
-    let (addr, handle) = bound.recv_timeout(READ_TIMEOUT).expect("listens");
     let client = Client::http(
         &format!("http://{addr}/mcp"),
         &[],
@@ -289,4 +282,49 @@ async fn an_event_that_never_ends_is_cut_off_at_the_message_limit() {
     assert!(sent < 64 << 20, "{sent} bytes read before the cut");
     client.shutdown(Duration::from_secs(2)).await;
     handle.stop(false).await;
+}
+
+/// An upstream's redirect is not followed: `initialize` answered 307 to another server fails
+/// to connect, and that server gets nothing, neither the message nor the configured headers
+/// (a redirect was followed with them, the API key included, and a `Referer` naming the
+/// upstream's URL).
+#[tokio::test]
+async fn a_redirect_is_not_followed() {
+    let reached = Arc::new(AtomicUsize::new(0));
+    let counted = web::Data::new(reached.clone());
+    let (elsewhere, elsewhere_handle) = serve(move |app| {
+        app.app_data(counted.clone()).default_service(web::to(
+            |reached: web::Data<Arc<AtomicUsize>>| async move {
+                reached.fetch_add(1, Ordering::Relaxed);
+                HttpResponse::Ok().finish()
+            },
+        ));
+    });
+    let target = format!("http://{elsewhere}/mcp");
+    let (addr, handle) = serve(move |app| {
+        let target = target.clone();
+        app.default_service(web::to(move || {
+            let target = target.clone();
+            async move {
+                HttpResponse::TemporaryRedirect()
+                    .insert_header(("location", target))
+                    .finish()
+            }
+        }));
+    });
+    let connected = Client::http(
+        &format!("http://{addr}/mcp?token=secret"),
+        &[("X-Api-Key".to_owned(), "topsecret".to_owned())],
+        ClientOptions::default(),
+    )
+    .await;
+    assert!(connected.is_err(), "a redirect is an error");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        reached.load(Ordering::Relaxed),
+        0,
+        "nothing reached the redirect's target"
+    );
+    handle.stop(false).await;
+    elsewhere_handle.stop(false).await;
 }
