@@ -202,6 +202,11 @@ impl Post {
         if !status.is_success() && !is_json {
             return fail(&inner, message.id, ClientError::Status(status.as_u16()));
         }
+        // A notification or a response needs no answer (a server answers them 202): the
+        // body of any other success is not read. Read, a stream a server held open after
+        // each (never ending, never answering anything) kept a connection and a task, until
+        // the client ended, and a shared upstream's never does.
+        let Some(id) = message.id else { return };
         let weak = Arc::downgrade(&inner);
         drop(inner);
         if is_stream {
@@ -209,17 +214,15 @@ impl Post {
             // Read for as long as its request waits: a server may hold the stream open
             // after the answer, or without one after a cancel, and a stream left open holds
             // a connection and this task.
-            resume.read(response, &weak, max_body, message.id).await;
-            if let Some(id) = message.id {
-                resume.until_answered(&session, id, &weak, max_body).await;
-            }
+            resume.read(response, &weak, max_body, Some(id)).await;
+            resume.until_answered(&session, id, &weak, max_body).await;
         } else {
             // A refusal's body may hold the JSON-RPC error for the request (a stateless
             // server answers an unsupported version or a header mismatch so).
-            read_json(response, &weak, max_body, message.id).await;
+            read_json(response, &weak, max_body, id).await;
         }
         // A request whose answer the body did not hold is answered now, never left waiting.
-        if let (Some(id), Some(inner)) = (message.id, weak.upgrade()) {
+        if let Some(inner) = weak.upgrade() {
             let error = if status.is_success() {
                 ClientError::Closed(Arc::from("the response ended without an answer"))
             } else {
@@ -324,24 +327,21 @@ fn fail(inner: &Inner, id: Option<u64>, error: ClientError) {
     }
 }
 
-/// A JSON body (one message or a batch), read up to `max_body` bytes.
-/// Reads a JSON body into the client, for as long as request `answer_to` (if any) waits.
+/// Reads a JSON body (one message or a batch, up to `max_body` bytes) into the client, for
+/// as long as request `answer_to` waits.
 async fn read_json(
     response: reqwest::Response,
     weak: &Weak<Inner>,
     max_body: usize,
-    answer_to: Option<u64>,
+    answer_to: u64,
 ) {
     let mut body = Vec::new();
     let mut chunks = response.bytes_stream();
     loop {
-        let chunk = match answer_to {
-            None => chunks.next().await,
-            Some(id) => match tokio::time::timeout(WATCH_EVERY, chunks.next()).await {
-                Ok(chunk) => chunk,
-                Err(_quiet) if waits(weak, id) => continue,
-                Err(_quiet) => return,
-            },
+        let chunk = match tokio::time::timeout(WATCH_EVERY, chunks.next()).await {
+            Ok(chunk) => chunk,
+            Err(_quiet) if waits(weak, answer_to) => continue,
+            Err(_quiet) => return,
         };
         let Some(chunk) = chunk else { break };
         let Ok(chunk) = chunk else { return };

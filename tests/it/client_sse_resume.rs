@@ -5,7 +5,8 @@
 //! POST's SSE stream cleanly after its first progress event. The client must then ask for
 //! the rest with a GET carrying `Last-Event-ID`, and mcp-ws replays it from its log: the
 //! call gets its answer and the progress it missed. Then hostile servers: an SSE event that
-//! never ends is cut off at the client's message limit, and a redirect is not followed.
+//! never ends is cut off at the client's message limit, a redirect is not followed, and a
+//! stream answering a notification is let go.
 
 use crate::support::*;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -327,4 +328,80 @@ async fn a_redirect_is_not_followed() {
     );
     handle.stop(false).await;
     elsewhere_handle.stop(false).await;
+}
+
+/// An upstream that answers `initialize`, and every notification with an SSE stream it
+/// holds open and sends no event on; `holds` counts the streams still open.
+async fn holding(
+    request: HttpRequest,
+    body: web::Bytes,
+    holds: web::Data<Arc<AtomicUsize>>,
+) -> HttpResponse {
+    if request.method() != actix_web::http::Method::POST {
+        return HttpResponse::MethodNotAllowed().finish();
+    }
+    let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+    if message["method"] == "initialize" {
+        return HttpResponse::Ok().json(json!({"jsonrpc": "2.0", "id": message["id"], "result": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "serverInfo": {"name": "holding", "version": "1"}
+        }}));
+    }
+    /// Counts a held stream until it is dropped.
+    struct Held(Arc<AtomicUsize>);
+    impl Drop for Held {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    holds.fetch_add(1, Ordering::Relaxed);
+    let held = Held(holds.get_ref().clone());
+    // A comment every 100 ms, never an event: a write is how the server notices the
+    // client gone.
+    let never = futures_util::stream::unfold(held, |held| async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let comment = web::Bytes::from_static(b": still here\n\n");
+        Some((Ok::<_, std::convert::Infallible>(comment), held))
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .streaming(never)
+}
+
+/// A notification's POST answered with a stream (a server answers it 202) is not read: the
+/// stream is let go at once, its connection with it. (Read for as long as the client lived,
+/// each such answer held a connection: a thousand cancels, each answered so, left a
+/// thousand connections open, and later requests to the upstream could not connect.)
+#[tokio::test]
+async fn a_stream_answering_a_notification_is_let_go() {
+    let holds = Arc::new(AtomicUsize::new(0));
+    let counted = web::Data::new(holds.clone());
+    let (addr, handle) = serve(move |app| {
+        app.app_data(counted.clone())
+            .default_service(web::to(holding));
+    });
+    let client = Client::http(&format!("http://{addr}/mcp"), &[], ClientOptions::default())
+        .await
+        .expect("connects");
+    for _ in 0..5 {
+        client
+            .notify("notifications/roots/list_changed", None)
+            .await;
+    }
+    // `notifications/initialized` and the five: each stream was opened, and let go.
+    let deadline = std::time::Instant::now() + READ_TIMEOUT;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if holds.load(Ordering::Relaxed) == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} streams still held",
+            holds.load(Ordering::Relaxed)
+        );
+    }
+    client.shutdown(Duration::from_secs(2)).await;
+    handle.stop(false).await;
 }
