@@ -988,10 +988,20 @@ struct Incoming<'a> {
     method: Option<&'a str>,
     #[serde(borrow, default)]
     params: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    /// Present, even as `null` (a valid JSON-RPC result: the request is answered).
+    #[serde(borrow, default, deserialize_with = "present")]
     result: Option<&'a RawValue>,
-    #[serde(default)]
-    error: Option<RpcError>,
+    /// Read as it is: an error object that is not one (no `message`, a code that is no
+    /// integer) still answers its request, as a malformed answer.
+    #[serde(borrow, default, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+}
+
+/// A member that is there, whatever its value (`null` too, which `Option` reads as absent).
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(deserializer).map(Some)
 }
 
 /// A request the server sent, owned, for answering later.
@@ -1097,17 +1107,26 @@ impl Inner {
             }
             (Some(method), None) => self.on_notification(method, message.params),
             (None, Some(id)) => {
-                let outcome = match (message.result, message.error) {
-                    (Some(result), None) => Ok(result.to_owned()),
-                    (_, Some(error)) => Err(ClientError::Rpc {
-                        code: error.code,
-                        message: error.message,
-                        data: error.data,
-                    }),
-                    (None, None) => return self.skip(text, "a response without result or error"),
-                };
                 let Ok(id) = serde_json::from_str::<u64>(id.get()) else {
                     return self.skip(text, "a response to an id this client never used");
+                };
+                // A response to one of ours is its answer, whatever else is wrong with it:
+                // skipped, its request waited for its deadline.
+                let outcome = match (message.result, message.error) {
+                    (Some(result), None) => Ok(result.to_owned()),
+                    (_, Some(error)) => Err(match serde_json::from_str::<RpcError>(error.get()) {
+                        Ok(error) => ClientError::Rpc {
+                            code: error.code,
+                            message: error.message,
+                            data: error.data,
+                        },
+                        Err(_) => ClientError::InvalidAnswer(
+                            "an error that is no JSON-RPC error object".to_owned(),
+                        ),
+                    }),
+                    (None, None) => Err(ClientError::InvalidAnswer(
+                        "a response without result or error".to_owned(),
+                    )),
                 };
                 // None: cancelled (a late answer is dropped) or never ours.
                 if let Some(pending) = lock(&self.pending).remove(&id) {

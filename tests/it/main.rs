@@ -18,6 +18,7 @@ mod capabilities;
 mod client_conformance;
 mod client_requests;
 mod client_sse_resume;
+mod client_stdio;
 mod config_cli;
 mod conformance_fixtures;
 mod conformance_suite;
