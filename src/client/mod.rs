@@ -53,7 +53,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
@@ -295,6 +295,8 @@ pub(crate) struct Inner {
     handler: Arc<dyn ClientHandler>,
     /// The places of the server's requests being answered ([`MAX_ANSWERING`]).
     answering: Arc<Semaphore>,
+    /// Cancels waiting for room in the full outgoing queue (at most [`OUTGOING_QUEUE`]).
+    cancels_waiting: Arc<AtomicUsize>,
     /// `Some(reason)` once the connection is over.
     closed: watch::Sender<Option<Arc<str>>>,
     server: std::sync::OnceLock<ServerDetails>,
@@ -423,6 +425,7 @@ impl Client {
                 next_id: AtomicU64::new(1),
                 handler: options.handler.clone(),
                 answering: Arc::new(Semaphore::new(MAX_ANSWERING)),
+                cancels_waiting: Arc::new(AtomicUsize::new(0)),
                 closed: watch::Sender::new(None),
                 server: std::sync::OnceLock::new(),
                 stateless: std::sync::OnceLock::new(),
@@ -662,6 +665,7 @@ impl Client {
             inner,
             id,
             armed: true,
+            sent: false,
         };
         let message = Outgoing {
             id: Some(id),
@@ -674,6 +678,7 @@ impl Client {
             lock(&inner.pending).remove(&id);
             return Err(ClientError::Closed(self.close_reason()));
         }
+        guard.sent = true;
         let outcome = waiting.await;
         guard.armed = false;
         outcome.unwrap_or_else(|_| Err(ClientError::Closed(self.close_reason())))
@@ -950,11 +955,14 @@ struct CancelOnDrop<'a> {
     inner: &'a Arc<Inner>,
     id: u64,
     armed: bool,
+    /// Whether the request went into the outgoing queue: one dropped while it waited for
+    /// room was never sent, and is not cancelled (its caller's wait is simply over).
+    sent: bool,
 }
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        if !self.armed || lock(&self.inner.pending).remove(&self.id).is_none() {
+        if !self.armed || lock(&self.inner.pending).remove(&self.id).is_none() || !self.sent {
             return;
         }
         let text = json!({
@@ -970,10 +978,21 @@ impl Drop for CancelOnDrop<'_> {
         };
         if let Err(mpsc::error::TrySendError::Full(message)) = self.inner.outgoing.try_send(message)
         {
-            // The queue is full: the cancel waits its turn rather than being lost.
+            // The queue is full: the cancel waits its turn rather than being lost, unless as
+            // many wait already as the queue holds. A server that reads nothing (a child
+            // that stopped reading its stdin) would otherwise gather a waiting task a
+            // cancel, for as long as it lives; its requests' answers, should they come, are
+            // dropped as for any request no longer waited for.
+            let waiting = self.inner.cancels_waiting.clone();
+            if waiting.fetch_add(1, Ordering::Relaxed) >= OUTGOING_QUEUE {
+                waiting.fetch_sub(1, Ordering::Relaxed);
+                tracing::debug!(upstream = %self.inner.label, id = self.id, "a cancel was dropped: the server reads nothing");
+                return;
+            }
             let outgoing = self.inner.outgoing.clone();
             tokio::spawn(async move {
                 let _ = outgoing.send(message).await;
+                waiting.fetch_sub(1, Ordering::Relaxed);
             });
         }
     }

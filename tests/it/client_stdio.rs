@@ -1,6 +1,7 @@
 //! `mcp_ws::client` over stdio against a child that answers badly: each answer to one of the
 //! client's ids answers its request at once, as what it is (an error, a malformed answer),
-//! never skipped to wait for a deadline.
+//! never skipped to wait for a deadline; and against one that reads nothing, the requests
+//! given up on leave no task each behind.
 
 use crate::support::READ_TIMEOUT;
 use mcp_ws::client::{Client, ClientError, ClientOptions, StdioCommand};
@@ -54,5 +55,44 @@ async fn a_malformed_answer_answers_its_request_at_once() {
     .await
     .expect("null_result: answered at once");
     assert_eq!(null.expect("a result").get(), "null");
+    client.shutdown(std::time::Duration::from_secs(2)).await;
+}
+
+/// A child that answers `initialize` and then reads nothing more from its stdin.
+const DEAF_CHILD: &str = r#"
+import json, sys, time
+message = json.loads(sys.stdin.readline())
+result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+          "serverInfo": {"name": "deaf", "version": "1"}}
+print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+time.sleep(600)
+"#;
+
+/// Requests given up on while the server reads nothing do not each leave a task behind: one
+/// never sent (it waited for room in the full queue) is not cancelled, and the cancels that
+/// wait for room are at most as many as the queue holds. (Each gave-up request spawned a
+/// task holding its cancel, for as long as the child lived: 800,000 of them took 700 MB.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_given_up_on_a_deaf_server_leave_no_task_each() {
+    let child = StdioCommand::new("python3").args(["-c", DEAF_CHILD]);
+    let client = Client::stdio(child, ClientOptions::default())
+        .await
+        .expect("the child answers initialize");
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    for n in 0..4000 {
+        let params = json!({"name": "anything", "arguments": {"n": n, "pad": "x".repeat(200)}});
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(1),
+            client.request("tools/call", Some(params)),
+        )
+        .await;
+    }
+    let left = metrics.num_alive_tasks().saturating_sub(before);
+    // The queue holds 1024 messages (OUTGOING_QUEUE): as many cancels may wait.
+    assert!(
+        left <= 1100,
+        "{left} tasks left behind by 4000 requests given up on"
+    );
     client.shutdown(std::time::Duration::from_secs(2)).await;
 }
