@@ -49,12 +49,12 @@ impl Session {
     /// For a request that names a version in `_meta`: -32602 for a malformed `_meta`, -32022
     /// for a version this server does not speak. For a request that must be a 2026-07-28
     /// one: -32602 if its `_meta` names no version, or its params do not read
-    /// (`unreadable`, a member named twice: then that is what the error says).
+    /// (`unreadable` says why, a member named twice: then that is what the error says).
     pub(super) fn stateless_request(
         &self,
         request: &Request<'_>,
         meta: Option<&RequestMeta<'_>>,
-        unreadable: Option<&serde_json::Error>,
+        unreadable: impl FnOnce() -> Option<serde_json::Error>,
     ) -> Result<Era, Error> {
         // Methods only 2026-07-28 has, and everything a 2026-07-28-only host (an HTTP request
         // whose header named that revision) receives, need the per-request `_meta`.
@@ -73,8 +73,8 @@ impl Session {
                 });
             }
             return if must_be_stateless {
-                Err(Error::MalformedMeta(match unreadable {
-                    Some(error) => unreadable_params(error),
+                Err(Error::MalformedMeta(match unreadable() {
+                    Some(error) => unreadable_params(&error),
                     None => "_meta.io.modelcontextprotocol/protocolVersion: required".into(),
                 }))
             } else {
