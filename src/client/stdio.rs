@@ -2,9 +2,12 @@
 //! stdin and stdout; its stderr is logged line by line.
 //!
 //! No child outlives the server. The child leads a process group of its own, so what it
-//! starts in turn (`npx` starts `node`) is signalled with it. If this process dies without
-//! stopping it (SIGKILL), the kernel kills the child (`PR_SET_PDEATHSIG`), and the child's
-//! own children read end-of-file on the stdin they inherited, on which MCP servers exit.
+//! starts in turn (`npx` starts `node`) is signalled with it. However the child ends (it
+//! crashes or exits, it is stopped, or the runtime it ran on stops), its group is killed the
+//! moment it is known to be gone: what it started and left behind in its group dies with it.
+//! If this process dies without stopping it (SIGKILL), the kernel kills the child
+//! (`PR_SET_PDEATHSIG`), and the child's own children read end-of-file on the stdin they
+//! inherited, on which MCP servers exit.
 
 use super::{ClientError, Inner, Outgoing};
 use std::path::PathBuf;
@@ -81,7 +84,9 @@ pub(crate) struct Process(Arc<ProcessInner>);
 struct ProcessInner {
     pid: u32,
     pipes: Mutex<Option<Pipes>>,
-    /// Turns `true` once the child has exited (and been reaped).
+    /// Turns `true` once the child has exited (and been reaped), and its group been killed:
+    /// the group id is not signalled after that (once the group is empty, a new process may
+    /// lead a group of that id).
     exited: watch::Sender<bool>,
     /// Tells the writer to close the child's stdin.
     close_stdin: Notify,
@@ -167,20 +172,21 @@ impl Process {
         {
             signal_group(process.pid, Signal::Kill);
             let _ = tokio::time::timeout(Duration::from_secs(1), exited.wait_for(|e| *e)).await;
-        } else {
-            // What the child started may still run in its group.
-            signal_group(process.pid, Signal::Kill);
         }
+        // Once the child exited, what it started and left in its group was killed with it
+        // (`wait`).
     }
 
-    /// Kills the child's group at once, unless the child is gone (its pid may be reused).
+    /// Kills the child's group at once, unless the child is gone (its group was killed as it
+    /// went).
     pub(crate) fn kill(&self) {
         self.0.kill_unless_exited();
     }
 }
 
 impl ProcessInner {
-    /// Kills the child's group at once, unless the child is gone (its pid may be reused).
+    /// Kills the child's group at once, unless the child is gone (its group was killed as it
+    /// went, and the id may since lead another group).
     fn kill_unless_exited(&self) {
         if !*self.exited.borrow() {
             signal_group(self.pid, Signal::Kill);
@@ -341,6 +347,14 @@ impl<R: tokio::io::AsyncRead + Unpin> Lines<R> {
 async fn wait(mut child: Child, inner: Weak<Inner>, process: Arc<ProcessInner>, label: Arc<str>) {
     let _watching = Watching(process.clone());
     let status = child.wait().await;
+    // What the child started in its group (a server's helper, a worker it forked and left
+    // behind when it crashed) would outlive it, reparented to init, holding the pipes and
+    // whatever else it holds: the group dies with its leader, on every path that ends the
+    // child (each ends here, or in `Watching`'s drop). Right after the reap the id is
+    // still that group's: the kernel gives no new process an id that a group with members
+    // holds, and an empty group is an ESRCH (a new group of that id within the instant
+    // since the reap would take the pids going round in between).
+    signal_group(process.pid, Signal::Kill);
     // Marked before anything else can run: `_watching`'s drop then has nothing to do.
     process.exited.send_replace(true);
     let how = match status {

@@ -15,7 +15,8 @@
 //! it, its environment from the identity, its own tool list shown to it alone) or one for
 //! all (50 sessions × 20 interleaved calls, every answer its own); a 2026-07-28 client
 //! served by a session-era upstream, its elicitation as an `input_required` round; a command
-//! that cannot start stops `mcp-ws` with exit 2; no child outlives `mcp-ws`. An upstream
+//! that cannot start stops `mcp-ws` with exit 2; no child outlives `mcp-ws`, and what a
+//! crashed child started in its group dies with it (tests/interop/scripted_child.py). An upstream
 //! spoken to statelessly (mcp-ws with `protocol_version = "2026-07-28"`) for a session-era
 //! client: calls, progress, and its `input_required` elicitation as a request to the client.
 //! The client's fall-backs: to `initialize` for servers of the handshake era only, to
@@ -2100,4 +2101,35 @@ async fn an_idle_shared_child_is_stopped_and_started_again_on_demand() {
         pid_of(&second),
         "a fresh child: {first} → {second}"
     );
+}
+
+/// tests/interop/scripted_child.py, an upstream that misbehaves on purpose, as `scripted`.
+fn scripted_upstream(mode: UpstreamMode) -> UpstreamSettings {
+    UpstreamSettings {
+        name: "scripted".into(),
+        command: ensure_python_env().display().to_string(),
+        args: vec![interop_dir()
+            .join("scripted_child.py")
+            .display()
+            .to_string()],
+        mode,
+        ..Default::default()
+    }
+}
+
+/// A child that crashes leaves nothing it started in its group behind: the group is killed
+/// as the child is reaped. (What it started outlived it, its session and `mcp-ws`,
+/// reparented to init: only a child still running had its group killed.)
+#[tokio::test]
+async fn what_a_crashed_child_started_in_its_group_dies_with_it() {
+    for mode in [UpstreamMode::PerSession, UpstreamMode::Shared] {
+        let server = gateway(vec![scripted_upstream(mode)], |_| {});
+        let mut client = Client::initialized(&server).await;
+        let orphan = client.call_tool("orphan", json!({})).await;
+        let sleep = pid_of(&tool_text(&orphan));
+        assert!(alive(sleep), "{mode:?}: {orphan}");
+        let crash = client.call_tool("crash", json!({})).await;
+        assert_error(&crash, &crash["id"], -32030);
+        wait_gone(sleep).await;
+    }
 }
