@@ -190,6 +190,10 @@ pub struct ClientOptions {
     pub initialize_timeout: Duration,
     /// Longest line or message read from the server, in bytes; longer ones are skipped.
     pub max_message_bytes: usize,
+    /// Most bytes one list ([`Client::list_all`]) may come to across its pages. A list is
+    /// kept whole, every page of it: a server that keeps handing out pages (or the same
+    /// cursor again) fails the list here instead of growing it without end.
+    pub max_list_bytes: usize,
     /// Where notifications and requests from the server go.
     pub handler: Arc<dyn ClientHandler>,
     /// What log lines about this connection (a child's stderr, skipped lines) are tagged
@@ -206,6 +210,7 @@ impl Default for ClientOptions {
             capabilities: json!({}),
             initialize_timeout: Duration::from_secs(30),
             max_message_bytes: 16 << 20,
+            max_list_bytes: 16 << 20,
             handler: Arc::new(IgnoreServer),
             label: Arc::from("upstream"),
         }
@@ -307,6 +312,8 @@ pub(crate) struct Inner {
     tool_headers: Mutex<Option<HashMap<String, Arc<[HeaderParam]>>>>,
     transport: Transport,
     label: Arc<str>,
+    /// [`ClientOptions::max_list_bytes`].
+    max_list_bytes: usize,
 }
 
 /// What stops the transport.
@@ -432,6 +439,7 @@ impl Client {
                 tool_headers: Mutex::new(None),
                 transport,
                 label: options.label.clone(),
+                max_list_bytes: options.max_list_bytes,
             }),
         }
     }
@@ -805,7 +813,9 @@ impl Client {
     ///
     /// # Errors
     /// As for [`request`](Self::request); [`ClientError::InvalidAnswer`] when a page has no
-    /// array under `member`.
+    /// array under `member`, when the pages come to more than
+    /// [`ClientOptions::max_list_bytes`], or when a `nextCursor` comes a second time (the
+    /// list would never end).
     pub async fn list_all(&self, method: &str, member: &str) -> Result<Vec<Value>, ClientError> {
         self.paginate(method, member, |params| self.request(method, params))
             .await
@@ -821,22 +831,45 @@ impl Client {
         F: FnMut(Option<Value>) -> Answer,
         Answer: std::future::Future<Output = Result<Box<RawValue>, ClientError>>,
     {
+        let limit = self.inner.max_list_bytes;
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
+        // Each cursor given so far: one that comes again would loop for ever. What they
+        // hold is bounded with the pages that carried them.
+        let mut cursors = std::collections::HashSet::new();
+        let mut bytes = 0usize;
         // A server that keeps handing out cursors is cut off: no list is this long.
         for _ in 0..1000 {
             let params = cursor.take().map(|c| json!({ "cursor": c }));
-            let page: Value = parse(&fetch(params).await?)?;
-            match page.get(member).and_then(Value::as_array) {
-                Some(page_items) => items.extend(page_items.iter().cloned()),
-                None => {
+            let raw = fetch(params).await?;
+            // The list is kept whole: what its pages come to is what it holds (many times
+            // that once parsed), and the server may hand out pages without end.
+            bytes = bytes.saturating_add(raw.get().len());
+            if bytes > limit {
+                return Err(ClientError::InvalidAnswer(format!(
+                    "its pages came to over {limit} bytes, the most one list may take"
+                )));
+            }
+            let mut page: Value = parse(&raw)?;
+            drop(raw);
+            // Moved out of the page, not copied: a page's items are not held twice.
+            match page.get_mut(member).map(Value::take) {
+                Some(Value::Array(page_items)) => items.extend(page_items),
+                _ => {
                     return Err(ClientError::InvalidAnswer(format!(
                         "{method} answered without {member}"
                     )))
                 }
             }
-            match page.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+            match page.get_mut("nextCursor").map(Value::take) {
+                Some(Value::String(next)) if !next.is_empty() => {
+                    if !cursors.insert(next.clone()) {
+                        return Err(ClientError::InvalidAnswer(
+                            "a nextCursor came a second time (the list would not end)".into(),
+                        ));
+                    }
+                    cursor = Some(next);
+                }
                 _ if method == "tools/list" => return Ok(self.keep_tool_headers(items)),
                 _ => return Ok(items),
             }

@@ -249,6 +249,9 @@ impl Upstream {
             capabilities,
             initialize_timeout: Duration::from_millis(settings.initialize_timeout_ms),
             max_message_bytes: self.env.max_message_bytes,
+            // A list that pages may come to what one that does not (one message) may: every
+            // session's own child's list is kept, and a child may page without end.
+            max_list_bytes: self.env.max_message_bytes,
             handler,
             label,
             ..ClientOptions::default()

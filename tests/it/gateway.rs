@@ -16,7 +16,9 @@
 //! all (50 sessions × 20 interleaved calls, every answer its own); a 2026-07-28 client
 //! served by a session-era upstream, its elicitation as an `input_required` round; a command
 //! that cannot start stops `mcp-ws` with exit 2; no child outlives `mcp-ws`, and what a
-//! crashed child started in its group dies with it (tests/interop/scripted_child.py). An upstream
+//! crashed child started in its group dies with it (tests/interop/scripted_child.py); a
+//! list that pages without end (a cursor again, pages past `limits.max_message_bytes`)
+//! failed after the page that shows it. An upstream
 //! spoken to statelessly (mcp-ws with `protocol_version = "2026-07-28"`) for a session-era
 //! client: calls, progress, and its `input_required` elicitation as a request to the client.
 //! The client's fall-backs: to `initialize` for servers of the handshake era only, to
@@ -2131,5 +2133,45 @@ async fn what_a_crashed_child_started_in_its_group_dies_with_it() {
         let crash = client.call_tool("crash", json!({})).await;
         assert_error(&crash, &crash["id"], -32030);
         wait_gone(sleep).await;
+    }
+}
+
+/// A list is bounded as a whole: an upstream that hands out the same cursor again, or new
+/// pages without end, fails its list (here at start: `mcp-ws` stops with exit 2, saying
+/// why) after the pages it took to see it, not after a thousand pages kept whole.
+#[test]
+fn a_list_that_never_ends_fails_at_a_repeated_cursor_or_max_message_bytes() {
+    let python = ensure_python_env().display().to_string();
+    let script = interop_dir()
+        .join("scripted_child.py")
+        .display()
+        .to_string();
+    // 3 tools of 20 kB a page: 4 MiB (limits.max_message_bytes) is 70 pages.
+    for (list, why, most_pages) in [
+        ("same_cursor", "a nextCursor came a second time", 2),
+        ("new_cursor", "its pages came to over 4194304 bytes", 80),
+    ] {
+        let (_dir, events) = events_file();
+        let events_path = events.display().to_string();
+        let mut server = ServerProcess::spawn(
+            &["--listen", "127.0.0.1:0", "--stdio", "--", &python, &script],
+            &[
+                ("SCRIPTED_LIST", list),
+                ("SCRIPTED_PAGE_BYTES", "20000"),
+                ("SCRIPTED_EVENTS", &events_path),
+            ],
+        );
+        let (status, stderr) = server.wait_exit();
+        assert_eq!(status.code(), Some(2), "{list}: {stderr}");
+        let reason = stderr
+            .lines()
+            .find(|l| l.starts_with("mcp-ws: "))
+            .unwrap_or_else(|| panic!("{list}: no reason given: {stderr}"));
+        assert!(reason.contains(why), "{list}: {reason}");
+        let pages = tool_lists(&events);
+        assert!(
+            (2..=most_pages).contains(&pages),
+            "{list}: {pages} pages asked for"
+        );
     }
 }
