@@ -480,8 +480,9 @@ impl<T: Viewed> Kind<T> {
 /// header annotations; returns the arguments it mirrors in headers.
 fn check_tool(tool: &Tool) -> Result<Vec<HeaderParam>, RegistryError> {
     let definition = &tool.definition;
+    let input_schema = definition.input_schema.value();
     for (member, schema) in [
-        ("inputSchema", Some(&definition.input_schema)),
+        ("inputSchema", Some(&input_schema)),
         ("outputSchema", definition.output_schema.as_ref()),
     ] {
         if schema.is_some_and(|s| s.get("type").and_then(|t| t.as_str()) != Some("object")) {
@@ -491,7 +492,7 @@ fn check_tool(tool: &Tool) -> Result<Vec<HeaderParam>, RegistryError> {
             });
         }
     }
-    crate::protocol::mcp::header_params(&definition.input_schema).map_err(|reason| {
+    crate::protocol::mcp::header_params(&input_schema).map_err(|reason| {
         RegistryError::InvalidHeaderAnnotation {
             tool: definition.name.clone(),
             reason,
