@@ -31,6 +31,8 @@ const MAX_RETRY: Duration = Duration::from_secs(30);
 const MIN_RETRY: Duration = Duration::from_millis(100);
 /// Reconnections in a row that bring no new event before a request's stream is given up.
 const MAX_IDLE_RESUMPTIONS: u32 = 5;
+/// The longest wait for the head of the answer to a notification's or a response's POST.
+const NOTIFICATION_WAIT: Duration = Duration::from_secs(10);
 /// How often a resumed stream that brings nothing looks whether its request still waits (a
 /// cancelled one does not, and its stream is let go).
 const WATCH_EVERY: Duration = Duration::from_secs(1);
@@ -168,14 +170,21 @@ impl Post {
         for (name, value) in &message.headers {
             request = request.header(name.as_str(), value.as_str());
         }
-        let response = request.body(message.text).send().await;
+        let sent = request.body(message.text).send();
+        // A notification's or a response's POST waits for its answer's head this long at
+        // most: each holds a connection and a task, and a server that never answers them
+        // would gather them without end (a request's waits as long as the request does).
+        let response = match message.id {
+            Some(_) => sent.await.map_err(|error| error.without_url().to_string()),
+            None => match tokio::time::timeout(NOTIFICATION_WAIT, sent).await {
+                Ok(response) => response.map_err(|error| error.without_url().to_string()),
+                Err(_) => Err("no answer in time".to_owned()),
+            },
+        };
         let Some(inner) = inner.upgrade() else { return };
         let response = match response {
             Ok(response) => response,
-            Err(error) => {
-                let error = ClientError::Connect(error.without_url().to_string());
-                return fail(&inner, message.id, error);
-            }
+            Err(error) => return fail(&inner, message.id, ClientError::Connect(error)),
         };
         if let Some(id) = response.headers().get(SESSION_ID) {
             let mut current = super::lock(&session.0.id);

@@ -1164,7 +1164,10 @@ impl Inner {
                 };
                 // A response to one of ours is its answer, whatever else is wrong with it:
                 // skipped, its request waited for its deadline.
-                let outcome = match (message.result, message.error) {
+                // `"error": null` beside a result is a success (JSON-RPC 1.0 libraries send
+                // it).
+                let error = message.error.filter(|error| error.get() != "null");
+                let outcome = match (message.result, error) {
                     (Some(result), None) => Ok(result.to_owned()),
                     (_, Some(error)) => Err(match serde_json::from_str::<RpcError>(error.get()) {
                         Ok(error) => ClientError::Rpc {

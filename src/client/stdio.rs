@@ -164,6 +164,11 @@ impl Process {
     pub(crate) async fn terminate(&self, grace: Duration) {
         let process = &self.0;
         process.close_stdin.notify_one();
+        // A child gone already (crashed, its slot kept until its session ends) had its group
+        // killed as it was reaped: the id may lead another group since.
+        if *process.exited.borrow() {
+            return;
+        }
         signal_group(process.pid, Signal::Term);
         let mut exited = process.exited.subscribe();
         if tokio::time::timeout(grace, exited.wait_for(|e| *e))

@@ -5,8 +5,9 @@
 //! POST's SSE stream cleanly after its first progress event. The client must then ask for
 //! the rest with a GET carrying `Last-Event-ID`, and mcp-ws replays it from its log: the
 //! call gets its answer and the progress it missed. Then hostile servers: an SSE event that
-//! never ends is cut off at the client's message limit, a redirect is not followed, and a
-//! stream answering a notification is let go.
+//! never ends is cut off at the client's message limit, a redirect is not followed, a
+//! stream answering a notification is let go, and a notification never answered is given
+//! up.
 
 use crate::support::*;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -404,4 +405,106 @@ async fn a_stream_answering_a_notification_is_let_go() {
     }
     client.shutdown(Duration::from_secs(2)).await;
     handle.stop(false).await;
+}
+
+/// An upstream on plain sockets that answers `initialize` (and a GET with 405), and never
+/// answers a notification's POST at all, not even its head: it reads on until the client
+/// closes the connection. `waiting` counts the POSTs it holds.
+fn silent_server(waiting: Arc<AtomicUsize>) -> SocketAddr {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let waiting = waiting.clone();
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().expect("clone");
+                let mut reader = BufReader::new(stream);
+                // Requests one after another on the connection (the client keeps it).
+                loop {
+                    let mut head = String::new();
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(value) =
+                            line.to_ascii_lowercase().strip_prefix("content-length:")
+                        {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                        head += &line;
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+                    let answer = if !head.starts_with("POST") {
+                        "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n".to_owned()
+                    } else if message["method"] == "initialize" {
+                        let body = json!({"jsonrpc": "2.0", "id": message["id"], "result": {
+                            "protocolVersion": "2025-11-25",
+                            "capabilities": {},
+                            "serverInfo": {"name": "silent", "version": "1"}
+                        }})
+                        .to_string();
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                    } else {
+                        // Held, unanswered, until the client closes the connection.
+                        waiting.fetch_add(1, Ordering::Relaxed);
+                        let mut rest = [0u8; 1024];
+                        while reader.read(&mut rest).unwrap_or(0) > 0 {}
+                        waiting.fetch_sub(1, Ordering::Relaxed);
+                        return;
+                    };
+                    if writer.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A notification's POST the server never answers (no head) is given up after 10 s, its
+/// connection closed: a server that answers nothing cannot gather a connection and a task
+/// a notification. (Nothing bounded the wait: such a server held every one for as long as
+/// the client lived.)
+#[tokio::test]
+async fn a_notification_never_answered_is_given_up() {
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let addr = silent_server(waiting.clone());
+    let client = Client::http(&format!("http://{addr}/mcp"), &[], ClientOptions::default())
+        .await
+        .expect("connects");
+    for _ in 0..3 {
+        client
+            .notify("notifications/roots/list_changed", None)
+            .await;
+    }
+    // `notifications/initialized` and the three, held until the client gives them up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(25);
+    while waiting.load(Ordering::Relaxed) < 4 {
+        assert!(std::time::Instant::now() < deadline, "the POSTs arrive");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    while waiting.load(Ordering::Relaxed) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} POSTs still held",
+            waiting.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    client.shutdown(Duration::from_secs(2)).await;
 }

@@ -16,6 +16,7 @@ answers = {
     "string_code": '"error":{"code":"x","message":"m"}',
     "null_result": '"result":null',
     "neither": '"other":1',
+    "null_error": '"result":{"content":[]},"error":null',
 }
 for line in sys.stdin:
     message = json.loads(line)
@@ -55,6 +56,18 @@ async fn a_malformed_answer_answers_its_request_at_once() {
     .await
     .expect("null_result: answered at once");
     assert_eq!(null.expect("a result").get(), "null");
+    let null_error = tokio::time::timeout(
+        READ_TIMEOUT,
+        client.request("tools/call", Some(json!({"name": "null_error"}))),
+    )
+    .await
+    .expect("null_error: answered at once");
+    assert_eq!(
+        null_error
+            .expect("`\"error\": null` beside a result is a success")
+            .get(),
+        r#"{"content":[]}"#
+    );
     client.shutdown(std::time::Duration::from_secs(2)).await;
 }
 
