@@ -277,10 +277,17 @@ impl Session {
                 }
                 match response {
                     Ok(response) if response.status().is_success() => {
-                        failures = 0;
                         let Some(inner) = weak.upgrade() else { return };
                         drop(inner);
                         resume.read(response, &weak, max_event, None).await;
+                        // A stream cut off at an event over the limit counts as a failure:
+                        // an upstream sending only such events is given up after ten,
+                        // rather than asked again every half second for ever.
+                        failures = if std::mem::take(&mut resume.cut_off) {
+                            failures + 1
+                        } else {
+                            0
+                        };
                     }
                     // The server will not resume after that event (it no longer holds it,
                     // say): a fresh stream, the events missed meanwhile lost.
@@ -378,6 +385,8 @@ async fn read_json(
 struct Resume {
     last_id: Option<String>,
     retry: Option<u64>,
+    /// The last stream read was cut off: an event ran past the limit ([`bounded_events`]).
+    cut_off: bool,
 }
 
 impl Resume {
@@ -433,8 +442,16 @@ impl Resume {
                     Err(_quiet) => return advanced,
                 },
             };
-            let Some(Ok(event)) = next else {
-                return advanced;
+            let event = match next {
+                Some(Ok(event)) => event,
+                Some(Err(error)) => {
+                    self.cut_off = matches!(
+                        &error,
+                        sse_stream::Error::Body(error) if error.is::<EventOverLimit>()
+                    );
+                    return advanced;
+                }
+                None => return advanced,
             };
             advanced |= self.note(event.id, event.retry);
             let Some(data) = event.data else { continue };
@@ -635,8 +652,8 @@ mod tests {
     fn the_wait_is_the_servers_retry_within_bounds() {
         let wait = |retry| {
             Resume {
-                last_id: None,
                 retry,
+                ..Resume::default()
             }
             .wait()
         };

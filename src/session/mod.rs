@@ -169,6 +169,11 @@ pub trait Outlet {
     /// answer each exchange on its own close it. Hosts with one socket have nothing to do.
     fn close(&mut self, _exchange: u64) {}
 
+    /// Batch exchange `exchange` has requests: it owes an answer even if each is cancelled
+    /// before the batch's message is read to its end (an HTTP host then closes it with an
+    /// empty stream, not 202). A single request's host knows it from [`Intake::Pending`].
+    fn owes_answer(&mut self, _exchange: u64) {}
+
     /// The answer about to be sent for `exchange` is an error of a 2026-07-28 request that its
     /// HTTP binding gives this status (400, 404). Hosts without statuses ignore it.
     fn status(&mut self, _exchange: u64, _status: u16) {}
@@ -521,6 +526,12 @@ impl Session {
                 exchange,
             },
         );
+        if entries
+            .iter()
+            .any(|entry| matches!(entry, Entry::Request(_)))
+        {
+            out.owes_answer(exchange);
+        }
         let mut answers = false;
         for entry in entries {
             let id = match &entry {

@@ -32,13 +32,19 @@ use std::sync::Arc;
 pub const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// What is said of params that do not read: serde's reason, without its position (a line
-/// and column in the params, not in the message the client sent).
+/// and column in the params, not in the message the client sent), and cut to 200 bytes (it
+/// may quote what the client sent: a `_meta` that is a string of megabytes).
 fn unreadable_params(error: &serde_json::Error) -> String {
     let reason = error.to_string();
     let reason = reason
         .rsplit_once(" at line ")
         .map_or(reason.as_str(), |(reason, _)| reason);
-    format!("params do not read: {reason}")
+    let mut cut = reason.len().min(200);
+    while !reason.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let more = if cut < reason.len() { "…" } else { "" };
+    format!("params do not read: {}{more}", &reason[..cut])
 }
 
 impl Session {
@@ -796,6 +802,24 @@ fn requested_in_initialize(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_said_of_unreadable_params_is_short_and_without_position() {
+        let read = |text: &str| {
+            let raw: Box<RawValue> = serde_json::from_str(text).expect("JSON");
+            let error = crate::protocol::mcp::RawParamsHead::read(Some(&raw))
+                .map(|_| ())
+                .expect_err("does not read");
+            unreadable_params(&error)
+        };
+        assert_eq!(
+            read(r#"{"name":"a","name":"b"}"#),
+            "params do not read: duplicate field `name`"
+        );
+        let long = read(&format!(r#"{{"_meta":"{}"}}"#, "é".repeat(100_000)));
+        assert!(long.len() <= 200 + 40, "{} bytes", long.len());
+        assert!(long.ends_with('…'), "{long}");
+    }
 
     #[test]
     fn one_request_sessions_share_their_threads_parse_caches_and_others_keep_their_own() {

@@ -40,19 +40,24 @@ impl SseEvent {
     /// event without an id (2026-07-28 streams, which cannot be resumed) has no `id:` line.
     pub fn to_wire(&self) -> String {
         let mut out = String::with_capacity(self.data.len() + self.id.len() + 32);
+        self.push_head(&mut out);
+        out.push_str(&self.data);
+        out.push_str("\n\n");
+        out
+    }
+
+    /// What comes before the event's data: its `id:` line, if it has an id, and `event:
+    /// message` and the `data: ` prefix (a priming event, without data, has `data: ` alone).
+    fn push_head(&self, out: &mut String) {
         if !self.id.is_empty() {
             out.push_str("id: ");
             out.push_str(&self.id);
             out.push('\n');
         }
-        if self.data.is_empty() {
-            out.push_str("data: \n\n");
-        } else {
-            out.push_str("event: message\ndata: ");
-            out.push_str(&self.data);
-            out.push_str("\n\n");
+        if !self.data.is_empty() {
+            out.push_str("event: message\n");
         }
-        out
+        out.push_str("data: ");
     }
 }
 
@@ -68,12 +73,7 @@ impl SseEvent {
             };
         }
         let mut head = String::with_capacity(self.id.len() + 32);
-        if !self.id.is_empty() {
-            head.push_str("id: ");
-            head.push_str(&self.id);
-            head.push('\n');
-        }
-        head.push_str("event: message\ndata: ");
+        self.push_head(&mut head);
         EventChunks {
             head: Some(Bytes::from(head)),
             data: Bytes::from_owner(SharedData(self.data)),

@@ -1133,6 +1133,12 @@ impl Outlet for Outlets {
             http.close(exchange);
         }
     }
+
+    fn owes_answer(&mut self, exchange: u64) {
+        if let Self::Http(http) = self {
+            http.owes_answer(exchange);
+        }
+    }
 }
 
 /// A WebSocket session's way out: its current socket, or what it missed while it had none.
@@ -1359,6 +1365,12 @@ impl HttpOutlet {
 }
 
 impl Outlet for HttpOutlet {
+    fn owes_answer(&mut self, exchange: u64) {
+        if let Some(state) = self.streams.get_mut(&exchange) {
+            state.owes_answer = true;
+        }
+    }
+
     fn send(&mut self, frame: String, route: Route) {
         let (stream, answer) = match route {
             Route::Answer(exchange) => (exchange, true),

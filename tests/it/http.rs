@@ -967,6 +967,15 @@ async fn a_2025_03_26_batch_is_answered_as_one_array() {
         cancel(json!("nothing")),
     ]);
     assert_accepted(send(session.post(&quiet)).await).await;
+    // A batch of a request and its cancel: nothing to answer, but a POST of a request is
+    // never 202: an SSE stream with nothing in it.
+    let cancelled = json!([
+        call(json!("held"), "hold", json!({})),
+        cancel(json!("held")),
+    ]);
+    Events::of(send(session.post(&cancelled)).await)
+        .expect_end()
+        .await;
     // A batch whose request streams progress: the progress, then the array, then the end.
     let token = json!(5);
     let batch = json!([
