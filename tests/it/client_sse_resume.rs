@@ -411,7 +411,7 @@ async fn a_stream_answering_a_notification_is_let_go() {
 /// answers a notification's POST at all, not even its head: it reads on until the client
 /// closes the connection. `waiting` counts the POSTs it holds.
 fn silent_server(waiting: Arc<AtomicUsize>) -> SocketAddr {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     std::thread::spawn(move || {
@@ -423,27 +423,9 @@ fn silent_server(waiting: Arc<AtomicUsize>) -> SocketAddr {
                 let mut reader = BufReader::new(stream);
                 // Requests one after another on the connection (the client keeps it).
                 loop {
-                    let mut head = String::new();
-                    let mut length = 0;
-                    loop {
-                        let mut line = String::new();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        if let Some(value) =
-                            line.to_ascii_lowercase().strip_prefix("content-length:")
-                        {
-                            length = value.trim().parse().unwrap_or(0);
-                        }
-                        head += &line;
-                    }
-                    let mut body = vec![0; length];
-                    if reader.read_exact(&mut body).is_err() {
+                    let Some((head, body)) = crate::support::http::read_request(&mut reader) else {
                         return;
-                    }
+                    };
                     let message: Value = serde_json::from_slice(&body).unwrap_or_default();
                     let answer = if !head.starts_with("POST") {
                         "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n".to_owned()

@@ -1289,7 +1289,7 @@ impl Drop for HoldingServer {
 }
 
 fn holding_server() -> HoldingServer {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
     // Polled, so that the thread sees the stop (a blocking accept would wait forever).
@@ -1312,26 +1312,9 @@ fn holding_server() -> HoldingServer {
             let closed = closed.clone();
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-                let mut head = String::new();
-                let mut length = 0;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
-                    let lower = line.to_ascii_lowercase();
-                    if let Some(value) = lower.strip_prefix("content-length:") {
-                        length = value.trim().parse().unwrap_or(0);
-                    }
-                    head += &line;
-                }
-                let mut body = vec![0; length];
-                if reader.read_exact(&mut body).is_err() {
+                let Some((head, body)) = crate::support::http::read_request(&mut reader) else {
                     return;
-                }
+                };
                 let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let reply = |status: &str, headers: &str, body: &str| {
                     format!(

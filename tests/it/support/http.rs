@@ -265,3 +265,27 @@ pub fn header_value(value: &str) -> String {
     let encoded = base64::engine::general_purpose::STANDARD.encode(value);
     format!("=?base64?{encoded}?=")
 }
+
+/// Reads one HTTP/1.1 request from a blocking `reader` (a test's own server on plain
+/// sockets): its head (request line and headers) and its body (`Content-Length` bytes);
+/// `None` once the connection ends.
+pub fn read_request(reader: &mut impl std::io::BufRead) -> Option<(String, Vec<u8>)> {
+    let mut head = String::new();
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return None;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap_or(0);
+        }
+        head += &line;
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some((head, body))
+}
