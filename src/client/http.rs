@@ -68,11 +68,11 @@ impl Session {
         let tls = tls_config()?;
         // Its TLS configuration is its own (ring, the platform's roots): it needs no crypto
         // provider installed in the process, which is what clippy.toml guards against.
-        #[allow(clippy::disallowed_methods)]
         // No redirect is followed and no `Referer` sent: a redirect would take the client's
         // messages and the configured headers (an API key) to wherever the upstream says,
         // another host or an internal address, and a `Referer` would name the upstream's
         // URL, a token in its query included. A redirect is an upstream's error.
+        #[allow(clippy::disallowed_methods)]
         let http = reqwest::Client::builder()
             .default_headers(defaults)
             .tls_backend_preconfigured(tls)
@@ -628,6 +628,23 @@ pub(super) fn tls_config() -> Result<rustls::ClientConfig, ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_cut_off_is_told_apart_from_other_ends_of_a_stream() {
+        // What `Resume::read` looks for to count a cut-off: the error `bounded_events` ends
+        // a body with, as the SSE parser hands it on.
+        let body = futures_util::stream::iter([
+            Ok(bytes::Bytes::from_static(b"data: x\n\n")),
+            Err(EventOverLimit::Over(1)),
+        ]);
+        let mut events = sse_stream::SseStream::from_bytes_stream(body);
+        assert!(matches!(events.next().await, Some(Ok(_))));
+        let cut = matches!(
+            events.next().await,
+            Some(Err(sse_stream::Error::Body(error))) if error.is::<EventOverLimit>()
+        );
+        assert!(cut, "the cut-off is recognised");
+    }
 
     #[test]
     fn an_events_length_runs_to_its_blank_line_whatever_the_line_ends() {
