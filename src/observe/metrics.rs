@@ -138,7 +138,7 @@ pub struct Metrics {
     /// Keyed calls whose node died while running them, freed for their retry to run again.
     pub dedup_orphans: Counter,
     /// Keyed results not written to Redis: over this node's share of `dedup.max_bytes` (in
-    /// all, or for one identity) in the current window; their retries run again.
+    /// all, or for one identity) in the current window; their retries get -32032.
     pub dedup_unkept: Counter,
     /// Redis operations that failed (refused, timed out, an error reply, a dropped
     /// subscription); the node went on locally.

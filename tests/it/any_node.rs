@@ -750,8 +750,9 @@ async fn mirrored_events_are_bounded_in_bytes() {
 
 /// One identity cannot fill the Redis every node shares with its keyed results: a node
 /// writes there at most a quarter of `dedup.max_bytes` of one identity's results a window.
-/// Its results beyond are not kept (counted), their claims released: a retry runs again,
-/// never waits on a claim nobody will settle. Another identity's result is kept meanwhile.
+/// Its results beyond are not kept (counted); a small marker says they ran, so a retry gets
+/// -32032 at once, never runs again nor waits on a claim nobody will settle. Another
+/// identity's result is kept meanwhile.
 /// (Each result was written whole, as long as the window: one client filled 152 MiB of
 /// Redis in two seconds with `dedup.max_bytes` at 16 MiB.)
 #[tokio::test]
@@ -789,12 +790,13 @@ async fn one_identity_cannot_fill_redis_with_its_keyed_results() {
         })
         .sum();
     assert!(kept <= 100_000, "{kept} bytes of results in Redis");
-    // A result not kept: its retry runs again, at once.
+    // A result not kept: its retry is told so, at once, and nothing runs again.
     let retry = tester
         .ask(&node, json!("retry"), "tools/call", call("k-9"))
         .await;
-    assert_eq!(tool_text(&answer_of(&retry, &json!("retry"))), text);
-    assert_eq!(metric(&node, "mcp_idempotent_runs_total").await, 11);
+    let refused = answer_of(&retry, &json!("retry"));
+    assert_eq!(refused["error"]["code"], -32032, "{refused}");
+    assert_eq!(metric(&node, "mcp_idempotent_runs_total").await, 10);
     // Another identity's result is kept: its retry is answered from the store.
     let other = Session::begin(&node, Some(OTHER_KEY)).await;
     for id in [1, 2] {
@@ -803,7 +805,7 @@ async fn one_identity_cannot_fill_redis_with_its_keyed_results() {
             .await;
         assert_eq!(tool_text(&answer_of(&answer, &json!(id))), text);
     }
-    assert_eq!(metric(&node, "mcp_idempotent_runs_total").await, 12);
+    assert_eq!(metric(&node, "mcp_idempotent_runs_total").await, 11);
     assert_eq!(metric(&node, "mcp_dedup_hits_total").await, 1);
 }
 

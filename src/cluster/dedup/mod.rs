@@ -300,6 +300,10 @@ async fn run(
                 tracing::debug!(id = %id, "answered from the de-duplication store");
                 return Ok(encode_result(&id, &result));
             }
+            Some(Claim::Unkept { fingerprint }) if fingerprint == keyed.fingerprint => {
+                tracing::debug!(id = %id, "a keyed call ran, and its result was not kept");
+                return Err(Error::ResultNotKept);
+            }
             Some(Claim::Running {
                 fingerprint,
                 owner: runner,
@@ -424,16 +428,21 @@ impl Lease {
             fingerprint: self.fingerprint,
             result: Arc::from(result),
         };
-        if self.backend == Backend::Redis
+        let done = if self.backend == Backend::Redis
             && !self
                 .cluster
                 .store
                 .takes_redis_share(identity, done.encoded_len())
         {
-            // Not kept: released as the lease drops, so that a retry runs again.
+            // Not kept: a retry is told it ran (the marker is small, and not counted), so
+            // that nothing runs twice for lack of room.
             self.cluster.metrics.dedup_unkept.inc();
-            return;
-        }
+            Claim::Unkept {
+                fingerprint: self.fingerprint,
+            }
+        } else {
+            done
+        };
         self.cluster
             .store
             .complete(

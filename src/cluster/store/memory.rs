@@ -48,7 +48,7 @@ struct Slot {
 impl Slot {
     fn bytes(&self) -> usize {
         match &self.entry {
-            Claim::Running { .. } => 0,
+            Claim::Running { .. } | Claim::Unkept { .. } => 0,
             Claim::Done { result, .. } => result.len(),
         }
     }

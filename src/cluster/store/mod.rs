@@ -52,6 +52,9 @@ pub(crate) enum Claim {
         fingerprint: RequestDigest,
         result: Arc<str>,
     },
+    /// A request under this key finished, and its result was not kept (this node's share
+    /// of Redis was full, [`RedisShare`]): a retry is told so, and not run again.
+    Unkept { fingerprint: RequestDigest },
 }
 
 impl Claim {
@@ -75,6 +78,12 @@ impl Claim {
                 text.push_str(result);
                 text.into_bytes()
             }
+            Self::Unkept { fingerprint } => {
+                let mut text = String::with_capacity(1 + 64);
+                text.push('U');
+                HEXLOWER.encode_append(fingerprint, &mut text);
+                text.into_bytes()
+            }
         }
     }
 
@@ -83,6 +92,7 @@ impl Claim {
         match self {
             Self::Running { .. } => 1 + 64 + 32,
             Self::Done { result, .. } => 1 + 64 + result.len(),
+            Self::Unkept { .. } => 1 + 64,
         }
     }
 
@@ -100,6 +110,7 @@ impl Claim {
                 fingerprint,
                 result: Arc::from(rest),
             }),
+            "U" if rest.is_empty() => Some(Self::Unkept { fingerprint }),
             _ => None,
         }
     }
@@ -159,9 +170,9 @@ pub(crate) struct Store {
 /// `dedup.window_ms` (as long as each is kept there): `dedup.max_bytes` in all, and a quarter
 /// of that for one identity (all anonymous clients count as one), so that one client cannot
 /// fill the Redis every node shares, nor this node's share of it. A result over either is not
-/// kept: its claim is released, and a retry runs the call again, as after the node's memory
-/// store evicted it. Redis then holds at most about twice `dedup.max_bytes` of results a node
-/// (this window's and the last one's, still within their time).
+/// kept: a marker says the call ran ([`Claim::Unkept`]), and a retry is told so instead of
+/// running it again. Redis then holds at most about twice `dedup.max_bytes` of results a node
+/// (this window's and the last one's, still within their time), and a marker a call beyond.
 struct RedisShare {
     window: Duration,
     max_bytes: u64,
@@ -270,8 +281,8 @@ impl Store {
     }
 
     /// Whether a result of `bytes` (encoded) for `identity` fits this node's share of Redis
-    /// ([`RedisShare`]), taken from it if so. One that does not is not kept: its claim is
-    /// released.
+    /// ([`RedisShare`]), taken from it if so. One that does not is not kept: a marker takes
+    /// its place ([`Claim::Unkept`]).
     pub(crate) fn takes_redis_share(&self, identity: &str, bytes: usize) -> bool {
         self.redis_share.take(identity, bytes as u64)
     }
@@ -456,6 +467,9 @@ mod tests {
             Claim::Done {
                 fingerprint: [1; 32],
                 result: Arc::from(r#"{"content":[{"type":"text","text":"é"}]}"#),
+            },
+            Claim::Unkept {
+                fingerprint: [2; 32],
             },
         ] {
             assert_eq!(entry.encoded_len(), entry.encode().len());

@@ -60,6 +60,9 @@ pub mod codes {
     /// for a WebSocket resume that lists it as awaited, it or its answer was lost with the
     /// connection. Send it again.
     pub const ANSWER_LOST: ErrorCode = ErrorCode(-32031);
+    /// A keyed request ran, and its result was not kept (this node's share of the shared
+    /// de-duplication store was full): it is not run again under its key within the window.
+    pub const RESULT_NOT_KEPT: ErrorCode = ErrorCode(-32032);
 }
 
 /// What an idempotency conflict was keyed by.
@@ -304,6 +307,9 @@ pub enum Error {
     SignatureRefused { reason: SignatureProblem },
     #[error("Conflict: this {} was used before with other params", scope.as_str())]
     IdempotencyConflict { scope: ConflictScope },
+    /// A retry of a keyed request that ran, whose result the store did not keep.
+    #[error("This idempotencyKey's request ran, and its result was not kept: it is not run again under this key within the de-duplication window")]
+    ResultNotKept,
     /// An error another server answered with (a gateway's upstream), passed on as it is.
     #[error("{message}")]
     Passed {
@@ -359,6 +365,7 @@ impl Error {
             Self::SessionBusy { .. } => codes::SESSION_BUSY,
             Self::SignatureRefused { .. } => codes::SIGNATURE_REFUSED,
             Self::IdempotencyConflict { .. } => codes::IDEMPOTENCY_CONFLICT,
+            Self::ResultNotKept => codes::RESULT_NOT_KEPT,
             Self::Passed { code, .. } => ErrorCode(*code),
             Self::Internal => ErrorCode::INTERNAL_ERROR,
         }
@@ -462,6 +469,7 @@ impl Error {
             Self::IdempotencyConflict { scope } => {
                 object.with_data(json!({ "scope": scope.as_str() }))
             }
+            Self::ResultNotKept => object.with_data(json!({ "scope": "idempotencyKey" })),
             Self::Passed {
                 data: Some(data), ..
             } => object.with_data(data.clone()),
