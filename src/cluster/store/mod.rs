@@ -217,7 +217,13 @@ impl RedisShare {
             return false;
         }
         current.written += bytes;
-        *current.by_identity.entry(Box::from(identity)).or_insert(0) += bytes;
+        // The name is copied only the first time in a window.
+        match current.by_identity.get_mut(identity) {
+            Some(taken) => *taken += bytes,
+            None => {
+                current.by_identity.insert(Box::from(identity), bytes);
+            }
+        }
         true
     }
 }
