@@ -36,20 +36,20 @@ struct Proxy {
 }
 
 /// Passes every request on to `upstream` and its answer back, except the first POST
-/// answered with an SSE stream: that stream ends after its first progress event. Its
-/// address, what it saw, and the handle that stops it (and its thread).
-fn cutting_proxy(upstream: SocketAddr) -> (SocketAddr, Arc<Seen>, actix_web::dev::ServerHandle) {
+/// answered with an SSE stream: that stream ends after its first progress event. The proxy
+/// (stopped when dropped), and what it saw.
+fn cutting_proxy(upstream: SocketAddr) -> (Served, Arc<Seen>) {
     let seen = Arc::new(Seen::default());
     let shared = web::Data::new(Proxy {
         upstream,
         http: crate::support::http::client(),
         seen: seen.clone(),
     });
-    let (addr, handle) = serve(move |app| {
+    let proxy = serve(move |app| {
         app.app_data(shared.clone())
             .default_service(web::to(forward));
     });
-    (addr, seen, handle)
+    (proxy, seen)
 }
 
 async fn forward(request: HttpRequest, body: web::Bytes, proxy: web::Data<Proxy>) -> HttpResponse {
@@ -112,11 +112,22 @@ async fn forward(request: HttpRequest, body: web::Bytes, proxy: web::Data<Proxy>
     response.streaming(Box::pin(cut))
 }
 
-/// An HTTP server on its own thread, its routes as `configure` sets them: its address and
-/// the handle that stops it.
-fn serve(
-    configure: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
-) -> (SocketAddr, actix_web::dev::ServerHandle) {
+/// A test's HTTP server on its own thread, stopped (and its thread ended) when dropped: a
+/// failing test leaves none behind.
+struct Served {
+    addr: SocketAddr,
+    handle: actix_web::dev::ServerHandle,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        // The stop is sent as it is asked for; its completion is not waited on.
+        drop(self.handle.stop(false));
+    }
+}
+
+/// An HTTP server on its own thread, its routes as `configure` sets them.
+fn serve(configure: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static) -> Served {
     let (bound_tx, bound) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         actix_web::rt::System::new().block_on(async move {
@@ -132,7 +143,46 @@ fn serve(
             running.await
         })
     });
-    bound.recv_timeout(READ_TIMEOUT).expect("listens")
+    let (addr, handle) = bound.recv_timeout(READ_TIMEOUT).expect("listens");
+    Served { addr, handle }
+}
+
+/// Counts one open thing (a stream, a held POST) until it is dropped.
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Waits until `count` comes down to 0 (what it counts is `what`), within `wait`.
+async fn wait_until_none_open(count: &AtomicUsize, what: &str, wait: Duration) {
+    let deadline = std::time::Instant::now() + wait;
+    while count.load(Ordering::Relaxed) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} {what} still open",
+            count.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The answer to `initialize` (`message`) of a test's upstream named `name`.
+fn initialize_answer(message: &Value, name: &str, capabilities: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": message["id"], "result": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": capabilities,
+        "serverInfo": {"name": name, "version": "1"}
+    }})
 }
 
 /// Where `needle` first occurs in `haystack`.
@@ -143,9 +193,9 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 #[tokio::test]
 async fn a_response_stream_ended_early_is_resumed_with_last_event_id() {
     let server = start(settings());
-    let (proxy, seen, proxy_handle) = cutting_proxy(server.addr());
+    let (proxy, seen) = cutting_proxy(server.addr());
     let client = Client::http(
-        &format!("http://{proxy}/mcp"),
+        &format!("http://{}/mcp", proxy.addr),
         &[],
         ClientOptions::default(),
     )
@@ -184,25 +234,15 @@ async fn a_response_stream_ended_early_is_resumed_with_last_event_id() {
     assert!(received >= 2, "{received} progress reports");
 
     client.shutdown(Duration::from_secs(2)).await;
-    proxy_handle.stop(false).await;
 }
 
-/// What the endless upstream did with its one stream.
+/// What the endless upstream did with its streams.
 #[derive(Default)]
 struct Endless {
-    /// Bytes of the event it sent.
+    /// Bytes of events it sent.
     sent: AtomicUsize,
-    /// Whether its stream was dropped (its connection closed by the client).
-    dropped: AtomicBool,
-}
-
-/// Counts the stream's end.
-struct DropFlag(Arc<Endless>);
-
-impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.dropped.store(true, Ordering::Relaxed);
-    }
+    /// Its streams still open (closed by the client, they are dropped).
+    open: Arc<AtomicUsize>,
 }
 
 /// An upstream that answers `initialize`, takes notifications, offers no GET stream, and
@@ -220,21 +260,17 @@ async fn endless(
     match message["method"].as_str() {
         Some("initialize") => HttpResponse::Ok()
             .insert_header(("mcp-session-id", "endless"))
-            .json(json!({"jsonrpc": "2.0", "id": message["id"], "result": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "endless", "version": "1"}
-            }})),
+            .json(initialize_answer(&message, "endless", json!({"tools": {}}))),
         Some("tools/call") => {
-            let flag = DropFlag(seen.get_ref().clone());
+            let open = (seen.get_ref().clone(), Open::new(&seen.open));
             let head = futures_util::stream::once(async {
                 Ok::<_, std::convert::Infallible>(web::Bytes::from_static(
                     b"event: message\ndata: ",
                 ))
             });
-            let tail = futures_util::stream::unfold(flag, |flag| async move {
-                flag.0.sent.fetch_add(64 * 1024, Ordering::Relaxed);
-                Some((Ok(web::Bytes::from(vec![b'A'; 64 * 1024])), flag))
+            let tail = futures_util::stream::unfold(open, |open| async move {
+                open.0.sent.fetch_add(64 * 1024, Ordering::Relaxed);
+                Some((Ok(web::Bytes::from(vec![b'A'; 64 * 1024])), open))
             });
             HttpResponse::Ok()
                 .content_type("text/event-stream")
@@ -253,12 +289,12 @@ async fn endless(
 async fn an_event_that_never_ends_is_cut_off_at_the_message_limit() {
     let seen = Arc::new(Endless::default());
     let shared = web::Data::new(seen.clone());
-    let (addr, handle) = serve(move |app| {
+    let upstream = serve(move |app| {
         app.app_data(shared.clone())
             .default_service(web::to(endless));
     });
     let client = Client::http(
-        &format!("http://{addr}/mcp"),
+        &format!("http://{}/mcp", upstream.addr),
         &[],
         ClientOptions {
             max_message_bytes: 1 << 20,
@@ -275,15 +311,12 @@ async fn an_event_that_never_ends_is_cut_off_at_the_message_limit() {
     .await
     .expect("failed in time, not held until a deadline");
     assert!(answer.is_err(), "{answer:?}");
-    let deadline = std::time::Instant::now() + READ_TIMEOUT;
-    while !seen.dropped.load(Ordering::Relaxed) {
-        assert!(std::time::Instant::now() < deadline, "the stream is closed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Its stream was opened (the call read it to the cut) and is closed.
+    assert!(seen.sent.load(Ordering::Relaxed) > 0, "the stream was read");
+    wait_until_none_open(&seen.open, "streams", READ_TIMEOUT).await;
     let sent = seen.sent.load(Ordering::Relaxed);
     assert!(sent < 64 << 20, "{sent} bytes read before the cut");
     client.shutdown(Duration::from_secs(2)).await;
-    handle.stop(false).await;
 }
 
 /// An upstream's redirect is not followed: `initialize` answered 307 to another server fails
@@ -294,7 +327,7 @@ async fn an_event_that_never_ends_is_cut_off_at_the_message_limit() {
 async fn a_redirect_is_not_followed() {
     let reached = Arc::new(AtomicUsize::new(0));
     let counted = web::Data::new(reached.clone());
-    let (elsewhere, elsewhere_handle) = serve(move |app| {
+    let elsewhere = serve(move |app| {
         app.app_data(counted.clone()).default_service(web::to(
             |reached: web::Data<Arc<AtomicUsize>>| async move {
                 reached.fetch_add(1, Ordering::Relaxed);
@@ -302,8 +335,8 @@ async fn a_redirect_is_not_followed() {
             },
         ));
     });
-    let target = format!("http://{elsewhere}/mcp");
-    let (addr, handle) = serve(move |app| {
+    let target = format!("http://{}/mcp", elsewhere.addr);
+    let redirecting = serve(move |app| {
         let target = target.clone();
         app.default_service(web::to(move || {
             let target = target.clone();
@@ -315,7 +348,7 @@ async fn a_redirect_is_not_followed() {
         }));
     });
     let connected = Client::http(
-        &format!("http://{addr}/mcp?token=secret"),
+        &format!("http://{}/mcp?token=secret", redirecting.addr),
         &[("X-Api-Key".to_owned(), "topsecret".to_owned())],
         ClientOptions::default(),
     )
@@ -327,37 +360,31 @@ async fn a_redirect_is_not_followed() {
         0,
         "nothing reached the redirect's target"
     );
-    handle.stop(false).await;
-    elsewhere_handle.stop(false).await;
+}
+
+/// The streams the holding upstream opened, and those still open.
+#[derive(Default)]
+struct Holds {
+    opened: AtomicUsize,
+    open: Arc<AtomicUsize>,
 }
 
 /// An upstream that answers `initialize`, and every notification with an SSE stream it
-/// holds open and sends no event on; `holds` counts the streams still open.
+/// holds open and sends no event on.
 async fn holding(
     request: HttpRequest,
     body: web::Bytes,
-    holds: web::Data<Arc<AtomicUsize>>,
+    holds: web::Data<Arc<Holds>>,
 ) -> HttpResponse {
     if request.method() != actix_web::http::Method::POST {
         return HttpResponse::MethodNotAllowed().finish();
     }
     let message: Value = serde_json::from_slice(&body).unwrap_or_default();
     if message["method"] == "initialize" {
-        return HttpResponse::Ok().json(json!({"jsonrpc": "2.0", "id": message["id"], "result": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "serverInfo": {"name": "holding", "version": "1"}
-        }}));
+        return HttpResponse::Ok().json(initialize_answer(&message, "holding", json!({})));
     }
-    /// Counts a held stream until it is dropped.
-    struct Held(Arc<AtomicUsize>);
-    impl Drop for Held {
-        fn drop(&mut self) {
-            self.0.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-    holds.fetch_add(1, Ordering::Relaxed);
-    let held = Held(holds.get_ref().clone());
+    holds.opened.fetch_add(1, Ordering::Relaxed);
+    let held = Open::new(&holds.open);
     // A comment every 100 ms, never an event: a write is how the server notices the
     // client gone.
     let never = futures_util::stream::unfold(held, |held| async move {
@@ -376,13 +403,14 @@ async fn holding(
 /// thousand connections open, and later requests to the upstream could not connect.)
 #[tokio::test]
 async fn a_stream_answering_a_notification_is_let_go() {
-    let holds = Arc::new(AtomicUsize::new(0));
+    let holds = Arc::new(Holds::default());
     let counted = web::Data::new(holds.clone());
-    let (addr, handle) = serve(move |app| {
+    let upstream = serve(move |app| {
         app.app_data(counted.clone())
             .default_service(web::to(holding));
     });
-    let client = Client::http(&format!("http://{addr}/mcp"), &[], ClientOptions::default())
+    let url = format!("http://{}/mcp", upstream.addr);
+    let client = Client::http(&url, &[], ClientOptions::default())
         .await
         .expect("connects");
     for _ in 0..5 {
@@ -392,31 +420,37 @@ async fn a_stream_answering_a_notification_is_let_go() {
     }
     // `notifications/initialized` and the five: each stream was opened, and let go.
     let deadline = std::time::Instant::now() + READ_TIMEOUT;
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if holds.load(Ordering::Relaxed) == 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} streams still held",
-            holds.load(Ordering::Relaxed)
-        );
+    while holds.opened.load(Ordering::Relaxed) < 6 {
+        assert!(std::time::Instant::now() < deadline, "the POSTs arrive");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    wait_until_none_open(&holds.open, "streams", READ_TIMEOUT).await;
     client.shutdown(Duration::from_secs(2)).await;
-    handle.stop(false).await;
 }
 
 /// An upstream on plain sockets that answers `initialize` (and a GET with 405), and never
 /// answers a notification's POST at all, not even its head: it reads on until the client
 /// closes the connection. `waiting` counts the POSTs it holds.
-fn silent_server(waiting: Arc<AtomicUsize>) -> SocketAddr {
+/// Its listener stops accepting when it is dropped (its connections end with the client's).
+fn silent_server(waiting: Arc<AtomicUsize>) -> SilentServer {
     use std::io::{BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
+    // Polled, so that the thread sees the stop (a blocking accept would wait for ever).
+    listener.set_nonblocking(true).expect("nonblocking");
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
     std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
+        while !stopped.load(Ordering::Relaxed) {
+            let stream = match listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(_) => return,
+            };
+            stream.set_nonblocking(false).expect("blocking");
             let waiting = waiting.clone();
             std::thread::spawn(move || {
                 let mut writer = stream.try_clone().expect("clone");
@@ -430,22 +464,16 @@ fn silent_server(waiting: Arc<AtomicUsize>) -> SocketAddr {
                     let answer = if !head.starts_with("POST") {
                         "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n".to_owned()
                     } else if message["method"] == "initialize" {
-                        let body = json!({"jsonrpc": "2.0", "id": message["id"], "result": {
-                            "protocolVersion": "2025-11-25",
-                            "capabilities": {},
-                            "serverInfo": {"name": "silent", "version": "1"}
-                        }})
-                        .to_string();
+                        let body = initialize_answer(&message, "silent", json!({})).to_string();
                         format!(
                             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
                             body.len()
                         )
                     } else {
                         // Held, unanswered, until the client closes the connection.
-                        waiting.fetch_add(1, Ordering::Relaxed);
+                        let _held = Open::new(&waiting);
                         let mut rest = [0u8; 1024];
                         while reader.read(&mut rest).unwrap_or(0) > 0 {}
-                        waiting.fetch_sub(1, Ordering::Relaxed);
                         return;
                     };
                     if writer.write_all(answer.as_bytes()).is_err() {
@@ -455,7 +483,19 @@ fn silent_server(waiting: Arc<AtomicUsize>) -> SocketAddr {
             });
         }
     });
-    addr
+    SilentServer { addr, stop }
+}
+
+/// [`silent_server`]'s address, and the flag that stops its listener when dropped.
+struct SilentServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for SilentServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A notification's POST the server never answers (no head) is given up after 10 s, its
@@ -465,8 +505,9 @@ fn silent_server(waiting: Arc<AtomicUsize>) -> SocketAddr {
 #[tokio::test]
 async fn a_notification_never_answered_is_given_up() {
     let waiting = Arc::new(AtomicUsize::new(0));
-    let addr = silent_server(waiting.clone());
-    let client = Client::http(&format!("http://{addr}/mcp"), &[], ClientOptions::default())
+    let upstream = silent_server(waiting.clone());
+    let url = format!("http://{}/mcp", upstream.addr);
+    let client = Client::http(&url, &[], ClientOptions::default())
         .await
         .expect("connects");
     for _ in 0..3 {
@@ -480,13 +521,6 @@ async fn a_notification_never_answered_is_given_up() {
         assert!(std::time::Instant::now() < deadline, "the POSTs arrive");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    while waiting.load(Ordering::Relaxed) > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} POSTs still held",
-            waiting.load(Ordering::Relaxed)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_none_open(&waiting, "POSTs", Duration::from_secs(20)).await;
     client.shutdown(Duration::from_secs(2)).await;
 }
