@@ -49,18 +49,22 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// The Python script `script` of tests/interop, run by the tests' venv, as upstream `name`.
+fn python_upstream(name: &str, script: &str, mode: UpstreamMode) -> UpstreamSettings {
+    UpstreamSettings {
+        name: name.into(),
+        command: ensure_python_env().display().to_string(),
+        args: vec![interop_dir().join(script).display().to_string()],
+        mode,
+        ..Default::default()
+    }
+}
+
 /// The FastMCP upstream over stdio.
 fn py_upstream(mode: UpstreamMode) -> UpstreamSettings {
     UpstreamSettings {
-        name: "py".into(),
-        command: ensure_python_env().display().to_string(),
-        args: vec![interop_dir()
-            .join("gateway_upstream.py")
-            .display()
-            .to_string()],
-        mode,
         env_from_identity: [("MCP_USER".to_owned(), "sub".to_owned())].into(),
-        ..Default::default()
+        ..python_upstream("py", "gateway_upstream.py", mode)
     }
 }
 
@@ -2090,16 +2094,7 @@ async fn an_idle_shared_child_is_stopped_and_started_again_on_demand() {
 
 /// tests/interop/scripted_child.py, an upstream that misbehaves on purpose, as `scripted`.
 fn scripted_upstream(mode: UpstreamMode) -> UpstreamSettings {
-    UpstreamSettings {
-        name: "scripted".into(),
-        command: ensure_python_env().display().to_string(),
-        args: vec![interop_dir()
-            .join("scripted_child.py")
-            .display()
-            .to_string()],
-        mode,
-        ..Default::default()
-    }
+    python_upstream("scripted", "scripted_child.py", mode)
 }
 
 /// A child that crashes leaves nothing it started in its group behind: the group is killed

@@ -315,6 +315,20 @@ async fn assert_accepted(response: Response) {
     assert_eq!(body_text(response).await, "", "a 202 has no body");
 }
 
+/// A `hold` call's POST, sent on its own task: its answer comes once the test lets it.
+fn held_call(session: &HttpSession) -> tokio::task::JoinHandle<reqwest::Result<Response>> {
+    tokio::spawn(session.post(&call(json!("held"), "hold", json!({}))).send())
+}
+
+/// The answer to a POST sent by [`held_call`], within [`READ_TIMEOUT`].
+async fn answer_of_held(held: tokio::task::JoinHandle<reqwest::Result<Response>>) -> Response {
+    tokio::time::timeout(READ_TIMEOUT, held)
+        .await
+        .expect("the POST is answered in time")
+        .expect("no panic")
+        .expect("answered")
+}
+
 /// A refusal: `status`, a JSON body `{"jsonrpc":"2.0","id":null,"error":{code,message}}`.
 async fn assert_refused(response: Response, status: u16, code: i64, message: &str) -> Value {
     assert_eq!(response.status().as_u16(), status);
@@ -520,7 +534,7 @@ async fn delete_ends_the_session_and_its_id_is_then_unknown() {
     let session = endpoint.initialize("2025-06-18").await;
     let other = endpoint.initialize("2025-06-18").await;
     let mut listening = session.listen().await;
-    let held = tokio::spawn(session.post(&call(json!("held"), "hold", json!({}))).send());
+    let held = held_call(&session);
     wait_metric(&server, "mcp_pool_running", 1).await;
 
     let deleted = send(session.delete()).await;
@@ -530,12 +544,7 @@ async fn delete_ends_the_session_and_its_id_is_then_unknown() {
     // without an answer: an SSE stream with nothing in it (a POST of a request is never
     // answered 202).
     listening.expect_end().await;
-    let held = tokio::time::timeout(READ_TIMEOUT, held)
-        .await
-        .expect("the POST is closed in time")
-        .expect("no panic")
-        .expect("answered");
-    Events::of(held).expect_end().await;
+    Events::of(answer_of_held(held).await).expect_end().await;
     wait_metric(&server, "mcp_sessions", 1).await;
 
     assert_session_not_found(send(session.post(&request(json!(1), "ping", json!({})))).await).await;
@@ -1009,18 +1018,13 @@ async fn cancelled_in_a_second_post_stops_the_tool_and_ends_the_first_without_a_
     let (server, _gate) = start_http(http_settings());
     let session = Endpoint::new(&server).initialize("2025-11-25").await;
     // The gate is never opened: only the cancel can end the call.
-    let held = tokio::spawn(session.post(&call(json!("held"), "hold", json!({}))).send());
+    let held = held_call(&session);
     wait_metric(&server, "mcp_pool_running", 1).await;
 
     assert_accepted(send(session.post(&cancel(json!("held")))).await).await;
-    let first = tokio::time::timeout(READ_TIMEOUT, held)
-        .await
-        .expect("the first POST is closed in time")
-        .expect("no panic")
-        .expect("answered");
     // A POST of a request is answered JSON or SSE, never 202: an SSE stream with nothing in
     // it.
-    Events::of(first).expect_end().await;
+    Events::of(answer_of_held(held).await).expect_end().await;
     wait_metric(&server, "mcp_pool_running", 0).await;
     wait_metric(&server, "mcp_workers", 0).await;
     assert_eq!(metric(&server, "mcp_cancelled_total").await, 1);
@@ -1051,14 +1055,10 @@ async fn cancelled_in_a_second_post_stops_the_tool_and_ends_the_first_without_a_
 /// not a copy of the event each time. The slices make the event whole again.
 #[tokio::test]
 async fn a_large_event_goes_out_in_slices() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (server, _gate) = start_http(http_settings());
     let session = Endpoint::new(&server).initialize("2025-06-18").await;
     let bytes = 200_000;
     let body = call_with_token(json!(1), "big", json!({"bytes": bytes}), json!("p")).to_string();
-    let mut socket = tokio::net::TcpStream::connect(server.addr())
-        .await
-        .expect("connect");
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {}\r\nAccept: {BOTH}\r\nContent-Type: application/json\r\n\
          Mcp-Session-Id: {}\r\nMCP-Protocol-Version: 2025-06-18\r\nConnection: close\r\n\
@@ -1067,12 +1067,7 @@ async fn a_large_event_goes_out_in_slices() {
         session.id,
         body.len()
     );
-    socket.write_all(request.as_bytes()).await.expect("write");
-    let mut raw = Vec::new();
-    tokio::time::timeout(READ_TIMEOUT, socket.read_to_end(&mut raw))
-        .await
-        .expect("answered in time")
-        .expect("read");
+    let raw = crate::support::http::raw_exchange(server.addr(), &request).await;
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -1498,7 +1493,7 @@ async fn shutdown_answers_a_request_in_flight_refuses_new_work_and_still_answers
     let (server, gate) = start_http(s);
     let endpoint = Endpoint::new(&server);
     let session = endpoint.initialize("2025-11-25").await;
-    let held = tokio::spawn(session.post(&call(json!("held"), "hold", json!({}))).send());
+    let held = held_call(&session);
     wait_metric(&server, "mcp_workers", 1).await;
 
     let stopper = stop_in_background(server);
@@ -1538,11 +1533,7 @@ async fn shutdown_answers_a_request_in_flight_refuses_new_work_and_still_answers
     assert!(!stopper.is_finished(), "shutdown waits for the call");
 
     gate.add_permits(1);
-    let answered = tokio::time::timeout(READ_TIMEOUT, held)
-        .await
-        .expect("answered in time")
-        .expect("no panic")
-        .expect("answered");
+    let answered = answer_of_held(held).await;
     assert_eq!(
         json_body(answered).await,
         json!({"jsonrpc": "2.0", "id": "held", "result": {"content": [{"type": "text", "text": "released"}]}})

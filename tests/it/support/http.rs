@@ -46,13 +46,26 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     http_get_with(addr, path, &[]).await
 }
 
+/// Writes `request` (a whole HTTP/1.1 request, `Connection: close`) on a new connection to
+/// `addr`, and reads the answer to the connection's end, bytes as they came (a chunked body
+/// with its chunk sizes).
+pub async fn raw_exchange(addr: SocketAddr, request: &str) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    tokio::time::timeout(READ_TIMEOUT, stream.read_to_end(&mut raw))
+        .await
+        .expect("response in time")
+        .expect("read");
+    raw
+}
+
 /// [`http_get`] with `headers` (a `Host` among them replaces the default one).
 pub async fn http_get_with(
     addr: SocketAddr,
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
     let mut request = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n");
     if !headers
         .iter()
@@ -64,12 +77,7 @@ pub async fn http_get_with(
         request.push_str(&format!("{name}: {value}\r\n"));
     }
     request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut raw = Vec::new();
-    tokio::time::timeout(READ_TIMEOUT, stream.read_to_end(&mut raw))
-        .await
-        .expect("response in time")
-        .expect("read");
+    let raw = raw_exchange(addr, &request).await;
     let text = String::from_utf8_lossy(&raw).to_string();
     let status = text
         .split_whitespace()
