@@ -828,11 +828,7 @@ impl Handler<Post> for HostedSession {
                 http.close(exchange);
                 self.relay(&post.text);
             }
-            Intake::Pending => {
-                if let Some(state) = http.streams.get_mut(&exchange) {
-                    state.owes_answer = true;
-                }
-            }
+            Intake::Pending => http.owes_answer(exchange),
             Intake::Answered => {}
         }
         if !self.core.is_initialized() {
