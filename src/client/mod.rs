@@ -188,7 +188,11 @@ pub struct ClientOptions {
     pub capabilities: Value,
     /// Longest wait for the answer to `initialize` (a child process is killed past it).
     pub initialize_timeout: Duration,
-    /// Longest line or message read from the server, in bytes; longer ones are skipped.
+    /// Longest line or message read from the server, in bytes. Over stdio a longer line is
+    /// skipped, and when it is an answer to one of the client's requests (its top-level `id`
+    /// read as it streams past) that request fails at once with
+    /// [`ClientError::InvalidAnswer`]; over WebSocket a longer message ends the connection;
+    /// over HTTP a longer answer fails its request.
     pub max_message_bytes: usize,
     /// Most bytes one list ([`Client::list_all`]) may come to across its pages. A list is
     /// kept whole, every page of it: a server that keeps handing out pages (or the same

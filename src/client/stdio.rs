@@ -237,14 +237,28 @@ async fn write(
 }
 
 async fn read(stdout: ChildStdout, weak: Weak<Inner>, max_line: usize) {
-    let mut lines = Lines::new(stdout, max_line);
+    let mut lines = Lines::new(stdout, max_line).reading_response_ids();
     loop {
         let line = lines.next().await;
         let Some(inner) = weak.upgrade() else { return };
         match line {
             Ok(None) => break,
-            Ok(Some(Line { cut: true, .. })) => {
+            Ok(Some(Line {
+                cut: true,
+                response_to,
+                ..
+            })) => {
                 tracing::warn!(upstream = %inner.label(), max_line, "skipped a line longer than the limit");
+                // An answer to one of ours answers its request at once, as too long: skipped
+                // without a word, its request would wait for its deadline.
+                if let Some(id) = response_to {
+                    inner.fail(
+                        id,
+                        ClientError::InvalidAnswer(format!(
+                            "an answer longer than max_message_bytes ({max_line} bytes)"
+                        )),
+                    );
+                }
             }
             // Skipped like any other line that is not JSON-RPC: the child goes on.
             Ok(Some(Line { bytes, .. })) => match std::str::from_utf8(bytes) {
@@ -290,6 +304,9 @@ struct Line<'a> {
     bytes: &'a [u8],
     /// Whether it was longer than `max` (its rest skipped).
     cut: bool,
+    /// Of a line cut, the id of the response it is, when it reads as one (and the reader
+    /// was asked to read them: [`Lines::reading_response_ids`]).
+    response_to: Option<u64>,
 }
 
 /// The lines of a child's pipe as bytes, whatever they hold (a line that is not UTF-8 is
@@ -299,6 +316,8 @@ struct Lines<R> {
     reader: BufReader<R>,
     line: Vec<u8>,
     max: usize,
+    /// Whether a line cut is read on for its response id ([`ResponseId`]).
+    response_ids: bool,
 }
 
 impl<R: tokio::io::AsyncRead + Unpin> Lines<R> {
@@ -307,7 +326,14 @@ impl<R: tokio::io::AsyncRead + Unpin> Lines<R> {
             reader: BufReader::new(reader),
             line: Vec::new(),
             max,
+            response_ids: false,
         }
+    }
+
+    /// Reads each line cut for the id of the response it is (a pipe of JSON-RPC messages).
+    fn reading_response_ids(mut self) -> Self {
+        self.response_ids = true;
+        self
     }
 
     /// The next line; `None` at end of file (a last line without `\n` is a line).
@@ -319,6 +345,8 @@ impl<R: tokio::io::AsyncRead + Unpin> Lines<R> {
         self.line.clear();
         let mut cut = false;
         let mut read_any = false;
+        // Made only once a line is cut: a line kept whole is the JSON parser's to read.
+        let mut response_id: Option<ResponseId> = None;
         loop {
             let buffer = self.reader.fill_buf().await?;
             if buffer.is_empty() {
@@ -331,6 +359,14 @@ impl<R: tokio::io::AsyncRead + Unpin> Lines<R> {
             let end = memchr::memchr(b'\n', buffer);
             let part = &buffer[..end.unwrap_or(buffer.len())];
             let room = self.max.saturating_sub(self.line.len());
+            if part.len() > room && !cut && self.response_ids {
+                let mut scan = ResponseId::default();
+                scan.read(&self.line);
+                response_id = Some(scan);
+            }
+            if let Some(scan) = &mut response_id {
+                scan.read(part);
+            }
             cut |= part.len() > room;
             self.line.extend_from_slice(&part[..part.len().min(room)]);
             let used = end.map_or(buffer.len(), |end| end + 1);
@@ -345,7 +381,177 @@ impl<R: tokio::io::AsyncRead + Unpin> Lines<R> {
         Ok(Some(Line {
             bytes: &self.line,
             cut,
+            response_to: response_id.and_then(|scan| scan.response_to()),
         }))
+    }
+}
+
+/// The id of the response a line is, read as the line streams past without keeping it: the
+/// integer of its top-level `id` member, in an object without a top-level `method` (a
+/// request of the server's own, not an answer). The `id` may come after a long `result`
+/// (the TypeScript SDK writes it last), so the whole line is read: byte by byte outside
+/// strings, and inside one from quote or backslash to the next. A batch, an id of another
+/// kind or named twice, reads as none. The line is taken to be JSON; what is not reads as
+/// some id or none, and at worst answers a request of that id as too long.
+#[derive(Debug, Default)]
+struct ResponseId {
+    depth: u32,
+    /// Whether the outermost value is an object (a batch is an array).
+    object: bool,
+    in_string: bool,
+    escaped: bool,
+    /// At depth 1, whether the next string is a member's name.
+    name_next: bool,
+    /// The member name being read at depth 1, while it is one of the two looked for.
+    name: Option<Vec<u8>>,
+    /// The member whose value is being read at depth 1.
+    value_of: Member,
+    id: IdRead,
+    has_method: bool,
+}
+
+/// A top-level member [`ResponseId`] looks for.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+enum Member {
+    #[default]
+    Other,
+    Id,
+    Method,
+}
+
+/// How far the top-level `id` has been read.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+enum IdRead {
+    #[default]
+    NotSeen,
+    /// Its value begun: `None` until its first digit.
+    Digits(Option<u64>),
+    Read(u64),
+    /// Not an integer this client could have sent, or named twice.
+    Unusable,
+}
+
+impl ResponseId {
+    /// The longest member name looked for (`method`).
+    const LONGEST_NAME: usize = 6;
+
+    /// Reads the next bytes of the line.
+    fn read(&mut self, mut bytes: &[u8]) {
+        while let Some((&byte, rest)) = bytes.split_first() {
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                    // An escaped name is not one of the two plain names looked for.
+                    self.name = None;
+                    bytes = rest;
+                    continue;
+                }
+                // To the next quote or backslash at once: a long string is most of a line.
+                let Some(at) = memchr::memchr2(b'"', b'\\', bytes) else {
+                    self.name_bytes(bytes);
+                    return;
+                };
+                self.name_bytes(&bytes[..at]);
+                if bytes[at] == b'\\' {
+                    self.escaped = true;
+                } else {
+                    self.string_ended();
+                }
+                bytes = &bytes[at + 1..];
+                continue;
+            }
+            bytes = rest;
+            let top = self.depth == 1 && self.object;
+            if top && self.value_of == Member::Id {
+                if let IdRead::Digits(digits) = self.id {
+                    if byte.is_ascii_digit() {
+                        let digit = u64::from(byte - b'0');
+                        self.id = match digits
+                            .unwrap_or(0)
+                            .checked_mul(10)
+                            .and_then(|n| n.checked_add(digit))
+                        {
+                            Some(n) => IdRead::Digits(Some(n)),
+                            None => IdRead::Unusable,
+                        };
+                        continue;
+                    }
+                    self.id = match digits {
+                        // The number ended: a space, `,` or `}` follows it.
+                        Some(n) if matches!(byte, b' ' | b'\t' | b'\r' | b',' | b'}') => {
+                            IdRead::Read(n)
+                        }
+                        // Still to begin: spaces may come first.
+                        None if matches!(byte, b' ' | b'\t' | b'\r') => IdRead::Digits(None),
+                        // A string, a fraction, a sign, `null`: not one of this client's ids.
+                        _ => IdRead::Unusable,
+                    };
+                }
+            }
+            match byte {
+                b'"' => {
+                    self.in_string = true;
+                    if top && self.name_next {
+                        self.name = Some(Vec::new());
+                    }
+                }
+                b'{' | b'[' => {
+                    if self.depth == 0 {
+                        self.object = byte == b'{';
+                        self.name_next = true;
+                    }
+                    self.depth += 1;
+                }
+                b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+                b':' if top && self.value_of == Member::Id => {
+                    // Named twice: which one the child meant is not for the gateway to guess.
+                    self.id = if self.id == IdRead::NotSeen {
+                        IdRead::Digits(None)
+                    } else {
+                        IdRead::Unusable
+                    };
+                }
+                b',' if top => {
+                    self.name_next = true;
+                    self.value_of = Member::Other;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Keeps the bytes of a member name being read, while it may still be `id` or `method`.
+    fn name_bytes(&mut self, bytes: &[u8]) {
+        if let Some(name) = &mut self.name {
+            if name.len() + bytes.len() > Self::LONGEST_NAME {
+                self.name = None;
+            } else {
+                name.extend_from_slice(bytes);
+            }
+        }
+    }
+
+    fn string_ended(&mut self) {
+        self.in_string = false;
+        if self.depth == 1 && self.object && self.name_next {
+            self.name_next = false;
+            self.value_of = match self.name.take().as_deref() {
+                Some(b"id") => Member::Id,
+                Some(b"method") => {
+                    self.has_method = true;
+                    Member::Method
+                }
+                _ => Member::Other,
+            };
+        }
+    }
+
+    /// The id read, if the line is a response with one this client could have sent.
+    fn response_to(&self) -> Option<u64> {
+        match self.id {
+            IdRead::Read(id) if !self.has_method && self.object => Some(id),
+            _ => None,
+        }
     }
 }
 
@@ -470,5 +676,87 @@ mod tests {
         // A line longer than the reader's buffer (8 KiB) is read whole within `max`.
         let lines = lines_of(&input, 30_000).await;
         assert_eq!(lines[3], (long, false));
+    }
+
+    /// What [`ResponseId`] reads of `line`, fed in pieces of `piece` bytes.
+    fn response_id_of(line: &str, piece: usize) -> Option<u64> {
+        let mut scan = ResponseId::default();
+        line.as_bytes().chunks(piece).for_each(|p| scan.read(p));
+        scan.response_to()
+    }
+
+    #[test]
+    fn a_cut_lines_response_id_is_read_wherever_its_member_is() {
+        let long = "x".repeat(100);
+        let cases: [(String, Option<u64>); 14] = [
+            (
+                format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"t":"{long}"}}}}"#),
+                Some(7),
+            ),
+            // The TypeScript SDK writes the id last.
+            (
+                format!(r#"{{"result":{{"id":1,"t":"{long}"}},"jsonrpc":"2.0","id":42}}"#),
+                Some(42),
+            ),
+            (
+                format!(r#"{{ "id" : 18446744073709551615 , "result": "{long}" }}"#),
+                Some(u64::MAX),
+            ),
+            // Quotes, backslashes and names inside strings and nested values are no members.
+            (
+                format!(r#"{{"result":"\"id\":3 \\","e":{{"id":4}},"id":5,"x":"{long}"}}"#),
+                Some(5),
+            ),
+            (
+                format!(r#"{{"error":{{"code":-1,"message":"{long}"}},"id":0}}"#),
+                Some(0),
+            ),
+            // A request or notification of the server's own is no answer.
+            (
+                format!(r#"{{"id":7,"method":"sampling/createMessage","params":"{long}"}}"#),
+                None,
+            ),
+            (
+                format!(r#"{{"method":"x","params":{{"id":1}},"id":7,"r":"{long}"}}"#),
+                None,
+            ),
+            // Ids this client never sends, or named twice.
+            (format!(r#"{{"id":"7","result":"{long}"}}"#), None),
+            (format!(r#"{{"id":-7,"result":"{long}"}}"#), None),
+            (format!(r#"{{"id":7.5,"result":"{long}"}}"#), None),
+            (
+                format!(r#"{{"id":18446744073709551616,"result":"{long}"}}"#),
+                None,
+            ),
+            (format!(r#"{{"id":7,"id":8,"result":"{long}"}}"#), None),
+            // An escaped name is not read as `id`; a batch has no top-level id.
+            (format!(r#"{{"\u0069d":7,"result":"{long}"}}"#), None),
+            (format!(r#"[{{"id":7,"result":"{long}"}}]"#), None),
+        ];
+        for (line, expected) in &cases {
+            for piece in [1, 3, 1000] {
+                assert_eq!(
+                    response_id_of(line, piece),
+                    *expected,
+                    "{line} in pieces of {piece}"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_line_cut_is_read_on_for_its_response_id_and_a_line_kept_is_not() {
+        let long = "x".repeat(20_000);
+        let input = format!("{{\"result\":\"{long}\",\"id\":9}}\n{{\"id\":3,\"result\":1}}\n");
+        let mut lines = Lines::new(input.as_bytes(), 100).reading_response_ids();
+        let cut = lines.next().await.expect("read").expect("a line");
+        assert!(cut.cut);
+        assert_eq!(cut.response_to, Some(9));
+        let kept = lines.next().await.expect("read").expect("a line");
+        assert_eq!((kept.cut, kept.response_to), (false, None));
+        // Without being asked, the reader reads no ids.
+        let mut lines = Lines::new(input.as_bytes(), 100);
+        let cut = lines.next().await.expect("read").expect("a line");
+        assert_eq!((cut.cut, cut.response_to), (true, None));
     }
 }

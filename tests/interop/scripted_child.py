@@ -6,6 +6,8 @@ Tools:
   orphan()     starts `sleep 600` in this process's group (it inherits nothing but the
                group: its stdio is /dev/null) and answers with the sleep's pid
   crash()      the process exits at once (status 3), what it started left running
+  too_long(bytes)  a text of that many bytes, the id written after the result (as the
+               TypeScript SDK writes an answer)
 
 tools/list: the one page of the tools above, or with $SCRIPTED_LIST:
   same_cursor  every page has the tools above and nextCursor "again", forever
@@ -22,7 +24,8 @@ import sys
 EVENTS = os.environ.get("SCRIPTED_EVENTS")
 LIST = os.environ.get("SCRIPTED_LIST", "")
 TOOLS = [
-    {"name": name, "inputSchema": {"type": "object"}} for name in ("whoami", "orphan", "crash")
+    {"name": name, "inputSchema": {"type": "object"}}
+    for name in ("whoami", "orphan", "crash", "too_long")
 ]
 
 
@@ -83,6 +86,10 @@ def main():
             send({"jsonrpc": "2.0", "id": mid, "result": text(f"pid={sleep.pid}")})
         elif method == "tools/call" and params.get("name") == "crash":
             os._exit(3)
+        elif method == "tools/call" and params.get("name") == "too_long":
+            size = int(params.get("arguments", {}).get("bytes", 0))
+            sys.stdout.write(json.dumps({"result": text("x" * size), "jsonrpc": "2.0", "id": mid}) + "\n")
+            sys.stdout.flush()
         else:
             send({"jsonrpc": "2.0", "id": mid,
                   "error": {"code": -32601, "message": f"Method not found: {method}"}})

@@ -1,6 +1,6 @@
 //! `mcp_ws::client` over stdio against a child that answers badly: each answer to one of the
-//! client's ids answers its request at once, as what it is (an error, a malformed answer),
-//! never skipped to wait for a deadline; and against one that reads nothing, the requests
+//! client's ids answers its request at once, as what it is (an error, a malformed answer,
+//! one over the message limit), never skipped to wait for a deadline; and against one that reads nothing, the requests
 //! given up on leave no task each behind.
 
 use crate::support::READ_TIMEOUT;
@@ -26,6 +26,10 @@ for line in sys.stdin:
         result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                   "serverInfo": {"name": "bad", "version": "1"}}
         print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+    elif message["params"]["name"] == "too_long":
+        # A megabyte of result, the id after it (as the TypeScript SDK writes an answer).
+        print('{"result":{"content":[{"type":"text","text":"%s"}]},"jsonrpc":"2.0","id":%s}'
+              % ("x" * (1 << 20), json.dumps(message["id"])), flush=True)
     else:
         answer = answers[message["params"]["name"]]
         print('{"jsonrpc":"2.0","id":%s,%s}' % (json.dumps(message["id"]), answer), flush=True)
@@ -68,6 +72,42 @@ async fn a_malformed_answer_answers_its_request_at_once() {
             .get(),
         r#"{"content":[]}"#
     );
+    client.shutdown(std::time::Duration::from_secs(2)).await;
+}
+
+/// An answer over `max_message_bytes` is skipped, and answers its request at once as too
+/// long (its id read as the line streams past, here after the result): the request does
+/// not wait for a deadline, and the answers after it are read as before.
+#[tokio::test]
+async fn an_answer_over_max_message_bytes_answers_its_request_at_once() {
+    let child = StdioCommand::new("python3").args(["-c", CHILD]);
+    let options = ClientOptions {
+        max_message_bytes: 64 << 10,
+        ..ClientOptions::default()
+    };
+    let client = Client::stdio(child, options)
+        .await
+        .expect("the child answers initialize");
+    let answer = tokio::time::timeout(
+        READ_TIMEOUT,
+        client.request("tools/call", Some(json!({"name": "too_long"}))),
+    )
+    .await
+    .expect("answered at once, not held to a deadline");
+    match answer {
+        Err(ClientError::InvalidAnswer(why)) => assert!(
+            why.contains("longer than max_message_bytes (65536 bytes)"),
+            "{why}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let next = tokio::time::timeout(
+        READ_TIMEOUT,
+        client.request("tools/call", Some(json!({"name": "null_result"}))),
+    )
+    .await
+    .expect("the next answer is read");
+    assert_eq!(next.expect("a result").get(), "null");
     client.shutdown(std::time::Duration::from_secs(2)).await;
 }
 

@@ -2114,6 +2114,31 @@ async fn what_a_crashed_child_started_in_its_group_dies_with_it() {
     }
 }
 
+/// A child's answer over `limits.max_message_bytes` is skipped, and answers its call at once
+/// with -32030 saying so (its id, after the result, read as the line streams past): the
+/// call waited for its deadline. The child goes on serving.
+#[tokio::test]
+async fn a_childs_answer_over_the_message_limit_answers_its_call_at_once() {
+    let server = gateway(vec![scripted_upstream(UpstreamMode::Shared)], |s| {
+        s.limits.max_message_bytes = 256 << 10;
+    });
+    let mut client = Client::initialized(&server).await;
+    let answer = tokio::time::timeout(
+        READ_TIMEOUT,
+        client.call_tool("too_long", json!({"bytes": 1 << 20})),
+    )
+    .await
+    .expect("answered at once, not at its deadline");
+    assert_error(&answer, &answer["id"], -32030);
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("an answer longer than max_message_bytes (262144 bytes)"),
+        "{answer}"
+    );
+    let whoami = client.call_tool("whoami", json!({})).await;
+    assert!(tool_text(&whoami).starts_with("pid="), "{whoami}");
+}
+
 /// A list is bounded as a whole: an upstream that hands out the same cursor again, or new
 /// pages without end, fails its list (here at start: `mcp-ws` stops with exit 2, saying
 /// why) after the pages it took to see it, not after a thousand pages kept whole.
@@ -2124,7 +2149,7 @@ fn a_list_that_never_ends_fails_at_a_repeated_cursor_or_max_message_bytes() {
         .join("scripted_child.py")
         .display()
         .to_string();
-    // 3 tools of 20 kB a page: 4 MiB (limits.max_message_bytes) is 70 pages.
+    // 4 tools of 20 kB a page: 4 MiB (limits.max_message_bytes) is 53 pages.
     for (list, why, most_pages) in [
         ("same_cursor", "a nextCursor came a second time", 2),
         ("new_cursor", "its pages came to over 4194304 bytes", 80),
