@@ -5,14 +5,15 @@
 //! POST's SSE stream cleanly after its first progress event. The client must then ask for
 //! the rest with a GET carrying `Last-Event-ID`, and mcp-ws replays it from its log: the
 //! call gets its answer and the progress it missed. Then hostile servers: an SSE event that
-//! never ends is cut off at the client's message limit, a redirect is not followed, a
+//! never ends is cut off at the client's message limit, a JSON answer over it fails its
+//! request as too long, a redirect is not followed, a
 //! stream answering a notification is let go, and a notification never answered is given
 //! up.
 
 use crate::support::*;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use futures_util::StreamExt;
-use mcp_ws::client::{Call, Client, ClientOptions};
+use mcp_ws::client::{Call, Client, ClientError, ClientOptions};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -316,6 +317,53 @@ async fn an_event_that_never_ends_is_cut_off_at_the_message_limit() {
     wait_until_none_open(&seen.open, "streams", READ_TIMEOUT).await;
     let sent = seen.sent.load(Ordering::Relaxed);
     assert!(sent < 64 << 20, "{sent} bytes read before the cut");
+    client.shutdown(Duration::from_secs(2)).await;
+}
+
+/// A JSON answer over the client's `max_message_bytes` fails its request as what it is (it
+/// was said to have ended without an answer).
+#[tokio::test]
+async fn a_json_answer_over_the_message_limit_fails_its_request_as_too_long() {
+    let upstream = serve(|app| {
+        app.default_service(web::to(|body: web::Bytes| async move {
+            let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+            match message["method"].as_str() {
+                Some("initialize") => HttpResponse::Ok()
+                    .insert_header(("mcp-session-id", "long"))
+                    .json(initialize_answer(&message, "long", json!({"tools": {}}))),
+                Some("tools/call") => HttpResponse::Ok().json(json!({
+                    "jsonrpc": "2.0",
+                    "id": message["id"],
+                    "result": {"content": [{"type": "text", "text": "x".repeat(2 << 20)}]},
+                })),
+                _ => HttpResponse::Accepted().finish(),
+            }
+        }));
+    });
+    let client = Client::http(
+        &format!("http://{}/mcp", upstream.addr),
+        &[],
+        ClientOptions {
+            max_message_bytes: 1 << 20,
+            ..ClientOptions::default()
+        },
+    )
+    .await
+    .expect("connects");
+    let params = json!({ "name": "anything", "arguments": {} });
+    let answer = tokio::time::timeout(
+        READ_TIMEOUT,
+        client.request_with("tools/call", Some(params), Call::default()),
+    )
+    .await
+    .expect("answered in time");
+    match answer {
+        Err(ClientError::InvalidAnswer(why)) => assert!(
+            why.contains("longer than max_message_bytes (1048576 bytes)"),
+            "{why}"
+        ),
+        other => panic!("{other:?}"),
+    }
     client.shutdown(Duration::from_secs(2)).await;
 }
 
