@@ -424,24 +424,24 @@ impl Lease {
         let Some(result) = outcome.as_ref().ok().and_then(|frame| result_of(frame, id)) else {
             return; // dropped: released
         };
-        let done = Claim::Done {
-            fingerprint: self.fingerprint,
-            result: Arc::from(result),
-        };
-        let done = if self.backend == Backend::Redis
-            && !self
+        // The share is asked before the result is copied: a result not kept is not copied.
+        let kept = self.backend != Backend::Redis
+            || self
                 .cluster
                 .store
-                .takes_redis_share(identity, done.encoded_len())
-        {
+                .takes_redis_share(identity, Claim::done_len(result.len()));
+        let done = if kept {
+            Claim::Done {
+                fingerprint: self.fingerprint,
+                result: Arc::from(result),
+            }
+        } else {
             // Not kept: a retry is told it ran (the marker is small, and not counted), so
             // that nothing runs twice for lack of room.
             self.cluster.metrics.dedup_unkept.inc();
             Claim::Unkept {
                 fingerprint: self.fingerprint,
             }
-        } else {
-            done
         };
         self.cluster
             .store
