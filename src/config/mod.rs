@@ -413,8 +413,8 @@ pub struct TaskSettings {
     pub max_stored: usize,
     /// Bytes the task records this node keeps may take (their JSON, results included):
     /// while they take this much a new task is refused with -32008 (`taskBytes`), and a
-    /// task whose result would take them past it fails with that error instead of
-    /// keeping the result.
+    /// task whose result or questions would take them past it fails with that error
+    /// instead of keeping them.
     pub max_stored_bytes: u64,
     /// Task records (running or finished, not yet expired) of one authenticated identity
     /// this node keeps; while it keeps this many, a new task of that identity is refused

@@ -585,6 +585,54 @@ async fn the_bytes_of_kept_tasks_are_bounded() {
     );
 }
 
+/// Asks a question of `size` bytes (as a tool that puts the client's argument in its
+/// question does), as a task.
+fn ask_sized() -> Tool {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Size {
+        size: usize,
+    }
+    Tool::new(
+        "ask_sized",
+        "Asks a question of `size` bytes, as a task",
+        |args: Size, ctx: RequestContext| async move {
+            tokio::task::yield_now().await;
+            let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
+            let _: ElicitResult = ctx
+                .elicit_as("ok", ElicitRequest::form("x".repeat(args.size), schema))
+                .await?;
+            Ok::<_, ToolError>("answered")
+        },
+    )
+    .task_support(TaskSupport::Required)
+}
+
+/// The questions of a task waiting for input count against `tasks.max_stored_bytes` as a
+/// result does: a question that would take the kept bytes past it fails its task with
+/// -32008 `taskBytes`, not kept. (Only results were bounded: one connection parked tasks
+/// holding 276 MB of questions against the 256 MiB bound, and every client was then refused
+/// tasks for an hour.)
+#[tokio::test]
+async fn questions_that_would_pass_the_bytes_bound_fail_their_task() {
+    const LIMIT: u64 = 8192;
+    let mut s = settings();
+    s.tasks.max_stored_bytes = LIMIT;
+    let server = start_with(s, |b| b.tool(ask_sized()));
+    let mut client = Client::connect(&server).await;
+    let call = |size: u64| json!({"name": "ask_sized", "arguments": {"size": size}});
+    // A question that fits parks its task.
+    let created = ws_request(&mut client, "tools/call", call(100)).await;
+    let parked = http_poll(server.addr(), &task_id(&created), "input_required").await;
+    assert!(parked["inputRequests"]["ok"].is_object(), "{parked}");
+    // One that does not fails it, saying why.
+    let created = ws_request(&mut client, "tools/call", call(LIMIT)).await;
+    let failed = http_poll(server.addr(), &task_id(&created), "failed").await;
+    assert_eq!(failed["error"]["code"], -32008, "{failed}");
+    assert_eq!(failed["error"]["data"]["scope"], "taskBytes", "{failed}");
+    assert!(failed.get("inputRequests").is_none(), "{failed}");
+    assert!(metric(&server, "mcp_tasks_stored_bytes_peak").await <= LIMIT);
+}
+
 #[tokio::test]
 async fn running_tasks_are_bounded() {
     let gate = Arc::new(Semaphore::new(0));

@@ -344,11 +344,12 @@ impl Tasks {
     }
 
     /// Keeps `record`, which takes `bytes` as JSON, in place of its last one; false (and not
-    /// kept) when it carries a result that would take the records past
-    /// `tasks.max_stored_bytes`. A record without a result is always kept: the records of
-    /// running and failed tasks are small, and as many as `tasks.max_stored` allows.
+    /// kept) when it carries a result or questions (`inputRequests`, which may hold what
+    /// the client sent) that would take the records past `tasks.max_stored_bytes`. A record
+    /// with neither is always kept: the records of running and failed tasks are small, and
+    /// as many as `tasks.max_stored` allows.
     fn keep(&self, record: &TaskRecord, bytes: u64) -> bool {
-        let bounded = record.result.is_some();
+        let bounded = record.result.is_some() || !record.input_requests.is_empty();
         let limit = self.settings.max_stored_bytes;
         // Past the bound alone: refused before the copy below (of a result that large).
         if bounded && bytes > limit {
@@ -455,7 +456,10 @@ impl Tasks {
     }
 
     /// Delivers what another node received for a task (the client's `responses`, or its
-    /// cancel) to the task, if it runs here.
+    /// cancel) to the task, if it runs here. That node acknowledged it already: answers
+    /// that find the runner's queue full wait their turn, as long as a local `tasks/update`
+    /// would ([`APPLY_WAIT`]), in a task each (as many as the other nodes' clients have
+    /// updates in flight), and are dropped, logged, only after that.
     pub fn steer_from_remote(&self, id: &str, cancel: bool, responses: Option<Map<String, Value>>) {
         let signal = match responses {
             Some(responses) if !cancel => Signal::Answer {
@@ -464,29 +468,52 @@ impl Tasks {
             },
             _ => Signal::Cancel { applied: None },
         };
-        self.signal_local(id, signal);
+        if let Delivery::Full(answer, runner) = self.signal_local(id, signal) {
+            let id = id.to_owned();
+            tokio::spawn(async move {
+                if tokio::time::timeout(APPLY_WAIT, runner.send(answer))
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(task = %id, "dropped answers another node took for a task: its runner took none for {} ms", APPLY_WAIT.as_millis());
+                }
+            });
+        }
     }
 
-    /// Delivers a signal to a task running on this node; false when none runs here (or
-    /// its queue is full of the client's answers: those are dropped, not waited for).
-    pub fn signal_local(&self, id: &str, signal: Signal) -> bool {
+    /// Delivers a signal to a task running on this node, if one runs here. A cancel is
+    /// never lost to a queue its client filled with answers (each waits for its store): it
+    /// takes its turn after them, waited for in a task of its own (bounded by the runner:
+    /// its end closes the queue). Answers that find the queue full are handed back with
+    /// the runner ([`Delivery::Full`]), for the caller to wait for room or say why not.
+    pub(crate) fn signal_local(&self, id: &str, signal: Signal) -> Delivery {
         let Some(runner) = self.running.get(id).map(|r| r.value().clone()) else {
-            return false;
+            return Delivery::NotHere;
         };
         match runner.try_send(signal) {
-            Ok(()) => true,
-            // A cancel is never lost to a queue its client filled with answers (each waits
-            // for its store): it takes its turn after them. Waiting is bounded by the
-            // runner: its end closes the queue.
+            Ok(()) => Delivery::Queued,
             Err(mpsc::error::TrySendError::Full(cancel @ Signal::Cancel { .. })) => {
                 tokio::spawn(async move {
                     let _ = runner.send(cancel).await;
                 });
-                true
+                Delivery::Queued
             }
-            Err(_) => false,
+            Err(mpsc::error::TrySendError::Full(signal)) => Delivery::Full(signal, runner),
+            // The runner ended: the task is finished, or runs on no node any more.
+            Err(mpsc::error::TrySendError::Closed(_)) => Delivery::NotHere,
         }
     }
+}
+
+/// Where [`Tasks::signal_local`] put a signal.
+#[derive(Debug)]
+pub(crate) enum Delivery {
+    /// In the queue of the task's runner (or, a cancel, on its way there).
+    Queued,
+    /// No runner of the task on this node.
+    NotHere,
+    /// The runner's queue is full: the signal, not sent, and the runner to wait for.
+    Full(Signal, mpsc::Sender<Signal>),
 }
 
 /// A task's place among the tasks running on this node, and among its identity's; its
@@ -510,8 +537,8 @@ impl Drop for IdentityPlace {
 }
 
 /// Stores `record` (this node's memory; Redis when configured) and publishes its status.
-/// A result that does not fit in `tasks.max_stored_bytes` is not kept: the task fails with
-/// -32008 `taskBytes` instead, and `record` says so.
+/// A result or questions that do not fit in `tasks.max_stored_bytes` are not kept: the task
+/// fails with -32008 `taskBytes` instead, and `record` says so.
 pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
     let redis = cluster.store.redis();
     // With Redis the JSON is made anyway, and its length is what the record counts for.
@@ -729,9 +756,27 @@ async fn steer(
     make: impl Fn(Option<oneshot::Sender<()>>) -> Signal,
 ) -> Result<(), Error> {
     let (applied, done) = oneshot::channel();
-    if cluster.tasks.signal_local(id, make(Some(applied))) {
-        let _ = tokio::time::timeout(APPLY_WAIT, done).await;
-        return Ok(());
+    let deadline = tokio::time::Instant::now() + APPLY_WAIT;
+    match cluster.tasks.signal_local(id, make(Some(applied))) {
+        Delivery::Queued => {
+            let _ = tokio::time::timeout_at(deadline, done).await;
+            return Ok(());
+        }
+        // Answers sent faster than the runner takes them (several clients, a busy
+        // thread): this one waits its turn, within the bound of the acknowledgement, and is
+        // refused rather than acknowledged and dropped when it gets none.
+        Delivery::Full(answer, runner) => {
+            return match tokio::time::timeout_at(deadline, runner.send(answer)).await {
+                Ok(_sent_or_runner_ended) => {
+                    let _ = tokio::time::timeout_at(deadline, done).await;
+                    Ok(())
+                }
+                Err(_) => Err(Error::TaskBusy {
+                    waited_ms: APPLY_WAIT.as_millis() as u64,
+                }),
+            };
+        }
+        Delivery::NotHere => {}
     }
     let (cancel, responses) = match make(None) {
         Signal::Answer { responses, .. } => (false, Some(responses)),
@@ -807,13 +852,70 @@ mod tests {
             responses: Map::new(),
             applied: None,
         };
-        assert!(tasks.signal_local("t", answer()));
-        // The queue is full: another answer is refused, a cancel waits its turn.
-        assert!(!tasks.signal_local("t", answer()));
-        assert!(tasks.signal_local("t", Signal::Cancel { applied: None }));
+        assert!(matches!(
+            tasks.signal_local("t", answer()),
+            Delivery::Queued
+        ));
+        // The queue is full: another answer is handed back, a cancel waits its turn.
+        assert!(matches!(
+            tasks.signal_local("t", answer()),
+            Delivery::Full(Signal::Answer { .. }, _)
+        ));
+        assert!(matches!(
+            tasks.signal_local("t", Signal::Cancel { applied: None }),
+            Delivery::Queued
+        ));
         assert!(matches!(signals.recv().await, Some(Signal::Answer { .. })));
         assert!(matches!(signals.recv().await, Some(Signal::Cancel { .. })));
-        assert!(!tasks.signal_local("none", Signal::Cancel { applied: None }));
+        assert!(matches!(
+            tasks.signal_local("none", Signal::Cancel { applied: None }),
+            Delivery::NotHere
+        ));
+    }
+
+    /// An answer whose runner has no room for it within the acknowledgement's wait is
+    /// refused, for the client to send again; with room made meanwhile, it is delivered
+    /// and acknowledged. (It was acknowledged and dropped: the attack run lost 5 answers of
+    /// 6 so, the task left waiting for them until it expired.)
+    #[tokio::test]
+    async fn an_answer_the_runner_has_no_room_for_is_refused_not_acknowledged_and_dropped() {
+        let cluster = Cluster::new(
+            Arc::new(crate::config::Settings::default()),
+            Arc::default(),
+            crate::registry::bus::ChangeBus::default(),
+        );
+        let (runner, mut signals) = mpsc::channel(1);
+        cluster.tasks.running.insert("t".into(), runner);
+        let answer = |applied| Signal::Answer {
+            responses: Map::new(),
+            applied,
+        };
+        // The queue is full, and nothing reads it.
+        assert!(matches!(
+            cluster.tasks.signal_local("t", answer(None)),
+            Delivery::Queued
+        ));
+        let refused = steer(&cluster, "t", answer).await;
+        assert!(
+            matches!(refused, Err(Error::TaskBusy { waited_ms: 2000 })),
+            "{refused:?}"
+        );
+        // The runner reads while the next one waits: it is delivered, and applied.
+        let runner_reads = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(matches!(signals.recv().await, Some(Signal::Answer { .. })));
+            match signals.recv().await {
+                Some(Signal::Answer {
+                    applied: Some(applied),
+                    ..
+                }) => {
+                    let _ = applied.send(());
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        let (delivered, ()) = tokio::join!(steer(&cluster, "t", answer), runner_reads);
+        assert!(delivered.is_ok(), "{delivered:?}");
     }
 
     #[test]

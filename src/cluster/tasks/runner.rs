@@ -165,6 +165,9 @@ impl Runner {
         let _ = stored.send(());
         let expiry = tokio::time::sleep(self.record.remaining());
         tokio::pin!(expiry);
+        // Whether the record is stored as it ends already (cancelled, or failed by
+        // questions too large to keep).
+        let mut stored_as_ended = false;
         loop {
             tokio::select! {
                 biased;
@@ -175,9 +178,14 @@ impl Runner {
                 signal = self.signals.recv() => match signal {
                     Some(Signal::Answer { responses, applied }) => {
                         self.asks.answer(responses);
-                        self.sync_asks().await;
+                        let goes_on = self.sync_asks().await;
                         if let Some(applied) = applied {
                             let _ = applied.send(());
+                        }
+                        if !goes_on {
+                            self.cancel.set();
+                            stored_as_ended = true;
+                            break;
                         }
                     }
                     Some(Signal::Cancel { applied }) => {
@@ -187,6 +195,7 @@ impl Runner {
                         if let Some(applied) = applied {
                             let _ = applied.send(());
                         }
+                        stored_as_ended = true;
                         break;
                     }
                     Some(Signal::Shutdown) | None => {
@@ -195,7 +204,11 @@ impl Runner {
                         break;
                     }
                 },
-                () = self.asks.changed() => self.sync_asks().await,
+                () = self.asks.changed() => if !self.sync_asks().await {
+                    self.cancel.set();
+                    stored_as_ended = true;
+                    break;
+                },
                 () = &mut expiry => {
                     self.cancel.set();
                     let timeout_ms = self.record.ttl_ms;
@@ -204,7 +217,7 @@ impl Runner {
                 }
             }
         }
-        if self.record.status != TaskStatus::Cancelled {
+        if !stored_as_ended {
             save(&self.cluster, &mut self.record).await;
         }
         self.cluster.tasks.running.remove(&self.record.id);
@@ -212,8 +225,9 @@ impl Runner {
     }
 
     /// Stores the task when its outstanding asks changed: `input_required` with them, or
-    /// `working` again once none is left.
-    async fn sync_asks(&mut self) {
+    /// `working` again once none is left. False when the questions were too large to keep
+    /// (`tasks.max_stored_bytes`): the task is then stored as failed, and is to end.
+    async fn sync_asks(&mut self) -> bool {
         let outstanding = self.asks.outstanding();
         let status = if outstanding.is_empty() {
             TaskStatus::Working
@@ -221,11 +235,12 @@ impl Runner {
             TaskStatus::InputRequired
         };
         if status == self.record.status && outstanding == self.record.input_requests {
-            return;
+            return true;
         }
         self.record.input_requests = outstanding;
         self.record.set(status);
         save(&self.cluster, &mut self.record).await;
+        self.record.status != TaskStatus::Failed
     }
 }
 

@@ -301,6 +301,10 @@ pub enum Error {
     /// whether it exists is not known.
     #[error("Server busy: the task store cannot be reached, retry later")]
     TaskStoreUnavailable { retry_after_ms: u64 },
+    /// A `tasks/update` whose answers the task's runner (on this node) had no room for
+    /// within the acknowledgement's wait: not taken, and the client may send them again.
+    #[error("Server busy: the task took no more answers in time, send them again")]
+    TaskBusy { waited_ms: u64 },
     #[error("Session busy: too many requests in flight, wait for some to finish")]
     SessionBusy { limit: usize },
     #[error("{}", reason.message())]
@@ -361,7 +365,8 @@ impl Error {
             Self::NodeLost | Self::ConnectionLost => codes::ANSWER_LOST,
             Self::ServerBusy { .. }
             | Self::StoreUnavailable { .. }
-            | Self::TaskStoreUnavailable { .. } => codes::SERVER_BUSY,
+            | Self::TaskStoreUnavailable { .. }
+            | Self::TaskBusy { .. } => codes::SERVER_BUSY,
             Self::SessionBusy { .. } => codes::SESSION_BUSY,
             Self::SignatureRefused { .. } => codes::SIGNATURE_REFUSED,
             Self::IdempotencyConflict { .. } => codes::IDEMPOTENCY_CONFLICT,
@@ -459,6 +464,9 @@ impl Error {
                 .with_data(json!({ "scope": "idempotencyStore", "retryAfterMs": retry_after_ms })),
             Self::TaskStoreUnavailable { retry_after_ms } => {
                 object.with_data(json!({ "scope": "taskStore", "retryAfterMs": retry_after_ms }))
+            }
+            Self::TaskBusy { waited_ms } => {
+                object.with_data(json!({ "scope": "task", "waitedMs": waited_ms }))
             }
             Self::SessionBusy { limit } => {
                 object.with_data(json!({ "scope": "session", "limit": limit }))
