@@ -425,8 +425,9 @@ pub struct TaskSettings {
     #[serde(deserialize_with = "some")]
     pub max_stored_per_identity: Option<usize>,
     /// The same by bytes: while the records of one authenticated identity take this many
-    /// bytes, a new task of it is refused with -32008 (`identityStoredTasks`). `None` (the
-    /// default): a quarter of `max_stored_bytes`, at least 1. `Some(0)`: no limit.
+    /// bytes, a new task of it is refused with -32008 (`identityStoredTasks`), and its task
+    /// whose result or questions would take them past it fails with that error. `None`
+    /// (the default): a quarter of `max_stored_bytes`, at least 1. `Some(0)`: no limit.
     #[serde(deserialize_with = "some")]
     pub max_stored_bytes_per_identity: Option<u64>,
 }

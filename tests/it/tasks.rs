@@ -130,6 +130,24 @@ async fn http_poll(addr: SocketAddr, id: &str, status: &str) -> Value {
     }
 }
 
+/// Polls `tasks/get` on `client`'s WebSocket (as its identity) until the task's status is
+/// `status`.
+async fn ws_poll(client: &mut Client, id: &str, status: &str) -> Value {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let response = ws_request(client, "tasks/get", json!({"taskId": id})).await;
+        let task = result(&response).clone();
+        if task["status"] == status {
+            return task;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "task {id} never reached {status}: {task}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A tool that waits for a permit of `gate`, then answers "done".
 fn gated(name: &str, gate: Arc<Semaphore>, support: TaskSupport) -> Tool {
     Tool::new(
@@ -631,6 +649,39 @@ async fn questions_that_would_pass_the_bytes_bound_fail_their_task() {
     assert_eq!(failed["error"]["data"]["scope"], "taskBytes", "{failed}");
     assert!(failed.get("inputRequests").is_none(), "{failed}");
     assert!(metric(&server, "mcp_tasks_stored_bytes_peak").await <= LIMIT);
+}
+
+/// An authenticated identity's questions and results count against its byte share of the
+/// store (`tasks.max_stored_bytes_per_identity`) as they are kept, not only when a task is
+/// created: its task whose question would pass the share fails with -32008
+/// `identityStoredTasks`, while anonymous clients (who have no share) park theirs. (Tasks
+/// admitted while the share was free each grew past it: 1.6 MB kept against a 1 MB share.)
+#[tokio::test]
+async fn an_identitys_questions_count_against_its_share_as_they_are_kept() {
+    const ALICE: &str = "alice-8d2c4e6f0a1b3c5d7e9f1a2b3c4d5e6f";
+    const SHARE: u64 = 4096;
+    let mut s = settings();
+    s.auth.api_keys = vec![api_key("alice", ALICE, &[])];
+    s.tasks.max_stored_bytes_per_identity = Some(SHARE);
+    let server = start_with(s, |b| b.tool(ask_sized()));
+    let mut alice = Client::connect_url_as(&server.url(), Some(ALICE)).await;
+    let mut anonymous = Client::connect(&server).await;
+    let call = json!({"name": "ask_sized", "arguments": {"size": 2500}});
+    // Her first question fits in her share and parks its task; her second is admitted (her
+    // records are under the share) but would pass it once kept.
+    let first = task_id(&ws_request(&mut alice, "tools/call", call.clone()).await);
+    ws_poll(&mut alice, &first, "input_required").await;
+    let second = task_id(&ws_request(&mut alice, "tools/call", call.clone()).await);
+    let failed = ws_poll(&mut alice, &second, "failed").await;
+    assert_eq!(
+        failed["error"]["data"],
+        json!({"scope": "identityStoredTasks", "limit": SHARE}),
+        "{failed}"
+    );
+    for _ in 0..2 {
+        let id = task_id(&ws_request(&mut anonymous, "tools/call", call.clone()).await);
+        http_poll(server.addr(), &id, "input_required").await;
+    }
 }
 
 #[tokio::test]

@@ -28,7 +28,7 @@ pub(crate) mod runner;
 
 use crate::cluster::Cluster;
 use crate::config::TaskSettings;
-use crate::context::Identity;
+use crate::context::{Identity, Proof};
 use crate::observe::metrics::Metrics;
 use crate::protocol::mcp::{Error, TaskLimit};
 use dashmap::mapref::entry::Entry;
@@ -343,17 +343,21 @@ impl Tasks {
         }
     }
 
-    /// Keeps `record`, which takes `bytes` as JSON, in place of its last one; false (and not
-    /// kept) when it carries a result or questions (`inputRequests`, which may hold what
-    /// the client sent) that would take the records past `tasks.max_stored_bytes`. A record
-    /// with neither is always kept: the records of running and failed tasks are small, and
-    /// as many as `tasks.max_stored` allows.
-    fn keep(&self, record: &TaskRecord, bytes: u64) -> bool {
+    /// Keeps `record`, which takes `bytes` as JSON, in place of its last one. Refused (and
+    /// not kept) when it carries a result or questions (`inputRequests`, which may hold what
+    /// the client sent) that would take the records past `tasks.max_stored_bytes`, or an
+    /// authenticated owner's records past `tasks.max_stored_bytes_per_identity` (anonymous
+    /// clients have no share). A record with neither is always kept: the records of running
+    /// and failed tasks are small, and as many as `tasks.max_stored` allows.
+    ///
+    /// Two records of one owner growing at once may each see the share before the other's
+    /// growth: the share can be passed by what one owner's tasks keep at the same instant.
+    fn keep(&self, record: &TaskRecord, bytes: u64) -> Result<(), Error> {
         let bounded = record.result.is_some() || !record.input_requests.is_empty();
         let limit = self.settings.max_stored_bytes;
         // Past the bound alone: refused before the copy below (of a result that large).
         if bounded && bytes > limit {
-            return false;
+            return Err(self.too_heavy());
         }
         let stored = &self.stored_bytes;
         // Copied before the entry's shard is locked: a result may be large.
@@ -364,13 +368,22 @@ impl Tasks {
             Entry::Vacant(_) => 0,
         };
         let grown = bytes.saturating_sub(old);
-        let fits = grown == 0
-            || !bounded
-            || stored
+        let refused = if grown == 0 || !bounded {
+            None
+        } else if let Some(limit) = self.share_passed(&record.owner, old, bytes) {
+            Some(Error::TooManyTasks {
+                scope: TaskLimit::IdentityStored,
+                limit,
+            })
+        } else {
+            stored
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                     n.checked_add(grown).filter(|total| *total <= limit)
                 })
-                .is_ok();
+                .err()
+                .map(|_| self.too_heavy())
+        };
+        let fits = refused.is_none();
         if fits {
             if !bounded {
                 stored.fetch_add(grown, Ordering::AcqRel);
@@ -396,7 +409,19 @@ impl Tasks {
         self.next_expiry
             .fetch_min(record.expires_ms(), Ordering::AcqRel);
         self.report();
-        fits
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// The byte share of its identity that `owner`'s records would pass with one of them
+    /// grown from `old` to `bytes`, if they would (an authenticated owner's, and a share
+    /// set).
+    fn share_passed(&self, owner: &str, old: u64, bytes: u64) -> Option<u64> {
+        let (_, share) = self.stored_per_identity;
+        if share == 0 || owner == Proof::Anonymous.as_str() {
+            return None;
+        }
+        let kept = self.stored_by_owner.get(owner).map_or(0, |s| s.bytes);
+        (kept.saturating_sub(old).saturating_add(bytes) > share).then_some(share)
     }
 
     /// Forgets the records whose task expired. While none has, this reads a clock and one
@@ -546,17 +571,18 @@ pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
     let bytes = json
         .as_ref()
         .map_or_else(|| json_len(record), |j| j.len() as u64);
-    if !cluster.tasks.keep(record, bytes) {
+    if let Err(refused) = cluster.tasks.keep(record, bytes) {
         // Failing it rather than keeping the result past the bound: the client learns at
         // once why, instead of the node holding more than it was given; and refusing the
         // next tasks (as `reserve` does once the bound is reached) is what tells clients to
         // come back later, before any work is done.
-        runner::fail(record, &cluster.tasks.too_heavy());
+        runner::fail(record, &refused);
         json = redis.and_then(|_| serde_json::to_string(record).ok());
         let bytes = json
             .as_ref()
             .map_or_else(|| json_len(record), |j| j.len() as u64);
-        cluster.tasks.keep(record, bytes);
+        // Failed, it carries neither result nor questions: always kept.
+        let _ = cluster.tasks.keep(record, bytes);
     }
     if let Some(redis) = redis {
         if let Some(json) = json {
@@ -979,26 +1005,34 @@ mod tests {
         let tasks = Tasks::new(
             &TaskSettings {
                 max_stored_bytes: 120,
+                // The node's bound alone.
+                max_stored_bytes_per_identity: Some(0),
                 ..TaskSettings::default()
             },
             Arc::default(),
         );
         let bytes = || tasks.stored_bytes.load(Ordering::Acquire);
         let mut record = TaskRecord::new("alice", "job", &TaskSettings::default());
-        assert!(tasks.keep(&record, 100));
-        assert!(tasks.keep(&record, 50), "a smaller record in its place");
+        assert!(tasks.keep(&record, 100).is_ok());
+        assert!(
+            tasks.keep(&record, 50).is_ok(),
+            "a smaller record in its place"
+        );
         assert_eq!(bytes(), 50);
         record.result = Some(json!({}));
-        assert!(!tasks.keep(&record, 200), "a result past the bound");
+        assert!(tasks.keep(&record, 200).is_err(), "a result past the bound");
         assert_eq!(bytes(), 50);
-        assert!(tasks.keep(&record, 120));
+        assert!(tasks.keep(&record, 120).is_ok());
         assert_eq!(bytes(), 120);
         let mut other = TaskRecord::new("bob", "job", &TaskSettings::default());
-        assert!(tasks.keep(&other, 30), "no result: kept past the bound");
+        assert!(
+            tasks.keep(&other, 30).is_ok(),
+            "no result: kept past the bound"
+        );
         assert_eq!(bytes(), 150);
         // Expired: the sweep forgets it, and only it.
         other.created_ms = 0;
-        assert!(tasks.keep(&other, 30));
+        assert!(tasks.keep(&other, 30).is_ok());
         tasks.sweep();
         assert_eq!(tasks.records.len(), 1);
         assert_eq!(bytes(), 120);
@@ -1023,8 +1057,8 @@ mod tests {
         let share = |owner: &str| tasks.stored_by_owner.get(owner).map(|s| (s.count, s.bytes));
         let settings = TaskSettings::default();
         let mut first = TaskRecord::new(alice.principal(), "job", &settings);
-        assert!(tasks.keep(&first, 40));
-        assert!(tasks.keep(&first, 100), "its result, in its place");
+        assert!(tasks.keep(&first, 40).is_ok());
+        assert!(tasks.keep(&first, 100).is_ok(), "its result, in its place");
         assert_eq!(share(alice.principal()), Some((1, 100)));
         let refused = |identity: &Identity| match tasks.reserve(identity) {
             Err(Error::TooManyTasks {
@@ -1035,24 +1069,58 @@ mod tests {
         };
         assert_eq!(refused(&alice), Some(100), "her bytes");
         assert_eq!(refused(&bob), None);
-        assert!(tasks.keep(&first, 10), "smaller again");
+        assert!(tasks.keep(&first, 10).is_ok(), "smaller again");
         assert_eq!(refused(&alice), None);
         let second = TaskRecord::new(alice.principal(), "job", &settings);
-        assert!(tasks.keep(&second, 10));
+        assert!(tasks.keep(&second, 10).is_ok());
         assert_eq!(share(alice.principal()), Some((2, 20)));
         assert_eq!(refused(&alice), Some(2), "her count");
         let anonymous = Identity::anonymous();
         for _ in 0..3 {
             let record = TaskRecord::new(anonymous.principal(), "job", &settings);
-            assert!(tasks.keep(&record, 10));
+            assert!(tasks.keep(&record, 10).is_ok());
         }
         assert_eq!(refused(&anonymous), None, "anonymous clients have no share");
         // Expired: the sweep forgets it, and her share with it.
         first.created_ms = 0;
-        assert!(tasks.keep(&first, 10));
+        assert!(tasks.keep(&first, 10).is_ok());
         tasks.sweep();
         assert_eq!(share(alice.principal()), Some((1, 10)));
         assert_eq!(refused(&alice), None);
+    }
+
+    /// A result or questions that would take an authenticated owner's records past its
+    /// byte share are refused as they are kept; in place of its last record, what it held is
+    /// not counted twice; anonymous clients have no share.
+    #[test]
+    fn a_result_or_questions_past_the_owners_share_are_refused() {
+        let tasks = Tasks::new(
+            &TaskSettings {
+                max_stored_bytes_per_identity: Some(100),
+                ..TaskSettings::default()
+            },
+            Arc::default(),
+        );
+        let settings = TaskSettings::default();
+        let alice = Identity::authenticated("alice", vec![]);
+        let mut first = TaskRecord::new(alice.principal(), "job", &settings);
+        first.input_requests.insert("q".into(), json!({}));
+        assert!(tasks.keep(&first, 60).is_ok());
+        let mut second = TaskRecord::new(alice.principal(), "job", &settings);
+        second.result = Some(json!({}));
+        assert!(matches!(
+            tasks.keep(&second, 50),
+            Err(Error::TooManyTasks {
+                scope: TaskLimit::IdentityStored,
+                limit: 100
+            })
+        ));
+        first.set(TaskStatus::Completed);
+        first.result = Some(json!({}));
+        assert!(tasks.keep(&first, 90).is_ok(), "in place of her first");
+        let mut anonymous = TaskRecord::new(Identity::anonymous().principal(), "job", &settings);
+        anonymous.result = Some(json!({}));
+        assert!(tasks.keep(&anonymous, 500).is_ok());
     }
 
     #[test]
