@@ -281,21 +281,16 @@ async fn endless(
     }
 }
 
-/// An SSE event from the server that never ends (no newline, ever) is cut off once it runs
-/// past the client's `max_message_bytes`: its connection is closed and the call fails at
-/// once. (The SSE parser kept the unfinished line whole, and the event's size was checked
-/// only once it was complete: a gateway's memory grew by hundreds of megabytes a second, for
-/// as long as the call's deadline, and without end on a GET stream.)
-#[tokio::test]
-async fn an_event_that_never_ends_is_cut_off_at_the_message_limit() {
-    let seen = Arc::new(Endless::default());
-    let shared = web::Data::new(seen.clone());
-    let upstream = serve(move |app| {
-        app.app_data(shared.clone())
-            .default_service(web::to(endless));
-    });
+/// A client of the upstream at `addr` whose `max_message_bytes` is 1 MiB, and its
+/// `tools/call`'s answer, which must come within [`READ_TIMEOUT`] (not at a deadline).
+async fn call_with_a_megabyte_limit(
+    addr: SocketAddr,
+) -> (
+    Client,
+    Result<Box<serde_json::value::RawValue>, ClientError>,
+) {
     let client = Client::http(
-        &format!("http://{}/mcp", upstream.addr),
+        &format!("http://{addr}/mcp"),
         &[],
         ClientOptions {
             max_message_bytes: 1 << 20,
@@ -310,7 +305,24 @@ async fn an_event_that_never_ends_is_cut_off_at_the_message_limit() {
         client.request_with("tools/call", Some(params), Call::default()),
     )
     .await
-    .expect("failed in time, not held until a deadline");
+    .expect("answered in time, not held until a deadline");
+    (client, answer)
+}
+
+/// An SSE event from the server that never ends (no newline, ever) is cut off once it runs
+/// past the client's `max_message_bytes`: its connection is closed and the call fails at
+/// once. (The SSE parser kept the unfinished line whole, and the event's size was checked
+/// only once it was complete: a gateway's memory grew by hundreds of megabytes a second, for
+/// as long as the call's deadline, and without end on a GET stream.)
+#[tokio::test]
+async fn an_event_that_never_ends_is_cut_off_at_the_message_limit() {
+    let seen = Arc::new(Endless::default());
+    let shared = web::Data::new(seen.clone());
+    let upstream = serve(move |app| {
+        app.app_data(shared.clone())
+            .default_service(web::to(endless));
+    });
+    let (client, answer) = call_with_a_megabyte_limit(upstream.addr).await;
     assert!(answer.is_err(), "{answer:?}");
     // Its stream was opened (the call read it to the cut) and is closed.
     assert!(seen.sent.load(Ordering::Relaxed) > 0, "the stream was read");
@@ -340,23 +352,7 @@ async fn a_json_answer_over_the_message_limit_fails_its_request_as_too_long() {
             }
         }));
     });
-    let client = Client::http(
-        &format!("http://{}/mcp", upstream.addr),
-        &[],
-        ClientOptions {
-            max_message_bytes: 1 << 20,
-            ..ClientOptions::default()
-        },
-    )
-    .await
-    .expect("connects");
-    let params = json!({ "name": "anything", "arguments": {} });
-    let answer = tokio::time::timeout(
-        READ_TIMEOUT,
-        client.request_with("tools/call", Some(params), Call::default()),
-    )
-    .await
-    .expect("answered in time");
+    let (client, answer) = call_with_a_megabyte_limit(upstream.addr).await;
     match answer {
         Err(ClientError::InvalidAnswer(why)) => assert!(
             why.contains("longer than max_message_bytes (1048576 bytes)"),
