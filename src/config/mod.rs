@@ -887,8 +887,10 @@ pub struct Limits {
     pub tool_timeout_ms: BTreeMap<String, u64>,
     /// Entries per page of a `*/list` answer.
     pub page_size: usize,
-    /// Resource subscriptions one session may hold (and resource URIs one
-    /// `subscriptions/listen` may name).
+    /// Subscriptions one session may hold: over WebSocket, a connection's
+    /// `resources/subscribe` and the resource URIs and task ids of all its
+    /// `subscriptions/listen` streams together; over HTTP, a listen's own (each is a POST of
+    /// its own).
     pub max_subscriptions_per_session: usize,
     /// `subscriptions/listen` streams one connection may hold open.
     pub max_listens_per_session: usize,

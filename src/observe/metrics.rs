@@ -119,7 +119,9 @@ pub struct Metrics {
     pub pool_running: Gauge,
     /// Highest number of requests one session had in flight (value unused, peak only).
     pub session_in_flight: Gauge,
-    /// Resource subscriptions held by live sessions (`resources/subscribe`).
+    /// Resource subscriptions held by live sessions: `resources/subscribe`, and the resource
+    /// URIs of open `subscriptions/listen` streams (not their task ids, which are no
+    /// resources).
     pub subscriptions: Gauge,
     pub requests: Counter,
     pub cancelled: Counter,
@@ -469,7 +471,8 @@ rejections! {
     rate => "rate",
     /// A request signature missing, malformed, late, replayed or invalid (-32018).
     signature => "signature",
-    /// `limits.max_subscriptions_per_session` or `max_subscription_uri_bytes` (-32602).
+    /// `limits.max_subscriptions_per_session` or `max_subscription_uri_bytes` (-32602), and
+    /// each URI or task id a `subscriptions/listen` leaves out of its acknowledgement.
     subscriptions => "subscriptions",
     /// A tool's request to the client past `limits.max_in_flight_per_session` outstanding.
     client_requests => "client_requests",

@@ -178,12 +178,15 @@ impl Session {
                     });
                 }
                 let max = limits.max_subscriptions_per_session;
+                // What the connection's 2026-07-28 listens hold counts too: one limit for
+                // all a connection holds.
+                let listened = self.listen_subscriptions();
                 let subscriptions = &mut self
                     .occasional
                     .get_or_insert_with(Box::default)
                     .subscriptions;
                 if !subscriptions.contains(p.uri.as_ref()) {
-                    if subscriptions.len() >= max {
+                    if subscriptions.len() + listened >= max {
                         refused.inc();
                         return Err(Error::TooManySubscriptions { limit: max });
                     }

@@ -260,7 +260,9 @@ struct Occasional {
     client_requests: HashMap<u64, PendingClientRequest, FastHash>,
     /// The resource URIs a session-era client subscribed to.
     subscriptions: std::collections::HashSet<String>,
-    /// Open `subscriptions/listen` streams (2026-07-28), by the listen request's id.
+    /// Open `subscriptions/listen` streams (2026-07-28), by the listen request's id. Their
+    /// resource URIs and task ids count with `subscriptions` against
+    /// `limits.max_subscriptions_per_session`.
     listeners: HashMap<RequestId, Listener, FastHash>,
     /// On a connection that speaks both eras: its identity's view changes, for its
     /// 2026-07-28 listens, beside `bus` (the session's views).
@@ -1282,11 +1284,15 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // Subscriptions end with the session.
+        // Subscriptions end with the session, and so do those of listens still open (an
+        // HTTP listen's core is dropped with its stream).
+        let listened: usize = self.listeners().map(|(_, l)| l.filter.watched()).sum();
         self.shared.metrics.subscriptions.sub(
-            self.occasional
+            (self
+                .occasional
                 .as_ref()
-                .map_or(0, |o| o.subscriptions.len()) as u64,
+                .map_or(0, |o| o.subscriptions.len())
+                + listened) as u64,
         );
         // Workers may outlive the session by a moment; what they post now goes nowhere.
         self.inbox.flush_dropped(&self.shared.metrics);

@@ -368,52 +368,76 @@ impl Session {
             )));
         }
         let asked = p.notifications;
+        // A connection's listens hold their resource URIs and task ids, with what its
+        // session subscribed to, within one `max_subscriptions_per_session`: each is kept
+        // (and its updates looked for) as long as its listen is open, and a connection may
+        // open `max_listens_per_session` listens (a bound per listen let one connection hold
+        // that many times the limit).
+        let max = limits.max_subscriptions_per_session;
+        let held = self.subscriptions().count() + self.listen_subscriptions();
+        let refused = &self.shared.metrics.rejections.subscriptions;
+        let too_many = || {
+            refused.inc();
+            Error::TooManySubscriptions { limit: max }
+        };
+        let task_ids = asked.task_ids.filter(|_| offers.tasks);
+        if task_ids.is_some()
+            && !crate::cluster::tasks::declared(&stateless.info.client_capabilities)
+        {
+            return Err(Error::MissingClientCapability {
+                required: crate::protocol::mcp::required_tasks_extension(),
+            });
+        }
         let mut uris = asked.resource_subscriptions.filter(|_| offers.resources);
         if let Some(uris) = &mut uris {
             // What `resources/subscribe` would refuse is left out (and so out of the
             // acknowledgement): a resource the caller's policy forbids (its updates would
             // tell of it), a URI over the subscription limit, one that names no resource
-            // its identity sees. At most `max_subscriptions_per_session` distinct URIs are
-            // looked at, the rest left out unread: a message may list a million, and each
-            // look is a search of the resources (checked before the cut, a listen of 4 MiB
-            // held its session's thread for each).
+            // its identity sees. A listen naming more distinct URIs than a session may hold
+            // is refused before any is looked at: a message may list a million, and each
+            // look is a search of the resources (a listen of 4 MiB held its session's
+            // thread for each).
+            let distinct = distinct_at_most(std::mem::take(uris), max).ok_or_else(too_many)?;
             let viewer = self.identity_viewer();
             let registry = &self.shared.registry;
             let access = &self.admission.access;
-            let refused = &self.shared.metrics.rejections.subscriptions;
-            let mut looked_at = std::collections::HashSet::new();
-            let mut kept = Vec::new();
-            for uri in uris.drain(..) {
-                if looked_at.len() == limits.max_subscriptions_per_session {
-                    break;
-                }
-                if looked_at.contains(&uri) {
-                    continue;
-                }
+            for uri in distinct {
                 if uri.len() <= limits.max_subscription_uri_bytes
                     && access.may_use_resource(&uri)
                     && registry.resource_target(&uri, viewer).is_some()
                 {
-                    kept.push(uri.clone());
+                    uris.push(uri);
                 } else {
                     refused.inc();
                 }
-                looked_at.insert(uri);
             }
-            kept.sort();
-            *uris = kept;
+            uris.sort();
         }
-        let mut task_ids = asked.task_ids.filter(|_| offers.tasks);
-        if let Some(ids) = &mut task_ids {
-            if !crate::cluster::tasks::declared(&stateless.info.client_capabilities) {
-                return Err(Error::MissingClientCapability {
-                    required: crate::protocol::mcp::required_tasks_extension(),
+        let task_ids = match task_ids {
+            None => None,
+            Some(mut ids) => {
+                // An id that is not a UUID is no task (`tasks/get` looks none up): it is
+                // left out of the acknowledgement, which names the ids the server agreed to
+                // follow, and is not held (a "task id" of megabytes was kept as long as its
+                // listen). A well-formed id is followed whether or not its task is known
+                // here: it may run on another node, or be one the caller may not see, which
+                // the caller must not learn from the acknowledgement. The form is checked
+                // first: it costs no more than reading the list did.
+                ids.retain(|id| {
+                    let task_like = uuid::Uuid::try_parse(id).is_ok();
+                    if !task_like {
+                        refused.inc();
+                    }
+                    task_like
                 });
+                let mut ids: Vec<String> = distinct_at_most(ids, max)
+                    .ok_or_else(too_many)?
+                    .into_iter()
+                    .collect();
+                ids.sort();
+                Some(ids)
             }
-            ids.truncate(limits.max_subscriptions_per_session);
-            ids.sort();
-            ids.dedup();
-        }
+        };
         let filter = ListenFilter {
             tools_list_changed: asked.tools_list_changed && offers.tools,
             prompts_list_changed: asked.prompts_list_changed && offers.prompts,
@@ -421,6 +445,9 @@ impl Session {
             resource_subscriptions: uris,
             task_ids,
         };
+        if held + filter.held() > max {
+            return Err(too_many());
+        }
         let viewer = || Viewer::Identity(Arc::from(self.admission.identity.principal()));
         if self.bus.is_none() {
             self.bus = Some(self.shared.registry.bus().attach(&self.inbox, viewer()));
@@ -441,6 +468,7 @@ impl Session {
         }
         for uri in filter.resource_subscriptions.iter().flatten() {
             self.inbox.add_interest(uri);
+            self.shared.metrics.subscriptions.inc();
         }
         for task in filter.task_ids.iter().flatten() {
             self.inbox.add_task_interest(task);
@@ -462,10 +490,19 @@ impl Session {
         Ok(ack)
     }
 
+    /// The subscriptions the open listen streams hold: their resource URIs and task ids
+    /// (bounded together, with the session's own, by `max_subscriptions_per_session`).
+    pub(super) fn listen_subscriptions(&self) -> usize {
+        self.listeners()
+            .map(|(_, listener)| listener.filter.held())
+            .sum()
+    }
+
     /// Lets go of what a listen stream held.
     pub(super) fn forget_listener(&mut self, listener: &super::Listener) {
         for uri in listener.filter.resource_subscriptions.iter().flatten() {
             self.inbox.drop_interest(uri);
+            self.shared.metrics.subscriptions.dec();
         }
         for task in listener.filter.task_ids.iter().flatten() {
             self.inbox.drop_task_interest(task);
@@ -634,6 +671,17 @@ impl ListenFilter {
         .map(|(_, _, method)| method)
     }
 
+    /// The subscriptions this stream holds: its resource URIs and task ids.
+    pub(super) fn held(&self) -> usize {
+        self.resource_subscriptions.as_ref().map_or(0, Vec::len)
+            + self.task_ids.as_ref().map_or(0, Vec::len)
+    }
+
+    /// The resource URIs this stream watches (counted in `mcp_subscriptions`).
+    pub(super) fn watched(&self) -> usize {
+        self.resource_subscriptions.as_ref().map_or(0, Vec::len)
+    }
+
     /// Whether this stream follows the task `id`.
     pub(super) fn follows(&self, id: &str) -> bool {
         self.task_ids
@@ -709,6 +757,19 @@ fn input_required(
     let state = shape.state_key.issue(binding.clone(), answers, outstanding);
     let body = json!({ "inputRequests": requests, "requestState": state }).to_string();
     stateless_result(shape, &body, "", None, "input_required")
+}
+
+/// The distinct entries of a listen's list, or `None` when it names more than `max`
+/// (read no further than the first past it: a list may fill a whole message).
+fn distinct_at_most(listed: Vec<String>, max: usize) -> Option<std::collections::HashSet<String>> {
+    let mut distinct = std::collections::HashSet::new();
+    for entry in listed {
+        if distinct.len() == max && !distinct.contains(&entry) {
+            return None;
+        }
+        distinct.insert(entry);
+    }
+    Some(distinct)
 }
 
 /// The request id's JSON, for tagging a listen stream's notifications.

@@ -19,7 +19,8 @@
 //!   to host; a tampered or replayed state is -32602 and nothing runs.
 //! - `subscriptions/listen`: the POST's SSE stream carries the acknowledgement first, then
 //!   only the notifications its filter asked for, tagged with its id; two listens are kept
-//!   apart; a client that goes away ends its listen (its exchange is gone: `mcp_sessions`);
+//!   apart; a client that goes away ends its listen (its exchange is gone: `mcp_sessions`,
+//!   and the URIs it held leave `mcp_subscriptions`);
 //!   shutdown ends it with a result.
 //! - A 2026 POST retried with its `idempotencyKey` by the same identity gets the stored
 //!   answer under its own id and runs nothing (each POST is a session of its own: the key,
@@ -838,6 +839,11 @@ async fn a_listen_stream_carries_its_ack_then_its_tagged_notifications_until_the
         2,
         "one host per listen"
     );
+    assert_eq!(
+        metric(&server, "mcp_subscriptions").await,
+        1,
+        "the URI a listen holds is a subscription"
+    );
 
     registry.add_tool(plain_tool("t1")).expect("adds");
     assert_eq!(
@@ -869,6 +875,7 @@ async fn a_listen_stream_carries_its_ack_then_its_tagged_notifications_until_the
 
     drop(tools);
     wait_metric(&server, "mcp_sessions", 1).await;
+    wait_metric(&server, "mcp_subscriptions", 0).await;
     drop(prompts);
     wait_metric(&server, "mcp_sessions", 0).await;
 }

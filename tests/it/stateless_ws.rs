@@ -18,7 +18,9 @@
 //! - `subscriptions/listen`: the acknowledgement first (only what the server offers), every
 //!   notification tagged with the listen's id, each listen gets only what it asked for,
 //!   `notifications/cancelled` ends one listen (it gets nothing more, not even a result) and
-//!   leaves the others, shutdown ends each with a result.
+//!   leaves the others, shutdown ends each with a result; a connection's listens and its
+//!   session hold `limits.max_subscriptions_per_session` subscriptions between them (a listen
+//!   past it is -32602), counted in `mcp_subscriptions`.
 //! - Progress (on the request's own token, with its message, whatever the connection's
 //!   session negotiated) and cancellation (`notifications/cancelled` with the request id: no
 //!   answer, the worker stops).
@@ -867,20 +869,22 @@ async fn a_listen_subscribes_only_to_resources_the_caller_may_subscribe_to() {
     client.expect_nothing_pending().await;
 }
 
-/// A listen's URIs are looked at up to `limits.max_subscriptions_per_session` distinct ones
-/// (a repeat is not looked at again), and those after are left out unread: a message may
-/// list a million, each look a search of the resources.
+/// A listen's repeated URIs count once, and a listen naming more distinct URIs than
+/// `limits.max_subscriptions_per_session` is refused (-32602, "Too many subscriptions")
+/// before any is looked at: a message may list a million, each look a search of the
+/// resources.
 #[tokio::test]
-async fn a_listen_looks_at_no_more_uris_than_a_session_may_subscribe_to() {
+async fn a_listen_naming_more_uris_than_a_session_may_hold_is_refused_unread() {
     let mut s = stateless_settings();
     s.limits.max_subscriptions_per_session = 2;
     let (server, _) = start_stateless(s);
     let mut client = Client::connect(&server).await;
     let nothing = "mcp-ws-test://nothing-here";
     let refused = "mcp_rejected_total{reason=\"subscriptions\"}";
+    let repeats = json!("repeats");
     let ack = open_listen(
         &mut client,
-        &json!("repeats"),
+        &repeats,
         json!({"resourceSubscriptions": [README, README, README, VAULT]}),
     )
     .await;
@@ -892,19 +896,123 @@ async fn a_listen_looks_at_no_more_uris_than_a_session_may_subscribe_to() {
     };
     assert_eq!(uris.take(), expected);
     assert_eq!(metric(&server, refused).await, 0);
+    client.send_json(cancelled(&repeats)).await;
+    client.expect_nothing_pending().await;
 
-    let ack = open_listen(
+    let (id, response) = call(
         &mut client,
-        &json!("cut"),
-        json!({"resourceSubscriptions": [nothing, format!("{nothing}-too"), README]}),
+        "subscriptions/listen",
+        stateless(json!({"notifications": {
+            "resourceSubscriptions": [nothing, format!("{nothing}-too"), README]}})),
     )
     .await;
-    assert_eq!(ack, json!({"resourceSubscriptions": []}));
+    let error = assert_error(&response, &id, -32602);
+    assert_eq!(error["data"], json!({"limit": 2}), "{response}");
     assert_eq!(
         metric(&server, refused).await,
-        2,
-        "the third was not looked at"
+        1,
+        "the refusal alone: no URI was looked at"
     );
+}
+
+/// All of a connection's listens, and its session's `resources/subscribe`, hold at most
+/// `limits.max_subscriptions_per_session` subscriptions together: a listen that would pass it
+/// is refused (-32602 "Too many subscriptions", `{limit}`, as a `resources/subscribe` past it
+/// is) and holds nothing, and a listen's URIs count against a later `resources/subscribe`.
+/// The URIs listens hold are in `mcp_subscriptions` until their listen ends. (Each listen had
+/// the limit to itself: one connection held `max_listens_per_session` times it, none of it in
+/// the gauge.)
+#[tokio::test]
+async fn a_connections_listens_and_session_share_one_subscription_limit() {
+    let mut s = stateless_settings();
+    s.limits.max_subscriptions_per_session = 2;
+    let (server, _) = start_stateless(s);
+    let mut client = Client::initialized(&server).await;
+    let (id, response) = call(&mut client, "resources/subscribe", json!({"uri": README})).await;
+    assert_session_result(&response, &id);
+    assert_eq!(metric(&server, "mcp_subscriptions").await, 1);
+
+    let first = json!("first");
+    let ack = open_listen(
+        &mut client,
+        &first,
+        json!({"resourceSubscriptions": [VAULT]}),
+    )
+    .await;
+    assert_eq!(ack, json!({"resourceSubscriptions": [VAULT]}));
+    assert_eq!(metric(&server, "mcp_subscriptions").await, 2);
+
+    // A second listen of one URI would make three.
+    let (id, response) = call(
+        &mut client,
+        "subscriptions/listen",
+        stateless(json!({"notifications": {"resourceSubscriptions": [README]}})),
+    )
+    .await;
+    let error = assert_error(&response, &id, -32602);
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Too many subscriptions")),
+        "{response}"
+    );
+    assert_eq!(error["data"], json!({"limit": 2}), "{response}");
+    // So would the session's second subscription.
+    let (id, response) = call(&mut client, "resources/subscribe", json!({"uri": VAULT})).await;
+    let error = assert_error(&response, &id, -32602);
+    assert_eq!(error["data"], json!({"limit": 2}), "{response}");
+    assert_eq!(metric(&server, "mcp_subscriptions").await, 2);
+
+    // The refused listen holds nothing: only the first listen's update is heard.
+    server.registry().resource_updated(VAULT);
+    assert_eq!(
+        client.recv().await,
+        json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+               "params": {"_meta": {SUBSCRIPTION_ID: first}, "uri": VAULT}})
+    );
+    client.expect_nothing_pending().await;
+
+    // The first listen ended, its room is free again.
+    client.send_json(cancelled(&first)).await;
+    wait_metric(&server, "mcp_subscriptions", 1).await;
+    let ack = open_listen(
+        &mut client,
+        &json!("second"),
+        json!({"resourceSubscriptions": [VAULT]}),
+    )
+    .await;
+    assert_eq!(ack, json!({"resourceSubscriptions": [VAULT]}));
+    assert_eq!(metric(&server, "mcp_subscriptions").await, 2);
+}
+
+/// A 2026-07-28 connection's listens, not only its session, hold at most
+/// `limits.max_subscriptions_per_session` between them, over as many listens as it may open;
+/// what they hold leaves `mcp_subscriptions` with the connection.
+#[tokio::test]
+async fn listens_spread_over_a_connection_are_bounded_together_and_end_with_it() {
+    let mut s = stateless_settings();
+    s.limits.max_subscriptions_per_session = 2;
+    let (server, _) = start_stateless(s);
+    let mut client = Client::connect(&server).await;
+    for (id, uri) in [("readme", README), ("vault", VAULT)] {
+        let ack = open_listen(
+            &mut client,
+            &json!(id),
+            json!({"resourceSubscriptions": [uri]}),
+        )
+        .await;
+        assert_eq!(ack, json!({"resourceSubscriptions": [uri]}));
+    }
+    let (id, response) = call(
+        &mut client,
+        "subscriptions/listen",
+        stateless(json!({"notifications": {"resourceSubscriptions": [README]}})),
+    )
+    .await;
+    assert_error(&response, &id, -32602);
+    assert_eq!(metric(&server, "mcp_subscriptions").await, 2);
+    client.hang_up().await;
+    wait_metric(&server, "mcp_subscriptions", 0).await;
 }
 
 #[tokio::test]

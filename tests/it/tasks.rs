@@ -15,7 +15,8 @@
 //!   keeps (a result that does not fit fails its task, and then new tasks are refused, both
 //!   -32008 `taskBytes`); unknown ids are -32602;
 //! - `subscriptions/listen` with `taskIds` hears `notifications/tasks` with what `tasks/get`
-//!   shows, tagged with the listen's id;
+//!   shows, tagged with the listen's id; it follows only ids that are UUIDs, and a
+//!   connection's listens follow at most `limits.max_subscriptions_per_session` between them;
 //! - a task is for the credentials of its identity that may call its tool: a narrower token
 //!   of the same subject gets for `tasks/get`, `tasks/update` and `tasks/cancel` what a
 //!   `tools/call` of the tool would get (-32602, unknown tool), and its listen streams do
@@ -801,8 +802,8 @@ async fn one_identity_cannot_fill_the_task_store() {
 }
 
 /// Opens a listen stream on `client` following the tasks `ids`; waits for its
-/// acknowledgement.
-async fn listen(client: &mut Client, ids: &[&str]) {
+/// acknowledgement and returns what it acknowledged.
+async fn listen(client: &mut Client, ids: &[&str]) -> Value {
     let id = client.fresh_id();
     client
         .send_json(
@@ -814,6 +815,60 @@ async fn listen(client: &mut Client, ids: &[&str]) {
     assert_eq!(
         ack["method"], "notifications/subscriptions/acknowledged",
         "{ack}"
+    );
+    ack["params"]["notifications"].clone()
+}
+
+/// A listen follows only ids that can be tasks: one that is not a UUID (no task, as
+/// `tasks/get` says of it) is left out of the acknowledgement and not held, while a
+/// well-formed one is followed whether this node knows it or not (it may be another node's).
+/// The task ids of a connection's listens count against
+/// `limits.max_subscriptions_per_session` together (-32602 past it). (Any string was
+/// followed: a "task id" of megabytes was held as long as its listen, and each listen had the
+/// limit to itself.)
+#[tokio::test]
+async fn a_listen_follows_only_task_ids_and_no_more_than_a_session_may_hold() {
+    let gate = Arc::new(Semaphore::new(0));
+    let mut s = http_settings();
+    s.limits.max_subscriptions_per_session = 2;
+    let job_gate = gate.clone();
+    let server = start_with(s, move |b| {
+        b.tool(gated("job", job_gate, TaskSupport::Optional))
+    });
+    let mut client = Client::connect(&server).await;
+    let id = task_id(&ws_request(&mut client, "tools/call", json!({"name": "job"})).await);
+    let elsewhere = "7d444840-9dc0-11d1-b245-5ffdce74fad2";
+    let huge = "7".repeat(1 << 20);
+    let ack = listen(
+        &mut client,
+        &[&id, "../../etc/passwd", &huge, &id, elsewhere],
+    )
+    .await;
+    let mut followed = vec![id.as_str(), elsewhere];
+    followed.sort_unstable();
+    assert_eq!(ack, json!({"taskIds": followed}));
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"subscriptions\"}").await,
+        2,
+        "the two ids left out"
+    );
+
+    // The connection follows two tasks: a listen of one more is refused.
+    let refused = ws_request(
+        &mut client,
+        "subscriptions/listen",
+        json!({"notifications": {"taskIds": [id]}}),
+    )
+    .await;
+    let error = assert_error(&refused, &refused["id"], -32602);
+    assert_eq!(error["data"], json!({"limit": 2}), "{refused}");
+
+    // The first listen still hears its task.
+    gate.add_permits(1);
+    let heard = heard_until(&mut client, &id, "completed").await;
+    assert!(
+        heard.iter().all(|note| note["params"]["taskId"] == id),
+        "{heard:?}"
     );
 }
 
