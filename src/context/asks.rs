@@ -40,6 +40,9 @@ pub struct Rounds {
     /// The client's answers so far (earlier rounds, from the request state, and this one's
     /// `inputResponses`), by key.
     pub(super) answers: serde_json::Map<String, Value>,
+    /// The keys asked in earlier rounds: those the request state names as outstanding and
+    /// those it carries answers to.
+    asked_before: std::collections::HashSet<String>,
     /// The asks this round reached that have no usable answer.
     asked: std::cell::RefCell<Vec<Ask>>,
     /// Woken when an ask is recorded (the worker watches for it).
@@ -101,10 +104,15 @@ pub struct Ask {
 }
 
 impl Rounds {
-    /// A round with these answers gathered.
-    pub fn new(answers: serde_json::Map<String, Value>) -> Self {
+    /// A round with these answers gathered, of a request that asked `asked_before` in its
+    /// earlier rounds.
+    pub fn new(
+        answers: serde_json::Map<String, Value>,
+        asked_before: std::collections::HashSet<String>,
+    ) -> Self {
         Self {
             answers,
+            asked_before,
             asked: Default::default(),
             watcher: Default::default(),
             keys: AskKeys::default(),
@@ -126,9 +134,18 @@ impl Rounds {
         }
     }
 
-    /// The answers gathered so far (carried into the next round's state).
-    pub fn answers(&self) -> &serde_json::Map<String, Value> {
-        &self.answers
+    /// The answers gathered so far that the next round's state carries: those to keys this
+    /// round reached (the tool, run again, reaches them again, a key it re-asks under
+    /// included) or that were asked in an earlier round. An answer to a key no ask reached
+    /// is left out: `inputResponses` may name any key, and all of them went into the state,
+    /// one larger than the request that brought them (and than the server takes back).
+    pub fn carried_answers(&self) -> serde_json::Map<String, Value> {
+        let reached = self.keys.used.borrow();
+        self.answers
+            .iter()
+            .filter(|(key, _)| reached.contains(*key) || self.asked_before.contains(*key))
+            .map(|(key, answer)| (key.clone(), answer.clone()))
+            .collect()
     }
 
     /// Resolves once the request asked for something it has no answer to.

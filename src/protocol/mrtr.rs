@@ -121,6 +121,12 @@ impl BindingParts {
         }
     }
 
+    /// The bytes of the request's target and arguments: at the least what its next round
+    /// carries besides its `requestState`.
+    pub fn retry_bytes(&self) -> usize {
+        self.arguments_end.unwrap_or(self.target_end)
+    }
+
     /// The binding these parts describe.
     pub fn binding(&self) -> Binding {
         let (arguments, subject_start) = match self.arguments_end {

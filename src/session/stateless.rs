@@ -19,7 +19,7 @@ use crate::protocol::mcp::Offers;
 use crate::protocol::mcp::{
     server_capabilities, Error, LogLevel, Method, ProtocolVersion, RequestMeta,
 };
-use crate::protocol::mrtr::{Binding, BindingParts};
+use crate::protocol::mrtr::BindingParts;
 use crate::registry::{ListKind, Viewer};
 use crate::worker::OnInput;
 use serde::Deserialize;
@@ -308,6 +308,7 @@ impl Session {
         request_state: Option<&str>,
     ) -> Result<(Input, OnInput), Error> {
         let mut answers = Map::new();
+        let mut asked_before = std::collections::HashSet::new();
         if let Some(token) = request_state {
             let state = self
                 .shared
@@ -315,24 +316,31 @@ impl Session {
                 .state_key
                 .verify(token, &binding.binding())
                 .map_err(Error::InvalidRequestState)?;
+            asked_before.extend(state.outstanding);
+            asked_before.extend(state.responses.keys().cloned());
             answers = state.responses;
         }
         // A malformed `inputResponses` (not an object) answers nothing: the asks are made
         // again. Answers are the client's word, carried or given now alike (the state's tag
         // binds them to this request and identity, it does not vouch for them): a key no ask
-        // of this round reaches is never read, and one a later ask reaches answers it.
+        // of this round reaches is never read, and one a later ask reaches answers it. The
+        // next state carries only answers to keys asked (`Rounds::carried_answers`).
         if let Some(Ok(Value::Object(responses))) =
             input_responses.map(|r| serde_json::from_str(r.get()))
         {
             answers.extend(responses);
         }
-        let rounds = Rc::new(Rounds::new(answers));
+        let rounds = Rc::new(Rounds::new(answers, asked_before));
         let shared = self.shared.clone();
         let carried = rounds.clone();
         let on_input: OnInput = Box::new(move |id, asks| {
-            let binding = binding.binding();
-            let frame =
-                input_required(&shared.stateless, &binding, carried.answers().clone(), asks);
+            let frame = input_required(
+                &shared.stateless,
+                &binding,
+                carried.carried_answers(),
+                asks,
+                shared.settings.limits.max_message_bytes,
+            )?;
             Ok(crate::protocol::jsonrpc::encode_result(&id, &frame))
         });
         Ok((Input::Rounds(rounds), on_input))
@@ -738,12 +746,18 @@ fn serves_stateless(method: Method, offers: Offers) -> bool {
 
 /// The `InputRequiredResult` of a request that asked `asks`, with the state that carries its
 /// answers so far into the next round.
+///
+/// # Errors
+/// -32602 when the state, with the request's target and arguments, would not fit in a
+/// message of `max_message_bytes`: the client could never send the next round (it would be
+/// refused as too big, a WebSocket closed with 1009), so it is told now and why.
 fn input_required(
     shape: &StatelessShape,
-    binding: &Binding,
+    parts: &BindingParts,
     answers: Map<String, Value>,
     asks: Vec<Ask>,
-) -> String {
+    max_message_bytes: usize,
+) -> Result<String, Error> {
     let outstanding: Vec<String> = asks.iter().map(|a| a.key.clone()).collect();
     let requests: Map<String, Value> = asks
         .into_iter()
@@ -754,9 +768,16 @@ fn input_required(
             )
         })
         .collect();
-    let state = shape.state_key.issue(binding.clone(), answers, outstanding);
+    let state = shape.state_key.issue(parts.binding(), answers, outstanding);
+    let retry_bytes = state.len().saturating_add(parts.retry_bytes());
+    if retry_bytes >= max_message_bytes {
+        return Err(Error::RequestStateTooLarge {
+            retry_bytes,
+            limit: max_message_bytes,
+        });
+    }
     let body = json!({ "inputRequests": requests, "requestState": state }).to_string();
-    stateless_result(shape, &body, "", None, "input_required")
+    Ok(stateless_result(shape, &body, "", None, "input_required"))
 }
 
 /// The distinct entries of a listen's list, or `None` when it names more than `max`

@@ -7,7 +7,9 @@
 //!   `inputResponses`, the state) runs the tool again, which then gets the answer.
 //! - A decline or cancel reaches the tool; an answer that does not fit the form is asked for
 //!   again; asks made at once come in one round; the answers of earlier rounds travel in the
-//!   state (a round sends only its own answer); each round runs the tool once.
+//!   state (a round sends only its own answer), and only answers to keys asked do; a state
+//!   that could not be sent back in one message is -32602 instead; each round runs the tool
+//!   once.
 //! - A capability the request did not declare, needed at any round, is -32021 naming it in
 //!   `requiredCapabilities`.
 //! - A tampered `requestState` (a changed byte in its payload or its tag, a truncated one,
@@ -210,6 +212,110 @@ async fn a_multi_round_request_carries_earlier_answers_in_its_state() {
         "name=Ada; draft=Ada wrote the first program.; roots=file:///a,file:///b"
     );
     assert_eq!(fixtures.runs(), 4);
+}
+
+/// The next round's state carries the answers to keys asked, in this round or an earlier
+/// one, and nothing else: an `inputResponses` member no ask reaches is read by nothing and
+/// left out, so the state is no larger for it. (Every member went into the state: a request
+/// of 3.2 MB got a state of 4.3 MB back, over `limits.max_message_bytes`, and its next round
+/// was closed 1009.)
+#[tokio::test]
+async fn answers_to_keys_no_ask_reached_are_not_carried_in_the_state() {
+    let (server, _) = start_stateless(stateless_settings());
+    let mut client = Client::connect(&server).await;
+    let params = stateless_with(all_asks(), json!({"name": "interview", "arguments": {}}));
+    let padding = "x".repeat(100_000);
+    let unasked = json!({"never_asked": padding, "name.7": padding});
+
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, unasked.clone(), None),
+    )
+    .await;
+    let (_, state1) = assert_input_required(&response, &id, &["name"]);
+    assert!(state1.len() < 2_000, "{} bytes of state", state1.len());
+
+    let mut answers = unasked.clone();
+    answers["name"] = accept_name("Ada");
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, answers, Some(&state1)),
+    )
+    .await;
+    let (_, state2) = assert_input_required(&response, &id, &["draft"]);
+    assert!(state2.len() < 2_000, "{} bytes of state", state2.len());
+
+    // The name, asked in the first round, is still carried.
+    let mut answers = unasked;
+    answers["draft"] = json!({"role": "assistant", "model": "m",
+                              "content": {"type": "text", "text": "A line."}});
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, answers, Some(&state2)),
+    )
+    .await;
+    let (_, state3) = assert_input_required(&response, &id, &["roots"]);
+    assert!(state3.len() < 2_000, "{} bytes of state", state3.len());
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, json!({"roots": {"roots": []}}), Some(&state3)),
+    )
+    .await;
+    assert_eq!(
+        text_of(&assert_complete(&response, &id)),
+        "name=Ada; draft=A line.; roots="
+    );
+}
+
+/// A state the client could not send back, with the request's arguments, in one message of
+/// `limits.max_message_bytes` is not issued: the request is answered -32602 naming the
+/// limit. (It was issued, and the next round was refused as too big: a WebSocket closed
+/// 1009.)
+#[tokio::test]
+async fn a_state_too_large_to_send_back_is_an_error_not_a_state() {
+    let mut s = stateless_settings();
+    s.limits.max_message_bytes = 64 * 1024;
+    let (server, _) = start_stateless(s);
+    let mut client = Client::connect(&server).await;
+    let params = stateless_with(all_asks(), json!({"name": "interview", "arguments": {}}));
+    let (id, response) = call(&mut client, "tools/call", params.clone()).await;
+    let (_, state) = assert_input_required(&response, &id, &["name"]);
+    // An answer of 50 kB fits in a message; carried in base64, it does not.
+    let long_name = "A".repeat(50_000);
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(
+            &params,
+            json!({"name": accept_name(&long_name)}),
+            Some(&state),
+        ),
+    )
+    .await;
+    let error = assert_error(&response, &id, -32602);
+    assert_eq!(error["data"]["limit"], 64 * 1024, "{response}");
+    assert_eq!(
+        error["data"]["setting"], "limits.max_message_bytes",
+        "{response}"
+    );
+    assert!(
+        error["data"]["retryBytes"]
+            .as_u64()
+            .is_some_and(|n| n > 64 * 1024),
+        "{response}"
+    );
+    // The connection is fine, and a shorter answer goes on.
+    let (id, response) = call(
+        &mut client,
+        "tools/call",
+        retry(&params, json!({"name": accept_name("Ada")}), Some(&state)),
+    )
+    .await;
+    assert_input_required(&response, &id, &["draft"]);
 }
 
 #[tokio::test]

@@ -266,6 +266,11 @@ pub enum Error {
     /// 2026-07-28: a `requestState` that is forged, altered, foreign or expired.
     #[error("Invalid params: {0}")]
     InvalidRequestState(crate::protocol::mrtr::StateError),
+    /// 2026-07-28: the answers a multi round-trip request gathered make a `requestState`
+    /// that, with the request's target and arguments, takes `retry_bytes` at the least: the
+    /// next round would not fit in a message.
+    #[error("Invalid params: the answers gathered make a requestState too large to send back: the next round would take at least {retry_bytes} bytes, over limits.max_message_bytes ({limit})")]
+    RequestStateTooLarge { retry_bytes: usize, limit: usize },
     #[error("Invalid params: uri: a subscribed URI may have at most {limit} bytes")]
     SubscriptionUriTooLong { limit: usize },
     #[error("Server not initialized: send \"initialize\" first")]
@@ -348,7 +353,9 @@ impl Error {
                 codes::RESOURCE_TOO_LARGE
             }
             Self::ReadsBusy { .. } => codes::SERVER_BUSY,
-            Self::MalformedMeta(_) | Self::InvalidRequestState(_) => ErrorCode::INVALID_PARAMS,
+            Self::MalformedMeta(_)
+            | Self::InvalidRequestState(_)
+            | Self::RequestStateTooLarge { .. } => ErrorCode::INVALID_PARAMS,
             Self::UnsupportedProtocolVersion { .. } => codes::UNSUPPORTED_PROTOCOL_VERSION,
             Self::MissingClientCapability { .. } => codes::MISSING_CLIENT_CAPABILITY,
             Self::HeaderMismatch(_) => codes::HEADER_MISMATCH,
@@ -431,6 +438,11 @@ impl Error {
                 "uri": uri,
                 "size": size,
                 "encodedSize": encoded,
+                "limit": limit,
+                "setting": "limits.max_message_bytes",
+            })),
+            Self::RequestStateTooLarge { retry_bytes, limit } => object.with_data(json!({
+                "retryBytes": retry_bytes,
                 "limit": limit,
                 "setting": "limits.max_message_bytes",
             })),
