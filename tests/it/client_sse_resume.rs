@@ -478,68 +478,42 @@ async fn a_stream_answering_a_notification_is_let_go() {
 /// Its listener stops accepting when it is dropped (its connections end with the client's).
 fn silent_server(waiting: Arc<AtomicUsize>) -> SilentServer {
     use std::io::{BufReader, Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    // Polled, so that the thread sees the stop (a blocking accept would wait for ever).
-    listener.set_nonblocking(true).expect("nonblocking");
-    let stop = Arc::new(AtomicBool::new(false));
-    let stopped = stop.clone();
-    std::thread::spawn(move || {
-        while !stopped.load(Ordering::Relaxed) {
-            let stream = match listener.accept() {
-                Ok((stream, _)) => stream,
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-                Err(_) => return,
+    let (addr, _stop) = crate::support::http::serve_each(move |stream| {
+        let mut writer = stream.try_clone().expect("clone");
+        let mut reader = BufReader::new(stream);
+        // Requests one after another on the connection (the client keeps it).
+        loop {
+            let Some((head, body)) = crate::support::http::read_request(&mut reader) else {
+                return;
             };
-            stream.set_nonblocking(false).expect("blocking");
-            let waiting = waiting.clone();
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().expect("clone");
-                let mut reader = BufReader::new(stream);
-                // Requests one after another on the connection (the client keeps it).
-                loop {
-                    let Some((head, body)) = crate::support::http::read_request(&mut reader) else {
-                        return;
-                    };
-                    let message: Value = serde_json::from_slice(&body).unwrap_or_default();
-                    let answer = if !head.starts_with("POST") {
-                        "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n".to_owned()
-                    } else if message["method"] == "initialize" {
-                        let body = initialize_answer(&message, "silent", json!({})).to_string();
-                        format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                            body.len()
-                        )
-                    } else {
-                        // Held, unanswered, until the client closes the connection.
-                        let _held = Open::new(&waiting);
-                        let mut rest = [0u8; 1024];
-                        while reader.read(&mut rest).unwrap_or(0) > 0 {}
-                        return;
-                    };
-                    if writer.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
+            let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let answer = if !head.starts_with("POST") {
+                "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n".to_owned()
+            } else if message["method"] == "initialize" {
+                let body = initialize_answer(&message, "silent", json!({})).to_string();
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+            } else {
+                // Held, unanswered, until the client closes the connection.
+                let _held = Open::new(&waiting);
+                let mut rest = [0u8; 1024];
+                while reader.read(&mut rest).unwrap_or(0) > 0 {}
+                return;
+            };
+            if writer.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
         }
     });
-    SilentServer { addr, stop }
+    SilentServer { addr, _stop }
 }
 
-/// [`silent_server`]'s address, and the flag that stops its listener when dropped.
+/// [`silent_server`]'s address, and the guard that stops its listener when dropped.
 struct SilentServer {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-}
-
-impl Drop for SilentServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
+    _stop: crate::support::http::StopAccepting,
 }
 
 /// A notification's POST the server never answers (no head) is given up after 10 s, its

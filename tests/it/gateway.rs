@@ -1283,86 +1283,63 @@ async fn the_http_clients_open_streams_end_with_the_client() {
 struct HoldingServer {
     url: String,
     closes: std::sync::mpsc::Receiver<()>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Drop for HoldingServer {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
+    _stop: crate::support::http::StopAccepting,
 }
 
 fn holding_server() -> HoldingServer {
     use std::io::{BufReader, Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
-    // Polled, so that the thread sees the stop (a blocking accept would wait forever).
-    listener.set_nonblocking(true).expect("nonblocking");
     let (closed, closes) = std::sync::mpsc::channel();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stopped = stop.clone();
-    std::thread::spawn(move || {
-        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
-            let mut stream = match listener.accept() {
-                Ok((stream, _)) => stream,
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-                Err(_) => return,
-            };
-            // Its reads block (some systems hand the listener's non-blocking mode on).
-            stream.set_nonblocking(false).expect("blocking");
-            let closed = closed.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-                let Some((head, body)) = crate::support::http::read_request(&mut reader) else {
-                    return;
-                };
-                let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let reply = |status: &str, headers: &str, body: &str| {
-                    format!(
-                        "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\n\
-                         Connection: close\r\n\r\n{body}",
-                        body.len()
-                    )
-                };
-                let json = "Content-Type: application/json\r\n";
-                let answer = |result: Value| {
-                    json!({"jsonrpc": "2.0", "id": message["id"], "result": result}).to_string()
-                };
-                let text = if !head.starts_with("POST") {
-                    reply("405 Method Not Allowed", "", "")
-                } else if message.get("id").is_none() {
-                    reply("202 Accepted", "", "")
-                } else if message["method"] == "initialize" {
-                    let result = json!({"protocolVersion": "2025-11-25",
-                                        "capabilities": {"tools": {}},
-                                        "serverInfo": {"name": "holding", "version": "1"}});
-                    reply(
-                        "200 OK",
-                        &format!("{json}Mcp-Session-Id: s-1\r\n"),
-                        &answer(result),
-                    )
-                } else if message["method"] == "tools/call" {
-                    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
-                                Connection: close\r\n\r\n";
-                    if stream.write_all(head.as_bytes()).is_err() {
-                        return;
-                    }
-                    // Held open, silent, until the client closes it.
-                    let mut rest = [0u8; 256];
-                    while matches!(reader.read(&mut rest), Ok(n) if n > 0) {}
-                    let _ = closed.send(());
-                    return;
-                } else {
-                    reply("200 OK", json, &answer(json!({})))
-                };
-                let _ = stream.write_all(text.as_bytes());
-            });
-        }
+    let (addr, _stop) = crate::support::http::serve_each(move |mut stream| {
+        let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+        let Some((head, body)) = crate::support::http::read_request(&mut reader) else {
+            return;
+        };
+        let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let reply = |status: &str, headers: &str, body: &str| {
+            format!(
+                "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            )
+        };
+        let json = "Content-Type: application/json\r\n";
+        let answer = |result: Value| {
+            json!({"jsonrpc": "2.0", "id": message["id"], "result": result}).to_string()
+        };
+        let text = if !head.starts_with("POST") {
+            reply("405 Method Not Allowed", "", "")
+        } else if message.get("id").is_none() {
+            reply("202 Accepted", "", "")
+        } else if message["method"] == "initialize" {
+            let result = json!({"protocolVersion": "2025-11-25",
+                                "capabilities": {"tools": {}},
+                                "serverInfo": {"name": "holding", "version": "1"}});
+            reply(
+                "200 OK",
+                &format!("{json}Mcp-Session-Id: s-1\r\n"),
+                &answer(result),
+            )
+        } else if message["method"] == "tools/call" {
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                        Connection: close\r\n\r\n";
+            if stream.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            // Held open, silent, until the client closes it.
+            let mut rest = [0u8; 256];
+            while matches!(reader.read(&mut rest), Ok(n) if n > 0) {}
+            let _ = closed.send(());
+            return;
+        } else {
+            reply("200 OK", json, &answer(json!({})))
+        };
+        let _ = stream.write_all(text.as_bytes());
     });
-    HoldingServer { url, closes, stop }
+    HoldingServer {
+        url: format!("http://{addr}/mcp"),
+        closes,
+        _stop,
+    }
 }
 
 /// A request the caller stopped waiting for (cancelled) ends its POST's stream on the

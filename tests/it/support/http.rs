@@ -274,6 +274,46 @@ pub fn header_value(value: &str) -> String {
     format!("=?base64?{encoded}?=")
 }
 
+/// A test's own server on plain sockets: a thread accepts connections on a free loopback
+/// port and hands each, blocking, to `serve` on a thread of its own, until the returned
+/// guard is dropped.
+pub fn serve_each(
+    serve: impl Fn(std::net::TcpStream) + Clone + Send + 'static,
+) -> (SocketAddr, StopAccepting) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    // Polled, so that the thread sees the stop (a blocking accept would wait for ever).
+    listener.set_nonblocking(true).expect("nonblocking");
+    let stop = StopAccepting(std::sync::Arc::default());
+    let stopped = stop.0.clone();
+    std::thread::spawn(move || {
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            let stream = match listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(_) => return,
+            };
+            // Its reads block (some systems hand the listener's non-blocking mode on).
+            stream.set_nonblocking(false).expect("blocking");
+            let serve = serve.clone();
+            std::thread::spawn(move || serve(stream));
+        }
+    });
+    (addr, stop)
+}
+
+/// Stops [`serve_each`]'s accepting when dropped (the connections it handed on run on).
+pub struct StopAccepting(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopAccepting {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Reads one HTTP/1.1 request from a blocking `reader` (a test's own server on plain
 /// sockets): its head (request line and headers) and its body (`Content-Length` bytes);
 /// `None` once the connection ends.
