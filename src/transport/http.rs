@@ -306,8 +306,10 @@ fn check_headers(
         (None, _) => return Err("the MCP-Protocol-Version header is required".into()),
         (Some(header), Some(meta)) if header != meta => {
             return Err(format!(
-            "MCP-Protocol-Version header {header:?} does not match _meta protocolVersion {meta:?}"
-        ))
+                "MCP-Protocol-Version header {:?} does not match _meta protocolVersion {:?}",
+                Shown(header),
+                Shown(meta)
+            ))
         }
         _ => {}
     }
@@ -315,7 +317,9 @@ fn check_headers(
         None => return Err("the Mcp-Method header is required".into()),
         Some(header) if header != method => {
             return Err(format!(
-                "Mcp-Method header {header:?} does not match body method {method:?}"
+                "Mcp-Method header {:?} does not match body method {:?}",
+                Shown(header),
+                Shown(method)
             ))
         }
         Some(_) => {}
@@ -327,13 +331,34 @@ fn check_headers(
             // this crate's own, send it).
             Some(header) if decode_header_value(header).as_deref() != Some(name) => {
                 return Err(format!(
-                    "Mcp-Name header {header:?} does not match body value {name:?}"
+                    "Mcp-Name header {:?} does not match body value {:?}",
+                    Shown(header),
+                    Shown(name)
                 ))
             }
             Some(_) => {}
         }
     }
     Ok(())
+}
+
+/// A value a header check's error quotes: its first [`Shown::MAX_CHARS`] characters (then
+/// `…`), escaped as `Debug` writes a string. The values are the client's, as long as its
+/// request (a header may take 128 KiB, a body value megabytes), and the error is written
+/// into the answer: quoted whole, escaped, a 1.2 MB request drew a 4.2 MB error.
+struct Shown<'a>(&'a str);
+
+impl Shown<'_> {
+    const MAX_CHARS: usize = 128;
+}
+
+impl std::fmt::Debug for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.char_indices().nth(Self::MAX_CHARS) {
+            Some((end, _)) => write!(f, "{:?}…", &self.0[..end]),
+            None => write!(f, "{:?}", self.0),
+        }
+    }
 }
 
 /// The value of header `name`, refused when it is sent more than once: its copies may

@@ -241,6 +241,37 @@ async fn a_header_that_disagrees_with_the_body_is_400_32020_and_nothing_runs() {
     assert_eq!(fixtures.runs(), 3);
 }
 
+/// A mismatch's error quotes at most 128 characters of each value, the client's long
+/// values included: a 1.2 MB tool name drew a 4.2 MB error (each value quoted whole,
+/// escaped), more than a message may take.
+#[tokio::test]
+async fn a_mismatchs_error_quotes_no_more_than_the_start_of_each_value() {
+    let (server, fixtures) = start_stateless(stateless_settings());
+    let http = Http::new(&server);
+    let long_name = "\u{1}".repeat(200_000);
+    let call = request(
+        json!(1),
+        "tools/call",
+        stateless_with(json!({}), json!({"name": long_name, "arguments": {}})),
+    );
+    let message = refused_with_headers(&http, &call, |headers| {
+        headers.insert("Mcp-Name", "other".parse().expect("a header value"));
+    })
+    .await;
+    assert!(message.contains("Mcp-Name"), "{message}");
+    // The name's 128 characters, each escaped as `\u{1}` (6 bytes), and the rest.
+    assert!(message.len() < 1000, "{} bytes", message.len());
+    assert!(message.ends_with("\"…"), "{message}");
+    let method = "x".repeat(200_000);
+    let odd = request(json!(2), &method, stateless_with(json!({}), json!({})));
+    let message = refused_with_headers(&http, &odd, |headers| {
+        headers.insert("Mcp-Method", "tools/list".parse().expect("a header value"));
+    })
+    .await;
+    assert!(message.len() < 1000, "{} bytes", message.len());
+    assert_eq!(fixtures.runs(), 0, "nothing ran");
+}
+
 /// Posts `body` with the headers a client sends, as `change` leaves them: refused (400,
 /// -32020 under the request's id); the error's message.
 async fn refused_with_headers(
