@@ -349,18 +349,25 @@ impl Authenticator {
     }
 
     /// The canonical URI of the MCP endpoint: `auth.resource`, or this request's
-    /// `scheme://host/mcp`: its connection's scheme and its `Host` (checked against
-    /// `http.allowed_hosts`), or from a trusted proxy, the scheme and host it forwards. Any
-    /// client can write `X-Forwarded-Host`: believed from anyone, it made the challenge and
-    /// the metadata name a site of the client's choosing.
+    /// `scheme://host/mcp` as [`reached`](Self::reached) gives them.
     fn resource(&self, req: &HttpRequest) -> String {
         if !self.metadata.resource.is_empty() {
             return self.metadata.resource.clone();
         }
+        let (scheme, host) = self.reached(req);
+        format!("{scheme}://{host}/mcp")
+    }
+
+    /// The scheme (`http` or `https`) and host a request reached the server by: its
+    /// connection's scheme and its `Host` (checked against `http.allowed_hosts`), or from a
+    /// trusted proxy (`server.trusted_proxies`), the scheme and host it forwards. Any client
+    /// can write `X-Forwarded-Host`: believed from anyone, it made the challenge, the
+    /// metadata and the `GET /` page name a site of the client's choosing.
+    pub(crate) fn reached(&self, req: &HttpRequest) -> (String, String) {
         let peer = req.peer_addr().map(|peer| peer.ip());
         if self.proxies.trusts_peer(peer) {
             let info = req.connection_info();
-            return format!("{}://{}/mcp", info.scheme(), info.host());
+            return (info.scheme().to_owned(), info.host().to_owned());
         }
         let config = req.app_config();
         let scheme = if config.secure() { "https" } else { "http" };
@@ -371,7 +378,7 @@ impl Authenticator {
             .and_then(|host| host.to_str().ok())
             .or_else(|| req.uri().authority().map(|authority| authority.as_str()))
             .unwrap_or(config.host());
-        format!("{scheme}://{host}/mcp")
+        (scheme.to_owned(), host.to_owned())
     }
 
     /// The URL of the resource metadata: the well-known path inserted between the

@@ -63,14 +63,19 @@ pub(super) fn schemes(shared: &Shared) -> (&'static str, &'static str) {
 
 /// `GET /`: a short page for whoever opens the server's address in a browser or with curl,
 /// naming the endpoint and how to connect (nothing about the version or the configuration).
-/// Under the endpoint's Host/Origin rules: it repeats the Host it was reached by.
+/// Under the endpoint's Host/Origin rules: it repeats the scheme and Host it was reached by
+/// (a trusted proxy's forwarded ones; a client's `X-Forwarded-Host` is not believed).
 ///
 /// # Errors
 /// The perimeter's refusal of the Host or Origin.
 async fn index(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResponse, Refusal> {
     shared.perimeter.origin.check(req.headers())?;
-    let (ws, http) = schemes(&shared);
-    let host = req.connection_info().host().to_owned();
+    let (scheme, host) = shared.perimeter.auth.reached(&req);
+    let (ws, http) = if scheme == "https" {
+        ("wss", "https")
+    } else {
+        ("ws", "http")
+    };
     let name = &shared.server_info.name;
     let credentials = if shared.perimeter.auth.is_enabled() {
         "\nThis server asks for credentials: send Authorization: Bearer <token> (or, from a\n\

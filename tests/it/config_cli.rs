@@ -457,6 +457,24 @@ async fn the_root_page_says_how_to_connect() {
     let rebound = format!("evil.example:{}", addr.port());
     let (status, page) = http_get_with(addr, "/", &[("Host", &rebound)]).await;
     assert_eq!(status, 403, "{page}");
+    // Nor is a forwarded host any client can write (it named the client's choice of site).
+    let forwarded = [
+        ("X-Forwarded-Host", "evil.example"),
+        ("X-Forwarded-Proto", "https"),
+        ("Forwarded", "host=evil.example;proto=https"),
+    ];
+    let (status, page) = http_get_with(addr, "/", &forwarded).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(&format!("ws://{addr}/mcp")), "{page}");
+    assert!(!page.contains("evil.example"), "{page}");
+    // From a trusted proxy, its word is taken.
+    let mut behind = settings();
+    behind.server.trusted_proxies = vec!["127.0.0.1/32".into()];
+    let server = start(behind);
+    let (status, page) = http_get_with(server.addr(), "/", &forwarded[..2]).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("wss://evil.example/mcp"), "{page}");
+    assert!(page.contains("https://evil.example/mcp"), "{page}");
 }
 
 /// A `mrtr.state_key_file` that is empty (made, not yet written) or short is refused at
