@@ -43,9 +43,15 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 /// Signals a runner may hold before it reads them (one client steering one task).
 const SIGNAL_CAPACITY: usize = 16;
 /// The longest a `tasks/update` or `tasks/cancel` waits for the task's runner (on this
-/// node) to have applied it; past that it is acknowledged anyway (the extension's
-/// acknowledgements are eventually consistent).
+/// node) to have applied it, past which it is acknowledged anyway (the extension's
+/// acknowledgements are eventually consistent); and the longest answers wait for room in
+/// a full queue, past which a local `tasks/update` is refused (-32008 `task`).
 const APPLY_WAIT: Duration = Duration::from_secs(2);
+/// Answers from other nodes waiting at once for room in full queues of this node's
+/// runners; more are dropped (logged). The other node acknowledged each as it published
+/// it, so nothing else bounds how many come: unbounded, each waiting answer held its
+/// `responses` (up to a message each) for [`APPLY_WAIT`].
+const REMOTE_ANSWERS_WAITING: usize = 64;
 
 /// Where a task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,6 +230,8 @@ pub(crate) struct Tasks {
     running: DashMap<String, mpsc::Sender<Signal>>,
     /// One permit per task running on this node.
     slots: Arc<Semaphore>,
+    /// One permit per answer from another node waiting for room in a runner's queue.
+    remote_waiting: Arc<Semaphore>,
     /// Tasks running on this node by authenticated identity (principal), each within
     /// `per_identity`: one entry per identity running some, removed at zero, so bounded by
     /// `max_running` (as `perimeter::connections` counts sessions).
@@ -255,6 +263,7 @@ impl Tasks {
             next_expiry: AtomicU64::new(u64::MAX),
             running: DashMap::new(),
             slots: Arc::new(Semaphore::new(settings.max_running)),
+            remote_waiting: Arc::new(Semaphore::new(REMOTE_ANSWERS_WAITING)),
             by_identity: Arc::default(),
             per_identity: settings.running_per_identity(),
             stored_by_owner: DashMap::new(),
@@ -483,8 +492,8 @@ impl Tasks {
     /// Delivers what another node received for a task (the client's `responses`, or its
     /// cancel) to the task, if it runs here. That node acknowledged it already: answers
     /// that find the runner's queue full wait their turn, as long as a local `tasks/update`
-    /// would ([`APPLY_WAIT`]), in a task each (as many as the other nodes' clients have
-    /// updates in flight), and are dropped, logged, only after that.
+    /// would ([`APPLY_WAIT`]), in a task each, at most [`REMOTE_ANSWERS_WAITING`] at once;
+    /// past either bound they are dropped, logged.
     pub fn steer_from_remote(&self, id: &str, cancel: bool, responses: Option<Map<String, Value>>) {
         let signal = match responses {
             Some(responses) if !cancel => Signal::Answer {
@@ -493,17 +502,23 @@ impl Tasks {
             },
             _ => Signal::Cancel { applied: None },
         };
-        if let Delivery::Full(answer, runner) = self.signal_local(id, signal) {
-            let id = id.to_owned();
-            tokio::spawn(async move {
-                if tokio::time::timeout(APPLY_WAIT, runner.send(answer))
-                    .await
-                    .is_err()
-                {
-                    tracing::warn!(task = %id, "dropped answers another node took for a task: its runner took none for {} ms", APPLY_WAIT.as_millis());
-                }
-            });
-        }
+        let Delivery::Full(answer, runner) = self.signal_local(id, signal) else {
+            return;
+        };
+        let Ok(waiting) = self.remote_waiting.clone().try_acquire_owned() else {
+            tracing::warn!(task = %id, "dropped answers another node took for a task: its runner's queue is full, and {REMOTE_ANSWERS_WAITING} answers wait already");
+            return;
+        };
+        let id = id.to_owned();
+        tokio::spawn(async move {
+            let _waiting = waiting;
+            if tokio::time::timeout(APPLY_WAIT, runner.send(answer))
+                .await
+                .is_err()
+            {
+                tracing::warn!(task = %id, "dropped answers another node took for a task: its runner took none for {} ms", APPLY_WAIT.as_millis());
+            }
+        });
     }
 
     /// Delivers a signal to a task running on this node, if one runs here. A cancel is
@@ -736,7 +751,9 @@ pub(crate) async fn load(
 }
 
 /// `tasks/update`: gives the answers to the task's runner and waits (briefly) until they
-/// are stored. Answers to a finished task, or to keys not outstanding, are ignored.
+/// are stored. Answers to a finished task, or to keys not outstanding, are ignored; answers
+/// its runner on this node has no room for within 2 s are refused (-32008 `task`), see
+/// [`steer`].
 pub(crate) async fn update(
     cluster: &Cluster,
     id: &str,
@@ -771,11 +788,13 @@ pub(crate) async fn cancel(
 }
 
 /// Sends the signal `make` builds to the task's runner: on this node, waiting until it
-/// applied it; on another node, through Redis.
+/// applied it; on another node, through Redis (acknowledged once published: that node
+/// delivers it as [`Tasks::steer_from_remote`] can).
 ///
 /// # Errors
-/// [`Error::TaskStoreUnavailable`] when Redis did not take it (the client sends it again:
-/// answers and cancels are idempotent), rather than it being lost.
+/// [`Error::TaskStoreUnavailable`] when Redis did not take it, and [`Error::TaskBusy`] when
+/// this node's runner had no room for answers within [`APPLY_WAIT`] (the client sends them
+/// again: answers and cancels are idempotent), rather than their being lost.
 async fn steer(
     cluster: &Cluster,
     id: &str,
@@ -897,6 +916,30 @@ mod tests {
             tasks.signal_local("none", Signal::Cancel { applied: None }),
             Delivery::NotHere
         ));
+    }
+
+    /// Answers from other nodes that find a runner's queue full wait for room, at most
+    /// [`REMOTE_ANSWERS_WAITING`] at once, and are delivered as it reads; the rest are
+    /// dropped (they were acknowledged as Redis took them: unbounded, one client's pipelined
+    /// updates each held a task and its answers here).
+    #[tokio::test]
+    async fn answers_from_other_nodes_wait_for_room_no_more_than_a_bound_at_once() {
+        let tasks = Tasks::new(&TaskSettings::default(), Arc::default());
+        let (runner, mut signals) = mpsc::channel(1);
+        tasks.running.insert("t".into(), runner);
+        let alive = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+        let before = alive();
+        // The first fills the queue.
+        for _ in 0..=REMOTE_ANSWERS_WAITING + 100 {
+            tasks.steer_from_remote("t", false, Some(Map::new()));
+        }
+        assert_eq!(alive() - before, REMOTE_ANSWERS_WAITING);
+        for _ in 0..=REMOTE_ANSWERS_WAITING {
+            assert!(matches!(signals.recv().await, Some(Signal::Answer { .. })));
+        }
+        tokio::task::yield_now().await;
+        assert!(signals.try_recv().is_err(), "the rest were dropped");
+        assert_eq!(alive(), before);
     }
 
     /// An answer whose runner has no room for it within the acknowledgement's wait is
@@ -1115,6 +1158,14 @@ mod tests {
                 limit: 100
             })
         ));
+        // Refused, it is not kept, nor counted.
+        let share = tasks
+            .stored_by_owner
+            .get(alice.principal())
+            .map(|s| (s.count, s.bytes));
+        assert_eq!(share, Some((1, 60)));
+        assert_eq!(tasks.stored_bytes.load(Ordering::Acquire), 60);
+        assert!(!tasks.records.contains_key(&second.id));
         first.set(TaskStatus::Completed);
         first.result = Some(json!({}));
         assert!(tasks.keep(&first, 90).is_ok(), "in place of her first");
