@@ -365,12 +365,7 @@ async fn read_json(
             if let Some(inner) = weak.upgrade() {
                 tracing::warn!(upstream = %inner.label(), max_body, "skipped a response body over the limit");
                 // Said as what it is, not as an answer that never came.
-                inner.fail(
-                    answer_to,
-                    ClientError::InvalidAnswer(format!(
-                        "an answer longer than max_message_bytes ({max_body} bytes)"
-                    )),
-                );
+                inner.fail(answer_to, ClientError::too_long(max_body));
             }
             return;
         }

@@ -112,6 +112,15 @@ pub enum ClientError {
     InvalidAnswer(String),
 }
 
+impl ClientError {
+    /// An answer skipped for being longer than `max_message_bytes` (`limit`).
+    pub(crate) fn too_long(limit: usize) -> Self {
+        Self::InvalidAnswer(format!(
+            "an answer longer than max_message_bytes ({limit} bytes)"
+        ))
+    }
+}
+
 /// A JSON-RPC error object: what a [`ClientHandler`] answers a server's request with, and
 /// what a server answered.
 ///

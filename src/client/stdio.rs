@@ -252,12 +252,7 @@ async fn read(stdout: ChildStdout, weak: Weak<Inner>, max_line: usize) {
                 // An answer to one of ours answers its request at once, as too long: skipped
                 // without a word, its request would wait for its deadline.
                 if let Some(id) = response_to {
-                    inner.fail(
-                        id,
-                        ClientError::InvalidAnswer(format!(
-                            "an answer longer than max_message_bytes ({max_line} bytes)"
-                        )),
-                    );
+                    inner.fail(id, ClientError::too_long(max_line));
                 }
             }
             // Skipped like any other line that is not JSON-RPC: the child goes on.
@@ -404,19 +399,11 @@ struct ResponseId {
     name_next: bool,
     /// The member name being read at depth 1, while it is one of the two looked for.
     name: Option<Vec<u8>>,
-    /// The member whose value is being read at depth 1.
-    value_of: Member,
+    /// Whether the value being read at depth 1 is the `id` member's.
+    id_value: bool,
     id: IdRead,
+    /// Whether a top-level `method` member was named (a request, not an answer).
     has_method: bool,
-}
-
-/// A top-level member [`ResponseId`] looks for.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-enum Member {
-    #[default]
-    Other,
-    Id,
-    Method,
 }
 
 /// How far the top-level `id` has been read.
@@ -462,7 +449,7 @@ impl ResponseId {
             }
             bytes = rest;
             let top = self.depth == 1 && self.object;
-            if top && self.value_of == Member::Id {
+            if top && self.id_value {
                 if let IdRead::Digits(digits) = self.id {
                     if byte.is_ascii_digit() {
                         let digit = u64::from(byte - b'0');
@@ -500,10 +487,11 @@ impl ResponseId {
                         self.object = byte == b'{';
                         self.name_next = true;
                     }
-                    self.depth += 1;
+                    // Saturating: a line of 2^32 brackets does not bring a nested `id` up.
+                    self.depth = self.depth.saturating_add(1);
                 }
                 b'}' | b']' => self.depth = self.depth.saturating_sub(1),
-                b':' if top && self.value_of == Member::Id => {
+                b':' if top && self.id_value => {
                     // Named twice: which one the child meant is not for the gateway to guess.
                     self.id = if self.id == IdRead::NotSeen {
                         IdRead::Digits(None)
@@ -513,7 +501,7 @@ impl ResponseId {
                 }
                 b',' if top => {
                     self.name_next = true;
-                    self.value_of = Member::Other;
+                    self.id_value = false;
                 }
                 _ => {}
             }
@@ -535,14 +523,9 @@ impl ResponseId {
         self.in_string = false;
         if self.depth == 1 && self.object && self.name_next {
             self.name_next = false;
-            self.value_of = match self.name.take().as_deref() {
-                Some(b"id") => Member::Id,
-                Some(b"method") => {
-                    self.has_method = true;
-                    Member::Method
-                }
-                _ => Member::Other,
-            };
+            let name = self.name.take();
+            self.id_value = name.as_deref() == Some(b"id");
+            self.has_method |= name.as_deref() == Some(b"method");
         }
     }
 
