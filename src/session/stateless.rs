@@ -323,8 +323,9 @@ impl Session {
         // A malformed `inputResponses` (not an object) answers nothing: the asks are made
         // again. Answers are the client's word, carried or given now alike (the state's tag
         // binds them to this request and identity, it does not vouch for them): a key no ask
-        // of this round reaches is never read, and one a later ask reaches answers it. The
-        // next state carries only answers to keys asked (`Rounds::carried_answers`).
+        // of this round reaches is never read, and is not carried into the next state, which
+        // holds only answers to keys asked (`Rounds::carried_answers`): an answer given ahead
+        // of its ask serves only an ask of this same round.
         if let Some(Ok(Value::Object(responses))) =
             input_responses.map(|r| serde_json::from_str(r.get()))
         {
@@ -382,7 +383,10 @@ impl Session {
         // open `max_listens_per_session` listens (a bound per listen let one connection hold
         // that many times the limit).
         let max = limits.max_subscriptions_per_session;
-        let held = self.subscriptions().count() + self.listen_subscriptions();
+        // The room left: a listen naming more (distinct) URIs or task ids than that is
+        // refused before any is looked at.
+        let mut room =
+            max.saturating_sub(self.subscriptions().count() + self.listen_subscriptions());
         let refused = &self.shared.metrics.rejections.subscriptions;
         let too_many = || {
             refused.inc();
@@ -401,11 +405,11 @@ impl Session {
             // What `resources/subscribe` would refuse is left out (and so out of the
             // acknowledgement): a resource the caller's policy forbids (its updates would
             // tell of it), a URI over the subscription limit, one that names no resource
-            // its identity sees. A listen naming more distinct URIs than a session may hold
+            // its identity sees. A listen naming more distinct URIs than there is room for
             // is refused before any is looked at: a message may list a million, and each
             // look is a search of the resources (a listen of 4 MiB held its session's
             // thread for each).
-            let distinct = distinct_at_most(std::mem::take(uris), max).ok_or_else(too_many)?;
+            let distinct = distinct_at_most(std::mem::take(uris), room).ok_or_else(too_many)?;
             let viewer = self.identity_viewer();
             let registry = &self.shared.registry;
             let access = &self.admission.access;
@@ -420,6 +424,7 @@ impl Session {
                 }
             }
             uris.sort();
+            room -= uris.len();
         }
         let task_ids = match task_ids {
             None => None,
@@ -429,16 +434,19 @@ impl Session {
                 // follow, and is not held (a "task id" of megabytes was kept as long as its
                 // listen). A well-formed id is followed whether or not its task is known
                 // here: it may run on another node, or be one the caller may not see, which
-                // the caller must not learn from the acknowledgement. The form is checked
-                // first: it costs no more than reading the list did.
+                // the caller must not learn from the acknowledgement. Only the form this
+                // server hands out (lowercase, hyphenated) is followed: the notes are matched
+                // by the id's text, and another spelling of it would never hear anything. The
+                // form is checked first: it costs no more than reading the list did.
                 ids.retain(|id| {
-                    let task_like = uuid::Uuid::try_parse(id).is_ok();
+                    let task_like = uuid::Uuid::try_parse(id)
+                        .is_ok_and(|uuid| uuid.hyphenated().to_string() == *id);
                     if !task_like {
                         refused.inc();
                     }
                     task_like
                 });
-                let mut ids: Vec<String> = distinct_at_most(ids, max)
+                let mut ids: Vec<String> = distinct_at_most(ids, room)
                     .ok_or_else(too_many)?
                     .into_iter()
                     .collect();
@@ -453,9 +461,6 @@ impl Session {
             resource_subscriptions: uris,
             task_ids,
         };
-        if held + filter.held() > max {
-            return Err(too_many());
-        }
         let viewer = || Viewer::Identity(Arc::from(self.admission.identity.principal()));
         if self.bus.is_none() {
             self.bus = Some(self.shared.registry.bus().attach(&self.inbox, viewer()));
