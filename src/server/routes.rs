@@ -52,9 +52,9 @@ pub(super) fn public_routes(cfg: &mut web::ServiceConfig) {
     .route("/healthz", web::get().to(healthz));
 }
 
-/// The URL schemes of the MCP endpoint: WebSocket and HTTP, each with TLS or without.
-pub(super) fn schemes(shared: &Shared) -> (&'static str, &'static str) {
-    if shared.perimeter.tls.is_some() {
+/// The URL schemes of the MCP endpoint, WebSocket and HTTP: with TLS or without.
+pub(super) fn schemes(tls: bool) -> (&'static str, &'static str) {
+    if tls {
         ("wss", "https")
     } else {
         ("ws", "http")
@@ -71,11 +71,7 @@ pub(super) fn schemes(shared: &Shared) -> (&'static str, &'static str) {
 async fn index(req: HttpRequest, shared: web::Data<Shared>) -> Result<HttpResponse, Refusal> {
     shared.perimeter.origin.check(req.headers())?;
     let (scheme, host) = shared.perimeter.auth.reached(&req);
-    let (ws, http) = if scheme == "https" {
-        ("wss", "https")
-    } else {
-        ("ws", "http")
-    };
+    let (ws, http) = schemes(scheme == "https");
     let name = &shared.server_info.name;
     let credentials = if shared.perimeter.auth.is_enabled() {
         "\nThis server asks for credentials: send Authorization: Bearer <token> (or, from a\n\

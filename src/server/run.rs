@@ -260,7 +260,7 @@ pub(super) async fn serve(
     crate::cluster::store::bridge::start(&shared.cluster);
     crate::cluster::tasks::keep_tidy(&shared.cluster);
     let server_task = actix_rt::spawn(server);
-    let (ws, http) = schemes(&shared);
+    let (ws, http) = schemes(shared.perimeter.tls.is_some());
     tracing::info!(
         %addr,
         "listening: MCP endpoint over WebSocket {ws}://{addr}/mcp and Streamable HTTP {http}://{addr}/mcp"
