@@ -10,8 +10,8 @@
 //! - a file changed on disk sends `notifications/resources/updated` to exactly the sessions
 //!   subscribed to it, and nothing after they unsubscribe; reading a file is no change, nor is
 //!   watching a tree of thousands of directories; a directory replaced whole or made again
-//!   is watched anew; a
-//!   new size is listed without a `list_changed`;
+//!   is watched anew; every level of a deep chain of directories touched at once does not
+//!   hold up the next change; a new size is listed without a `list_changed`;
 //! - a file created or deleted (alone or in a new directory) sends
 //!   `notifications/resources/list_changed`, and the next `resources/list` shows it;
 //! - a directory that does not exist, is not a directory or lies inside another stops the
@@ -382,6 +382,38 @@ async fn a_tree_of_thousands_of_directories_is_watched_without_announcing_change
     subscribe(&mut client, &uri(&root.join("d7").join("f.txt"))).await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     client.expect_nothing_pending().await;
+}
+
+/// Every directory of a chain 800 deep touched in one burst (each its own event): a file
+/// made at the top afterwards is listed within seconds. (Each directory's event walked its
+/// whole subtree again, every level opened by its full path: about 20 s of one core, during
+/// which no change anywhere in the served directories was noticed.)
+#[tokio::test]
+async fn a_deep_chain_touched_level_by_level_does_not_stall_the_watch() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_dir, root) = temp_dir();
+    let mut chain = Vec::new();
+    let mut dir = root.clone();
+    for _ in 0..800 {
+        dir.push("dd");
+        chain.push(dir.clone());
+    }
+    std::fs::create_dir_all(&dir).expect("mkdir -p");
+    let server = serve(&root, 1024);
+    let mut client = Client::initialized(&server).await;
+    for dir in &chain {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let probe = root.join("probe.txt");
+    write(&probe, "here");
+    // Well over a burst's delay (half a second), well under the stall.
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        expect_notification(&mut client, LIST_CHANGED),
+    )
+    .await
+    .expect("the new file is noticed within 5 s");
+    assert_eq!(uris(&list(&mut client).await), [uri(&probe).as_str()]);
 }
 
 /// A file that grows between two pages (a log file in a served directory) leaves the cursor

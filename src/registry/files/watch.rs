@@ -306,16 +306,25 @@ impl Served {
         for (index, served) in self.roots.iter_mut().enumerate() {
             if batch.rescan || batch.replaced.contains(&index) {
                 let dir = served.root.dir.clone();
-                served.reconcile(index, &dir, Seen::Rescan, &mut change);
+                served.reconcile(index, &dir, Seen::Rescan, false, &mut change);
             }
         }
         if !batch.rescan {
-            for (path, contents) in batch.paths {
+            // Ordered by component, a directory comes just before the paths under it: a
+            // directory walked in this burst covers the directories under it, which are not
+            // walked again. (Each was: a chain of directories, a level made or touched at a
+            // time, was walked again from each level, quadratic in its depth.) The files
+            // under it are still reconciled, for what their own events say.
+            let mut paths: Vec<(PathBuf, bool)> = batch.paths.into_iter().collect();
+            paths.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let mut walked: Option<PathBuf> = None;
+            for (path, contents) in paths {
                 let seen = if contents {
                     Seen::Contents
                 } else {
                     Seen::Metadata
                 };
+                let covered = walked.as_ref().is_some_and(|dir| path.starts_with(dir));
                 // Directories never nest, so at most one holds the path.
                 if let Some((index, served)) = self
                     .roots
@@ -323,7 +332,9 @@ impl Served {
                     .enumerate()
                     .find(|(_, s)| path.starts_with(&s.root.dir))
                 {
-                    served.reconcile(index, &path, seen, &mut change);
+                    if served.reconcile(index, &path, seen, covered, &mut change) && !covered {
+                        walked = Some(path);
+                    }
                 }
             }
         }
@@ -417,9 +428,19 @@ fn identity(dir: &Path) -> Option<(u64, u64)> {
 }
 
 impl ServedDir {
-    /// Brings what is served at and under `path` in step with the disk.
-    fn reconcile(&mut self, index: usize, path: &Path, seen: Seen, change: &mut Change) {
+    /// Brings what is served at and under `path` in step with the disk; whether `path` is a
+    /// directory. A directory `covered` by the walk of one above it in the same burst is
+    /// not walked again.
+    fn reconcile(
+        &mut self,
+        index: usize,
+        path: &Path,
+        seen: Seen,
+        covered: bool,
+        change: &mut Change,
+    ) -> bool {
         match std::fs::symlink_metadata(path) {
+            Ok(metadata) if metadata.is_dir() && covered => {}
             Ok(metadata) if metadata.is_dir() => {
                 let found = self.root.scan(path);
                 let gone: Vec<PathBuf> = self
@@ -440,10 +461,13 @@ impl ServedDir {
                     self.serve(index, path, size, seen, change);
                 }
             }
-            Ok(metadata) if metadata.is_file() => match self.root.admit(path) {
-                Some(size) => self.serve(index, path.to_owned(), size, seen, change),
-                None => self.unserve(path, change),
-            },
+            Ok(metadata) if metadata.is_file() => {
+                match self.root.admit(path) {
+                    Some(size) => self.serve(index, path.to_owned(), size, seen, change),
+                    None => self.unserve(path, change),
+                }
+                return false;
+            }
             // Gone, or now a link or a special file: nothing at or under it is served.
             _ => {
                 if path == self.root.dir {
@@ -456,8 +480,10 @@ impl ServedDir {
                 for path in gone {
                     self.unserve(&path, change);
                 }
+                return false;
             }
         }
+        true
     }
 
     /// The served files at or under `path` (paths order by component, so they are adjacent).
