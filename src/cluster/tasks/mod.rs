@@ -927,7 +927,11 @@ mod tests {
         let tasks = Tasks::new(&TaskSettings::default(), Arc::default());
         let (runner, mut signals) = mpsc::channel(1);
         tasks.running.insert("t".into(), runner);
-        let alive = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+        let alive = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
         let before = alive();
         // The first fills the queue.
         for _ in 0..=REMOTE_ANSWERS_WAITING + 100 {
