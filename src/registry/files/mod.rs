@@ -163,13 +163,10 @@ impl Root {
 
     /// Every file under `dir` (the root or a directory inside it) that may be served, with
     /// its size. Links are not followed: what they point to inside is found on its own path.
-    /// `entering` is called with each directory before it is read (the watch is set there,
-    /// so nothing made in it after the read goes unnoticed).
-    fn scan(&self, dir: &Path, mut entering: impl FnMut(&Path)) -> BTreeMap<PathBuf, u64> {
+    fn scan(&self, dir: &Path) -> BTreeMap<PathBuf, u64> {
         let mut found = BTreeMap::new();
         let mut pending = vec![dir.to_path_buf()];
         while let Some(dir) = pending.pop() {
-            entering(&dir);
             let entries = match std::fs::read_dir(&dir) {
                 Ok(entries) => entries,
                 Err(error) => {

@@ -1,13 +1,7 @@
 //! Keeping the registry in step with the disk.
 //!
-//! `notify`'s recommended watcher (inotify on Linux) watches each directory on its own, not
-//! recursively, and calls back on its own thread. The watch on a directory is set by the
-//! reconciling thread's walk, as it enters the directory and before it reads it, so nothing
-//! made in it after the read goes unnoticed, and a directory is walked once however deep it
-//! lies. (`notify`'s recursive watch walked each new directory's whole subtree on its one
-//! event thread: a chain of directories made a level at a time was walked again from each
-//! level, quadratic in its depth, and no event of any served directory was handled
-//! meanwhile.) The callback only hands the event to a bounded channel and
+//! `notify`'s recommended watcher (inotify on Linux) watches each directory recursively and
+//! calls back on its own thread. The callback only hands the event to a bounded channel and
 //! returns (a full channel is remembered as "rescan everything", never waited on). One
 //! thread per server takes the events, lets a burst settle (editors write a file in several
 //! steps: truncate, write, close, or write a temporary file and rename it over the old one)
@@ -29,7 +23,7 @@ use crate::registry::{Registry, RegistryError};
 use crate::resource::Resource;
 use notify::event::{AccessKind, AccessMode, ModifyKind};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -100,7 +94,7 @@ impl DirectoryWatch {
         .map_err(|error| watch_error(&roots[0], error))?;
         for root in &roots {
             watcher
-                .watch(&root.dir, RecursiveMode::NonRecursive)
+                .watch(&root.dir, RecursiveMode::Recursive)
                 .map_err(|error| watch_error(root, error))?;
         }
 
@@ -112,12 +106,11 @@ impl DirectoryWatch {
                     unwatched: None,
                     root,
                     files: BTreeMap::new(),
-                    watched: BTreeSet::new(),
                 })
                 .collect(),
         };
         let watcher = Arc::new(Mutex::new(Some(watcher)));
-        let refused = served.apply(Batch::rescan(), &registry, &watcher);
+        let refused = served.apply(Batch::rescan(), &registry);
         if let Some(refused) = refused.into_iter().next() {
             return Err(ServeError::Registry(refused));
         }
@@ -202,7 +195,7 @@ fn reconcile_until_stopped(
             tracing::warn!("file events came faster than handled; rescanning");
             batch.rescan = true;
         }
-        for refused in served.apply(batch, &registry, watcher) {
+        for refused in served.apply(batch, &registry) {
             tracing::warn!(%refused, "a file is not served");
         }
     }
@@ -291,55 +284,6 @@ struct ServedDir {
     /// wait before that try.
     unwatched: Option<(Instant, Duration)>,
     files: BTreeMap<PathBuf, u64>,
-    /// The directories watched at and under it (each watched on its own), forgotten when
-    /// found gone; unwatched when it is replaced.
-    watched: BTreeSet<PathBuf>,
-}
-
-/// Sets the watch on each directory a walk enters.
-struct Watching<'a> {
-    /// `None` once the watch is stopping.
-    watcher: Option<&'a mut RecommendedWatcher>,
-    /// Whether the limit of watches was reported in this burst.
-    warned: bool,
-}
-
-impl Watching<'_> {
-    /// Watches `dir`, on its own, and remembers it in `watched`.
-    fn enter(&mut self, dir: &Path, watched: &mut BTreeSet<PathBuf>) {
-        let Some(watcher) = self.watcher.as_mut() else {
-            return;
-        };
-        match watcher.watch(dir, RecursiveMode::NonRecursive) {
-            Ok(()) => {
-                if !watched.contains(dir) {
-                    watched.insert(dir.to_owned());
-                }
-            }
-            // Gone meanwhile: its own event tells.
-            Err(error) if matches!(error.kind, notify::ErrorKind::PathNotFound) => {}
-            Err(error)
-                if matches!(error.kind, notify::ErrorKind::MaxFilesWatch) && !self.warned =>
-            {
-                self.warned = true;
-                tracing::warn!(dir = %dir.display(), "the limit of inotify watches is reached (fs.inotify.max_user_watches): changes in this directory and others are not noticed");
-            }
-            // A path too long or a directory not readable: it is not read either.
-            Err(error) => tracing::debug!(dir = %dir.display(), %error, "cannot watch; skipped"),
-        }
-    }
-}
-
-/// Forgets the paths at and under `path` (paths order by component, so they are adjacent).
-fn forget_under(set: &mut BTreeSet<PathBuf>, path: &Path) {
-    let under: Vec<PathBuf> = set
-        .range::<Path, _>((Bound::Included(path), Bound::Unbounded))
-        .take_while(|p| p.starts_with(path))
-        .cloned()
-        .collect();
-    for path in under {
-        set.remove(&path);
-    }
 }
 
 /// What one burst changes in the registry.
@@ -357,22 +301,12 @@ struct Change {
 impl Served {
     /// Reconciles what `batch` touched with the disk and tells the registry; returns the
     /// files refused because their URI is another resource's.
-    fn apply(
-        &mut self,
-        batch: Batch,
-        registry: &Registry,
-        watcher: &Mutex<Option<RecommendedWatcher>>,
-    ) -> Vec<RegistryError> {
+    fn apply(&mut self, batch: Batch, registry: &Registry) -> Vec<RegistryError> {
         let mut change = Change::default();
-        let mut watcher = crate::lock(watcher);
-        let mut watching = Watching {
-            watcher: watcher.as_mut(),
-            warned: false,
-        };
         for (index, served) in self.roots.iter_mut().enumerate() {
             if batch.rescan || batch.replaced.contains(&index) {
                 let dir = served.root.dir.clone();
-                served.reconcile(index, &dir, Seen::Rescan, false, &mut watching, &mut change);
+                served.reconcile(index, &dir, Seen::Rescan, false, &mut change);
             }
         }
         if !batch.rescan {
@@ -398,15 +332,12 @@ impl Served {
                     .enumerate()
                     .find(|(_, s)| path.starts_with(&s.root.dir))
                 {
-                    let walked_dir =
-                        served.reconcile(index, &path, seen, covered, &mut watching, &mut change);
-                    if walked_dir && !covered {
+                    if served.reconcile(index, &path, seen, covered, &mut change) && !covered {
                         walked = Some(path);
                     }
                 }
             }
         }
-        drop(watcher);
         let added = change
             .added
             .iter()
@@ -450,19 +381,10 @@ impl Served {
                     _ => {}
                 }
             } else {
-                // Another directory (or none): what it holds is listed again, once, and
-                // its directories watched as the walk enters them. The old one's are
-                // unwatched (moved away, it still had them).
+                // Another directory (or none): what it holds is listed again, once.
                 served.identity = now;
                 served.unwatched = None;
                 replaced.push(index);
-                let mut watcher = crate::lock(watcher);
-                let Some(watcher) = watcher.as_mut() else {
-                    return Vec::new();
-                };
-                for dir in std::mem::take(&mut served.watched) {
-                    let _ = watcher.unwatch(&dir);
-                }
                 if now.is_none() {
                     // Gone: what it served goes with the reconcile of it.
                     continue;
@@ -472,12 +394,9 @@ impl Served {
             let Some(watcher) = watcher.as_mut() else {
                 return Vec::new();
             };
-            match watcher.watch(&served.root.dir, RecursiveMode::NonRecursive) {
+            let _ = watcher.unwatch(&served.root.dir);
+            match watcher.watch(&served.root.dir, RecursiveMode::Recursive) {
                 Ok(()) => {
-                    if retrying && !replaced.contains(&index) {
-                        // Walked whole: its directories watched, its files listed again.
-                        replaced.push(index);
-                    }
                     served.unwatched = None;
                     tracing::info!(dir = %served.root.configured.display(), "served directory replaced; watching the new one");
                 }
@@ -518,16 +437,12 @@ impl ServedDir {
         path: &Path,
         seen: Seen,
         covered: bool,
-        watching: &mut Watching,
         change: &mut Change,
     ) -> bool {
         match std::fs::symlink_metadata(path) {
             Ok(metadata) if metadata.is_dir() && covered => {}
             Ok(metadata) if metadata.is_dir() => {
-                // What is watched under it is what the walk enters.
-                forget_under(&mut self.watched, path);
-                let watched = &mut self.watched;
-                let found = self.root.scan(path, |dir| watching.enter(dir, watched));
+                let found = self.root.scan(path);
                 let gone: Vec<PathBuf> = self
                     .under(path)
                     .filter(|p| !found.contains_key(*p))
@@ -565,9 +480,6 @@ impl ServedDir {
                 for path in gone {
                     self.unserve(&path, change);
                 }
-                // Their watches went with them (`notify` drops those of a directory deleted
-                // or moved away).
-                forget_under(&mut self.watched, path);
                 return false;
             }
         }
