@@ -29,7 +29,7 @@ use crate::config::{DirectorySettings, ResourceSettings};
 use crate::registry::Registry;
 use crate::resource::Resource;
 use mime_guess::mime::{self, Mime};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -163,7 +163,8 @@ impl Root {
 
     /// Every file under `dir` (the root or a directory inside it) that may be served, with
     /// its size. Links are not followed: what they point to inside is found on its own path.
-    fn scan(&self, dir: &Path) -> BTreeMap<PathBuf, u64> {
+    /// Each directory read is added to `read`.
+    fn scan(&self, dir: &Path, read: &mut HashSet<PathBuf>) -> BTreeMap<PathBuf, u64> {
         let mut found = BTreeMap::new();
         let mut pending = vec![dir.to_path_buf()];
         while let Some(dir) = pending.pop() {
@@ -174,6 +175,7 @@ impl Root {
                     continue;
                 }
             };
+            read.insert(dir.clone());
             for entry in entries.flatten() {
                 let path = entry.path();
                 if path.to_str().is_none() {

@@ -23,7 +23,7 @@ use crate::registry::{Registry, RegistryError};
 use crate::resource::Resource;
 use notify::event::{AccessKind, AccessMode, ModifyKind};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -303,28 +303,30 @@ impl Served {
     /// files refused because their URI is another resource's.
     fn apply(&mut self, batch: Batch, registry: &Registry) -> Vec<RegistryError> {
         let mut change = Change::default();
+        // The directories this burst's walks read: each is read once a burst. (Each path
+        // was walked on its own: a chain of directories, a level made or touched at a time,
+        // put every level in one burst, and each level's walk went down the whole chain
+        // again, quadratic in its depth.) Only a directory read counts: one whose read failed
+        // is walked again on its own path, which may still be readable.
+        let mut read = HashSet::new();
         for (index, served) in self.roots.iter_mut().enumerate() {
             if batch.rescan || batch.replaced.contains(&index) {
                 let dir = served.root.dir.clone();
-                served.reconcile(index, &dir, Seen::Rescan, false, &mut change);
+                served.reconcile(index, &dir, Seen::Rescan, &mut read, &mut change);
             }
         }
         if !batch.rescan {
-            // Ordered by component, a directory comes just before the paths under it: a
-            // directory walked in this burst covers the directories under it, which are not
-            // walked again. (Each was: a chain of directories, a level made or touched at a
-            // time, was walked again from each level, quadratic in its depth.) The files
+            // Ordered by component, a directory comes just before the paths under it, so it
+            // is walked (and its subdirectories read) before their own paths come. The files
             // under it are still reconciled, for what their own events say.
             let mut paths: Vec<(PathBuf, bool)> = batch.paths.into_iter().collect();
             paths.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            let mut walked: Option<PathBuf> = None;
             for (path, contents) in paths {
                 let seen = if contents {
                     Seen::Contents
                 } else {
                     Seen::Metadata
                 };
-                let covered = walked.as_ref().is_some_and(|dir| path.starts_with(dir));
                 // Directories never nest, so at most one holds the path.
                 if let Some((index, served)) = self
                     .roots
@@ -332,9 +334,7 @@ impl Served {
                     .enumerate()
                     .find(|(_, s)| path.starts_with(&s.root.dir))
                 {
-                    if served.reconcile(index, &path, seen, covered, &mut change) && !covered {
-                        walked = Some(path);
-                    }
+                    served.reconcile(index, &path, seen, &mut read, &mut change);
                 }
             }
         }
@@ -428,21 +428,21 @@ fn identity(dir: &Path) -> Option<(u64, u64)> {
 }
 
 impl ServedDir {
-    /// Brings what is served at and under `path` in step with the disk; whether `path` is a
-    /// directory. A directory `covered` by the walk of one above it in the same burst is
-    /// not walked again.
+    /// Brings what is served at and under `path` in step with the disk. A directory in
+    /// `read` (read by a walk of this burst) is not walked again; those a walk reads are
+    /// added to it.
     fn reconcile(
         &mut self,
         index: usize,
         path: &Path,
         seen: Seen,
-        covered: bool,
+        read: &mut HashSet<PathBuf>,
         change: &mut Change,
-    ) -> bool {
+    ) {
         match std::fs::symlink_metadata(path) {
-            Ok(metadata) if metadata.is_dir() && covered => {}
+            Ok(metadata) if metadata.is_dir() && read.contains(path) => {}
             Ok(metadata) if metadata.is_dir() => {
-                let found = self.root.scan(path);
+                let found = self.root.scan(path, read);
                 let gone: Vec<PathBuf> = self
                     .under(path)
                     .filter(|p| !found.contains_key(*p))
@@ -461,13 +461,10 @@ impl ServedDir {
                     self.serve(index, path, size, seen, change);
                 }
             }
-            Ok(metadata) if metadata.is_file() => {
-                match self.root.admit(path) {
-                    Some(size) => self.serve(index, path.to_owned(), size, seen, change),
-                    None => self.unserve(path, change),
-                }
-                return false;
-            }
+            Ok(metadata) if metadata.is_file() => match self.root.admit(path) {
+                Some(size) => self.serve(index, path.to_owned(), size, seen, change),
+                None => self.unserve(path, change),
+            },
             // Gone, or now a link or a special file: nothing at or under it is served.
             _ => {
                 if path == self.root.dir {
@@ -480,10 +477,8 @@ impl ServedDir {
                 for path in gone {
                     self.unserve(&path, change);
                 }
-                return false;
             }
         }
-        true
     }
 
     /// The served files at or under `path` (paths order by component, so they are adjacent).
