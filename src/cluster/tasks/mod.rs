@@ -244,7 +244,8 @@ pub(crate) struct Tasks {
     /// `keep` and `sweep`), never before it.
     stored_by_owner: DashMap<String, Share>,
     /// `tasks.stored_per_identity()`: each authenticated identity's share of the store by
-    /// count and by bytes (0: no limit), checked as it creates a task.
+    /// count and by bytes (0: no limit), checked as it creates a task, and the bytes also as
+    /// its records grow ([`keep`](Self::keep)).
     stored_per_identity: (usize, u64),
     /// Tasks of `records` whose last record Redis did not take (it was paused or away):
     /// written again once it answers ([`write_back`]), or the other nodes would show a
