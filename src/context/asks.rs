@@ -298,6 +298,20 @@ impl TaskAsks {
             .collect()
     }
 
+    /// The keys of [`outstanding`](Self::outstanding), sorted: what tells whether the asks
+    /// changed (each ask has a key of its own, a question asked again a new one), without
+    /// copying their params.
+    pub fn outstanding_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .pending
+            .borrow()
+            .values()
+            .map(|p| p.ask.key.clone())
+            .collect();
+        keys.sort_unstable();
+        keys
+    }
+
     /// Resolves once the outstanding asks changed since the last time it resolved.
     pub async fn changed(&self) {
         std::future::poll_fn(|cx| {

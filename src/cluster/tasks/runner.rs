@@ -131,6 +131,7 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     let runner = Runner {
         cluster: cluster.clone(),
         record: record.clone(),
+        asked: Vec::new(),
         work,
         asks,
         signals: receiver,
@@ -149,7 +150,11 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
 /// A running task. See the module docs.
 struct Runner {
     cluster: Arc<Cluster>,
+    /// The task as last stored, but for its questions: the store keeps those, and the runner
+    /// only their keys (`asked`), so that a parked task's questions are not held once more.
     record: TaskRecord,
+    /// The keys of the outstanding asks last stored, sorted.
+    asked: Vec<String>,
     work: LocalBoxFuture<'static, Outcome>,
     asks: Rc<TaskAsks>,
     signals: mpsc::Receiver<Signal>,
@@ -228,18 +233,25 @@ impl Runner {
     /// `working` again once none is left. False when the questions were too large to keep
     /// (`tasks.max_stored_bytes`): the task is then stored as failed, and is to end.
     async fn sync_asks(&mut self) -> bool {
-        let outstanding = self.asks.outstanding();
-        let status = if outstanding.is_empty() {
+        // Compared by their keys, which name the asks: the same keys are the same asks, and
+        // their questions are copied only when stored.
+        let keys = self.asks.outstanding_keys();
+        if keys == self.asked {
+            return true;
+        }
+        let status = if keys.is_empty() {
             TaskStatus::Working
         } else {
             TaskStatus::InputRequired
         };
-        if status == self.record.status && outstanding == self.record.input_requests {
-            return true;
-        }
-        self.record.input_requests = outstanding;
+        self.asked = keys;
+        self.record.input_requests = self.asks.outstanding();
         self.record.set(status);
         save(&self.cluster, &mut self.record).await;
+        // Stored: the runner keeps their keys, not the questions (a parked task held them
+        // once more here). Every later store of the task either asks again (here) or ends
+        // it, which clears them.
+        self.record.input_requests = serde_json::Map::new();
         self.record.status != TaskStatus::Failed
     }
 }
