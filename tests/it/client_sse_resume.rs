@@ -281,6 +281,20 @@ async fn endless(
     }
 }
 
+/// A client of the upstream at `addr` that sent it `count` notifications (after its
+/// `notifications/initialized`).
+async fn notifying(addr: SocketAddr, count: usize) -> Client {
+    let client = Client::http(&format!("http://{addr}/mcp"), &[], ClientOptions::default())
+        .await
+        .expect("connects");
+    for _ in 0..count {
+        client
+            .notify("notifications/roots/list_changed", None)
+            .await;
+    }
+    client
+}
+
 /// A client of the upstream at `addr` whose `max_message_bytes` is 1 MiB, and its
 /// `tools/call`'s answer, which must come within [`READ_TIMEOUT`] (not at a deadline).
 async fn call_with_a_megabyte_limit(
@@ -453,15 +467,7 @@ async fn a_stream_answering_a_notification_is_let_go() {
         app.app_data(counted.clone())
             .default_service(web::to(holding));
     });
-    let url = format!("http://{}/mcp", upstream.addr);
-    let client = Client::http(&url, &[], ClientOptions::default())
-        .await
-        .expect("connects");
-    for _ in 0..5 {
-        client
-            .notify("notifications/roots/list_changed", None)
-            .await;
-    }
+    let client = notifying(upstream.addr, 5).await;
     // `notifications/initialized` and the five: each stream was opened, and let go.
     let deadline = std::time::Instant::now() + READ_TIMEOUT;
     while holds.opened.load(Ordering::Relaxed) < 6 {
@@ -524,15 +530,7 @@ struct SilentServer {
 async fn a_notification_never_answered_is_given_up() {
     let waiting = Arc::new(AtomicUsize::new(0));
     let upstream = silent_server(waiting.clone());
-    let url = format!("http://{}/mcp", upstream.addr);
-    let client = Client::http(&url, &[], ClientOptions::default())
-        .await
-        .expect("connects");
-    for _ in 0..3 {
-        client
-            .notify("notifications/roots/list_changed", None)
-            .await;
-    }
+    let client = notifying(upstream.addr, 3).await;
     // `notifications/initialized` and the three, held until the client gives them up.
     let deadline = std::time::Instant::now() + Duration::from_secs(25);
     while waiting.load(Ordering::Relaxed) < 4 {

@@ -6,6 +6,7 @@
 use crate::support::READ_TIMEOUT;
 use mcp_ws::client::{Client, ClientError, ClientOptions, StdioCommand};
 use serde_json::json;
+use serde_json::value::RawValue;
 
 /// A child that answers `initialize`, and each `tools/call` with the answer its tool's name
 /// picks (as the JSON text after the id).
@@ -42,30 +43,15 @@ async fn a_malformed_answer_answers_its_request_at_once() {
         .await
         .expect("the child answers initialize");
     for name in ["no_message", "string_code", "neither"] {
-        let answer = tokio::time::timeout(
-            READ_TIMEOUT,
-            client.request("tools/call", Some(json!({"name": name}))),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("{name}: answered at once, not held to a deadline"));
+        let answer = call_at_once(&client, name).await;
         assert!(
             matches!(answer, Err(ClientError::InvalidAnswer(_))),
             "{name}: {answer:?}"
         );
     }
-    let null = tokio::time::timeout(
-        READ_TIMEOUT,
-        client.request("tools/call", Some(json!({"name": "null_result"}))),
-    )
-    .await
-    .expect("null_result: answered at once");
+    let null = call_at_once(&client, "null_result").await;
     assert_eq!(null.expect("a result").get(), "null");
-    let null_error = tokio::time::timeout(
-        READ_TIMEOUT,
-        client.request("tools/call", Some(json!({"name": "null_error"}))),
-    )
-    .await
-    .expect("null_error: answered at once");
+    let null_error = call_at_once(&client, "null_error").await;
     assert_eq!(
         null_error
             .expect("`\"error\": null` beside a result is a success")
@@ -88,12 +74,7 @@ async fn an_answer_over_max_message_bytes_answers_its_request_at_once() {
     let client = Client::stdio(child, options)
         .await
         .expect("the child answers initialize");
-    let answer = tokio::time::timeout(
-        READ_TIMEOUT,
-        client.request("tools/call", Some(json!({"name": "too_long"}))),
-    )
-    .await
-    .expect("answered at once, not held to a deadline");
+    let answer = call_at_once(&client, "too_long").await;
     match answer {
         Err(ClientError::InvalidAnswer(why)) => assert!(
             why.contains("longer than max_message_bytes (65536 bytes)"),
@@ -101,14 +82,20 @@ async fn an_answer_over_max_message_bytes_answers_its_request_at_once() {
         ),
         other => panic!("{other:?}"),
     }
-    let next = tokio::time::timeout(
-        READ_TIMEOUT,
-        client.request("tools/call", Some(json!({"name": "null_result"}))),
-    )
-    .await
-    .expect("the next answer is read");
+    let next = call_at_once(&client, "null_result").await;
     assert_eq!(next.expect("a result").get(), "null");
     client.shutdown(std::time::Duration::from_secs(2)).await;
+}
+
+/// The answer to a `tools/call` of `name`, which must come within [`READ_TIMEOUT`]: at once,
+/// not held to a deadline.
+async fn call_at_once(client: &Client, name: &str) -> Result<Box<RawValue>, ClientError> {
+    tokio::time::timeout(
+        READ_TIMEOUT,
+        client.request("tools/call", Some(json!({ "name": name }))),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{name}: answered at once, not held to a deadline"))
 }
 
 /// A child that answers `initialize` and then reads nothing more from its stdin.

@@ -906,8 +906,7 @@ async fn a_listen_naming_more_uris_than_a_session_may_hold_is_refused_unread() {
             "resourceSubscriptions": [nothing, format!("{nothing}-too"), README]}})),
     )
     .await;
-    let error = assert_error(&response, &id, -32602);
-    assert_eq!(error["data"], json!({"limit": 2}), "{response}");
+    assert_too_many_subscriptions(&response, &id, 2);
     assert_eq!(
         metric(&server, refused).await,
         1,
@@ -949,18 +948,10 @@ async fn a_connections_listens_and_session_share_one_subscription_limit() {
         stateless(json!({"notifications": {"resourceSubscriptions": [README]}})),
     )
     .await;
-    let error = assert_error(&response, &id, -32602);
-    assert!(
-        error["message"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("Too many subscriptions")),
-        "{response}"
-    );
-    assert_eq!(error["data"], json!({"limit": 2}), "{response}");
+    assert_too_many_subscriptions(&response, &id, 2);
     // So would the session's second subscription.
     let (id, response) = call(&mut client, "resources/subscribe", json!({"uri": VAULT})).await;
-    let error = assert_error(&response, &id, -32602);
-    assert_eq!(error["data"], json!({"limit": 2}), "{response}");
+    assert_too_many_subscriptions(&response, &id, 2);
     assert_eq!(metric(&server, "mcp_subscriptions").await, 2);
 
     // The refused listen holds nothing: only the first listen's update is heard.
@@ -1009,7 +1000,7 @@ async fn listens_spread_over_a_connection_are_bounded_together_and_end_with_it()
         stateless(json!({"notifications": {"resourceSubscriptions": [README]}})),
     )
     .await;
-    assert_error(&response, &id, -32602);
+    assert_too_many_subscriptions(&response, &id, 2);
     assert_eq!(metric(&server, "mcp_subscriptions").await, 2);
     client.hang_up().await;
     wait_metric(&server, "mcp_subscriptions", 0).await;

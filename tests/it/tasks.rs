@@ -554,36 +554,49 @@ async fn expired_tasks_are_forgotten_with_their_results() {
     assert_error(&gone, &gone["id"], -32602);
 }
 
+/// The `tasks.max_stored_bytes` of the byte tests' server.
+const STORE_LIMIT: u64 = 8192;
+
+/// A server whose tasks may keep [`STORE_LIMIT`] bytes, serving `tool`, and a client of it.
+async fn small_store(tool: Tool) -> (RunningServer, Client) {
+    let mut s = settings();
+    s.tasks.max_stored_bytes = STORE_LIMIT;
+    let server = start_with(s, |b| b.tool(tool));
+    let client = Client::connect(&server).await;
+    (server, client)
+}
+
+/// A `tools/call` of the tool `name` with the argument `size`.
+fn sized(name: &str, size: u64) -> Value {
+    json!({"name": name, "arguments": {"size": size}})
+}
+
 /// The bytes of the tasks a node keeps are bounded by `tasks.max_stored_bytes`: a result that
 /// would take them past it is not kept, its task failing with -32008 `taskBytes`; once they
 /// reach it, a new task is refused at once with the same error, before the tool runs.
 #[tokio::test]
 async fn the_bytes_of_kept_tasks_are_bounded() {
-    const LIMIT: u64 = 8192;
-    let mut s = settings();
-    s.tasks.max_stored_bytes = LIMIT;
-    let server = start_with(s, |b| b.tool(blob()));
-    let mut client = Client::connect(&server).await;
-    let call = |size: u64| json!({"name": "blob", "arguments": {"size": size}});
+    let (server, mut client) = small_store(blob()).await;
+    let call = |size: u64| sized("blob", size);
     // A result that fits is kept.
     let kept = ws_request(&mut client, "tools/call", call(1000)).await;
     assert_eq!(result(&kept)["status"], "completed", "{kept}");
     // One that does not is not: the task fails, saying why.
-    let created = ws_request(&mut client, "tools/call", call(LIMIT)).await;
+    let created = ws_request(&mut client, "tools/call", call(STORE_LIMIT)).await;
     let id = task_id(&created);
     let failed = ws_request(&mut client, "tasks/get", json!({"taskId": id})).await;
     let failed = result(&failed);
     assert_eq!(failed["status"], "failed", "{failed}");
     assert_eq!(failed["error"]["code"], -32008, "{failed}");
     assert_eq!(failed["error"]["data"]["scope"], "taskBytes", "{failed}");
-    assert_eq!(failed["error"]["data"]["limit"], LIMIT, "{failed}");
+    assert_eq!(failed["error"]["data"]["limit"], STORE_LIMIT, "{failed}");
     assert!(failed.get("result").is_none(), "{failed}");
-    assert!(metric(&server, "mcp_tasks_stored_bytes_peak").await <= LIMIT);
+    assert!(metric(&server, "mcp_tasks_stored_bytes_peak").await <= STORE_LIMIT);
     // Failed tasks' records are kept (each a few hundred bytes) until the bytes reach the
     // bound: then a new task is refused at once, even a small one.
     let mut refused = None;
     for _ in 0..100 {
-        let response = ws_request(&mut client, "tools/call", call(LIMIT)).await;
+        let response = ws_request(&mut client, "tools/call", call(STORE_LIMIT)).await;
         if response.get("error").is_some() {
             refused = Some(response);
             break;
@@ -633,23 +646,19 @@ fn ask_sized() -> Tool {
 /// tasks for an hour.)
 #[tokio::test]
 async fn questions_that_would_pass_the_bytes_bound_fail_their_task() {
-    const LIMIT: u64 = 8192;
-    let mut s = settings();
-    s.tasks.max_stored_bytes = LIMIT;
-    let server = start_with(s, |b| b.tool(ask_sized()));
-    let mut client = Client::connect(&server).await;
-    let call = |size: u64| json!({"name": "ask_sized", "arguments": {"size": size}});
+    let (server, mut client) = small_store(ask_sized()).await;
+    let call = |size: u64| sized("ask_sized", size);
     // A question that fits parks its task.
     let created = ws_request(&mut client, "tools/call", call(100)).await;
     let parked = http_poll(server.addr(), &task_id(&created), "input_required").await;
     assert!(parked["inputRequests"]["ok"].is_object(), "{parked}");
     // One that does not fails it, saying why.
-    let created = ws_request(&mut client, "tools/call", call(LIMIT)).await;
+    let created = ws_request(&mut client, "tools/call", call(STORE_LIMIT)).await;
     let failed = http_poll(server.addr(), &task_id(&created), "failed").await;
     assert_eq!(failed["error"]["code"], -32008, "{failed}");
     assert_eq!(failed["error"]["data"]["scope"], "taskBytes", "{failed}");
     assert!(failed.get("inputRequests").is_none(), "{failed}");
-    assert!(metric(&server, "mcp_tasks_stored_bytes_peak").await <= LIMIT);
+    assert!(metric(&server, "mcp_tasks_stored_bytes_peak").await <= STORE_LIMIT);
     // Its runner ended with it (the tool stopped, its slot given back): the parked one runs.
     wait_metric(&server, "mcp_tasks_running", 1).await;
 }
@@ -866,8 +875,7 @@ async fn a_listen_follows_only_task_ids_and_no_more_than_a_session_may_hold() {
         json!({"notifications": {"taskIds": [id]}}),
     )
     .await;
-    let error = assert_error(&refused, &refused["id"], -32602);
-    assert_eq!(error["data"], json!({"limit": 2}), "{refused}");
+    assert_too_many_subscriptions(&refused, &refused["id"], 2);
 
     // The first listen still hears its task.
     gate.add_permits(1);

@@ -185,6 +185,20 @@ pub fn assert_error(response: &Value, id: &Value, code: i64) -> Value {
     response["error"].clone()
 }
 
+/// Asserts the refusal of a subscription past `limits.max_subscriptions_per_session`
+/// (`resources/subscribe` or `subscriptions/listen`): -32602 "Too many subscriptions" with
+/// `{limit}`, under this id.
+pub fn assert_too_many_subscriptions(response: &Value, id: &Value, limit: u64) {
+    let error = assert_error(response, id, -32602);
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Too many subscriptions")),
+        "{response}"
+    );
+    assert_eq!(error["data"], json!({ "limit": limit }), "{response}");
+}
+
 /// Asserts a success response with this id; returns the result.
 pub fn assert_result(response: &Value, id: &Value) -> Value {
     assert_eq!(response["jsonrpc"], "2.0", "{response}");
