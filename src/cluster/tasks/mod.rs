@@ -44,14 +44,14 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 const SIGNAL_CAPACITY: usize = 16;
 /// The longest a `tasks/update` or `tasks/cancel` waits for the task's runner (on this
 /// node) to have applied it, past which it is acknowledged anyway (the extension's
-/// acknowledgements are eventually consistent); and the longest answers wait for room in
-/// a full queue, past which a local `tasks/update` is refused (-32008 `task`).
+/// acknowledgements are eventually consistent); and the longest a signal waits for room in
+/// a full queue, past which a local one is refused (-32008 `task`).
 const APPLY_WAIT: Duration = Duration::from_secs(2);
-/// Answers from other nodes waiting at once for room in full queues of this node's
-/// runners; more are dropped (logged). The other node acknowledged each as it published
-/// it, so nothing else bounds how many come: unbounded, each waiting answer held its
-/// `responses` (up to a message each) for [`APPLY_WAIT`].
-const REMOTE_ANSWERS_WAITING: usize = 64;
+/// Answers and cancels from other nodes waiting at once for room in full queues of this
+/// node's runners; more are dropped (logged). The other node acknowledged each as it
+/// published it, so nothing else bounds how many come: unbounded, each waiting answer held
+/// its `responses` (up to a message each) for [`APPLY_WAIT`].
+const REMOTE_SIGNALS_WAITING: usize = 64;
 
 /// Where a task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,7 +230,8 @@ pub(crate) struct Tasks {
     running: DashMap<String, mpsc::Sender<Signal>>,
     /// One permit per task running on this node.
     slots: Arc<Semaphore>,
-    /// One permit per answer from another node waiting for room in a runner's queue.
+    /// One permit per answer or cancel from another node waiting for room in a runner's
+    /// queue.
     remote_waiting: Arc<Semaphore>,
     /// Tasks running on this node by authenticated identity (principal), each within
     /// `per_identity`: one entry per identity running some, removed at zero, so bounded by
@@ -264,7 +265,7 @@ impl Tasks {
             next_expiry: AtomicU64::new(u64::MAX),
             running: DashMap::new(),
             slots: Arc::new(Semaphore::new(settings.max_running)),
-            remote_waiting: Arc::new(Semaphore::new(REMOTE_ANSWERS_WAITING)),
+            remote_waiting: Arc::new(Semaphore::new(REMOTE_SIGNALS_WAITING)),
             by_identity: Arc::default(),
             per_identity: settings.running_per_identity(),
             stored_by_owner: DashMap::new(),
@@ -491,10 +492,11 @@ impl Tasks {
     }
 
     /// Delivers what another node received for a task (the client's `responses`, or its
-    /// cancel) to the task, if it runs here. That node acknowledged it already: answers
-    /// that find the runner's queue full wait their turn, as long as a local `tasks/update`
-    /// would ([`APPLY_WAIT`]), in a task each, at most [`REMOTE_ANSWERS_WAITING`] at once;
-    /// past either bound they are dropped, logged.
+    /// cancel) to the task, if it runs here. That node acknowledged it already: a signal
+    /// that finds the runner's queue full waits its turn in a task of its own, at most
+    /// [`REMOTE_SIGNALS_WAITING`] at once, answers for [`APPLY_WAIT`] (as long as a local
+    /// `tasks/update` would), a cancel until the runner takes it or ends (a cancel is not
+    /// dropped for a busy runner); past either bound it is dropped, logged.
     pub fn steer_from_remote(&self, id: &str, cancel: bool, responses: Option<Map<String, Value>>) {
         let signal = match responses {
             Some(responses) if !cancel => Signal::Answer {
@@ -503,45 +505,57 @@ impl Tasks {
             },
             _ => Signal::Cancel { applied: None },
         };
-        let Delivery::Full(answer, runner) = self.signal_local(id, signal) else {
+        let Delivery::Full(signal, runner) = self.signal_local(id, signal) else {
             return;
         };
         let Ok(waiting) = self.remote_waiting.clone().try_acquire_owned() else {
-            tracing::warn!(task = %id, "dropped answers another node took for a task: its runner's queue is full, and {REMOTE_ANSWERS_WAITING} answers wait already");
+            tracing::warn!(task = %id, "dropped a signal another node took for a task: its runner's queue is full, and {REMOTE_SIGNALS_WAITING} signals wait already");
             return;
         };
         let id = id.to_owned();
+        let wait = match signal {
+            Signal::Cancel { .. } => Duration::MAX,
+            _ => APPLY_WAIT,
+        };
         tokio::spawn(async move {
             let _waiting = waiting;
-            if tokio::time::timeout(APPLY_WAIT, runner.send(answer))
-                .await
-                .is_err()
-            {
+            let until = tokio::time::Instant::now().checked_add(wait);
+            if !send_until(&runner, signal, until).await {
                 tracing::warn!(task = %id, "dropped answers another node took for a task: its runner took none for {} ms", APPLY_WAIT.as_millis());
             }
         });
     }
 
-    /// Delivers a signal to a task running on this node, if one runs here. A cancel is
-    /// never lost to a queue its client filled with answers (each waits for its store): it
-    /// takes its turn after them, waited for in a task of its own (bounded by the runner:
-    /// its end closes the queue). Answers that find the queue full are handed back with
-    /// the runner ([`Delivery::Full`]), for the caller to wait for room or say why not.
+    /// Delivers a signal to a task running on this node, if one runs here. A signal that
+    /// finds the queue full is handed back with the runner ([`Delivery::Full`]), for the
+    /// caller to wait for room within its bound ([`send_until`]) or say why not.
     pub(crate) fn signal_local(&self, id: &str, signal: Signal) -> Delivery {
         let Some(runner) = self.running.get(id).map(|r| r.value().clone()) else {
             return Delivery::NotHere;
         };
         match runner.try_send(signal) {
             Ok(()) => Delivery::Queued,
-            Err(mpsc::error::TrySendError::Full(cancel @ Signal::Cancel { .. })) => {
-                tokio::spawn(async move {
-                    let _ = runner.send(cancel).await;
-                });
-                Delivery::Queued
-            }
             Err(mpsc::error::TrySendError::Full(signal)) => Delivery::Full(signal, runner),
             // The runner ended: the task is finished, or runs on no node any more.
             Err(mpsc::error::TrySendError::Closed(_)) => Delivery::NotHere,
+        }
+    }
+}
+
+/// Sends `signal` to `runner` once its queue has room, until `until` (`None`: for as long as
+/// the runner runs); whether it was taken, or the runner ended (nothing is left to steer).
+async fn send_until(
+    runner: &mpsc::Sender<Signal>,
+    signal: Signal,
+    until: Option<tokio::time::Instant>,
+) -> bool {
+    match until {
+        Some(until) => tokio::time::timeout_at(until, runner.send(signal))
+            .await
+            .is_ok(),
+        None => {
+            let _ = runner.send(signal).await;
+            true
         }
     }
 }
@@ -794,8 +808,8 @@ pub(crate) async fn cancel(
 ///
 /// # Errors
 /// [`Error::TaskStoreUnavailable`] when Redis did not take it, and [`Error::TaskBusy`] when
-/// this node's runner had no room for answers within [`APPLY_WAIT`] (the client sends them
-/// again: answers and cancels are idempotent), rather than their being lost.
+/// this node's runner had no room for it within [`APPLY_WAIT`] (the client sends it again:
+/// answers and cancels are idempotent), rather than its being lost.
 async fn steer(
     cluster: &Cluster,
     id: &str,
@@ -808,19 +822,18 @@ async fn steer(
             let _ = tokio::time::timeout_at(deadline, done).await;
             return Ok(());
         }
-        // Answers sent faster than the runner takes them (several clients, a busy
-        // thread): this one waits its turn, within the bound of the acknowledgement, and is
-        // refused rather than acknowledged and dropped when it gets none.
-        Delivery::Full(answer, runner) => {
-            return match tokio::time::timeout_at(deadline, runner.send(answer)).await {
-                Ok(_sent_or_runner_ended) => {
-                    let _ = tokio::time::timeout_at(deadline, done).await;
-                    Ok(())
-                }
-                Err(_) => Err(Error::TaskBusy {
+        // Signals sent faster than the runner takes them (several clients, a busy thread):
+        // this one waits its turn, within the bound of the acknowledgement, and is refused
+        // rather than acknowledged and dropped (or left waiting in a task of its own) when it
+        // gets none: the client sends it again.
+        Delivery::Full(signal, runner) => {
+            if !send_until(&runner, signal, Some(deadline)).await {
+                return Err(Error::TaskBusy {
                     waited_ms: APPLY_WAIT.as_millis() as u64,
-                }),
-            };
+                });
+            }
+            let _ = tokio::time::timeout_at(deadline, done).await;
+            return Ok(());
         }
         Delivery::NotHere => {}
     }
@@ -889,8 +902,10 @@ pub(crate) fn declared(client_capabilities: &Value) -> bool {
 mod tests {
     use super::*;
 
+    /// A full queue hands any signal back; a cancel from another node (acknowledged there)
+    /// then waits its turn for as long as the runner runs, not [`APPLY_WAIT`] alone.
     #[tokio::test]
-    async fn a_cancel_is_not_lost_to_a_full_queue() {
+    async fn a_cancel_from_another_node_is_not_lost_to_a_full_queue() {
         let tasks = Tasks::new(&TaskSettings::default(), Arc::default());
         let (runner, mut signals) = mpsc::channel(1);
         tasks.running.insert("t".into(), runner);
@@ -902,17 +917,18 @@ mod tests {
             tasks.signal_local("t", answer()),
             Delivery::Queued
         ));
-        // The queue is full: another answer is handed back, a cancel waits its turn.
-        assert!(matches!(
-            tasks.signal_local("t", answer()),
-            Delivery::Full(Signal::Answer { .. }, _)
-        ));
         assert!(matches!(
             tasks.signal_local("t", Signal::Cancel { applied: None }),
-            Delivery::Queued
+            Delivery::Full(Signal::Cancel { .. }, _)
         ));
+        tasks.steer_from_remote("t", true, None);
+        tokio::time::sleep(APPLY_WAIT + Duration::from_millis(100)).await;
         assert!(matches!(signals.recv().await, Some(Signal::Answer { .. })));
-        assert!(matches!(signals.recv().await, Some(Signal::Cancel { .. })));
+        let cancel = tokio::time::timeout(Duration::from_secs(1), signals.recv()).await;
+        assert!(
+            matches!(cancel, Ok(Some(Signal::Cancel { .. }))),
+            "{cancel:?}"
+        );
         assert!(matches!(
             tasks.signal_local("none", Signal::Cancel { applied: None }),
             Delivery::NotHere
@@ -920,7 +936,7 @@ mod tests {
     }
 
     /// Answers from other nodes that find a runner's queue full wait for room, at most
-    /// [`REMOTE_ANSWERS_WAITING`] at once, and are delivered as it reads; the rest are
+    /// [`REMOTE_SIGNALS_WAITING`] at once, and are delivered as it reads; the rest are
     /// dropped (they were acknowledged as Redis took them: unbounded, one client's pipelined
     /// updates each held a task and its answers here).
     #[tokio::test]
@@ -935,11 +951,11 @@ mod tests {
         };
         let before = alive();
         // The first fills the queue.
-        for _ in 0..=REMOTE_ANSWERS_WAITING + 100 {
+        for _ in 0..=REMOTE_SIGNALS_WAITING + 100 {
             tasks.steer_from_remote("t", false, Some(Map::new()));
         }
-        assert_eq!(alive() - before, REMOTE_ANSWERS_WAITING);
-        for _ in 0..=REMOTE_ANSWERS_WAITING {
+        assert_eq!(alive() - before, REMOTE_SIGNALS_WAITING);
+        for _ in 0..=REMOTE_SIGNALS_WAITING {
             assert!(matches!(signals.recv().await, Some(Signal::Answer { .. })));
         }
         tokio::task::yield_now().await;

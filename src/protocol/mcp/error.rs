@@ -306,9 +306,10 @@ pub enum Error {
     /// whether it exists is not known.
     #[error("Server busy: the task store cannot be reached, retry later")]
     TaskStoreUnavailable { retry_after_ms: u64 },
-    /// A `tasks/update` whose answers the task's runner (on this node) had no room for
-    /// within the acknowledgement's wait: not taken, and the client may send them again.
-    #[error("Server busy: the task took no more answers in time, send them again")]
+    /// A `tasks/update` or `tasks/cancel` whose answers or cancel the task's runner (on this
+    /// node) had no room for within the acknowledgement's wait: not taken, and the client
+    /// may send it again.
+    #[error("Server busy: the task took nothing more in time, send it again")]
     TaskBusy { waited_ms: u64 },
     #[error("Session busy: too many requests in flight, wait for some to finish")]
     SessionBusy { limit: usize },
