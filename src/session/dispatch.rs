@@ -180,13 +180,13 @@ impl Session {
                 let max = limits.max_subscriptions_per_session;
                 // What the connection's 2026-07-28 listens hold counts too: one limit for
                 // all a connection holds.
-                let listened = self.listen_subscriptions();
+                let held = self.subscriptions_held();
                 let subscriptions = &mut self
                     .occasional
                     .get_or_insert_with(Box::default)
                     .subscriptions;
                 if !subscriptions.contains(p.uri.as_ref()) {
-                    if subscriptions.len() + listened >= max {
+                    if held >= max {
                         refused.inc();
                         return Err(Error::TooManySubscriptions { limit: max });
                     }

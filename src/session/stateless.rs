@@ -385,8 +385,7 @@ impl Session {
         let max = limits.max_subscriptions_per_session;
         // The room left: a listen naming more (distinct) URIs or task ids than that is
         // refused before any is looked at.
-        let mut room =
-            max.saturating_sub(self.subscriptions().count() + self.listen_subscriptions());
+        let mut room = max.saturating_sub(self.subscriptions_held());
         let refused = &self.shared.metrics.rejections.subscriptions;
         let too_many = || {
             refused.inc();
@@ -439,8 +438,7 @@ impl Session {
                 // by the id's text, and another spelling of it would never hear anything. The
                 // form is checked first: it costs no more than reading the list did.
                 ids.retain(|id| {
-                    let task_like = uuid::Uuid::try_parse(id)
-                        .is_ok_and(|uuid| uuid.hyphenated().to_string() == *id);
+                    let task_like = crate::cluster::tasks::is_task_id(id);
                     if !task_like {
                         refused.inc();
                     }
@@ -503,12 +501,15 @@ impl Session {
         Ok(ack)
     }
 
-    /// The subscriptions the open listen streams hold: their resource URIs and task ids
-    /// (bounded together, with the session's own, by `max_subscriptions_per_session`).
-    pub(super) fn listen_subscriptions(&self) -> usize {
-        self.listeners()
+    /// The subscriptions the connection holds, bounded together by
+    /// `max_subscriptions_per_session`: its session-era `resources/subscribe`, and the
+    /// resource URIs and task ids of its open listen streams.
+    pub(super) fn subscriptions_held(&self) -> usize {
+        let listened: usize = self
+            .listeners()
             .map(|(_, listener)| listener.filter.held())
-            .sum()
+            .sum();
+        self.subscriptions().count() + listened
     }
 
     /// Lets go of what a listen stream held.

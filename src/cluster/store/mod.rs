@@ -72,7 +72,7 @@ impl Claim {
                 fingerprint,
                 result,
             } => {
-                let mut text = String::with_capacity(1 + 64 + result.len());
+                let mut text = String::with_capacity(Self::done_len(result.len()));
                 text.push('D');
                 HEXLOWER.encode_append(fingerprint, &mut text);
                 text.push_str(result);

@@ -730,7 +730,7 @@ pub(crate) async fn load(
     let unknown = || Error::UnknownTask {
         task_id: id.chars().take(64).collect(),
     };
-    if uuid::Uuid::parse_str(id).is_err() {
+    if !is_task_id(id) {
         return Err(unknown());
     }
     let now = unix_ms();
@@ -890,6 +890,16 @@ fn rfc3339(ms: u64) -> String {
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
 }
 
+/// Whether `id` is in the form every task id has (a UUID, lowercase and hyphenated, as
+/// [`TaskRecord::new`] makes them): another spelling names no task, since records are found
+/// by their id's text. Checked without allocating: a listen may name a message of them.
+pub(crate) fn is_task_id(id: &str) -> bool {
+    let mut canonical = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    id.len() == canonical.len()
+        && uuid::Uuid::try_parse(id)
+            .is_ok_and(|uuid| uuid.hyphenated().encode_lower(&mut canonical) == id)
+}
+
 /// Whether a request's client capabilities declare the tasks extension.
 pub(crate) fn declared(client_capabilities: &Value) -> bool {
     client_capabilities
@@ -1006,6 +1016,22 @@ mod tests {
         };
         let (delivered, ()) = tokio::join!(steer(&cluster, "t", answer), runner_reads);
         assert!(delivered.is_ok(), "{delivered:?}");
+    }
+
+    #[test]
+    fn task_ids_are_the_form_records_are_made_with() {
+        let id = TaskRecord::new("alice", "job", &TaskSettings::default()).id;
+        assert!(is_task_id(&id));
+        for other in [
+            id.to_uppercase(),
+            id.replace('-', ""),
+            format!("{{{id}}}"),
+            format!("urn:uuid:{id}"),
+            "x".repeat(36),
+            String::new(),
+        ] {
+            assert!(!is_task_id(&other), "{other}");
+        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::registry::{Registry, RegistryError};
 use crate::resource::Resource;
 use notify::event::{AccessKind, AccessMode, ModifyKind};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -213,8 +213,9 @@ fn matters(kind: &EventKind) -> bool {
 /// The paths a burst of events touched.
 #[derive(Default)]
 struct Batch {
-    /// Each path, and whether its contents may have changed (not only its metadata).
-    paths: HashMap<PathBuf, bool>,
+    /// Each path, and whether its contents may have changed (not only its metadata); in
+    /// component order, a directory just before the paths under it.
+    paths: BTreeMap<PathBuf, bool>,
     /// Reconcile every directory whole, and count every file as changed: events were lost.
     rescan: bool,
     /// Served directories (by index) found replaced: reconciled whole, every file counted
@@ -319,9 +320,7 @@ impl Served {
             // Ordered by component, a directory comes just before the paths under it, so it
             // is walked (and its subdirectories read) before their own paths come. The files
             // under it are still reconciled, for what their own events say.
-            let mut paths: Vec<(PathBuf, bool)> = batch.paths.into_iter().collect();
-            paths.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            for (path, contents) in paths {
+            for (path, contents) in batch.paths {
                 let seen = if contents {
                     Seen::Contents
                 } else {
