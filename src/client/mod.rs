@@ -53,7 +53,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
@@ -282,8 +282,9 @@ pub(crate) struct Outgoing {
     /// For the cancel of a stateless request: its id. Transports that answer each request
     /// on its own (HTTP) cancel by dropping the request instead of sending `text`.
     pub cancels: Option<u64>,
-    /// For an answer to one of the server's requests: its answering place, given back when
-    /// the transport is done with the message (written, or its POST over).
+    /// For an answer to one of the server's requests: its answering place; for a cancel
+    /// that waited for room: its waiting place. Given back when the transport is done with
+    /// the message (written, or its POST over).
     #[expect(
         dead_code,
         reason = "held, never read: dropping the message gives it back"
@@ -313,8 +314,9 @@ pub(crate) struct Inner {
     handler: Arc<dyn ClientHandler>,
     /// The places of the server's requests being answered ([`MAX_ANSWERING`]).
     answering: Arc<Semaphore>,
-    /// Cancels waiting for room in the full outgoing queue (at most [`OUTGOING_QUEUE`]).
-    cancels_waiting: Arc<AtomicUsize>,
+    /// The places of cancels waiting for room in the full outgoing queue
+    /// ([`OUTGOING_QUEUE`]).
+    cancels_waiting: Arc<Semaphore>,
     /// `Some(reason)` once the connection is over.
     closed: watch::Sender<Option<Arc<str>>>,
     server: std::sync::OnceLock<ServerDetails>,
@@ -445,7 +447,7 @@ impl Client {
                 next_id: AtomicU64::new(1),
                 handler: options.handler.clone(),
                 answering: Arc::new(Semaphore::new(MAX_ANSWERING)),
-                cancels_waiting: Arc::new(AtomicUsize::new(0)),
+                cancels_waiting: Arc::new(Semaphore::new(OUTGOING_QUEUE)),
                 closed: watch::Sender::new(None),
                 server: std::sync::OnceLock::new(),
                 stateless: std::sync::OnceLock::new(),
@@ -1029,16 +1031,17 @@ impl Drop for CancelOnDrop<'_> {
             // that stopped reading its stdin) would otherwise gather a waiting task a
             // cancel, for as long as it lives; its requests' answers, should they come, are
             // dropped as for any request no longer waited for.
-            let waiting = self.inner.cancels_waiting.clone();
-            if waiting.fetch_add(1, Ordering::Relaxed) >= OUTGOING_QUEUE {
-                waiting.fetch_sub(1, Ordering::Relaxed);
+            let Ok(place) = self.inner.cancels_waiting.clone().try_acquire_owned() else {
                 tracing::debug!(upstream = %self.inner.label, id = self.id, "a cancel was dropped: the server reads nothing");
                 return;
-            }
+            };
+            let message = Outgoing {
+                place: Some(place),
+                ..message
+            };
             let outgoing = self.inner.outgoing.clone();
             tokio::spawn(async move {
                 let _ = outgoing.send(message).await;
-                waiting.fetch_sub(1, Ordering::Relaxed);
             });
         }
     }
