@@ -539,7 +539,7 @@ impl ResponseId {
 }
 
 async fn wait(mut child: Child, inner: Weak<Inner>, process: Arc<ProcessInner>, label: Arc<str>) {
-    let _watching = Watching(process.clone());
+    let watching = Watching(process.clone());
     let status = child.wait().await;
     // What the child started in its group (a server's helper, a worker it forked and left
     // behind when it crashed) would outlive it, reparented to init, holding the pipes and
@@ -547,10 +547,9 @@ async fn wait(mut child: Child, inner: Weak<Inner>, process: Arc<ProcessInner>, 
     // child (each ends here, or in `Watching`'s drop). Right after the reap the id is
     // still that group's: the kernel gives no new process an id that a group with members
     // holds, and an empty group is an ESRCH (a new group of that id within the instant
-    // since the reap would take the pids going round in between).
-    signal_group(process.pid, Signal::Kill);
-    // Marked before anything else can run: `_watching`'s drop then has nothing to do.
-    process.exited.send_replace(true);
+    // since the reap would take the pids going round in between). The watch's drop kills
+    // the group and marks the child exited, before anything else can run.
+    drop(watching);
     let how = match status {
         Ok(status) => format!("the process exited ({status})"),
         Err(error) => format!("waiting for the process failed: {error}"),
