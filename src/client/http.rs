@@ -31,7 +31,7 @@ const MAX_RETRY: Duration = Duration::from_secs(30);
 const MIN_RETRY: Duration = Duration::from_millis(100);
 /// Reconnections in a row that bring no new event before a request's stream is given up.
 const MAX_IDLE_RESUMPTIONS: u32 = 5;
-/// The longest wait for the head of the answer to a notification's or a response's POST.
+/// The longest a notification's or a response's POST may take: it is over at its answer's head.
 const NOTIFICATION_WAIT: Duration = Duration::from_secs(10);
 /// How often a resumed stream that brings nothing looks whether its request still waits (a
 /// cancelled one does not, and its stream is let go).
@@ -111,7 +111,21 @@ impl Session {
                 }
                 let post = session.clone().post(message, weak.clone(), max_body);
                 let Some(id) = post.message.id else {
-                    tokio::spawn(post.run());
+                    // A notification's or a response's POST is over at its answer's head,
+                    // and waits for it this long at most: each holds a connection and a
+                    // task, and a server that never answers them would gather them without
+                    // end (a request's waits as long as the request does).
+                    let weak = weak.clone();
+                    tokio::spawn(async move {
+                        if tokio::time::timeout(NOTIFICATION_WAIT, post.run())
+                            .await
+                            .is_err()
+                        {
+                            if let Some(inner) = weak.upgrade() {
+                                tracing::debug!(upstream = %inner.label(), "a notification was not delivered: no answer in time");
+                            }
+                        }
+                    });
                     continue;
                 };
                 let (abort, registration) = AbortHandle::new_pair();
@@ -170,17 +184,11 @@ impl Post {
         for (name, value) in &message.headers {
             request = request.header(name.as_str(), value.as_str());
         }
-        let sent = request.body(message.text).send();
-        // A notification's or a response's POST waits for its answer's head this long at
-        // most: each holds a connection and a task, and a server that never answers them
-        // would gather them without end (a request's waits as long as the request does).
-        let response = match message.id {
-            Some(_) => sent.await.map_err(|error| error.without_url().to_string()),
-            None => match tokio::time::timeout(NOTIFICATION_WAIT, sent).await {
-                Ok(response) => response.map_err(|error| error.without_url().to_string()),
-                Err(_) => Err("no answer in time".to_owned()),
-            },
-        };
+        let response = request
+            .body(message.text)
+            .send()
+            .await
+            .map_err(|error| error.without_url().to_string());
         let Some(inner) = inner.upgrade() else { return };
         let response = match response {
             Ok(response) => response,
