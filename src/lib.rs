@@ -135,6 +135,16 @@ pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The largest character boundary of `text` at or below `max`: where to cut a client's text
+/// to at most `max` bytes.
+pub(crate) fn floor_char_boundary(text: &str, max: usize) -> usize {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
+}
+
 /// Counts one more place for `key` unless it holds `limit` already; whether it did. With
 /// [`give_back_place`], the per-key counts of the limits (sessions per address or identity,
 /// tasks per identity): a map holding only the keys that hold places.

@@ -30,6 +30,7 @@
 //! format a value that is not a plain token is quoted and escaped
 //! ([`TextFields`](crate::observe::telemetry::TextFields)).
 
+use crate::floor_char_boundary;
 use crate::observe::metrics::{MethodLabel, Metrics};
 use crate::observe::telemetry::{self, event_name, field_name};
 use crate::protocol::jsonrpc::{self, Params, RequestId};
@@ -601,15 +602,6 @@ fn skip_value(bytes: &[u8], at: usize) -> usize {
         i += 1;
     }
     bytes.len()
-}
-
-/// The largest character boundary of `text` at or below `max`.
-fn floor_char_boundary(text: &str, max: usize) -> usize {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    end
 }
 
 /// Re-writes one JSON value into `out`, redacting as it goes; fails with [`FULL`] once

@@ -39,10 +39,7 @@ fn unreadable_params(error: &serde_json::Error) -> String {
     let reason = reason
         .rsplit_once(" at line ")
         .map_or(reason.as_str(), |(reason, _)| reason);
-    let mut cut = reason.len().min(200);
-    while !reason.is_char_boundary(cut) {
-        cut -= 1;
-    }
+    let cut = crate::floor_char_boundary(reason, 200);
     let more = if cut < reason.len() { "…" } else { "" };
     format!("params do not read: {}{more}", &reason[..cut])
 }
