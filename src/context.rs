@@ -175,7 +175,7 @@ impl Proof {
 impl Identity {
     /// A client that presented no credentials.
     pub fn anonymous() -> Self {
-        let anonymous: Arc<str> = Arc::from("anonymous");
+        let anonymous: Arc<str> = Arc::from(Proof::Anonymous.as_str());
         Self {
             subject: anonymous.clone(),
             principal: anonymous,

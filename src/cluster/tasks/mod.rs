@@ -428,6 +428,8 @@ impl Tasks {
     /// set).
     fn share_passed(&self, owner: &str, old: u64, bytes: u64) -> Option<u64> {
         let (_, share) = self.stored_per_identity;
+        // An anonymous client's principal is its proof's name alone (`Identity::anonymous`);
+        // every authenticated one is `<proof>:<subject>`.
         if share == 0 || owner == Proof::Anonymous.as_str() {
             return None;
         }
