@@ -38,7 +38,7 @@ use crate::support::stateless::*;
 use crate::support::ws::{call, exchange, initialize_with};
 use crate::support::*;
 use mcp_ws::model::ResourceContents;
-use mcp_ws::{Prompt, Resource};
+use mcp_ws::{Prompt, Resource, RunningServer};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
@@ -869,15 +869,21 @@ async fn a_listen_subscribes_only_to_resources_the_caller_may_subscribe_to() {
     client.expect_nothing_pending().await;
 }
 
+/// The stateless fixtures' server, where a session (or connection) may hold two
+/// subscriptions.
+fn two_subscriptions_a_session() -> RunningServer {
+    let mut s = stateless_settings();
+    s.limits.max_subscriptions_per_session = 2;
+    start_stateless(s).0
+}
+
 /// A listen's repeated URIs count once, and a listen naming more distinct URIs than
 /// `limits.max_subscriptions_per_session` is refused (-32602, "Too many subscriptions")
 /// before any is looked at: a message may list a million, each look a search of the
 /// resources.
 #[tokio::test]
 async fn a_listen_naming_more_uris_than_a_session_may_hold_is_refused_unread() {
-    let mut s = stateless_settings();
-    s.limits.max_subscriptions_per_session = 2;
-    let (server, _) = start_stateless(s);
+    let server = two_subscriptions_a_session();
     let mut client = Client::connect(&server).await;
     let nothing = "mcp-ws-test://nothing-here";
     let refused = "mcp_rejected_total{reason=\"subscriptions\"}";
@@ -923,9 +929,7 @@ async fn a_listen_naming_more_uris_than_a_session_may_hold_is_refused_unread() {
 /// the gauge.)
 #[tokio::test]
 async fn a_connections_listens_and_session_share_one_subscription_limit() {
-    let mut s = stateless_settings();
-    s.limits.max_subscriptions_per_session = 2;
-    let (server, _) = start_stateless(s);
+    let server = two_subscriptions_a_session();
     let mut client = Client::initialized(&server).await;
     let (id, response) = call(&mut client, "resources/subscribe", json!({"uri": README})).await;
     assert_session_result(&response, &id);
@@ -981,9 +985,7 @@ async fn a_connections_listens_and_session_share_one_subscription_limit() {
 /// what they hold leaves `mcp_subscriptions` with the connection.
 #[tokio::test]
 async fn listens_spread_over_a_connection_are_bounded_together_and_end_with_it() {
-    let mut s = stateless_settings();
-    s.limits.max_subscriptions_per_session = 2;
-    let (server, _) = start_stateless(s);
+    let server = two_subscriptions_a_session();
     let mut client = Client::connect(&server).await;
     for (id, uri) in [("readme", README), ("vault", VAULT)] {
         let ack = open_listen(
