@@ -554,6 +554,58 @@ fn is_one_segment(value: &str) -> bool {
             .any(|c| c == '/' || c == '\\' || c.is_control())
 }
 
+/// `uri` in the form RFC 3986 (§6.2.2.1 and §6.2.2.2) makes equivalent to it: each
+/// percent-escape of an unreserved character (letters, digits, `-._~`) decoded, the hex
+/// digits of the others upper-cased; borrowed when it is that already. A client may spell a
+/// listed URI either way (`file:///a%2fb` for the listed `file:///a%2Fb`). Only these
+/// escapes are touched: decoding `%2F` or `%25` would change what the URI names.
+pub(crate) fn normalized_uri(uri: &str) -> std::borrow::Cow<'_, str> {
+    let bytes = uri.as_bytes();
+    let escape_at = |i: usize| -> Option<u8> {
+        let hex = uri.get(i + 1..i + 3)?;
+        // `from_str_radix` alone would take a sign (`%+F`).
+        hex.bytes()
+            .all(|b| b.is_ascii_hexdigit())
+            .then(|| u8::from_str_radix(hex, 16).ok())?
+    };
+    let differs = |i: usize| {
+        escape_at(i).is_some_and(|byte| {
+            is_unreserved(byte) || bytes[i + 1..i + 3].iter().any(u8::is_ascii_lowercase)
+        })
+    };
+    let Some(first) = memchr::memchr_iter(b'%', bytes).find(|&i| differs(i)) else {
+        return std::borrow::Cow::Borrowed(uri);
+    };
+    let mut out = String::with_capacity(uri.len());
+    out.push_str(&uri[..first]);
+    let mut i = first;
+    while i < bytes.len() {
+        match (bytes[i], escape_at(i)) {
+            (b'%', Some(byte)) => {
+                if is_unreserved(byte) {
+                    out.push(char::from(byte));
+                } else {
+                    out.push('%');
+                    out.push_str(&uri[i + 1..i + 3].to_ascii_uppercase());
+                }
+                i += 3;
+            }
+            _ => {
+                // Up to the next `%`: a whole character, since `%` is ASCII.
+                let next = memchr::memchr(b'%', &bytes[i + 1..]).map_or(bytes.len(), |n| i + 1 + n);
+                out.push_str(&uri[i..next]);
+                i = next;
+            }
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// RFC 3986's unreserved characters: the ones whose escapes mean the character itself.
+fn is_unreserved(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~')
+}
+
 /// `text` with each `%XX` (two hex digits) decoded; `None` if it is not UTF-8 then, or a
 /// `%` is not followed by two hex digits.
 fn percent_decode(text: &str) -> Option<String> {
@@ -650,6 +702,34 @@ impl crate::model::VersionedSerialize for TemplateDefinition {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn uris_are_normalized_as_rfc_3986_makes_them_equivalent() {
+        use std::borrow::Cow;
+        for plain in [
+            "",
+            "file:///a/b",
+            "x://a%20b%2F%C3%A9",
+            "50%",
+            "a%zz%4",
+            "%+F",
+        ] {
+            assert!(
+                matches!(normalized_uri(plain), Cow::Borrowed(_)),
+                "{plain:?} is normal already"
+            );
+        }
+        for (spelled, normal) in [
+            ("x://%72eadme", "x://readme"),
+            ("x://a%2fb%2F", "x://a%2Fb%2F"),
+            ("x://%c3%A9/%7e%2d%5F%2e", "x://%C3%A9/~-_."),
+            ("x://%2e%2e/%252e", "x://../%252e"),
+            ("é%41%", "éA%"),
+            ("%4", "%4"),
+        ] {
+            assert_eq!(normalized_uri(spelled), normal, "{spelled:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -242,15 +242,6 @@ impl Access {
         }
     }
 
-    /// Resource not found, unless the client may use the resource `uri`.
-    pub fn check_resource(&self, uri: &str) -> Result<(), Error> {
-        if self.may_use_resource(uri) {
-            Ok(())
-        } else {
-            Err(Error::ResourceNotFound { uri: uri.into() })
-        }
-    }
-
     /// Unknown prompt, unless the client may use the prompt `name`.
     pub fn check_prompt(&self, name: &str) -> Result<(), Error> {
         if self.may_use_prompt(name) {

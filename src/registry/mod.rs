@@ -42,6 +42,7 @@ use crate::resource::{Resource, ResourceTemplate, TemplateVariables};
 use crate::tool::{Tool, ToolHandler};
 use dashmap::DashMap;
 use snapshot::Snapshot;
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -849,6 +850,32 @@ impl Registry {
             let variables = template.template.as_ref().ok()?.matches(uri)?;
             Some(ResourceTarget::Templated(template, variables))
         })
+    }
+
+    /// The target of `uri` as the client spelled it or, failing that, as RFC 3986 makes it
+    /// equivalent ([`normalized_uri`](crate::resource::normalized_uri)), with the spelling
+    /// that found it; each spelling only if `may_use` it (the caller's policy), so that
+    /// another spelling never reaches what the policy keeps from the client.
+    pub(crate) fn find_resource<'u>(
+        &self,
+        uri: &'u str,
+        viewer: ViewerRef<'_>,
+        may_use: impl Fn(&str) -> bool,
+    ) -> Option<(Cow<'u, str>, ResourceTarget)> {
+        if may_use(uri) {
+            if let Some(target) = self.resource_target(uri, viewer) {
+                return Some((Cow::Borrowed(uri), target));
+            }
+        }
+        match crate::resource::normalized_uri(uri) {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(normal) => {
+                let target = may_use(&normal)
+                    .then(|| self.resource_target(&normal, viewer))
+                    .flatten()?;
+                Some((Cow::Owned(normal), target))
+            }
+        }
     }
 
     /// An enabled prompt, as `viewer` sees it.

@@ -157,7 +157,6 @@ impl Session {
             Method::PromptsList => self.list(ListKind::Prompts, version, params)?,
             Method::ResourcesSubscribe => {
                 let p: SubscribeParams<'_> = parse_params(params)?;
-                self.admission.access.check_resource(&p.uri)?;
                 let limits = &self.shared.settings.limits;
                 let refused = &self.shared.metrics.rejections.subscriptions;
                 if p.uri.len() > limits.max_subscription_uri_bytes {
@@ -167,16 +166,20 @@ impl Session {
                     });
                 }
                 let viewer = self.viewer(&Era::Session);
-                if self
+                let access = &self.admission.access;
+                // Held as the spelling that found the resource: its updates name that one.
+                let uri = match self
                     .shared
                     .registry
-                    .resource_target(&p.uri, viewer)
-                    .is_none()
+                    .find_resource(&p.uri, viewer, |uri| access.may_use_resource(uri))
                 {
-                    return Err(Error::ResourceNotFound {
-                        uri: p.uri.into_owned(),
-                    });
-                }
+                    Some((uri, _)) => uri.into_owned(),
+                    None => {
+                        return Err(Error::ResourceNotFound {
+                            uri: p.uri.into_owned(),
+                        })
+                    }
+                };
                 let max = limits.max_subscriptions_per_session;
                 // What the connection's 2026-07-28 listens hold counts too: one limit for
                 // all a connection holds.
@@ -185,13 +188,13 @@ impl Session {
                     .occasional
                     .get_or_insert_with(Box::default)
                     .subscriptions;
-                if !subscriptions.contains(p.uri.as_ref()) {
+                if !subscriptions.contains(&uri) {
                     if held >= max {
                         refused.inc();
                         return Err(Error::TooManySubscriptions { limit: max });
                     }
-                    subscriptions.insert(p.uri.clone().into_owned());
-                    self.inbox.add_interest(&p.uri);
+                    self.inbox.add_interest(&uri);
+                    subscriptions.insert(uri);
                     self.shared.metrics.subscriptions.inc();
                     self.revision += 1;
                 }
@@ -199,9 +202,14 @@ impl Session {
             }
             Method::ResourcesUnsubscribe => {
                 let p: SubscribeParams<'_> = parse_params(params)?;
-                let subscribed = self.occasional.as_mut();
-                if subscribed.is_some_and(|o| o.subscriptions.remove(p.uri.as_ref())) {
-                    self.inbox.drop_interest(&p.uri);
+                // As the client spelled it, or as it was held (see `ResourcesSubscribe`).
+                let held = self.occasional.as_mut().and_then(|o| {
+                    let normal = crate::resource::normalized_uri(&p.uri);
+                    let held = o.subscriptions.take(p.uri.as_ref());
+                    held.or_else(|| o.subscriptions.take(normal.as_ref()))
+                });
+                if let Some(uri) = held {
+                    self.inbox.drop_interest(&uri);
                     self.shared.metrics.subscriptions.dec();
                     self.revision += 1;
                 }
@@ -611,13 +619,17 @@ impl Session {
     ) -> Result<WorkerJob, Error> {
         self.admit()?;
         let p: ReadResourceParams<'_> = parse_params(params)?;
-        self.admission.access.check_resource(&p.uri)?;
-        let uri = p.uri.into_owned();
-        let target = self
+        let access = &self.admission.access;
+        let (uri, target) = self
             .shared
             .registry
-            .resource_target(&uri, self.viewer(&era))
-            .ok_or_else(|| Error::ResourceNotFound { uri: uri.clone() })?;
+            .find_resource(&p.uri, self.viewer(&era), |uri| {
+                access.may_use_resource(uri)
+            })
+            .ok_or_else(|| Error::ResourceNotFound {
+                uri: p.uri.clone().into_owned(),
+            })?;
+        let uri = uri.into_owned();
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let binding = era.stateless().map(|m| {

@@ -410,16 +410,22 @@ impl Session {
             let registry = &self.shared.registry;
             let access = &self.admission.access;
             for uri in distinct {
-                if uri.len() <= limits.max_subscription_uri_bytes
-                    && access.may_use_resource(&uri)
-                    && registry.resource_target(&uri, viewer).is_some()
-                {
-                    uris.push(uri);
-                } else {
-                    refused.inc();
+                // Followed (and acknowledged) as the spelling that found the resource: its
+                // updates name that one.
+                let found = (uri.len() <= limits.max_subscription_uri_bytes)
+                    .then(|| {
+                        registry.find_resource(&uri, viewer, |uri| access.may_use_resource(uri))
+                    })
+                    .flatten()
+                    .map(|(found, _)| found.into_owned());
+                match found {
+                    Some(found) => uris.push(found),
+                    None => refused.inc(),
                 }
             }
             uris.sort();
+            // Two spellings of one URI are one subscription.
+            uris.dedup();
             room -= uris.len();
         }
         let task_ids = match task_ids {

@@ -1035,6 +1035,32 @@ async fn lists_show_each_identity_what_it_may_use_and_page_through_exactly_that(
 }
 
 #[tokio::test]
+async fn another_spelling_of_a_uri_reaches_no_more_than_the_policy_allows() {
+    let dir = TempDir::new().expect("tempdir");
+    let mut s = policy_settings(&dir);
+    // `bot` may use only URIs spelled with an escape after the demo's prefix: its spelling
+    // `%72eadme` passes, the readme it means (`readme`, RFC 3986 equivalent) does not.
+    s.auth.policies[1].resources = strings(&["mcp-ws://demo/%*"]);
+    let server = start_policy(s);
+    let spelled = "mcp-ws://demo/%72eadme";
+    let mut ci = session_with(&server, CI_KEY).await;
+    let read = ci.request("resources/read", json!({"uri": spelled})).await;
+    assert_eq!(
+        read["result"]["contents"][0]["uri"], "mcp-ws://demo/readme",
+        "another spelling finds the resource, answered under its own URI: {read}"
+    );
+    let mut bot = session_with(&server, BOT_KEY).await;
+    for method in ["resources/read", "resources/subscribe"] {
+        let refused = bot.request(method, json!({"uri": spelled})).await;
+        assert_eq!(
+            assert_error(&refused, &refused["id"], -32002)["data"],
+            json!({"uri": spelled}),
+            "{method}: the spelling the policy allows does not lead to what it forbids"
+        );
+    }
+}
+
+#[tokio::test]
 async fn what_an_identity_may_not_use_answers_exactly_as_what_does_not_exist() {
     let dir = TempDir::new().expect("tempdir");
     let server = start_policy(policy_settings(&dir));

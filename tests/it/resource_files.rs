@@ -5,6 +5,9 @@
 //!   extension and its size; names that are not UTF-8 are not listed;
 //! - a textual file that is UTF-8 is read as text, anything else as a base64 blob; a file
 //!   over `max_file_bytes` is listed but its read gets -32005 with `{uri, size, limit}`;
+//! - a URI spelled with other percent escapes (RFC 3986 equivalent) reads and subscribes to
+//!   its file under the listed URI; escapes that change what it names (`%2F`, `%25`) find
+//!   nothing;
 //! - nothing outside the directory is listed or read: `..` in a URI, a link to a file
 //!   outside, a link to a directory outside (at start and when created later);
 //! - a file changed on disk sends `notifications/resources/updated` to exactly the sessions
@@ -337,6 +340,74 @@ async fn a_change_on_disk_reaches_exactly_the_sessions_subscribed_to_that_file()
         read_ok(&mut subscriber, &uri(&changed)).await["text"],
         "after, and longer"
     );
+}
+
+#[tokio::test]
+async fn a_uri_spelled_with_other_percent_escapes_finds_its_file_and_no_other() {
+    let (_dir, root) = temp_dir();
+    let (file, accented) = (root.join("a b~c.txt"), root.join("\u{e9}t\u{e9}.txt"));
+    write(&file, "spaced");
+    write(&accented, "accented");
+    write(&root.join("sub/inner.txt"), "inner");
+    let server = serve(&root, 1024);
+    let mut client = Client::initialized(&server).await;
+    let base = uri(&root);
+    let listed = format!("{base}/a%20b~c.txt");
+    let listed_accented = format!("{base}/%C3%A9t%C3%A9.txt");
+    let mut shown = uris(&list(&mut client).await)
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    shown.sort();
+    assert_eq!(
+        shown,
+        [
+            listed_accented.clone(),
+            listed.clone(),
+            format!("{base}/sub/inner.txt")
+        ]
+    );
+
+    // RFC 3986 equivalents: an unreserved character escaped, the hex digits in lower case.
+    let spelled = format!("{base}/a%20b%7ec.txt");
+    let read = read_ok(&mut client, &spelled).await;
+    assert_eq!(
+        (read["uri"].as_str(), read["text"].as_str()),
+        (Some(&*listed), Some("spaced"))
+    );
+    let read = read_ok(&mut client, &format!("{base}/%c3%a9t%c3%A9.txt")).await;
+    assert_eq!(read["uri"], listed_accented.as_str());
+
+    // Escapes that would change what the URI names are not decoded: `%2F` is no `/`, and
+    // `%2E%2E` decoded is a `..`, which names no listed file.
+    for other in [
+        format!("{base}/sub%2finner.txt"),
+        format!("{base}/sub/%2E%2E/a%20b~c.txt"),
+        format!("{base}/a%2520b~c.txt"),
+    ] {
+        let response = client
+            .request("resources/read", json!({ "uri": other }))
+            .await;
+        assert_error(&response, &response["id"], -32002);
+    }
+
+    // A subscription by another spelling follows the file under its listed URI, and the
+    // same spelling ends it (`stayer`'s notification is the barrier that proves it).
+    let mut stayer = Client::initialized(&server).await;
+    subscribe(&mut stayer, &listed).await;
+    subscribe(&mut client, &spelled).await;
+    write(&file, "changed");
+    expect_updated(&mut client, &listed).await;
+    expect_updated(&mut stayer, &listed).await;
+    let response = client
+        .request("resources/unsubscribe", json!({ "uri": spelled }))
+        .await;
+    assert_eq!(response["result"], json!({}), "{response}");
+    client.drain_until_barrier().await;
+    stayer.drain_until_barrier().await;
+    write(&file, "changed again");
+    expect_updated(&mut stayer, &listed).await;
+    client.expect_nothing_pending().await;
 }
 
 #[tokio::test]

@@ -869,6 +869,31 @@ async fn a_listen_subscribes_only_to_resources_the_caller_may_subscribe_to() {
     client.expect_nothing_pending().await;
 }
 
+/// A listen naming a resource by another spelling RFC 3986 makes equivalent (an unreserved
+/// character escaped) follows it under its own URI, acknowledged as that URI once however
+/// many spellings name it.
+#[tokio::test]
+async fn a_listen_follows_a_uri_spelled_with_escapes_under_its_own_uri() {
+    let (server, _) = start_stateless(stateless_settings());
+    let registry = server.registry().clone();
+    let mut client = Client::connect(&server).await;
+    let listen = json!("spelled");
+    let ack = open_listen(
+        &mut client,
+        &listen,
+        json!({"resourceSubscriptions": ["mcp-ws://demo/%72eadme", "mcp-ws://demo/re%61dme", README]}),
+    )
+    .await;
+    assert_eq!(ack, json!({"resourceSubscriptions": [README]}));
+    registry.resource_updated(README);
+    assert_eq!(
+        client.recv().await,
+        json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+               "params": {"_meta": {SUBSCRIPTION_ID: listen}, "uri": README}})
+    );
+    client.expect_nothing_pending().await;
+}
+
 /// The stateless fixtures' server, where a session (or connection) may hold two
 /// subscriptions.
 fn two_subscriptions_a_session() -> RunningServer {
