@@ -906,6 +906,16 @@ impl Session {
                     }
                 };
                 self.shared.metrics.workers.dec();
+                // No answer larger than the server reads is sent, whatever made it (a tool's
+                // result of tens of MB queued for a client that does not read was held whole,
+                // as many times as it had requests in flight).
+                let limit = self.shared.settings.limits.max_message_bytes;
+                let outcome = outcome.and_then(|frame| match frame.len() {
+                    encoded if encoded > limit => {
+                        Err(Error::AnswerOverMessageLimit { encoded, limit })
+                    }
+                    _ => Ok(frame),
+                });
                 let finished = entry.record.finish(
                     &self.shared.metrics,
                     &self.admission,

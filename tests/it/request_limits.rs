@@ -21,6 +21,9 @@
 //!   at once in the tool, without reaching the client, and are counted.
 //! - A subscribed URI over `limits.max_subscription_uri_bytes` gets -32602.
 //! - A message over `limits.max_message_bytes` closes with 1009 and is counted.
+//! - An answer over `limits.max_message_bytes` (a tool's result) is not sent: its request
+//!   gets -32603 naming the size and the setting, over WebSocket and 2026-07-28 HTTP, and is
+//!   not remembered for a retry of its id; a result that fits is answered as ever.
 //!
 //! No timing assertions: the rate test only relies on tokens not refilling faster than their
 //! rate, and waits for recovery by retrying as told.
@@ -464,5 +467,67 @@ async fn a_message_over_the_size_limit_is_counted() {
     let close = client.recv_close().await.expect("a close frame");
     assert_eq!(close.code, CloseCode::Size);
     assert_eq!(metric(&server, &rejected("message_too_large")).await, 1);
+    assert_server_alive(&server).await;
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct SizedArgs {
+    /// How many bytes of text the result carries.
+    bytes: usize,
+}
+
+/// Returns `bytes` bytes of text.
+async fn sized(args: SizedArgs, _ctx: RequestContext) -> Result<String, ToolError> {
+    Ok("x".repeat(args.bytes))
+}
+
+/// The -32603 of an answer over a 64 KiB limit, its data naming the size and the setting.
+fn assert_answer_too_large(response: &Value, id: &Value) {
+    let error = crate::support::assert_error(response, id, -32603);
+    let data = &error["data"];
+    assert_eq!(
+        (&data["limit"], &data["setting"]),
+        (&json!(65536), &json!("limits.max_message_bytes")),
+        "{error}"
+    );
+    let encoded = data["encodedSize"].as_u64().expect("encodedSize");
+    assert!(encoded > 100_000 && encoded < 100_200, "{error}");
+}
+
+#[tokio::test]
+async fn an_answer_over_the_message_limit_is_an_error_and_the_session_goes_on() {
+    let mut s = settings();
+    s.limits.max_message_bytes = 64 * 1024;
+    let server = start_with(s, |b| {
+        b.tool(Tool::new("sized", "Returns as many bytes as asked.", sized))
+    });
+    let mut client = Client::initialized(&server).await;
+    let too_large = json!({"jsonrpc": "2.0", "id": "big", "method": "tools/call",
+                           "params": {"name": "sized", "arguments": {"bytes": 100_000}}});
+    let response = client.send_request(too_large.clone()).await;
+    assert_answer_too_large(&response, &json!("big"));
+    // Not remembered as an answer: the same id sent again runs again, with the same error.
+    let response = client.send_request(too_large).await;
+    assert_answer_too_large(&response, &json!("big"));
+    let fits = client.call_tool("sized", json!({"bytes": 60_000})).await;
+    assert_eq!(
+        fits["result"]["content"][0]["text"].as_str().map(str::len),
+        Some(60_000),
+        "a result within the limit is answered"
+    );
+    client.expect_nothing_pending().await;
+
+    let http = crate::support::http::Http::new(&server);
+    let (status, response) = http
+        .json(
+            json!(7),
+            "tools/call",
+            crate::support::meta::stateless(
+                json!({"name": "sized", "arguments": {"bytes": 100_000}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{response}");
+    assert_answer_too_large(&response, &json!(7));
     assert_server_alive(&server).await;
 }

@@ -327,6 +327,10 @@ pub enum Error {
         message: String,
         data: Option<serde_json::Value>,
     },
+    /// An answer (a tool's result, a prompt, a completion…) that would not fit in one
+    /// message: the server sends none larger than it reads.
+    #[error("Internal error: the answer would take {encoded} bytes, over limits.max_message_bytes ({limit})")]
+    AnswerOverMessageLimit { encoded: usize, limit: usize },
     #[error("Internal error")]
     Internal,
 }
@@ -380,7 +384,7 @@ impl Error {
             Self::IdempotencyConflict { .. } => codes::IDEMPOTENCY_CONFLICT,
             Self::ResultNotKept => codes::RESULT_NOT_KEPT,
             Self::Passed { code, .. } => ErrorCode(*code),
-            Self::Internal => ErrorCode::INTERNAL_ERROR,
+            Self::Internal | Self::AnswerOverMessageLimit { .. } => ErrorCode::INTERNAL_ERROR,
         }
     }
 
@@ -438,6 +442,11 @@ impl Error {
             } => object.with_data(json!({
                 "uri": uri,
                 "size": size,
+                "encodedSize": encoded,
+                "limit": limit,
+                "setting": "limits.max_message_bytes",
+            })),
+            Self::AnswerOverMessageLimit { encoded, limit } => object.with_data(json!({
                 "encodedSize": encoded,
                 "limit": limit,
                 "setting": "limits.max_message_bytes",
