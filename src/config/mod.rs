@@ -1199,6 +1199,13 @@ impl LoggingSettings {
                 dir.display()
             )));
         }
+        // A directory would be written beside, as `DIR.2026-12-06` or `DIR.1`.
+        if self.file.is_dir() {
+            return Err(ConfigError::Invalid(format!(
+                "logging.file: {} is a directory; name a file in it",
+                self.file.display()
+            )));
+        }
         Ok(())
     }
 }
@@ -1438,6 +1445,35 @@ impl Settings {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(
                 "{name} must be greater than 0"
+            )));
+        }
+        // Counts a semaphore is made with: past its most, it panics at startup instead of
+        // refusing the setting.
+        let permits = [
+            (
+                "limits.max_concurrent_requests".to_owned(),
+                l.max_concurrent_requests,
+            ),
+            ("tasks.max_running".to_owned(), self.tasks.max_running),
+        ]
+        .into_iter()
+        .chain(self.upstreams.iter().map(|upstream| {
+            (
+                format!("upstreams.{}.max_in_flight", upstream.name),
+                upstream.max_in_flight,
+            )
+        }));
+        let most = tokio::sync::Semaphore::MAX_PERMITS;
+        if let Some((name, _)) = permits.into_iter().find(|(_, v)| *v > most) {
+            return Err(ConfigError::Invalid(format!(
+                "{name} must be at most {most}"
+            )));
+        }
+        // actix runs at most this many worker threads, and panics past it.
+        const MAX_WORKERS: usize = 512;
+        if self.server.workers > MAX_WORKERS {
+            return Err(ConfigError::Invalid(format!(
+                "server.workers must be at most {MAX_WORKERS}"
             )));
         }
         // Lifetimes added to the clock or doubled: past a year, no use, and near `u64::MAX`

@@ -325,6 +325,41 @@ fn invalid_config_exits_2_naming_the_problem() {
         "resources.directories: max_file_bytes of /tmp (1001) exceeds resources.max_read_bytes_in_flight (1000)",
     );
 
+    // Counts past what a semaphore or actix can be made with: refused, not a panic at start.
+    for (name, text, needle) in [
+        (
+            "huge-pool",
+            "[limits]\nmax_concurrent_requests = 4611686018427387904\n",
+            "limits.max_concurrent_requests must be at most 2305843009213693951",
+        ),
+        (
+            "huge-tasks",
+            "[tasks]\nmax_running = 4611686018427387904\n",
+            "tasks.max_running must be at most 2305843009213693951",
+        ),
+        (
+            "huge-upstream",
+            "[[upstreams]]\nname = \"up\"\ncommand = \"cat\"\nmax_in_flight = 4611686018427387904\n",
+            "upstreams.up.max_in_flight must be at most 2305843009213693951",
+        ),
+        (
+            "many-workers",
+            "[server]\nworkers = 100000\n",
+            "server.workers must be at most 512",
+        ),
+    ] {
+        let config = write_config(name, text);
+        assert_refuses_to_start(&["--config", config.to_str().expect("utf-8 path")], &[], needle);
+    }
+
+    // A directory as the log file would be written beside it (`/tmp.2026-12-06`).
+    let log_dir = write_config("log-file-a-directory", "[logging]\nfile = \"/tmp\"\n");
+    assert_refuses_to_start(
+        &["--config", log_dir.to_str().expect("utf-8 path")],
+        &[],
+        "logging.file: /tmp is a directory",
+    );
+
     // The file named by MCP_WS_CONFIG is read too, and a missing one is an error.
     let missing = Path::new(env!("CARGO_TARGET_TMPDIR")).join("config_cli-no-such-file.toml");
     let missing = missing.to_str().expect("utf-8 path");
