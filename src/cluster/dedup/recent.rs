@@ -2,8 +2,10 @@
 //! session (a retry after a timeout, or after a resume on a new socket) gets the same
 //! response instead of running again; one that reuses the id with other params is refused.
 //!
-//! It belongs to the session core, so a session that moves to another host (its socket
-//! dropped, it waits for a resume) keeps it. It is bounded by `dedup.session_max_entries`,
+//! It belongs to the session core, so a session that moves to another host on its node (its
+//! socket dropped, it waits for a resume) keeps it; a session taken up by another node does
+//! not (its record carries no answers): there a finished id runs again, and calls that must
+//! not carry an idempotency key (`cluster::dedup`, kept in Redis). It is bounded by `dedup.session_max_entries`,
 //! `dedup.session_max_bytes` and `dedup.window_ms`, oldest first, and touched only by its
 //! session, so it needs no lock. A session that sends no id twice pays a lookup in an empty
 //! or small map per request, and a copy of each `tools/call` result.
