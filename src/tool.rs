@@ -210,7 +210,11 @@ pub(crate) fn schema_of<T: JsonSchema>() -> Value {
 #[derive(Clone)]
 pub struct Tool {
     pub(crate) definition: Arc<ToolDefinition>,
+    /// What a call runs: the tool's own handler, or it behind the check of an
+    /// [`output_schema`](Tool::output_schema) set by hand ([`OutputChecked`]).
     pub(crate) handler: Arc<dyn ToolHandler>,
+    /// The tool's own handler, which a check set again wraps in place of the last one.
+    unchecked: Arc<dyn ToolHandler>,
     /// See [`Tool::version`].
     pub(crate) version: Arc<str>,
 }
@@ -322,6 +326,7 @@ impl Tool {
         input_schema: Value,
         handler: impl ToolHandler,
     ) -> Self {
+        let handler: Arc<dyn ToolHandler> = Arc::new(handler);
         Self {
             definition: Arc::new(ToolDefinition {
                 name: name.into(),
@@ -334,7 +339,8 @@ impl Tool {
                 meta: None,
                 task_support: TaskSupport::Forbidden,
             }),
-            handler: Arc::new(handler),
+            unchecked: handler.clone(),
+            handler,
             version: Arc::from(DEFAULT_TOOL_VERSION),
         }
     }
@@ -417,10 +423,91 @@ impl Tool {
         self
     }
 
-    /// Replaces the `outputSchema` (for tools built with [`Tool::from_handler`]).
+    /// Replaces the `outputSchema` (for tools built with [`Tool::from_handler`]). The MCP
+    /// spec says a result MUST conform to it: a call whose result (other than an `isError`
+    /// one) has no `structuredContent`, or one the schema refuses, is answered with an
+    /// `isError` result naming the first violation instead. A [`Json`] output's schema
+    /// (from [`Tool::new`]) needs no check: its type gives both.
     pub fn output_schema(mut self, schema: Value) -> Self {
+        self.handler = Arc::new(OutputChecked {
+            inner: self.unchecked.clone(),
+            check: Arc::new(OutputCheck {
+                schema: schema.clone(),
+                validator: std::sync::OnceLock::new(),
+            }),
+        });
         self.definition_mut().output_schema = Some(schema);
         self
+    }
+}
+
+/// A tool's handler whose results are checked against the `outputSchema` set by hand.
+struct OutputChecked {
+    inner: Arc<dyn ToolHandler>,
+    check: Arc<OutputCheck>,
+}
+
+/// An `outputSchema` and its validator, made on the first call (a tool never called, and a
+/// gateway's tool in a session's view, costs no compilation); `None` when the schema is no
+/// valid JSON Schema.
+struct OutputCheck {
+    schema: Value,
+    validator: std::sync::OnceLock<Option<jsonschema::Validator>>,
+}
+
+impl ToolHandler for OutputChecked {
+    fn call(&self, arguments: Arguments, ctx: RequestContext) -> ToolFuture {
+        let call = self.inner.call(arguments, ctx);
+        let check = self.check.clone();
+        Box::pin(async move {
+            let result = call.await?;
+            match check.violation(&result) {
+                None => Ok(result),
+                Some(violation) => Err(ToolError::failed(format!(
+                    "Output validation error: {violation}"
+                ))),
+            }
+        })
+    }
+}
+
+impl OutputCheck {
+    /// The message's most of a violation's text: jsonschema quotes the value it refuses,
+    /// which may be the whole result.
+    const MAX_MESSAGE_BYTES: usize = 512;
+
+    /// Why `result` does not conform, if it does not. An `isError` result is not checked
+    /// (as the official SDKs do: a failure carries its message, not the tool's output).
+    fn violation(&self, result: &CallToolResult) -> Option<String> {
+        if result.is_error {
+            return None;
+        }
+        let Some(structured) = &result.structured_content else {
+            return Some("the tool has an outputSchema but gave no structuredContent".into());
+        };
+        let validator = self.validator.get_or_init(|| {
+            jsonschema::validator_for(&self.schema)
+                .map_err(|error| tracing::warn!(%error, "a tool's outputSchema is invalid"))
+                .ok()
+        });
+        let Some(validator) = validator else {
+            return Some("the tool's outputSchema is not a valid JSON Schema".into());
+        };
+        let error = validator.iter_errors(structured).next()?;
+        let path = error.instance_path().to_string();
+        let mut message = if path.is_empty() {
+            format!("structuredContent: {error}")
+        } else {
+            format!("structuredContent{path}: {error}")
+        };
+        if message.len() > Self::MAX_MESSAGE_BYTES {
+            message.truncate(crate::floor_char_boundary(
+                &message,
+                Self::MAX_MESSAGE_BYTES,
+            ));
+            message.push('…');
+        }
+        Some(message)
     }
 }
 

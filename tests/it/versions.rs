@@ -245,6 +245,105 @@ async fn structured_content_goes_only_to_sessions_that_have_it() {
     }
 }
 
+/// Returns the `structuredContent` its `mode` argument names, or fails.
+struct Shaped;
+
+impl mcp_ws::tool::ToolHandler for Shaped {
+    fn call(
+        &self,
+        arguments: mcp_ws::tool::Arguments,
+        _ctx: mcp_ws::RequestContext,
+    ) -> mcp_ws::tool::ToolFuture {
+        Box::pin(async move {
+            #[derive(serde::Deserialize)]
+            struct Mode {
+                mode: String,
+            }
+            let Mode { mode } = arguments.parse()?;
+            let structured = match mode.as_str() {
+                "fits" => Some(json!({"n": 3})),
+                "wrong_type" => Some(json!({"n": "not an integer"})),
+                "array" => Some(json!([1, 2, 3])),
+                "missing_member" => Some(json!({})),
+                "long" => Some(json!({"n": "x".repeat(10_000)})),
+                "none" => None,
+                _ => return Err(ToolError::failed(format!("failed in mode {mode}"))),
+            };
+            let mut result = mcp_ws::model::CallToolResult::text(format!("mode {mode}"));
+            result.structured_content = structured;
+            Ok(result)
+        })
+    }
+}
+
+/// The MCP spec: a tool's structured results MUST conform to its `outputSchema`. One set by
+/// hand on a raw handler is checked: a result that does not conform (or has no
+/// `structuredContent`) is answered as an `isError` result naming the first violation, cut
+/// to a bounded length, in either era; a failure's result is passed on as it is.
+#[tokio::test]
+async fn a_result_that_does_not_conform_to_its_output_schema_is_an_error_result() {
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}},
+                        "required": ["n"]});
+    let tool = Tool::from_handler(
+        "shaped",
+        "Returns what it is told",
+        json!({"type": "object"}),
+        Shaped,
+    )
+    .output_schema(schema);
+    let server = start_with(crate::support::settings(), |b| b.tool(tool));
+    let mut client = Client::initialized(&server).await;
+    let fits = client.call_tool("shaped", json!({"mode": "fits"})).await;
+    assert_eq!(
+        fits["result"]["structuredContent"],
+        json!({"n": 3}),
+        "{fits}"
+    );
+    assert!(fits["result"].get("isError").is_none(), "{fits}");
+    for (mode, names) in [
+        ("wrong_type", "structuredContent/n"),
+        ("array", "structuredContent"),
+        ("missing_member", "\"n\" is a required property"),
+        ("none", "gave no structuredContent"),
+        ("long", "structuredContent/n"),
+    ] {
+        let response = client.call_tool("shaped", json!({"mode": mode})).await;
+        let result = &response["result"];
+        assert_eq!(result["isError"], true, "{mode}: {response}");
+        assert!(
+            result.get("structuredContent").is_none(),
+            "{mode}: {response}"
+        );
+        let text = result["content"][0]["text"].as_str().expect("a text block");
+        assert!(
+            text.starts_with("Output validation error: ") && text.contains(names),
+            "{mode}: {text}"
+        );
+        assert!(
+            text.len() < 1024,
+            "{mode}: the message is bounded: {} bytes",
+            text.len()
+        );
+    }
+    let failed = client.call_tool("shaped", json!({"mode": "fail"})).await;
+    assert_eq!(
+        failed["result"]["content"][0]["text"], "failed in mode fail",
+        "a failure is not checked: {failed}"
+    );
+    // The 2026-07-28 era runs the same tool: the same check.
+    let http = crate::support::http::Http::new(&server);
+    let (_, response) = http
+        .json(
+            json!(1),
+            "tools/call",
+            crate::support::meta::stateless(
+                json!({"name": "shaped", "arguments": {"mode": "array"}}),
+            ),
+        )
+        .await;
+    assert_eq!(response["result"]["isError"], true, "{response}");
+}
+
 /// Checks `blocks` (as `all_blocks` gives them) against `version`'s content table.
 fn check_blocks(blocks: &[Value], version: &str) {
     assert_eq!(blocks.len(), 5, "no block is dropped: {blocks:?}");
