@@ -334,6 +334,9 @@ pub struct SessionSettings {
     /// Messages a WebSocket session without a socket keeps for its reconnect; one more ends
     /// the session (a reconnect could not be made whole).
     pub resume_buffer_messages: usize,
+    /// The bytes of those messages at most: one that would pass it ends the session, as one
+    /// message past `resume_buffer_messages` does.
+    pub resume_buffer_bytes: usize,
     /// An HTTP session with no request, no open stream and nothing running for this long is
     /// ended, in ms.
     pub http_idle_timeout_ms: u64,
@@ -354,6 +357,10 @@ impl Default for SessionSettings {
         Self {
             resume_grace_ms: 30_000,
             resume_buffer_messages: 1000,
+            // Four answers as large as the largest message a client may send (4 MiB), twice
+            // an HTTP session's log: a reconnect within the grace normally misses a few
+            // answers of kilobytes.
+            resume_buffer_bytes: 16 << 20,
             http_idle_timeout_ms: 300_000,
             event_buffer_messages: 1000,
             event_buffer_bytes: 8 << 20,
@@ -859,6 +866,13 @@ pub struct Limits {
     /// a message that would pass it is refused (close 1009, HTTP 413). At least
     /// `max_message_bytes`.
     pub max_partial_bytes: usize,
+    /// Bytes all sessions together hold for replay: every HTTP session's SSE event log
+    /// (`sessions.event_buffer_*`) and every parked WebSocket session's undelivered messages
+    /// (`sessions.resume_buffer_*`). Past it, an HTTP session gives up its own oldest events,
+    /// then does not keep the new one (still sent live; a `Last-Event-ID` that needs it is
+    /// refused); a parked WebSocket session ends, as past `sessions.resume_buffer_messages`.
+    /// Greater than 0: there is no unbounded setting.
+    pub max_replay_bytes: usize,
     /// How long a message may take to arrive, in milliseconds: a WebSocket message from its
     /// first byte to its last fragment, an HTTP body from the end of the headers to its end;
     /// past it the message is refused (close 1008, HTTP 408).
@@ -1060,6 +1074,11 @@ impl Default for Limits {
             // 64 messages of the largest size in flight at once, then refusals rather than
             // memory: honest clients send a message in well under `partial_timeout_ms`.
             max_partial_bytes: 256 * 1024 * 1024,
+            // 32 HTTP session logs full to `sessions.event_buffer_bytes`, 16 parked sessions
+            // full to `resume_buffer_bytes`: sessions normally hold kilobytes (progress, an
+            // answer that followed it), so only many sessions streaming large answers at once
+            // meet it, which is what it is for.
+            max_replay_bytes: 256 * 1024 * 1024,
             partial_timeout_ms: 30_000,
             // Not above `max_in_flight_per_session`: a batch of calls can all run.
             max_batch_len: 64,
@@ -1359,6 +1378,7 @@ impl Settings {
         let positive = [
             ("limits.max_message_bytes", l.max_message_bytes as u64),
             ("limits.max_partial_bytes", l.max_partial_bytes as u64),
+            ("limits.max_replay_bytes", l.max_replay_bytes as u64),
             ("limits.partial_timeout_ms", l.partial_timeout_ms),
             ("limits.max_batch_len", l.max_batch_len as u64),
             (
@@ -1388,6 +1408,10 @@ impl Settings {
             (
                 "sessions.event_buffer_bytes",
                 self.sessions.event_buffer_bytes as u64,
+            ),
+            (
+                "sessions.resume_buffer_bytes",
+                self.sessions.resume_buffer_bytes as u64,
             ),
             (
                 "sessions.sse_keep_alive_ms",

@@ -64,6 +64,21 @@ impl Gauge {
         self.value.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Raises the gauge by `n` unless that would take it past `limit`; says whether it did.
+    /// A gauge that is itself a budget's count (`replay_bytes`): what it shows is what the
+    /// budget enforces.
+    pub fn try_add_within(&self, n: u64, limit: u64) -> bool {
+        let raised = self
+            .value
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(n).filter(|&total| total <= limit)
+            });
+        if let Ok(before) = raised {
+            self.observe(before + n);
+        }
+        raised.is_ok()
+    }
+
     /// Lowers the gauge by `n`.
     pub fn sub(&self, n: u64) {
         self.value.fetch_sub(n, Ordering::Relaxed);
@@ -162,6 +177,10 @@ pub struct Metrics {
     /// Bytes of the task records this node keeps (their JSON), within
     /// `tasks.max_stored_bytes`.
     pub tasks_stored_bytes: Gauge,
+    /// Bytes sessions hold for replay (every HTTP session's SSE event log, every parked
+    /// WebSocket session's undelivered messages): the count of the server's budget itself,
+    /// `limits.max_replay_bytes` (see [`ReplayBudget`](crate::session::replay::ReplayBudget)).
+    pub replay_bytes: Gauge,
     /// Tasks created on this node.
     pub tasks_created: Counter,
     /// Requests, messages and connections refused, by reason (see [`Rejections`]).
@@ -288,6 +307,11 @@ impl Metrics {
                 "mcp_tasks_stored_bytes",
                 "Bytes of the task records this node keeps",
                 &self.tasks_stored_bytes,
+            ),
+            (
+                "mcp_replay_bytes",
+                "Bytes sessions hold for replay (SSE event logs, parked WebSocket sessions' undelivered messages)",
+                &self.replay_bytes,
             ),
         ];
         for (name, help, gauge) in gauges {
@@ -683,26 +707,32 @@ impl Latencies {
 }
 
 /// What was dropped rather than wait or grow without bound (`mcp_dropped_total{reason}`):
-/// notifications on their way to a client, and (`reason="access_log"`) lines of the server's
-/// own log that found the background writer's queue full or whose write failed — every lost
-/// log line, access line or not, counted process-wide ([`telemetry::dropped_lines`]).
+/// notifications on their way to a client, what sessions could not keep for replay within
+/// the server's budget, and (`reason="access_log"`) lines of the server's own log that found
+/// the background writer's queue full or whose write failed — every lost log line, access
+/// line or not, counted process-wide ([`telemetry::dropped_lines`]).
 #[derive(Debug, Default)]
 pub struct Drops {
     /// Log lines over `limits.log_lines_per_second` / `log_lines_burst`.
     pub log_lines: Counter,
     /// Notifications over `limits.max_queued_notifications`.
     pub queued_notifications: Counter,
+    /// Entries kept for replay (SSE events, a parked WebSocket session's undelivered
+    /// messages) given up, or never kept, because `limits.max_replay_bytes` were held: sent
+    /// live if a reader was there, refused to a replay that asks for them.
+    pub replay_budget: Counter,
 }
 
 impl Drops {
     fn render(&self, out: &mut String) {
         let _ = writeln!(
             out,
-            "# HELP mcp_dropped_total Notifications to clients dropped by a limit, and lines of the server log dropped or lost (reason=\"access_log\")\n# TYPE mcp_dropped_total counter"
+            "# HELP mcp_dropped_total Notifications to clients dropped by a limit, entries not kept for replay within limits.max_replay_bytes (reason=\"replay_budget\"), and lines of the server log dropped or lost (reason=\"access_log\")\n# TYPE mcp_dropped_total counter"
         );
         for (reason, count) in [
             ("log_lines", self.log_lines.get()),
             ("queued_notifications", self.queued_notifications.get()),
+            ("replay_budget", self.replay_budget.get()),
             ("access_log", telemetry::dropped_lines()),
         ] {
             let _ = writeln!(out, "mcp_dropped_total{{reason=\"{reason}\"}} {count}");

@@ -20,6 +20,7 @@ mod dispatch;
 mod era;
 mod pump;
 pub mod record;
+pub mod replay;
 pub mod shape;
 pub mod shared;
 mod stateless;

@@ -1,5 +1,6 @@
 //! State shared by every session (an `Arc`, not an actor): settings, the registry, the
-//! global worker pool, the cluster state, the perimeter, metrics, and the live sessions (for
+//! global worker pool, the cluster state, the perimeter, metrics, the budget of what
+//! sessions hold for replay, and the live sessions (for
 //! the shutdown fan-out). The directory of sessions a client can reach again by id is the
 //! transports' (`transport::directory`).
 
@@ -13,6 +14,7 @@ use crate::protocol::mcp::LogLevel;
 use crate::protocol::mrtr::StateKey;
 use crate::registry::rollout::Rollout;
 use crate::registry::Registry;
+use crate::session::replay::ReplayBudget;
 use crate::session::shape::StatelessShape;
 use crate::worker::Pool;
 use actix::{Message, Recipient};
@@ -72,6 +74,8 @@ pub struct Shared {
     pub rollout: Rollout,
     /// What the access log hides of params.
     pub redaction: Redaction,
+    /// What sessions hold for replay, over all of them (`limits.max_replay_bytes`).
+    pub replay: Arc<ReplayBudget>,
     sessions: DashMap<u64, Recipient<Shutdown>>,
     next_session_id: AtomicU64,
     /// Told of every session's `initialize` (set once, by the server: the gateway).
@@ -118,6 +122,7 @@ impl Shared {
                 &settings.logging.redact_keys,
                 settings.logging.access_params_max_bytes,
             ),
+            replay: ReplayBudget::new(settings.limits.max_replay_bytes, metrics.clone()),
             settings,
             registry,
             metrics,

@@ -6,11 +6,13 @@
 //! `<stream>_<count>`, so a `Last-Event-ID` names both the stream to resume and where in it
 //! (Streamable HTTP: ids are unique across the session's streams and replay never crosses
 //! streams). The log keeps the session's newest events, bounded by count, by bytes and by
-//! age; a resume that asks for events the log no longer holds is refused, never answered
-//! with a silent gap. The bytes bound matters: a client chooses the size of what comes back
-//! (an id, a progress token, an echo), and the log holds every event of the session,
-//! read or not.
+//! age, and every session's log together within the server's replay budget
+//! ([`crate::session::replay`]); a resume that asks for events the log no longer holds (or never
+//! kept) is refused, never answered with a silent gap. The bytes bounds matter: a client
+//! chooses the size of what comes back (an id, a progress token, an echo), and the log holds
+//! every event of the session, read or not, for minutes.
 
+use crate::session::replay::{Held, ReplayBudget};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -150,6 +152,8 @@ struct Logged {
     count: u64,
     data: Arc<str>,
     at: Instant,
+    /// Its share of the server's replay budget, given back as it goes.
+    _held: Held,
 }
 
 /// What the log knows of one stream.
@@ -159,6 +163,9 @@ struct StreamRecord {
     events: u64,
     /// Events of it still in the log.
     retained: u64,
+    /// The newest of its events no longer held (evicted, or never kept): a resume from
+    /// before it would miss it.
+    gone_through: u64,
     /// No more events will come (its answer was sent).
     finished: bool,
 }
@@ -173,12 +180,20 @@ pub struct EventLog {
     max_events: usize,
     max_bytes: usize,
     max_age: Duration,
+    /// What every session's log (and every parked WebSocket session) holds together.
+    budget: Arc<ReplayBudget>,
 }
 
 impl EventLog {
     /// A log holding at most `max_events` events of at most `max_bytes` of data in all (an
-    /// event larger alone is not kept), none older than `max_age`.
-    pub fn new(max_events: usize, max_bytes: usize, max_age: Duration) -> Self {
+    /// event larger alone is not kept), none older than `max_age`, each within the server's
+    /// `budget`.
+    pub fn new(
+        max_events: usize,
+        max_bytes: usize,
+        max_age: Duration,
+        budget: Arc<ReplayBudget>,
+    ) -> Self {
         Self {
             events: VecDeque::new(),
             streams: HashMap::new(),
@@ -186,6 +201,7 @@ impl EventLog {
             max_events,
             max_bytes,
             max_age,
+            budget,
         }
     }
 
@@ -196,24 +212,72 @@ impl EventLog {
         format!("{stream}_{}", record.events)
     }
 
-    /// Logs an event of `stream`; returns it with its id.
+    /// Logs an event of `stream`; returns it with its id, to be sent live whether or not it
+    /// was kept.
+    ///
+    /// Room is made first within the log's own bounds (its oldest events go). Then the
+    /// event takes its share of the server's replay budget; while the budget has not that
+    /// much left, this log gives up its own oldest events, and if it has none left the
+    /// event is not kept: a resume that needs it is refused ([`ReplayError::Gone`]), never
+    /// given a gap. The log holds nothing else then, so no event of the stream older than
+    /// it is held either.
     pub fn push(&mut self, stream: u64, data: Arc<str>) -> SseEvent {
-        let record = self.streams.entry(stream).or_default();
-        record.events += 1;
-        record.retained += 1;
-        let count = record.events;
-        self.bytes += data.len();
-        self.events.push_back(Logged {
-            stream,
-            count,
-            data: data.clone(),
-            at: Instant::now(),
-        });
-        self.evict();
-        SseEvent {
+        let count = {
+            let record = self.streams.entry(stream).or_default();
+            record.events += 1;
+            record.events
+        };
+        let event = SseEvent {
             id: format!("{stream}_{count}"),
             data,
+        };
+        let len = event.data.len();
+        self.evict(Some(len));
+        let held = if len > self.max_bytes {
+            // Larger than the log alone, which `evict` has emptied: not kept.
+            None
+        } else {
+            self.hold(len)
+        };
+        match held {
+            Some(held) => {
+                if let Some(record) = self.streams.get_mut(&stream) {
+                    record.retained += 1;
+                }
+                self.bytes += len;
+                self.events.push_back(Logged {
+                    stream,
+                    count,
+                    data: event.data.clone(),
+                    at: Instant::now(),
+                    _held: held,
+                });
+            }
+            None => {
+                if let Some(record) = self.streams.get_mut(&stream) {
+                    record.gone_through = count;
+                }
+            }
         }
+        event
+    }
+
+    /// A share of the budget for `len` bytes, giving up this log's oldest events while it
+    /// has not that much left; `None` (counted) when even an empty log finds no room.
+    fn hold(&mut self, len: usize) -> Option<Held> {
+        let mut dropped = 0;
+        let held = loop {
+            if let Some(held) = self.budget.hold(len) {
+                break Some(held);
+            }
+            // An event of this log given up, or, with none left, this one not kept.
+            dropped += 1;
+            if !self.evict_oldest() {
+                break None;
+            }
+        };
+        self.budget.dropped(dropped);
+        held
     }
 
     /// Marks `stream` finished: it gets no more events, and is forgotten once its last
@@ -235,12 +299,12 @@ impl EventLog {
     /// The events of `cursor.stream` after `cursor.count`, in order.
     ///
     /// # Errors
-    /// [`ReplayError::Gone`] when the stream is unknown or some of those events were evicted.
+    /// [`ReplayError::Gone`] when the stream is unknown or some of those events were evicted
+    /// or not kept.
     pub fn replay(&mut self, cursor: Cursor) -> Result<Vec<SseEvent>, ReplayError> {
-        self.evict();
+        self.evict(None);
         let record = self.streams.get(&cursor.stream).ok_or(ReplayError::Gone)?;
-        let held_from = record.events - record.retained + 1;
-        if cursor.count > record.events || cursor.count + 1 < held_from {
+        if cursor.count > record.events || cursor.count < record.gone_through {
             return Err(ReplayError::Gone);
         }
         Ok(self
@@ -254,31 +318,49 @@ impl EventLog {
             .collect())
     }
 
-    fn evict(&mut self) {
+    /// Lets events older than the log keeps go (a session quiet for long gives its share of
+    /// the budget back without waiting for its next event).
+    pub fn expire(&mut self) {
+        self.evict(None);
+    }
+
+    /// Evicts the oldest events until the log, with an `incoming` event of that many bytes,
+    /// is within its bounds, and every event older than `max_age`.
+    fn evict(&mut self, incoming: Option<usize>) {
         let now = Instant::now();
+        let (more, more_bytes) = incoming.map_or((0, 0), |len| (1, len));
         while let Some(oldest) = self.events.front() {
-            let too_many = self.events.len() > self.max_events || self.bytes > self.max_bytes;
+            let too_many = self.events.len() + more > self.max_events
+                || self.bytes + more_bytes > self.max_bytes;
             let too_old = now.duration_since(oldest.at) > self.max_age;
             if !too_many && !too_old {
                 break;
             }
-            let Some(gone) = self.events.pop_front() else {
-                break;
-            };
-            self.bytes -= gone.data.len();
-            if let Some(record) = self.streams.get_mut(&gone.stream) {
-                record.retained -= 1;
-                if record.retained == 0 && record.finished {
-                    self.streams.remove(&gone.stream);
-                }
+            self.evict_oldest();
+        }
+    }
+
+    /// Evicts the oldest event; `false` when there is none.
+    fn evict_oldest(&mut self) -> bool {
+        let Some(gone) = self.events.pop_front() else {
+            return false;
+        };
+        self.bytes -= gone.data.len();
+        if let Some(record) = self.streams.get_mut(&gone.stream) {
+            record.retained -= 1;
+            record.gone_through = record.gone_through.max(gone.count);
+            if record.retained == 0 && record.finished {
+                self.streams.remove(&gone.stream);
             }
         }
+        true
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::metrics::Metrics;
 
     #[test]
     fn an_events_chunks_make_its_wire_form() {
@@ -309,9 +391,75 @@ mod tests {
         Arc::from(text)
     }
 
+    /// A log bounded by `max_events` and `max_bytes` alone (a budget it never meets).
+    fn log(max_events: usize, max_bytes: usize) -> EventLog {
+        let budget = ReplayBudget::new(usize::MAX, Arc::default());
+        EventLog::new(max_events, max_bytes, Duration::from_secs(60), budget)
+    }
+
+    fn cursor(stream: u64, count: u64) -> Cursor {
+        Cursor { stream, count }
+    }
+
+    fn texts(events: &[SseEvent]) -> Vec<&str> {
+        events.iter().map(|e| &*e.data).collect()
+    }
+
+    #[test]
+    fn past_the_shared_budget_a_log_gives_up_its_oldest_then_keeps_nothing_new() {
+        let metrics = Arc::new(Metrics::default());
+        let budget = ReplayBudget::new(10, metrics.clone());
+        let log = |budget: &Arc<ReplayBudget>| {
+            EventLog::new(100, 100, Duration::from_secs(60), budget.clone())
+        };
+        let (mut a, mut b) = (log(&budget), log(&budget));
+        a.push(1, data("aaaa"));
+        a.push(1, data("bbbb"));
+        // B has nothing to give up: its event goes out, but is not kept.
+        let unkept = b.push(1, data("cccc"));
+        assert_eq!((unkept.id.as_str(), &*unkept.data), ("1_1", "cccc"));
+        assert_eq!(b.replay(cursor(1, 0)), Err(ReplayError::Gone));
+        assert_eq!(metrics.dropped.replay_budget.get(), 1);
+        // A makes room by giving up its own oldest.
+        a.push(1, data("dddd"));
+        assert_eq!(a.replay(cursor(1, 0)), Err(ReplayError::Gone));
+        let replayed = a.replay(cursor(1, 1)).expect("b and d are held");
+        assert_eq!(texts(&replayed), ["bbbb", "dddd"]);
+        assert_eq!(metrics.dropped.replay_budget.get(), 2);
+        assert_eq!(budget.in_use(), 8);
+        // An event not kept between kept ones: a resume from before it is refused, after
+        // it is whole.
+        b.push(2, data("x"));
+        b.push(2, data("yyyy"));
+        b.push(2, data("z"));
+        for before in [0, 1] {
+            assert_eq!(
+                b.replay(cursor(2, before)),
+                Err(ReplayError::Gone),
+                "{before}"
+            );
+        }
+        assert_eq!(texts(&b.replay(cursor(2, 2)).expect("z is held")), ["z"]);
+        assert_eq!(budget.in_use(), 9);
+        assert!(metrics.replay_bytes.peak() <= 10, "never past the budget");
+        drop(a);
+        drop(b);
+        assert_eq!(budget.in_use(), 0, "every share given back");
+    }
+
+    #[test]
+    fn a_finished_stream_whose_answer_was_not_kept_is_forgotten() {
+        let budget = ReplayBudget::new(3, Arc::default());
+        let mut log = EventLog::new(100, 100, Duration::from_secs(60), budget);
+        log.push(4, data("answer"));
+        log.finish(4);
+        assert!(log.is_finished(4));
+        assert_eq!(log.replay(cursor(4, 0)), Err(ReplayError::Gone));
+    }
+
     #[test]
     fn replay_gives_what_came_after_the_cursor_on_that_stream_only() {
-        let mut log = EventLog::new(100, usize::MAX, Duration::from_secs(60));
+        let mut log = log(100, usize::MAX);
         assert_eq!(log.push(3, data("a")).id, "3_1");
         log.push(0, data("session"));
         log.push(3, data("b"));
@@ -350,7 +498,7 @@ mod tests {
 
     #[test]
     fn an_evicted_event_makes_an_older_cursor_a_gap() {
-        let mut log = EventLog::new(2, usize::MAX, Duration::from_secs(60));
+        let mut log = log(2, usize::MAX);
         log.push(1, data("a"));
         log.push(1, data("b"));
         log.push(1, data("c"));
@@ -373,7 +521,7 @@ mod tests {
 
     #[test]
     fn finished_streams_are_forgotten_with_their_last_event() {
-        let mut log = EventLog::new(1, usize::MAX, Duration::from_secs(60));
+        let mut log = log(1, usize::MAX);
         log.push(5, data("answer"));
         log.finish(5);
         assert!(log

@@ -8,8 +8,13 @@
 //!   dropped stream can be resumed with `Last-Event-ID`; a dropped stream never cancels its
 //!   request (`notifications/cancelled` does).
 //! - WebSocket sessions whose socket dropped: the [`SocketOutlet`] keeps what could not be
-//!   delivered (bounded) until a new socket attaches and gets it, in order, or until
-//!   `sessions.resume_grace_ms` passes and the session ends, its work cancelled.
+//!   delivered (bounded by `sessions.resume_buffer_messages` and `resume_buffer_bytes`)
+//!   until a new socket attaches and gets it, in order, or until `sessions.resume_grace_ms`
+//!   passes and the session ends, its work cancelled; past those bounds the session ends at
+//!   once, since a reconnect could not be made whole.
+//!
+//! What both keep for replay shares the server's budget, `limits.max_replay_bytes`
+//! ([`crate::session::replay`]).
 //!
 //! The actor lives on the thread where the session began (its workers and inbox live there
 //! too); handlers and sockets on any thread reach it by its id (the transports'
@@ -24,6 +29,7 @@ use crate::perimeter::{Access, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::mcp::Error;
 use crate::session::record::SessionRecord;
+use crate::session::replay::{Held, ReplayBudget};
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
@@ -304,15 +310,7 @@ impl HostedSession {
         core: Session,
         record: Option<SocketRecord>,
     ) -> Addr<Self> {
-        let out = Outlets::Socket(SocketOutlet {
-            socket: None,
-            access: Access::default(),
-            missed: VecDeque::new(),
-            max_missed: shared.settings.sessions.resume_buffer_messages,
-            overflowed: false,
-            waiting: false,
-            lost_on_node: None,
-        });
+        let out = Outlets::Socket(SocketOutlet::new(&shared, None));
         let mut host = Self::host(shared, directory, slot, id, core, out);
         host.socket_record = record;
         host.start()
@@ -369,15 +367,7 @@ impl HostedSession {
             .iter()
             .filter_map(|id| RequestId::from_raw(id))
             .collect();
-        let out = Outlets::Socket(SocketOutlet {
-            socket: None,
-            access: Access::default(),
-            missed: VecDeque::new(),
-            max_missed: shared.settings.sessions.resume_buffer_messages,
-            overflowed: false,
-            waiting: false,
-            lost_on_node: Some(lost_on_node),
-        });
+        let out = Outlets::Socket(SocketOutlet::new(&shared, Some(lost_on_node)));
         let record = SocketRecord::new(&shared, &id);
         let mut host = Self::host(shared, directory, slot, id, core, out);
         host.in_redis = true;
@@ -402,6 +392,7 @@ impl HostedSession {
                 sessions.event_buffer_messages,
                 sessions.event_buffer_bytes,
                 Duration::from_millis(sessions.event_buffer_age_ms),
+                shared.replay.clone(),
             ),
             streams: HashMap::new(),
             prime: false,
@@ -663,10 +654,13 @@ impl HostedSession {
     }
 
     fn reap_if_idle(&mut self, ctx: &mut Context<Self>) {
-        let Outlets::Http(http) = &self.out else {
+        let idle = self.idle_limit();
+        let Outlets::Http(http) = &mut self.out else {
             return;
         };
-        let idle = self.idle_limit();
+        // Events past their age give their share of the replay budget back now, not at the
+        // session's next event.
+        http.log.expire();
         if self.last_active.elapsed() >= idle && http.is_idle() && !self.core.has_work_in_flight() {
             self.end(ctx, "idle");
         }
@@ -678,7 +672,10 @@ impl HostedSession {
         if self.closing && !self.core.has_work_in_flight() {
             self.end_when_quiet(ctx);
         } else if matches!(&self.out, Outlets::Socket(s) if s.overflowed) {
-            self.end(ctx, "missed more messages than a reconnect can be given");
+            self.end(
+                ctx,
+                "missed more messages (or bytes) than a reconnect can be given",
+            );
         }
     }
 
@@ -998,12 +995,15 @@ impl Handler<AttachSocket> for HostedSession {
             return false;
         };
         // The answers lost with a node or a connection, then what the client missed, in
-        // order, before anything new.
+        // order, before anything new. Each gives its share of the replay budget back as it
+        // is handed over.
         let lost = out.lost_answers(&self.core, attach.awaiting.as_ref());
-        for frame in lost.into_iter().chain(out.missed.drain(..)) {
+        let missed = out.missed.drain(..).map(|missed| missed.frame);
+        for frame in lost.into_iter().chain(missed) {
             // Within the socket's mailbox, which holds a whole attach (see `WsSession`).
             attach.socket.deliver.do_send(Deliver(frame));
         }
+        out.missed_bytes = 0;
         self.detached += 1;
         self.set_waiting(false);
         self.withdraw_work();
@@ -1142,10 +1142,18 @@ pub struct SocketOutlet {
     socket: Option<SocketHandle>,
     /// What the attached socket's credential grants.
     access: Access,
-    missed: VecDeque<String>,
+    missed: VecDeque<Missed>,
+    /// The bytes of `missed`.
+    missed_bytes: usize,
+    /// `sessions.resume_buffer_messages`.
     max_missed: usize,
-    /// It missed more than `max_missed`: a reconnect could not be made whole, so the
-    /// session ends rather than resume with a gap.
+    /// `sessions.resume_buffer_bytes`.
+    max_missed_bytes: usize,
+    /// What all sessions hold for replay, this one's missed messages among them.
+    budget: Arc<ReplayBudget>,
+    /// It missed more than `max_missed` messages or `max_missed_bytes`, or the server's
+    /// replay budget had no room for what it missed: a reconnect could not be made whole, so
+    /// the session ends rather than resume with a gap (its reconnect is refused, 404).
     overflowed: bool,
     /// Whether it is counted as waiting for a socket.
     waiting: bool,
@@ -1154,7 +1162,58 @@ pub struct SocketOutlet {
     lost_on_node: Option<Vec<RequestId>>,
 }
 
+/// A message a parked WebSocket session keeps for its reconnect, with its share of the
+/// server's replay budget.
+struct Missed {
+    frame: String,
+    _held: Held,
+}
+
 impl SocketOutlet {
+    /// The outlet of a session parked without a socket; `lost_on_node`, for a session taken
+    /// up from a dead node's record, lists the requests that were running there.
+    fn new(shared: &Shared, lost_on_node: Option<Vec<RequestId>>) -> Self {
+        let sessions = &shared.settings.sessions;
+        Self {
+            socket: None,
+            access: Access::default(),
+            missed: VecDeque::new(),
+            missed_bytes: 0,
+            max_missed: sessions.resume_buffer_messages,
+            max_missed_bytes: sessions.resume_buffer_bytes,
+            budget: shared.replay.clone(),
+            overflowed: false,
+            waiting: false,
+            lost_on_node,
+        }
+    }
+
+    /// Keeps `frame` for the reconnect, or, past the session's bounds or the server's
+    /// replay budget, marks the session overflowed (it ends: giving up an older message
+    /// would leave a gap, and one not kept would be lost in silence).
+    fn keep(&mut self, frame: String) {
+        if self.overflowed {
+            // Ending: nothing more is worth holding.
+            return;
+        }
+        let fits = self.missed.len() < self.max_missed
+            && self.missed_bytes + frame.len() <= self.max_missed_bytes;
+        if !fits {
+            self.overflowed = true;
+            return;
+        }
+        match self.budget.hold(frame.len()) {
+            Some(held) => {
+                self.missed_bytes += frame.len();
+                self.missed.push_back(Missed { frame, _held: held });
+            }
+            None => {
+                self.budget.dropped(1);
+                self.overflowed = true;
+            }
+        }
+    }
+
     /// What the session owes its client that goes with this copy if it ends before a socket
     /// attaches: the answers it kept, and the requests of a lost node it was to answer
     /// -32031. Listed in the record for the node that takes the session up next.
@@ -1162,7 +1221,7 @@ impl SocketOutlet {
         let kept = self
             .missed
             .iter()
-            .flat_map(|frame| answer_ids(frame))
+            .flat_map(|missed| answer_ids(&missed.frame))
             .filter_map(RequestId::from_json);
         self.lost_on_node
             .iter()
@@ -1196,7 +1255,10 @@ impl SocketOutlet {
                     .in_flight_ids()
                     .chain(core.batched_answer_ids())
                     .map(RequestId::as_json);
-                let kept = self.missed.iter().flat_map(|frame| answer_ids(frame));
+                let kept = self
+                    .missed
+                    .iter()
+                    .flat_map(|missed| answer_ids(&missed.frame));
                 awaited.owed(running.chain(kept), &lost)
             }
         }
@@ -1213,8 +1275,7 @@ impl Outlet for SocketOutlet {
                     self.overflowed = true;
                 }
             }
-            None if self.missed.len() < self.max_missed => self.missed.push_back(frame),
-            None => self.overflowed = true,
+            None => self.keep(frame),
         }
     }
 }
