@@ -1247,6 +1247,77 @@ async fn the_log_holds_only_the_last_two_events(settings: Settings, token: Value
     session.assert_alive().await;
 }
 
+/// All sessions' logs together are bounded too (`limits.max_replay_bytes`): with room for
+/// about two 40 KB answers in the whole server, a second session's answer finds no room (its
+/// own progress event given up first) and is not kept, and the first session makes room for
+/// its third answer by giving up its oldest. Every answer still reaches its reader live; a
+/// resume that needs what is gone is 400, never a gap; what is kept stays within the budget
+/// and is given back when the sessions end. (Bounded per session alone, one client address
+/// with a thousand sessions made the server hold gigabytes for minutes.)
+#[tokio::test]
+async fn all_sessions_logs_together_stay_within_the_replay_budget() {
+    const BUDGET: u64 = 100_000;
+    const ANSWER: usize = 40_000;
+    let mut s = http_settings();
+    s.limits.max_replay_bytes = BUDGET as usize;
+    let (server, _gate) = start_http(s);
+    let endpoint = Endpoint::new(&server);
+    let (a, b) = (
+        endpoint.initialize("2025-06-18").await,
+        endpoint.initialize("2025-06-18").await,
+    );
+    // A big answer on `session`, read live to its end: the ids of its progress event and
+    // its answer.
+    let big_answer = |session: &HttpSession, id: &'static str| {
+        let post = session.post(&call_with_token(
+            json!(id),
+            "big",
+            json!({"bytes": ANSWER}),
+            json!(id),
+        ));
+        async move {
+            let mut events = Events::of(send(post).await);
+            let progress = events.expect_message().await;
+            let answer = events.expect_message().await;
+            assert_eq!(tool_text(&answer.json()).len(), ANSWER, "{id}: whole, live");
+            events.expect_end().await;
+            (progress.id, answer.id)
+        }
+    };
+    let (a1, _) = big_answer(&a, "a1").await;
+    let (a2, a2_answer) = big_answer(&a, "a2").await;
+    let (b1, _) = big_answer(&b, "b1").await;
+    let (a3, a3_answer) = big_answer(&a, "a3").await;
+    assert!(metric(&server, "mcp_replay_bytes_peak").await <= BUDGET);
+    assert!(metric(&server, "mcp_replay_bytes").await > 2 * ANSWER as u64);
+    // b1's progress given up and its answer not kept; a1's progress and answer given up.
+    assert_eq!(
+        metric(&server, "mcp_dropped_total{reason=\"replay_budget\"}").await,
+        4
+    );
+    for (session, gone) in [(&b, &b1), (&a, &a1)] {
+        assert_refused(
+            send(session.get().header("Last-Event-ID", gone)).await,
+            400,
+            -32000,
+            "Bad Request: Last-Event-ID is not resumable: its events are no longer held",
+        )
+        .await;
+    }
+    for (after, answer) in [(&a2, &a2_answer), (&a3, &a3_answer)] {
+        let mut replay = Events::of(send(a.get().header("Last-Event-ID", after)).await);
+        let replayed = replay.expect_message().await;
+        assert_eq!(&replayed.id, answer);
+        assert_eq!(tool_text(&replayed.json()).len(), ANSWER);
+        replay.expect_end().await;
+    }
+    // Every share is given back with its session.
+    for session in [&a, &b] {
+        assert_eq!(send(session.delete()).await.status(), StatusCode::OK);
+    }
+    wait_metric(&server, "mcp_replay_bytes", 0).await;
+}
+
 #[tokio::test]
 async fn a_garbage_or_unknown_last_event_id_is_400() {
     let (server, _gate) = start_http(http_settings());

@@ -308,21 +308,93 @@ async fn a_normal_close_ends_the_session_at_once() {
 async fn missing_more_than_the_buffer_ends_the_session_rather_than_leave_a_gap() {
     let mut s = resume_settings(30_000);
     s.sessions.resume_buffer_messages = 2;
-    let (server, gate) = start_with_gate(s);
-    let (mut client, id) = session(&server).await;
-    for n in 0..3 {
-        client.send_json(hold_call(json!(n))).await;
-    }
-    wait_metric(&server, "mcp_pool_running", 3).await;
-    drop(client);
-    wait_metric(&server, "mcp_parked_sessions", 1).await;
     // Three answers for a buffer of two: the third cannot be kept.
-    gate.add_permits(3);
+    let server = three_answers_while_parked_end_the_session(s).await;
+    assert_eq!(
+        metric(&server, "mcp_dropped_total{reason=\"replay_budget\"}").await,
+        0
+    );
+}
+
+/// Room for about two answers of [`held_with_long_id`] in bytes.
+const TWO_LONG_ANSWERS: usize = 2 * LONG_ID + 500;
+
+/// The bytes of a long request id, echoed in its answer.
+const LONG_ID: usize = 1000;
+
+/// A `hold` call whose id, `n` then [`LONG_ID`] bytes in all, makes its answer that large.
+fn held_with_long_id(n: usize) -> Value {
+    hold_call(json!(format!("{n}{}", "i".repeat(LONG_ID - 1))))
+}
+
+/// `sessions.resume_buffer_bytes` bounds what a parked session keeps in bytes, with the
+/// outcome of `resume_buffer_messages`: within it, the reconnect gets every answer; one
+/// answer past it ends the session (a reconnect could not be made whole), its reconnect 404.
+/// (Bounded by count alone, four parked sessions held 115 MB each in 3.9 MB answers.)
+#[tokio::test]
+async fn missing_more_bytes_than_the_buffer_ends_the_session_too() {
+    let mut s = resume_settings(30_000);
+    s.sessions.resume_buffer_bytes = TWO_LONG_ANSWERS;
+    let (server, gate) = start_with_gate(s.clone());
+    let id = answers_while_parked(&server, &gate, 2).await;
+    let mut client = resume(&server, &id).await;
+    let mut answered: Vec<String> = Vec::new();
+    for _ in 0..2 {
+        let answer = client.recv().await;
+        assert_eq!(tool_text(&answer), "released", "{answer}");
+        answered.push(answer["id"].as_str().expect("id")[..1].to_owned());
+    }
+    assert_eq!(answered, ["0", "1"]);
+    client.expect_nothing_pending().await;
+    three_answers_while_parked_end_the_session(s).await;
+}
+
+/// The server's budget of what all sessions hold for replay (`limits.max_replay_bytes`)
+/// ends a parked session the same way when it has no room for an answer: counted as
+/// dropped, never resumed with the answer missing.
+#[tokio::test]
+async fn a_parked_session_past_the_replay_budget_ends_too() {
+    let mut s = resume_settings(30_000);
+    s.limits.max_replay_bytes = TWO_LONG_ANSWERS;
+    let server = three_answers_while_parked_end_the_session(s).await;
+    assert_eq!(
+        metric(&server, "mcp_dropped_total{reason=\"replay_budget\"}").await,
+        1
+    );
+    assert_eq!(metric(&server, "mcp_replay_bytes").await, 0, "given back");
+    assert!(metric(&server, "mcp_replay_bytes_peak").await <= TWO_LONG_ANSWERS as u64);
+}
+
+/// A session that gets `answers` answers of [`held_with_long_id`] while parked: its id.
+async fn answers_while_parked(
+    server: &RunningServer,
+    gate: &tokio::sync::Semaphore,
+    answers: usize,
+) -> String {
+    let (mut client, id) = session(server).await;
+    for n in 0..answers {
+        client.send_json(held_with_long_id(n)).await;
+    }
+    wait_metric(server, "mcp_pool_running", answers as u64).await;
+    drop(client);
+    wait_metric(server, "mcp_parked_sessions", 1).await;
+    gate.add_permits(answers);
+    wait_metric(server, "mcp_pool_running", 0).await;
+    id
+}
+
+/// Three answers of [`held_with_long_id`] while parked, on a server run with `settings`
+/// that has room for two: the session ends and its reconnect is refused (404). Returns the
+/// server.
+async fn three_answers_while_parked_end_the_session(settings: mcp_ws::Settings) -> RunningServer {
+    let (server, gate) = start_with_gate(settings);
+    let id = answers_while_parked(&server, &gate, 3).await;
     wait_metric(&server, "mcp_sessions", 0).await;
     assert_eq!(
         reconnect(&server, "Mcp-Session-Id", &id).await.err(),
         Some(404)
     );
+    server
 }
 
 #[tokio::test]
