@@ -584,6 +584,13 @@ pub struct ServerSettings {
     /// `"forwarded"` (RFC 7239, its `for=` parameters). Only this one is read: a client could
     /// send the other one itself.
     pub forwarded_header: ForwardedHeader,
+    /// TLS handshakes in progress at once from one client address (the TCP peer: an IPv4
+    /// address, or an IPv6 /64; a `trusted_proxies` peer is not limited); a connection over
+    /// it is closed at once, before its handshake starts. Only with `[tls]`. 0: no limit.
+    pub max_handshakes_per_ip: usize,
+    /// How long a TLS handshake may take, from the connection's acceptance; a connection
+    /// whose handshake has not completed by then is closed. Only with `[tls]`.
+    pub tls_handshake_timeout_ms: u64,
 }
 
 /// The header a trusted proxy names the client's address in.
@@ -1063,6 +1070,13 @@ impl Default for ServerSettings {
             admin_listen: None,
             trusted_proxies: Vec::new(),
             forwarded_header: ForwardedHeader::XForwardedFor,
+            // A browser opens at most a handful of connections to a host at once and a
+            // handshake lasts a round trip or two, so even many clients behind one NAT have
+            // few in progress at once; 32 leaves them room, while one address can hold no
+            // more than 32 of the 256 handshake places each worker has.
+            max_handshakes_per_ip: 32,
+            // actix-tls's default.
+            tls_handshake_timeout_ms: 3000,
         }
     }
 }
@@ -1465,6 +1479,10 @@ impl Settings {
             ("logging.file_max_bytes", self.logging.file_max_bytes),
             ("logging.queue_lines", self.logging.queue_lines as u64),
             ("mrtr.state_ttl_ms", self.mrtr.state_ttl_ms),
+            (
+                "server.tls_handshake_timeout_ms",
+                self.server.tls_handshake_timeout_ms,
+            ),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(
@@ -1664,6 +1682,16 @@ impl Settings {
         {
             return invalid(format!(
                 "server.trusted_proxies: {bad:?} is not an address or address/prefix-length"
+            ));
+        }
+        // A handshake is a round trip or two; a minute covers a slow link and a client that
+        // asks its user for a certificate, and beyond it a connection that never sends a
+        // ClientHello holds a handshake place (of `max_handshakes_per_ip`, and of the 256 per
+        // worker) for longer than any client needs.
+        const HANDSHAKE_MAX_MS: u64 = 60_000;
+        if self.server.tls_handshake_timeout_ms > HANDSHAKE_MAX_MS {
+            return invalid(format!(
+                "server.tls_handshake_timeout_ms must be at most {HANDSHAKE_MAX_MS} (a minute)"
             ));
         }
         let tls = &self.tls;

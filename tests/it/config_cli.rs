@@ -286,6 +286,27 @@ fn invalid_config_exits_2_naming_the_problem() {
         "signatures.max_skew_ms must be at most 31536000000 (a year)",
     );
 
+    // A handshake timeout of 0 would close every TLS connection; past a minute, an idle
+    // connection holds a handshake place longer than any client needs.
+    let no_handshake = write_config(
+        "zero-handshake-timeout",
+        "[server]\ntls_handshake_timeout_ms = 0\n",
+    );
+    assert_refuses_to_start(
+        &["--config", no_handshake.to_str().expect("utf-8 path")],
+        &[],
+        "server.tls_handshake_timeout_ms must be greater than 0",
+    );
+    let long_handshake = write_config(
+        "long-handshake-timeout",
+        "[server]\ntls_handshake_timeout_ms = 60001\n",
+    );
+    assert_refuses_to_start(
+        &["--config", long_handshake.to_str().expect("utf-8 path")],
+        &[],
+        "server.tls_handshake_timeout_ms must be at most 60000 (a minute)",
+    );
+
     let rotation = write_config("hourly-log", "[logging]\nfile_rotation = \"hourly\"\n");
     assert_refuses_to_start(
         &["--config", rotation.to_str().expect("utf-8 path")],
