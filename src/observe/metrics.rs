@@ -471,6 +471,9 @@ rejections! {
     ip_limit => "ip_limit",
     /// `server.max_sessions_per_identity` sessions of one identity (HTTP 429).
     identity_limit => "identity_limit",
+    /// A TLS connection from an address with `server.max_handshakes_per_ip` handshakes in
+    /// progress (closed before its handshake).
+    handshake_ip_limit => "handshake_ip_limit",
     /// A message over `limits.max_message_bytes` (WebSocket close 1009, HTTP 413).
     message_too_large => "message_too_large",
     /// A message refused because `limits.max_partial_bytes` of partly received messages are

@@ -9,11 +9,16 @@
 //! ([`connections`]).
 //! Every refusal carries a JSON-RPC error object with a null id in its body (what the official
 //! TypeScript SDK sends), so a client can show why; the status is what clients act on.
+//!
+//! Before all of these, on a TLS listener, a connection's handshake takes a place within its
+//! address's limit of handshakes in progress ([`handshakes`]); a connection over it is closed
+//! without an answer (nothing can be said before the handshake).
 
 pub mod auth;
 pub mod connections;
 pub mod forwarded;
 pub mod guard;
+pub mod handshakes;
 pub mod origin;
 pub mod partial;
 pub mod policy;
@@ -57,6 +62,8 @@ pub struct Perimeter {
     pub policies: Policies,
     /// The per-IP and per-identity session counters.
     pub connections: Arc<ConnectionLimits>,
+    /// The per-IP counters of TLS handshakes in progress (used only with `[tls]`).
+    pub handshakes: Arc<handshakes::HandshakeGate>,
     /// The proxies whose forwarded client address is believed.
     pub proxies: forwarded::TrustedProxies,
     /// The bytes of partly received messages, over all connections
@@ -80,6 +87,7 @@ impl Perimeter {
                 settings.server.sessions_per_ip(),
                 settings.server.max_sessions_per_identity,
             )),
+            handshakes: Arc::new(handshakes::HandshakeGate::new(&settings.server)),
             partial: PartialBudget::new(settings.limits.max_partial_bytes),
             proxies: forwarded::TrustedProxies::new(&settings.server),
         })
