@@ -16,6 +16,7 @@ mod builder;
 mod error;
 mod routes;
 mod run;
+mod tls_listen;
 
 pub use builder::{Server, ServerBuilder};
 pub use error::Error;

@@ -2,6 +2,7 @@
 //! shutdown (see the module docs of `server`); [`RunningServer`] is one on its own thread.
 
 use super::routes::{admin_routes, public_routes, routes, schemes};
+use super::tls_listen;
 use super::Error;
 use crate::perimeter::{self};
 use crate::registry::files::DirectoryWatch;
@@ -9,8 +10,9 @@ use crate::registry::Registry;
 use crate::session::shared::Shared;
 use crate::transport::hosted::HostedSessions;
 use crate::transport::ws::Sockets;
-use actix_web::dev::ServerHandle;
+use actix_web::dev::{Extensions, Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
+use std::any::Any;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -183,7 +185,7 @@ pub(super) async fn serve(
     }
     let max_body = settings.limits.max_message_bytes;
     let separate_admin = settings.server.admin_listen.is_some();
-    let mut server = HttpServer::new(move || {
+    let app = move || {
         App::new()
             .app_data(app_shared.clone())
             .app_data(app_hosted.clone())
@@ -194,23 +196,11 @@ pub(super) async fn serve(
             } else {
                 routes
             })
-    })
-    .backlog(settings.server.backlog)
-    .disable_signals()
-    .shutdown_timeout(5);
-    if settings.server.workers > 0 {
-        server = server.workers(settings.server.workers);
-    }
+    };
     let unread_limit = Duration::from_millis(settings.heartbeat.client_timeout_ms);
-    // Set before binding: the callback is captured by the listener.
-    let server = server.on_connect(move |connection, extensions| {
+    let on_connect = move |connection: &dyn Any, extensions: &mut Extensions| {
         limit_unread_time(connection, unread_limit);
         perimeter::tls::on_connect(connection, extensions);
-    });
-    let tls = shared.perimeter.tls.clone();
-    let bound_server = match tls {
-        Some(config) => server.bind_rustls_0_23(settings.server.listen, (*config).clone()),
-        None => server.bind(settings.server.listen),
     };
     let report = |listen: SocketAddr, error: &io::Error| {
         let _ = bound.send(Err((
@@ -218,18 +208,41 @@ pub(super) async fn serve(
             io::Error::new(error.kind(), error.to_string()),
         )));
     };
-    let server = match bound_server {
-        Ok(server) => server,
+    // The public listener, bound; it runs once the admin listener is bound too.
+    let public: io::Result<(SocketAddr, Box<dyn FnOnce() -> Server>)> =
+        match shared.perimeter.tls.clone() {
+            // Built by hand to gate each handshake (see `tls_listen`).
+            Some(config) => tls_listen::bind(&shared, (*config).clone(), app, on_connect)
+                .map(|(addr, builder)| (addr, Box::new(move || builder.run()) as Box<_>)),
+            None => {
+                let mut server = HttpServer::new(app)
+                    .backlog(settings.server.backlog)
+                    .disable_signals()
+                    .shutdown_timeout(5);
+                if settings.server.workers > 0 {
+                    server = server.workers(settings.server.workers);
+                }
+                // Set before binding: the callback is captured by the listener.
+                server
+                    .on_connect(on_connect)
+                    .bind(settings.server.listen)
+                    .map(|server| {
+                        let addr = server
+                            .addrs()
+                            .first()
+                            .copied()
+                            .unwrap_or(settings.server.listen);
+                        (addr, Box::new(move || server.run()) as Box<_>)
+                    })
+            }
+        };
+    let (addr, server) = match public {
+        Ok(public) => public,
         Err(error) => {
             report(settings.server.listen, &error);
             return Err(error);
         }
     };
-    let addr = server
-        .addrs()
-        .first()
-        .copied()
-        .unwrap_or(settings.server.listen);
     // The admin listener: its own small server (one thread), so that scrapes never compete
     // with sessions for a worker and /metrics never answers on the public address.
     let admin = match settings.server.admin_listen {
@@ -254,7 +267,7 @@ pub(super) async fn serve(
             }
         }
     };
-    let server = server.run();
+    let server = server();
     let handle = server.handle();
     // Registry changes reach the other nodes, and theirs this one (with Redis).
     crate::cluster::store::bridge::start(&shared.cluster);

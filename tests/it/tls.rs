@@ -11,7 +11,13 @@
 //!   without a CN is named by its first SAN; a bearer token names the client over its
 //!   certificate; with `auth.required`, a certificate is credentials enough.
 //! - Unusable TLS settings stop the server at build time, naming the setting.
+//! - One address cannot hold every TLS handshake place with idle connections: past
+//!   `server.max_handshakes_per_ip` handshakes in progress, its connections are closed at
+//!   once (counted), while another address completes its handshake; the places come back
+//!   when the handshakes end. A handshake not completed within
+//!   `server.tls_handshake_timeout_ms` is closed.
 
+use crate::support::http::metric;
 use crate::support::*;
 
 use mcp_ws::config::ClientAuth;
@@ -23,9 +29,13 @@ use rcgen::{
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::{ClientConfig, RootCertStore};
 use serde_json::{json, Value};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use tempfile::TempDir;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::Connector;
@@ -404,4 +414,142 @@ fn unusable_tls_settings_stop_the_server_at_build_time_naming_the_setting() {
     no_ca.tls.client_auth = ClientAuth::Required;
     no_ca.tls.client_ca_file = PathBuf::new();
     assert!(build(no_ca).contains("client_ca_file"));
+}
+
+/// An `https://` client whose sockets are bound to `from` (any 127/8 address reaches the
+/// loopback listener on Linux).
+fn https_from(pki: &Pki, from: IpAddr) -> reqwest::Client {
+    crate::support::http::client_builder()
+        .tls_backend_preconfigured(client_tls(Some(&pki.ca), None))
+        .local_address(from)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("https client")
+}
+
+/// `GET /healthz`: the body, or why not.
+async fn healthz(server: &RunningServer, client: &reqwest::Client) -> Result<String, String> {
+    let response = client
+        .get(format!("https://{}/healthz", server.addr()))
+        .send()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    response.text().await.map_err(|e| format!("{e:?}"))
+}
+
+/// A TCP connection from `from` that sends nothing (no ClientHello).
+async fn idle_from(server: &RunningServer, from: IpAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket.bind(SocketAddr::new(from, 0)).expect("bind");
+    socket.connect(server.addr()).await.expect("connect")
+}
+
+/// Polls the handshakes in progress from `ip` until there are `expected` (the server accepts
+/// on its own threads).
+async fn wait_in_progress(server: &RunningServer, ip: IpAddr, expected: usize) {
+    let gate = &server.shared().perimeter.handshakes;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while gate.in_progress(ip) != expected {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} handshakes in progress from {ip}, expected {expected}",
+            gate.in_progress(ip)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn idle_connections_from_one_address_cannot_hold_every_handshake() {
+    const CAP: usize = 4;
+    let (pki, mut s) = make_pki();
+    s.server.max_handshakes_per_ip = CAP;
+    // Far longer than "at once" below: a close within it is the gate, not the timeout.
+    s.server.tls_handshake_timeout_ms = 10_000;
+    // /metrics over plain HTTP.
+    s.server.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let server = start_tls(s);
+    let attacker = IpAddr::from([127, 0, 0, 1]);
+    let refused = "mcp_rejected_total{reason=\"handshake_ip_limit\"}";
+
+    // Idle connections up to the cap: each holds a handshake place, waiting for a ClientHello.
+    let mut held = Vec::new();
+    for _ in 0..CAP {
+        held.push(idle_from(&server, attacker).await);
+    }
+    wait_in_progress(&server, attacker, CAP).await;
+
+    // Past the cap: closed by the server at once (end of stream, or a reset), long before
+    // the handshake timeout, and counted.
+    for n in 0..CAP {
+        let mut over = idle_from(&server, attacker).await;
+        let read = tokio::time::timeout(Duration::from_secs(1), over.read(&mut [0; 64])).await;
+        assert!(
+            matches!(read, Ok(Ok(0) | Err(_))),
+            "connection {n} over the cap must be closed at once: {read:?}"
+        );
+    }
+    assert_eq!(metric(&server, refused).await, CAP as u64);
+    assert_eq!(
+        server.shared().perimeter.handshakes.in_progress(attacker),
+        CAP,
+        "a refused connection takes no place"
+    );
+
+    // Meanwhile a client from another address completes its handshake and is answered.
+    let other = IpAddr::from([127, 0, 0, 2]);
+    assert_eq!(
+        healthz(&server, &https_from(&pki, other))
+            .await
+            .expect("another address gets through")
+            .trim_end(),
+        "ok"
+    );
+    // The held connections are still open: their handshakes are in progress.
+    for stream in &mut held {
+        let read = tokio::time::timeout(Duration::from_millis(50), stream.read(&mut [0; 64])).await;
+        assert!(
+            read.is_err(),
+            "a connection within the cap is held: {read:?}"
+        );
+    }
+
+    // Closed, the held connections give their places back as their handshakes fail...
+    drop(held);
+    wait_in_progress(&server, attacker, 0).await;
+    // ... so the address gets through again, and may again hold the cap: the connection it
+    // was served on (kept open in the client's pool) holds no place after its handshake.
+    let client = https_from(&pki, attacker);
+    assert_eq!(
+        healthz(&server, &client)
+            .await
+            .expect("the address gets through again")
+            .trim_end(),
+        "ok"
+    );
+    let mut again = Vec::new();
+    for _ in 0..CAP {
+        again.push(idle_from(&server, attacker).await);
+    }
+    wait_in_progress(&server, attacker, CAP).await;
+    assert_eq!(metric(&server, refused).await, CAP as u64);
+    drop((client, again));
+    wait_in_progress(&server, attacker, 0).await;
+}
+
+#[tokio::test]
+async fn a_handshake_not_completed_within_the_timeout_is_closed() {
+    let (_pki, mut s) = make_pki();
+    s.server.tls_handshake_timeout_ms = 200;
+    let server = start_tls(s);
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    let mut idle = idle_from(&server, loopback).await;
+    wait_in_progress(&server, loopback, 1).await;
+    // Closed by the setting's timeout, well before actix-tls's default of 3 s.
+    let read = tokio::time::timeout(Duration::from_secs(2), idle.read(&mut [0; 64])).await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "closed at the handshake timeout: {read:?}"
+    );
+    wait_in_progress(&server, loopback, 0).await;
 }
