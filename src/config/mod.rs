@@ -866,7 +866,7 @@ fn everything() -> Vec<String> {
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Largest accepted message (one frame, or continuation frames reassembled), in bytes;
-    /// also the largest answer sent (one larger gets -32603 instead).
+    /// also the largest answer a worker makes (one larger gets -32603 instead).
     pub max_message_bytes: usize,
     /// Bytes of partly received messages (WebSocket frames and fragmented messages being
     /// reassembled, HTTP bodies being read) the server holds at once, over all connections;

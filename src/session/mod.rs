@@ -40,8 +40,8 @@ use crate::protocol::jsonrpc::{
     Notification, RequestId,
 };
 use crate::protocol::mcp::{
-    notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams, Method,
-    ProgressParams, ProgressToken, ProtocolVersion, RawParamsHead, RequestMeta,
+    answer_within, notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams,
+    Method, ProgressParams, ProgressToken, ProtocolVersion, RawParamsHead, RequestMeta,
 };
 use crate::registry::bus::BusRegistration;
 use crate::session::shared::{SessionId, Shared};
@@ -907,16 +907,8 @@ impl Session {
                     }
                 };
                 self.shared.metrics.workers.dec();
-                // No answer larger than the server reads is sent, whatever made it (a tool's
-                // result of tens of MB queued for a client that does not read was held whole,
-                // as many times as it had requests in flight).
                 let limit = self.shared.settings.limits.max_message_bytes;
-                let outcome = outcome.and_then(|frame| match frame.len() {
-                    encoded if encoded > limit => {
-                        Err(Error::AnswerOverMessageLimit { encoded, limit })
-                    }
-                    _ => Ok(frame),
-                });
+                let outcome = outcome.and_then(|frame| answer_within(frame, limit));
                 let finished = entry.record.finish(
                     &self.shared.metrics,
                     &self.admission,

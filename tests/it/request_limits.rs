@@ -23,7 +23,8 @@
 //! - A message over `limits.max_message_bytes` closes with 1009 and is counted.
 //! - An answer over `limits.max_message_bytes` (a tool's result) is not sent: its request
 //!   gets -32603 naming the size and the setting, over WebSocket and 2026-07-28 HTTP, and is
-//!   not remembered for a retry of its id; a result that fits is answered as ever.
+//!   not remembered for a retry of its id nor kept for its idempotency key (each retry runs
+//!   again); a result that fits is answered as ever.
 //!
 //! No timing assertions: the rate test only relies on tokens not refilling faster than their
 //! rate, and waits for recovery by retrying as told.
@@ -476,8 +477,12 @@ struct SizedArgs {
     bytes: usize,
 }
 
-/// Returns `bytes` bytes of text.
+/// Calls of `sized` run so far.
+static SIZED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Returns `bytes` bytes of text, counting its runs.
 async fn sized(args: SizedArgs, _ctx: RequestContext) -> Result<String, ToolError> {
+    SIZED_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     Ok("x".repeat(args.bytes))
 }
 
@@ -504,11 +509,23 @@ async fn an_answer_over_the_message_limit_is_an_error_and_the_session_goes_on() 
     let mut client = Client::initialized(&server).await;
     let too_large = json!({"jsonrpc": "2.0", "id": "big", "method": "tools/call",
                            "params": {"name": "sized", "arguments": {"bytes": 100_000}}});
+    let runs = || SIZED_RUNS.load(std::sync::atomic::Ordering::SeqCst);
     let response = client.send_request(too_large.clone()).await;
     assert_answer_too_large(&response, &json!("big"));
     // Not remembered as an answer: the same id sent again runs again, with the same error.
     let response = client.send_request(too_large).await;
     assert_answer_too_large(&response, &json!("big"));
+    assert_eq!(runs(), 2, "the id was run again, not answered from memory");
+    // Nor kept for a retry of its idempotency key: the key is freed, as for an error, and
+    // the retry runs (it would otherwise get the unsendable result again for the window).
+    for (n, id) in ["keyed-1", "keyed-2"].into_iter().enumerate() {
+        let keyed = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                           "params": {"name": "sized", "arguments": {"bytes": 100_000},
+                                      "_meta": {"idempotencyKey": "k-big"}}});
+        let response = client.send_request(keyed).await;
+        assert_answer_too_large(&response, &json!(id));
+        assert_eq!(runs(), 3 + n, "the keyed call ran again");
+    }
     let fits = client.call_tool("sized", json!({"bytes": 60_000})).await;
     assert_eq!(
         fits["result"]["content"][0]["text"].as_str().map(str::len),

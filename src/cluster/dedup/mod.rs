@@ -288,7 +288,11 @@ async fn run(
                 cluster.metrics.idempotent_runs.inc();
                 let lease =
                     Lease::new(cluster.clone(), keyed.key, keyed.fingerprint, live, backend);
-                let outcome = work.start(id.clone(), ctx).await;
+                let limit = settings.limits.max_message_bytes;
+                let outcome = work
+                    .start(id.clone(), ctx)
+                    .await
+                    .and_then(|frame| crate::protocol::mcp::answer_within(frame, limit));
                 lease.settle(&outcome, &id, window, &keyed.identity).await;
                 return outcome;
             }

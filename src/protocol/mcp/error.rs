@@ -335,6 +335,18 @@ pub enum Error {
     Internal,
 }
 
+/// `frame`, an answer encoded, unless it is longer than `limit` (`limits.max_message_bytes`):
+/// the server sends no answer larger than it reads, whatever made it (a tool's result of tens
+/// of MB queued for a client that does not read was held whole, once per request in flight).
+/// Checked where a worker's answer leaves its session, and before a keyed call's result is
+/// kept for its retries (which would otherwise get the unsendable result again).
+pub fn answer_within(frame: String, limit: usize) -> Result<String, Error> {
+    match frame.len() {
+        encoded if encoded > limit => Err(Error::AnswerOverMessageLimit { encoded, limit }),
+        _ => Ok(frame),
+    }
+}
+
 impl Error {
     /// A request that is not allowed where it is (JSON-RPC's -32600).
     pub fn invalid_request(reason: &'static str) -> Self {
