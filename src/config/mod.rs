@@ -880,6 +880,10 @@ pub struct Limits {
     /// refused); a parked WebSocket session ends, as past `sessions.resume_buffer_messages`.
     /// Greater than 0: there is no unbounded setting.
     pub max_replay_bytes: usize,
+    /// Of `max_replay_bytes`, what the sessions of one client address may hold (counted as
+    /// `server.max_sessions_per_ip` counts addresses); `None`: an eighth of it; 0: no share.
+    /// Past it, the address's sessions meet the budget as above while others keep theirs.
+    pub max_replay_bytes_per_ip: Option<usize>,
     /// How long a message may take to arrive, in milliseconds: a WebSocket message from its
     /// first byte to its last fragment, an HTTP body from the end of the headers to its end;
     /// past it the message is refused (close 1008, HTTP 408).
@@ -1093,6 +1097,7 @@ impl Default for Limits {
             // answer that followed it), so only many sessions streaming large answers at once
             // meet it, which is what it is for.
             max_replay_bytes: 256 * 1024 * 1024,
+            max_replay_bytes_per_ip: None,
             partial_timeout_ms: 30_000,
             // Not above `max_in_flight_per_session`: a batch of calls can all run.
             max_batch_len: 64,
@@ -1244,6 +1249,13 @@ impl LoggingSettings {
 }
 
 impl Limits {
+    /// Each client address's share of `max_replay_bytes`: `max_replay_bytes_per_ip` when set
+    /// (0: none), else an eighth of it.
+    pub fn replay_bytes_per_ip(&self) -> usize {
+        self.max_replay_bytes_per_ip
+            .unwrap_or(self.max_replay_bytes / 8)
+    }
+
     /// The slots of the global pool kept for sessions that hold none: `pool_reserve` when
     /// set, else an eighth of `max_concurrent_requests` (64 of the default 512).
     pub fn pool_reserve(&self) -> usize {

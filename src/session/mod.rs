@@ -337,6 +337,11 @@ enum Reply {
 }
 
 impl Session {
+    /// The client's address (after the trusted proxies), as admitted.
+    pub fn peer(&self) -> Option<std::net::IpAddr> {
+        self.admission.peer
+    }
+
     /// A new session for a client the perimeter admitted, awaiting `initialize`.
     pub fn new(shared: Arc<Shared>, id: u64, admission: Admission) -> Self {
         Self::with_parse_caches(shared, id, admission, stateless::ParseCaches::default())

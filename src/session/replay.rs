@@ -6,6 +6,11 @@
 //! `server.max_sessions_per_ip` sessions, each within its own bounds, made the server hold
 //! gigabytes for minutes.
 //!
+//! Each client address also has a share of it (`limits.max_replay_bytes_per_ip`, by default
+//! an eighth), counted as the session limits count addresses: one address filling the whole
+//! budget would make every other client's sessions lose their replay, and parked WebSocket
+//! sessions end. A session counts against its address through its [`ReplayAccount`].
+//!
 //! Every entry kept for replay holds a [`Held`] share of the budget, given back when the
 //! entry is dropped, however it goes (evicted, delivered to a reconnect, its session ended),
 //! so the count cannot drift. The count is the `mcp_replay_bytes` gauge itself: what it shows
@@ -17,40 +22,51 @@
 //! transports that hold the entries.
 
 use crate::observe::metrics::Metrics;
+use crate::perimeter::connections::client_key;
+use dashmap::DashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// See the module docs.
 #[derive(Debug)]
 pub struct ReplayBudget {
     limit: u64,
+    /// Each client address's share (0: none).
+    per_client: u64,
+    /// Bytes held by each address that holds any (an entry is removed at 0), so the map is
+    /// bounded by the sessions.
+    by_client: DashMap<IpAddr, u64>,
     metrics: Arc<Metrics>,
 }
 
+/// What the sessions of one client address keep for replay, within the budget and the
+/// address's share; a session holds its own (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct ReplayAccount {
+    budget: Arc<ReplayBudget>,
+    /// The client's address as the session limits count it; `None`: no address known (a
+    /// session of the library's in-memory transport), the budget alone.
+    client: Option<IpAddr>,
+}
+
 impl ReplayBudget {
-    /// A budget of `limit` bytes, counted in `metrics.replay_bytes`.
-    pub fn new(limit: usize, metrics: Arc<Metrics>) -> Arc<Self> {
+    /// A budget of `limit` bytes, `per_client` of them (0: no share) for each client address,
+    /// counted in `metrics.replay_bytes`.
+    pub fn new(limit: usize, per_client: usize, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             limit: limit as u64,
+            per_client: per_client as u64,
+            by_client: DashMap::new(),
             metrics,
         })
     }
 
-    /// A share of `bytes` for an entry kept for replay, unless the budget has not that much
-    /// left (then nothing is taken).
-    pub fn hold(self: &Arc<Self>, bytes: usize) -> Option<Held> {
-        let bytes = bytes as u64;
-        self.metrics
-            .replay_bytes
-            .try_add_within(bytes, self.limit)
-            .then(|| Held {
-                budget: self.clone(),
-                bytes,
-            })
-    }
-
-    /// Counts `entries` given up, or not kept, for want of budget.
-    pub fn dropped(&self, entries: u64) {
-        self.metrics.dropped.replay_budget.add(entries);
+    /// The account of the client at `peer` (its address after the trusted proxies).
+    pub fn account(self: &Arc<Self>, peer: Option<IpAddr>) -> ReplayAccount {
+        ReplayAccount {
+            budget: self.clone(),
+            client: peer.filter(|_| self.per_client > 0).map(client_key),
+        }
     }
 
     /// Bytes held now, by all sessions (the tests watch it come back to 0).
@@ -58,18 +74,70 @@ impl ReplayBudget {
     pub fn in_use(&self) -> u64 {
         self.metrics.replay_bytes.get()
     }
+
+    /// Forgets `client`'s entry once it holds nothing.
+    fn forget_if_empty(&self, client: &IpAddr) {
+        self.by_client.remove_if(client, |_, held| *held == 0);
+    }
 }
 
-/// One kept entry's share of the [`ReplayBudget`]; given back when dropped.
+impl ReplayAccount {
+    /// A share of `bytes` for an entry kept for replay, unless the budget or the client's
+    /// share has not that much left (then nothing is taken).
+    pub fn hold(&self, bytes: usize) -> Option<Held> {
+        let budget = &self.budget;
+        let bytes = bytes as u64;
+        let within_budget = || {
+            budget
+                .metrics
+                .replay_bytes
+                .try_add_within(bytes, budget.limit)
+        };
+        match self.client {
+            None => within_budget().then_some(())?,
+            Some(client) => {
+                let mut held = budget.by_client.entry(client).or_insert(0);
+                let fits = held.saturating_add(bytes) <= budget.per_client && within_budget();
+                if fits {
+                    *held += bytes;
+                } else {
+                    drop(held);
+                    budget.forget_if_empty(&client);
+                    return None;
+                }
+            }
+        }
+        Some(Held {
+            budget: budget.clone(),
+            client: self.client,
+            bytes,
+        })
+    }
+
+    /// Counts `entries` given up, or not kept, for want of budget.
+    pub fn dropped(&self, entries: u64) {
+        self.budget.metrics.dropped.replay_budget.add(entries);
+    }
+}
+
+/// One kept entry's share of the [`ReplayBudget`] (and of its client's); given back when
+/// dropped.
 #[derive(Debug)]
 pub struct Held {
     budget: Arc<ReplayBudget>,
+    client: Option<IpAddr>,
     bytes: u64,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         self.budget.metrics.replay_bytes.sub(self.bytes);
+        if let Some(client) = &self.client {
+            if let Some(mut held) = self.budget.by_client.get_mut(client) {
+                *held = held.saturating_sub(self.bytes);
+            }
+            self.budget.forget_if_empty(client);
+        }
     }
 }
 
@@ -80,15 +148,46 @@ mod tests {
     #[test]
     fn shares_are_refused_past_the_limit_and_given_back_when_dropped() {
         let metrics = Arc::new(Metrics::default());
-        let budget = ReplayBudget::new(100, metrics.clone());
-        let a = budget.hold(60).expect("fits");
-        assert!(budget.hold(41).is_none());
+        let budget = ReplayBudget::new(100, 0, metrics.clone());
+        let account = budget.account(None);
+        let a = account.hold(60).expect("fits");
+        assert!(account.hold(41).is_none());
         assert_eq!(budget.in_use(), 60, "a refused share takes nothing");
-        let b = budget.hold(40).expect("fits exactly");
+        let b = account.hold(40).expect("fits exactly");
         drop(a);
         assert_eq!(budget.in_use(), 40);
         drop(b);
         assert_eq!(budget.in_use(), 0);
         assert_eq!(metrics.replay_bytes.peak(), 100);
+    }
+
+    #[test]
+    fn an_address_holds_no_more_than_its_share_and_others_keep_theirs() {
+        let budget = ReplayBudget::new(100, 30, Arc::default());
+        let ip = |text: &str| Some(text.parse::<IpAddr>().expect("ip"));
+        let (greedy, other) = (
+            budget.account(ip("10.0.0.1")),
+            budget.account(ip("10.0.0.2")),
+        );
+        let first = greedy.hold(20).expect("within its share");
+        assert!(greedy.hold(11).is_none(), "past its share");
+        assert!(
+            budget.account(ip("::ffff:10.0.0.1")).hold(11).is_none(),
+            "the same address, mapped"
+        );
+        assert_eq!(budget.in_use(), 20, "a refused share takes nothing");
+        let others = other.hold(30).expect("another address has its own");
+        drop(first);
+        let again = greedy.hold(30).expect("the share came back");
+        drop((others, again));
+        assert_eq!(budget.in_use(), 0);
+        assert!(
+            budget.by_client.is_empty(),
+            "no entry outlives what it held"
+        );
+        // The budget still bounds them all, and a refusal by it leaves no entry behind.
+        let small = ReplayBudget::new(10, 30, Arc::default());
+        assert!(small.account(ip("10.0.0.3")).hold(11).is_none());
+        assert!(small.by_client.is_empty());
     }
 }

@@ -122,7 +122,11 @@ impl Shared {
                 &settings.logging.redact_keys,
                 settings.logging.access_params_max_bytes,
             ),
-            replay: ReplayBudget::new(settings.limits.max_replay_bytes, metrics.clone()),
+            replay: ReplayBudget::new(
+                settings.limits.max_replay_bytes,
+                settings.limits.replay_bytes_per_ip(),
+                metrics.clone(),
+            ),
             settings,
             registry,
             metrics,

@@ -12,7 +12,7 @@
 //! chooses the size of what comes back (an id, a progress token, an echo), and the log holds
 //! every event of the session, read or not, for minutes.
 
-use crate::session::replay::{Held, ReplayBudget};
+use crate::session::replay::{Held, ReplayAccount};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -180,8 +180,9 @@ pub struct EventLog {
     max_events: usize,
     max_bytes: usize,
     max_age: Duration,
-    /// What every session's log (and every parked WebSocket session) holds together.
-    budget: Arc<ReplayBudget>,
+    /// Its client's account with what every session's log (and every parked WebSocket
+    /// session) holds together.
+    budget: ReplayAccount,
 }
 
 impl EventLog {
@@ -192,7 +193,7 @@ impl EventLog {
         max_events: usize,
         max_bytes: usize,
         max_age: Duration,
-        budget: Arc<ReplayBudget>,
+        budget: ReplayAccount,
     ) -> Self {
         Self {
             events: VecDeque::new(),
@@ -361,6 +362,7 @@ impl EventLog {
 mod tests {
     use super::*;
     use crate::observe::metrics::Metrics;
+    use crate::session::replay::ReplayBudget;
 
     #[test]
     fn an_events_chunks_make_its_wire_form() {
@@ -393,8 +395,13 @@ mod tests {
 
     /// A log bounded by `max_events` and `max_bytes` alone (a budget it never meets).
     fn log(max_events: usize, max_bytes: usize) -> EventLog {
-        let budget = ReplayBudget::new(usize::MAX, Arc::default());
-        EventLog::new(max_events, max_bytes, Duration::from_secs(60), budget)
+        let budget = ReplayBudget::new(usize::MAX, 0, Arc::default());
+        EventLog::new(
+            max_events,
+            max_bytes,
+            Duration::from_secs(60),
+            budget.account(None),
+        )
     }
 
     fn cursor(stream: u64, count: u64) -> Cursor {
@@ -408,9 +415,9 @@ mod tests {
     #[test]
     fn past_the_shared_budget_a_log_gives_up_its_oldest_then_keeps_nothing_new() {
         let metrics = Arc::new(Metrics::default());
-        let budget = ReplayBudget::new(10, metrics.clone());
+        let budget = ReplayBudget::new(10, 0, metrics.clone());
         let log = |budget: &Arc<ReplayBudget>| {
-            EventLog::new(100, 100, Duration::from_secs(60), budget.clone())
+            EventLog::new(100, 100, Duration::from_secs(60), budget.account(None))
         };
         let (mut a, mut b) = (log(&budget), log(&budget));
         a.push(1, data("aaaa"));
@@ -449,8 +456,8 @@ mod tests {
 
     #[test]
     fn a_finished_stream_whose_answer_was_not_kept_is_forgotten() {
-        let budget = ReplayBudget::new(3, Arc::default());
-        let mut log = EventLog::new(100, 100, Duration::from_secs(60), budget);
+        let budget = ReplayBudget::new(3, 0, Arc::default());
+        let mut log = EventLog::new(100, 100, Duration::from_secs(60), budget.account(None));
         log.push(4, data("answer"));
         log.finish(4);
         assert!(log.is_finished(4));

@@ -29,7 +29,7 @@ use crate::perimeter::{Access, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::mcp::Error;
 use crate::session::record::SessionRecord;
-use crate::session::replay::{Held, ReplayBudget};
+use crate::session::replay::{Held, ReplayAccount};
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
@@ -310,7 +310,7 @@ impl HostedSession {
         core: Session,
         record: Option<SocketRecord>,
     ) -> Addr<Self> {
-        let out = Outlets::Socket(SocketOutlet::new(&shared, None));
+        let out = Outlets::Socket(SocketOutlet::new(&shared, core.peer(), None));
         let mut host = Self::host(shared, directory, slot, id, core, out);
         host.socket_record = record;
         host.start()
@@ -367,7 +367,7 @@ impl HostedSession {
             .iter()
             .filter_map(|id| RequestId::from_raw(id))
             .collect();
-        let out = Outlets::Socket(SocketOutlet::new(&shared, Some(lost_on_node)));
+        let out = Outlets::Socket(SocketOutlet::new(&shared, core.peer(), Some(lost_on_node)));
         let record = SocketRecord::new(&shared, &id);
         let mut host = Self::host(shared, directory, slot, id, core, out);
         host.in_redis = true;
@@ -392,7 +392,7 @@ impl HostedSession {
                 sessions.event_buffer_messages,
                 sessions.event_buffer_bytes,
                 Duration::from_millis(sessions.event_buffer_age_ms),
-                shared.replay.clone(),
+                shared.replay.account(core.peer()),
             ),
             streams: HashMap::new(),
             prime: false,
@@ -1149,8 +1149,9 @@ pub struct SocketOutlet {
     max_missed: usize,
     /// `sessions.resume_buffer_bytes`.
     max_missed_bytes: usize,
-    /// What all sessions hold for replay, this one's missed messages among them.
-    budget: Arc<ReplayBudget>,
+    /// Its client's account with what all sessions hold for replay, this one's missed
+    /// messages among them.
+    budget: ReplayAccount,
     /// It missed more than `max_missed` messages or `max_missed_bytes`, or the server's
     /// replay budget had no room for what it missed: a reconnect could not be made whole, so
     /// the session ends rather than resume with a gap (its reconnect is refused, 404).
@@ -1170,9 +1171,14 @@ struct Missed {
 }
 
 impl SocketOutlet {
-    /// The outlet of a session parked without a socket; `lost_on_node`, for a session taken
-    /// up from a dead node's record, lists the requests that were running there.
-    fn new(shared: &Shared, lost_on_node: Option<Vec<RequestId>>) -> Self {
+    /// The outlet of a session of the client at `peer` parked without a socket;
+    /// `lost_on_node`, for a session taken up from a dead node's record, lists the requests
+    /// that were running there.
+    fn new(
+        shared: &Shared,
+        peer: Option<std::net::IpAddr>,
+        lost_on_node: Option<Vec<RequestId>>,
+    ) -> Self {
         let sessions = &shared.settings.sessions;
         Self {
             socket: None,
@@ -1181,7 +1187,7 @@ impl SocketOutlet {
             missed_bytes: 0,
             max_missed: sessions.resume_buffer_messages,
             max_missed_bytes: sessions.resume_buffer_bytes,
-            budget: shared.replay.clone(),
+            budget: shared.replay.account(peer),
             overflowed: false,
             waiting: false,
             lost_on_node,

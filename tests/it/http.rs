@@ -154,6 +154,18 @@ impl Endpoint {
         }
     }
 
+    /// The endpoint as a client at the loopback address `from` reaches it (all of 127/8 is
+    /// loopback on Linux): another client address to the server.
+    fn from(server: &RunningServer, from: [u8; 4]) -> Self {
+        Self {
+            http: crate::support::http::client_builder()
+                .local_address(std::net::IpAddr::from(from))
+                .build()
+                .expect("client"),
+            url: format!("http://{}/mcp", server.addr()),
+        }
+    }
+
     /// A POST of `body` with the `Accept` and `Content-Type` every client sends.
     fn post(&self, body: &Value) -> RequestBuilder {
         self.post_raw(BOTH, Some("application/json"), body.to_string())
@@ -1260,6 +1272,8 @@ async fn all_sessions_logs_together_stay_within_the_replay_budget() {
     const ANSWER: usize = 40_000;
     let mut s = http_settings();
     s.limits.max_replay_bytes = BUDGET as usize;
+    // The budget alone: both sessions are of one address (its share is the next test's).
+    s.limits.max_replay_bytes_per_ip = Some(0);
     let (server, _gate) = start_http(s);
     let endpoint = Endpoint::new(&server);
     let (a, b) = (
@@ -1313,6 +1327,66 @@ async fn all_sessions_logs_together_stay_within_the_replay_budget() {
     }
     // Every share is given back with its session.
     for session in [&a, &b] {
+        assert_eq!(send(session.delete()).await.status(), StatusCode::OK);
+    }
+    wait_metric(&server, "mcp_replay_bytes", 0).await;
+}
+
+/// One client address holds no more than its share of the replay budget
+/// (`limits.max_replay_bytes_per_ip`): its sessions filling their share keep no more, while a
+/// session of another address still keeps its answer for a resume. (With the budget alone,
+/// one address's sessions took it whole, and every other client's lost its replay.)
+#[tokio::test]
+async fn one_address_holds_no_more_than_its_share_of_the_replay_budget() {
+    const ANSWER: usize = 40_000;
+    let mut s = http_settings();
+    s.limits.max_replay_bytes = 1_000_000;
+    s.limits.max_replay_bytes_per_ip = Some(100_000);
+    let (server, _gate) = start_http(s);
+    let greedy = Endpoint::from(&server, [127, 0, 0, 1]);
+    let other = Endpoint::from(&server, [127, 0, 0, 2]);
+    let sessions = [
+        greedy.initialize("2025-06-18").await,
+        greedy.initialize("2025-06-18").await,
+        greedy.initialize("2025-06-18").await,
+    ];
+    let big = |session: &HttpSession, id: &'static str| {
+        // With a progress token, so that the answer streams (and is logged for replay).
+        let post = session.post(&call_with_token(
+            json!(id),
+            "big",
+            json!({"bytes": ANSWER}),
+            json!(id),
+        ));
+        async move {
+            let mut events = Events::of(send(post).await);
+            events.expect_message().await;
+            let answer = events.expect_message().await;
+            assert_eq!(tool_text(&answer.json()).len(), ANSWER, "{id}: whole, live");
+            events.expect_end().await;
+        }
+    };
+    for (session, id) in sessions.iter().zip(["g1", "g2", "g3"]) {
+        big(session, id).await;
+    }
+    let dropped = "mcp_dropped_total{reason=\"replay_budget\"}";
+    // The third session gives up its own progress event, then keeps no answer.
+    assert_eq!(
+        metric(&server, dropped).await,
+        2,
+        "the third answer past the share"
+    );
+    let held = metric(&server, "mcp_replay_bytes").await;
+    assert!(held > 2 * ANSWER as u64 && held <= 100_000, "{held}");
+    let bystander = other.initialize("2025-06-18").await;
+    big(&bystander, "o1").await;
+    assert_eq!(
+        metric(&server, dropped).await,
+        2,
+        "another address keeps its answer"
+    );
+    assert!(metric(&server, "mcp_replay_bytes").await > held);
+    for session in sessions.iter().chain([&bystander]) {
         assert_eq!(send(session.delete()).await.status(), StatusCode::OK);
     }
     wait_metric(&server, "mcp_replay_bytes", 0).await;

@@ -356,6 +356,8 @@ async fn missing_more_bytes_than_the_buffer_ends_the_session_too() {
 async fn a_parked_session_past_the_replay_budget_ends_too() {
     let mut s = resume_settings(30_000);
     s.limits.max_replay_bytes = TWO_LONG_ANSWERS;
+    // The budget alone (one address: its share would refuse first).
+    s.limits.max_replay_bytes_per_ip = Some(0);
     let server = three_answers_while_parked_end_the_session(s).await;
     assert_eq!(
         metric(&server, "mcp_dropped_total{reason=\"replay_budget\"}").await,
