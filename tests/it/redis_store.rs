@@ -23,6 +23,7 @@
 //!   the key free once the claim lands: its retry runs at once;
 //! - a node skipping Redis after a stall still says it is alive;
 //! - a keyed call ended while the node skips Redis frees its key once Redis answers again;
+//!   one refused because its claim timed out leaves no claim behind once Redis goes on;
 //!   after Redis restarted empty, a retry on the node still running the call joins it;
 //! - a change made while its node skips Redis reaches the other node once Redis answers;
 //! - the bus subscription answers its pings and stays subscribed.
@@ -543,6 +544,50 @@ async fn a_keyed_call_ended_while_redis_is_skipped_frees_its_key_once_redis_answ
     assert_eq!(
         until_taken(&mut client, "x", "k-paused", "retry").await,
         "a run 2: \"x\""
+    );
+}
+
+/// A keyed call refused because its claim timed out (Redis stalled) leaves no claim behind
+/// once Redis goes on: the claim, sent, lands with no run behind it, and is released when
+/// Redis answers again, so a retry on the other node runs at once. (It held the key for the
+/// longest a run may last, 10 minutes: each retry elsewhere waited out its request timeout.)
+#[tokio::test]
+async fn a_keyed_call_refused_for_a_timed_out_claim_leaves_its_key_free_on_every_node() {
+    let redis = RedisServer::start();
+    let (a, b) = (
+        start_node("a", node_settings(&redis)),
+        start_node("b", node_settings(&redis)),
+    );
+    bridged(&[&a, &b]).await;
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    // Loads the claim's script, so that the claim sent into the stall is the script's call.
+    let warm = on_a
+        .send_request(keyed_call(json!("warm"), "warm", "k-warm"))
+        .await;
+    assert_eq!(result_text(&warm, &json!("warm")), "a run 1: \"warm\"");
+    redis.pause();
+    let refused = on_a
+        .send_request(keyed_call(json!("first"), "once", "k-orphan"))
+        .await;
+    assert_error(&refused, &json!("first"), -32008);
+    redis.resume();
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while redis.keys("mcp-ws:idem:*").len() > 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the refused call's claim still holds its key"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    assert_eq!(
+        until_taken(&mut on_b, "once", "k-orphan", "retry").await,
+        "b run 1: \"once\""
+    );
+    assert_eq!(
+        a.runs.load(Ordering::SeqCst),
+        1,
+        "the refused call never ran"
     );
 }
 

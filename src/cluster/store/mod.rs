@@ -275,12 +275,18 @@ impl Store {
     pub(crate) async fn release_in_redis(&self, metrics: &Metrics, key: &Key, running: Claim) {
         let Some(redis) = &self.redis else { return };
         if !redis.release(metrics, key, running.encode()).await {
-            let mut waiting = lock(&self.stranded_releases);
-            if waiting.len() >= self.max_stranded {
-                waiting.pop_front();
-            }
-            waiting.push_back((*key, running));
+            self.strand_release(*key, running);
         }
+    }
+
+    /// Queues the release of `running` under `key` for when Redis answers again
+    /// ([`write_back`](Self::write_back)), within `max_stranded` (the oldest go first).
+    fn strand_release(&self, key: Key, running: Claim) {
+        let mut waiting = lock(&self.stranded_releases);
+        if waiting.len() >= self.max_stranded {
+            waiting.pop_front();
+        }
+        waiting.push_back((key, running));
     }
 
     /// Whether a result of `bytes` (encoded) for `identity` fits this node's share of Redis
@@ -324,7 +330,11 @@ impl Store {
                     Some(entry) => return Ok((Some(entry), Backend::Redis)),
                     None => redis.failed(metrics, "claim", &"an entry in an unknown format"),
                 },
-                None => {}
+                // Unanswered, the claim may still land (a timeout: the command was sent) with
+                // no run behind it, and hold the key on every other node for as long as a
+                // run may last. It is released, by value, once Redis answers again: one that
+                // never landed, or an entry of another run, is left alone.
+                None => self.strand_release(*key, running.clone()),
             }
             if self.refuse_without_redis {
                 return Err(Unreachable {
