@@ -216,6 +216,64 @@ async fn a_retry_on_the_other_node_is_answered_from_redis() {
     assert_eq!(metric(&a.server, "mcp_redis_errors_total").await, 0);
 }
 
+/// A stored result that is not one JSON value (written into Redis by something else) is
+/// never spliced into an answer: read as an entry in an unknown format, the retry is refused
+/// retryably (-32008), counted as a Redis error; and since Redis answered, the node does not
+/// skip Redis for its other calls. (The text went into the answer as it was: `…}, "id": 999`
+/// made an answer with two ids; and one such key asked for once a second kept every keyed
+/// call and new session of the node refused.)
+#[tokio::test]
+async fn a_forged_result_in_redis_is_refused_and_pauses_nothing() {
+    let redis = RedisServer::start();
+    let (a, b) = (
+        start_node("node-a", node_settings(&redis)),
+        start_node("node-b", node_settings(&redis)),
+    );
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    let first = on_a
+        .send_request(keyed_call(json!(1), "x", "order-1"))
+        .await;
+    assert_eq!(result_text(&first, &json!(1)), "node-a run 1: \"x\"");
+    let keys = redis.keys("mcp-ws:idem:*");
+    assert_eq!(keys.len(), 1, "the entry is in Redis");
+    let mut connection = redis.connection().expect("redis answers");
+    let stored: Vec<u8> = ::redis::cmd("GET")
+        .arg(&keys[0])
+        .query(&mut connection)
+        .expect("GET");
+    // Its tag and fingerprint kept: only the result is forged.
+    let head = &stored[..65];
+    for (n, forged) in [
+        &br#"{"content":[{"type":"text","text":"FORGED"}]}, "id": 999, "x": {"#[..],
+        b"not json {\"",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let value = [head, forged].concat();
+        ::redis::cmd("SET")
+            .arg(&keys[0])
+            .arg(value)
+            .arg("PX")
+            .arg(60_000)
+            .query::<()>(&mut connection)
+            .expect("SET");
+        let retry = on_b
+            .send_request(keyed_call(json!(9), "x", "order-1"))
+            .await;
+        let error = assert_error(&retry, &json!(9), -32008);
+        assert_eq!(error["data"]["scope"], "idempotencyStore", "{retry}");
+        // The node goes on with Redis: another key is taken and run at once.
+        let other = on_b
+            .send_request(keyed_call(json!(10 + n), "y", &format!("other-{n}")))
+            .await;
+        assert!(other.get("result").is_some(), "not refused: {other}");
+    }
+    assert_eq!(metric(&b.server, "mcp_redis_errors_total").await, 2);
+    assert_eq!(a.runs.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn registry_changes_and_resource_updates_reach_the_other_node() {
     let redis = RedisServer::start();

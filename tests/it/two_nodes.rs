@@ -5,7 +5,9 @@
 //!   store: the same response, with the retry's id; the tool ran once (each node's metrics);
 //! - a registry change on one node (a file added to the directory it serves) reaches the
 //!   sessions on the other node as `notifications/resources/list_changed`, through Redis: the
-//!   other node's own directory did not change.
+//!   other node's own directory did not change;
+//! - a node whose Redis evicts keys at its memory limit says so once Redis answers (the store
+//!   needs `maxmemory-policy noeviction`).
 
 use crate::support::http::http_get;
 use crate::support::nginx::Nginx;
@@ -188,4 +190,31 @@ async fn two_nodes_behind_nginx_share_retries_and_registry_changes() {
     );
     assert_eq!(node_metric(&b, "mcp_bus_bridge_received_total").await, 1);
     drop(proxy);
+}
+
+#[tokio::test]
+async fn a_node_warns_when_redis_evicts_keys() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redis = RedisServer::start();
+    let mut connection = redis.connection().expect("redis answers");
+    ::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query::<()>(&mut connection)
+        .expect("CONFIG SET");
+    let node = start_node(dir.path(), "evicting", &redis);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = node.process.stderr_text();
+        if log.contains("maxmemory-policy") {
+            assert!(log.contains("allkeys-lru"), "the policy is named:\n{log}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no warning about the eviction policy:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

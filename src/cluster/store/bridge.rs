@@ -221,10 +221,15 @@ async fn beat(cluster: Arc<Cluster>) {
     };
     let node = cluster.node_number();
     let mut every = tokio::time::interval(BEAT);
+    let mut policy_checked = false;
     loop {
         every.tick().await;
         if !redis.beat(&cluster.metrics, node, BEAT * 3).await {
             continue;
+        }
+        if !policy_checked {
+            policy_checked = true;
+            warn_if_evicting(redis).await;
         }
         if cluster.store.has_stranded() {
             cluster.store.write_back(&cluster.metrics).await;
@@ -233,6 +238,21 @@ async fn beat(cluster: Arc<Cluster>) {
             tracing::info!("telling the other nodes every list changed: a change of this node's did not reach them");
             send_or_owe(&cluster, &Message::everything(cluster.store.node())).await;
         }
+    }
+}
+
+/// Warns, once Redis first answers, when its `maxmemory-policy` evicts keys: at its memory
+/// limit it would drop session records (a session then found on one node and not on
+/// another) and running calls' claims (a retry elsewhere runs the call again). The store
+/// needs `noeviction`, under which a full Redis refuses writes and is treated as away.
+async fn warn_if_evicting(redis: &super::redis::RedisStore) {
+    match redis.eviction_policy().await {
+        Some(policy) if policy != "noeviction" => tracing::warn!(
+            %policy,
+            "Redis evicts keys at its memory limit (maxmemory-policy): session records and claims of running calls may vanish; set maxmemory-policy noeviction"
+        ),
+        Some(_) => {}
+        None => tracing::debug!("Redis did not say its maxmemory-policy (CONFIG refused)"),
     }
 }
 

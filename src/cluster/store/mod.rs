@@ -103,10 +103,14 @@ impl Claim {
                 fingerprint,
                 owner: u128::from_be_bytes(unhex::<16>(rest)?),
             }),
-            "D" => Some(Self::Done {
-                fingerprint,
-                result: Arc::from(rest),
-            }),
+            // The result is spliced into an answer as it is: anything but one JSON value
+            // (text cut short, or `…}, "id": 9, "x": {`) would make that answer another.
+            "D" if serde_json::from_str::<&serde_json::value::RawValue>(rest).is_ok() => {
+                Some(Self::Done {
+                    fingerprint,
+                    result: Arc::from(rest),
+                })
+            }
             "U" if rest.is_empty() => Some(Self::Unkept { fingerprint }),
             _ => None,
         }
@@ -328,7 +332,7 @@ impl Store {
                 Some(None) => return Ok((None, Backend::Redis)),
                 Some(Some(found)) => match Claim::decode(&found) {
                     Some(entry) => return Ok((Some(entry), Backend::Redis)),
-                    None => redis.failed(metrics, "claim", &"an entry in an unknown format"),
+                    None => redis.unreadable(metrics, "claim", &"an entry in an unknown format"),
                 },
                 // Unanswered, the claim may still land (a timeout: the command was sent) with
                 // no run behind it, and hold the key on every other node for as long as a

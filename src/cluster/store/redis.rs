@@ -172,6 +172,9 @@ pub(crate) struct RedisStore {
     epoch: Instant,
     /// What the node does meanwhile (for the log line).
     on_error: OnStoreError,
+    /// When an unreadable value was last logged, in ms since `epoch` (0: never): at most
+    /// one line a second, however often a client asks for the key.
+    unreadable_logged: AtomicU64,
 }
 
 impl RedisStore {
@@ -210,6 +213,7 @@ impl RedisStore {
             down_until: AtomicU64::new(0),
             epoch: Instant::now(),
             on_error,
+            unreadable_logged: AtomicU64::new(0),
         })
     }
 
@@ -289,6 +293,25 @@ impl RedisStore {
         self.epoch.elapsed().as_millis() as u64 + 1
     }
 
+    /// Records a value Redis answered with that this node cannot read (a key written by
+    /// something else, or garbage): counted and logged (at most once a second), and
+    /// answered as for that key alone. It says nothing of Redis itself, so it does not
+    /// pause Redis for the whole node as a failure does: one poisoned key asked for once a
+    /// second kept every keyed call and new session of the node refused.
+    pub(crate) fn unreadable(&self, metrics: &Metrics, what: &str, error: &dyn std::fmt::Display) {
+        metrics.redis_errors.inc();
+        let now = self.now_ms();
+        let last = self.unreadable_logged.load(Ordering::Relaxed);
+        if (last == 0 || now.saturating_sub(last) >= 1000)
+            && self
+                .unreadable_logged
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(operation = what, %error, "a value in Redis this node cannot read");
+        }
+    }
+
     /// Records a failed operation: counted, logged when Redis was up until now.
     pub(crate) fn failed(&self, metrics: &Metrics, what: &str, error: &dyn std::fmt::Display) {
         metrics.redis_errors.inc();
@@ -348,6 +371,18 @@ impl RedisStore {
             Ok(Ok(value)) => {
                 self.succeeded();
                 Some(value)
+            }
+            // Redis answered, with a value the operation cannot read as its type (not UTF-8,
+            // another type): the key's fault, not Redis's (see `unreadable`).
+            Ok(Err(error))
+                if matches!(
+                    error.kind(),
+                    redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse
+                ) =>
+            {
+                self.succeeded();
+                self.unreadable(metrics, what, &error);
+                None
             }
             Ok(Err(error)) => {
                 self.failed(metrics, what, &error);
@@ -747,6 +782,17 @@ impl RedisStore {
         })
         .await
         .is_some()
+    }
+
+    /// Redis's `maxmemory-policy`, if it says (a managed Redis may refuse `CONFIG`). Not an
+    /// operation of the store: whatever comes back, Redis is not counted as failed.
+    pub(crate) async fn eviction_policy(&self) -> Option<String> {
+        let mut connection = self.connection()?;
+        let mut config = redis::cmd("CONFIG");
+        config.arg("GET").arg("maxmemory-policy");
+        let asked = config.query_async::<Vec<String>>(&mut connection);
+        let answer = tokio::time::timeout(self.timeout, asked).await.ok()?.ok()?;
+        answer.into_iter().nth(1)
     }
 
     /// Whether node `node` said it is alive lately; `None` when Redis could not be asked.
