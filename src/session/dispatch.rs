@@ -204,9 +204,10 @@ impl Session {
                 let p: SubscribeParams<'_> = parse_params(params)?;
                 // As the client spelled it, or as it was held (see `ResourcesSubscribe`).
                 let held = self.occasional.as_mut().and_then(|o| {
-                    let normal = crate::resource::normalized_uri(&p.uri);
-                    let held = o.subscriptions.take(p.uri.as_ref());
-                    held.or_else(|| o.subscriptions.take(normal.as_ref()))
+                    o.subscriptions.take(p.uri.as_ref()).or_else(|| {
+                        let normal = crate::resource::normalized_uri(&p.uri);
+                        o.subscriptions.take(normal.as_ref())
+                    })
                 });
                 if let Some(uri) = held {
                     self.inbox.drop_interest(&uri);

@@ -462,6 +462,7 @@ mod tests {
         log.finish(4);
         assert!(log.is_finished(4));
         assert_eq!(log.replay(cursor(4, 0)), Err(ReplayError::Gone));
+        assert!(log.streams.is_empty(), "no record of it is left behind");
     }
 
     #[test]
