@@ -12,6 +12,12 @@
 //! with -32004, and closes once its client is quiet), wait for the sessions to be gone, then
 //! stop the HTTP server.
 
+/// How long, once the sessions have drained, connections that hold none (an upload, a
+/// keep-alive) have to finish before they are dropped: the public listener's, plain or TLS
+/// (`tls_listen`), so that both stop alike (docs/operations.md counts it in the shutdown's
+/// bound).
+pub(crate) const CONNECTIONS_STOP_SECS: u64 = 5;
+
 mod builder;
 mod error;
 mod routes;

@@ -218,7 +218,7 @@ pub(super) async fn serve(
                 let mut server = HttpServer::new(app)
                     .backlog(settings.server.backlog)
                     .disable_signals()
-                    .shutdown_timeout(5);
+                    .shutdown_timeout(super::CONNECTIONS_STOP_SECS);
                 if settings.server.workers > 0 {
                     server = server.workers(settings.server.workers);
                 }

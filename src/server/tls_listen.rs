@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Binds `server.listen` as a TLS listener serving `app` with `tls`, in a server builder set
-/// as the plain listener's `HttpServer` is (backlog, workers, no signal handling, 5 s
+/// as the plain listener's `HttpServer` is (backlog, workers, no signal handling, the same
 /// shutdown timeout); returns the bound address and the builder, not yet run.
 pub(super) fn bind<F, I, S, B, C>(
     shared: &Arc<Shared>,
@@ -60,7 +60,7 @@ where
     let mut builder = ServerBuilder::default()
         .backlog(server.backlog)
         .disable_signals()
-        .shutdown_timeout(5);
+        .shutdown_timeout(super::CONNECTIONS_STOP_SECS);
     if server.workers > 0 {
         builder = builder.workers(server.workers);
     }
