@@ -40,7 +40,7 @@ use crate::protocol::jsonrpc::{
     Notification, RequestId,
 };
 use crate::protocol::mcp::{
-    answer_within, notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams,
+    bound_answer, notifications, CallToolParams, CancelledParams, Error, LoggingMessageParams,
     Method, ProgressParams, ProgressToken, ProtocolVersion, RawParamsHead, RequestMeta,
 };
 use crate::registry::bus::BusRegistration;
@@ -898,7 +898,7 @@ impl Session {
             SessionEvent::Finished {
                 id,
                 serial,
-                outcome,
+                mut outcome,
             } => {
                 // The entry of this request, not of a later one of the same id (one lookup:
                 // this is every worker's answer).
@@ -912,8 +912,7 @@ impl Session {
                     }
                 };
                 self.shared.metrics.workers.dec();
-                let limit = self.shared.settings.limits.max_message_bytes;
-                let outcome = outcome.and_then(|frame| answer_within(frame, limit));
+                bound_answer(&mut outcome, self.shared.settings.limits.max_message_bytes);
                 let finished = entry.record.finish(
                     &self.shared.metrics,
                     &self.admission,

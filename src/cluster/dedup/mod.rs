@@ -288,11 +288,9 @@ async fn run(
                 cluster.metrics.idempotent_runs.inc();
                 let lease =
                     Lease::new(cluster.clone(), keyed.key, keyed.fingerprint, live, backend);
+                let mut outcome = work.start(id.clone(), ctx).await;
                 let limit = settings.limits.max_message_bytes;
-                let outcome = work
-                    .start(id.clone(), ctx)
-                    .await
-                    .and_then(|frame| crate::protocol::mcp::answer_within(frame, limit));
+                crate::protocol::mcp::bound_answer(&mut outcome, limit);
                 lease.settle(&outcome, &id, window, &keyed.identity).await;
                 return outcome;
             }

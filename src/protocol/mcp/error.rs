@@ -335,15 +335,21 @@ pub enum Error {
     Internal,
 }
 
-/// `frame`, an answer encoded, unless it is longer than `limit` (`limits.max_message_bytes`):
-/// the server sends no answer larger than it reads, whatever made it (a tool's result of tens
-/// of MB queued for a client that does not read was held whole, once per request in flight).
+/// Makes `outcome`, an answer encoded, an error when it is longer than `limit`
+/// (`limits.max_message_bytes`): the server sends no answer larger than it reads, whatever
+/// made it (a tool's result of tens of MB queued for a client that does not read was held
+/// whole, once per request in flight).
 /// Checked where a worker's answer leaves its session, and before a keyed call's result is
 /// kept for its retries (which would otherwise get the unsendable result again).
-pub fn answer_within(frame: String, limit: usize) -> Result<String, Error> {
-    match frame.len() {
-        encoded if encoded > limit => Err(Error::AnswerOverMessageLimit { encoded, limit }),
-        _ => Ok(frame),
+///
+/// In place: the outcome is every request's, and moved through a combinator it cost 29
+/// instructions a request (callgrind), against a comparison.
+pub fn bound_answer(outcome: &mut Result<String, Error>, limit: usize) {
+    if let Ok(frame) = outcome {
+        let encoded = frame.len();
+        if encoded > limit {
+            *outcome = Err(Error::AnswerOverMessageLimit { encoded, limit });
+        }
     }
 }
 
