@@ -1259,6 +1259,23 @@ async fn the_log_holds_only_the_last_two_events(settings: Settings, token: Value
     session.assert_alive().await;
 }
 
+/// A `big` answer of `bytes` on `session`, with a progress token so that it streams (and is
+/// logged for replay), read live to its end: the ids of its progress event and its answer.
+async fn big_streamed_answer(session: &HttpSession, id: &str, bytes: usize) -> (String, String) {
+    let post = session.post(&call_with_token(
+        json!(id),
+        "big",
+        json!({ "bytes": bytes }),
+        json!(id),
+    ));
+    let mut events = Events::of(send(post).await);
+    let progress = events.expect_message().await;
+    let answer = events.expect_message().await;
+    assert_eq!(tool_text(&answer.json()).len(), bytes, "{id}: whole, live");
+    events.expect_end().await;
+    (progress.id, answer.id)
+}
+
 /// All sessions' logs together are bounded too (`limits.max_replay_bytes`): with room for
 /// about two 40 KB answers in the whole server, a second session's answer finds no room (its
 /// own progress event given up first) and is not kept, and the first session makes room for
@@ -1280,24 +1297,7 @@ async fn all_sessions_logs_together_stay_within_the_replay_budget() {
         endpoint.initialize("2025-06-18").await,
         endpoint.initialize("2025-06-18").await,
     );
-    // A big answer on `session`, read live to its end: the ids of its progress event and
-    // its answer.
-    let big_answer = |session: &HttpSession, id: &'static str| {
-        let post = session.post(&call_with_token(
-            json!(id),
-            "big",
-            json!({"bytes": ANSWER}),
-            json!(id),
-        ));
-        async move {
-            let mut events = Events::of(send(post).await);
-            let progress = events.expect_message().await;
-            let answer = events.expect_message().await;
-            assert_eq!(tool_text(&answer.json()).len(), ANSWER, "{id}: whole, live");
-            events.expect_end().await;
-            (progress.id, answer.id)
-        }
-    };
+    let big_answer = |session, id| big_streamed_answer(session, id, ANSWER);
     let (a1, _) = big_answer(&a, "a1").await;
     let (a2, a2_answer) = big_answer(&a, "a2").await;
     let (b1, _) = big_answer(&b, "b1").await;
@@ -1350,22 +1350,7 @@ async fn one_address_holds_no_more_than_its_share_of_the_replay_budget() {
         greedy.initialize("2025-06-18").await,
         greedy.initialize("2025-06-18").await,
     ];
-    let big = |session: &HttpSession, id: &'static str| {
-        // With a progress token, so that the answer streams (and is logged for replay).
-        let post = session.post(&call_with_token(
-            json!(id),
-            "big",
-            json!({"bytes": ANSWER}),
-            json!(id),
-        ));
-        async move {
-            let mut events = Events::of(send(post).await);
-            events.expect_message().await;
-            let answer = events.expect_message().await;
-            assert_eq!(tool_text(&answer.json()).len(), ANSWER, "{id}: whole, live");
-            events.expect_end().await;
-        }
-    };
+    let big = |session, id| big_streamed_answer(session, id, ANSWER);
     for (session, id) in sessions.iter().zip(["g1", "g2", "g3"]) {
         big(session, id).await;
     }
