@@ -1,8 +1,8 @@
-//! The server's budget of what sessions hold for replay (`limits.max_replay_bytes`): the
-//! events of every HTTP session's SSE log ([`EventLog`](crate::transport::events::EventLog),
-//! for `Last-Event-ID`) and the messages every parked WebSocket session keeps for its
-//! reconnect ([`hosted`](crate::transport::hosted)). Each session bounds its own, by count and by bytes (and its log by
-//! age); this bounds them all together. Without it, one client address with its
+//! The server's budget of what sessions hold for replay (`limits.max_replay_bytes`): the events
+//! of every HTTP session's SSE log ([`EventLog`](crate::transport::events::EventLog), for
+//! `Last-Event-ID`) and the messages every parked WebSocket session keeps for its reconnect
+//! ([`hosted`](crate::transport::hosted)). Each session bounds its own, by count and by bytes
+//! (and its log by age); this bounds them all together. Without it, one client address with its
 //! `server.max_sessions_per_ip` sessions, each within its own bounds, made the server hold
 //! gigabytes for minutes.
 //!

@@ -3,12 +3,12 @@
 //! response instead of running again; one that reuses the id with other params is refused.
 //!
 //! It belongs to the session core, so a session that moves to another host on its node (its
-//! socket dropped, it waits for a resume) keeps it; a session taken up by another node does
-//! not (its record carries no answers): there a finished id runs again, and calls that must
-//! not carry an idempotency key (`cluster::dedup`, kept in Redis). It is bounded by `dedup.session_max_entries`,
-//! `dedup.session_max_bytes` and `dedup.window_ms`, oldest first, and touched only by its
-//! session, so it needs no lock. A session that sends no id twice pays a lookup in an empty
-//! or small map per request, and a copy of each `tools/call` result.
+//! socket dropped, it waits for a resume) keeps it; a session taken up by another node does not
+//! (its record carries no answers): there a finished id runs again, so calls that must not run
+//! twice carry an idempotency key (`cluster::dedup`, kept in Redis). It is bounded by
+//! `dedup.session_max_entries`, `dedup.session_max_bytes` and `dedup.window_ms`, oldest first,
+//! and touched only by its session, so it needs no lock. A session that sends no id twice pays
+//! a lookup in an empty or small map per request, and a copy of each `tools/call` result.
 
 use crate::config::DedupSettings;
 use crate::protocol::jsonrpc::{result_of, Params, Request, RequestId};
