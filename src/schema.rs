@@ -1,5 +1,6 @@
-//! JSON Schema checks of what a client sends back, with the `jsonschema` crate: an accepted
-//! elicitation form must match the schema the server requested.
+//! JSON Schema checks, with the `jsonschema` crate: an accepted elicitation form must match
+//! the schema the server requested, and a tool's structured result the `outputSchema` set by
+//! hand (`tool::OutputChecked`).
 
 use serde_json::Value;
 
@@ -7,19 +8,24 @@ use serde_json::Value;
 pub fn check(schema: &Value, instance: &Value) -> Result<(), String> {
     let validator =
         jsonschema::validator_for(schema).map_err(|e| format!("invalid schema: {e}"))?;
-    let first = validator.iter_errors(instance).next().map(|error| {
-        let path = error.instance_path().to_string();
-        let place = if path.is_empty() {
-            "the answer".to_owned()
-        } else {
-            path
-        };
-        format!("{place}: {error}")
-    });
-    match first {
+    match first_violation(&validator, instance, "the answer") {
         None => Ok(()),
         Some(error) => Err(error),
     }
+}
+
+/// The first place where `instance` breaks `validator`'s schema, and why: `<path>: <why>`,
+/// the path `whole` when it is the instance itself.
+pub(crate) fn first_violation(
+    validator: &jsonschema::Validator,
+    instance: &Value,
+    whole: &str,
+) -> Option<String> {
+    validator.iter_errors(instance).next().map(|error| {
+        let path = error.instance_path().to_string();
+        let place = if path.is_empty() { whole } else { &path };
+        format!("{place}: {error}")
+    })
 }
 
 #[cfg(test)]

@@ -493,13 +493,10 @@ impl OutputCheck {
         let Some(validator) = validator else {
             return Some("the tool's outputSchema is not a valid JSON Schema".into());
         };
-        let error = validator.iter_errors(structured).next()?;
-        let path = error.instance_path().to_string();
-        let mut message = if path.is_empty() {
-            format!("structuredContent: {error}")
-        } else {
-            format!("structuredContent{path}: {error}")
-        };
+        let mut message = format!(
+            "structuredContent{}",
+            crate::schema::first_violation(validator, structured, "")?
+        );
         if message.len() > Self::MAX_MESSAGE_BYTES {
             message.truncate(crate::floor_char_boundary(
                 &message,

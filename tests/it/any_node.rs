@@ -538,6 +538,36 @@ async fn with_redis_away_held_sessions_go_on_and_the_others_get_503() {
     );
 }
 
+/// A session record Redis holds as bytes that are not UTF-8 (written by something else) is
+/// that session's problem alone: a request for it elsewhere is refused (503, as when its
+/// record cannot be read), counted as a Redis error, and the node goes on using Redis for
+/// everything else (a new session is opened there at once). It made the node skip Redis for
+/// `retry_after_ms`, refusing every new session and keyed call; asked for once a second, for
+/// good.
+#[tokio::test]
+async fn an_unreadable_session_record_is_its_sessions_alone() {
+    let redis = RedisServer::start();
+    let (nodes, _) = nodes(&redis.url(), "poison:", false);
+    let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
+    let mut connection = redis.connection().expect("redis answers");
+    ::redis::cmd("SET")
+        .arg(format!("poison:session:{{{}}}", session.id))
+        .arg(&b"\xff\xfe\x80 not a record"[..])
+        .query::<()>(&mut connection)
+        .expect("SET");
+    for attempt in 0..3 {
+        let refused = session
+            .post_raw(&nodes[1], request(json!(attempt), "ping", json!({})))
+            .await;
+        assert_eq!(refused.status(), 503, "attempt {attempt}");
+        // Redis answered: nothing else on the node waits for it.
+        let other = Session::begin(&nodes[1], Some(TEST_KEY)).await;
+        let ping = other.ask(&nodes[1], json!(1), "ping", json!({})).await;
+        assert_result(&answer_of(&ping, &json!(1)), &json!(1));
+    }
+    assert!(crate::support::http::metric(&nodes[1], "mcp_redis_errors_total").await >= 3);
+}
+
 /// SSE events of a response, with their ids.
 fn events(
     response: reqwest::Response,
