@@ -23,7 +23,9 @@
 //!   the key free once the claim lands: its retry runs at once;
 //! - a node skipping Redis after a stall still says it is alive;
 //! - a keyed call ended while the node skips Redis frees its key once Redis answers again;
-//!   one refused because its claim timed out leaves no claim behind once Redis goes on;
+//!   one refused because its claim timed out leaves no claim behind once Redis goes on, and
+//!   one run locally (`on_store_error = "local"`) after such a claim keeps its key in Redis
+//!   for the other nodes until its result replaces it;
 //!   after Redis restarted empty, a retry on the node still running the call joins it;
 //! - a change made while its node skips Redis reaches the other node once Redis answers;
 //! - the bus subscription answers its pings and stays subscribed.
@@ -647,6 +649,62 @@ async fn a_keyed_call_refused_for_a_timed_out_claim_leaves_its_key_free_on_every
         1,
         "the refused call never ran"
     );
+}
+
+/// With `cluster.on_store_error = "local"`, a keyed call whose claim Redis did not answer in
+/// time runs in memory; the claim, landed after all, holds the key for that run on the other
+/// nodes until its result replaces it: a retry on the other node, sent while the run goes on
+/// and Redis answers again, waits for it and gets its answer, never a second run. (Released
+/// at the next heartbeat as an unanswered claim, it let the retry claim the key and run the
+/// call again beside the first.)
+#[tokio::test]
+async fn a_keyed_call_run_locally_after_an_unanswered_claim_keeps_its_key_in_redis() {
+    let redis = RedisServer::start();
+    let local = || {
+        let mut s = node_settings(&redis);
+        s.cluster.on_store_error = mcp_ws::config::OnStoreError::Local;
+        s
+    };
+    let (a, b) = (start_node("a", local()), start_node("b", local()));
+    bridged(&[&a, &b]).await;
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    let warm = on_a
+        .send_request(keyed_call(json!("warm"), "warm", "k-warm"))
+        .await;
+    assert_eq!(result_text(&warm, &json!("warm")), "a run 1: \"warm\"");
+    redis.pause();
+    on_a.send_json(keyed_call(json!("first"), "held", "k-local"))
+        .await;
+    // Its claim timed out (the node counts the failure) and it runs here, on the gate.
+    until_failed(&a.server).await;
+    wait_metric(&a.server, "mcp_pool_running", 1).await;
+    redis.resume();
+    // The claim lands as Redis goes on: the warm call's entry and this one.
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while redis.keys("mcp-ws:idem:*").len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the claim never landed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Heartbeats that Redis answers pass (an unanswered claim's release went with the first).
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    on_b.send_json(keyed_call(json!("retry"), "held", "k-local"))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        b.runs.load(Ordering::SeqCst),
+        0,
+        "the retry waits, it does not run"
+    );
+    a.gate.add_permits(1);
+    let ran = on_a.recv_response(&json!("first")).await;
+    assert_eq!(result_text(&ran, &json!("first")), "a run 2: \"held\"");
+    let joined = on_b.recv_response(&json!("retry")).await;
+    assert_eq!(result_text(&joined, &json!("retry")), "a run 2: \"held\"");
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
 }
 
 /// Redis restarts empty while a keyed call runs: a retry reaching the node that runs it

@@ -23,8 +23,9 @@
 //! - A message over `limits.max_message_bytes` closes with 1009 and is counted.
 //! - An answer over `limits.max_message_bytes` (a tool's result) is not sent: its request
 //!   gets -32603 naming the size and the setting, over WebSocket and 2026-07-28 HTTP, and is
-//!   not remembered for a retry of its id nor kept for its idempotency key (each retry runs
-//!   again); a result that fits is answered as ever.
+//!   not remembered for a retry of its id (which runs again); a retry of its idempotency
+//!   key is told it ran and was not kept (-32032), never run twice; a result that fits is
+//!   answered as ever.
 //!
 //! No timing assertions: the rate test only relies on tokens not refilling faster than their
 //! rate, and waits for recovery by retrying as told.
@@ -516,16 +517,19 @@ async fn an_answer_over_the_message_limit_is_an_error_and_the_session_goes_on() 
     let response = client.send_request(too_large).await;
     assert_answer_too_large(&response, &json!("big"));
     assert_eq!(runs(), 2, "the id was run again, not answered from memory");
-    // Nor kept for a retry of its idempotency key: the key is freed, as for an error, and
-    // the retry runs (it would otherwise get the unsendable result again for the window).
-    for (n, id) in ["keyed-1", "keyed-2"].into_iter().enumerate() {
-        let keyed = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                           "params": {"name": "sized", "arguments": {"bytes": 100_000},
-                                      "_meta": {"idempotencyKey": "k-big"}}});
-        let response = client.send_request(keyed).await;
-        assert_answer_too_large(&response, &json!(id));
-        assert_eq!(runs(), 3 + n, "the keyed call ran again");
-    }
+    // Nor kept for a retry of its idempotency key, nor run again for it: the call ran, so
+    // the retry is told its result was not kept (-32032), as when Redis had no room.
+    let keyed = |id: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "sized", "arguments": {"bytes": 100_000},
+                          "_meta": {"idempotencyKey": "k-big"}}})
+    };
+    let response = client.send_request(keyed("keyed-1")).await;
+    assert_answer_too_large(&response, &json!("keyed-1"));
+    assert_eq!(runs(), 3, "the keyed call ran");
+    let retry = client.send_request(keyed("keyed-2")).await;
+    crate::support::assert_error(&retry, &json!("keyed-2"), -32032);
+    assert_eq!(runs(), 3, "and ran once");
     let fits = client.call_tool("sized", json!({"bytes": 60_000})).await;
     assert_eq!(
         fits["result"]["content"][0]["text"].as_str().map(str::len),

@@ -289,9 +289,8 @@ async fn run(
                 let lease =
                     Lease::new(cluster.clone(), keyed.key, keyed.fingerprint, live, backend);
                 let mut outcome = work.start(id.clone(), ctx).await;
-                let limit = settings.limits.max_message_bytes;
-                crate::protocol::mcp::bound_answer(&mut outcome, limit);
                 lease.settle(&outcome, &id, window, &keyed.identity).await;
+                crate::protocol::mcp::bound_answer(&mut outcome, settings.limits.max_message_bytes);
                 return outcome;
             }
             Some(Claim::Done {
@@ -426,12 +425,19 @@ impl Lease {
         let Some(result) = outcome.as_ref().ok().and_then(|frame| result_of(frame, id)) else {
             return; // dropped: released
         };
+        // A result over the message limit is never sent (the caller answers -32603): kept,
+        // each retry would get it again to no use; released, a retry would run the call a
+        // second time. It ran: the marker says so.
+        let sendable = outcome
+            .as_ref()
+            .is_ok_and(|frame| frame.len() <= self.cluster.settings.limits.max_message_bytes);
         // The share is asked before the result is copied: a result not kept is not copied.
-        let kept = self.backend != Backend::Redis
-            || self
-                .cluster
-                .store
-                .takes_redis_share(identity, Claim::done_len(result.len()));
+        let kept = sendable
+            && (self.backend != Backend::Redis
+                || self
+                    .cluster
+                    .store
+                    .takes_redis_share(identity, Claim::done_len(result.len())));
         let done = if kept {
             Claim::Done {
                 fingerprint: self.fingerprint,
@@ -471,10 +477,17 @@ impl Drop for Lease {
             owner: self.live.owner,
         };
         match self.backend {
-            Backend::Memory => self
-                .cluster
-                .store
-                .release_in_memory(&self.key, self.live.owner),
+            Backend::Memory => {
+                self.cluster
+                    .store
+                    .release_in_memory(&self.key, self.live.owner);
+                // Run here while Redis did not answer its claim (`on_store_error =
+                // "local"`): a claim that landed there after all holds the key for this run
+                // on the other nodes, and is let go with it (by value).
+                if self.cluster.store.redis().is_some() {
+                    release_in_redis(&self.cluster, self.key, running);
+                }
+            }
             Backend::Redis => release_in_redis(&self.cluster, self.key, running),
         }
     }

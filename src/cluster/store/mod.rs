@@ -39,6 +39,10 @@ pub(crate) type RequestDigest = [u8; 32];
 /// Who runs a claimed request: unique among all claims of all nodes.
 pub(crate) type ClaimId = u128;
 
+/// The most results, and the most releases, one [`Store::write_back`] pass writes to Redis:
+/// each is a round trip on the heartbeat's task.
+const WRITE_BACK_PER_PASS: usize = 64;
+
 /// What the store holds under a key.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Claim {
@@ -152,8 +156,9 @@ pub(crate) struct Store {
     /// ([`write_back`](Self::write_back)). Bounded like the memory store; a key dropped from
     /// here is still written back by a retry that reaches this node.
     stranded: Mutex<std::collections::VecDeque<Key>>,
-    /// With Redis: claims this node let go of (their runs ended without a result) that Redis
-    /// could not be told of, oldest first, released as soon as it answers again: each
+    /// With Redis: claims this node let go of (their runs ended without a result, or the
+    /// call was refused when its claim went unanswered) that Redis could not be told of,
+    /// oldest first, released as soon as it answers again: each
     /// would hold its key for the whole running time (10 minutes by default), every retry
     /// waiting. Bounded like `stranded`; one dropped from here is still freed by a retry
     /// on this node (its owner is no longer live, [`is_live_owner`](Self::is_live_owner)).
@@ -328,23 +333,32 @@ impl Store {
         ttl: Duration,
     ) -> Result<(Option<Claim>, Backend), Unreachable> {
         if let Some(redis) = &self.redis {
+            // Skipped while Redis is paused, the claim is never sent.
+            let sent = redis.is_available();
+            let mut unanswered = false;
             match redis.claim(metrics, key, &running.encode(), ttl).await {
                 Some(None) => return Ok((None, Backend::Redis)),
                 Some(Some(found)) => match Claim::decode(&found) {
                     Some(entry) => return Ok((Some(entry), Backend::Redis)),
                     None => redis.unreadable(metrics, "claim", &"an entry in an unknown format"),
                 },
-                // Unanswered, the claim may still land (a timeout: the command was sent) with
-                // no run behind it, and hold the key on every other node for as long as a
-                // run may last. It is released, by value, once Redis answers again: one that
-                // never landed, or an entry of another run, is left alone.
-                None => self.strand_release(*key, running.clone()),
+                None => unanswered = sent,
             }
             if self.refuse_without_redis {
+                // Refused: a claim that was sent may still land (a timeout) with no run
+                // behind it, and hold the key on every other node for as long as a run may
+                // last. It is released, by value, once Redis answers again: one that never
+                // landed, or an entry of another run, is left alone.
+                if unanswered {
+                    self.strand_release(*key, running.clone());
+                }
                 return Err(Unreachable {
                     retry_after: redis.paused_for(),
                 });
             }
+            // Run here instead, under the same owner: a claim that landed in Redis holds the
+            // key for this run there too, until its result replaces it (`write_back`) or a
+            // run that ends without one releases it (the lease's drop).
         }
         Ok((self.memory.claim(key, running, ttl), Backend::Memory))
     }
@@ -382,7 +396,9 @@ impl Store {
     pub(crate) async fn write_back(&self, metrics: &Metrics) {
         let Some(redis) = &self.redis else { return };
         let mut written = 0u64;
-        loop {
+        // Runs on the heartbeat's task: a pass is bounded, so that thousands waiting never
+        // hold up the beat past the node's alive time (the rest go at the next beats).
+        for _ in 0..WRITE_BACK_PER_PASS {
             let Some(key) = lock(&self.stranded).pop_front() else {
                 break;
             };
@@ -392,7 +408,9 @@ impl Store {
             };
             if !redis.complete(metrics, &key, done.encode(), left).await {
                 lock(&self.stranded).push_front(key);
-                break;
+                // Not on to the releases: one of them may be the claim this result is to
+                // replace, and freeing it first would let another node run the call again.
+                return;
             }
             written += 1;
         }
@@ -403,7 +421,7 @@ impl Store {
             );
         }
         let mut released = 0u64;
-        loop {
+        for _ in 0..WRITE_BACK_PER_PASS {
             let Some((key, running)) = lock(&self.stranded_releases).pop_front() else {
                 break;
             };
