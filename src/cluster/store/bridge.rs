@@ -221,15 +221,19 @@ async fn beat(cluster: Arc<Cluster>) {
     };
     let node = cluster.node_number();
     let mut every = tokio::time::interval(BEAT);
-    let mut policy_checked = false;
+    // Beats Redis answers before the eviction policy is no longer asked: a slow first
+    // answer is not the last word, a refused CONFIG is.
+    let mut policy_asks_left = 3u8;
     loop {
         every.tick().await;
         if !redis.beat(&cluster.metrics, node, BEAT * 3).await {
             continue;
         }
-        if !policy_checked {
-            policy_checked = true;
-            warn_if_evicting(redis).await;
+        if policy_asks_left > 0 {
+            policy_asks_left -= 1;
+            if warn_if_evicting(redis).await {
+                policy_asks_left = 0;
+            }
         }
         if cluster.store.has_stranded() {
             cluster.store.write_back(&cluster.metrics).await;
@@ -244,15 +248,24 @@ async fn beat(cluster: Arc<Cluster>) {
 /// Warns, once Redis first answers, when its `maxmemory-policy` evicts keys: at its memory
 /// limit it would drop session records (a session then found on one node and not on
 /// another) and running calls' claims (a retry elsewhere runs the call again). The store
-/// needs `noeviction`, under which a full Redis refuses writes and is treated as away.
-async fn warn_if_evicting(redis: &super::redis::RedisStore) {
+/// needs `noeviction`, under which a full Redis refuses writes and is treated as away. (The
+/// `volatile-*` policies evict too: every key of the store has a time to live.) With a Redis
+/// Cluster, the one node `CONFIG GET` reaches is asked. Says whether Redis answered.
+async fn warn_if_evicting(redis: &super::redis::RedisStore) -> bool {
     match redis.eviction_policy().await {
-        Some(policy) if policy != "noeviction" => tracing::warn!(
-            %policy,
-            "Redis evicts keys at its memory limit (maxmemory-policy): session records and claims of running calls may vanish; set maxmemory-policy noeviction"
-        ),
-        Some(_) => {}
-        None => tracing::debug!("Redis did not say its maxmemory-policy (CONFIG refused)"),
+        Some(policy) => {
+            if policy != "noeviction" {
+                tracing::warn!(
+                    %policy,
+                    "Redis evicts keys at its memory limit (maxmemory-policy): session records and claims of running calls may vanish; set maxmemory-policy noeviction"
+                );
+            }
+            true
+        }
+        None => {
+            tracing::debug!("Redis did not say its maxmemory-policy (CONFIG refused or slow)");
+            false
+        }
     }
 }
 

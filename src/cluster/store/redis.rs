@@ -372,18 +372,6 @@ impl RedisStore {
                 self.succeeded();
                 Some(value)
             }
-            // Redis answered, with a value the operation cannot read as its type (not UTF-8,
-            // another type): the key's fault, not Redis's (see `unreadable`).
-            Ok(Err(error))
-                if matches!(
-                    error.kind(),
-                    redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse
-                ) =>
-            {
-                self.succeeded();
-                self.unreadable(metrics, what, &error);
-                None
-            }
             Ok(Err(error)) => {
                 self.failed(metrics, what, &error);
                 None
@@ -591,14 +579,24 @@ impl RedisStore {
     ) -> Option<Option<String>> {
         let key = self.session_key(id);
         let ttl_ms = (ttl.as_millis() as u64).max(1);
-        self.run(metrics, "get_session", |mut con| async move {
-            GET_REFRESHED
-                .key(key)
-                .arg(ttl_ms)
-                .invoke_async::<Option<String>>(&mut con)
-                .await
-        })
-        .await
+        // Read as bytes and made text here: a record that is not UTF-8 (written by something
+        // else) is this session's problem, not a failure of Redis (see `unreadable`).
+        let record = self
+            .run(metrics, "get_session", |mut con| async move {
+                GET_REFRESHED
+                    .key(key)
+                    .arg(ttl_ms)
+                    .invoke_async::<Option<Vec<u8>>>(&mut con)
+                    .await
+            })
+            .await?;
+        match record.map(String::from_utf8).transpose() {
+            Ok(record) => Some(record),
+            Err(error) => {
+                self.unreadable(metrics, "get_session", &error);
+                None
+            }
+        }
     }
 
     /// Replaces a session's record by `new` if it is still `old` (as read: any write since,
