@@ -153,16 +153,30 @@ pub(crate) fn take_place<K: std::hash::Hash + Eq>(
     key: K,
     limit: usize,
 ) -> bool {
+    take_places(counts, key, 1, limit)
+}
+
+/// [`take_place`] for `n` places at once (a share counted in bytes): taken whole, or not at
+/// all when they would pass `limit`.
+pub(crate) fn take_places<K: std::hash::Hash + Eq>(
+    counts: &dashmap::DashMap<K, usize>,
+    key: K,
+    n: usize,
+    limit: usize,
+) -> bool {
     match counts.entry(key) {
-        dashmap::Entry::Occupied(entry) if *entry.get() >= limit => false,
-        dashmap::Entry::Occupied(mut entry) => {
-            *entry.get_mut() += 1;
+        dashmap::Entry::Occupied(mut entry) => match entry.get().checked_add(n) {
+            Some(total) if total <= limit => {
+                *entry.get_mut() = total;
+                true
+            }
+            _ => false,
+        },
+        dashmap::Entry::Vacant(entry) if n <= limit => {
+            entry.insert(n);
             true
         }
-        dashmap::Entry::Vacant(entry) => {
-            entry.insert(1);
-            true
-        }
+        dashmap::Entry::Vacant(_) => false,
     }
 }
 
@@ -171,8 +185,17 @@ pub(crate) fn give_back_place<K: std::hash::Hash + Eq>(
     counts: &dashmap::DashMap<K, usize>,
     key: &K,
 ) {
+    give_back_places(counts, key, 1);
+}
+
+/// Counts `n` places fewer for `key` ([`take_places`]), forgetting the key at zero.
+pub(crate) fn give_back_places<K: std::hash::Hash + Eq>(
+    counts: &dashmap::DashMap<K, usize>,
+    key: &K,
+    n: usize,
+) {
     counts.remove_if_mut(key, |_, count| {
-        *count = count.saturating_sub(1);
+        *count = count.saturating_sub(n);
         *count == 0
     });
 }

@@ -23,6 +23,7 @@
 
 use crate::observe::metrics::Metrics;
 use crate::perimeter::connections::client_key;
+use crate::{give_back_places, take_places};
 use dashmap::DashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -32,10 +33,10 @@ use std::sync::Arc;
 pub struct ReplayBudget {
     limit: u64,
     /// Each client address's share (0: none).
-    per_client: u64,
-    /// Bytes held by each address that holds any (an entry is removed at 0), so the map is
-    /// bounded by the sessions.
-    by_client: DashMap<IpAddr, u64>,
+    per_client: usize,
+    /// Bytes held by each address that holds any (an entry is removed at 0, see
+    /// [`take_places`]), so the map is bounded by the sessions.
+    by_client: DashMap<IpAddr, usize>,
     metrics: Arc<Metrics>,
 }
 
@@ -55,7 +56,7 @@ impl ReplayBudget {
     pub fn new(limit: usize, per_client: usize, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             limit: limit as u64,
-            per_client: per_client as u64,
+            per_client,
             by_client: DashMap::new(),
             metrics,
         })
@@ -74,11 +75,6 @@ impl ReplayBudget {
     pub fn in_use(&self) -> u64 {
         self.metrics.replay_bytes.get()
     }
-
-    /// Forgets `client`'s entry once it holds nothing.
-    fn forget_if_empty(&self, client: &IpAddr) {
-        self.by_client.remove_if(client, |_, held| *held == 0);
-    }
 }
 
 impl ReplayAccount {
@@ -86,26 +82,21 @@ impl ReplayAccount {
     /// share has not that much left (then nothing is taken).
     pub fn hold(&self, bytes: usize) -> Option<Held> {
         let budget = &self.budget;
-        let bytes = bytes as u64;
-        let within_budget = || {
-            budget
-                .metrics
-                .replay_bytes
-                .try_add_within(bytes, budget.limit)
-        };
-        match self.client {
-            None => within_budget().then_some(())?,
-            Some(client) => {
-                let mut held = budget.by_client.entry(client).or_insert(0);
-                let fits = held.saturating_add(bytes) <= budget.per_client && within_budget();
-                if fits {
-                    *held += bytes;
-                } else {
-                    drop(held);
-                    budget.forget_if_empty(&client);
-                    return None;
-                }
+        if let Some(client) = self.client {
+            if !take_places(&budget.by_client, client, bytes, budget.per_client) {
+                return None;
             }
+        }
+        let within_budget = budget
+            .metrics
+            .replay_bytes
+            .try_add_within(bytes as u64, budget.limit);
+        if !within_budget {
+            // The client's share taken above goes back: nothing is held.
+            if let Some(client) = &self.client {
+                give_back_places(&budget.by_client, client, bytes);
+            }
+            return None;
         }
         Some(Held {
             budget: budget.clone(),
@@ -126,17 +117,14 @@ impl ReplayAccount {
 pub struct Held {
     budget: Arc<ReplayBudget>,
     client: Option<IpAddr>,
-    bytes: u64,
+    bytes: usize,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.budget.metrics.replay_bytes.sub(self.bytes);
+        self.budget.metrics.replay_bytes.sub(self.bytes as u64);
         if let Some(client) = &self.client {
-            if let Some(mut held) = self.budget.by_client.get_mut(client) {
-                *held = held.saturating_sub(self.bytes);
-            }
-            self.budget.forget_if_empty(client);
+            give_back_places(&self.budget.by_client, client, self.bytes);
         }
     }
 }
