@@ -288,9 +288,10 @@ async fn run(
                 cluster.metrics.idempotent_runs.inc();
                 let lease =
                     Lease::new(cluster.clone(), keyed.key, keyed.fingerprint, live, backend);
-                let mut outcome = work.start(id.clone(), ctx).await;
+                // An answer over the message limit is settled as not kept here, and made
+                // -32603 where it leaves the session (`bound_answer`), as every answer is.
+                let outcome = work.start(id.clone(), ctx).await;
                 lease.settle(&outcome, &id, window, &keyed.identity).await;
-                crate::protocol::mcp::bound_answer(&mut outcome, settings.limits.max_message_bytes);
                 return outcome;
             }
             Some(Claim::Done {

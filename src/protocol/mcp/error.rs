@@ -339,8 +339,8 @@ pub enum Error {
 /// (`limits.max_message_bytes`): the server sends no answer larger than it reads, whatever
 /// made it (a tool's result of tens of MB queued for a client that does not read was held
 /// whole, once per request in flight).
-/// Checked where a worker's answer leaves its session, and before a keyed call's result is
-/// kept for its retries (which would otherwise get the unsendable result again).
+/// Checked where a worker's answer leaves its session (a keyed call's result over the limit
+/// is also settled as not kept, `cluster::dedup`, so that no retry gets it or runs again).
 ///
 /// In place: the outcome is every request's, and moved through a combinator it cost 29
 /// instructions a request (callgrind), against a comparison.
