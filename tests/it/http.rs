@@ -341,6 +341,17 @@ async fn answer_of_held(held: tokio::task::JoinHandle<reqwest::Result<Response>>
         .expect("answered")
 }
 
+/// `session`'s stream cannot be resumed from `last_event_id`: 400, never a gap.
+async fn assert_not_resumable(session: &HttpSession, last_event_id: &str) {
+    assert_refused(
+        send(session.get().header("Last-Event-ID", last_event_id)).await,
+        400,
+        -32000,
+        "Bad Request: Last-Event-ID is not resumable: its events are no longer held",
+    )
+    .await;
+}
+
 /// A refusal: `status`, a JSON body `{"jsonrpc":"2.0","id":null,"error":{code,message}}`.
 async fn assert_refused(response: Response, status: u16, code: i64, message: &str) -> Value {
     assert_eq!(response.status().as_u16(), status);
@@ -1248,13 +1259,7 @@ async fn the_log_holds_only_the_last_two_events(settings: Settings, token: Value
     assert_eq!(replay.expect_message().await.id, ids[4]);
     replay.expect_end().await;
     for gone in &ids[..2] {
-        assert_refused(
-            send(session.get().header("Last-Event-ID", gone)).await,
-            400,
-            -32000,
-            "Bad Request: Last-Event-ID is not resumable: its events are no longer held",
-        )
-        .await;
+        assert_not_resumable(&session, gone).await;
     }
     session.assert_alive().await;
 }
@@ -1310,13 +1315,7 @@ async fn all_sessions_logs_together_stay_within_the_replay_budget() {
         4
     );
     for (session, gone) in [(&b, &b1), (&a, &a1)] {
-        assert_refused(
-            send(session.get().header("Last-Event-ID", gone)).await,
-            400,
-            -32000,
-            "Bad Request: Last-Event-ID is not resumable: its events are no longer held",
-        )
-        .await;
+        assert_not_resumable(session, gone).await;
     }
     for (after, answer) in [(&a2, &a2_answer), (&a3, &a3_answer)] {
         let mut replay = Events::of(send(a.get().header("Last-Event-ID", after)).await);
@@ -1384,13 +1383,7 @@ async fn a_garbage_or_unknown_last_event_id_is_400() {
     for garbage in [
         "", "abc", "1", "1_x", "x_1", "1_2_3", "-1_1", "99_1", "0_99",
     ] {
-        assert_refused(
-            send(session.get().header("Last-Event-ID", garbage)).await,
-            400,
-            -32000,
-            "Bad Request: Last-Event-ID is not resumable: its events are no longer held",
-        )
-        .await;
+        assert_not_resumable(&session, garbage).await;
     }
     session.assert_alive().await;
 }

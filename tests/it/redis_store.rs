@@ -460,8 +460,14 @@ async fn until_failed(server: &RunningServer) {
 
 /// Waits until Redis holds a de-duplication entry; fails with `why` after READ_TIMEOUT.
 async fn until_stored(redis: &RedisServer, why: &str) {
+    until_entries(redis, |n| n > 0, why).await;
+}
+
+/// Waits until the count of de-duplication entries in Redis is as `done` wants; fails with
+/// `why` after READ_TIMEOUT.
+async fn until_entries(redis: &RedisServer, done: impl Fn(usize) -> bool, why: &str) {
     let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    while redis.keys("mcp-ws:idem:*").is_empty() {
+    while !done(redis.keys("mcp-ws:idem:*").len()) {
         assert!(tokio::time::Instant::now() < deadline, "{why}");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
@@ -505,14 +511,12 @@ async fn without_redis_requests_still_run_and_it_reconnects_by_itself() {
     // node a's next heartbeat if it was still pausing after the failure).
     let after = on_a.send_request(keyed_call(json!(4), "x", "up-1")).await;
     assert_eq!(result_text(&after, &json!(4)), "node-a run 2: \"x\"");
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    while redis.keys("mcp-ws:idem:*").len() < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "node a's later result never reached Redis"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_entries(
+        &redis,
+        |n| n >= 2,
+        "node a's later result never reached Redis",
+    )
+    .await;
     let retry = on_b.send_request(keyed_call(json!(5), "x", "up-1")).await;
     assert_eq!(result_text(&retry, &json!(5)), "node-a run 2: \"x\"");
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
@@ -593,14 +597,12 @@ async fn a_keyed_call_ended_while_redis_is_skipped_frees_its_key_once_redis_answ
         .await;
     wait_metric(&node.server, "mcp_pool_running", 0).await;
     redis.resume();
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    while !redis.keys("mcp-ws:idem:*").is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the cancelled call's key is still held in Redis"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until_entries(
+        &redis,
+        |n| n == 0,
+        "the cancelled call's key is still held in Redis",
+    )
+    .await;
     assert_eq!(
         until_taken(&mut client, "x", "k-paused", "retry").await,
         "a run 2: \"x\""
@@ -631,14 +633,12 @@ async fn a_keyed_call_refused_for_a_timed_out_claim_leaves_its_key_free_on_every
         .await;
     assert_error(&refused, &json!("first"), -32008);
     redis.resume();
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    while redis.keys("mcp-ws:idem:*").len() > 1 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the refused call's claim still holds its key"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until_entries(
+        &redis,
+        |n| n <= 1,
+        "the refused call's claim still holds its key",
+    )
+    .await;
     let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
     assert_eq!(
         until_taken(&mut on_b, "once", "k-orphan", "retry").await,
@@ -680,14 +680,7 @@ async fn a_keyed_call_run_locally_after_an_unanswered_claim_keeps_its_key_in_red
     wait_metric(&a.server, "mcp_pool_running", 1).await;
     redis.resume();
     // The claim lands as Redis goes on: the warm call's entry and this one.
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    while redis.keys("mcp-ws:idem:*").len() < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the claim never landed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_entries(&redis, |n| n >= 2, "the claim never landed").await;
     // Heartbeats that Redis answers pass (an unanswered claim's release went with the first).
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;

@@ -813,11 +813,7 @@ async fn two_listens_on_one_connection_each_get_only_what_they_asked_for() {
         .expect("adds");
     registry.resource_updated("mcp-ws-test://not-watched");
     registry.resource_updated(README);
-    assert_eq!(
-        client.recv().await,
-        json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
-               "params": {"_meta": {SUBSCRIPTION_ID: others}, "uri": README}})
-    );
+    assert_eq!(client.recv().await, tagged_update(&others, README));
     client.expect_nothing_pending().await;
 
     // The connection serves requests meanwhile, and sees the change.
@@ -861,11 +857,7 @@ async fn a_listen_subscribes_only_to_resources_the_caller_may_subscribe_to() {
     assert_eq!(ack, json!({"resourceSubscriptions": [README]}));
     registry.resource_updated(VAULT);
     registry.resource_updated(README);
-    assert_eq!(
-        client.recv().await,
-        json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
-               "params": {"_meta": {SUBSCRIPTION_ID: listen}, "uri": README}})
-    );
+    assert_eq!(client.recv().await, tagged_update(&listen, README));
     client.expect_nothing_pending().await;
 }
 
@@ -886,12 +878,14 @@ async fn a_listen_follows_a_uri_spelled_with_escapes_under_its_own_uri() {
     .await;
     assert_eq!(ack, json!({"resourceSubscriptions": [README]}));
     registry.resource_updated(README);
-    assert_eq!(
-        client.recv().await,
-        json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
-               "params": {"_meta": {SUBSCRIPTION_ID: listen}, "uri": README}})
-    );
+    assert_eq!(client.recv().await, tagged_update(&listen, README));
     client.expect_nothing_pending().await;
+}
+
+/// The `notifications/resources/updated` of `uri` a listen tagged `tag` gets.
+fn tagged_update(tag: &Value, uri: &str) -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+           "params": {"_meta": {SUBSCRIPTION_ID: tag}, "uri": uri}})
 }
 
 /// The stateless fixtures' server, where a session (or connection) may hold two
@@ -985,11 +979,7 @@ async fn a_connections_listens_and_session_share_one_subscription_limit() {
 
     // The refused listen holds nothing: only the first listen's update is heard.
     server.registry().resource_updated(VAULT);
-    assert_eq!(
-        client.recv().await,
-        json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
-               "params": {"_meta": {SUBSCRIPTION_ID: first}, "uri": VAULT}})
-    );
+    assert_eq!(client.recv().await, tagged_update(&first, VAULT));
     client.expect_nothing_pending().await;
 
     // The first listen ended, its room is free again.
