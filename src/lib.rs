@@ -200,6 +200,16 @@ pub(crate) fn give_back_places<K: std::hash::Hash + Eq>(
     });
 }
 
+/// Whether this is the first call this second (wall-clock seconds) of those sharing `last`:
+/// the warnings that a client or a fault could repeat for every request are logged at most
+/// once a second, the rest at debug level or not at all.
+pub(crate) fn first_this_second(last: &std::sync::atomic::AtomicU64) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    last.swap(now, std::sync::atomic::Ordering::Relaxed) != now
+}
+
 /// A fresh random id: 128 bits from the thread's CSPRNG (`rand`'s ChaCha, seeded from the OS
 /// and reseeded as it goes), lower-case hex. Unguessable, so fit for bearer secrets (session
 /// ids), and no system call per id (a trace id is made for every HTTP request that brings

@@ -38,7 +38,7 @@ use crate::RequestContext;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -367,10 +367,7 @@ fn refuse(cluster: &Cluster, id: &RequestId, unreachable: Unreachable) -> Error 
     static LAST_WARNING: AtomicU64 = AtomicU64::new(0);
     cluster.metrics.rejections.store_unavailable.inc();
     let retry_after_ms = u64::try_from(unreachable.retry_after.as_millis()).unwrap_or(u64::MAX);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if LAST_WARNING.swap(now, Ordering::Relaxed) != now {
+    if crate::first_this_second(&LAST_WARNING) {
         tracing::warn!(
             id = %id,
             retry_after_ms,

@@ -172,8 +172,8 @@ pub(crate) struct RedisStore {
     epoch: Instant,
     /// What the node does meanwhile (for the log line).
     on_error: OnStoreError,
-    /// When an unreadable value was last logged, in ms since `epoch` (0: never): at most
-    /// one line a second, however often a client asks for the key.
+    /// The second an unreadable value was last logged ([`crate::first_this_second`]): at
+    /// most one line a second, however often a client asks for the key.
     unreadable_logged: AtomicU64,
 }
 
@@ -300,14 +300,7 @@ impl RedisStore {
     /// second kept every keyed call and new session of the node refused.
     pub(crate) fn unreadable(&self, metrics: &Metrics, what: &str, error: &dyn std::fmt::Display) {
         metrics.redis_errors.inc();
-        let now = self.now_ms();
-        let last = self.unreadable_logged.load(Ordering::Relaxed);
-        if (last == 0 || now.saturating_sub(last) >= 1000)
-            && self
-                .unreadable_logged
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if crate::first_this_second(&self.unreadable_logged) {
             tracing::warn!(operation = what, %error, "a value in Redis this node cannot read");
         }
     }
