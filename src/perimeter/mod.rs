@@ -320,6 +320,9 @@ pub enum Refusal {
     /// `Last-Event-ID` asks for events the session no longer holds (or never had).
     #[error("Bad Request: Last-Event-ID is not resumable: its events are no longer held")]
     ResumeGone,
+    /// `Last-Event-ID` is not an event id this server sends (`<stream>_<count>`, decimal).
+    #[error("Bad Request: Last-Event-ID is not an event id of this server (<stream>_<count>)")]
+    BadLastEventId,
     /// A method the endpoint does not serve.
     #[error("Method not allowed")]
     MethodNotAllowed,
@@ -360,6 +363,7 @@ impl Refusal {
             | Self::SessionHeldElsewhere
             | Self::SessionHeldByStalledSocket
             | Self::ResumeGone
+            | Self::BadLastEventId
             | Self::BadAwaitingIds
             | Self::MethodNotAllowed => None,
         }
@@ -395,6 +399,7 @@ impl ResponseError for Refusal {
             | Self::BodyUnreadable
             | Self::SessionRequired
             | Self::ResumeGone
+            | Self::BadLastEventId
             | Self::BadAwaitingIds => StatusCode::BAD_REQUEST,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -521,7 +521,7 @@ pub async fn get(
                 .to_str()
                 .ok()
                 .and_then(Cursor::parse)
-                .ok_or(Refusal::ResumeGone)?,
+                .ok_or(Refusal::BadLastEventId)?,
         ),
     };
     let (reply, answer) = oneshot::channel();

@@ -1380,10 +1380,19 @@ async fn one_address_holds_no_more_than_its_share_of_the_replay_budget() {
 async fn a_garbage_or_unknown_last_event_id_is_400() {
     let (server, _gate) = start_http(http_settings());
     let session = Endpoint::new(&server).initialize("2025-11-25").await;
-    for garbage in [
-        "", "abc", "1", "1_x", "x_1", "1_2_3", "-1_1", "99_1", "0_99",
-    ] {
-        assert_not_resumable(&session, garbage).await;
+    // Not an event id this server sends: told so, not "no longer held".
+    for garbage in ["", "abc", "1", "1_x", "x_1", "1_2_3", "-1_1"] {
+        assert_refused(
+            send(session.get().header("Last-Event-ID", garbage)).await,
+            400,
+            -32000,
+            "Bad Request: Last-Event-ID is not an event id of this server (<stream>_<count>)",
+        )
+        .await;
+    }
+    // Well formed, but of a stream or an event the session never had.
+    for unknown in ["99_1", "0_99"] {
+        assert_not_resumable(&session, unknown).await;
     }
     session.assert_alive().await;
 }
