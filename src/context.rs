@@ -170,6 +170,16 @@ impl Proof {
             Self::Other => "id",
         }
     }
+
+    /// Whether `name` is spelled as a principal (`key:…`, `jwt:…`, `cert:…`, `id:…`): a
+    /// policy entry so spelled names that proof's identity only.
+    pub fn names(name: &str) -> bool {
+        name.split_once(':').is_some_and(|(prefix, _)| {
+            [Self::ApiKey, Self::Jwt, Self::Certificate, Self::Other]
+                .iter()
+                .any(|proof| proof.as_str() == prefix)
+        })
+    }
 }
 
 impl Identity {

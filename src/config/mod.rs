@@ -835,8 +835,9 @@ impl JwtSettings {
 #[serde(deny_unknown_fields)]
 pub struct PolicySettings {
     /// Identities the policy applies to: a subject (an API key's name, a JWT's `sub`, a
-    /// client certificate's subject), `"*"` for every authenticated client, `"anonymous"`
-    /// for clients without credentials.
+    /// client certificate's subject) however proven, a principal (`key:ci`, `jwt:ci`,
+    /// `cert:…`, `id:…`) for that proof only, `"*"` for every authenticated client,
+    /// `"anonymous"` for clients without credentials.
     #[serde(default)]
     pub identities: Vec<String>,
     /// Or clients holding any of these scopes.

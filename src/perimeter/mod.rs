@@ -48,7 +48,7 @@ pub use connections::{ClientLimit, ConnectionLimits, ConnectionPermit};
 pub use guard::RequestGuard;
 pub use origin::OriginPolicy;
 pub use partial::{PartialBudget, Reservation};
-pub use policy::{Access, Policies};
+pub use policy::{Access, Grant, Policies};
 
 /// The perimeter's state, built once from the settings (reading the TLS and JWT key files).
 pub struct Perimeter {
@@ -96,18 +96,36 @@ impl Perimeter {
 
 /// Whose a session is: an authenticated client's principal (its subject in the namespace of
 /// its proof: the API key `alice` and a JWT with `sub` `alice` are two owners), or nobody's
-/// (anonymous). A session id presented by anyone else is treated as unknown.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Owner(Option<Arc<str>>);
+/// (anonymous), and what the credential that opened it grants. A session id presented by
+/// anyone else, or by a credential of the same principal that grants less, is treated as
+/// unknown: what the session holds (remembered answers, streams, requests to the client)
+/// was made under the wider grant.
+#[derive(Debug, Clone, Default)]
+pub struct Owner {
+    principal: Option<Arc<str>>,
+    access: Access,
+}
 
 impl Owner {
-    /// The owner of sessions opened by `identity`.
-    pub fn of(identity: &Identity) -> Self {
-        Self(
-            identity
+    /// The owner of sessions opened by the client `admission` admitted, with its access.
+    pub fn of(admission: &Admission) -> Self {
+        Self::new(&admission.identity, admission.access.clone())
+    }
+
+    /// The owner of sessions opened by `identity` with a credential granting `access`.
+    pub fn new(identity: &Identity, access: Access) -> Self {
+        Self {
+            principal: identity
                 .is_authenticated()
                 .then(|| Arc::from(identity.principal())),
-        )
+            access,
+        }
+    }
+
+    /// Whether the client `requester` may use a session of this owner: the same principal,
+    /// with a credential that grants at least what the session's did.
+    pub fn admits(&self, requester: &Owner) -> bool {
+        self.principal == requester.principal && requester.access.covers(&self.access)
     }
 }
 

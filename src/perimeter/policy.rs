@@ -7,11 +7,19 @@
 //! unknown tool, a forbidden prompt like an unknown prompt, a forbidden resource as not found,
 //! and lists leave them out. With no policy configured every client has unrestricted access,
 //! which costs a request one branch on `None`.
+//!
+//! A session is served with the access of the credential that opened it. Another credential
+//! of the same identity may use the session only if it [`covers`](Access::covers) that
+//! access: everything the session holds (remembered answers, streams, requests to the
+//! client) was made under it, so a narrower one is told the session does not exist. The
+//! access travels between nodes as a [`Grant`], the rules' fingerprints.
 
 use crate::config::PolicySettings;
-use crate::context::Identity;
+use crate::context::{Identity, Proof};
 use crate::protocol::mcp::Error;
 use crate::registry::ListKind;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 /// Methods every client may call, whatever its policies say: without them it could not even
@@ -27,6 +35,9 @@ pub struct Policies {
 /// One policy: who it applies to, and what they may use.
 #[derive(Debug)]
 struct Rule {
+    /// What names this rule to another node (a session's [`Grant`]): a digest of its
+    /// settings, so that a node whose policies differ finds no rule by it.
+    fingerprint: Box<str>,
     identities: Vec<String>,
     scopes: Vec<String>,
     tools: Patterns,
@@ -39,11 +50,18 @@ struct Rule {
 #[derive(Debug, Clone, Default)]
 pub struct Access {
     /// The rules of the policies that apply, any one of which allows; `None` when no policy
-    /// is configured (unrestricted).
+    /// is configured, or one that applies allows everything (unrestricted).
     rules: Option<Arc<[Arc<Rule>]>>,
-    /// The access of another credential this one is narrowed by (a request's own, on a
-    /// session opened with another): what it refuses is refused.
-    narrower: Option<Arc<Access>>,
+}
+
+/// An [`Access`] as a session's record in Redis carries it to other nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Grant {
+    /// Unrestricted.
+    Everything,
+    /// The fingerprints of the rules that apply, in the order of `auth.policies`.
+    Rules(Vec<String>),
 }
 
 impl Policies {
@@ -53,6 +71,7 @@ impl Policies {
             .iter()
             .map(|p| {
                 Arc::new(Rule {
+                    fingerprint: fingerprint(p),
                     identities: p.identities.clone(),
                     scopes: p.scopes.clone(),
                     tools: Patterns::new(&p.tools),
@@ -91,8 +110,29 @@ impl Policies {
         }
         Some(Access {
             rules: Some(matching.into()),
-            narrower: None,
         })
+    }
+
+    /// The access `grant` names on this node: `None` when a rule it names is not one of
+    /// this node's (its policies differ), so that nothing is granted by guess.
+    pub fn access_of(&self, grant: &Grant) -> Option<Access> {
+        match grant {
+            Grant::Everything => Some(Access::default()),
+            Grant::Rules(fingerprints) => {
+                let rules = fingerprints
+                    .iter()
+                    .map(|wanted| {
+                        self.rules
+                            .iter()
+                            .find(|rule| *rule.fingerprint == **wanted)
+                            .cloned()
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                (!rules.is_empty()).then(|| Access {
+                    rules: Some(rules.into()),
+                })
+            }
+        }
     }
 
     /// Every scope some policy grants access for (for a 403's `scope`).
@@ -113,10 +153,15 @@ impl Rule {
         let by_identity = self.identities.iter().any(|entry| {
             if identity.is_authenticated() {
                 // A bare name matches the subject however it was proven (as it always did);
-                // `key:alice`, `jwt:alice`, `cert:…` only the identity of that proof.
+                // `key:alice`, `jwt:alice`, `cert:…` only the identity of that proof, never a
+                // subject that happens to be spelled so (a JWT whose `sub` is `key:alice`).
                 entry == "*"
                     || (entry != "anonymous"
-                        && (entry == identity.subject() || entry == identity.principal()))
+                        && if Proof::names(entry) {
+                            entry == identity.principal()
+                        } else {
+                            entry == identity.subject()
+                        })
             } else {
                 entry == "anonymous"
             }
@@ -140,70 +185,49 @@ impl Access {
     /// Whether the access is unrestricted (no policy limits it).
     pub fn is_unrestricted(&self) -> bool {
         self.rules.is_none()
-            && self
-                .narrower
-                .as_ref()
-                .is_none_or(|other| other.is_unrestricted())
     }
 
-    /// What both this access and `other` allow: a request on a session is served with what
-    /// the session's credential and the request's own both grant (the narrower wins).
-    pub fn narrowed_by(&self, other: &Access) -> Access {
-        // The usual case, a request with the session's own credential, narrows nothing (and
-        // allocates nothing): the same policies apply, the same `Rule`s.
-        if other.is_unrestricted() || self.grants_as(other) {
-            return self.clone();
-        }
-        if self.is_unrestricted() {
-            return other.clone();
-        }
-        Access {
-            rules: self.rules.clone(),
-            narrower: Some(Arc::new(match &self.narrower {
-                // Already narrowed once: narrow the narrower (a chain, not a tree).
-                Some(narrower) => narrower.narrowed_by(other),
-                None => other.clone(),
-            })),
+    /// Whether this access grants at least what `other` grants: it is unrestricted, or it
+    /// is made of every rule `other` is made of (and perhaps more). A credential may use a
+    /// session only if its access covers the session's.
+    pub fn covers(&self, other: &Access) -> bool {
+        match (&self.rules, &other.rules) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(mine), Some(theirs)) => theirs
+                .iter()
+                .all(|rule| mine.iter().any(|own| Arc::ptr_eq(own, rule))),
         }
     }
 
-    /// Whether `other` is made of exactly the same rules, unnarrowed.
-    fn grants_as(&self, other: &Access) -> bool {
-        match (&self.rules, &other.rules, &self.narrower, &other.narrower) {
-            (Some(mine), Some(theirs), None, None) => {
-                mine.len() == theirs.len()
-                    && mine
-                        .iter()
-                        .zip(theirs.iter())
-                        .all(|(a, b)| Arc::ptr_eq(a, b))
-            }
-            _ => false,
+    /// This access as a session's record carries it to another node.
+    pub fn grant(&self) -> Grant {
+        match &self.rules {
+            None => Grant::Everything,
+            Some(rules) => Grant::Rules(
+                rules
+                    .iter()
+                    .map(|rule| rule.fingerprint.to_string())
+                    .collect(),
+            ),
         }
     }
 
     fn allows(&self, pick: impl Fn(&Rule) -> &Patterns + Copy, name: &str) -> bool {
-        let own = match &self.rules {
+        match &self.rules {
             None => true,
             Some(rules) => rules.iter().any(|rule| pick(rule).matches(name)),
-        };
-        own && self
-            .narrower
-            .as_ref()
-            .is_none_or(|other| other.allows(pick, name))
+        }
     }
 
     /// Whether the client may call `method`.
     pub fn may_call(&self, method: &str) -> bool {
-        let own = self.rules.is_none()
+        self.rules.is_none()
             || ALWAYS_ALLOWED.contains(&method)
             || self
                 .rules
                 .as_ref()
-                .is_some_and(|rules| rules.iter().any(|rule| rule.methods.matches(method)));
-        own && self
-            .narrower
-            .as_ref()
-            .is_none_or(|other| other.may_call(method))
+                .is_some_and(|rules| rules.iter().any(|rule| rule.methods.matches(method)))
     }
 
     /// Whether the client may list and call the tool `name`.
@@ -282,6 +306,29 @@ impl Patterns {
     }
 }
 
+/// A digest of a policy's settings, each list and entry length-prefixed so that no two
+/// policies share one by how their entries split.
+fn fingerprint(policy: &PolicySettings) -> Box<str> {
+    let mut digest = Sha256::new();
+    for list in [
+        &policy.identities,
+        &policy.scopes,
+        &policy.tools,
+        &policy.resources,
+        &policy.prompts,
+        &policy.methods,
+    ] {
+        digest.update((list.len() as u64).to_le_bytes());
+        for entry in list {
+            digest.update((entry.len() as u64).to_le_bytes());
+            digest.update(entry.as_bytes());
+        }
+    }
+    data_encoding::HEXLOWER
+        .encode(&digest.finalize()[..8])
+        .into()
+}
+
 /// Whether `text` matches `pattern`, in which `*` stands for any run of characters (possibly
 /// empty) and everything else for itself.
 fn wildcard_match(pattern: &str, text: &str) -> bool {
@@ -319,25 +366,50 @@ mod tests {
     }
 
     #[test]
-    fn a_narrower_credential_narrows_and_the_same_one_is_taken_as_is() {
-        let policies = Policies::new(&[
+    fn a_credential_covers_what_its_rules_include_and_grants_travel_by_fingerprint() {
+        let settings = [
             policy(&[], &["wide"], &["*"]),
             policy(&[], &["narrow"], &["echo"]),
-        ]);
-        let of = |scope: &str| {
-            let identity = Identity::authenticated("alice", vec![scope.to_owned()]);
+            policy(&[], &["other"], &["add"]),
+        ];
+        let policies = Policies::new(&settings);
+        let of = |scopes: &[&str]| {
+            let scopes = scopes.iter().map(|s| s.to_string()).collect();
+            let identity = Identity::authenticated("alice", scopes);
             policies.access_for(&identity).expect("a policy applies")
         };
-        let (wide, narrow) = (of("wide"), of("narrow"));
-        let same = wide.narrowed_by(&of("wide"));
-        assert!(same.narrower.is_none(), "the same rules: nothing to narrow");
-        assert!(same.may_use_tool("add"));
-        let narrowed = wide.narrowed_by(&narrow);
-        assert!(narrowed.may_use_tool("echo"));
-        assert!(!narrowed.may_use_tool("add"));
+        let (wide, narrow, other) = (of(&["wide"]), of(&["narrow"]), of(&["other"]));
+        let both = of(&["narrow", "other"]);
+        assert!(wide.is_unrestricted(), "a policy that allows everything");
+        assert!(wide.covers(&narrow) && wide.covers(&wide));
         assert!(
-            !narrow.narrowed_by(&wide).may_use_tool("add"),
-            "either way round"
+            !narrow.covers(&wide),
+            "restricted never covers unrestricted"
+        );
+        assert!(
+            narrow.covers(&of(&["narrow"])),
+            "the same rules, resolved again"
+        );
+        assert!(both.covers(&narrow) && both.covers(&other));
+        assert!(!narrow.covers(&both) && !narrow.covers(&other));
+
+        // Another node with the same policies finds the same rules by their fingerprints.
+        let elsewhere = Policies::new(&settings);
+        for access in [&wide, &narrow, &both] {
+            let carried = elsewhere.access_of(&access.grant()).expect("known rules");
+            assert_eq!(carried.grant(), access.grant());
+            assert!(carried.may_use_tool("echo"));
+            assert_eq!(carried.may_use_tool("add"), access.may_use_tool("add"));
+        }
+        // One whose policies differ grants nothing by guess.
+        let mut changed = settings.clone();
+        changed[1].tools.push("sleep".into());
+        assert!(Policies::new(&changed).access_of(&narrow.grant()).is_none());
+        assert_eq!(
+            Policies::new(&changed)
+                .access_of(&wide.grant())
+                .map(|a| a.grant()),
+            Some(Grant::Everything)
         );
     }
 
@@ -413,6 +485,11 @@ mod tests {
         for proof in [Proof::ApiKey, Proof::Jwt, Proof::Certificate] {
             let bob = Identity::proven(proof, "bob", vec![]);
             assert!(policies.access_for(&bob).is_some(), "{proof:?}");
+        }
+        // A subject spelled as another proof's principal is not that identity.
+        for proof in [Proof::ApiKey, Proof::Jwt, Proof::Certificate] {
+            let spelled = Identity::proven(proof, "jwt:alice", vec![]);
+            assert!(policies.access_for(&spelled).is_none(), "{proof:?}");
         }
     }
 

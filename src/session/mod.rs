@@ -428,26 +428,6 @@ impl Session {
         &self.inbox
     }
 
-    /// Handles a message whose own credential grants `access` (an HTTP request on a session
-    /// opened with another credential of the same identity): it is served with what both
-    /// credentials allow, the narrower winning; the session keeps its own for what follows.
-    pub fn on_text_as(
-        &mut self,
-        text: &str,
-        exchange: u64,
-        access: &crate::perimeter::Access,
-        out: &mut dyn Outlet,
-    ) -> Intake {
-        if access.is_unrestricted() {
-            return self.on_text(text, exchange, out);
-        }
-        let session_access = self.admission.access.clone();
-        self.admission.access = session_access.narrowed_by(access);
-        let intake = self.on_text(text, exchange, out);
-        self.admission.access = session_access;
-        intake
-    }
-
     /// Handles one complete text message (a single JSON-RPC message or a batch), which is
     /// exchange `exchange` of its host.
     pub fn on_text(&mut self, text: &str, exchange: u64, out: &mut dyn Outlet) -> Intake {

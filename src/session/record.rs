@@ -40,6 +40,12 @@ pub struct SessionRecord {
     pub client_info: Value,
     /// Who the session belongs to (`Identity::principal`).
     pub principal: String,
+    /// What the credential that opened it grants: another node serves the session with
+    /// that, and only to a credential of the principal that grants at least as much. A
+    /// record written before the field had none: the credential that takes it up is
+    /// taken for the session's, as it was then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<crate::perimeter::Grant>,
     /// The client's `logging/setLevel`.
     pub log_level: LogLevel,
     /// The resource URIs the client subscribed to.
@@ -82,6 +88,7 @@ impl Session {
             client_info: serde_json::to_value(ForVersion(&*info.client_info, negotiated.version))
                 .unwrap_or_default(),
             principal: self.admission.identity.principal().to_owned(),
+            grant: Some(self.admission.access.grant()),
             log_level: self.inbox.log_level(),
             subscriptions,
             trace_id: self.admission.trace_id.to_string(),
@@ -232,6 +239,7 @@ mod tests {
             capabilities: serde_json::json!({"node": 1}),
             client_info: serde_json::json!({}),
             principal: "anonymous".into(),
+            grant: None,
             log_level: LogLevel::Info,
             subscriptions: Vec::new(),
             trace_id: String::new(),

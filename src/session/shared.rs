@@ -184,7 +184,7 @@ impl Shared {
                 Refusal::TooManySessions
             });
         };
-        Ok(slot.bound_to(Owner::of(&admission.identity), permit))
+        Ok(slot.bound_to(Owner::of(admission), permit))
     }
 
     /// Sets who is told of every session's `initialize` (once; a second observer is

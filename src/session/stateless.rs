@@ -593,9 +593,9 @@ impl Session {
             _ => Map::new(),
         };
         let owner = stateless.info.identity.principal().to_owned();
-        // The request's own access (narrowed by its credential on a session opened with
-        // another): a task is for the credentials that may call its tool, and one that may
-        // not is answered as its `tools/call` would be.
+        // The access it is served with (its session's, or on a connection without one its
+        // own): a task is for the credentials that may call its tool, and one that may not is
+        // answered as its `tools/call` would be.
         let access = self.admission.access.clone();
         let shared = self.shared.clone();
         let task_id = p.task_id;

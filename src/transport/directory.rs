@@ -1,8 +1,8 @@
 //! The sessions a client can reach again by the id it holds, one directory per kind of
 //! actor: hosted sessions (HTTP, and WebSocket sessions parked for a reconnect) and WebSocket
 //! sessions with their socket (a reconnect takes the session over). Each entry remembers
-//! whose session it is: a lookup by anyone else finds nothing, as for an id that never
-//! existed.
+//! whose session it is: a lookup by anyone else, or by a credential of the same principal
+//! that grants less ([`Owner::admits`]), finds nothing, as for an id that never existed.
 
 use crate::perimeter::Owner;
 use crate::session::shared::SessionId;
@@ -28,20 +28,22 @@ impl<A: Actor> Directory<A> {
         self.entries.insert(id, (actor, owner));
     }
 
-    /// The actor of the session `id` if there is one (and it is `owner`'s), else the one
-    /// `make` makes, remembered: two requests taking up the same session at once get the
-    /// same actor, where each made its own and the later one hid the earlier. `make` runs
-    /// under the directory's lock of that id: it must not use the directory.
+    /// The actor of the session `id` if there is one (and `requester` may use it), else the
+    /// one `make` makes, remembered as `owner`'s (the session's, which `requester` was found
+    /// to be admitted by): two requests taking up the same session at once get the same
+    /// actor, where each made its own and the later one hid the earlier. `make` runs under
+    /// the directory's lock of that id: it must not use the directory.
     pub fn find_or_make(
         &self,
         id: SessionId,
+        requester: &Owner,
         owner: &Owner,
         make: impl FnOnce(&SessionId) -> Option<Addr<A>>,
     ) -> Option<Addr<A>> {
         match self.entries.entry(id) {
             dashmap::Entry::Occupied(entry) => {
                 let (actor, its_owner) = entry.get();
-                (its_owner == owner).then(|| actor.clone())
+                its_owner.admits(requester).then(|| actor.clone())
             }
             dashmap::Entry::Vacant(entry) => {
                 let actor = make(entry.key())?;
@@ -51,12 +53,12 @@ impl<A: Actor> Directory<A> {
         }
     }
 
-    /// The actor of the session with this id, if it is live and `owner`'s (anyone else is
-    /// told there is no such session).
-    pub fn find(&self, id: &str, owner: &Owner) -> Option<Addr<A>> {
+    /// The actor of the session with this id, if it is live and `requester` may use it
+    /// (anyone else is told there is no such session).
+    pub fn find(&self, id: &str, requester: &Owner) -> Option<Addr<A>> {
         self.entries
             .get(id)
-            .filter(|entry| entry.value().1 == *owner)
+            .filter(|entry| entry.value().1.admits(requester))
             .map(|entry| entry.value().0.clone())
     }
 
@@ -86,7 +88,10 @@ mod tests {
     }
 
     fn owner(name: &str) -> Owner {
-        Owner::of(&Identity::proven(Proof::ApiKey, name, Vec::new()))
+        Owner::new(
+            &Identity::proven(Proof::ApiKey, name, Vec::new()),
+            crate::perimeter::Access::default(),
+        )
     }
 
     #[actix_rt::test]
@@ -94,16 +99,20 @@ mod tests {
         let directory = Directory::<Nobody>::default();
         let id = SessionId::from_client("s-1");
         let first = directory
-            .find_or_make(id.clone(), &owner("alice"), |_| Some(Nobody.start()))
+            .find_or_make(id.clone(), &owner("alice"), &owner("alice"), |_| {
+                Some(Nobody.start())
+            })
             .expect("made");
         // The second taker finds the first's actor: it makes none.
-        let second = directory.find_or_make(id.clone(), &owner("alice"), |_| {
+        let second = directory.find_or_make(id.clone(), &owner("alice"), &owner("alice"), |_| {
             panic!("a second actor made for the same session")
         });
         assert_eq!(second.as_ref(), Some(&first));
         // Anyone else finds nothing, as for an id that never existed.
         assert!(directory
-            .find_or_make(id.clone(), &owner("mallory"), |_| Some(Nobody.start()))
+            .find_or_make(id.clone(), &owner("mallory"), &owner("mallory"), |_| {
+                Some(Nobody.start())
+            })
             .is_none());
         assert_eq!(directory.find("s-1", &owner("alice")), Some(first.clone()));
     }

@@ -25,7 +25,7 @@ use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use super::socket_record::{self, KeepsRecord, Kept, RecordWritten, SocketRecord};
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
 use crate::cluster::Cluster;
-use crate::perimeter::{Access, Admission, Owner, Refusal};
+use crate::perimeter::{Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::mcp::Error;
 use crate::session::record::SessionRecord;
@@ -64,8 +64,6 @@ pub enum PostReply {
 pub struct Post {
     /// The body.
     pub text: String,
-    /// What the request's own credential grants (the session's may grant more).
-    pub access: Access,
     /// Where the answer goes.
     pub reply: oneshot::Sender<PostReply>,
 }
@@ -163,9 +161,6 @@ impl SocketHandle {
 pub struct AttachSocket {
     /// The socket.
     pub socket: SocketHandle,
-    /// What the socket's own credential grants: its messages are served with the narrower
-    /// of that and the session's.
-    pub access: Access,
     /// The ids the client says it has no answer for (`Mcp-Awaiting-Ids`), if it said.
     pub awaiting: Option<Awaited>,
 }
@@ -229,23 +224,25 @@ pub(crate) const DRAINED_QUIET: Duration = Duration::from_millis(250);
 /// Hosted sessions by the id their client holds.
 pub type HostedSessions = Directory<HostedSession>;
 
-/// The copy of session `id` here, or the one `take_up` makes from its record in Redis with a
-/// session slot opened for `admission` (remembered): requests taking the same session up at
-/// once, on several threads, get one copy (see [`Directory::find_or_make`]).
+/// The copy of session `id` here, if `requester` may use it, or the one `take_up` makes from
+/// its record in Redis with a session slot opened for `admission`, the session's own (its
+/// identity, and the access its record grants), remembered: requests taking the same session
+/// up at once, on several threads, get one copy (see [`Directory::find_or_make`]).
 ///
 /// # Errors
 /// The slot's refusal (a session limit), or [`Refusal::SessionNotFound`] when `take_up`
-/// finds the record unusable (or it is another owner's copy).
+/// finds the record unusable (or the copy here is not one `requester` may use).
 pub(crate) fn find_or_take_up(
     directory: &Arc<HostedSessions>,
     shared: &Arc<Shared>,
     id: &str,
+    requester: &Owner,
     admission: &Admission,
     take_up: impl FnOnce(SessionSlot, &SessionId) -> Option<Addr<HostedSession>>,
 ) -> Result<Addr<HostedSession>, Refusal> {
-    let owner = Owner::of(&admission.identity);
+    let owner = Owner::of(admission);
     let mut refused = None;
-    let session = directory.find_or_make(SessionId::from_client(id), &owner, |id| {
+    let session = directory.find_or_make(SessionId::from_client(id), requester, &owner, |id| {
         let slot = shared
             .open_session(admission)
             .map_err(|refusal| refused = Some(refusal))
@@ -812,9 +809,7 @@ impl Handler<Post> for HostedSession {
                 ..StreamState::default()
             },
         );
-        let intake = self
-            .core
-            .on_text_as(&post.text, exchange, &post.access, http);
+        let intake = self.core.on_text(&post.text, exchange, http);
         // Priming events (SEP-1699) only for sessions whose version knows them.
         http.prime = self
             .core
@@ -984,7 +979,6 @@ impl Handler<AttachSocket> for HostedSession {
         if self.closing {
             return false;
         }
-        out.access = attach.access;
         if let Some(older) = out.socket.replace(attach.socket.clone()) {
             older.detach.do_send(Detach::RECONNECTED);
             // What 2026-07-28 requests the older connection began end with it, as when it
@@ -1073,12 +1067,9 @@ impl Handler<Relayed> for HostedSession {
 
     fn handle(&mut self, relayed: Relayed, ctx: &mut Self::Context) {
         self.last_active = Instant::now();
-        // Served with the attached socket's own credential as well as the session's.
-        let access = match &self.out {
-            Outlets::Socket(socket) => socket.access.clone(),
-            Outlets::Http(_) => Access::default(),
-        };
-        self.core.on_text_as(&relayed.0, 0, &access, &mut self.out);
+        // The attached socket's credential covers the session's (it could not have resumed
+        // the session otherwise): served with the session's.
+        self.core.on_text(&relayed.0, 0, &mut self.out);
         socket_record::keep(self, ctx);
         self.end_if_due(ctx);
     }
@@ -1140,8 +1131,6 @@ impl Outlet for Outlets {
 /// A WebSocket session's way out: its current socket, or what it missed while it had none.
 pub struct SocketOutlet {
     socket: Option<SocketHandle>,
-    /// What the attached socket's credential grants.
-    access: Access,
     missed: VecDeque<Missed>,
     /// The bytes of `missed`.
     missed_bytes: usize,
@@ -1182,7 +1171,6 @@ impl SocketOutlet {
         let sessions = &shared.settings.sessions;
         Self {
             socket: None,
-            access: Access::default(),
             missed: VecDeque::new(),
             missed_bytes: 0,
             max_missed: sessions.resume_buffer_messages,

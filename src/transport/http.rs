@@ -13,7 +13,7 @@
 use super::events::{Cursor, EventChunks, SseEvent};
 use super::hosted::{find_or_take_up, End, HostedSession, OpenStream, Post, PostReply, TakeRecord};
 use super::stateless::{Body, FirstReply, StatelessExchange};
-use crate::perimeter::{self, Access, Admission, Owner, Refusal};
+use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded};
 use crate::protocol::mcp::{decode_header_value, ProtocolVersion, RequestMeta};
 use crate::registry::ViewerRef;
@@ -87,9 +87,7 @@ pub async fn post(
         return stateless(&req, &shared, admission, &text, header_version).await;
     }
     check_version_header(header_version)?;
-    let owner = Owner::of(&admission.identity);
-    // A request on a session is authorized with its own credential as well as the session's.
-    let access = admission.access.clone();
+    let owner = Owner::of(&admission);
     let (session, new_id) = match session_id(req.headers()) {
         Some(id) => (
             find_session(id, &admission, &shared, &directory).await?,
@@ -120,7 +118,7 @@ pub async fn post(
         }
         None => return Err(Refusal::SessionRequired),
     };
-    let mut response = answer(&shared, exchange(&session, text, access).await?);
+    let mut response = answer(&shared, exchange(&session, text).await?);
     if let (Some(id), true) = (&new_id, shared.settings.sessions_in_redis()) {
         // The record is in Redis before the client has the id: its next request may go to
         // any node at once.
@@ -549,32 +547,52 @@ async fn find_session(
     shared: &Arc<Shared>,
     directory: &web::Data<HostedSessions>,
 ) -> Result<Addr<HostedSession>, Refusal> {
-    let owner = Owner::of(&admission.identity);
-    if let Some(session) = directory.find(id, &owner) {
+    let requester = Owner::of(admission);
+    if let Some(session) = directory.find(id, &requester) {
         return Ok(session);
     }
     if !shared.settings.sessions_in_redis() {
         return Err(Refusal::SessionNotFound);
     }
-    let record = fetch_record(id, admission, shared, false).await?;
+    let stored = fetch_record(id, admission, shared, false).await?;
     // Another request may have taken it up meanwhile (on another thread, at this moment).
     let directory = directory.clone().into_inner();
-    find_or_take_up(&directory, shared, id, admission, |slot, id| {
-        let session = HostedSession::adopt_http(
-            shared.clone(),
-            directory.clone(),
-            slot,
-            id.clone(),
-            admission.clone(),
-            &record,
-        )?;
-        tracing::debug!(trace = %record.trace_id, "session taken up from the store");
-        Some(session)
-    })
+    let session_admission = &stored.admission;
+    find_or_take_up(
+        &directory,
+        shared,
+        id,
+        &requester,
+        session_admission,
+        |slot, id| {
+            let session = HostedSession::adopt_http(
+                shared.clone(),
+                directory.clone(),
+                slot,
+                id.clone(),
+                session_admission.clone(),
+                &stored.record,
+            )?;
+            tracing::debug!(trace = %stored.record.trace_id, "session taken up from the store");
+            Some(session)
+        },
+    )
+}
+
+/// A session's record as read from Redis, for a client found to be its owner's.
+pub(crate) struct StoredSession {
+    /// The record.
+    pub record: SessionRecord,
+    /// Its JSON as Redis holds it (what a compare-and-set of it compares).
+    pub read: String,
+    /// The session's own admission on this node: the client's, with the access the record
+    /// grants (which the client's covers).
+    pub admission: Admission,
 }
 
 /// The record of session `id` in Redis (renewing its time to live), if it is the caller's
-/// and of the kind asked for (WebSocket or HTTP): anyone else finds nothing.
+/// (its principal, with a credential that grants at least what the session's did) and of
+/// the kind asked for (WebSocket or HTTP): anyone else finds nothing.
 ///
 /// # Errors
 /// [`Refusal::SessionNotFound`] for no such session of the caller's;
@@ -584,23 +602,7 @@ pub(crate) async fn fetch_record(
     admission: &Admission,
     shared: &Shared,
     websocket: bool,
-) -> Result<SessionRecord, Refusal> {
-    fetch_record_as_stored(id, admission, shared, websocket)
-        .await
-        .map(|(record, _)| record)
-}
-
-/// [`fetch_record`], and the record's JSON as Redis holds it (what a compare-and-set of it
-/// compares).
-///
-/// # Errors
-/// As [`fetch_record`].
-pub(crate) async fn fetch_record_as_stored(
-    id: &str,
-    admission: &Admission,
-    shared: &Shared,
-    websocket: bool,
-) -> Result<(SessionRecord, String), Refusal> {
+) -> Result<StoredSession, Refusal> {
     let Some(redis) = shared.cluster.store.redis() else {
         return Err(Refusal::SessionNotFound);
     };
@@ -610,21 +612,39 @@ pub(crate) async fn fetch_record_as_stored(
     } else {
         Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms)
     };
-    let json = match redis.get_session(&shared.metrics, id, ttl).await {
+    let read = match redis.get_session(&shared.metrics, id, ttl).await {
         Some(Some(json)) => json,
         Some(None) => return Err(Refusal::SessionNotFound),
         None => return Err(Refusal::SessionStoreUnavailable),
     };
     let record: SessionRecord =
-        serde_json::from_str(&json).map_err(|_| Refusal::SessionNotFound)?;
+        serde_json::from_str(&read).map_err(|_| Refusal::SessionNotFound)?;
     let identity = &admission.identity;
     let theirs = if identity.is_authenticated() {
         record.principal == identity.principal()
     } else {
         record.principal == "anonymous"
     };
-    if theirs && record.websocket == websocket {
-        Ok((record, json))
+    // What the session was opened with, as this node's policies know it; a record naming a
+    // rule this node does not have is no one's here.
+    let access = match &record.grant {
+        Some(grant) => shared
+            .perimeter
+            .policies
+            .access_of(grant)
+            .ok_or(Refusal::SessionNotFound)?,
+        None => admission.access.clone(),
+    };
+    if theirs && record.websocket == websocket && admission.access.covers(&access) {
+        let admission = Admission {
+            access,
+            ..admission.clone()
+        };
+        Ok(StoredSession {
+            record,
+            read,
+            admission,
+        })
     } else {
         Err(Refusal::SessionNotFound)
     }
@@ -689,11 +709,7 @@ pub async fn delete(
     let shared = shared.into_inner();
     let admission = check_common(&req, &shared)?;
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
-    if directory
-        .find(id, &Owner::of(&admission.identity))
-        .is_none()
-        && shared.settings.sessions_in_redis()
-    {
+    if directory.find(id, &Owner::of(&admission)).is_none() && shared.settings.sessions_in_redis() {
         // Not held here: ended in the store and on the nodes that hold it, without taking
         // it up only to end it.
         end_elsewhere(id, &admission, &shared).await?;
@@ -736,20 +752,12 @@ fn check_version_header(version: Option<&str>) -> Result<(), Refusal> {
 }
 
 /// Hands a message to its session and waits for how to answer.
-async fn exchange(
-    session: &Addr<HostedSession>,
-    text: String,
-    access: Access,
-) -> Result<PostReply, Refusal> {
+async fn exchange(session: &Addr<HostedSession>, text: String) -> Result<PostReply, Refusal> {
     let (reply, answer) = oneshot::channel();
     // Into the mailbox at once when it has room: the answer comes through `reply`, so
     // actix's own reply channel (`send`) would be a second one per request. A full mailbox
     // is waited on, so clients cannot grow it.
-    match session.try_send(Post {
-        text,
-        access,
-        reply,
-    }) {
+    match session.try_send(Post { text, reply }) {
         Ok(()) => {}
         Err(SendError::Full(post)) => session
             .send(post)

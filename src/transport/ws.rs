@@ -38,7 +38,7 @@ use super::hosted::{
     NegotiatedVersion, Relayed, SocketHandle, DRAINED_QUIET,
 };
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind};
-use crate::perimeter::{self, Access, Admission, Owner, Refusal};
+use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::protocol::mcp::{Error, ProtocolVersion};
 use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
@@ -127,9 +127,6 @@ pub struct WsSession {
 
 /// What a resuming connection tells the session it resumes.
 struct Resume {
-    /// What its own credential grants: its messages are served with the narrower of that
-    /// and the session's.
-    access: Access,
     /// The ids its client says it has no answer for (`Mcp-Awaiting-Ids`), if it said.
     awaiting: Option<Awaited>,
 }
@@ -176,18 +173,17 @@ impl WsSession {
         )
     }
 
-    /// A connection resuming the session hosted by `hosted`, with a credential that grants
-    /// `access` (its requests get no more than that, nor than the session's own credential
-    /// grants), from a client that awaits the answers of `awaiting` if it said so.
+    /// A connection resuming the session hosted by `hosted` (with a credential that covers
+    /// the session's: its requests are served with the session's), from a client that awaits
+    /// the answers of `awaiting` if it said so.
     pub fn resume(
         shared: Arc<Shared>,
         directory: (Arc<HostedSessions>, Arc<Sockets>),
         hosted: Addr<HostedSession>,
-        access: Access,
         awaiting: Option<Awaited>,
     ) -> Self {
         let mut socket = Self::with_core(shared, directory, (Core::Relay(hosted), None));
-        socket.resume = Some(Box::new(Resume { access, awaiting }));
+        socket.resume = Some(Box::new(Resume { awaiting }));
         socket
     }
 
@@ -459,11 +455,9 @@ impl Actor for WsSession {
                         + limits.max_in_flight_per_session,
                 );
                 let resume = self.resume.take().map(|resume| *resume);
-                let (access, awaiting) =
-                    resume.map_or_else(Default::default, |r| (r.access, r.awaiting));
+                let awaiting = resume.and_then(|r| r.awaiting);
                 let attach = hosted.send(AttachSocket {
                     socket: SocketHandle::of(&ctx.address()),
-                    access,
                     awaiting,
                 });
                 ctx.wait(attach.into_actor(self).map(|attached, session, ctx| {
@@ -679,7 +673,7 @@ pub async fn upgrade(
                 return Err(Refusal::ShuttingDown.into());
             }
             let awaiting = Awaited::of(&req)?;
-            let owner = Owner::of(&admission.identity);
+            let owner = Owner::of(&admission);
             let hosted = match claim_session(&directory, &id, &owner).await {
                 Err(Refusal::SessionNotFound) if shared.settings.sessions_in_redis() => {
                     take_up(&shared, &directory.0, &id, &admission).await?
@@ -694,13 +688,7 @@ pub async fn upgrade(
                     return Err(Refusal::ResumeVersionMismatch(version.as_str()).into());
                 }
             }
-            WsSession::resume(
-                shared.clone(),
-                directory,
-                hosted,
-                admission.access,
-                awaiting,
-            )
+            WsSession::resume(shared.clone(), directory, hosted, awaiting)
         }
         None => {
             let slot = shared.open_new_session(&admission)?;
@@ -772,31 +760,36 @@ async fn take_up(
     id: &str,
     admission: &Admission,
 ) -> Result<Addr<HostedSession>, Refusal> {
-    let (record, read) = released_record(shared, id, admission).await?;
+    let stored = released_record(shared, id, admission).await?;
+    let (record, read) = (&stored.record, &stored.read);
+    // The session's own admission: the client's identity, with what the session was opened
+    // with (which the client's credential covers).
+    let session_admission = &stored.admission;
+    let requester = Owner::of(admission);
     // The copy's slot before the claim: a node that cannot host the session (at its cap,
     // or shutting down) refuses without claiming it, so that the claim is never left
     // standing when its give-back fails (other nodes would refuse the session until the
     // record's time to live ended).
-    let slot = shared.open_session(admission)?;
-    let Some(claimed) = claim_record(shared, id, &record, &read).await? else {
+    let slot = shared.open_session(session_admission)?;
+    let Some(claimed) = claim_record(shared, id, record, read).await? else {
         // Claimed first by another upgrade: on this node (a client that retried its upgrade)
         // its copy is here to resume; on another, 503, and a retry asks that node for it.
         return hosted
-            .find(id, &Owner::of(&admission.identity))
+            .find(id, &requester)
             .ok_or(Refusal::SessionHeldElsewhere);
     };
     // Another upgrade of the same session on this node may have made its copy meanwhile:
     // one copy, whose in-flight requests are answered once.
-    let owner = Owner::of(&admission.identity);
+    let owner = Owner::of(session_admission);
     let taken = hosted
-        .find_or_make(SessionId::from_client(id), &owner, |id| {
+        .find_or_make(SessionId::from_client(id), &requester, &owner, |id| {
             HostedSession::take_up_socket(
                 shared.clone(),
                 hosted.clone(),
                 slot,
                 id.clone(),
-                admission.clone(),
-                &record,
+                session_admission.clone(),
+                record,
             )
         })
         .ok_or(Refusal::SessionNotFound);
@@ -805,7 +798,7 @@ async fn take_up(
         // as it was, or no node would take the session up while this one lives.
         if let Some(redis) = shared.cluster.store.redis() {
             redis
-                .swap_session(&shared.metrics, id, &claimed, &read)
+                .swap_session(&shared.metrics, id, &claimed, read)
                 .await;
         }
     }
@@ -861,19 +854,19 @@ async fn released_record(
     shared: &Arc<Shared>,
     id: &str,
     admission: &Admission,
-) -> Result<(crate::session::record::SessionRecord, String), Refusal> {
+) -> Result<crate::transport::http::StoredSession, Refusal> {
     let deadline = tokio::time::Instant::now() + HAND_OVER_WAIT;
     // Asked again every 100 ms: the holder hands over a parked copy only, and may notice its
     // socket gone a moment after the client reconnected here.
     let mut next_ask = tokio::time::Instant::now();
     loop {
-        let (record, read) =
-            crate::transport::http::fetch_record_as_stored(id, admission, shared, true).await?;
-        let Some(holder) = record
+        let stored = crate::transport::http::fetch_record(id, admission, shared, true).await?;
+        let Some(holder) = stored
+            .record
             .node
             .filter(|node| *node != shared.cluster.node_number())
         else {
-            return Ok((record, read));
+            return Ok(stored);
         };
         let redis = shared
             .cluster
@@ -882,7 +875,7 @@ async fn released_record(
             .ok_or(Refusal::SessionStoreUnavailable)?;
         // Not known (Redis did not answer): as alive.
         if redis.is_alive(&shared.metrics, holder).await == Some(false) {
-            return Ok((record, read));
+            return Ok(stored);
         }
         if tokio::time::Instant::now() >= next_ask {
             next_ask += Duration::from_millis(100);

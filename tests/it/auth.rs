@@ -1186,13 +1186,33 @@ async fn a_client_no_policy_applies_to_is_refused_and_scopes_select_policies() {
         .is_some_and(|h| h.starts_with("Bearer resource_metadata=")));
 }
 
-/// A request on an HTTP session is authorized with its own credential as well as the one
-/// the session was opened with: the same subject with a narrower token gets only what that
-/// token grants (an unknown tool, a shorter list), and the wider token still gets all.
+/// A policy entry spelled as a principal (`key:ci`) names that proof's identity only: a JWT
+/// whose `sub` is spelled the same is not the API key, and no policy applies to it (403),
+/// while a bare entry still matches a subject however proven.
 #[tokio::test]
-async fn a_request_on_a_session_is_authorized_with_its_own_narrower_credential() {
+async fn a_subject_spelled_as_a_principal_is_not_that_identity() {
     let dir = TempDir::new().expect("tempdir");
     let mut s = auth_settings(&dir);
+    s.auth.policies = vec![policy(&["key:ci", "bot"], &[])];
+    let server = start_auth(s);
+    let admitted = |token: String| {
+        let server = &server;
+        async move { upgrade(server, &[("Authorization", &bearer(&token))]).await }
+    };
+    assert!(admitted(CI_KEY.to_owned()).await.is_ok(), "the API key ci");
+    for sub in ["key:ci", "jwt:key:ci"] {
+        let refused = admitted(hs256(&claims(sub)))
+            .await
+            .refused("no policy applies");
+        assert_eq!(refused.status, 403, "sub {sub}");
+    }
+    assert!(admitted(hs256(&claims("bot"))).await.is_ok(), "a bare name");
+}
+
+/// Two JWTs of one subject, `wide` (every tool) and `narrow` (`echo` only), on a server
+/// requiring authentication.
+fn wide_and_narrow(dir: &TempDir) -> (RunningServer, String, String) {
+    let mut s = auth_settings(dir);
     let mut narrow_policy = policy(&[], &["narrow"]);
     narrow_policy.tools = strings(&["echo"]);
     s.auth.policies = vec![policy(&[], &["wide"]), narrow_policy];
@@ -1202,100 +1222,219 @@ async fn a_request_on_a_session_is_authorized_with_its_own_narrower_credential()
         claims["scope"] = json!(scope);
         hs256(&claims)
     };
-    let (wide, narrow) = (token("wide"), token("narrow"));
+    (server, token("wide"), token("narrow"))
+}
+
+async fn json_of(response: reqwest::Response) -> Value {
+    let text = response.text().await.expect("body");
+    serde_json::from_str::<Value>(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// An HTTP session opened with `token`: its id.
+async fn http_session(server: &RunningServer, token: &str) -> String {
     let init = rpc(0, "initialize", initialize_params("2025-11-25"));
-    let opened = post(&server, Some(&wide), None, init).await;
+    let opened = post(server, Some(token), None, init).await;
     assert_eq!(opened.status(), 200);
-    let id = opened
+    opened
         .headers()
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .expect("a session id")
-        .to_owned();
-    let body = |response: reqwest::Response| async move {
-        let text = response.text().await.expect("body");
-        serde_json::from_str::<Value>(&text).expect("JSON")
+        .to_owned()
+}
+
+/// An HTTP session is its credential's: another credential of the same subject that grants
+/// less is told it does not exist (everything the session holds was made under the wider
+/// one: a remembered answer to a retried id, the streams a `Last-Event-ID` replays, the
+/// requests to the client a response would answer), and one that grants as much or more is
+/// served with what the session's own grants.
+#[tokio::test]
+async fn an_http_session_is_refused_to_a_narrower_credential_of_its_subject() {
+    let dir = TempDir::new().expect("tempdir");
+    let (server, wide, narrow) = wide_and_narrow(&dir);
+    let id = http_session(&server, &wide).await;
+    let add = rpc(
+        1,
+        "tools/call",
+        json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
+    );
+    let allowed = json_of(post(&server, Some(&wide), Some(&id), add.clone()).await).await;
+    assert_eq!(allowed["result"]["content"][0]["text"], "3", "{allowed}");
+
+    // The narrower token: the same id again (which the session remembers the answer of), a
+    // new request, the session's stream resumed, the session ended: all 404, as for an id
+    // that never existed.
+    for request in [add.clone(), rpc(2, "tools/list", json!({}))] {
+        let refused = post(&server, Some(&narrow), Some(&id), request).await;
+        assert_eq!(refused.status(), 404);
+        assert_eq!(json_of(refused).await["error"]["code"], -32001);
+    }
+    let client = crate::support::http::client();
+    let url = format!("http://{}/mcp", server.addr());
+    let resumed = client
+        .get(&url)
+        .bearer_auth(&narrow)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", &id)
+        .header("Last-Event-ID", "0_0")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resumed.status(), 404);
+    let ended = client
+        .delete(&url)
+        .bearer_auth(&narrow)
+        .header("Mcp-Session-Id", &id)
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(ended.status(), 404);
+    // The session is the wider token's still: its retry gets the remembered answer.
+    let again = json_of(post(&server, Some(&wide), Some(&id), add.clone()).await).await;
+    assert_eq!(again, allowed);
+
+    // A session opened with the narrower token, used with the wider one: served with what
+    // the session's own credential grants.
+    let narrow_id = http_session(&server, &narrow).await;
+    let refused = json_of(post(&server, Some(&wide), Some(&narrow_id), add).await).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let listed = json_of(
+        post(
+            &server,
+            Some(&wide),
+            Some(&narrow_id),
+            rpc(3, "tools/list", json!({})),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(tool_names(&listed), ["echo"], "{listed}");
+}
+
+/// With sessions in Redis, the credential a session was opened with travels with its record:
+/// another node refuses it to a narrower credential of the subject (404, a stream resumed
+/// from the mirror included), and serves a wider one with the session's own grant, not the
+/// taker's.
+#[tokio::test]
+async fn another_node_holds_a_session_to_the_credential_it_was_opened_with() {
+    let dir = TempDir::new().expect("tempdir");
+    let redis = crate::support::redis::RedisServer::start();
+    let node = |_: u8| {
+        let mut s = auth_settings(&dir);
+        let mut narrow_policy = policy(&[], &["narrow"]);
+        narrow_policy.tools = strings(&["echo"]);
+        s.auth.policies = vec![policy(&[], &["wide"]), narrow_policy];
+        s.redis.url = redis.url();
+        s.redis.key_prefix = "grant:".into();
+        start_auth(s)
     };
+    let (first, second) = (node(1), node(2));
+    let token = |scope: &str| {
+        let mut claims = claims("alice");
+        claims["scope"] = json!(scope);
+        hs256(&claims)
+    };
+    let (wide, narrow) = (token("wide"), token("narrow"));
     let add = rpc(
         1,
         "tools/call",
         json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
     );
 
-    let refused = body(post(&server, Some(&narrow), Some(&id), add.clone()).await).await;
-    assert_eq!(refused["error"]["code"], -32602, "{refused}");
-    let listed = body(
-        post(
-            &server,
-            Some(&narrow),
-            Some(&id),
-            rpc(2, "tools/list", json!({})),
-        )
-        .await,
-    )
-    .await;
-    assert_eq!(tool_names(&listed), ["echo"], "{listed}");
-
-    let allowed = body(post(&server, Some(&wide), Some(&id), add).await).await;
+    let id = http_session(&first, &wide).await;
+    let refused = post(&second, Some(&narrow), Some(&id), add.clone()).await;
+    assert_eq!(refused.status(), 404);
+    let resumed = crate::support::http::client()
+        .get(format!("http://{}/mcp", second.addr()))
+        .bearer_auth(&narrow)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", &id)
+        .header("Last-Event-ID", "0_0")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resumed.status(), 404);
+    let allowed = json_of(post(&second, Some(&wide), Some(&id), add.clone()).await).await;
     assert_eq!(allowed["result"]["content"][0]["text"], "3", "{allowed}");
+
+    // Opened with the narrower token; taken up on the other node by the wider one.
+    let narrow_id = http_session(&first, &narrow).await;
+    let taken = json_of(post(&second, Some(&wide), Some(&narrow_id), add).await).await;
+    assert_eq!(taken["error"]["code"], -32602, "{taken}");
 }
 
-/// A WebSocket session ends when the JWT it was opened with expires: a call still in flight
-/// gets its answer (-32023), then the connection closes with 1008.
-/// A resumed WebSocket session is served with the new connection's credential as well as
-/// the one it was opened with: the same subject reconnecting with a narrower token gets only
-/// what that token grants, and a reconnect with the wide token gets all again.
+/// A parked WebSocket session resumes only for a credential of its subject that grants at
+/// least what the one it was opened with did (its missed answers, made under that one, go to
+/// the resuming connection); a wider one resuming a narrower session is served with the
+/// session's.
 #[tokio::test]
-async fn a_resumed_websocket_session_is_authorized_with_its_new_narrower_credential() {
+async fn a_websocket_session_resumes_only_for_a_credential_that_grants_as_much() {
     let dir = TempDir::new().expect("tempdir");
-    let mut s = auth_settings(&dir);
-    let mut narrow_policy = policy(&[], &["narrow"]);
-    narrow_policy.tools = strings(&["echo"]);
-    s.auth.policies = vec![policy(&[], &["wide"]), narrow_policy];
-    let server = start_auth(s);
-    let token = |scope: &str| {
-        let mut claims = claims("alice");
-        claims["scope"] = json!(scope);
-        hs256(&claims)
+    let (server, wide, narrow) = wide_and_narrow(&dir);
+    let open = |token: String| {
+        let server = &server;
+        async move {
+            let mut opened = upgrade(server, &[("Authorization", &bearer(&token))])
+                .await
+                .expect("admitted");
+            let init = opened
+                .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+                .await;
+            let id = init["result"]["_meta"]["mcp-ws/sessionId"]
+                .as_str()
+                .expect("session id")
+                .to_owned();
+            drop(opened);
+            id
+        }
     };
-    let (wide, narrow) = (token("wide"), token("narrow"));
-    let mut opened = upgrade(&server, &[("Authorization", &bearer(&wide))])
-        .await
-        .expect("admitted");
-    let init = opened
-        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
-        .await;
-    let id = init["result"]["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .expect("session id")
-        .to_owned();
-    drop(opened);
+    let id = open(wide.clone()).await;
     wait_metric(&server, "mcp_parked_sessions", 1).await;
 
-    let add = json!({"name": "add", "arguments": {"a": 1, "b": 2}});
-    let mut resumed = upgrade(
+    let refused = upgrade(
         &server,
         &[("Authorization", &bearer(&narrow)), ("Mcp-Session-Id", &id)],
     )
     .await
-    .expect("the same subject resumes");
-    let refused = resumed.request("tools/call", add.clone()).await;
-    assert_eq!(refused["error"]["code"], -32602, "{refused}");
-    let names = list_all(&mut resumed, "tools/list", "tools", "name").await;
-    assert_eq!(names, ["echo"]);
-    drop(resumed);
-    wait_metric(&server, "mcp_parked_sessions", 1).await;
+    .refused("a narrower credential resumes nothing");
+    assert_eq!(refused.status, 404);
+    assert_eq!(
+        metric(&server, "mcp_parked_sessions").await,
+        1,
+        "still parked"
+    );
 
+    let add = json!({"name": "add", "arguments": {"a": 1, "b": 2}});
     let mut wide_again = upgrade(
         &server,
         &[("Authorization", &bearer(&wide)), ("Mcp-Session-Id", &id)],
     )
     .await
-    .expect("resumes again");
-    let allowed = wide_again.request("tools/call", add).await;
+    .expect("resumes");
+    let allowed = wide_again.request("tools/call", add.clone()).await;
     assert_eq!(allowed["result"]["content"][0]["text"], "3", "{allowed}");
+    drop(wide_again);
+
+    // A session opened with the narrower token, resumed with the wider one.
+    let narrow_id = open(narrow).await;
+    wait_metric(&server, "mcp_parked_sessions", 2).await;
+    let mut resumed = upgrade(
+        &server,
+        &[
+            ("Authorization", &bearer(&wide)),
+            ("Mcp-Session-Id", &narrow_id),
+        ],
+    )
+    .await
+    .expect("a wider credential resumes");
+    let refused = resumed.request("tools/call", add).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let names = list_all(&mut resumed, "tools/list", "tools", "name").await;
+    assert_eq!(names, ["echo"]);
 }
 
+/// A WebSocket session ends when the JWT it was opened with expires: a call still in flight
+/// gets its answer (-32023), then the connection closes with 1008.
 #[tokio::test]
 async fn a_websocket_session_ends_when_its_jwt_expires() {
     let dir = TempDir::new().expect("tempdir");
