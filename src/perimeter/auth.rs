@@ -10,9 +10,10 @@
 //! - JWTs are checked with `jsonwebtoken`: the signature with the configured key for the
 //!   token's algorithm (and `kid`), then `exp`, `nbf`, `aud` and `iss`, with a leeway. `sub`
 //!   is the identity; `scope` (space-separated) or `scp` (a list or a string) the scopes.
-//! - A token that is presented must be valid, whether or not authentication is required;
-//!   without one, a verified client certificate's subject is the identity, else the client
-//!   is anonymous (refused when `auth.required`).
+//! - A token that is presented must be valid, whether or not authentication is required,
+//!   and so must the `Authorization: Bearer` header presenting it (one header, one space,
+//!   visible ASCII); without one, a verified client certificate's subject is the identity,
+//!   else the client is anonymous (refused when `auth.required`).
 //!
 //! Tokens never reach a log line, an error or a `Debug` output: only what they prove (the
 //! subject and scopes) leaves this module.
@@ -115,6 +116,10 @@ pub enum AuthFailure {
     UnknownKey,
     /// Not a well-formed JWT.
     Malformed,
+    /// An `Authorization: Bearer` header that carries no readable token (a tab for the
+    /// space, bytes that are not visible ASCII, nothing after the scheme), or more than one
+    /// `Authorization` header.
+    UnreadableAuthorization,
 }
 
 impl AuthFailure {
@@ -134,6 +139,9 @@ impl AuthFailure {
                 "the token is signed with an algorithm or key this server does not know"
             }
             Self::Malformed => "the token is malformed",
+            Self::UnreadableAuthorization => {
+                "the Authorization header is not one \"Bearer <token>\" (a space, then visible ASCII)"
+            }
         }
     }
 }
@@ -214,7 +222,7 @@ impl Authenticator {
             return Ok((Identity::anonymous(), None));
         }
         let token = if self.bearer {
-            bearer_token(req.headers())
+            bearer_token(req.headers()).map_err(|failure| self.unauthorized(req, Some(failure)))?
         } else {
             None
         };
@@ -447,21 +455,48 @@ impl Challenge {
 }
 
 /// The bearer token of a request: `Authorization: Bearer`, else, on a WebSocket upgrade, an
-/// offered `mcp.auth.<token>` subprotocol.
-fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    if let Some(value) = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()) {
-        let (scheme, token) = value.trim().split_once(' ')?;
-        return scheme
-            .eq_ignore_ascii_case("bearer")
-            .then(|| token.trim())
-            .filter(|token| !token.is_empty());
+/// offered `mcp.auth.<token>` subprotocol. A header of another scheme (`Basic`) is not this
+/// server's to read, and is passed over as before.
+///
+/// # Errors
+/// [`AuthFailure::UnreadableAuthorization`] for a `Bearer` header without a readable token,
+/// or several `Authorization` headers: a credential that was sent is never taken for none
+/// (a proxy in front could read it otherwise than this server does).
+fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, AuthFailure> {
+    let mut sent = headers.get_all(AUTHORIZATION);
+    if let Some(value) = sent.next() {
+        if sent.next().is_some() {
+            return Err(AuthFailure::UnreadableAuthorization);
+        }
+        let bytes = value.as_bytes().trim_ascii();
+        let is_bearer = bytes
+            .get(..6)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case(b"bearer"));
+        if !is_bearer {
+            return Ok(None);
+        }
+        // `Bearer`, then one or more spaces, then the token (RFC 6750 §2.1): visible ASCII.
+        let rest = &bytes[6..];
+        let token = rest.trim_ascii_start();
+        let spaced = rest.first() == Some(&b' ')
+            && rest[..rest.len() - token.len()].iter().all(|b| *b == b' ');
+        return match std::str::from_utf8(token) {
+            Ok(token)
+                if spaced && !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic()) =>
+            {
+                Ok(Some(token))
+            }
+            // `Bearertoken`: another scheme's name, not this one's.
+            _ if rest.first().is_some_and(u8::is_ascii_alphanumeric) => Ok(None),
+            _ => Err(AuthFailure::UnreadableAuthorization),
+        };
     }
     if !super::is_websocket_upgrade(headers) {
-        return None;
+        return Ok(None);
     }
-    super::offered_subprotocols(headers)
+    Ok(super::offered_subprotocols(headers)
         .find_map(|offer| offer.strip_prefix(AUTH_SUBPROTOCOL_PREFIX))
-        .filter(|token| !token.is_empty())
+        .filter(|token| !token.is_empty()))
 }
 
 fn claim_failure(kind: &ErrorKind) -> AuthFailure {
@@ -616,26 +651,43 @@ mod tests {
 
     #[test]
     fn the_token_comes_from_the_header_or_an_upgrade_subprotocol() {
+        let token = |value: &str| {
+            bearer_token(&headers(&[(AUTHORIZATION, value)])).map(|t| t.map(str::to_owned))
+        };
+        assert_eq!(token("Bearer abc"), Ok(Some("abc".to_owned())));
+        assert_eq!(token("bearer  abc "), Ok(Some("abc".to_owned())));
+        assert_eq!(token("Basic abc"), Ok(None), "another scheme's");
+        assert_eq!(token("Bearerish abc"), Ok(None), "another scheme's");
+        for unreadable in ["Bearer ", "Bearer", "Bearer\tabc", "Bearer a b", "Bearer\t"] {
+            assert_eq!(
+                token(unreadable),
+                Err(AuthFailure::UnreadableAuthorization),
+                "{unreadable:?}"
+            );
+        }
+        let mut map = headers(&[(AUTHORIZATION, "Basic abc")]);
+        map.append(AUTHORIZATION, HeaderValue::from_static("Bearer abc"));
         assert_eq!(
-            bearer_token(&headers(&[(AUTHORIZATION, "Bearer abc")])),
-            Some("abc")
+            bearer_token(&map),
+            Err(AuthFailure::UnreadableAuthorization),
+            "two headers"
+        );
+        let mut map = HeaderMap::new();
+        map.append(
+            AUTHORIZATION,
+            HeaderValue::from_bytes(b"Bearer \xc3\xa9").expect("obs-text is a header value"),
         );
         assert_eq!(
-            bearer_token(&headers(&[(AUTHORIZATION, "bearer  abc ")])),
-            Some("abc")
+            bearer_token(&map),
+            Err(AuthFailure::UnreadableAuthorization)
         );
-        assert_eq!(
-            bearer_token(&headers(&[(AUTHORIZATION, "Basic abc")])),
-            None
-        );
-        assert_eq!(bearer_token(&headers(&[(AUTHORIZATION, "Bearer ")])), None);
         let offer = [
             (UPGRADE, "websocket"),
             (SEC_WEBSOCKET_PROTOCOL, "mcp, mcp.auth.t0k3n"),
         ];
-        assert_eq!(bearer_token(&headers(&offer)), Some("t0k3n"));
+        assert_eq!(bearer_token(&headers(&offer)), Ok(Some("t0k3n")));
         // Not an upgrade: the subprotocol header means nothing.
-        assert_eq!(bearer_token(&headers(&offer[1..])), None);
+        assert_eq!(bearer_token(&headers(&offer[1..])), Ok(None));
     }
 
     #[test]

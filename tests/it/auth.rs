@@ -308,7 +308,40 @@ async fn an_unknown_api_key_is_401_invalid_token_even_when_authentication_is_opt
         metric(&server, "mcp_rejected_total{reason=\"unauthenticated\"}").await,
         2
     );
+    // A Bearer header without a readable token is refused too, never taken for none: a
+    // proxy in front could read it otherwise.
+    let unreadable =
+        "the Authorization header is not one \"Bearer <token>\" (a space, then visible ASCII)";
+    for header in ["Bearer\tnot-a-key", "Bearer ", "bearer a b"] {
+        let refused = upgrade(&server, &[("Authorization", header)])
+            .await
+            .refused(header);
+        assert_invalid_token(&refused, unreadable);
+    }
+    let twice = crate::support::http::client()
+        .post(format!("http://{}/mcp", server.addr()))
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .header("Authorization", "Basic Y2k6Y2k=")
+        .header("Authorization", format!("Bearer {CI_KEY}"))
+        .body(rpc(0, "initialize", initialize_params("2025-11-25")).to_string())
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(twice.status(), 401, "two Authorization headers");
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"unauthenticated\"}").await,
+        6
+    );
     assert_no_session_and_still_serving(&server).await;
+    // Another scheme's header is not this server's to read: admitted as without one.
+    let mut basic = upgrade(&server, &[("Authorization", "Basic Y2k6Y2k=")])
+        .await
+        .expect("admitted");
+    basic
+        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+        .await;
+    assert_eq!(identity_of(&mut basic).await["authenticated"], false);
     // Without credentials, optional authentication admits the client anonymously.
     let mut anonymous = upgrade(&server, &[]).await.expect("admitted");
     anonymous
