@@ -156,6 +156,14 @@ struct Claims {
     /// Checked by `jsonwebtoken`; kept to end a WebSocket session when it passes.
     #[serde(default)]
     exp: Option<u64>,
+    /// Checked by `jsonwebtoken`, which passes over one it cannot read (a string): read
+    /// here too, so that such a token is malformed rather than valid at once.
+    #[serde(default, rename = "nbf")]
+    _nbf: Option<u64>,
+    /// Checked by `jsonwebtoken`, which also takes a list: one issuer, as RFC 7519 §4.1.1
+    /// has it.
+    #[serde(default, rename = "iss")]
+    _iss: Option<String>,
     #[serde(default)]
     scope: Option<String>,
     #[serde(default)]
@@ -279,6 +287,9 @@ impl Authenticator {
 
     fn verify_jwt(&self, token: &str) -> Result<(Identity, Option<SystemTime>), AuthFailure> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| AuthFailure::Malformed)?;
+        if names_critical_extensions(token) {
+            return Err(AuthFailure::Malformed);
+        }
         let mut failure = AuthFailure::UnknownKey;
         let candidates = self.jwt_keys.iter().filter(|key| {
             key.algorithm == header.alg
@@ -497,6 +508,23 @@ fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, AuthFailure> {
     Ok(super::offered_subprotocols(headers)
         .find_map(|offer| offer.strip_prefix(AUTH_SUBPROTOCOL_PREFIX))
         .filter(|token| !token.is_empty()))
+}
+
+/// Whether the JOSE header of `token` has `crit`: it names extensions the recipient must
+/// understand (RFC 7515 §4.1.11), and this server understands none. (`jsonwebtoken` reads
+/// the header's registered members only.)
+fn names_critical_extensions(token: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Critical {
+        #[serde(default)]
+        crit: Option<serde::de::IgnoredAny>,
+    }
+    let encoded = token.split('.').next().unwrap_or_default();
+    data_encoding::BASE64URL_NOPAD
+        .decode(encoded.as_bytes())
+        .ok()
+        .and_then(|json| serde_json::from_slice::<Critical>(&json).ok())
+        .is_none_or(|header| header.crit.is_some())
 }
 
 fn claim_failure(kind: &ErrorKind) -> AuthFailure {

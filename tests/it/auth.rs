@@ -418,6 +418,25 @@ async fn every_invalid_jwt_is_401_invalid_token_saying_why() {
         &EncodingKey::from_secret(b"another secret that is also long enough"),
     )
     .expect("encode");
+    let critical = {
+        // jsonwebtoken's `Header` has no `crit`: the token is put together by hand.
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let head = b64.encode(r#"{"alg":"HS256","crit":["exp"]}"#);
+        let body = b64.encode(claims("alice").to_string());
+        let signing_input = format!("{head}.{body}");
+        let signature = jsonwebtoken::crypto::sign(
+            signing_input.as_bytes(),
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+            jsonwebtoken::Algorithm::HS256,
+        )
+        .expect("sign");
+        format!("{signing_input}.{signature}")
+    };
+    let mut text_nbf = claims("alice");
+    text_nbf["nbf"] = json!("2030-01-01");
+    let mut issuers = claims("alice");
+    issuers["iss"] = json!([ISSUER]);
     let mut tampered = hs256(&claims("alice"));
     tampered.insert(tampered.rfind('.').expect("dot") - 2, 'A');
     let cases = [
@@ -444,6 +463,12 @@ async fn every_invalid_jwt_is_401_invalid_token_saying_why() {
         (forged, "the token's signature is invalid"),
         (tampered, "the token's signature is invalid"),
         ("a.b.c".to_owned(), "the token is malformed"),
+        // Correctly signed, but not as RFC 7515 and 7519 have it: a critical extension this
+        // server does not understand, an `nbf` that is not a number (which `jsonwebtoken`
+        // alone would pass over), several issuers.
+        (critical, "the token is malformed"),
+        (hs256(&text_nbf), "the token is malformed"),
+        (hs256(&issuers), "the token is malformed"),
     ];
     for (token, description) in &cases {
         let auth = bearer(token);
