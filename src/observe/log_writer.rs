@@ -6,9 +6,11 @@
 //! reuse) once it holds [`BATCH_BYTES`], or [`FLUSH_EVERY`] after the thread found lines in
 //! it (at a line's arrival when it was idle, else when it finished writing the batch before),
 //! or when the log is closed; it writes the batch out and flushes it. The buffer is bounded
-//! in lines: a line that finds `limit` lines held (the buffer's and the batch being written)
-//! is dropped and counted, so a reader that stops reading costs lines, never the threads that
-//! log. The lines a failed write loses (a reader gone, a full disk) are counted with them.
+//! in lines and in bytes: a line that finds `limit` lines held (the buffer's and the batch
+//! being written), or would take them past [`LINE_BYTES`] a line of that limit, is dropped
+//! and counted, so a reader that stops reading costs lines, never the threads that log nor
+//! the process's memory (long lines, such as a client's long name, would otherwise make the
+//! line bound one of gigabytes). The lines a failed write loses (a reader gone, a full disk) are counted with them.
 //! Closing ([`Closer`], at shutdown) writes every line held, waiting at most [`CLOSE_WAIT`]
 //! for a stalled reader.
 //!
@@ -40,6 +42,10 @@ pub(crate) const BATCH_BYTES: usize = 1024 * 1024;
 /// Longest closing waits for the writer thread to write what is held.
 pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
+/// Bytes held per line of the writer's limit, on average: `limit` lines may take at most
+/// `limit` KiB (an access line is about 330 bytes; 16 MiB at the default 16,384).
+pub(crate) const LINE_BYTES: usize = 1024;
+
 /// Capacity a buffer keeps between batches; a larger one (after a burst) is let go.
 const KEEP_BYTES: usize = 4 * BATCH_BYTES;
 
@@ -58,6 +64,8 @@ struct Shared {
     done: Condvar,
     /// Most lines held at once.
     limit: usize,
+    /// Most bytes held at once.
+    limit_bytes: usize,
     /// Lines dropped for want of room, or lost to a failed write.
     dropped: AtomicU64,
 }
@@ -69,6 +77,8 @@ struct State {
     buffered: usize,
     /// Lines of the batch the writer thread is writing.
     writing: usize,
+    /// Bytes of the batch the writer thread is writing.
+    writing_bytes: usize,
     closing: bool,
     finished: bool,
 }
@@ -80,7 +90,8 @@ pub(crate) struct Closer {
 }
 
 impl LogWriter {
-    /// A writer to `out` holding at most `limit` lines, its thread named `thread_name`.
+    /// A writer to `out` holding at most `limit` lines and `limit` × [`LINE_BYTES`] bytes,
+    /// its thread named `thread_name`.
     /// `out` must not buffer: a line counts as written once `out.write` took it, and what a
     /// buffer lost at its flush would not be counted.
     ///
@@ -96,6 +107,7 @@ impl LogWriter {
             wake: Condvar::new(),
             done: Condvar::new(),
             limit: limit.max(1),
+            limit_bytes: limit.max(1).saturating_mul(LINE_BYTES),
             dropped: AtomicU64::new(0),
         });
         let worker = shared.clone();
@@ -120,7 +132,10 @@ impl LogWriter {
     pub(crate) fn push(&self, line: &[u8]) {
         let shared = &*self.shared;
         let mut state = lock(&shared.state);
-        if state.closing || state.buffered + state.writing >= shared.limit {
+        if state.closing
+            || state.buffered + state.writing >= shared.limit
+            || state.buffer.len() + state.writing_bytes + line.len() > shared.limit_bytes
+        {
             drop(state);
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             return;
@@ -241,6 +256,7 @@ impl Shared {
             }
             std::mem::swap(&mut batch, &mut state.buffer);
             state.writing = std::mem::take(&mut state.buffered);
+            state.writing_bytes = batch.len();
             drop(state);
             // The head of a line a failed write cut is ended first, so that the next line
             // is not glued to it.
@@ -267,7 +283,9 @@ impl Shared {
             if batch.capacity() > KEEP_BYTES {
                 batch = Vec::new();
             }
-            lock(&self.state).writing = 0;
+            let mut state = lock(&self.state);
+            state.writing = 0;
+            state.writing_bytes = 0;
         }
         let mut state = lock(&self.state);
         state.finished = true;
@@ -435,6 +453,36 @@ mod tests {
         drop(closer);
         let kept: Vec<String> = reader.text().lines().map(str::to_owned).collect();
         assert_eq!(kept, (0..10).map(|n| n.to_string()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn long_lines_are_held_within_the_limit_in_bytes_too() {
+        let reader = Reader::default();
+        reader.stall(true);
+        // 10 lines: at most 10 KiB held.
+        let (writer, closer) = LogWriter::spawn(reader.clone(), 10, "log-test").expect("spawn");
+        let line = |n: u8| {
+            let mut line = vec![b'a' + n; 3 * 1024 - 1];
+            line.push(b'\n');
+            line
+        };
+        writer.push(&line(0));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&writer.shared.state).writing == 0 {
+            assert!(Instant::now() < deadline, "the batch was not taken");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // 3 KiB being written: two more lines of 3 KiB fit, a third would pass 10 KiB.
+        for n in 1..6 {
+            writer.push(&line(n));
+        }
+        assert_eq!(writer.dropped(), 3, "three lines found no room");
+        writer.push(b"short\n");
+        assert_eq!(writer.dropped(), 3, "a short line still fits");
+        reader.stall(false);
+        drop(closer);
+        let kept: Vec<u8> = reader.text().lines().map(|l| l.as_bytes()[0]).collect();
+        assert_eq!(kept, b"abcs");
     }
 
     #[test]
