@@ -1182,7 +1182,7 @@ fn peer_text<'a>(
 /// with control characters (C0, DEL, C1) escaped as `\u{..}`, so that it cannot break or
 /// color a line in either format. Written straight into the line: runs without control
 /// characters are copied whole.
-struct Clean<'a>(&'a str);
+pub(crate) struct Clean<'a>(pub(crate) &'a str);
 
 impl fmt::Display for Clean<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -11,7 +11,7 @@ use crate::cluster::dedup::{AnonymousScope, Idempotency};
 use crate::cluster::tasks::runner::{Begun, TaskCall};
 use crate::context::{ClientRequestError, Input, LogFloor, SessionInfo};
 use crate::model::{Completion, ForVersion, Implementation};
-use crate::observe::access::RequestRecord;
+use crate::observe::access::{Clean, RequestRecord};
 use crate::perimeter::signature::Passed;
 use crate::protocol::jsonrpc::{
     encode_result, encode_result_with, Params, RequestId, MAX_ID_BYTES,
@@ -230,6 +230,19 @@ impl Session {
     }
 
     fn initialize(&mut self, params: Option<&RawValue>) -> Result<String, Error> {
+        // What the client describes itself with is kept for the session's life (and in its
+        // record in Redis): bounded, where the message limit alone would let one address hold
+        // gigabytes in sessions that each keep megabytes.
+        if let Some(raw) =
+            params.filter(|raw| raw.get().len() > super::MAX_CLIENT_DESCRIPTION_BYTES)
+        {
+            return Err(Error::InvalidParams(format!(
+                "initialize: params of {} bytes; at most {} (clientInfo and capabilities are \
+                 kept for the session's life)",
+                raw.get().len(),
+                super::MAX_CLIENT_DESCRIPTION_BYTES
+            )));
+        }
         let p: InitializeParams<'_> = parse_params(params)?;
         // A connection pinned to a session-era version gets that one, whatever is asked.
         let version = match self.pinned {
@@ -260,11 +273,12 @@ impl Session {
                 .map(|id| serde_json::json!({ RESUME_ID_META: id.as_str() })),
         })
         .map_err(|_| Error::Internal)?;
+        // The client's strings cut and escaped as the access log's are.
         tracing::info!(
             session = self.id,
-            client = %p.client_info.name,
-            client_version = %p.client_info.version,
-            requested = %p.protocol_version,
+            client = %Clean(&p.client_info.name),
+            client_version = %Clean(&p.client_info.version),
+            requested = %Clean(&p.protocol_version),
             negotiated = %version,
             identity = %self.admission.identity.subject(),
             trace = %self.admission.trace_id,

@@ -91,6 +91,12 @@ enum Head<'a> {
 
 const _: () = assert!(size_of::<Head<'_>>() == size_of::<Option<RawParamsHead<'_>>>());
 
+/// Longest text a client may describe itself with: an `initialize`'s params, and each of a
+/// 2026-07-28 request's `clientInfo` and `clientCapabilities`. What it says is kept for as
+/// long as its session or connection lives (and in a session's record in Redis), so it is
+/// bounded well below the message limit; real clients send a few hundred bytes.
+pub(crate) const MAX_CLIENT_DESCRIPTION_BYTES: usize = 64 * 1024;
+
 impl<'a> ReadRequest<'a> {
     /// Reads the head of `request`'s params, if the decoder kept them raw.
     pub fn of(request: Request<'a>) -> Self {

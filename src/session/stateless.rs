@@ -98,6 +98,18 @@ impl Session {
                 requested: version.chars().take(64).collect(),
                 pinned: self.pinned,
             })?;
+        // Kept with the connection for the next request (and by its tasks): bounded, as a
+        // session's `initialize` is.
+        let too_long = [meta.client_capabilities, meta.client_info]
+            .into_iter()
+            .flatten()
+            .any(|raw| raw.get().len() > super::MAX_CLIENT_DESCRIPTION_BYTES);
+        if too_long {
+            return Err(malformed(&format!(
+                "io.modelcontextprotocol/clientCapabilities and clientInfo: at most {} bytes each",
+                super::MAX_CLIENT_DESCRIPTION_BYTES
+            )));
+        }
         let capabilities = match meta.client_capabilities {
             None => {
                 return Err(malformed(

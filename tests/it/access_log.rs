@@ -807,3 +807,67 @@ async fn client_strings_cannot_forge_fields_of_a_text_line() {
         assert_eq!(field("peer"), "127.0.0.1", "{line}");
     }
 }
+
+/// What a client describes itself with is kept for its session's life: an `initialize`
+/// whose params pass 64 KiB, or a 2026-07-28 request whose `clientInfo` does, is refused
+/// (-32602) and the connection goes on; the `session initialized` line shows the client's
+/// strings cut and escaped, as the access line does.
+#[tokio::test]
+async fn a_clients_description_is_bounded_in_its_session_and_its_log_line() {
+    use crate::support::meta::{add_meta, stateless, CLIENT_INFO};
+    let server = spawn("described", "json", "info", "");
+    let mut request = server.url().into_client_request().expect("request");
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("websocket connects");
+    let mut client = Client::from_ws(ws);
+    let mut huge = initialize_params("2025-11-25");
+    huge["clientInfo"]["name"] = json!("n".repeat(70_000));
+    let refused = client
+        .request_with_id(json!("huge"), "initialize", huge)
+        .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let message = refused["error"]["message"].as_str().expect("a message");
+    assert!(message.contains("at most 65536"), "{message}");
+
+    // Long and with an escape: accepted, and its line shows 128 bytes of it.
+    let mut long = initialize_params("2025-11-25");
+    long["clientInfo"]["name"] = json!(format!("\u{1b}[31m{}", "x".repeat(1_000)));
+    let answer = client
+        .request_with_id(json!("init"), "initialize", long)
+        .await;
+    assert_result(&answer, &json!("init"));
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let line = loop {
+        let initialized = server
+            .json_lines()
+            .into_iter()
+            .find(|line| line["message"] == "session initialized");
+        if let Some(line) = initialized {
+            break line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            server.process.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let shown = line["client"].as_str().expect("the client field");
+    assert!(shown.starts_with("\\u{1b}[31mxxx"), "{shown}");
+    assert!(shown.ends_with('…') && shown.len() < 140, "{shown}");
+
+    // A 2026-07-28 request describing its client at length: refused, the connection goes on.
+    let params = add_meta(
+        stateless(json!({})),
+        CLIENT_INFO,
+        json!({"name": "n".repeat(70_000), "version": "1"}),
+    );
+    let refused = client.request_with_id(json!(2), "tools/list", params).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let pong = client.request_with_id(json!(3), "ping", json!({})).await;
+    assert_result(&pong, &json!(3));
+}
