@@ -145,6 +145,9 @@ pub struct Reader {
     seen_ticks: u8,
     /// The socket has ended: what is buffered is all there is.
     socket_ended: bool,
+    /// It ended with an error (actix reports a peer that shut its side down after sending
+    /// as one): what is buffered whole is still decoded, an unfinished rest refused.
+    socket_failed: bool,
     /// A refusal was yielded: the stream is over.
     done: bool,
 }
@@ -171,6 +174,7 @@ impl Reader {
             seen_completed: 0,
             seen_ticks: 0,
             socket_ended: false,
+            socket_failed: false,
             done: false,
         }
     }
@@ -325,9 +329,12 @@ impl Stream for Reader {
                         return this.refuse(refused);
                     }
                 }
-                Poll::Ready(Some(Err(error))) => {
-                    let error = std::io::Error::other(error.to_string());
-                    return this.refuse(Refused::Protocol(ProtocolError::Io(error)));
+                // The frames that came before it were sent whole: a client may close (or shut
+                // down its side of) the connection right after its close frame, or a last
+                // request or cancel (RFC 6455 §7.1.1), and those are read first.
+                Poll::Ready(Some(Err(_))) => {
+                    this.socket_ended = true;
+                    this.socket_failed = true;
                 }
                 Poll::Ready(None) => this.socket_ended = true,
                 Poll::Pending => break,
@@ -343,6 +350,13 @@ impl Stream for Reader {
             Err(refused) => return this.refuse(refused),
         }
         if this.socket_ended {
+            if this.socket_failed && this.held() > 0 {
+                let error = std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the connection failed inside a message",
+                );
+                return this.refuse(Refused::Protocol(ProtocolError::Io(error)));
+            }
             return Poll::Ready(None);
         }
         let _ = this.reserve();

@@ -304,6 +304,64 @@ async fn a_normal_close_ends_the_session_at_once() {
     );
 }
 
+/// A client may shut its side of the connection down right after its close frame (RFC 6455
+/// §7.1.1): what it sent before is read first. Its last request is read, its cancel of a
+/// running call holds, its close (1000) is echoed and ends the session. (The reader took the
+/// end of the stream for an error and dropped the frames it held: the client got 1002, the
+/// session was parked with its call running, and a resume got the cancelled call's answer.)
+#[tokio::test]
+async fn frames_sent_just_before_the_client_shuts_its_side_down_are_read() {
+    use futures_util::SinkExt;
+    use tokio::io::AsyncWriteExt;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::Message;
+    let (server, _gate) = start_with_gate(resume_settings(30_000));
+    let (mut client, id) = session(&server).await;
+    let received = metric(&server, "mcp_requests_total").await;
+    client.send_json(hold_call(json!("held"))).await;
+    wait_metric(&server, "mcp_pool_running", 1).await;
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "id": "last", "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "last words"}}}),
+        )
+        .await;
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": "held"}}),
+        )
+        .await;
+    client
+        .ws
+        .send(Message::Close(Some(CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        })))
+        .await
+        .expect("close sent");
+    let tokio_tungstenite::MaybeTlsStream::Plain(tcp) = client.ws.get_mut() else {
+        panic!("a plain connection");
+    };
+    tcp.shutdown().await.expect("our side shut down");
+    let close = client.recv_close().await.expect("the server's close frame");
+    assert_eq!(close.code, CloseCode::Normal, "{close:?}");
+    // The last request was read (counted); its answer may or may not beat the close that
+    // ends the session. The cancelled call is never answered.
+    wait_metric(&server, "mcp_requests_total", received + 2).await;
+    for answer in &client.backlog {
+        assert_eq!(tool_text(answer), "last words", "{answer}");
+    }
+    wait_metric(&server, "mcp_sessions", 0).await;
+    wait_metric(&server, "mcp_pool_running", 0).await;
+    assert_eq!(metric(&server, "mcp_parked_sessions_peak").await, 0);
+    assert_eq!(
+        reconnect(&server, "Mcp-Session-Id", &id).await.err(),
+        Some(404)
+    );
+}
+
 #[tokio::test]
 async fn missing_more_than_the_buffer_ends_the_session_rather_than_leave_a_gap() {
     let mut s = resume_settings(30_000);
