@@ -48,8 +48,9 @@ struct SessionInner {
     id: Mutex<Option<HeaderValue>>,
     /// The negotiated version, sent on every request after `initialize`.
     version: Mutex<Option<HeaderValue>>,
-    /// The POSTs of requests still waiting for their answer, by request id: a stateless
-    /// request is cancelled by dropping its POST.
+    /// The POSTs of requests still waiting for their answer, by request id: one no longer
+    /// waited for is dropped (on a stateless server that is its cancel; a session's server is
+    /// also told), so that a server slow to answer holds no connection for it.
     posts: Mutex<HashMap<u64, AbortHandle>>,
 }
 
@@ -103,11 +104,20 @@ impl Session {
         tokio::spawn(async move {
             while let Some(message) = outgoing.recv().await {
                 if let Some(id) = message.cancels {
-                    // Dropping the request is what cancels it on a stateless server.
+                    // Its connection goes at once: a server that sends the head only with
+                    // its answer would otherwise hold one for every request cancelled or
+                    // timed out, without bound. Dropping the request is what cancels it on
+                    // a stateless server; a session's server is told too (a dropped
+                    // connection is no cancel there), by the notification's own POST.
                     if let Some(post) = super::lock(&session.0.posts).remove(&id) {
                         post.abort();
                     }
-                    continue;
+                    let stateless = weak
+                        .upgrade()
+                        .is_none_or(|inner| inner.stateless.get().is_some());
+                    if stateless {
+                        continue;
+                    }
                 }
                 let post = session.clone().post(message, weak.clone(), max_body);
                 let Some(id) = post.message.id else {
@@ -135,6 +145,10 @@ impl Session {
                     let _ = Abortable::new(post.run(), registration).await;
                     super::lock(&posts.0.posts).remove(&id);
                 });
+            }
+            // Every handle on the connection is gone: no request is waited for any longer.
+            for (_, post) in super::lock(&session.0.posts).drain() {
+                post.abort();
             }
         });
     }

@@ -279,8 +279,9 @@ pub(crate) struct Outgoing {
     /// HTTP headers of this message alone (a stateless request's version, method, name and
     /// mirrored arguments); only HTTP transports read them.
     pub headers: Vec<(String, String)>,
-    /// For the cancel of a stateless request: its id. Transports that answer each request
-    /// on its own (HTTP) cancel by dropping the request instead of sending `text`.
+    /// For the cancel of a request: its id. Transports that answer each request on its own
+    /// (HTTP) drop the request's POST, and send `text` only to a session's server (on a
+    /// stateless one the drop is the cancel).
     pub cancels: Option<u64>,
     /// For an answer to one of the server's requests: its answering place; for a cancel
     /// that waited for room: its waiting place. Given back when the transport is done with
@@ -1021,7 +1022,8 @@ impl Drop for CancelOnDrop<'_> {
         .to_string();
         let message = Outgoing {
             text,
-            cancels: self.inner.stateless.get().map(|_| self.id),
+            // Over HTTP its POST is dropped too (`http::Session::run`).
+            cancels: Some(self.id),
             ..Outgoing::default()
         };
         if let Err(mpsc::error::TrySendError::Full(message)) = self.inner.outgoing.try_send(message)

@@ -1490,6 +1490,65 @@ async fn an_http_upstream_is_served_like_a_stdio_one() {
     }
 }
 
+/// Waits until `count` lines of `file` begin with `what`.
+async fn events_reach(file: &Path, what: &str, count: usize) {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let events = read_events(file);
+        if events.lines().filter(|line| line.starts_with(what)).count() >= count {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what} x{count}: {events:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A call to an HTTP upstream that holds its POST without a response head (a server that
+/// sends its head only with its answer) holds no connection once it is cancelled: its POST
+/// is dropped at once, and the upstream is told by a `notifications/cancelled` of its own.
+/// (Each cancelled or timed-out call held its connection until the upstream answered: 3,000
+/// cancels, 3,000 connections, and the gateway out of file descriptors.)
+#[tokio::test]
+async fn a_cancelled_call_to_an_http_upstream_holds_no_connection() {
+    let (_dir, events) = events_file();
+    let (_upstream, port) = crate::support::ports::listening_child("the silent upstream", |port| {
+        Command::new(ensure_python_env())
+            .arg(interop_dir().join("silent_http_upstream.py"))
+            .arg(port.to_string())
+            .arg(&events)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the silent upstream starts")
+    });
+    let remote = UpstreamSettings {
+        name: "remote".into(),
+        url: format!("http://127.0.0.1:{port}/mcp"),
+        mode: UpstreamMode::Shared,
+        ..Default::default()
+    };
+    let server = gateway(vec![remote], |_| {});
+    let mut client = Client::initialized(&server).await;
+    const CALLS: usize = 8;
+    for n in 0..CALLS {
+        client
+            .send_json(request(
+                json!(n),
+                "tools/call",
+                json!({"name": "wait", "arguments": {}}),
+            ))
+            .await;
+    }
+    events_reach(&events, "held", CALLS).await;
+    for n in 0..CALLS {
+        client.send_json(cancel(json!(n))).await;
+    }
+    // Each held POST's connection is closed, and the upstream is told of each cancel.
+    events_reach(&events, "dropped", CALLS).await;
+    events_reach(&events, "cancelled ", CALLS).await;
+    client.expect_nothing_pending().await;
+}
+
 #[tokio::test]
 async fn a_websocket_upstream_is_served_like_a_stdio_one() {
     // FastMCP over the Python SDK's own WebSocket transport (which requires the `mcp`
