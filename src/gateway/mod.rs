@@ -352,14 +352,18 @@ async fn list_within(
 /// Lists a child again (the kinds it said changed; every kind when a session's own child
 /// starts) and brings what it offers to whoever sees that child: the registry (a shared
 /// child: every session), or a session's view (`viewer`: its own child). One re-list at a
-/// time per upstream.
+/// time per child: another session's child slow to answer holds up no other's.
 pub(crate) async fn relist(
     upstream: Arc<Upstream>,
     child: crate::client::Client,
     kinds: Changes,
     viewer: Option<Viewer>,
 ) {
-    let _one = upstream.relisting.lock().await;
+    // A session's child gone meanwhile: its view is gone too (`unshow`).
+    let Some(relisting) = upstream.relisting(viewer.as_ref()) else {
+        return;
+    };
+    let _one = relisting.lock().await;
     let capabilities = child.server().capabilities.clone();
     match list(&upstream, &child, &capabilities, kinds).await {
         Ok(offers) => match &viewer {

@@ -55,6 +55,9 @@ pub(crate) struct Environment {
 #[derive(Default)]
 struct Slot {
     child: tokio::sync::Mutex<Option<Child>>,
+    /// Re-lists of its child run one at a time (each child's own: a child slow to answer
+    /// holds up no other session's).
+    relisting: Arc<tokio::sync::Mutex<()>>,
     /// Restarts of this slot's child after it ended quickly wait longer each time.
     backoff: Mutex<Backoff>,
     /// When a request last used it (ms since the gateway started), for idle reaping.
@@ -145,8 +148,6 @@ pub(crate) struct Upstream {
     epoch: Instant,
     /// Set while the server stops: no child is started any more.
     stopping: std::sync::atomic::AtomicBool,
-    /// Re-lists run one at a time.
-    pub(crate) relisting: tokio::sync::Mutex<()>,
     /// What it registered, to replace on `list_changed`.
     pub(crate) listed: Mutex<super::Listed>,
     /// Whether it answers `completion/complete`.
@@ -175,7 +176,6 @@ impl Upstream {
             rate: Mutex::new((Instant::now(), 0)),
             epoch: Instant::now(),
             stopping: std::sync::atomic::AtomicBool::new(false),
-            relisting: tokio::sync::Mutex::new(()),
             listed: Mutex::default(),
             completions: std::sync::atomic::AtomicBool::new(false),
             settings,
@@ -435,6 +435,17 @@ impl Upstream {
     /// Whether a session's (or identity's) own child still has its place here.
     pub(crate) fn serves(&self, viewer: &Viewer) -> bool {
         crate::lock(&self.slots).contains_key(viewer)
+    }
+
+    /// What re-lists of the child `viewer` sees (the shared child's: `None`) take in turn;
+    /// `None` when that session's child is gone.
+    pub(crate) fn relisting(&self, viewer: Option<&Viewer>) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        match viewer {
+            None => Some(self.shared.relisting.clone()),
+            Some(viewer) => crate::lock(&self.slots)
+                .get(viewer)
+                .map(|slot| slot.relisting.clone()),
+        }
     }
 
     /// Stops the child of a session that is over.

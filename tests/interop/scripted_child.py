@@ -13,7 +13,9 @@ tools/list: the one page of the tools above, or with $SCRIPTED_LIST:
   same_cursor  every page has the tools above and nextCursor "again", forever
   new_cursor   every page has the tools above, a description of $SCRIPTED_PAGE_BYTES
                bytes, and a new nextCursor, forever
-Each tools/list is recorded in $SCRIPTED_EVENTS ("listed tools"), when set.
+  own          the tools above and one of this process's own, own_<pid>
+Each tools/list is recorded in $SCRIPTED_EVENTS ("listed tools"), when set. While the file
+$SCRIPTED_STALL_LIST exists, a tools/list is never answered.
 """
 
 import json
@@ -49,6 +51,8 @@ def tools_page(params):
         padding = "x" * int(os.environ.get("SCRIPTED_PAGE_BYTES", "1000"))
         tools = [{**tool, "description": padding} for tool in TOOLS]
         return {"tools": tools, "nextCursor": str(page)}
+    if LIST == "own":
+        return {"tools": TOOLS + [{"name": f"own_{os.getpid()}", "inputSchema": {"type": "object"}}]}
     return {"tools": TOOLS}
 
 
@@ -73,6 +77,10 @@ def main():
                 "serverInfo": {"name": "scripted", "version": "1"},
             }})
         elif method == "tools/list":
+            stall = os.environ.get("SCRIPTED_STALL_LIST")
+            if stall and os.path.exists(stall):
+                record("stalled a listing")
+                continue
             send({"jsonrpc": "2.0", "id": mid, "result": tools_page(params)})
         elif method == "tools/call" and params.get("name") == "whoami":
             send({"jsonrpc": "2.0", "id": mid, "result": text(f"pid={os.getpid()}")})

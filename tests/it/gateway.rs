@@ -2133,6 +2133,52 @@ fn scripted_upstream(mode: UpstreamMode) -> UpstreamSettings {
     python_upstream("scripted", "scripted_child.py", mode)
 }
 
+/// A session's own child is listed (for the session's view) while other sessions' children
+/// have not answered theirs: re-lists take turns per child, not per upstream. (Each child
+/// that did not answer held every later session's view for `initialize_timeout_ms`: ten
+/// such sessions, ten minutes without a new session's own tools.)
+#[tokio::test]
+async fn a_child_that_does_not_answer_its_listing_holds_up_no_other_sessions() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let stall = dir.path().join("stall");
+    let events = dir.path().join("events");
+    let mut upstream = scripted_upstream(UpstreamMode::PerSession);
+    upstream.env.insert("SCRIPTED_LIST".into(), "own".into());
+    upstream
+        .env
+        .insert("SCRIPTED_STALL_LIST".into(), stall.display().to_string());
+    upstream
+        .env
+        .insert("SCRIPTED_EVENTS".into(), events.display().to_string());
+    // Far longer than the test waits: a stalled listing is never given up while it runs.
+    upstream.initialize_timeout_ms = 600_000;
+    let server = gateway(vec![upstream], |_| {});
+    std::fs::write(&stall, "").expect("the stall file");
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        stalled.push(Client::initialized(&server).await);
+    }
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while read_events(&events).matches("stalled a listing").count() < 2 {
+        assert!(Instant::now() < deadline, "{:?}", read_events(&events));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::remove_file(&stall).expect("the stall ends");
+    let mut client = Client::initialized(&server).await;
+    let whoami = client.call_tool("whoami", json!({})).await;
+    let own = format!("own_{}", pid_of(&tool_text(&whoami)));
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let listed = client.request("tools/list", json!({})).await;
+        if tool_names(&listed).contains(&own.as_str()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no {own} in {listed}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(stalled);
+}
+
 /// A child that crashes leaves nothing it started in its group behind: the group is killed
 /// as the child is reaped. (What it started outlived it, its session and `mcp-ws`,
 /// reparented to init: only a child still running had its group killed.)
