@@ -185,3 +185,52 @@ async fn each_2026_request_is_served_with_its_own_client_info_and_capabilities()
         assert_eq!(result["content"][0]["text"], expected, "{response}");
     }
 }
+
+/// The status line and headers of a handshake sent by hand with `version` and `key`.
+fn raw_handshake(server: &mcp_ws::RunningServer, version: &str, key: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(server.addr()).expect("connects");
+    stream
+        .set_read_timeout(Some(READ_TIMEOUT))
+        .expect("a read timeout");
+    write!(
+        stream,
+        "GET /mcp HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: {version}\r\nSec-WebSocket-Key: {key}\r\n\
+         Sec-WebSocket-Protocol: mcp\r\n\r\n",
+        server.addr()
+    )
+    .expect("request sent");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("a response head");
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// A handshake is what RFC 6455 (§4.2.1, §4.4) says: a version other than 13 gets 426
+/// naming 13, a key that is not 16 bytes in base64 gets 400 (actix alone took versions 7
+/// and 8, and any key).
+#[tokio::test]
+async fn a_handshake_of_another_version_or_a_malformed_key_is_refused() {
+    let server = start(settings());
+    const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+    for version in ["7", "8", "12", "13, 8"] {
+        let head = raw_handshake(&server, version, KEY);
+        assert!(head.starts_with("HTTP/1.1 426"), "{version}: {head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("sec-websocket-version: 13"),
+            "{head}"
+        );
+    }
+    for key in ["abc", "!!!!", "dGhlIHNhbXBsZQ=="] {
+        let head = raw_handshake(&server, "13", key);
+        assert!(head.starts_with("HTTP/1.1 400"), "{key}: {head}");
+    }
+    let head = raw_handshake(&server, "13", KEY);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert_server_alive(&server).await;
+}
