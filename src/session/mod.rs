@@ -379,6 +379,7 @@ impl Session {
         inbox.set_client_request_limit(shared.settings.limits.max_in_flight_per_session);
         let raw_params = shared.guard.needs_raw_params(&admission);
         let recent = RecentResponses::new(&shared.settings.dedup);
+        let admission_peer = admission.peer;
         Self {
             shared,
             id,
@@ -403,7 +404,9 @@ impl Session {
             last_client_info,
             last_client_capabilities,
             last_stateless_info: Default::default(),
-            pool_share: Default::default(),
+            pool_share: crate::worker::PoolShare::of_client(
+                admission_peer.map(crate::perimeter::connections::client_key),
+            ),
         }
     }
 

@@ -33,6 +33,7 @@ use futures_util::FutureExt;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::future::Future;
+use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -56,8 +57,10 @@ pub struct Cancel;
 /// the metrics it counts in.
 ///
 /// Fair shares: the last `limits.pool_reserve` free slots go only to requests of sessions
-/// that hold no slot yet (see [`PoolShare`]); a request of a session that holds some waits
-/// until more are free. Parked sessions yield: a request that finds no slot for it first
+/// that hold no slot yet (see [`PoolShare`]), and to one such session of a client address at
+/// a time (many sessions of one client, each holding one slot, would take the whole reserve);
+/// a request of a session that holds some, or of an address holding a slot of the reserve,
+/// waits until more are free. Parked sessions yield: a request that finds no slot for it first
 /// asks the oldest WebSocket session parked with work in flight (see [`Pool::park`]) to
 /// give up its work, whose slots then go to the waiting requests.
 pub struct Pool {
@@ -66,6 +69,9 @@ pub struct Pool {
     reserve: usize,
     /// Requests of sessions holding slots that wait for more than `reserve` to be free.
     share_waiters: AtomicUsize,
+    /// Client addresses (as the session limits count them) with a session that took a slot
+    /// of the reserve and holds slots still: how many such sessions each.
+    reserve_holders: dashmap::DashMap<IpAddr, usize>,
     /// Woken when a slot comes back while `share_waiters` is not 0.
     returned: Notify,
     /// Parked sessions with work in flight, oldest first.
@@ -83,12 +89,32 @@ pub struct Yield;
 /// How many pool slots the requests of one session hold now: shared by the session and its
 /// workers, all on the session's thread. A fresh one holds none.
 #[derive(Debug, Clone, Default)]
-pub struct PoolShare(Rc<Cell<usize>>);
+pub struct PoolShare(Rc<ShareState>);
+
+#[derive(Debug, Default)]
+struct ShareState {
+    held: Cell<usize>,
+    /// Its first slot (of those it holds now) came from the reserve: its address is in
+    /// [`Pool::reserve_holders`] until it holds none again.
+    from_reserve: Cell<bool>,
+    /// The client's address as the session limits count it (`None`: not known, the
+    /// library's in-memory transport).
+    client: Option<IpAddr>,
+}
 
 impl PoolShare {
+    /// The share of a session of the client `client` (its address as the session limits
+    /// count it: `perimeter::connections::client_key`).
+    pub fn of_client(client: Option<IpAddr>) -> Self {
+        Self(Rc::new(ShareState {
+            client,
+            ..ShareState::default()
+        }))
+    }
+
     /// Slots held now.
     pub fn held(&self) -> usize {
-        self.0.get()
+        self.0.held.get()
     }
 }
 
@@ -99,6 +125,7 @@ impl Pool {
             permits: Semaphore::new(settings.limits.max_concurrent_requests),
             reserve: settings.limits.pool_reserve(),
             share_waiters: AtomicUsize::new(0),
+            reserve_holders: dashmap::DashMap::new(),
             returned: Notify::new(),
             parked: Mutex::new(VecDeque::new()),
             settings,
@@ -138,11 +165,22 @@ impl Pool {
 
     /// A slot for a request of a session holding `share`, if one is free for it now.
     fn try_take<'p>(&'p self, share: &PoolShare) -> Result<Slot<'p>, TryAcquireError> {
-        if share.held() > 0 && self.permits.available_permits() <= self.reserve {
+        // The address is asked only once the pool is down to its reserve.
+        if self.permits.available_permits() <= self.reserve && self.waits_for_more(share) {
             return Err(TryAcquireError::NoPermits);
         }
         let permit = self.permits.try_acquire()?;
         Ok(Slot::new(self, permit, share))
+    }
+
+    /// Whether a request of `share`'s session may not have a slot of the reserve: its
+    /// session holds some, or a session of its address took one of the reserve already.
+    fn waits_for_more(&self, share: &PoolShare) -> bool {
+        share.held() > 0
+            || share
+                .0
+                .client
+                .is_some_and(|client| self.reserve_holders.contains_key(&client))
     }
 
     /// Permits free now (tests check that every permit came back).
@@ -529,7 +567,16 @@ struct Slot<'p> {
 
 impl<'p> Slot<'p> {
     fn new(pool: &'p Pool, permit: SemaphorePermit<'p>, share: &PoolShare) -> Self {
-        share.0.set(share.0.get() + 1);
+        let state = &share.0;
+        let held = state.held.get();
+        state.held.set(held + 1);
+        // A first slot taken from the reserve: the address has one (see `Pool`).
+        if held == 0 && pool.permits.available_permits() < pool.reserve {
+            if let Some(client) = state.client {
+                crate::take_place(&pool.reserve_holders, client, usize::MAX);
+                state.from_reserve.set(true);
+            }
+        }
         Self {
             pool,
             share: share.clone(),
@@ -540,7 +587,14 @@ impl<'p> Slot<'p> {
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.share.0.set(self.share.0.get().saturating_sub(1));
+        let state = &self.share.0;
+        let held = state.held.get().saturating_sub(1);
+        state.held.set(held);
+        if held == 0 && state.from_reserve.replace(false) {
+            if let Some(client) = &state.client {
+                crate::give_back_place(&self.pool.reserve_holders, client);
+            }
+        }
         // The permit goes back first: a waiter woken below (on any thread) finds it free.
         drop(self.permit.take());
         if self.pool.share_waiters.load(Ordering::Acquire) > 0 {
@@ -574,7 +628,7 @@ async fn wait_for_slot<'p>(pool: &'p Pool, share: &PoolShare) -> Result<Slot<'p>
 /// -32004 when the pool is closed.
 async fn take_when_free<'p>(pool: &'p Pool, share: &PoolShare) -> Result<Slot<'p>, Error> {
     loop {
-        if share.held() > 0 {
+        if pool.waits_for_more(share) {
             pool.share_waiters.fetch_add(1, Ordering::AcqRel);
             let _waiter = ShareWaiter(pool);
             loop {
@@ -582,8 +636,9 @@ async fn take_when_free<'p>(pool: &'p Pool, share: &PoolShare) -> Result<Slot<'p
                 let mut returned = std::pin::pin!(returned);
                 // Registered before the check, so a slot returned right after it wakes us.
                 returned.as_mut().enable();
-                if share.held() == 0 {
-                    // Its own slots came back meanwhile: it queues like any session.
+                if !pool.waits_for_more(share) {
+                    // Its own slots (and its address's of the reserve) came back meanwhile:
+                    // it queues like any session.
                     break;
                 }
                 match pool.try_take(share) {
@@ -601,7 +656,7 @@ async fn take_when_free<'p>(pool: &'p Pool, share: &PoolShare) -> Result<Slot<'p
         // each request holding none when it began to wait): a slot of the reserve is not
         // for it. Given back, to the next in the queue, and it waits as its session's
         // other requests do. (Kept, a burst that met a full pool took the whole reserve.)
-        if share.held() > 0 && pool.permits.available_permits() < pool.reserve {
+        if pool.permits.available_permits() < pool.reserve && pool.waits_for_more(share) {
             drop(permit);
             continue;
         }

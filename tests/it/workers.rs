@@ -346,10 +346,10 @@ async fn a_session_leaves_the_reserve_to_sessions_holding_no_slot() {
     // All but the reserve run; the rest waits, though two slots are free.
     wait_metric(&server, "mcp_pool_running", 6).await;
     wait_metric(&server, "mcp_pool_waiting", 2).await;
-    // Two other sessions each get a slot of the reserve at once.
+    // Two other clients' sessions each get a slot of the reserve at once.
     let mut others = Vec::new();
-    for id in 100..102 {
-        let mut other = Client::initialized(&server).await;
+    for (id, from) in [(100, [127, 0, 0, 2]), (101, [127, 0, 0, 3])] {
+        let mut other = Client::initialized_from(&server, from).await;
         other.send_json(hold(id)).await;
         others.push(other);
     }
@@ -365,6 +365,54 @@ async fn a_session_leaves_the_reserve_to_sessions_holding_no_slot() {
         let response = other.recv().await;
         assert_eq!(tool_text(&response), "released", "{response}");
     }
+    assert_eq!(
+        metric(&server, r#"mcp_rejected_total{reason="server_busy"}"#).await,
+        0
+    );
+    wait_metric(&server, "mcp_pool_running", 0).await;
+    assert_eq!(server.shared().pool.available_permits(), 8);
+}
+
+/// The reserve goes to one session of a client address at a time: many sessions of one
+/// client, each holding one slot, cannot take it all, and a new client's first call still
+/// finds a slot. (71 sessions of one address took all 512 slots, and a new client's call
+/// waited `admission_wait_ms` for -32008.)
+#[tokio::test]
+async fn many_sessions_of_one_address_leave_the_reserve_to_other_clients() {
+    let mut s = settings();
+    s.limits.max_concurrent_requests = 8;
+    s.limits.pool_reserve = Some(2);
+    s.limits.admission_wait_ms = 60_000;
+    let (server, gate) = start_with_gate(s);
+    let hold =
+        |id: usize| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"hold"}});
+    // Six sessions of 127.0.0.1 take six slots; the reserve is left.
+    let mut crowd = Vec::new();
+    for id in 0..6 {
+        let mut session = Client::initialized(&server).await;
+        session.send_json(hold(id)).await;
+        crowd.push(session);
+        wait_metric(&server, "mcp_pool_running", id as u64 + 1).await;
+    }
+    // Three more of the same address: one gets a slot of the reserve, the others wait.
+    for id in 6..9 {
+        let mut session = Client::initialized(&server).await;
+        session.send_json(hold(id)).await;
+        crowd.push(session);
+    }
+    wait_metric(&server, "mcp_pool_running", 7).await;
+    wait_metric(&server, "mcp_pool_waiting", 2).await;
+    // Another client's first call finds the last slot at once.
+    let mut other = Client::initialized_from(&server, [127, 0, 0, 2]).await;
+    other.send_json(hold(100)).await;
+    wait_metric(&server, "mcp_pool_running", 8).await;
+    gate.add_permits(20);
+    for session in &mut crowd {
+        let response = session.recv().await;
+        assert_eq!(tool_text(&response), "released", "{response}");
+    }
+    let response = other.recv().await;
+    assert_eq!(tool_text(&response), "released", "{response}");
     assert_eq!(
         metric(&server, r#"mcp_rejected_total{reason="server_busy"}"#).await,
         0
@@ -397,10 +445,11 @@ async fn a_burst_that_met_a_full_pool_leaves_the_reserve_to_sessions_after_it() 
     let (fill, hold_tool) = (tool("fill", &fill_gate), tool("hold", &gate));
     let server = start_with(s, |b| b.tool(fill).tool(hold_tool));
     let call = |id: usize, name: &str| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name}});
-    // The pool filled by three sessions (one alone may take only what the reserve leaves).
+    // The pool filled by three clients' sessions (one alone may take only what the reserve
+    // leaves, and one address only one slot of the reserve).
     let mut fillers = Vec::new();
-    for (count, first_id) in [(2, 0), (1, 10), (1, 20)] {
-        let mut filler = Client::initialized(&server).await;
+    for (count, first_id, from) in [(2, 0, 2), (1, 10, 3), (1, 20, 4)] {
+        let mut filler = Client::initialized_from(&server, [127, 0, 0, from]).await;
         for id in first_id..first_id + count {
             filler.send_json(call(id, "fill")).await;
         }
@@ -426,8 +475,8 @@ async fn a_burst_that_met_a_full_pool_leaves_the_reserve_to_sessions_after_it() 
     wait_metric(&server, "mcp_pool_running", 2).await;
     wait_metric(&server, "mcp_pool_waiting", 1).await;
     assert_eq!(server.shared().pool.available_permits(), 2);
-    // A session after it finds the reserve.
-    let mut late = Client::initialized(&server).await;
+    // Another client's session after it finds the reserve.
+    let mut late = Client::initialized_from(&server, [127, 0, 0, 5]).await;
     late.send_json(call(200, "hold")).await;
     wait_metric(&server, "mcp_pool_running", 3).await;
 

@@ -118,6 +118,32 @@ impl Client {
         client
     }
 
+    /// Connects from the loopback address `from` (127.0.0.0/8: another client address, as
+    /// the server counts them) and completes the handshake on the newest version.
+    pub async fn initialized_from(server: &RunningServer, from: [u8; 4]) -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(std::net::SocketAddr::from((from, 0)))
+            .expect("bind a loopback source address");
+        let stream = socket.connect(server.addr()).await.expect("connect");
+        let mut request = server.url().into_client_request().expect("request");
+        request
+            .headers_mut()
+            .insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));
+        let (ws, _) = tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(stream))
+            .await
+            .expect("websocket connects");
+        let mut client = Self::from_ws(ws);
+        let response = client
+            .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+            .await;
+        assert!(response.get("result").is_some(), "{response}");
+        client
+            .send_json(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+            .await;
+        client
+    }
+
     pub async fn send_text(&mut self, text: &str) {
         self.ws
             .send(Message::text(text.to_owned()))
