@@ -874,6 +874,10 @@ pub struct Limits {
     /// a message that would pass it is refused (close 1009, HTTP 413). At least
     /// `max_message_bytes`.
     pub max_partial_bytes: usize,
+    /// Of `max_partial_bytes`, what the connections of one client address may hold (counted
+    /// as `server.max_sessions_per_ip` counts addresses); `None`: an eighth of it, and at
+    /// least `max_message_bytes`; 0: no share. At least `max_message_bytes` when set.
+    pub max_partial_bytes_per_ip: Option<usize>,
     /// Bytes all sessions together hold for replay: every HTTP session's SSE event log
     /// (`sessions.event_buffer_*`) and every parked WebSocket session's undelivered messages
     /// (`sessions.resume_buffer_*`). Past it, an HTTP session gives up its own oldest events,
@@ -1099,6 +1103,7 @@ impl Default for Limits {
             // meet it, which is what it is for.
             max_replay_bytes: 256 * 1024 * 1024,
             max_replay_bytes_per_ip: None,
+            max_partial_bytes_per_ip: None,
             partial_timeout_ms: 30_000,
             // Not above `max_in_flight_per_session`: a batch of calls can all run.
             max_batch_len: 64,
@@ -1250,6 +1255,13 @@ impl LoggingSettings {
 }
 
 impl Limits {
+    /// Each client address's share of `max_partial_bytes`: `max_partial_bytes_per_ip` when set
+    /// (0: none), else an eighth of it, at least one message.
+    pub fn partial_bytes_per_ip(&self) -> usize {
+        self.max_partial_bytes_per_ip
+            .unwrap_or((self.max_partial_bytes / 8).max(self.max_message_bytes))
+    }
+
     /// Each client address's share of `max_replay_bytes`: `max_replay_bytes_per_ip` when set
     /// (0: none), else an eighth of it.
     pub fn replay_bytes_per_ip(&self) -> usize {
@@ -1560,6 +1572,13 @@ impl Settings {
         if l.max_partial_bytes < l.max_message_bytes {
             return Err(ConfigError::Invalid(
                 "limits.max_partial_bytes must be >= limits.max_message_bytes (one message of the largest size must fit)".into(),
+            ));
+        }
+        if l.max_partial_bytes_per_ip
+            .is_some_and(|share| share != 0 && share < l.max_message_bytes)
+        {
+            return Err(ConfigError::Invalid(
+                "limits.max_partial_bytes_per_ip must be 0 or >= limits.max_message_bytes (one message of the largest size must fit)".into(),
             ));
         }
         if l.pool_reserve() >= l.max_concurrent_requests {

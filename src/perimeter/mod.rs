@@ -88,7 +88,10 @@ impl Perimeter {
                 settings.server.max_sessions_per_identity,
             )),
             handshakes: Arc::new(handshakes::HandshakeGate::new(&settings.server)),
-            partial: PartialBudget::new(settings.limits.max_partial_bytes),
+            partial: PartialBudget::new(
+                settings.limits.max_partial_bytes,
+                settings.limits.partial_bytes_per_ip(),
+            ),
             proxies: forwarded::TrustedProxies::new(&settings.server),
         })
     }

@@ -68,7 +68,7 @@ pub async fn post(
     }
     // Read here rather than by an extractor, so that the checks above come first and an
     // oversized body is refused like everything else (a JSON-RPC error, not actix's text).
-    let body = read_body(body, &shared).await?;
+    let body = read_body(body, &shared, admission.peer).await?;
     let text = String::from_utf8(body.into()).map_err(|_| Refusal::BodyNotText)?;
     let mut versions = req.headers().get_all(&PROTOCOL_VERSION_HEADER);
     let header_version = versions.next().map(|v| v.to_str().unwrap_or(""));
@@ -146,10 +146,15 @@ pub async fn post(
 /// # Errors
 /// [`Refusal::PayloadTooLarge`], [`Refusal::PartialBudget`], [`Refusal::BodyDeadline`],
 /// [`Refusal::BodyUnreadable`] (counted with the other refusals, by `count_refusals`).
-async fn read_body(mut body: web::Payload, shared: &Shared) -> Result<Bytes, Refusal> {
+async fn read_body(
+    mut body: web::Payload,
+    shared: &Shared,
+    client: Option<std::net::IpAddr>,
+) -> Result<Bytes, Refusal> {
     let limits = &shared.settings.limits;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(limits.partial_timeout_ms);
-    let mut reservation = shared.perimeter.partial.reservation();
+    let client = client.map(perimeter::connections::client_key);
+    let mut reservation = shared.perimeter.partial.reservation(client);
     let mut buffer = BytesMut::new();
     loop {
         let chunk = match tokio::time::timeout_at(deadline, body.next()).await {

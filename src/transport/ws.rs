@@ -663,7 +663,10 @@ pub async fn upgrade(
     let reader = Reader::new(
         stream,
         limits.max_message_bytes,
-        shared.perimeter.partial.reservation(),
+        shared
+            .perimeter
+            .partial
+            .reservation(admission.peer.map(perimeter::connections::client_key)),
         Duration::from_millis(limits.partial_timeout_ms),
     );
     let session = match resumed_session_id(&req) {

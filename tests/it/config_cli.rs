@@ -324,6 +324,16 @@ fn invalid_config_exits_2_naming_the_problem() {
         &[],
         "limits.max_partial_bytes must be >= limits.max_message_bytes",
     );
+    // So must one address's share of it.
+    let share = write_config(
+        "small-partial-share",
+        "[limits]\nmax_message_bytes = 2048\nmax_partial_bytes_per_ip = 1024\n",
+    );
+    assert_refuses_to_start(
+        &["--config", share.to_str().expect("utf-8 path")],
+        &[],
+        "limits.max_partial_bytes_per_ip must be 0 or >= limits.max_message_bytes",
+    );
 
     let proxies = write_config(
         "bad-proxy",

@@ -49,11 +49,13 @@ async fn wait_in_use(server: &RunningServer, bytes: usize) {
     }
 }
 
-/// A 1 KiB message limit and a budget of two such messages.
+/// A 1 KiB message limit and a budget of two such messages (no share per address: these
+/// tests connect from one).
 fn small_budget() -> Settings {
     let mut s = settings();
     s.limits.max_message_bytes = 1024;
     s.limits.max_partial_bytes = 2048;
+    s.limits.max_partial_bytes_per_ip = Some(0);
     s
 }
 
@@ -220,4 +222,39 @@ async fn bodies_being_read_share_the_budget_and_give_it_back() {
     assert_result(&answer, &json!(1));
     drop(_second);
     wait_in_use(&server, 0).await;
+}
+
+/// One client address's connections hold no more than its share of the budget: past it its
+/// next message is refused (1009, HTTP 413), while another address's go on. (364
+/// connections of one address held the whole budget, and every other client's next
+/// message, a 40-byte ping too, was refused until their partial timeout.)
+#[tokio::test]
+async fn one_address_holds_no_more_than_its_share_of_the_budget() {
+    let mut s = settings();
+    s.limits.max_message_bytes = 1024;
+    s.limits.max_partial_bytes = 4096;
+    s.limits.max_partial_bytes_per_ip = Some(1024);
+    let server = start(s);
+    let mut holder = Client::initialized(&server).await;
+    let mut crowd = Client::initialized(&server).await;
+    send_frame(&mut holder, &padded_ping(1, 1000)[..900], TEXT, false).await;
+    wait_in_use(&server, 900).await;
+    // 127.0.0.1 again: 200 more pass its share.
+    send_frame(&mut crowd, &padded_ping(2, 1000)[..200], TEXT, false).await;
+    let close = crowd.recv_close().await.expect("a close frame");
+    assert_eq!(close.code, CloseCode::Size, "{close:?}");
+    let mut body = post_partly(&server, 300, &padded_ping(3, 300)[..200]).await;
+    let (status, refusal) = read_answer(&mut body).await;
+    assert_eq!(status, 413, "{refusal}");
+    wait_metric(&server, &rejected("partial_budget"), 2).await;
+    // Another address's message is received, though the budget holds 127.0.0.1's.
+    let mut other = Client::initialized_from(&server, [127, 0, 0, 2]).await;
+    let ping = padded_ping(4, 1000);
+    send_frame(&mut other, &ping[..900], TEXT, false).await;
+    wait_in_use(&server, 1800).await;
+    send_frame(&mut other, &ping[900..], CONTINUE, true).await;
+    assert_result(&other.recv().await, &json!(4));
+    holder.hang_up().await;
+    wait_in_use(&server, 0).await;
+    assert_eq!(server.shared().perimeter.partial.in_use(), 0);
 }
