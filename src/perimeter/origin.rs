@@ -43,17 +43,7 @@ impl OriginPolicy {
 
     /// Checks the `Host` and `Origin` headers of a request.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
-        let host = headers
-            .get(HOST)
-            .map(|h| h.to_str().map(str::to_ascii_lowercase));
-        let host = match host {
-            Some(Ok(host)) => Some(host),
-            Some(Err(_)) => return Err(Refusal::ForbiddenHost),
-            None => None,
-        };
-        if let Some(host) = &host {
-            self.check_host(host)?;
-        }
+        let host = self.checked_host(headers)?;
         let Some(origin) = headers.get(ORIGIN) else {
             return Ok(());
         };
@@ -66,6 +56,23 @@ impl OriginPolicy {
         } else {
             Err(Refusal::ForbiddenOrigin)
         }
+    }
+
+    /// Checks the `Host` header alone (of a document served to any origin, such as the
+    /// resource metadata, which names the server by it): its value, lower-cased.
+    pub fn checked_host(&self, headers: &HeaderMap) -> Result<Option<String>, Refusal> {
+        let host = headers
+            .get(HOST)
+            .map(|h| h.to_str().map(str::to_ascii_lowercase));
+        let host = match host {
+            Some(Ok(host)) => Some(host),
+            Some(Err(_)) => return Err(Refusal::ForbiddenHost),
+            None => None,
+        };
+        if let Some(host) = &host {
+            self.check_host(host)?;
+        }
+        Ok(host)
     }
 
     fn check_host(&self, host: &str) -> Result<(), Refusal> {

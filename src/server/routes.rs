@@ -134,17 +134,26 @@ async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
 }
 
 /// `GET /.well-known/oauth-protected-resource[/…]`: the protected resource metadata (RFC
-/// 9728), when the server authenticates clients; 404 otherwise.
-async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
+/// 9728), when the server authenticates clients; 404 otherwise. Served to any origin, but
+/// only under a `Host` the endpoint accepts: the document names the resource by it (when
+/// `auth.resource` is not set), and a rebinding page would have it vouch for its own.
+///
+/// # Errors
+/// [`Refusal::ForbiddenHost`] for a `Host` the endpoint refuses.
+async fn resource_metadata(
+    req: HttpRequest,
+    shared: web::Data<Shared>,
+) -> Result<HttpResponse, Refusal> {
     let auth = &shared.perimeter.auth;
     if !auth.is_enabled() {
-        return HttpResponse::NotFound().finish();
+        return Ok(HttpResponse::NotFound().finish());
     }
-    HttpResponse::Ok()
+    shared.perimeter.origin.checked_host(req.headers())?;
+    Ok(HttpResponse::Ok()
         .content_type("application/json")
         // Browser-based clients read it from other origins.
         .insert_header(("Access-Control-Allow-Origin", "*"))
-        .body(auth.metadata_document(&req).to_string())
+        .body(auth.metadata_document(&req).to_string()))
 }
 
 /// Counts every [`Refusal`] answered on the MCP endpoint (and the public `/metrics`) in its reason's counter (see

@@ -713,6 +713,29 @@ async fn the_protected_resource_metadata_is_served_at_both_well_known_urls() {
     }
     // Reading it needs no credentials, and opens no session.
     assert_eq!(metric(&server, "mcp_sessions_peak").await, 0);
+    // Under a Host the endpoint refuses (a loopback server, a rebinding page's name) it is
+    // refused too, rather than name that host as the resource; any Origin may read it.
+    let rebound = crate::support::http::client()
+        .get(format!(
+            "http://{}/.well-known/oauth-protected-resource/mcp",
+            server.addr()
+        ))
+        .header("Host", "evil.example")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(rebound.status(), 403);
+    assert!(!rebound.text().await.expect("body").contains("evil.example"));
+    let cross_origin = crate::support::http::client()
+        .get(format!(
+            "http://{}/.well-known/oauth-protected-resource",
+            server.addr()
+        ))
+        .header("Origin", "https://app.example")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(cross_origin.status(), 200);
 }
 
 /// Without `auth.resource`, the resource is this request's own scheme and `Host`: a proxy's
