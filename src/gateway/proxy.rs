@@ -29,8 +29,15 @@ impl ToolHandler for ProxyTool {
         let upstream = self.upstream.clone();
         let mut params = json!({ "name": self.name });
         if let Some(raw) = arguments.raw() {
+            // An object, as MCP has `arguments` (and as a library tool refuses anything
+            // else): what the child would make of `"x"` or `[1, 2]` is its own guess.
             match serde_json::from_str::<Value>(raw.get()) {
-                Ok(arguments) => params["arguments"] = arguments,
+                Ok(arguments @ Value::Object(_)) => params["arguments"] = arguments,
+                Ok(_) => {
+                    return Box::pin(std::future::ready(Err(ToolError::InvalidArguments(
+                        "must be a JSON object".into(),
+                    ))))
+                }
                 Err(e) => {
                     return Box::pin(std::future::ready(Err(ToolError::InvalidArguments(
                         e.to_string(),

@@ -2179,6 +2179,28 @@ async fn a_child_that_does_not_answer_its_listing_holds_up_no_other_sessions() {
     drop(stalled);
 }
 
+/// An upstream tool's arguments are an object, as a library tool's are: anything else is
+/// refused as invalid arguments before it reaches the child (which would guess).
+#[tokio::test]
+async fn arguments_that_are_not_an_object_do_not_reach_the_child() {
+    let server = gateway(vec![scripted_upstream(UpstreamMode::Shared)], |_| {});
+    let mut client = Client::initialized(&server).await;
+    for arguments in [json!("x"), json!([1, 2]), json!(5)] {
+        let response = client.call_tool("whoami", arguments.clone()).await;
+        assert_eq!(
+            response["result"]["isError"], true,
+            "{arguments}: {response}"
+        );
+        assert_eq!(
+            tool_text(&response),
+            "Invalid arguments: must be a JSON object",
+            "{arguments}"
+        );
+    }
+    let whoami = client.call_tool("whoami", json!({})).await;
+    assert!(tool_text(&whoami).starts_with("pid="), "{whoami}");
+}
+
 /// A child that crashes leaves nothing it started in its group behind: the group is killed
 /// as the child is reaped. (What it started outlived it, its session and `mcp-ws`,
 /// reparented to init: only a child still running had its group killed.)
