@@ -281,15 +281,37 @@ async fn read(stdout: ChildStdout, weak: Weak<Inner>, max_line: usize) {
 /// Longest stderr line logged, in bytes; the rest of a longer one is skipped.
 const MAX_STDERR_LINE: usize = 2000;
 
-/// Logs the child's stderr, line by line, until it ends. Whatever the child writes, its
-/// stderr is read on: a pipe left unread would block the child once full, and one closed
-/// would fail (or, `SIGPIPE`, kill) it at its next log line.
+/// Most stderr lines of one child logged in a second; the rest are counted, and said in one
+/// line when the next second begins (a client could make a child write short lines without
+/// end, each a log line many times its size).
+const STDERR_LINES_PER_SECOND: u32 = 100;
+
+/// Logs the child's stderr, line by line, until it ends, at most
+/// [`STDERR_LINES_PER_SECOND`]. Whatever the child writes, its stderr is read on: a pipe left
+/// unread would block the child once full, and one closed would fail (or, `SIGPIPE`, kill)
+/// it at its next log line.
 async fn log_stderr(stderr: ChildStderr, label: Arc<str>) {
     let mut lines = Lines::new(stderr, MAX_STDERR_LINE);
+    let mut second = tokio::time::Instant::now();
+    let (mut logged, mut skipped) = (0u32, 0u64);
     while let Ok(Some(line)) = lines.next().await {
+        if second.elapsed() >= Duration::from_secs(1) {
+            if skipped > 0 {
+                tracing::info!(upstream = %label, skipped, "upstream stderr: lines skipped (more than {STDERR_LINES_PER_SECOND} a second)");
+            }
+            (second, logged, skipped) = (tokio::time::Instant::now(), 0, 0);
+        }
+        if logged == STDERR_LINES_PER_SECOND {
+            skipped += 1;
+            continue;
+        }
+        logged += 1;
         let shown = String::from_utf8_lossy(line.bytes);
         let cut = if line.cut { "…" } else { "" };
         tracing::info!(upstream = %label, stderr = %format_args!("{shown}{cut}"), "upstream stderr");
+    }
+    if skipped > 0 {
+        tracing::info!(upstream = %label, skipped, "upstream stderr: lines skipped (more than {STDERR_LINES_PER_SECOND} a second)");
     }
 }
 

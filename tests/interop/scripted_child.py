@@ -8,6 +8,7 @@ Tools:
   crash()      the process exits at once (status 3), what it started left running
   too_long(bytes)  a text of that many bytes, the id written after the result (as the
                TypeScript SDK writes an answer)
+  chatter(lines)   writes that many short lines to stderr, then answers "said"
 
 tools/list: the one page of the tools above, or with $SCRIPTED_LIST:
   same_cursor  every page has the tools above and nextCursor "again", forever
@@ -27,7 +28,7 @@ EVENTS = os.environ.get("SCRIPTED_EVENTS")
 LIST = os.environ.get("SCRIPTED_LIST", "")
 TOOLS = [
     {"name": name, "inputSchema": {"type": "object"}}
-    for name in ("whoami", "orphan", "crash", "too_long")
+    for name in ("whoami", "orphan", "crash", "too_long", "chatter")
 ]
 
 
@@ -94,6 +95,11 @@ def main():
             send({"jsonrpc": "2.0", "id": mid, "result": text(f"pid={sleep.pid}")})
         elif method == "tools/call" and params.get("name") == "crash":
             os._exit(3)
+        elif method == "tools/call" and params.get("name") == "chatter":
+            count = int(params.get("arguments", {}).get("lines", 0))
+            sys.stderr.write("".join(f"line {n}\n" for n in range(count)))
+            sys.stderr.flush()
+            send({"jsonrpc": "2.0", "id": mid, "result": text("said")})
         elif method == "tools/call" and params.get("name") == "too_long":
             size = int(params.get("arguments", {}).get("bytes", 0))
             sys.stdout.write(json.dumps({"result": text("x" * size), "jsonrpc": "2.0", "id": mid}) + "\n")

@@ -2000,6 +2000,65 @@ async fn stdio_binary(mode: &str) -> (ServerProcess, Client, i32) {
     (server, client, pid_of(&whoami))
 }
 
+/// A child's stderr is logged at most 100 lines a second; the rest are counted and said in
+/// one line. (Each line was logged: a child writing 2 MiB of one-character lines made 135
+/// MiB of the server's log.)
+#[tokio::test]
+async fn a_childs_stderr_is_logged_at_a_bounded_rate() {
+    let python = ensure_python_env().display().to_string();
+    let script = interop_dir()
+        .join("scripted_child.py")
+        .display()
+        .to_string();
+    let server = ServerProcess::spawn(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--mode",
+            "shared",
+            "--stdio",
+            "--",
+            &python,
+            &script,
+        ],
+        &[],
+    );
+    let addr = server.wait_listening();
+    let mut client = Client::initialized_at(&format!("ws://{addr}/mcp"), None, "2025-11-25").await;
+    let said = client.call_tool("chatter", json!({"lines": 5000})).await;
+    assert_eq!(tool_text(&said), "said", "{said}");
+    // The next second's first line says how many were skipped.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let said = client.call_tool("chatter", json!({"lines": 1})).await;
+    assert_eq!(tool_text(&said), "said", "{said}");
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let log = loop {
+        let log = server.stderr_text();
+        if log.contains("lines skipped") {
+            break log;
+        }
+        assert!(Instant::now() < deadline, "no skipped lines said:\n{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let logged = log.lines().filter(|l| l.contains("stderr=\"line ")).count();
+    assert!(
+        (100..=101).contains(&logged),
+        "{logged} stderr lines logged: {}",
+        log.lines()
+            .filter(|l| l.contains("upstream stderr"))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let skipped = log
+        .lines()
+        .find(|l| l.contains("lines skipped"))
+        .and_then(|l| l.split("skipped=").nth(1))
+        .and_then(|n| n.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert_eq!(skipped, Some(4900), "{log}");
+}
+
 #[tokio::test]
 async fn no_child_outlives_mcp_ws_killed() {
     for mode in ["per_session", "shared"] {
