@@ -232,6 +232,11 @@ impl Upstream {
                         capabilities[capability] = declared.clone();
                     }
                 }
+                // The client's `notifications/roots/list_changed` is not passed on to the
+                // child: it is not told it would be (it asks `roots/list` when it needs them).
+                if let Some(roots) = capabilities.get_mut("roots").and_then(Value::as_object_mut) {
+                    roots.remove("listChanged");
+                }
             }
             // A shared child may ask whichever client is the only one with a call on it.
             (_, UpstreamMode::Shared) => {

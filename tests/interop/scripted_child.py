@@ -15,7 +15,8 @@ tools/list: the one page of the tools above, or with $SCRIPTED_LIST:
   new_cursor   every page has the tools above, a description of $SCRIPTED_PAGE_BYTES
                bytes, and a new nextCursor, forever
   own          the tools above and one of this process's own, own_<pid>
-Each tools/list is recorded in $SCRIPTED_EVENTS ("listed tools"), when set. While the file
+Each tools/list is recorded in $SCRIPTED_EVENTS ("listed tools"), when set, and each
+initialize's capabilities ("capabilities {...}", compact JSON). While the file
 $SCRIPTED_STALL_LIST exists, a tools/list is never answered.
 """
 
@@ -72,6 +73,7 @@ def main():
         if mid is None:
             continue
         if method == "initialize":
+            record("capabilities " + json.dumps(params.get("capabilities"), separators=(",", ":")))
             send({"jsonrpc": "2.0", "id": mid, "result": {
                 "protocolVersion": params.get("protocolVersion"),
                 "capabilities": {"tools": {}},

@@ -2238,6 +2238,31 @@ async fn a_child_that_does_not_answer_its_listing_holds_up_no_other_sessions() {
     drop(stalled);
 }
 
+/// A session's own child is told the client's capabilities, but not that its roots list
+/// changes are announced: the client's `notifications/roots/list_changed` is not passed on,
+/// so the child asks `roots/list` when it needs them.
+#[tokio::test]
+async fn a_sessions_child_is_not_promised_roots_list_changes() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let events = dir.path().join("events");
+    let mut upstream = scripted_upstream(UpstreamMode::PerSession);
+    upstream
+        .env
+        .insert("SCRIPTED_EVENTS".into(), events.display().to_string());
+    let server = gateway(vec![upstream], |_| {});
+    let mut client = Client::connect(&server).await;
+    let mut params = initialize_params("2025-11-25");
+    params["capabilities"] = json!({"roots": {"listChanged": true}, "sampling": {}});
+    let answer = client.request_with_id(json!(0), "initialize", params).await;
+    assert!(answer.get("result").is_some(), "{answer}");
+    let told = r#"capabilities {"roots":{},"sampling":{}}"#;
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while !read_events(&events).lines().any(|line| line == told) {
+        assert!(Instant::now() < deadline, "{:?}", read_events(&events));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// An upstream tool's arguments are an object, as a library tool's are: anything else is
 /// refused as invalid arguments before it reaches the child (which would guess).
 #[tokio::test]
