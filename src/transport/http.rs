@@ -30,7 +30,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use memchr::memmem;
 use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot};
 
 // The headers this transport reads, named once: a lookup by `&str` parses and lower-cases
@@ -88,6 +88,7 @@ pub async fn post(
     }
     check_version_header(header_version)?;
     let owner = Owner::of(&admission);
+    let expires = admission.expires;
     let (session, new_id) = match session_id(req.headers()) {
         Some(id) => (
             find_session(id, &admission, &shared, &directory).await?,
@@ -118,7 +119,7 @@ pub async fn post(
         }
         None => return Err(Refusal::SessionRequired),
     };
-    let mut response = answer(&shared, exchange(&session, text).await?);
+    let mut response = answer(&shared, exchange(&session, text).await?, expires);
     if let (Some(id), true) = (&new_id, shared.settings.sessions_in_redis()) {
         // The record is in Redis before the client has the id: its next request may go to
         // any node at once.
@@ -254,6 +255,7 @@ async fn stateless(
     };
     // A stateless request holds a session slot while it runs: the same caps apply.
     let slot = shared.open_session(&admission)?;
+    let expires = admission.expires;
     let exchange = StatelessExchange::start(shared.clone(), slot, admission, body);
     let first = exchange.first_reply(keep_alive(shared)).await;
     if matches!(first, FirstReply::Json { .. }) {
@@ -276,7 +278,9 @@ async fn stateless(
             response
         }
         FirstReply::Json { frame, status } => json_answer(frame, status),
-        FirstReply::Stream(exchange) => sse(stateless_events(exchange), keep_alive(shared)),
+        FirstReply::Stream(exchange) => {
+            sse(stateless_events(exchange), keep_alive(shared), expires)
+        }
     })
 }
 
@@ -495,12 +499,12 @@ fn json_answer(frame: String, status: u16) -> HttpResponse {
         .body(frame)
 }
 
-/// The HTTP answer to a POST.
-fn answer(shared: &Shared, reply: PostReply) -> HttpResponse {
+/// The HTTP answer to a POST whose credential is valid until `expires`.
+fn answer(shared: &Shared, reply: PostReply, expires: Option<SystemTime>) -> HttpResponse {
     match reply {
         PostReply::Accepted => HttpResponse::Accepted().finish(),
         PostReply::Json(frame) => json_answer(frame, 200),
-        PostReply::Stream(events) => sse(session_events(events), keep_alive(shared)),
+        PostReply::Stream(events) => sse(session_events(events), keep_alive(shared), expires),
     }
 }
 
@@ -536,7 +540,11 @@ pub async fn get(
         .await
         .map_err(|_| Refusal::SessionNotFound)?
         .map_err(|_| Refusal::ResumeGone)?;
-    Ok(sse(session_events(events), keep_alive(&shared)))
+    Ok(sse(
+        session_events(events),
+        keep_alive(&shared),
+        admission.expires,
+    ))
 }
 
 /// The session `id` of the client `admission` names: this node's, or, with sessions in
@@ -801,15 +809,29 @@ fn keep_alive(shared: &Shared) -> Duration {
 
 /// An SSE response streaming `events`, with a keep-alive comment when idle; it ends with
 /// `events`. Dropping it (the client went away) drops `events`.
-fn sse<S>(events: S, keep_alive: Duration) -> HttpResponse
+/// An SSE answer of `events`, ended when the credential of the request that opened it
+/// expires (`expires`: a JWT's `exp`, with the leeway), as a WebSocket connection is closed
+/// then: what it would have carried stays in the session's log, for a `GET` with
+/// `Last-Event-ID` and a fresh credential.
+fn sse<S>(events: S, keep_alive: Duration, expires: Option<SystemTime>) -> HttpResponse
 where
     S: Stream<Item = SseEvent> + Unpin + 'static,
 {
-    HttpResponse::Ok()
+    let mut response = HttpResponse::Ok();
+    response
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache, no-transform"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(sse_body(events, keep_alive))
+        .insert_header(("X-Accel-Buffering", "no"));
+    match expires {
+        None => response.streaming(sse_body(events, keep_alive)),
+        Some(expires) => {
+            let left = expires
+                .duration_since(SystemTime::now())
+                .unwrap_or_default();
+            let expiry = Box::pin(tokio::time::sleep(left));
+            response.streaming(sse_body(events.take_until(expiry), keep_alive))
+        }
+    }
 }
 
 fn sse_body<S>(

@@ -1514,6 +1514,93 @@ async fn a_websocket_session_resumes_only_for_a_credential_that_grants_as_much()
     assert_eq!(names, ["echo"]);
 }
 
+/// Over HTTP, a stream ends when the JWT of the request that opened it expires, as a
+/// WebSocket connection is closed then: a POST's answer stream (a call reporting progress)
+/// ends without the answer of a call still running (which stays in the session's log, for a `GET` with `Last-Event-ID`
+/// and a fresh token), and a `GET` stream ends though the server would keep it alive. (Both
+/// went on for as long as the call and the client lasted.)
+#[tokio::test]
+async fn an_http_stream_ends_when_the_jwt_that_opened_it_expires() {
+    use futures_util::StreamExt;
+    let dir = TempDir::new().expect("tempdir");
+    let server = start_auth(auth_settings(&dir));
+    let mut short = claims("alice");
+    short["exp"] = json!(now() + 2);
+    let (short, fresh) = (hs256(&short), hs256(&claims("alice")));
+    let id = http_session(&server, &fresh).await;
+    let url = format!("http://{}/mcp", server.addr());
+    let call = rpc(
+        7,
+        "tools/call",
+        // Progress makes the answer a stream.
+        json!({"name": "sleep", "arguments": {"ms": 4_000}, "_meta": {"progressToken": "p"}}),
+    );
+    let streamed = post(&server, Some(&short), Some(&id), call).await;
+    assert_eq!(streamed.status(), 200);
+    let mut body = streamed.bytes_stream();
+    let mut text = String::new();
+    let read_to_end = async {
+        while let Some(chunk) = body.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.expect("a chunk")));
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_millis(3_500), read_to_end)
+        .await
+        .expect("the stream ends as the token expires, before the call's answer");
+    assert!(!text.contains("slept"), "{text}");
+    let primed = text
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("id: ")
+                .or_else(|| line.strip_prefix("id:"))
+        })
+        .expect("an event id")
+        .trim()
+        .to_owned();
+    // The answer is fetched with a fresh token.
+    let resumed = crate::support::http::client()
+        .get(&url)
+        .bearer_auth(&fresh)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", &id)
+        .header("Last-Event-ID", &primed)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resumed.status(), 200);
+    let mut body = resumed.bytes_stream();
+    let mut text = String::new();
+    while !text.contains("slept") {
+        let chunk = tokio::time::timeout(READ_TIMEOUT, body.next())
+            .await
+            .expect("the answer in time")
+            .expect("the stream goes on")
+            .expect("a chunk");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+
+    // A GET stream opened with a token about to expire ends with it.
+    let mut short = claims("alice");
+    short["exp"] = json!(now() + 2);
+    let listening = crate::support::http::client()
+        .get(&url)
+        .bearer_auth(hs256(&short))
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", &id)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(listening.status(), 200);
+    let mut body = listening.bytes_stream();
+    let ended = tokio::time::timeout(READ_TIMEOUT, async {
+        while let Some(chunk) = body.next().await {
+            chunk.expect("a chunk");
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the GET stream outlived its token");
+}
+
 /// A WebSocket session ends when the JWT it was opened with expires: a call still in flight
 /// gets its answer (-32023), then the connection closes with 1008.
 #[tokio::test]
