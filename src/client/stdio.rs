@@ -282,8 +282,8 @@ async fn read(stdout: ChildStdout, weak: Weak<Inner>, max_line: usize) {
 const MAX_STDERR_LINE: usize = 2000;
 
 /// Most stderr lines of one child logged in a second; the rest are counted, and said in one
-/// line when the next second begins (a client could make a child write short lines without
-/// end, each a log line many times its size).
+/// line with the child's first line of a later second, or when its stderr ends (a client
+/// could make a child write short lines without end, each a log line many times its size).
 const STDERR_LINES_PER_SECOND: u32 = 100;
 
 /// Logs the child's stderr, line by line, until it ends, at most

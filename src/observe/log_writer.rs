@@ -43,8 +43,13 @@ pub(crate) const BATCH_BYTES: usize = 1024 * 1024;
 pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Bytes held per line of the writer's limit, on average: `limit` lines may take at most
-/// `limit` KiB (an access line is about 330 bytes; 16 MiB at the default 16,384).
+/// `limit` KiB (an access line is about 330 bytes; 16 MiB at the default 16,384), and never
+/// less than [`MIN_HELD_BYTES`].
 pub(crate) const LINE_BYTES: usize = 1024;
+
+/// The least the writer holds whatever its limit in lines: a small `queue_lines` still takes
+/// long lines (an access line with 2 KiB of params).
+const MIN_HELD_BYTES: usize = 64 * 1024;
 
 /// Capacity a buffer keeps between batches; a larger one (after a burst) is let go.
 const KEEP_BYTES: usize = 4 * BATCH_BYTES;
@@ -90,8 +95,8 @@ pub(crate) struct Closer {
 }
 
 impl LogWriter {
-    /// A writer to `out` holding at most `limit` lines and `limit` × [`LINE_BYTES`] bytes,
-    /// its thread named `thread_name`.
+    /// A writer to `out` holding at most `limit` lines and `limit` × [`LINE_BYTES`] bytes (at
+    /// least [`MIN_HELD_BYTES`]), its thread named `thread_name`.
     /// `out` must not buffer: a line counts as written once `out.write` took it, and what a
     /// buffer lost at its flush would not be counted.
     ///
@@ -107,7 +112,7 @@ impl LogWriter {
             wake: Condvar::new(),
             done: Condvar::new(),
             limit: limit.max(1),
-            limit_bytes: limit.max(1).saturating_mul(LINE_BYTES),
+            limit_bytes: limit.max(1).saturating_mul(LINE_BYTES).max(MIN_HELD_BYTES),
             dropped: AtomicU64::new(0),
         });
         let worker = shared.clone();
@@ -459,10 +464,10 @@ mod tests {
     fn long_lines_are_held_within_the_limit_in_bytes_too() {
         let reader = Reader::default();
         reader.stall(true);
-        // 10 lines: at most 10 KiB held.
-        let (writer, closer) = LogWriter::spawn(reader.clone(), 10, "log-test").expect("spawn");
+        // 100 lines: at most 100 KiB held.
+        let (writer, closer) = LogWriter::spawn(reader.clone(), 100, "log-test").expect("spawn");
         let line = |n: u8| {
-            let mut line = vec![b'a' + n; 3 * 1024 - 1];
+            let mut line = vec![b'a' + n; 30 * 1024 - 1];
             line.push(b'\n');
             line
         };
@@ -472,7 +477,7 @@ mod tests {
             assert!(Instant::now() < deadline, "the batch was not taken");
             std::thread::sleep(Duration::from_millis(5));
         }
-        // 3 KiB being written: two more lines of 3 KiB fit, a third would pass 10 KiB.
+        // 30 KiB being written: two more lines of 30 KiB fit, a third would pass 100 KiB.
         for n in 1..6 {
             writer.push(&line(n));
         }
@@ -483,6 +488,18 @@ mod tests {
         drop(closer);
         let kept: Vec<u8> = reader.text().lines().map(|l| l.as_bytes()[0]).collect();
         assert_eq!(kept, b"abcs");
+    }
+
+    #[test]
+    fn a_small_line_limit_still_takes_a_long_line() {
+        let reader = Reader::default();
+        let (writer, closer) = LogWriter::spawn(reader.clone(), 1, "log-test").expect("spawn");
+        let mut line = vec![b'x'; 4 * 1024];
+        line.push(b'\n');
+        writer.push(&line);
+        drop(closer);
+        assert_eq!(writer.dropped(), 0);
+        assert_eq!(reader.text().len(), line.len());
     }
 
     #[test]

@@ -351,6 +351,13 @@ pub enum Refusal {
     /// ids (strings and numbers).
     #[error("Bad Request: Mcp-Awaiting-Ids must be a JSON array of at most 1024 request ids (strings or numbers)")]
     BadAwaitingIds,
+    /// A WebSocket upgrade of another version than 13 (RFC 6455 §4.4).
+    #[error("Upgrade Required: Sec-WebSocket-Version must be 13")]
+    WebSocketVersion,
+    /// A WebSocket upgrade whose `Sec-WebSocket-Key` is not 16 bytes in base64 (RFC 6455
+    /// §4.2.1).
+    #[error("Bad Request: Sec-WebSocket-Key must be 16 bytes in base64")]
+    BadWebSocketKey,
 }
 
 impl Refusal {
@@ -386,6 +393,8 @@ impl Refusal {
             | Self::ResumeGone
             | Self::BadLastEventId
             | Self::BadAwaitingIds
+            | Self::WebSocketVersion
+            | Self::BadWebSocketKey
             | Self::MethodNotAllowed => None,
         }
     }
@@ -421,7 +430,9 @@ impl ResponseError for Refusal {
             | Self::SessionRequired
             | Self::ResumeGone
             | Self::BadLastEventId
-            | Self::BadAwaitingIds => StatusCode::BAD_REQUEST,
+            | Self::BadAwaitingIds
+            | Self::BadWebSocketKey => StatusCode::BAD_REQUEST,
+            Self::WebSocketVersion => StatusCode::UPGRADE_REQUIRED,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge | Self::PartialBudget => StatusCode::PAYLOAD_TOO_LARGE,
@@ -441,6 +452,9 @@ impl ResponseError for Refusal {
             | Self::SessionHeldElsewhere
             | Self::SessionHeldByStalledSocket => {
                 response.insert_header(("Retry-After", "1"));
+            }
+            Self::WebSocketVersion => {
+                response.insert_header((actix_web::http::header::SEC_WEBSOCKET_VERSION, "13"));
             }
             // The connection holds the rest of a body nobody reads: it is not reused.
             Self::BodyDeadline => {

@@ -42,8 +42,8 @@ pub struct SessionRecord {
     pub principal: String,
     /// What the credential that opened it grants: another node serves the session with
     /// that, and only to a credential of the principal that grants at least as much. A
-    /// record written before the field had none: the credential that takes it up is
-    /// taken for the session's, as it was then.
+    /// record written before the field had none: it is taken as unrestricted (only a
+    /// credential that may use everything takes it up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant: Option<crate::perimeter::Grant>,
     /// The client's `logging/setLevel`.

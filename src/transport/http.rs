@@ -639,14 +639,17 @@ pub(crate) async fn fetch_record(
         record.principal == "anonymous"
     };
     // What the session was opened with, as this node's policies know it; a record naming a
-    // rule this node does not have is no one's here.
+    // rule this node does not have is no one's here. One written before records carried
+    // it is taken as unrestricted: only a credential that may use everything takes it up
+    // (a narrower one would be served what the session holds, and would narrow it for
+    // its owner on every node as its copy wrote the record back).
     let access = match &record.grant {
         Some(grant) => shared
             .perimeter
             .policies
             .access_of(grant)
             .ok_or(Refusal::SessionNotFound)?,
-        None => admission.access.clone(),
+        None => perimeter::Access::default(),
     };
     if theirs && record.websocket == websocket && admission.access.covers(&access) {
         let admission = Admission {
@@ -808,11 +811,10 @@ fn keep_alive(shared: &Shared) -> Duration {
 }
 
 /// An SSE response streaming `events`, with a keep-alive comment when idle; it ends with
-/// `events`. Dropping it (the client went away) drops `events`.
-/// An SSE answer of `events`, ended when the credential of the request that opened it
-/// expires (`expires`: a JWT's `exp`, with the leeway), as a WebSocket connection is closed
-/// then: what it would have carried stays in the session's log, for a `GET` with
-/// `Last-Event-ID` and a fresh credential.
+/// `events`, or when the credential of the request that opened it expires (`expires`: a
+/// JWT's `exp`, with the leeway), as a WebSocket connection is closed then: what it would
+/// have carried stays in the session's log, for a `GET` with `Last-Event-ID` and a fresh
+/// credential. Dropping it (the client went away) drops `events`.
 fn sse<S>(events: S, keep_alive: Duration, expires: Option<SystemTime>) -> HttpResponse
 where
     S: Stream<Item = SseEvent> + Unpin + 'static,

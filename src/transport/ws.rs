@@ -656,7 +656,7 @@ pub async fn upgrade(
     let version_protocol = pinned.map(|v| format!("{VERSION_SUBPROTOCOL_PREFIX}{v}"));
     let protocols = [version_protocol.as_deref().unwrap_or(SUBPROTOCOL)];
     if let Some(refused) = refuse_handshake(req.headers()) {
-        return Ok(refused);
+        return Err(refused.into());
     }
     let mut response = ws::handshake_with_protocols(&req, &protocols)?;
     let limits = &shared.settings.limits;
@@ -902,23 +902,17 @@ async fn released_record(
 /// takes versions 7 and 8, and any key): version 13, else 426 naming it; a key that is 16
 /// bytes in base64, else 400. `None` for a handshake that passes, or is not one (actix's
 /// check answers that).
-fn refuse_handshake(headers: &actix_web::http::header::HeaderMap) -> Option<HttpResponse> {
+fn refuse_handshake(headers: &actix_web::http::header::HeaderMap) -> Option<Refusal> {
     use actix_web::http::header::{SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION};
     let version = headers.get(SEC_WEBSOCKET_VERSION)?;
     if version.as_bytes() != b"13" {
-        return Some(
-            HttpResponse::UpgradeRequired()
-                .insert_header((SEC_WEBSOCKET_VERSION, "13"))
-                .body("Upgrade Required: Sec-WebSocket-Version must be 13"),
-        );
+        return Some(Refusal::WebSocketVersion);
     }
     let key = headers.get(SEC_WEBSOCKET_KEY)?;
     let sixteen = data_encoding::BASE64
         .decode(key.as_bytes())
         .is_ok_and(|key| key.len() == 16);
-    (!sixteen).then(|| {
-        HttpResponse::BadRequest().body("Bad Request: Sec-WebSocket-Key must be 16 bytes in base64")
-    })
+    (!sixteen).then_some(Refusal::BadWebSocketKey)
 }
 
 /// The hosted session to resume: one waiting for a reconnect, or one whose (older) socket is

@@ -1290,20 +1290,28 @@ async fn a_subject_spelled_as_a_principal_is_not_that_identity() {
     assert!(admitted(hs256(&claims("bot"))).await.is_ok(), "a bare name");
 }
 
-/// Two JWTs of one subject, `wide` (every tool) and `narrow` (`echo` only), on a server
-/// requiring authentication.
-fn wide_and_narrow(dir: &TempDir) -> (RunningServer, String, String) {
+/// Authentication required, and two policies by scope: `wide` (every tool) and `narrow`
+/// (`echo` only).
+fn wide_and_narrow_settings(dir: &TempDir) -> Settings {
     let mut s = auth_settings(dir);
     let mut narrow_policy = policy(&[], &["narrow"]);
     narrow_policy.tools = strings(&["echo"]);
     s.auth.policies = vec![policy(&[], &["wide"]), narrow_policy];
-    let server = start_auth(s);
-    let token = |scope: &str| {
-        let mut claims = claims("alice");
-        claims["scope"] = json!(scope);
-        hs256(&claims)
-    };
-    (server, token("wide"), token("narrow"))
+    s
+}
+
+/// A JWT of `alice` with the one scope `scope`.
+fn scoped_token(scope: &str) -> String {
+    let mut claims = claims("alice");
+    claims["scope"] = json!(scope);
+    hs256(&claims)
+}
+
+/// Two JWTs of one subject, `wide` (every tool) and `narrow` (`echo` only), on a server
+/// requiring authentication.
+fn wide_and_narrow(dir: &TempDir) -> (RunningServer, String, String) {
+    let server = start_auth(wide_and_narrow_settings(dir));
+    (server, scoped_token("wide"), scoped_token("narrow"))
 }
 
 async fn json_of(response: reqwest::Response) -> Value {
@@ -1400,22 +1408,14 @@ async fn an_http_session_is_refused_to_a_narrower_credential_of_its_subject() {
 async fn another_node_holds_a_session_to_the_credential_it_was_opened_with() {
     let dir = TempDir::new().expect("tempdir");
     let redis = crate::support::redis::RedisServer::start();
-    let node = |_: u8| {
-        let mut s = auth_settings(&dir);
-        let mut narrow_policy = policy(&[], &["narrow"]);
-        narrow_policy.tools = strings(&["echo"]);
-        s.auth.policies = vec![policy(&[], &["wide"]), narrow_policy];
+    let node = || {
+        let mut s = wide_and_narrow_settings(&dir);
         s.redis.url = redis.url();
         s.redis.key_prefix = "grant:".into();
         start_auth(s)
     };
-    let (first, second) = (node(1), node(2));
-    let token = |scope: &str| {
-        let mut claims = claims("alice");
-        claims["scope"] = json!(scope);
-        hs256(&claims)
-    };
-    let (wide, narrow) = (token("wide"), token("narrow"));
+    let (first, second) = (node(), node());
+    let (wide, narrow) = (scoped_token("wide"), scoped_token("narrow"));
     let add = rpc(
         1,
         "tools/call",
@@ -1438,10 +1438,37 @@ async fn another_node_holds_a_session_to_the_credential_it_was_opened_with() {
     let allowed = json_of(post(&second, Some(&wide), Some(&id), add.clone()).await).await;
     assert_eq!(allowed["result"]["content"][0]["text"], "3", "{allowed}");
 
+    // Held by the other node now: still not the narrower token's there.
+    let refused = post(&second, Some(&narrow), Some(&id), add.clone()).await;
+    assert_eq!(refused.status(), 404);
+
     // Opened with the narrower token; taken up on the other node by the wider one.
     let narrow_id = http_session(&first, &narrow).await;
-    let taken = json_of(post(&second, Some(&wide), Some(&narrow_id), add).await).await;
+    let taken = json_of(post(&second, Some(&wide), Some(&narrow_id), add.clone()).await).await;
     assert_eq!(taken["error"]["code"], -32602, "{taken}");
+
+    // A record written before records carried the grant: only a credential that may use
+    // everything takes it up.
+    let old_id = http_session(&first, &wide).await;
+    let key = format!("grant:session:{{{old_id}}}");
+    let mut redis_connection = redis.connection().expect("redis answers");
+    let json: String = ::redis::cmd("GET")
+        .arg(&key)
+        .query(&mut redis_connection)
+        .expect("the record");
+    let mut record: Value = serde_json::from_str(&json).expect("a JSON record");
+    assert!(record.get("grant").is_some(), "{record}");
+    record.as_object_mut().expect("an object").remove("grant");
+    let () = ::redis::cmd("SET")
+        .arg(&key)
+        .arg(record.to_string())
+        .arg("KEEPTTL")
+        .query(&mut redis_connection)
+        .expect("SET");
+    let refused = post(&second, Some(&narrow), Some(&old_id), add.clone()).await;
+    assert_eq!(refused.status(), 404);
+    let allowed = json_of(post(&second, Some(&wide), Some(&old_id), add).await).await;
+    assert_eq!(allowed["result"]["content"][0]["text"], "3", "{allowed}");
 }
 
 /// A parked WebSocket session resumes only for a credential of its subject that grants at

@@ -1973,13 +1973,10 @@ fn a_command_that_cannot_start_stops_mcp_ws_with_exit_2() {
     assert!(reason[0].contains("/nonexistent/mcp-server"), "{reason:?}");
 }
 
-/// `mcp-ws --stdio -- python gateway_upstream.py`, and the pid of the child of one session.
-async fn stdio_binary(mode: &str) -> (ServerProcess, Client, i32) {
+/// `mcp-ws --mode MODE --stdio -- python tests/interop/SCRIPT`, and a client of it.
+async fn stdio_server(mode: &str, script: &str) -> (ServerProcess, Client) {
     let python = ensure_python_env().display().to_string();
-    let script = interop_dir()
-        .join("gateway_upstream.py")
-        .display()
-        .to_string();
+    let script = interop_dir().join(script).display().to_string();
     let server = ServerProcess::spawn(
         &[
             "--listen",
@@ -1994,7 +1991,13 @@ async fn stdio_binary(mode: &str) -> (ServerProcess, Client, i32) {
         &[],
     );
     let addr = server.wait_listening();
-    let mut client = Client::initialized_at(&format!("ws://{addr}/mcp"), None, "2025-11-25").await;
+    let client = Client::initialized_at(&format!("ws://{addr}/mcp"), None, "2025-11-25").await;
+    (server, client)
+}
+
+/// `mcp-ws --stdio -- python gateway_upstream.py`, and the pid of the child of one session.
+async fn stdio_binary(mode: &str) -> (ServerProcess, Client, i32) {
+    let (server, mut client) = stdio_server(mode, "gateway_upstream.py").await;
     // Under its own name: a single upstream alone keeps its names.
     let whoami = tool_text(&client.call_tool("whoami", json!({})).await);
     (server, client, pid_of(&whoami))
@@ -2005,26 +2008,7 @@ async fn stdio_binary(mode: &str) -> (ServerProcess, Client, i32) {
 /// MiB of the server's log.)
 #[tokio::test]
 async fn a_childs_stderr_is_logged_at_a_bounded_rate() {
-    let python = ensure_python_env().display().to_string();
-    let script = interop_dir()
-        .join("scripted_child.py")
-        .display()
-        .to_string();
-    let server = ServerProcess::spawn(
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--mode",
-            "shared",
-            "--stdio",
-            "--",
-            &python,
-            &script,
-        ],
-        &[],
-    );
-    let addr = server.wait_listening();
-    let mut client = Client::initialized_at(&format!("ws://{addr}/mcp"), None, "2025-11-25").await;
+    let (server, mut client) = stdio_server("shared", "scripted_child.py").await;
     let said = client.call_tool("chatter", json!({"lines": 5000})).await;
     assert_eq!(tool_text(&said), "said", "{said}");
     // The next second's first line says how many were skipped.
