@@ -1161,6 +1161,12 @@ impl Session {
         self.in_flight.keys()
     }
 
+    /// Whose session this is: its client's principal, with the access its credential grants
+    /// (what another connection must cover to resume it).
+    pub fn owner(&self) -> crate::perimeter::Owner {
+        crate::perimeter::Owner::of(&self.admission)
+    }
+
     /// Whether `initialize` was answered.
     pub fn is_initialized(&self) -> bool {
         matches!(self.phase, Phase::Ready(_))

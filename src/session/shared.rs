@@ -9,7 +9,7 @@ use crate::config::Settings;
 use crate::model::Implementation;
 use crate::observe::access::Redaction;
 use crate::observe::metrics::Metrics;
-use crate::perimeter::{Admission, ConnectionPermit, Owner, Perimeter, Refusal, RequestGuard};
+use crate::perimeter::{Admission, ConnectionPermit, Perimeter, Refusal, RequestGuard};
 use crate::protocol::mcp::LogLevel;
 use crate::protocol::mrtr::StateKey;
 use crate::registry::rollout::Rollout;
@@ -150,7 +150,6 @@ impl Shared {
         Some(SessionSlot {
             shared: self.clone(),
             id: self.next_session_id.fetch_add(1, Ordering::Relaxed),
-            owner: Owner::default(),
             _permit: None,
             registered: false,
         })
@@ -184,7 +183,7 @@ impl Shared {
                 Refusal::TooManySessions
             });
         };
-        Ok(slot.bound_to(Owner::of(admission), permit))
+        Ok(slot.bound_to(permit))
     }
 
     /// Sets who is told of every session's `initialize` (once; a second observer is
@@ -278,12 +277,11 @@ impl std::fmt::Display for SessionId {
 }
 
 /// A session's place in the server: registered for shutdown fan-out while the session
-/// runs, released (and the session count lowered) on drop, with its owner and its place
-/// within its client's limits.
+/// runs, released (and the session count lowered) on drop, with its place within its
+/// client's limits. (Whose session it is, the session's admission says: `Session::owner`.)
 pub struct SessionSlot {
     shared: Arc<Shared>,
     id: u64,
-    owner: Owner,
     /// Given back when the session ends.
     _permit: Option<ConnectionPermit>,
     /// Whether it is in the shutdown fan-out (a 2026-07-28 POST never is: it watches the
@@ -297,16 +295,11 @@ impl SessionSlot {
         self.id
     }
 
-    /// The slot of a session of `owner`, holding `permit` for as long as it lives.
-    pub fn bound_to(mut self, owner: Owner, permit: Option<ConnectionPermit>) -> Self {
-        self.owner = owner;
+    /// The slot holding `permit` (the session's place within its client's limits) for as
+    /// long as it lives.
+    pub fn bound_to(mut self, permit: Option<ConnectionPermit>) -> Self {
         self._permit = permit;
         self
-    }
-
-    /// Whose session this is.
-    pub fn owner(&self) -> &Owner {
-        &self.owner
     }
 
     /// Puts the session in the shutdown fan-out: `shutdown` is told when the server stops

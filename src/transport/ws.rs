@@ -389,7 +389,7 @@ impl WsSession {
         let mut session = session;
         session.end_stateless_requests(ctx);
         tracing::debug!(session = %id, "socket gone; session kept for a reconnect");
-        let owner = slot.owner().clone();
+        let owner = session.owner();
         let hosted = HostedSession::park(
             self.shared.clone(),
             self.hosted.clone(),
@@ -436,7 +436,7 @@ impl Actor for WsSession {
             Core::Local { session, slot, id } => {
                 slot.register(ctx.address().recipient());
                 self.sockets
-                    .remember(id.clone(), ctx.address(), slot.owner().clone());
+                    .remember(id.clone(), ctx.address(), session.owner());
                 ctx.spawn(InboxPump::new(session.inbox().clone()));
                 if let Some(record) = &self.record {
                     ctx.run_interval(record.refresh_every(), socket_record::keep);
