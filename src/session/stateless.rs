@@ -75,13 +75,17 @@ impl Session {
                     pinned: self.pinned,
                 });
             }
-            return if must_be_stateless {
-                Err(Error::MalformedMeta(match unreadable() {
-                    Some(error) => unreadable_params(&error),
-                    None => "_meta.io.modelcontextprotocol/protocolVersion: required".into(),
-                }))
-            } else {
-                Ok(Era::Session)
+            return match unreadable() {
+                // Params that do not read (a member named twice) and name the revision's
+                // version key: a 2026-07-28 request, malformed (the head, `_meta` with it,
+                // could not be read to tell). The text is looked at only for such params.
+                Some(error) if must_be_stateless || names_version_key(&request.params) => {
+                    Err(Error::MalformedMeta(unreadable_params(&error)))
+                }
+                _ if must_be_stateless => Err(Error::MalformedMeta(
+                    "_meta.io.modelcontextprotocol/protocolVersion: required".into(),
+                )),
+                _ => Ok(Era::Session),
             };
         };
         let Some(meta) = meta else {
@@ -881,6 +885,13 @@ impl<T> LastParsed<T> {
         *last = Some((Box::from(text), value.clone()));
         Some(value)
     }
+}
+
+/// Whether raw params spell the 2026-07-28 version key (`_meta`'s
+/// `io.modelcontextprotocol/protocolVersion`) anywhere.
+fn names_version_key(params: &Params<'_, crate::protocol::mcp::CallToolParams<'_>>) -> bool {
+    matches!(params, Params::Raw(Some(raw))
+        if raw.get().contains("io.modelcontextprotocol/protocolVersion"))
 }
 
 /// The `protocolVersion` an `initialize` asks for (at most 64 characters), or `""`.

@@ -273,6 +273,44 @@ async fn malformed_meta_is_invalid_params_and_an_unknown_version_is_32022() {
     assert_complete(&response, &id);
 }
 
+/// A request whose `_meta` names the 2026-07-28 version but does not read (a member named
+/// twice) is that revision's, malformed: -32602 saying so, before `initialize` and after it.
+/// (It was taken for a session-era request: "not initialized" on a fresh connection, a
+/// session-era list on an initialized one.)
+#[tokio::test]
+async fn a_meta_naming_a_member_twice_is_a_malformed_2026_request_on_any_connection() {
+    let (server, _) = start_stateless(stateless_settings());
+    let meta = format!(r#""{PROTOCOL_VERSION}":"{MODERN}","{CLIENT_CAPABILITIES}":{{}}"#);
+    let text = |id: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list","params":{{"_meta":{{{meta},"{PROTOCOL_VERSION}":"{MODERN}"}}}}}}"#
+        )
+    };
+    let mut fresh = Client::connect(&server).await;
+    let mut initialized = Client::initialized(&server).await;
+    for (client, id) in [(&mut fresh, 1), (&mut initialized, 2)] {
+        client.send_text(&text(id)).await;
+        let response = client.recv_response(&json!(id)).await;
+        let error = assert_error(&response, &json!(id), -32602);
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("params do not read: duplicate field"),
+            "{response}"
+        );
+    }
+    // A session-era request whose params do not read, naming no 2026-07-28 version: still
+    // the session's to answer, as it answers such params.
+    initialized
+        .send_text(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"cursor":"a","cursor":"b"}}"#)
+        .await;
+    let refused = initialized.recv_response(&json!(3)).await;
+    let error = assert_error(&refused, &json!(3), -32602);
+    assert_eq!(
+        error["message"], "Invalid params: duplicate field `cursor`",
+        "{refused}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Result shapes
 
