@@ -7,7 +7,10 @@
 //! Each client address also has a share of it (`limits.max_partial_bytes_per_ip`, by default an
 //! eighth, at least one message), so that one client's many connections cannot take the whole
 //! budget and make every other client's next message wait (a 40-byte ping was refused with
-//! 1009 while 364 connections of one address held the budget).
+//! 1009 while 364 connections of one address held the budget). A WebSocket connection counts
+//! in it from its first byte (its address's count found once); an HTTP body once it is
+//! large ([`Reservation::count_in`]), as finding the count for every request costs a map
+//! entry (about 800 instructions of a 68,000-instruction 2026-07-28 POST).
 //!
 //! A connection holds a [`Reservation`]: it grows as bytes arrive (refused past the budget)
 //! and shrinks as messages complete; dropping it (the message done, the connection gone,
@@ -62,7 +65,16 @@ impl PartialBudget {
     /// An empty reservation against this budget, for a connection of the client `client`
     /// (its address as the session limits count it; `None`: the budget alone).
     pub fn reservation(self: &Arc<Self>, client: Option<IpAddr>) -> Reservation {
-        let client = client.filter(|_| self.per_client > 0).map(|address| {
+        Reservation {
+            budget: self.clone(),
+            held: 0,
+            client: client.and_then(|address| self.count_of(address)),
+        }
+    }
+
+    /// The count of `address`'s reservations (made with the first), `None` without shares.
+    fn count_of(&self, address: IpAddr) -> Option<Arc<ClientCount>> {
+        (self.per_client > 0).then(|| {
             self.by_client
                 .entry(address)
                 .or_insert_with(|| {
@@ -72,12 +84,7 @@ impl PartialBudget {
                     })
                 })
                 .clone()
-        });
-        Reservation {
-            budget: self.clone(),
-            held: 0,
-            client,
-        }
+        })
     }
 
     /// Takes `bytes` more of `counter`, unless that would pass `limit`.
@@ -127,6 +134,30 @@ impl Reservation {
         }
         self.held = bytes;
         Ok(())
+    }
+
+    /// Counts what this reservation holds, and will hold, in `address`'s share from now on
+    /// (an HTTP body is counted in it once it is large enough to matter: looking the address
+    /// up for every request's body would cost each request a map entry).
+    ///
+    /// # Errors
+    /// [`OverBudget`] when what it holds does not fit in the address's share (nothing taken).
+    pub fn count_in(&mut self, address: IpAddr) -> Result<(), OverBudget> {
+        if self.client.is_some() {
+            return Ok(());
+        }
+        let Some(client) = self.budget.count_of(address) else {
+            return Ok(());
+        };
+        let taken = PartialBudget::take(&client.bytes, self.budget.per_client, self.held);
+        // Kept either way: its drop forgets the address when no other holds it.
+        self.client = Some(client);
+        if taken.is_err() {
+            // What it holds stays out of the share; the caller refuses the message.
+            self.budget.used.fetch_sub(self.held, Ordering::Relaxed);
+            self.held = 0;
+        }
+        taken
     }
 
     fn give_back(&self, bytes: usize) {
@@ -193,5 +224,24 @@ mod tests {
         drop((a, b, other, fourth));
         assert_eq!(budget.in_use(), 0);
         assert!(budget.by_client.is_empty(), "every address forgotten");
+    }
+
+    #[test]
+    fn a_reservation_counted_in_its_address_later_brings_what_it_holds() {
+        let budget = PartialBudget::new(1000, 100);
+        let here: IpAddr = [127, 0, 0, 1].into();
+        let mut early = budget.reservation(Some(here));
+        assert_eq!(early.hold(60), Ok(()));
+        let mut late = budget.reservation(None);
+        assert_eq!(late.hold(30), Ok(()), "not counted in the share yet");
+        assert_eq!(late.count_in(here), Ok(()), "60 + 30 fit in 100");
+        assert_eq!(late.hold(41), Err(OverBudget), "60 + 41 do not");
+        let mut third = budget.reservation(None);
+        assert_eq!(third.hold(20), Ok(()));
+        assert_eq!(third.count_in(here), Err(OverBudget), "90 + 20 do not fit");
+        assert_eq!(budget.in_use(), 90, "the refused one gave its bytes back");
+        drop((early, late, third));
+        assert_eq!(budget.in_use(), 0);
+        assert!(budget.by_client.is_empty());
     }
 }

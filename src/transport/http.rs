@@ -155,7 +155,11 @@ async fn read_body(
     let limits = &shared.settings.limits;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(limits.partial_timeout_ms);
     let client = client.map(perimeter::connections::client_key);
-    let mut reservation = shared.perimeter.partial.reservation(client);
+    // Counted in its address's share once it passes this: most bodies are far smaller, and
+    // finding the address's count for each would cost every request a map entry (a
+    // connection's WebSocket reader finds it once).
+    const COUNTED_FROM: usize = 64 * 1024;
+    let mut reservation = shared.perimeter.partial.reservation(None);
     let mut buffer = BytesMut::new();
     loop {
         let chunk = match tokio::time::timeout_at(deadline, body.next()).await {
@@ -166,6 +170,11 @@ async fn read_body(
         let len = buffer.len() + chunk.len();
         if len > limits.max_message_bytes {
             return Err(Refusal::PayloadTooLarge);
+        }
+        if let Some(client) = client.filter(|_| len > COUNTED_FROM) {
+            reservation
+                .count_in(client)
+                .map_err(|_over| Refusal::PartialBudget)?;
         }
         reservation
             .hold(len)
