@@ -286,10 +286,7 @@ impl Authenticator {
     }
 
     fn verify_jwt(&self, token: &str) -> Result<(Identity, Option<SystemTime>), AuthFailure> {
-        let header = jsonwebtoken::decode_header(token).map_err(|_| AuthFailure::Malformed)?;
-        if names_critical_extensions(token) {
-            return Err(AuthFailure::Malformed);
-        }
+        let header = jose_header(token).ok_or(AuthFailure::Malformed)?;
         let mut failure = AuthFailure::UnknownKey;
         let candidates = self.jwt_keys.iter().filter(|key| {
             key.algorithm == header.alg
@@ -510,21 +507,28 @@ fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, AuthFailure> {
         .filter(|token| !token.is_empty()))
 }
 
-/// Whether the JOSE header of `token` has `crit`: it names extensions the recipient must
-/// understand (RFC 7515 §4.1.11), and this server understands none. (`jsonwebtoken` reads
-/// the header's registered members only.)
-fn names_critical_extensions(token: &str) -> bool {
-    #[derive(Deserialize)]
-    struct Critical {
-        #[serde(default)]
-        crit: Option<serde::de::IgnoredAny>,
-    }
-    let encoded = token.split('.').next().unwrap_or_default();
-    data_encoding::BASE64URL_NOPAD
+/// What the key is chosen by, of a JWT's JOSE header.
+#[derive(Deserialize)]
+struct JoseHeader {
+    alg: jsonwebtoken::Algorithm,
+    #[serde(default)]
+    kid: Option<String>,
+    /// Extensions the recipient must understand (RFC 7515 §4.1.11); this server understands
+    /// none. (`jsonwebtoken::decode_header` reads the registered members only, so the header
+    /// is read here, once, rather than by it and again for `crit`.)
+    #[serde(default)]
+    crit: Option<serde::de::IgnoredAny>,
+}
+
+/// The JOSE header of `token`; `None` when it does not read, or names `crit`.
+fn jose_header(token: &str) -> Option<JoseHeader> {
+    let encoded = token.split('.').next()?;
+    let json = data_encoding::BASE64URL_NOPAD
         .decode(encoded.as_bytes())
+        .ok()?;
+    serde_json::from_slice::<JoseHeader>(&json)
         .ok()
-        .and_then(|json| serde_json::from_slice::<Critical>(&json).ok())
-        .is_none_or(|header| header.crit.is_some())
+        .filter(|header| header.crit.is_none())
 }
 
 fn claim_failure(kind: &ErrorKind) -> AuthFailure {
