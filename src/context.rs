@@ -227,6 +227,12 @@ impl Identity {
         &self.principal
     }
 
+    /// [`principal`](Self::principal), shared: what keys a session by it holds a count, not
+    /// a copy.
+    pub(crate) fn shared_principal(&self) -> &Arc<str> {
+        &self.principal
+    }
+
     /// How the identity was proven.
     pub fn proof(&self) -> Proof {
         self.proof

@@ -120,7 +120,7 @@ impl Owner {
         Self {
             principal: identity
                 .is_authenticated()
-                .then(|| Arc::from(identity.principal())),
+                .then(|| identity.shared_principal().clone()),
             access,
         }
     }
