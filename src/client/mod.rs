@@ -76,7 +76,7 @@ const MAX_ANSWERING: usize = 64;
 const MAX_INPUT_ROUNDS: usize = 16;
 
 /// The `_meta` keys of a stateless request.
-const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_VERSION: &str = crate::protocol::mcp::META_PROTOCOL_VERSION;
 const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";

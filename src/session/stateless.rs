@@ -891,7 +891,7 @@ impl<T> LastParsed<T> {
 /// `io.modelcontextprotocol/protocolVersion`) anywhere.
 fn names_version_key(params: &Params<'_, crate::protocol::mcp::CallToolParams<'_>>) -> bool {
     matches!(params, Params::Raw(Some(raw))
-        if raw.get().contains("io.modelcontextprotocol/protocolVersion"))
+        if raw.get().contains(crate::protocol::mcp::META_PROTOCOL_VERSION))
 }
 
 /// The `protocolVersion` an `initialize` asks for (at most 64 characters), or `""`.

@@ -190,14 +190,11 @@ async fn read_body(
 /// the key cannot be written without its own bytes or an escape. The rest are parsed.
 fn names_stateless_version(text: &str) -> bool {
     static KEY: LazyLock<memmem::Finder<'static>> =
-        LazyLock::new(|| memmem::Finder::new(META_VERSION_KEY));
+        LazyLock::new(|| memmem::Finder::new(crate::protocol::mcp::META_PROTOCOL_VERSION));
     let may =
         KEY.find(text.as_bytes()).is_some() || memchr::memchr(b'\\', text.as_bytes()).is_some();
     may && Probe::of(text).names_stateless_version
 }
-
-/// The `_meta` key of a 2026-07-28 request's version.
-const META_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// A 2026-07-28 request: decoded once, and its params' head (`_meta`, what it acts on)
 /// read once ([`ReadRequest`]), which the session then takes as read. Its headers must

@@ -94,6 +94,10 @@ impl ProgressToken {
     }
 }
 
+/// The `_meta` key of a 2026-07-28 request's protocol version: its presence makes the
+/// request one of that revision (`RequestMeta::protocol_version` reads it).
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
 /// `_meta` of a request: the keys the server reads, raw. Serialized (the keys present) for
 /// the access log of a `tools/call`, whose params are not kept raw.
 #[derive(Debug, Default, Deserialize, Serialize)]
