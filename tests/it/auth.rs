@@ -950,17 +950,7 @@ async fn a_jwt_whose_sub_is_an_api_keys_name_is_another_identity() {
     assert_eq!(metric(&server, "mcp_dedup_hits_total").await, 1);
 
     // Nor does it resume the key's WebSocket session.
-    let mut ci = upgrade(&server, &[("Authorization", &bearer(CI_KEY))])
-        .await
-        .expect("admitted");
-    let init = ci
-        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
-        .await;
-    let ws_id = init["result"]["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .expect("session id")
-        .to_owned();
-    drop(ci);
+    let ws_id = parked_session_as(&server, CI_KEY).await;
     wait_metric(&server, "mcp_parked_sessions", 1).await;
     let refused = upgrade(
         &server,
@@ -974,21 +964,26 @@ async fn a_jwt_whose_sub_is_an_api_keys_name_is_another_identity() {
     assert_eq!(refused.status, 404);
 }
 
+/// A WebSocket session opened with `token` and initialized, its connection then dropped
+/// (the caller waits for it to be parked): its id.
+async fn parked_session_as(server: &RunningServer, token: &str) -> String {
+    let mut opened = upgrade(server, &[("Authorization", &bearer(token))])
+        .await
+        .expect("admitted");
+    let init = opened
+        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
+        .await;
+    init["result"]["_meta"]["mcp-ws/sessionId"]
+        .as_str()
+        .expect("session id")
+        .to_owned()
+}
+
 #[tokio::test]
 async fn a_websocket_session_resumes_only_for_its_own_identity() {
     let dir = TempDir::new().expect("tempdir");
     let server = start_auth(auth_settings(&dir));
-    let mut ci = upgrade(&server, &[("Authorization", &bearer(CI_KEY))])
-        .await
-        .expect("admitted");
-    let init = ci
-        .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
-        .await;
-    let id = init["result"]["_meta"]["mcp-ws/sessionId"]
-        .as_str()
-        .expect("session id")
-        .to_owned();
-    drop(ci);
+    let id = parked_session_as(&server, CI_KEY).await;
     wait_metric(&server, "mcp_parked_sessions", 1).await;
     let foreign = upgrade(
         &server,
@@ -1479,24 +1474,7 @@ async fn another_node_holds_a_session_to_the_credential_it_was_opened_with() {
 async fn a_websocket_session_resumes_only_for_a_credential_that_grants_as_much() {
     let dir = TempDir::new().expect("tempdir");
     let (server, wide, narrow) = wide_and_narrow(&dir);
-    let open = |token: String| {
-        let server = &server;
-        async move {
-            let mut opened = upgrade(server, &[("Authorization", &bearer(&token))])
-                .await
-                .expect("admitted");
-            let init = opened
-                .request_with_id(json!(0), "initialize", initialize_params("2025-11-25"))
-                .await;
-            let id = init["result"]["_meta"]["mcp-ws/sessionId"]
-                .as_str()
-                .expect("session id")
-                .to_owned();
-            drop(opened);
-            id
-        }
-    };
-    let id = open(wide.clone()).await;
+    let id = parked_session_as(&server, &wide).await;
     wait_metric(&server, "mcp_parked_sessions", 1).await;
 
     let refused = upgrade(
@@ -1524,7 +1502,7 @@ async fn a_websocket_session_resumes_only_for_a_credential_that_grants_as_much()
     drop(wide_again);
 
     // A session opened with the narrower token, resumed with the wider one.
-    let narrow_id = open(narrow).await;
+    let narrow_id = parked_session_as(&server, &narrow).await;
     wait_metric(&server, "mcp_parked_sessions", 2).await;
     let mut resumed = upgrade(
         &server,

@@ -330,6 +330,11 @@ async fn the_global_pool_bounds_concurrency_across_sessions() {
     );
 }
 
+/// A call of the gated `hold` tool, id `id`.
+fn hold(id: usize) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"hold"}})
+}
+
 #[tokio::test]
 async fn a_session_leaves_the_reserve_to_sessions_holding_no_slot() {
     let mut s = settings();
@@ -337,8 +342,6 @@ async fn a_session_leaves_the_reserve_to_sessions_holding_no_slot() {
     s.limits.pool_reserve = Some(2);
     s.limits.admission_wait_ms = 60_000;
     let (server, gate) = start_with_gate(s);
-    let hold =
-        |id: usize| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"hold"}});
     let mut greedy = Client::initialized(&server).await;
     for id in 0..8 {
         greedy.send_json(hold(id)).await;
@@ -384,8 +387,6 @@ async fn many_sessions_of_one_address_leave_the_reserve_to_other_clients() {
     s.limits.pool_reserve = Some(2);
     s.limits.admission_wait_ms = 60_000;
     let (server, gate) = start_with_gate(s);
-    let hold =
-        |id: usize| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"hold"}});
     // Six sessions of 127.0.0.1 take six slots; the reserve is left.
     let mut crowd = Vec::new();
     for id in 0..6 {
