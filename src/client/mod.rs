@@ -42,8 +42,10 @@
 //! ```
 
 mod http;
+mod response_id;
 mod stdio;
 mod ws;
+mod ws_frames;
 
 pub use stdio::StdioCommand;
 

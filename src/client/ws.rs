@@ -4,11 +4,12 @@
 //! (with the configured headers), TLS for `wss://` (http.rs's config: ring, the platform's
 //! roots), the reading and writing tasks, and the closing handshake.
 //!
-//! The connection is over when the server closes it, a read or write fails, or a message
-//! is over `max_message_bytes` (the stream cannot be read past it: the client closes with
-//! 1009): every request waiting then fails with [`ClientError::Closed`]. Pings are answered
-//! by tungstenite itself.
+//! A message over `max_message_bytes` is skipped, and the request it answers fails at once
+//! as too long ([`ws_frames`](super::ws_frames)); the connection goes on. It is over when the
+//! server closes it or a read or write fails: every request waiting then fails with
+//! [`ClientError::Closed`]. Pings are answered by tungstenite itself.
 
+use super::ws_frames::{Requests, SkipOversized};
 use super::{ClientError, Inner, Outgoing};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
@@ -38,7 +39,7 @@ const WRITE_BATCH: usize = 64;
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
-type Socket = WebSocketStream<Box<dyn Io>>;
+type Socket = WebSocketStream<SkipOversized<Box<dyn Io>>>;
 
 /// One WebSocket connection; clones are the same connection.
 #[derive(Clone)]
@@ -54,6 +55,9 @@ struct ConnectionInner {
     /// Turns `true` once the reader is done (the server's close came, or the wait for it
     /// ended).
     ended: watch::Sender<bool>,
+    /// Where the socket's reader fails the request of an answer it skipped (set by
+    /// [`Connection::run`]).
+    requests: Requests,
 }
 
 impl Connection {
@@ -64,7 +68,9 @@ impl Connection {
         headers: &[(String, String)],
         max_message: usize,
     ) -> Result<Self, ClientError> {
-        let socket = tokio::time::timeout(CONNECT_TIMEOUT, upgrade(url, headers, max_message))
+        let requests = Requests::default();
+        let upgrading = upgrade(url, headers, max_message, requests.clone());
+        let socket = tokio::time::timeout(CONNECT_TIMEOUT, upgrading)
             .await
             .map_err(|_| {
                 ClientError::Connect(format!(
@@ -76,6 +82,7 @@ impl Connection {
             socket: Mutex::new(Some(socket)),
             closing: watch::Sender::new(None),
             ended: watch::Sender::new(false),
+            requests,
         })))
     }
 
@@ -89,6 +96,7 @@ impl Connection {
         // full) cannot stall either.
         let (sink, stream) = socket.split();
         let weak = Arc::downgrade(inner);
+        let _ = self.0.requests.set(weak.clone());
         tokio::spawn(write(sink, outgoing, self.0.clone(), weak.clone()));
         tokio::spawn(read(stream, self.0.clone(), weak));
     }
@@ -132,6 +140,7 @@ async fn upgrade(
     url: &str,
     headers: &[(String, String)],
     max_message: usize,
+    requests: Requests,
 ) -> Result<Socket, ClientError> {
     let mut request = url
         .into_client_request()
@@ -183,6 +192,9 @@ async fn upgrade(
         Box::new(tcp)
     };
     // The limit is on what the server sends; a frame is never longer than its message.
+    // tungstenite sees no message over it (skipped beneath it), unless the stream stopped
+    // being one of frames: then it refuses what is over.
+    let stream = SkipOversized::new(stream, max_message, requests);
     let config = WebSocketConfig::default()
         .max_message_size(Some(max_message))
         .max_frame_size(Some(max_message));
@@ -311,8 +323,9 @@ async fn read_until_closed(
             // Pings are answered by tungstenite; pongs and raw frames mean nothing here.
             Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => {}
             Err(WsError::Capacity(CapacityError::MessageTooLong { size, max_size })) => {
-                // The rest of that message is still on the stream: nothing after it can be
-                // read, so the connection ends here.
+                // Only past what the frame reader could read (it skips every message over
+                // the limit of a stream of frames): the rest of that message is still on the
+                // stream, nothing after it can be read, so the connection ends here.
                 connection.begin_close(CloseCode::Size, "message too big");
                 return format!(
                     "the server sent a message of {size} bytes, over max_message_bytes \

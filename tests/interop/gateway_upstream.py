@@ -15,6 +15,7 @@ Tools:
   ask_model()           asks the client's model (sampling)
   ask_model_after(ms)   waits, then asks the client's model
   image()               one image block and one resource_link block
+  big(bytes)            a text of `bytes` x's (an answer past a gateway's max_message_bytes)
   fail()                raises: an isError result
   crash()               the process exits at once (status 3) mid-call (over WebSocket: the
                         server, with every connection)
@@ -30,7 +31,7 @@ Tools:
 Resource mem://motd, template mem://items/{id}, prompt greet(name).
 
 Over stdio, with $GATEWAY_EVENTS, a child records "started PID session" (or "... alone") there; $GATEWAY_START_DELAY_MS
-holds its start back that long.
+holds its start back that long. Over WebSocket, each connection records "ws connection".
 
 Usage: python gateway_upstream.py              (stdio)
        python gateway_upstream.py --http PORT  (Streamable HTTP at http://127.0.0.1:PORT/mcp)
@@ -163,6 +164,12 @@ def image() -> list:
 
 
 @server.tool()
+def big(bytes: int) -> str:
+    """A text of `bytes` x's."""
+    return "x" * bytes
+
+
+@server.tool()
 def fail() -> str:
     """Always fails."""
     raise ValueError("this tool always fails")
@@ -285,6 +292,7 @@ class OverWebSocket:
     async def __call__(self, scope, receive, send) -> None:
         from mcp.server.websocket import websocket_server
 
+        record("ws connection")
         async with websocket_server(scope, receive, send) as (read, write):
             lowlevel = server._mcp_server
             await lowlevel.run(read, write, lowlevel.create_initialization_options())

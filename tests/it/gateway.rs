@@ -30,7 +30,7 @@
 //! `mcp_ws::client` over WebSocket on its own, against mcp-ws: calls (concurrent ones each
 //! answered their own), a normal close, headers on the upgrade, a request in flight failing
 //! `ClientError::Closed` when the server is killed or stops (never hanging), a message over
-//! `max_message_bytes` ending the connection, and `wss://` with the platform's roots.
+//! `max_message_bytes` skipped (the connection goes on), and `wss://` with the platform's roots.
 
 use crate::interop_py_sdk::ensure_python_env;
 use crate::interop_ts_sdk::{ensure_sdk_1, ensure_sdk_2, ts2_dir};
@@ -1503,6 +1503,66 @@ async fn events_reach(file: &Path, what: &str, count: usize) {
     }
 }
 
+/// A `shared` WebSocket upstream's answer over `limits.max_message_bytes` fails that one
+/// call, at once, with -32030 saying why. Another session's call in flight on the same
+/// connection is answered, and the connection is not opened again: it used to close,
+/// failing every session's calls and sending the upstream into its restart backoff, at the
+/// will of any client that could make a tool's answer grow.
+#[tokio::test]
+async fn a_shared_websocket_upstreams_answer_over_the_limit_fails_only_its_call() {
+    let (_dir, events) = events_file();
+    let (_upstream, port) = fastmcp_listening("--ws", &[("GATEWAY_EVENTS", &events)]);
+    let mut settings = settings();
+    settings.upstreams = vec![UpstreamSettings {
+        name: "ws".into(),
+        url: format!("ws://127.0.0.1:{port}/ws"),
+        mode: UpstreamMode::Shared,
+        ..Default::default()
+    }];
+    settings.limits.max_message_bytes = 256 << 10;
+    let server = start(settings);
+    let mut asker = Client::initialized(&server).await;
+    let mut other = Client::initialized(&server).await;
+    let connections = || {
+        read_events(&events)
+            .lines()
+            .filter(|line| *line == "ws connection")
+            .count()
+    };
+    let opened = connections();
+    assert!(opened >= 1, "{:?}", read_events(&events));
+
+    let waiting = other.fresh_id();
+    other
+        .send_json(request(
+            waiting.clone(),
+            "tools/call",
+            json!({"name": "ws__wait", "arguments": {"ms": 1500, "tag": "other"}}),
+        ))
+        .await;
+    let big = tokio::time::timeout(
+        READ_TIMEOUT,
+        asker.call_tool("ws__big", json!({"bytes": 1 << 20})),
+    )
+    .await
+    .expect("answered at once, not at its deadline");
+    assert_error(&big, &big["id"], -32030);
+    let message = big["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("an answer longer than max_message_bytes (262144 bytes)"),
+        "{big}"
+    );
+    let waited = other.recv_response(&waiting).await;
+    assert_eq!(tool_text(&waited), "waited other", "{waited}");
+    let sum = asker.call_tool("ws__add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(
+        sum["result"]["structuredContent"],
+        json!({"sum": 3.0}),
+        "{sum}"
+    );
+    assert_eq!(connections(), opened, "{:?}", read_events(&events));
+}
+
 /// A call to an HTTP upstream that holds its POST without a response head (a server that
 /// sends its head only with its answer) holds no connection once it is cancelled: its POST
 /// is dropped at once, and the upstream is told by a `notifications/cancelled` of its own.
@@ -1890,8 +1950,11 @@ async fn the_websocket_client_held_back_by_a_flooding_server_still_closes() {
     );
 }
 
+/// An answer over the client's `max_message_bytes` is read past: its call fails at once as
+/// too long, and the connection goes on (tungstenite, which cannot read past a message over
+/// its limit, closed it, failing every call on it).
 #[tokio::test]
-async fn the_websocket_client_ends_the_connection_on_a_message_over_its_limit() {
+async fn the_websocket_client_skips_a_message_over_its_limit_and_goes_on() {
     let server = start(settings());
     let options = ClientOptions {
         max_message_bytes: 4096,
@@ -1905,12 +1968,154 @@ async fn the_websocket_client_ends_the_connection_on_a_message_over_its_limit() 
         .await
         .expect("an answer under the limit");
     assert_eq!(text_of(&fits).len(), 1000);
-    // The echo of 8 KiB is over the client's 4 KiB: that answer cannot be read, and nothing
-    // after it.
-    let why = assert_closed(client.call_tool("echo", json!({"text": "x".repeat(8192)}))).await;
-    assert!(why.contains("over max_message_bytes (4096)"), "{why}");
-    assert!(client.is_closed());
-    assert_closed(client.request("ping", None)).await;
+    // The echo of 8 KiB is over the client's 4 KiB.
+    let too_long = tokio::time::timeout(
+        READ_TIMEOUT,
+        client.call_tool("echo", json!({"text": "x".repeat(8192)})),
+    )
+    .await
+    .expect("failed at once");
+    match too_long {
+        Err(ClientError::InvalidAnswer(why)) => assert!(
+            why.contains("an answer longer than max_message_bytes (4096 bytes)"),
+            "{why}"
+        ),
+        other => panic!("expected the answer refused as too long, got {other:?}"),
+    }
+    assert!(!client.is_closed());
+    let after = client
+        .call_tool("echo", json!({"text": "after"}))
+        .await
+        .expect("the connection goes on");
+    assert_eq!(text_of(&after), "after");
+}
+
+/// An answer over the limit sent in fragments, a ping between them, the id last: the client
+/// reads past it, fails its call at once, answers the ping, and the next call's answer, sent
+/// in fragments that fit, is read.
+#[tokio::test]
+async fn the_websocket_client_reads_past_a_fragmented_answer_over_its_limit() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bound");
+    let url = format!("ws://{}/", listener.local_addr().expect("address"));
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.expect("accepted");
+        #[allow(clippy::result_large_err)]
+        let with_mcp = |_: &Request, mut response: Response| {
+            let mcp = "mcp".parse().expect("a header value");
+            response.headers_mut().insert("sec-websocket-protocol", mcp);
+            Ok(response)
+        };
+        let ws = tokio_tungstenite::accept_hdr_async(tcp, with_mcp)
+            .await
+            .expect("upgraded");
+        let (mut sink, mut stream) = ws.split();
+        let mut ponged = false;
+        let init = next_request(&mut stream, &mut ponged).await;
+        let reply = json!({"jsonrpc": "2.0", "id": init["id"], "result": {
+            "protocolVersion": init["params"]["protocolVersion"], "capabilities": {"tools": {}},
+            "serverInfo": {"name": "fragments", "version": "1"}}});
+        sink.send(Message::text(reply.to_string()))
+            .await
+            .expect("sent");
+        let fragments = |answer: String, pieces: usize| {
+            let size = answer.len().div_ceil(pieces);
+            let chunks: Vec<Vec<u8>> = answer.as_bytes().chunks(size).map(<[u8]>::to_vec).collect();
+            let last = chunks.len() - 1;
+            chunks
+                .into_iter()
+                .enumerate()
+                .map(|(n, chunk)| {
+                    let opcode = OpCode::Data(if n == 0 { Data::Text } else { Data::Continue });
+                    Message::Frame(Frame::message(chunk, opcode, n == last))
+                })
+                .collect::<Vec<_>>()
+        };
+        // The first call: 10 kB in three fragments (each under the client's 4 KiB), a ping
+        // after the first; the id comes last, as the TypeScript SDK writes it.
+        let call = next_request(&mut stream, &mut ponged).await;
+        let long = format!(
+            r#"{{"result":{{"content":[{{"type":"text","text":"{}"}}]}},"jsonrpc":"2.0","id":{}}}"#,
+            "x".repeat(10_000),
+            call["id"]
+        );
+        let mut frames = fragments(long, 3).into_iter();
+        sink.feed(frames.next().expect("a fragment"))
+            .await
+            .expect("fed");
+        sink.feed(Message::Ping("held?".into())).await.expect("fed");
+        for frame in frames {
+            sink.feed(frame).await.expect("fed");
+        }
+        sink.flush().await.expect("flushed");
+        let call = next_request(&mut stream, &mut ponged).await;
+        let short = json!({"jsonrpc": "2.0", "id": call["id"], "result": {
+            "content": [{"type": "text", "text": "after"}]}});
+        for frame in fragments(short.to_string(), 2) {
+            sink.feed(frame).await.expect("fed");
+        }
+        sink.flush().await.expect("flushed");
+        // Held open until the client goes; the ping was answered on the way.
+        while let Some(Ok(message)) = stream.next().await {
+            ponged |= matches!(message, Message::Pong(_));
+        }
+        ponged
+    });
+    let options = ClientOptions {
+        max_message_bytes: 4096,
+        ..ws_client_options()
+    };
+    let client = McpClient::websocket(&url, &[], options)
+        .await
+        .expect("connects");
+    let too_long = tokio::time::timeout(READ_TIMEOUT, client.call_tool("long", json!({})))
+        .await
+        .expect("failed at once");
+    assert!(
+        matches!(&too_long, Err(ClientError::InvalidAnswer(why)) if why.contains("longer than max_message_bytes (4096 bytes)")),
+        "{too_long:?}"
+    );
+    let after = tokio::time::timeout(READ_TIMEOUT, client.call_tool("short", json!({})))
+        .await
+        .expect("answered")
+        .expect("the connection goes on");
+    assert_eq!(text_of(&after), "after");
+    client.shutdown(Duration::from_millis(500)).await;
+    drop(client);
+    let ponged = tokio::time::timeout(READ_TIMEOUT, server)
+        .await
+        .expect("the server's connection ended")
+        .expect("the server task");
+    assert!(ponged, "the ping between the fragments was not answered");
+}
+
+/// The next request (a message with an id) the client sent; a pong on the way is noted.
+async fn next_request(
+    stream: &mut futures_util::stream::SplitStream<
+        tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    >,
+    ponged: &mut bool,
+) -> Value {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        match stream.next().await.expect("a message").expect("read") {
+            Message::Text(text) => {
+                let value: Value = serde_json::from_str(&text).expect("JSON");
+                if value.get("id").is_some() {
+                    return value;
+                }
+            }
+            Message::Pong(_) => *ponged = true,
+            _ => {}
+        }
+    }
 }
 
 #[test]
