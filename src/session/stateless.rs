@@ -53,6 +53,8 @@ impl Session {
     /// for a version this server does not speak. For a request that must be a 2026-07-28
     /// one: -32602 if its `_meta` names no version, or its params do not read
     /// (`unreadable` says why, a member named twice: then that is what the error says).
+    /// Params that do not read and whose `_meta` names the version key (read leniently:
+    /// [`names_version_key`]) are a 2026-07-28 request too, malformed: -32602.
     pub(super) fn stateless_request(
         &self,
         request: &Request<'_>,
@@ -887,11 +889,58 @@ impl<T> LastParsed<T> {
     }
 }
 
-/// Whether raw params spell the 2026-07-28 version key (`_meta`'s
-/// `io.modelcontextprotocol/protocolVersion`) anywhere.
+/// Whether raw params that did not read name the 2026-07-28 version key in their `_meta`.
+/// Most are ruled out by a scan, as HTTP rules bodies out: the key cannot be written
+/// without its own bytes or an escape (`io.modelcontextprotocol\/protocolVersion`, as PHP
+/// writes it). The rest are read leniently: each `_meta` (a member named twice is each of
+/// its values), each of its members' names unescaped.
 fn names_version_key(params: &Params<'_, crate::protocol::mcp::CallToolParams<'_>>) -> bool {
-    matches!(params, Params::Raw(Some(raw))
-        if raw.get().contains(crate::protocol::mcp::META_PROTOCOL_VERSION))
+    use crate::protocol::mcp::META_PROTOCOL_VERSION;
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+    use std::borrow::Cow;
+
+    /// Whether an object (params, or a `_meta`) has the key, in itself (`meta`) or in a
+    /// `_meta` member.
+    struct Names {
+        meta: bool,
+    }
+    impl<'de> Visitor<'de> for Names {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+            let mut names = false;
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                if self.meta {
+                    names |= key == META_PROTOCOL_VERSION;
+                    map.next_value::<IgnoredAny>()?;
+                } else if key == "_meta" {
+                    names |= map.next_value_seed(Names { meta: true })?;
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(names)
+        }
+    }
+    impl<'de> serde::de::DeserializeSeed<'de> for Names {
+        type Value = bool;
+        fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+            deserializer.deserialize_map(self)
+        }
+    }
+
+    let Params::Raw(Some(raw)) = params else {
+        return false;
+    };
+    let text = raw.get();
+    let may = text.contains(META_PROTOCOL_VERSION) || text.contains('\\');
+    may && serde::de::DeserializeSeed::deserialize(
+        Names { meta: false },
+        &mut serde_json::Deserializer::from_str(text),
+    )
+    .unwrap_or(false)
 }
 
 /// The `protocolVersion` an `initialize` asks for (at most 64 characters), or `""`.

@@ -286,16 +286,30 @@ async fn a_meta_naming_a_member_twice_is_a_malformed_2026_request_on_any_connect
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list","params":{{"_meta":{{{meta},"{PROTOCOL_VERSION}":"{MODERN}"}}}}}}"#
         )
     };
+    // The key as an encoder that escapes `/` writes it (PHP's json_encode), `_meta` named
+    // twice.
+    let escaped = PROTOCOL_VERSION.replace('/', "\\/");
+    let escaped = |id: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list","params":{{"_meta":{{"{escaped}":"{MODERN}"}},"_meta":{{}}}}}}"#
+        )
+    };
     let mut fresh = Client::connect(&server).await;
     let mut initialized = Client::initialized(&server).await;
-    for (client, id) in [(&mut fresh, 1), (&mut initialized, 2)] {
-        client.send_text(&text(id)).await;
+    for id in [1, 2, 4, 5] {
+        let client = if id % 3 == 1 {
+            &mut fresh
+        } else {
+            &mut initialized
+        };
+        let text = if id < 3 { text(id) } else { escaped(id) };
+        client.send_text(&text).await;
         let response = client.recv_response(&json!(id)).await;
         let error = assert_error(&response, &json!(id), -32602);
         let message = error["message"].as_str().unwrap_or_default();
         assert!(
             message.contains("params do not read: duplicate field"),
-            "{response}"
+            "{text}: {response}"
         );
     }
     // A session-era request whose params do not read, naming no 2026-07-28 version: still
@@ -305,6 +319,16 @@ async fn a_meta_naming_a_member_twice_is_a_malformed_2026_request_on_any_connect
         .await;
     let refused = initialized.recv_response(&json!(3)).await;
     let error = assert_error(&refused, &json!(3), -32602);
+    assert_eq!(
+        error["message"], "Invalid params: duplicate field `cursor`",
+        "{refused}"
+    );
+    // So is one that spells the key elsewhere than in `_meta`.
+    initialized
+        .send_text(&format!(r#"{{"jsonrpc":"2.0","id":6,"method":"tools/list","params":{{"cursor":"a","cursor":"b","note":"{PROTOCOL_VERSION}"}}}}"#))
+        .await;
+    let refused = initialized.recv_response(&json!(6)).await;
+    let error = assert_error(&refused, &json!(6), -32602);
     assert_eq!(
         error["message"], "Invalid params: duplicate field `cursor`",
         "{refused}"
