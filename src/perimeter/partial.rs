@@ -8,9 +8,10 @@
 //! eighth, at least one message), so that one client's many connections cannot take the whole
 //! budget and make every other client's next message wait (a 40-byte ping was refused with
 //! 1009 while 364 connections of one address held the budget). A WebSocket connection counts
-//! in it from its first byte (its address's count found once); an HTTP body once it is
-//! large ([`Reservation::count_in`]), as finding the count for every request costs a map
-//! entry (about 800 instructions of a 68,000-instruction 2026-07-28 POST).
+//! in it from its first byte (its address's count found once); an HTTP body from the moment
+//! it waits for more of itself ([`Reservation::count_in`]): a body that arrives whole at
+//! once is not looked up, as finding the count for every request costs a map entry (about
+//! 800 instructions of a 68,000-instruction 2026-07-28 POST).
 //!
 //! A connection holds a [`Reservation`]: it grows as bytes arrive (refused past the budget)
 //! and shrinks as messages complete; dropping it (the message done, the connection gone,
@@ -137,11 +138,13 @@ impl Reservation {
     }
 
     /// Counts what this reservation holds, and will hold, in `address`'s share from now on
-    /// (an HTTP body is counted in it once it is large enough to matter: looking the address
+    /// (an HTTP body is counted in it once it waits for more of itself: looking the address
     /// up for every request's body would cost each request a map entry).
     ///
     /// # Errors
-    /// [`OverBudget`] when what it holds does not fit in the address's share (nothing taken).
+    /// [`OverBudget`] when what it holds does not fit in the address's share. Then nothing
+    /// is taken from the share, and what the reservation held is given back to the
+    /// server-wide budget too (it holds nothing after): the message is to be refused.
     pub fn count_in(&mut self, address: IpAddr) -> Result<(), OverBudget> {
         if self.client.is_some() {
             return Ok(());

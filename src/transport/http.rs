@@ -68,7 +68,12 @@ pub async fn post(
     }
     // Read here rather than by an extractor, so that the checks above come first and an
     // oversized body is refused like everything else (a JSON-RPC error, not actix's text).
-    let body = read_body(body, &shared, admission.peer).await?;
+    let whole_at = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let body = read_body(body, whole_at, &shared, admission.peer).await?;
     let text = String::from_utf8(body.into()).map_err(|_| Refusal::BodyNotText)?;
     let mut versions = req.headers().get_all(&PROTOCOL_VERSION_HEADER);
     let header_version = versions.next().map(|v| v.to_str().unwrap_or(""));
@@ -142,23 +147,21 @@ pub async fn post(
 /// A POST's body, read to its end within `limits.max_message_bytes`, the server's budget of
 /// partly received messages (its bytes are held in it until the body is whole) and
 /// `limits.partial_timeout_ms` from now (the end of the headers): a client sending a byte now
-/// and then cannot hold a handler, a connection and its buffer for ever.
+/// and then cannot hold a handler, a connection and its buffer for ever. `whole_at` is its
+/// `Content-Length`, when it has one.
 ///
 /// # Errors
 /// [`Refusal::PayloadTooLarge`], [`Refusal::PartialBudget`], [`Refusal::BodyDeadline`],
 /// [`Refusal::BodyUnreadable`] (counted with the other refusals, by `count_refusals`).
 async fn read_body(
     mut body: web::Payload,
+    whole_at: Option<usize>,
     shared: &Shared,
     client: Option<std::net::IpAddr>,
 ) -> Result<Bytes, Refusal> {
     let limits = &shared.settings.limits;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(limits.partial_timeout_ms);
     let client = client.map(perimeter::connections::client_key);
-    // Counted in its address's share once it passes this: most bodies are far smaller, and
-    // finding the address's count for each would cost every request a map entry (a
-    // connection's WebSocket reader finds it once).
-    const COUNTED_FROM: usize = 64 * 1024;
     let mut reservation = shared.perimeter.partial.reservation(None);
     let mut buffer = BytesMut::new();
     loop {
@@ -171,7 +174,13 @@ async fn read_body(
         if len > limits.max_message_bytes {
             return Err(Refusal::PayloadTooLarge);
         }
-        if let Some(client) = client.filter(|_| len > COUNTED_FROM) {
+        let whole = whole_at == Some(len);
+        // A body that waits for more counts in its address's share while it waits, however
+        // small (many small bodies held open from one address would fill the budget too). One
+        // that came whole in its first chunk, most of them, is not looked up: finding the
+        // address's count for each would cost every request a map entry (a WebSocket
+        // connection's reader finds it once).
+        if let Some(client) = client.filter(|_| !whole) {
             reservation
                 .count_in(client)
                 .map_err(|_over| Refusal::PartialBudget)?;
@@ -180,6 +189,9 @@ async fn read_body(
             .hold(len)
             .map_err(|_over| Refusal::PartialBudget)?;
         buffer.extend_from_slice(&chunk);
+        if whole {
+            break;
+        }
     }
     // Whole: what happens to it now is the session's, bounded by its own limits.
     drop(reservation);

@@ -256,8 +256,12 @@ async fn one_address_holds_no_more_than_its_share_of_the_budget() {
     .await;
     let close = crowd.recv_close().await.expect("a close frame");
     assert_eq!(close.code, CloseCode::Size, "{close:?}");
-    // So does an HTTP body, counted in the share once it passes 64 KiB.
-    let mut body = post_partly(&server, 100 * KIB, &padded_ping(3, 100 * KIB)[..90 * KIB]).await;
+    // So does an HTTP body, however small, counted in the share while it waits for more of
+    // itself (a body was counted only past 64 KiB: many small ones held open from one
+    // address filled the budget): 30 KiB fit (230 of 256), 30 more do not.
+    let small = post_partly(&server, 40 * KIB, &padded_ping(3, 40 * KIB)[..30 * KIB]).await;
+    wait_in_use(&server, 230 * KIB).await;
+    let mut body = post_partly(&server, 40 * KIB, &padded_ping(5, 40 * KIB)[..30 * KIB]).await;
     let (status, refusal) = read_answer(&mut body).await;
     assert_eq!(status, 413, "{refusal}");
     wait_metric(&server, &rejected("partial_budget"), 2).await;
@@ -265,9 +269,10 @@ async fn one_address_holds_no_more_than_its_share_of_the_budget() {
     let mut other = Client::initialized_from(&server, [127, 0, 0, 2]).await;
     let ping = padded_ping(4, 250 * KIB);
     send_frame(&mut other, &ping[..200 * KIB], TEXT, false).await;
-    wait_in_use(&server, 400 * KIB).await;
+    wait_in_use(&server, 430 * KIB).await;
     send_frame(&mut other, &ping[200 * KIB..], CONTINUE, true).await;
     assert_result(&other.recv().await, &json!(4));
     holder.hang_up().await;
+    drop(small);
     wait_in_use(&server, 0).await;
 }
