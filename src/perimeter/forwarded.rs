@@ -56,13 +56,19 @@ impl TrustedProxies {
             ForwardedHeader::XForwardedFor => ("x-forwarded-for", address),
             ForwardedHeader::Forwarded => ("forwarded", forwarded_for),
         };
-        // Every line of the header, in order, is one list (RFC 9110 §5.3).
-        let lines: Vec<&str> = headers
+        // Every line of the header, in order, is one list (RFC 9110 §5.3). Read as bytes,
+        // entry by entry: a byte past ASCII (obs-text) that a client wrote in its own entry
+        // makes that entry unreadable, not the line, whose right end its proxy appended.
+        let lines: Vec<&[u8]> = headers
             .get_all(name)
-            .map(|value| value.to_str().unwrap_or(""))
+            .map(|value| value.as_bytes())
             .collect();
-        for entry in lines.iter().rev().flat_map(|line| line.rsplit(',')) {
-            match parse(entry) {
+        let entries = lines
+            .iter()
+            .rev()
+            .flat_map(|line| line.rsplit(|byte| *byte == b','));
+        for entry in entries {
+            match std::str::from_utf8(entry).ok().and_then(parse) {
                 Some(hop) => {
                     client = hop;
                     if !self.trusts(hop) {
@@ -120,7 +126,7 @@ mod tests {
         for line in lines {
             map.append(
                 HeaderName::from_static(name),
-                HeaderValue::from_str(line).expect("value"),
+                HeaderValue::from_bytes(line.as_bytes()).expect("value"),
             );
         }
         map
@@ -161,6 +167,14 @@ mod tests {
             client("127.0.0.1", &["[2001:db8::1]:4711"]),
             ip("2001:db8::1")
         );
+        // A byte past ASCII in the client's own entry spoils that entry only, not the one
+        // the proxy appended on the same line (the line was read as none: the proxy's
+        // address, another share of every per-address limit).
+        assert_eq!(
+            client("127.0.0.1", &["198.51.100.1 \u{e9}, 203.0.113.7"]),
+            ip("203.0.113.7")
+        );
+        assert_eq!(client("127.0.0.1", &["\u{e9}"]), ip("127.0.0.1"));
         // A peer that is not trusted is its own address, whatever it sends.
         assert_eq!(client("192.0.2.9", &["203.0.113.7"]), ip("192.0.2.9"));
     }

@@ -176,9 +176,11 @@ async fn http_initialize_answer(
         .post(format!("http://{}/mcp", server.addr()))
         .header("Accept", "application/json, text/event-stream")
         .header("Content-Type", "application/json");
-    let post = headers
-        .iter()
-        .fold(post, |post, (name, value)| post.header(*name, *value));
+    let post = headers.iter().fold(post, |post, (name, value)| {
+        // As bytes: a value may hold bytes past ASCII (obs-text), as a client may send.
+        let value = HeaderValue::from_bytes(value.as_bytes()).expect("a header value");
+        post.header(*name, value)
+    });
     let response = post.body(body.to_string()).send().await.expect("POST");
     let status = response.status().as_u16();
     (status, response.text().await.expect("a body"))
@@ -275,6 +277,12 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_the_one_counted() {
     );
     assert_eq!(
         http_initialize_with(&server, HERE, &xff("198.51.100.1, 203.0.113.8")).await,
+        429
+    );
+    // Nor by a byte past ASCII in its own entry, which spoiled the whole line: the client
+    // was counted as the proxy.
+    assert_eq!(
+        http_initialize_with(&server, HERE, &xff("198.51.100.1 \u{e9}, 203.0.113.8")).await,
         429
     );
     // The proxy's own address holds no session.
