@@ -24,6 +24,7 @@ use super::tls::ClientCertificate;
 use super::Refusal;
 use crate::config::{AuthSettings, ClientAuth, ConfigError, JwtSettings, Settings};
 use crate::context::{Identity, Proof};
+use crate::observe::access::Clean;
 use actix_web::http::header::{HeaderMap, AUTHORIZATION, HOST};
 use actix_web::HttpRequest;
 use jsonwebtoken::errors::ErrorKind;
@@ -243,7 +244,7 @@ impl Authenticator {
                 .iter()
                 .find(|scope| !identity.scopes().contains(scope))
             {
-                tracing::debug!(subject = identity.subject(), scope = %missing, "refused: a required scope is missing");
+                tracing::debug!(subject = %Clean(identity.subject()), scope = %missing, "refused: a required scope is missing");
                 return Err(self.insufficient_scope(req, self.required_scopes.join(" ")));
             }
             return Ok((identity, expires));

@@ -280,7 +280,7 @@ impl Session {
             client_version = %Clean(&p.client_info.version),
             requested = %Clean(&p.protocol_version),
             negotiated = %version,
-            identity = %self.admission.identity.subject(),
+            identity = %Clean(self.admission.identity.subject()),
             trace = %self.admission.trace_id,
             "session initialized"
         );

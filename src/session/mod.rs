@@ -32,7 +32,7 @@ use crate::context::SessionInfo;
 use crate::mailbox::inbox::{
     Changes, ClientError, ClientRequest, Inbox, RequestSerial, SessionEvent,
 };
-use crate::observe::access::{Outcome, RequestRecord, SessionFields};
+use crate::observe::access::{Clean, Outcome, RequestRecord, SessionFields};
 use crate::perimeter::rate::SessionBucket;
 use crate::perimeter::Admission;
 use crate::protocol::jsonrpc::{
@@ -608,7 +608,7 @@ impl Session {
             session = self.id,
             id = %request.id,
             method = %request.method,
-            identity = self.admission.identity.subject(),
+            identity = %Clean(self.admission.identity.subject()),
             trace = tracing::field::Empty,
         );
         let _entered = span.enter();

@@ -7,7 +7,7 @@
 use crate::cluster::Cluster;
 use crate::config::Settings;
 use crate::model::Implementation;
-use crate::observe::access::Redaction;
+use crate::observe::access::{Clean, Redaction};
 use crate::observe::metrics::Metrics;
 use crate::perimeter::{Admission, ConnectionPermit, Perimeter, Refusal, RequestGuard};
 use crate::protocol::mcp::LogLevel;
@@ -169,7 +169,7 @@ impl Shared {
             .map_err(|(scope, limit)| {
                 tracing::debug!(
                     peer = ?admission.peer,
-                    subject = admission.identity.subject(),
+                    subject = %Clean(admission.identity.subject()),
                     limit,
                     "refused: too many sessions from one {}",
                     scope.as_str()

@@ -808,6 +808,72 @@ async fn client_strings_cannot_forge_fields_of_a_text_line() {
     }
 }
 
+/// The identity in the `session initialized` line is cut and escaped as the access line's
+/// is: a JWT `sub` (or a certificate's subject) is as long as its issuer let it be, and it
+/// was written whole (a 30,000-byte CN made a 30 kB line).
+#[tokio::test]
+async fn a_long_identity_is_cut_in_the_session_initialized_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let secret = "a-shared-secret-of-at-least-32-bytes!";
+    let secret_file = dir.path().join("secret");
+    std::fs::write(&secret_file, secret).expect("write the secret");
+    let server = spawn(
+        "long-identity",
+        "json",
+        "info",
+        &format!(
+            "\n[auth]\nresource = \"mcp-test\"\nauthorization_servers = [\"https://issuer.test\"]\n\
+             [auth.jwt]\nsecret_file = {:?}\n",
+            secret_file.display().to_string()
+        ),
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_secs();
+    let sub = format!("\u{1b}[31m{}", "s".repeat(5_000));
+    let claims = json!({"sub": sub, "iss": "https://issuer.test", "aud": "mcp-test",
+                        "exp": now + 600});
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("encode");
+    let mut request = server.url().into_client_request().expect("request");
+    let headers = request.headers_mut();
+    headers.insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));
+    let bearer = format!("Bearer {token}");
+    headers.insert("Authorization", bearer.parse().expect("header"));
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("websocket connects");
+    let mut client = Client::from_ws(ws);
+    let answer = client
+        .request_with_id(json!(1), "initialize", initialize_params("2025-11-25"))
+        .await;
+    assert_result(&answer, &json!(1));
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let line = loop {
+        let initialized = server
+            .json_lines()
+            .into_iter()
+            .find(|line| line["message"] == "session initialized");
+        if let Some(line) = initialized {
+            break line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            server.process.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let shown = line["identity"].as_str().expect("the identity field");
+    assert!(shown.starts_with("\\u{1b}[31msss"), "{shown}");
+    assert!(shown.ends_with('…') && shown.len() < 140, "{shown}");
+}
+
 /// What a client describes itself with is kept for its session's life: an `initialize`
 /// whose params pass 64 KiB, or a 2026-07-28 request whose `clientInfo` does, is refused
 /// (-32602) and the connection goes on; the `session initialized` line shows the client's
