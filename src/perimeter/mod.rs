@@ -260,6 +260,10 @@ pub enum Refusal {
     /// `Host` is not a name this server answers to (DNS rebinding).
     #[error("Forbidden: host not allowed")]
     ForbiddenHost,
+    /// `Host` is not of the form `host[:port]` (RFC 9110 §7.2): userinfo, a path, a port
+    /// that is not a number.
+    #[error("Bad Request: Host must be host[:port]")]
+    BadHost,
     /// No credentials where they are required, or credentials that are not valid.
     #[error("Unauthorized: {}", .0.description)]
     Unauthorized(Challenge),
@@ -395,6 +399,7 @@ impl Refusal {
             | Self::BadAwaitingIds
             | Self::WebSocketVersion
             | Self::BadWebSocketKey
+            | Self::BadHost
             | Self::MethodNotAllowed => None,
         }
     }
@@ -431,7 +436,8 @@ impl ResponseError for Refusal {
             | Self::ResumeGone
             | Self::BadLastEventId
             | Self::BadAwaitingIds
-            | Self::BadWebSocketKey => StatusCode::BAD_REQUEST,
+            | Self::BadWebSocketKey
+            | Self::BadHost => StatusCode::BAD_REQUEST,
             Self::WebSocketVersion => StatusCode::UPGRADE_REQUIRED,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

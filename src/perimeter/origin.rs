@@ -11,6 +11,12 @@
 //!   loopback, a loopback origin (`localhost`, `127.0.0.1`, `[::1]`, any port).
 //! - `Host` must be in `http.allowed_hosts`; with no list configured and a loopback bind,
 //!   it must be a loopback name (DNS rebinding points a foreign name at 127.0.0.1).
+//!
+//! Both are read strictly as `host[:port]` ([`authority_name`]): a `Host` of another form
+//! (`localhost:80@evil.example`, a path, a second colon) is 400 (RFC 9112 §3.2), an `Origin`
+//! of another form, or two `Origin` headers, 403. Leniently read, such a `Host` passed the
+//! check by its first part and was named back in URLs whose host is another
+//! (`http://localhost:80@evil.example/mcp`).
 
 use super::Refusal;
 use crate::config::HttpSettings;
@@ -44,9 +50,14 @@ impl OriginPolicy {
     /// Checks the `Host` and `Origin` headers of a request.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         let host = self.checked_host(headers)?;
-        let Some(origin) = headers.get(ORIGIN) else {
+        let mut origins = headers.get_all(ORIGIN);
+        let Some(origin) = origins.next() else {
             return Ok(());
         };
+        // Which of two a browser meant is not for the server to guess (browsers send one).
+        if origins.next().is_some() {
+            return Err(Refusal::ForbiddenOrigin);
+        }
         let origin = origin
             .to_str()
             .map_err(|_| Refusal::ForbiddenOrigin)?
@@ -76,11 +87,10 @@ impl OriginPolicy {
     }
 
     fn check_host(&self, host: &str) -> Result<(), Refusal> {
+        let name = authority_name(host).ok_or(Refusal::BadHost)?;
         let allowed = match &self.hosts {
-            Some(list) => list
-                .iter()
-                .any(|entry| entry == host || entry == hostname(host)),
-            None => !self.loopback_bind || is_loopback_name(hostname(host)),
+            Some(list) => list.iter().any(|entry| entry == host || entry == name),
+            None => !self.loopback_bind || is_loopback_name(name),
         };
         if allowed {
             Ok(())
@@ -100,23 +110,41 @@ impl OriginPolicy {
         else {
             return false;
         };
-        if authority.contains('/') {
+        let Some(name) = authority_name(authority) else {
             return false;
-        }
-        host == Some(authority) || (self.loopback_bind && is_loopback_name(hostname(authority)))
+        };
+        host == Some(authority) || (self.loopback_bind && is_loopback_name(name))
     }
 }
 
-/// The name part of `host[:port]` (an IPv6 literal keeps its brackets).
-fn hostname(authority: &str) -> &str {
-    if authority.starts_with('[') {
-        return authority
-            .find(']')
-            .map_or(authority, |end| &authority[..=end]);
+/// The name part of an authority read strictly as `host[:port]` (RFC 9110 §7.2, `uri-host
+/// [":" port]`): a name of ASCII letters, digits, `-`, `.` and `_` (an IPv4 address is one),
+/// or an IPv6 address in brackets (kept with them), and a port of at most five digits.
+/// `None` for anything else: userinfo (`a@b`), a path, a second colon, brackets around what
+/// is not an IPv6 address.
+pub(crate) fn authority_name(authority: &str) -> Option<&str> {
+    let (name, port) = match authority.strip_prefix('[') {
+        Some(rest) => {
+            let end = rest.find(']')?;
+            rest[..end].parse::<std::net::Ipv6Addr>().ok()?;
+            authority.split_at(end + 2)
+        }
+        None => {
+            let (name, port) = authority.split_at(authority.find(':').unwrap_or(authority.len()));
+            let name_char = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_');
+            if name.is_empty() || !name.bytes().all(name_char) {
+                return None;
+            }
+            (name, port)
+        }
+    };
+    if !port.is_empty() {
+        let digits = port.strip_prefix(':')?;
+        if digits.len() > 5 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
     }
-    authority
-        .rsplit_once(':')
-        .map_or(authority, |(name, _port)| name)
+    Some(name)
 }
 
 fn is_loopback_name(name: &str) -> bool {
@@ -208,5 +236,46 @@ mod tests {
         assert_eq!(p.check(&localhost), Err(Refusal::ForbiddenHost));
         let other = headers(&[(HOST, "mcp.example"), (ORIGIN, "https://other.example")]);
         assert_eq!(p.check(&other), Err(Refusal::ForbiddenOrigin));
+        // Userinfo names another host: the listed name before it is no pass.
+        let userinfo = headers(&[(HOST, "mcp.example:443@evil.example")]);
+        assert_eq!(p.check(&userinfo), Err(Refusal::BadHost));
+    }
+
+    #[test]
+    fn host_and_origin_are_read_as_host_port_only() {
+        for (authority, name) in [
+            ("localhost", Some("localhost")),
+            ("localhost:8765", Some("localhost")),
+            ("localhost:", Some("localhost")),
+            ("127.0.0.1:1", Some("127.0.0.1")),
+            ("[::1]", Some("[::1]")),
+            ("[::1]:8765", Some("[::1]")),
+            ("mcp_internal.example", Some("mcp_internal.example")),
+            ("localhost:80@evil.example", None),
+            ("[::1]evil.example", None),
+            ("[::1]@evil.example", None),
+            ("[evil.example]", None),
+            ("localhost:80:80", None),
+            ("localhost:123456", None),
+            ("localhost/x", None),
+            ("local host", None),
+            ("", None),
+            (":80", None),
+        ] {
+            assert_eq!(authority_name(authority), name, "{authority}");
+        }
+        let p = policy(&[], &[], "127.0.0.1:8765");
+        for host in ["localhost:80@evil.example", "[::1]evil.example"] {
+            assert_eq!(
+                p.check(&headers(&[(HOST, host)])),
+                Err(Refusal::BadHost),
+                "{host}"
+            );
+        }
+        let userinfo = headers(&[(HOST, "localhost"), (ORIGIN, "http://[::1]@evil.example")]);
+        assert_eq!(p.check(&userinfo), Err(Refusal::ForbiddenOrigin));
+        let mut two = headers(&[(HOST, "localhost"), (ORIGIN, "http://localhost")]);
+        two.append(ORIGIN, HeaderValue::from_static("http://evil.example"));
+        assert_eq!(p.check(&two), Err(Refusal::ForbiddenOrigin));
     }
 }

@@ -70,6 +70,38 @@ async fn a_dns_rebound_host_is_refused_on_a_loopback_bind() {
     assert_server_alive(&server).await;
 }
 
+/// `Host` and `Origin` are read as `host[:port]` only: a `Host` with userinfo, or text after
+/// an IPv6 literal, is 400 (it passed by its first part, and was named back in URLs whose
+/// host is another: `http://localhost:80@evil.example/mcp`); such an `Origin`, or two
+/// `Origin` headers, 403.
+#[tokio::test]
+async fn a_host_or_origin_that_is_not_host_port_is_refused() {
+    let server = start(settings());
+    for host in ["localhost:80@evil.example", "[::1]evil.example"] {
+        let refused = upgrade(&server, &[("Host", host)]).await;
+        assert_eq!(refused.err(), Some(400), "{host}");
+        for path in ["/", "/mcp"] {
+            let (status, body) = http_get_with(server.addr(), path, &[("Host", host)]).await;
+            assert_eq!(status, 400, "{host} {path}: {body}");
+            assert!(body.contains("Host must be host[:port]"), "{body}");
+        }
+    }
+    let userinfo = upgrade(&server, &[("Origin", "http://[::1]@evil.example")]).await;
+    assert_eq!(userinfo.err(), Some(403));
+    let (status, _) = http_get_with(
+        server.addr(),
+        "/mcp",
+        &[
+            ("Origin", "http://localhost"),
+            ("Origin", "http://evil.example"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 403, "two Origin headers");
+    assert_eq!(metric(&server, "mcp_sessions_peak").await, 0);
+    assert_server_alive(&server).await;
+}
+
 #[tokio::test]
 async fn local_pages_and_clients_without_origin_are_admitted() {
     let server = start(settings());
