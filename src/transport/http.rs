@@ -30,6 +30,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use memchr::memmem;
 use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot};
 
@@ -68,12 +69,7 @@ pub async fn post(
     }
     // Read here rather than by an extractor, so that the checks above come first and an
     // oversized body is refused like everything else (a JSON-RPC error, not actix's text).
-    let whole_at = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let body = read_body(body, whole_at, &shared, admission.peer).await?;
+    let body = read_body(body, &shared, admission.peer).await?;
     let text = String::from_utf8(body.into()).map_err(|_| Refusal::BodyNotText)?;
     let mut versions = req.headers().get_all(&PROTOCOL_VERSION_HEADER);
     let header_version = versions.next().map(|v| v.to_str().unwrap_or(""));
@@ -147,15 +143,13 @@ pub async fn post(
 /// A POST's body, read to its end within `limits.max_message_bytes`, the server's budget of
 /// partly received messages (its bytes are held in it until the body is whole) and
 /// `limits.partial_timeout_ms` from now (the end of the headers): a client sending a byte now
-/// and then cannot hold a handler, a connection and its buffer for ever. `whole_at` is its
-/// `Content-Length`, when it has one.
+/// and then cannot hold a handler, a connection and its buffer for ever.
 ///
 /// # Errors
 /// [`Refusal::PayloadTooLarge`], [`Refusal::PartialBudget`], [`Refusal::BodyDeadline`],
 /// [`Refusal::BodyUnreadable`] (counted with the other refusals, by `count_refusals`).
 async fn read_body(
     mut body: web::Payload,
-    whole_at: Option<usize>,
     shared: &Shared,
     client: Option<std::net::IpAddr>,
 ) -> Result<Bytes, Refusal> {
@@ -164,17 +158,31 @@ async fn read_body(
     let client = client.map(perimeter::connections::client_key);
     let mut reservation = shared.perimeter.partial.reservation(None);
     let mut buffer = BytesMut::new();
+    // A chunk taken while looking for the body's end.
+    let mut next: Option<Bytes> = None;
     loop {
-        let chunk = match tokio::time::timeout_at(deadline, body.next()).await {
-            Err(_elapsed) => return Err(Refusal::BodyDeadline),
-            Ok(None) => break,
-            Ok(Some(chunk)) => chunk.map_err(|_| Refusal::BodyUnreadable)?,
+        let chunk = match next.take() {
+            Some(chunk) => chunk,
+            None => match tokio::time::timeout_at(deadline, body.next()).await {
+                Err(_elapsed) => return Err(Refusal::BodyDeadline),
+                Ok(None) => break,
+                Ok(Some(chunk)) => chunk.map_err(|_| Refusal::BodyUnreadable)?,
+            },
         };
         let len = buffer.len() + chunk.len();
         if len > limits.max_message_bytes {
             return Err(Refusal::PayloadTooLarge);
         }
-        let whole = whole_at == Some(len);
+        // Whether the body ends here: the end of one that arrived whole is known with its
+        // last bytes, so one poll (no wait) tells.
+        let whole = match std::future::poll_fn(|cx| Poll::Ready(body.poll_next_unpin(cx))).await {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(more)) => {
+                next = Some(more.map_err(|_| Refusal::BodyUnreadable)?);
+                false
+            }
+            Poll::Pending => false,
+        };
         // A body that waits for more counts in its address's share while it waits, however
         // small (many small bodies held open from one address would fill the budget too). One
         // that came whole in its first chunk, most of them, is not looked up: finding the
