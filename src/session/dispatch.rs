@@ -17,7 +17,7 @@ use crate::protocol::jsonrpc::{
     encode_result, encode_result_with, Params, RequestId, MAX_ID_BYTES,
 };
 use crate::protocol::mcp::{
-    parse_object, server_capabilities, CallToolParams, CompleteParams, CompleteRef, Error,
+    parse_object, quoted, server_capabilities, CallToolParams, CompleteParams, CompleteRef, Error,
     GetPromptParams, ListParams, LogLevel, Method, ProgressToken, ProtocolVersion,
     ReadResourceParams, SetLevelParams, SubscribeParams,
 };
@@ -219,7 +219,7 @@ impl Session {
             Method::LoggingSetLevel => {
                 let p: SetLevelParams<'_> = parse_params(params)?;
                 let level = LogLevel::parse(&p.level).ok_or_else(|| {
-                    Error::InvalidParams(format!("level: unknown log level {:?}", p.level))
+                    Error::InvalidParams(format!("level: unknown log level {}", quoted(&p.level)))
                 })?;
                 self.inbox.set_log_level(level);
                 self.revision += 1;
@@ -792,8 +792,8 @@ impl Session {
         let registry = &self.shared.registry;
         let unknown_argument = || {
             Error::InvalidParams(format!(
-                "argument.name: no argument {:?} to complete",
-                p.argument.name
+                "argument.name: no argument {} to complete",
+                quoted(&p.argument.name)
             ))
         };
         let completer = match &p.reference {
@@ -812,7 +812,10 @@ impl Session {
                     .resource_template(uri, self.viewer(&era))
                     .filter(|_| self.admission.access.may_use_resource(uri))
                     .ok_or_else(|| {
-                        Error::InvalidParams(format!("ref.uri: unknown resource template {uri:?}"))
+                        Error::InvalidParams(format!(
+                            "ref.uri: unknown resource template {}",
+                            quoted(uri)
+                        ))
                     })?;
                 if !template.has_variable(&p.argument.name) {
                     return Err(unknown_argument());

@@ -15,7 +15,7 @@ use super::hosted::{find_or_take_up, End, HostedSession, OpenStream, Post, PostR
 use super::stateless::{Body, FirstReply, StatelessExchange};
 use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded};
-use crate::protocol::mcp::{decode_header_value, ProtocolVersion, RequestMeta};
+use crate::protocol::mcp::{decode_header_value, quoted, ProtocolVersion, RequestMeta};
 use crate::registry::ViewerRef;
 use crate::session::record::SessionRecord;
 use crate::session::shared::{SessionId, Shared};
@@ -339,9 +339,9 @@ fn check_headers(
         (None, _) => return Err("the MCP-Protocol-Version header is required".into()),
         (Some(header), Some(meta)) if header != meta => {
             return Err(format!(
-                "MCP-Protocol-Version header {:?} does not match _meta protocolVersion {:?}",
-                Shown(header),
-                Shown(meta)
+                "MCP-Protocol-Version header {} does not match _meta protocolVersion {}",
+                quoted(header),
+                quoted(meta)
             ))
         }
         _ => {}
@@ -350,9 +350,9 @@ fn check_headers(
         None => return Err("the Mcp-Method header is required".into()),
         Some(header) if header != method => {
             return Err(format!(
-                "Mcp-Method header {:?} does not match body method {:?}",
-                Shown(header),
-                Shown(method)
+                "Mcp-Method header {} does not match body method {}",
+                quoted(header),
+                quoted(method)
             ))
         }
         Some(_) => {}
@@ -364,34 +364,15 @@ fn check_headers(
             // this crate's own, send it).
             Some(header) if decode_header_value(header).as_deref() != Some(name) => {
                 return Err(format!(
-                    "Mcp-Name header {:?} does not match body value {:?}",
-                    Shown(header),
-                    Shown(name)
+                    "Mcp-Name header {} does not match body value {}",
+                    quoted(header),
+                    quoted(name)
                 ))
             }
             Some(_) => {}
         }
     }
     Ok(())
-}
-
-/// A value a header check's error quotes: its first [`Shown::MAX_CHARS`] characters (then
-/// `…`), escaped as `Debug` writes a string. The values are the client's, as long as its
-/// request (a header may take 128 KiB, a body value megabytes), and the error is written
-/// into the answer: quoted whole, escaped, a 1.2 MB request drew a 4.2 MB error.
-struct Shown<'a>(&'a str);
-
-impl Shown<'_> {
-    const MAX_CHARS: usize = 128;
-}
-
-impl std::fmt::Debug for Shown<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.char_indices().nth(Self::MAX_CHARS) {
-            Some((end, _)) => write!(f, "{:?}…", &self.0[..end]),
-            None => write!(f, "{:?}", self.0),
-        }
-    }
 }
 
 /// The value of header `name`, refused when it is sent more than once: its copies may

@@ -21,6 +21,9 @@
 //!   at once in the tool, without reaching the client, and are counted.
 //! - A subscribed URI over `limits.max_subscription_uri_bytes` gets -32602.
 //! - A message over `limits.max_message_bytes` closes with 1009 and is counted.
+//! - An error quoting what the client sent (an unknown log level, tool, prompt argument or
+//!   template, a value serde could not read) quotes at most 128 characters of it, its
+//!   message at most 1 KiB and its `data` strings at most 1 KiB.
 //! - An answer over `limits.max_message_bytes` (a tool's result) is not sent: its request
 //!   gets -32603 naming the size and the setting, over WebSocket and 2026-07-28 HTTP, and is
 //!   not remembered for a retry of its id (which runs again); a retry of its idempotency
@@ -85,6 +88,47 @@ fn by_id(batch: &Value) -> Vec<(Value, Value)> {
         .iter()
         .map(|response| (response["id"].clone(), response.clone()))
         .collect()
+}
+
+/// Errors that quote a client's string answer with a bounded part of it: a 3 MB value
+/// (characters that need an escape) drew a 10 MB error, over `limits.max_message_bytes`,
+/// after half a second of its event loop spent escaping it.
+#[tokio::test]
+async fn an_error_quotes_a_bounded_part_of_what_the_client_sent() {
+    let server = start(settings());
+    let mut client = Client::initialized(&server).await;
+    let huge = "\u{e000}".repeat(1_000_000);
+    let requests = [
+        ("logging/setLevel", json!({"level": huge})),
+        ("tools/call", json!({"name": huge, "arguments": {}})),
+        ("prompts/get", json!({"name": "greet", "arguments": huge})),
+        (
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "greet"},
+                   "argument": {"name": huge, "value": ""}}),
+        ),
+        (
+            "completion/complete",
+            json!({"ref": {"type": "ref/resource", "uri": huge},
+                   "argument": {"name": "x", "value": ""}}),
+        ),
+        ("resources/read", json!({"uri": huge})),
+    ];
+    for (method, params) in requests {
+        let response = client.request(method, params).await;
+        let error = &response["error"];
+        assert!(error["code"].is_i64(), "{method}: no error: {response}");
+        let message = error["message"].as_str().expect("a message");
+        assert!(message.len() <= 1024 + 3, "{method}: a message of {} bytes", message.len());
+        let data = error["data"].to_string();
+        assert!(data.len() <= 1100, "{method}: data of {} bytes", data.len());
+        assert!(
+            message.contains("u{e000}") || data.contains('\u{e000}') || method == "prompts/get",
+            "{method} quotes what it refused: {message} {data}"
+        );
+    }
+    let pong = client.request("ping", json!({})).await;
+    assert_eq!(pong["result"], json!({}), "{pong}");
 }
 
 #[tokio::test]

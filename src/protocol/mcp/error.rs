@@ -10,6 +10,39 @@
 use crate::protocol::jsonrpc::{ErrorCode, ErrorObject, WireError};
 use crate::protocol::mcp::ProtocolVersion;
 use serde_json::json;
+use std::borrow::Cow;
+
+/// The longest error message sent, in bytes. Messages quote what the client sent (a tool's
+/// name, the value serde could not read), and a client that sent megabytes was answered
+/// with them, three times their size once escaped, past `limits.max_message_bytes`.
+const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// The longest client string (a method, a tool's name, a URI) an error's `data` carries back.
+const MAX_DATA_STRING_BYTES: usize = 1024;
+
+/// The most of a client's string a message quotes, in characters ([`quoted`]).
+const MAX_QUOTED_CHARS: usize = 128;
+
+/// `text` cut to at most `max` bytes on a character boundary, `…` after a cut.
+pub fn clipped(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    let end = crate::floor_char_boundary(text, max);
+    Cow::Owned(format!("{}…", &text[..end]))
+}
+
+/// A client's string as a message quotes it: its first 128 characters, escaped as `Debug`
+/// writes a string (`…` after a cut). The values are the client's, as long as its request
+/// (a header may take 128 KiB, a body value megabytes): quoted whole, escaping cost about
+/// 200 ns a character that needs it (a 3 MB request held its event loop half a second), and
+/// the answer was three times the request.
+pub fn quoted(text: &str) -> String {
+    match text.char_indices().nth(MAX_QUOTED_CHARS) {
+        Some((end, _)) => format!("{:?}…", &text[..end]),
+        None => format!("{text:?}"),
+    }
+}
 
 /// The codes MCP and this server add to JSON-RPC's own ([`ErrorCode`]'s consts).
 pub mod codes {
@@ -412,7 +445,7 @@ impl Error {
         match self {
             Self::ResourceNotFound { uri } => {
                 ErrorObject::new(ErrorCode::INVALID_PARAMS, "Resource not found")
-                    .with_data(json!({ "uri": uri }))
+                    .with_data(json!({ "uri": clipped(uri, MAX_DATA_STRING_BYTES) }))
             }
             other => other.to_wire(),
         }
@@ -433,24 +466,34 @@ impl Error {
     }
 
     /// The wire form. This is the only place an [`Error`] becomes an error object.
+    ///
+    /// The message is cut at 1 KiB, and each client string in `data` (a method, a tool's or
+    /// prompt's name, a URI, a task id) at 1 KiB: an error answers what the client sent,
+    /// never more than that of it.
     pub fn to_wire(&self) -> ErrorObject {
-        let object = ErrorObject::new(self.code(), self.to_string());
+        let message = self.to_string();
+        let message = match clipped(&message, MAX_MESSAGE_BYTES) {
+            Cow::Borrowed(_) => message,
+            Cow::Owned(cut) => cut,
+        };
+        let object = ErrorObject::new(self.code(), message);
+        let client = |text: &str| -> String { clipped(text, MAX_DATA_STRING_BYTES).into_owned() };
         match self {
             Self::Wire(wire) => wire.to_object(),
             Self::MethodNotFound { method } | Self::MethodNotAllowed { method } => {
-                object.with_data(json!({ "method": method }))
+                object.with_data(json!({ "method": client(method) }))
             }
             Self::RateLimited { retry_after_ms } => {
                 object.with_data(json!({ "scope": "identity", "retryAfterMs": retry_after_ms }))
             }
-            Self::UnknownTool { name } => object.with_data(json!({ "tool": name })),
-            Self::UnknownPrompt { name } => object.with_data(json!({ "prompt": name })),
+            Self::UnknownTool { name } => object.with_data(json!({ "tool": client(name) })),
+            Self::UnknownPrompt { name } => object.with_data(json!({ "prompt": client(name) })),
             Self::MissingPromptArgument { argument, .. } => {
-                object.with_data(json!({ "argument": argument }))
+                object.with_data(json!({ "argument": client(argument) }))
             }
-            Self::ResourceNotFound { uri } => object.with_data(json!({ "uri": uri })),
+            Self::ResourceNotFound { uri } => object.with_data(json!({ "uri": client(uri) })),
             Self::ResourceTooLarge { uri, size, limit } => {
-                object.with_data(json!({ "uri": uri, "size": size, "limit": limit }))
+                object.with_data(json!({ "uri": client(uri), "size": size, "limit": limit }))
             }
             Self::ResourceOverMessageLimit {
                 uri,
@@ -458,7 +501,7 @@ impl Error {
                 encoded,
                 limit,
             } => object.with_data(json!({
-                "uri": uri,
+                "uri": client(uri),
                 "size": size,
                 "encodedSize": encoded,
                 "limit": limit,
@@ -480,7 +523,7 @@ impl Error {
             Self::TooManySubscriptions { limit } | Self::SubscriptionUriTooLong { limit } => {
                 object.with_data(json!({ "limit": limit }))
             }
-            Self::UnknownTask { task_id } => object.with_data(json!({ "taskId": task_id })),
+            Self::UnknownTask { task_id } => object.with_data(json!({ "taskId": client(task_id) })),
             Self::TooManyTasks { scope, limit } => {
                 object.with_data(json!({ "scope": scope.as_str(), "limit": limit }))
             }

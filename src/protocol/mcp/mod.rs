@@ -16,7 +16,8 @@ pub use capabilities::{
     required_capabilities, required_tasks_extension, server_capabilities, Offers,
 };
 pub use error::{
-    bound_answer, codes, ConflictScope, Error, ReadLimit, SignatureProblem, TaskLimit,
+    bound_answer, clipped, codes, quoted, ConflictScope, Error, ReadLimit, SignatureProblem,
+    TaskLimit,
 };
 pub use header_params::{
     decode_header_value, encode as encode_header_value, header_params, HeaderParam,

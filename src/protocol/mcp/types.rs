@@ -14,31 +14,48 @@ use std::borrow::Cow;
 /// without serde_json's line/column suffix.
 ///
 /// The plain parse runs first; only a failure pays for a second, path-tracking pass to
-/// word the error (tracking every parse costs about a sixth of a `tools/call` round trip).
+/// word the error (tracking every parse costs about a sixth of a `tools/call` round trip),
+/// and only for params of at most 64 KiB: serde words its error as it makes it, quoting the
+/// client's value whole (about 200 ns a character that needs an escape), so a second pass
+/// over megabytes would pay that again; larger params are told the error without its path.
+/// The error is cut at 200 bytes.
 pub fn parse_object<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Result<T, String> {
     let text = raw.map_or("{}", RawValue::get);
     if !text.starts_with('{') {
         return Err("must be a JSON object".to_owned());
     }
-    serde_json::from_str(text).map_err(|_| describe_parse_error::<T>(text))
+    serde_json::from_str(text).map_err(|error| describe_parse_error::<T>(text, &error))
 }
 
+/// Params this large get their error without a second pass for its path.
+const DESCRIBED_WITH_PATH_BYTES: usize = 64 << 10;
+
+/// The longest parse error told, in bytes.
+const MAX_PARSE_ERROR_BYTES: usize = 200;
+
 #[cold]
-fn describe_parse_error<'a, T: Deserialize<'a>>(text: &'a str) -> String {
-    let mut de = serde_json::Deserializer::from_str(text);
-    let Err(e) = serde_path_to_error::deserialize::<_, T>(&mut de) else {
-        return "invalid params".to_owned();
+fn describe_parse_error<'a, T: Deserialize<'a>>(
+    text: &'a str,
+    first: &serde_json::Error,
+) -> String {
+    let (path, detail) = if text.len() <= DESCRIBED_WITH_PATH_BYTES {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let Err(e) = serde_path_to_error::deserialize::<_, T>(&mut de) else {
+            return "invalid params".to_owned();
+        };
+        (e.path().to_string(), e.into_inner().to_string())
+    } else {
+        (".".to_owned(), first.to_string())
     };
-    let path = e.path().to_string();
-    let detail = e.into_inner().to_string();
     let detail = detail
         .rfind(" at line ")
         .map_or(detail.as_str(), |i| &detail[..i]);
-    if path == "." {
+    let described = if path == "." {
         detail.to_owned()
     } else {
         format!("{path}: {detail}")
-    }
+    };
+    super::clipped(&described, MAX_PARSE_ERROR_BYTES).into_owned()
 }
 
 /// RFC 5424 severities used by MCP logging, least severe first so that `Ord` filters.
