@@ -7,7 +7,7 @@ use super::era::Era;
 use super::shape::{stateless_answer, stateless_result, StatelessRequest};
 use super::{InFlight, Negotiated, Phase, Request, Session};
 use crate::cluster::dedup::recent::RequestHash;
-use crate::cluster::dedup::{AnonymousScope, Idempotency};
+use crate::cluster::dedup::{AnonymousScope, AnswerShape, Idempotency};
 use crate::cluster::tasks::runner::{Begun, TaskCall};
 use crate::context::{ClientRequestError, Input, LogFloor, SessionInfo};
 use crate::model::{Completion, ForVersion, Implementation};
@@ -451,26 +451,6 @@ impl Session {
         };
         let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
-        let idempotency = match p.meta.as_ref().and_then(|m| m.idempotency_key) {
-            Some(key) if self.shared.settings.dedup.enabled => {
-                let scope = match &self.shared_id {
-                    Some(id) => AnonymousScope::Shared(id.as_str()),
-                    None => AnonymousScope::Local(self.id),
-                };
-                Some(Box::new(Idempotency::of_tool_call(
-                    &self.admission.identity,
-                    scope,
-                    key,
-                    &p.name,
-                    p.arguments,
-                    [
-                        p.request_state.as_deref(),
-                        p.input_responses.map(RawValue::get),
-                    ],
-                )?))
-            }
-            _ => None,
-        };
         // Remembered for a retry by id in its session: session-era requests only (see
         // `on_request`).
         let replay = era
@@ -490,6 +470,39 @@ impl Session {
         });
         let mut era = self.request_era(era, binding)?;
         let version = era.info.protocol_version;
+        // What its answer's shape depends on: the version (the era with it) and, for a
+        // 2026-07-28 call that may become a task, whether the request declared tasks. A
+        // retry of its key asking for another shape is a conflict, never the first
+        // answer in a shape the retry cannot read (a task handle to a session, a result
+        // without `resultType` to a 2026-07-28 request).
+        let may_be_task = era.stateless
+            && task_support != TaskSupport::Forbidden
+            && crate::cluster::tasks::declared(&era.info.client_capabilities);
+        let shape = AnswerShape {
+            version: version.as_str(),
+            task: may_be_task,
+        };
+        let idempotency = match p.meta.as_ref().and_then(|m| m.idempotency_key) {
+            Some(key) if self.shared.settings.dedup.enabled => {
+                let scope = match &self.shared_id {
+                    Some(id) => AnonymousScope::Shared(id.as_str()),
+                    None => AnonymousScope::Local(self.id),
+                };
+                Some(Box::new(Idempotency::of_tool_call(
+                    &self.admission.identity,
+                    scope,
+                    key,
+                    &p.name,
+                    p.arguments,
+                    [
+                        p.request_state.as_deref(),
+                        p.input_responses.map(RawValue::get),
+                    ],
+                    shape,
+                )?))
+            }
+            _ => None,
+        };
         // A result is about as long as the arguments for pass-through tools (echo), and
         // short otherwise; the hint only sizes the frame's first allocation.
         let size_hint = arguments.len() + 64;

@@ -173,6 +173,41 @@ async fn the_same_key_with_other_params_is_refused_and_runs_nothing() {
     assert_eq!(result_text(&other, &json!(4)), "run 2: \"b\"");
 }
 
+/// A key's stored answer is in the shape of the request that ran it. A retry asking for
+/// another (a session-era retry of a 2026-07-28 call on the same connection, or the other
+/// way round) is a conflict and runs nothing: it was sent the first answer as it was (a
+/// result with `resultType` to a session, one without it to a 2026-07-28 request). A retry
+/// in the same shape gets it.
+#[tokio::test]
+async fn a_keys_answer_is_replayed_only_in_the_shape_it_was_made_in() {
+    use crate::support::meta::{add_meta, stateless};
+    let counted = start_counting(settings());
+    let mut client = Client::initialized(&counted.server).await;
+    let modern = |id: u64, text: &str, key: &str| {
+        let params = stateless(json!({"name": "count", "arguments": {"text": text}}));
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": add_meta(params, "idempotencyKey", json!(key))})
+    };
+    let first = client.send_request(modern(1, "a", "k")).await;
+    assert_eq!(first["result"]["resultType"], "complete", "{first}");
+    let again = client.send_request(modern(2, "a", "k")).await;
+    assert_eq!(again["result"]["resultType"], "complete", "{again}");
+    assert_eq!(result_text(&again, &json!(2)), "run 1: \"a\"");
+    let session = client
+        .send_request(keyed_call(json!(3), "count", "a", "k"))
+        .await;
+    assert_error(&session, &json!(3), -32019);
+
+    let session = client
+        .send_request(keyed_call(json!(4), "count", "b", "k2"))
+        .await;
+    assert_eq!(result_text(&session, &json!(4)), "run 2: \"b\"");
+    assert!(session["result"].get("resultType").is_none(), "{session}");
+    let modern = client.send_request(modern(5, "b", "k2")).await;
+    assert_error(&modern, &json!(5), -32019);
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 2);
+}
+
 #[tokio::test]
 async fn a_concurrent_duplicate_joins_the_running_request() {
     let counted = start_counting(with_api_key(settings()));

@@ -66,6 +66,17 @@ pub(crate) enum AnonymousScope<'a> {
     Local(u64),
 }
 
+/// What a keyed call's answer is shaped by, beside what it asks: a retry of the key
+/// asking for another shape is a conflict (its stored answer is in the first's shape).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AnswerShape<'a> {
+    /// The protocol version the answer follows (its era with it).
+    pub version: &'a str,
+    /// Whether the call may be answered as a task (a 2026-07-28 request that declared the
+    /// tasks extension, of a tool whose calls may become tasks).
+    pub task: bool,
+}
+
 /// A request's idempotency key, scoped to its client, with the fingerprint of what it asks.
 pub(crate) struct Idempotency {
     key: Key,
@@ -80,7 +91,9 @@ impl Idempotency {
     /// `identity`, or to `session` when the client is anonymous. `round` is what sets one
     /// round of a 2026-07-28 multi round-trip call apart from the others (its `requestState`
     /// and `inputResponses`): each round is a request of its own under the key, so answering
-    /// the first round's questions is not taken for a conflicting retry.
+    /// the first round's questions is not taken for a conflicting retry. `shape` is part of
+    /// the fingerprint: a retry under another version, or asking for tasks where the first
+    /// did not, conflicts.
     ///
     /// # Errors
     /// -32602 when the key is not a non-empty string of at most [`MAX_KEY_CHARS`]
@@ -92,6 +105,7 @@ impl Idempotency {
         name: &str,
         arguments: Option<&RawValue>,
         round: [Option<&str>; 2],
+        shape: AnswerShape<'_>,
     ) -> Result<Self, Error> {
         let invalid = || {
             Error::InvalidParams(format!(
@@ -141,7 +155,7 @@ impl Idempotency {
             .map_err(|e| Error::InvalidParams(format!("arguments: {e}")))?;
         Ok(Self {
             key: scoped.finalize().into(),
-            fingerprint: tool_call_fingerprint(name, arguments.as_ref()),
+            fingerprint: tool_call_fingerprint(name, arguments.as_ref(), shape),
             identity: Box::from(identity.principal()),
         })
     }
@@ -152,10 +166,14 @@ impl Idempotency {
     }
 }
 
-/// SHA-256 of `["tools/call", params]` in a canonical form (see [`write_canonical`]): the
-/// same for any spelling of the same params (member order, whitespace, escapes, `1.0` for
-/// `1`), different for different ones.
-fn tool_call_fingerprint(name: &str, arguments: Option<&Value>) -> RequestDigest {
+/// SHA-256 of `["tools/call", params]` in a canonical form (see [`write_canonical`]), then
+/// the answer's shape: the same for any spelling of the same params (member order,
+/// whitespace, escapes, `1.0` for `1`), different for different ones or another shape.
+fn tool_call_fingerprint(
+    name: &str,
+    arguments: Option<&Value>,
+    shape: AnswerShape<'_>,
+) -> RequestDigest {
     let mut canonical = Vec::with_capacity(64);
     canonical.extend_from_slice(br#"["tools/call",{"#);
     // Members in name order: "arguments" < "name".
@@ -167,6 +185,9 @@ fn tool_call_fingerprint(name: &str, arguments: Option<&Value>) -> RequestDigest
     canonical.extend_from_slice(br#""name":"#);
     write_json(&mut canonical, name);
     canonical.extend_from_slice(b"}]");
+    canonical.push(0);
+    canonical.extend_from_slice(shape.version.as_bytes());
+    canonical.push(u8::from(shape.task));
     Sha256::digest(canonical).into()
 }
 
@@ -574,6 +595,12 @@ mod tests {
         keyed_in(1, subject, key, arguments)
     }
 
+    /// A 2025-11-25 session's answer.
+    const SHAPE: AnswerShape<'static> = AnswerShape {
+        version: "2025-11-25",
+        task: false,
+    };
+
     fn keyed_in(session: u64, subject: &str, key: &str, arguments: &str) -> Idempotency {
         let session = AnonymousScope::Local(session);
         let identity = if subject == "anonymous" {
@@ -588,6 +615,7 @@ mod tests {
             "echo",
             Some(&raw(arguments)),
             [None, None],
+            SHAPE,
         )
         .expect("a valid key")
     }
@@ -616,6 +644,7 @@ mod tests {
             "echo",
             Some(&raw("{}")),
             [None, None],
+            SHAPE,
         )
         .expect("a valid key");
         assert_ne!(alice, jwt_alice.key, "a JWT's alice is not the key alice");
@@ -631,6 +660,7 @@ mod tests {
                 "echo",
                 None,
                 [None, None],
+                SHAPE,
             )
             .expect("a valid key")
             .key
@@ -652,6 +682,7 @@ mod tests {
                 "echo",
                 None,
                 [state, responses],
+                SHAPE,
             )
             .expect("a valid key")
             .key
@@ -697,12 +728,30 @@ mod tests {
             "echo",
             None,
             [None, None],
+            SHAPE,
         )
         .expect("a valid key");
         assert_ne!(
             no_arguments.fingerprint,
             keyed("anonymous", r#""k""#, "{}").fingerprint
         );
+        // The same call answered in another shape: another fingerprint.
+        let shaped = |version, task| {
+            Idempotency::of_tool_call(
+                &Identity::anonymous(),
+                AnonymousScope::Local(1),
+                &raw(r#""k""#),
+                "echo",
+                None,
+                [None, None],
+                AnswerShape { version, task },
+            )
+            .expect("a valid key")
+            .fingerprint
+        };
+        assert_eq!(no_arguments.fingerprint, shaped("2025-11-25", false));
+        assert_ne!(no_arguments.fingerprint, shaped("2024-11-05", false));
+        assert_ne!(shaped("2026-07-28", false), shaped("2026-07-28", true));
     }
 
     #[test]
@@ -715,6 +764,7 @@ mod tests {
                 "echo",
                 None,
                 [None, None],
+                SHAPE,
             );
             assert!(matches!(refused, Err(Error::InvalidParams(_))), "{key}");
         }
