@@ -119,7 +119,11 @@ async fn an_error_quotes_a_bounded_part_of_what_the_client_sent() {
         let error = &response["error"];
         assert!(error["code"].is_i64(), "{method}: no error: {response}");
         let message = error["message"].as_str().expect("a message");
-        assert!(message.len() <= 1024 + 3, "{method}: a message of {} bytes", message.len());
+        assert!(
+            message.len() <= 1024 + 3,
+            "{method}: a message of {} bytes",
+            message.len()
+        );
         let data = error["data"].to_string();
         assert!(data.len() <= 1100, "{method}: data of {} bytes", data.len());
         assert!(
