@@ -79,6 +79,7 @@ fn main() -> ExitCode {
         |path| path.display().to_string(),
     );
     tracing::info!(%config, builtins = %set, "starting mcp-ws");
+    open_files_limit(settings.server.max_sessions);
     let server = match with_builtins(&set, Server::builder().settings(settings)).build() {
         Ok(server) => server,
         Err(error) => {
@@ -93,6 +94,50 @@ fn main() -> ExitCode {
             say(&error);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Raises the soft limit on open files to the hard one, and says so; warns when it is still
+/// below what `server.max_sessions` needs. Every connection is a file: at the usual soft
+/// limit (1024, systemd's default `LimitNOFILE`), one client's 1,100 idle connections made
+/// `accept` fail with `EMFILE` for every other client. The hard limit is what the operator
+/// allows (systemd's default is 524288); the Go runtime and nginx
+/// (`worker_rlimit_nofile`) raise theirs the same way. The upstreams' children inherit it.
+#[allow(unsafe_code)]
+fn open_files_limit(max_sessions: usize) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` writes the struct it is given, nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
+    }
+    let before = limit.rlim_cur;
+    if limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: `setrlimit` reads the struct it is given; a soft limit up to the hard one
+        // needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0 {
+            tracing::info!(
+                from = before,
+                to = limit.rlim_cur,
+                "open files: soft limit raised to the hard limit"
+            );
+        } else {
+            limit.rlim_cur = before;
+        }
+    }
+    // A session is a connection (a file), and the listeners, logs and children take some.
+    let needed = u64::try_from(max_sessions)
+        .unwrap_or(u64::MAX)
+        .saturating_add(64);
+    if limit.rlim_cur < needed {
+        tracing::warn!(
+            limit = limit.rlim_cur,
+            max_sessions,
+            "open files: the limit is below what server.max_sessions needs; raise it (ulimit -n, systemd LimitNOFILE)"
+        );
     }
 }
 

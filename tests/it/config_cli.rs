@@ -581,3 +581,62 @@ fn a_state_key_file_without_a_key_refuses_to_start() {
     let server = ServerProcess::spawn(&["--config", config.to_str().expect("utf-8 path")], &[]);
     server.wait_listening();
 }
+
+/// The binary raises its soft limit on open files to the hard one, and says so: at the usual
+/// 1024, one client's 1,100 idle connections made `accept` fail for every other client.
+/// Where the hard limit is below what `server.max_sessions` needs, it warns.
+#[test]
+fn the_binary_raises_its_open_files_limit_to_the_hard_one() {
+    let hard = open_files_limits(std::process::id()).1;
+    assert!(
+        hard > 256,
+        "the hard limit of this machine ({hard}) leaves nothing to raise"
+    );
+    for (soft, hard_set) in [(256, hard), (256, 256)] {
+        let mut command = ServerProcess::command(&["--listen", "127.0.0.1:0"], &[]);
+        limit_open_files(&mut command, soft, hard_set);
+        let server = ServerProcess::start(command);
+        server.wait_listening();
+        let (now_soft, now_hard) = open_files_limits(server.pid());
+        assert_eq!((now_soft, now_hard), (hard_set, hard_set));
+        let stderr = server.stderr_text();
+        let raised = stderr.contains("open files: soft limit raised to the hard limit");
+        assert_eq!(raised, hard_set > soft, "{stderr}");
+        let warned =
+            stderr.contains("open files: the limit is below what server.max_sessions needs");
+        assert_eq!(warned, hard_set < 10_000, "{stderr}");
+    }
+}
+
+/// The soft and hard `Max open files` of process `pid`, from `/proc`.
+fn open_files_limits(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .expect("a Max open files line");
+    let numbers: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|word| word.parse().ok())
+        .collect();
+    (numbers[0], numbers[1])
+}
+
+/// Starts `command`'s process with these open-files limits.
+#[allow(unsafe_code)]
+fn limit_open_files(command: &mut std::process::Command, soft: u64, hard: u64) {
+    use std::os::unix::process::CommandExt;
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: between fork and exec, only `setrlimit` (async-signal-safe), nothing allocated.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

@@ -64,6 +64,11 @@ impl ServerProcess {
         }
     }
 
+    /// The process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, and the process reaped: the server ends as in a crash.
     pub fn kill(&mut self) {
         self.child.kill().expect("SIGKILL the server");
