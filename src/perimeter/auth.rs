@@ -377,15 +377,12 @@ impl Authenticator {
 
     /// The scheme (`http` or `https`) and host a request reached the server by: its
     /// connection's scheme and its `Host` (checked against `http.allowed_hosts`), or from a
-    /// trusted proxy (`server.trusted_proxies`), the scheme and host it forwards. Any client
-    /// can write `X-Forwarded-Host`: believed from anyone, it made the challenge, the
-    /// metadata and the `GET /` page name a site of the client's choosing.
+    /// trusted proxy (`server.trusted_proxies`), the scheme and host it forwards, each when
+    /// it forwards one ([`TrustedProxies::forwarded_reach`]: the chosen header's family, its
+    /// rightmost value). Any client can write `X-Forwarded-Host`: believed from anyone, or
+    /// its leftmost value believed, it made the challenge, the metadata and the `GET /`
+    /// page name a site of the client's choosing.
     pub(crate) fn reached(&self, req: &HttpRequest) -> (String, String) {
-        let peer = req.peer_addr().map(|peer| peer.ip());
-        if self.proxies.trusts_peer(peer) {
-            let info = req.connection_info();
-            return (info.scheme().to_owned(), info.host().to_owned());
-        }
         let config = req.app_config();
         let scheme = if config.secure() { "https" } else { "http" };
         // HTTP/2 has no `Host`: its `:authority` is the URI's.
@@ -395,6 +392,14 @@ impl Authenticator {
             .and_then(|host| host.to_str().ok())
             .or_else(|| req.uri().authority().map(|authority| authority.as_str()))
             .unwrap_or(config.host());
+        let peer = req.peer_addr().map(|peer| peer.ip());
+        if self.proxies.trusts_peer(peer) {
+            let (forwarded_scheme, forwarded_host) = self.proxies.forwarded_reach(req.headers());
+            return (
+                forwarded_scheme.unwrap_or(scheme).to_owned(),
+                forwarded_host.unwrap_or_else(|| host.to_owned()),
+            );
+        }
         (scheme.to_owned(), host.to_owned())
     }
 

@@ -80,6 +80,48 @@ impl TrustedProxies {
         }
         Some(client)
     }
+
+    /// The scheme and host the last trusted proxy says the request reached it by, each when
+    /// it says one that reads (for a connection from a trusted proxy; the caller checks).
+    /// Only the chosen header's family is read: `X-Forwarded-Proto` and `X-Forwarded-Host`
+    /// with `x-forwarded-for`, `Forwarded`'s `proto=` and `host=` with `forwarded`; and only
+    /// the rightmost value, the one the proxy nearest the server wrote (a client's own
+    /// comes before it). A scheme other than `http` or `https`, or a host not of the form
+    /// `host[:port]`, is none. (actix's `connection_info` read `Forwarded` whatever the
+    /// header chosen, and its leftmost value: a client's own.)
+    pub fn forwarded_reach(&self, headers: &HeaderMap) -> (Option<&'static str>, Option<String>) {
+        let rightmost = |name: &str| {
+            headers
+                .get_all(name)
+                .last()
+                .and_then(|line| std::str::from_utf8(line.as_bytes()).ok())
+                .and_then(|line| line.rsplit(',').next())
+                .map(|value| value.trim().trim_matches('"').to_ascii_lowercase())
+        };
+        let (proto, host) = match self.header {
+            ForwardedHeader::XForwardedFor => (
+                rightmost("x-forwarded-proto"),
+                rightmost("x-forwarded-host"),
+            ),
+            ForwardedHeader::Forwarded => {
+                let element = rightmost("forwarded").unwrap_or_default();
+                let parameter = |wanted: &str| {
+                    element.split(';').find_map(|pair| {
+                        let (name, value) = pair.split_once('=')?;
+                        (name.trim() == wanted).then(|| value.trim().trim_matches('"').to_owned())
+                    })
+                };
+                (parameter("proto"), parameter("host"))
+            }
+        };
+        let scheme = match proto.as_deref() {
+            Some("http") => Some("http"),
+            Some("https") => Some("https"),
+            _ => None,
+        };
+        let host = host.filter(|host| super::origin::authority_name(host).is_some());
+        (scheme, host)
+    }
 }
 
 /// An address as a proxy writes one: `192.0.2.1`, `2001:db8::1`, `[2001:db8::1]`, with or
@@ -201,6 +243,62 @@ mod tests {
         assert_eq!(
             trusted.client_address(ip("::ffff:127.0.0.1"), &mapped),
             ip("203.0.113.8")
+        );
+    }
+
+    #[test]
+    fn a_forwarded_scheme_and_host_are_the_chosen_families_rightmost() {
+        let map = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.append(
+                    HeaderName::from_static(name),
+                    HeaderValue::from_str(value).expect("value"),
+                );
+            }
+            map
+        };
+        let xff = proxies(&["127.0.0.1"], ForwardedHeader::XForwardedFor);
+        let reach = |pairs: &[(&'static str, &str)]| xff.forwarded_reach(&map(pairs));
+        assert_eq!(
+            reach(&[
+                ("x-forwarded-proto", "https"),
+                ("x-forwarded-host", "mcp.example")
+            ]),
+            (Some("https"), Some("mcp.example".to_owned()))
+        );
+        // The proxy's value is the rightmost; the client's own comes before it.
+        assert_eq!(
+            reach(&[
+                ("x-forwarded-host", "evil.example, mcp.example:8443"),
+                ("x-forwarded-proto", "https"),
+                ("x-forwarded-proto", "http"),
+            ]),
+            (Some("http"), Some("mcp.example:8443".to_owned()))
+        );
+        // The other family is not read; what does not read is none.
+        assert_eq!(
+            reach(&[("forwarded", "host=evil.example;proto=https")]),
+            (None, None)
+        );
+        assert_eq!(
+            reach(&[
+                ("x-forwarded-proto", "gopher"),
+                ("x-forwarded-host", "evil.example/x?"),
+            ]),
+            (None, None)
+        );
+        assert_eq!(reach(&[("x-forwarded-host", "a:1@evil.example")]).1, None);
+        let forwarded = proxies(&["127.0.0.1"], ForwardedHeader::Forwarded);
+        assert_eq!(
+            forwarded.forwarded_reach(&map(&[
+                (
+                    "forwarded",
+                    "host=evil.example;proto=http, for=1.2.3.4;host=\"mcp.example\";proto=https"
+                ),
+                ("x-forwarded-host", "other.example"),
+            ])),
+            (Some("https"), Some("mcp.example".to_owned()))
         );
     }
 

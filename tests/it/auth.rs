@@ -780,6 +780,39 @@ async fn the_resource_is_named_from_forwarded_headers_only_behind_a_trusted_prox
     behind.server.trusted_proxies = vec!["127.0.0.1/32".into()];
     let server = start_auth(behind);
     assert_eq!(document(&server).await, "https://evil.example/mcp");
+    // But only the chosen header's family, and its rightmost value, the one the proxy
+    // wrote: a client's own `Forwarded` (read whatever the header chosen), or its value
+    // left of the proxy's (the leftmost was believed), named the resource.
+    let resource = |headers: &'static [(&'static str, &'static str)]| {
+        let url = format!(
+            "http://{}/.well-known/oauth-protected-resource/mcp",
+            server.addr()
+        );
+        async move {
+            let get = headers.iter().fold(
+                crate::support::http::client().get(url),
+                |get, (name, value)| get.header(*name, *value),
+            );
+            let body: Value = serde_json::from_str(
+                &get.send().await.expect("GET").text().await.expect("body"),
+            )
+            .expect("JSON");
+            body["resource"].as_str().unwrap_or_default().to_owned()
+        }
+    };
+    let own = format!("http://{}/mcp", server.addr());
+    assert_eq!(
+        resource(&[("Forwarded", "host=evil.example;proto=https")]).await,
+        own
+    );
+    assert_eq!(
+        resource(&[("X-Forwarded-Host", "evil.example, mcp.example")]).await,
+        "http://mcp.example/mcp"
+    );
+    assert_eq!(
+        resource(&[("X-Forwarded-Host", "mcp.example:80@evil.example")]).await,
+        own
+    );
 }
 
 #[tokio::test]
