@@ -72,12 +72,26 @@ pub struct Binding {
 impl Binding {
     /// The binding of a request: its method, target, arguments (raw JSON) and identity. The
     /// arguments are digested in a canonical form (keys sorted), so a client that sends the
-    /// same arguments in another order retries the same request.
+    /// same arguments in another order retries the same request. Arguments that do not
+    /// parse as a value (nested past serde_json's 128 levels, where `limits.max_json_depth`
+    /// lets them through) are digested as their text, after a mark no canonical form begins
+    /// with: bound to exactly that text. (They were digested as `null`: every such set of
+    /// arguments had one digest, and a state issued for one was taken for any other.)
     pub fn new(method: &str, target: &str, arguments: Option<&str>, subject: &str) -> Self {
-        let value: Value = serde_json::from_str(arguments.unwrap_or("{}")).unwrap_or(Value::Null);
-        let mut canonical = String::new();
-        write_canonical(&value, &mut canonical);
-        let digest = Sha256::digest(canonical.as_bytes());
+        let text = arguments.unwrap_or("{}");
+        let digest = match serde_json::from_str::<Value>(text) {
+            Ok(value) => {
+                let mut canonical = String::new();
+                write_canonical(&value, &mut canonical);
+                Sha256::digest(canonical.as_bytes())
+            }
+            Err(_) => {
+                let mut raw = Sha256::new();
+                raw.update(b"\0raw\0");
+                raw.update(text.as_bytes());
+                raw.finalize()
+            }
+        };
         Self {
             method: method.to_owned(),
             target: target.to_owned(),
@@ -290,6 +304,25 @@ mod tests {
 
     fn binding() -> Binding {
         Binding::new("tools/call", "greet", Some(r#"{"who":"x"}"#), "anonymous")
+    }
+
+    #[test]
+    fn arguments_too_deep_to_parse_are_bound_by_their_text() {
+        let deep = |leaf: &str| {
+            format!(
+                r#"{{"pad":{}{leaf}{},"target":"A"}}"#,
+                "[".repeat(200),
+                "]".repeat(200)
+            )
+        };
+        let bind = |arguments: &str| Binding::new("tools/call", "t", Some(arguments), "s");
+        assert_eq!(bind(&deep("1")), bind(&deep("1")));
+        assert_ne!(
+            bind(&deep("1")),
+            bind(&deep("2")),
+            "other arguments, bound apart"
+        );
+        assert_ne!(bind(&deep("1")), bind("null"), "not the digest of null");
     }
 
     #[test]
