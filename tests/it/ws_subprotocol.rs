@@ -2,7 +2,8 @@
 //! SEP-1288), over a real socket:
 //! - Offered, it is selected (echoed back) and pins the connection to that version: a
 //!   session-era pin is what `initialize` negotiates whatever the client asks, and a
-//!   2026-07-28 request on it gets -32022 naming the pinned version; a 2026-07-28 pin serves
+//!   2026-07-28 request on it gets -32022 naming the pinned version (`data.pinned`) and no
+//!   version `_meta` may name (`supported: []`); a 2026-07-28 pin serves
 //!   stateless requests and answers `initialize` with -32022.
 //! - The first offered version the server speaks wins; offering only unknown versions
 //!   refuses the upgrade with HTTP 400 listing the supported ones.
@@ -54,14 +55,32 @@ async fn a_handshake_era_pin_is_selected_and_is_what_initialize_negotiates() {
         .await;
     let listed = client.request("tools/list", json!({})).await;
     assert!(assert_result(&listed, &listed["id"])["tools"].is_array());
-    // A 2026-07-28 request on this connection is refused, naming the pinned version.
+    // A 2026-07-28 request on this connection is refused, naming the pinned version, and
+    // none as one `_meta` may name (naming the pin as supported, a client that retried
+    // with it in `_meta` was refused again, without end).
     let stateless = client
         .request("tools/list", json!({"_meta": meta(json!({}))}))
         .await;
     let error = assert_error(&stateless, &stateless["id"], -32022);
     assert_eq!(
         error["data"],
-        json!({"supported": ["2025-06-18"], "requested": "2026-07-28"})
+        json!({"supported": [], "requested": "2026-07-28", "pinned": "2025-06-18"})
+    );
+    let mut pinned_meta = meta(json!({}));
+    pinned_meta["io.modelcontextprotocol/protocolVersion"] = json!("2025-06-18");
+    let again = client
+        .request("tools/list", json!({"_meta": pinned_meta}))
+        .await;
+    let error = assert_error(&again, &again["id"], -32022);
+    assert_eq!(
+        error["data"],
+        json!({"supported": [], "requested": "2025-06-18", "pinned": "2025-06-18"})
+    );
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("this connection speaks 2025-06-18")
+            && message.contains("without a version in _meta"),
+        "{message}"
     );
     assert_server_alive(&server).await;
 }

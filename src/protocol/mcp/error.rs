@@ -23,6 +23,17 @@ const MAX_DATA_STRING_BYTES: usize = 1024;
 /// The most of a client's string a message quotes, in characters ([`quoted`]).
 const MAX_QUOTED_CHARS: usize = 128;
 
+/// The rest of -32022's message on a connection pinned to a session-era version: no
+/// version may be named in `_meta` there.
+fn pinned_to_a_session_era(pinned: Option<ProtocolVersion>) -> String {
+    match pinned {
+        Some(pinned) if !ProtocolVersion::STATELESS.contains(&pinned) => format!(
+            ": this connection speaks {pinned} (its subprotocol); send its requests without a version in _meta"
+        ),
+        _ => String::new(),
+    }
+}
+
 /// `text` cut to at most `max` bytes on a character boundary, `…` after a cut.
 pub fn clipped(text: &str, max: usize) -> Cow<'_, str> {
     if text.len() <= max {
@@ -282,12 +293,13 @@ pub enum Error {
     #[error("Invalid params: {0}")]
     MalformedMeta(String),
     /// 2026-07-28: the request's `_meta` names a version this server does not speak.
-    #[error("Unsupported protocol version")]
+    #[error("Unsupported protocol version{}", pinned_to_a_session_era(*.pinned))]
     UnsupportedProtocolVersion {
         /// The version asked for (cut to 64 characters).
         requested: String,
         /// The one version the connection serves, when its client chose one (`data.supported`
-        /// then names it alone; otherwise the 2026-era versions).
+        /// then names it alone when `_meta` may name it, none when it is a session-era
+        /// version; otherwise the 2026-era versions).
         pinned: Option<ProtocolVersion>,
     },
     /// 2026-07-28: the request needs client capabilities its `_meta` did not declare.
@@ -528,14 +540,26 @@ impl Error {
                 object.with_data(json!({ "scope": scope.as_str(), "limit": limit }))
             }
             Self::UnsupportedProtocolVersion { requested, pinned } => {
+                // What `_meta` may name here: on a connection pinned to a session-era version,
+                // none (naming the pin as supported, a client retrying with it looped).
                 let supported: Vec<&str> = match pinned {
-                    Some(pinned) => vec![pinned.as_str()],
+                    Some(pinned) if ProtocolVersion::STATELESS.contains(pinned) => {
+                        vec![pinned.as_str()]
+                    }
+                    Some(_) => Vec::new(),
                     None => ProtocolVersion::STATELESS
                         .iter()
                         .map(|v| v.as_str())
                         .collect(),
                 };
-                object.with_data(json!({ "supported": supported, "requested": requested }))
+                match pinned {
+                    // The connection's own version, which `_meta` may not name.
+                    Some(pinned) if supported.is_empty() => object.with_data(
+                        json!({ "supported": supported, "requested": requested, "pinned": pinned.as_str() }),
+                    ),
+                    _ => object
+                        .with_data(json!({ "supported": supported, "requested": requested })),
+                }
             }
             Self::MissingClientCapability { required } => {
                 object.with_data(json!({ "requiredCapabilities": required }))
