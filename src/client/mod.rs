@@ -199,11 +199,11 @@ pub struct ClientOptions {
     pub capabilities: Value,
     /// Longest wait for the answer to `initialize` (a child process is killed past it).
     pub initialize_timeout: Duration,
-    /// Longest line or message read from the server, in bytes. Over stdio a longer line is
-    /// skipped, and when it is an answer to one of the client's requests (its top-level `id`
-    /// read as it streams past) that request fails at once with
-    /// [`ClientError::InvalidAnswer`]; over WebSocket a longer message ends the connection;
-    /// over HTTP a longer answer fails its request.
+    /// Longest line or message read from the server, in bytes. Over stdio a longer line, over
+    /// WebSocket a longer message, is skipped, and when it is an answer to one of the
+    /// client's requests (its top-level `id` read as it streams past) that request fails at
+    /// once with [`ClientError::InvalidAnswer`]; the connection goes on. Over HTTP a longer
+    /// answer fails its request.
     pub max_message_bytes: usize,
     /// Most bytes one list ([`Client::list_all`]) may come to across its pages. A list is
     /// kept whole, every page of it: a server that keeps handing out pages (or the same
@@ -421,7 +421,8 @@ impl Client {
     /// Talks to the MCP server at the WebSocket `url` (`ws://`, or `wss://` with the
     /// platform's trust roots), one JSON-RPC message per text frame, asking for the `mcp`
     /// subprotocol and sending `headers` with the upgrade request. A message from the server
-    /// over `max_message_bytes` ends the connection (the stream cannot be read past it).
+    /// over `max_message_bytes` is skipped (the request it answers fails as too long), and
+    /// the connection goes on.
     ///
     /// # Errors
     /// As for [`stdio`](Self::stdio); [`ClientError::Connect`] also when the upgrade is

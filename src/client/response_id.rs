@@ -87,11 +87,13 @@ impl ResponseId {
                     }
                     self.id = match digits {
                         // The number ended: a space, `,` or `}` follows it.
-                        Some(n) if matches!(byte, b' ' | b'\t' | b'\r' | b',' | b'}') => {
+                        Some(n) if matches!(byte, b' ' | b'\t' | b'\r' | b'\n' | b',' | b'}') => {
                             IdRead::Read(n)
                         }
                         // Still to begin: spaces may come first.
-                        None if matches!(byte, b' ' | b'\t' | b'\r') => IdRead::Digits(None),
+                        None if matches!(byte, b' ' | b'\t' | b'\r' | b'\n') => {
+                            IdRead::Digits(None)
+                        }
                         // A string, a fraction, a sign, `null`: not one of this client's ids.
                         _ => IdRead::Unusable,
                     };
@@ -174,7 +176,7 @@ mod tests {
     #[test]
     fn a_messages_response_id_is_read_wherever_its_member_is() {
         let long = "x".repeat(100);
-        let cases: [(String, Option<u64>); 14] = [
+        let cases: [(String, Option<u64>); 15] = [
             (
                 format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"t":"{long}"}}}}"#),
                 Some(7),
@@ -187,6 +189,11 @@ mod tests {
             (
                 format!(r#"{{ "id" : 18446744073709551615 , "result": "{long}" }}"#),
                 Some(u64::MAX),
+            ),
+            // Pretty-printed (a WebSocket message may be): line feeds around the id.
+            (
+                format!("{{\n  \"result\": \"{long}\",\n  \"id\":\n 9\n}}"),
+                Some(9),
             ),
             // Quotes, backslashes and names inside strings and nested values are no members.
             (

@@ -8,14 +8,16 @@
 //! its restart backoff; a client able to make a tool's answer grow could do that at will.
 //! [`SkipOversized`] sits between the socket and tungstenite and reads only the frames'
 //! headers. A message that fits passes unchanged: a single frame at once, a fragmented one
-//! held until its last frame (at most `max_message_bytes`, which tungstenite would hold
-//! anyway). One that does not fit is read past and dropped, its id read as it streams by
+//! held until its last frame (at most `max_message_bytes` of payload, which tungstenite
+//! would hold anyway, and 64 KiB of frame headers). One that does not fit is read past and
+//! dropped, its id read as it streams by
 //! ([`ResponseId`]), as the stdio transport does with a line over the limit. Control frames
 //! pass at once, also between the fragments of a message held.
 //!
 //! What is not a frame a client may take from a server (masked, reserved bits or opcodes,
 //! a continuation with no message begun, a message begun inside another) stops the reading
-//! here: from then on every byte passes unread, for tungstenite to refuse.
+//! here: from then on every byte passes unread, for tungstenite to refuse (inside a message
+//! being skipped, which tungstenite never saw, after a frame it refuses for certain).
 
 use super::response_id::ResponseId;
 use super::{ClientError, Inner};
@@ -32,6 +34,10 @@ const CHUNK: usize = 8 << 10;
 const RETAINED: usize = 64 << 10;
 /// The longest frame header: 2 bytes, a 64-bit length and a masking key.
 const MAX_HEADER: usize = 14;
+/// What a fragmented message's frame headers may add to what is held of it, beyond its
+/// payload's `max_message_bytes`: past it the message is skipped, so that endless empty
+/// fragments (two bytes of header each, no payload) cannot grow what is held without end.
+const HELD_HEADERS: usize = 64 << 10;
 
 /// Where the requests of a skipped message's answers are failed: the connection's client,
 /// set once it runs (nothing is read before but the upgrade's answer).
@@ -155,9 +161,10 @@ struct Frames {
 }
 
 enum Step {
-    /// The upgrade's HTTP answer, passed unread; `matched` bytes of the `\r\n\r\n` that
-    /// ends it seen.
-    Head { matched: usize },
+    /// The upgrade's HTTP answer, passed unread until the empty line that ends it (`\r\n`
+    /// or a bare `\n`, as tungstenite's parser takes either); `line_start`: the last byte
+    /// ended a line (a `\r` after it keeps it so).
+    Head { line_start: bool },
     /// A frame's header, its first `have` bytes read.
     Header {
         bytes: [u8; MAX_HEADER],
@@ -194,7 +201,7 @@ impl Frames {
     fn new(max: usize) -> Self {
         Self {
             max: u64::try_from(max).unwrap_or(u64::MAX),
-            step: Step::Head { matched: 0 },
+            step: Step::Head { line_start: false },
             message: None,
         }
     }
@@ -208,17 +215,17 @@ impl Frames {
                     out.extend_from_slice(bytes);
                     return;
                 }
-                Step::Head { matched } => {
+                Step::Head { line_start } => {
                     let mut end = None;
                     for (at, &byte) in bytes.iter().enumerate() {
-                        *matched = if byte == b"\r\n\r\n"[*matched] {
-                            *matched + 1
-                        } else {
-                            usize::from(byte == b'\r')
-                        };
-                        if *matched == 4 {
-                            end = Some(at + 1);
-                            break;
+                        match byte {
+                            b'\n' if *line_start => {
+                                end = Some(at + 1);
+                                break;
+                            }
+                            b'\n' => *line_start = true,
+                            b'\r' => {}
+                            _ => *line_start = false,
                         }
                     }
                     let ended = end.is_some();
@@ -287,7 +294,7 @@ impl Frames {
         // Reserved bits (no extension is asked for), a masked frame (a server's never
         // is), a length with its top bit set: tungstenite's to refuse.
         if first & 0x70 != 0 || second & 0x80 != 0 || len > i64::MAX as u64 {
-            return self.through(header, out);
+            return self.through(header, out, skipped);
         }
         let to = match (opcode, &mut self.message) {
             // Control frames pass at once, between fragments too.
@@ -312,7 +319,10 @@ impl Frames {
             }
             (0x0, Some(message)) => {
                 message.len = message.len.saturating_add(len);
-                if !message.skipping && message.len > self.max {
+                let headers = message.held.len() as u64 + header.len() as u64;
+                let over = message.len > self.max
+                    || headers.saturating_sub(message.len) > HELD_HEADERS as u64;
+                if !message.skipping && over {
                     message.skipping = true;
                     message.held = Vec::new();
                 }
@@ -325,7 +335,7 @@ impl Frames {
             }
             // A continuation with no message begun, a message begun inside another, an
             // opcode of no meaning.
-            _ => return self.through(header, out),
+            _ => return self.through(header, out, skipped),
         };
         self.step = Step::Payload { left: len, fin, to };
         if len == 0 {
@@ -360,10 +370,18 @@ impl Frames {
         }
     }
 
-    /// Stops reading frames: what is held and `header` pass, then everything after.
-    fn through(&mut self, header: &[u8], out: &mut Vec<u8>) {
+    /// Stops reading frames: what is held and `header` pass, then everything after. A
+    /// message being skipped is over: its request fails, and tungstenite is first handed a
+    /// lone final continuation frame, which it refuses, as it would have refused what came
+    /// (the frame is out of place after a message it never saw).
+    fn through(&mut self, header: &[u8], out: &mut Vec<u8>, skipped: &mut impl FnMut(Option<u64>)) {
         if let Some(message) = self.message.take() {
-            out.extend_from_slice(&message.held);
+            if message.skipping {
+                skipped(message.id.and_then(|id| id.response_to()));
+                out.extend_from_slice(&[0x80, 0x00]);
+            } else {
+                out.extend_from_slice(&message.held);
+            }
         }
         out.extend_from_slice(header);
         self.step = Step::Through;
@@ -525,6 +543,72 @@ mod tests {
                 assert!(skipped.is_empty());
             }
         }
+    }
+
+    #[test]
+    fn endless_empty_fragments_are_skipped_not_held() {
+        let mut input = HEAD.to_vec();
+        input.extend(frame(false, 0x1, b"{"));
+        for _ in 0..40_000 {
+            input.extend(frame(false, 0x0, b""));
+        }
+        input.extend(frame(true, 0x0, b"}"));
+        input.extend(frame(true, 0x1, b"{}"));
+        let mut frames = Frames::new(250);
+        let (mut out, mut skipped) = (Vec::new(), Vec::new());
+        for piece in input.chunks(4096) {
+            frames.read(piece, &mut out, |id| skipped.push(id));
+            let held = frames.message.as_ref().map_or(0, |m| m.held.len());
+            assert!(held <= 250 + HELD_HEADERS + MAX_HEADER, "{held} bytes held");
+        }
+        assert_eq!(out, [HEAD.to_vec(), frame(true, 0x1, b"{}")].concat());
+        assert_eq!(skipped, [None]);
+    }
+
+    #[test]
+    fn a_message_begun_inside_one_being_skipped_fails_its_request_and_the_stream() {
+        let long = format!(r#"{{"id":7,"result":"{}"}}"#, "x".repeat(300));
+        let (a, b) = long.as_bytes().split_at(260);
+        let input = [
+            HEAD.to_vec(),
+            frame(false, 0x1, a),
+            frame(false, 0x0, b),
+            frame(true, 0x1, b"{}"),
+        ]
+        .concat();
+        let (out, skipped) = read(&input, 250, 1 << 20);
+        // A lone final continuation, which tungstenite refuses, before what came.
+        assert_eq!(
+            out,
+            [HEAD.to_vec(), vec![0x80, 0x00], frame(true, 0x1, b"{}")].concat()
+        );
+        assert_eq!(skipped, [Some(7)]);
+        let (_, skipped) = read(
+            &[
+                HEAD.to_vec(),
+                frame(false, 0x1, long.as_bytes()),
+                frame(true, 0x2, b""),
+            ]
+            .concat(),
+            250,
+            1 << 20,
+        );
+        assert_eq!(skipped, [Some(7)]);
+    }
+
+    #[test]
+    fn an_upgrade_answer_with_bare_line_feeds_ends_at_its_empty_line() {
+        let head = b"HTTP/1.1 101 Switching Protocols\nUpgrade: websocket\n\n".to_vec();
+        let input = [
+            head.clone(),
+            frame(true, 0x1, &[b'x'; 300]),
+            frame(true, 0x1, b"{}"),
+        ]
+        .concat();
+        assert_eq!(
+            read(&input, 250, 1),
+            ([head, frame(true, 0x1, b"{}")].concat(), vec![None])
+        );
     }
 
     #[test]
