@@ -385,12 +385,14 @@ impl Authenticator {
     pub(crate) fn reached(&self, req: &HttpRequest) -> (String, String) {
         let config = req.app_config();
         let scheme = if config.secure() { "https" } else { "http" };
-        // HTTP/2 has no `Host`: its `:authority` is the URI's.
+        // HTTP/2 has no `Host`: its `:authority` is the URI's (an HTTP/1.0 request may name
+        // one too, userinfo and all: only a `host[:port]` is named back).
         let host = req
             .headers()
             .get(HOST)
             .and_then(|host| host.to_str().ok())
             .or_else(|| req.uri().authority().map(|authority| authority.as_str()))
+            .filter(|host| super::origin::authority_name(host).is_some())
             .unwrap_or(config.host());
         let peer = req.peer_addr().map(|peer| peer.ip());
         if self.proxies.trusts_peer(peer) {
