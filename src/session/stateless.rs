@@ -896,18 +896,41 @@ impl<T> LastParsed<T> {
 /// its values), each of its members' names unescaped.
 fn names_version_key(params: &Params<'_, crate::protocol::mcp::CallToolParams<'_>>) -> bool {
     use crate::protocol::mcp::META_PROTOCOL_VERSION;
-    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
     use std::borrow::Cow;
 
     /// Whether an object (params, or a `_meta`) has the key, in itself (`meta`) or in a
-    /// `_meta` member.
+    /// `_meta` member. A value that is not an object has none (a `_meta` named twice may be
+    /// `null` once).
     struct Names {
         meta: bool,
     }
     impl<'de> Visitor<'de> for Names {
         type Value = bool;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("an object")
+            f.write_str("any value")
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(false)
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
             let mut names = false;
@@ -927,7 +950,7 @@ fn names_version_key(params: &Params<'_, crate::protocol::mcp::CallToolParams<'_
     impl<'de> serde::de::DeserializeSeed<'de> for Names {
         type Value = bool;
         fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
-            deserializer.deserialize_map(self)
+            deserializer.deserialize_any(self)
         }
     }
 

@@ -289,14 +289,16 @@ async fn a_meta_naming_a_member_twice_is_a_malformed_2026_request_on_any_connect
     // The key as an encoder that escapes `/` writes it (PHP's json_encode), `_meta` named
     // twice.
     let escaped = PROTOCOL_VERSION.replace('/', "\\/");
+    // The second `_meta` null (it is not an object: it names nothing, the first still does).
     let escaped = |id: u32| {
+        let second = if id == 7 { "null" } else { "{}" };
         format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list","params":{{"_meta":{{"{escaped}":"{MODERN}"}},"_meta":{{}}}}}}"#
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list","params":{{"_meta":{{"{escaped}":"{MODERN}"}},"_meta":{second}}}}}"#
         )
     };
     let mut fresh = Client::connect(&server).await;
     let mut initialized = Client::initialized(&server).await;
-    for id in [1, 2, 4, 5] {
+    for id in [1, 2, 4, 5, 7] {
         let client = if id % 3 == 1 {
             &mut fresh
         } else {
