@@ -22,8 +22,8 @@ pub use results::{
 
 use serde::{Serialize, Serializer};
 
-/// A JSON-RPC error another server answered with, passed on to the client as it is: what a
-/// gateway's upstream said ([`ToolError::Rpc`](crate::ToolError::Rpc),
+/// A JSON-RPC error another server answered with, passed on to the client as it is (a
+/// message over 1 KiB cut there, as every error's): what a gateway's upstream said ([`ToolError::Rpc`](crate::ToolError::Rpc),
 /// [`ResourceError::Rpc`](crate::ResourceError::Rpc),
 /// [`PromptError::Rpc`](crate::PromptError::Rpc)). The message goes to the client: it must
 /// not hold secrets.

@@ -470,20 +470,19 @@ impl Session {
         });
         let mut era = self.request_era(era, binding)?;
         let version = era.info.protocol_version;
-        // What its answer's shape depends on: the version (the era with it) and, for a
-        // 2026-07-28 call that may become a task, whether the request declared tasks. A
-        // retry of its key asking for another shape is a conflict, never the first
-        // answer in a shape the retry cannot read (a task handle to a session, a result
-        // without `resultType` to a 2026-07-28 request).
-        let may_be_task = era.stateless
-            && task_support != TaskSupport::Forbidden
-            && crate::cluster::tasks::declared(&era.info.client_capabilities);
-        let shape = AnswerShape {
-            version: version.as_str(),
-            task: may_be_task,
-        };
         let idempotency = match p.meta.as_ref().and_then(|m| m.idempotency_key) {
             Some(key) if self.shared.settings.dedup.enabled => {
+                // What its answer's shape depends on: the version (the era with it) and, for
+                // a 2026-07-28 call that may become a task, whether the request declared
+                // tasks. A retry of its key asking for another shape is a conflict, never
+                // the first answer in a shape the retry cannot read (a task handle to a
+                // session, a result without `resultType` to a 2026-07-28 request).
+                let shape = AnswerShape {
+                    version: version.as_str(),
+                    task: era.stateless
+                        && task_support != TaskSupport::Forbidden
+                        && crate::cluster::tasks::declared(&era.info.client_capabilities),
+                };
                 let scope = match &self.shared_id {
                     Some(id) => AnonymousScope::Shared(id.as_str()),
                     None => AnonymousScope::Local(self.id),

@@ -793,10 +793,9 @@ async fn the_resource_is_named_from_forwarded_headers_only_behind_a_trusted_prox
                 crate::support::http::client().get(url),
                 |get, (name, value)| get.header(*name, *value),
             );
-            let body: Value = serde_json::from_str(
-                &get.send().await.expect("GET").text().await.expect("body"),
-            )
-            .expect("JSON");
+            let body: Value =
+                serde_json::from_str(&get.send().await.expect("GET").text().await.expect("body"))
+                    .expect("JSON");
             body["resource"].as_str().unwrap_or_default().to_owned()
         }
     };

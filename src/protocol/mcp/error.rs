@@ -365,7 +365,8 @@ pub enum Error {
     /// A retry of a keyed request that ran, whose result the store did not keep.
     #[error("This idempotencyKey's request ran, and its result was not kept: it is not run again under this key within the de-duplication window")]
     ResultNotKept,
-    /// An error another server answered with (a gateway's upstream), passed on as it is.
+    /// An error another server answered with (a gateway's upstream), passed on as it is
+    /// (its message cut at 1 KiB in [`Error::to_wire`], as every error's).
     #[error("{message}")]
     Passed {
         code: i32,
