@@ -196,7 +196,9 @@ async fn a_keys_answer_is_replayed_only_in_the_shape_it_was_made_in() {
     let session = client
         .send_request(keyed_call(json!(3), "count", "a", "k"))
         .await;
-    assert_error(&session, &json!(3), -32019);
+    let error = assert_error(&session, &json!(3), -32019);
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.contains("another protocol version"), "{message}");
 
     let session = client
         .send_request(keyed_call(json!(4), "count", "b", "k2"))

@@ -119,6 +119,16 @@ pub enum ConflictScope {
 }
 
 impl ConflictScope {
+    /// How the request differs from the one that came first, as the message says it.
+    fn unlike(self) -> &'static str {
+        match self {
+            Self::IdempotencyKey => {
+                "with other params, or for an answer of another shape (another protocol version, tasks declared or not)"
+            }
+            Self::RequestId => "with other params",
+        }
+    }
+
     /// The name in the error's `data`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -360,7 +370,7 @@ pub enum Error {
     SessionBusy { limit: usize },
     #[error("{}", reason.message())]
     SignatureRefused { reason: SignatureProblem },
-    #[error("Conflict: this {} was used before with other params", scope.as_str())]
+    #[error("Conflict: this {} was used before {}", scope.as_str(), scope.unlike())]
     IdempotencyConflict { scope: ConflictScope },
     /// A retry of a keyed request that ran, whose result the store did not keep.
     #[error("This idempotencyKey's request ran, and its result was not kept: it is not run again under this key within the de-duplication window")]
