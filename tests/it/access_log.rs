@@ -808,6 +808,26 @@ async fn client_strings_cannot_forge_fields_of_a_text_line() {
     }
 }
 
+/// The server's first `session initialized` line (JSON log), waited for.
+fn session_initialized_line(server: &LoggedServer) -> Value {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let initialized = server
+            .json_lines()
+            .into_iter()
+            .find(|line| line["message"] == "session initialized");
+        if let Some(line) = initialized {
+            return line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            server.process.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The identity in the `session initialized` line is cut and escaped as the access line's
 /// is: a JWT `sub` (or a certificate's subject) is as long as its issuer let it be, and it
 /// was written whole (a 30,000-byte CN made a 30 kB line).
@@ -853,22 +873,7 @@ async fn a_long_identity_is_cut_in_the_session_initialized_line() {
         .request_with_id(json!(1), "initialize", initialize_params("2025-11-25"))
         .await;
     assert_result(&answer, &json!(1));
-    let deadline = Instant::now() + READ_TIMEOUT;
-    let line = loop {
-        let initialized = server
-            .json_lines()
-            .into_iter()
-            .find(|line| line["message"] == "session initialized");
-        if let Some(line) = initialized {
-            break line;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            server.process.stderr_text()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let line = session_initialized_line(&server);
     let shown = line["identity"].as_str().expect("the identity field");
     assert!(shown.starts_with("\\u{1b}[31msss"), "{shown}");
     assert!(shown.ends_with('…') && shown.len() < 140, "{shown}");
@@ -906,22 +911,7 @@ async fn a_clients_description_is_bounded_in_its_session_and_its_log_line() {
         .request_with_id(json!("init"), "initialize", long)
         .await;
     assert_result(&answer, &json!("init"));
-    let deadline = Instant::now() + READ_TIMEOUT;
-    let line = loop {
-        let initialized = server
-            .json_lines()
-            .into_iter()
-            .find(|line| line["message"] == "session initialized");
-        if let Some(line) = initialized {
-            break line;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            server.process.stderr_text()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let line = session_initialized_line(&server);
     let shown = line["client"].as_str().expect("the client field");
     assert!(shown.starts_with("\\u{1b}[31mxxx"), "{shown}");
     assert!(shown.ends_with('…') && shown.len() < 140, "{shown}");

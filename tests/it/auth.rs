@@ -748,25 +748,24 @@ async fn the_resource_is_named_from_forwarded_headers_only_behind_a_trusted_prox
         ("X-Forwarded-Host", "evil.example"),
         ("X-Forwarded-Proto", "https"),
     ];
-    let document = |server: &RunningServer| {
+    // The `resource` of the metadata `server` serves to a request with `headers`.
+    async fn resource(server: &RunningServer, headers: &[(&str, &str)]) -> String {
         let url = format!(
             "http://{}/.well-known/oauth-protected-resource/mcp",
             server.addr()
         );
-        async move {
-            let get = forwarded.iter().fold(
-                crate::support::http::client().get(url),
-                |get, (name, value)| get.header(*name, *value),
-            );
-            let response = get.send().await.expect("GET");
-            let body: Value =
-                serde_json::from_str(&response.text().await.expect("body")).expect("JSON");
-            body["resource"].as_str().unwrap_or_default().to_owned()
-        }
-    };
+        let get = headers.iter().fold(
+            crate::support::http::client().get(url),
+            |get, (name, value)| get.header(*name, *value),
+        );
+        let response = get.send().await.expect("GET");
+        let body: Value =
+            serde_json::from_str(&response.text().await.expect("body")).expect("JSON");
+        body["resource"].as_str().unwrap_or_default().to_owned()
+    }
     let server = start_auth(auth_settings(&dir));
     assert_eq!(
-        document(&server).await,
+        resource(&server, &forwarded).await,
         format!("http://{}/mcp", server.addr())
     );
     let refused = upgrade(&server, &forwarded).await.refused("refused");
@@ -779,39 +778,20 @@ async fn the_resource_is_named_from_forwarded_headers_only_behind_a_trusted_prox
     let mut behind = auth_settings(&dir);
     behind.server.trusted_proxies = vec!["127.0.0.1/32".into()];
     let server = start_auth(behind);
-    assert_eq!(document(&server).await, "https://evil.example/mcp");
+    assert_eq!(
+        resource(&server, &forwarded).await,
+        "https://evil.example/mcp"
+    );
     // But only the chosen header's family, and its rightmost value, the one the proxy
     // wrote: a client's own `Forwarded` (read whatever the header chosen), or its value
     // left of the proxy's (the leftmost was believed), named the resource.
-    let resource = |headers: &'static [(&'static str, &'static str)]| {
-        let url = format!(
-            "http://{}/.well-known/oauth-protected-resource/mcp",
-            server.addr()
-        );
-        async move {
-            let get = headers.iter().fold(
-                crate::support::http::client().get(url),
-                |get, (name, value)| get.header(*name, *value),
-            );
-            let body: Value =
-                serde_json::from_str(&get.send().await.expect("GET").text().await.expect("body"))
-                    .expect("JSON");
-            body["resource"].as_str().unwrap_or_default().to_owned()
-        }
-    };
     let own = format!("http://{}/mcp", server.addr());
-    assert_eq!(
-        resource(&[("Forwarded", "host=evil.example;proto=https")]).await,
-        own
-    );
-    assert_eq!(
-        resource(&[("X-Forwarded-Host", "evil.example, mcp.example")]).await,
-        "http://mcp.example/mcp"
-    );
-    assert_eq!(
-        resource(&[("X-Forwarded-Host", "mcp.example:80@evil.example")]).await,
-        own
-    );
+    let client_forwarded = [("Forwarded", "host=evil.example;proto=https")];
+    assert_eq!(resource(&server, &client_forwarded).await, own);
+    let appended = [("X-Forwarded-Host", "evil.example, mcp.example")];
+    assert_eq!(resource(&server, &appended).await, "http://mcp.example/mcp");
+    let userinfo = [("X-Forwarded-Host", "mcp.example:80@evil.example")];
+    assert_eq!(resource(&server, &userinfo).await, own);
 }
 
 #[tokio::test]

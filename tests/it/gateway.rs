@@ -1885,8 +1885,7 @@ async fn the_websocket_client_fails_what_is_in_flight_when_the_server_goes() {
 /// open for as long as the server kept it.)
 #[tokio::test]
 async fn the_websocket_client_held_back_by_a_flooding_server_still_closes() {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+    use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -1895,27 +1894,7 @@ async fn the_websocket_client_held_back_by_a_flooding_server_still_closes() {
     let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
     let (dropped_tx, dropped_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.expect("accepted");
-        // The callback's type is tungstenite's, error response and all.
-        #[allow(clippy::result_large_err)]
-        let with_mcp = |_: &Request, mut response: Response| {
-            let mcp = "mcp".parse().expect("a header value");
-            response.headers_mut().insert("sec-websocket-protocol", mcp);
-            Ok(response)
-        };
-        let ws = tokio_tungstenite::accept_hdr_async(tcp, with_mcp)
-            .await
-            .expect("upgraded");
-        let (mut sink, mut stream) = ws.split();
-        let init = stream.next().await.expect("initialize").expect("a frame");
-        let init: Value = serde_json::from_str(init.to_text().expect("text")).expect("JSON");
-        let reply = json!({"jsonrpc": "2.0", "id": init["id"], "result": {
-            "protocolVersion": init["params"]["protocolVersion"], "capabilities": {},
-            "serverInfo": {"name": "flood", "version": "1"}}});
-        sink.send(Message::text(reply.to_string()))
-            .await
-            .expect("sent");
-        let _initialized = stream.next().await;
+        let (mut sink, stream) = accept_initialized(listener, "flood").await;
         // Reads nothing more; pings until its own writes block for 2 s.
         let mut sent = 0u64;
         loop {
@@ -1996,7 +1975,6 @@ async fn the_websocket_client_skips_a_message_over_its_limit_and_goes_on() {
 #[tokio::test]
 async fn the_websocket_client_reads_past_a_fragmented_answer_over_its_limit() {
     use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
     use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
     use tokio_tungstenite::tungstenite::protocol::frame::Frame;
     use tokio_tungstenite::tungstenite::Message;
@@ -2005,25 +1983,8 @@ async fn the_websocket_client_reads_past_a_fragmented_answer_over_its_limit() {
         .expect("bound");
     let url = format!("ws://{}/", listener.local_addr().expect("address"));
     let server = tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.expect("accepted");
-        #[allow(clippy::result_large_err)]
-        let with_mcp = |_: &Request, mut response: Response| {
-            let mcp = "mcp".parse().expect("a header value");
-            response.headers_mut().insert("sec-websocket-protocol", mcp);
-            Ok(response)
-        };
-        let ws = tokio_tungstenite::accept_hdr_async(tcp, with_mcp)
-            .await
-            .expect("upgraded");
-        let (mut sink, mut stream) = ws.split();
+        let (mut sink, mut stream) = accept_initialized(listener, "fragments").await;
         let mut ponged = false;
-        let init = next_request(&mut stream, &mut ponged).await;
-        let reply = json!({"jsonrpc": "2.0", "id": init["id"], "result": {
-            "protocolVersion": init["params"]["protocolVersion"], "capabilities": {"tools": {}},
-            "serverInfo": {"name": "fragments", "version": "1"}}});
-        sink.send(Message::text(reply.to_string()))
-            .await
-            .expect("sent");
         let fragments = |answer: String, pieces: usize| {
             let size = answer.len().div_ceil(pieces);
             let chunks: Vec<Vec<u8>> = answer.as_bytes().chunks(size).map(<[u8]>::to_vec).collect();
@@ -2093,6 +2054,46 @@ async fn the_websocket_client_reads_past_a_fragmented_answer_over_its_limit() {
         .expect("the server's connection ended")
         .expect("the server task");
     assert!(ponged, "the ping between the fragments was not answered");
+}
+
+/// A raw WebSocket server's end of the one connection `listener` takes: upgraded with the
+/// `mcp` subprotocol, the client's `initialize` answered as server `name`, and its
+/// `notifications/initialized` read.
+async fn accept_initialized(
+    listener: tokio::net::TcpListener,
+    name: &str,
+) -> (
+    futures_util::stream::SplitSink<
+        tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+        tokio_tungstenite::tungstenite::Message,
+    >,
+    futures_util::stream::SplitStream<tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>>,
+) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+    use tokio_tungstenite::tungstenite::Message;
+    let (tcp, _) = listener.accept().await.expect("accepted");
+    // The callback's type is tungstenite's, error response and all.
+    #[allow(clippy::result_large_err)]
+    let with_mcp = |_: &Request, mut response: Response| {
+        let mcp = "mcp".parse().expect("a header value");
+        response.headers_mut().insert("sec-websocket-protocol", mcp);
+        Ok(response)
+    };
+    let ws = tokio_tungstenite::accept_hdr_async(tcp, with_mcp)
+        .await
+        .expect("upgraded");
+    let (mut sink, mut stream) = ws.split();
+    let init = stream.next().await.expect("initialize").expect("a frame");
+    let init: Value = serde_json::from_str(init.to_text().expect("text")).expect("JSON");
+    let reply = json!({"jsonrpc": "2.0", "id": init["id"], "result": {
+        "protocolVersion": init["params"]["protocolVersion"], "capabilities": {"tools": {}},
+        "serverInfo": {"name": name, "version": "1"}}});
+    sink.send(Message::text(reply.to_string()))
+        .await
+        .expect("sent");
+    let _initialized = stream.next().await;
+    (sink, stream)
 }
 
 /// The next request (a message with an id) the client sent; a pong on the way is noted.

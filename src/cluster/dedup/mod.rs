@@ -601,6 +601,20 @@ mod tests {
         task: false,
     };
 
+    /// Key `"k"` of an anonymous client's `echo` without arguments, in session 1.
+    fn anonymous_echo(round: [Option<&str>; 2], shape: AnswerShape<'_>) -> Idempotency {
+        Idempotency::of_tool_call(
+            &Identity::anonymous(),
+            AnonymousScope::Local(1),
+            &raw(r#""k""#),
+            "echo",
+            None,
+            round,
+            shape,
+        )
+        .expect("a valid key")
+    }
+
     fn keyed_in(session: u64, subject: &str, key: &str, arguments: &str) -> Idempotency {
         let session = AnonymousScope::Local(session);
         let identity = if subject == "anonymous" {
@@ -675,17 +689,7 @@ mod tests {
     #[test]
     fn each_round_of_a_multi_round_trip_call_is_keyed_apart() {
         let round = |state: Option<&str>, responses: Option<&str>| {
-            Idempotency::of_tool_call(
-                &Identity::anonymous(),
-                AnonymousScope::Local(1),
-                &raw(r#""k""#),
-                "echo",
-                None,
-                [state, responses],
-                SHAPE,
-            )
-            .expect("a valid key")
-            .key
+            anonymous_echo([state, responses], SHAPE).key
         };
         let first = round(None, None);
         assert_eq!(first, round(None, None));
@@ -721,34 +725,14 @@ mod tests {
                 "{other}"
             );
         }
-        let no_arguments = Idempotency::of_tool_call(
-            &Identity::anonymous(),
-            AnonymousScope::Local(1),
-            &raw(r#""k""#),
-            "echo",
-            None,
-            [None, None],
-            SHAPE,
-        )
-        .expect("a valid key");
+        let no_arguments = anonymous_echo([None, None], SHAPE);
         assert_ne!(
             no_arguments.fingerprint,
             keyed("anonymous", r#""k""#, "{}").fingerprint
         );
         // The same call answered in another shape: another fingerprint.
-        let shaped = |version, task| {
-            Idempotency::of_tool_call(
-                &Identity::anonymous(),
-                AnonymousScope::Local(1),
-                &raw(r#""k""#),
-                "echo",
-                None,
-                [None, None],
-                AnswerShape { version, task },
-            )
-            .expect("a valid key")
-            .fingerprint
-        };
+        let shaped =
+            |version, task| anonymous_echo([None, None], AnswerShape { version, task }).fingerprint;
         assert_eq!(no_arguments.fingerprint, shaped("2025-11-25", false));
         assert_ne!(no_arguments.fingerprint, shaped("2024-11-05", false));
         assert_ne!(shaped("2026-07-28", false), shaped("2026-07-28", true));
