@@ -588,6 +588,13 @@ pub struct ServerSettings {
     /// address, or an IPv6 /64; a `trusted_proxies` peer is not limited); a connection over
     /// it is closed at once, before its handshake starts. Only with `[tls]`. 0: no limit.
     pub max_handshakes_per_ip: usize,
+    /// Connections open at once from one client address (the TCP peer, counted as
+    /// `max_handshakes_per_ip` counts it; a `trusted_proxies` peer is not limited); a
+    /// connection over it is shut down before its first request is read. `None` (the
+    /// default, the key left out): twice the sessions one address may hold, and 64 more
+    /// ([`ServerSettings::connections_per_ip`]). `Some(0)`: no limit.
+    #[serde(deserialize_with = "some")]
+    pub max_connections_per_ip: Option<usize>,
     /// How long a TLS handshake may take, from the connection's acceptance; a connection
     /// whose handshake has not completed by then is closed. Only with `[tls]`.
     pub tls_handshake_timeout_ms: u64,
@@ -671,6 +678,19 @@ impl ServerSettings {
     pub fn sessions_per_ip(&self) -> usize {
         self.max_sessions_per_ip
             .unwrap_or_else(|| (self.max_sessions / 10).max(10))
+    }
+
+    /// The connections one client address may hold open at once: `max_connections_per_ip`
+    /// when set, else twice [`sessions_per_ip`](Self::sessions_per_ip) and 64 more (each
+    /// WebSocket session is a connection; as many again for resumes and HTTP requests, and
+    /// room for an HTTP client's parallel ones, a stream and its POSTs, however few
+    /// sessions an address may hold), or none when that is none. 0: no limit.
+    pub fn connections_per_ip(&self) -> usize {
+        self.max_connections_per_ip
+            .unwrap_or_else(|| match self.sessions_per_ip() {
+                0 => 0,
+                sessions => sessions.saturating_mul(2).saturating_add(64),
+            })
     }
 }
 
@@ -1084,6 +1104,7 @@ impl Default for ServerSettings {
             // few in progress at once; 32 leaves them room, while one address can hold no
             // more than 32 of the 256 handshake places each worker has.
             max_handshakes_per_ip: 32,
+            max_connections_per_ip: None,
             // actix-tls's default.
             tls_handshake_timeout_ms: 3000,
         }

@@ -474,6 +474,9 @@ rejections! {
     /// A TLS connection from an address with `server.max_handshakes_per_ip` handshakes in
     /// progress (closed before its handshake).
     handshake_ip_limit => "handshake_ip_limit",
+    /// A connection from an address with `server.max_connections_per_ip` connections open
+    /// (shut down before its first request is read).
+    connection_ip_limit => "connection_ip_limit",
     /// A message over `limits.max_message_bytes` (WebSocket close 1009, HTTP 413).
     message_too_large => "message_too_large",
     /// A message refused because `limits.max_partial_bytes` of partly received messages are

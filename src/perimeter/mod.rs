@@ -11,14 +11,16 @@
 //! TypeScript SDK sends), so a client can show why; the status is what clients act on.
 //!
 //! Before all of these, on a TLS listener, a connection's handshake takes a place within its
-//! address's limit of handshakes in progress ([`handshakes`]); a connection over it is closed
-//! without an answer (nothing can be said before the handshake).
+//! address's limit of handshakes in progress, and then every connection a place within its
+//! address's limit of open connections ([`address_gate`]); a connection over either is
+//! closed without an answer (nothing can be said before the handshake, nor before a
+//! request).
 
+pub mod address_gate;
 pub mod auth;
 pub mod connections;
 pub mod forwarded;
 pub mod guard;
-pub mod handshakes;
 pub mod origin;
 pub mod partial;
 pub mod policy;
@@ -63,7 +65,9 @@ pub struct Perimeter {
     /// The per-IP and per-identity session counters.
     pub connections: Arc<ConnectionLimits>,
     /// The per-IP counters of TLS handshakes in progress (used only with `[tls]`).
-    pub handshakes: Arc<handshakes::HandshakeGate>,
+    pub handshakes: Arc<address_gate::AddressGate>,
+    /// The per-IP counters of open connections (`server.max_connections_per_ip`).
+    pub open_connections: Arc<address_gate::AddressGate>,
     /// The proxies whose forwarded client address is believed.
     pub proxies: forwarded::TrustedProxies,
     /// The bytes of partly received messages, over all connections
@@ -87,7 +91,14 @@ impl Perimeter {
                 settings.server.sessions_per_ip(),
                 settings.server.max_sessions_per_identity,
             )),
-            handshakes: Arc::new(handshakes::HandshakeGate::new(&settings.server)),
+            handshakes: Arc::new(address_gate::AddressGate::new(
+                settings.server.max_handshakes_per_ip,
+                &settings.server,
+            )),
+            open_connections: Arc::new(address_gate::AddressGate::new(
+                settings.server.connections_per_ip(),
+                &settings.server,
+            )),
             partial: PartialBudget::new(
                 settings.limits.max_partial_bytes,
                 settings.limits.partial_bytes_per_ip(),

@@ -11,6 +11,7 @@ use crate::session::shared::Shared;
 use crate::transport::hosted::HostedSessions;
 use crate::transport::ws::Sockets;
 use actix_web::dev::{Extensions, Server, ServerHandle};
+use actix_web::rt::net::TcpStream;
 use actix_web::{web, App, HttpServer};
 use std::any::Any;
 use std::future::Future;
@@ -198,8 +199,13 @@ pub(super) async fn serve(
             })
     };
     let unread_limit = Duration::from_millis(settings.heartbeat.client_timeout_ms);
+    let gate_shared = shared.clone();
     let on_connect = move |connection: &dyn Any, extensions: &mut Extensions| {
-        limit_unread_time(connection, unread_limit);
+        let tcp = tcp_of(connection);
+        if let Some(tcp) = tcp {
+            limit_unread_time(tcp, unread_limit);
+            admit_connection(&gate_shared, tcp, extensions);
+        }
         perimeter::tls::on_connect(connection, extensions);
     };
     let report = |listen: SocketAddr, error: &io::Error| {
@@ -309,23 +315,46 @@ pub(super) async fn serve(
 /// lived, and a resume of the session was refused all that time. Closed, the connection
 /// ends as any dropped one: its session is kept for a reconnect. An idle connection (nothing
 /// to send) is not affected. Linux only; elsewhere, nothing is set.
-fn limit_unread_time(connection: &dyn std::any::Any, limit: Duration) {
+fn limit_unread_time(tcp: &TcpStream, limit: Duration) {
     #[cfg(target_os = "linux")]
     {
-        type Tcp = actix_web::rt::net::TcpStream;
-        type Tls = actix_tls::accept::rustls_0_23::TlsStream<Tcp>;
-        let tcp = connection
-            .downcast_ref::<Tcp>()
-            .or_else(|| connection.downcast_ref::<Tls>().map(|tls| tls.get_ref().0));
-        if let Some(tcp) = tcp {
-            let millis = u32::try_from(limit.as_millis()).unwrap_or(u32::MAX);
-            if let Err(error) = rustix::net::sockopt::set_tcp_user_timeout(tcp, millis) {
-                tracing::debug!(%error, "TCP_USER_TIMEOUT not set");
-            }
+        let millis = u32::try_from(limit.as_millis()).unwrap_or(u32::MAX);
+        if let Err(error) = rustix::net::sockopt::set_tcp_user_timeout(tcp, millis) {
+            tracing::debug!(%error, "TCP_USER_TIMEOUT not set");
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = (connection, limit);
+    let _ = (tcp, limit);
+}
+
+/// The TCP stream under a connection of either listener (plain, or TLS).
+fn tcp_of(connection: &dyn Any) -> Option<&TcpStream> {
+    type Tls = actix_tls::accept::rustls_0_23::TlsStream<TcpStream>;
+    connection
+        .downcast_ref::<TcpStream>()
+        .or_else(|| connection.downcast_ref::<Tls>().map(|tls| tls.get_ref().0))
+}
+
+/// Takes the connection's place among its address's open connections
+/// (`server.max_connections_per_ip`), held in its extensions until it ends. A connection
+/// over the limit is shut down at once: the dispatcher reads its end before any request,
+/// and the descriptor goes with it.
+fn admit_connection(shared: &Shared, tcp: &TcpStream, extensions: &mut Extensions) {
+    let Ok(peer) = tcp.peer_addr() else {
+        return;
+    };
+    match shared.perimeter.open_connections.admit(peer.ip()) {
+        Ok(Some(place)) => {
+            extensions.insert(place);
+        }
+        Ok(None) => {}
+        Err(limit) => {
+            shared.metrics.rejections.connection_ip_limit.inc();
+            // Debug: under an attack this is every connection of the attacker.
+            tracing::debug!(peer = %peer.ip(), limit, "connection closed: its address has server.max_connections_per_ip connections open");
+            let _ = rustix::net::shutdown(tcp, rustix::net::Shutdown::Both);
+        }
+    }
 }
 
 async fn shut_down(shared: &Arc<Shared>, handle: &ServerHandle) {

@@ -1,6 +1,6 @@
 //! The TLS listener: the public listener when `[tls]` is set, built with actix-server rather
 //! than by `HttpServer` so that a connection passes the per-address handshake gate
-//! ([`perimeter::handshakes`](crate::perimeter::handshakes)) before its handshake starts.
+//! ([`perimeter::address_gate`](crate::perimeter::address_gate)) before its handshake starts.
 //!
 //! `HttpServer` offers no place for such a gate: its TLS listener goes from the accepted TCP
 //! stream straight into actix-tls's acceptor, and the first hook it calls (`on_connect`)
@@ -12,7 +12,7 @@
 //! to) and `AppConfig` (secure, the bound address as host). The plain listener is still
 //! `HttpServer`'s, unchanged.
 
-use crate::perimeter::handshakes::HandshakePermit;
+use crate::perimeter::address_gate::AddressPlace;
 use crate::session::shared::Shared;
 use actix_http::body::MessageBody;
 use actix_http::{Extensions, HttpService, KeepAlive, Protocol, Request, Response};
@@ -131,7 +131,7 @@ where
 fn admit(
     shared: &Shared,
     io: &TcpStream,
-) -> Result<Option<HandshakePermit>, TlsError<io::Error, Infallible>> {
+) -> Result<Option<AddressPlace>, TlsError<io::Error, Infallible>> {
     let Ok(peer) = io.peer_addr() else {
         return Ok(None);
     };

@@ -420,3 +420,78 @@ async fn the_global_cap_is_503_with_retry_after_and_counted() {
     wait_metric(&server, "mcp_sessions", 0).await;
     session_from(&server, ELSEWHERE, &[]).await;
 }
+
+/// One address holds at most `server.max_connections_per_ip` connections open, whatever
+/// they do (idle here: they hold no session): one more is shut down before its first
+/// request is read, another address is served, and a place comes back when a connection
+/// ends. (Only the open-files limit bounded them: at 1024, 1,100 idle connections of one
+/// address made `accept` fail for every client.)
+#[tokio::test]
+async fn one_address_holds_at_most_its_connections_open() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = settings();
+    s.server.max_connections_per_ip = Some(3);
+    let server = start(s);
+    let connect_from = |from: [u8; 4]| {
+        let addr = server.addr();
+        async move {
+            let socket = TcpSocket::new_v4().expect("socket");
+            socket
+                .bind(SocketAddr::from((from, 0)))
+                .expect("bind a loopback source address");
+            socket.connect(addr).await.expect("connect")
+        }
+    };
+    // The status of `GET /healthz` on `stream`, or `None` when it is closed unanswered.
+    let health = |mut stream: tokio::net::TcpStream| async move {
+        let request = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        let _ = stream.write_all(request.as_bytes()).await;
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(READ_TIMEOUT, stream.read_to_end(&mut answer))
+            .await
+            .expect("closed or answered in time");
+        let text = String::from_utf8_lossy(&answer);
+        (read.is_ok() && !answer.is_empty())
+            .then(|| text.split_whitespace().nth(1).unwrap_or("").to_owned())
+    };
+    let places = || {
+        server
+            .shared()
+            .perimeter
+            .open_connections
+            .held(IpAddr::from(HERE))
+    };
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(connect_from(HERE).await);
+    }
+    let deadline = std::time::Instant::now() + READ_TIMEOUT;
+    while places() < 3 {
+        assert!(std::time::Instant::now() < deadline, "{} places", places());
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        health(connect_from(HERE).await).await,
+        None,
+        "a fourth is closed"
+    );
+    // (Read in process: `/metrics` over HTTP from this address would be refused too.)
+    let refused = &server.shared().metrics.rejections.connection_ip_limit;
+    assert_eq!(refused.get(), 1);
+    assert_eq!(
+        health(connect_from(ELSEWHERE).await).await.as_deref(),
+        Some("200"),
+        "another address is served"
+    );
+    // A connection of the three ends: its place comes back.
+    drop(held.pop());
+    while places() > 2 {
+        assert!(std::time::Instant::now() < deadline, "{} places", places());
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        health(connect_from(HERE).await).await.as_deref(),
+        Some("200")
+    );
+    assert_eq!(places(), 2, "a connection that ended gave its place back");
+}

@@ -449,11 +449,11 @@ async fn idle_from(server: &RunningServer, from: IpAddr) -> TcpStream {
 async fn wait_in_progress(server: &RunningServer, ip: IpAddr, expected: usize) {
     let gate = &server.shared().perimeter.handshakes;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while gate.in_progress(ip) != expected {
+    while gate.held(ip) != expected {
         assert!(
             tokio::time::Instant::now() < deadline,
             "{} handshakes in progress from {ip}, expected {expected}",
-            gate.in_progress(ip)
+            gate.held(ip)
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -491,7 +491,7 @@ async fn idle_connections_from_one_address_cannot_hold_every_handshake() {
     }
     assert_eq!(metric(&server, refused).await, CAP as u64);
     assert_eq!(
-        server.shared().perimeter.handshakes.in_progress(attacker),
+        server.shared().perimeter.handshakes.held(attacker),
         CAP,
         "a refused connection takes no place"
     );
