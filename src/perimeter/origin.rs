@@ -288,6 +288,12 @@ mod tests {
         }
         let userinfo = headers(&[(HOST, "localhost"), (ORIGIN, "http://[::1]@evil.example")]);
         assert_eq!(p.check(&userinfo), Err(Refusal::ForbiddenOrigin));
+        let mut not_ascii = HeaderMap::new();
+        not_ascii.insert(
+            HOST,
+            HeaderValue::from_bytes(b"caf\xc3\xa9").expect("obs-text"),
+        );
+        assert_eq!(p.check(&not_ascii), Err(Refusal::BadHost));
         let mut two = headers(&[(HOST, "localhost"), (ORIGIN, "http://localhost")]);
         two.append(ORIGIN, HeaderValue::from_static("http://evil.example"));
         assert_eq!(p.check(&two), Err(Refusal::ForbiddenOrigin));

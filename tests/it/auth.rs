@@ -768,6 +768,15 @@ async fn the_resource_is_named_from_forwarded_headers_only_behind_a_trusted_prox
         resource(&server, &forwarded).await,
         format!("http://{}/mcp", server.addr())
     );
+    // An HTTP/1.0 request without `Host` names the authority in its request line, userinfo
+    // and all: only a `host[:port]` is named back.
+    let raw = crate::support::http::raw_exchange(
+        server.addr(),
+        "GET http://localhost:80@evil.example/.well-known/oauth-protected-resource/mcp HTTP/1.0\r\n\r\n",
+    )
+    .await;
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(!raw.contains("evil.example"), "{raw}");
     let refused = upgrade(&server, &forwarded).await.refused("refused");
     let challenge = refused.www_authenticate.unwrap_or_default();
     assert!(
