@@ -493,5 +493,14 @@ async fn one_address_holds_at_most_its_connections_open() {
         health(connect_from(HERE).await).await.as_deref(),
         Some("200")
     );
-    assert_eq!(places(), 2, "a connection that ended gave its place back");
+    // That one's place comes back too, once the server has let the connection go (its
+    // answer may reach the client a moment before).
+    while places() != 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a connection that ended kept its place: {} places",
+            places()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
