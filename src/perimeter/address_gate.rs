@@ -38,6 +38,16 @@ pub struct AddressGate {
     by_ip: DashMap<IpAddr, usize>,
 }
 
+/// The mark of a connection over its address's limit of open connections, in its
+/// extensions: it was shut down, but a request it had sent before is still read, and is
+/// refused ([`Refusal::TooManyConnectionsFrom`](super::Refusal::TooManyConnectionsFrom)),
+/// never served.
+#[derive(Debug, Clone, Copy)]
+pub struct OverConnectionLimit {
+    /// The limit it was over.
+    pub limit: usize,
+}
+
 /// A place within its address's limit; dropping it gives the place back.
 #[derive(Debug)]
 pub struct AddressPlace {

@@ -4,6 +4,7 @@
 use super::routes::{admin_routes, public_routes, routes, schemes};
 use super::tls_listen;
 use super::Error;
+use crate::perimeter::address_gate::OverConnectionLimit;
 use crate::perimeter::{self};
 use crate::registry::files::DirectoryWatch;
 use crate::registry::Registry;
@@ -337,8 +338,11 @@ fn tcp_of(connection: &dyn Any) -> Option<&TcpStream> {
 
 /// Takes the connection's place among its address's open connections
 /// (`server.max_connections_per_ip`), held in its extensions until it ends. A connection
-/// over the limit is shut down at once: the dispatcher reads its end before any request,
-/// and the descriptor goes with it.
+/// over the limit is shut down at once, and the descriptor goes with it. A shutdown does not
+/// discard what the client had sent already (a request sent with the connection, or with a
+/// TLS handshake's last flight): the dispatcher still reads it, so the connection is marked
+/// ([`OverConnectionLimit`]) and such a request is refused before it reaches a route
+/// (`count_refusals`), never served.
 fn admit_connection(shared: &Shared, tcp: &TcpStream, extensions: &mut Extensions) {
     let Ok(peer) = tcp.peer_addr() else {
         return;
@@ -349,6 +353,7 @@ fn admit_connection(shared: &Shared, tcp: &TcpStream, extensions: &mut Extension
         }
         Ok(None) => {}
         Err(limit) => {
+            extensions.insert(OverConnectionLimit { limit });
             shared.metrics.rejections.connection_ip_limit.inc();
             // Debug: under an attack this is every connection of the attacker.
             tracing::debug!(peer = %peer.ip(), limit, "connection closed: its address has server.max_connections_per_ip connections open");
