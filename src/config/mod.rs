@@ -590,7 +590,7 @@ pub struct ServerSettings {
     pub max_handshakes_per_ip: usize,
     /// Connections open at once from one client address (the TCP peer, counted as
     /// `max_handshakes_per_ip` counts it; a `trusted_proxies` peer is not limited); a
-    /// connection over it is shut down before its first request is read. `None` (the
+    /// connection over it is shut down as it is set up, never served. `None` (the
     /// default, the key left out): twice the sessions one address may hold, and 64 more
     /// ([`ServerSettings::connections_per_ip`]). `Some(0)`: no limit.
     #[serde(deserialize_with = "some")]

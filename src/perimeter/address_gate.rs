@@ -14,8 +14,9 @@
 //!   (the listeners' `on_connect`, after a TLS handshake), its place held in the
 //!   connection's extensions until it ends. Every connection is a file descriptor: one
 //!   client holding idle ones (headers sent, a body that never comes) could take them all,
-//!   and `accept` failed for every other client. A connection over it is shut down before
-//!   its first request is read.
+//!   and `accept` failed for every other client. A connection over it is shut down as it is
+//!   set up, and marked ([`OverConnectionLimit`]): a request it had sent already (a
+//!   shutdown does not discard what was received) is refused, never served.
 //!
 //! The address is the TCP peer's (nothing forwarded is known yet), counted as the session
 //! limits count it ([`client_key`]: IPv4 as is, IPv6 by its /64). Peers in
