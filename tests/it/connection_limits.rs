@@ -443,17 +443,20 @@ async fn one_address_holds_at_most_its_connections_open() {
             socket.connect(addr).await.expect("connect")
         }
     };
-    // The status of `GET /healthz` on `stream`, or `None` when it is closed unanswered.
-    let health = |mut stream: tokio::net::TcpStream| async move {
-        let request = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    // What `stream` answers `request` with, read to its end ("" when it is closed unanswered).
+    let exchange = |mut stream: tokio::net::TcpStream, request: String| async move {
         let _ = stream.write_all(request.as_bytes()).await;
         let mut answer = Vec::new();
-        let read = tokio::time::timeout(READ_TIMEOUT, stream.read_to_end(&mut answer))
+        let _ = tokio::time::timeout(READ_TIMEOUT, stream.read_to_end(&mut answer))
             .await
             .expect("closed or answered in time");
-        let text = String::from_utf8_lossy(&answer);
-        (read.is_ok() && !answer.is_empty())
-            .then(|| text.split_whitespace().nth(1).unwrap_or("").to_owned())
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    // The status of `GET /healthz` on `stream`, or `None` when it is closed unanswered.
+    let health = |stream: tokio::net::TcpStream| async move {
+        let request = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        let answer = exchange(stream, request.to_owned()).await;
+        answer.split_whitespace().nth(1).map(str::to_owned)
     };
     let places = || {
         server
@@ -463,6 +466,19 @@ async fn one_address_holds_at_most_its_connections_open() {
             .held(IpAddr::from(HERE))
     };
     // Held for `limits.partial_timeout_ms` (30 s), not the 5 s an idle connection is.
+    // Waits until the address holds `count` places (a connection's place comes back once
+    // the server has let it go, which may be a moment after its client saw it end).
+    let places_reach = |count: usize| async move {
+        let deadline = std::time::Instant::now() + READ_TIMEOUT;
+        while places() != count {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} places, not {count}",
+                places()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    };
     let mut held = Vec::new();
     for _ in 0..3 {
         let mut stream = connect_from(HERE).await;
@@ -471,11 +487,7 @@ async fn one_address_holds_at_most_its_connections_open() {
         stream.write_all(head.as_bytes()).await.expect("write");
         held.push(stream);
     }
-    let deadline = std::time::Instant::now() + READ_TIMEOUT;
-    while places() < 3 {
-        assert!(std::time::Instant::now() < deadline, "{} places", places());
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    places_reach(3).await;
     assert_eq!(
         health(connect_from(HERE).await).await,
         None,
@@ -492,13 +504,7 @@ async fn one_address_holds_at_most_its_connections_open() {
         body.len()
     );
     for _ in 0..20 {
-        let mut refused = connect_from(HERE).await;
-        let _ = refused.write_all(post.as_bytes()).await;
-        let mut answer = Vec::new();
-        let _ = tokio::time::timeout(READ_TIMEOUT, refused.read_to_end(&mut answer))
-            .await
-            .expect("closed in time");
-        let answer = String::from_utf8_lossy(&answer);
+        let answer = exchange(connect_from(HERE).await, post.clone()).await;
         assert!(!answer.contains("200 OK"), "{answer}");
     }
     // (Read in process: `/metrics` over HTTP from this address would be refused too.)
@@ -516,22 +522,12 @@ async fn one_address_holds_at_most_its_connections_open() {
     );
     // A connection of the three ends: its place comes back.
     drop(held.pop());
-    while places() > 2 {
-        assert!(std::time::Instant::now() < deadline, "{} places", places());
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    places_reach(2).await;
     assert_eq!(
         health(connect_from(HERE).await).await.as_deref(),
         Some("200")
     );
     // That one's place comes back too, once the server has let the connection go (its
     // answer may reach the client a moment before).
-    while places() != 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "a connection that ended kept its place: {} places",
-            places()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    places_reach(2).await;
 }
