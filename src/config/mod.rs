@@ -590,7 +590,8 @@ pub struct ServerSettings {
     pub max_handshakes_per_ip: usize,
     /// Connections open at once from one client address (the TCP peer, counted as
     /// `max_handshakes_per_ip` counts it; a `trusted_proxies` peer is not limited); a
-    /// connection over it is shut down as it is set up, never served. `None` (the
+    /// connection over it is closed as it is accepted (with TLS, before its handshake),
+    /// before anything it sent is read. `None` (the
     /// default, the key left out): twice the sessions one address may hold, and 64 more
     /// ([`ServerSettings::connections_per_ip`]). `Some(0)`: no limit.
     #[serde(deserialize_with = "some")]

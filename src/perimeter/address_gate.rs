@@ -1,22 +1,21 @@
 //! Places per client address, each taken as a connection passes and given back when it is
 //! done with: the gate of two limits.
 //!
-//! - TLS handshakes in progress (`server.max_handshakes_per_ip`), passed before a TLS
-//!   connection's handshake starts (the listener is built in `server::tls_listen`).
-//!   actix-tls lets each worker run a fixed number of handshakes at once (256) and gives
-//!   each up to `server.tls_handshake_timeout_ms`. A connection that never sends a
-//!   ClientHello holds one of those places for the whole timeout, so one client that keeps
-//!   a few thousand idle connections open made every real client wait for a place, or time
-//!   out. With the gate, one address holds at most `max_handshakes_per_ip` places; a
-//!   connection over it is closed before it takes one. The place is given back when the
-//!   handshake ends (completed, failed or timed out), not when the connection does.
-//! - Open connections (`server.max_connections_per_ip`), passed as a connection is set up
-//!   (the listeners' `on_connect`, after a TLS handshake), its place held in the
-//!   connection's extensions until it ends. Every connection is a file descriptor: one
-//!   client holding idle ones (headers sent, a body that never comes) could take them all,
-//!   and `accept` failed for every other client. A connection over it is shut down as it is
-//!   set up, and marked ([`OverConnectionLimit`]): a request it had sent already (a
-//!   shutdown does not discard what was received) is refused, never served.
+//! - Open connections (`server.max_connections_per_ip`), passed as a connection is accepted
+//!   (the public listener is built in `server::listener`), its place held by the
+//!   connection's stream until it ends. Every connection is a file descriptor: one client
+//!   holding idle ones (headers sent, a body that never comes) could take them all, and
+//!   `accept` failed for every other client. A connection over it is closed at once, before
+//!   anything it sent is read (with TLS, before its handshake).
+//! - TLS handshakes in progress (`server.max_handshakes_per_ip`), passed next, before a TLS
+//!   connection's handshake starts. actix-tls lets each worker run a fixed number of
+//!   handshakes at once (256) and gives each up to `server.tls_handshake_timeout_ms`. A
+//!   connection that never sends a ClientHello holds one of those places for the whole
+//!   timeout, so one client that keeps a few thousand idle connections open made every real
+//!   client wait for a place, or time out. With the gate, one address holds at most
+//!   `max_handshakes_per_ip` places; a connection over it is closed before it takes one. The
+//!   place is given back when the handshake ends (completed, failed or timed out), not when
+//!   the connection does.
 //!
 //! The address is the TCP peer's (nothing forwarded is known yet), counted as the session
 //! limits count it ([`client_key`]: IPv4 as is, IPv6 by its /64). Peers in
@@ -37,16 +36,6 @@ pub struct AddressGate {
     per_ip: usize,
     proxies: TrustedProxies,
     by_ip: DashMap<IpAddr, usize>,
-}
-
-/// The mark of a connection over its address's limit of open connections, in its
-/// extensions: it was shut down, but a request it had sent before is still read, and is
-/// refused ([`Refusal::TooManyConnectionsFrom`](super::Refusal::TooManyConnectionsFrom)),
-/// never served.
-#[derive(Debug, Clone, Copy)]
-pub struct OverConnectionLimit {
-    /// The limit it was over.
-    pub limit: usize,
 }
 
 /// A place within its address's limit; dropping it gives the place back.

@@ -284,14 +284,6 @@ pub enum Refusal {
     /// The session cap is reached.
     #[error("Service unavailable: too many sessions")]
     TooManySessions,
-    /// A request on a connection over its address's limit of open connections
-    /// (`server.max_connections_per_ip`): the connection was shut down as it was set up, but
-    /// what the client had sent before is still read, and is not served.
-    #[error("Too many connections from this IP address: the limit is {limit}")]
-    TooManyConnectionsFrom {
-        /// Its value.
-        limit: usize,
-    },
     /// The client holds as many sessions as one IP address or identity may.
     #[error("Too many sessions from this {}: the limit is {limit}", .scope.as_str())]
     TooManySessionsFrom {
@@ -419,8 +411,6 @@ impl Refusal {
             | Self::WebSocketVersion
             | Self::BadWebSocketKey
             | Self::BadHost
-            // Counted as its connection was refused, in `connection_ip_limit`.
-            | Self::TooManyConnectionsFrom { .. }
             | Self::MethodNotAllowed => None,
         }
     }
@@ -442,9 +432,7 @@ impl ResponseError for Refusal {
                 StatusCode::FORBIDDEN
             }
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::TooManySessionsFrom { .. } | Self::TooManyConnectionsFrom { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            Self::TooManySessionsFrom { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::TooManySessions
             | Self::ShuttingDown
             | Self::SessionStoreUnavailable
@@ -493,10 +481,6 @@ impl ResponseError for Refusal {
             // any session of the upstream does).
             Self::TooManySessionsFrom { .. } | Self::UpstreamFull { .. } => {
                 response.insert_header(("Retry-After", "5"));
-            }
-            Self::TooManyConnectionsFrom { .. } => {
-                response.insert_header(("Retry-After", "5"));
-                response.insert_header((actix_web::http::header::CONNECTION, "close"));
             }
             Self::Unauthorized(challenge) | Self::InsufficientScope(challenge) => {
                 response.insert_header((WWW_AUTHENTICATE, challenge.header()));

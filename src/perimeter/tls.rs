@@ -1,9 +1,9 @@
 //! TLS on the listener (rustls, ring): the server configuration built from `[tls]`, and the
 //! identity a verified client certificate gives its connection (mutual TLS).
 //!
-//! The certificate is read once per connection, when it is accepted (`HttpServer::on_connect`):
-//! its subject's common name, or else its first subject alternative name, becomes a
-//! [`ClientCertificate`] in the connection's extensions, where the perimeter finds it on every
+//! The certificate is read once per connection, when it is set up (the listener's on-connect
+//! callback): its subject's common name, or else its first subject alternative name, becomes
+//! a [`ClientCertificate`] in the connection's extensions, where the perimeter finds it on every
 //! request of that connection. Only certificates that chain to `tls.client_ca_file` get this
 //! far: rustls refuses the others in the handshake.
 
@@ -82,8 +82,9 @@ fn invalid(setting: &str, path: &Path, error: impl std::fmt::Display) -> ConfigE
     ConfigError::Invalid(format!("{setting}: {}: {error}", path.display()))
 }
 
-/// The `HttpServer::on_connect` callback of a TLS listener: puts the connection's verified
-/// client certificate, if any, in its extensions.
+/// The public listener's on-connect callback (`HttpServer::on_connect`'s signature), called
+/// with a connection's stream as it is set up: for a TLS stream, puts the connection's
+/// verified client certificate, if any, in its extensions; any other, nothing.
 pub fn on_connect(connection: &dyn Any, extensions: &mut Extensions) {
     type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
     let Some(tls) = connection.downcast_ref::<Tls>() else {

@@ -14,15 +14,15 @@
 
 /// How long, once the sessions have drained, connections that hold none (an upload, a
 /// keep-alive) have to finish before they are dropped: the public listener's, plain or TLS
-/// (`tls_listen`), so that both stop alike (docs/operations.md counts it in the shutdown's
+/// (`listener`), so that both stop alike (docs/operations.md counts it in the shutdown's
 /// bound).
 pub(crate) const CONNECTIONS_STOP_SECS: u64 = 5;
 
 mod builder;
 mod error;
+mod listener;
 mod routes;
 mod run;
-mod tls_listen;
 
 pub use builder::{Server, ServerBuilder};
 pub use error::Error;

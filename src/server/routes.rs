@@ -2,7 +2,6 @@
 //! otherwise), `GET /` (how to connect), `/healthz`, `/metrics` (on the admin listener when
 //! there is one), the RFC 9728 metadata, and the middleware that counts refusals.
 
-use crate::perimeter::address_gate::OverConnectionLimit;
 use crate::perimeter::{self, Refusal};
 use crate::session::shared::Shared;
 use crate::transport::http;
@@ -159,19 +158,14 @@ async fn resource_metadata(
 
 /// Counts every [`Refusal`] answered on the MCP endpoint (and the public `/metrics`) in its reason's counter (see
 /// [`Refusal::rejection`]): the one place HTTP refusals are counted, whichever check made
-/// them (middleware around the `/mcp` resource). Before that, a request read from a
-/// connection refused for its address's open connections is refused (it was sent before
-/// the connection was shut down: see `server::run`'s `admit_connection`).
+/// them (middleware around the `/mcp` resource).
 ///
 /// # Errors
-/// Those of the wrapped service, unchanged; [`Refusal::TooManyConnectionsFrom`].
+/// Those of the wrapped service, unchanged.
 async fn count_refusals(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    if let Some(over) = req.request().conn_data::<OverConnectionLimit>() {
-        return Err(Refusal::TooManyConnectionsFrom { limit: over.limit }.into());
-    }
     let shared = req.app_data::<web::Data<Shared>>().cloned();
     let response = next.call(req).await?;
     let refusal = response

@@ -1,20 +1,16 @@
 //! A server running: binding its listeners, serving until told to stop, and the graceful
 //! shutdown (see the module docs of `server`); [`RunningServer`] is one on its own thread.
 
+use super::listener;
 use super::routes::{admin_routes, public_routes, routes, schemes};
-use super::tls_listen;
 use super::Error;
-use crate::perimeter::address_gate::OverConnectionLimit;
-use crate::perimeter::{self};
 use crate::registry::files::DirectoryWatch;
 use crate::registry::Registry;
 use crate::session::shared::Shared;
 use crate::transport::hosted::HostedSessions;
 use crate::transport::ws::Sockets;
-use actix_web::dev::{Extensions, Server, ServerHandle};
-use actix_web::rt::net::TcpStream;
+use actix_web::dev::ServerHandle;
 use actix_web::{web, App, HttpServer};
-use std::any::Any;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -199,50 +195,15 @@ pub(super) async fn serve(
                 routes
             })
     };
-    let unread_limit = Duration::from_millis(settings.heartbeat.client_timeout_ms);
-    let gate_shared = shared.clone();
-    let on_connect = move |connection: &dyn Any, extensions: &mut Extensions| {
-        let tcp = tcp_of(connection);
-        if let Some(tcp) = tcp {
-            limit_unread_time(tcp, unread_limit);
-            admit_connection(&gate_shared, tcp, extensions);
-        }
-        perimeter::tls::on_connect(connection, extensions);
-    };
     let report = |listen: SocketAddr, error: &io::Error| {
         let _ = bound.send(Err((
             listen,
             io::Error::new(error.kind(), error.to_string()),
         )));
     };
-    // The public listener, bound; it runs once the admin listener is bound too.
-    let public: io::Result<(SocketAddr, Box<dyn FnOnce() -> Server>)> =
-        match shared.perimeter.tls.clone() {
-            // Built by hand to gate each handshake (see `tls_listen`).
-            Some(config) => tls_listen::bind(&shared, (*config).clone(), app, on_connect)
-                .map(|(addr, builder)| (addr, Box::new(move || builder.run()) as Box<_>)),
-            None => {
-                let mut server = HttpServer::new(app)
-                    .backlog(settings.server.backlog)
-                    .disable_signals()
-                    .shutdown_timeout(super::CONNECTIONS_STOP_SECS);
-                if settings.server.workers > 0 {
-                    server = server.workers(settings.server.workers);
-                }
-                // Set before binding: the callback is captured by the listener.
-                server
-                    .on_connect(on_connect)
-                    .bind(settings.server.listen)
-                    .map(|server| {
-                        let addr = server
-                            .addrs()
-                            .first()
-                            .copied()
-                            .unwrap_or(settings.server.listen);
-                        (addr, Box::new(move || server.run()) as Box<_>)
-                    })
-            }
-        };
+    // The public listener, bound (built by hand to gate each connection: see `listener`); it
+    // runs once the admin listener is bound too.
+    let public = listener::bind(&shared, app);
     let (addr, server) = match public {
         Ok(public) => public,
         Err(error) => {
@@ -274,7 +235,7 @@ pub(super) async fn serve(
             }
         }
     };
-    let server = server();
+    let server = server.run();
     let handle = server.handle();
     // Registry changes reach the other nodes, and theirs this one (with Redis).
     crate::cluster::store::bridge::start(&shared.cluster);
@@ -306,60 +267,6 @@ pub(super) async fn serve(
         admin.stop(true).await;
     }
     server_task.await.map_err(io::Error::other)?
-}
-
-/// Has the kernel close an accepted connection (`TCP_USER_TIMEOUT`) whose client takes
-/// none of what the server sends for `limit` (`heartbeat.client_timeout_ms`): its receive
-/// window shut, or the data unacknowledged. Such a connection's writes are held back, and
-/// a WebSocket actor is run only as its socket is written to: without this, a client that
-/// stops reading froze its session (heartbeat included) for as long as its TCP connection
-/// lived, and a resume of the session was refused all that time. Closed, the connection
-/// ends as any dropped one: its session is kept for a reconnect. An idle connection (nothing
-/// to send) is not affected. Linux only; elsewhere, nothing is set.
-fn limit_unread_time(tcp: &TcpStream, limit: Duration) {
-    #[cfg(target_os = "linux")]
-    {
-        let millis = u32::try_from(limit.as_millis()).unwrap_or(u32::MAX);
-        if let Err(error) = rustix::net::sockopt::set_tcp_user_timeout(tcp, millis) {
-            tracing::debug!(%error, "TCP_USER_TIMEOUT not set");
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (tcp, limit);
-}
-
-/// The TCP stream under a connection of either listener (plain, or TLS).
-fn tcp_of(connection: &dyn Any) -> Option<&TcpStream> {
-    type Tls = actix_tls::accept::rustls_0_23::TlsStream<TcpStream>;
-    connection
-        .downcast_ref::<TcpStream>()
-        .or_else(|| connection.downcast_ref::<Tls>().map(|tls| tls.get_ref().0))
-}
-
-/// Takes the connection's place among its address's open connections
-/// (`server.max_connections_per_ip`), held in its extensions until it ends. A connection
-/// over the limit is shut down at once, and the descriptor goes with it. A shutdown does not
-/// discard what the client had sent already (a request sent with the connection, or with a
-/// TLS handshake's last flight): the dispatcher still reads it, so the connection is marked
-/// ([`OverConnectionLimit`]) and such a request is refused before it reaches a route
-/// (`count_refusals`), never served.
-fn admit_connection(shared: &Shared, tcp: &TcpStream, extensions: &mut Extensions) {
-    let Ok(peer) = tcp.peer_addr() else {
-        return;
-    };
-    match shared.perimeter.open_connections.admit(peer.ip()) {
-        Ok(Some(place)) => {
-            extensions.insert(place);
-        }
-        Ok(None) => {}
-        Err(limit) => {
-            extensions.insert(OverConnectionLimit { limit });
-            shared.metrics.rejections.connection_ip_limit.inc();
-            // Debug: under an attack this is every connection of the attacker.
-            tracing::debug!(peer = %peer.ip(), limit, "connection closed: its address has server.max_connections_per_ip connections open");
-            let _ = rustix::net::shutdown(tcp, rustix::net::Shutdown::Both);
-        }
-    }
 }
 
 async fn shut_down(shared: &Arc<Shared>, handle: &ServerHandle) {

@@ -15,7 +15,9 @@
 //!   `server.max_handshakes_per_ip` handshakes in progress, its connections are closed at
 //!   once (counted), while another address completes its handshake; the places come back
 //!   when the handshakes end. A handshake not completed within
-//!   `server.tls_handshake_timeout_ms` is closed.
+//!   `server.tls_handshake_timeout_ms` is closed. A connection holds its place among its
+//!   address's open connections from its accept: one over `server.max_connections_per_ip`
+//!   is closed before its handshake.
 
 use crate::support::http::metric;
 use crate::support::*;
@@ -535,6 +537,83 @@ async fn idle_connections_from_one_address_cannot_hold_every_handshake() {
     assert_eq!(metric(&server, refused).await, CAP as u64);
     drop((client, again));
     wait_in_progress(&server, attacker, 0).await;
+}
+
+/// With TLS a connection holds its place among its address's open connections
+/// (`server.max_connections_per_ip`) from its accept, not from the end of its handshake: one
+/// over the limit is closed at once, before a handshake place is taken (counted as
+/// `connection_ip_limit`, not `handshake_ip_limit`), while another address is served.
+#[tokio::test]
+async fn a_tls_connection_holds_its_connection_place_before_its_handshake() {
+    let (pki, mut s) = make_pki();
+    s.server.max_connections_per_ip = Some(2);
+    s.server.max_handshakes_per_ip = 32;
+    s.server.tls_handshake_timeout_ms = 10_000;
+    s.server.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let server = start_tls(s);
+    let attacker = IpAddr::from([127, 0, 0, 1]);
+    let connections = || server.shared().perimeter.open_connections.held(attacker);
+
+    // Two connections that never send a ClientHello: each holds both places.
+    let held = vec![
+        idle_from(&server, attacker).await,
+        idle_from(&server, attacker).await,
+    ];
+    wait_in_progress(&server, attacker, 2).await;
+    assert_eq!(connections(), 2);
+
+    // A third is closed at once (the handshake timeout is 10 s), its handshake never begun.
+    let mut over = idle_from(&server, attacker).await;
+    let read = tokio::time::timeout(Duration::from_secs(1), over.read(&mut [0; 64])).await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "a connection over the cap must be closed at once: {read:?}"
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "mcp_rejected_total{reason=\"connection_ip_limit\"}"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        metric(&server, "mcp_rejected_total{reason=\"handshake_ip_limit\"}").await,
+        0
+    );
+    assert_eq!(server.shared().perimeter.handshakes.held(attacker), 2);
+    assert!(
+        healthz(&server, &https_from(&pki, attacker)).await.is_err(),
+        "nor is a full handshake let through"
+    );
+
+    // Another address is served; the held connections gone, the address is again.
+    let other = IpAddr::from([127, 0, 0, 2]);
+    assert_eq!(
+        healthz(&server, &https_from(&pki, other))
+            .await
+            .expect("another address gets through")
+            .trim_end(),
+        "ok"
+    );
+    drop(held);
+    wait_in_progress(&server, attacker, 0).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while connections() != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} places held",
+            connections()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        healthz(&server, &https_from(&pki, attacker))
+            .await
+            .expect("the address gets through again")
+            .trim_end(),
+        "ok"
+    );
 }
 
 #[tokio::test]
