@@ -102,7 +102,8 @@ fn main() -> ExitCode {
 /// limit (1024, systemd's default `LimitNOFILE`), one client's 1,100 idle connections made
 /// `accept` fail with `EMFILE` for every other client. The hard limit is what the operator
 /// allows (systemd's default is 524288); the Go runtime and nginx
-/// (`worker_rlimit_nofile`) raise theirs the same way. The upstreams' children inherit it.
+/// (`worker_rlimit_nofile`) raise theirs the same way. The upstreams' children start with
+/// the soft limit the server was started with, as Go's children do.
 #[allow(unsafe_code)]
 fn open_files_limit(max_sessions: usize) {
     let mut limit = libc::rlimit {
@@ -119,6 +120,7 @@ fn open_files_limit(max_sessions: usize) {
         // SAFETY: `setrlimit` reads the struct it is given; a soft limit up to the hard one
         // needs no privilege.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0 {
+            mcp_ws::client::start_children_with_open_files_limit(before);
             tracing::info!(
                 from = before,
                 to = limit.rlim_cur,

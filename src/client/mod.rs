@@ -47,7 +47,7 @@ mod stdio;
 mod ws;
 mod ws_frames;
 
-pub use stdio::StdioCommand;
+pub use stdio::{start_children_with_open_files_limit, StdioCommand};
 
 use crate::protocol::mcp::{encode_header_value, header_params, HeaderParam, ProtocolVersion};
 use futures_util::future::BoxFuture;

@@ -12,6 +12,7 @@
 use super::response_id::ResponseId;
 use super::{ClientError, Inner, Outgoing};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -108,6 +109,7 @@ impl Process {
             cmd.current_dir(dir);
         }
         die_with_parent(&mut cmd);
+        start_with_open_files_limit(&mut cmd);
         let mut child = cmd.spawn().map_err(|error| {
             ClientError::Connect(format!("cannot start `{}`: {error}", command.program))
         })?;
@@ -484,6 +486,48 @@ fn die_with_parent(cmd: &mut Command) {
             // The parent may have died between the fork and the prctl.
             if libc::getppid() != parent {
                 return Err(std::io::Error::other("the parent exited"));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The soft limit on open files children start with ([`start_children_with_open_files_limit`]);
+/// 0: theirs is this process's.
+static CHILDREN_OPEN_FILES_LIMIT: AtomicU64 = AtomicU64::new(0);
+
+/// Has the children started from now on (stdio upstreams) begin with `soft` as their soft
+/// limit on open files rather than this process's. For a process that raised its own (the
+/// `mcp-ws` binary raises it to the hard limit at start): its children get the one it was
+/// started with, as Go's `os/exec` gives them. Programs not written for a large limit
+/// (`select(2)`, tables sized by it) can fail or slow down under one. 0: as this process.
+pub fn start_children_with_open_files_limit(soft: u64) {
+    CHILDREN_OPEN_FILES_LIMIT.store(soft, Ordering::Relaxed);
+}
+
+/// Sets the child's soft limit on open files to [`start_children_with_open_files_limit`]'s,
+/// when there is one (never above its hard limit).
+#[allow(unsafe_code)]
+fn start_with_open_files_limit(cmd: &mut Command) {
+    let soft = CHILDREN_OPEN_FILES_LIMIT.load(Ordering::Relaxed);
+    if soft == 0 {
+        return;
+    }
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe calls are allowed: getrlimit(2) and setrlimit(2) are system calls
+    // that allocate nothing and take no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            limit.rlim_cur = soft.min(limit.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });

@@ -13,7 +13,7 @@
 //!   config file, the builtin set and both URLs of the endpoint.
 
 use crate::support::http::{http_get, http_get_with};
-use crate::support::process::ServerProcess;
+use crate::support::process::{limit_open_files, open_files_limits, ServerProcess};
 use crate::support::{settings, start};
 
 use mcp_ws::Settings;
@@ -606,38 +606,5 @@ fn the_binary_raises_its_open_files_limit_to_the_hard_one() {
             stderr.contains("open files: the limit is below what server.max_sessions needs");
         // The default max_sessions (10 000) and a margin of 64.
         assert_eq!(warned, hard_set < 10_064, "{stderr}");
-    }
-}
-
-/// The soft and hard `Max open files` of process `pid`, from `/proc`.
-fn open_files_limits(pid: u32) -> (u64, u64) {
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
-    let line = limits
-        .lines()
-        .find(|line| line.starts_with("Max open files"))
-        .expect("a Max open files line");
-    let numbers: Vec<u64> = line
-        .split_whitespace()
-        .filter_map(|word| word.parse().ok())
-        .collect();
-    (numbers[0], numbers[1])
-}
-
-/// Starts `command`'s process with these open-files limits.
-#[allow(unsafe_code)]
-fn limit_open_files(command: &mut std::process::Command, soft: u64, hard: u64) {
-    use std::os::unix::process::CommandExt;
-    let limit = libc::rlimit {
-        rlim_cur: soft,
-        rlim_max: hard,
-    };
-    // SAFETY: between fork and exec, only `setrlimit` (async-signal-safe), nothing allocated.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
 }

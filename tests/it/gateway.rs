@@ -38,7 +38,7 @@ use crate::support::interop::{
     assert_every_check_passed, interop_dir, run_client, KillOnDrop, Transport,
 };
 use crate::support::meta::*;
-use crate::support::process::ServerProcess;
+use crate::support::process::{limit_open_files, open_files_limits, ServerProcess};
 use crate::support::ws::{call, initialize_with};
 use crate::support::*;
 use mcp_ws::client::{Client as McpClient, ClientError, ClientOptions};
@@ -2207,6 +2207,37 @@ async fn stdio_binary(mode: &str) -> (ServerProcess, Client, i32) {
     // Under its own name: a single upstream alone keeps its names.
     let whoami = tool_text(&client.call_tool("whoami", json!({})).await);
     (server, client, pid_of(&whoami))
+}
+
+/// A child starts with the soft limit on open files the binary was started with, not the
+/// hard one the binary raises its own to (as Go's children do): programs not written for a
+/// large limit can fail under one.
+#[tokio::test]
+async fn a_stdio_child_starts_with_the_open_files_limit_the_binary_was_given() {
+    let hard = open_files_limits(std::process::id()).1;
+    assert!(
+        hard > 256,
+        "the hard limit ({hard}) leaves nothing to raise"
+    );
+    let python = ensure_python_env().display().to_string();
+    let script = interop_dir()
+        .join("gateway_upstream.py")
+        .display()
+        .to_string();
+    let args = ["--listen", "127.0.0.1:0", "--stdio", "--", &python, &script];
+    let mut command = ServerProcess::command(&args, &[]);
+    limit_open_files(&mut command, 256, hard);
+    let server = ServerProcess::start(command);
+    let addr = server.wait_listening();
+    let mut client = Client::initialized_at(&format!("ws://{addr}/mcp"), None, "2025-11-25").await;
+    let child = pid_of(&tool_text(&client.call_tool("whoami", json!({})).await));
+    assert_eq!(open_files_limits(server.pid()), (hard, hard), "raised");
+    let child = u32::try_from(child).expect("a pid");
+    assert_eq!(
+        open_files_limits(child),
+        (256, hard),
+        "the child's, as given"
+    );
 }
 
 /// A child's stderr is logged at most 100 lines a second; the rest are counted and said in

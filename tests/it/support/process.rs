@@ -142,3 +142,36 @@ impl Drop for ServerProcess {
         }
     }
 }
+
+/// The soft and hard `Max open files` of process `pid`, from `/proc`.
+pub fn open_files_limits(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .expect("a Max open files line");
+    let numbers: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|word| word.parse().ok())
+        .collect();
+    (numbers[0], numbers[1])
+}
+
+/// Starts `command`'s process with these open-files limits.
+#[allow(unsafe_code)]
+pub fn limit_open_files(command: &mut std::process::Command, soft: u64, hard: u64) {
+    use std::os::unix::process::CommandExt;
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: between fork and exec, only `setrlimit` (async-signal-safe), nothing allocated.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
