@@ -1816,7 +1816,43 @@ pub fn parse_public_key(text: &str) -> Option<VerifyingKey> {
 
 #[cfg(test)]
 mod tests {
-    use super::{without_strings, RedisSettings};
+    use super::{without_strings, RedisSettings, ServerSettings};
+
+    #[test]
+    fn the_per_address_limits_follow_the_session_cap_unless_set() {
+        let limits = |max_sessions, sessions_per_ip, connections_per_ip| {
+            let server = ServerSettings {
+                max_sessions,
+                max_sessions_per_ip: sessions_per_ip,
+                max_connections_per_ip: connections_per_ip,
+                ..ServerSettings::default()
+            };
+            (server.sessions_per_ip(), server.connections_per_ip())
+        };
+        // The shipped defaults (config/default.toml and the docs say 1000 and 2064).
+        let server = ServerSettings::default();
+        assert_eq!(
+            (server.sessions_per_ip(), server.connections_per_ip()),
+            (1000, 2064)
+        );
+        assert_eq!(
+            limits(50, None, None),
+            (10, 84),
+            "at least 10 sessions an address"
+        );
+        assert_eq!(
+            limits(10_000, Some(0), None),
+            (0, 0),
+            "no session limit, no cap"
+        );
+        assert_eq!(limits(10_000, Some(0), Some(5)), (0, 5));
+        assert_eq!(limits(10_000, Some(3), Some(0)), (3, 0), "0: no cap");
+        assert_eq!(
+            limits(10_000, Some(usize::MAX), None),
+            (usize::MAX, usize::MAX),
+            "saturates"
+        );
+    }
 
     #[test]
     fn a_parsers_message_loses_the_strings_it_quotes() {

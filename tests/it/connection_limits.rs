@@ -466,7 +466,6 @@ async fn one_address_holds_at_most_its_connections_open() {
             .open_connections
             .held(IpAddr::from(HERE))
     };
-    // Held for `limits.partial_timeout_ms` (30 s), not the 5 s an idle connection is.
     // Waits until the address holds `count` places (a connection's place comes back once
     // the server has let it go, which may be a moment after its client saw it end).
     let places_reach = |count: usize| async move {
@@ -480,6 +479,8 @@ async fn one_address_holds_at_most_its_connections_open() {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     };
+    // Bodies that never come: held for `limits.partial_timeout_ms` (30 s), not the 5 s an
+    // idle connection is.
     let mut held = Vec::new();
     for _ in 0..3 {
         let mut stream = connect_from(HERE).await;
@@ -531,4 +532,8 @@ async fn one_address_holds_at_most_its_connections_open() {
     // That one's place comes back too, once the server has let the connection go (its
     // answer may reach the client a moment before).
     places_reach(2).await;
+    // By now the server has done whatever it would with what the refused connections sent:
+    // none of their `initialize`s made a session.
+    assert_eq!(server.shared().live_sessions(), 0);
+    assert_eq!(metrics.requests.get(), 0);
 }

@@ -289,9 +289,9 @@ async fn a_meta_naming_a_member_twice_is_a_malformed_2026_request_on_any_connect
     // The key as an encoder that escapes `/` writes it (PHP's json_encode), `_meta` named
     // twice.
     let escaped = PROTOCOL_VERSION.replace('/', "\\/");
-    // The second `_meta` null (it is not an object: it names nothing, the first still does).
-    let escaped = |id: u32| {
-        let second = if id == 7 { "null" } else { "{}" };
+    // The second `_meta` an object, or null (not an object: it names nothing, the first
+    // still does).
+    let escaped = |id: u32, second: &str| {
         format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list","params":{{"_meta":{{"{escaped}":"{MODERN}"}},"_meta":{second}}}}}"#
         )
@@ -301,23 +301,23 @@ async fn a_meta_naming_a_member_twice_is_a_malformed_2026_request_on_any_connect
     let cases = [
         (1, true, text(1)),
         (2, false, text(2)),
-        (4, true, escaped(4)),
-        (5, false, escaped(5)),
-        (7, true, escaped(7)),
+        (4, true, escaped(4, "{}")),
+        (5, false, escaped(5, "{}")),
+        (7, true, escaped(7, "null")),
     ];
-    for (id, on_fresh, text) in cases {
+    for (id, on_fresh, request) in cases {
         let client = if on_fresh {
             &mut fresh
         } else {
             &mut initialized
         };
-        client.send_text(&text).await;
+        client.send_text(&request).await;
         let response = client.recv_response(&json!(id)).await;
         let error = assert_error(&response, &json!(id), -32602);
         let message = error["message"].as_str().unwrap_or_default();
         assert!(
             message.contains("params do not read: duplicate field"),
-            "{text}: {response}"
+            "{request}: {response}"
         );
     }
     // A session-era request whose params do not read, naming no 2026-07-28 version: still
