@@ -5,6 +5,7 @@
 //! Spec: <https://modelcontextprotocol.io/specification/2025-11-25> and the three earlier
 //! revisions this server also speaks.
 
+mod bounded;
 mod capabilities;
 mod error;
 mod header_params;
