@@ -11,8 +11,8 @@
 //! - the visitor of the type asked for, given a string it does not take (`visit_str`'s
 //!   default, a `char` given a long string): the adapter hands it every string with an error
 //!   type of its own, [`Clipped`], whose `invalid_type` and `invalid_value` quote a long
-//!   string as every error quotes the client ([`quoted`]: its first 128 characters) and say
-//!   how long it was;
+//!   string by its length and as every error quotes the client ([`quoted`]: its first 128
+//!   characters);
 //! - serde_json itself, asked for a type that is not a string (a map, a number, a sequence)
 //!   and finding one: for those types the adapter asks `deserialize_any` instead, which
 //!   hands the string to the visitor (above). serde_json's `deserialize_any` visits what it
@@ -79,11 +79,11 @@ impl de::Error for Clipped {
 /// whatever they hold.
 const LONG_STRING_BYTES: usize = 128;
 
-/// How an error names a long string: its beginning, escaped as serde quotes a string, and
-/// its length.
+/// How an error names a long string: its length first (an error is cut at 200 bytes where
+/// it is told), then its beginning, escaped as serde quotes a string.
 #[cold]
 fn long_string(text: &str) -> String {
-    format!("string {} ({} bytes)", quoted(text), text.len())
+    format!("string of {} bytes {}", text.len(), quoted(text))
 }
 
 /// A [`Clipped`] error as the deserializer's own (its message kept; serde_json gives it the
@@ -553,7 +553,10 @@ mod tests {
             let error = bounded::<Everything>(&text).expect_err(field).to_string();
             let shown: String = error.chars().take(300).collect();
             assert!(error.starts_with(expected), "{field}: {shown}");
-            assert!(error.contains("… (30000 bytes)"), "{field}: {shown}");
+            assert!(
+                error.contains("string of 30000 bytes \"\\u{e000}"),
+                "{field}: {shown}"
+            );
             assert!(error.len() < 1_500, "{field}: {} bytes", error.len());
         }
         // In a sequence's element and an enum's content too.
@@ -561,7 +564,7 @@ mod tests {
             .expect_err("a string")
             .to_string();
         assert!(
-            error.contains("(30000 bytes)") && error.len() < 1_500,
+            error.contains("string of 30000 bytes") && error.len() < 1_500,
             "{} bytes",
             error.len()
         );
@@ -569,7 +572,7 @@ mod tests {
             .expect_err("a string")
             .to_string();
         assert!(
-            error.contains("(30000 bytes)") && error.len() < 1_500,
+            error.contains("string of 30000 bytes") && error.len() < 1_500,
             "{} bytes",
             error.len()
         );
