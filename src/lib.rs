@@ -135,6 +135,17 @@ pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Drops `value`, catching a panic of its `Drop`: a tool's work, or the payload of its panic
+/// (std warns that dropping a payload may panic again), whose drop would otherwise unwind
+/// through the worker and leave its request unanswered, its place in flight held for good.
+/// The payload of such a second panic is leaked, not dropped: its own drop could panic too.
+pub(crate) fn drop_catching_panics<T>(value: T) {
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value)));
+    if let Err(payload) = dropped {
+        std::mem::forget(payload);
+    }
+}
+
 /// The largest character boundary of `text` at or below `max`: where to cut a client's text
 /// to at most `max` bytes.
 pub(crate) fn floor_char_boundary(text: &str, max: usize) -> usize {

@@ -479,7 +479,7 @@ fn execute(job: Job, cancel: CancelFlag) -> impl Future<Output = Result<String, 
                             // Dropped before it is done: a panic of its `Drop` is caught as
                             // one of its poll (see `DropCaught`). Here rather than by the
                             // wrapper, which cost every request 40 instructions (callgrind).
-                            let _ = std::panic::catch_unwind(AssertUnwindSafe(move || drop(work)));
+                            crate::drop_catching_panics(work);
                         }
                         ended
                     }
@@ -489,9 +489,10 @@ fn execute(job: Job, cancel: CancelFlag) -> impl Future<Output = Result<String, 
         drop(permit);
         match ended {
             Ended::Done(Ok(outcome)) => outcome,
-            Ended::Done(Err(_panic)) => {
+            Ended::Done(Err(panic)) => {
                 // The panic message went to the log through the panic hook; the client gets a
                 // plain -32603 and the session lives on.
+                crate::drop_catching_panics(panic);
                 metrics.panicked.inc();
                 Err(Error::Internal)
             }
@@ -544,7 +545,7 @@ impl<F: Future + Unpin> Future for DropCaught<F> {
 impl<F> Drop for DropCaught<F> {
     fn drop(&mut self) {
         if let Some(work) = self.0.take() {
-            let _ = std::panic::catch_unwind(AssertUnwindSafe(move || drop(work)));
+            crate::drop_catching_panics(work);
         }
     }
 }

@@ -703,6 +703,30 @@ async fn a_panicking_tool_answers_internal_error_and_the_session_lives_on() {
     panics_are_answered_and_the_session_lives_on(tool, "explode").await;
 }
 
+/// A tool that panics with a payload whose own `Drop` panics (std warns that dropping a
+/// payload may panic), as it is first polled and after a wait: answered -32603 like any
+/// panic. (The payload was dropped outside the catch: the second panic unwound out of the
+/// worker, the request was never answered and held its place in flight for good; at the
+/// first poll it took the connection down.)
+#[tokio::test]
+async fn a_panic_whose_payload_panics_when_dropped_is_answered_too() {
+    let at_once = Tool::new("payload_at_once", "panics", |_: NoArgs, _ctx| async move {
+        if std::hint::black_box(true) {
+            std::panic::panic_any(PanicsOnDrop);
+        }
+        Ok(CallToolResult::text("unreachable"))
+    });
+    panics_are_answered_and_the_session_lives_on(at_once, "payload_at_once").await;
+    let later = Tool::new("payload_later", "panics", |_: NoArgs, _ctx| async move {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        if std::hint::black_box(true) {
+            std::panic::panic_any(PanicsOnDrop);
+        }
+        Ok(CallToolResult::text("unreachable"))
+    });
+    panics_are_answered_and_the_session_lives_on(later, "payload_later").await;
+}
+
 /// Calls `name`, which panics: a plain -32603 (nothing of the panic's message), counted in
 /// `mcp_panicked_total`, its slot given back, and the same session still served.
 async fn panics_are_answered_and_the_session_lives_on(tool: Tool, name: &str) {
@@ -713,6 +737,7 @@ async fn panics_are_answered_and_the_session_lives_on(tool: Tool, name: &str) {
     assert_eq!(error, json!({"code": -32603, "message": "Internal error"}));
     assert_eq!(metric(&server, "mcp_panicked_total").await, 1);
     wait_metric(&server, "mcp_pool_running", 0).await;
+    wait_metric(&server, "mcp_workers", 0).await;
     // Same session, same thread: still serving.
     let response = client.call_tool("echo", json!({"text": "alive"})).await;
     assert_eq!(response["result"]["content"][0]["text"], "alive");

@@ -108,7 +108,8 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     let mut record = TaskRecord::new(&owner, &tool, &settings.tasks);
     match first {
         Some(Ok(outcome)) if support == TaskSupport::Optional => return Ok(Begun::Done(outcome)),
-        Some(Err(_panic)) if support == TaskSupport::Optional => {
+        Some(Err(panic)) if support == TaskSupport::Optional => {
+            crate::drop_catching_panics(panic);
             cluster.metrics.panicked.inc();
             return Err(Error::Internal);
         }
@@ -267,8 +268,9 @@ fn finish(cluster: &Cluster, record: &mut TaskRecord, outcome: Outcome) {
         }
         Ok(Err(ToolError::Rpc(error))) => return fail(record, &error.into()),
         Ok(Err(error)) => error.into_result(),
-        Err(_panic) => {
+        Err(panic) => {
             // The panic went to the log through the panic hook; the task says no more.
+            crate::drop_catching_panics(panic);
             cluster.metrics.panicked.inc();
             return fail(record, &Error::Internal);
         }
