@@ -802,11 +802,13 @@ impl RequestContext {
                     return Ok(value);
                 }
             }
-            rounds.ask(Ask {
-                key,
-                method,
-                params,
-            });
+            rounds
+                .ask(Ask {
+                    key,
+                    method,
+                    params,
+                })
+                .map_err(|limit| ClientRequestError::TooMany { limit })?;
             return std::future::pending().await;
         }
         if let Input::Task(task) = &self.inner.input {

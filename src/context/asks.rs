@@ -49,6 +49,9 @@ pub struct Rounds {
     watcher: std::cell::RefCell<Option<std::task::Waker>>,
     /// The keys handed out this round.
     keys: AskKeys,
+    /// The most asks without an answer one round may record
+    /// (`limits.max_in_flight_per_session`, as a session bounds its requests to the client).
+    max_asks: usize,
 }
 
 /// The keys of a request's asks in `inputRequests`: a tool's own key when it is free, else
@@ -105,10 +108,11 @@ pub struct Ask {
 
 impl Rounds {
     /// A round with these answers gathered, of a request that asked `asked_before` in its
-    /// earlier rounds.
+    /// earlier rounds, recording at most `max_asks` asks without an answer.
     pub fn new(
         answers: serde_json::Map<String, Value>,
         asked_before: std::collections::HashSet<String>,
+        max_asks: usize,
     ) -> Self {
         Self {
             answers,
@@ -116,6 +120,7 @@ impl Rounds {
             asked: Default::default(),
             watcher: Default::default(),
             keys: AskKeys::default(),
+            max_asks,
         }
     }
 
@@ -123,15 +128,21 @@ impl Rounds {
         self.keys.key(explicit)
     }
 
-    pub(super) fn ask(&self, ask: Ask) {
+    /// Records an ask without an answer, or refuses it (`Err` with the limit) when the round
+    /// holds `max_asks` already: a tool asking once per item of its arguments made a round
+    /// of any size (each `inputRequests` entry, and the next request's answers and state).
+    /// Its key is its own ([`AskKeys`] never hands one out twice).
+    pub(super) fn ask(&self, ask: Ask) -> Result<(), usize> {
         let mut asked = self.asked.borrow_mut();
-        if !asked.iter().any(|a| a.key == ask.key) {
-            asked.push(ask);
+        if asked.len() >= self.max_asks {
+            return Err(self.max_asks);
         }
+        asked.push(ask);
         drop(asked);
         if let Some(waker) = self.watcher.borrow_mut().take() {
             waker.wake();
         }
+        Ok(())
     }
 
     /// The answers gathered so far that the next round's state carries: those to keys this
@@ -231,13 +242,18 @@ impl TaskAsks {
         }
     }
 
-    /// Parks an ask until it is answered.
+    /// Parks an ask until it is answered; refused ([`ClientRequestError::TooMany`]) when the
+    /// task has as many parked as a round may record.
     pub(super) async fn park(
         &self,
         key: Option<&str>,
         method: &'static str,
         params: Value,
     ) -> Result<Value, ClientRequestError> {
+        let limit = self.rounds.max_asks;
+        if self.pending.borrow().len() >= limit {
+            return Err(ClientRequestError::TooMany { limit });
+        }
         let key = self.key(key);
         let (reply, answer) = oneshot::channel();
         self.pending.borrow_mut().insert(

@@ -346,7 +346,11 @@ impl Session {
         {
             answers.extend(responses);
         }
-        let rounds = Rc::new(Rounds::new(answers, asked_before));
+        let rounds = Rc::new(Rounds::new(
+            answers,
+            asked_before,
+            self.shared.settings.limits.max_in_flight_per_session,
+        ));
         let shared = self.shared.clone();
         let carried = rounds.clone();
         let on_input: OnInput = Box::new(move |id, asks| {

@@ -342,6 +342,53 @@ async fn asks_made_at_once_are_asked_in_one_round() {
     assert_eq!(fixtures.runs(), 2);
 }
 
+/// A round records at most `limits.max_in_flight_per_session` asks, as a session bounds its
+/// requests to the client: an ask past it fails at once (`TooMany`, which the tool sees).
+/// (A tool asking once per item of its arguments made a round of any size, each ask
+/// recorded by a scan of those before it: 100,000 asks held the thread 30 s.)
+#[tokio::test]
+async fn a_round_records_at_most_the_sessions_in_flight_limit_of_asks() {
+    let mut s = stateless_settings();
+    s.limits.max_in_flight_per_session = 8;
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = refused.clone();
+    let tool = mcp_ws::Tool::new(
+        "ask_each",
+        "asks a name per item",
+        move |_: NoArgs, ctx: mcp_ws::RequestContext| {
+            let refused = seen.clone();
+            async move {
+                let asks = (0..100).map(|item| {
+                    let ctx = ctx.clone();
+                    let refused = refused.clone();
+                    async move {
+                        let form = mcp_ws::model::ElicitRequest::form_for::<NameForm>("Name?");
+                        if let Err(mcp_ws::ClientRequestError::TooMany { limit: 8 }) =
+                            ctx.elicit_as(format!("item{item}").as_str(), form).await
+                        {
+                            refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+                futures_util::future::join_all(asks).await;
+                Ok(mcp_ws::model::CallToolResult::text("asked"))
+            }
+        },
+    );
+    let server = start_with(s, |b| b.tool(tool));
+    let mut client = Client::connect(&server).await;
+    let params = stateless_with(
+        json!({"elicitation": {}}),
+        json!({"name": "ask_each", "arguments": {}}),
+    );
+    let (id, response) = call(&mut client, "tools/call", params).await;
+    let keys: Vec<String> = (0..8).map(|item| format!("item{item}")).collect();
+    let mut keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_input_required(&response, &id, &keys);
+    assert_eq!(refused.load(std::sync::atomic::Ordering::Relaxed), 92);
+}
+
 /// `state` with the character at `index` of its part `part` (0: payload, 1: tag) changed.
 fn tamper(state: &str, part: usize, index: usize) -> String {
     let (payload, tag) = state.split_once('.').expect("payload.tag");
