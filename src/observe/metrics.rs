@@ -723,6 +723,9 @@ pub struct Drops {
     pub log_lines: Counter,
     /// Notifications over `limits.max_queued_notifications`.
     pub queued_notifications: Counter,
+    /// A request's notifications (log lines, progress) whose message would have been over
+    /// `limits.max_message_bytes`.
+    pub oversized_notifications: Counter,
     /// Entries kept for replay (SSE events, a parked WebSocket session's undelivered
     /// messages) given up, or never kept, because `limits.max_replay_bytes` were held: sent
     /// live if a reader was there, refused to a replay that asks for them.
@@ -733,11 +736,15 @@ impl Drops {
     fn render(&self, out: &mut String) {
         let _ = writeln!(
             out,
-            "# HELP mcp_dropped_total Notifications to clients dropped by a limit, entries not kept for replay within limits.max_replay_bytes (reason=\"replay_budget\"), and lines of the server log dropped or lost (reason=\"access_log\")\n# TYPE mcp_dropped_total counter"
+            "# HELP mcp_dropped_total Notifications to clients dropped by a limit (their number, or the size of one), entries not kept for replay within limits.max_replay_bytes (reason=\"replay_budget\"), and lines of the server log dropped or lost (reason=\"access_log\")\n# TYPE mcp_dropped_total counter"
         );
         for (reason, count) in [
             ("log_lines", self.log_lines.get()),
             ("queued_notifications", self.queued_notifications.get()),
+            (
+                "oversized_notifications",
+                self.oversized_notifications.get(),
+            ),
             ("replay_budget", self.replay_budget.get()),
             ("access_log", telemetry::dropped_lines()),
         ] {

@@ -963,10 +963,8 @@ impl Session {
                         total,
                         message: message.as_deref().filter(|_| has_message),
                     };
-                    out.send(
-                        encode_notification(notifications::PROGRESS, &params),
-                        Route::During(*exchange),
-                    );
+                    let frame = encode_notification(notifications::PROGRESS, &params);
+                    self.send_notification(frame, Route::During(*exchange), out);
                 }
             }
             SessionEvent::Log {
@@ -984,10 +982,8 @@ impl Session {
                             logger: logger.as_deref(),
                             data: &data,
                         };
-                        out.send(
-                            encode_notification(notifications::MESSAGE, &params),
-                            Route::During(entry.exchange),
-                        );
+                        let frame = encode_notification(notifications::MESSAGE, &params);
+                        self.send_notification(frame, Route::During(entry.exchange), out);
                     }
                 }
             }
@@ -1058,6 +1054,19 @@ impl Session {
             .client_requests
             .insert(server_id, PendingClientRequest { reply, exchange });
         out.send(frame, Route::During(exchange));
+    }
+
+    /// Sends a request's notification (a log line, a progress report), or drops it, counted,
+    /// when its message would be over `limits.max_message_bytes`: a tool's data or message
+    /// of any size went out, past what clients take (the official Python SDK closes its
+    /// connection past 1 MiB; this server's own gateway client refuses a message over its
+    /// limit), and past what a client that does not read should make the server hold.
+    fn send_notification(&self, frame: String, route: Route, out: &mut dyn Outlet) {
+        if frame.len() > self.shared.settings.limits.max_message_bytes {
+            self.shared.metrics.dropped.oversized_notifications.inc();
+            return;
+        }
+        out.send(frame, route);
     }
 
     /// Settles one entry of a batch; sends the array when it was the last. Says whether the

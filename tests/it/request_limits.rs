@@ -143,6 +143,58 @@ async fn an_error_quotes_a_bounded_part_of_what_the_client_sent() {
     assert_eq!(pong["result"], json!({}), "{pong}");
 }
 
+/// A request's notification whose message would be over `limits.max_message_bytes` (a log
+/// line's data, a progress message) is dropped and counted, and the request goes on: such
+/// messages went out whatever their size (clients close their connection for them).
+#[tokio::test]
+async fn a_notification_over_the_message_limit_is_dropped_and_counted() {
+    let mut s = settings();
+    s.limits.max_message_bytes = 64 * 1024;
+    let loud = Tool::new(
+        "loud",
+        "logs and reports progress, too large then small",
+        |_: NoArgs, ctx: RequestContext| async move {
+            let big = "x".repeat(100_000);
+            ctx.report_progress(1.0, None, Some(&big));
+            ctx.log(LogLevel::Info, &big);
+            ctx.log(LogLevel::Info, "small");
+            Ok(mcp_ws::model::CallToolResult::text("done"))
+        },
+    );
+    let server = start_with(s, |b| b.tool(loud));
+    let mut client = Client::initialized(&server).await;
+    let response = client
+        .request("logging/setLevel", json!({"level": "debug"}))
+        .await;
+    assert_eq!(response["result"], json!({}), "{response}");
+    let (response, before) = crate::support::ws::exchange(
+        &mut client,
+        "tools/call",
+        json!({"name": "loud", "arguments": {}, "_meta": {"progressToken": "p"}}),
+    )
+    .await;
+    assert_eq!(
+        response["result"]["content"][0]["text"], "done",
+        "{response}"
+    );
+    let methods: Vec<(&str, &Value)> = before
+        .iter()
+        .map(|frame| (frame["method"].as_str().unwrap_or("?"), &frame["params"]))
+        .collect();
+    assert_eq!(methods.len(), 1, "only the small line: {methods:?}");
+    assert_eq!(methods[0].0, "notifications/message");
+    assert_eq!(methods[0].1["data"], "small");
+    assert_eq!(
+        metric(
+            &server,
+            "mcp_dropped_total{reason=\"oversized_notifications\"}"
+        )
+        .await,
+        2
+    );
+    assert_server_alive(&server).await;
+}
+
 #[tokio::test]
 async fn the_rate_per_identity_refuses_with_retry_after_and_recovers() {
     let mut s = settings();
