@@ -277,12 +277,11 @@ async fn shut_down(shared: &Arc<Shared>, handle: &ServerHandle) {
         "shutting down"
     );
     shared.begin_shutdown(grace);
-    // Sessions close themselves within the grace; the margin covers the close handshake.
-    // Running tasks record their failure (-32004) in the store first, so that a client
-    // polling through another node sees it.
-    let deadline = Instant::now() + grace + Duration::from_secs(2);
-    // And WebSocket sessions' last records (sessions in Redis): written so that their
-    // clients resume them elsewhere, or deleted for sessions their clients closed.
+    // Sessions close themselves within the grace (the margin covers the close handshake),
+    // and tasks run on for it. Tasks still running at its end fail (-32004), recorded in the
+    // store first, so that a client polling through another node sees it; and WebSocket
+    // sessions' last records are written (sessions in Redis), so that their clients resume
+    // them elsewhere, or deleted for sessions their clients closed.
     let busy = || {
         shared.live_sessions() > 0
             || shared.metrics.tasks_running.get() > 0
@@ -292,6 +291,12 @@ async fn shut_down(shared: &Arc<Shared>, handle: &ServerHandle) {
                 .load(std::sync::atomic::Ordering::Acquire)
                 > 0
     };
+    let grace_ends = Instant::now() + grace;
+    while busy() && Instant::now() < grace_ends {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shared.cluster.tasks.shutdown();
+    let deadline = Instant::now() + Duration::from_secs(2);
     while busy() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

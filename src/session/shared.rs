@@ -137,9 +137,10 @@ impl Shared {
         })
     }
 
-    /// Reserves a session slot, or `None` when the server is full or shutting down.
-    pub fn admit_session(self: &Arc<Self>) -> Option<SessionSlot> {
-        if self.is_draining() {
+    /// Reserves a session slot, or `None` when the server is full or shutting down (unless
+    /// `while_draining`).
+    fn admit(self: &Arc<Self>, while_draining: bool) -> Option<SessionSlot> {
+        if self.is_draining() && !while_draining {
             return None;
         }
         // Counted at admission, before the actor starts, so the cap holds under bursts.
@@ -162,6 +163,27 @@ impl Shared {
     /// # Errors
     /// 429 over a per-client limit, 503 over the global cap or while shutting down.
     pub fn open_session(self: &Arc<Self>, admission: &Admission) -> Result<SessionSlot, Refusal> {
+        self.open(admission, false)
+    }
+
+    /// As [`open_session`](Self::open_session), and while the server drains too: for a
+    /// 2026-07-28 request that runs no user code (`tasks/get`, a list), answered then as a
+    /// session answers one, so that a task's client reads how it ends within the grace.
+    ///
+    /// # Errors
+    /// 429 over a per-client limit, 503 over the global cap.
+    pub fn open_session_while_draining(
+        self: &Arc<Self>,
+        admission: &Admission,
+    ) -> Result<SessionSlot, Refusal> {
+        self.open(admission, true)
+    }
+
+    fn open(
+        self: &Arc<Self>,
+        admission: &Admission,
+        while_draining: bool,
+    ) -> Result<SessionSlot, Refusal> {
         let permit = self
             .perimeter
             .connections
@@ -176,8 +198,8 @@ impl Shared {
                 );
                 Refusal::TooManySessionsFrom { scope, limit }
             })?;
-        let Some(slot) = self.admit_session() else {
-            return Err(if self.is_draining() {
+        let Some(slot) = self.admit(while_draining) else {
+            return Err(if self.is_draining() && !while_draining {
                 Refusal::ShuttingDown
             } else {
                 Refusal::TooManySessions
@@ -227,10 +249,11 @@ impl Shared {
         self.shutdown.subscribe()
     }
 
-    /// Marks the server as shutting down and tells every live session.
+    /// Marks the server as shutting down and tells every live session. Tasks run on for the
+    /// grace, as requests in flight do; those still running when it ends are told then
+    /// (`server::run`).
     pub fn begin_shutdown(&self, grace: Duration) {
         self.shutdown.send_replace(true);
-        self.cluster.tasks.shutdown();
         for entry in self.sessions.iter() {
             entry.value().do_send(Shutdown { grace });
         }

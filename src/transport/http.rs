@@ -15,7 +15,7 @@ use super::hosted::{find_or_take_up, End, HostedSession, OpenStream, Post, PostR
 use super::stateless::{Body, FirstReply, StatelessExchange};
 use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded};
-use crate::protocol::mcp::{decode_header_value, quoted, ProtocolVersion, RequestMeta};
+use crate::protocol::mcp::{decode_header_value, quoted, Method, ProtocolVersion, RequestMeta};
 use crate::registry::ViewerRef;
 use crate::session::record::SessionRecord;
 use crate::session::shared::{SessionId, Shared};
@@ -279,8 +279,16 @@ async fn stateless(
         Body::Request(read) => Some(read.request.id.clone()),
         Body::Message(_) => None,
     };
-    // A stateless request holds a session slot while it runs: the same caps apply.
-    let slot = shared.open_session(&admission)?;
+    // A stateless request holds a session slot while it runs: the same caps apply. While
+    // the server drains, one that runs no user code (`tasks/get`, a list) is still answered,
+    // as a session's is: a task's client reads how it ends within the grace.
+    let runs_no_user_code = matches!(&body, Body::Request(read)
+        if Method::parse(&read.request.method).is_some_and(Method::runs_no_user_code));
+    let slot = if runs_no_user_code {
+        shared.open_session_while_draining(&admission)?
+    } else {
+        shared.open_session(&admission)?
+    };
     let expires = admission.expires;
     let exchange = StatelessExchange::start(shared.clone(), slot, admission, body);
     let first = exchange.first_reply(keep_alive(shared)).await;

@@ -263,6 +263,42 @@ async fn a_call_that_waits_becomes_a_task_polled_from_other_connections() {
     assert_eq!(metric(&server, "mcp_tasks_created_total").await, 1);
 }
 
+/// While the server drains, a 2026-07-28 request that runs no user code is still answered
+/// over HTTP, as a session's is: a task's client polls it (`tasks/get`) while it runs on
+/// through the grace; new work is refused (503). (Every 2026-07-28 HTTP request was refused,
+/// so a task's client saw only the node go.)
+#[tokio::test]
+async fn a_draining_server_answers_tasks_get_over_http_and_refuses_new_work() {
+    let gate = Arc::new(Semaphore::new(0));
+    let job = gated("job", gate.clone(), TaskSupport::Optional);
+    let mut s = http_settings();
+    s.shutdown.grace_ms = 10_000;
+    let server = start_with(s, move |b| b.tool(job));
+    let addr = server.addr();
+    let (_, created) = http_request(addr, "tools/call", json!({"name": "job"})).await;
+    let id = task_id(&created);
+    let draining = server.shared().clone();
+    let stopped = std::thread::spawn(move || server.stop());
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while !draining.is_draining() {
+        assert!(Instant::now() < deadline, "the shutdown never began");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for _ in 0..3 {
+        let (status, polled) = http_request(addr, "tasks/get", json!({"taskId": id})).await;
+        assert_eq!(status, 200, "{polled}");
+        assert_eq!(result(&polled)["status"], "working", "it runs on: {polled}");
+    }
+    let (status, refused) = http_request(addr, "tools/call", json!({"name": "job"})).await;
+    assert_eq!(status, 503, "new work is refused: {refused}");
+    // Done, nothing runs: the server stops (without Redis, the task's record goes with it).
+    gate.add_permits(1);
+    tokio::task::spawn_blocking(move || stopped.join())
+        .await
+        .expect("joined")
+        .expect("the server stops");
+}
+
 #[tokio::test]
 async fn a_call_done_without_waiting_is_answered_at_once() {
     let gate = Arc::new(Semaphore::new(0));
@@ -1037,12 +1073,22 @@ fn start_node(
     name: &str,
     redis: &RedisServer,
 ) -> (ServerProcess, SocketAddr) {
+    start_node_with_grace(dir, name, redis, 200)
+}
+
+/// As [`start_node`], with a shutdown grace of `grace_ms`.
+fn start_node_with_grace(
+    dir: &std::path::Path,
+    name: &str,
+    redis: &RedisServer,
+    grace_ms: u64,
+) -> (ServerProcess, SocketAddr) {
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(
         &config,
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[builtins]\nset = \"conformance\"\n\n\
-             [info]\nname = \"{name}\"\n\n[shutdown]\ngrace_ms = 200\n\n[redis]\nurl = \"{}\"\n",
+             [info]\nname = \"{name}\"\n\n[shutdown]\ngrace_ms = {grace_ms}\n\n[redis]\nurl = \"{}\"\n",
             redis.url()
         ),
     )
@@ -1168,6 +1214,35 @@ async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
     assert_eq!(failed["error"]["code"], -32004, "{failed}");
     assert!(failed.get("result").is_none());
     let (status, _) = tokio::task::spawn_blocking(move || nodes.node_a.wait_exit())
+        .await
+        .expect("joined");
+    assert!(status.success(), "node A exits cleanly on TERM");
+}
+
+/// A task whose node is told to stop runs on through the shutdown grace, as a request in
+/// flight does, and ends as it would have: another node reports it completed, with its
+/// result. (Every task failed with -32004 as the shutdown began, however soon it would
+/// have ended.)
+#[tokio::test]
+async fn a_task_runs_on_through_its_nodes_shutdown_grace() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut node_a, a) = start_node_with_grace(dir.path(), "node-a", &redis, 20_000);
+    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 2, "label": "graced"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    node_a.terminate();
+    let done = http_poll(b, &id, "completed").await;
+    assert!(done.get("error").is_none(), "{done}");
+    assert!(done["result"]["content"][0]["text"].is_string(), "{done}");
+    let (status, _) = tokio::task::spawn_blocking(move || node_a.wait_exit())
         .await
         .expect("joined");
     assert!(status.success(), "node A exits cleanly on TERM");

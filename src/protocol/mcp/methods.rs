@@ -108,9 +108,11 @@ impl Method {
         )
     }
 
-    /// Whether the method only reads what the server holds, running no user code: a
-    /// draining server still answers it, since a client finishing its last call may need it
-    /// (the Python SDK lists the tools after a call, to check the result's schema).
+    /// Whether the method starts no user code, only reading what the server holds or
+    /// steering a task already running: a draining server still answers it, since a client
+    /// finishing its last call may need it (the Python SDK lists the tools after a call, to
+    /// check the result's schema), and a task runs on for the grace (its client polls it,
+    /// answers its questions, or cancels it).
     pub fn runs_no_user_code(self) -> bool {
         matches!(
             self,
@@ -120,6 +122,9 @@ impl Method {
                 | Self::ResourceTemplatesList
                 | Self::PromptsList
                 | Self::Discover
+                | Self::TasksGet
+                | Self::TasksUpdate
+                | Self::TasksCancel
         )
     }
 }
