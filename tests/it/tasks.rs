@@ -561,6 +561,42 @@ fn blob() -> Tool {
     .task_support(TaskSupport::Required)
 }
 
+/// A task whose result no `tasks/get` answer could carry within `limits.max_message_bytes`
+/// fails, its polls telling why (-32603 with the sizes and the setting), and keeps no
+/// result. (It was stored completed, result and all, and every poll answered -32603 for the
+/// task's lifetime: its client never learned how it ended.)
+#[tokio::test]
+async fn a_task_whose_result_is_over_the_message_limit_fails_saying_so() {
+    let mut s = settings();
+    s.limits.max_message_bytes = 64 * 1024;
+    let server = start_with(s, |b| b.tool(blob()));
+    let mut client = Client::connect(&server).await;
+    let created = ws_request(&mut client, "tools/call", sized("blob", 100_000)).await;
+    let id = task_id(&created);
+    let failed = ws_poll(&mut client, &id, "failed").await;
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    let data = &failed["error"]["data"];
+    assert_eq!(data["setting"], "limits.max_message_bytes", "{failed}");
+    assert_eq!(data["limit"], 64 * 1024, "{failed}");
+    assert!(
+        data["encodedSize"].as_u64().is_some_and(|n| n > 100_000),
+        "{failed}"
+    );
+    assert!(failed.get("result").is_none(), "{failed}");
+    assert!(
+        metric(&server, "mcp_tasks_stored_bytes").await < 10_000,
+        "its result is not kept"
+    );
+    // One that fits completes, result and all.
+    let created = ws_request(&mut client, "tools/call", sized("blob", 1_000)).await;
+    let id = task_id(&created);
+    let done = ws_poll(&mut client, &id, "completed").await;
+    assert_eq!(
+        done["result"]["content"][0]["text"].as_str().map(str::len),
+        Some(1_000)
+    );
+}
+
 /// An expired task is forgotten (its result with it) by its node on its own, not only when a
 /// new task finds the store full. (It was kept until `tasks.max_stored` other tasks came:
 /// 10 000 results held for nothing.)

@@ -857,7 +857,7 @@ async fn steer(
 }
 
 /// The length of `value`'s JSON, counted without keeping it.
-fn json_len(value: &impl Serialize) -> u64 {
+pub(super) fn json_len(value: &impl Serialize) -> u64 {
     struct Count(u64);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -257,8 +257,14 @@ impl Runner {
     }
 }
 
+/// What a `tasks/get` answer holds besides the task's result, at most (its JSON-RPC
+/// envelope, the task's id, status, times and hints), for the result's bound below.
+const POLL_ANSWER_OVERHEAD_BYTES: usize = 1024;
+
 /// Records how the tool ended: its result (an `isError` one too) completes the task; a
-/// capability the request did not declare, or a panic, fails it.
+/// capability the request did not declare, a panic, or a result no `tasks/get` answer could
+/// carry within `limits.max_message_bytes` fails it (the result was stored, and every poll
+/// for the task's lifetime answered -32603 instead of how it ended).
 fn finish(cluster: &Cluster, record: &mut TaskRecord, outcome: Outcome) {
     let result = match outcome {
         Ok(Ok(result)) => result,
@@ -276,8 +282,15 @@ fn finish(cluster: &Cluster, record: &mut TaskRecord, outcome: Outcome) {
         }
     };
     let version = crate::protocol::mcp::ProtocolVersion::V2026_07_28;
+    let limit = cluster.settings.limits.max_message_bytes;
     match serde_json::to_value(ForVersion(&result, version)) {
         Ok(value) => {
+            let encoded = usize::try_from(super::json_len(&value))
+                .unwrap_or(usize::MAX)
+                .saturating_add(POLL_ANSWER_OVERHEAD_BYTES);
+            if encoded > limit {
+                return fail(record, &Error::AnswerOverMessageLimit { encoded, limit });
+            }
             record.result = Some(value);
             record.set(TaskStatus::Completed);
         }
