@@ -30,7 +30,8 @@ pub type ToolFuture = LocalBoxFuture<'static, Result<CallToolResult, ToolError>>
 
 /// How a tool call failed. Every variant but [`Rpc`](Self::Rpc) becomes a result with
 /// `isError: true` and the message as text: a tool error is something the model can read and
-/// act on. [`Rpc`](Self::Rpc) is a JSON-RPC error passed on from elsewhere (a gateway's
+/// act on. The message goes to the client as written: it must not hold secrets (a
+/// connection string, a credential, a stack trace). [`Rpc`](Self::Rpc) is a JSON-RPC error passed on from elsewhere (a gateway's
 /// upstream refused the call, or is down).
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
@@ -427,7 +428,8 @@ impl Tool {
     /// spec says a result MUST conform to it: a call whose result (other than an `isError`
     /// one) has no `structuredContent`, or one the schema refuses, is answered with an
     /// `isError` result naming the first violation instead. A [`Json`] output's schema
-    /// (from [`Tool::new`]) needs no check: its type gives both.
+    /// (from [`Tool::new`]) is not checked: its type gives both (but for a float that is not
+    /// finite, which serde_json writes as `null`, where the schema says a number).
     pub fn output_schema(mut self, schema: Value) -> Self {
         self.handler = Arc::new(OutputChecked {
             inner: self.unchecked.clone(),
