@@ -25,8 +25,9 @@
 //! - A 2026 POST retried with its `idempotencyKey` by the same identity gets the stored
 //!   answer under its own id and runs nothing (each POST is a session of its own: the key,
 //!   not the id, finds it).
-//! - Shutdown and a 2026 POST in flight: new POSTs are refused at once (503) while it runs
-//!   on and is answered within the grace; one that outlives the grace is cancelled and
+//! - Shutdown and a 2026 POST in flight: new work is refused at once (503) while it runs
+//!   on and is answered within the grace (a POST that runs no user code, a list, is still
+//!   answered); one that outlives the grace is cancelled and
 //!   answered 503 with -32004 and its own id.
 //! - Cancellation is the client going away: closing a 2026 stream stops its request
 //!   (`mcp_workers`, `mcp_cancelled_total`), and so does leaving a POST that has sent
@@ -952,10 +953,11 @@ async fn a_2026_post_in_flight_at_shutdown_runs_on_and_is_answered_within_the_gr
     let http = Http::new(&server);
     let held = held_post(&server, &http).await;
     let stopper = stop_in_background(server);
-    // The drain has begun once a new request is refused.
+    // The drain has begun once new work is refused.
     let refused = tokio::time::timeout(READ_TIMEOUT, async {
         loop {
-            let body = request(json!("late"), "tools/list", stateless(json!({})));
+            let params = stateless(json!({"name": "with_meta", "arguments": {}}));
+            let body = request(json!("late"), "tools/call", params);
             if send(http.post(&body)).await.status() == 503 {
                 break;
             }
@@ -964,7 +966,13 @@ async fn a_2026_post_in_flight_at_shutdown_runs_on_and_is_answered_within_the_gr
     });
     refused
         .await
-        .expect("new requests are refused once the drain begins");
+        .expect("new work is refused once the drain begins");
+    // What runs no user code is still answered, as in a session.
+    let (status, listed) = http
+        .json(json!("list"), "tools/list", stateless(json!({})))
+        .await;
+    assert_eq!(status, 200, "{listed}");
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
     assert!(
         !held.is_finished(),
         "the held request still runs during the drain"
