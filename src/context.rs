@@ -301,7 +301,8 @@ pub enum ClientRequestError {
     #[error("the client disconnected")]
     Disconnected,
     /// The session already has as many requests to the client outstanding as it may
-    /// (`limits.max_in_flight_per_session`), so this one was not sent.
+    /// (`limits.max_in_flight_per_session`), so this one was not sent; or, for a 2026-07-28
+    /// request, its round (or its task) holds as many asks without an answer.
     #[error("too many requests to the client outstanding (at most {limit})")]
     TooMany {
         /// The limit.
@@ -808,14 +809,21 @@ impl RequestContext {
                     method,
                     params,
                 })
-                .map_err(|limit| ClientRequestError::TooMany { limit })?;
+                .map_err(|limit| {
+                    self.inner.inbox.count_refused_client_request();
+                    ClientRequestError::TooMany { limit }
+                })?;
             return std::future::pending().await;
         }
         if let Input::Task(task) = &self.inner.input {
             // An answer that does not fit is asked for again (under a new key), a few times.
             let mut refused = None;
             for _ in 0..TASK_ASK_ATTEMPTS {
-                match check(task.park(key, method, params.clone()).await?) {
+                let parked = task.park(key, method, params.clone()).await;
+                if let Err(ClientRequestError::TooMany { .. }) = &parked {
+                    self.inner.inbox.count_refused_client_request();
+                }
+                match check(parked?) {
                     Ok(value) => return Ok(value),
                     Err(error) => refused = Some(error),
                 }

@@ -387,6 +387,12 @@ async fn a_round_records_at_most_the_sessions_in_flight_limit_of_asks() {
     keys.sort_unstable();
     assert_input_required(&response, &id, &keys);
     assert_eq!(refused.load(std::sync::atomic::Ordering::Relaxed), 92);
+    crate::support::http::wait_metric(
+        &server,
+        "mcp_rejected_total{reason=\"client_requests\"}",
+        92,
+    )
+    .await;
 }
 
 /// `state` with the character at `index` of its part `part` (0: payload, 1: tag) changed.

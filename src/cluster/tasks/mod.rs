@@ -195,8 +195,6 @@ pub(crate) enum Signal {
     Cancel {
         applied: Option<oneshot::Sender<()>>,
     },
-    /// The server is shutting down: the task fails.
-    Shutdown,
 }
 
 /// A task record as this node keeps it, with the bytes it counts for.
@@ -228,6 +226,9 @@ pub(crate) struct Tasks {
     next_expiry: AtomicU64,
     /// Tasks running on this node: how to reach their runner.
     running: DashMap<String, mpsc::Sender<Signal>>,
+    /// Set once the shutdown grace ran out: every runner fails its task. A watch, not a
+    /// signal in each runner's queue, which the client's own signals may fill.
+    stopping: tokio::sync::watch::Sender<bool>,
     /// One permit per task running on this node.
     slots: Arc<Semaphore>,
     /// One permit per answer or cancel from another node waiting for room in a runner's
@@ -264,6 +265,7 @@ impl Tasks {
             stored_bytes: AtomicU64::new(0),
             next_expiry: AtomicU64::new(u64::MAX),
             running: DashMap::new(),
+            stopping: tokio::sync::watch::Sender::new(false),
             slots: Arc::new(Semaphore::new(settings.max_running)),
             remote_waiting: Arc::new(Semaphore::new(REMOTE_SIGNALS_WAITING)),
             by_identity: Arc::default(),
@@ -484,13 +486,15 @@ impl Tasks {
             .set(self.stored_bytes.load(Ordering::Acquire));
     }
 
-    /// Tells every task running on this node that the server is shutting down.
+    /// Tells every task running on this node that the server's shutdown grace ran out:
+    /// each fails (-32004), stored as failed.
     pub fn shutdown(&self) {
-        for runner in self.running.iter() {
-            // A full queue means the runner is busy with the client's signals; it will see
-            // the shutdown of its node when the server stops it.
-            let _ = runner.value().try_send(Signal::Shutdown);
-        }
+        self.stopping.send_replace(true);
+    }
+
+    /// Watches for [`shutdown`](Self::shutdown) (a runner's).
+    pub(super) fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stopping.subscribe()
     }
 
     /// Delivers what another node received for a task (the client's `responses`, or its
@@ -842,7 +846,6 @@ async fn steer(
     let (cancel, responses) = match make(None) {
         Signal::Answer { responses, .. } => (false, Some(responses)),
         Signal::Cancel { .. } => (true, None),
-        Signal::Shutdown => return Ok(()),
     };
     if crate::cluster::store::bridge::send_task_steer(cluster, id, cancel, responses).await {
         return Ok(());

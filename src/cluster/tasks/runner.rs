@@ -171,6 +171,8 @@ impl Runner {
         let _ = stored.send(());
         let expiry = tokio::time::sleep(self.record.remaining());
         tokio::pin!(expiry);
+        // Set when the server's shutdown grace ran out.
+        let mut stopping = cluster.tasks.stopping();
         // Whether the record is stored as it ends already (cancelled, or failed by
         // questions too large to keep).
         let mut stored_as_ended = false;
@@ -204,12 +206,18 @@ impl Runner {
                         stored_as_ended = true;
                         break;
                     }
-                    Some(Signal::Shutdown) | None => {
+                    // Its node's own queue gone: the server stops.
+                    None => {
                         self.cancel.set();
                         fail(&mut self.record, &Error::ShuttingDown);
                         break;
                     }
                 },
+                _ = stopping.wait_for(|stopping| *stopping) => {
+                    self.cancel.set();
+                    fail(&mut self.record, &Error::ShuttingDown);
+                    break;
+                }
                 () = self.asks.changed() => if !self.sync_asks().await {
                     self.cancel.set();
                     stored_as_ended = true;
@@ -258,8 +266,9 @@ impl Runner {
 }
 
 /// What a `tasks/get` answer holds besides the task's result, at most (its JSON-RPC
-/// envelope, the task's id, status, times and hints), for the result's bound below.
-const POLL_ANSWER_OVERHEAD_BYTES: usize = 1024;
+/// envelope with a request id of up to 1 KiB, the task's id, status, times and hints), for
+/// the result's bound below.
+const POLL_ANSWER_OVERHEAD_BYTES: usize = 4096;
 
 /// Records how the tool ended: its result (an `isError` one too) completes the task; a
 /// capability the request did not declare, a panic, or a result no `tasks/get` answer could

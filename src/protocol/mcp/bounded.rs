@@ -17,14 +17,19 @@
 //!   and finding one: for those types the adapter asks `deserialize_any` instead, which
 //!   hands the string to the visitor (above). serde_json's `deserialize_any` visits what it
 //!   finds as the typed calls do (`{` a map, `[` a sequence, a number by its form, `null` a
-//!   unit), so the values read are the same; its `arbitrary_precision` feature, which would
-//!   change numbers, is off. 128-bit integers are asked as asked (serde_json reads them
-//!   itself), and so are options, enums, strings and identifiers (map keys included: a
-//!   number-keyed map reads its keys from strings).
+//!   unit), so the values read are the same (a `null` refused where serde_json's typed call
+//!   refuses it); its `arbitrary_precision` feature, which would change numbers, is off.
+//!   128-bit integers and `f32` are asked as asked (serde_json reads them itself: an `f32`
+//!   read as an `f64` first would be rounded twice with `float_roundtrip`), and so are
+//!   options, enums, strings and identifiers (map keys included: a number-keyed map reads
+//!   its keys from strings). A type whose visitor takes a string where it is asked for a
+//!   map or a number (a "string or struct" type of a library tool's arguments) now gets it.
 //!
-//! What serde buffers to read again (`#[serde(flatten)]`, untagged enums) errs in the outer
-//! error type, unbounded: the server's own params types have neither; a library tool's
-//! argument type that has them is bounded outside those parts only.
+//! What serde buffers to read again (`#[serde(flatten)]`, untagged and internally tagged
+//! enums) errs in the outer error type, unbounded. The server's own such part,
+//! `completion/complete`'s `ref`, holds only strings (never refused as strings) and names
+//! its variant by a string an unknown one of which is quoted by `Display` (copied, not
+//! escaped); a library tool's argument type with such parts is bounded outside them only.
 
 use super::quoted;
 use serde::de::{self, DeserializeSeed, Deserializer, Unexpected, Visitor};
@@ -97,7 +102,7 @@ fn outer<E: de::Error>(error: Clipped) -> E {
 macro_rules! by_any {
     ($($method:ident),*) => {$(
         fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-            self.0.deserialize_any(Visit(visitor))
+            self.0.deserialize_any(Visit::not_null(visitor))
         }
     )*};
 }
@@ -106,7 +111,7 @@ macro_rules! by_any {
 macro_rules! as_asked {
     ($($method:ident),*) => {$(
         fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-            self.0.$method(Visit(visitor))
+            self.0.$method(Visit::new(visitor))
         }
     )*};
 }
@@ -124,9 +129,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Bounded<D> {
         deserialize_u16,
         deserialize_u32,
         deserialize_u64,
-        deserialize_f32,
         deserialize_f64,
-        deserialize_unit,
         deserialize_seq,
         deserialize_map
     );
@@ -135,6 +138,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Bounded<D> {
         deserialize_any,
         deserialize_i128,
         deserialize_u128,
+        deserialize_f32,
         deserialize_char,
         deserialize_str,
         deserialize_string,
@@ -145,12 +149,17 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Bounded<D> {
         deserialize_ignored_any
     );
 
+    // A unit is `null`, so asked of `deserialize_any` without refusing it.
+    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_any(Visit::new(visitor))
+    }
+
     fn deserialize_unit_struct<V: Visitor<'de>>(
         self,
         _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.0.deserialize_any(Visit(visitor))
+        self.0.deserialize_any(Visit::new(visitor))
     }
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
@@ -161,7 +170,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Bounded<D> {
         if name == RAW_VALUE_TOKEN {
             return self.0.deserialize_newtype_struct(name, visitor);
         }
-        self.0.deserialize_newtype_struct(name, Visit(visitor))
+        self.0.deserialize_newtype_struct(name, Visit::new(visitor))
     }
 
     fn deserialize_tuple<V: Visitor<'de>>(
@@ -169,7 +178,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Bounded<D> {
         _len: usize,
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.0.deserialize_any(Visit(visitor))
+        self.0.deserialize_any(Visit::not_null(visitor))
     }
 
     fn deserialize_tuple_struct<V: Visitor<'de>>(
@@ -178,7 +187,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Bounded<D> {
         _len: usize,
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.0.deserialize_any(Visit(visitor))
+        self.0.deserialize_any(Visit::not_null(visitor))
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -187,7 +196,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Bounded<D> {
         _fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.0.deserialize_any(Visit(visitor))
+        self.0.deserialize_any(Visit::not_null(visitor))
     }
 
     fn deserialize_enum<V: Visitor<'de>>(
@@ -196,7 +205,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Bounded<D> {
         variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.0.deserialize_enum(name, variants, Visit(visitor))
+        self.0.deserialize_enum(name, variants, Visit::new(visitor))
     }
 
     fn is_human_readable(&self) -> bool {
@@ -206,13 +215,37 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Bounded<D> {
 
 /// A visitor given strings with the [`Clipped`] error type, and what it reads inside a
 /// value (an option's, a sequence's, a map's values, an enum's) through [`Bounded`].
-struct Visit<V>(V);
+struct Visit<V> {
+    visitor: V,
+    /// Whether `null` is refused, as serde_json refuses it for the type asked when it is
+    /// asked through `deserialize_any` (a map, a sequence, a struct, a number or a bool:
+    /// visited as a unit, a `serde_json::Map` would read it as empty).
+    refuses_null: bool,
+}
+
+impl<V> Visit<V> {
+    /// Visits as `visitor` does.
+    fn new(visitor: V) -> Self {
+        Self {
+            visitor,
+            refuses_null: false,
+        }
+    }
+
+    /// Visits as `visitor` does, but for `null`, refused.
+    fn not_null(visitor: V) -> Self {
+        Self {
+            visitor,
+            refuses_null: true,
+        }
+    }
+}
 
 /// Values that are not strings: their errors quote no client string.
 macro_rules! plain_visits {
     ($($method:ident($type:ty)),*) => {$(
         fn $method<E: de::Error>(self, value: $type) -> Result<V::Value, E> {
-            self.0.$method(value)
+            self.visitor.$method(value)
         }
     )*};
 }
@@ -221,7 +254,7 @@ macro_rules! plain_visits {
 macro_rules! string_visits {
     ($($method:ident($type:ty)),*) => {$(
         fn $method<E: de::Error>(self, value: $type) -> Result<V::Value, E> {
-            self.0.$method::<Clipped>(value).map_err(outer)
+            self.visitor.$method::<Clipped>(value).map_err(outer)
         }
     )*};
 }
@@ -230,7 +263,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Visit<V> {
     type Value = V::Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.expecting(f)
+        self.visitor.expecting(f)
     }
 
     plain_visits!(
@@ -260,34 +293,37 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Visit<V> {
     );
 
     fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
-        self.0.visit_none()
+        self.visitor.visit_none()
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
-        self.0.visit_unit()
+        if self.refuses_null {
+            return Err(E::invalid_type(Unexpected::Unit, &self.visitor));
+        }
+        self.visitor.visit_unit()
     }
 
     fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<V::Value, D::Error> {
-        self.0.visit_some(Bounded(deserializer))
+        self.visitor.visit_some(Bounded(deserializer))
     }
 
     fn visit_newtype_struct<D: Deserializer<'de>>(
         self,
         deserializer: D,
     ) -> Result<V::Value, D::Error> {
-        self.0.visit_newtype_struct(Bounded(deserializer))
+        self.visitor.visit_newtype_struct(Bounded(deserializer))
     }
 
     fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
-        self.0.visit_seq(Seq(seq))
+        self.visitor.visit_seq(Seq(seq))
     }
 
     fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
-        self.0.visit_map(Map(map))
+        self.visitor.visit_map(Map(map))
     }
 
     fn visit_enum<A: de::EnumAccess<'de>>(self, data: A) -> Result<V::Value, A::Error> {
-        self.0.visit_enum(Enum(data))
+        self.visitor.visit_enum(Enum(data))
     }
 }
 
@@ -375,7 +411,7 @@ impl<'de, A: de::VariantAccess<'de>> de::VariantAccess<'de> for Variant<A> {
     }
 
     fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, A::Error> {
-        self.0.tuple_variant(len, Visit(visitor))
+        self.0.tuple_variant(len, Visit::new(visitor))
     }
 
     fn struct_variant<V: Visitor<'de>>(
@@ -383,7 +419,7 @@ impl<'de, A: de::VariantAccess<'de>> de::VariantAccess<'de> for Variant<A> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, A::Error> {
-        self.0.struct_variant(fields, Visit(visitor))
+        self.0.struct_variant(fields, Visit::new(visitor))
     }
 }
 
@@ -423,6 +459,7 @@ mod tests {
         count: u32,
         delta: i64,
         ratio: f64,
+        single: f32,
         wide: Option<u128>,
         letter: Option<char>,
         maybe: Option<HashMap<String, String>>,
@@ -459,7 +496,7 @@ mod tests {
     }
 
     const EVERYTHING: &str = r#"{"flag": true, "small": 7, "count": 4000000000, "delta": -5,
-        "ratio": 2, "wide": 340282366920938463463374607431768211455, "letter": "é",
+        "ratio": 2, "single": 3.4028235677973366e38, "wide": 340282366920938463463374607431768211455, "letter": "é",
         "maybe": {"a": "b"}, "names": ["x", "y\n"], "byNumber": {"1": "one", "22": "two"},
         "pair": [1, "one"], "kinds": ["Plain", {"Wrapped": 3}, {"Pair": [1, "p"]},
         {"Shaped": {"size": 9}}], "unit": null, "newtype": [1, -2],
@@ -470,12 +507,35 @@ mod tests {
         let (plain, through) = both::<Everything>(EVERYTHING);
         assert!(!plain.starts_with("error"), "{plain}");
         assert_eq!(plain, through);
+        assert!(
+            plain.contains("single: 3.4028235e38"),
+            "f32::MAX, read once: {plain}"
+        );
+        // `null` where a map is asked is refused, as serde_json refuses it (a
+        // `serde_json::Map` visited as a unit would read it as empty).
+        let (plain, through) = both::<serde_json::Map<String, Value>>("null");
+        assert!(plain.starts_with("error: invalid type: null"), "{plain}");
+        assert_eq!(plain, through);
+        let (plain, through) = both::<Unit>("null");
+        assert_eq!(plain, through);
+        assert!(
+            !plain.starts_with("error"),
+            "a unit struct is null: {plain}"
+        );
         for (field, value) in [
             ("small", "256"),
             ("small", "-1"),
             ("small", "1.5"),
             ("count", "\"12\""),
             ("ratio", "\"x\""),
+            ("ratio", "null"),
+            ("single", "1e39"),
+            ("single", "null"),
+            ("count", "null"),
+            ("names", "null"),
+            ("maybe", "{\"a\": null}"),
+            ("pair", "null"),
+            ("newtype", "null"),
             ("flag", "1"),
             ("flag", "null"),
             ("letter", "\"ab\""),
