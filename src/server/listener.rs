@@ -1,10 +1,9 @@
-//! The public listener, plain or TLS, built with actix-server rather than by `HttpServer` so
-//! that each accepted connection passes the per-address gates
-//! ([`perimeter::address_gate`](crate::perimeter::address_gate)) before anything it sent is
-//! read: its place among its address's open connections (`server.max_connections_per_ip`),
-//! held by the connection's stream ([`AdmittedStream`]) until it ends, and with `[tls]` its
-//! place among the handshakes in progress (`server.max_handshakes_per_ip`) before its
-//! handshake starts.
+//! The public listener, plain or TLS, built with actix-server rather than by `HttpServer`
+//! so that each accepted connection passes the per-address gates
+//! ([`perimeter::address_gate`]) before anything it sent is read: its place among its
+//! address's open connections (`server.max_connections_per_ip`), held by the connection's
+//! stream ([`AdmittedStream`]) until it ends, and with `[tls]` its place among the
+//! handshakes in progress (`server.max_handshakes_per_ip`) before its handshake starts.
 //!
 //! `HttpServer` offers no place for such a gate: it goes from the accepted TCP stream
 //! straight into HTTP (or actix-tls's acceptor), and the first hook it calls (`on_connect`)
