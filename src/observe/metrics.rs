@@ -475,7 +475,7 @@ rejections! {
     /// progress (closed before its handshake).
     handshake_ip_limit => "handshake_ip_limit",
     /// A connection from an address with `server.max_connections_per_ip` connections open
-    /// (shut down as it is set up, never served).
+    /// (closed as it is accepted, nothing it sent read).
     connection_ip_limit => "connection_ip_limit",
     /// A message over `limits.max_message_bytes` (WebSocket close 1009, HTTP 413).
     message_too_large => "message_too_large",

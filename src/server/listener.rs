@@ -19,7 +19,8 @@
 //! (`TlsStream<TcpStream>`), and the same `AppConfig` (secure with TLS, the bound address as
 //! host).
 
-use crate::perimeter::address_gate::AddressPlace;
+use crate::observe::metrics::Counter;
+use crate::perimeter::address_gate::{AddressGate, AddressPlace};
 use crate::perimeter::{self};
 use crate::session::shared::Shared;
 use actix_http::body::MessageBody;
@@ -248,43 +249,47 @@ fn admit_connection(shared: &Shared, stream: &TcpStream) -> io::Result<Option<Ad
         stream,
         Duration::from_millis(shared.settings.heartbeat.client_timeout_ms),
     );
-    let Ok(peer) = stream.peer_addr() else {
-        return Ok(None);
-    };
-    shared
-        .perimeter
-        .open_connections
-        .admit(peer.ip())
-        .map_err(|limit| {
-            shared.metrics.rejections.connection_ip_limit.inc();
-            // Debug: under an attack this is every connection of the attacker.
-            tracing::debug!(peer = %peer.ip(), limit, "connection closed: its address has server.max_connections_per_ip connections open");
-            refused()
-        })
+    let gate = &shared.perimeter.open_connections;
+    let refused = &shared.metrics.rejections.connection_ip_limit;
+    take_place(
+        gate,
+        stream,
+        refused,
+        "server.max_connections_per_ip connections open",
+    )
 }
 
 /// The gate of TLS handshakes in progress for a connection just admitted: its handshake's
-/// place (`None`: not limited, or the peer's address unknown: a connection already gone,
-/// whose handshake fails at once), or the refusal, counted.
+/// place (`None` as above: a connection already gone fails its handshake at once), or the
+/// refusal, counted.
 fn admit_handshake(shared: &Shared, stream: &TcpStream) -> io::Result<Option<AddressPlace>> {
+    let gate = &shared.perimeter.handshakes;
+    let refused = &shared.metrics.rejections.handshake_ip_limit;
+    take_place(
+        gate,
+        stream,
+        refused,
+        "server.max_handshakes_per_ip handshakes in progress",
+    )
+}
+
+/// A place at `gate` for `stream`'s peer, or the refusal, counted in `refused` and logged
+/// as the address having `what`.
+fn take_place(
+    gate: &Arc<AddressGate>,
+    stream: &TcpStream,
+    refused: &Counter,
+    what: &str,
+) -> io::Result<Option<AddressPlace>> {
     let Ok(peer) = stream.peer_addr() else {
         return Ok(None);
     };
-    shared
-        .perimeter
-        .handshakes
-        .admit(peer.ip())
-        .map_err(|limit| {
-            shared.metrics.rejections.handshake_ip_limit.inc();
-            // Debug: under an attack this is every connection of the attacker.
-            tracing::debug!(peer = %peer.ip(), limit, "TLS connection closed: its address has server.max_handshakes_per_ip handshakes in progress");
-            refused()
-        })
-}
-
-/// What a refused connection's service ends with (actix-server drops it unread).
-fn refused() -> io::Error {
-    io::ErrorKind::ConnectionRefused.into()
+    gate.admit(peer.ip()).map_err(|limit| {
+        refused.inc();
+        // Debug: under an attack this is every connection of the attacker.
+        tracing::debug!(peer = %peer.ip(), limit, "connection closed: its address has {what}");
+        io::ErrorKind::ConnectionRefused.into()
+    })
 }
 
 /// Has the kernel close an accepted connection (`TCP_USER_TIMEOUT`) whose client takes
