@@ -439,6 +439,14 @@ async fn healthz(server: &RunningServer, client: &reqwest::Client) -> Result<Str
     response.text().await.map_err(|e| format!("{e:?}"))
 }
 
+/// Asserts that a client from `from` completes its handshake and is answered `/healthz`.
+async fn assert_served(server: &RunningServer, pki: &Pki, from: IpAddr, what: &str) {
+    let answer = healthz(server, &https_from(pki, from))
+        .await
+        .unwrap_or_else(|error| panic!("{what}: {error}"));
+    assert_eq!(answer.trim_end(), "ok", "{what}");
+}
+
 /// A TCP connection from `from` that sends nothing (no ClientHello).
 async fn idle_from(server: &RunningServer, from: IpAddr) -> TcpStream {
     let socket = TcpSocket::new_v4().expect("socket");
@@ -500,13 +508,7 @@ async fn idle_connections_from_one_address_cannot_hold_every_handshake() {
 
     // Meanwhile a client from another address completes its handshake and is answered.
     let other = IpAddr::from([127, 0, 0, 2]);
-    assert_eq!(
-        healthz(&server, &https_from(&pki, other))
-            .await
-            .expect("another address gets through")
-            .trim_end(),
-        "ok"
-    );
+    assert_served(&server, &pki, other, "another address gets through").await;
     // The held connections are still open: their handshakes are in progress.
     for stream in &mut held {
         let read = tokio::time::timeout(Duration::from_millis(50), stream.read(&mut [0; 64])).await;
@@ -590,13 +592,7 @@ async fn a_tls_connection_holds_its_connection_place_before_its_handshake() {
 
     // Another address is served; the held connections gone, the address is again.
     let other = IpAddr::from([127, 0, 0, 2]);
-    assert_eq!(
-        healthz(&server, &https_from(&pki, other))
-            .await
-            .expect("another address gets through")
-            .trim_end(),
-        "ok"
-    );
+    assert_served(&server, &pki, other, "another address gets through").await;
     drop(held);
     wait_in_progress(&server, attacker, 0).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -608,13 +604,7 @@ async fn a_tls_connection_holds_its_connection_place_before_its_handshake() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(
-        healthz(&server, &https_from(&pki, attacker))
-            .await
-            .expect("the address gets through again")
-            .trim_end(),
-        "ok"
-    );
+    assert_served(&server, &pki, attacker, "the address gets through again").await;
 }
 
 #[tokio::test]
