@@ -55,7 +55,45 @@ pub enum PostReply {
     /// The answer, as a JSON body.
     Json(String),
     /// An SSE stream: what the exchange sends, ending with its answer.
-    Stream(mpsc::Receiver<SseEvent>),
+    Stream(mpsc::Receiver<ReaderEvent>),
+}
+
+/// An event on its way to a stream's reader, counted in its session's bytes queued for its
+/// readers until the reader takes it (or goes): the live events a client does not read come
+/// to a bounded total (see [`HttpOutlet::offer`]).
+#[derive(Debug)]
+pub struct ReaderEvent {
+    /// The event.
+    pub event: SseEvent,
+    /// Its bytes, given back when it is dropped. `None`: not counted: a priming event; a
+    /// replay from the session's log (whose events the log holds anyway, and bounds) or its
+    /// mirror's (bounded as it is read), each of which the channel has room for whole; and
+    /// what another node's stream hands on, which waits for room.
+    _queued: Option<QueuedBytes>,
+}
+
+/// Bytes counted in a session's queued total while they are held.
+#[derive(Debug)]
+struct QueuedBytes {
+    total: Arc<std::sync::atomic::AtomicUsize>,
+    bytes: usize,
+}
+
+impl Drop for QueuedBytes {
+    fn drop(&mut self) {
+        self.total
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl ReaderEvent {
+    /// An event not counted (see `_queued`).
+    fn uncounted(event: SseEvent) -> Self {
+        Self {
+            event,
+            _queued: None,
+        }
+    }
 }
 
 /// A message from the client, in a POST: exchange it and answer through `reply`.
@@ -75,7 +113,7 @@ pub struct OpenStream {
     /// The parsed `Last-Event-ID`, if any.
     pub resume: Option<Cursor>,
     /// The stream, or why it cannot be served.
-    pub reply: oneshot::Sender<Result<mpsc::Receiver<SseEvent>, ReplayError>>,
+    pub reply: oneshot::Sender<Result<mpsc::Receiver<ReaderEvent>, ReplayError>>,
 }
 
 /// A `DELETE`: the client ends the session. Answered whether it did: a WebSocket session
@@ -395,6 +433,12 @@ impl HostedSession {
             prime: false,
             session_stream: 0,
             mirror: None,
+            queued: Arc::default(),
+            // Room for a few answers of the largest size at once: a client that reads is not
+            // let go for a burst.
+            max_queued: sessions
+                .event_buffer_bytes
+                .max(shared.settings.limits.max_message_bytes.saturating_mul(4)),
         });
         let in_redis = shared.settings.sessions_in_redis();
         let base = shared.cluster.node_base();
@@ -482,7 +526,7 @@ impl HostedSession {
     fn resume_from_mirror(
         &mut self,
         cursor: Cursor,
-        reply: oneshot::Sender<Result<mpsc::Receiver<SseEvent>, ReplayError>>,
+        reply: oneshot::Sender<Result<mpsc::Receiver<ReaderEvent>, ReplayError>>,
         ctx: &mut Context<Self>,
     ) {
         let cluster = self.shared.cluster.clone();
@@ -537,8 +581,9 @@ impl HostedSession {
             }
             let backlog = std::mem::take(&mut mirrored.events);
             let (tx, rx) = http.reader(cursor.stream, Some(cursor), backlog.len());
+            // A replay is not counted (see `ReaderEvent`): the channel has room for all of it.
             for event in backlog {
-                let _ = tx.try_send(event);
+                let _ = tx.try_send(ReaderEvent::uncounted(event));
             }
             if !mirrored.finished {
                 if super::mirror::is_get_stream(cursor.stream) {
@@ -1278,7 +1323,7 @@ impl Outlet for SocketOutlet {
 #[derive(Default)]
 struct StreamState {
     waiting: Option<oneshot::Sender<PostReply>>,
-    reader: Option<mpsc::Sender<SseEvent>>,
+    reader: Option<mpsc::Sender<ReaderEvent>>,
     /// With sessions in Redis: the ids of the POST's requests (JSON array), told to the
     /// mirror when the POST becomes a stream; `None` once told (or never needed).
     ids: Option<String>,
@@ -1302,9 +1347,40 @@ pub struct HttpOutlet {
     streams: HashMap<u64, StreamState>,
     /// Whether new streams start with a priming event (2025-11-25 sessions).
     prime: bool,
+    /// The bytes of the events handed to the session's readers and not taken yet.
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+    /// How many they may come to: `sessions.event_buffer_bytes`, and at least four times
+    /// `limits.max_message_bytes` (16 MiB by default).
+    max_queued: usize,
 }
 
 impl HttpOutlet {
+    /// Hands `event` to a stream's `reader`; false when it has no room, or the session's
+    /// readers hold `max_queued` bytes not taken yet (at least one event, however large,
+    /// may wait): a client that does not read held every event of every stream, each of a
+    /// POST's stream's 256 and more, of any size (a tool's 64 KiB log lines pinned 1 GiB in
+    /// one session). Such a reader is let go as one whose channel is full: the client
+    /// resumes the stream from the session's log with `Last-Event-ID`.
+    fn offer(&self, reader: &mpsc::Sender<ReaderEvent>, event: SseEvent) -> bool {
+        use std::sync::atomic::Ordering;
+        let bytes = event.data.len() + event.id.len();
+        let before = self.queued.fetch_add(bytes, Ordering::Relaxed);
+        // Counted from here: dropped (refused, or once the reader takes it), it gives its
+        // bytes back.
+        let queued = QueuedBytes {
+            total: self.queued.clone(),
+            bytes,
+        };
+        if before > 0 && before + bytes > self.max_queued {
+            return false;
+        }
+        reader
+            .try_send(ReaderEvent {
+                event,
+                _queued: Some(queued),
+            })
+            .is_ok()
+    }
     /// Whether no stream is open and no POST waits: nothing holds the session.
     fn is_idle(&self) -> bool {
         self.streams
@@ -1320,17 +1396,17 @@ impl HttpOutlet {
         stream: u64,
         resumed_from: Option<Cursor>,
         backlog: usize,
-    ) -> (mpsc::Sender<SseEvent>, mpsc::Receiver<SseEvent>) {
+    ) -> (mpsc::Sender<ReaderEvent>, mpsc::Receiver<ReaderEvent>) {
         let (tx, rx) = mpsc::channel(backlog + READER_SLACK);
         if self.prime {
             let id = match resumed_from {
                 Some(cursor) => format!("{}_{}", cursor.stream, cursor.count),
                 None => self.log.current_id(stream),
             };
-            let _ = tx.try_send(SseEvent {
+            let _ = tx.try_send(ReaderEvent::uncounted(SseEvent {
                 id,
                 data: Arc::from(""),
-            });
+            }));
         }
         (tx, rx)
     }
@@ -1347,19 +1423,19 @@ impl HttpOutlet {
                 .unwrap_or(0);
             mirror.event(stream, count, event.data.clone());
         }
-        let Some(state) = self.streams.get_mut(&stream) else {
+        let Some(reader) = self.streams.get(&stream).and_then(|s| s.reader.as_ref()) else {
             return;
         };
-        if let Some(reader) = &state.reader {
-            if reader.try_send(event).is_err() {
-                // Gone or too slow: the client resumes from the log with Last-Event-ID.
+        if !self.offer(reader, event) {
+            // Gone or too slow: the client resumes from the log with Last-Event-ID.
+            if let Some(state) = self.streams.get_mut(&stream) {
                 state.reader = None;
             }
         }
     }
 
     /// Opens the session stream, or resumes a stream after `resume`.
-    fn open(&mut self, resume: Option<Cursor>) -> Result<mpsc::Receiver<SseEvent>, ReplayError> {
+    fn open(&mut self, resume: Option<Cursor>) -> Result<mpsc::Receiver<ReaderEvent>, ReplayError> {
         let stream = resume.map_or(self.session_stream, |c| c.stream);
         if resume.is_none() {
             if let Some(mirror) = &self.mirror {
@@ -1371,8 +1447,9 @@ impl HttpOutlet {
             None => Vec::new(),
         };
         let (tx, rx) = self.reader(stream, resume, backlog.len());
+        // A replay is not counted (see `ReaderEvent`): the channel has room for all of it.
         for event in backlog {
-            let _ = tx.try_send(event);
+            let _ = tx.try_send(ReaderEvent::uncounted(event));
         }
         // A finished stream (its answer is in the backlog) ends after the replay; an open
         // one goes on live, replacing any reader it had.
@@ -1511,7 +1588,7 @@ async fn follow_mirror(
     key: String,
     stream: u64,
     mut mirrored: Mirrored,
-    reader: mpsc::Sender<SseEvent>,
+    reader: mpsc::Sender<ReaderEvent>,
 ) {
     let cursor = Cursor {
         stream,
@@ -1533,7 +1610,7 @@ async fn follow_mirror(
         let quiet = entries.is_empty();
         mirrored.take(cursor, entries);
         for event in mirrored.events.drain(sent..) {
-            if reader.send(event).await.is_err() {
+            if reader.send(ReaderEvent::uncounted(event)).await.is_err() {
                 return;
             }
         }
@@ -1561,7 +1638,7 @@ async fn follow_mirror(
             id: format!("{stream}_{}", mirrored.count),
             data: Arc::from(lost_answer(id, &Error::NodeLost)),
         };
-        if reader.send(event).await.is_err() {
+        if reader.send(ReaderEvent::uncounted(event)).await.is_err() {
             return;
         }
     }

@@ -11,7 +11,9 @@
 //! [`Refusal`]s (the perimeter's one mapping to HTTP).
 
 use super::events::{Cursor, EventChunks, SseEvent};
-use super::hosted::{find_or_take_up, End, HostedSession, OpenStream, Post, PostReply, TakeRecord};
+use super::hosted::{
+    find_or_take_up, End, HostedSession, OpenStream, Post, PostReply, ReaderEvent, TakeRecord,
+};
 use super::stateless::{Body, FirstReply, StatelessExchange};
 use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded};
@@ -882,8 +884,13 @@ where
 }
 
 /// A session's stream, as its host feeds it (the host ends it by dropping the sender).
-fn session_events(mut events: mpsc::Receiver<SseEvent>) -> impl Stream<Item = SseEvent> + Unpin {
-    stream::poll_fn(move |task| events.poll_recv(task))
+fn session_events(mut events: mpsc::Receiver<ReaderEvent>) -> impl Stream<Item = SseEvent> + Unpin {
+    // Taken, an event's bytes no longer count as its session's queued ones.
+    stream::poll_fn(move |task| {
+        events
+            .poll_recv(task)
+            .map(|event| event.map(|queued| queued.event))
+    })
 }
 
 /// A 2026-07-28 request's answer stream: what its exchange sends, its answer last. Events

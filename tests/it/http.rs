@@ -22,6 +22,9 @@
 //!   never 202), never a dropped connection: the request runs on, and `GET` with
 //!   `Last-Event-ID` replays what was missed, in order, response included. A cursor the
 //!   bounded log no longer covers, or a garbage one, is 400, never a silent gap.
+//! - A client that does not read its stream makes the session hold a bounded total of live
+//!   events for it (`sessions.event_buffer_bytes`, at least 4 × `limits.max_message_bytes`):
+//!   past that its stream is let go (it ends, the rest in the session's log).
 //! - The `GET` stream carries what belongs to no request: list changes, resource updates.
 //! - Idle sessions are reaped; one listening on its `GET` stream or with a request in flight
 //!   is not. The session cap counts WebSocket and HTTP sessions together (503 +
@@ -491,6 +494,61 @@ fn assert_unguessable(id: &str) {
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()),
         "lowercase hex: {id}"
     );
+}
+
+/// A client that does not read its POST's stream makes the session hold a bounded total of
+/// live events for it (`sessions.event_buffer_bytes`, at least four times
+/// `limits.max_message_bytes`: 16 MiB here): past that, the stream is let go as
+/// one whose channel is full (it ends after what it holds; the rest is in the session's log,
+/// resumable while the log covers it). Every event a stream's channel had room for was held,
+/// of any size (200 lines of 256 KiB: 50 MiB; a tool's 64 KiB log lines pinned 1 GiB in one
+/// session's streams).
+#[tokio::test]
+async fn a_stream_its_client_does_not_read_holds_a_bounded_backlog() {
+    // Fewer than a stream's channel holds (256 and more): only their bytes let it go.
+    const LINES: usize = 200;
+    let mut s = http_settings();
+    s.limits.log_lines_burst = 1_000;
+    let loud = Tool::new(
+        "loud",
+        "Logs LINES lines of 256 KiB, then answers.",
+        |_: NoArgs, ctx: RequestContext| async move {
+            let line = "x".repeat(256 * 1024);
+            for _ in 0..LINES {
+                ctx.log(mcp_ws::model::LogLevel::Info, &line);
+            }
+            Ok::<_, ToolError>("done")
+        },
+    );
+    let server = start_with(s, |b| b.tool(loud));
+    let session = Endpoint::new(&server).initialize("2025-11-25").await;
+    let level = session
+        .request(json!(1), "logging/setLevel", json!({"level": "info"}))
+        .await;
+    assert_result(&level, &json!(1));
+    let response = send(session.post(&call(json!(2), "loud", json!({})))).await;
+    // Not read until the tool is done and everything it logged was offered to the stream.
+    wait_metric(&server, "mcp_workers", 0).await;
+    let mut events = Events::of(response);
+    let mut lines = 0;
+    let mut answered = false;
+    while let Some(event) = events.next().await {
+        if event.is_priming() {
+            continue;
+        }
+        let message = event.json();
+        if message["id"] == json!(2) {
+            answered = true;
+        } else {
+            assert_eq!(message["method"], "notifications/message", "{message}");
+            lines += 1;
+        }
+    }
+    assert!(
+        lines < LINES && !answered,
+        "the stream was let go: {lines} of {LINES} lines, answered: {answered}"
+    );
+    session.assert_alive().await;
 }
 
 #[tokio::test]
