@@ -449,7 +449,8 @@ impl Session {
             }
             None => registry.tool_handler(&p.name, &chooser, self.viewer(&era))?,
         };
-        let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
+        let progress_token =
+            self.fresh_progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         // Remembered for a retry by id in its session: session-era requests only (see
         // `on_request`).
@@ -657,7 +658,8 @@ impl Session {
                 uri: p.uri.clone().into_owned(),
             })?;
         let uri = uri.into_owned();
-        let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
+        let progress_token =
+            self.fresh_progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let binding = era.stateless().map(|m| {
             let binding =
@@ -735,7 +737,8 @@ impl Session {
                 argument: missing.to_owned(),
             });
         }
-        let progress_token = progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
+        let progress_token =
+            self.fresh_progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let binding = match era.stateless() {
             Some(m) => {
@@ -1074,6 +1077,31 @@ fn resource_error(error: ResourceError, uri: String) -> Error {
             },
             limit,
         },
+    }
+}
+
+impl Session {
+    /// A request's progress token ([`progress_token`]), refused as well when a request in
+    /// flight on this connection has it already (compared as written): the spec has tokens
+    /// unique among active requests, and two requests' progress under one token made the
+    /// client's go back and forth.
+    fn fresh_progress_token(&self, raw: Option<&RawValue>) -> Result<Option<ProgressToken>, Error> {
+        let token = progress_token(raw)?;
+        if let Some(token) = &token {
+            let text = token.as_raw().get();
+            let in_use = self.in_flight.values().any(|entry| {
+                entry
+                    .progress_token
+                    .as_ref()
+                    .is_some_and(|held| held.as_raw().get() == text)
+            });
+            if in_use {
+                return Err(Error::InvalidParams(
+                    "_meta.progressToken: a request in flight has it already".into(),
+                ));
+            }
+        }
+        Ok(token)
     }
 }
 

@@ -195,6 +195,55 @@ async fn a_notification_over_the_message_limit_is_dropped_and_counted() {
     assert_server_alive(&server).await;
 }
 
+/// Two requests in flight on a connection may not share a progress token (the spec has
+/// tokens unique among active requests): the second is -32602 and does not run; once the
+/// first is answered, the token is free again. (Both ran, and the client's progress under
+/// the token went back and forth.)
+#[tokio::test]
+async fn a_progress_token_in_flight_is_not_taken_by_another_request() {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let held = gate.clone();
+    let wait = Tool::new(
+        "wait",
+        "Waits for the test's gate",
+        move |_: NoArgs, _ctx: RequestContext| {
+            let gate = held.clone();
+            async move {
+                let _permit = gate
+                    .acquire()
+                    .await
+                    .map_err(|_| ToolError::failed("gate"))?;
+                Ok::<_, ToolError>("passed")
+            }
+        },
+    );
+    let server = start_with(settings(), |b| b.tool(wait));
+    let mut client = Client::initialized(&server).await;
+    let call = |id: i64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "wait", "arguments": {}, "_meta": {"progressToken": "same"}}})
+    };
+    client.send_json(call(1)).await;
+    wait_metric(&server, "mcp_workers", 1).await;
+    client.send_json(call(2)).await;
+    let refused = client.recv_response(&json!(2)).await;
+    let error = assert_error(&refused, &json!(2), -32602);
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("progressToken")),
+        "{refused}"
+    );
+    gate.add_permits(1);
+    let first = client.recv_response(&json!(1)).await;
+    assert_eq!(first["result"]["content"][0]["text"], "passed", "{first}");
+    wait_metric(&server, "mcp_workers", 0).await;
+    client.send_json(call(3)).await;
+    gate.add_permits(1);
+    let third = client.recv_response(&json!(3)).await;
+    assert_eq!(third["result"]["content"][0]["text"], "passed", "{third}");
+}
+
 #[tokio::test]
 async fn the_rate_per_identity_refuses_with_retry_after_and_recovers() {
     let mut s = settings();
