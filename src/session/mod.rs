@@ -641,9 +641,9 @@ impl Session {
         let outcome = if in_flight {
             Err(Error::DuplicateRequestId)
         } else if self.draining
-            && !Method::parse(&request.method).is_some_and(Method::runs_no_user_code)
+            && !Method::parse(&request.method).is_some_and(Method::answered_while_draining)
         {
-            // Only new work is refused: what runs no user code is still answered.
+            // Only new work is refused: what starts none is still answered.
             Err(Error::ShuttingDown)
         } else {
             let metrics = &self.shared.metrics;
@@ -1101,7 +1101,7 @@ impl Session {
         true
     }
 
-    /// Shutdown began: refuse new work (what runs no user code is still answered), let the
+    /// Shutdown began: refuse new work (what starts none is still answered), let the
     /// requests in flight finish, and end the listen streams gracefully (their result says
     /// so, and that they closed cleanly).
     pub fn begin_drain(&mut self, out: &mut dyn Outlet) {

@@ -167,7 +167,7 @@ impl Shared {
     }
 
     /// As [`open_session`](Self::open_session), and while the server drains too: for a
-    /// 2026-07-28 request that runs no user code (`tasks/get`, a list), answered then as a
+    /// 2026-07-28 request that starts no new work (`tasks/get`, a list), answered then as a
     /// session answers one, so that a task's client reads how it ends within the grace.
     ///
     /// # Errors

@@ -282,11 +282,11 @@ async fn stateless(
         Body::Message(_) => None,
     };
     // A stateless request holds a session slot while it runs: the same caps apply. While
-    // the server drains, one that runs no user code (`tasks/get`, a list) is still answered,
-    // as a session's is: a task's client reads how it ends within the grace.
-    let runs_no_user_code = matches!(&body, Body::Request(read)
-        if Method::parse(&read.request.method).is_some_and(Method::runs_no_user_code));
-    let slot = if runs_no_user_code {
+    // the server drains, one that starts no new work (`tasks/get`, a list) is still
+    // answered, as a session's is: a task's client reads how it ends within the grace.
+    let answered_while_draining = matches!(&body, Body::Request(read)
+        if Method::parse(&read.request.method).is_some_and(Method::answered_while_draining));
+    let slot = if answered_while_draining {
         shared.open_session_while_draining(&admission)?
     } else {
         shared.open_session(&admission)?

@@ -108,12 +108,12 @@ impl Method {
         )
     }
 
-    /// Whether the method starts no user code, only reading what the server holds or
-    /// steering a task already running: a draining server still answers it, since a client
+    /// Whether a draining server still answers the method: it starts no new work, only
+    /// reading what the server holds or steering a task already running, and a client
     /// finishing its last call may need it (the Python SDK lists the tools after a call, to
     /// check the result's schema), and a task runs on for the grace (its client polls it,
     /// answers its questions, or cancels it).
-    pub fn runs_no_user_code(self) -> bool {
+    pub fn answered_while_draining(self) -> bool {
         matches!(
             self,
             Self::Ping
