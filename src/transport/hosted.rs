@@ -1381,6 +1381,7 @@ impl HttpOutlet {
             })
             .is_ok()
     }
+
     /// Whether no stream is open and no POST waits: nothing holds the session.
     fn is_idle(&self) -> bool {
         self.streams
