@@ -10,11 +10,11 @@
 //! Every refusal carries a JSON-RPC error object with a null id in its body (what the official
 //! TypeScript SDK sends), so a client can show why; the status is what clients act on.
 //!
-//! Before all of these, on a TLS listener, a connection's handshake takes a place within its
-//! address's limit of handshakes in progress, and then every connection a place within its
-//! address's limit of open connections ([`address_gate`]); a connection over either is
-//! closed without an answer (nothing can be said before the handshake, nor before a
-//! request).
+//! Before all of these, as it is accepted, every connection takes a place within its
+//! address's limit of open connections, and then on a TLS listener its handshake a place
+//! within its address's limit of handshakes in progress ([`address_gate`]); a connection
+//! over either is closed without an answer (nothing can be said before a request, nor
+//! before the handshake).
 
 pub mod address_gate;
 pub mod auth;

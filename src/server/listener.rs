@@ -251,7 +251,7 @@ fn admit_connection(shared: &Shared, stream: &TcpStream) -> io::Result<Option<Ad
     );
     let gate = &shared.perimeter.open_connections;
     let refused = &shared.metrics.rejections.connection_ip_limit;
-    take_place(
+    pass_gate(
         gate,
         stream,
         refused,
@@ -265,7 +265,7 @@ fn admit_connection(shared: &Shared, stream: &TcpStream) -> io::Result<Option<Ad
 fn admit_handshake(shared: &Shared, stream: &TcpStream) -> io::Result<Option<AddressPlace>> {
     let gate = &shared.perimeter.handshakes;
     let refused = &shared.metrics.rejections.handshake_ip_limit;
-    take_place(
+    pass_gate(
         gate,
         stream,
         refused,
@@ -275,7 +275,7 @@ fn admit_handshake(shared: &Shared, stream: &TcpStream) -> io::Result<Option<Add
 
 /// A place at `gate` for `stream`'s peer, or the refusal, counted in `refused` and logged
 /// as the address having `what`.
-fn take_place(
+fn pass_gate(
     gate: &Arc<AddressGate>,
     stream: &TcpStream,
     refused: &Counter,

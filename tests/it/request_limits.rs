@@ -201,27 +201,11 @@ async fn a_notification_over_the_message_limit_is_dropped_and_counted() {
 /// the token went back and forth.)
 #[tokio::test]
 async fn a_progress_token_in_flight_is_not_taken_by_another_request() {
-    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let held = gate.clone();
-    let wait = Tool::new(
-        "wait",
-        "Waits for the test's gate",
-        move |_: NoArgs, _ctx: RequestContext| {
-            let gate = held.clone();
-            async move {
-                let _permit = gate
-                    .acquire()
-                    .await
-                    .map_err(|_| ToolError::failed("gate"))?;
-                Ok::<_, ToolError>("passed")
-            }
-        },
-    );
-    let server = start_with(settings(), |b| b.tool(wait));
+    let (server, gate) = start_with_gate(settings());
     let mut client = Client::initialized(&server).await;
     let call = |id: i64| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-               "params": {"name": "wait", "arguments": {}, "_meta": {"progressToken": "same"}}})
+               "params": {"name": "hold", "arguments": {}, "_meta": {"progressToken": "same"}}})
     };
     client.send_json(call(1)).await;
     wait_metric(&server, "mcp_workers", 1).await;
@@ -236,12 +220,12 @@ async fn a_progress_token_in_flight_is_not_taken_by_another_request() {
     );
     gate.add_permits(1);
     let first = client.recv_response(&json!(1)).await;
-    assert_eq!(first["result"]["content"][0]["text"], "passed", "{first}");
+    assert_eq!(first["result"]["content"][0]["text"], "released", "{first}");
     wait_metric(&server, "mcp_workers", 0).await;
     client.send_json(call(3)).await;
     gate.add_permits(1);
     let third = client.recv_response(&json!(3)).await;
-    assert_eq!(third["result"]["content"][0]["text"], "passed", "{third}");
+    assert_eq!(third["result"]["content"][0]["text"], "released", "{third}");
 }
 
 #[tokio::test]
