@@ -577,7 +577,8 @@ impl RequestContext {
         if level < floor || !inner.log_budget.take(&inner.inbox) {
             return;
         }
-        let Ok(data) = serde_json::to_value(data) else {
+        // Written here, once: the session's queue bounds the bytes it holds (see `Inbox`).
+        let Ok(data) = serde_json::value::to_raw_value(&data) else {
             return;
         };
         inner.inbox.post(SessionEvent::Log {
@@ -1043,7 +1044,10 @@ impl ContextProbe {
     /// Log lines so far, as `(level, data)`; reading takes them.
     pub fn logs(&self) -> Vec<(LogLevel, Value)> {
         self.take(|event| match event {
-            SessionEvent::Log { level, data, .. } => Some((*level, data.clone())),
+            SessionEvent::Log { level, data, .. } => Some((
+                *level,
+                serde_json::from_str(data.get()).unwrap_or(Value::Null),
+            )),
             _ => None,
         })
     }

@@ -971,6 +971,10 @@ pub struct Limits {
     /// Notifications (progress, log lines) a session may have queued for a client that
     /// does not keep up; more are dropped until it catches up.
     pub max_queued_notifications: usize,
+    /// What those queued notifications' data and messages may come to, in bytes; past it
+    /// they are dropped too. A tool's lines are of any size, up to `max_message_bytes`: by
+    /// number alone, one WebSocket session whose client stopped reading held 4096 of them.
+    pub max_queued_notification_bytes: u64,
     /// Requests per identity and second (a token bucket shared by all of an identity's
     /// sessions on this node).
     pub rate: RateSettings,
@@ -1148,6 +1152,7 @@ impl Default for Limits {
             log_lines_per_second: 100,
             log_lines_burst: 200,
             max_queued_notifications: 4096,
+            max_queued_notification_bytes: 16 << 20,
             rate: RateSettings::default(),
         }
     }
@@ -1516,6 +1521,10 @@ impl Settings {
             (
                 "limits.max_queued_notifications",
                 l.max_queued_notifications as u64,
+            ),
+            (
+                "limits.max_queued_notification_bytes",
+                l.max_queued_notification_bytes,
             ),
             ("limits.rate.max_identities", l.rate.max_identities as u64),
             (

@@ -13,12 +13,14 @@
 //! exactly one outcome; at most `max_in_flight_per_session` requests to the client
 //! outstanding, counted here). Those rates still add up while the session is not drained (a
 //! WebSocket client that stops reading stalls its session), so notifications (progress, log
-//! lines) are also capped in the queue (`limits.max_queued_notifications`): past it they are
-//! dropped, and counted. Outcomes and client requests are never dropped; their number is
-//! bounded at their source.
+//! lines) are also capped in the queue, in number (`limits.max_queued_notifications`) and in
+//! the bytes of their data and messages (`limits.max_queued_notification_bytes`): past either
+//! they are dropped, and counted. Outcomes and client requests are never dropped; their
+//! number is bounded at their source, and an outcome's size by `limits.max_message_bytes`.
 
 use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::mcp::{Error, LogLevel};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -44,7 +46,9 @@ pub enum SessionEvent {
         serial: RequestSerial,
         level: LogLevel,
         logger: Option<String>,
-        data: Value,
+        /// The line's data as JSON, written by the tool's context: its size is known while
+        /// it waits in the queue, and it is written once.
+        data: Box<RawValue>,
     },
     /// A tool asks the client something (`roots/list`, `sampling/createMessage`,
     /// `elicitation/create`).
@@ -149,10 +153,17 @@ impl Changes {
 }
 
 impl SessionEvent {
-    /// Whether the client can do without it: a progress report (a later one supersedes it)
-    /// or a log line. Only these are dropped when the queue is full.
-    fn is_notification(&self) -> bool {
-        matches!(self, Self::Progress { .. } | Self::Log { .. })
+    /// For what the client can do without (a progress report: a later one supersedes it; a
+    /// log line), the bytes it holds that a tool chose (its message, its data and logger);
+    /// `None` for the rest. Only notifications are dropped when the queue is full.
+    fn notification_bytes(&self) -> Option<usize> {
+        match self {
+            Self::Progress { message, .. } => Some(message.as_ref().map_or(0, String::len)),
+            Self::Log { logger, data, .. } => {
+                Some(data.get().len() + logger.as_ref().map_or(0, String::len))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -162,7 +173,8 @@ impl SessionEvent {
 pub struct Dropped {
     /// Log lines over their request's budget (`limits.log_lines_per_second`).
     pub log_lines: u64,
-    /// Notifications over `limits.max_queued_notifications`.
+    /// Notifications over `limits.max_queued_notifications` or
+    /// `limits.max_queued_notification_bytes`.
     pub queued_notifications: u64,
     /// Requests to the client refused by `limits.max_in_flight_per_session`.
     pub client_requests: u64,
@@ -176,9 +188,12 @@ pub struct Dropped {
 #[derive(Debug)]
 pub struct Inbox {
     events: RefCell<VecDeque<SessionEvent>>,
-    /// Notifications among `events`.
-    queued_notifications: Cell<usize>,
-    max_queued_notifications: usize,
+    /// Notifications among `events`, and the bytes of their data and messages. (Numbers of
+    /// 32 bits: four of them take the room two `usize`s took, see above.)
+    queued_notifications: Cell<u32>,
+    queued_notification_bytes: Cell<u32>,
+    max_queued_notifications: u32,
+    max_queued_notification_bytes: u32,
     dropped: Cell<Dropped>,
     waker: RefCell<Option<Waker>>,
     changes: Cell<Changes>,
@@ -206,19 +221,25 @@ pub struct Inbox {
 }
 
 impl Default for Inbox {
-    /// An inbox with no cap on queued notifications (for tests).
+    /// An inbox with no cap on queued notifications (for tests, and task runners, whose
+    /// contexts send none).
     fn default() -> Self {
-        Self::new(usize::MAX)
+        Self::new(usize::MAX, u64::MAX)
     }
 }
 
 impl Inbox {
-    /// An inbox holding at most `max_queued_notifications` notifications at once.
-    pub fn new(max_queued_notifications: usize) -> Self {
+    /// An inbox holding at most `max_queued_notifications` notifications at once, whose
+    /// data and messages come to at most `max_queued_notification_bytes` (each beyond 32 bits
+    /// taken as no cap).
+    pub fn new(max_queued_notifications: usize, max_queued_notification_bytes: u64) -> Self {
         Self {
             events: RefCell::default(),
             queued_notifications: Cell::new(0),
-            max_queued_notifications,
+            queued_notification_bytes: Cell::new(0),
+            max_queued_notifications: u32::try_from(max_queued_notifications).unwrap_or(u32::MAX),
+            max_queued_notification_bytes: u32::try_from(max_queued_notification_bytes)
+                .unwrap_or(u32::MAX),
             dropped: Cell::default(),
             waker: RefCell::default(),
             changes: Cell::default(),
@@ -235,18 +256,25 @@ impl Inbox {
     }
 
     /// Posts an event; wakes the session if it sleeps. A notification is dropped (and
-    /// counted) when the queue holds its maximum of them already.
+    /// counted) when the queue holds its maximum of them already, or it would take the
+    /// queue's notifications past their maximum of bytes.
     pub fn post(&self, event: SessionEvent) {
         if self.closed.get() {
             return;
         }
-        if event.is_notification() {
+        if let Some(bytes) = event.notification_bytes() {
             let queued = self.queued_notifications.get();
-            if queued >= self.max_queued_notifications {
+            // Over 4 GiB is over any limit the counter can hold: dropped as well.
+            let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+            let queued_bytes = self.queued_notification_bytes.get().saturating_add(bytes);
+            if queued >= self.max_queued_notifications
+                || queued_bytes > self.max_queued_notification_bytes
+            {
                 self.count(|d| d.queued_notifications += 1);
                 return;
             }
             self.queued_notifications.set(queued + 1);
+            self.queued_notification_bytes.set(queued_bytes);
         }
         self.events.borrow_mut().push_back(event);
         self.wake();
@@ -255,9 +283,14 @@ impl Inbox {
     /// The next event, oldest first.
     pub fn take_event(&self) -> Option<SessionEvent> {
         let event = self.events.borrow_mut().pop_front()?;
-        if event.is_notification() {
+        if let Some(bytes) = event.notification_bytes() {
             self.queued_notifications
                 .set(self.queued_notifications.get() - 1);
+            // As counted when posted; saturating as the count did (an inbox without a cap
+            // can be posted more than 32 bits count).
+            let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+            self.queued_notification_bytes
+                .set(self.queued_notification_bytes.get().saturating_sub(bytes));
         }
         Some(event)
     }
@@ -472,6 +505,7 @@ impl Inbox {
         self.events.borrow_mut().clear();
         self.interests.borrow_mut().clear();
         self.queued_notifications.set(0);
+        self.queued_notification_bytes.set(0);
         self.updated.borrow_mut().clear();
         self.waker.borrow_mut().take();
     }
@@ -504,4 +538,83 @@ pub struct TaskNote {
     pub tool: String,
     /// What `tasks/get` shows of it (the members of a JSON object).
     pub fields: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Inbox, SessionEvent};
+    use crate::protocol::jsonrpc::RequestId;
+    use serde_json::value::to_raw_value;
+
+    fn progress(message: &str) -> SessionEvent {
+        SessionEvent::Progress {
+            id: RequestId::from_number(1),
+            serial: 1,
+            progress: 1.0,
+            total: None,
+            message: Some(message.to_owned()),
+        }
+    }
+
+    fn log(data: &str, logger: &str) -> SessionEvent {
+        SessionEvent::Log {
+            id: RequestId::from_number(1),
+            serial: 1,
+            level: crate::protocol::mcp::LogLevel::Info,
+            logger: Some(logger.to_owned()),
+            data: to_raw_value(data).expect("a string is JSON"),
+        }
+    }
+
+    #[test]
+    fn notifications_are_held_within_their_bytes_and_give_them_back_when_taken() {
+        // A progress message of 6 bytes and a line of 4 (`"ab"` with its quotes, no logger)
+        // leave one byte of 11.
+        let inbox = Inbox::new(100, 11);
+        inbox.post(progress("123456"));
+        inbox.post(log("ab", ""));
+        assert_eq!(inbox.take_dropped().queued_notifications, 0);
+        // Two bytes, and an empty line (2) of a one-byte logger: both over, dropped, counted.
+        inbox.post(progress("12"));
+        inbox.post(log("", "l"));
+        assert_eq!(inbox.take_dropped().queued_notifications, 2);
+        // One byte fits.
+        inbox.post(progress("1"));
+        assert_eq!(inbox.take_dropped().queued_notifications, 0);
+        // Taken, the progress message gives its 6 bytes back: 6 fit again, 7 do not.
+        assert!(matches!(
+            inbox.take_event(),
+            Some(SessionEvent::Progress { .. })
+        ));
+        inbox.post(progress("1234567"));
+        assert_eq!(inbox.take_dropped().queued_notifications, 1);
+        inbox.post(progress("123456"));
+        assert_eq!(inbox.take_dropped().queued_notifications, 0);
+        let mut left = 0;
+        while inbox.take_event().is_some() {
+            left += 1;
+        }
+        assert_eq!(left, 3);
+        // Empty, the queue takes its whole budget at once, then nothing more.
+        inbox.post(progress("12345678901"));
+        inbox.post(progress(""));
+        inbox.post(progress("1"));
+        assert_eq!(inbox.take_dropped().queued_notifications, 1);
+    }
+
+    #[test]
+    fn what_is_not_a_notification_is_never_dropped_for_bytes() {
+        let inbox = Inbox::new(1, 0);
+        inbox.post(SessionEvent::ClientRequestAbandoned {
+            server_id: 1,
+            reason: "test",
+        });
+        inbox.post(progress(""));
+        assert_eq!(inbox.take_dropped().queued_notifications, 0);
+        inbox.post(progress("x"));
+        assert_eq!(inbox.take_dropped().queued_notifications, 1);
+        assert!(inbox.take_event().is_some());
+        assert!(inbox.take_event().is_some());
+        assert!(inbox.take_event().is_none());
+    }
 }

@@ -374,7 +374,11 @@ impl Session {
         admission: Admission,
         (last_client_info, last_client_capabilities): stateless::ParseCaches,
     ) -> Self {
-        let inbox = Rc::new(Inbox::new(shared.settings.limits.max_queued_notifications));
+        let limits = &shared.settings.limits;
+        let inbox = Rc::new(Inbox::new(
+            limits.max_queued_notifications,
+            limits.max_queued_notification_bytes,
+        ));
         inbox.set_log_level(shared.client_log_level);
         inbox.set_client_request_limit(shared.settings.limits.max_in_flight_per_session);
         let raw_params = shared.guard.needs_raw_params(&admission);

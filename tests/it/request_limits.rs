@@ -16,7 +16,10 @@
 //!   exactly as an unknown method (-32601); notifications are not affected.
 //! - A tool's log lines over its budget (`limits.log_lines_per_second`/`log_lines_burst`) are
 //!   dropped and counted; lines below the session's level do not use the budget.
-//! - Notifications over `limits.max_queued_notifications` are dropped, not queued.
+//! - Notifications over `limits.max_queued_notifications`, or whose data would take the
+//!   queue past `limits.max_queued_notification_bytes`, are dropped, not queued; a WebSocket
+//!   client that stops reading while a tool logs large lines is sent every line it is not
+//!   told was dropped.
 //! - A tool's requests to the client past `limits.max_in_flight_per_session` outstanding fail
 //!   at once in the tool, without reaching the client, and are counted.
 //! - A subscribed URI over `limits.max_subscription_uri_bytes` gets -32602.
@@ -521,6 +524,98 @@ async fn notifications_past_the_queue_cap_are_dropped_not_held() {
     wait_metric(&server, &dropped("queued_notifications"), 90).await;
     // Drained, the queue takes notifications again.
     assert_eq!(log_lines_of(&mut client, 10, 0).await.len(), 10);
+    assert_server_alive(&server).await;
+}
+
+#[tokio::test]
+async fn notifications_past_the_queues_bytes_are_dropped_not_held() {
+    let mut s = settings();
+    s.limits.log_lines_per_second = 0;
+    // Each line's data is `"info N"`, 8 bytes for N < 10: ten of them fit, with room for
+    // less than another.
+    s.limits.max_queued_notification_bytes = 10 * 8 + 7;
+    let server = with_chatty(s);
+    let mut client = Client::initialized(&server).await;
+    // The tool runs to its end before its session drains the queue.
+    let lines = log_lines_of(&mut client, 100, 0).await;
+    assert_eq!(lines.len(), 10, "{lines:?}");
+    assert_eq!(lines[9]["params"]["data"], "info 9");
+    wait_metric(&server, &dropped("queued_notifications"), 90).await;
+    // Drained, the queue's bytes are given back: it takes as many lines again.
+    assert_eq!(log_lines_of(&mut client, 10, 0).await.len(), 10);
+    assert_server_alive(&server).await;
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct WordyArgs {
+    lines: usize,
+    bytes: usize,
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_held_at_most_the_queues_bytes_of_large_lines() {
+    const LINES: usize = 2000;
+    const BYTES: usize = 64 << 10;
+    let mut s = settings();
+    s.limits.log_lines_per_second = 0;
+    let done = std::sync::Arc::new(tokio::sync::Notify::new());
+    let told = done.clone();
+    // Logs its lines a millisecond apart: its session drains them as they come, as long as
+    // its socket takes them.
+    let wordy = move |args: WordyArgs, ctx: RequestContext| {
+        let done = told.clone();
+        async move {
+            let line = "x".repeat(args.bytes);
+            for _ in 0..args.lines {
+                ctx.log(LogLevel::Info, &line);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            done.notify_one();
+            Ok::<_, ToolError>("logged".to_owned())
+        }
+    };
+    let server = start_with(s, |b| {
+        b.tool(Tool::new("wordy", "Logs large lines.", wordy))
+    });
+    let mut client = Client::initialized(&server).await;
+    let call = client.fresh_id();
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":call,"method":"tools/call",
+            "params":{"name":"wordy","arguments":{"lines":LINES,"bytes":BYTES}}}))
+        .await;
+    // 125 MiB of lines, not one read until the tool is done: what the socket's buffers do
+    // not take waits in the session's queue, up to its 16 MiB.
+    done.notified().await;
+    let mut delivered = 0;
+    let response = loop {
+        let message = client.recv().await;
+        if message.get("id") == Some(&call) {
+            break message;
+        }
+        assert_eq!(message["method"], "notifications/message");
+        assert_eq!(
+            message["params"]["data"].as_str().map(str::len),
+            Some(BYTES)
+        );
+        delivered += 1;
+    };
+    assert_eq!(
+        response["result"]["content"][0]["text"], "logged",
+        "{response}"
+    );
+    // Every line was sent or counted as dropped; most were dropped (without the queue's
+    // bytes bounded, none was: 2000 lines are fewer than the 4096 it holds).
+    wait_metric(
+        &server,
+        &dropped("queued_notifications"),
+        (LINES - delivered) as u64,
+    )
+    .await;
+    assert!(
+        delivered < LINES / 2,
+        "{delivered} of {LINES} lines delivered"
+    );
+    client.expect_nothing_pending().await;
     assert_server_alive(&server).await;
 }
 

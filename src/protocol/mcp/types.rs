@@ -6,7 +6,6 @@ use crate::protocol::mcp::bounded::Bounded;
 use crate::protocol::mcp::methods::{Method, Target};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::Value;
 use std::borrow::Cow;
 
 /// Parses a JSON object (params, or a tool's arguments) straight into `T`; absent reads as
@@ -363,7 +362,8 @@ pub struct LoggingMessageParams<'a> {
     pub level: LogLevel,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logger: Option<&'a str>,
-    pub data: &'a Value,
+    /// Written already, by the tool's context.
+    pub data: &'a RawValue,
 }
 
 #[cfg(test)]
