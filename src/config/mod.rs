@@ -343,7 +343,8 @@ pub struct SessionSettings {
     /// SSE events an HTTP session keeps for `Last-Event-ID` resumption.
     pub event_buffer_messages: usize,
     /// The bytes of those events' data at most: the oldest go first beyond it (one larger
-    /// alone is not kept).
+    /// alone is not kept). Also what a session's open streams may hold that their client has
+    /// not read yet, together, and at least four times `limits.max_message_bytes`.
     pub event_buffer_bytes: usize,
     /// How long an SSE event is kept for resumption, in ms.
     pub event_buffer_age_ms: u64,

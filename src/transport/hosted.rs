@@ -22,6 +22,7 @@
 
 use super::awaited::{answer_ids, lost_answer, Awaited};
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
+use super::feed::{Budget, Feed, FeedReader, Refused};
 use super::socket_record::{self, KeepsRecord, Kept, RecordWritten, SocketRecord};
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
 use crate::cluster::Cluster;
@@ -40,7 +41,7 @@ use actix_web_actors::ws::CloseCode;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// Events a stream's reader may lag behind before it is cut off (it can then resume from the
 /// log); the log, not this, is what bounds what a session holds.
@@ -55,45 +56,7 @@ pub enum PostReply {
     /// The answer, as a JSON body.
     Json(String),
     /// An SSE stream: what the exchange sends, ending with its answer.
-    Stream(mpsc::Receiver<ReaderEvent>),
-}
-
-/// An event on its way to a stream's reader, counted in its session's bytes queued for its
-/// readers until the reader takes it (or goes): the live events a client does not read come
-/// to a bounded total (see [`HttpOutlet::offer`]).
-#[derive(Debug)]
-pub struct ReaderEvent {
-    /// The event.
-    pub event: SseEvent,
-    /// Its bytes, given back when it is dropped. `None`: not counted: a priming event; a
-    /// replay from the session's log (whose events the log holds anyway, and bounds) or its
-    /// mirror's (bounded as it is read), each of which the channel has room for whole; and
-    /// what another node's stream hands on, which waits for room.
-    _queued: Option<QueuedBytes>,
-}
-
-/// Bytes counted in a session's queued total while they are held.
-#[derive(Debug)]
-struct QueuedBytes {
-    total: Arc<std::sync::atomic::AtomicUsize>,
-    bytes: usize,
-}
-
-impl Drop for QueuedBytes {
-    fn drop(&mut self) {
-        self.total
-            .fetch_sub(self.bytes, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-impl ReaderEvent {
-    /// An event not counted (see `_queued`).
-    fn uncounted(event: SseEvent) -> Self {
-        Self {
-            event,
-            _queued: None,
-        }
-    }
+    Stream(FeedReader),
 }
 
 /// A message from the client, in a POST: exchange it and answer through `reply`.
@@ -113,7 +76,7 @@ pub struct OpenStream {
     /// The parsed `Last-Event-ID`, if any.
     pub resume: Option<Cursor>,
     /// The stream, or why it cannot be served.
-    pub reply: oneshot::Sender<Result<mpsc::Receiver<ReaderEvent>, ReplayError>>,
+    pub reply: oneshot::Sender<Result<FeedReader, ReplayError>>,
 }
 
 /// A `DELETE`: the client ends the session. Answered whether it did: a WebSocket session
@@ -433,12 +396,14 @@ impl HostedSession {
             prime: false,
             session_stream: 0,
             mirror: None,
-            queued: Arc::default(),
             // Room for a few answers of the largest size at once: a client that reads is not
             // let go for a burst.
-            max_queued: sessions
-                .event_buffer_bytes
-                .max(shared.settings.limits.max_message_bytes.saturating_mul(4)),
+            budget: Budget::new(
+                sessions
+                    .event_buffer_bytes
+                    .max(shared.settings.limits.max_message_bytes.saturating_mul(4)),
+            ),
+            ended: Vec::new(),
         });
         let in_redis = shared.settings.sessions_in_redis();
         let base = shared.cluster.node_base();
@@ -526,7 +491,7 @@ impl HostedSession {
     fn resume_from_mirror(
         &mut self,
         cursor: Cursor,
-        reply: oneshot::Sender<Result<mpsc::Receiver<ReaderEvent>, ReplayError>>,
+        reply: oneshot::Sender<Result<FeedReader, ReplayError>>,
         ctx: &mut Context<Self>,
     ) {
         let cluster = self.shared.cluster.clone();
@@ -580,19 +545,20 @@ impl HostedSession {
                 return;
             }
             let backlog = std::mem::take(&mut mirrored.events);
-            let (tx, rx) = http.reader(cursor.stream, Some(cursor), backlog.len());
-            // A replay is not counted (see `ReaderEvent`): the channel has room for all of it.
+            let (feed, rx) = http.reader(cursor.stream, Some(cursor), backlog.len());
+            // A replay is not counted (the mirror is read for it, and it bounds what it
+            // keeps): the queue has room for all of it.
             for event in backlog {
-                let _ = tx.try_send(ReaderEvent::uncounted(event));
+                feed.push_uncounted(event);
             }
             if !mirrored.finished {
                 if super::mirror::is_get_stream(cursor.stream) {
                     // Another node's GET stream: what the session hears from now on comes
                     // on this node's own.
                     let stream = http.session_stream;
-                    http.streams.entry(stream).or_default().reader = Some(tx);
+                    http.streams.entry(stream).or_default().reader = Some(feed);
                 } else {
-                    actix::spawn(follow_mirror(cluster, key, cursor.stream, mirrored, tx));
+                    actix::spawn(follow_mirror(cluster, key, cursor.stream, mirrored, feed));
                 }
             }
             let _ = reply.send(Ok(rx));
@@ -1323,7 +1289,7 @@ impl Outlet for SocketOutlet {
 #[derive(Default)]
 struct StreamState {
     waiting: Option<oneshot::Sender<PostReply>>,
-    reader: Option<mpsc::Sender<ReaderEvent>>,
+    reader: Option<Feed>,
     /// With sessions in Redis: the ids of the POST's requests (JSON array), told to the
     /// mirror when the POST becomes a stream; `None` once told (or never needed).
     ids: Option<String>,
@@ -1347,46 +1313,94 @@ pub struct HttpOutlet {
     streams: HashMap<u64, StreamState>,
     /// Whether new streams start with a priming event (2025-11-25 sessions).
     prime: bool,
-    /// The bytes of the events handed to the session's readers and not taken yet.
-    queued: Arc<std::sync::atomic::AtomicUsize>,
-    /// How many they may come to: `sessions.event_buffer_bytes`, and at least four times
-    /// `limits.max_message_bytes` (16 MiB by default).
-    max_queued: usize,
+    /// What the live events its streams hold for their readers may come to:
+    /// `sessions.event_buffer_bytes`, and at least four times `limits.max_message_bytes`
+    /// (16 MiB by default), and one event more for a stream that holds none (see
+    /// [`Feed::offer`]).
+    budget: Arc<Budget>,
+    /// Streams over (answered, or closed) whose readers still hold live events: let go as
+    /// open ones are when the session's streams hold their budget.
+    ended: Vec<Feed>,
+}
+
+/// A stream whose reader holds live events.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    /// An open stream, by number.
+    Open(u64),
+    /// One over, by its place in `HttpOutlet::ended`.
+    Ended(usize),
 }
 
 impl HttpOutlet {
-    /// Hands `event` to a stream's `reader`; false when it has no room, or the session's
-    /// readers hold `max_queued` bytes not taken yet (at least one event, however large,
-    /// may wait): a client that does not read held every event of every stream, each of a
-    /// POST's stream's 256 and more, of any size (a tool's 64 KiB log lines pinned 1 GiB in
-    /// one session). Such a reader is let go as one whose channel is full: the client
-    /// resumes the stream from the session's log with `Last-Event-ID`.
-    fn offer(&self, reader: &mpsc::Sender<ReaderEvent>, event: SseEvent) -> bool {
-        use std::sync::atomic::Ordering;
-        let bytes = event.data.len() + event.id.len();
-        let before = self.queued.fetch_add(bytes, Ordering::Relaxed);
-        // Counted from here: dropped (refused, or once the reader takes it), it gives its
-        // bytes back.
-        let queued = QueuedBytes {
-            total: self.queued.clone(),
-            bytes,
-        };
-        if before > 0 && before + bytes > self.max_queued {
-            return false;
+    /// Hands `event` to `stream`'s reader, if it has one. A reader that holds its most
+    /// events is let go (its client reads too slowly), as one gone is. One that holds events
+    /// when the session's streams hold their budget is let go too, or rather the stream
+    /// that holds the most is, its events dropped at once, and this one's offered again: a
+    /// client that does not read held every event of every stream, of any size (a tool's
+    /// 64 KiB log lines pinned 1 GiB in one session). A stream let go ends; its client
+    /// resumes it from the session's log with `Last-Event-ID`.
+    fn offer(&mut self, stream: u64, mut event: SseEvent) {
+        loop {
+            let Some(feed) = self.streams.get(&stream).and_then(|s| s.reader.as_ref()) else {
+                return;
+            };
+            let refused = match feed.offer(event) {
+                Ok(()) => return,
+                Err((Refused::OverBudget, refused)) => refused,
+                Err((Refused::Full | Refused::Unread, _)) => {
+                    self.let_go(stream);
+                    return;
+                }
+            };
+            let open = self
+                .streams
+                .iter()
+                .filter_map(|(id, state)| Some((Holder::Open(*id), state.reader.as_ref()?.held())));
+            let ended = self
+                .ended
+                .iter()
+                .enumerate()
+                .map(|(at, feed)| (Holder::Ended(at), feed.held()));
+            let largest = open
+                .chain(ended)
+                .max_by_key(|(_, held)| *held)
+                .map_or(Holder::Open(stream), |(holder, _)| holder);
+            match largest {
+                Holder::Open(largest) => {
+                    self.let_go(largest);
+                    if largest == stream {
+                        return;
+                    }
+                }
+                Holder::Ended(at) => self.ended.swap_remove(at).cut(),
+            }
+            event = refused;
         }
-        reader
-            .try_send(ReaderEvent {
-                event,
-                _queued: Some(queued),
-            })
-            .is_ok()
+    }
+
+    /// Lets `stream`'s reader go: what it holds is dropped, and it ends.
+    fn let_go(&mut self, stream: u64) {
+        if let Some(feed) = self.streams.get_mut(&stream).and_then(|s| s.reader.take()) {
+            feed.cut();
+        }
+    }
+
+    /// A stream is over: its reader ends after what it holds, and until it has taken that,
+    /// the stream may still be let go (see [`offer`](Self::offer)).
+    fn end_reader(&mut self, feed: Feed) {
+        feed.end();
+        self.ended.retain(|f| f.held() > 0 && !f.is_unread());
+        if feed.held() > 0 {
+            self.ended.push(feed);
+        }
     }
 
     /// Whether no stream is open and no POST waits: nothing holds the session.
     fn is_idle(&self) -> bool {
         self.streams
             .values()
-            .all(|s| s.waiting.is_none() && s.reader.as_ref().is_none_or(|r| r.is_closed()))
+            .all(|s| s.waiting.is_none() && s.reader.as_ref().is_none_or(Feed::is_unread))
     }
 
     /// A fresh reader channel for `stream`, primed when the session's version wants it.
@@ -1397,19 +1411,19 @@ impl HttpOutlet {
         stream: u64,
         resumed_from: Option<Cursor>,
         backlog: usize,
-    ) -> (mpsc::Sender<ReaderEvent>, mpsc::Receiver<ReaderEvent>) {
-        let (tx, rx) = mpsc::channel(backlog + READER_SLACK);
+    ) -> (Feed, FeedReader) {
+        let (feed, reader) = super::feed::feed(backlog + READER_SLACK + 1, self.budget.clone());
         if self.prime {
             let id = match resumed_from {
                 Some(cursor) => format!("{}_{}", cursor.stream, cursor.count),
                 None => self.log.current_id(stream),
             };
-            let _ = tx.try_send(ReaderEvent::uncounted(SseEvent {
+            feed.push_uncounted(SseEvent {
                 id,
                 data: Arc::from(""),
-            }));
+            });
         }
-        (tx, rx)
+        (feed, reader)
     }
 
     /// Logs an event of `stream` and hands it to its reader, if it has one that keeps up.
@@ -1424,19 +1438,13 @@ impl HttpOutlet {
                 .unwrap_or(0);
             mirror.event(stream, count, event.data.clone());
         }
-        let Some(reader) = self.streams.get(&stream).and_then(|s| s.reader.as_ref()) else {
-            return;
-        };
-        if !self.offer(reader, event) {
-            // Gone or too slow: the client resumes from the log with Last-Event-ID.
-            if let Some(state) = self.streams.get_mut(&stream) {
-                state.reader = None;
-            }
-        }
+        // Gone or too slow, its reader is let go: the client resumes from the log with
+        // Last-Event-ID.
+        self.offer(stream, event);
     }
 
     /// Opens the session stream, or resumes a stream after `resume`.
-    fn open(&mut self, resume: Option<Cursor>) -> Result<mpsc::Receiver<ReaderEvent>, ReplayError> {
+    fn open(&mut self, resume: Option<Cursor>) -> Result<FeedReader, ReplayError> {
         let stream = resume.map_or(self.session_stream, |c| c.stream);
         if resume.is_none() {
             if let Some(mirror) = &self.mirror {
@@ -1447,15 +1455,19 @@ impl HttpOutlet {
             Some(cursor) => self.log.replay(cursor)?,
             None => Vec::new(),
         };
-        let (tx, rx) = self.reader(stream, resume, backlog.len());
-        // A replay is not counted (see `ReaderEvent`): the channel has room for all of it.
+        let (feed, rx) = self.reader(stream, resume, backlog.len());
+        // A replay is not counted (the log holds its events anyway, and bounds them): the
+        // queue has room for all of it.
         for event in backlog {
-            let _ = tx.try_send(ReaderEvent::uncounted(event));
+            feed.push_uncounted(event);
         }
         // A finished stream (its answer is in the backlog) ends after the replay; an open
-        // one goes on live, replacing any reader it had.
+        // one goes on live, replacing any reader it had (let go: what it held is in the
+        // replay).
         if stream == self.session_stream || !self.log.is_finished(stream) {
-            self.streams.entry(stream).or_default().reader = Some(tx);
+            if let Some(replaced) = self.streams.entry(stream).or_default().reader.replace(feed) {
+                replaced.cut();
+            }
         }
         Ok(rx)
     }
@@ -1463,10 +1475,13 @@ impl HttpOutlet {
     /// The exchange is over without an answer (notifications only, or cancelled).
     fn close(&mut self, exchange: u64) {
         if let Some(mut state) = self.streams.remove(&exchange) {
+            if let Some(feed) = state.reader.take() {
+                self.end_reader(feed);
+            }
             if let Some(waiting) = state.waiting.take() {
                 let reply = if state.owes_answer {
                     // Its sender dropped at once: a stream that ends with no event.
-                    PostReply::Stream(mpsc::channel(1).1)
+                    PostReply::Stream(FeedReader::ended())
                 } else {
                     PostReply::Accepted
                 };
@@ -1524,10 +1539,10 @@ impl Outlet for HttpOutlet {
             }
             // Something comes before the answer: the POST becomes an SSE stream.
             Some(waiting) => {
-                let (tx, rx) = self.reader(stream, None, 0);
+                let (feed, rx) = self.reader(stream, None, 0);
                 if waiting.send(PostReply::Stream(rx)).is_ok() {
                     if let Some(state) = self.streams.get_mut(&stream) {
-                        state.reader = Some(tx);
+                        state.reader = Some(feed);
                     }
                 }
                 if let (Some(mirror), Some(state)) = (&self.mirror, self.streams.get_mut(&stream)) {
@@ -1540,7 +1555,13 @@ impl Outlet for HttpOutlet {
         self.stream_event(stream, frame);
         if answer {
             // The stream ends after its answer: dropping the reader closes the response.
-            let mirrored = self.streams.remove(&stream).is_some_and(|s| s.mirrored);
+            let mut mirrored = false;
+            if let Some(state) = self.streams.remove(&stream) {
+                mirrored = state.mirrored;
+                if let Some(feed) = state.reader {
+                    self.end_reader(feed);
+                }
+            }
             self.finish_mirrored(stream, mirrored);
             self.log.finish(stream);
         }
@@ -1584,12 +1605,15 @@ fn request_ids(text: &str) -> String {
 
 /// Follows a POST's stream another node runs, from its mirror, until its answer; if that
 /// node is found dead first, answers each of the stream's requests with an error saying so.
+/// Its events are counted in the session's budget as a live stream's are; where a live
+/// stream would be let go, this one waits for its reader to take what it holds (the mirror
+/// keeps the rest).
 async fn follow_mirror(
     cluster: Arc<Cluster>,
     key: String,
     stream: u64,
     mut mirrored: Mirrored,
-    reader: mpsc::Sender<ReaderEvent>,
+    reader: Feed,
 ) {
     let cursor = Cursor {
         stream,
@@ -1611,7 +1635,7 @@ async fn follow_mirror(
         let quiet = entries.is_empty();
         mirrored.take(cursor, entries);
         for event in mirrored.events.drain(sent..) {
-            if reader.send(ReaderEvent::uncounted(event)).await.is_err() {
+            if !hand_on(&reader, event).await {
                 return;
             }
         }
@@ -1620,7 +1644,7 @@ async fn follow_mirror(
             // from its last event is refused rather than given the events after the gap.
             return;
         }
-        if mirrored.finished || reader.is_closed() {
+        if mirrored.finished || reader.is_unread() {
             return;
         }
         if quiet && redis.is_alive(&cluster.metrics, node).await == Some(false) {
@@ -1639,9 +1663,25 @@ async fn follow_mirror(
             id: format!("{stream}_{}", mirrored.count),
             data: Arc::from(lost_answer(id, &Error::NodeLost)),
         };
-        if reader.send(ReaderEvent::uncounted(event)).await.is_err() {
+        if !hand_on(&reader, event).await {
             return;
         }
+    }
+}
+
+/// How often a follower whose reader has no room for its next event looks again.
+const FOLLOWER_WAIT: Duration = Duration::from_millis(50);
+
+/// Hands a followed stream's `event` to its reader once there is room for it; false once
+/// the reader is gone.
+async fn hand_on(reader: &Feed, mut event: SseEvent) -> bool {
+    loop {
+        match reader.offer(event) {
+            Ok(()) => return true,
+            Err((Refused::Unread, _)) => return false,
+            Err((Refused::Full | Refused::OverBudget, refused)) => event = refused,
+        }
+        tokio::time::sleep(FOLLOWER_WAIT).await;
     }
 }
 

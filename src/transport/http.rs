@@ -11,9 +11,7 @@
 //! [`Refusal`]s (the perimeter's one mapping to HTTP).
 
 use super::events::{Cursor, EventChunks, SseEvent};
-use super::hosted::{
-    find_or_take_up, End, HostedSession, OpenStream, Post, PostReply, ReaderEvent, TakeRecord,
-};
+use super::hosted::{find_or_take_up, End, HostedSession, OpenStream, Post, PostReply, TakeRecord};
 use super::stateless::{Body, FirstReply, StatelessExchange};
 use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded};
@@ -34,7 +32,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 use std::time::{Duration, SystemTime};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 // The headers this transport reads, named once: a lookup by `&str` parses and lower-cases
 // the name again on every request.
@@ -521,7 +519,7 @@ fn answer(shared: &Shared, reply: PostReply, expires: Option<SystemTime>) -> Htt
     match reply {
         PostReply::Accepted => HttpResponse::Accepted().finish(),
         PostReply::Json(frame) => json_answer(frame, 200),
-        PostReply::Stream(events) => sse(session_events(events), keep_alive(shared), expires),
+        PostReply::Stream(events) => sse(events, keep_alive(shared), expires),
     }
 }
 
@@ -557,11 +555,7 @@ pub async fn get(
         .await
         .map_err(|_| Refusal::SessionNotFound)?
         .map_err(|_| Refusal::ResumeGone)?;
-    Ok(sse(
-        session_events(events),
-        keep_alive(&shared),
-        admission.expires,
-    ))
+    Ok(sse(events, keep_alive(&shared), admission.expires))
 }
 
 /// The session `id` of the client `admission` names: this node's, or, with sessions in
@@ -881,16 +875,6 @@ where
             Some((Ok(chunk), (events, sending)))
         },
     )
-}
-
-/// A session's stream, as its host feeds it (the host ends it by dropping the sender).
-fn session_events(mut events: mpsc::Receiver<ReaderEvent>) -> impl Stream<Item = SseEvent> + Unpin {
-    // Taken, an event's bytes no longer count as its session's queued ones.
-    stream::poll_fn(move |task| {
-        events
-            .poll_recv(task)
-            .map(|event| event.map(|queued| queued.event))
-    })
 }
 
 /// A 2026-07-28 request's answer stream: what its exchange sends, its answer last. Events

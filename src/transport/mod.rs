@@ -6,6 +6,7 @@
 pub mod awaited;
 pub mod directory;
 pub mod events;
+pub mod feed;
 pub mod frames;
 pub mod hosted;
 pub mod http;
