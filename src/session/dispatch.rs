@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::borrow::Cow;
+use std::num::NonZeroU64;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -449,8 +450,6 @@ impl Session {
             }
             None => registry.tool_handler(&p.name, &chooser, self.viewer(&era))?,
         };
-        let progress_token =
-            self.fresh_progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         // Remembered for a retry by id in its session: session-era requests only (see
         // `on_request`).
@@ -503,6 +502,9 @@ impl Session {
             }
             _ => None,
         };
+        let key_tag = idempotency.as_deref().and_then(Idempotency::key_tag);
+        let progress_token =
+            self.fresh_progress_token(p.meta.as_ref().and_then(|m| m.progress_token), key_tag)?;
         // A result is about as long as the arguments for pass-through tools (echo), and
         // short otherwise; the hint only sizes the frame's first allocation.
         let size_hint = arguments.len() + 64;
@@ -659,7 +661,7 @@ impl Session {
             })?;
         let uri = uri.into_owned();
         let progress_token =
-            self.fresh_progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
+            self.fresh_progress_token(p.meta.as_ref().and_then(|m| m.progress_token), None)?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let binding = era.stateless().map(|m| {
             let binding =
@@ -738,7 +740,7 @@ impl Session {
             });
         }
         let progress_token =
-            self.fresh_progress_token(p.meta.as_ref().and_then(|m| m.progress_token))?;
+            self.fresh_progress_token(p.meta.as_ref().and_then(|m| m.progress_token), None)?;
         let trace_id = p.meta.as_ref().and_then(|m| m.trace_id());
         let binding = match era.stateless() {
             Some(m) => {
@@ -915,6 +917,7 @@ impl Session {
             replay,
             idempotency,
         } = job;
+        let key_tag = idempotency.as_deref().and_then(Idempotency::key_tag);
         let work = self.stack(passed, idempotency, work);
         // A child of the request span (session, id, method), which is entered here.
         let span = tracing::debug_span!(
@@ -950,6 +953,7 @@ impl Session {
                 worker,
                 serial,
                 progress_token,
+                key_tag,
                 exchange,
                 batch,
                 stateless,
@@ -1082,18 +1086,26 @@ fn resource_error(error: ResourceError, uri: String) -> Error {
 
 impl Session {
     /// A request's progress token ([`progress_token`]), refused as well when a request in
-    /// flight on this connection has it already (compared as written): the spec has tokens
-    /// unique among active requests, and two requests' progress under one token made the
-    /// client's go back and forth.
-    fn fresh_progress_token(&self, raw: Option<&RawValue>) -> Result<Option<ProgressToken>, Error> {
+    /// flight in this session (on this node) has it already, compared as written: the spec
+    /// has tokens unique among active requests, and two requests' progress under one token
+    /// made the client's go back and forth. A keyed retry (`key_tag`, of its idempotency key)
+    /// may share its token with a request of its key: it joins that one, and runs nothing of
+    /// its own (review 50: it was refused).
+    fn fresh_progress_token(
+        &self,
+        raw: Option<&RawValue>,
+        key_tag: Option<NonZeroU64>,
+    ) -> Result<Option<ProgressToken>, Error> {
         let token = progress_token(raw)?;
         if let Some(token) = &token {
             let text = token.as_raw().get();
             let in_use = self.in_flight.values().any(|entry| {
-                entry
-                    .progress_token
-                    .as_ref()
-                    .is_some_and(|held| held.as_raw().get() == text)
+                let same_key = key_tag.is_some() && entry.key_tag == key_tag;
+                !same_key
+                    && entry
+                        .progress_token
+                        .as_ref()
+                        .is_some_and(|held| held.as_raw().get() == text)
             });
             if in_use {
                 return Err(Error::InvalidParams(

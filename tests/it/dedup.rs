@@ -346,3 +346,31 @@ async fn with_dedup_off_every_retry_runs() {
     assert_eq!(result_text(&again, &json!(1)), "run 2: \"a\"");
     assert_eq!(counted.runs.load(Ordering::SeqCst), 2);
 }
+
+/// A keyed retry sent on the same connection while the first still runs, with the same
+/// `_meta` (its progress token too, as a retry copies its params), joins the first: one run,
+/// both answered with it (review 50: it was refused -32602 as a second request in flight
+/// with the token).
+#[tokio::test]
+async fn a_keyed_retry_with_the_same_progress_token_on_one_connection_joins_the_first() {
+    let counted = start_counting(settings());
+    let mut client = Client::initialized(&counted.server).await;
+    let call = |id: i64, key: &str| {
+        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+            "name": "count_held", "arguments": {"text": "x"},
+            "_meta": {"idempotencyKey": key, "progressToken": "p"}}})
+    };
+    client.send_json(call(1, "j")).await;
+    wait_metric(&counted.server, "mcp_idempotent_runs_total", 1).await;
+    client.send_json(call(2, "j")).await;
+    // Another key may not share the token.
+    client.send_json(call(3, "other")).await;
+    let refused = client.recv_response(&json!(3)).await;
+    assert_error(&refused, &json!(3), -32602);
+    counted.gate.add_permits(1);
+    let first = client.recv_response(&json!(1)).await;
+    let retry = client.recv_response(&json!(2)).await;
+    assert_eq!(result_text(&first, &json!(1)), "run 1: \"x\"");
+    assert_eq!(result_text(&retry, &json!(2)), "run 1: \"x\"", "{retry}");
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 1);
+}

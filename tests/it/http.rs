@@ -1829,7 +1829,7 @@ async fn shutdown_answers_a_request_in_flight_refuses_new_work_and_still_answers
         );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    // ...while what runs no user code is still answered.
+    // ...while what starts no new work is still answered.
     let response =
         json_body(send(session.post(&request(json!("p"), "ping", json!({})))).await).await;
     assert_eq!(response["result"], json!({}), "{response}");

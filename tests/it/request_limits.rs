@@ -221,6 +221,8 @@ async fn a_progress_token_in_flight_is_not_taken_by_another_request() {
             .is_some_and(|m| m.contains("progressToken")),
         "{refused}"
     );
+    // It did not run: the first is the only worker.
+    assert_eq!(metric(&server, "mcp_workers").await, 1);
     gate.add_permits(1);
     let first = client.recv_response(&json!(1)).await;
     assert_eq!(first["result"]["content"][0]["text"], "released", "{first}");
@@ -229,6 +231,54 @@ async fn a_progress_token_in_flight_is_not_taken_by_another_request() {
     gate.add_permits(1);
     let third = client.recv_response(&json!(3)).await;
     assert_eq!(third["result"]["content"][0]["text"], "released", "{third}");
+}
+
+/// A cancelled request's progress token is free at once; two entries of one batch may not
+/// share one either (the first runs, the second is -32602).
+#[tokio::test]
+async fn a_progress_token_is_free_once_its_request_is_cancelled_and_unique_in_a_batch() {
+    let (server, gate) = start_with_gate(settings());
+    let mut client = Client::initialized(&server).await;
+    let call = |id: i64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "hold", "arguments": {}, "_meta": {"progressToken": 7}}})
+    };
+    client.send_json(call(1)).await;
+    wait_metric(&server, "mcp_workers", 1).await;
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                          "params": {"requestId": 1}}),
+        )
+        .await;
+    wait_metric(&server, "mcp_workers", 0).await;
+    client.send_json(call(2)).await;
+    wait_metric(&server, "mcp_workers", 1).await;
+    gate.add_permits(1);
+    let second = client.recv_response(&json!(2)).await;
+    assert_eq!(
+        second["result"]["content"][0]["text"], "released",
+        "{second}"
+    );
+    wait_metric(&server, "mcp_workers", 0).await;
+
+    // The permit the second call took is back: the batch's first entry runs at once.
+    client.send_json(json!([call(3), call(4)])).await;
+    let answers = client.recv().await;
+    let answer = |id: i64| {
+        by_id(&answers)
+            .into_iter()
+            .find(|(answered, _)| *answered == json!(id))
+            .map(|(_, answer)| answer)
+            .unwrap_or_else(|| panic!("no answer to {id}: {answers}"))
+    };
+    assert_eq!(
+        answer(3)["result"]["content"][0]["text"],
+        "released",
+        "{answers}"
+    );
+    assert_error(&answer(4), &json!(4), -32602);
+    client.expect_nothing_pending().await;
 }
 
 #[tokio::test]

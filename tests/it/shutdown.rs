@@ -8,7 +8,7 @@
 //!   answer before the close 1001, and the server stops.
 //! - Idle clients are all closed with 1001.
 //! - While a session drains, new work (`tools/call`, `resources/read`, `prompts/get`) gets
-//!   -32004 while what runs no user code (`ping`, the `*/list` methods) is still answered;
+//!   -32004 while what starts no new work (`ping`, the `*/list` methods) is still answered;
 //!   a drained session closes once its client has been quiet for a moment, so a cheap
 //!   request sent right after the last result is answered; a new WebSocket upgrade gets
 //!   HTTP 503 with `Retry-After`.
@@ -232,7 +232,7 @@ async fn during_drain_new_work_gets_32004_cheap_requests_are_answered_and_new_se
         let error = assert_error(&response, &id, SHUTTING_DOWN);
         assert_eq!(error["message"], "Server is shutting down", "{response}");
     }
-    // ...and what runs no user code is answered.
+    // ...and what starts no new work is answered.
     let id = client.fresh_id();
     let response = client.request_with_id(id.clone(), "ping", json!({})).await;
     assert_eq!(assert_result(&response, &id), json!({}));

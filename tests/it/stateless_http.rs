@@ -26,7 +26,7 @@
 //!   answer under its own id and runs nothing (each POST is a session of its own: the key,
 //!   not the id, finds it).
 //! - Shutdown and a 2026 POST in flight: new work is refused at once (503) while it runs
-//!   on and is answered within the grace (a POST that runs no user code, a list, is still
+//!   on and is answered within the grace (a POST that starts no new work, a list, is still
 //!   answered); one that outlives the grace is cancelled and
 //!   answered 503 with -32004 and its own id.
 //! - Cancellation is the client going away: closing a 2026 stream stops its request
@@ -967,7 +967,7 @@ async fn a_2026_post_in_flight_at_shutdown_runs_on_and_is_answered_within_the_gr
     refused
         .await
         .expect("new work is refused once the drain begins");
-    // What runs no user code is still answered, as in a session.
+    // What starts no new work is still answered, as in a session.
     let (status, listed) = http
         .json(json!("list"), "tools/list", stateless(json!({})))
         .await;

@@ -263,7 +263,7 @@ async fn a_call_that_waits_becomes_a_task_polled_from_other_connections() {
     assert_eq!(metric(&server, "mcp_tasks_created_total").await, 1);
 }
 
-/// While the server drains, a 2026-07-28 request that runs no user code is still answered
+/// While the server drains, a 2026-07-28 request that starts no new work is still answered
 /// over HTTP, as a session's is: a task's client polls it (`tasks/get`) while it runs on
 /// through the grace; new work is refused (503). (Every 2026-07-28 HTTP request was refused,
 /// so a task's client saw only the node go.)

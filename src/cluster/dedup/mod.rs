@@ -160,6 +160,15 @@ impl Idempotency {
         })
     }
 
+    /// A short tag of the scoped key (its first 64 bits), for telling two requests in
+    /// flight on one session apart by key: a keyed retry there joins the first, and may
+    /// share its progress token.
+    pub(crate) fn key_tag(&self) -> Option<std::num::NonZeroU64> {
+        let mut head = [0; 8];
+        head.copy_from_slice(&self.key[..8]);
+        std::num::NonZeroU64::new(u64::from_le_bytes(head))
+    }
+
     /// Wraps a request's work: it runs only if it is the first of its key.
     pub(crate) fn wrap(self, cluster: Arc<Cluster>, work: Work) -> Work {
         Work::new(move |id, ctx| Box::pin(run(cluster, self, id, ctx, work)))
