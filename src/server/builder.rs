@@ -179,14 +179,26 @@ impl ServerBuilder {
             Some(secret) => Some(secret),
             None if !self.settings.redis.url.is_empty() => {
                 let candidate = crate::random_id().to_string() + &crate::random_id();
-                let shared = crate::cluster::store::shared_secret(&self.settings.redis, &candidate);
-                if shared.is_none() {
-                    tracing::warn!(
-                        "Redis unreachable at start: this node's multi round-trip states are \
-                         its own (set mrtr.state_key_file to share them without Redis)"
-                    );
+                match crate::cluster::store::shared_secret(&self.settings.redis, &candidate) {
+                    // One written by something else that is too short to be a secret (an
+                    // empty one would make every request state forgeable) is not used.
+                    Some(secret) if secret.trim().len() < MIN_STATE_KEY_BYTES => {
+                        tracing::warn!(
+                            "the multi round-trip secret in Redis holds fewer than \
+                             {MIN_STATE_KEY_BYTES} bytes: not used; this node's states are \
+                             its own"
+                        );
+                        None
+                    }
+                    Some(secret) => Some(secret),
+                    None => {
+                        tracing::warn!(
+                            "Redis unreachable at start: this node's multi round-trip states \
+                             are its own (set mrtr.state_key_file to share them without Redis)"
+                        );
+                        None
+                    }
                 }
-                shared
             }
             None => None,
         };

@@ -641,8 +641,13 @@ pub(crate) async fn fetch_record(
         Some(None) => return Err(Refusal::SessionNotFound),
         None => return Err(Refusal::SessionStoreUnavailable),
     };
-    let record: SessionRecord =
-        serde_json::from_str(&read).map_err(|_| Refusal::SessionNotFound)?;
+    // A record this node cannot read (written by something else, or by another version) is
+    // refused as one Redis could not give, and counted; it is that session's alone (attack
+    // run 50c, F8: it was 404, which a client takes for its session ended).
+    let record: SessionRecord = serde_json::from_str(&read).map_err(|error| {
+        redis.unreadable(&shared.metrics, "session record", &error);
+        Refusal::SessionStoreUnavailable
+    })?;
     let identity = &admission.identity;
     let theirs = if identity.is_authenticated() {
         record.principal == identity.principal()

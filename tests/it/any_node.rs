@@ -436,7 +436,35 @@ async fn a_request_state_minted_on_one_node_of_a_redis_cluster_is_accepted_by_an
 /// A `requestState` minted by one node of three sharing the Redis at `redis_url`, with no
 /// secret configured, taken by another.
 async fn request_state_accepted_elsewhere(redis_url: &str) {
-    let (nodes, fixtures) = nodes(redis_url, "mrtr-shared:", false);
+    let (second, runs) = request_state_taken_elsewhere(redis_url, "mrtr-shared:").await;
+    assert_eq!(
+        text_of(&assert_complete(&second, &json!(2))),
+        "Hello, Bo!",
+        "{second}"
+    );
+    assert_eq!(runs, 2);
+}
+
+/// A secret in Redis too short to be one (written by something else: an empty one made
+/// every request state forgeable) is not used: each node keeps its own, and a state one
+/// minted is refused by another (attack run 50c, F9).
+#[tokio::test]
+async fn a_short_request_state_secret_in_redis_is_not_used() {
+    let redis = RedisServer::start();
+    let mut connection = redis.connection().expect("redis answers");
+    ::redis::cmd("SET")
+        .arg("mrtr-short:mrtr-secret")
+        .arg(" ")
+        .query::<()>(&mut connection)
+        .expect("SET");
+    let (second, _) = request_state_taken_elsewhere(&redis.url(), "mrtr-short:").await;
+    assert_error(&second, &json!(2), -32602);
+}
+
+/// The answer another node gives a `requestState` minted by one node of three sharing the
+/// Redis at `redis_url` under `prefix`, and how many times the tool ran.
+async fn request_state_taken_elsewhere(redis_url: &str, prefix: &str) -> (Value, usize) {
+    let (nodes, fixtures) = nodes(redis_url, prefix, false);
     let post = |node: &RunningServer, body: Value| {
         crate::support::http::client()
             .post(url(node))
@@ -472,12 +500,7 @@ async fn request_state_accepted_elsewhere(redis_url: &str) {
     .json()
     .await
     .expect("JSON");
-    assert_eq!(
-        text_of(&assert_complete(&second, &json!(2))),
-        "Hello, Bo!",
-        "{second}"
-    );
-    assert_eq!(fixtures.runs(), 2);
+    (second, fixtures.runs())
 }
 
 #[tokio::test]
@@ -544,22 +567,51 @@ async fn with_redis_away_held_sessions_go_on_and_the_others_get_503() {
 /// everything else (a new session is opened there at once). It made the node skip Redis for
 /// `retry_after_ms`, refusing every new session and keyed call; asked for once a second, for
 /// good.
+///
+/// The same for a record that is not JSON (it was 404: the client took its session for
+/// ended), and for a key of another type than a record's (a hash: Redis answers `WRONGTYPE`,
+/// which was taken for Redis failing; attack run 50c, F7 and F8).
 #[tokio::test]
 async fn an_unreadable_session_record_is_its_sessions_alone() {
+    for (poison, written) in [
+        ("SET", &b"\xff\xfe\x80 not a record"[..]),
+        ("SET", &b"{not json"[..]),
+        ("HSET", &b"field"[..]),
+    ] {
+        unreadable_record_refused(poison, written).await;
+    }
+}
+
+/// A session's record replaced by `poison` (`SET` or `HSET` `written`): its requests
+/// elsewhere are 503 and counted, and the node serves the rest with Redis.
+async fn unreadable_record_refused(poison: &str, written: &[u8]) {
     let redis = RedisServer::start();
     let (nodes, _) = nodes(&redis.url(), "poison:", false);
     let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
     let mut connection = redis.connection().expect("redis answers");
-    ::redis::cmd("SET")
-        .arg(format!("poison:session:{{{}}}", session.id))
-        .arg(&b"\xff\xfe\x80 not a record"[..])
+    let key = format!("poison:session:{{{}}}", session.id);
+    ::redis::cmd("DEL")
+        .arg(&key)
         .query::<()>(&mut connection)
-        .expect("SET");
+        .expect("DEL");
+    let mut command = ::redis::cmd(poison);
+    command.arg(&key);
+    if poison == "HSET" {
+        command.arg("field");
+    }
+    command
+        .arg(written)
+        .query::<()>(&mut connection)
+        .expect("the poison is written");
     for attempt in 0..3 {
         let refused = session
             .post_raw(&nodes[1], request(json!(attempt), "ping", json!({})))
             .await;
-        assert_eq!(refused.status(), 503, "attempt {attempt}");
+        assert_eq!(
+            refused.status(),
+            503,
+            "{poison} {written:?}, attempt {attempt}"
+        );
         // Redis answered: nothing else on the node waits for it.
         let other = Session::begin(&nodes[1], Some(TEST_KEY)).await;
         let ping = other.ask(&nodes[1], json!(1), "ping", json!({})).await;

@@ -26,7 +26,8 @@
 //!   one refused because its claim timed out leaves no claim behind once Redis goes on, and
 //!   one run locally (`on_store_error = "local"`) after such a claim keeps its key in Redis
 //!   for the other nodes until its result replaces it;
-//!   after Redis restarted empty, a retry on the node still running the call joins it;
+//!   after Redis restarted empty, a retry on the node still running the call joins it, and
+//!   one on another node waits for it (the running node writes its claim again);
 //! - a change made while its node skips Redis reaches the other node once Redis answers;
 //! - the bus subscription answers its pings and stays subscribed.
 
@@ -755,6 +756,68 @@ async fn a_retry_on_the_node_running_its_call_joins_it_after_redis_restarted_emp
     assert_eq!(result_text(&first, &json!(1)), "a run 1: \"held\"");
     let joined = client.recv_response(&json!(retry)).await;
     assert_eq!(result_text(&joined, &json!(retry)), "a run 1: \"held\"");
+}
+
+/// Redis restarts empty while a keyed call runs on one node: that node's next beat finds
+/// its last one gone from Redis and writes the claims of its running calls again, so a
+/// retry on the other node waits for the run and gets its answer, rather than finding the
+/// key free and running the call a second time beside it (attack run 50c, F1).
+#[tokio::test]
+async fn a_retry_on_another_node_waits_for_a_run_whose_claim_redis_lost_restarting_empty() {
+    let mut redis = RedisServer::start();
+    let a = start_node("a", node_settings(&redis));
+    let b = start_node("b", node_settings(&redis));
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    on_a.send_json(keyed_call(json!(1), "held", "k-lost")).await;
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while a.runs.load(Ordering::SeqCst) == 0 || redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    redis.kill();
+    redis.restart();
+    assert!(
+        redis.keys("mcp-ws:idem:*").is_empty(),
+        "Redis came back empty"
+    );
+    until_stored(&redis, "the running call's claim is written again").await;
+    // Retried on the other node as a client is told to (-32008 while it skips Redis) until
+    // the retry is taken: then it waits for the run, with no answer yet.
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut retry = 100;
+    loop {
+        retry += 1;
+        on_b.send_json(keyed_call(json!(retry), "held", "k-lost"))
+            .await;
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_millis(700),
+            on_b.recv_response(&json!(retry)),
+        )
+        .await;
+        match answer {
+            Err(_waiting) => break,
+            Ok(answer) => {
+                assert_eq!(answer["error"]["code"], -32008, "{answer}");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "never taken: {answer}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+    assert_eq!(
+        b.runs.load(Ordering::SeqCst),
+        0,
+        "the retry ran the call again"
+    );
+    a.gate.add_permits(1);
+    let first = on_a.recv_response(&json!(1)).await;
+    assert_eq!(result_text(&first, &json!(1)), "a run 1: \"held\"");
+    let retried = on_b.recv_response(&json!(retry)).await;
+    assert_eq!(result_text(&retried, &json!(retry)), "a run 1: \"held\"");
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
 }
 
 /// A change made while its node skips Redis after a failure (its publish not sent) reaches

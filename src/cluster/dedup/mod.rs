@@ -316,8 +316,14 @@ async fn run(
         match found {
             None => {
                 cluster.metrics.idempotent_runs.inc();
-                let lease =
-                    Lease::new(cluster.clone(), keyed.key, keyed.fingerprint, live, backend);
+                let in_redis = (backend == Backend::Redis).then_some((owner, running_for));
+                let lease = Lease::new(
+                    cluster.clone(),
+                    (keyed.key, keyed.fingerprint),
+                    live,
+                    backend,
+                    in_redis,
+                );
                 // An answer over the message limit is settled as not kept here, and made
                 // -32603 where it leaves the session (`bound_answer`), as every answer is.
                 let outcome = work.start(id.clone(), ctx).await;
@@ -424,14 +430,17 @@ struct Lease {
 }
 
 impl Lease {
+    /// The lease of a run of `key` (with the fingerprint of what it asks), whose claim in
+    /// `backend` `live` holds; `in_redis`, its owner and how long it holds, when Redis took
+    /// it (written again if Redis loses it).
     fn new(
         cluster: Arc<Cluster>,
-        key: Key,
-        fingerprint: RequestDigest,
+        (key, fingerprint): (Key, RequestDigest),
         live: LiveOwner,
         backend: Backend,
+        in_redis: Option<(ClaimId, Duration)>,
     ) -> Self {
-        let here = cluster.store.run_here(&key, fingerprint);
+        let here = cluster.store.run_here(&key, fingerprint, in_redis);
         Self {
             cluster,
             key,

@@ -226,8 +226,14 @@ async fn beat(cluster: Arc<Cluster>) {
     let mut policy_asks_left = 3u8;
     loop {
         every.tick().await;
-        if !redis.beat(&cluster.metrics, node, BEAT * 3).await {
+        let Some(still_held) = redis.beat(&cluster.metrics, node, BEAT * 3).await else {
             continue;
+        };
+        if !still_held {
+            // The first beat, after an outage past the node's alive time, or Redis lost
+            // what it held: the claims of the calls running here are written again where
+            // they are gone (each a no-op where Redis still holds it).
+            cluster.store.reclaim_running(&cluster.metrics).await;
         }
         if policy_asks_left > 0 {
             policy_asks_left -= 1;

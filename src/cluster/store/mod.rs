@@ -139,6 +139,14 @@ pub(crate) struct Unreachable {
     pub(crate) retry_after: Duration,
 }
 
+/// A keyed request running on this node.
+struct RunningHere {
+    fingerprint: RequestDigest,
+    done: watch::Receiver<()>,
+    /// Its claim in Redis (its owner) and until when it holds, when Redis took it.
+    in_redis: Option<(ClaimId, Instant)>,
+}
+
 /// See the module docs.
 pub(crate) struct Store {
     memory: MemoryStore,
@@ -149,8 +157,10 @@ pub(crate) struct Store {
     node: u64,
     next_owner: AtomicU64,
     /// Keyed requests running on this node, so a duplicate arriving here waits for a wakeup
-    /// rather than polling: the runner holds the sender, and drops it when it is done.
-    running_here: Mutex<HashMap<Key, (RequestDigest, watch::Receiver<()>)>>,
+    /// rather than polling (the runner holds the sender, and drops it when it is done), and
+    /// so that the claims in Redis of those that hold one are written again when Redis lost
+    /// them ([`reclaim_running`](Self::reclaim_running)).
+    running_here: Mutex<HashMap<Key, RunningHere>>,
     /// With Redis: keys whose result only this node's memory holds (Redis could not take
     /// it, or it ran in memory), oldest first, written to Redis as soon as it answers again
     /// ([`write_back`](Self::write_back)). Bounded like the memory store; a key dropped from
@@ -463,11 +473,61 @@ impl Store {
     }
 
     /// Registers a keyed request running here; duplicates arriving here wait on it until
-    /// the returned sender is dropped.
-    pub(crate) fn run_here(&self, key: &Key, fingerprint: RequestDigest) -> watch::Sender<()> {
-        let (sender, receiver) = watch::channel(());
-        lock(&self.running_here).insert(*key, (fingerprint, receiver));
+    /// the returned sender is dropped. `in_redis`: its claim's owner and how long it holds,
+    /// when the claim is Redis's.
+    pub(crate) fn run_here(
+        &self,
+        key: &Key,
+        fingerprint: RequestDigest,
+        in_redis: Option<(ClaimId, Duration)>,
+    ) -> watch::Sender<()> {
+        let (sender, done) = watch::channel(());
+        let in_redis = in_redis.map(|(owner, ttl)| (owner, Instant::now() + ttl));
+        let running = RunningHere {
+            fingerprint,
+            done,
+            in_redis,
+        };
+        lock(&self.running_here).insert(*key, running);
         sender
+    }
+
+    /// Writes again, where Redis holds nothing under their keys, the claims of the keyed
+    /// requests running here: Redis lost what it held (it restarted empty), and a retry on
+    /// another node would have found the key free and run the call a second time while it
+    /// runs here (attack run 50c, F1). A key another node claimed meanwhile (this node
+    /// was taken for dead) is left to it. Called when a beat finds Redis no longer held the
+    /// node's last one.
+    pub(crate) async fn reclaim_running(&self, metrics: &Metrics) {
+        let Some(redis) = &self.redis else { return };
+        let now = Instant::now();
+        let held: Vec<(Key, Claim, Duration)> = lock(&self.running_here)
+            .iter()
+            .filter_map(|(key, running)| {
+                let (owner, until) = running.in_redis?;
+                let left = until.checked_duration_since(now)?;
+                let claim = Claim::Running {
+                    fingerprint: running.fingerprint,
+                    owner,
+                };
+                Some((*key, claim, left))
+            })
+            .collect();
+        let mut written = 0u64;
+        for (key, claim, left) in held {
+            match redis.claim(metrics, &key, &claim.encode(), left).await {
+                Some(None) => written += 1,
+                Some(Some(_)) => {}
+                // Redis away again: the next beat it takes finds the node's beat gone too.
+                None => break,
+            }
+        }
+        if written > 0 {
+            tracing::warn!(
+                claims = written,
+                "Redis had lost the claims of calls running here (restarted empty?): written again"
+            );
+        }
     }
 
     /// Forgets a request that ran here (its sender is about to be dropped).
@@ -475,7 +535,7 @@ impl Store {
         let mut running = lock(&self.running_here);
         if running
             .get(key)
-            .is_some_and(|(_, receiver)| receiver.same_channel(&sender.subscribe()))
+            .is_some_and(|running| running.done.same_channel(&sender.subscribe()))
         {
             running.remove(key);
         }
@@ -484,7 +544,9 @@ impl Store {
     /// The fingerprint of the request running here under `key`, if one runs here, and a
     /// wakeup for when it is done.
     pub(crate) fn watch_here(&self, key: &Key) -> Option<(RequestDigest, watch::Receiver<()>)> {
-        lock(&self.running_here).get(key).cloned()
+        lock(&self.running_here)
+            .get(key)
+            .map(|running| (running.fingerprint, running.done.clone()))
     }
 }
 

@@ -365,6 +365,15 @@ impl RedisStore {
                 self.succeeded();
                 Some(value)
             }
+            // A key of another type than the operation's (`WRONGTYPE`: written by something
+            // else), or an answer of another shape: Redis answered, and this key alone is
+            // refused; a failure would make the node skip Redis for everyone (attack run
+            // 50c, F7).
+            Ok(Err(error)) if is_wrong_type(&error) => {
+                self.succeeded();
+                self.unreadable(metrics, what, &error);
+                None
+            }
             Ok(Err(error)) => {
                 self.failed(metrics, what, &error);
                 None
@@ -764,15 +773,23 @@ impl RedisStore {
         }
     }
 
-    /// Says this node is alive for `ttl`; whether Redis took it.
-    pub(crate) async fn beat(&self, metrics: &Metrics, node: u64, ttl: Duration) -> bool {
+    /// Says this node is alive for `ttl`. `None` when Redis did not take it; else whether
+    /// Redis still held the node's last beat: `Some(false)` after a beat of its own went
+    /// unanswered past `ttl`, or once Redis lost what it held (restarted empty), when what
+    /// the node holds there may be gone too.
+    pub(crate) async fn beat(&self, metrics: &Metrics, node: u64, ttl: Duration) -> Option<bool> {
         let key = self.node_key(node);
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
         self.attempt(metrics, "beat", |mut con| async move {
-            con.pset_ex::<_, _, ()>(key, 1, (ttl.as_millis() as u64).max(1))
-                .await
+            let (held,): (Option<i64>,) = redis::pipe()
+                .get(&key)
+                .pset_ex(&key, 1, ttl_ms)
+                .ignore()
+                .query_async(&mut con)
+                .await?;
+            Ok(held.is_some())
         })
         .await
-        .is_some()
     }
 
     /// Redis's `maxmemory-policy`, if it says (a managed Redis may refuse `CONFIG`). Not an
@@ -846,4 +863,17 @@ fn create_once(con: &mut impl redis::ConnectionLike, key: &str, candidate: &str)
         .arg(key)
         .query::<Option<String>>(con)
         .ok()?
+}
+
+/// Whether `error` says a key holds another type than the operation's (`WRONGTYPE`, alone or
+/// in a pipeline), or an answer came in another shape than asked: a value, not Redis, is at
+/// fault.
+fn is_wrong_type(error: &redis::RedisError) -> bool {
+    if error.kind() == redis::ErrorKind::UnexpectedReturnType {
+        return true;
+    }
+    error
+        .clone()
+        .into_server_errors()
+        .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "WRONGTYPE"))
 }
