@@ -1284,6 +1284,39 @@ async fn a_task_runs_on_through_its_nodes_shutdown_grace() {
     assert!(status.success(), "node A exits cleanly on TERM");
 }
 
+/// A task whose node dies (SIGKILL) is shown failed by the other nodes once that node is
+/// found dead, -32031 `nodeLost`, as its requests are answered; a cancel of it changes
+/// nothing. (It was shown working until its time to live ran out, an hour by default, and a
+/// cancel answered success; attack run 50c, F3.)
+#[tokio::test]
+async fn a_task_whose_node_dies_is_shown_failed_by_the_others() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut node_a, a) = start_node(dir.path(), "node-a", &redis);
+    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "orphaned"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    http_poll(b, &id, "working").await;
+    node_a.kill();
+    let failed = http_poll(b, &id, "failed").await;
+    let (_, full) = http_request(b, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(full["result"]["error"]["code"], -32031, "{failed} {full}");
+    assert_eq!(
+        full["result"]["error"]["data"]["reason"], "nodeLost",
+        "{full}"
+    );
+    let (_, cancelled) = http_request(b, "tasks/cancel", json!({"taskId": id})).await;
+    assert!(cancelled.get("error").is_none(), "{cancelled}");
+    http_poll(b, &id, "failed").await;
+}
+
 /// A task this node does not hold, asked for while Redis cannot be: a retryable -32008
 /// (`taskStore`), not -32602 "unknown task" (which a client takes as final); once Redis
 /// answers again, the task is found.

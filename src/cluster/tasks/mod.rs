@@ -105,6 +105,16 @@ pub(crate) struct TaskRecord {
     /// The JSON-RPC error object, once failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
+    /// The node running it (`Cluster::node_number`); 0 in records stored before it was
+    /// kept. Read from Redis by another node while that one is dead, a task not finished is
+    /// shown failed (see [`load`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub node: u64,
+}
+
+/// Whether a record's `node` is unknown (not written).
+fn is_zero(node: &u64) -> bool {
+    *node == 0
 }
 
 impl TaskRecord {
@@ -124,6 +134,7 @@ impl TaskRecord {
             input_requests: Map::new(),
             result: None,
             error: None,
+            node: 0,
         }
     }
 
@@ -762,13 +773,33 @@ pub(crate) async fn load(
             None => None,
         },
     };
-    let record = record
+    let mut record = record
         .filter(|r| r.owner == owner && r.expires_ms() > now)
         .ok_or_else(unknown)?;
     // Answered as for no such task: naming the tool would tell a credential that may not
     // see it that it exists.
     check_tool(&record.tool).map_err(|_| unknown())?;
+    fail_if_node_lost(cluster, &mut record).await;
     Ok(record)
+}
+
+/// A task another node runs, not finished, whose node is dead (no beat for 3 s: killed, or
+/// cut off): failed, -32031 `nodeLost`, as the requests of a dead node are answered. It was
+/// shown working until its time to live ran out (an hour by default), and a cancel answered
+/// success and changed nothing (attack run 50c, F3). Shown so, not written: a node that was
+/// only stalled and goes on writes what became of the task, which is shown from then on.
+async fn fail_if_node_lost(cluster: &Cluster, record: &mut TaskRecord) {
+    let node = record.node;
+    if record.status.is_terminal() || node == 0 || node == cluster.node_number() {
+        return;
+    }
+    let Some(redis) = cluster.store.redis() else {
+        return;
+    };
+    if redis.is_alive(&cluster.metrics, node).await == Some(false) {
+        runner::fail(record, &Error::NodeLost);
+        record.input_requests.clear();
+    }
 }
 
 /// `tasks/update`: gives the answers to the task's runner and waits (briefly) until they

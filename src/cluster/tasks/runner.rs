@@ -106,6 +106,7 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     ));
     let first = poll_immediate(&mut work).await;
     let mut record = TaskRecord::new(&owner, &tool, &settings.tasks);
+    record.node = cluster.node_number();
     match first {
         Some(Ok(outcome)) if support == TaskSupport::Optional => return Ok(Begun::Done(outcome)),
         Some(Err(panic)) if support == TaskSupport::Optional => {
