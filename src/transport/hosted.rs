@@ -872,20 +872,8 @@ impl Handler<End> for HostedSession {
         if !matches!(self.out, Outlets::Http(_)) {
             return false;
         }
-        if self.in_redis {
-            let cluster = self.shared.cluster.clone();
-            let id = self.id.as_str().to_owned();
-            actix::spawn(async move {
-                if let Some(redis) = cluster.store.redis() {
-                    redis.delete_session(&cluster.metrics, &id).await;
-                }
-                let note = SessionNote {
-                    id,
-                    kind: SessionNoteKind::End,
-                };
-                bridge::send_session_note(&cluster, note).await;
-            });
-        }
+        // With sessions in Redis, the DELETE's handler ends its record and the other copies
+        // (`http::end_in_store`), and says whether they could be.
         self.end(ctx, "deleted by the client");
         true
     }

@@ -693,15 +693,31 @@ async fn end_elsewhere(
     shared: &Arc<Shared>,
 ) -> Result<(), Refusal> {
     fetch_record(id, admission, shared, false).await?;
-    if let Some(redis) = shared.cluster.store.redis() {
-        redis.delete_session(&shared.metrics, id).await;
-    }
+    end_in_store(id, shared).await
+}
+
+/// Deletes an ended session's record and tells the nodes holding a copy.
+///
+/// # Errors
+/// [`Refusal::SessionStoreUnavailable`] (503, `Retry-After`) when Redis took either not: the
+/// client sends its DELETE again. Answered 200 whatever became of them, a copy on a node
+/// never told went on serving the session, and wrote its record again a moment later, the
+/// deleted session served again on every node (attack run 50c, F4).
+async fn end_in_store(id: &str, shared: &Shared) -> Result<(), Refusal> {
+    let Some(redis) = shared.cluster.store.redis() else {
+        return Ok(());
+    };
+    let deleted = redis.delete_session(&shared.metrics, id).await;
     let note = crate::cluster::store::bridge::SessionNote {
         id: id.to_owned(),
         kind: crate::cluster::store::bridge::SessionNoteKind::End,
     };
-    crate::cluster::store::bridge::send_session_note(&shared.cluster, note).await;
-    Ok(())
+    let told = crate::cluster::store::bridge::send_session_note(&shared.cluster, note).await;
+    if deleted && told {
+        Ok(())
+    } else {
+        Err(Refusal::SessionStoreUnavailable)
+    }
 }
 
 /// Stores a new session's record; a session that cannot be stored ends (503): served by
@@ -749,6 +765,10 @@ pub async fn delete(
     }
     let session = find_session(id, &admission, &shared, &directory).await?;
     match session.send(End).await {
+        Ok(true) if shared.settings.sessions_in_redis() => {
+            end_in_store(id, &shared).await?;
+            Ok(HttpResponse::Ok().finish())
+        }
         Ok(true) => Ok(HttpResponse::Ok().finish()),
         // Gone meanwhile, or a WebSocket session's: no HTTP session of that id.
         Ok(false) | Err(_) => Err(Refusal::SessionNotFound),

@@ -977,6 +977,45 @@ async fn stream_resumes_elsewhere(redis_url: &str, look: impl Fn(&str)) {
     assert_eq!(get.status(), 400);
 }
 
+/// A DELETE whose end Redis could not take (the record not deleted, the other copies not
+/// told) is 503, and the client sends it again: once Redis is back, it ends the session on
+/// every node. (It was 200: the copy on the node never told went on serving the session,
+/// and wrote its record again a moment later, the deleted session served again everywhere;
+/// attack run 50c, F4.)
+#[tokio::test]
+async fn a_delete_redis_cannot_take_is_503_and_ends_the_session_when_sent_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut redis = RedisServer::start_persistent(dir.path());
+    let (nodes, _) = nodes(&redis.url(), "delete-outage:", false);
+    let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
+    // Node 1 holds a copy too.
+    let ping = session.ask(&nodes[1], json!(1), "ping", json!({})).await;
+    assert_result(&answer_of(&ping, &json!(1)), &json!(1));
+    redis.kill();
+    assert_eq!(session.delete(&nodes[1]).await, 503);
+    redis.restart();
+    // Sent again until Redis is asked (the node skips it for `retry_after_ms` after a failure).
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    loop {
+        match session.delete(&nodes[1]).await {
+            200 => break,
+            503 => {}
+            other => panic!("DELETE again: {other}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never taken");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for node in &nodes {
+        let status = session
+            .post_raw(node, request(json!(2), "ping", json!({})))
+            .await
+            .status();
+        assert_eq!(status, 404, "on {}", node.addr());
+    }
+    assert!(redis.keys("delete-outage:session:*").is_empty());
+}
+
 #[tokio::test]
 async fn delete_on_a_node_that_never_served_the_session_ends_it() {
     let redis = RedisServer::start();

@@ -408,7 +408,7 @@ pub(crate) async fn send_task_steer(
 }
 
 /// Tells the other nodes about a session (`cluster.sessions = "redis"`).
-pub(crate) async fn send_session_note(cluster: &Cluster, note: SessionNote) {
+pub(crate) async fn send_session_note(cluster: &Cluster, note: SessionNote) -> bool {
     let message = Message {
         node: cluster.store.node(),
         lists: Vec::new(),
@@ -418,7 +418,7 @@ pub(crate) async fn send_session_note(cluster: &Cluster, note: SessionNote) {
         steer: None,
         session: Some(note),
     };
-    send(cluster, &message).await;
+    send(cluster, &message).await
 }
 
 #[cfg(test)]

@@ -625,12 +625,13 @@ impl RedisStore {
     }
 
     /// Deletes a session's record.
-    pub(crate) async fn delete_session(&self, metrics: &Metrics, id: &str) {
+    pub(crate) async fn delete_session(&self, metrics: &Metrics, id: &str) -> bool {
         let key = self.session_key(id);
         self.run(metrics, "delete_session", |mut con| async move {
             con.del::<_, i64>(key).await
         })
-        .await;
+        .await
+        .is_some()
     }
 
     /// Deletes a WebSocket session's record if node `node` holds it (see
