@@ -28,6 +28,13 @@ pub struct Cluster {
     pub bus: ChangeBus,
     /// Where the other nodes' notes about sessions go (the hosting transport sets it).
     pub(crate) session_sink: std::sync::OnceLock<store::bridge::SessionSink>,
+    /// Tells the hosting transport that Redis lost what it held (it restarted empty): the
+    /// session records this node keeps are written again at once (the hosting transport
+    /// sets it).
+    pub(crate) records_lost: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Redis's epoch as this node's beat last read it, and when it last changed (see
+    /// [`record_may_be_lost`](Self::record_may_be_lost)).
+    pub(crate) epoch: std::sync::Mutex<Option<(String, std::time::Instant)>>,
     /// Last writes and deletes of WebSocket session records under way (see
     /// `transport::socket_record`): the server waits for them before it stops.
     pub(crate) last_writes: std::sync::atomic::AtomicUsize,
@@ -38,6 +45,10 @@ pub struct Cluster {
     /// (`store::bridge`).
     pub(crate) owes_everything: std::sync::atomic::AtomicBool,
 }
+
+/// How long after Redis lost what it held (as a node's beat found) a record it does not
+/// hold may still be one a node is writing again: three beats.
+pub(crate) const REWRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Cluster {
     /// This node's number among the nodes sharing a Redis (20 bits of its random id):
@@ -67,10 +78,36 @@ impl Cluster {
             metrics,
             bus,
             session_sink: std::sync::OnceLock::new(),
+            records_lost: std::sync::OnceLock::new(),
+            epoch: std::sync::Mutex::new(None),
             last_writes: std::sync::atomic::AtomicUsize::new(0),
             streams: std::sync::atomic::AtomicU64::new(0),
             owes_everything: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Notes Redis's epoch as a beat read it; whether it changed (Redis lost what it held).
+    pub(crate) fn note_epoch(&self, epoch: String) -> bool {
+        let mut known = crate::lock(&self.epoch);
+        let changed = known.as_ref().is_some_and(|(before, _)| *before != epoch);
+        if known.as_ref().is_none_or(|(before, _)| *before != epoch) {
+            *known = Some((epoch, std::time::Instant::now()));
+        }
+        changed
+    }
+
+    /// Whether a record Redis does not hold (`current`: Redis's epoch now, as just read) may
+    /// be one it lost rather than one that does not exist: Redis's epoch is not the one this
+    /// node's beat knows, or changed within [`REWRITE_WAIT`] (the time the nodes take to
+    /// write their records again). The request is then refused as one Redis cannot answer
+    /// (retryable), not as one of an ended session or an unknown task (final).
+    pub(crate) fn record_may_be_lost(&self, current: Option<&str>) -> bool {
+        match (&*crate::lock(&self.epoch), current) {
+            (Some((known, since)), Some(current)) => {
+                known != current || since.elapsed() < REWRITE_WAIT
+            }
+            _ => true,
+        }
     }
 
     /// A number for an SSE stream of an HTTP session on this node (sessions in Redis): this

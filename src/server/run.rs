@@ -180,6 +180,15 @@ pub(super) async fn serve(
                 app_hosted.clone().into_inner(),
                 app_sockets.clone().into_inner(),
             ));
+        let (hosted, sockets) = (app_hosted.clone(), app_sockets.clone());
+        let _ = shared.cluster.records_lost.set(Box::new(move || {
+            for session in hosted.actors() {
+                session.do_send(crate::transport::socket_record::RecordsLost);
+            }
+            for socket in sockets.actors() {
+                socket.do_send(crate::transport::socket_record::RecordsLost);
+            }
+        }));
     }
     let max_body = settings.limits.max_message_bytes;
     let separate_admin = settings.server.admin_listen.is_some();

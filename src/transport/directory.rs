@@ -68,6 +68,15 @@ impl<A: Actor> Directory<A> {
         self.entries.get(id).map(|entry| entry.value().0.clone())
     }
 
+    /// Every actor it holds, for a message to all of them (a copy of the addresses is taken
+    /// first: sending holds no lock of the directory).
+    pub fn actors(&self) -> Vec<Addr<A>> {
+        self.entries
+            .iter()
+            .map(|entry| entry.value().0.clone())
+            .collect()
+    }
+
     /// Forgets a session's id (it ended, or its actor let go of it), if `actor` is the one
     /// remembered under it: another actor may have taken the session over meanwhile.
     pub fn forget(&self, id: &SessionId, actor: &Addr<A>) {

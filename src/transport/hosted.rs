@@ -23,7 +23,7 @@
 use super::awaited::{answer_ids, lost_answer, Awaited};
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use super::feed::{Budget, Feed, FeedReader, Refused};
-use super::socket_record::{self, KeepsRecord, Kept, RecordWritten, SocketRecord};
+use super::socket_record::{self, KeepsRecord, Kept, RecordWritten, RecordsLost, SocketRecord};
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
 use crate::cluster::Cluster;
 use crate::perimeter::{Admission, Owner, Refusal};
@@ -876,6 +876,23 @@ impl Handler<End> for HostedSession {
         // (`http::end_in_store`), and says whether they could be.
         self.end(ctx, "deleted by the client");
         true
+    }
+}
+
+/// Redis lost this session's record: written again now (an HTTP session's, or a parked
+/// WebSocket session's), so that the other nodes find the session.
+impl Handler<RecordsLost> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, _: RecordsLost, ctx: &mut Self::Context) {
+        if let Some(record) = &mut self.socket_record {
+            record.lost();
+            socket_record::keep(self, ctx);
+        } else if self.in_redis && self.stored.0 != 0 {
+            // No session's revision: taken for changed.
+            self.stored.0 = u64::MAX;
+            self.store_record();
+        }
     }
 }
 

@@ -638,7 +638,18 @@ pub(crate) async fn fetch_record(
     };
     let read = match redis.get_session(&shared.metrics, id, ttl).await {
         Some(Some(json)) => json,
-        Some(None) => return Err(Refusal::SessionNotFound),
+        Some(None) => {
+            // Redis may have lost it (restarted empty) a moment ago, its holder about to
+            // write it again: 503, retried, rather than 404, which ends the session for its
+            // client (attack run 50c, F2).
+            let epoch = redis.epoch(&shared.metrics).await;
+            return Err(match epoch {
+                Some(epoch) if !shared.cluster.record_may_be_lost(epoch.as_deref()) => {
+                    Refusal::SessionNotFound
+                }
+                _ => Refusal::SessionStoreUnavailable,
+            });
+        }
         None => return Err(Refusal::SessionStoreUnavailable),
     };
     // A record this node cannot read (written by something else, or by another version) is

@@ -74,6 +74,12 @@ impl Drop for LastWrite {
     }
 }
 
+/// Redis lost what it held (it restarted empty): a session's host writes its record again
+/// now, not when it is next due.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RecordsLost;
+
 /// A write of the record is done: the next may go.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -132,6 +138,15 @@ impl SocketRecord {
             writing: None,
             look_armed: false,
         })
+    }
+
+    /// Redis lost the record (it restarted empty): it is due to be written again at the
+    /// next look, changed or not.
+    pub(crate) fn lost(&mut self) {
+        if let Some(stored) = &mut self.stored {
+            // No session's revision: taken for changed.
+            stored.revision = u64::MAX;
+        }
     }
 
     /// How often the host looks at the record in any case, so that a quiet session's record

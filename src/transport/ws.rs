@@ -44,7 +44,9 @@ use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
 use crate::transport::hosted::HostedSessions;
-use crate::transport::socket_record::{self, KeepsRecord, Kept, RecordWritten, SocketRecord};
+use crate::transport::socket_record::{
+    self, KeepsRecord, Kept, RecordWritten, RecordsLost, SocketRecord,
+};
 use actix::prelude::*;
 use actix_web::error::PayloadError;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -588,6 +590,19 @@ impl KeepsRecord for WsSession {
         // Not parked: no reconnect may find this copy.
         self.ending = Ending::Here;
         <Self as Handler<Detach>>::handle(self, Detach::RECONNECTED, ctx);
+    }
+}
+
+/// Redis lost this session's record: written again now, so that a resume on another node
+/// finds the session.
+impl Handler<RecordsLost> for WsSession {
+    type Result = ();
+
+    fn handle(&mut self, _: RecordsLost, ctx: &mut Self::Context) {
+        if let Some(record) = &mut self.record {
+            record.lost();
+            socket_record::keep(self, ctx);
+        }
     }
 }
 

@@ -1016,6 +1016,44 @@ async fn a_delete_redis_cannot_take_is_503_and_ends_the_session_when_sent_again(
     assert!(redis.keys("delete-outage:session:*").is_empty());
 }
 
+/// Redis restarts empty: the node holding a session writes its record again as soon as its
+/// beat finds Redis lost what it held, and another node meanwhile answers 503 (retryable),
+/// never 404, which a client takes for its session ended. (The others answered 404 for
+/// about 75 s, until the holder wrote the record again in its own time; attack run 50c, F2.)
+#[tokio::test]
+async fn after_redis_restarts_empty_a_session_is_found_again_on_every_node_and_never_404() {
+    let mut redis = RedisServer::start();
+    let (nodes, _) = nodes(&redis.url(), "emptied:", false);
+    let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
+    let ping = session.ask(&nodes[0], json!(1), "ping", json!({})).await;
+    assert_result(&answer_of(&ping, &json!(1)), &json!(1));
+    // The nodes' beats have read Redis's epoch before it is lost.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.kill();
+    redis.restart();
+    assert!(
+        redis.keys("emptied:session:*").is_empty(),
+        "Redis came back empty"
+    );
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut id = 1;
+    loop {
+        id += 1;
+        let status = session
+            .post_raw(&nodes[1], request(json!(id), "ping", json!({})))
+            .await
+            .status();
+        match status.as_u16() {
+            200 => break,
+            503 => {}
+            other => panic!("the session's request on another node: {other}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never found again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(redis.keys("emptied:session:*").len(), 1);
+}
+
 #[tokio::test]
 async fn delete_on_a_node_that_never_served_the_session_ends_it() {
     let redis = RedisServer::start();

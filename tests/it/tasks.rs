@@ -1317,6 +1317,39 @@ async fn a_task_whose_node_dies_is_shown_failed_by_the_others() {
     http_poll(b, &id, "failed").await;
 }
 
+/// Redis restarts empty while a task runs: its node writes the task's record again as soon
+/// as its beat finds Redis lost what it held, and the other node meanwhile answers -32008
+/// (retryable), never -32602 "unknown task", which a client takes as final. (The task was
+/// unknown elsewhere until it finished; attack run 50c, F2.)
+#[tokio::test]
+async fn after_redis_restarts_empty_a_running_task_is_found_again_elsewhere_never_unknown() {
+    let mut redis = RedisServer::start();
+    let nodes = task_nodes(&redis).await;
+    let (a, b) = (nodes.a, nodes.b);
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "emptied"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    http_poll(b, &id, "working").await;
+    // Both nodes' beats have read Redis's epoch before it is lost.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.kill();
+    redis.restart();
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let (_, response) = http_request(b, "tasks/get", json!({"taskId": id})).await;
+        if response["result"]["status"] == "working" {
+            break;
+        }
+        assert_eq!(response["error"]["code"], -32008, "{response}");
+        assert!(Instant::now() < deadline, "never found again: {response}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A task this node does not hold, asked for while Redis cannot be: a retryable -32008
 /// (`taskStore`), not -32602 "unknown task" (which a client takes as final); once Redis
 /// answers again, the task is found.

@@ -670,6 +670,33 @@ async fn a_websocket_session_resumed_elsewhere_from_a_socket_still_attached_is_h
     assert_eq!(crate::support::tool_text(&echo), "on b");
 }
 
+/// Redis restarts empty while a WebSocket session's socket is attached on one node: that
+/// node writes the session's record again as soon as its beat finds Redis lost what it held,
+/// so a resume on another node (the socket half-open) takes the session over, answered 503
+/// meanwhile, never 404 ("session ended"), which lasted longer than the resume grace
+/// (attack run 50c, F2).
+#[tokio::test]
+async fn a_websocket_session_resumes_elsewhere_after_redis_restarted_empty() {
+    let mut nodes = TwoNodes::start("");
+    let (mut old, resume_id) = session_running(nodes.a_addr, &nodes.redis, 9, 60_000).await;
+    // Both nodes' beats have read Redis's epoch before it is lost.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    nodes.redis.kill();
+    nodes.redis.restart();
+    let deadline = Instant::now() + crate::support::READ_TIMEOUT;
+    let mut resumed = loop {
+        match try_resume(nodes.b_addr, &resume_id, None).await {
+            Ok(resumed) => break resumed,
+            Err(503) => {}
+            Err(status) => panic!("the resume elsewhere: {status}"),
+        }
+        assert!(Instant::now() < deadline, "never resumed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_older_socket_closed(&mut old).await;
+    assert_eq!(lost_on_resume(&mut resumed).await, [9]);
+}
+
 /// The older socket of a session resumed elsewhere: closed 1000 with the reason a reconnect
 /// gives.
 async fn assert_older_socket_closed(old: &mut crate::support::Client) {

@@ -226,14 +226,31 @@ async fn beat(cluster: Arc<Cluster>) {
     let mut policy_asks_left = 3u8;
     loop {
         every.tick().await;
-        let Some(still_held) = redis.beat(&cluster.metrics, node, BEAT * 3).await else {
+        // A fresh candidate for Redis's epoch each time: one this node wrote before would
+        // not tell an epoch it writes again after Redis lost it from the one it had.
+        let candidate = crate::random_id().to_string();
+        let Some((still_held, now)) = redis
+            .beat(&cluster.metrics, node, BEAT * 3, &candidate)
+            .await
+        else {
             continue;
         };
-        if !still_held {
+        let lost = cluster.note_epoch(now);
+        if !still_held || lost {
             // The first beat, after an outage past the node's alive time, or Redis lost
             // what it held: the claims of the calls running here are written again where
             // they are gone (each a no-op where Redis still holds it).
             cluster.store.reclaim_running(&cluster.metrics).await;
+        }
+        if lost {
+            // Every other record this node keeps is written again too: until then, the other
+            // nodes took its sessions for ended (404) and its tasks for unknown (attack run
+            // 50c, F2).
+            tracing::warn!("Redis lost what it held (restarted empty?): writing again what this node keeps there");
+            cluster.tasks.unsave_all();
+            if let Some(records_lost) = cluster.records_lost.get() {
+                records_lost();
+            }
         }
         if policy_asks_left > 0 {
             policy_asks_left -= 1;

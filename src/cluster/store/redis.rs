@@ -774,21 +774,42 @@ impl RedisStore {
         }
     }
 
-    /// Says this node is alive for `ttl`. `None` when Redis did not take it; else whether
-    /// Redis still held the node's last beat: `Some(false)` after a beat of its own went
-    /// unanswered past `ttl`, or once Redis lost what it held (restarted empty), when what
-    /// the node holds there may be gone too.
-    pub(crate) async fn beat(&self, metrics: &Metrics, node: u64, ttl: Duration) -> Option<bool> {
+    /// Says this node is alive for `ttl`, and asks Redis's epoch: a value the first node to
+    /// ask writes (`candidate`), without a time to live, which changes only when Redis lost
+    /// what it held (restarted empty). `None` when Redis did not take the beat; else whether
+    /// Redis still held the node's last beat (`false` after a beat of its own went
+    /// unanswered past `ttl`, or once Redis lost what it held), and the epoch.
+    pub(crate) async fn beat(
+        &self,
+        metrics: &Metrics,
+        node: u64,
+        ttl: Duration,
+        candidate: &str,
+    ) -> Option<(bool, String)> {
         let key = self.node_key(node);
+        let epoch = format!("{}epoch", self.prefix);
         let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let candidate = candidate.to_owned();
         self.attempt(metrics, "beat", |mut con| async move {
-            let (held,): (Option<i64>,) = redis::pipe()
+            let (held, epoch): (Option<i64>, String) = redis::pipe()
                 .get(&key)
                 .pset_ex(&key, 1, ttl_ms)
                 .ignore()
+                .set_nx(&epoch, candidate)
+                .ignore()
+                .get(&epoch)
                 .query_async(&mut con)
                 .await?;
-            Ok(held.is_some())
+            Ok((held.is_some(), epoch))
+        })
+        .await
+    }
+
+    /// Redis's epoch (see [`beat`](Self::beat)); `Some(None)` when it holds none.
+    pub(crate) async fn epoch(&self, metrics: &Metrics) -> Option<Option<String>> {
+        let key = format!("{}epoch", self.prefix);
+        self.run(metrics, "epoch", |mut con| async move {
+            con.get::<_, Option<String>>(key).await
         })
         .await
     }

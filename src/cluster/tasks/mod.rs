@@ -288,6 +288,14 @@ impl Tasks {
     }
 
     /// Whether task records wait to be written to Redis.
+    /// Marks every record this node keeps as not saved: written again at the next round
+    /// Redis answers (Redis lost them).
+    pub(crate) fn unsave_all(&self) {
+        let ids: Vec<String> = self.records.iter().map(|r| r.key().clone()).collect();
+        crate::lock(&self.unsaved).extend(ids);
+    }
+
+    /// Whether records wait to be written to Redis.
     pub(crate) fn has_unsaved(&self) -> bool {
         !crate::lock(&self.unsaved).is_empty()
     }
@@ -761,7 +769,18 @@ pub(crate) async fn load(
         Some(record) => Some(record),
         None => match cluster.store.redis() {
             Some(redis) => match redis.get_task(&cluster.metrics, id).await {
-                Some(json) => json.and_then(|json| serde_json::from_str::<TaskRecord>(&json).ok()),
+                Some(Some(json)) => serde_json::from_str::<TaskRecord>(&json).ok(),
+                // Redis may have lost it (restarted empty) a moment ago, its node about to
+                // write it again: retryable, not "unknown task" (attack run 50c, F2).
+                Some(None) => {
+                    let epoch = redis.epoch(&cluster.metrics).await;
+                    if !matches!(&epoch, Some(e) if !cluster.record_may_be_lost(e.as_deref())) {
+                        return Err(Error::TaskStoreUnavailable {
+                            retry_after_ms: crate::cluster::REWRITE_WAIT.as_millis() as u64 / 3,
+                        });
+                    }
+                    None
+                }
                 // Not known: told as such (retryable), never as a task that does not exist.
                 None => {
                     return Err(Error::TaskStoreUnavailable {
