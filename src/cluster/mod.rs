@@ -35,6 +35,10 @@ pub struct Cluster {
     /// Redis's epoch as this node's beat last read it, and when it last changed (see
     /// [`record_may_be_lost`](Self::record_may_be_lost)).
     pub(crate) epoch: std::sync::Mutex<Option<(String, std::time::Instant)>>,
+    /// The secret of multi round-trip request states the nodes share through Redis, when
+    /// this node took it from there: put back if Redis loses it, so that a node started
+    /// after finds it rather than make its own.
+    pub(crate) shared_secret: std::sync::OnceLock<String>,
     /// Last writes and deletes of WebSocket session records under way (see
     /// `transport::socket_record`): the server waits for them before it stops.
     pub(crate) last_writes: std::sync::atomic::AtomicUsize,
@@ -80,6 +84,7 @@ impl Cluster {
             session_sink: std::sync::OnceLock::new(),
             records_lost: std::sync::OnceLock::new(),
             epoch: std::sync::Mutex::new(None),
+            shared_secret: std::sync::OnceLock::new(),
             last_writes: std::sync::atomic::AtomicUsize::new(0),
             streams: std::sync::atomic::AtomicU64::new(0),
             owes_everything: std::sync::atomic::AtomicBool::new(false),

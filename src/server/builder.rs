@@ -175,6 +175,7 @@ impl ServerBuilder {
         };
         // Without a file, the nodes sharing a Redis share one secret, made by the first:
         // a request state one node issued is accepted by every other.
+        let mut shared_secret = None;
         let secret = match secret {
             Some(secret) => Some(secret),
             None if !self.settings.redis.url.is_empty() => {
@@ -190,7 +191,10 @@ impl ServerBuilder {
                         );
                         None
                     }
-                    Some(secret) => Some(secret),
+                    Some(secret) => {
+                        shared_secret = Some(secret.clone());
+                        Some(secret)
+                    }
                     None => {
                         tracing::warn!(
                             "Redis unreachable at start: this node's multi round-trip states \
@@ -229,6 +233,9 @@ impl ServerBuilder {
         let alone = !(offers.tools || offers.resources || offers.prompts);
         let gateway = crate::gateway::Gateway::start(&self.settings, &registry, alone)?;
         let shared = Shared::new(self.settings, registry, state_key, perimeter);
+        if let Some(secret) = shared_secret {
+            let _ = shared.cluster.shared_secret.set(secret);
+        }
         if let Some(gateway) = &gateway {
             let _ = shared.metrics.upstreams.set(gateway.metrics());
             if let Some(observer) = gateway.session_observer() {

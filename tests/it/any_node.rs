@@ -461,10 +461,45 @@ async fn a_short_request_state_secret_in_redis_is_not_used() {
     assert_error(&second, &json!(2), -32602);
 }
 
+/// Redis restarts empty: the nodes put the secret they share back, so that a node started
+/// after finds it, and accepts the states the others mint. (It made its own, and states
+/// failed between it and the others until every node restarted; attack run 50c, F6.)
+#[tokio::test]
+async fn a_node_started_after_redis_restarted_empty_shares_the_request_state_secret() {
+    let mut redis = RedisServer::start();
+    let fixtures = Fixtures::default();
+    let first = node(&redis.url(), "mrtr-back:", false, &fixtures);
+    // Its beat has read Redis's epoch before Redis loses it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.kill();
+    redis.restart();
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while redis.keys("mrtr-back:mrtr-secret").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the secret never put back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let later = node(&redis.url(), "mrtr-back:", false, &fixtures);
+    let second = request_state_between(&first, &later).await;
+    assert_eq!(
+        text_of(&assert_complete(&second, &json!(2))),
+        "Hello, Bo!",
+        "{second}"
+    );
+}
+
 /// The answer another node gives a `requestState` minted by one node of three sharing the
 /// Redis at `redis_url` under `prefix`, and how many times the tool ran.
 async fn request_state_taken_elsewhere(redis_url: &str, prefix: &str) -> (Value, usize) {
     let (nodes, fixtures) = nodes(redis_url, prefix, false);
+    let second = request_state_between(&nodes[0], &nodes[1]).await;
+    (second, fixtures.runs())
+}
+
+/// The answer `second` gives a `requestState` `first` minted.
+async fn request_state_between(first_node: &RunningServer, second_node: &RunningServer) -> Value {
     let post = |node: &RunningServer, body: Value| {
         crate::support::http::client()
             .post(url(node))
@@ -480,7 +515,7 @@ async fn request_state_taken_elsewhere(redis_url: &str, prefix: &str) -> (Value,
         json!({"elicitation": {}}),
         json!({"name": "ask_name", "arguments": {"greeting": "Hello"}}),
     );
-    let first: Value = post(&nodes[0], request(json!(1), "tools/call", params.clone()))
+    let first: Value = post(first_node, request(json!(1), "tools/call", params.clone()))
         .await
         .expect("sent")
         .json()
@@ -488,7 +523,7 @@ async fn request_state_taken_elsewhere(redis_url: &str, prefix: &str) -> (Value,
         .expect("JSON");
     let (_, state) = assert_input_required(&first, &json!(1), &["name"]);
     let second: Value = post(
-        &nodes[1],
+        second_node,
         request(
             json!(2),
             "tools/call",
@@ -500,7 +535,7 @@ async fn request_state_taken_elsewhere(redis_url: &str, prefix: &str) -> (Value,
     .json()
     .await
     .expect("JSON");
-    (second, fixtures.runs())
+    second
 }
 
 #[tokio::test]

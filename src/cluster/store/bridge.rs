@@ -248,6 +248,9 @@ async fn beat(cluster: Arc<Cluster>) {
             // 50c, F2).
             tracing::warn!("Redis lost what it held (restarted empty?): writing again what this node keeps there");
             cluster.tasks.unsave_all();
+            if let Some(secret) = cluster.shared_secret.get() {
+                redis.put_back_secret(&cluster.metrics, secret).await;
+            }
             if let Some(records_lost) = cluster.records_lost.get() {
                 records_lost();
             }

@@ -790,19 +790,31 @@ impl RedisStore {
         let epoch = format!("{}epoch", self.prefix);
         let ttl_ms = (ttl.as_millis() as u64).max(1);
         let candidate = candidate.to_owned();
-        self.attempt(metrics, "beat", |mut con| async move {
-            let (held, epoch): (Option<i64>, String) = redis::pipe()
-                .get(&key)
-                .pset_ex(&key, 1, ttl_ms)
-                .ignore()
-                .set_nx(&epoch, candidate)
-                .ignore()
-                .get(&epoch)
-                .query_async(&mut con)
-                .await?;
-            Ok((held.is_some(), epoch))
-        })
-        .await
+        // Two pipelines, each of one key: on a Redis Cluster the two keys are in other slots,
+        // and a pipeline across slots is refused (CROSSSLOT).
+        let held = self
+            .attempt(metrics, "beat", |mut con| async move {
+                let (held,): (Option<i64>,) = redis::pipe()
+                    .get(&key)
+                    .pset_ex(&key, 1, ttl_ms)
+                    .ignore()
+                    .query_async(&mut con)
+                    .await?;
+                Ok(held.is_some())
+            })
+            .await?;
+        let epoch = self
+            .attempt(metrics, "beat", |mut con| async move {
+                let (epoch,): (String,) = redis::pipe()
+                    .set_nx(&epoch, candidate)
+                    .ignore()
+                    .get(&epoch)
+                    .query_async(&mut con)
+                    .await?;
+                Ok(epoch)
+            })
+            .await?;
+        Some((held, epoch))
     }
 
     /// Redis's epoch (see [`beat`](Self::beat)); `Some(None)` when it holds none.
@@ -812,6 +824,17 @@ impl RedisStore {
             con.get::<_, Option<String>>(key).await
         })
         .await
+    }
+
+    /// Puts the shared secret of request states back where Redis lost it (see
+    /// [`shared_secret`]): the nodes that took it keep it, and a node started later finds it.
+    pub(crate) async fn put_back_secret(&self, metrics: &Metrics, secret: &str) {
+        let key = format!("{}mrtr-secret", self.prefix);
+        let secret = secret.to_owned();
+        self.run(metrics, "put_back_secret", |mut con| async move {
+            con.set_nx::<_, _, bool>(key, secret).await
+        })
+        .await;
     }
 
     /// Redis's `maxmemory-policy`, if it says (a managed Redis may refuse `CONFIG`). Not an
