@@ -32,13 +32,21 @@ pub struct Cluster {
     /// session records this node keeps are written again at once (the hosting transport
     /// sets it).
     pub(crate) records_lost: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
-    /// Redis's epoch as this node's beat last read it, and when it last changed (see
-    /// [`record_may_be_lost`](Self::record_may_be_lost)).
-    pub(crate) epoch: std::sync::Mutex<Option<(String, std::time::Instant)>>,
+    /// Redis's epoch as this node's beat last read it, and when it last changed, if it did
+    /// (see [`record_may_be_lost`](Self::record_may_be_lost)).
+    pub(crate) epoch: std::sync::Mutex<Option<(String, Option<std::time::Instant>)>>,
     /// The secret of multi round-trip request states the nodes share through Redis, when
     /// this node took it from there: put back if Redis loses it, so that a node started
     /// after finds it rather than make its own.
     pub(crate) shared_secret: std::sync::OnceLock<String>,
+    /// When this node's beat last reached Redis, in ms since [`Cluster::clock`]'s start
+    /// (see [`may_be_taken_for_dead`](Self::may_be_taken_for_dead)).
+    last_beat_ms: std::sync::atomic::AtomicU64,
+    /// Counts the beats that found this node's last one gone from Redis (past its alive
+    /// time, the other nodes took it for dead).
+    taken_for_dead: std::sync::atomic::AtomicU64,
+    /// What `last_beat_ms` counts from.
+    clock: std::time::Instant,
     /// Last writes and deletes of WebSocket session records under way (see
     /// `transport::socket_record`): the server waits for them before it stops.
     pub(crate) last_writes: std::sync::atomic::AtomicUsize,
@@ -49,6 +57,11 @@ pub struct Cluster {
     /// (`store::bridge`).
     pub(crate) owes_everything: std::sync::atomic::AtomicBool,
 }
+
+/// How long without a beat reaching Redis makes a node ask whether it still holds its
+/// sessions before it answers on them: a node is dead to the others 3 s after its last beat
+/// (one a second), and a gap over 2 s is not a beat late, but the node stalled or cut off.
+pub(crate) const SUSPECT_AFTER: std::time::Duration = std::time::Duration::from_millis(2000);
 
 /// How long after Redis lost what it held (as a node's beat found) a record it does not
 /// hold may still be one a node is writing again: three beats.
@@ -85,20 +98,63 @@ impl Cluster {
             records_lost: std::sync::OnceLock::new(),
             epoch: std::sync::Mutex::new(None),
             shared_secret: std::sync::OnceLock::new(),
+            last_beat_ms: std::sync::atomic::AtomicU64::new(0),
+            taken_for_dead: std::sync::atomic::AtomicU64::new(0),
+            clock: std::time::Instant::now(),
             last_writes: std::sync::atomic::AtomicUsize::new(0),
             streams: std::sync::atomic::AtomicU64::new(0),
             owes_everything: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
+    /// A beat reached Redis; `still_held`: Redis still held the node's last one.
+    pub(crate) fn note_beat(&self, still_held: bool) {
+        use std::sync::atomic::Ordering;
+        let now = self.clock.elapsed().as_millis() as u64;
+        let before = self.last_beat_ms.swap(now.max(1), Ordering::Relaxed);
+        // Not the first beat: a node is new to the others before it is dead to them.
+        if !still_held && before != 0 {
+            self.taken_for_dead.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many times this node was found taken for dead (see
+    /// [`may_be_taken_for_dead`](Self::may_be_taken_for_dead)).
+    pub(crate) fn taken_for_dead(&self) -> u64 {
+        self.taken_for_dead
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the other nodes may have taken this node for dead since a holder of a session
+    /// last confirmed it still holds it (`confirmed`: [`taken_for_dead`](Self::taken_for_dead)
+    /// then): a beat found the node's last one gone, or no beat reached Redis for
+    /// [`SUSPECT_AFTER`] (the node stalled: stopped, or a VM frozen; this is known before the
+    /// next beat is). Its sessions may have been taken up elsewhere, and answered there:
+    /// their holders ask Redis before they answer again.
+    pub(crate) fn may_be_taken_for_dead(&self, confirmed: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        let last = self.last_beat_ms.load(Ordering::Relaxed);
+        let now = self.clock.elapsed().as_millis() as u64;
+        self.taken_for_dead() != confirmed
+            || (last != 0 && now.saturating_sub(last) > SUSPECT_AFTER.as_millis() as u64)
+    }
+
     /// Notes Redis's epoch as a beat read it; whether it changed (Redis lost what it held).
     pub(crate) fn note_epoch(&self, epoch: String) -> bool {
         let mut known = crate::lock(&self.epoch);
-        let changed = known.as_ref().is_some_and(|(before, _)| *before != epoch);
-        if known.as_ref().is_none_or(|(before, _)| *before != epoch) {
-            *known = Some((epoch, std::time::Instant::now()));
+        match known.as_mut() {
+            Some((before, _)) if *before == epoch => false,
+            Some((before, changed_at)) => {
+                *before = epoch;
+                *changed_at = Some(std::time::Instant::now());
+                true
+            }
+            // The first one this node reads is no change.
+            None => {
+                *known = Some((epoch, None));
+                false
+            }
         }
-        changed
     }
 
     /// Whether a record Redis does not hold (`current`: Redis's epoch now, as just read) may
@@ -108,8 +164,8 @@ impl Cluster {
     /// (retryable), not as one of an ended session or an unknown task (final).
     pub(crate) fn record_may_be_lost(&self, current: Option<&str>) -> bool {
         match (&*crate::lock(&self.epoch), current) {
-            (Some((known, since)), Some(current)) => {
-                known != current || since.elapsed() < REWRITE_WAIT
+            (Some((known, changed_at)), Some(current)) => {
+                known != current || changed_at.is_some_and(|at| at.elapsed() < REWRITE_WAIT)
             }
             _ => true,
         }

@@ -45,6 +45,11 @@ pub(crate) struct SocketRecord {
     writing: Option<tokio::task::JoinHandle<bool>>,
     /// A look is scheduled: a request comes of age, or the spacing of writes ends.
     look_armed: bool,
+    /// [`Cluster::taken_for_dead`] when the node last confirmed it still holds the session
+    /// (see [`confirm_held`]).
+    confirmed: u64,
+    /// A confirmation is under way: the session's answers wait for it.
+    confirming: bool,
 }
 
 /// What the record was last written with.
@@ -71,6 +76,67 @@ impl LastWrite {
 impl Drop for LastWrite {
     fn drop(&mut self) {
         self.0.last_writes.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Whether the session's host may answer on it now: true unless the node may have been
+/// taken for dead since it last confirmed it holds the session
+/// ([`Cluster::may_be_taken_for_dead`]). Then it asks Redis, and the answers wait: another
+/// node may have taken the session up meanwhile and answered its requests there (-32031),
+/// and an answer here too would be a second one (attack run 50c, F5). The answer comes as
+/// [`HoldConfirmed`]. A Redis that cannot be asked is taken as no other node's either (none
+/// can take a session up without it): the answers go on.
+pub(crate) fn confirm_held<A>(record: &mut SocketRecord, ctx: &mut A::Context) -> bool
+where
+    A: Actor + Handler<HoldConfirmed>,
+    A::Context: AsyncContext<A> + ToEnvelope<A, HoldConfirmed>,
+{
+    if record.confirming {
+        return false;
+    }
+    let cluster = &record.shared.cluster;
+    if !cluster.may_be_taken_for_dead(record.confirmed) {
+        return true;
+    }
+    record.confirming = true;
+    let generation = cluster.taken_for_dead();
+    let cluster = cluster.clone();
+    let id = record.id.clone();
+    let host = ctx.address();
+    actix::spawn(async move {
+        let held = match cluster.store.redis() {
+            Some(redis) => {
+                redis
+                    .holds_session(&cluster.metrics, &id, cluster.node_number())
+                    .await
+            }
+            None => None,
+        };
+        host.do_send(HoldConfirmed { held, generation });
+    });
+    false
+}
+
+/// Redis said whether this node still holds a session ([`confirm_held`]).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct HoldConfirmed {
+    /// `Some(false)`: another node took the session up. `None`: Redis could not be asked.
+    pub(crate) held: Option<bool>,
+    /// [`Cluster::taken_for_dead`] when it was asked.
+    generation: u64,
+}
+
+impl SocketRecord {
+    /// The confirmation under way came back: whether the host may answer on the session
+    /// (else another node holds it: the copy here ends).
+    pub(crate) fn confirmed(&mut self, done: &HoldConfirmed) -> bool {
+        self.confirming = false;
+        if done.held == Some(false) {
+            return false;
+        }
+        self.confirmed = done.generation;
+        true
     }
 }
 
@@ -137,6 +203,8 @@ impl SocketRecord {
             stored: None,
             writing: None,
             look_armed: false,
+            confirmed: shared.cluster.taken_for_dead(),
+            confirming: false,
         })
     }
 

@@ -45,7 +45,7 @@ use crate::session::{InboxPump, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
 use crate::transport::hosted::HostedSessions;
 use crate::transport::socket_record::{
-    self, KeepsRecord, Kept, RecordWritten, RecordsLost, SocketRecord,
+    self, HoldConfirmed, KeepsRecord, Kept, RecordWritten, RecordsLost, SocketRecord,
 };
 use actix::prelude::*;
 use actix_web::error::PayloadError;
@@ -422,6 +422,13 @@ impl SessionHost for WsSession {
         let Core::Local { session, .. } = &mut self.core else {
             return false;
         };
+        // With a record in Redis, after this node may have been taken for dead: the inbox
+        // waits until Redis says the session is still this node's (`HoldConfirmed`).
+        if let Some(record) = &mut self.record {
+            if !socket_record::confirm_held::<Self>(record, ctx) {
+                return true;
+            }
+        }
         session.on_inbox(ctx);
         socket_record::keep(self, ctx);
         // A worker's outcome may have been the last request in flight during a drain.
@@ -590,6 +597,28 @@ impl KeepsRecord for WsSession {
         // Not parked: no reconnect may find this copy.
         self.ending = Ending::Here;
         <Self as Handler<Detach>>::handle(self, Detach::RECONNECTED, ctx);
+    }
+}
+
+/// Redis said whether this node still holds the session, after it may have been taken for
+/// dead: the inbox is drained now, or the copy here ends, unanswered (the node that took the
+/// session up answered its requests).
+impl Handler<HoldConfirmed> for WsSession {
+    type Result = ();
+
+    fn handle(&mut self, done: HoldConfirmed, ctx: &mut Self::Context) {
+        let Some(record) = &mut self.record else {
+            return;
+        };
+        if record.confirmed(&done) {
+            self.drain_inbox(ctx);
+        } else {
+            tracing::info!(
+                session = %self.log_id(),
+                "session taken up by another node while this one was taken for dead; its copy here ends"
+            );
+            self.taken_up_elsewhere(ctx);
+        }
     }
 }
 

@@ -697,6 +697,39 @@ async fn a_websocket_session_resumes_elsewhere_after_redis_restarted_empty() {
     assert_eq!(lost_on_resume(&mut resumed).await, [9]);
 }
 
+/// A node that stalled (SIGSTOP) past its alive time has its WebSocket session taken up
+/// elsewhere, where the request it ran is answered -32031; going on, it answers nothing more
+/// on the socket it still has (it first checks that it still holds the session, and finds
+/// it does not), and lets the socket go. (It sent the request's real answer on that socket
+/// before it let go: two answers to one request; attack run 50c, F5.)
+#[tokio::test]
+async fn a_node_that_stalled_while_its_session_was_taken_up_does_not_answer_again() {
+    use serde_json::json;
+    let nodes = TwoNodes::start("");
+    let (mut old, resume_id) = session_running(nodes.a_addr, &nodes.redis, 9, 1500).await;
+    nodes.a.pause();
+    // Refused (503) while node A is still taken for alive; taken up once it is found dead.
+    let deadline = Instant::now() + crate::support::READ_TIMEOUT;
+    let mut resumed = loop {
+        match try_resume(nodes.b_addr, &resume_id, None).await {
+            Ok(resumed) => break resumed,
+            Err(503) => {}
+            Err(status) => panic!("the resume elsewhere: {status}"),
+        }
+        assert!(Instant::now() < deadline, "never resumed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(lost_on_resume(&mut resumed).await, [9]);
+    // Past the end of the sleep node A ran before it stalled.
+    nodes.a.resume();
+    assert_older_socket_closed(&mut old).await;
+    assert!(
+        old.backlog.iter().all(|m| m.get("id") != Some(&json!(9))),
+        "node A answered 9 too: {:?}",
+        old.backlog
+    );
+}
+
 /// The older socket of a session resumed elsewhere: closed 1000 with the reason a reconnect
 /// gives.
 async fn assert_older_socket_closed(old: &mut crate::support::Client) {

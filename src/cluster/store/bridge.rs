@@ -235,6 +235,7 @@ async fn beat(cluster: Arc<Cluster>) {
         else {
             continue;
         };
+        cluster.note_beat(still_held);
         let lost = cluster.note_epoch(now);
         if !still_held || lost {
             // The first beat, after an outage past the node's alive time, or Redis lost

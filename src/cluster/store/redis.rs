@@ -81,6 +81,15 @@ return 1"
     ))
 });
 
+/// 1 if node `ARGV[1]` holds the record under `KEYS[1]`, or there is none; 0 if another
+/// node does (or it was handed over).
+static HOLDS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"{HELD_BY}if held_by(KEYS[1], ARGV[1]) == false then return 0 end
+return 1"
+    ))
+});
+
 /// Deletes the record under `KEYS[1]` if node `ARGV[1]` holds it.
 static DELETE_HELD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -568,6 +577,24 @@ impl RedisStore {
         })
         .await
         .map(|put| put == 1)
+    }
+
+    /// Whether node `node` still holds WebSocket session `id` (no other node took it up:
+    /// there is no record, or its record names `node`). Asked even while Redis is skipped
+    /// after a failure: a node that stalled may find a timed-out operation failed as it goes
+    /// on. `None` when Redis could not be asked.
+    pub(crate) async fn holds_session(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        node: u64,
+    ) -> Option<bool> {
+        let key = self.session_key(id);
+        self.attempt(metrics, "holds_session", |mut con| async move {
+            HOLDS.key(key).arg(node).invoke_async::<i64>(&mut con).await
+        })
+        .await
+        .map(|held| held == 1)
     }
 
     /// A session's record, its time to live raised to `ttl` if it had less

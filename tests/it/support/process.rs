@@ -77,11 +77,26 @@ impl ServerProcess {
 
     /// SIGTERM: the server's graceful shutdown ([`wait_exit`](Self::wait_exit) sees it end).
     pub fn terminate(&self) {
+        self.signal("-TERM");
+    }
+
+    /// SIGSTOP: the server stops, its connections open, as a host that stalls (a VM frozen
+    /// for a migration), until [`resume`](Self::resume).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT: a [`pause`](Self::pause)d server goes on.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
         let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([signal, &self.child.id().to_string()])
             .status()
             .expect("kill runs");
-        assert!(status.success(), "kill -TERM {}", self.child.id());
+        assert!(status.success(), "kill {signal} {}", self.child.id());
     }
 
     /// Everything the server wrote to stderr so far.
