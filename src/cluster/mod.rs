@@ -39,6 +39,10 @@ pub struct Cluster {
     /// this node took it from there: put back if Redis loses it, so that a node started
     /// after finds it rather than make its own.
     pub(crate) shared_secret: std::sync::OnceLock<String>,
+    /// Sessions ended here (DELETE) whose end the other nodes could not be told (Redis
+    /// took the deletion of the record, not the note), oldest first: told at the next beat
+    /// Redis takes. Bounded ([`MAX_OWED_ENDS`]).
+    pub(crate) owed_ends: std::sync::Mutex<std::collections::VecDeque<String>>,
     /// When this node's beat last reached Redis, in ms since [`Cluster::clock`]'s start
     /// (see [`may_be_taken_for_dead`](Self::may_be_taken_for_dead)).
     last_beat_ms: std::sync::atomic::AtomicU64,
@@ -57,6 +61,10 @@ pub struct Cluster {
     /// (`store::bridge`).
     pub(crate) owes_everything: std::sync::atomic::AtomicBool,
 }
+
+/// The most session ends a node owes the others (see `Cluster::owed_ends`); past it the
+/// oldest is given up (its copies elsewhere end when they are let go, idle).
+pub(crate) const MAX_OWED_ENDS: usize = 1024;
 
 /// How long without a beat reaching Redis makes a node ask whether it still holds its
 /// sessions before it answers on them: a node is dead to the others 3 s after its last beat
@@ -98,6 +106,7 @@ impl Cluster {
             records_lost: std::sync::OnceLock::new(),
             epoch: std::sync::Mutex::new(None),
             shared_secret: std::sync::OnceLock::new(),
+            owed_ends: std::sync::Mutex::default(),
             last_beat_ms: std::sync::atomic::AtomicU64::new(0),
             taken_for_dead: std::sync::atomic::AtomicU64::new(0),
             clock: std::time::Instant::now(),

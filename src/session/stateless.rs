@@ -627,7 +627,7 @@ impl Session {
                 let check_tool = |tool: &str| access.check_tool(tool);
                 let cluster = &shared.cluster;
                 let result = match method {
-                    Method::TasksGet => tasks::load(cluster, &task_id, &owner, &check_tool)
+                    Method::TasksGet => tasks::load_shown(cluster, &task_id, &owner, &check_tool)
                         .await?
                         .fields(true),
                     Method::TasksUpdate => {

@@ -62,6 +62,8 @@ struct Queue {
     ended: bool,
     /// The reader is gone.
     unread: bool,
+    /// The reader took an event (see [`Feed::cut`]).
+    delivered: bool,
     waker: Option<Waker>,
 }
 
@@ -96,6 +98,7 @@ pub fn feed(capacity: usize, budget: Arc<Budget>) -> (Feed, FeedReader) {
             capacity,
             ended: false,
             unread: false,
+            delivered: false,
             waker: None,
         }),
         budget,
@@ -179,14 +182,23 @@ impl Feed {
     }
 
     /// Lets the stream go: what it holds is dropped now (its bytes given back to the
-    /// session), and its reader ends.
+    /// session), and its reader ends. A reader that has taken nothing yet keeps its first
+    /// event: its client then has an event id to resume the stream from (a session of a
+    /// version without priming events had none, and lost the stream's answer; review 51 #3).
     pub fn cut(self) {
         let mut queue = self.shared.lock();
-        let dropped = std::mem::take(&mut queue.events);
+        let mut dropped = std::mem::take(&mut queue.events);
+        if !queue.delivered {
+            if let Some(first) = dropped.pop_front() {
+                queue.events.push_back(first);
+            }
+        }
+        let given_back: usize = dropped.iter().map(|waiting| waiting.counted).sum();
+        queue.held -= given_back;
         self.shared
             .budget
             .held
-            .fetch_sub(std::mem::take(&mut queue.held), Ordering::Relaxed);
+            .fetch_sub(given_back, Ordering::Relaxed);
         drop(queue);
         // The events are freed outside the lock; `Drop` ends the reader.
         drop(dropped);
@@ -217,6 +229,7 @@ impl futures_util::Stream for FeedReader {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SseEvent>> {
         let mut queue = self.shared.lock();
         if let Some(waiting) = queue.events.pop_front() {
+            queue.delivered = true;
             queue.held -= waiting.counted;
             self.shared
                 .budget
@@ -294,12 +307,17 @@ mod tests {
     async fn a_stream_holding_nothing_takes_its_next_event_whatever_the_others_hold() {
         // Each event is 1 + 10 bytes; the budget holds two.
         let budget = Budget::new(22);
-        let (unread, _unread_reader) = feed(16, budget.clone());
+        let (unread, mut unread_reader) = feed(16, budget.clone());
         let (read, mut reader) = feed(16, budget.clone());
         assert_eq!(refused(unread.offer(event("a", 10))), Ok(()));
-        assert_eq!(refused(unread.offer(event("b", 10))), Ok(()));
         assert_eq!(
-            refused(unread.offer(event("c", 10))),
+            unread_reader.next().await.map(|e| e.id),
+            Some("a".to_owned())
+        );
+        assert_eq!(refused(unread.offer(event("b", 10))), Ok(()));
+        assert_eq!(refused(unread.offer(event("c", 10))), Ok(()));
+        assert_eq!(
+            refused(unread.offer(event("x", 10))),
             Err(Refused::OverBudget)
         );
         // The other stream holds none: it takes one, past the budget, and one more once
@@ -312,9 +330,11 @@ mod tests {
         assert_eq!(reader.next().await.map(|e| e.id), Some("d".to_owned()));
         assert_eq!(refused(read.offer(event("e", 10))), Ok(()));
         assert_eq!(budget.held(), 33);
-        // Cut, the unread stream's bytes are back at once.
+        // Cut, the unread stream's bytes are back at once (its reader took an event: it
+        // keeps none).
         unread.cut();
         assert_eq!(budget.held(), 11);
+        assert!(unread_reader.next().await.is_none());
         assert_eq!(refused(read.offer(event("f", 10))), Ok(()));
         assert_eq!(read.held(), 22);
     }
@@ -324,13 +344,29 @@ mod tests {
         let budget = Budget::new(1000);
         let (cut, mut cut_reader) = feed(16, budget.clone());
         assert_eq!(refused(cut.offer(event("a", 10))), Ok(()));
-        assert!(cut.push_uncounted(event("b", 10)));
+        assert_eq!(cut_reader.next().await.map(|e| e.id), Some("a".to_owned()));
+        assert_eq!(refused(cut.offer(event("b", 10))), Ok(()));
+        assert!(cut.push_uncounted(event("c", 10)));
         cut.cut();
         assert!(cut_reader.next().await.is_none());
         let (ended, mut reader) = feed(16, budget.clone());
-        assert_eq!(refused(ended.offer(event("c", 10))), Ok(()));
+        assert_eq!(refused(ended.offer(event("d", 10))), Ok(()));
         drop(ended);
-        assert_eq!(reader.next().await.map(|e| e.id), Some("c".to_owned()));
+        assert_eq!(reader.next().await.map(|e| e.id), Some("d".to_owned()));
+        assert!(reader.next().await.is_none());
+        assert_eq!(budget.held(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_stream_cut_before_its_reader_took_anything_keeps_its_first_event() {
+        let budget = Budget::new(1000);
+        let (cut, mut reader) = feed(16, budget.clone());
+        assert_eq!(refused(cut.offer(event("first", 10))), Ok(()));
+        assert_eq!(refused(cut.offer(event("second", 10))), Ok(()));
+        cut.cut();
+        // The first, with its id to resume from, is still counted until it is read.
+        assert_eq!(budget.held(), 15);
+        assert_eq!(reader.next().await.map(|e| e.id), Some("first".to_owned()));
         assert!(reader.next().await.is_none());
         assert_eq!(budget.held(), 0);
     }

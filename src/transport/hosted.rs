@@ -556,7 +556,11 @@ impl HostedSession {
                     // Another node's GET stream: what the session hears from now on comes
                     // on this node's own.
                     let stream = http.session_stream;
-                    http.streams.entry(stream).or_default().reader = Some(feed);
+                    let state = http.streams.entry(stream).or_default();
+                    // The older reader let go at once, as `open` lets one go (review 51 #4).
+                    if let Some(replaced) = state.reader.replace(feed) {
+                        replaced.cut();
+                    }
                 } else {
                     actix::spawn(follow_mirror(cluster, key, cursor.stream, mirrored, feed));
                 }
@@ -1320,7 +1324,7 @@ pub struct HttpOutlet {
     prime: bool,
     /// What the live events its streams hold for their readers may come to:
     /// `sessions.event_buffer_bytes`, and at least four times `limits.max_message_bytes`
-    /// (16 MiB by default), and one event more for a stream that holds none (see
+    /// (16 MiB by default), and one event more for each stream that holds none (see
     /// [`Feed::offer`]).
     budget: Arc<Budget>,
     /// Streams over (answered, or closed) whose readers still hold live events: let go as

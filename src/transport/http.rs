@@ -707,28 +707,31 @@ async fn end_elsewhere(
     end_in_store(id, shared).await
 }
 
-/// Deletes an ended session's record and tells the nodes holding a copy.
+/// Deletes an ended session's record and tells the nodes holding a copy; a note Redis does
+/// not take is owed, and sent at the next beat it takes (a retried DELETE would find no
+/// record, and could not tell them then; review 51 #6).
 ///
 /// # Errors
-/// [`Refusal::SessionStoreUnavailable`] (503, `Retry-After`) when Redis took either not: the
-/// client sends its DELETE again. Answered 200 whatever became of them, a copy on a node
-/// never told went on serving the session, and wrote its record again a moment later, the
-/// deleted session served again on every node (attack run 50c, F4).
+/// [`Refusal::SessionStoreUnavailable`] (503, `Retry-After`) when Redis did not take the
+/// deletion: the client sends its DELETE again. Answered 200 whatever became of it, a copy on
+/// a node never told went on serving the session, and wrote its record again a moment later,
+/// the deleted session served again on every node (attack run 50c, F4).
 async fn end_in_store(id: &str, shared: &Shared) -> Result<(), Refusal> {
+    use crate::cluster::store::bridge;
     let Some(redis) = shared.cluster.store.redis() else {
         return Ok(());
     };
-    let deleted = redis.delete_session(&shared.metrics, id).await;
-    let note = crate::cluster::store::bridge::SessionNote {
-        id: id.to_owned(),
-        kind: crate::cluster::store::bridge::SessionNoteKind::End,
-    };
-    let told = crate::cluster::store::bridge::send_session_note(&shared.cluster, note).await;
-    if deleted && told {
-        Ok(())
-    } else {
-        Err(Refusal::SessionStoreUnavailable)
+    if !redis.delete_session(&shared.metrics, id).await {
+        return Err(Refusal::SessionStoreUnavailable);
     }
+    let note = bridge::SessionNote {
+        id: id.to_owned(),
+        kind: bridge::SessionNoteKind::End,
+    };
+    if !bridge::send_session_note(&shared.cluster, note).await {
+        bridge::owe_end(&shared.cluster, id);
+    }
+    Ok(())
 }
 
 /// Stores a new session's record; a session that cannot be stored ends (503): served by

@@ -590,11 +590,13 @@ async fn read_lines(response: Response, id: &Value) -> (usize, bool) {
     (lines, answered)
 }
 
-/// A stream its client reads as it comes is not let go for what another stream of the
-/// session holds unread: the stream that holds the most is, its events dropped at once
-/// (review 50: the stream let go was the one that received the next event, which could be
-/// the one being read, at its first event; on a version without priming events its client
-/// then had no event id to resume from, and its answer was lost).
+/// A stream its client reads as it comes gets every event, its answer last, beside a stream
+/// of the session let go for holding more than the session's budget unread: that one's
+/// events are dropped as it is let go, and hold nothing of the budget after (review 50: a
+/// reader let go kept its events, counted, and the next event of any other stream of the
+/// session let that one go, a stream being read at its first event; on a version without
+/// priming events its client then had no event id to resume from, and its answer was
+/// lost).
 async fn a_read_stream_beside_an_unread_one_gets_every_event(version: &str) {
     let mut s = http_settings();
     s.limits.log_lines_burst = 1_000;
@@ -625,20 +627,23 @@ async fn a_read_stream_beside_an_unread_one_gets_every_event(version: &str) {
     .await;
     let (lines, answered) = read_lines(read, &json!(3)).await;
     assert_eq!((lines, answered), (40, true));
-    // The unread stream was let go: it ended before its answer (the session's log has it).
-    let (_, answered) = read_lines(unread, &json!(2)).await;
-    assert!(!answered, "the unread stream was not let go");
+    // The unread stream was let go: it ended before its answer (the session's log has it),
+    // after what its connection had taken.
+    let (lines, answered) = read_lines(unread, &json!(2)).await;
+    assert!(
+        lines < 200 && !answered,
+        "the unread stream was not let go: {lines} lines"
+    );
     session.assert_alive().await;
 }
 
 #[tokio::test]
-async fn a_stream_read_as_it_comes_is_not_let_go_for_another_streams_unread_events() {
+async fn a_stream_read_as_it_comes_gets_every_event_beside_one_let_go() {
     a_read_stream_beside_an_unread_one_gets_every_event("2025-11-25").await;
 }
 
 #[tokio::test]
-async fn a_stream_read_as_it_comes_is_not_let_go_for_another_streams_unread_events_without_priming()
-{
+async fn a_stream_read_as_it_comes_gets_every_event_beside_one_let_go_without_priming() {
     a_read_stream_beside_an_unread_one_gets_every_event("2025-06-18").await;
 }
 

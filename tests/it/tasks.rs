@@ -1350,6 +1350,62 @@ async fn after_redis_restarts_empty_a_running_task_is_found_again_elsewhere_neve
     }
 }
 
+/// A cancel of a task whose node's beat is missing from Redis for a moment (a beat late)
+/// still reaches its runner: the task ends cancelled. (The cancel acted on the task as shown,
+/// failed for its node lost, and was answered success and never sent: the task ran on to
+/// its end; review 51 #1.)
+#[tokio::test]
+async fn a_cancel_reaches_a_task_whose_nodes_beat_is_late() {
+    let redis = RedisServer::start();
+    let nodes = task_nodes(&redis).await;
+    let (a, b) = (nodes.a, nodes.b);
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 30, "label": "late"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    http_poll(b, &id, "working").await;
+    let mut connection = redis.connection().expect("redis answers");
+    for key in redis.keys("mcp-ws:node:*") {
+        ::redis::cmd("DEL")
+            .arg(&key)
+            .query::<()>(&mut connection)
+            .expect("DEL");
+    }
+    let (_, cancelled) = http_request(b, "tasks/cancel", json!({"taskId": id})).await;
+    assert!(cancelled.get("error").is_none(), "{cancelled}");
+    http_poll(b, &id, "cancelled").await;
+}
+
+/// A task record in Redis that is not UTF-8 (written by something else) is that task's
+/// alone: asked for, it is -32008 (counted as a Redis error), and another task's lookup
+/// goes to Redis as ever. (The client's conversion failing made the node skip Redis for
+/// everyone; review 51 #7.)
+#[tokio::test]
+async fn an_unreadable_task_record_is_its_tasks_alone() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_node_a, a) = start_node(dir.path(), "node-a", &redis);
+    wait_bridged(a).await;
+    let poisoned = "0b0c5e2c-3a57-4c4b-9d0e-1f2a3b4c5d6e";
+    let other = "7f6e5d4c-3b2a-4190-8f7e-6d5c4b3a2910";
+    let mut connection = redis.connection().expect("redis answers");
+    ::redis::cmd("SET")
+        .arg(format!("mcp-ws:task:{poisoned}"))
+        .arg(&b"\xff\xfe not utf-8"[..])
+        .query::<()>(&mut connection)
+        .expect("SET");
+    let (_, refused) = http_request(a, "tasks/get", json!({"taskId": poisoned})).await;
+    assert_eq!(refused["error"]["code"], -32008, "{refused}");
+    let (_, unknown) = http_request(a, "tasks/get", json!({"taskId": other})).await;
+    assert_eq!(
+        unknown["error"]["code"], -32602,
+        "Redis skipped for another task: {unknown}"
+    );
+}
+
 /// A task this node does not hold, asked for while Redis cannot be: a retryable -32008
 /// (`taskStore`), not -32602 "unknown task" (which a client takes as final); once Redis
 /// answers again, the task is found.

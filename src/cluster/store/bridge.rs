@@ -240,8 +240,13 @@ async fn beat(cluster: Arc<Cluster>) {
         if !still_held || lost {
             // The first beat, after an outage past the node's alive time, or Redis lost
             // what it held: the claims of the calls running here are written again where
-            // they are gone (each a no-op where Redis still holds it).
-            cluster.store.reclaim_running(&cluster.metrics).await;
+            // they are gone (each a no-op where Redis still holds it). Off the beat's task:
+            // one round trip a claim could hold the next beats past the node's alive time
+            // (review 51 #10).
+            let reclaim = cluster.clone();
+            actix_rt::spawn(async move {
+                reclaim.store.reclaim_running(&reclaim.metrics).await;
+            });
         }
         if lost {
             // Every other record this node keeps is written again too: until then, the other
@@ -262,6 +267,7 @@ async fn beat(cluster: Arc<Cluster>) {
                 policy_asks_left = 0;
             }
         }
+        tell_owed_ends(&cluster).await;
         if cluster.store.has_stranded() {
             cluster.store.write_back(&cluster.metrics).await;
         }
@@ -270,6 +276,33 @@ async fn beat(cluster: Arc<Cluster>) {
             send_or_owe(&cluster, &Message::everything(cluster.store.node())).await;
         }
     }
+}
+
+/// Tells the other nodes the session ends they could not be told (`Cluster::owed_ends`),
+/// oldest first, until Redis refuses one.
+async fn tell_owed_ends(cluster: &Cluster) {
+    loop {
+        let Some(id) = crate::lock(&cluster.owed_ends).pop_front() else {
+            return;
+        };
+        let note = SessionNote {
+            id,
+            kind: SessionNoteKind::End,
+        };
+        if !send_session_note(cluster, note.clone()).await {
+            crate::lock(&cluster.owed_ends).push_front(note.id);
+            return;
+        }
+    }
+}
+
+/// Owes the other nodes the end of session `id` (see `Cluster::owed_ends`).
+pub(crate) fn owe_end(cluster: &Cluster, id: &str) {
+    let mut owed = crate::lock(&cluster.owed_ends);
+    if owed.len() >= crate::cluster::MAX_OWED_ENDS {
+        owed.pop_front();
+    }
+    owed.push_back(id.to_owned());
 }
 
 /// Warns, once Redis first answers, when its `maxmemory-policy` evicts keys: at its memory

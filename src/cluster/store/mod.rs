@@ -492,6 +492,16 @@ impl Store {
         sender
     }
 
+    /// Whether the run of `claim` (`Claim::Running`) under `key` still goes on here.
+    fn still_runs_here(&self, key: &Key, claim: &Claim) -> bool {
+        let Claim::Running { owner, .. } = claim else {
+            return false;
+        };
+        lock(&self.running_here)
+            .get(key)
+            .is_some_and(|running| running.in_redis.is_some_and(|(held, _)| held == *owner))
+    }
+
     /// Writes again, where Redis holds nothing under their keys, the claims of the keyed
     /// requests running here: Redis lost what it held (it restarted empty), and a retry on
     /// another node would have found the key free and run the call a second time while it
@@ -515,8 +525,19 @@ impl Store {
             .collect();
         let mut written = 0u64;
         for (key, claim, left) in held {
+            if !self.still_runs_here(&key, &claim) {
+                continue;
+            }
             match redis.claim(metrics, &key, &claim.encode(), left).await {
-                Some(None) => written += 1,
+                Some(None) => {
+                    written += 1;
+                    // The run ended meanwhile (its release may have come first): the claim
+                    // written back would hold the key with no run behind it, every retry
+                    // elsewhere waiting on it (review 51 #5). Released, by value.
+                    if !self.still_runs_here(&key, &claim) {
+                        redis.release(metrics, &key, claim.encode()).await;
+                    }
+                }
                 Some(Some(_)) => {}
                 // Redis away again: the next beat it takes finds the node's beat gone too.
                 None => break,

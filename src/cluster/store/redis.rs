@@ -375,9 +375,9 @@ impl RedisStore {
                 Some(value)
             }
             // A key of another type than the operation's (`WRONGTYPE`: written by something
-            // else), or an answer of another shape: Redis answered, and this key alone is
-            // refused; a failure would make the node skip Redis for everyone (attack run
-            // 50c, F7).
+            // else): Redis answered, and this key alone is refused; a failure would make the
+            // node skip Redis for everyone (attack run 50c, F7). (Values are read as bytes
+            // where they may not be text, and converted by the caller.)
             Ok(Err(error)) if is_wrong_type(&error) => {
                 self.succeeded();
                 self.unreadable(metrics, what, &error);
@@ -521,10 +521,20 @@ impl RedisStore {
     /// asked.
     pub(crate) async fn get_task(&self, metrics: &Metrics, id: &str) -> Option<Option<String>> {
         let key = self.task_key(id);
-        self.run(metrics, "get_task", |mut con| async move {
-            con.get::<_, Option<String>>(key).await
-        })
-        .await
+        // Bytes, made text here: a value that is not UTF-8 is that task's alone to refuse,
+        // where the client's conversion failing made the node skip Redis (review 51 #7).
+        let record = self
+            .run(metrics, "get_task", |mut con| async move {
+                con.get::<_, Option<Vec<u8>>>(key).await
+            })
+            .await?;
+        match record.map(String::from_utf8).transpose() {
+            Ok(record) => Some(record),
+            Err(error) => {
+                self.unreadable(metrics, "get_task", &error);
+                None
+            }
+        }
     }
 
     /// A session's key, hash-tagged by its id so that every key of a session lives on one
@@ -938,12 +948,8 @@ fn create_once(con: &mut impl redis::ConnectionLike, key: &str, candidate: &str)
 }
 
 /// Whether `error` says a key holds another type than the operation's (`WRONGTYPE`, alone or
-/// in a pipeline), or an answer came in another shape than asked: a value, not Redis, is at
-/// fault.
+/// in a pipeline): a value, not Redis, is at fault.
 fn is_wrong_type(error: &redis::RedisError) -> bool {
-    if error.kind() == redis::ErrorKind::UnexpectedReturnType {
-        return true;
-    }
     error
         .clone()
         .into_server_errors()

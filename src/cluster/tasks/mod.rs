@@ -792,12 +792,28 @@ pub(crate) async fn load(
             None => None,
         },
     };
-    let mut record = record
+    let record = record
         .filter(|r| r.owner == owner && r.expires_ms() > now)
         .ok_or_else(unknown)?;
     // Answered as for no such task: naming the tool would tell a credential that may not
     // see it that it exists.
     check_tool(&record.tool).map_err(|_| unknown())?;
+    Ok(record)
+}
+
+/// The task as `tasks/get` shows it: as [`load`]ed, failed when its node is dead (see
+/// [`fail_if_node_lost`]). `tasks/update` and `tasks/cancel` act on the task as stored (a
+/// runner a beat late is not dead to them: its answers and cancels reach it, review 51 #1).
+///
+/// # Errors
+/// As [`load`].
+pub(crate) async fn load_shown(
+    cluster: &Cluster,
+    id: &str,
+    owner: &str,
+    check_tool: ToolCheck<'_>,
+) -> Result<TaskRecord, Error> {
+    let mut record = load(cluster, id, owner, check_tool).await?;
     fail_if_node_lost(cluster, &mut record).await;
     Ok(record)
 }
