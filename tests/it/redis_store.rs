@@ -722,30 +722,7 @@ async fn a_retry_on_the_node_running_its_call_joins_it_after_redis_restarted_emp
     redis.restart();
     // Retried as a client is told to (-32008 while the node skips Redis) until the retry is
     // taken: then it waits, joined to the run, with no answer yet.
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    let mut retry = 100;
-    loop {
-        retry += 1;
-        client
-            .send_json(keyed_call(json!(retry), "held", "k-restart"))
-            .await;
-        let answer = tokio::time::timeout(
-            std::time::Duration::from_millis(700),
-            client.recv_response(&json!(retry)),
-        )
-        .await;
-        match answer {
-            Err(_waiting) => break,
-            Ok(answer) => {
-                assert_eq!(answer["error"]["code"], -32008, "{answer}");
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "never taken: {answer}"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        }
-    }
+    let retry = retried_until_waiting(&mut client, "k-restart").await;
     assert_eq!(
         node.runs.load(Ordering::SeqCst),
         1,
@@ -784,29 +761,7 @@ async fn a_retry_on_another_node_waits_for_a_run_whose_claim_redis_lost_restarti
     // Retried on the other node as a client is told to (-32008 while it skips Redis) until
     // the retry is taken: then it waits for the run, with no answer yet.
     let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    let mut retry = 100;
-    loop {
-        retry += 1;
-        on_b.send_json(keyed_call(json!(retry), "held", "k-lost"))
-            .await;
-        let answer = tokio::time::timeout(
-            std::time::Duration::from_millis(700),
-            on_b.recv_response(&json!(retry)),
-        )
-        .await;
-        match answer {
-            Err(_waiting) => break,
-            Ok(answer) => {
-                assert_eq!(answer["error"]["code"], -32008, "{answer}");
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "never taken: {answer}"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        }
-    }
+    let retry = retried_until_waiting(&mut on_b, "k-lost").await;
     assert_eq!(
         b.runs.load(Ordering::SeqCst),
         0,
@@ -818,6 +773,34 @@ async fn a_retry_on_another_node_waits_for_a_run_whose_claim_redis_lost_restarti
     let retried = on_b.recv_response(&json!(retry)).await;
     assert_eq!(result_text(&retried, &json!(retry)), "a run 1: \"held\"");
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+}
+
+/// Sends the keyed call `held` under `key` (ids 101, 102, …) as a client retries it when
+/// told to (-32008, while its node skips Redis), until one is taken and waits (no answer
+/// within 700 ms: joined to a run); its id.
+async fn retried_until_waiting(client: &mut Client, key: &str) -> i64 {
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut retry = 100;
+    loop {
+        retry += 1;
+        client
+            .send_json(keyed_call(json!(retry), "held", key))
+            .await;
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_millis(700),
+            client.recv_response(&json!(retry)),
+        )
+        .await;
+        let Ok(answer) = answer else {
+            return retry;
+        };
+        assert_eq!(answer["error"]["code"], -32008, "{answer}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never taken: {answer}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// A change made while its node skips Redis after a failure (its publish not sent) reaches

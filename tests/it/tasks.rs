@@ -1338,16 +1338,7 @@ async fn after_redis_restarts_empty_a_running_task_is_found_again_elsewhere_neve
     tokio::time::sleep(Duration::from_millis(1500)).await;
     redis.kill();
     redis.restart();
-    let deadline = Instant::now() + READ_TIMEOUT;
-    loop {
-        let (_, response) = http_request(b, "tasks/get", json!({"taskId": id})).await;
-        if response["result"]["status"] == "working" {
-            break;
-        }
-        assert_eq!(response["error"]["code"], -32008, "{response}");
-        assert!(Instant::now() < deadline, "never found again: {response}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    working_once_found(b, &id).await;
 }
 
 /// A cancel of a task whose node's beat is missing from Redis for a moment (a beat late)
@@ -1406,6 +1397,22 @@ async fn an_unreadable_task_record_is_its_tasks_alone() {
     );
 }
 
+/// Asks `tasks/get` of task `id` on `node` until it is found working, while it is refused
+/// with the retryable -32008 (Redis away, or not yet holding its record again); anything
+/// else fails the test.
+async fn working_once_found(node: SocketAddr, id: &str) {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let (_, response) = http_request(node, "tasks/get", json!({"taskId": id})).await;
+        if response["result"]["status"] == "working" {
+            return;
+        }
+        assert_eq!(response["error"]["code"], -32008, "{response}");
+        assert!(Instant::now() < deadline, "never found again: {response}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A task this node does not hold, asked for while Redis cannot be: a retryable -32008
 /// (`taskStore`), not -32602 "unknown task" (which a client takes as final); once Redis
 /// answers again, the task is found.
@@ -1433,16 +1440,7 @@ async fn a_task_asked_for_while_redis_cannot_be_is_busy_not_unknown() {
         "{busy}"
     );
     // Once Redis answers (after the node's pause of `retry_after_ms`), it is found.
-    let deadline = Instant::now() + READ_TIMEOUT;
-    loop {
-        let (_, response) = http_request(b, "tasks/get", json!({"taskId": id})).await;
-        if response["result"]["status"] == "working" {
-            break;
-        }
-        assert_eq!(response["error"]["code"], -32008, "{response}");
-        assert!(Instant::now() < deadline, "never found again: {response}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    working_once_found(b, &id).await;
 }
 
 /// A task that finishes while Redis is away (its record not stored) is shown finished by the

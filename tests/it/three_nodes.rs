@@ -683,16 +683,7 @@ async fn a_websocket_session_resumes_elsewhere_after_redis_restarted_empty() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     nodes.redis.kill();
     nodes.redis.restart();
-    let deadline = Instant::now() + crate::support::READ_TIMEOUT;
-    let mut resumed = loop {
-        match try_resume(nodes.b_addr, &resume_id, None).await {
-            Ok(resumed) => break resumed,
-            Err(503) => {}
-            Err(status) => panic!("the resume elsewhere: {status}"),
-        }
-        assert!(Instant::now() < deadline, "never resumed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let mut resumed = resume_once_taken_up(nodes.b_addr, &resume_id).await;
     assert_older_socket_closed(&mut old).await;
     assert_eq!(lost_on_resume(&mut resumed).await, [9]);
 }
@@ -709,16 +700,7 @@ async fn a_node_that_stalled_while_its_session_was_taken_up_does_not_answer_agai
     let (mut old, resume_id) = session_running(nodes.a_addr, &nodes.redis, 9, 1500).await;
     nodes.a.pause();
     // Refused (503) while node A is still taken for alive; taken up once it is found dead.
-    let deadline = Instant::now() + crate::support::READ_TIMEOUT;
-    let mut resumed = loop {
-        match try_resume(nodes.b_addr, &resume_id, None).await {
-            Ok(resumed) => break resumed,
-            Err(503) => {}
-            Err(status) => panic!("the resume elsewhere: {status}"),
-        }
-        assert!(Instant::now() < deadline, "never resumed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let mut resumed = resume_once_taken_up(nodes.b_addr, &resume_id).await;
     assert_eq!(lost_on_resume(&mut resumed).await, [9]);
     // Past the end of the sleep node A ran before it stalled.
     nodes.a.resume();
@@ -728,6 +710,22 @@ async fn a_node_that_stalled_while_its_session_was_taken_up_does_not_answer_agai
         "node A answered 9 too: {:?}",
         old.backlog
     );
+}
+
+/// A resume of session `resume_id` on `addr`, sent again while it is refused with 503 (the
+/// node holding the session not yet found dead, or Redis not yet holding its record again);
+/// anything else fails the test.
+async fn resume_once_taken_up(addr: SocketAddr, resume_id: &str) -> crate::support::Client {
+    let deadline = Instant::now() + crate::support::READ_TIMEOUT;
+    loop {
+        match try_resume(addr, resume_id, None).await {
+            Ok(resumed) => return resumed,
+            Err(503) => {}
+            Err(status) => panic!("the resume elsewhere: {status}"),
+        }
+        assert!(Instant::now() < deadline, "never resumed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The older socket of a session resumed elsewhere: closed 1000 with the reason a reconnect
