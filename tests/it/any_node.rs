@@ -617,6 +617,40 @@ async fn an_unreadable_session_record_is_its_sessions_alone() {
     }
 }
 
+/// An unreadable session record is not renewed by the reads that refuse it: it goes at the
+/// end of its time to live, and the session is 404 from then on. (Each read renewed it: a
+/// client retrying the 503 as told was refused for good; review 51 #8.)
+#[tokio::test]
+async fn an_unreadable_session_record_is_not_renewed_and_goes() {
+    let redis = RedisServer::start();
+    let (nodes, _) = nodes(&redis.url(), "poison-ttl:", false);
+    let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
+    let mut connection = redis.connection().expect("redis answers");
+    ::redis::cmd("SET")
+        .arg(format!("poison-ttl:session:{{{}}}", session.id))
+        .arg("{not a record")
+        .arg("PX")
+        .arg(1500)
+        .query::<()>(&mut connection)
+        .expect("SET");
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut refused = 0;
+    loop {
+        let status = session
+            .post_raw(&nodes[1], request(json!(refused), "ping", json!({})))
+            .await
+            .status();
+        match status.as_u16() {
+            503 => refused += 1,
+            404 => break,
+            other => panic!("a request for the session: {other}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still 503 after {refused} tries");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(refused > 0, "refused while the record lasted");
+}
+
 /// A session's record replaced by `poison` (`SET` or `HSET` `written`): its requests
 /// elsewhere are 503 and counted, and the node serves the rest with Redis.
 async fn unreadable_record_refused(poison: &str, written: &[u8]) {

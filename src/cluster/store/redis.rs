@@ -101,15 +101,18 @@ return 0"
 /// The entry under `KEYS[1]`, its time to live raised to `ARGV[1]` ms if it had less: never
 /// shortened (`GETEX PX` would cut a WebSocket session's record, kept for twice the resume
 /// grace, to the HTTP idle timeout at any read, even a read for the wrong kind). `PEXPIRE
-/// … GT` would do it in one call, from Redis 7 on only.
+/// … GT` would do it in one call, from Redis 7 on only. Only a value that opens as a record
+/// does (`{"`): one written by something else is refused as unreadable at each read, and
+/// renewed by them, a client retrying as told was refused for good (review 51 #8); left to
+/// its time to live, it goes, and the session is 404.
 static GET_REFRESHED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"local v = redis.call('GET', KEYS[1])
-if v then
+        r#"local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, 2) == '{"' then
   local left = redis.call('PTTL', KEYS[1])
   if left >= 0 and left < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 end
-return v",
+return v"#,
     )
 });
 
