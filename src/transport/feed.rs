@@ -64,6 +64,8 @@ struct Queue {
     unread: bool,
     /// The reader took an event (see [`Feed::cut`]).
     delivered: bool,
+    /// The stream was let go: no more events are taken.
+    cut: bool,
     waker: Option<Waker>,
 }
 
@@ -99,6 +101,7 @@ pub fn feed(capacity: usize, budget: Arc<Budget>) -> (Feed, FeedReader) {
             ended: false,
             unread: false,
             delivered: false,
+            cut: false,
             waker: None,
         }),
         budget,
@@ -151,7 +154,7 @@ impl Feed {
 
     fn push(&self, event: SseEvent, counted: bool) -> Result<(), (Refused, SseEvent)> {
         let mut queue = self.shared.lock();
-        if queue.unread {
+        if queue.unread || queue.cut {
             return Self::refuse(Refused::Unread, event);
         }
         if queue.events.len() >= queue.capacity {
@@ -186,6 +189,37 @@ impl Feed {
     /// event: its client then has an event id to resume the stream from (a session of a
     /// version without priming events had none, and lost the stream's answer; review 51 #3).
     pub fn cut(self) {
+        self.handle().cut();
+    }
+
+    /// A handle to let the stream go by, for a feed another task owns (a stream followed
+    /// from another node's mirror).
+    pub fn handle(&self) -> FeedHandle {
+        FeedHandle {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// What lets a stream go whose [`Feed`] another task owns.
+pub struct FeedHandle {
+    shared: Arc<Shared>,
+}
+
+impl FeedHandle {
+    /// The counted bytes it holds.
+    pub fn held(&self) -> usize {
+        self.shared.lock().held
+    }
+
+    /// Whether the stream is over: let go, its reader gone, or ended with nothing left.
+    pub fn is_over(&self) -> bool {
+        let queue = self.shared.lock();
+        queue.cut || queue.unread || (queue.ended && queue.events.is_empty())
+    }
+
+    /// As [`Feed::cut`]: the feed takes no more events.
+    pub fn cut(&self) {
         let mut queue = self.shared.lock();
         let mut dropped = std::mem::take(&mut queue.events);
         if !queue.delivered {
@@ -199,8 +233,13 @@ impl Feed {
             .budget
             .held
             .fetch_sub(given_back, Ordering::Relaxed);
+        queue.cut = true;
+        queue.ended = true;
+        if let Some(waker) = queue.waker.take() {
+            waker.wake();
+        }
         drop(queue);
-        // The events are freed outside the lock; `Drop` ends the reader.
+        // The events are freed outside the lock.
         drop(dropped);
     }
 }
@@ -369,6 +408,26 @@ mod tests {
         assert_eq!(reader.next().await.map(|e| e.id), Some("first".to_owned()));
         assert!(reader.next().await.is_none());
         assert_eq!(budget.held(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_stream_let_go_by_its_handle_refuses_what_its_feed_offers_after() {
+        let budget = Budget::new(1000);
+        let (followed, mut reader) = feed(16, budget.clone());
+        let handle = followed.handle();
+        assert_eq!(refused(followed.offer(event("a", 10))), Ok(()));
+        assert_eq!(reader.next().await.map(|e| e.id), Some("a".to_owned()));
+        assert_eq!(refused(followed.offer(event("b", 10))), Ok(()));
+        assert!(!handle.is_over());
+        handle.cut();
+        assert!(handle.is_over());
+        assert_eq!(budget.held(), 0);
+        // Its owner (the follower) is told as for a reader gone, and stops.
+        assert_eq!(
+            refused(followed.offer(event("c", 10))),
+            Err(Refused::Unread)
+        );
+        assert!(reader.next().await.is_none());
     }
 
     #[test]

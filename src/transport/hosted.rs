@@ -22,7 +22,7 @@
 
 use super::awaited::{answer_ids, lost_answer, Awaited};
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
-use super::feed::{Budget, Feed, FeedReader, Refused};
+use super::feed::{Budget, Feed, FeedHandle, FeedReader, Refused};
 use super::socket_record::{self, KeepsRecord, Kept, RecordWritten, RecordsLost, SocketRecord};
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
 use crate::cluster::Cluster;
@@ -404,6 +404,7 @@ impl HostedSession {
                     .max(shared.settings.limits.max_message_bytes.saturating_mul(4)),
             ),
             ended: Vec::new(),
+            followers: Vec::new(),
         });
         let in_redis = shared.settings.sessions_in_redis();
         let base = shared.cluster.node_base();
@@ -562,6 +563,8 @@ impl HostedSession {
                         replaced.cut();
                     }
                 } else {
+                    http.followers.retain(|follower| !follower.is_over());
+                    http.followers.push(feed.handle());
                     actix::spawn(follow_mirror(cluster, key, cursor.stream, mirrored, feed));
                 }
             }
@@ -1330,6 +1333,9 @@ pub struct HttpOutlet {
     /// Streams over (answered, or closed) whose readers still hold live events: let go as
     /// open ones are when the session's streams hold their budget.
     ended: Vec<Feed>,
+    /// Streams followed from another node's mirror (their feeds are their followers'):
+    /// let go as the others are (review 51 #9).
+    followers: Vec<FeedHandle>,
 }
 
 /// A stream whose reader holds live events.
@@ -1339,6 +1345,8 @@ enum Holder {
     Open(u64),
     /// One over, by its place in `HttpOutlet::ended`.
     Ended(usize),
+    /// One followed from another node's mirror, by its place in `HttpOutlet::followers`.
+    Follower(usize),
 }
 
 impl HttpOutlet {
@@ -1371,8 +1379,15 @@ impl HttpOutlet {
                 .iter()
                 .enumerate()
                 .map(|(at, feed)| (Holder::Ended(at), feed.held()));
+            self.followers.retain(|follower| !follower.is_over());
+            let followers = self
+                .followers
+                .iter()
+                .enumerate()
+                .map(|(at, follower)| (Holder::Follower(at), follower.held()));
             let largest = open
                 .chain(ended)
+                .chain(followers)
                 .max_by_key(|(_, held)| *held)
                 .map_or(Holder::Open(stream), |(holder, _)| holder);
             match largest {
@@ -1383,6 +1398,7 @@ impl HttpOutlet {
                     }
                 }
                 Holder::Ended(at) => self.ended.swap_remove(at).cut(),
+                Holder::Follower(at) => self.followers.swap_remove(at).cut(),
             }
             event = refused;
         }

@@ -645,7 +645,10 @@ async fn an_unreadable_session_record_is_not_renewed_and_goes() {
             404 => break,
             other => panic!("a request for the session: {other}"),
         }
-        assert!(tokio::time::Instant::now() < deadline, "still 503 after {refused} tries");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still 503 after {refused} tries"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(refused > 0, "refused while the record lasted");
