@@ -62,6 +62,22 @@ pub struct Cluster {
     pub(crate) owes_everything: std::sync::atomic::AtomicBool,
 }
 
+/// Where a node stood when a holder of a session confirmed it still holds it (see
+/// [`Cluster::may_be_taken_for_dead`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct HoldMark {
+    taken_for_dead: u64,
+    beat_ms: u64,
+}
+
+impl HoldMark {
+    /// This mark, as of no confirmation made since a stall: a holder asks once the node
+    /// goes [`SUSPECT_AFTER`] without a beat, whenever its last beat was.
+    pub(crate) fn unconfirmed(self) -> Self {
+        Self { beat_ms: 0, ..self }
+    }
+}
+
 /// The most session ends a node owes the others (see `Cluster::owed_ends`); past it the
 /// oldest is given up (its copies elsewhere end when they are let go, idle).
 pub(crate) const MAX_OWED_ENDS: usize = 1024;
@@ -119,33 +135,42 @@ impl Cluster {
     /// A beat reached Redis; `still_held`: Redis still held the node's last one.
     pub(crate) fn note_beat(&self, still_held: bool) {
         use std::sync::atomic::Ordering;
-        let now = self.clock.elapsed().as_millis() as u64;
-        let before = self.last_beat_ms.swap(now.max(1), Ordering::Relaxed);
-        // Not the first beat: a node is new to the others before it is dead to them.
-        if !still_held && before != 0 {
-            self.taken_for_dead.fetch_add(1, Ordering::Relaxed);
+        let now = (self.clock.elapsed().as_millis() as u64).max(1);
+        // Not the first beat: a node is new to the others before it is dead to them. Counted
+        // before the beat's time is stored: a holder that sees the new time sees the count
+        // (review 52 #9).
+        if !still_held && self.last_beat_ms.load(Ordering::SeqCst) != 0 {
+            self.taken_for_dead.fetch_add(1, Ordering::SeqCst);
+        }
+        self.last_beat_ms.store(now, Ordering::SeqCst);
+    }
+
+    /// Where this node stands for [`may_be_taken_for_dead`](Self::may_be_taken_for_dead):
+    /// how many times a beat found it taken for dead, and when its last beat reached Redis.
+    pub(crate) fn hold_mark(&self) -> HoldMark {
+        use std::sync::atomic::Ordering;
+        let beat_ms = self.last_beat_ms.load(Ordering::SeqCst);
+        HoldMark {
+            taken_for_dead: self.taken_for_dead.load(Ordering::SeqCst),
+            beat_ms,
         }
     }
 
-    /// How many times this node was found taken for dead (see
-    /// [`may_be_taken_for_dead`](Self::may_be_taken_for_dead)).
-    pub(crate) fn taken_for_dead(&self) -> u64 {
-        self.taken_for_dead
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// Whether the other nodes may have taken this node for dead since a holder of a session
-    /// last confirmed it still holds it (`confirmed`: [`taken_for_dead`](Self::taken_for_dead)
-    /// then): a beat found the node's last one gone, or no beat reached Redis for
-    /// [`SUSPECT_AFTER`] (the node stalled: stopped, or a VM frozen; this is known before the
-    /// next beat is). Its sessions may have been taken up elsewhere, and answered there:
-    /// their holders ask Redis before they answer again.
-    pub(crate) fn may_be_taken_for_dead(&self, confirmed: u64) -> bool {
-        use std::sync::atomic::Ordering;
-        let last = self.last_beat_ms.load(Ordering::Relaxed);
-        let now = self.clock.elapsed().as_millis() as u64;
-        self.taken_for_dead() != confirmed
-            || (last != 0 && now.saturating_sub(last) > SUSPECT_AFTER.as_millis() as u64)
+    /// last confirmed it still holds it (`confirmed`: the [`hold_mark`](Self::hold_mark)
+    /// then): a beat found the node's last one gone since, or no beat reached Redis for
+    /// [`SUSPECT_AFTER`] and none has since that confirmation (the node stalled: stopped, or
+    /// a VM frozen; this is known before the next beat is; once confirmed in an outage, the
+    /// holder is not asked again until a beat lands, review 52 #1). Its sessions may have
+    /// been taken up elsewhere, and answered there: their holders ask Redis before they
+    /// answer again.
+    pub(crate) fn may_be_taken_for_dead(&self, confirmed: HoldMark) -> bool {
+        let now = self.hold_mark();
+        let since_beat = (self.clock.elapsed().as_millis() as u64).saturating_sub(now.beat_ms);
+        now.taken_for_dead != confirmed.taken_for_dead
+            || (now.beat_ms != 0
+                && now.beat_ms != confirmed.beat_ms
+                && since_beat > SUSPECT_AFTER.as_millis() as u64)
     }
 
     /// Notes Redis's epoch as a beat read it; whether it changed (Redis lost what it held).

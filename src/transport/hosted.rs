@@ -23,7 +23,9 @@
 use super::awaited::{answer_ids, lost_answer, Awaited};
 use super::events::{Cursor, EventLog, ReplayError, SseEvent};
 use super::feed::{Budget, Feed, FeedHandle, FeedReader, Refused};
-use super::socket_record::{self, KeepsRecord, Kept, RecordWritten, RecordsLost, SocketRecord};
+use super::socket_record::{
+    self, HoldConfirmed, KeepsRecord, Kept, RecordWritten, RecordsLost, SocketRecord,
+};
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
 use crate::cluster::Cluster;
 use crate::perimeter::{Admission, Owner, Refusal};
@@ -460,6 +462,14 @@ impl HostedSession {
         if !changed && self.stored.1.elapsed() < ttl / 4 {
             return;
         }
+        self.write_record(changed);
+    }
+
+    /// Writes the session's record now, and tells the other nodes' copies when it
+    /// `changed` (a record written again unchanged tells them nothing).
+    fn write_record(&mut self, changed: bool) {
+        let ttl = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
+        let revision = self.core.revision();
         let Some(record) = self.core.record() else {
             return;
         };
@@ -784,6 +794,14 @@ impl Actor for HostedSession {
 
 impl SessionHost for HostedSession {
     fn drain_inbox(&mut self, ctx: &mut Self::Context) -> bool {
+        // A WebSocket session's, after this node may have been taken for dead: the inbox
+        // waits until Redis says the session is still this node's (as a socket's own
+        // session's does; review 52 #2: a session resumed here answered twice).
+        if let Some(record) = &mut self.socket_record {
+            if !socket_record::confirm_held::<Self>(record, ctx) {
+                return true;
+            }
+        }
         let busy = self.core.has_work_in_flight();
         self.core.on_inbox(&mut self.out);
         socket_record::keep(self, ctx);
@@ -896,9 +914,9 @@ impl Handler<RecordsLost> for HostedSession {
             record.lost();
             socket_record::keep(self, ctx);
         } else if self.in_redis && self.stored.0 != 0 {
-            // No session's revision: taken for changed.
-            self.stored.0 = u64::MAX;
-            self.store_record();
+            // Unchanged: the other nodes' copies are not told (review 52 #7: every copy
+            // of every session told every node).
+            self.write_record(false);
         }
     }
 }
@@ -1112,6 +1130,27 @@ impl KeepsRecord for HostedSession {
         self.socket_record = None;
         self.let_socket_go();
         self.end(ctx, "taken up by another node");
+    }
+}
+
+/// Redis said whether this node still holds the session, after it may have been taken for
+/// dead: the inbox is drained now, or the copy here ends, unanswered.
+impl Handler<HoldConfirmed> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, done: HoldConfirmed, ctx: &mut Self::Context) {
+        let Some(record) = &mut self.socket_record else {
+            return;
+        };
+        if record.confirmed(&done) {
+            self.drain_inbox(ctx);
+        } else {
+            tracing::info!(
+                session = %self.id,
+                "session taken up by another node while this one was taken for dead; its copy here ends"
+            );
+            self.taken_up_elsewhere(ctx);
+        }
     }
 }
 

@@ -45,9 +45,9 @@ pub(crate) struct SocketRecord {
     writing: Option<tokio::task::JoinHandle<bool>>,
     /// A look is scheduled: a request comes of age, or the spacing of writes ends.
     look_armed: bool,
-    /// [`Cluster::taken_for_dead`] when the node last confirmed it still holds the session
-    /// (see [`confirm_held`]).
-    confirmed: u64,
+    /// Where the node stood when it last confirmed it still holds the session (see
+    /// [`confirm_held`]).
+    confirmed: crate::cluster::HoldMark,
     /// A confirmation is under way: the session's answers wait for it.
     confirming: bool,
 }
@@ -99,7 +99,7 @@ where
         return true;
     }
     record.confirming = true;
-    let generation = cluster.taken_for_dead();
+    let mark = cluster.hold_mark();
     let cluster = cluster.clone();
     let id = record.id.clone();
     let host = ctx.address();
@@ -112,7 +112,7 @@ where
             }
             None => None,
         };
-        host.do_send(HoldConfirmed { held, generation });
+        host.do_send(HoldConfirmed { held, mark });
     });
     false
 }
@@ -123,8 +123,8 @@ where
 pub(crate) struct HoldConfirmed {
     /// `Some(false)`: another node took the session up. `None`: Redis could not be asked.
     pub(crate) held: Option<bool>,
-    /// [`Cluster::taken_for_dead`] when it was asked.
-    generation: u64,
+    /// Where the node stood when it was asked.
+    mark: crate::cluster::HoldMark,
 }
 
 impl SocketRecord {
@@ -135,7 +135,7 @@ impl SocketRecord {
         if done.held == Some(false) {
             return false;
         }
-        self.confirmed = done.generation;
+        self.confirmed = done.mark;
         true
     }
 }
@@ -203,7 +203,7 @@ impl SocketRecord {
             stored: None,
             writing: None,
             look_armed: false,
-            confirmed: shared.cluster.taken_for_dead(),
+            confirmed: shared.cluster.hold_mark().unconfirmed(),
             confirming: false,
         })
     }

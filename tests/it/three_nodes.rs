@@ -712,6 +712,54 @@ async fn a_node_that_stalled_while_its_session_was_taken_up_does_not_answer_agai
     );
 }
 
+/// A WebSocket session whose session is in Redis is answered while Redis is away, past the
+/// time without a beat that makes its node ask Redis whether it still holds it: Redis out of
+/// reach, the answers go on. (Once the node had gone 2 s without a beat, every answer waited
+/// for a question Redis could not answer, asked again without end; review 52 #1.)
+#[tokio::test]
+async fn a_websocket_session_is_answered_while_redis_is_away() {
+    use serde_json::json;
+    let mut nodes = TwoNodes::start("");
+    let (mut client, _resume_id) = resumable_session(nodes.a_addr).await;
+    start_sleep(&mut client, 1, 10).await;
+    let first = client.recv_response(&json!(1)).await;
+    assert!(first.get("result").is_some(), "{first}");
+    nodes.redis.kill();
+    // Past `SUSPECT_AFTER` (2 s) without a beat reaching Redis.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    for id in 2..5 {
+        start_sleep(&mut client, id, 10).await;
+        let answer = client.recv_response(&json!(id)).await;
+        assert!(answer.get("result").is_some(), "{answer}");
+    }
+}
+
+/// As [`a_node_that_stalled_while_its_session_was_taken_up_does_not_answer_again`], for a
+/// session its node hosts apart from its socket (resumed there once): no second answer
+/// either (review 52 #2: such a session's answers were not held for the question).
+#[tokio::test]
+async fn a_resumed_session_on_a_node_that_stalled_does_not_answer_again() {
+    use serde_json::json;
+    let nodes = TwoNodes::start("");
+    let (first, resume_id) = resumable_session(nodes.a_addr).await;
+    drop(first);
+    let mut old = resume_once_taken_up(nodes.a_addr, &resume_id).await;
+    let ping = old.request("ping", json!({})).await;
+    assert!(ping.get("result").is_some(), "{ping}");
+    start_sleep(&mut old, 9, 1500).await;
+    record_listing(&nodes.redis, &resume_id, &[9]).await;
+    nodes.a.pause();
+    let mut resumed = resume_once_taken_up(nodes.b_addr, &resume_id).await;
+    assert_eq!(lost_on_resume(&mut resumed).await, [9]);
+    nodes.a.resume();
+    assert_older_socket_closed(&mut old).await;
+    assert!(
+        old.backlog.iter().all(|m| m.get("id") != Some(&json!(9))),
+        "node A answered 9 too: {:?}",
+        old.backlog
+    );
+}
+
 /// A resume of session `resume_id` on `addr`, sent again while it is refused with 503 (the
 /// node holding the session not yet found dead, or Redis not yet holding its record again);
 /// anything else fails the test.

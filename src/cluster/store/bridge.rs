@@ -229,14 +229,15 @@ async fn beat(cluster: Arc<Cluster>) {
         // A fresh candidate for Redis's epoch each time: one this node wrote before would
         // not tell an epoch it writes again after Redis lost it from the one it had.
         let candidate = crate::random_id().to_string();
-        let Some((still_held, now)) = redis
-            .beat(&cluster.metrics, node, BEAT * 3, &candidate)
-            .await
-        else {
+        let Some(still_held) = redis.beat(&cluster.metrics, node, BEAT * 3).await else {
             continue;
         };
+        // Noted whatever becomes of the epoch's question (review 52 #4).
         cluster.note_beat(still_held);
-        let lost = cluster.note_epoch(now);
+        let lost = match redis.epoch_or(&cluster.metrics, &candidate).await {
+            Some(now) => cluster.note_epoch(now),
+            None => false,
+        };
         if !still_held || lost {
             // The first beat, after an outage past the node's alive time, or Redis lost
             // what it held: the claims of the calls running here are written again where
@@ -267,7 +268,12 @@ async fn beat(cluster: Arc<Cluster>) {
                 policy_asks_left = 0;
             }
         }
-        tell_owed_ends(&cluster).await;
+        if !crate::lock(&cluster.owed_ends).is_empty() {
+            // Off the beat's task: up to a thousand publishes could hold the next beats
+            // past the node's alive time (review 52 #10).
+            let owed = cluster.clone();
+            actix_rt::spawn(async move { tell_owed_ends(&owed).await });
+        }
         if cluster.store.has_stranded() {
             cluster.store.write_back(&cluster.metrics).await;
         }

@@ -535,7 +535,8 @@ impl Store {
                     // written back would hold the key with no run behind it, every retry
                     // elsewhere waiting on it (review 51 #5). Released, by value.
                     if !self.still_runs_here(&key, &claim) {
-                        redis.release(metrics, &key, claim.encode()).await;
+                        // Stranded if Redis does not take it now (review 52 #11).
+                        self.release_in_redis(metrics, &key, claim).await;
                     }
                 }
                 Some(Some(_)) => {}

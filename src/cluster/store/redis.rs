@@ -814,47 +814,43 @@ impl RedisStore {
         }
     }
 
-    /// Says this node is alive for `ttl`, and asks Redis's epoch: a value the first node to
-    /// ask writes (`candidate`), without a time to live, which changes only when Redis lost
-    /// what it held (restarted empty). `None` when Redis did not take the beat; else whether
-    /// Redis still held the node's last beat (`false` after a beat of its own went
-    /// unanswered past `ttl`, or once Redis lost what it held), and the epoch.
-    pub(crate) async fn beat(
-        &self,
-        metrics: &Metrics,
-        node: u64,
-        ttl: Duration,
-        candidate: &str,
-    ) -> Option<(bool, String)> {
+    /// Says this node is alive for `ttl`. `None` when Redis did not take the beat; else
+    /// whether Redis still held the node's last beat (`false` after a beat of its own went
+    /// unanswered past `ttl`, or once Redis lost what it held).
+    pub(crate) async fn beat(&self, metrics: &Metrics, node: u64, ttl: Duration) -> Option<bool> {
         let key = self.node_key(node);
-        let epoch = format!("{}epoch", self.prefix);
         let ttl_ms = (ttl.as_millis() as u64).max(1);
+        self.attempt(metrics, "beat", |mut con| async move {
+            let (held,): (Option<i64>,) = redis::pipe()
+                .get(&key)
+                .pset_ex(&key, 1, ttl_ms)
+                .ignore()
+                .query_async(&mut con)
+                .await?;
+            Ok(held.is_some())
+        })
+        .await
+    }
+
+    /// Redis's epoch: a value the first node to ask writes (`candidate`), without a time to
+    /// live, which changes only when Redis lost what it held (restarted empty). Asked apart
+    /// from the beat (on a Redis Cluster the two keys are in other slots, and a pipeline
+    /// across slots is refused), and read as bytes (a value written by something else does
+    /// not fail the read). `None` when Redis could not be asked.
+    pub(crate) async fn epoch_or(&self, metrics: &Metrics, candidate: &str) -> Option<String> {
+        let key = format!("{}epoch", self.prefix);
         let candidate = candidate.to_owned();
-        // Two pipelines, each of one key: on a Redis Cluster the two keys are in other slots,
-        // and a pipeline across slots is refused (CROSSSLOT).
-        let held = self
-            .attempt(metrics, "beat", |mut con| async move {
-                let (held,): (Option<i64>,) = redis::pipe()
-                    .get(&key)
-                    .pset_ex(&key, 1, ttl_ms)
-                    .ignore()
-                    .query_async(&mut con)
-                    .await?;
-                Ok(held.is_some())
-            })
-            .await?;
-        let epoch = self
-            .attempt(metrics, "beat", |mut con| async move {
-                let (epoch,): (String,) = redis::pipe()
-                    .set_nx(&epoch, candidate)
-                    .ignore()
-                    .get(&epoch)
-                    .query_async(&mut con)
-                    .await?;
-                Ok(epoch)
-            })
-            .await?;
-        Some((held, epoch))
+        self.attempt(metrics, "epoch", |mut con| async move {
+            let (epoch,): (Option<Vec<u8>>,) = redis::pipe()
+                .set_nx(&key, candidate)
+                .ignore()
+                .get(&key)
+                .query_async(&mut con)
+                .await?;
+            Ok(epoch.map(|epoch| String::from_utf8_lossy(&epoch).into_owned()))
+        })
+        .await
+        .flatten()
     }
 
     /// Redis's epoch (see [`beat`](Self::beat)); `Some(None)` when it holds none.

@@ -287,7 +287,6 @@ impl Tasks {
         }
     }
 
-    /// Whether task records wait to be written to Redis.
     /// Marks every record this node keeps as not saved: written again at the next round
     /// Redis answers (Redis lost them).
     pub(crate) fn unsave_all(&self) {
