@@ -43,6 +43,8 @@ pub struct Cluster {
     /// took the deletion of the record, not the note), oldest first: told at the next beat
     /// Redis takes. Bounded ([`MAX_OWED_ENDS`]).
     pub(crate) owed_ends: std::sync::Mutex<std::collections::VecDeque<String>>,
+    /// Whether a task tells the owed ends now: one at a time (review 53 #7).
+    pub(crate) telling_owed_ends: std::sync::atomic::AtomicBool,
     /// When this node's beat last reached Redis, in ms since [`Cluster::clock`]'s start
     /// (see [`may_be_taken_for_dead`](Self::may_be_taken_for_dead)).
     last_beat_ms: std::sync::atomic::AtomicU64,
@@ -123,6 +125,7 @@ impl Cluster {
             epoch: std::sync::Mutex::new(None),
             shared_secret: std::sync::OnceLock::new(),
             owed_ends: std::sync::Mutex::default(),
+            telling_owed_ends: std::sync::atomic::AtomicBool::new(false),
             last_beat_ms: std::sync::atomic::AtomicU64::new(0),
             taken_for_dead: std::sync::atomic::AtomicU64::new(0),
             clock: std::time::Instant::now(),
@@ -166,11 +169,15 @@ impl Cluster {
     /// answer again.
     pub(crate) fn may_be_taken_for_dead(&self, confirmed: HoldMark) -> bool {
         let now = self.hold_mark();
-        let since_beat = (self.clock.elapsed().as_millis() as u64).saturating_sub(now.beat_ms);
         now.taken_for_dead != confirmed.taken_for_dead
-            || (now.beat_ms != 0
-                && now.beat_ms != confirmed.beat_ms
-                && since_beat > SUSPECT_AFTER.as_millis() as u64)
+            || (now.beat_ms != confirmed.beat_ms && self.stalled())
+    }
+
+    /// Whether no beat reached Redis for [`SUSPECT_AFTER`] (none yet: no).
+    pub(crate) fn stalled(&self) -> bool {
+        let beat_ms = self.last_beat_ms.load(std::sync::atomic::Ordering::SeqCst);
+        let since_beat = (self.clock.elapsed().as_millis() as u64).saturating_sub(beat_ms);
+        beat_ms != 0 && since_beat > SUSPECT_AFTER.as_millis() as u64
     }
 
     /// Notes Redis's epoch as a beat read it; whether it changed (Redis lost what it held).

@@ -179,9 +179,10 @@ impl Feed {
         self.shared.lock().held
     }
 
-    /// Whether its reader is gone.
+    /// Whether its reader is gone, or the stream was let go (by its [`FeedHandle`]).
     pub fn is_unread(&self) -> bool {
-        self.shared.lock().unread
+        let queue = self.shared.lock();
+        queue.unread || queue.cut
     }
 
     /// Lets the stream go: what it holds is dropped now (its bytes given back to the

@@ -99,7 +99,14 @@ where
         return true;
     }
     record.confirming = true;
-    let mark = cluster.hold_mark();
+    // A question asked in a stall covers that stall (not asked again until a beat lands);
+    // one asked because a beat found the node taken for dead covers that finding only: a
+    // stall after it is asked about again (review 53 #2).
+    let mark = if cluster.stalled() {
+        cluster.hold_mark()
+    } else {
+        cluster.hold_mark().unconfirmed()
+    };
     let cluster = cluster.clone();
     let id = record.id.clone();
     let host = ctx.address();
@@ -231,6 +238,9 @@ impl SocketRecord {
         A::Context: AsyncContext<A> + ToEnvelope<A, RecordWritten>,
     {
         self.look_armed = false;
+        // A confirmation asked by the actor before reports to that one, gone: the new host
+        // asks again at its first drain (review 53 #1: its answers waited for good).
+        self.confirming = false;
         if let Some(under_way) = self.writing.take() {
             let host = ctx.address();
             self.writing = Some(actix::spawn(async move {

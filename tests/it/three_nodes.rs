@@ -699,7 +699,10 @@ async fn a_node_that_stalled_while_its_session_was_taken_up_does_not_answer_agai
     let nodes = TwoNodes::start("");
     let (mut old, resume_id) = session_running(nodes.a_addr, &nodes.redis, 9, 1500).await;
     nodes.a.pause();
-    // Refused (503) while node A is still taken for alive; taken up once it is found dead.
+    // Node A dead to the others (3 s without a beat) before the resume: a resume sooner is
+    // refused and asks A to hand the session over, which, handled before A's answer as A
+    // goes on, lets the socket go and would pass this test without the question asked.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     let mut resumed = resume_once_taken_up(nodes.b_addr, &resume_id).await;
     assert_eq!(lost_on_resume(&mut resumed).await, [9]);
     // Past the end of the sleep node A ran before it stalled.
@@ -749,6 +752,8 @@ async fn a_resumed_session_on_a_node_that_stalled_does_not_answer_again() {
     start_sleep(&mut old, 9, 1500).await;
     record_listing(&nodes.redis, &resume_id, &[9]).await;
     nodes.a.pause();
+    // Dead to the others before the resume (see the test above).
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     let mut resumed = resume_once_taken_up(nodes.b_addr, &resume_id).await;
     assert_eq!(lost_on_resume(&mut resumed).await, [9]);
     nodes.a.resume();
@@ -758,6 +763,32 @@ async fn a_resumed_session_on_a_node_that_stalled_does_not_answer_again() {
         "node A answered 9 too: {:?}",
         old.backlog
     );
+}
+
+/// A socket dropped while its node asks Redis whether it still holds its session (the node
+/// stalled: no beat reached Redis for 2 s) leaves a parked session that asks again: its
+/// answers reach the socket that resumes it. (The question's answer went to the socket's
+/// actor, gone, and the parked session waited for it for good; review 53 #1.)
+#[tokio::test]
+async fn a_session_parked_while_its_node_asks_whether_it_holds_it_answers_on_resume() {
+    use serde_json::json;
+    let nodes = TwoNodes::start("");
+    let (mut client, resume_id) = resumable_session(nodes.a_addr).await;
+    nodes.redis.pause();
+    // Past `SUSPECT_AFTER` without a beat reaching Redis: the next answer is asked about
+    // first, and the question waits for Redis's timeout (500 ms).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    start_sleep(&mut client, 7, 10).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(client);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    nodes.redis.resume();
+    let mut resumed = resume_once_taken_up(nodes.a_addr, &resume_id).await;
+    let seven = resumed.recv_response(&json!(7)).await;
+    assert!(seven.get("result").is_some(), "{seven}");
+    start_sleep(&mut resumed, 8, 10).await;
+    let eight = resumed.recv_response(&json!(8)).await;
+    assert!(eight.get("result").is_some(), "{eight}");
 }
 
 /// A resume of session `resume_id` on `addr`, sent again while it is refused with 503 (the

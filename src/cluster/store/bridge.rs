@@ -268,11 +268,16 @@ async fn beat(cluster: Arc<Cluster>) {
                 policy_asks_left = 0;
             }
         }
-        if !crate::lock(&cluster.owed_ends).is_empty() {
+        if !crate::lock(&cluster.owed_ends).is_empty()
+            && !cluster.telling_owed_ends.swap(true, Ordering::AcqRel)
+        {
             // Off the beat's task: up to a thousand publishes could hold the next beats
             // past the node's alive time (review 52 #10).
             let owed = cluster.clone();
-            actix_rt::spawn(async move { tell_owed_ends(&owed).await });
+            actix_rt::spawn(async move {
+                tell_owed_ends(&owed).await;
+                owed.telling_owed_ends.store(false, Ordering::Release);
+            });
         }
         if cluster.store.has_stranded() {
             cluster.store.write_back(&cluster.metrics).await;
