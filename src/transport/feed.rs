@@ -4,12 +4,13 @@
 //!
 //! A client that does not read its stream leaves its events here. They are counted in bytes,
 //! per stream and for the session's streams together, and bounded: a stream that holds
-//! events when the session's streams hold their maximum is let go, its events dropped at
-//! once (the client resumes it from the session's log with `Last-Event-ID`). Dropped here,
-//! rather than left in a channel until the client reads them or its connection ends, they
-//! give their room back to the session's other streams: a stream the client reads as it
-//! comes is never let go for what another one held. The queue is bounded in number too (a
-//! replay and its slack), as a channel would be.
+//! events is refused one more past the session's budget, and its session then lets the
+//! stream that holds the most go (`HttpOutlet::offer`), its events dropped at once (the
+//! client resumes it from the session's log with `Last-Event-ID`). Dropped here, rather than
+//! left in a channel until the client reads them or its connection ends, they give their
+//! room back to the session's other streams: a stream the client reads as it comes is never
+//! let go for what another one held. The queue is bounded in number too (a replay and its
+//! slack), as a channel would be.
 //!
 //! The session's actor feeds it ([`Feed`]); the response's body, on the connection's
 //! thread, drains it ([`FeedReader`]): a mutex for the two, held for a push or a pop.
@@ -122,7 +123,7 @@ fn size(event: &SseEvent) -> usize {
 /// Why a feed did not take an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
-    /// Its reader is gone.
+    /// Its reader is gone, or the stream was let go.
     Unread,
     /// It holds its most events.
     Full,
@@ -137,17 +138,12 @@ impl Feed {
         self.push(event, false).is_ok()
     }
 
-    /// Returns the event refused with why.
-    fn refuse(why: Refused, event: SseEvent) -> Result<(), (Refused, SseEvent)> {
-        Err((why, event))
-    }
-
     /// Queues a live event, counted in the session's budget. It is refused when the reader
     /// is gone, the queue holds its most events, or it holds events and the event would take
     /// the session's streams past their budget: a stream that holds none always takes its
     /// next event (so one read as it comes is never refused for what others hold, and each
-    /// stream's first event, with an id to resume from, reaches its reader).
-    /// The event comes back with a refusal.
+    /// stream's first event, with an id to resume from, reaches its reader). The event comes
+    /// back with a refusal.
     pub fn offer(&self, event: SseEvent) -> Result<(), (Refused, SseEvent)> {
         self.push(event, true)
     }
@@ -155,15 +151,15 @@ impl Feed {
     fn push(&self, event: SseEvent, counted: bool) -> Result<(), (Refused, SseEvent)> {
         let mut queue = self.shared.lock();
         if queue.unread || queue.cut {
-            return Self::refuse(Refused::Unread, event);
+            return Err((Refused::Unread, event));
         }
         if queue.events.len() >= queue.capacity {
-            return Self::refuse(Refused::Full, event);
+            return Err((Refused::Full, event));
         }
         let budget = &self.shared.budget;
         let counted = if counted { size(&event) } else { 0 };
         if counted > 0 && queue.held > 0 && budget.held().saturating_add(counted) > budget.max {
-            return Self::refuse(Refused::OverBudget, event);
+            return Err((Refused::OverBudget, event));
         }
         budget.held.fetch_add(counted, Ordering::Relaxed);
         queue.held += counted;

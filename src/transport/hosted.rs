@@ -1467,7 +1467,7 @@ impl HttpOutlet {
             .all(|s| s.waiting.is_none() && s.reader.as_ref().is_none_or(Feed::is_unread))
     }
 
-    /// A fresh reader channel for `stream`, primed when the session's version wants it.
+    /// A fresh reader queue for `stream`, primed when the session's version wants it.
     /// A resumed stream is primed with its cursor, not the stream's newest id: the backlog
     /// follows, and a client that loses it must be able to ask for it again.
     fn reader(
