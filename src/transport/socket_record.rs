@@ -134,17 +134,34 @@ pub(crate) struct HoldConfirmed {
     mark: crate::cluster::HoldMark,
 }
 
-impl SocketRecord {
-    /// The confirmation under way came back: whether the host may answer on the session
-    /// (else another node holds it: the copy here ends).
-    pub(crate) fn confirmed(&mut self, done: &HoldConfirmed) -> bool {
-        self.confirming = false;
-        if done.held == Some(false) {
-            return false;
-        }
-        self.confirmed = done.mark;
-        true
+/// A session id as logs show it: its beginning (as `SessionId`'s `Display`), not the id a
+/// client resumes the session by.
+fn log_id(id: &str) -> String {
+    format!("{}…", id.get(..8).unwrap_or(id))
+}
+
+/// The confirmation `host` asked ([`confirm_held`]) came back: its inbox is drained now, or,
+/// another node holding the session, the copy here ends, unanswered (that node answered its
+/// requests).
+pub(crate) fn hold_confirmed<A>(host: &mut A, done: &HoldConfirmed, ctx: &mut A::Context)
+where
+    A: KeepsRecord + crate::session::SessionHost,
+    A::Context: AsyncContext<A> + ToEnvelope<A, RecordWritten>,
+{
+    let Some(kept) = host.record_and_session() else {
+        return;
+    };
+    let record = kept.record;
+    record.confirming = false;
+    if done.held == Some(false) {
+        tracing::info!(
+            session = %log_id(&record.id),
+            "session taken up by another node while this one was taken for dead; its copy here ends"
+        );
+        return host.taken_up_elsewhere(ctx);
     }
+    record.confirmed = done.mark;
+    host.drain_inbox(ctx);
 }
 
 /// Redis lost what it held (it restarted empty): a session's host writes its record again
@@ -448,7 +465,7 @@ where
     kept.record.writing = None;
     if done.held_elsewhere {
         tracing::info!(
-            session = %kept.record.id,
+            session = %log_id(&kept.record.id),
             "session taken up by another node while this one could not reach Redis; its copy here ends"
         );
         return host.taken_up_elsewhere(ctx);

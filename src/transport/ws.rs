@@ -607,18 +607,7 @@ impl Handler<HoldConfirmed> for WsSession {
     type Result = ();
 
     fn handle(&mut self, done: HoldConfirmed, ctx: &mut Self::Context) {
-        let Some(record) = &mut self.record else {
-            return;
-        };
-        if record.confirmed(&done) {
-            self.drain_inbox(ctx);
-        } else {
-            tracing::info!(
-                session = %self.log_id(),
-                "session taken up by another node while this one was taken for dead; its copy here ends"
-            );
-            self.taken_up_elsewhere(ctx);
-        }
+        socket_record::hold_confirmed(self, &done, ctx);
     }
 }
 
