@@ -33,7 +33,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::borrow::Cow;
-use std::num::NonZeroU64;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -502,9 +501,10 @@ impl Session {
             }
             _ => None,
         };
-        let key_tag = idempotency.as_deref().and_then(Idempotency::key_tag);
-        let progress_token =
-            self.fresh_progress_token(p.meta.as_ref().and_then(|m| m.progress_token), key_tag)?;
+        let progress_token = self.fresh_progress_token(
+            p.meta.as_ref().and_then(|m| m.progress_token),
+            idempotency.as_deref(),
+        )?;
         // A result is about as long as the arguments for pass-through tools (echo), and
         // short otherwise; the hint only sizes the frame's first allocation.
         let size_hint = arguments.len() + 64;
@@ -917,7 +917,6 @@ impl Session {
             replay,
             idempotency,
         } = job;
-        let key_tag = idempotency.as_deref().and_then(Idempotency::key_tag);
         let work = self.stack(passed, idempotency, work);
         // A child of the request span (session, id, method), which is entered here.
         let span = tracing::debug_span!(
@@ -953,7 +952,6 @@ impl Session {
                 worker,
                 serial,
                 progress_token,
-                key_tag,
                 exchange,
                 batch,
                 stateless,
@@ -1088,25 +1086,24 @@ impl Session {
     /// A request's progress token ([`progress_token`]), refused as well when a request in
     /// flight in this session (on this node) has it already, compared as written: the spec
     /// has tokens unique among active requests, and two requests' progress under one token
-    /// made the client's go back and forth. A keyed retry (`key_tag`, of its idempotency key)
-    /// may share its token with a request of its key: it joins that one, and runs nothing of
-    /// its own (review 50: it was refused).
+    /// made the client's go back and forth. A keyed request (`keyed`) whose key runs on this
+    /// node is not checked: it joins that run, and runs nothing of its own while it runs
+    /// (review 50: a keyed retry was refused; asked of the node's runs rather than kept with
+    /// each request in flight, which cost every request, review of stop 49's figures).
     fn fresh_progress_token(
         &self,
         raw: Option<&RawValue>,
-        key_tag: Option<NonZeroU64>,
+        keyed: Option<&Idempotency>,
     ) -> Result<Option<ProgressToken>, Error> {
         let token = progress_token(raw)?;
         if let Some(token) = &token {
             let text = token.as_raw().get();
             let in_use = self.in_flight.values().any(|entry| {
-                let same_key = key_tag.is_some() && entry.key_tag == key_tag;
-                !same_key
-                    && entry
-                        .progress_token
-                        .as_ref()
-                        .is_some_and(|held| held.as_raw().get() == text)
-            });
+                entry
+                    .progress_token
+                    .as_ref()
+                    .is_some_and(|held| held.as_raw().get() == text)
+            }) && !keyed.is_some_and(|keyed| keyed.runs_here(&self.shared.cluster));
             if in_use {
                 return Err(Error::InvalidParams(
                     "_meta.progressToken: a request in flight has it already".into(),

@@ -296,8 +296,6 @@ struct InFlight {
     /// Which request of its id (the events of an earlier one of the same id are not its).
     serial: RequestSerial,
     progress_token: Option<ProgressToken>,
-    /// A tag of its idempotency key, when it has one (see `fresh_progress_token`).
-    key_tag: Option<std::num::NonZeroU64>,
     /// The exchange the request came in.
     exchange: u64,
     /// The batch whose response array this request's response joins.

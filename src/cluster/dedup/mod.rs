@@ -160,13 +160,10 @@ impl Idempotency {
         })
     }
 
-    /// A short tag of the scoped key (its first 64 bits), for telling two requests in
-    /// flight on one session apart by key: a keyed retry there joins the first, and may
-    /// share its progress token.
-    pub(crate) fn key_tag(&self) -> Option<std::num::NonZeroU64> {
-        let mut head = [0; 8];
-        head.copy_from_slice(&self.key[..8]);
-        std::num::NonZeroU64::new(u64::from_le_bytes(head))
+    /// Whether a request of this key runs on this node: one of its key sent now joins it
+    /// (or conflicts with it), and runs nothing of its own while it runs.
+    pub(crate) fn runs_here(&self, cluster: &Cluster) -> bool {
+        cluster.store.watch_here(&self.key).is_some()
     }
 
     /// Wraps a request's work: it runs only if it is the first of its key.
