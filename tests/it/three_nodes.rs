@@ -695,27 +695,12 @@ async fn a_websocket_session_resumes_elsewhere_after_redis_restarted_empty() {
 /// before it let go: two answers to one request; attack run 50c, F5.)
 #[tokio::test]
 async fn a_node_that_stalled_while_its_session_was_taken_up_does_not_answer_again() {
-    use serde_json::json;
     let nodes = TwoNodes::start("");
     let (mut old, resume_id) = session_running(nodes.a_addr, &nodes.redis, 9, 1500).await;
-    nodes.a.pause();
-    // Node A dead to the others (3 s without a beat) before the resume: a resume sooner is
-    // refused and asks A to hand the session over, which, handled before A's answer as A
-    // goes on, lets the socket go and would pass this test without the question asked.
-    tokio::time::sleep(Duration::from_millis(3500)).await;
-    let mut resumed = resume_once_taken_up(nodes.b_addr, &resume_id).await;
-    assert_eq!(lost_on_resume(&mut resumed).await, [9]);
-    // Past the end of the sleep node A ran before it stalled.
-    nodes.a.resume();
-    assert_older_socket_closed(&mut old).await;
-    assert!(
-        old.backlog.iter().all(|m| m.get("id") != Some(&json!(9))),
-        "node A answered 9 too: {:?}",
-        old.backlog
-    );
+    stall_while_taken_up(&nodes, &mut old, &resume_id).await;
 }
 
-/// A WebSocket session whose session is in Redis is answered while Redis is away, past the
+/// A WebSocket session whose record is in Redis is answered while Redis is away, past the
 /// time without a beat that makes its node ask Redis whether it still holds it: Redis out of
 /// reach, the answers go on. (Once the node had gone 2 s without a beat, every answer waited
 /// for a question Redis could not answer, asked again without end; review 52 #1.)
@@ -751,18 +736,7 @@ async fn a_resumed_session_on_a_node_that_stalled_does_not_answer_again() {
     assert!(ping.get("result").is_some(), "{ping}");
     start_sleep(&mut old, 9, 1500).await;
     record_listing(&nodes.redis, &resume_id, &[9]).await;
-    nodes.a.pause();
-    // Dead to the others before the resume (see the test above).
-    tokio::time::sleep(Duration::from_millis(3500)).await;
-    let mut resumed = resume_once_taken_up(nodes.b_addr, &resume_id).await;
-    assert_eq!(lost_on_resume(&mut resumed).await, [9]);
-    nodes.a.resume();
-    assert_older_socket_closed(&mut old).await;
-    assert!(
-        old.backlog.iter().all(|m| m.get("id") != Some(&json!(9))),
-        "node A answered 9 too: {:?}",
-        old.backlog
-    );
+    stall_while_taken_up(&nodes, &mut old, &resume_id).await;
 }
 
 /// A socket dropped while its node asks Redis whether it still holds its session (the node
@@ -789,6 +763,28 @@ async fn a_session_parked_while_its_node_asks_whether_it_holds_it_answers_on_res
     start_sleep(&mut resumed, 8, 10).await;
     let eight = resumed.recv_response(&json!(8)).await;
     assert!(eight.get("result").is_some(), "{eight}");
+}
+
+/// Node A, running request 9 (a sleep of 1.5 s) of session `resume_id` on the socket `old`,
+/// stalls (SIGSTOP) until it is dead to the others; B takes the session up (9 answered
+/// -32031 there); A goes on past the end of the sleep: it lets `old` go (1000) without
+/// answering 9 on it.
+async fn stall_while_taken_up(nodes: &TwoNodes, old: &mut crate::support::Client, resume_id: &str) {
+    use serde_json::json;
+    nodes.a.pause();
+    // Dead to the others (3 s without a beat) before the resume: a resume sooner is refused
+    // and asks A to hand the session over, which, handled before A's answer as A goes on,
+    // lets the socket go and would pass without the question asked.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let mut resumed = resume_once_taken_up(nodes.b_addr, resume_id).await;
+    assert_eq!(lost_on_resume(&mut resumed).await, [9]);
+    nodes.a.resume();
+    assert_older_socket_closed(old).await;
+    assert!(
+        old.backlog.iter().all(|m| m.get("id") != Some(&json!(9))),
+        "node A answered 9 too: {:?}",
+        old.backlog
+    );
 }
 
 /// A resume of session `resume_id` on `addr`, sent again while it is refused with 503 (the
