@@ -473,6 +473,9 @@ enum Part {
 
 impl UriTemplate {
     pub(crate) fn parse(template: &str) -> Result<Self, String> {
+        if template.is_empty() {
+            return Err("an empty template".to_owned());
+        }
         let mut parts = Vec::new();
         let mut rest = template;
         while let Some(open) = rest.find('{') {
@@ -492,6 +495,13 @@ impl UriTemplate {
                 return Err(format!(
                     "two variables without a literal between them in {template:?}"
                 ));
+            }
+            // A URI gives each variable one value: a second would overwrite the first.
+            if parts
+                .iter()
+                .any(|p| matches!(p, Part::Variable(v) if v == name))
+            {
+                return Err(format!("{{{name}}} twice in {template:?}"));
             }
             parts.push(Part::Variable(name.to_owned()));
             rest = &rest[open + close + 1..];

@@ -507,7 +507,8 @@ fn tool_name(definition: &Value) -> &str {
 /// Registers `offers` (the kinds listed in it) in place of what the upstream registered of
 /// those kinds before, touching only what changed: an entry whose definition is the same
 /// stays registered throughout (a call of it never sees it missing). A name or URI another
-/// upstream (or the server) holds already is skipped, with a warning naming both.
+/// upstream (or the server) holds already, or one registration refuses, is skipped, with a
+/// warning saying why.
 fn register(upstream: &Arc<Upstream>, offers: Offers) {
     let registry = upstream.registry();
     let mut listed = crate::lock(&upstream.listed);
@@ -611,7 +612,8 @@ fn replace<'a>(
                 now.insert(key, definition);
             }
             Err(error) => {
-                tracing::warn!(upstream = %upstream.name, kind, name = %key, %error, "skipped: the name is taken");
+                // Its name taken, or refused (one clients cannot use): the error says which.
+                tracing::warn!(upstream = %upstream.name, kind, name = %key, %error, "skipped");
             }
         }
     }

@@ -77,6 +77,18 @@ pub enum RegistryError {
     /// A resource template that is not a valid RFC 6570 level-1 template.
     #[error("invalid resource template: {0}")]
     InvalidTemplate(String),
+    /// A tool or prompt whose name, or a prompt's arguments, clients cannot use: an empty
+    /// name, one over 128 characters (the spec's bound) or with a control character, a
+    /// prompt argument named twice.
+    #[error("{kind} {name:?}: {reason}")]
+    Invalid {
+        /// `tool` or `prompt`.
+        kind: &'static str,
+        /// Its name (its first 64 characters).
+        name: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// A tool whose `inputSchema` or `outputSchema` does not describe a JSON object
     /// (`"type": "object"`), as MCP requires of both: `structuredContent` is an object, and
     /// clients refuse a whole `tools/list` holding another kind of schema.
@@ -479,8 +491,32 @@ impl<T: Viewed> Kind<T> {
 
 /// Checks what MCP requires of a tool's schemas (objects) and what clients require of its
 /// header annotations; returns the arguments it mirrors in headers.
+/// The most characters a tool's or prompt's name may have (the spec's bound).
+const MAX_NAME_CHARS: usize = 128;
+
+/// A tool's or prompt's `name` as clients can use it: not empty, at most
+/// [`MAX_NAME_CHARS`] characters, no control character (clients show names, and send them
+/// back as written).
+fn check_name(kind: &'static str, name: &str) -> Result<(), RegistryError> {
+    let reason = if name.is_empty() {
+        "an empty name"
+    } else if name.chars().count() > MAX_NAME_CHARS {
+        "a name over 128 characters"
+    } else if name.chars().any(char::is_control) {
+        "a control character in its name"
+    } else {
+        return Ok(());
+    };
+    Err(RegistryError::Invalid {
+        kind,
+        name: name.chars().take(64).collect(),
+        reason,
+    })
+}
+
 fn check_tool(tool: &Tool) -> Result<Vec<HeaderParam>, RegistryError> {
     let definition = &tool.definition;
+    check_name("tool", &definition.name)?;
     let input_schema = definition.input_schema.value();
     for (member, schema) in [
         ("inputSchema", Some(&input_schema)),
@@ -549,7 +585,9 @@ impl Registry {
     /// [`RegistryError::DuplicateVersion`] when a tool of that name is registered in that
     /// version,
     /// [`RegistryError::InvalidToolSchema`] when its input or output schema does not
-    /// describe an object (a [`Json`](crate::Json) output of a type that is not a struct).
+    /// describe an object (a [`Json`](crate::Json) output of a type that is not a struct),
+    /// [`RegistryError::Invalid`] when its name is empty, over 128 characters or holds a
+    /// control character.
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegistryError> {
         let headers = check_tool(&tool)?;
         let tasks = tool.definition.task_support != crate::tool::TaskSupport::Forbidden;
@@ -672,8 +710,24 @@ impl Registry {
     /// Registers a prompt; its name must be free.
     ///
     /// # Errors
-    /// [`RegistryError::Duplicate`] when a prompt of that name is registered.
+    /// [`RegistryError::Duplicate`] when a prompt of that name is registered,
+    /// [`RegistryError::Invalid`] when its name is empty, over 128 characters or holds a
+    /// control character, or it names an argument twice.
     pub fn add_prompt(&self, prompt: Prompt) -> Result<(), RegistryError> {
+        let definition = &prompt.definition;
+        check_name("prompt", &definition.name)?;
+        let arguments = &definition.arguments;
+        let twice = arguments
+            .iter()
+            .enumerate()
+            .any(|(at, argument)| arguments[..at].iter().any(|a| a.name == argument.name));
+        if twice {
+            return Err(RegistryError::Invalid {
+                kind: "prompt",
+                name: definition.name.chars().take(64).collect(),
+                reason: "an argument named twice",
+            });
+        }
         self.inner.prompts.add(prompt, &self.inner.bus)
     }
 
@@ -1046,6 +1100,64 @@ mod tests {
         fn call(&self, _: Arguments, _: crate::RequestContext) -> ToolFuture {
             Box::pin(async { Ok(crate::model::CallToolResult::text("")) })
         }
+    }
+
+    fn named(name: &str) -> Tool {
+        Tool::from_handler(name, "", serde_json::json!({"type": "object"}), Nothing)
+    }
+
+    fn prompt(name: &str, arguments: &[&str]) -> Prompt {
+        let mut prompt = Prompt::new(name, "", |_, _| async {
+            Ok(crate::model::GetPromptResult::default())
+        });
+        for argument in arguments {
+            prompt = prompt.argument(crate::PromptArgument::required(*argument, ""));
+        }
+        prompt
+    }
+
+    #[test]
+    fn names_clients_cannot_use_are_refused_at_registration() {
+        let registry = Registry::default();
+        for name in ["", "new\nline", "tab\there", &"x".repeat(129)] {
+            let refused = registry.add_tool(named(name));
+            assert!(
+                matches!(refused, Err(RegistryError::Invalid { kind: "tool", .. })),
+                "{name:?}: {refused:?}"
+            );
+            assert!(registry.add_prompt(prompt(name, &[])).is_err(), "{name:?}");
+        }
+        // At the bound, and with what the spec advises against but clients take: accepted.
+        for name in [&"x".repeat(128), "has space", "slash/name", "é"] {
+            registry.add_tool(named(name)).expect("a usable name");
+            registry
+                .add_prompt(prompt(name, &[]))
+                .expect("a usable name");
+        }
+    }
+
+    #[test]
+    fn a_prompt_argument_named_twice_is_refused() {
+        let registry = Registry::default();
+        let refused = registry.add_prompt(prompt("p", &["a", "b", "a"]));
+        assert!(
+            matches!(&refused, Err(RegistryError::Invalid { reason, .. }) if reason.contains("twice")),
+            "{refused:?}"
+        );
+        registry
+            .add_prompt(prompt("p", &["a", "b"]))
+            .expect("distinct arguments");
+    }
+
+    #[test]
+    fn a_template_variable_twice_or_an_empty_template_is_refused() {
+        for template in ["file:///{a}/{a}", ""] {
+            assert!(
+                crate::resource::UriTemplate::parse(template).is_err(),
+                "{template:?}"
+            );
+        }
+        assert!(crate::resource::UriTemplate::parse("file:///{a}/{b}").is_ok());
     }
 
     /// Version `version` of tool `t`, its argument `region` mirrored in a header or not.
