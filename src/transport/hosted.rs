@@ -910,10 +910,7 @@ impl Handler<RecordsLost> for HostedSession {
     type Result = ();
 
     fn handle(&mut self, _: RecordsLost, ctx: &mut Self::Context) {
-        if let Some(record) = &mut self.socket_record {
-            record.lost();
-            socket_record::keep(self, ctx);
-        } else if self.in_redis && self.stored.0 != 0 {
+        if !socket_record::rewrite_lost(self, ctx) && self.in_redis && self.stored.0 != 0 {
             // Unchanged: the other nodes' copies are not told (review 52 #7: every copy
             // of every session told every node).
             self.write_record(false);

@@ -134,6 +134,21 @@ pub(crate) struct HoldConfirmed {
     mark: crate::cluster::HoldMark,
 }
 
+/// Redis lost the record `host` keeps (see [`RecordsLost`]): written again now, changed or
+/// not. Whether `host` keeps one.
+pub(crate) fn rewrite_lost<A>(host: &mut A, ctx: &mut A::Context) -> bool
+where
+    A: KeepsRecord,
+    A::Context: AsyncContext<A> + ToEnvelope<A, RecordWritten>,
+{
+    let Some(kept) = host.record_and_session() else {
+        return false;
+    };
+    kept.record.lost();
+    keep(host, ctx);
+    true
+}
+
 /// A session id as logs show it: its beginning (as `SessionId`'s `Display`), not the id a
 /// client resumes the session by.
 fn log_id(id: &str) -> String {

@@ -617,10 +617,7 @@ impl Handler<RecordsLost> for WsSession {
     type Result = ();
 
     fn handle(&mut self, _: RecordsLost, ctx: &mut Self::Context) {
-        if let Some(record) = &mut self.record {
-            record.lost();
-            socket_record::keep(self, ctx);
-        }
+        socket_record::rewrite_lost(self, ctx);
     }
 }
 

@@ -563,35 +563,30 @@ async fn log_lines_over_a_requests_budget_are_dropped_and_counted() {
 #[tokio::test]
 async fn notifications_past_the_queue_cap_are_dropped_not_held() {
     let mut s = settings();
-    s.limits.log_lines_per_second = 0;
     s.limits.max_queued_notifications = 10;
-    let server = with_chatty(s);
-    let mut client = Client::initialized(&server).await;
-    // The tool runs to its end before its session drains the queue: 10 of 100 fit.
-    let lines = log_lines_of(&mut client, 100, 0).await;
-    assert_eq!(lines.len(), 10, "{lines:?}");
-    assert_eq!(lines[9]["params"]["data"], "info 9");
-    wait_metric(&server, &dropped("queued_notifications"), 90).await;
-    // Drained, the queue takes notifications again.
-    assert_eq!(log_lines_of(&mut client, 10, 0).await.len(), 10);
-    assert_server_alive(&server).await;
+    ten_of_a_hundred_lines_queued(s).await;
 }
 
 #[tokio::test]
 async fn notifications_past_the_queues_bytes_are_dropped_not_held() {
     let mut s = settings();
-    s.limits.log_lines_per_second = 0;
     // Each line's data is `"info N"`, 8 bytes for N < 10: ten of them fit, with room for
     // less than another.
     s.limits.max_queued_notification_bytes = 10 * 8 + 7;
+    ten_of_a_hundred_lines_queued(s).await;
+}
+
+/// With `s` capping the session's queue at ten lines of `chatty` (by number or bytes): of
+/// 100 logged at once, before the session drains its queue, ten are sent and 90 counted
+/// dropped; drained, the queue takes as many again (what it held was given back).
+async fn ten_of_a_hundred_lines_queued(mut s: Settings) {
+    s.limits.log_lines_per_second = 0;
     let server = with_chatty(s);
     let mut client = Client::initialized(&server).await;
-    // The tool runs to its end before its session drains the queue.
     let lines = log_lines_of(&mut client, 100, 0).await;
     assert_eq!(lines.len(), 10, "{lines:?}");
     assert_eq!(lines[9]["params"]["data"], "info 9");
     wait_metric(&server, &dropped("queued_notifications"), 90).await;
-    // Drained, the queue's bytes are given back: it takes as many lines again.
     assert_eq!(log_lines_of(&mut client, 10, 0).await.len(), 10);
     assert_server_alive(&server).await;
 }

@@ -531,10 +531,22 @@ impl RedisStore {
                 con.get::<_, Option<Vec<u8>>>(key).await
             })
             .await?;
-        match record.map(String::from_utf8).transpose() {
-            Ok(record) => Some(record),
+        self.text(metrics, "get_task", record)
+    }
+
+    /// A value read as bytes, as text; one that is not UTF-8 (written by something else) is
+    /// that key's problem, counted as unreadable (see [`unreadable`](Self::unreadable)), not
+    /// a failure of Redis: `None`, as for a value Redis could not give.
+    fn text(
+        &self,
+        metrics: &Metrics,
+        what: &str,
+        value: Option<Vec<u8>>,
+    ) -> Option<Option<String>> {
+        match value.map(String::from_utf8).transpose() {
+            Ok(value) => Some(value),
             Err(error) => {
-                self.unreadable(metrics, "get_task", &error);
+                self.unreadable(metrics, what, &error);
                 None
             }
         }
@@ -621,8 +633,7 @@ impl RedisStore {
     ) -> Option<Option<String>> {
         let key = self.session_key(id);
         let ttl_ms = (ttl.as_millis() as u64).max(1);
-        // Read as bytes and made text here: a record that is not UTF-8 (written by something
-        // else) is this session's problem, not a failure of Redis (see `unreadable`).
+        // Read as bytes and made text here (see `text`).
         let record = self
             .run(metrics, "get_session", |mut con| async move {
                 GET_REFRESHED
@@ -632,13 +643,7 @@ impl RedisStore {
                     .await
             })
             .await?;
-        match record.map(String::from_utf8).transpose() {
-            Ok(record) => Some(record),
-            Err(error) => {
-                self.unreadable(metrics, "get_session", &error);
-                None
-            }
-        }
+        self.text(metrics, "get_session", record)
     }
 
     /// Replaces a session's record by `new` if it is still `old` (as read: any write since,
