@@ -229,3 +229,91 @@ impl Cluster {
         self.node_base() | if get { 1 << 31 } else { 0 } | count
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    /// A cluster whose clock started a minute ago, so that a stall can be set by hand (the
+    /// last beat's time) without waiting for one.
+    fn cluster() -> Arc<Cluster> {
+        let mut cluster = Cluster::new(
+            Arc::new(crate::config::Settings::default()),
+            Arc::default(),
+            crate::registry::bus::ChangeBus::default(),
+        );
+        let started = std::time::Instant::now()
+            .checked_sub(std::time::Duration::from_secs(60))
+            .expect("a minute ago");
+        Arc::get_mut(&mut cluster).expect("not shared yet").clock = started;
+        cluster
+    }
+
+    /// The node's last beat landed `ago` ago, more than [`SUSPECT_AFTER`]: it stalls.
+    fn stall(cluster: &Cluster, ago: std::time::Duration) {
+        assert!(ago > SUSPECT_AFTER);
+        let now = cluster.clock.elapsed();
+        let last_beat = (now - ago).as_millis() as u64;
+        cluster.last_beat_ms.store(last_beat, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn a_node_with_no_beat_yet_or_beating_is_not_taken_for_dead() {
+        let cluster = cluster();
+        let unconfirmed = cluster.hold_mark().unconfirmed();
+        assert!(!cluster.stalled(), "no beat yet is no stall");
+        assert!(!cluster.may_be_taken_for_dead(unconfirmed));
+        cluster.note_beat(true);
+        cluster.note_beat(true);
+        assert!(!cluster.stalled());
+        assert!(!cluster.may_be_taken_for_dead(unconfirmed));
+        assert!(!cluster.may_be_taken_for_dead(cluster.hold_mark()));
+    }
+
+    #[test]
+    fn a_stall_is_asked_about_once_until_a_beat_lands() {
+        let cluster = cluster();
+        cluster.note_beat(true);
+        let before_the_stall = cluster.hold_mark().unconfirmed();
+        stall(&cluster, std::time::Duration::from_secs(10));
+        assert!(cluster.stalled());
+        assert!(
+            cluster.may_be_taken_for_dead(before_the_stall),
+            "a holder not asked in this stall asks"
+        );
+        let asked_in_the_stall = cluster.hold_mark();
+        assert!(
+            !cluster.may_be_taken_for_dead(asked_in_the_stall),
+            "one asked in this stall is not asked again while it lasts"
+        );
+        // A beat lands: the stall is over, and nobody asks.
+        cluster.note_beat(true);
+        assert!(!cluster.stalled());
+        assert!(!cluster.may_be_taken_for_dead(asked_in_the_stall));
+        // Another stall, after a later beat: the answer to the first does not cover it.
+        stall(&cluster, std::time::Duration::from_secs(5));
+        assert!(cluster.may_be_taken_for_dead(asked_in_the_stall));
+    }
+
+    #[test]
+    fn a_beat_that_finds_the_node_taken_for_dead_makes_every_holder_ask() {
+        let cluster = cluster();
+        // The first beat finds no earlier one: a node is new before it is dead.
+        let at_start = cluster.hold_mark().unconfirmed();
+        cluster.note_beat(false);
+        assert!(!cluster.may_be_taken_for_dead(at_start));
+        let first = cluster.hold_mark();
+        cluster.note_beat(false);
+        assert!(!cluster.stalled(), "the beat landed: no stall");
+        assert!(cluster.may_be_taken_for_dead(first));
+        assert!(cluster.may_be_taken_for_dead(first.unconfirmed()));
+        // A holder that asked since is covered, until a later beat finds it so again.
+        let asked = cluster.hold_mark().unconfirmed();
+        assert!(!cluster.may_be_taken_for_dead(asked));
+        cluster.note_beat(true);
+        assert!(!cluster.may_be_taken_for_dead(asked));
+        cluster.note_beat(false);
+        assert!(cluster.may_be_taken_for_dead(asked));
+    }
+}
