@@ -282,6 +282,10 @@ pub struct HostedSession {
     in_redis: bool,
     /// The revision of the record last stored, and when.
     stored: (u64, Instant),
+    /// The last write of the record failed: it is written again, changed or not.
+    record_unwritten: bool,
+    /// A write again of the record is due after `redis.retry_after_ms`.
+    record_retry_armed: bool,
     /// A WebSocket session's record, with sessions in Redis and resumption on (an HTTP
     /// session's is `stored` above).
     socket_record: Option<SocketRecord>,
@@ -339,6 +343,8 @@ impl HostedSession {
             yields: false,
             in_redis: false,
             stored: (0, Instant::now()),
+            record_unwritten: false,
+            record_retry_armed: false,
             socket_record: None,
         }
     }
@@ -450,7 +456,7 @@ impl HostedSession {
     /// With sessions in Redis: stores the session's record when it changed (or a quarter of
     /// its time to live ago, so that a session busy on one node stays there for the others)
     /// and tells the other nodes' copies.
-    fn store_record(&mut self) {
+    fn store_record(&mut self, ctx: &mut Context<Self>) {
         // Never stored: the HTTP handler stores a new session's first record itself, before
         // it gives the client the id.
         if !self.in_redis || self.stored.0 == 0 {
@@ -459,15 +465,19 @@ impl HostedSession {
         let ttl = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
         let revision = self.core.revision();
         let changed = revision != self.stored.0;
-        if !changed && self.stored.1.elapsed() < ttl / 4 {
+        if !changed && !self.record_unwritten && self.stored.1.elapsed() < ttl / 4 {
             return;
         }
-        self.write_record(changed);
+        self.write_record(changed, ctx);
     }
 
     /// Writes the session's record now, and tells the other nodes' copies when it
-    /// `changed` (a record written again unchanged tells them nothing).
-    fn write_record(&mut self, changed: bool) {
+    /// `changed` (a record written again unchanged tells them nothing). A write that fails
+    /// is made again after `redis.retry_after_ms` ([`RecordUnwritten`]): until then the
+    /// record in Redis may be an older one, or none after Redis restarted empty, and the
+    /// other nodes would not find the session (a quiet one's record is otherwise written
+    /// again only a quarter of its time to live later, and only on a request here).
+    fn write_record(&mut self, changed: bool, ctx: &mut Context<Self>) {
         let ttl = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
         let revision = self.core.revision();
         let Some(record) = self.core.record() else {
@@ -477,13 +487,21 @@ impl HostedSession {
             return;
         };
         self.stored = (revision, Instant::now());
+        self.record_unwritten = false;
         let cluster = self.shared.cluster.clone();
         let id = self.id.as_str().to_owned();
+        let host = ctx.address();
         actix::spawn(async move {
-            if let Some(redis) = cluster.store.redis() {
-                redis
-                    .put_session(&cluster.metrics, &id, json.clone(), ttl)
-                    .await;
+            let written = match cluster.store.redis() {
+                Some(redis) => {
+                    redis
+                        .put_session(&cluster.metrics, &id, json.clone(), ttl)
+                        .await
+                }
+                None => false,
+            };
+            if !written {
+                host.do_send(RecordUnwritten);
             }
             if changed {
                 let note = SessionNote {
@@ -865,7 +883,7 @@ impl Handler<Post> for HostedSession {
             self.end(ctx, "initialize failed");
             return;
         }
-        self.store_record();
+        self.store_record(ctx);
         self.end_if_due(ctx);
     }
 }
@@ -913,8 +931,29 @@ impl Handler<RecordsLost> for HostedSession {
         if !socket_record::rewrite_lost(self, ctx) && self.in_redis && self.stored.0 != 0 {
             // Unchanged: the other nodes' copies are not told (review 52 #7: every copy
             // of every session told every node).
-            self.write_record(false);
+            self.write_record(false, ctx);
         }
+    }
+}
+
+/// A write of an HTTP session's record failed ([`HostedSession::write_record`]).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct RecordUnwritten;
+
+impl Handler<RecordUnwritten> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, _: RecordUnwritten, ctx: &mut Self::Context) {
+        self.record_unwritten = true;
+        if std::mem::replace(&mut self.record_retry_armed, true) {
+            return;
+        }
+        let wait = Duration::from_millis(self.shared.settings.redis.retry_after_ms);
+        ctx.run_later(wait, |host, ctx| {
+            host.record_retry_armed = false;
+            host.store_record(ctx);
+        });
     }
 }
 

@@ -40,9 +40,8 @@ pub(crate) struct SocketRecord {
     /// What the record last written holds.
     stored: Option<Stored>,
     /// The write under way. One at a time, so that they land in order; what changes
-    /// meanwhile is written when it is done ([`RecordWritten`]). Its output: whether Redis
-    /// refused it because another node holds the session.
-    writing: Option<tokio::task::JoinHandle<bool>>,
+    /// meanwhile is written when it is done ([`RecordWritten`]).
+    writing: Option<tokio::task::JoinHandle<WriteOutcome>>,
     /// A look is scheduled: a request comes of age, or the spacing of writes ends.
     look_armed: bool,
     /// Where the node stood when it last confirmed it still holds the session (see
@@ -189,9 +188,21 @@ pub(crate) struct RecordsLost;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct RecordWritten {
+    /// How it ended.
+    outcome: WriteOutcome,
+}
+
+/// How a write of a session's record ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteOutcome {
+    /// Redis holds it.
+    Written,
     /// Redis refused it: another node holds the session (it took the session up while this
     /// node could not reach Redis for longer than its heartbeat), and this copy is stale.
-    pub(crate) held_elsewhere: bool,
+    HeldElsewhere,
+    /// Redis could not be asked, or did not answer: the record there may be an older one, or
+    /// none (Redis restarted empty), and is written again after `redis.retry_after_ms`.
+    Failed,
 }
 
 /// An actor that hosts a session and keeps its record.
@@ -276,9 +287,9 @@ impl SocketRecord {
         if let Some(under_way) = self.writing.take() {
             let host = ctx.address();
             self.writing = Some(actix::spawn(async move {
-                let held_elsewhere = under_way.await.unwrap_or(false);
-                host.do_send(RecordWritten { held_elsewhere });
-                held_elsewhere
+                let outcome = under_way.await.unwrap_or(WriteOutcome::Failed);
+                host.do_send(RecordWritten { outcome });
+                outcome
             }));
         }
     }
@@ -381,7 +392,7 @@ impl SocketRecord {
         parked: bool,
         now: Instant,
     ) -> (
-        Option<impl Future<Output = bool> + 'static>,
+        Option<impl Future<Output = WriteOutcome> + 'static>,
         Option<Instant>,
     ) {
         let revision = session.revision();
@@ -420,7 +431,7 @@ impl SocketRecord {
         in_flight: Vec<RequestId>,
         now: Instant,
         held: bool,
-    ) -> Option<impl Future<Output = bool> + 'static> {
+    ) -> Option<impl Future<Output = WriteOutcome> + 'static> {
         let mut record = session.record()?;
         record.websocket = true;
         record.node = held.then(|| self.shared.cluster.node_number());
@@ -439,13 +450,17 @@ impl SocketRecord {
         let ttl = self.ttl;
         Some(async move {
             let Some(redis) = cluster.store.redis() else {
-                return false;
+                return WriteOutcome::Failed;
             };
             let node = cluster.node_number();
-            redis
+            match redis
                 .put_held_session(&cluster.metrics, &id, json, ttl, node)
                 .await
-                == Some(false)
+            {
+                Some(true) => WriteOutcome::Written,
+                Some(false) => WriteOutcome::HeldElsewhere,
+                None => WriteOutcome::Failed,
+            }
         })
     }
 }
@@ -468,7 +483,11 @@ where
 
 /// The write under way of the record `host` keeps is done ([`RecordWritten`]): a change
 /// made meanwhile is written now, unless the write was refused because another node holds
-/// the session ([`KeepsRecord::taken_up_elsewhere`]).
+/// the session ([`KeepsRecord::taken_up_elsewhere`]). One that failed (the record in Redis
+/// may be an older one, or none after Redis restarted empty, and another node would not find
+/// the session) is written again after `redis.retry_after_ms`, changed or not; the wait
+/// holds back the writes of changes made meanwhile, so that a session busy in an outage
+/// asks Redis once a wait, not once per [`RECORD_AFTER`].
 pub(crate) fn written<A>(host: &mut A, ctx: &mut A::Context, done: RecordWritten)
 where
     A: KeepsRecord,
@@ -477,15 +496,36 @@ where
     let Some(kept) = host.record_and_session() else {
         return;
     };
-    kept.record.writing = None;
-    if done.held_elsewhere {
-        tracing::info!(
-            session = %log_id(&kept.record.id),
-            "session taken up by another node while this one could not reach Redis; its copy here ends"
-        );
-        return host.taken_up_elsewhere(ctx);
+    let record = kept.record;
+    record.writing = None;
+    match done.outcome {
+        WriteOutcome::Written => keep(host, ctx),
+        WriteOutcome::HeldElsewhere => {
+            tracing::info!(
+                session = %log_id(&record.id),
+                "session taken up by another node while this one could not reach Redis; its copy here ends"
+            );
+            host.taken_up_elsewhere(ctx);
+        }
+        WriteOutcome::Failed => {
+            // Due again, changed or not (what it wrote did not land).
+            record.lost();
+            if record.look_armed {
+                // A look comes within [`RECORD_AFTER`]; if its write fails too, this wait
+                // is armed then.
+                return;
+            }
+            record.look_armed = true;
+            let wait = Duration::from_millis(record.shared.settings.redis.retry_after_ms)
+                .max(RECORD_AFTER);
+            ctx.run_later(wait, |host: &mut A, ctx| {
+                if let Some(kept) = host.record_and_session() {
+                    kept.record.look_armed = false;
+                }
+                keep(host, ctx);
+            });
+        }
     }
-    keep(host, ctx);
 }
 
 /// [`keep`] past its cheap checks.
@@ -507,9 +547,9 @@ where
     if let Some(write) = write {
         let host = ctx.address();
         record.writing = Some(actix::spawn(async move {
-            let held_elsewhere = write.await;
-            host.do_send(RecordWritten { held_elsewhere });
-            held_elsewhere
+            let outcome = write.await;
+            host.do_send(RecordWritten { outcome });
+            outcome
         }));
     }
     if let Some(at) = look_again {

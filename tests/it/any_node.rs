@@ -1126,6 +1126,56 @@ async fn after_redis_restarts_empty_a_session_is_found_again_on_every_node_and_n
     assert_eq!(redis.keys("emptied:session:*").len(), 1);
 }
 
+/// The record a session's change is written in fails to reach Redis (it is away): once it
+/// is back, the holder writes the record again by itself, without waiting for a request.
+/// (The failed write was not made again until the session's next change or a quarter of
+/// its time to live, and meanwhile another node served the session as it was before, here
+/// with its log level unset.)
+#[tokio::test]
+async fn a_session_record_whose_write_failed_is_written_again_once_redis_is_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut redis = RedisServer::start_persistent(dir.path());
+    let (nodes, _) = nodes(&redis.url(), "rewrite:", false);
+    let session = Session::begin(&nodes[0], Some(TEST_KEY)).await;
+    let stored = |redis: &RedisServer| {
+        let mut connection = redis.connection().expect("redis answers");
+        let json: String = ::redis::cmd("GET")
+            .arg(format!("rewrite:session:{{{}}}", session.id))
+            .query(&mut connection)
+            .expect("the session's record");
+        serde_json::from_str::<Value>(&json).expect("a JSON record")
+    };
+    let before = stored(&redis);
+    assert_ne!(before["log_level"], "error");
+    redis.kill();
+    // Held by node 0: its change is served there, and its record's write fails.
+    let set = session
+        .ask(
+            &nodes[0],
+            json!(1),
+            "logging/setLevel",
+            json!({"level": "error"}),
+        )
+        .await;
+    assert_eq!(
+        assert_result(&answer_of(&set, &json!(1)), &json!(1)),
+        json!({})
+    );
+    // Back from its append-only file, with the record as it was.
+    redis.restart();
+    assert_eq!(stored(&redis)["revision"], before["revision"]);
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while stored(&redis)["log_level"] != "error" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the change never reached Redis: {}",
+            stored(&redis)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(stored(&redis)["revision"], before["revision"]);
+}
+
 #[tokio::test]
 async fn delete_on_a_node_that_never_served_the_session_ends_it() {
     let redis = RedisServer::start();

@@ -986,6 +986,42 @@ async fn a_request_answered_just_before_its_node_died_is_not_answered_again_when
     assert_eq!(lost_on_resume(&mut said).await, [9]);
 }
 
+/// The write of a WebSocket session's record after a change fails (Redis is away): once
+/// Redis is back, the node writes the record again by itself, with no frame from the
+/// client. (The failed write was not made again until the session's next change or a
+/// quarter of the record's time to live, and a node taking the session up meanwhile took
+/// it up as it was before, here with its log level unset.)
+#[tokio::test]
+async fn a_websocket_sessions_record_whose_write_failed_is_written_again_once_redis_is_back() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut redis = RedisServer::start_persistent(&dir.path().join("redis"));
+    let node = start_node(dir.path(), "node", &redis);
+    let addr = node.wait_listening();
+    let (mut client, resume_id) = resumable_session(addr).await;
+    let level_of = |text: &str| -> String {
+        let record: Value = serde_json::from_str(text).expect("a JSON record");
+        record["log_level"].as_str().unwrap_or_default().to_owned()
+    };
+    let (_, before) = record_where(&redis, &resume_id, "written", |_| true).await;
+    assert_ne!(level_of(&before), "error");
+    redis.kill();
+    let set = json!({"level": "error"});
+    client
+        .send_json(crate::support::request(json!(1), "logging/setLevel", set))
+        .await;
+    let answer = client.recv_response(&json!(1)).await;
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    // The write of the change has failed by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Back from its append-only file, with the record as it was; the client sends nothing.
+    redis.restart();
+    record_where(&redis, &resume_id, "its log level set", |text| {
+        level_of(text) == "error"
+    })
+    .await;
+}
+
 /// Waits until the record of session `resume_id` in Redis lists exactly the requests `ids`
 /// as in flight; its key and text.
 async fn record_listing(redis: &RedisServer, resume_id: &str, ids: &[i64]) -> (String, String) {
