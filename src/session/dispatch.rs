@@ -5,7 +5,7 @@
 
 use super::era::Era;
 use super::shape::{stateless_answer, stateless_result, StatelessRequest};
-use super::{InFlight, Negotiated, Phase, Request, Session};
+use super::{HeldToken, InFlight, Negotiated, Phase, Request, Session};
 use crate::cluster::dedup::recent::RequestHash;
 use crate::cluster::dedup::{AnonymousScope, AnswerShape, Idempotency};
 use crate::cluster::tasks::runner::{Begun, TaskCall};
@@ -57,7 +57,7 @@ pub(super) struct WorkerJob {
     era: RequestEra,
     work: Work,
     timeout: Duration,
-    progress_token: Option<ProgressToken>,
+    progress_token: Option<Box<HeldToken>>,
     /// The request's own trace id, when its `_meta` carried a `traceparent`.
     trace_id: Option<Box<str>>,
     /// What runs, for the worker's span: a tool's name (only when debug logs are on: it is
@@ -1086,31 +1086,33 @@ impl Session {
     /// A request's progress token ([`progress_token`]), refused as well when a request in
     /// flight in this session (on this node) has it already, compared as written: the spec
     /// has tokens unique among active requests, and two requests' progress under one token
-    /// made the client's go back and forth. A keyed request (`keyed`) whose key runs on this
-    /// node is not checked: it joins that run, and runs nothing of its own while it runs
-    /// (review 50: a keyed retry was refused; asked of the node's runs rather than kept with
-    /// each request in flight, which cost every request, review of stop 49's figures).
+    /// made the client's go back and forth. A keyed request (`keyed`) may share its token
+    /// with a request in flight of its own key: it joins that one's run, and runs nothing of
+    /// its own while it runs (review 50: a keyed retry was refused). Told by the holder's
+    /// key, not by whether the key runs on the node (review 54: a first request still
+    /// waiting for a pool slot or its claim did not run yet, and its retry was refused; one
+    /// holder of another key let the retry share its token).
     fn fresh_progress_token(
         &self,
         raw: Option<&RawValue>,
         keyed: Option<&Idempotency>,
-    ) -> Result<Option<ProgressToken>, Error> {
-        let token = progress_token(raw)?;
-        if let Some(token) = &token {
-            let text = token.as_raw().get();
-            let in_use = self.in_flight.values().any(|entry| {
-                entry
-                    .progress_token
-                    .as_ref()
-                    .is_some_and(|held| held.as_raw().get() == text)
-            }) && !keyed.is_some_and(|keyed| keyed.runs_here(&self.shared.cluster));
-            if in_use {
-                return Err(Error::InvalidParams(
-                    "_meta.progressToken: a request in flight has it already".into(),
-                ));
-            }
+    ) -> Result<Option<Box<HeldToken>>, Error> {
+        let Some(token) = progress_token(raw)? else {
+            return Ok(None);
+        };
+        let key = keyed.map(|keyed| *keyed.key());
+        let text = token.as_raw().get();
+        let in_use = self.in_flight.values().any(|entry| {
+            entry.progress_token.as_ref().is_some_and(|held| {
+                held.token.as_raw().get() == text && (key.is_none() || held.key != key)
+            })
+        });
+        if in_use {
+            return Err(Error::InvalidParams(
+                "_meta.progressToken: a request in flight has it already".into(),
+            ));
         }
-        Ok(token)
+        Ok(Some(Box::new(HeldToken { token, key })))
     }
 }
 

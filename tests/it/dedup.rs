@@ -50,6 +50,18 @@ impl ToolHandler for Count {
     }
 }
 
+/// Waits until the counting tools have begun `runs` runs.
+async fn runs_reach(counted: &Counted, runs: usize) {
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while counted.runs.load(Ordering::SeqCst) != runs {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the runs never came to {runs}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 struct Counted {
     server: RunningServer,
     runs: Arc<AtomicUsize>,
@@ -373,4 +385,66 @@ async fn a_keyed_retry_with_the_same_progress_token_on_one_connection_joins_the_
     assert_eq!(result_text(&first, &json!(1)), "run 1: \"x\"");
     assert_eq!(result_text(&retry, &json!(2)), "run 1: \"x\"", "{retry}");
     assert_eq!(counted.runs.load(Ordering::SeqCst), 1);
+}
+
+/// Whether a keyed request may share a progress token is told by the request holding it:
+/// one of its own key, even before that one runs (waiting for a pool slot), and never one
+/// of another kind, even while its own key runs. (Review 54: told by whether its key ran on
+/// the node, a retry of a first request still waiting for a slot was refused -32602, and a
+/// request whose key ran shared the token of an unrelated request, two runs' progress under
+/// one token.)
+#[tokio::test]
+async fn a_keyed_request_shares_a_progress_token_only_with_its_own_key_running_or_not() {
+    let mut settings = settings();
+    settings.limits.max_concurrent_requests = 1;
+    settings.limits.pool_reserve = Some(0);
+    let counted = start_counting(settings);
+    let mut client = Client::initialized(&counted.server).await;
+    let call = |id: i64, text: &str, key: Option<&str>, token: &str| {
+        let mut meta = json!({"progressToken": token});
+        if let Some(key) = key {
+            meta["idempotencyKey"] = json!(key);
+        }
+        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+            "name": "count_held", "arguments": {"text": text}, "_meta": meta}})
+    };
+    // The pool's one slot is taken by a request holding "q".
+    client.send_json(call(1, "a", None, "q")).await;
+    runs_reach(&counted, 1).await;
+    // A keyed request waits for the slot; its retry shares its token.
+    client.send_json(call(2, "x", Some("j"), "p")).await;
+    client.send_json(call(3, "x", Some("j"), "p")).await;
+    // The same key may not share the token of a request of another kind.
+    client.send_json(call(4, "x", Some("j"), "q")).await;
+    assert_error(&client.recv_response(&json!(4)).await, &json!(4), -32602);
+    // The gate opens (and stays open): the slot comes back, and the keyed request runs,
+    // once for both.
+    counted.gate.add_permits(1);
+    assert_eq!(
+        result_text(&client.recv_response(&json!(1)).await, &json!(1)),
+        "run 1: \"a\""
+    );
+    let first = client.recv_response(&json!(2)).await;
+    let retry = client.recv_response(&json!(3)).await;
+    assert_eq!(result_text(&first, &json!(2)), "run 2: \"x\"");
+    assert_eq!(result_text(&retry, &json!(3)), "run 2: \"x\"", "{retry}");
+    // Closed again.
+    counted.gate.acquire().await.expect("the gate").forget();
+    // A keyed request runs, holding the slot; another request, waiting for the slot, holds
+    // "s": a request of the running key may not share that.
+    client.send_json(call(5, "y", Some("k"), "r")).await;
+    runs_reach(&counted, 3).await;
+    client.send_json(call(6, "b", None, "s")).await;
+    client.send_json(call(7, "y", Some("k"), "s")).await;
+    assert_error(&client.recv_response(&json!(7)).await, &json!(7), -32602);
+    counted.gate.add_permits(1);
+    assert_eq!(
+        result_text(&client.recv_response(&json!(5)).await, &json!(5)),
+        "run 3: \"y\""
+    );
+    assert_eq!(
+        result_text(&client.recv_response(&json!(6)).await, &json!(6)),
+        "run 4: \"b\""
+    );
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 4);
 }

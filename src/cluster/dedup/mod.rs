@@ -160,10 +160,9 @@ impl Idempotency {
         })
     }
 
-    /// Whether a request of this key runs on this node: one of its key sent now joins it
-    /// (or conflicts with it), and runs nothing of its own while it runs.
-    pub(crate) fn runs_here(&self, cluster: &Cluster) -> bool {
-        cluster.store.watch_here(&self.key).is_some()
+    /// The key, scoped: two requests of one key join one run.
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
     }
 
     /// Wraps a request's work: it runs only if it is the first of its key.
