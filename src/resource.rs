@@ -471,43 +471,59 @@ enum Part {
     Variable(String),
 }
 
+/// A template as an error quotes it: its first 200 bytes, then `…` (an upstream's template
+/// may be as long as a message, and the error is logged).
+struct Quoted<'a>(&'a str);
+
+impl std::fmt::Debug for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cut = crate::floor_char_boundary(self.0, 200);
+        std::fmt::Debug::fmt(&self.0[..cut], f)?;
+        if cut < self.0.len() {
+            f.write_str("…")?;
+        }
+        Ok(())
+    }
+}
+
 impl UriTemplate {
     pub(crate) fn parse(template: &str) -> Result<Self, String> {
         if template.is_empty() {
             return Err("an empty template".to_owned());
         }
+        let quoted = Quoted(template);
         let mut parts = Vec::new();
+        let mut names = std::collections::HashSet::new();
         let mut rest = template;
         while let Some(open) = rest.find('{') {
             if open > 0 {
                 parts.push(Part::Literal(rest[..open].to_owned()));
             }
             let Some(close) = rest[open..].find('}') else {
-                return Err(format!("unclosed '{{' in {template:?}"));
+                return Err(format!("unclosed '{{' in {quoted:?}"));
             };
             let name = &rest[open + 1..open + close];
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(format!(
-                    "{{{name}}} in {template:?}: only level-1 variables ({{name}}) are supported"
+                    "{{{name}}} in {quoted:?}: only level-1 variables ({{name}}) are supported"
                 ));
             }
             if matches!(parts.last(), Some(Part::Variable(_))) {
                 return Err(format!(
-                    "two variables without a literal between them in {template:?}"
+                    "two variables without a literal between them in {quoted:?}"
                 ));
             }
             // A URI gives each variable one value: a second would overwrite the first.
-            if parts
-                .iter()
-                .any(|p| matches!(p, Part::Variable(v) if v == name))
-            {
-                return Err(format!("{{{name}}} twice in {template:?}"));
+            // A set, not a look through the parts: an upstream's template may name as many
+            // variables as a message holds.
+            if !names.insert(name) {
+                return Err(format!("{{{name}}} twice in {quoted:?}"));
             }
             parts.push(Part::Variable(name.to_owned()));
             rest = &rest[open + close + 1..];
         }
         if rest.contains('}') {
-            return Err(format!("unmatched '}}' in {template:?}"));
+            return Err(format!("unmatched '}}' in {quoted:?}"));
         }
         if !rest.is_empty() {
             parts.push(Part::Literal(rest.to_owned()));

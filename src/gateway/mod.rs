@@ -394,7 +394,14 @@ fn show(upstream: &Arc<Upstream>, viewer: &Viewer, offers: Offers) {
             proxy::resource(upstream, definition).map(|r| (r.uri().to_owned(), r))
         });
         let templated = part(&registered.templates, templates.into_iter(), |definition| {
-            proxy::template(upstream, definition).map(|t| (t.uri_template().to_owned(), t))
+            let template = proxy::template(upstream, definition)?;
+            // Left out as registration leaves it out (review 54 #4: listed to the session,
+            // it matched no read).
+            if let Err(reason) = &template.template {
+                tracing::warn!(upstream = %upstream.name, %reason, "a resource template of a view left out");
+                return None;
+            }
+            Some((template.uri_template().to_owned(), template))
         });
         (
             fixed.map(|(hidden, shown)| KindView::new(hidden, shown)),
@@ -403,7 +410,12 @@ fn show(upstream: &Arc<Upstream>, viewer: &Viewer, offers: Offers) {
     });
     let prompts = offers.prompts.map(|prompts| {
         part(&registered.prompts, prompts.into_iter(), |definition| {
-            proxy::prompt(upstream, definition).map(|p| (p.name().to_owned(), p))
+            let prompt = proxy::prompt(upstream, definition)?;
+            if let Err(error) = crate::registry::check_prompt(&prompt) {
+                tracing::warn!(upstream = %upstream.name, %error, "a prompt of a view left out");
+                return None;
+            }
+            Some((prompt.name().to_owned(), prompt))
         })
         .map(|(hidden, shown)| KindView::new(hidden, shown))
     });
@@ -613,7 +625,8 @@ fn replace<'a>(
             }
             Err(error) => {
                 // Its name taken, or refused (one clients cannot use): the error says which.
-                tracing::warn!(upstream = %upstream.name, kind, name = %key, %error, "skipped");
+                // The name as the error quotes it: an upstream's may be as long as a message.
+                tracing::warn!(upstream = %upstream.name, kind, %error, "skipped");
             }
         }
     }

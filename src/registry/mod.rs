@@ -74,12 +74,14 @@ pub enum RegistryError {
         /// The taken version.
         version: String,
     },
-    /// A resource template that is not a valid RFC 6570 level-1 template.
+    /// A resource template this server cannot match URIs against: not an RFC 6570 level-1
+    /// template, empty, or naming a variable twice (valid RFC 6570, but a URI would give
+    /// that variable two values).
     #[error("invalid resource template: {0}")]
     InvalidTemplate(String),
     /// A tool or prompt whose name, or a prompt's arguments, clients cannot use: an empty
-    /// name, one over 128 characters (the spec's bound) or with a control character, a
-    /// prompt argument named twice.
+    /// name, one over 128 characters (the spec's bound for tool names, kept for prompts
+    /// too) or with a control character, a prompt argument named twice.
     #[error("{kind} {name:?}: {reason}")]
     Invalid {
         /// `tool` or `prompt`.
@@ -489,18 +491,19 @@ impl<T: Viewed> Kind<T> {
     }
 }
 
-/// Checks what MCP requires of a tool's schemas (objects) and what clients require of its
-/// header annotations; returns the arguments it mirrors in headers.
-/// The most characters a tool's or prompt's name may have (the spec's bound).
+/// The most characters a tool's or prompt's name may have: the spec's bound for tool names
+/// (2025-11-25, "Tool names"), this server's for prompts too.
 const MAX_NAME_CHARS: usize = 128;
 
 /// A tool's or prompt's `name` as clients can use it: not empty, at most
 /// [`MAX_NAME_CHARS`] characters, no control character (clients show names, and send them
 /// back as written).
 fn check_name(kind: &'static str, name: &str) -> Result<(), RegistryError> {
+    // Counted no further than one past the bound: a name is an upstream's to choose, of
+    // any length a message holds.
     let reason = if name.is_empty() {
         "an empty name"
-    } else if name.chars().count() > MAX_NAME_CHARS {
+    } else if name.chars().nth(MAX_NAME_CHARS).is_some() {
         "a name over 128 characters"
     } else if name.chars().any(char::is_control) {
         "a control character in its name"
@@ -514,6 +517,29 @@ fn check_name(kind: &'static str, name: &str) -> Result<(), RegistryError> {
     })
 }
 
+/// Checks what clients require of a prompt: its name as [`check_name`] does, and each
+/// argument named once (a client sends arguments by name). Linear in the arguments: an
+/// upstream's prompt may list as many as a message holds.
+pub(crate) fn check_prompt(prompt: &Prompt) -> Result<(), RegistryError> {
+    let definition = &prompt.definition;
+    check_name("prompt", &definition.name)?;
+    let mut names = std::collections::HashSet::with_capacity(definition.arguments.len());
+    if definition
+        .arguments
+        .iter()
+        .all(|argument| names.insert(argument.name.as_str()))
+    {
+        return Ok(());
+    }
+    Err(RegistryError::Invalid {
+        kind: "prompt",
+        name: definition.name.chars().take(64).collect(),
+        reason: "an argument named twice",
+    })
+}
+
+/// Checks what MCP requires of a tool's schemas (objects) and what clients require of its
+/// name and header annotations; returns the arguments it mirrors in headers.
 fn check_tool(tool: &Tool) -> Result<Vec<HeaderParam>, RegistryError> {
     let definition = &tool.definition;
     check_name("tool", &definition.name)?;
@@ -714,20 +740,7 @@ impl Registry {
     /// [`RegistryError::Invalid`] when its name is empty, over 128 characters or holds a
     /// control character, or it names an argument twice.
     pub fn add_prompt(&self, prompt: Prompt) -> Result<(), RegistryError> {
-        let definition = &prompt.definition;
-        check_name("prompt", &definition.name)?;
-        let arguments = &definition.arguments;
-        let twice = arguments
-            .iter()
-            .enumerate()
-            .any(|(at, argument)| arguments[..at].iter().any(|a| a.name == argument.name));
-        if twice {
-            return Err(RegistryError::Invalid {
-                kind: "prompt",
-                name: definition.name.chars().take(64).collect(),
-                reason: "an argument named twice",
-            });
-        }
+        check_prompt(&prompt)?;
         self.inner.prompts.add(prompt, &self.inner.bus)
     }
 
@@ -1125,7 +1138,11 @@ mod tests {
                 matches!(refused, Err(RegistryError::Invalid { kind: "tool", .. })),
                 "{name:?}: {refused:?}"
             );
-            assert!(registry.add_prompt(prompt(name, &[])).is_err(), "{name:?}");
+            let refused = registry.add_prompt(prompt(name, &[]));
+            assert!(
+                matches!(refused, Err(RegistryError::Invalid { kind: "prompt", .. })),
+                "{name:?}: {refused:?}"
+            );
         }
         // At the bound, and with what the spec advises against but clients take: accepted.
         for name in [&"x".repeat(128), "has space", "slash/name", "é"] {
@@ -1151,13 +1168,38 @@ mod tests {
 
     #[test]
     fn a_template_variable_twice_or_an_empty_template_is_refused() {
-        for template in ["file:///{a}/{a}", ""] {
+        let registry = Registry::default();
+        let template = |uri: &str| {
+            crate::resource::ResourceTemplate::new(uri, "t", |_, _, _| async {
+                Err(crate::resource::ResourceError::NotFound)
+            })
+        };
+        for uri in ["file:///{a}/{a}", ""] {
+            let refused = registry.add_resource_template(template(uri));
             assert!(
-                crate::resource::UriTemplate::parse(template).is_err(),
-                "{template:?}"
+                matches!(refused, Err(RegistryError::InvalidTemplate(_))),
+                "{uri:?}: {refused:?}"
             );
         }
-        assert!(crate::resource::UriTemplate::parse("file:///{a}/{b}").is_ok());
+        registry
+            .add_resource_template(template("file:///{a}/{b}"))
+            .expect("distinct variables");
+    }
+
+    /// An error quotes no more than the beginning of a long template (an upstream's may be
+    /// as long as a message, and the error is logged).
+    #[test]
+    fn a_template_error_quotes_the_templates_beginning() {
+        let long = format!("file:///{{a}}/{}/{{a}}", "x".repeat(10_000));
+        let Err(reason) = crate::resource::UriTemplate::parse(&long) else {
+            panic!("a variable named twice is refused");
+        };
+        assert!(reason.len() < 300, "{} bytes", reason.len());
+        assert!(
+            reason.contains("{a} twice in \"file:///{a}/xxx"),
+            "{reason}"
+        );
+        assert!(reason.ends_with('…'), "{reason}");
     }
 
     /// Version `version` of tool `t`, its argument `region` mirrored in a header or not.

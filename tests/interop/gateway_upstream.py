@@ -28,7 +28,9 @@ Tools:
   stall_lists()         leaves every tools/list from then on unanswered, and tells the client
                         the tool list changed (each tools/list is recorded in $GATEWAY_EVENTS)
   touch(uri)            sends resources/updated for uri (the server offers subscriptions)
-Resource mem://motd, template mem://items/{id}, prompt greet(name).
+Resource mem://motd, template mem://items/{id}, prompt greet(name). With $GATEWAY_UNUSABLE
+set, its lists also hold what clients cannot use: a prompt naming an argument twice, one
+with a control character in its name, and a template naming a variable twice.
 
 Over stdio, with $GATEWAY_EVENTS, a child records "started PID session" (or "... alone") there; $GATEWAY_START_DELAY_MS
 holds its start back that long. Over WebSocket, each connection records "ws connection".
@@ -283,6 +285,23 @@ def item(id: str) -> str:
 def greet(name: str) -> str:
     """Greets someone."""
     return f"Please greet {name}."
+
+
+if os.environ.get("GATEWAY_UNUSABLE"):
+    from mcp.types import Prompt, PromptArgument, ResourceTemplate
+
+    @server._mcp_server.list_prompts()
+    async def list_prompts_with_unusable():
+        twice = [PromptArgument(name="a"), PromptArgument(name="a")]
+        return await server.list_prompts() + [
+            Prompt(name="twice", arguments=twice),
+            Prompt(name="bad\nname"),
+        ]
+
+    @server._mcp_server.list_resource_templates()
+    async def list_templates_with_unusable():
+        twice = ResourceTemplate(uriTemplate="mem://twice/{a}/{a}", name="twice")
+        return await server.list_resource_templates() + [twice]
 
 
 class OverWebSocket:

@@ -554,6 +554,48 @@ async fn a_child_that_never_answers_its_list_holds_up_no_other_sessions_list() {
     assert!(listed_tools(&mut other).await.contains(&"mine".to_owned()));
 }
 
+/// What an upstream lists that clients cannot use (a prompt naming an argument twice, one
+/// with a control character in its name, a template naming a variable twice) is left out,
+/// of what the gateway registers (one child for all) and of each session's view of its own
+/// child. (A session's view listed them: review 54 #4; the template matched no read.)
+#[tokio::test]
+async fn what_an_upstream_lists_that_clients_cannot_use_is_left_out_of_every_view() {
+    for mode in [UpstreamMode::Shared, UpstreamMode::PerSession] {
+        let mut upstream = py_upstream(mode);
+        upstream.env = [
+            ("GATEWAY_USER_TOOL".to_owned(), "1".to_owned()),
+            ("GATEWAY_UNUSABLE".to_owned(), "1".to_owned()),
+        ]
+        .into();
+        let server = gateway(vec![upstream], |s| {
+            s.auth.api_keys = vec![api_key("alice", "alice-key", &[])];
+        });
+        let mut alice = Client::initialized_as(&server, "alice-key").await;
+        if mode == UpstreamMode::PerSession {
+            // Her child has listed: her view is in place (her tool is in it).
+            expect_tools_changed(&mut alice, "alice").await;
+            let hers = listed_tools(&mut alice).await;
+            assert!(hers.contains(&"for_alice".to_owned()), "{hers:?}");
+        }
+        let prompts = alice.request("prompts/list", json!({})).await;
+        let names: Vec<&str> = prompts["result"]["prompts"]
+            .as_array()
+            .expect("prompts")
+            .iter()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        assert_eq!(names, ["greet"], "{mode:?}: {prompts}");
+        let templates = alice.request("resources/templates/list", json!({})).await;
+        let listed: Vec<&str> = templates["result"]["resourceTemplates"]
+            .as_array()
+            .expect("templates")
+            .iter()
+            .filter_map(|t| t["uriTemplate"].as_str())
+            .collect();
+        assert_eq!(listed, ["mem://items/{id}"], "{mode:?}: {templates}");
+    }
+}
+
 /// Reads the next messages until a `notifications/tools/list_changed` (from the backlog
 /// first), and fails if none comes in time.
 async fn expect_tools_changed(client: &mut Client, who: &str) {
