@@ -27,7 +27,8 @@
 //!   one run locally (`on_store_error = "local"`) after such a claim keeps its key in Redis
 //!   for the other nodes until its result replaces it;
 //!   after Redis restarted empty, a retry on the node still running the call joins it, and
-//!   one on another node waits for it (the running node writes its claim again);
+//!   one on another node waits for it (the running node writes its claim again); one run
+//!   locally while the node skipped Redis has its claim written there once Redis answers;
 //! - a change made while its node skips Redis reaches the other node once Redis answers;
 //! - the bus subscription answers its pings and stays subscribed.
 
@@ -686,6 +687,57 @@ async fn a_keyed_call_run_locally_after_an_unanswered_claim_keeps_its_key_in_red
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
     on_b.send_json(keyed_call(json!("retry"), "held", "k-local"))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        b.runs.load(Ordering::SeqCst),
+        0,
+        "the retry waits, it does not run"
+    );
+    a.gate.add_permits(1);
+    let ran = on_a.recv_response(&json!("first")).await;
+    assert_eq!(result_text(&ran, &json!("first")), "a run 2: \"held\"");
+    let joined = on_b.recv_response(&json!("retry")).await;
+    assert_eq!(result_text(&joined, &json!("retry")), "a run 2: \"held\"");
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+}
+
+/// With `cluster.on_store_error = "local"`, a keyed call that begins while its node skips
+/// Redis (its claim never sent) runs in memory; once Redis answers again, the node writes
+/// its claim there, so a retry on the other node waits for the run and gets its answer.
+/// (Nothing wrote it: the retry found the key free and ran the call a second time while
+/// the first still ran; attack run 51, N2.)
+#[tokio::test]
+async fn a_keyed_call_begun_in_memory_while_redis_is_skipped_holds_its_key_once_redis_answers() {
+    let redis = RedisServer::start();
+    let local = || {
+        let mut s = node_settings(&redis);
+        s.cluster.on_store_error = mcp_ws::config::OnStoreError::Local;
+        s.redis.retry_after_ms = 2000;
+        s
+    };
+    let (a, b) = (start_node("a", local()), start_node("b", local()));
+    bridged(&[&a, &b]).await;
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    let warm = on_a
+        .send_request(keyed_call(json!("warm"), "warm", "k-warm"))
+        .await;
+    assert_eq!(result_text(&warm, &json!("warm")), "a run 1: \"warm\"");
+    // A stall fails an operation (a beat's): node a skips Redis for 2 s.
+    redis.pause();
+    until_failed(&a.server).await;
+    redis.resume();
+    on_a.send_json(keyed_call(json!("first"), "held", "k-unsent"))
+        .await;
+    wait_metric(&a.server, "mcp_pool_running", 1).await;
+    assert_eq!(
+        redis.keys("mcp-ws:idem:*").len(),
+        1,
+        "its claim was not sent (only the warm call's entry)"
+    );
+    until_entries(&redis, |n| n >= 2, "the run's claim never reached Redis").await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    on_b.send_json(keyed_call(json!("retry"), "held", "k-unsent"))
         .await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(

@@ -312,7 +312,14 @@ async fn run(
         match found {
             None => {
                 cluster.metrics.idempotent_runs.inc();
-                let in_redis = (backend == Backend::Redis).then_some((owner, running_for));
+                // With Redis, its claim is Redis's to hold for every node, also when it runs
+                // in memory because Redis could not be asked (`on_store_error = "local"`):
+                // then it is written there once Redis answers (attack run 51, N2).
+                let in_redis = cluster
+                    .store
+                    .redis()
+                    .is_some()
+                    .then_some((owner, running_for));
                 let lease = Lease::new(
                     cluster.clone(),
                     (keyed.key, keyed.fingerprint),
@@ -427,8 +434,9 @@ struct Lease {
 
 impl Lease {
     /// The lease of a run of `key` (with the fingerprint of what it asks), whose claim in
-    /// `backend` `live` holds; `in_redis`, its owner and how long it holds, when Redis took
-    /// it (written again if Redis loses it).
+    /// `backend` `live` holds; `in_redis`, with Redis, its owner and how long it holds
+    /// (written again if Redis loses it, or written once Redis answers if `backend` is the
+    /// memory's).
     fn new(
         cluster: Arc<Cluster>,
         (key, fingerprint): (Key, RequestDigest),
@@ -436,7 +444,9 @@ impl Lease {
         backend: Backend,
         in_redis: Option<(ClaimId, Duration)>,
     ) -> Self {
-        let here = cluster.store.run_here(&key, fingerprint, in_redis);
+        let here = cluster
+            .store
+            .run_here(&key, fingerprint, in_redis, backend == Backend::Redis);
         Self {
             cluster,
             key,

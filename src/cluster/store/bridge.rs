@@ -238,15 +238,17 @@ async fn beat(cluster: Arc<Cluster>) {
             Some(now) => cluster.note_epoch(now),
             None => false,
         };
-        if !still_held || lost {
+        let all = !still_held || lost;
+        if all || cluster.store.has_unwritten_runs() {
             // The first beat, after an outage past the node's alive time, or Redis lost
             // what it held: the claims of the calls running here are written again where
-            // they are gone (each a no-op where Redis still holds it). Off the beat's task:
+            // they are gone (each a no-op where Redis still holds it). Else those of calls
+            // that began in memory while Redis could not be asked. Off the beat's task:
             // one round trip a claim could hold the next beats past the node's alive time
             // (review 51 #10).
             let reclaim = cluster.clone();
             actix_rt::spawn(async move {
-                reclaim.store.reclaim_running(&reclaim.metrics).await;
+                reclaim.store.reclaim_running(&reclaim.metrics, all).await;
             });
         }
         if lost {

@@ -143,8 +143,14 @@ pub(crate) struct Unreachable {
 struct RunningHere {
     fingerprint: RequestDigest,
     done: watch::Receiver<()>,
-    /// Its claim in Redis (its owner) and until when it holds, when Redis took it.
+    /// With Redis: its claim's owner and until when it holds, the claim Redis is to hold for
+    /// it on every node (written again where Redis lost it).
     in_redis: Option<(ClaimId, Instant)>,
+    /// Redis did not take its claim (it could not be asked: with `on_store_error = "local"`
+    /// the run went on in memory): the claim is written there once Redis answers again, so
+    /// that a retry on another node joins the run rather than run the call a second time
+    /// (attack run 51, N2).
+    unwritten: bool,
 }
 
 /// See the module docs.
@@ -473,20 +479,23 @@ impl Store {
     }
 
     /// Registers a keyed request running here; duplicates arriving here wait on it until
-    /// the returned sender is dropped. `in_redis`: its claim's owner and how long it holds,
-    /// when the claim is Redis's.
+    /// the returned sender is dropped. `in_redis`: with Redis, its claim's owner and how
+    /// long it holds; `taken`: whether Redis took the claim (it runs in memory otherwise).
     pub(crate) fn run_here(
         &self,
         key: &Key,
         fingerprint: RequestDigest,
         in_redis: Option<(ClaimId, Duration)>,
+        taken: bool,
     ) -> watch::Sender<()> {
         let (sender, done) = watch::channel(());
+        let unwritten = in_redis.is_some() && !taken;
         let in_redis = in_redis.map(|(owner, ttl)| (owner, Instant::now() + ttl));
         let running = RunningHere {
             fingerprint,
             done,
             in_redis,
+            unwritten,
         };
         lock(&self.running_here).insert(*key, running);
         sender
@@ -502,17 +511,28 @@ impl Store {
             .is_some_and(|running| running.in_redis.is_some_and(|(held, _)| held == *owner))
     }
 
-    /// Writes again, where Redis holds nothing under their keys, the claims of the keyed
-    /// requests running here: Redis lost what it held (it restarted empty), and a retry on
-    /// another node would have found the key free and run the call a second time while it
-    /// runs here (attack run 50c, F1). A key another node claimed meanwhile (this node
-    /// was taken for dead) is left to it. Called when a beat finds Redis no longer held the
-    /// node's last one.
-    pub(crate) async fn reclaim_running(&self, metrics: &Metrics) {
+    /// Whether keyed requests run here whose claims Redis did not take (see
+    /// [`RunningHere::unwritten`]).
+    pub(crate) fn has_unwritten_runs(&self) -> bool {
+        lock(&self.running_here)
+            .values()
+            .any(|running| running.unwritten)
+    }
+
+    /// Writes, where Redis holds nothing under their keys, the claims of the keyed requests
+    /// running here: all of them (`all`) when Redis lost what it held (it restarted empty),
+    /// else those Redis never took (they began while it could not be asked). Otherwise a
+    /// retry on another node would find the key free and run the call a second time while
+    /// it runs here (attack run 50c, F1; attack run 51, N2). A key another node claimed
+    /// meanwhile (this node was taken for dead, or it ran there too while Redis was away)
+    /// is left to it. Called when a beat finds Redis no longer held the node's last one,
+    /// and at each beat while runs wait to be written.
+    pub(crate) async fn reclaim_running(&self, metrics: &Metrics, all: bool) {
         let Some(redis) = &self.redis else { return };
         let now = Instant::now();
         let held: Vec<(Key, Claim, Duration)> = lock(&self.running_here)
             .iter()
+            .filter(|(_, running)| all || running.unwritten)
             .filter_map(|(key, running)| {
                 let (owner, until) = running.in_redis?;
                 let left = until.checked_duration_since(now)?;
@@ -531,24 +551,54 @@ impl Store {
             match redis.claim(metrics, &key, &claim.encode(), left).await {
                 Some(None) => {
                     written += 1;
+                    self.mark_written(&key, &claim);
                     // The run ended meanwhile (its release may have come first): the claim
                     // written back would hold the key with no run behind it, every retry
-                    // elsewhere waiting on it (review 51 #5). Released, by value.
+                    // elsewhere waiting on it (review 51 #5). Its result kept in memory
+                    // replaces it; else it is released, by value.
                     if !self.still_runs_here(&key, &claim) {
-                        // Stranded if Redis does not take it now (review 52 #11).
-                        self.release_in_redis(metrics, &key, claim).await;
+                        match self.memory.done(&key) {
+                            Some((done, left)) => {
+                                if !redis.complete(metrics, &key, done.encode(), left).await {
+                                    self.release_in_redis(metrics, &key, claim).await;
+                                }
+                            }
+                            // Stranded if Redis does not take it now (review 52 #11).
+                            None => self.release_in_redis(metrics, &key, claim).await,
+                        }
                     }
                 }
-                Some(Some(_)) => {}
-                // Redis away again: the next beat it takes finds the node's beat gone too.
+                Some(found) => {
+                    self.mark_written(&key, &claim);
+                    let ours = found
+                        .as_deref()
+                        .and_then(Claim::decode)
+                        .is_some_and(|found| found == claim);
+                    if !ours {
+                        tracing::warn!(
+                            "a keyed call running here while Redis could not be asked was run on another node too meanwhile"
+                        );
+                    }
+                }
+                // Redis away again: the next beat it takes asks again.
                 None => break,
             }
         }
         if written > 0 {
             tracing::warn!(
                 claims = written,
-                "Redis had lost the claims of calls running here (restarted empty?): written again"
+                "claims of calls running here that Redis did not hold (it was away, or restarted empty): written"
             );
+        }
+    }
+
+    /// The claim of the run of `key` (if it still runs here under that claim) is in Redis.
+    fn mark_written(&self, key: &Key, claim: &Claim) {
+        if !self.still_runs_here(key, claim) {
+            return;
+        }
+        if let Some(running) = lock(&self.running_here).get_mut(key) {
+            running.unwritten = false;
         }
     }
 
