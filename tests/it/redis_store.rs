@@ -29,6 +29,8 @@
 //!   after Redis restarted empty, a retry on the node still running the call joins it, and
 //!   one on another node waits for it (the running node writes its claim again); one run
 //!   locally while the node skipped Redis has its claim written there once Redis answers;
+//!   one refused because its claim's reply came late (a slow link, the claim landed) frees
+//!   its key within a lease, while the link is still slow;
 //! - a change made while its node skips Redis reaches the other node once Redis answers;
 //! - the bus subscription answers its pings and stays subscribed.
 
@@ -700,6 +702,151 @@ async fn a_keyed_call_run_locally_after_an_unanswered_claim_keeps_its_key_in_red
     let joined = on_b.recv_response(&json!("retry")).await;
     assert_eq!(result_text(&joined, &json!("retry")), "a run 2: \"held\"");
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+}
+
+/// A keyed call that runs longer than its claim's first lease (10 s) has its claim kept in
+/// Redis for its whole run: a retry on the other node after the lease's end waits for the
+/// run and gets its answer.
+#[tokio::test]
+async fn a_keyed_call_running_past_its_claims_lease_keeps_its_key() {
+    let redis = RedisServer::start();
+    let (a, b) = (
+        start_node("a", node_settings(&redis)),
+        start_node("b", node_settings(&redis)),
+    );
+    bridged(&[&a, &b]).await;
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    on_a.send_json(keyed_call(json!("first"), "held", "k-long"))
+        .await;
+    until_stored(&redis, "never claimed").await;
+    tokio::time::sleep(std::time::Duration::from_millis(12_000)).await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    on_b.send_json(keyed_call(json!("retry"), "held", "k-long"))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        b.runs.load(Ordering::SeqCst),
+        0,
+        "the retry waits, it does not run"
+    );
+    a.gate.add_permits(1);
+    let ran = on_a.recv_response(&json!("first")).await;
+    assert_eq!(result_text(&ran, &json!("first")), "a run 1: \"held\"");
+    let joined = on_b.recv_response(&json!("retry")).await;
+    assert_eq!(result_text(&joined, &json!("retry")), "a run 1: \"held\"");
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+}
+
+/// A TCP proxy to `redis` whose replies are held back `delay` while `slow` is set (each
+/// as long, from when it came): commands reach Redis at once, their replies come late, as
+/// over a slow link. Its `redis://` URL.
+async fn slow_replies_proxy(
+    redis: &RedisServer,
+    delay: std::time::Duration,
+    slow: Arc<std::sync::atomic::AtomicBool>,
+) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let upstream = redis
+        .url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                continue;
+            };
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+            });
+            let (replies, mut held) = tokio::sync::mpsc::unbounded_channel();
+            let slow = slow.clone();
+            tokio::spawn(async move {
+                let mut buffer = vec![0; 64 * 1024];
+                while let Ok(read) = server_read.read(&mut buffer).await {
+                    if read == 0 {
+                        break;
+                    }
+                    let due = tokio::time::Instant::now()
+                        + if slow.load(Ordering::SeqCst) {
+                            delay
+                        } else {
+                            std::time::Duration::ZERO
+                        };
+                    let _ = replies.send((due, buffer[..read].to_vec()));
+                }
+            });
+            tokio::spawn(async move {
+                while let Some((due, bytes)) = held.recv().await {
+                    tokio::time::sleep_until(due).await;
+                    if client_write.write_all(&bytes).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    format!("redis://{addr}/")
+}
+
+/// A keyed call refused because its claim's reply came late (a slow link: commands reach
+/// Redis, replies take longer than `redis.timeout_ms`) leaves its key free within the
+/// claim's lease (10 s), while the link is still slow. (The claim held the key for the
+/// longest a run may last, and its release waited for a reply in time, which a slow link
+/// never gives: a retry on the other node waited as long as the link stayed slow, or timed
+/// out; attack run 51, N4.)
+#[tokio::test]
+async fn a_keyed_call_refused_over_a_slow_link_leaves_its_key_free_within_a_lease() {
+    let redis = RedisServer::start();
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy =
+        slow_replies_proxy(&redis, std::time::Duration::from_millis(700), slow.clone()).await;
+    let mut through_proxy = node_settings(&redis);
+    through_proxy.redis.url = proxy;
+    let (a, b) = (
+        start_node("a", through_proxy),
+        start_node("b", node_settings(&redis)),
+    );
+    bridged(&[&a, &b]).await;
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    // Loads the claim's script, so that the claim sent over the slow link is the script's.
+    let warm = on_a
+        .send_request(keyed_call(json!("warm"), "warm", "k-warm"))
+        .await;
+    assert_eq!(result_text(&warm, &json!("warm")), "a run 1: \"warm\"");
+    slow.store(true, Ordering::SeqCst);
+    let refused = on_a
+        .send_request(keyed_call(json!("first"), "once", "k-slow"))
+        .await;
+    assert_error(&refused, &json!("first"), -32008);
+    // The claim landed (beside the warm call's result), and lapses with its lease, the
+    // link still slow.
+    until_entries(&redis, |n| n == 2, "the claim never landed").await;
+    let lapsed = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    while redis.keys("mcp-ws:idem:*").len() > 1 {
+        assert!(
+            tokio::time::Instant::now() < lapsed,
+            "the refused call's claim holds its key past its lease"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    let retried = on_b
+        .send_request(keyed_call(json!("retry"), "once", "k-slow"))
+        .await;
+    assert_eq!(result_text(&retried, &json!("retry")), "b run 1: \"once\"");
+    assert!(slow.load(Ordering::SeqCst), "the link was slow throughout");
+    assert_eq!(
+        a.runs.load(Ordering::SeqCst),
+        1,
+        "the refused call never ran"
+    );
 }
 
 /// With `cluster.on_store_error = "local"`, a keyed call that begins while its node skips

@@ -239,16 +239,16 @@ async fn beat(cluster: Arc<Cluster>) {
             None => false,
         };
         let all = !still_held || lost;
-        if all || cluster.store.has_unwritten_runs() {
+        if all || cluster.store.has_claims_due() {
             // The first beat, after an outage past the node's alive time, or Redis lost
             // what it held: the claims of the calls running here are written again where
-            // they are gone (each a no-op where Redis still holds it). Else those of calls
-            // that began in memory while Redis could not be asked. Off the beat's task:
-            // one round trip a claim could hold the next beats past the node's alive time
-            // (review 51 #10).
-            let reclaim = cluster.clone();
+            // they are gone, and kept for their runs' time. Else those due: leases near
+            // their end, and claims of calls that began in memory while Redis could not be
+            // asked. Off the beat's task: one round trip a claim could hold the next beats
+            // past the node's alive time (review 51 #10).
+            let keep = cluster.clone();
             actix_rt::spawn(async move {
-                reclaim.store.reclaim_running(&reclaim.metrics, all).await;
+                keep.store.keep_running(&keep.metrics, all).await;
             });
         }
         if lost {

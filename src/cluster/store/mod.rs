@@ -20,7 +20,7 @@ mod memory;
 mod redis;
 
 pub(crate) use self::memory::{MemoryStore, NonceCache, NonceRefused};
-pub(crate) use self::redis::{shared_secret, RedisStore, StreamEntry};
+pub(crate) use self::redis::{shared_secret, KeptClaim, RedisStore, StreamEntry};
 
 use crate::config::{OnStoreError, Settings};
 use crate::lock;
@@ -143,15 +143,31 @@ pub(crate) struct Unreachable {
 struct RunningHere {
     fingerprint: RequestDigest,
     done: watch::Receiver<()>,
-    /// With Redis: its claim's owner and until when it holds, the claim Redis is to hold for
-    /// it on every node (written again where Redis lost it).
+    /// With Redis: its claim's owner and until when it may run, the claim Redis is to hold
+    /// for it on every node (written again where Redis lost it).
     in_redis: Option<(ClaimId, Instant)>,
-    /// Redis did not take its claim (it could not be asked: with `on_store_error = "local"`
-    /// the run went on in memory): the claim is written there once Redis answers again, so
-    /// that a retry on another node joins the run rather than run the call a second time
-    /// (attack run 51, N2).
-    unwritten: bool,
+    /// Until when Redis holds the claim unless it is kept longer ([`CLAIM_LEASE`]); `None`
+    /// when Redis did not take it (it could not be asked: with `on_store_error = "local"`
+    /// the run went on in memory): it is written there once Redis answers again, so that a
+    /// retry on another node joins the run rather than run the call a second time (attack
+    /// run 51, N2). Kept for the whole run once it is due ([`Store::keep_running`]).
+    lease: Option<Instant>,
 }
+
+/// How long Redis holds a claim when it is taken: a run that lasts longer has it kept for
+/// its whole time at the first beat after it is 2 s old ([`LEASE_DUE`]). A claim taken for
+/// the whole running time (10 minutes by default) at once held the key on every node for
+/// that long when its node could not release it: a claim that landed when its reply came
+/// late over a slow link (the node refused the call, -32008), every retry elsewhere waiting
+/// on it while the node lived (attack run 51, N4). Long enough that an outage of Redis
+/// shorter than it (a restart) lapses no claim of a run going on, and longer than a node's
+/// alive time (3 s), so that a node that stalls is dead to the others (and its claims freed
+/// by their retries) before its claims lapse.
+pub(crate) const CLAIM_LEASE: Duration = Duration::from_secs(10);
+
+/// A claim's lease is due to be kept longer once this close to its end: 2 s after it was
+/// taken, and several beats before it lapses.
+const LEASE_DUE: Duration = Duration::from_secs(8);
 
 /// See the module docs.
 pub(crate) struct Store {
@@ -337,7 +353,8 @@ impl Store {
     }
 
     /// The live entry under `key`, or `None` when there was none and `running` was put
-    /// there for `ttl`; with the backend that answered.
+    /// there for `ttl` (in Redis for [`CLAIM_LEASE`], kept longer while the run goes on);
+    /// with the backend that answered.
     ///
     /// # Errors
     /// [`Unreachable`] when Redis cannot take it and the node must not go on alone.
@@ -352,7 +369,9 @@ impl Store {
             // Skipped while Redis is paused, the claim is never sent.
             let sent = redis.is_available();
             let mut unanswered = false;
-            match redis.claim(metrics, key, &running.encode(), ttl).await {
+            // Held for a lease, kept for the run's time while it runs (`keep_running`).
+            let lease = ttl.min(CLAIM_LEASE);
+            match redis.claim(metrics, key, &running.encode(), lease).await {
                 Some(None) => return Ok((None, Backend::Redis)),
                 Some(Some(found)) => match Claim::decode(&found) {
                     Some(entry) => return Ok((Some(entry), Backend::Redis)),
@@ -480,7 +499,8 @@ impl Store {
 
     /// Registers a keyed request running here; duplicates arriving here wait on it until
     /// the returned sender is dropped. `in_redis`: with Redis, its claim's owner and how
-    /// long it holds; `taken`: whether Redis took the claim (it runs in memory otherwise).
+    /// long it may run; `taken`: whether Redis took the claim, for [`CLAIM_LEASE`] (it runs
+    /// in memory otherwise).
     pub(crate) fn run_here(
         &self,
         key: &Key,
@@ -489,13 +509,14 @@ impl Store {
         taken: bool,
     ) -> watch::Sender<()> {
         let (sender, done) = watch::channel(());
-        let unwritten = in_redis.is_some() && !taken;
-        let in_redis = in_redis.map(|(owner, ttl)| (owner, Instant::now() + ttl));
+        let now = Instant::now();
+        let lease = taken.then(|| now + CLAIM_LEASE);
+        let in_redis = in_redis.map(|(owner, ttl)| (owner, now + ttl));
         let running = RunningHere {
             fingerprint,
             done,
             in_redis,
-            unwritten,
+            lease,
         };
         lock(&self.running_here).insert(*key, running);
         sender
@@ -511,28 +532,33 @@ impl Store {
             .is_some_and(|running| running.in_redis.is_some_and(|(held, _)| held == *owner))
     }
 
-    /// Whether keyed requests run here whose claims Redis did not take (see
-    /// [`RunningHere::unwritten`]).
-    pub(crate) fn has_unwritten_runs(&self) -> bool {
+    /// Whether a claim of a keyed request running here is due to be kept longer in Redis,
+    /// or written there (see [`RunningHere::lease`]).
+    pub(crate) fn has_claims_due(&self) -> bool {
+        let due = Instant::now() + LEASE_DUE;
         lock(&self.running_here)
             .values()
-            .any(|running| running.unwritten)
+            .any(|running| running.in_redis.is_some() && running.lease.is_none_or(|l| l <= due))
     }
 
-    /// Writes, where Redis holds nothing under their keys, the claims of the keyed requests
-    /// running here: all of them (`all`) when Redis lost what it held (it restarted empty),
-    /// else those Redis never took (they began while it could not be asked). Otherwise a
-    /// retry on another node would find the key free and run the call a second time while
-    /// it runs here (attack run 50c, F1; attack run 51, N2). A key another node claimed
-    /// meanwhile (this node was taken for dead, or it ran there too while Redis was away)
-    /// is left to it. Called when a beat finds Redis no longer held the node's last one,
-    /// and at each beat while runs wait to be written.
-    pub(crate) async fn reclaim_running(&self, metrics: &Metrics, all: bool) {
+    /// Keeps in Redis, for the rest of their running time, the claims of the keyed requests
+    /// running here: all of them (`all`) when Redis may have lost them (it restarted empty,
+    /// or the node was taken for dead), else those due ([`has_claims_due`](Self::has_claims_due)):
+    /// a lease near its end, or a claim Redis never took (the run began while Redis could
+    /// not be asked). Each is extended where Redis holds it, and written where it holds
+    /// nothing ([`RedisStore::keep_claim`]): otherwise a retry on another node would find the
+    /// key free and run the call a second time while it runs here (attack run 50c, F1;
+    /// attack run 51, N2). A key another node claimed meanwhile (this node was taken for
+    /// dead, or the call ran there too while Redis was away) is left to it. Called at each
+    /// beat that finds claims due, and when a beat finds Redis no longer held the node's
+    /// last one.
+    pub(crate) async fn keep_running(&self, metrics: &Metrics, all: bool) {
         let Some(redis) = &self.redis else { return };
         let now = Instant::now();
+        let due = now + LEASE_DUE;
         let held: Vec<(Key, Claim, Duration)> = lock(&self.running_here)
             .iter()
-            .filter(|(_, running)| all || running.unwritten)
+            .filter(|(_, running)| all || running.lease.is_none_or(|l| l <= due))
             .filter_map(|(key, running)| {
                 let (owner, until) = running.in_redis?;
                 let left = until.checked_duration_since(now)?;
@@ -548,10 +574,15 @@ impl Store {
             if !self.still_runs_here(&key, &claim) {
                 continue;
             }
-            match redis.claim(metrics, &key, &claim.encode(), left).await {
-                Some(None) => {
+            let Some(kept) = redis.keep_claim(metrics, &key, &claim.encode(), left).await else {
+                // Redis away again: the next beat it takes asks again.
+                break;
+            };
+            self.lease_kept(&key, &claim, now + left);
+            match kept {
+                KeptClaim::Extended => {}
+                KeptClaim::Written => {
                     written += 1;
-                    self.mark_written(&key, &claim);
                     // The run ended meanwhile (its release may have come first): the claim
                     // written back would hold the key with no run behind it, every retry
                     // elsewhere waiting on it (review 51 #5). Its result kept in memory
@@ -568,20 +599,13 @@ impl Store {
                         }
                     }
                 }
-                Some(found) => {
-                    self.mark_written(&key, &claim);
-                    let ours = found
-                        .as_deref()
-                        .and_then(Claim::decode)
-                        .is_some_and(|found| found == claim);
-                    if !ours {
-                        tracing::warn!(
-                            "a keyed call running here while Redis could not be asked was run on another node too meanwhile"
-                        );
-                    }
+                // Its own result, written as the run ended, is no other run's.
+                KeptClaim::Taken if self.still_runs_here(&key, &claim) => {
+                    tracing::warn!(
+                        "the key of a keyed call running here is another run's in Redis: the call ran on another node too (this node was taken for dead, or Redis was away)"
+                    );
                 }
-                // Redis away again: the next beat it takes asks again.
-                None => break,
+                KeptClaim::Taken => {}
             }
         }
         if written > 0 {
@@ -592,13 +616,14 @@ impl Store {
         }
     }
 
-    /// The claim of the run of `key` (if it still runs here under that claim) is in Redis.
-    fn mark_written(&self, key: &Key, claim: &Claim) {
+    /// The claim of the run of `key` (if it still runs here under that claim) is held in
+    /// Redis until `until`, the end of its running time: not due again.
+    fn lease_kept(&self, key: &Key, claim: &Claim, until: Instant) {
         if !self.still_runs_here(key, claim) {
             return;
         }
         if let Some(running) = lock(&self.running_here).get_mut(key) {
-            running.unwritten = false;
+            running.lease = Some(until);
         }
     }
 

@@ -27,6 +27,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
+/// What [`RedisStore::keep_claim`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeptClaim {
+    /// The claim was there: its time to live is the one asked now.
+    Extended,
+    /// The key held nothing: the claim is there now.
+    Written,
+    /// The key holds another entry.
+    Taken,
+}
+
 /// The entry under `KEYS[1]`, or, when there is none, `ARGV[1]` is put there for `ARGV[2]` ms and
 /// nil is returned.
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
@@ -35,6 +46,22 @@ static CLAIM: LazyLock<Script> = LazyLock::new(|| {
 if v then return v end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false",
+    )
+});
+
+/// Keeps a run's claim `ARGV[1]` under `KEYS[1]` for `ARGV[2]` ms: extended if it is there
+/// (1), written if the key holds nothing (2: Redis lost it, or never took it); 0 when the key
+/// holds another entry (another run's, or the run's own result).
+static KEEP_CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+end
+if v then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 2",
     )
 });
 
@@ -441,6 +468,33 @@ impl RedisStore {
                 .await
         })
         .await
+    }
+
+    /// Keeps a run's claim (`running`) under `key` for `ttl` ([`KEEP_CLAIM`]): what Redis
+    /// did, or `None` when it could not be asked.
+    pub(crate) async fn keep_claim(
+        &self,
+        metrics: &Metrics,
+        key: &Key,
+        running: &[u8],
+        ttl: Duration,
+    ) -> Option<KeptClaim> {
+        let key = self.entry_key(key);
+        let kept = self
+            .run(metrics, "keep_claim", |mut con| async move {
+                KEEP_CLAIM
+                    .key(key)
+                    .arg(running)
+                    .arg((ttl.as_millis() as u64).max(1))
+                    .invoke_async::<i64>(&mut con)
+                    .await
+            })
+            .await?;
+        Some(match kept {
+            1 => KeptClaim::Extended,
+            2 => KeptClaim::Written,
+            _ => KeptClaim::Taken,
+        })
     }
 
     /// Puts `done` under `key` for `ttl`. Whether Redis took it.
