@@ -32,6 +32,10 @@ pub struct Cluster {
     /// session records this node keeps are written again at once (the hosting transport
     /// sets it).
     pub(crate) records_lost: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// The node's signature nonces (some identity must sign, and Redis is configured): all
+    /// written to Redis again when it lost what it held, so that the other nodes refuse
+    /// replays of the requests this node ran (attack run 51, N1).
+    pub(crate) nonces: std::sync::OnceLock<Arc<store::NonceCache>>,
     /// Redis's epoch as this node's beat last read it, and when it last changed, if it did
     /// (see [`record_may_be_lost`](Self::record_may_be_lost)).
     pub(crate) epoch: std::sync::Mutex<Option<(String, Option<std::time::Instant>)>>,
@@ -122,6 +126,7 @@ impl Cluster {
             bus,
             session_sink: std::sync::OnceLock::new(),
             records_lost: std::sync::OnceLock::new(),
+            nonces: std::sync::OnceLock::new(),
             epoch: std::sync::Mutex::new(None),
             shared_secret: std::sync::OnceLock::new(),
             owed_ends: std::sync::Mutex::default(),

@@ -55,6 +55,11 @@ impl RequestGuard {
         }
     }
 
+    /// The node's signature nonces, when some identity must sign.
+    pub(crate) fn nonces(&self) -> Option<&std::sync::Arc<crate::cluster::store::NonceCache>> {
+        self.signatures.as_ref().map(Signatures::nonces)
+    }
+
     /// What a frame may hold, for the decoder.
     pub fn frame_limits(&self) -> &FrameLimits {
         &self.frame_limits

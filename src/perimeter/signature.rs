@@ -36,7 +36,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The first element of the signed array: what the signature is for.
 pub const CONTEXT: &str = "mcp-ws-request-v1";
@@ -66,7 +66,8 @@ struct SignatureMeta {
 pub struct Signatures {
     keys: HashMap<String, Vec<VerifyingKey>>,
     max_skew_ms: u64,
-    nonces: NonceCache,
+    /// Shared with the cluster, which writes them to Redis again when it lost them.
+    nonces: Arc<NonceCache>,
     /// Whether nonces are also claimed in Redis.
     shared_nonces: bool,
 }
@@ -107,9 +108,14 @@ impl Signatures {
         Some(Self {
             keys,
             max_skew_ms: config.max_skew_ms,
-            nonces: NonceCache::new(config.max_nonces, config.public_keys.len()),
+            nonces: Arc::new(NonceCache::new(config.max_nonces, config.public_keys.len())),
             shared_nonces: !settings.redis.url.is_empty(),
         })
+    }
+
+    /// The node's nonces, as the cluster keeps them in Redis.
+    pub(crate) fn nonces(&self) -> &Arc<NonceCache> {
+        &self.nonces
     }
 
     /// Whether `identity`'s requests must be signed.
@@ -228,11 +234,19 @@ impl Passed {
                     cluster.settings.signatures.max_skew_ms.saturating_mul(2),
                 );
                 if let Some(redis) = cluster.store.redis() {
-                    if redis.claim_nonce(&cluster.metrics, &nonce, lifetime).await == Some(false) {
-                        cluster.metrics.rejections.signature.inc();
-                        return Err(Error::SignatureRefused {
-                            reason: SignatureProblem::Replayed,
-                        });
+                    match redis.claim_nonce(&cluster.metrics, &nonce, lifetime).await {
+                        Some(true) => {}
+                        Some(false) => {
+                            cluster.metrics.rejections.signature.inc();
+                            return Err(Error::SignatureRefused {
+                                reason: SignatureProblem::Replayed,
+                            });
+                        }
+                        // Redis could not be asked: the node's own check stands, and the
+                        // nonce is written to Redis once it answers, so that the other
+                        // nodes refuse the request from then on (attack run 51, N1: they
+                        // ran it for as long as the nonce lived).
+                        None => cluster.store.strand_nonce(nonce, Instant::now() + lifetime),
                     }
                 }
                 work.start(id, ctx).await

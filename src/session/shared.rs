@@ -108,14 +108,19 @@ impl Shared {
             LogLevel::parse(&settings.logging.client_level).unwrap_or(LogLevel::Info);
         let metrics = Arc::new(Metrics::default());
         let settings = Arc::new(settings);
+        let guard = RequestGuard::new(&settings);
+        let cluster = Cluster::new(settings.clone(), metrics.clone(), registry.bus().clone());
+        if let (Some(nonces), Some(_)) = (guard.nonces(), cluster.store.redis()) {
+            let _ = cluster.nonces.set(nonces.clone());
+        }
         Arc::new(Self {
             stateless: StatelessShape::new(&server_info, state_key),
             server_info,
             instructions,
             client_log_level,
             pool: Pool::new(settings.clone(), metrics.clone()),
-            guard: RequestGuard::new(&settings),
-            cluster: Cluster::new(settings.clone(), metrics.clone(), registry.bus().clone()),
+            guard,
+            cluster,
             perimeter,
             rollout: Rollout::new(&settings.rollout.rules),
             redaction: Redaction::new(

@@ -276,6 +276,92 @@ async fn with_redis_a_nonce_used_on_one_node_is_refused_on_another() {
     assert_eq!(redis.keys("mcp-ws:nonce:*").len(), 1);
 }
 
+/// A signed request run on one node while Redis could not record its nonce (paused: the
+/// node skips it after a failure) has its nonce written there once Redis answers, and a
+/// replay on another node is refused from then on. And after Redis restarted empty, the
+/// nodes write again the nonces they hold: a replay of a request run before is refused
+/// too. (Both replays ran, on every other node, for as long as the nonces lived: twice
+/// `max_skew_ms`; attack run 51, N1.)
+#[tokio::test]
+async fn a_nonce_redis_missed_or_lost_is_written_there_and_its_replay_refused_elsewhere() {
+    let mut redis = crate::support::redis::RedisServer::start();
+    let with_redis = || {
+        let mut s = signed_settings(settings());
+        s.redis.url = redis.url();
+        s.redis.timeout_ms = 300;
+        s.redis.retry_after_ms = 2000;
+        s
+    };
+    let (a, runs_a) = start_counting(with_redis());
+    let (b, runs_b) = start_counting(with_redis());
+    let mut on_a = signed_client(&a).await;
+    let mut on_b = signed_client(&b).await;
+    let call = |id: i64, nonce: &str| {
+        signed(
+            &key(),
+            json!(id),
+            "tools/call",
+            call_params(),
+            now_ms(),
+            nonce,
+        )
+    };
+    let nonces = |redis: &crate::support::redis::RedisServer| redis.keys("mcp-ws:nonce:*").len();
+    // The handshakes' nonces (each signed "init", on its own node's session... one key).
+    let before = nonces(&redis);
+
+    // A stall fails an operation of node a's (a beat's): it skips Redis for 2 s, and a
+    // signed request meanwhile runs on its own check, its nonce not sent.
+    redis.pause();
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while crate::support::http::metric(&a, "mcp_redis_errors_total").await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Redis operation failed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    redis.resume();
+    let missed = call(1, "missed-1");
+    assert_result(&on_a.send_request(missed.clone()).await, &json!(1));
+    assert_eq!(nonces(&redis), before, "the nonce was not sent");
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while nonces(&redis) <= before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the nonce never reached Redis"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Past `retry_after_ms`: node b asks Redis again if the stall failed one of its own.
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    assert_eq!(
+        refused(&on_b.send_request(missed).await, json!(1)),
+        "replayed"
+    );
+
+    // Redis restarts empty: node a writes again the nonces it holds.
+    let ran = call(2, "lost-1");
+    assert_result(&on_a.send_request(ran.clone()).await, &json!(2));
+    // The nodes' beats have read Redis's epoch before it is lost.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    redis.kill();
+    redis.restart();
+    assert_eq!(nonces(&redis), 0, "Redis came back empty");
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while nonces(&redis) < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the nonces were not written again"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    assert_eq!(refused(&on_b.send_request(ran).await, json!(2)), "replayed");
+    assert_eq!(runs_a.load(Ordering::SeqCst), 2);
+    assert_eq!(runs_b.load(Ordering::SeqCst), 0);
+}
+
 #[tokio::test]
 async fn identities_without_keys_sign_nothing() {
     let (server, runs) = start_counting(settings());

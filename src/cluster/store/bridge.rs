@@ -263,6 +263,13 @@ async fn beat(cluster: Arc<Cluster>) {
             if let Some(records_lost) = cluster.records_lost.get() {
                 records_lost();
             }
+            // The nonces of the signed requests this node ran: a replay on another node
+            // would run again (attack run 51, N1). Written with the stranded ones below.
+            if let Some(nonces) = cluster.nonces.get() {
+                for (nonce, expires) in nonces.live() {
+                    cluster.store.strand_nonce(nonce, expires);
+                }
+            }
         }
         if policy_asks_left > 0 {
             policy_asks_left -= 1;

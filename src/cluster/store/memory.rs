@@ -203,6 +203,18 @@ impl NonceCache {
         }
     }
 
+    /// Every nonce held and live now, with when it may be forgotten: what Redis is to hold
+    /// again after it lost them (it restarted empty).
+    pub(crate) fn live(&self) -> Vec<(Key, Instant)> {
+        let now = Instant::now();
+        lock(&self.by_signer)
+            .values()
+            .flat_map(|nonces| nonces.map.iter())
+            .filter(|(_, expires)| **expires > now)
+            .map(|(key, expires)| (*key, *expires))
+            .collect()
+    }
+
     /// The nonces each signer may hold at once.
     #[cfg(test)]
     pub(crate) fn per_signer(&self) -> usize {

@@ -43,6 +43,13 @@ pub(crate) type ClaimId = u128;
 /// each is a round trip on the heartbeat's task.
 const WRITE_BACK_PER_PASS: usize = 64;
 
+/// Nonces sent to Redis together in a [`Store::write_back`] pass: one round trip for all.
+const NONCE_BATCH: usize = 512;
+
+/// The most nonces one [`Store::write_back`] pass writes: a node's whole share
+/// (`signatures.max_nonces`, 100,000 by default) in about twelve beats.
+const NONCES_PER_PASS: usize = 8192;
+
 /// What the store holds under a key.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Claim {
@@ -195,6 +202,14 @@ pub(crate) struct Store {
     /// waiting. Bounded like `stranded`; one dropped from here is still freed by a retry
     /// on this node (its owner is no longer live, [`is_live_owner`](Self::is_live_owner)).
     stranded_releases: Mutex<std::collections::VecDeque<(Key, Claim)>>,
+    /// With Redis: signature nonces this node took while Redis could not be asked, with when
+    /// they may be forgotten, or all it holds once Redis lost them (it restarted empty),
+    /// oldest first: written to Redis as soon as it answers again, so that the other nodes
+    /// refuse their replays from then on (attack run 51, N1). Bounded by
+    /// `signatures.max_nonces` (the oldest go first).
+    stranded_nonces: Mutex<std::collections::VecDeque<(Key, Instant)>>,
+    /// The most nonces `stranded_nonces` holds.
+    max_stranded_nonces: usize,
     /// The most keys `stranded` (and `stranded_releases`) holds.
     max_stranded: usize,
     /// The owners of the claims this node's runs hold or are asking for: a running entry of
@@ -287,6 +302,8 @@ impl Store {
             stranded: Mutex::default(),
             stranded_releases: Mutex::default(),
             max_stranded: settings.dedup.max_entries,
+            stranded_nonces: Mutex::default(),
+            max_stranded_nonces: settings.signatures.max_nonces.max(1),
             live_owners: Mutex::default(),
             redis_share: RedisShare::new(
                 Duration::from_millis(settings.dedup.window_ms),
@@ -472,11 +489,74 @@ impl Store {
                 "freed in Redis the keys of runs that ended while it was away"
             );
         }
+        self.write_back_nonces(metrics, redis).await;
     }
 
-    /// Whether results (or releases) wait to be written back to Redis.
+    /// Whether results (or releases, or nonces) wait to be written back to Redis.
     pub(crate) fn has_stranded(&self) -> bool {
-        !lock(&self.stranded).is_empty() || !lock(&self.stranded_releases).is_empty()
+        !lock(&self.stranded).is_empty()
+            || !lock(&self.stranded_releases).is_empty()
+            || !lock(&self.stranded_nonces).is_empty()
+    }
+
+    /// Queues a signature nonce, live until `expires`, for Redis to hold as soon as it
+    /// answers ([`write_back`](Self::write_back)).
+    pub(crate) fn strand_nonce(&self, key: Key, expires: Instant) {
+        let mut waiting = lock(&self.stranded_nonces);
+        if waiting.len() >= self.max_stranded_nonces {
+            waiting.pop_front();
+        }
+        waiting.push_back((key, expires));
+    }
+
+    /// Writes the nonces waiting for Redis ([`strand_nonce`](Self::strand_nonce)), each for
+    /// the time it has left, a batch at a time (sent together on the connection), at most
+    /// [`NONCES_PER_PASS`] a pass. One Redis held already was this node's own claim that
+    /// landed late, or a replay another node accepted while Redis was away: that one ran
+    /// there, and is counted in the log. Stops at the first batch Redis does not answer.
+    async fn write_back_nonces(&self, metrics: &Metrics, redis: &RedisStore) {
+        let mut written = 0usize;
+        let mut held = 0usize;
+        while written + held < NONCES_PER_PASS {
+            let batch: Vec<(Key, Instant)> = {
+                let mut waiting = lock(&self.stranded_nonces);
+                let take = waiting.len().min(NONCE_BATCH);
+                waiting.drain(..take).collect()
+            };
+            if batch.is_empty() {
+                break;
+            }
+            let now = Instant::now();
+            let claims = batch.iter().map(|(key, expires)| async move {
+                match expires.checked_duration_since(now) {
+                    Some(left) => redis.claim_nonce(metrics, key, left).await,
+                    None => Some(true),
+                }
+            });
+            let answers = futures_util::future::join_all(claims).await;
+            let mut unanswered = Vec::new();
+            for (answer, nonce) in answers.into_iter().zip(batch) {
+                match answer {
+                    Some(true) => written += 1,
+                    Some(false) => held += 1,
+                    None => unanswered.push(nonce),
+                }
+            }
+            if !unanswered.is_empty() {
+                let mut waiting = lock(&self.stranded_nonces);
+                for nonce in unanswered.into_iter().rev() {
+                    waiting.push_front(nonce);
+                }
+                break;
+            }
+        }
+        if written + held > 0 {
+            tracing::info!(
+                nonces = written + held,
+                held_already = held,
+                "wrote to Redis the signature nonces taken while it was away (one it held already was taken there late, or a replay another node ran meanwhile)"
+            );
+        }
     }
 
     /// With Redis, the result this node holds in memory under `key`: a run that ended while
