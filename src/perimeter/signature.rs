@@ -85,8 +85,9 @@ impl std::fmt::Debug for Signatures {
 #[derive(Debug, Default)]
 #[must_use]
 pub struct Passed {
-    /// The nonce to claim in Redis (a signed request, with Redis configured).
-    shared_nonce: Option<Key>,
+    /// The nonce to claim in Redis (a signed request, with Redis configured), and for how
+    /// long Redis is to hold it.
+    shared_nonce: Option<(Key, Duration)>,
 }
 
 impl Signatures {
@@ -189,8 +190,18 @@ impl Signatures {
                 NonceRefused::Replayed => SignatureProblem::Replayed,
                 NonceRefused::Full => SignatureProblem::Busy,
             })?;
+        // In Redis, from the request's own time: twice the skew after it, so that another
+        // node whose clock is behind this one's (by up to the skew) still finds the nonce
+        // while it takes the timestamp. Counted from now, a request dated ahead was taken
+        // by such a node after its nonce was gone (attack run 51, N5).
+        let shared_lifetime = Duration::from_millis(
+            (signature
+                .timestamp
+                .saturating_add(self.max_skew_ms.saturating_mul(2)))
+            .saturating_sub(now),
+        );
         Ok(Passed {
-            shared_nonce: self.shared_nonces.then_some(nonce),
+            shared_nonce: self.shared_nonces.then_some((nonce, shared_lifetime)),
         })
     }
 
@@ -224,15 +235,12 @@ impl Passed {
     /// Wraps a request's work with what must pass before it runs: its nonce claimed in
     /// Redis, so that no node has run it. With Redis away the node's own check stands.
     pub fn guard_work(self, cluster: &Arc<Cluster>, work: Work) -> Work {
-        let Some(nonce) = self.shared_nonce else {
+        let Some((nonce, lifetime)) = self.shared_nonce else {
             return work;
         };
         let cluster = cluster.clone();
         Work::new(move |id, ctx| {
             Box::pin(async move {
-                let lifetime = Duration::from_millis(
-                    cluster.settings.signatures.max_skew_ms.saturating_mul(2),
-                );
                 if let Some(redis) = cluster.store.redis() {
                     match redis.claim_nonce(&cluster.metrics, &nonce, lifetime).await {
                         Some(true) => {}
@@ -310,6 +318,39 @@ mod tests {
             Err(other) => panic!("{other:?}"),
             Ok(_) => None,
         }
+    }
+
+    /// Redis holds a nonce until twice the skew after the request's own time, so that a
+    /// node whose clock is behind (by up to the skew) still finds it while it would take the
+    /// timestamp: a request dated ahead lives longer there, one dated behind shorter.
+    #[test]
+    fn a_nonce_lives_in_redis_from_its_requests_time() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let mut settings = settings(&key);
+        settings.redis.url = "redis://127.0.0.1:1/".into();
+        let signatures = Signatures::new(&settings).expect("configured");
+        let skew = settings.signatures.max_skew_ms;
+        let params = serde_json::json!({"cursor": "x"});
+        for (offset, expected) in [(0, 2 * skew), (skew - 1000, 3 * skew - 1000)] {
+            let ahead = sign(
+                &key,
+                "tools/list",
+                params.clone(),
+                now() + offset,
+                &format!("n{offset}"),
+            );
+            let passed = check(&signatures, &ahead).expect("passes");
+            let (_, lifetime) = passed.shared_nonce.expect("claimed in Redis");
+            let lifetime = lifetime.as_millis() as u64;
+            assert!(
+                lifetime <= expected && lifetime + 1000 > expected,
+                "{offset}: {lifetime} ms, expected {expected}"
+            );
+        }
+        let behind = sign(&key, "tools/list", params, now() - (skew - 1000), "behind");
+        let passed = check(&signatures, &behind).expect("passes");
+        let (_, lifetime) = passed.shared_nonce.expect("claimed in Redis");
+        assert!(lifetime.as_millis() as u64 <= skew + 1000, "{lifetime:?}");
     }
 
     #[test]
