@@ -82,6 +82,11 @@ impl HoldMark {
     pub(crate) fn unconfirmed(self) -> Self {
         Self { beat_ms: 0, ..self }
     }
+
+    /// Whether this is a mark of no confirmation made in a stall ([`unconfirmed`](Self::unconfirmed)).
+    pub(crate) fn is_unconfirmed(self) -> bool {
+        self.beat_ms == 0
+    }
 }
 
 /// The most session ends a node owes the others (see `Cluster::owed_ends`); past it the
@@ -175,14 +180,22 @@ impl Cluster {
     pub(crate) fn may_be_taken_for_dead(&self, confirmed: HoldMark) -> bool {
         let now = self.hold_mark();
         now.taken_for_dead != confirmed.taken_for_dead
-            || (now.beat_ms != confirmed.beat_ms && self.stalled())
+            || (now.beat_ms != confirmed.beat_ms && self.stalled_at(now))
     }
 
     /// Whether no beat reached Redis for [`SUSPECT_AFTER`] (none yet: no).
+    #[cfg(test)]
     pub(crate) fn stalled(&self) -> bool {
-        let beat_ms = self.last_beat_ms.load(std::sync::atomic::Ordering::SeqCst);
-        let since_beat = (self.clock.elapsed().as_millis() as u64).saturating_sub(beat_ms);
-        beat_ms != 0 && since_beat > SUSPECT_AFTER.as_millis() as u64
+        self.stalled_at(self.hold_mark())
+    }
+
+    /// Whether `now` (the node's [`hold_mark`](Self::hold_mark) just read) is of a stall: no
+    /// beat reached Redis for [`SUSPECT_AFTER`] before it (none yet: no). Of the mark read
+    /// once, not of a second read: a beat landing between two would give a mark of the
+    /// beat after the stall (review 54 #6).
+    pub(crate) fn stalled_at(&self, now: HoldMark) -> bool {
+        let since_beat = (self.clock.elapsed().as_millis() as u64).saturating_sub(now.beat_ms);
+        now.beat_ms != 0 && since_beat > SUSPECT_AFTER.as_millis() as u64
     }
 
     /// Notes Redis's epoch as a beat read it; whether it changed (Redis lost what it held).

@@ -101,10 +101,11 @@ where
     // A question asked in a stall covers that stall (not asked again until a beat lands);
     // one asked because a beat found the node taken for dead covers that finding only: a
     // stall after it is asked about again (review 53 #2).
-    let mark = if cluster.stalled() {
-        cluster.hold_mark()
+    let now = cluster.hold_mark();
+    let mark = if cluster.stalled_at(now) {
+        now
     } else {
-        cluster.hold_mark().unconfirmed()
+        now.unconfirmed()
     };
     let cluster = cluster.clone();
     let id = record.id.clone();
@@ -122,6 +123,10 @@ where
     });
     false
 }
+
+/// How long after a question [`confirm_held`] asked went unanswered, outside a stall, it is
+/// asked again.
+const ASK_AGAIN_AFTER: Duration = Duration::from_millis(200);
 
 /// Redis said whether this node still holds a session ([`confirm_held`]).
 #[derive(Message)]
@@ -173,6 +178,18 @@ where
             "session taken up by another node while this one was taken for dead; its copy here ends"
         );
         return host.taken_up_elsewhere(ctx);
+    }
+    if done.held.is_none() && done.mark.is_unconfirmed() {
+        // Asked because a beat found the node taken for dead, not in a stall: that beat
+        // reached Redis a moment ago, so the other nodes may reach it too, and take the
+        // session up; Redis not answering the question says nothing of that. Asked again
+        // shortly, the answers waiting (review 54 #5); should Redis stay away, the node
+        // stalls within `SUSPECT_AFTER`, and a question in a stall that Redis cannot
+        // answer lets them go.
+        ctx.run_later(ASK_AGAIN_AFTER, |host: &mut A, ctx| {
+            host.drain_inbox(ctx);
+        });
+        return;
     }
     record.confirmed = done.mark;
     host.drain_inbox(ctx);

@@ -284,8 +284,17 @@ async fn beat(cluster: Arc<Cluster>) {
             // past the node's alive time (review 52 #10).
             let owed = cluster.clone();
             actix_rt::spawn(async move {
-                tell_owed_ends(&owed).await;
-                owed.telling_owed_ends.store(false, Ordering::Release);
+                // Cleared however the task ends (done, dropped with its arbiter, or a
+                // panic): set for good, no later beat would tell the ends owed (review 54
+                // #10).
+                struct Telling(Arc<Cluster>);
+                impl Drop for Telling {
+                    fn drop(&mut self) {
+                        self.0.telling_owed_ends.store(false, Ordering::Release);
+                    }
+                }
+                let telling = Telling(owed);
+                tell_owed_ends(&telling.0).await;
             });
         }
         if cluster.store.has_stranded() {
