@@ -420,6 +420,7 @@ impl HostedSession {
             ended: Vec::new(),
             followers: Vec::new(),
             new_streams: false,
+            found_lost: VecDeque::new(),
         });
         let in_redis = shared.settings.sessions_in_redis();
         let base = shared.cluster.node_base();
@@ -966,6 +967,11 @@ impl Handler<OpenStream> for HostedSession {
         let Outlets::Http(http) = &mut self.out else {
             return;
         };
+        // A stream this node found lost: served as another node would (see `found_lost`).
+        if let Some(cursor) = open.resume.filter(|c| http.found_lost.contains(&c.stream)) {
+            self.resume_from_mirror(cursor, open.reply, ctx);
+            return;
+        }
         match (http.open(open.resume), open.resume) {
             // Not a stream of this node's: with sessions in Redis, its node mirrored it.
             (Err(ReplayError::Gone), Some(cursor)) if http.mirror.is_some() => {
@@ -1477,7 +1483,15 @@ pub struct HttpOutlet {
     /// With sessions in Redis: the mirror came to know a POST stream since the session's
     /// streams were last claimed ([`super::stream_end`]).
     new_streams: bool,
+    /// The last streams found lost ([`lose`](Self::lose)), at most [`FOUND_LOST_KEPT`]: a
+    /// resume of one is served from the mirror, as on another node (answered -32031 again),
+    /// not from this node's log (what it sent, without an answer).
+    found_lost: VecDeque<u64>,
 }
+
+/// How many streams found lost a session remembers (see `HttpOutlet::found_lost`): one
+/// forgotten is resumed from the node's log, without an answer.
+const FOUND_LOST_KEPT: usize = 16;
 
 /// A stream whose reader holds live events.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -1694,6 +1708,10 @@ impl HttpOutlet {
             return;
         };
         state.lost = true;
+        if self.found_lost.len() == FOUND_LOST_KEPT {
+            self.found_lost.pop_front();
+        }
+        self.found_lost.push_back(stream);
         let reader = state.reader.take();
         let mirrored = std::mem::take(&mut state.mirrored);
         if let Some(feed) = reader {

@@ -47,9 +47,10 @@
 //!   dropped with the others).
 //!
 //! A stream found lost ends on its node, its end mirrored; its requests run to their end
-//! there, their answers dropped. A resume of it on another node is answered -32031 again
-//! (the follower finds the stream ended unanswered, and `lost`); on its own node, it replays
-//! what that node sent and ends without an answer.
+//! there, their answers dropped. A resume of it, on any node, is answered -32031 again: it
+//! is followed from the mirror, which holds it ended unanswered, and the follower finds it
+//! `lost` (on its own node too, which remembers the last streams it found lost; one
+//! forgotten is replayed from its log, without an answer).
 
 use crate::cluster::store::bridge::BEAT;
 use crate::cluster::{Cluster, HoldMark};

@@ -1879,6 +1879,15 @@ async fn a_post_stream_of_a_node_that_stalled_is_answered_once_where_it_was_resu
     if let Some((answer, id)) = next_answer(&mut on_a, Duration::from_secs(15)).await {
         panic!("node A answered 9 too, as {id}: {answer}");
     }
+    // A client that resumes the stream again (it missed B's answer) gets it again, on
+    // either node.
+    for addr in [nodes.a_addr, nodes.b_addr] {
+        let mut again = resume_stream(&http, addr, &session, &first).await;
+        let (answer, _) = next_answer(&mut again, Duration::from_secs(10))
+            .await
+            .expect("answered again");
+        assert_eq!(answer, lost, "on {addr}");
+    }
 }
 
 /// The other order: node A, taken for dead by the others while it goes on (its alive key
