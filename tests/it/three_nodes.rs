@@ -1962,3 +1962,25 @@ async fn a_post_stream_its_node_claimed_is_followed_to_its_answer_when_its_node_
     assert_eq!(on_post, answer);
     assert_eq!(post_id, id, "one event, under one id");
 }
+
+/// A POST stream of an HTTP session whose record is in Redis goes on to its answer while
+/// Redis is away, past the time without a beat that makes its node claim its streams before
+/// it answers on them: Redis out of reach, the answers go on (no node can claim a stream
+/// lost then).
+#[tokio::test]
+async fn a_post_stream_is_answered_while_redis_is_away() {
+    let mut nodes = TwoNodes::start("");
+    let http = crate::support::http::client();
+    let session = http_session(&http, nodes.a_addr).await;
+    let (mut on_a, _) = sleep_stream(&http, nodes.a_addr, &session, (9, 4000, true)).await;
+    nodes.redis.kill();
+    // Past `SUSPECT_AFTER` (2 s) without a beat reaching Redis before the answer.
+    let (answer, _) = next_answer(&mut on_a, Duration::from_secs(10))
+        .await
+        .expect("answered on the POST's stream");
+    assert_eq!(
+        crate::support::tool_text(&answer),
+        "slept 4000 ms",
+        "{answer}"
+    );
+}
