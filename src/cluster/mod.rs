@@ -184,7 +184,6 @@ impl Cluster {
     }
 
     /// Whether no beat reached Redis for [`SUSPECT_AFTER`] (none yet: no).
-    #[cfg(test)]
     pub(crate) fn stalled(&self) -> bool {
         self.stalled_at(self.hold_mark())
     }

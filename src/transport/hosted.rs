@@ -37,6 +37,7 @@ use crate::session::shared::{SessionId, SessionSlot, Shared, Shutdown};
 use crate::session::{InboxPump, Intake, Outlet, Route, Session, SessionHost};
 use crate::transport::directory::Directory;
 use crate::transport::mirror::Mirrored;
+use crate::transport::stream_end::{self, StreamClaims};
 use crate::worker::Yield;
 use actix::prelude::*;
 use actix_web_actors::ws::CloseCode;
@@ -289,6 +290,10 @@ pub struct HostedSession {
     /// A WebSocket session's record, with sessions in Redis and resumption on (an HTTP
     /// session's is `stored` above).
     socket_record: Option<SocketRecord>,
+    /// An HTTP session's claims of its POST streams' ends, with sessions in Redis: made
+    /// before it answers on them after its node may have been taken for dead
+    /// ([`super::stream_end`]).
+    stream_claims: Option<StreamClaims>,
 }
 
 impl HostedSession {
@@ -346,6 +351,7 @@ impl HostedSession {
             record_unwritten: false,
             record_retry_armed: false,
             socket_record: None,
+            stream_claims: None,
         }
     }
 
@@ -413,6 +419,8 @@ impl HostedSession {
             ),
             ended: Vec::new(),
             followers: Vec::new(),
+            new_streams: false,
+            found_lost: VecDeque::new(),
         });
         let in_redis = shared.settings.sessions_in_redis();
         let base = shared.cluster.node_base();
@@ -422,6 +430,7 @@ impl HostedSession {
         let mut host = Self::host(shared, directory, slot, id, core, out);
         host.in_redis = in_redis;
         if in_redis {
+            host.stream_claims = Some(StreamClaims::new(&host.shared.cluster));
             // Its streams' numbers are this node's own too (a Last-Event-ID names the node
             // whose stream it was), and this copy's alone.
             if let Outlets::Http(http) = &mut host.out {
@@ -580,7 +589,11 @@ impl HostedSession {
             for event in backlog {
                 feed.push_uncounted(event);
             }
-            if !mirrored.finished {
+            // A stream whose node ended it with requests unanswered may have been answered
+            // -32031 by another node, which that node found out after (see
+            // `super::stream_end`): a follower looks, and answers so again.
+            let unanswered = mirrored.finished && mirrored.unanswered().next().is_some();
+            if !mirrored.finished || unanswered {
                 if super::mirror::is_get_stream(cursor.stream) {
                     // Another node's GET stream: what the session hears from now on comes
                     // on this node's own.
@@ -593,7 +606,13 @@ impl HostedSession {
                 } else {
                     http.followers.retain(|follower| !follower.is_over());
                     http.followers.push(feed.handle());
-                    actix::spawn(follow_mirror(cluster, key, cursor.stream, mirrored, feed));
+                    let followed = Followed {
+                        cluster,
+                        key,
+                        session: host.id.as_str().to_owned(),
+                        stream: cursor.stream,
+                    };
+                    actix::spawn(follow_mirror(followed, mirrored, feed));
                 }
             }
             let _ = reply.send(Ok(rx));
@@ -775,6 +794,53 @@ impl HostedSession {
             }
         });
     }
+
+    /// Whether an HTTP session's inbox waits for the claims of its POST streams' ends, with
+    /// sessions in Redis ([`super::stream_end`]): after its node may have been taken for
+    /// dead, each stream a node following it elsewhere may have answered -32031 is claimed
+    /// for this node before anything more is sent on it. A node not stalled costs a look at
+    /// its beats.
+    fn streams_wait_for_claims(&mut self, ctx: &mut Context<Self>) -> bool {
+        let (Some(claims), Outlets::Http(http)) = (&mut self.stream_claims, &mut self.out) else {
+            return false;
+        };
+        let cluster = &self.shared.cluster;
+        match claims.due(cluster, || http.new_streams) {
+            stream_end::Due::No => false,
+            stream_end::Due::Wait => true,
+            stream_end::Due::Claim => {
+                let streams = http.claimable();
+                let Some(claims) = claims.begin(cluster, self.id.as_str(), streams) else {
+                    return false;
+                };
+                ctx.spawn(claims.into_actor(self).map(|claimed, host, ctx| {
+                    host.streams_claimed(claimed, ctx);
+                }));
+                true
+            }
+        }
+    }
+
+    /// The claims of the session's streams are done: the streams another node answered
+    /// -32031 end here without their answers, and the inbox is drained.
+    fn streams_claimed(&mut self, claimed: stream_end::Claimed, ctx: &mut Context<Self>) {
+        let Some(claims) = &mut self.stream_claims else {
+            return;
+        };
+        let lost = claims.settle(claimed);
+        if let (Outlets::Http(http), false) = (&mut self.out, lost.is_empty()) {
+            tracing::info!(
+                session = self.slot.id(),
+                id = %self.id,
+                streams = lost.len(),
+                "streams answered by another node while this one was taken for dead; they end here without their answers"
+            );
+            for stream in lost {
+                http.lose(stream);
+            }
+        }
+        self.drain_inbox(ctx);
+    }
 }
 
 impl Actor for HostedSession {
@@ -819,6 +885,11 @@ impl SessionHost for HostedSession {
             if !socket_record::confirm_held::<Self>(record, ctx) {
                 return true;
             }
+        }
+        // An HTTP session's, after this node may have been taken for dead: the inbox waits
+        // for the claims of its POST streams (attack run 51, N3).
+        if self.stream_claims.is_some() && self.streams_wait_for_claims(ctx) {
+            return true;
         }
         let busy = self.core.has_work_in_flight();
         self.core.on_inbox(&mut self.out);
@@ -896,6 +967,11 @@ impl Handler<OpenStream> for HostedSession {
         let Outlets::Http(http) = &mut self.out else {
             return;
         };
+        // A stream this node found lost: served as another node would (see `found_lost`).
+        if let Some(cursor) = open.resume.filter(|c| http.found_lost.contains(&c.stream)) {
+            self.resume_from_mirror(cursor, open.reply, ctx);
+            return;
+        }
         match (http.open(open.resume), open.resume) {
             // Not a stream of this node's: with sessions in Redis, its node mirrored it.
             (Err(ReplayError::Gone), Some(cursor)) if http.mirror.is_some() => {
@@ -1375,6 +1451,10 @@ struct StreamState {
     /// session ended), it still gets a stream, an empty one, as a POST of requests must
     /// (`text/event-stream` or `application/json`, never 202).
     owes_answer: bool,
+    /// Another node answered its requests -32031 while this one was taken for dead
+    /// ([`super::stream_end`]): it ended, and what the session sends on it is dropped, until
+    /// its answer (then it is forgotten).
+    lost: bool,
 }
 
 /// Routes a hosted HTTP session's frames (see the module docs).
@@ -1400,7 +1480,18 @@ pub struct HttpOutlet {
     /// Streams followed from another node's mirror (their feeds are their followers'):
     /// let go as the others are (review 51 #9).
     followers: Vec<FeedHandle>,
+    /// With sessions in Redis: the mirror came to know a POST stream since the session's
+    /// streams were last claimed ([`super::stream_end`]).
+    new_streams: bool,
+    /// The last streams found lost ([`lose`](Self::lose)), at most [`FOUND_LOST_KEPT`]: a
+    /// resume of one is served from the mirror, as on another node (answered -32031 again),
+    /// not from this node's log (what it sent, without an answer).
+    found_lost: VecDeque<u64>,
 }
+
+/// How many streams found lost a session remembers (see `HttpOutlet::found_lost`): one
+/// forgotten is resumed from the node's log, without an answer.
+const FOUND_LOST_KEPT: usize = 16;
 
 /// A stream whose reader holds live events.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -1595,6 +1686,40 @@ impl HttpOutlet {
             self.close(stream);
         }
     }
+
+    /// The streams a node following them from the mirror may answer -32031 should this one
+    /// be found dead: the POST streams the mirror knows, still open
+    /// ([`super::stream_end`]). They count as claimed from here.
+    fn claimable(&mut self) -> Vec<u64> {
+        self.new_streams = false;
+        self.streams
+            .iter()
+            .filter(|(_, state)| state.mirrored && !state.lost)
+            .map(|(stream, _)| *stream)
+            .collect()
+    }
+
+    /// Another node answered `stream`'s requests -32031 while this one was taken for dead
+    /// ([`super::stream_end`]): the stream ends now (its reader after what it holds, sent
+    /// before), its end mirrored, and what the session sends on it until its answer is
+    /// dropped.
+    fn lose(&mut self, stream: u64) {
+        let Some(state) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        state.lost = true;
+        if self.found_lost.len() == FOUND_LOST_KEPT {
+            self.found_lost.pop_front();
+        }
+        self.found_lost.push_back(stream);
+        let reader = state.reader.take();
+        let mirrored = std::mem::take(&mut state.mirrored);
+        if let Some(feed) = reader {
+            self.end_reader(feed);
+        }
+        self.finish_mirrored(stream, mirrored);
+        self.log.finish(stream);
+    }
 }
 
 impl Outlet for HttpOutlet {
@@ -1612,10 +1737,16 @@ impl Outlet for HttpOutlet {
         };
         // A message during an exchange whose POST is gone from the map (it cannot happen
         // while its requests run) still reaches the client, on the session stream.
-        let stream = if self.streams.contains_key(&stream) {
-            stream
-        } else {
-            self.session_stream
+        let stream = match self.streams.get(&stream) {
+            // Answered -32031 elsewhere: nothing more of it is sent.
+            Some(state) if state.lost => {
+                if answer {
+                    self.streams.remove(&stream);
+                }
+                return;
+            }
+            Some(_) => stream,
+            None => self.session_stream,
         };
         let waiting = self.streams.get_mut(&stream).and_then(|s| s.waiting.take());
         match waiting {
@@ -1637,6 +1768,7 @@ impl Outlet for HttpOutlet {
                 if let (Some(mirror), Some(state)) = (&self.mirror, self.streams.get_mut(&stream)) {
                     mirror.begin(stream, state.ids.take().unwrap_or_default());
                     state.mirrored = true;
+                    self.new_streams = true;
                 }
             }
             None => {}
@@ -1692,68 +1824,118 @@ fn request_ids(text: &str) -> String {
     serde_json::to_string(&ids).unwrap_or_default()
 }
 
-/// Follows a POST's stream another node runs, from its mirror, until its answer; if that
-/// node is found dead first, answers each of the stream's requests with an error saying so.
-/// Its events are counted in the session's budget as a live stream's are; where a live
-/// stream would be let go, this one waits for its reader to take what it holds (the mirror
-/// keeps the rest).
-async fn follow_mirror(
+/// A POST's stream another node runs, followed here from the session's mirror.
+struct Followed {
     cluster: Arc<Cluster>,
+    /// The session's mirror's key.
     key: String,
+    /// The session's id.
+    session: String,
+    /// The stream's number.
     stream: u64,
-    mut mirrored: Mirrored,
-    reader: Feed,
-) {
-    let cursor = Cursor {
+}
+
+/// Follows a POST's stream another node runs, from its mirror, until its answer; if that
+/// node is found dead first, answers each of the stream's requests with an error saying so,
+/// once it claimed the stream's end in Redis ([`super::stream_end`]: that node, going on,
+/// answers nothing more on it; if that node claimed the stream first, it lives, and the
+/// follower goes on following). A stream its node ended unanswered (`mirrored.finished`)
+/// is answered so only if another node did (that node found it out after). Its events are
+/// counted in the session's budget as a live stream's are; where a live stream would be let
+/// go, this one waits for its reader to take what it holds (the mirror keeps the rest).
+async fn follow_mirror(followed: Followed, mut mirrored: Mirrored, reader: Feed) {
+    let Followed {
+        cluster,
+        key,
+        session,
         stream,
+    } = &followed;
+    let Some(redis) = cluster.store.redis() else {
+        return;
+    };
+    if mirrored.finished {
+        if redis.stream_lost(&cluster.metrics, session, *stream).await != Some(true) {
+            return;
+        }
+    } else if !follow_until_lost(&followed, &mut mirrored, &reader).await {
+        return;
+    }
+    // The requests whose answers the mirror held before their node went (an answer and the
+    // stream's end may be mirrored apart) are answered already. The others' answers are
+    // events of a stream of this node's own: numbered in the followed stream's count, they
+    // would share their ids with what its node sent on it, going on (attack run 51, N3).
+    // Mirrored as one whole stream, so that a resume from one of them is served anywhere.
+    let own = cluster.next_stream(false);
+    let unanswered: Vec<&RequestId> = mirrored.unanswered().collect();
+    let events: Vec<SseEvent> = (1..)
+        .zip(&unanswered)
+        .map(|(count, id)| SseEvent {
+            id: format!("{own}_{count}"),
+            data: Arc::from(lost_answer(id, &Error::NodeLost)),
+        })
+        .collect();
+    super::mirror::write_whole(cluster, key, own, &unanswered, &events).await;
+    for event in events {
+        if !hand_on(&reader, event).await {
+            return;
+        }
+    }
+}
+
+/// Follows `followed` until its answer (false) or until its node is found dead and the
+/// stream's end is claimed lost here (true; see [`follow_mirror`]).
+async fn follow_until_lost(followed: &Followed, mirrored: &mut Mirrored, reader: &Feed) -> bool {
+    let Followed {
+        cluster,
+        key,
+        session,
+        stream,
+    } = followed;
+    let cursor = Cursor {
+        stream: *stream,
         count: mirrored.count,
     };
-    let node = super::mirror::node_of(stream);
+    let node = super::mirror::node_of(*stream);
     loop {
         let Some(redis) = cluster.store.redis() else {
-            return;
+            return false;
         };
         let sent = mirrored.events.len();
         let Some(entries) = redis
-            .read_events(&cluster.metrics, &key, &mirrored.last, bridge::BEAT)
+            .read_events(&cluster.metrics, key, &mirrored.last, bridge::BEAT)
             .await
         else {
             // Redis away: the stream ends; the client may resume it again later.
-            return;
+            return false;
         };
         let quiet = entries.is_empty();
         mirrored.take(cursor, entries);
         for event in mirrored.events.drain(sent..) {
-            if !hand_on(&reader, event).await {
-                return;
+            if !hand_on(reader, event).await {
+                return false;
             }
         }
         if mirrored.gap {
             // A mirror write was dropped: the stream ends here, and the client's resume
             // from its last event is refused rather than given the events after the gap.
-            return;
+            return false;
         }
         if mirrored.finished || reader.is_unread() {
-            return;
+            return false;
         }
         if quiet && redis.is_alive(&cluster.metrics, node).await == Some(false) {
-            break;
-        }
-    }
-    // The requests whose answers the mirror held before their node went (an answer and the
-    // stream's end may be mirrored apart) are answered already.
-    let unanswered = mirrored
-        .ids
-        .iter()
-        .filter(|id| !mirrored.answered.contains(id));
-    for id in unanswered {
-        mirrored.count += 1;
-        let event = SseEvent {
-            id: format!("{stream}_{}", mirrored.count),
-            data: Arc::from(lost_answer(id, &Error::NodeLost)),
-        };
-        if !hand_on(&reader, event).await {
-            return;
+            let ttl = stream_end::lost_ttl(&cluster.settings);
+            match redis
+                .claim_stream_lost(&cluster.metrics, session, *stream, ttl)
+                .await
+            {
+                Some(true) => return true,
+                // Its node claimed it since its stall: it lives, and mirrors its answers.
+                Some(false) => {}
+                // Redis away: no answer here (its node may go on and answer); the stream
+                // ends, and the client may resume it again later.
+                None => return false,
+            }
         }
     }
 }

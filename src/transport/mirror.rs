@@ -189,6 +189,47 @@ impl Held {
     }
 }
 
+/// Writes stream `stream` whole into the mirror under `key`, outside the session's writer:
+/// begun for the requests `ids`, its `events`, finished. For a node that answers the
+/// requests of a stream whose node was lost under a number of its own
+/// (`hosted::follow_mirror`), so that a resume from one of those answers is served anywhere.
+/// A write that fails is counted (`mcp_bus_bridge_dropped_total`): such a resume is refused.
+pub(crate) async fn write_whole(
+    cluster: &Cluster,
+    key: &str,
+    stream: u64,
+    ids: &[&RequestId],
+    events: &[SseEvent],
+) {
+    let Some(redis) = cluster.store.redis() else {
+        return;
+    };
+    let ids = format!(
+        "[{}]",
+        ids.iter()
+            .map(|id| id.as_json())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut ops = vec![Op::Begin { stream, ids }];
+    ops.extend(events.iter().enumerate().map(|(at, event)| Op::Event {
+        stream,
+        count: at as u64 + 1,
+        data: event.data.clone(),
+    }));
+    ops.push(Op::Finish { stream });
+    let sessions = &cluster.settings.sessions;
+    let bounds = (sessions.event_buffer_messages.max(1), None);
+    let ttl = Duration::from_millis(sessions.event_buffer_age_ms);
+    let entries = ops.into_iter().map(entry).collect();
+    if !redis
+        .append_events(&cluster.metrics, key, entries, bounds, ttl)
+        .await
+    {
+        cluster.metrics.bridge_dropped.inc();
+    }
+}
+
 fn entry(op: Op) -> Vec<(&'static str, String)> {
     match op {
         Op::Begin { stream, ids } => vec![("k", "b".into()), ("s", stream.to_string()), ("i", ids)],
@@ -296,6 +337,11 @@ fn answered_ids(data: &str) -> impl Iterator<Item = RequestId> + '_ {
 }
 
 impl Mirrored {
+    /// The ids of the stream's requests whose answers the mirror does not hold.
+    pub(crate) fn unanswered(&self) -> impl Iterator<Item = &RequestId> {
+        self.ids.iter().filter(|id| !self.answered.contains(id))
+    }
+
     /// Whether the mirror has caught up with what the client has (its stream's node writes
     /// a moment after it sends): it knows the stream and holds the cursor's event.
     pub(crate) fn caught_up(&self, cursor: Cursor) -> bool {

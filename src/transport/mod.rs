@@ -15,4 +15,5 @@ pub mod memory;
 pub(crate) mod mirror;
 pub(crate) mod socket_record;
 pub mod stateless;
+pub(crate) mod stream_end;
 pub mod ws;

@@ -1688,3 +1688,299 @@ async fn stall_a_while_b_takes_up(nodes: &TwoNodes, resume_id: &str) -> crate::s
     }
     resume_websocket(nodes.b_addr, resume_id).await
 }
+
+/// An HTTP session's POST stream, as its client reads it: the SSE events of the POST's
+/// response, or of a GET resuming it.
+type EventStream = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>,
+>;
+
+/// A POST of `body` to node `addr`'s `/mcp`, in session `session` if given.
+async fn post_mcp(
+    http: &reqwest::Client,
+    addr: SocketAddr,
+    session: Option<&str>,
+    body: Value,
+) -> reqwest::Response {
+    use reqwest::header::{ACCEPT, CONTENT_TYPE};
+    let mut post = http
+        .post(format!("http://{addr}/mcp"))
+        .header(ACCEPT, "application/json, text/event-stream")
+        .header(CONTENT_TYPE, "application/json")
+        .body(body.to_string());
+    if let Some(session) = session {
+        post = post
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    post.send().await.expect("POST answered")
+}
+
+/// An HTTP session begun on node `addr`, its log level set to `debug` (a tool's debug line
+/// reaches its client).
+async fn http_session(http: &reqwest::Client, addr: SocketAddr) -> String {
+    use serde_json::json;
+    let init = post_mcp(
+        http,
+        addr,
+        None,
+        crate::support::request(
+            json!(0),
+            "initialize",
+            crate::support::initialize_params("2025-11-25"),
+        ),
+    )
+    .await;
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .expect("id")
+        .to_owned();
+    let level = post_mcp(
+        http,
+        addr,
+        Some(&session),
+        crate::support::request(json!(1), "logging/setLevel", json!({"level": "debug"})),
+    )
+    .await;
+    assert_eq!(level.status(), 200);
+    session
+}
+
+/// Starts `sleep {ms}` as request `id` on node `addr`, with a progress token when
+/// `progress` (an event every 50 ms; otherwise only its debug line at its start): its POST
+/// becomes a stream; returns it once its first event is read, with that event's id.
+async fn sleep_stream(
+    http: &reqwest::Client,
+    addr: SocketAddr,
+    session: &str,
+    (id, ms, progress): (i64, u64, bool),
+) -> (EventStream, String) {
+    use futures_util::StreamExt;
+    use serde_json::json;
+    let mut params = json!({"name": "sleep", "arguments": {"ms": ms}});
+    if progress {
+        params["_meta"] = json!({"progressToken": format!("p{id}")});
+    }
+    let running = post_mcp(
+        http,
+        addr,
+        Some(session),
+        crate::support::request(json!(id), "tools/call", params),
+    )
+    .await;
+    assert_eq!(running.status(), 200);
+    let mut stream: EventStream = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        running.bytes_stream(),
+    ));
+    loop {
+        let event = tokio::time::timeout(crate::support::READ_TIMEOUT, stream.next())
+            .await
+            .expect("an event in time")
+            .expect("an event")
+            .expect("well-formed");
+        if event.data.as_deref().is_some_and(|d| !d.trim().is_empty()) {
+            return (stream, event.id.expect("an id"));
+        }
+    }
+}
+
+/// Resumes a stream on node `addr` after event `last_event_id`.
+async fn resume_stream(
+    http: &reqwest::Client,
+    addr: SocketAddr,
+    session: &str,
+    last_event_id: &str,
+) -> EventStream {
+    use reqwest::header::ACCEPT;
+    let resumed = http
+        .get(format!("http://{addr}/mcp"))
+        .header(ACCEPT, "text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("last-event-id", last_event_id)
+        .send()
+        .await
+        .expect("resumed");
+    assert_eq!(resumed.status(), 200, "resuming after {last_event_id}");
+    Box::pin(sse_stream::SseStream::from_bytes_stream(
+        resumed.bytes_stream(),
+    ))
+}
+
+/// The next answer (a message with an id) on `stream` within `wait`, with its event's id;
+/// `None` if the stream ends first.
+async fn next_answer(stream: &mut EventStream, wait: Duration) -> Option<(Value, String)> {
+    use futures_util::StreamExt;
+    loop {
+        let event = tokio::time::timeout(wait, stream.next())
+            .await
+            .expect("the stream goes on or ends in time")?
+            .expect("well-formed");
+        let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
+            continue;
+        };
+        let message: Value = serde_json::from_str(&data).expect("JSON");
+        if message.get("id").is_some() {
+            return Some((message, event.id.expect("an id")));
+        }
+    }
+}
+
+/// The Redis key saying the node whose stream an event id of `event_id` is alive.
+fn alive_key_of(redis: &RedisServer, event_id: &str) -> String {
+    let stream: u64 = event_id
+        .split('_')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("an event id names its stream");
+    let key = format!("node:{}", stream >> 32);
+    redis
+        .keys("*node:*")
+        .into_iter()
+        .find(|k| k.ends_with(&key))
+        .expect("the stream's node is alive")
+}
+
+/// Node A stalls (SIGSTOP) past its alive time while a POST of its HTTP session streams a
+/// call; its client resumes the stream on node B, which answers the call -32031 (`nodeLost`)
+/// once it finds A dead; then A goes on. A, having claimed the stream's end in Redis before
+/// it sends anything more on it, finds B did first: it ends the POST's stream without the
+/// call's answer, and the client has exactly one answer for the call, under an event id of
+/// B's own. (A sent the call's real answer on the POST's stream, which the client still
+/// read, under the event id B had given its -32031; attack run 51, N3.)
+#[tokio::test]
+async fn a_post_stream_of_a_node_that_stalled_is_answered_once_where_it_was_resumed() {
+    let nodes = TwoNodes::start("");
+    let http = crate::support::http::client();
+    let session = http_session(&http, nodes.a_addr).await;
+    let (mut on_a, first) = sleep_stream(&http, nodes.a_addr, &session, (9, 8000, true)).await;
+    let a_alive = alive_key_of(&nodes.redis, &first);
+    nodes.a.pause();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !nodes.redis.keys(&a_alive).is_empty() {
+        assert!(Instant::now() < deadline, "node A's heartbeat never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut on_b = resume_stream(&http, nodes.b_addr, &session, &first).await;
+    let (lost, lost_id) = next_answer(&mut on_b, Duration::from_secs(10))
+        .await
+        .expect("answered on B once A is found dead");
+    assert_eq!(lost["id"], 9, "{lost}");
+    assert_eq!(lost["error"]["code"], -32031, "{lost}");
+    assert_eq!(lost["error"]["data"]["reason"], "nodeLost", "{lost}");
+    let stream_of = |id: &str| id.split('_').next().map(str::to_owned);
+    assert_ne!(
+        stream_of(&lost_id),
+        stream_of(&first),
+        "B's answer is numbered in A's stream: {lost_id}"
+    );
+    nodes.a.resume();
+    // A's POST stream ends, without the call's answer (due 8 s after its start).
+    if let Some((answer, id)) = next_answer(&mut on_a, Duration::from_secs(15)).await {
+        panic!("node A answered 9 too, as {id}: {answer}");
+    }
+    // A client that resumes the stream again (it missed B's answer) gets it again, on
+    // either node.
+    for addr in [nodes.a_addr, nodes.b_addr] {
+        let mut again = resume_stream(&http, addr, &session, &first).await;
+        let (answer, _) = next_answer(&mut again, Duration::from_secs(10))
+            .await
+            .expect("answered again");
+        assert_eq!(answer, lost, "on {addr}");
+    }
+}
+
+/// The other order: node A, taken for dead by the others while it goes on (its alive key
+/// deleted again and again, as by a Redis that lost it), claims its POST streams' ends each
+/// time a beat finds it so, before it answers anything more (here quick calls, answered as
+/// JSON), and B, following one of them after a resume and finding A dead, finds A's claim:
+/// it answers nothing, and goes on following, up to A's answer, mirrored (the very event A
+/// sent on the POST's stream, under its id). (B answered -32031 as soon as it found A dead,
+/// and A answered too; attack run 51, N3.)
+#[tokio::test]
+async fn a_post_stream_its_node_claimed_is_followed_to_its_answer_when_its_node_is_taken_for_dead()
+{
+    use serde_json::json;
+    let nodes = TwoNodes::start("");
+    let http = crate::support::http::client();
+    let session = http_session(&http, nodes.a_addr).await;
+    // Quiet after its first line (nothing else is mirrored): its follower asks whether A
+    // lives at each second without an event.
+    let (mut on_a, first) = sleep_stream(&http, nodes.a_addr, &session, (9, 5000, false)).await;
+    let a_alive = alive_key_of(&nodes.redis, &first);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let deleting = {
+        let stop = stop.clone();
+        let mut connection = nodes.redis.connection().expect("redis answers");
+        let key = a_alive.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let deleted: redis::RedisResult<i64> =
+                    redis::cmd("DEL").arg(&key).query(&mut connection);
+                if deleted.is_err() {
+                    // Redis gone: the test failed, and its nodes and Redis are dropped.
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    // Calls answered on A all along: each answer waits for A's claims when they are due.
+    let calls = {
+        let (http, session, a) = (http.clone(), session.clone(), nodes.a_addr);
+        tokio::spawn(async move {
+            for id in 100.. {
+                let body = crate::support::request(
+                    json!(id),
+                    "tools/call",
+                    json!({"name": "echo", "arguments": {"text": "on a"}}),
+                );
+                assert_eq!(post_mcp(&http, a, Some(&session), body).await.status(), 200);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    // Two beats of A's find its key gone (it beats every second), and B finds A dead from
+    // here on, as the key is gone again within 10 ms of each beat.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let mut on_b = resume_stream(&http, nodes.b_addr, &session, &first).await;
+    let followed = next_answer(&mut on_b, Duration::from_secs(10)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    calls.abort();
+    deleting.join().expect("the deleting thread");
+    let (answer, id) = followed.expect("B's stream goes on to the answer");
+    assert_eq!(answer["id"], 9, "{answer}");
+    assert!(answer.get("error").is_none(), "B answered: {answer}");
+    assert_eq!(
+        crate::support::tool_text(&answer),
+        "slept 5000 ms",
+        "{answer}"
+    );
+    let (on_post, post_id) = next_answer(&mut on_a, Duration::from_secs(10))
+        .await
+        .expect("A answers on the POST's stream");
+    assert_eq!(on_post, answer);
+    assert_eq!(post_id, id, "one event, under one id");
+}
+
+/// A POST stream of an HTTP session whose record is in Redis goes on to its answer while
+/// Redis is away, past the time without a beat that makes its node claim its streams before
+/// it answers on them: Redis out of reach, the answers go on (no node can claim a stream
+/// lost then).
+#[tokio::test]
+async fn a_post_stream_is_answered_while_redis_is_away() {
+    let mut nodes = TwoNodes::start("");
+    let http = crate::support::http::client();
+    let session = http_session(&http, nodes.a_addr).await;
+    let (mut on_a, _) = sleep_stream(&http, nodes.a_addr, &session, (9, 4000, true)).await;
+    nodes.redis.kill();
+    // Past `SUSPECT_AFTER` (2 s) without a beat reaching Redis before the answer.
+    let (answer, _) = next_answer(&mut on_a, Duration::from_secs(10))
+        .await
+        .expect("answered on the POST's stream");
+    assert_eq!(
+        crate::support::tool_text(&answer),
+        "slept 4000 ms",
+        "{answer}"
+    );
+}

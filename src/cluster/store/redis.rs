@@ -125,6 +125,31 @@ return 0"
     ))
 });
 
+/// Claims the end of a POST's SSE stream for a node that follows it from the mirror and
+/// found the stream's node dead (see `transport::stream_end`): `lost` put under `KEYS[1]`
+/// for `ARGV[1]` ms, unless the stream's node claimed the stream since its stall (`held`,
+/// within its lease): 1 if the stream is lost (the follower answers its requests -32031),
+/// 0 if it is held (the follower goes on following: the node lives and mirrors its answers).
+static STREAM_LOST: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"if redis.call('GET', KEYS[1]) == 'held' then return 0 end
+redis.call('SET', KEYS[1], 'lost', 'PX', ARGV[1])
+return 1",
+    )
+});
+
+/// Claims the end of a POST's SSE stream for the node that runs it, going on after it may
+/// have been taken for dead: `held` put under `KEYS[1]` for `ARGV[1]` ms (its lease), unless
+/// a follower answered the stream's requests -32031 (`lost`): 1 if held (the node answers
+/// on the stream), 0 if lost (it drops the stream's answers).
+static STREAM_HELD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"if redis.call('GET', KEYS[1]) == 'lost' then return 0 end
+redis.call('SET', KEYS[1], 'held', 'PX', ARGV[1])
+return 1",
+    )
+});
+
 /// The entry under `KEYS[1]`, its time to live raised to `ARGV[1]` ms if it had less: never
 /// shortened (`GETEX PX` would cut a WebSocket session's record, kept for twice the resume
 /// grace, to the HTTP idle timeout at any read, even a read for the wrong kind). `PEXPIRE
@@ -745,6 +770,77 @@ impl RedisStore {
                 .await
         })
         .await;
+    }
+
+    /// The key of the claim of the end of POST stream `stream` of session `id` (see
+    /// `transport::stream_end`; hash-tagged like its record).
+    fn stream_end_key(&self, id: &str, stream: u64) -> String {
+        format!("{}stream-end:{{{id}}}:{stream}", self.prefix)
+    }
+
+    /// Claims the end of stream `stream` of session `id` for a node that found its node dead
+    /// ([`STREAM_LOST`]), for `ttl`: `Some(true)` when the stream is lost (its requests are
+    /// answered -32031 by the caller), `Some(false)` when its node claimed it since its
+    /// stall, `None` when Redis could not be asked.
+    pub(crate) async fn claim_stream_lost(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        stream: u64,
+        ttl: Duration,
+    ) -> Option<bool> {
+        let key = self.stream_end_key(id, stream);
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        self.run(metrics, "claim_stream_lost", |mut con| async move {
+            STREAM_LOST
+                .key(key)
+                .arg(ttl_ms)
+                .invoke_async::<i64>(&mut con)
+                .await
+        })
+        .await
+        .map(|lost| lost == 1)
+    }
+
+    /// Claims the end of stream `stream` of session `id` for the node running it
+    /// ([`STREAM_HELD`]), for `lease`: `Some(true)` when held, `Some(false)` when another
+    /// node answered its requests -32031, `None` when Redis could not be asked. Asked even
+    /// while Redis is skipped after a failure, as [`holds_session`](Self::holds_session) is:
+    /// a node that stalled may find an operation timed out as it goes on.
+    pub(crate) async fn claim_stream_held(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        stream: u64,
+        lease: Duration,
+    ) -> Option<bool> {
+        let key = self.stream_end_key(id, stream);
+        let lease_ms = (lease.as_millis() as u64).max(1);
+        self.attempt(metrics, "claim_stream_held", |mut con| async move {
+            STREAM_HELD
+                .key(key)
+                .arg(lease_ms)
+                .invoke_async::<i64>(&mut con)
+                .await
+        })
+        .await
+        .map(|held| held == 1)
+    }
+
+    /// Whether the end of stream `stream` of session `id` was claimed as lost (a node
+    /// answered its requests -32031); `None` when Redis could not be asked.
+    pub(crate) async fn stream_lost(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        stream: u64,
+    ) -> Option<bool> {
+        let key = self.stream_end_key(id, stream);
+        self.run(metrics, "stream_lost", |mut con| async move {
+            con.get::<_, Option<Vec<u8>>>(key).await
+        })
+        .await
+        .map(|claim| claim.as_deref() == Some(b"lost".as_slice()))
     }
 
     /// The key of a session's mirrored SSE events (hash-tagged like its record).

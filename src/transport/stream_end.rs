@@ -1,0 +1,218 @@
+//! Who answers the requests of a POST's SSE stream once its node may have been taken for
+//! dead (sessions in Redis): the node running them, on the POST's stream, or a node that
+//! follows the stream from the mirror after its client resumed it there, and found that node
+//! dead (-32031 `nodeLost`). Exactly one of them, decided in Redis. (Attack run 51, N3: a
+//! node stopped past its alive time went on and sent its answer on the POST's stream, which
+//! the client still read, after the node the client resumed the stream on had answered it
+//! -32031: two final answers for one request.)
+//!
+//! The protocol, on one key per stream (`<key_prefix>stream-end:{<session>}:<stream>`, so
+//! it works on a Redis Cluster too), each step one compare-and-set in a Lua script:
+//!
+//! - A follower that finds the stream's node dead (its alive key gone: no beat for 3 s)
+//!   claims the stream `lost` before it answers anything, unless the key says `held`: the
+//!   node went on and claimed the stream since, so the follower goes on following (that node
+//!   lives, and mirrors its answers). `lost` is kept for [`lost_ttl`]. Redis out of reach,
+//!   the follower answers nothing (the stream ends; its client may resume it again).
+//! - The stream's node, before it sends anything on its streams after it may have been taken
+//!   for dead (`Cluster::may_be_taken_for_dead`: a beat found its last one gone, or none
+//!   reached Redis for 2 s), claims each of its POST streams the mirror knows `held` for
+//!   [`LEASE`], unless the key says `lost`: then it drops that stream's answers (their
+//!   client had -32031 for them) and ends the stream without them. The session's inbox, where
+//!   its answers come from, waits for the claims. Redis out of reach, the answers go on:
+//!   when no node reaches Redis, none can claim a stream lost.
+//! - `held` is a lease, so that a node that claimed a stream and then died for real is still
+//!   found dead and its requests answered: the follower's claim succeeds once the lease is
+//!   over. While the node goes on without a beat landing (its stall goes on), it claims its
+//!   streams again every [`COVER`], well within the lease, and a stream the mirror came to
+//!   know since, before its first frame; once a beat lands, the node is alive to the others,
+//!   who claim nothing while it is, until it stalls again (asked again then). A node not
+//!   stalled has its answers cost nothing more than a look at its beats, no Redis round trip.
+//!
+//! Windows left:
+//! - An answer the node sent before it knew it stalled (its last beat under 2 s old) and
+//!   that reached its client only after the stall (the node stopped between the two, for
+//!   a second or more: the others find it dead 3 s after its last beat) still follows a
+//!   follower's -32031: the claim is made before an answer is sent, not before it is
+//!   written to the connection.
+//! - A node cut off from Redis alone (its claims unanswered, the others reaching Redis) goes
+//!   on answering, and a follower may claim its streams lost after its 3 s: two answers, as
+//!   for a WebSocket session (`socket_record::confirm_held`).
+//! - A node stalled for longer than [`lost_ttl`] finds `lost` gone and answers too.
+//! - Redis that restarted empty: a live node's alive key is gone until its next beat (within
+//!   a second), and a follower may claim its stream lost meanwhile; that node's answers
+//!   until that beat finds it taken for dead still go out.
+//! - Answers the node gives at once, not through the session's inbox (the errors of its
+//!   shutdown's end), are not held for the claims (once a stream is found lost, they are
+//!   dropped with the others).
+//!
+//! A stream found lost ends on its node, its end mirrored; its requests run to their end
+//! there, their answers dropped. A resume of it, on any node, is answered -32031 again: it
+//! is followed from the mirror, which holds it ended unanswered, and the follower finds it
+//! `lost` (on its own node too, which remembers the last streams it found lost; one
+//! forgotten is replayed from its log, without an answer).
+
+use crate::cluster::store::bridge::BEAT;
+use crate::cluster::{Cluster, HoldMark};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a node's claim of its stream (`held`) holds the followers off: its alive time
+/// (three beats), as long as a node that died is taken for alive.
+pub(crate) const LEASE: Duration = Duration::from_secs(BEAT.as_secs() * 3);
+
+/// How long a node's claims cover the answers of a stall that goes on (no beat landing): a
+/// third of [`LEASE`], so that the next claims land long before the lease of the last ends,
+/// whatever the round trip.
+pub(crate) const COVER: Duration = BEAT;
+
+/// How long Redis keeps a stream's `lost`: as long as a request may run
+/// (`limits.max_request_timeout_ms`, past which its node answers it with a timeout), or the
+/// session's idle timeout if longer. A node stalled for longer finds it gone.
+pub(crate) fn lost_ttl(settings: &crate::config::Settings) -> Duration {
+    Duration::from_millis(
+        settings
+            .limits
+            .max_request_timeout_ms
+            .max(settings.sessions.http_idle_timeout_ms),
+    )
+}
+
+/// An HTTP session's claims of its POST streams' ends (sessions in Redis); see the module
+/// docs.
+pub(crate) struct StreamClaims {
+    /// Where the node stood at the last claims (see [`Cluster::may_be_taken_for_dead`]).
+    mark: HoldMark,
+    /// In a stall, once Redis answered the last claims: until when they cover the session's
+    /// answers (the stall going on, they are made again then).
+    covered_until: Option<Instant>,
+    /// Claims are under way: the session's inbox waits for them.
+    claiming: bool,
+}
+
+/// What the session's inbox does now ([`StreamClaims::due`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// It is drained: no claim is needed.
+    No,
+    /// It waits for the claims under way.
+    Wait,
+    /// It waits for claims to be made now.
+    Claim,
+}
+
+/// How the claims of a session's streams went ([`StreamClaims::begin`]).
+pub(crate) struct Claimed {
+    /// Each stream claimed, and whether it is held (`Some(false)`: lost, answered -32031 by
+    /// another node); those after one Redis did not answer are not asked.
+    outcomes: Vec<(u64, Option<bool>)>,
+    /// Where the node stood when they were made.
+    mark: HoldMark,
+    /// In a stall: until when they cover the answers, if Redis answered them all.
+    covered_until: Option<Instant>,
+}
+
+impl StreamClaims {
+    /// No claim made yet: made at the node's first stall, whenever it comes.
+    pub(crate) fn new(cluster: &Cluster) -> Self {
+        Self {
+            mark: cluster.hold_mark().unconfirmed(),
+            covered_until: None,
+            claiming: false,
+        }
+    }
+
+    /// Whether the session's inbox may be drained now (answers go on its streams), waits for
+    /// claims under way, or waits for claims to be made. `new_streams`: whether the mirror
+    /// came to know a POST stream since the last claims (asked only in a stall they cover).
+    /// A node not stalled costs a look at its beats.
+    #[inline]
+    pub(crate) fn due(&mut self, cluster: &Cluster, new_streams: impl FnOnce() -> bool) -> Due {
+        if self.claiming {
+            return Due::Wait;
+        }
+        if cluster.may_be_taken_for_dead(self.mark) {
+            return Due::Claim;
+        }
+        let Some(until) = self.covered_until else {
+            return Due::No;
+        };
+        if !cluster.stalled() {
+            // A beat landed: the node is alive to the others.
+            self.covered_until = None;
+            return Due::No;
+        }
+        if Instant::now() >= until || new_streams() {
+            Due::Claim
+        } else {
+            Due::No
+        }
+    }
+
+    /// Claims `streams` of session `id` for this node: the claims to run, whose outcome goes
+    /// to [`settle`](Self::settle); `None` when there is nothing to claim (the claims count
+    /// as made).
+    pub(crate) fn begin(
+        &mut self,
+        cluster: &Arc<Cluster>,
+        id: &str,
+        streams: Vec<u64>,
+    ) -> Option<impl Future<Output = Claimed> + 'static> {
+        // Claims made in a stall cover that stall (for `COVER` at a time); made because a
+        // beat found the node taken for dead, that finding only: a stall after it is asked
+        // about again (as `socket_record::confirm_held`'s question).
+        let now = cluster.hold_mark();
+        let stalled = cluster.stalled_at(now);
+        let mark = if stalled { now } else { now.unconfirmed() };
+        let covered_until = stalled.then(|| Instant::now() + COVER);
+        if streams.is_empty() {
+            self.mark = mark;
+            self.covered_until = covered_until;
+            return None;
+        }
+        self.claiming = true;
+        let cluster = cluster.clone();
+        let id = id.to_owned();
+        Some(async move {
+            let mut outcomes = Vec::with_capacity(streams.len());
+            for stream in streams {
+                let held = match cluster.store.redis() {
+                    Some(redis) => {
+                        redis
+                            .claim_stream_held(&cluster.metrics, &id, stream, LEASE)
+                            .await
+                    }
+                    None => None,
+                };
+                outcomes.push((stream, held));
+                if held.is_none() {
+                    // Redis out of reach: the answers go on, and the rest is not asked (each
+                    // would wait for Redis's timeout).
+                    break;
+                }
+            }
+            Claimed {
+                outcomes,
+                mark,
+                covered_until,
+            }
+        })
+    }
+
+    /// The claims begun are done: the streams found lost (their answers are dropped, and they
+    /// end). Claims Redis did not answer cover the stall until a beat lands (asked again at
+    /// each answer, every answer would wait for Redis's timeout in an outage).
+    pub(crate) fn settle(&mut self, claimed: Claimed) -> Vec<u64> {
+        self.claiming = false;
+        self.mark = claimed.mark;
+        let answered = claimed.outcomes.iter().all(|(_, held)| held.is_some());
+        self.covered_until = claimed.covered_until.filter(|_| answered);
+        claimed
+            .outcomes
+            .into_iter()
+            .filter(|(_, held)| *held == Some(false))
+            .map(|(stream, _)| stream)
+            .collect()
+    }
+}
