@@ -849,6 +849,49 @@ async fn a_keyed_call_refused_over_a_slow_link_leaves_its_key_free_within_a_leas
     );
 }
 
+/// A keyed call still running when its node's link to Redis turns slow (commands reach
+/// Redis, replies come late) for longer than its claim's lease keeps its key: its node
+/// keeps the claim by commands that land though their replies do not come in time, and
+/// its result lands the same way. A retry on the other node waits, and gets the run's
+/// answer, never a second run. (Only a beat answered in time kept the claim: it lapsed, and
+/// the retry ran the call again; review 55 #1.)
+#[tokio::test]
+async fn a_keyed_call_keeps_its_key_through_a_slow_link_longer_than_its_lease() {
+    let redis = RedisServer::start();
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy =
+        slow_replies_proxy(&redis, std::time::Duration::from_millis(700), slow.clone()).await;
+    let mut through_proxy = node_settings(&redis);
+    through_proxy.redis.url = proxy;
+    let (a, b) = (
+        start_node("a", through_proxy),
+        start_node("b", node_settings(&redis)),
+    );
+    bridged(&[&a, &b]).await;
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    on_a.send_json(keyed_call(json!("first"), "held", "k-slow-run"))
+        .await;
+    until_stored(&redis, "never claimed").await;
+    slow.store(true, Ordering::SeqCst);
+    tokio::time::sleep(std::time::Duration::from_millis(12_000)).await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    on_b.send_json(keyed_call(json!("retry"), "held", "k-slow-run"))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        b.runs.load(Ordering::SeqCst),
+        0,
+        "the retry waits, it does not run"
+    );
+    a.gate.add_permits(1);
+    let ran = on_a.recv_response(&json!("first")).await;
+    assert_eq!(result_text(&ran, &json!("first")), "a run 1: \"held\"");
+    let joined = on_b.recv_response(&json!("retry")).await;
+    assert_eq!(result_text(&joined, &json!("retry")), "a run 1: \"held\"");
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+    assert!(slow.load(Ordering::SeqCst), "the link was slow throughout");
+}
+
 /// With `cluster.on_store_error = "local"`, a keyed call that begins while its node skips
 /// Redis (its claim never sent) runs in memory; once Redis answers again, the node writes
 /// its claim there, so a retry on the other node waits for the run and gets its answer.

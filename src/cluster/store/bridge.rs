@@ -230,6 +230,13 @@ async fn beat(cluster: Arc<Cluster>) {
         // not tell an epoch it writes again after Redis lost it from the one it had.
         let candidate = crate::random_id().to_string();
         let Some(still_held) = redis.beat(&cluster.metrics, node, BEAT * 3).await else {
+            // The claims due are kept anyway: over a slow link (commands reach Redis, its
+            // replies come late) the beats land and the node lives to the others, and a
+            // lease let lapse would let a retry elsewhere run a call still running here
+            // (review 55 #1). Redis away, the attempts fail at once.
+            if cluster.store.has_claims_due() {
+                keep_claims(&cluster);
+            }
             continue;
         };
         // Noted whatever becomes of the epoch's question (review 52 #4).
@@ -238,18 +245,17 @@ async fn beat(cluster: Arc<Cluster>) {
             Some(now) => cluster.note_epoch(now),
             None => false,
         };
-        let all = !still_held || lost;
-        if all || cluster.store.has_claims_due() {
+        if !still_held || lost {
             // The first beat, after an outage past the node's alive time, or Redis lost
             // what it held: the claims of the calls running here are written again where
-            // they are gone, and kept for their runs' time. Else those due: leases near
-            // their end, and claims of calls that began in memory while Redis could not be
-            // asked. Off the beat's task: one round trip a claim could hold the next beats
-            // past the node's alive time (review 51 #10).
-            let keep = cluster.clone();
-            actix_rt::spawn(async move {
-                keep.store.keep_running(&keep.metrics, all).await;
-            });
+            // they are gone, and kept for their runs' time, by the next pass (this beat's,
+            // or the next one's if a pass is under way).
+            cluster.store.keep_all.store(true, Ordering::Release);
+        }
+        if cluster.store.keep_all.load(Ordering::Acquire) || cluster.store.has_claims_due() {
+            // Else the claims due: leases near their end, and claims of calls that began
+            // in memory while Redis could not be asked.
+            keep_claims(&cluster);
         }
         if lost {
             // Every other record this node keeps is written again too: until then, the other
@@ -391,6 +397,33 @@ async fn send(cluster: &Cluster, message: &Message) -> bool {
         cluster.metrics.bridge_dropped.inc();
         false
     }
+}
+
+/// Keeps the claims of the calls running here ([`Store::keep_running`](super::Store::keep_running)),
+/// all of them if a beat asked (`Store::keep_all`) or those due, off the beat's task (a
+/// round trip could hold the next beat past the node's alive time, review 51 #10), one
+/// pass at a time (review 55 #5: over a slow Redis, passes spawned at each beat piled up).
+fn keep_claims(cluster: &Arc<Cluster>) {
+    if cluster.store.keeping.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let keep = cluster.clone();
+    actix_rt::spawn(async move {
+        // Cleared however the pass ends.
+        struct Keeping(Arc<Cluster>);
+        impl Drop for Keeping {
+            fn drop(&mut self) {
+                self.0.store.keeping.store(false, Ordering::Release);
+            }
+        }
+        let keeping = Keeping(keep);
+        let cluster = &keeping.0;
+        let all = cluster.store.keep_all.swap(false, Ordering::AcqRel);
+        if !cluster.store.keep_running(&cluster.metrics, all).await && all {
+            // Redis did not answer them all: asked again at the next beat.
+            cluster.store.keep_all.store(true, Ordering::Release);
+        }
+    });
 }
 
 /// Holds the subscription and feeds what other nodes publish into this node's bus;

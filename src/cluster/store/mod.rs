@@ -212,6 +212,11 @@ pub(crate) struct Store {
     max_stranded_nonces: usize,
     /// The most keys `stranded` (and `stranded_releases`) holds.
     max_stranded: usize,
+    /// A pass of [`keep_running`](Self::keep_running) is under way (`bridge::keep_claims`).
+    pub(crate) keeping: std::sync::atomic::AtomicBool,
+    /// The next pass keeps every claim, not only those due: a beat found Redis may have
+    /// lost them.
+    pub(crate) keep_all: std::sync::atomic::AtomicBool,
     /// The owners of the claims this node's runs hold or are asking for: a running entry of
     /// this node whose owner is not here is left over (its release was lost), and is freed.
     live_owners: Mutex<std::collections::HashSet<ClaimId>>,
@@ -302,6 +307,8 @@ impl Store {
             stranded: Mutex::default(),
             stranded_releases: Mutex::default(),
             max_stranded: settings.dedup.max_entries,
+            keeping: std::sync::atomic::AtomicBool::new(false),
+            keep_all: std::sync::atomic::AtomicBool::new(false),
             stranded_nonces: Mutex::default(),
             max_stranded_nonces: settings.signatures.max_nonces.max(1),
             live_owners: Mutex::default(),
@@ -630,10 +637,13 @@ impl Store {
     /// key free and run the call a second time while it runs here (attack run 50c, F1;
     /// attack run 51, N2). A key another node claimed meanwhile (this node was taken for
     /// dead, or the call ran there too while Redis was away) is left to it. Called at each
-    /// beat that finds claims due, and when a beat finds Redis no longer held the node's
-    /// last one.
-    pub(crate) async fn keep_running(&self, metrics: &Metrics, all: bool) {
-        let Some(redis) = &self.redis else { return };
+    /// beat that finds claims due (whether Redis answered the beat in time or not), and
+    /// when a beat finds Redis no longer held the node's last one. Whether Redis answered
+    /// for every claim.
+    pub(crate) async fn keep_running(&self, metrics: &Metrics, all: bool) -> bool {
+        let Some(redis) = &self.redis else {
+            return true;
+        };
         let now = Instant::now();
         let due = now + LEASE_DUE;
         let held: Vec<(Key, Claim, Duration)> = lock(&self.running_here)
@@ -649,14 +659,23 @@ impl Store {
                 Some((*key, claim, left))
             })
             .collect();
-        let mut written = 0u64;
-        for (key, claim, left) in held {
-            if !self.still_runs_here(&key, &claim) {
-                continue;
+        // Sent together (one round trip for all, on the connection), and sent even while
+        // Redis is skipped after a failure: over a slow link each lands though its reply
+        // comes late, and is sent again at the next beat (review 55 #1: only a beat
+        // answered in time kept them, and a lease lapsed under a run going on).
+        let keeps = held.iter().map(|(key, claim, left)| async move {
+            if !self.still_runs_here(key, claim) {
+                return Some(KeptClaim::Taken);
             }
-            let Some(kept) = redis.keep_claim(metrics, &key, &claim.encode(), left).await else {
-                // Redis away again: the next beat it takes asks again.
-                break;
+            redis.keep_claim(metrics, key, &claim.encode(), *left).await
+        });
+        let answers = futures_util::future::join_all(keeps).await;
+        let mut written = 0u64;
+        let mut unanswered = false;
+        for ((key, claim, left), kept) in held.into_iter().zip(answers) {
+            let Some(kept) = kept else {
+                unanswered = true;
+                continue;
             };
             self.lease_kept(&key, &claim, now + left);
             match kept {
@@ -694,6 +713,7 @@ impl Store {
                 "claims of calls running here that Redis did not hold (it was away, or restarted empty): written"
             );
         }
+        !unanswered
     }
 
     /// The claim of the run of `key` (if it still runs here under that claim) is held in

@@ -51,19 +51,18 @@ return false",
 
 /// Keeps a run's claim `ARGV[1]` under `KEYS[1]` for `ARGV[2]` ms: extended if it is there
 /// (1), written if the key holds nothing (2: Redis lost it, or never took it); 0 when the key
-/// holds another entry (another run's, or the run's own result).
-static KEEP_CLAIM: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"local v = redis.call('GET', KEYS[1])
+/// holds another entry (another run's, or the run's own result). Sent whole (`EVAL`), not by
+/// its digest: over a slow link, the first `EVALSHA` of a script Redis has not loaded yet (a
+/// node's first keep, or any after Redis restarted) gets `NOSCRIPT` too late for the script
+/// to follow, and the claim it was to keep lapsed (review 55 #1).
+const KEEP_CLAIM: &str = r"local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 end
 if v then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 2",
-    )
-});
+return 2";
 
 /// Deletes `KEYS[1]` if it still holds `ARGV[1]` (the caller's own running entry).
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -496,7 +495,7 @@ impl RedisStore {
     }
 
     /// Keeps a run's claim (`running`) under `key` for `ttl` ([`KEEP_CLAIM`]): what Redis
-    /// did, or `None` when it could not be asked.
+    /// did, or `None` when it did not answer in time (sent, the command may still land).
     pub(crate) async fn keep_claim(
         &self,
         metrics: &Metrics,
@@ -506,12 +505,16 @@ impl RedisStore {
     ) -> Option<KeptClaim> {
         let key = self.entry_key(key);
         let kept = self
-            .run(metrics, "keep_claim", |mut con| async move {
-                KEEP_CLAIM
-                    .key(key)
+            // Sent even while Redis is skipped after a failure: over a slow link the
+            // command lands though its reply comes late (see `Store::keep_running`).
+            .attempt(metrics, "keep_claim", |mut con| async move {
+                redis::cmd("EVAL")
+                    .arg(KEEP_CLAIM)
+                    .arg(1)
+                    .arg(key)
                     .arg(running)
                     .arg((ttl.as_millis() as u64).max(1))
-                    .invoke_async::<i64>(&mut con)
+                    .query_async::<i64>(&mut con)
                     .await
             })
             .await?;
@@ -522,7 +525,11 @@ impl RedisStore {
         })
     }
 
-    /// Puts `done` under `key` for `ttl`. Whether Redis took it.
+    /// Puts `done` under `key` for `ttl`. Whether Redis took it (answered in time). Sent
+    /// even while Redis is skipped after a failure: a run's claim lives only as long as its
+    /// lease once the run is over, so a result that waited for a reply in time (a beat's,
+    /// over a slow link: never) would let the claim lapse and a retry elsewhere run the
+    /// call again; sent, it lands, and is written again once Redis answers (review 55 #1).
     pub(crate) async fn complete(
         &self,
         metrics: &Metrics,
@@ -531,7 +538,7 @@ impl RedisStore {
         ttl: Duration,
     ) -> bool {
         let key = self.entry_key(key);
-        self.run(metrics, "complete", |mut con| async move {
+        self.attempt(metrics, "complete", |mut con| async move {
             con.pset_ex::<_, _, ()>(key, done, ttl.as_millis() as u64)
                 .await
         })
