@@ -473,8 +473,11 @@ impl HostedSession {
         }
         let ttl = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
         let revision = self.core.revision();
-        let changed = revision != self.stored.0;
-        if !changed && !self.record_unwritten && self.stored.1.elapsed() < ttl / 4 {
+        // A write that failed is made again as a change: the note to the other nodes'
+        // copies that went with it may have failed too (review 55 #2: they kept serving
+        // the session as it was).
+        let changed = revision != self.stored.0 || self.record_unwritten;
+        if !changed && self.stored.1.elapsed() < ttl / 4 {
             return;
         }
         self.write_record(changed, ctx);
@@ -827,7 +830,7 @@ impl HostedSession {
         let Some(claims) = &mut self.stream_claims else {
             return;
         };
-        let lost = claims.settle(claimed);
+        let (lost, again) = claims.settle(claimed);
         if let (Outlets::Http(http), false) = (&mut self.out, lost.is_empty()) {
             tracing::info!(
                 session = self.slot.id(),
@@ -838,6 +841,12 @@ impl HostedSession {
             for stream in lost {
                 http.lose(stream);
             }
+        }
+        if again {
+            ctx.run_later(stream_end::CLAIM_AGAIN_AFTER, |host, ctx| {
+                host.drain_inbox(ctx);
+            });
+            return;
         }
         self.drain_inbox(ctx);
     }

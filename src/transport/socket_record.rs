@@ -49,6 +49,9 @@ pub(crate) struct SocketRecord {
     confirmed: crate::cluster::HoldMark,
     /// A confirmation is under way: the session's answers wait for it.
     confirming: bool,
+    /// Since when the questions asked for a beat's finding went unanswered (see
+    /// [`hold_confirmed`]).
+    unanswered_since: Option<Instant>,
 }
 
 /// What the record was last written with.
@@ -185,12 +188,19 @@ where
         // session up; Redis not answering the question says nothing of that. Asked again
         // shortly, the answers waiting (review 54 #5); should Redis stay away, the node
         // stalls within `SUSPECT_AFTER`, and a question in a stall that Redis cannot
-        // answer lets them go.
-        ctx.run_later(ASK_AGAIN_AFTER, |host: &mut A, ctx| {
-            host.drain_inbox(ctx);
-        });
-        return;
+        // answer lets them go. Beats landing all along, Redis answers the node but not
+        // for this session (its shard of a Redis Cluster away, or its record unreadable):
+        // no node can take it up either, and the answers go after `SUSPECT_AFTER` (review
+        // 55 #7: they waited for good).
+        let since = *record.unanswered_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < crate::cluster::SUSPECT_AFTER {
+            ctx.run_later(ASK_AGAIN_AFTER, |host: &mut A, ctx| {
+                host.drain_inbox(ctx);
+            });
+            return;
+        }
     }
+    record.unanswered_since = None;
     record.confirmed = done.mark;
     host.drain_inbox(ctx);
 }
@@ -272,6 +282,7 @@ impl SocketRecord {
             look_armed: false,
             confirmed: shared.cluster.hold_mark().unconfirmed(),
             confirming: false,
+            unanswered_since: None,
         })
     }
 

@@ -89,7 +89,13 @@ pub(crate) struct StreamClaims {
     covered_until: Option<Instant>,
     /// Claims are under way: the session's inbox waits for them.
     claiming: bool,
+    /// Since when claims made for a beat's finding went unanswered (see
+    /// [`settle`](Self::settle)).
+    unanswered_since: Option<Instant>,
 }
+
+/// How long after claims made for a beat's finding went unanswered they are made again.
+pub(crate) const CLAIM_AGAIN_AFTER: Duration = Duration::from_millis(200);
 
 /// What the session's inbox does now ([`StreamClaims::due`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +126,7 @@ impl StreamClaims {
             mark: cluster.hold_mark().unconfirmed(),
             covered_until: None,
             claiming: false,
+            unanswered_since: None,
         }
     }
 
@@ -201,18 +208,31 @@ impl StreamClaims {
     }
 
     /// The claims begun are done: the streams found lost (their answers are dropped, and they
-    /// end). Claims Redis did not answer cover the stall until a beat lands (asked again at
-    /// each answer, every answer would wait for Redis's timeout in an outage).
-    pub(crate) fn settle(&mut self, claimed: Claimed) -> Vec<u64> {
+    /// end), and whether the claims are to be made again after [`CLAIM_AGAIN_AFTER`], the
+    /// answers waiting. Claims Redis did not answer in a stall cover it until a beat lands
+    /// (asked again at each answer, every answer would wait for Redis's timeout in an
+    /// outage). Made for a beat's finding, not in a stall, they are made again, for up to
+    /// `SUSPECT_AFTER`: that beat reached Redis a moment ago, so the other nodes may too
+    /// (review 55 #3, as `socket_record::hold_confirmed` does since review 54 #5).
+    pub(crate) fn settle(&mut self, claimed: Claimed) -> (Vec<u64>, bool) {
         self.claiming = false;
-        self.mark = claimed.mark;
         let answered = claimed.outcomes.iter().all(|(_, held)| held.is_some());
-        self.covered_until = claimed.covered_until.filter(|_| answered);
-        claimed
+        let lost = claimed
             .outcomes
-            .into_iter()
+            .iter()
             .filter(|(_, held)| *held == Some(false))
-            .map(|(stream, _)| stream)
-            .collect()
+            .map(|(stream, _)| *stream)
+            .collect();
+        if !answered && claimed.mark.is_unconfirmed() {
+            let since = *self.unanswered_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < crate::cluster::SUSPECT_AFTER {
+                // The mark is left as it was: the next drain claims again.
+                return (lost, true);
+            }
+        }
+        self.unanswered_since = None;
+        self.mark = claimed.mark;
+        self.covered_until = claimed.covered_until.filter(|_| answered);
+        (lost, false)
     }
 }

@@ -306,6 +306,25 @@ async fn beat(cluster: Arc<Cluster>) {
         if cluster.store.has_stranded() {
             cluster.store.write_back(&cluster.metrics).await;
         }
+        if cluster.store.has_stranded_nonces()
+            && !cluster.store.writing_nonces.swap(true, Ordering::AcqRel)
+        {
+            // Off the beat's task, one pass at a time (review 55 #6: up to sixteen round
+            // trips after the results' could hold the next beat past the node's alive
+            // time), and not behind a result Redis refused.
+            let nonces = cluster.clone();
+            actix_rt::spawn(async move {
+                struct Writing(Arc<Cluster>);
+                impl Drop for Writing {
+                    fn drop(&mut self) {
+                        self.0.store.writing_nonces.store(false, Ordering::Release);
+                    }
+                }
+                let writing = Writing(nonces);
+                let cluster = &writing.0;
+                cluster.store.write_back_nonces(&cluster.metrics).await;
+            });
+        }
         if cluster.owes_everything.swap(false, Ordering::Relaxed) {
             tracing::info!("telling the other nodes every list changed: a change of this node's did not reach them");
             send_or_owe(&cluster, &Message::everything(cluster.store.node())).await;

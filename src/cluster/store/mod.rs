@@ -43,10 +43,11 @@ pub(crate) type ClaimId = u128;
 /// each is a round trip on the heartbeat's task.
 const WRITE_BACK_PER_PASS: usize = 64;
 
-/// Nonces sent to Redis together in a [`Store::write_back`] pass: one round trip for all.
+/// Nonces sent to Redis together in a [`Store::write_back_nonces`] pass: one round trip for
+/// all.
 const NONCE_BATCH: usize = 512;
 
-/// The most nonces one [`Store::write_back`] pass writes: a node's whole share
+/// The most nonces one [`Store::write_back_nonces`] pass writes: a node's whole share
 /// (`signatures.max_nonces`, 100,000 by default) in about twelve beats.
 const NONCES_PER_PASS: usize = 8192;
 
@@ -188,7 +189,7 @@ pub(crate) struct Store {
     /// Keyed requests running on this node, so a duplicate arriving here waits for a wakeup
     /// rather than polling (the runner holds the sender, and drops it when it is done), and
     /// so that the claims in Redis of those that hold one are written again when Redis lost
-    /// them ([`reclaim_running`](Self::reclaim_running)).
+    /// them ([`keep_running`](Self::keep_running)).
     running_here: Mutex<HashMap<Key, RunningHere>>,
     /// With Redis: keys whose result only this node's memory holds (Redis could not take
     /// it, or it ran in memory), oldest first, written to Redis as soon as it answers again
@@ -214,6 +215,8 @@ pub(crate) struct Store {
     max_stranded: usize,
     /// A pass of [`keep_running`](Self::keep_running) is under way (`bridge::keep_claims`).
     pub(crate) keeping: std::sync::atomic::AtomicBool,
+    /// A pass of [`write_back_nonces`](Self::write_back_nonces) is under way.
+    pub(crate) writing_nonces: std::sync::atomic::AtomicBool,
     /// The next pass keeps every claim, not only those due: a beat found Redis may have
     /// lost them.
     pub(crate) keep_all: std::sync::atomic::AtomicBool,
@@ -308,6 +311,7 @@ impl Store {
             stranded_releases: Mutex::default(),
             max_stranded: settings.dedup.max_entries,
             keeping: std::sync::atomic::AtomicBool::new(false),
+            writing_nonces: std::sync::atomic::AtomicBool::new(false),
             keep_all: std::sync::atomic::AtomicBool::new(false),
             stranded_nonces: Mutex::default(),
             max_stranded_nonces: settings.signatures.max_nonces.max(1),
@@ -496,18 +500,20 @@ impl Store {
                 "freed in Redis the keys of runs that ended while it was away"
             );
         }
-        self.write_back_nonces(metrics, redis).await;
     }
 
-    /// Whether results (or releases, or nonces) wait to be written back to Redis.
+    /// Whether results (or releases) wait to be written back to Redis.
     pub(crate) fn has_stranded(&self) -> bool {
-        !lock(&self.stranded).is_empty()
-            || !lock(&self.stranded_releases).is_empty()
-            || !lock(&self.stranded_nonces).is_empty()
+        !lock(&self.stranded).is_empty() || !lock(&self.stranded_releases).is_empty()
+    }
+
+    /// Whether signature nonces wait to be written to Redis ([`strand_nonce`](Self::strand_nonce)).
+    pub(crate) fn has_stranded_nonces(&self) -> bool {
+        !lock(&self.stranded_nonces).is_empty()
     }
 
     /// Queues a signature nonce, live until `expires`, for Redis to hold as soon as it
-    /// answers ([`write_back`](Self::write_back)).
+    /// answers ([`write_back_nonces`](Self::write_back_nonces), at the next beat).
     pub(crate) fn strand_nonce(&self, key: Key, expires: Instant) {
         let mut waiting = lock(&self.stranded_nonces);
         if waiting.len() >= self.max_stranded_nonces {
@@ -518,10 +524,12 @@ impl Store {
 
     /// Writes the nonces waiting for Redis ([`strand_nonce`](Self::strand_nonce)), each for
     /// the time it has left, a batch at a time (sent together on the connection), at most
-    /// [`NONCES_PER_PASS`] a pass. One Redis held already was this node's own claim that
-    /// landed late, or a replay another node accepted while Redis was away: that one ran
-    /// there, and is counted in the log. Stops at the first batch Redis does not answer.
-    async fn write_back_nonces(&self, metrics: &Metrics, redis: &RedisStore) {
+    /// [`NONCES_PER_PASS`] a pass, off the beat's task. One Redis held already was this
+    /// node's own claim that landed late, or a replay another node accepted while Redis
+    /// was away: that one ran there, and is counted in the log. Stops at the first batch
+    /// Redis does not answer.
+    pub(crate) async fn write_back_nonces(&self, metrics: &Metrics) {
+        let Some(redis) = &self.redis else { return };
         let mut written = 0usize;
         let mut held = 0usize;
         while written + held < NONCES_PER_PASS {
