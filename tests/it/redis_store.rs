@@ -130,6 +130,18 @@ async fn until_taken(client: &mut Client, text: &str, key: &str, tag: &str) -> S
     unreachable!("the loop returns or panics")
 }
 
+/// Waits until `node`'s counting tool has begun `runs` runs.
+async fn runs_reach(node: &Node, runs: usize) {
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while node.runs.load(Ordering::SeqCst) != runs {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the runs never came to {runs}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// The nodes' bridges hold their subscription.
 async fn bridged(nodes: &[&Node]) {
     for node in nodes {
@@ -890,6 +902,55 @@ async fn a_keyed_call_keeps_its_key_through_a_slow_link_longer_than_its_lease() 
     assert_eq!(result_text(&joined, &json!("retry")), "a run 1: \"held\"");
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
     assert!(slow.load(Ordering::SeqCst), "the link was slow throughout");
+}
+
+/// A keyed call whose claim its node kept over a slow link, and that is then cancelled,
+/// leaves its key free within a lease: its release, and the claim's lease, are sent as
+/// commands that land though their replies come late. (The keep extended the claim to the
+/// run's whole time, 10 minutes, and the release waited for a reply in time: a retry on
+/// the other node waited on a claim with no run behind it; review 56 #1.)
+#[tokio::test]
+async fn a_keyed_call_cancelled_over_a_slow_link_frees_its_key_within_a_lease() {
+    let redis = RedisServer::start();
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy =
+        slow_replies_proxy(&redis, std::time::Duration::from_millis(700), slow.clone()).await;
+    let mut through_proxy = node_settings(&redis);
+    through_proxy.redis.url = proxy;
+    let (a, b) = (
+        start_node("a", through_proxy),
+        start_node("b", node_settings(&redis)),
+    );
+    bridged(&[&a, &b]).await;
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    on_a.send_json(keyed_call(json!("first"), "held", "k-cancel-slow"))
+        .await;
+    until_stored(&redis, "never claimed").await;
+    slow.store(true, Ordering::SeqCst);
+    // Its claim is kept (due 2 s after it was taken) over the slow link.
+    tokio::time::sleep(std::time::Duration::from_millis(4_000)).await;
+    on_a.send_json(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "first"}}),
+    )
+    .await;
+    wait_metric(&a.server, "mcp_pool_running", 0).await;
+    let freed = tokio::time::Instant::now() + std::time::Duration::from_secs(12);
+    while !redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < freed,
+            "the cancelled call's key is held past a lease"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    on_b.send_json(keyed_call(json!("retry"), "held", "k-cancel-slow"))
+        .await;
+    runs_reach(&b, 1).await;
+    assert!(slow.load(Ordering::SeqCst), "the link was slow throughout");
+    b.gate.add_permits(1);
+    let ran = on_b.recv_response(&json!("retry")).await;
+    assert_eq!(result_text(&ran, &json!("retry")), "b run 1: \"held\"");
 }
 
 /// With `cluster.on_store_error = "local"`, a keyed call that begins while its node skips

@@ -230,12 +230,14 @@ async fn beat(cluster: Arc<Cluster>) {
         // not tell an epoch it writes again after Redis lost it from the one it had.
         let candidate = crate::random_id().to_string();
         let Some(still_held) = redis.beat(&cluster.metrics, node, BEAT * 3).await else {
-            // The claims due are kept anyway: over a slow link (commands reach Redis, its
-            // replies come late) the beats land and the node lives to the others, and a
-            // lease let lapse would let a retry elsewhere run a call still running here
-            // (review 55 #1). Redis away, the attempts fail at once.
-            if cluster.store.has_claims_due() {
-                keep_claims(&cluster);
+            // The claims due are kept, and the results and releases owed are sent, anyway:
+            // over a slow link (commands reach Redis, its replies come late) the beats land
+            // and the node lives to the others, and a lease let lapse would let a retry
+            // elsewhere run a call still running here, or run again one that ended (review
+            // 55 #1). Redis away, the attempts fail (each within `redis.timeout_ms`, off the
+            // beat's task).
+            if cluster.store.has_claims_due() || cluster.store.has_stranded() {
+                keep_claims(&cluster, true);
             }
             continue;
         };
@@ -255,7 +257,7 @@ async fn beat(cluster: Arc<Cluster>) {
         if cluster.store.keep_all.load(Ordering::Acquire) || cluster.store.has_claims_due() {
             // Else the claims due: leases near their end, and claims of calls that began
             // in memory while Redis could not be asked.
-            keep_claims(&cluster);
+            keep_claims(&cluster, false);
         }
         if lost {
             // Every other record this node keeps is written again too: until then, the other
@@ -422,7 +424,8 @@ async fn send(cluster: &Cluster, message: &Message) -> bool {
 /// all of them if a beat asked (`Store::keep_all`) or those due, off the beat's task (a
 /// round trip could hold the next beat past the node's alive time, review 51 #10), one
 /// pass at a time (review 55 #5: over a slow Redis, passes spawned at each beat piled up).
-fn keep_claims(cluster: &Arc<Cluster>) {
+/// `push`: the results and releases owed are sent too ([`Store::push_stranded`](super::Store::push_stranded)).
+fn keep_claims(cluster: &Arc<Cluster>, push: bool) {
     if cluster.store.keeping.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -441,6 +444,9 @@ fn keep_claims(cluster: &Arc<Cluster>) {
         if !cluster.store.keep_running(&cluster.metrics, all).await && all {
             // Redis did not answer them all: asked again at the next beat.
             cluster.store.keep_all.store(true, Ordering::Release);
+        }
+        if push {
+            cluster.store.push_stranded(&cluster.metrics).await;
         }
     });
 }

@@ -162,9 +162,9 @@ struct RunningHere {
     lease: Option<Instant>,
 }
 
-/// How long Redis holds a claim when it is taken: a run that lasts longer has it kept for
-/// its whole time at the first beat after it is 2 s old ([`LEASE_DUE`]). A claim taken for
-/// the whole running time (10 minutes by default) at once held the key on every node for
+/// How long Redis holds a claim when it is taken or kept: a run that lasts longer has it
+/// kept for another lease at each beat once it is due ([`LEASE_DUE`]: every 2 s). A claim
+/// taken for the whole running time (10 minutes by default) held the key on every node for
 /// that long when its node could not release it: a claim that landed when its reply came
 /// late over a slow link (the node refused the call, -32008), every retry elsewhere waiting
 /// on it while the node lived (attack run 51, N4). Long enough that an outage of Redis
@@ -174,7 +174,7 @@ struct RunningHere {
 pub(crate) const CLAIM_LEASE: Duration = Duration::from_secs(10);
 
 /// A claim's lease is due to be kept longer once this close to its end: 2 s after it was
-/// taken, and several beats before it lapses.
+/// taken or last kept, and several beats before it lapses.
 const LEASE_DUE: Duration = Duration::from_secs(8);
 
 /// See the module docs.
@@ -502,6 +502,54 @@ impl Store {
         }
     }
 
+    /// Sends the results and releases waiting for Redis ([`write_back`](Self::write_back))
+    /// even while the node skips it after a failure, all together, leaving them queued
+    /// until Redis takes them in time: over a link that delivers commands but not replies
+    /// in time (the node's beats land, so it lives to the others), each lands all the same.
+    /// A run's claim lapses with its lease once the run is over, so a result written only
+    /// once a reply came in time would let a retry elsewhere run the call again (review 55
+    /// #1). Called at each beat that Redis did not answer in time; one that it answered
+    /// writes them back in order ([`write_back`](Self::write_back)).
+    pub(crate) async fn push_stranded(&self, metrics: &Metrics) {
+        let Some(redis) = &self.redis else { return };
+        let results: Vec<(Key, Claim, Duration)> = lock(&self.stranded)
+            .iter()
+            .take(WRITE_BACK_PER_PASS)
+            .filter_map(|key| {
+                let (done, left) = self.memory.done(key)?;
+                Some((*key, done, left))
+            })
+            .collect();
+        let releases: Vec<(Key, Claim)> = lock(&self.stranded_releases)
+            .iter()
+            .take(WRITE_BACK_PER_PASS)
+            .cloned()
+            .collect();
+        let written =
+            futures_util::future::join_all(results.iter().map(|(key, done, left)| async move {
+                redis.complete_now(metrics, key, done.encode(), *left).await
+            }));
+        let released =
+            futures_util::future::join_all(releases.iter().map(|(key, running)| async move {
+                redis.release_now(metrics, key, running.encode()).await
+            }));
+        let (written, released) = futures_util::future::join(written, released).await;
+        let taken: Vec<Key> = results
+            .iter()
+            .zip(written)
+            .filter(|(_, taken)| *taken)
+            .map(|((key, _, _), _)| *key)
+            .collect();
+        lock(&self.stranded).retain(|key| !taken.contains(key));
+        let freed: Vec<&(Key, Claim)> = releases
+            .iter()
+            .zip(released)
+            .filter(|(_, taken)| *taken)
+            .map(|(release, _)| release)
+            .collect();
+        lock(&self.stranded_releases).retain(|release| !freed.contains(&release));
+    }
+
     /// Whether results (or releases) wait to be written back to Redis.
     pub(crate) fn has_stranded(&self) -> bool {
         !lock(&self.stranded).is_empty() || !lock(&self.stranded_releases).is_empty()
@@ -659,7 +707,11 @@ impl Store {
             .filter(|(_, running)| all || running.lease.is_none_or(|l| l <= due))
             .filter_map(|(key, running)| {
                 let (owner, until) = running.in_redis?;
-                let left = until.checked_duration_since(now)?;
+                // A lease again, not the run's whole time: a claim kept by a command that
+                // landed with its reply late (the run ending after without a result, its
+                // release skipped) lapses with it (review 56 #1: it held the key for the
+                // rest of the running time, 10 minutes by default).
+                let left = until.checked_duration_since(now)?.min(CLAIM_LEASE);
                 let claim = Claim::Running {
                     fingerprint: running.fingerprint,
                     owner,
@@ -725,7 +777,7 @@ impl Store {
     }
 
     /// The claim of the run of `key` (if it still runs here under that claim) is held in
-    /// Redis until `until`, the end of its running time: not due again.
+    /// Redis until `until`: due again [`LEASE_DUE`] before.
     fn lease_kept(&self, key: &Key, claim: &Claim, until: Instant) {
         if !self.still_runs_here(key, claim) {
             return;

@@ -525,12 +525,26 @@ impl RedisStore {
         })
     }
 
-    /// Puts `done` under `key` for `ttl`. Whether Redis took it (answered in time). Sent
-    /// even while Redis is skipped after a failure: a run's claim lives only as long as its
-    /// lease once the run is over, so a result that waited for a reply in time (a beat's,
-    /// over a slow link: never) would let the claim lapse and a retry elsewhere run the
-    /// call again; sent, it lands, and is written again once Redis answers (review 55 #1).
+    /// Puts `done` under `key` for `ttl`. Whether Redis took it.
     pub(crate) async fn complete(
+        &self,
+        metrics: &Metrics,
+        key: &Key,
+        done: Vec<u8>,
+        ttl: Duration,
+    ) -> bool {
+        let key = self.entry_key(key);
+        self.run(metrics, "complete", |mut con| async move {
+            con.pset_ex::<_, _, ()>(key, done, ttl.as_millis() as u64)
+                .await
+        })
+        .await
+        .is_some()
+    }
+
+    /// [`complete`](Self::complete), sent even while Redis is skipped after a failure (see
+    /// `Store::push_stranded`). Whether Redis answered in time.
+    pub(crate) async fn complete_now(
         &self,
         metrics: &Metrics,
         key: &Key,
@@ -540,6 +554,21 @@ impl RedisStore {
         let key = self.entry_key(key);
         self.attempt(metrics, "complete", |mut con| async move {
             con.pset_ex::<_, _, ()>(key, done, ttl.as_millis() as u64)
+                .await
+        })
+        .await
+        .is_some()
+    }
+
+    /// [`release`](Self::release), sent even while Redis is skipped after a failure (see
+    /// `Store::push_stranded`). Whether Redis answered in time.
+    pub(crate) async fn release_now(&self, metrics: &Metrics, key: &Key, running: Vec<u8>) -> bool {
+        let key = self.entry_key(key);
+        self.attempt(metrics, "release", |mut con| async move {
+            RELEASE
+                .key(key)
+                .arg(running)
+                .invoke_async::<i64>(&mut con)
                 .await
         })
         .await
