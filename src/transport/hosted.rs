@@ -844,6 +844,9 @@ impl HostedSession {
         }
         if again {
             ctx.run_later(stream_end::CLAIM_AGAIN_AFTER, |host, ctx| {
+                if let Some(claims) = &mut host.stream_claims {
+                    claims.wait_over();
+                }
                 host.drain_inbox(ctx);
             });
             return;

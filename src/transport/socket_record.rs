@@ -194,7 +194,13 @@ where
         // 55 #7: they waited for good).
         let since = *record.unanswered_since.get_or_insert_with(Instant::now);
         if since.elapsed() < crate::cluster::SUSPECT_AFTER {
+            // Marked as asking meanwhile: a drain before then does not ask at once (review
+            // 56 #4: the questions went back to back).
+            record.confirming = true;
             ctx.run_later(ASK_AGAIN_AFTER, |host: &mut A, ctx| {
+                if let Some(kept) = host.record_and_session() {
+                    kept.record.confirming = false;
+                }
                 host.drain_inbox(ctx);
             });
             return;

@@ -176,6 +176,9 @@ impl StreamClaims {
         if streams.is_empty() {
             self.mark = mark;
             self.covered_until = covered_until;
+            // That finding is settled (review 56 #5: an unanswered round's start counted
+            // against the next finding's).
+            self.unanswered_since = None;
             return None;
         }
         self.claiming = true;
@@ -207,6 +210,12 @@ impl StreamClaims {
         })
     }
 
+    /// The wait [`settle`](Self::settle) asked for is over: the claims are made again at the
+    /// next drain.
+    pub(crate) fn wait_over(&mut self) {
+        self.claiming = false;
+    }
+
     /// The claims begun are done: the streams found lost (their answers are dropped, and they
     /// end), and whether the claims are to be made again after [`CLAIM_AGAIN_AFTER`], the
     /// answers waiting. Claims Redis did not answer in a stall cover it until a beat lands
@@ -226,7 +235,9 @@ impl StreamClaims {
         if !answered && claimed.mark.is_unconfirmed() {
             let since = *self.unanswered_since.get_or_insert_with(Instant::now);
             if since.elapsed() < crate::cluster::SUSPECT_AFTER {
-                // The mark is left as it was: the next drain claims again.
+                // The mark is left as it was: the drain after the wait claims again, and
+                // none before it (review 56 #4: the rounds went back to back).
+                self.claiming = true;
                 return (lost, true);
             }
         }
