@@ -292,8 +292,9 @@ pub struct HostedSession {
     socket_record: Option<SocketRecord>,
     /// An HTTP session's claims of its POST streams' ends, with sessions in Redis: made
     /// before it answers on them after its node may have been taken for dead
-    /// ([`super::stream_end`]).
-    stream_claims: Option<StreamClaims>,
+    /// ([`super::stream_end`]). Boxed: only sessions in Redis have them, and every HTTP
+    /// session and parked WebSocket session is this actor.
+    stream_claims: Option<Box<StreamClaims>>,
 }
 
 impl HostedSession {
@@ -430,7 +431,7 @@ impl HostedSession {
         let mut host = Self::host(shared, directory, slot, id, core, out);
         host.in_redis = in_redis;
         if in_redis {
-            host.stream_claims = Some(StreamClaims::new(&host.shared.cluster));
+            host.stream_claims = Some(Box::new(StreamClaims::new(&host.shared.cluster)));
             // Its streams' numbers are this node's own too (a Last-Event-ID names the node
             // whose stream it was), and this copy's alone.
             if let Outlets::Http(http) = &mut host.out {
