@@ -749,6 +749,23 @@ async fn a_keyed_call_running_past_its_claims_lease_keeps_its_key() {
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
 }
 
+/// Node `a` reaching `redis` through a proxy whose replies are held back 700 ms (longer
+/// than `redis.timeout_ms`) while the returned flag is set, node `b` directly; both
+/// bridged.
+async fn slow_link_nodes(redis: &RedisServer) -> (Node, Node, Arc<std::sync::atomic::AtomicBool>) {
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy =
+        slow_replies_proxy(redis, std::time::Duration::from_millis(700), slow.clone()).await;
+    let mut through_proxy = node_settings(redis);
+    through_proxy.redis.url = proxy;
+    let (a, b) = (
+        start_node("a", through_proxy),
+        start_node("b", node_settings(redis)),
+    );
+    bridged(&[&a, &b]).await;
+    (a, b, slow)
+}
+
 /// A TCP proxy to `redis` whose replies are held back `delay` while `slow` is set (each
 /// as long, from when it came): commands reach Redis at once, their replies come late, as
 /// over a slow link. Its `redis://` URL.
@@ -816,16 +833,7 @@ async fn slow_replies_proxy(
 #[tokio::test]
 async fn a_keyed_call_refused_over_a_slow_link_leaves_its_key_free_within_a_lease() {
     let redis = RedisServer::start();
-    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let proxy =
-        slow_replies_proxy(&redis, std::time::Duration::from_millis(700), slow.clone()).await;
-    let mut through_proxy = node_settings(&redis);
-    through_proxy.redis.url = proxy;
-    let (a, b) = (
-        start_node("a", through_proxy),
-        start_node("b", node_settings(&redis)),
-    );
-    bridged(&[&a, &b]).await;
+    let (a, b, slow) = slow_link_nodes(&redis).await;
     let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
     // Loads the claim's script, so that the claim sent over the slow link is the script's.
     let warm = on_a
@@ -870,16 +878,7 @@ async fn a_keyed_call_refused_over_a_slow_link_leaves_its_key_free_within_a_leas
 #[tokio::test]
 async fn a_keyed_call_keeps_its_key_through_a_slow_link_longer_than_its_lease() {
     let redis = RedisServer::start();
-    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let proxy =
-        slow_replies_proxy(&redis, std::time::Duration::from_millis(700), slow.clone()).await;
-    let mut through_proxy = node_settings(&redis);
-    through_proxy.redis.url = proxy;
-    let (a, b) = (
-        start_node("a", through_proxy),
-        start_node("b", node_settings(&redis)),
-    );
-    bridged(&[&a, &b]).await;
+    let (a, b, slow) = slow_link_nodes(&redis).await;
     let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
     on_a.send_json(keyed_call(json!("first"), "held", "k-slow-run"))
         .await;
@@ -912,16 +911,7 @@ async fn a_keyed_call_keeps_its_key_through_a_slow_link_longer_than_its_lease() 
 #[tokio::test]
 async fn a_keyed_call_cancelled_over_a_slow_link_frees_its_key_within_a_lease() {
     let redis = RedisServer::start();
-    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let proxy =
-        slow_replies_proxy(&redis, std::time::Duration::from_millis(700), slow.clone()).await;
-    let mut through_proxy = node_settings(&redis);
-    through_proxy.redis.url = proxy;
-    let (a, b) = (
-        start_node("a", through_proxy),
-        start_node("b", node_settings(&redis)),
-    );
-    bridged(&[&a, &b]).await;
+    let (a, b, slow) = slow_link_nodes(&redis).await;
     let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
     on_a.send_json(keyed_call(json!("first"), "held", "k-cancel-slow"))
         .await;

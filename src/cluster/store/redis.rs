@@ -533,13 +533,7 @@ impl RedisStore {
         done: Vec<u8>,
         ttl: Duration,
     ) -> bool {
-        let key = self.entry_key(key);
-        self.run(metrics, "complete", |mut con| async move {
-            con.pset_ex::<_, _, ()>(key, done, ttl.as_millis() as u64)
-                .await
-        })
-        .await
-        .is_some()
+        self.put_done(metrics, key, done, ttl, false).await
     }
 
     /// [`complete`](Self::complete), sent even while Redis is skipped after a failure (see
@@ -551,43 +545,65 @@ impl RedisStore {
         done: Vec<u8>,
         ttl: Duration,
     ) -> bool {
-        let key = self.entry_key(key);
-        self.attempt(metrics, "complete", |mut con| async move {
-            con.pset_ex::<_, _, ()>(key, done, ttl.as_millis() as u64)
-                .await
-        })
-        .await
-        .is_some()
+        self.put_done(metrics, key, done, ttl, true).await
     }
 
-    /// [`release`](Self::release), sent even while Redis is skipped after a failure (see
-    /// `Store::push_stranded`). Whether Redis answered in time.
-    pub(crate) async fn release_now(&self, metrics: &Metrics, key: &Key, running: Vec<u8>) -> bool {
+    /// [`complete`](Self::complete), or [`complete_now`](Self::complete_now) (`at_once`).
+    async fn put_done(
+        &self,
+        metrics: &Metrics,
+        key: &Key,
+        done: Vec<u8>,
+        ttl: Duration,
+        at_once: bool,
+    ) -> bool {
         let key = self.entry_key(key);
-        self.attempt(metrics, "release", |mut con| async move {
-            RELEASE
-                .key(key)
-                .arg(running)
-                .invoke_async::<i64>(&mut con)
+        let put = |mut con: Connection| async move {
+            con.pset_ex::<_, _, ()>(key, done, ttl.as_millis() as u64)
                 .await
-        })
-        .await
-        .is_some()
+        };
+        let answered = if at_once {
+            self.attempt(metrics, "complete", put).await
+        } else {
+            self.run(metrics, "complete", put).await
+        };
+        answered.is_some()
     }
 
     /// Deletes `key` if it still holds `running`.
     /// Whether Redis answered (whatever it held).
     pub(crate) async fn release(&self, metrics: &Metrics, key: &Key, running: Vec<u8>) -> bool {
+        self.delete_running(metrics, key, running, false).await
+    }
+
+    /// [`release`](Self::release), sent even while Redis is skipped after a failure (see
+    /// `Store::push_stranded`). Whether Redis answered in time.
+    pub(crate) async fn release_now(&self, metrics: &Metrics, key: &Key, running: Vec<u8>) -> bool {
+        self.delete_running(metrics, key, running, true).await
+    }
+
+    /// [`release`](Self::release), or [`release_now`](Self::release_now) (`at_once`).
+    async fn delete_running(
+        &self,
+        metrics: &Metrics,
+        key: &Key,
+        running: Vec<u8>,
+        at_once: bool,
+    ) -> bool {
         let key = self.entry_key(key);
-        self.run(metrics, "release", |mut con| async move {
+        let delete = |mut con: Connection| async move {
             RELEASE
                 .key(key)
                 .arg(running)
                 .invoke_async::<i64>(&mut con)
                 .await
-        })
-        .await
-        .is_some()
+        };
+        let answered = if at_once {
+            self.attempt(metrics, "release", delete).await
+        } else {
+            self.run(metrics, "release", delete).await
+        };
+        answered.is_some()
     }
 
     /// Records a nonce for `ttl`: `Some(true)` when it is new, `Some(false)` when another
