@@ -283,7 +283,7 @@ pub struct HostedSession {
     in_redis: bool,
     /// The revision of the record last stored, and when.
     stored: (u64, Instant),
-    /// The last write of the record failed: it is written again, changed or not.
+    /// The last write of the record failed: it is written again, as a change.
     record_unwritten: bool,
     /// A write again of the record is due after `redis.retry_after_ms`.
     record_retry_armed: bool,
