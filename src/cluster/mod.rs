@@ -32,6 +32,10 @@ pub struct Cluster {
     /// session records this node keeps are written again at once (the hosting transport
     /// sets it).
     pub(crate) records_lost: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Tells the hosting transport that this node's bus subscription was down a while: the
+    /// notes other nodes published meanwhile (a session deleted, changed) did not reach its
+    /// copies, which read their records again (the hosting transport sets it).
+    pub(crate) notes_missed: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// The node's signature nonces (some identity must sign, and Redis is configured): all
     /// written to Redis again when it lost what it held, so that the other nodes refuse
     /// replays of the requests this node ran (attack run 51, N1).
@@ -131,6 +135,7 @@ impl Cluster {
             bus,
             session_sink: std::sync::OnceLock::new(),
             records_lost: std::sync::OnceLock::new(),
+            notes_missed: std::sync::OnceLock::new(),
             nonces: std::sync::OnceLock::new(),
             epoch: std::sync::Mutex::new(None),
             shared_secret: std::sync::OnceLock::new(),

@@ -180,6 +180,12 @@ pub(super) async fn serve(
                 app_hosted.clone().into_inner(),
                 app_sockets.clone().into_inner(),
             ));
+        let hosted = app_hosted.clone();
+        let _ = shared.cluster.notes_missed.set(Box::new(move || {
+            for session in hosted.actors() {
+                session.do_send(crate::transport::hosted::Recheck);
+            }
+        }));
         let (hosted, sockets) = (app_hosted.clone(), app_sockets.clone());
         let _ = shared.cluster.records_lost.set(Box::new(move || {
             for session in hosted.actors() {

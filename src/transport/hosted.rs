@@ -105,6 +105,12 @@ pub struct TakeRecord;
 #[rtype(result = "()")]
 pub struct EndedElsewhere;
 
+/// This node's bus subscription was down a while: an HTTP copy reads its record again, and
+/// ends if the session was deleted meanwhile, or takes what changed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Recheck;
+
 /// The close reason of a socket whose session its client resumed on a newer connection
 /// (on this node or another).
 const RECONNECTED_ELSEWHERE: &str = "MCP session reconnected on another connection";
@@ -1071,6 +1077,44 @@ impl Handler<EndedElsewhere> for HostedSession {
 
     fn handle(&mut self, _ended: EndedElsewhere, ctx: &mut Self::Context) {
         self.end(ctx, "deleted by the client on another node");
+    }
+}
+
+impl Handler<Recheck> for HostedSession {
+    type Result = ();
+
+    fn handle(&mut self, _: Recheck, ctx: &mut Self::Context) {
+        // An HTTP copy in Redis whose record this node wrote: one whose write failed is
+        // about to be written again, and is not read back.
+        if !matches!(self.out, Outlets::Http(_))
+            || !self.in_redis
+            || self.stored.0 == 0
+            || self.record_unwritten
+        {
+            return;
+        }
+        let cluster = self.shared.cluster.clone();
+        let id = self.id.as_str().to_owned();
+        let ttl = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
+        let read = async move {
+            let redis = cluster.store.redis()?;
+            match redis.get_session(&cluster.metrics, &id, ttl).await? {
+                Some(json) => serde_json::from_str::<SessionRecord>(&json).ok().map(Some),
+                // Gone, unless Redis may have lost it (restarted empty, its copies about to
+                // write it again).
+                None => {
+                    let epoch = redis.epoch(&cluster.metrics).await?;
+                    (!cluster.record_may_be_lost(epoch.as_deref())).then_some(None)
+                }
+            }
+        };
+        ctx.spawn(read.into_actor(self).map(|read, host, ctx| match read {
+            Some(None) => host.end(ctx, "deleted on another node while this one's bus was down"),
+            Some(Some(record)) if host.core.restore(&record) => {
+                host.stored = (host.core.revision(), host.stored.1);
+            }
+            _ => {}
+        }));
     }
 }
 

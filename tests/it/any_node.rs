@@ -1104,6 +1104,61 @@ async fn a_delete_redis_cannot_take_is_503_and_ends_the_session_when_sent_again(
     assert!(redis.keys("delete-outage:session:*").is_empty());
 }
 
+/// A session deleted on one node while another node's bus is down (its subscription not
+/// back yet after Redis restarted) ends on that node too once its bus is back: its copy
+/// reads its record again, and finds it gone. (The note of the deletion never reached it,
+/// and the copy served the deleted session for as long as it was used.)
+#[tokio::test]
+async fn a_delete_whose_note_a_node_missed_ends_its_copy_once_its_bus_is_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut redis = RedisServer::start_persistent(dir.path());
+    let fixtures = Fixtures::default();
+    // Node 0 subscribes again 3 s after it lost its subscription, node 1 after 1 s.
+    let slow = node_with(&redis.url(), "missed:", &fixtures, |s| {
+        s.redis.retry_after_ms = 3000;
+    });
+    let quick = node_with(&redis.url(), "missed:", &fixtures, |_| {});
+    let session = Session::begin(&slow, Some(TEST_KEY)).await;
+    let ping = session.ask(&quick, json!(1), "ping", json!({})).await;
+    assert_result(&answer_of(&ping, &json!(1)), &json!(1));
+    redis.kill();
+    redis.restart();
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    loop {
+        match session.delete(&quick).await {
+            200 => break,
+            503 => {}
+            other => panic!("DELETE: {other}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never taken");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        metric(&slow, "mcp_bus_bridge_subscribed").await,
+        0,
+        "node 0's bus was down when the deletion was told"
+    );
+    // Node 0's copy: served until its bus is back (or refused while it skips Redis), then
+    // ended.
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut id = 1;
+    loop {
+        id += 1;
+        let status = session
+            .post_raw(&slow, request(json!(id), "ping", json!({})))
+            .await
+            .status();
+        if status == 404 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the deleted session is still served on node 0: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Redis restarts empty: the node holding a session writes its record again as soon as its
 /// beat finds Redis lost what it held, and another node meanwhile answers 503 (retryable),
 /// never 404, which a client takes for its session ended. (The others answered 404 for

@@ -475,6 +475,12 @@ async fn subscribe(cluster: Arc<Cluster>) {
                     // Changes may have come and gone while the bridge was down, both ways.
                     mark_everything_changed(&bus);
                     send_or_owe(&cluster, &Message::everything(node)).await;
+                    // And notes about sessions: this node's copies read their records
+                    // again (a session deleted on another node meanwhile was served here
+                    // until its copy was let go, idle).
+                    if let Some(notes_missed) = cluster.notes_missed.get() {
+                        notes_missed();
+                    }
                 }
                 // The connection is asked a PING now and then: one dropped without a word
                 // (a NAT or a balancer forgetting an idle connection) would otherwise look
