@@ -1940,7 +1940,8 @@ async fn follow_mirror(followed: Followed, mut mirrored: Mirrored, reader: Feed)
 }
 
 /// Follows `followed` until its answer (false) or until its node is found dead and the
-/// stream's end is claimed lost here (true; see [`follow_mirror`]).
+/// stream's end is claimed lost here, or found claimed lost by another follower (true; see
+/// [`follow_mirror`]).
 async fn follow_until_lost(followed: &Followed, mirrored: &mut Mirrored, reader: &Feed) -> bool {
     let Followed {
         cluster,
@@ -1977,8 +1978,15 @@ async fn follow_until_lost(followed: &Followed, mirrored: &mut Mirrored, reader:
             // from its last event is refused rather than given the events after the gap.
             return false;
         }
-        if mirrored.finished || reader.is_unread() {
+        if reader.is_unread() {
             return false;
+        }
+        if mirrored.finished {
+            // Finished with requests unanswered: by its node's end of a stream another
+            // follower claimed lost. Those are answered -32031 here too, as on a resume of
+            // the stream finished (review 55 #9: this follower ended without an answer).
+            return mirrored.unanswered().next().is_some()
+                && redis.stream_lost(&cluster.metrics, session, *stream).await == Some(true);
         }
         if quiet && redis.is_alive(&cluster.metrics, node).await == Some(false) {
             let ttl = stream_end::lost_ttl(&cluster.settings);
