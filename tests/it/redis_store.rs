@@ -142,6 +142,28 @@ async fn runs_reach(node: &Node, runs: usize) {
     }
 }
 
+/// A retry of the keyed call `held` under `key` on node `b` waits for node `a`'s run of it
+/// (sent as `"first"` on `on_a`, its `run`th): `b` runs nothing, and once `a`'s gate opens
+/// both get that run's answer.
+async fn retry_on_b_joins_the_run(a: &Node, on_a: &mut Client, b: &Node, key: &str, run: usize) {
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    on_b.send_json(keyed_call(json!("retry"), "held", key))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        b.runs.load(Ordering::SeqCst),
+        0,
+        "the retry waits, it does not run"
+    );
+    a.gate.add_permits(1);
+    let answer = format!("a run {run}: \"held\"");
+    let ran = on_a.recv_response(&json!("first")).await;
+    assert_eq!(result_text(&ran, &json!("first")), answer);
+    let joined = on_b.recv_response(&json!("retry")).await;
+    assert_eq!(result_text(&joined, &json!("retry")), answer);
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+}
+
 /// The nodes' bridges hold their subscription.
 async fn bridged(nodes: &[&Node]) {
     for node in nodes {
@@ -699,21 +721,7 @@ async fn a_keyed_call_run_locally_after_an_unanswered_claim_keeps_its_key_in_red
     until_entries(&redis, |n| n >= 2, "the claim never landed").await;
     // Heartbeats that Redis answers pass (an unanswered claim's release went with the first).
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
-    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
-    on_b.send_json(keyed_call(json!("retry"), "held", "k-local"))
-        .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(
-        b.runs.load(Ordering::SeqCst),
-        0,
-        "the retry waits, it does not run"
-    );
-    a.gate.add_permits(1);
-    let ran = on_a.recv_response(&json!("first")).await;
-    assert_eq!(result_text(&ran, &json!("first")), "a run 2: \"held\"");
-    let joined = on_b.recv_response(&json!("retry")).await;
-    assert_eq!(result_text(&joined, &json!("retry")), "a run 2: \"held\"");
-    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+    retry_on_b_joins_the_run(&a, &mut on_a, &b, "k-local", 2).await;
 }
 
 /// A keyed call that runs longer than its claim's first lease (10 s) has its claim kept in
@@ -732,21 +740,7 @@ async fn a_keyed_call_running_past_its_claims_lease_keeps_its_key() {
         .await;
     until_stored(&redis, "never claimed").await;
     tokio::time::sleep(std::time::Duration::from_millis(12_000)).await;
-    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
-    on_b.send_json(keyed_call(json!("retry"), "held", "k-long"))
-        .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(
-        b.runs.load(Ordering::SeqCst),
-        0,
-        "the retry waits, it does not run"
-    );
-    a.gate.add_permits(1);
-    let ran = on_a.recv_response(&json!("first")).await;
-    assert_eq!(result_text(&ran, &json!("first")), "a run 1: \"held\"");
-    let joined = on_b.recv_response(&json!("retry")).await;
-    assert_eq!(result_text(&joined, &json!("retry")), "a run 1: \"held\"");
-    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+    retry_on_b_joins_the_run(&a, &mut on_a, &b, "k-long", 1).await;
 }
 
 /// Node `a` reaching `redis` through a proxy whose replies are held back 700 ms (longer
@@ -885,21 +879,7 @@ async fn a_keyed_call_keeps_its_key_through_a_slow_link_longer_than_its_lease() 
     until_stored(&redis, "never claimed").await;
     slow.store(true, Ordering::SeqCst);
     tokio::time::sleep(std::time::Duration::from_millis(12_000)).await;
-    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
-    on_b.send_json(keyed_call(json!("retry"), "held", "k-slow-run"))
-        .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(
-        b.runs.load(Ordering::SeqCst),
-        0,
-        "the retry waits, it does not run"
-    );
-    a.gate.add_permits(1);
-    let ran = on_a.recv_response(&json!("first")).await;
-    assert_eq!(result_text(&ran, &json!("first")), "a run 1: \"held\"");
-    let joined = on_b.recv_response(&json!("retry")).await;
-    assert_eq!(result_text(&joined, &json!("retry")), "a run 1: \"held\"");
-    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+    retry_on_b_joins_the_run(&a, &mut on_a, &b, "k-slow-run", 1).await;
     assert!(slow.load(Ordering::SeqCst), "the link was slow throughout");
 }
 
@@ -977,21 +957,7 @@ async fn a_keyed_call_begun_in_memory_while_redis_is_skipped_holds_its_key_once_
         "its claim was not sent (only the warm call's entry)"
     );
     until_entries(&redis, |n| n >= 2, "the run's claim never reached Redis").await;
-    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
-    on_b.send_json(keyed_call(json!("retry"), "held", "k-unsent"))
-        .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(
-        b.runs.load(Ordering::SeqCst),
-        0,
-        "the retry waits, it does not run"
-    );
-    a.gate.add_permits(1);
-    let ran = on_a.recv_response(&json!("first")).await;
-    assert_eq!(result_text(&ran, &json!("first")), "a run 2: \"held\"");
-    let joined = on_b.recv_response(&json!("retry")).await;
-    assert_eq!(result_text(&joined, &json!("retry")), "a run 2: \"held\"");
-    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+    retry_on_b_joins_the_run(&a, &mut on_a, &b, "k-unsent", 2).await;
 }
 
 /// Redis restarts empty while a keyed call runs: a retry reaching the node that runs it

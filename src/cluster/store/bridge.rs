@@ -17,7 +17,7 @@ use crate::mailbox::inbox::TaskNote;
 use crate::registry::bus::{BusEvent, BusObserver, ChangeBus};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -285,47 +285,31 @@ async fn beat(cluster: Arc<Cluster>) {
                 policy_asks_left = 0;
             }
         }
-        if !crate::lock(&cluster.owed_ends).is_empty()
-            && !cluster.telling_owed_ends.swap(true, Ordering::AcqRel)
-        {
+        if !crate::lock(&cluster.owed_ends).is_empty() {
             // Off the beat's task: up to a thousand publishes could hold the next beats
             // past the node's alive time (review 52 #10).
-            let owed = cluster.clone();
-            actix_rt::spawn(async move {
-                // Cleared however the task ends (done, dropped with its arbiter, or a
-                // panic): set for good, no later beat would tell the ends owed (review 54
-                // #10).
-                struct Telling(Arc<Cluster>);
-                impl Drop for Telling {
-                    fn drop(&mut self) {
-                        self.0.telling_owed_ends.store(false, Ordering::Release);
-                    }
-                }
-                let telling = Telling(owed);
-                tell_owed_ends(&telling.0).await;
-            });
+            one_pass_at_a_time(
+                &cluster,
+                |c| &c.telling_owed_ends,
+                |cluster| async move {
+                    tell_owed_ends(&cluster).await;
+                },
+            );
         }
         if cluster.store.has_stranded() {
             cluster.store.write_back(&cluster.metrics).await;
         }
-        if cluster.store.has_stranded_nonces()
-            && !cluster.store.writing_nonces.swap(true, Ordering::AcqRel)
-        {
-            // Off the beat's task, one pass at a time (review 55 #6: up to sixteen round
-            // trips after the results' could hold the next beat past the node's alive
-            // time), and not behind a result Redis refused.
-            let nonces = cluster.clone();
-            actix_rt::spawn(async move {
-                struct Writing(Arc<Cluster>);
-                impl Drop for Writing {
-                    fn drop(&mut self) {
-                        self.0.store.writing_nonces.store(false, Ordering::Release);
-                    }
-                }
-                let writing = Writing(nonces);
-                let cluster = &writing.0;
-                cluster.store.write_back_nonces(&cluster.metrics).await;
-            });
+        if cluster.store.has_stranded_nonces() {
+            // Off the beat's task (review 55 #6: up to sixteen round trips after the
+            // results' could hold the next beat past the node's alive time), and not behind
+            // a result Redis refused.
+            one_pass_at_a_time(
+                &cluster,
+                |c| &c.store.writing_nonces,
+                |cluster| async move {
+                    cluster.store.write_back_nonces(&cluster.metrics).await;
+                },
+            );
         }
         if cluster.owes_everything.swap(false, Ordering::Relaxed) {
             tracing::info!("telling the other nodes every list changed: a change of this node's did not reach them");
@@ -426,28 +410,46 @@ async fn send(cluster: &Cluster, message: &Message) -> bool {
 /// pass at a time (review 55 #5: over a slow Redis, passes spawned at each beat piled up).
 /// `push`: the results and releases owed are sent too ([`Store::push_stranded`](super::Store::push_stranded)).
 fn keep_claims(cluster: &Arc<Cluster>, push: bool) {
-    if cluster.store.keeping.swap(true, Ordering::AcqRel) {
+    one_pass_at_a_time(
+        cluster,
+        |c| &c.store.keeping,
+        move |cluster| async move {
+            let all = cluster.store.keep_all.swap(false, Ordering::AcqRel);
+            if !cluster.store.keep_running(&cluster.metrics, all).await && all {
+                // Redis did not answer them all: asked again at the next beat.
+                cluster.store.keep_all.store(true, Ordering::Release);
+            }
+            if push {
+                cluster.store.push_stranded(&cluster.metrics).await;
+            }
+        },
+    );
+}
+
+/// Runs `pass` on a task of its own, off the beat's, unless a pass of its kind is under way
+/// (`busy`, a flag of the cluster's): one at a time. The flag is cleared however the pass
+/// ends (done, dropped with its arbiter, or a panic): left set, no later beat would run
+/// one again (review 54 #10).
+fn one_pass_at_a_time<F>(
+    cluster: &Arc<Cluster>,
+    busy: fn(&Cluster) -> &AtomicBool,
+    pass: impl FnOnce(Arc<Cluster>) -> F + 'static,
+) where
+    F: std::future::Future<Output = ()> + 'static,
+{
+    if busy(cluster).swap(true, Ordering::AcqRel) {
         return;
     }
-    let keep = cluster.clone();
+    struct Clears(Arc<Cluster>, fn(&Cluster) -> &AtomicBool);
+    impl Drop for Clears {
+        fn drop(&mut self) {
+            (self.1)(&self.0).store(false, Ordering::Release);
+        }
+    }
+    let clears = Clears(cluster.clone(), busy);
     actix_rt::spawn(async move {
-        // Cleared however the pass ends.
-        struct Keeping(Arc<Cluster>);
-        impl Drop for Keeping {
-            fn drop(&mut self) {
-                self.0.store.keeping.store(false, Ordering::Release);
-            }
-        }
-        let keeping = Keeping(keep);
-        let cluster = &keeping.0;
-        let all = cluster.store.keep_all.swap(false, Ordering::AcqRel);
-        if !cluster.store.keep_running(&cluster.metrics, all).await && all {
-            // Redis did not answer them all: asked again at the next beat.
-            cluster.store.keep_all.store(true, Ordering::Release);
-        }
-        if push {
-            cluster.store.push_stranded(&cluster.metrics).await;
-        }
+        pass(clears.0.clone()).await;
+        drop(clears);
     });
 }
 
