@@ -252,33 +252,40 @@ impl Cluster {
     }
 }
 
+/// A cluster to test what depends on the node's beats, without Redis.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
     use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
 
-    /// A cluster whose clock started a minute ago, so that a stall can be set by hand (the
-    /// last beat's time) without waiting for one.
-    fn cluster() -> Arc<Cluster> {
+    /// A cluster without Redis whose clock started a minute ago, so that a stall can be set
+    /// by hand (the last beat's time) without waiting for one.
+    pub(crate) fn cluster() -> Arc<Cluster> {
         let mut cluster = Cluster::new(
             Arc::new(crate::config::Settings::default()),
             Arc::default(),
             crate::registry::bus::ChangeBus::default(),
         );
-        let started = std::time::Instant::now()
-            .checked_sub(std::time::Duration::from_secs(60))
+        let started = Instant::now()
+            .checked_sub(Duration::from_secs(60))
             .expect("a minute ago");
         Arc::get_mut(&mut cluster).expect("not shared yet").clock = started;
         cluster
     }
 
     /// The node's last beat landed `ago` ago, more than [`SUSPECT_AFTER`]: it stalls.
-    fn stall(cluster: &Cluster, ago: std::time::Duration) {
+    pub(crate) fn stall(cluster: &Cluster, ago: Duration) {
         assert!(ago > SUSPECT_AFTER);
         let now = cluster.clock.elapsed();
         let last_beat = (now - ago).as_millis() as u64;
         cluster.last_beat_ms.store(last_beat, Ordering::SeqCst);
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{cluster, stall};
 
     #[test]
     fn a_node_with_no_beat_yet_or_beating_is_not_taken_for_dead() {

@@ -110,9 +110,9 @@ pub(crate) enum Due {
 
 /// How the claims of a session's streams went ([`StreamClaims::begin`]).
 pub(crate) struct Claimed {
-    /// Each stream claimed, and whether it is held (`Some(false)`: lost, answered -32031 by
-    /// another node); those after one Redis did not answer are not asked.
-    outcomes: Vec<(u64, Option<bool>)>,
+    /// The streams found lost (answered -32031 by another node; the others are held), or
+    /// `None` when Redis did not answer.
+    lost: Option<Vec<u64>>,
     /// Where the node stood when they were made.
     mark: HoldMark,
     /// In a stall: until when they cover the answers, if Redis answered them all.
@@ -185,25 +185,24 @@ impl StreamClaims {
         let cluster = cluster.clone();
         let id = id.to_owned();
         Some(async move {
-            let mut outcomes = Vec::with_capacity(streams.len());
-            for stream in streams {
-                let held = match cluster.store.redis() {
-                    Some(redis) => {
-                        redis
-                            .claim_stream_held(&cluster.metrics, &id, stream, LEASE)
-                            .await
-                    }
-                    None => None,
-                };
-                outcomes.push((stream, held));
-                if held.is_none() {
-                    // Redis out of reach: the answers go on, and the rest is not asked (each
-                    // would wait for Redis's timeout).
-                    break;
+            let held = match cluster.store.redis() {
+                Some(redis) => {
+                    redis
+                        .claim_streams_held(&cluster.metrics, &id, &streams, LEASE)
+                        .await
                 }
-            }
+                None => None,
+            };
+            let lost = held.map(|held| {
+                streams
+                    .iter()
+                    .zip(held)
+                    .filter(|(_, held)| !held)
+                    .map(|(stream, _)| *stream)
+                    .collect()
+            });
             Claimed {
-                outcomes,
+                lost,
                 mark,
                 covered_until,
             }
@@ -225,13 +224,8 @@ impl StreamClaims {
     /// (review 55 #3, as `socket_record::hold_confirmed` does since review 54 #5).
     pub(crate) fn settle(&mut self, claimed: Claimed) -> (Vec<u64>, bool) {
         self.claiming = false;
-        let answered = claimed.outcomes.iter().all(|(_, held)| held.is_some());
-        let lost = claimed
-            .outcomes
-            .iter()
-            .filter(|(_, held)| *held == Some(false))
-            .map(|(stream, _)| *stream)
-            .collect();
+        let answered = claimed.lost.is_some();
+        let lost = claimed.lost.unwrap_or_default();
         if !answered && claimed.mark.is_unconfirmed() {
             let since = *self.unanswered_since.get_or_insert_with(Instant::now);
             if since.elapsed() < crate::cluster::SUSPECT_AFTER {
@@ -245,5 +239,170 @@ impl StreamClaims {
         self.mark = claimed.mark;
         self.covered_until = claimed.covered_until.filter(|_| answered);
         (lost, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::testing::{cluster, stall};
+
+    /// Runs `begin`'s claims (no Redis here: they come back unanswered).
+    async fn unanswered(
+        claims: &mut StreamClaims,
+        cluster: &Arc<Cluster>,
+        streams: &[u64],
+    ) -> Claimed {
+        let claimed = claims
+            .begin(cluster, "session", streams.to_vec())
+            .expect("streams to claim")
+            .await;
+        assert!(claimed.lost.is_none(), "no Redis, no answer");
+        claimed
+    }
+
+    #[tokio::test]
+    async fn a_node_not_taken_for_dead_claims_nothing() {
+        let cluster = cluster();
+        let mut claims = StreamClaims::new(&cluster);
+        cluster.note_beat(true);
+        cluster.note_beat(true);
+        assert_eq!(claims.due(&cluster, || true), Due::No);
+    }
+
+    #[tokio::test]
+    async fn a_beats_finding_is_claimed_and_the_streams_found_lost_are_told() {
+        let cluster = cluster();
+        let mut claims = StreamClaims::new(&cluster);
+        cluster.note_beat(true);
+        // A beat finds this node's last one gone: taken for dead.
+        cluster.note_beat(false);
+        assert_eq!(claims.due(&cluster, || false), Due::Claim);
+        let begun = claims.begin(&cluster, "session", vec![1, 2, 3]);
+        assert!(begun.is_some());
+        assert_eq!(
+            claims.due(&cluster, || false),
+            Due::Wait,
+            "claims under way"
+        );
+        // Redis answered: stream 2 was claimed lost by a follower.
+        let mark = cluster.hold_mark().unconfirmed();
+        let (lost, again) = claims.settle(Claimed {
+            lost: Some(vec![2]),
+            mark,
+            covered_until: None,
+        });
+        assert_eq!(lost, vec![2]);
+        assert!(!again);
+        assert_eq!(
+            claims.due(&cluster, || true),
+            Due::No,
+            "that finding is settled"
+        );
+        // The next beat that finds it so again is claimed again.
+        cluster.note_beat(false);
+        assert_eq!(claims.due(&cluster, || false), Due::Claim);
+    }
+
+    #[tokio::test]
+    async fn claims_unanswered_for_a_beats_finding_are_made_again_for_a_while_then_given_up() {
+        let cluster = cluster();
+        let mut claims = StreamClaims::new(&cluster);
+        cluster.note_beat(true);
+        cluster.note_beat(false);
+        assert_eq!(claims.due(&cluster, || false), Due::Claim);
+        let claimed = unanswered(&mut claims, &cluster, &[7]).await;
+        let (lost, again) = claims.settle(claimed);
+        assert!(lost.is_empty());
+        assert!(again, "asked again after a wait");
+        assert_eq!(
+            claims.due(&cluster, || false),
+            Due::Wait,
+            "no claims back to back"
+        );
+        claims.wait_over();
+        assert_eq!(
+            claims.due(&cluster, || false),
+            Due::Claim,
+            "the finding still stands"
+        );
+        // Past `SUSPECT_AFTER` since the first unanswered round, it is given up: the answers
+        // go on.
+        claims.unanswered_since = Instant::now().checked_sub(crate::cluster::SUSPECT_AFTER);
+        let claimed = unanswered(&mut claims, &cluster, &[7]).await;
+        let (lost, again) = claims.settle(claimed);
+        assert!(lost.is_empty());
+        assert!(!again);
+        assert_eq!(claims.due(&cluster, || true), Due::No);
+        assert!(claims.unanswered_since.is_none(), "forgotten once settled");
+    }
+
+    #[tokio::test]
+    async fn claims_in_a_stall_cover_it_for_a_while_and_a_new_stream_is_claimed_before_its_first_frame(
+    ) {
+        let cluster = cluster();
+        let mut claims = StreamClaims::new(&cluster);
+        cluster.note_beat(true);
+        stall(&cluster, Duration::from_secs(10));
+        assert_eq!(claims.due(&cluster, || false), Due::Claim);
+        let begun = claims.begin(&cluster, "session", vec![1]);
+        assert!(begun.is_some());
+        let mark = cluster.hold_mark();
+        let covered_until = Instant::now() + COVER;
+        let (lost, again) = claims.settle(Claimed {
+            lost: Some(Vec::new()),
+            mark,
+            covered_until: Some(covered_until),
+        });
+        assert!(lost.is_empty() && !again);
+        assert_eq!(claims.due(&cluster, || false), Due::No, "covered");
+        assert_eq!(
+            claims.due(&cluster, || true),
+            Due::Claim,
+            "a stream the claims did not cover"
+        );
+        // Covered no longer: claimed again while the stall goes on.
+        claims.covered_until = Some(Instant::now());
+        assert_eq!(claims.due(&cluster, || false), Due::Claim);
+        // A beat lands: the node is alive to the others, nothing is claimed.
+        claims.covered_until = Some(covered_until);
+        cluster.note_beat(true);
+        assert_eq!(claims.due(&cluster, || true), Due::No);
+        assert!(claims.covered_until.is_none());
+    }
+
+    #[tokio::test]
+    async fn claims_unanswered_in_a_stall_cover_it_until_a_beat_lands() {
+        let cluster = cluster();
+        let mut claims = StreamClaims::new(&cluster);
+        cluster.note_beat(true);
+        stall(&cluster, Duration::from_secs(10));
+        assert_eq!(claims.due(&cluster, || false), Due::Claim);
+        let claimed = unanswered(&mut claims, &cluster, &[1, 2]).await;
+        let (lost, again) = claims.settle(claimed);
+        assert!(lost.is_empty());
+        assert!(!again, "Redis out of reach in a stall: the answers go on");
+        assert_eq!(
+            claims.due(&cluster, || true),
+            Due::No,
+            "not asked at each answer"
+        );
+        // The next stall, after a beat landed, is asked about.
+        cluster.note_beat(true);
+        stall(&cluster, Duration::from_secs(5));
+        assert_eq!(claims.due(&cluster, || false), Due::Claim);
+    }
+
+    #[tokio::test]
+    async fn no_stream_to_claim_settles_the_finding_at_once() {
+        let cluster = cluster();
+        let mut claims = StreamClaims::new(&cluster);
+        cluster.note_beat(true);
+        cluster.note_beat(false);
+        claims.unanswered_since = Some(Instant::now());
+        assert_eq!(claims.due(&cluster, || false), Due::Claim);
+        assert!(claims.begin(&cluster, "session", Vec::new()).is_none());
+        assert_eq!(claims.due(&cluster, || true), Due::No);
+        assert!(claims.unanswered_since.is_none());
     }
 }

@@ -137,15 +137,25 @@ return 1",
     )
 });
 
-/// Claims the end of a POST's SSE stream for the node that runs it, going on after it may
-/// have been taken for dead: `held` put under `KEYS[1]` for `ARGV[1]` ms (its lease), unless
-/// a follower answered the stream's requests -32031 (`lost`): 1 if held (the node answers
-/// on the stream), 0 if lost (it drops the stream's answers).
+/// Claims the ends of POST SSE streams for the node that runs them, going on after it may
+/// have been taken for dead: `held` put under each of `KEYS` for `ARGV[1]` ms (its lease),
+/// unless a follower answered that stream's requests -32031 (`lost`). One value a key, in
+/// their order: 1 if held (the node answers on the stream), 0 if lost (it drops the
+/// stream's answers). The keys are one session's, of its hash tag, so one slot of a Redis
+/// Cluster: a session's streams are claimed in one round trip (review 55 #8: one each, in
+/// sequence, a stall's wait grew with the streams).
 static STREAM_HELD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"if redis.call('GET', KEYS[1]) == 'lost' then return 0 end
-redis.call('SET', KEYS[1], 'held', 'PX', ARGV[1])
-return 1",
+        r"local held = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == 'lost' then
+    held[i] = 0
+  else
+    redis.call('SET', key, 'held', 'PX', ARGV[1])
+    held[i] = 1
+  end
+end
+return held",
     )
 });
 
@@ -854,29 +864,32 @@ impl RedisStore {
         .map(|lost| lost == 1)
     }
 
-    /// Claims the end of stream `stream` of session `id` for the node running it
-    /// ([`STREAM_HELD`]), for `lease`: `Some(true)` when held, `Some(false)` when another
-    /// node answered its requests -32031, `None` when Redis could not be asked. Asked even
-    /// while Redis is skipped after a failure, as [`holds_session`](Self::holds_session) is:
-    /// a node that stalled may find an operation timed out as it goes on.
-    pub(crate) async fn claim_stream_held(
+    /// Claims the ends of `streams` of session `id` for the node running them
+    /// ([`STREAM_HELD`]), for `lease`, in one round trip: for each, in order, `true` when
+    /// held, `false` when another node answered its requests -32031; `None` when Redis could
+    /// not be asked. Asked even while Redis is skipped after a failure, as
+    /// [`holds_session`](Self::holds_session) is: a node that stalled may find an operation
+    /// timed out as it goes on.
+    pub(crate) async fn claim_streams_held(
         &self,
         metrics: &Metrics,
         id: &str,
-        stream: u64,
+        streams: &[u64],
         lease: Duration,
-    ) -> Option<bool> {
-        let key = self.stream_end_key(id, stream);
+    ) -> Option<Vec<bool>> {
         let lease_ms = (lease.as_millis() as u64).max(1);
-        self.attempt(metrics, "claim_stream_held", |mut con| async move {
-            STREAM_HELD
-                .key(key)
-                .arg(lease_ms)
-                .invoke_async::<i64>(&mut con)
-                .await
-        })
-        .await
-        .map(|held| held == 1)
+        let mut invocation = STREAM_HELD.prepare_invoke();
+        for &stream in streams {
+            invocation.key(self.stream_end_key(id, stream));
+        }
+        invocation.arg(lease_ms);
+        let held = self
+            .attempt(metrics, "claim_stream_held", |mut con| async move {
+                invocation.invoke_async::<Vec<i64>>(&mut con).await
+            })
+            .await?;
+        // A reply of another length is not this script's: taken as unanswered.
+        (held.len() == streams.len()).then(|| held.into_iter().map(|one| one == 1).collect())
     }
 
     /// Whether the end of stream `stream` of session `id` was claimed as lost (a node
