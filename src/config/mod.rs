@@ -251,7 +251,8 @@ pub struct SignatureSettings {
     pub public_keys: BTreeMap<String, Vec<String>>,
     /// Largest gap between a request's timestamp and the server's clock, either way, in ms.
     pub max_skew_ms: u64,
-    /// Nonces a node remembers (each for twice `max_skew_ms`), shared out evenly between the
+    /// Nonces a node remembers (each for twice `max_skew_ms`, up to `max_skew_ms` more for a
+    /// request dated ahead), shared out evenly between the
     /// identities of `public_keys` (at least one each); an identity whose share is full of
     /// live ones is refused (`busy`) until some expire, the others sign on.
     pub max_nonces: usize,

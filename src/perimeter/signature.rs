@@ -182,14 +182,6 @@ impl Signatures {
         {
             return Err(SignatureProblem::Invalid);
         }
-        // Only a verified request spends its nonce: nobody can burn another's.
-        let nonce = nonce_key(identity, &signature.nonce);
-        self.nonces
-            .claim(identity.subject(), &nonce, self.nonce_lifetime())
-            .map_err(|refused| match refused {
-                NonceRefused::Replayed => SignatureProblem::Replayed,
-                NonceRefused::Full => SignatureProblem::Busy,
-            })?;
         // In Redis, from the request's own time: twice the skew after it, so that another
         // node whose clock is behind this one's (by up to the skew) still finds the nonce
         // while it takes the timestamp. Counted from now, a request dated ahead was taken
@@ -200,6 +192,22 @@ impl Signatures {
                 .saturating_add(self.max_skew_ms.saturating_mul(2)))
             .saturating_sub(now),
         );
+        // Only a verified request spends its nonce: nobody can burn another's. This node
+        // holds it for twice the skew from now (it takes the timestamp for the skew at most),
+        // or as long as Redis must if longer: its nonces are what it writes to Redis again
+        // after Redis lost them, and a shorter life there reopened N5's window for a request
+        // dated ahead (review 55 #4).
+        let nonce = nonce_key(identity, &signature.nonce);
+        self.nonces
+            .claim(
+                identity.subject(),
+                &nonce,
+                self.nonce_lifetime().max(shared_lifetime),
+            )
+            .map_err(|refused| match refused {
+                NonceRefused::Replayed => SignatureProblem::Replayed,
+                NonceRefused::Full => SignatureProblem::Busy,
+            })?;
         Ok(Passed {
             shared_nonce: self.shared_nonces.then_some((nonce, shared_lifetime)),
         })
@@ -351,6 +359,45 @@ mod tests {
         let passed = check(&signatures, &behind).expect("passes");
         let (_, lifetime) = passed.shared_nonce.expect("claimed in Redis");
         assert!(lifetime.as_millis() as u64 <= skew + 1000, "{lifetime:?}");
+    }
+
+    /// What the node holds of a nonce is what it writes to Redis again after Redis lost it:
+    /// as long as Redis must hold it for a request dated ahead (review 55 #4), and twice the
+    /// skew for one dated behind (the node takes the timestamp for up to the skew).
+    #[test]
+    fn a_nonce_the_node_holds_lives_as_long_as_redis_must_hold_it_or_twice_the_skew() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let mut settings = settings(&key);
+        settings.redis.url = "redis://127.0.0.1:1/".into();
+        let signatures = Signatures::new(&settings).expect("configured");
+        let skew = settings.signatures.max_skew_ms;
+        let params = serde_json::json!({"cursor": "x"});
+        for (offset, expected) in [
+            (skew as i64 - 1000, 3 * skew - 1000),
+            (1000 - skew as i64, 2 * skew),
+        ] {
+            let nonce = format!("n{offset}");
+            let signed = sign(
+                &key,
+                "tools/list",
+                params.clone(),
+                now().saturating_add_signed(offset),
+                &nonce,
+            );
+            let _passed = check(&signatures, &signed).expect("passes");
+            let held = nonce_key(&Identity::anonymous(), &nonce);
+            let (_, expires) = signatures
+                .nonces()
+                .live()
+                .into_iter()
+                .find(|(key, _)| *key == held)
+                .expect("held");
+            let left = expires.duration_since(Instant::now()).as_millis() as u64;
+            assert!(
+                left <= expected && left + 1000 > expected,
+                "{offset}: {left} ms, expected {expected}"
+            );
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub(crate) struct MemoryStore {
     max_bytes: usize,
 }
 
-/// A node's own signature nonces, each kept for a fixed time, in a share of its own for
+/// A node's own signature nonces, each kept for the time it is given, in a share of its own for
 /// each signer: one signer that fills its share is refused, the others sign on. Only
 /// configured signers (`signatures.public_keys`) claim nonces, so the signers tracked are
 /// bounded by the configuration. See the module docs.
@@ -58,7 +58,10 @@ impl Slot {
 struct Nonces {
     /// When each nonce may be forgotten.
     map: HashMap<Key, Instant, FastHash>,
-    /// In insertion order, which is expiry order (every nonce lives as long).
+    /// In insertion order, which is nearly expiry order: a nonce lives twice the skew, or
+    /// up to the skew more for a request dated ahead (see `perimeter::signature`), so one
+    /// may wait behind a longer-lived one for up to that much. Every key here is in `map`
+    /// and the other way round.
     order: VecDeque<(Key, Instant)>,
 }
 
@@ -244,7 +247,13 @@ impl NonceCache {
             return Err(NonceRefused::Replayed);
         }
         if nonces.map.len() >= self.per_signer {
-            return Err(NonceRefused::Full);
+            // Full: those that expired behind a longer-lived one go too, before a refusal.
+            let Nonces { map, order } = nonces;
+            map.retain(|_, expires| *expires > now);
+            order.retain(|(key, _)| map.contains_key(key));
+            if map.len() >= self.per_signer {
+                return Err(NonceRefused::Full);
+            }
         }
         nonces.map.insert(*key, now + ttl);
         nonces.order.push_back((*key, now + ttl));
@@ -383,6 +392,25 @@ mod tests {
             "the expired one made room"
         );
         assert_eq!(cache.claim("a", &key(1), TTL), Err(NonceRefused::Full));
+    }
+
+    #[test]
+    fn a_nonce_expired_behind_a_longer_lived_one_makes_room_when_full() {
+        let cache = NonceCache::new(3, 1);
+        assert_eq!(cache.claim("a", &key(1), TTL), Ok(()));
+        assert_eq!(cache.claim("a", &key(2), Duration::ZERO), Ok(()));
+        assert_eq!(cache.claim("a", &key(3), Duration::ZERO), Ok(()));
+        assert_eq!(
+            cache.claim("a", &key(4), TTL),
+            Ok(()),
+            "the two expired behind the first made room"
+        );
+        assert_eq!(cache.claim("a", &key(5), TTL), Ok(()));
+        assert_eq!(cache.claim("a", &key(6), TTL), Err(NonceRefused::Full));
+        assert_eq!(cache.claim("a", &key(1), TTL), Err(NonceRefused::Replayed));
+        let mut live: Vec<Key> = cache.live().into_iter().map(|(key, _)| key).collect();
+        live.sort();
+        assert_eq!(live, vec![key(1), key(4), key(5)]);
     }
 
     #[test]
