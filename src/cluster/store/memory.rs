@@ -63,7 +63,14 @@ struct Nonces {
     /// may wait behind a longer-lived one for up to that much. Every key here is in `map`
     /// and the other way round.
     order: VecDeque<(Key, Instant)>,
+    /// When a full share was last swept of the nonces expired behind longer-lived ones (at
+    /// most once a second: a signer that keeps its share full would have every request walk
+    /// all of it).
+    swept_at: Option<Instant>,
 }
+
+/// How often a signer's full share of nonces may be swept (see `Nonces::swept_at`).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// A nonce could not be recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,7 +255,15 @@ impl NonceCache {
         }
         if nonces.map.len() >= self.per_signer {
             // Full: those that expired behind a longer-lived one go too, before a refusal.
-            let Nonces { map, order } = nonces;
+            let Nonces {
+                map,
+                order,
+                swept_at,
+            } = nonces;
+            if swept_at.is_some_and(|at| now.duration_since(at) < SWEEP_EVERY) {
+                return Err(NonceRefused::Full);
+            }
+            *swept_at = Some(now);
             map.retain(|_, expires| *expires > now);
             order.retain(|(key, _)| map.contains_key(key));
             if map.len() >= self.per_signer {
@@ -411,6 +426,21 @@ mod tests {
         let mut live: Vec<Key> = cache.live().into_iter().map(|(key, _)| key).collect();
         live.sort();
         assert_eq!(live, vec![key(1), key(4), key(5)]);
+        // Swept a moment ago: a full share is refused without a walk for a second.
+        let cache = NonceCache::new(2, 1);
+        assert_eq!(cache.claim("a", &key(1), TTL), Ok(()));
+        assert_eq!(cache.claim("a", &key(2), TTL), Ok(()));
+        assert_eq!(cache.claim("a", &key(3), TTL), Err(NonceRefused::Full));
+        lock(&cache.by_signer)
+            .get_mut("a")
+            .expect("a's share")
+            .map
+            .insert(key(2), Instant::now());
+        assert_eq!(
+            cache.claim("a", &key(3), TTL),
+            Err(NonceRefused::Full),
+            "not swept again within a second"
+        );
     }
 
     #[test]
