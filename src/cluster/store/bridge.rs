@@ -250,13 +250,13 @@ async fn beat(cluster: Arc<Cluster>) {
         if !still_held || lost {
             // The first beat, after an outage past the node's alive time, or Redis lost
             // what it held: the claims of the calls running here are written again where
-            // they are gone, and kept for their runs' time, by the next pass (this beat's,
-            // or the next one's if a pass is under way).
-            cluster.store.keep_all.store(true, Ordering::Release);
+            // they are gone, each until Redis answers for it, by the next pass (this
+            // beat's, or the next one's if a pass is under way).
+            cluster.store.claims_may_be_lost();
         }
-        if cluster.store.keep_all.load(Ordering::Acquire) || cluster.store.has_claims_due() {
-            // Else the claims due: leases near their end, and claims of calls that began
-            // in memory while Redis could not be asked.
+        if cluster.store.has_claims_due() {
+            // Those, leases near their end, and claims of calls that began in memory while
+            // Redis could not be asked.
             keep_claims(&cluster, false);
         }
         if lost {
@@ -404,21 +404,17 @@ async fn send(cluster: &Cluster, message: &Message) -> bool {
     }
 }
 
-/// Keeps the claims of the calls running here ([`Store::keep_running`](super::Store::keep_running)),
-/// all of them if a beat asked (`Store::keep_all`) or those due, off the beat's task (a
-/// round trip could hold the next beat past the node's alive time, review 51 #10), one
-/// pass at a time (review 55 #5: over a slow Redis, passes spawned at each beat piled up).
+/// Keeps the claims due of the calls running here ([`Store::keep_running`](super::Store::keep_running)),
+/// off the beat's task (a round trip could hold the next beat past the node's alive time,
+/// review 51 #10), one pass at a time (review 55 #5: over a slow Redis, passes spawned at
+/// each beat piled up).
 /// `push`: the results and releases owed are sent too ([`Store::push_stranded`](super::Store::push_stranded)).
 fn keep_claims(cluster: &Arc<Cluster>, push: bool) {
     one_pass_at_a_time(
         cluster,
         |c| &c.store.keeping,
         move |cluster| async move {
-            let all = cluster.store.keep_all.swap(false, Ordering::AcqRel);
-            if !cluster.store.keep_running(&cluster.metrics, all).await && all {
-                // Redis did not answer them all: asked again at the next beat.
-                cluster.store.keep_all.store(true, Ordering::Release);
-            }
+            cluster.store.keep_running(&cluster.metrics).await;
             if push {
                 cluster.store.push_stranded(&cluster.metrics).await;
             }

@@ -160,6 +160,21 @@ struct RunningHere {
     /// retry on another node joins the run rather than run the call a second time (attack
     /// run 51, N2). Kept for the whole run once it is due ([`Store::keep_running`]).
     lease: Option<Instant>,
+    /// When the last claim or keep Redis answered for it was sent (a claim's: as early as
+    /// it may have been, the store's timeout before it was registered): one sent before
+    /// a beat found Redis may have lost it ([`Store::claims_may_be_lost`]) is due again.
+    sent_at: Instant,
+}
+
+impl RunningHere {
+    /// Whether its claim is due to be kept ([`Store::keep_running`]): Redis is to hold it,
+    /// and its lease ends before `due_by`, or Redis never took it, or a beat found Redis may
+    /// have lost it (`lost_at`) after the last claim or keep it answered was sent.
+    fn is_due(&self, due_by: Instant, lost_at: Option<Instant>) -> bool {
+        self.in_redis.is_some()
+            && (self.lease.is_none_or(|lease| lease <= due_by)
+                || lost_at.is_some_and(|lost| self.sent_at <= lost))
+    }
 }
 
 /// How long Redis holds a claim when it is taken or kept: a run that lasts longer has it
@@ -217,9 +232,11 @@ pub(crate) struct Store {
     pub(crate) keeping: std::sync::atomic::AtomicBool,
     /// A pass of [`write_back_nonces`](Self::write_back_nonces) is under way.
     pub(crate) writing_nonces: std::sync::atomic::AtomicBool,
-    /// The next pass keeps every claim, not only those due: a beat found Redis may have
-    /// lost them.
-    pub(crate) keep_all: std::sync::atomic::AtomicBool,
+    /// When a beat last found Redis may have lost the claims it held for this node (the
+    /// node taken for dead, or Redis restarted empty): each claim sent before it is kept
+    /// again, written where it is gone, until Redis answers for it (review 56 #3: one flag
+    /// for all had every pass keep them all while one went unanswered).
+    claims_lost_at: Mutex<Option<Instant>>,
     /// The owners of the claims this node's runs hold or are asking for: a running entry of
     /// this node whose owner is not here is left over (its release was lost), and is freed.
     live_owners: Mutex<std::collections::HashSet<ClaimId>>,
@@ -312,7 +329,7 @@ impl Store {
             max_stranded: settings.dedup.max_entries,
             keeping: std::sync::atomic::AtomicBool::new(false),
             writing_nonces: std::sync::atomic::AtomicBool::new(false),
-            keep_all: std::sync::atomic::AtomicBool::new(false),
+            claims_lost_at: Mutex::default(),
             stranded_nonces: Mutex::default(),
             max_stranded_nonces: settings.signatures.max_nonces.max(1),
             live_owners: Mutex::default(),
@@ -655,11 +672,18 @@ impl Store {
         let now = Instant::now();
         let lease = taken.then(|| now + CLAIM_LEASE);
         let in_redis = in_redis.map(|(owner, ttl)| (owner, now + ttl));
+        // The claim was sent at most the store's timeout ago: a beat's finding since may
+        // have come after it landed.
+        let timeout = self
+            .redis
+            .as_ref()
+            .map_or(Duration::ZERO, RedisStore::timeout);
         let running = RunningHere {
             fingerprint,
             done,
             in_redis,
             lease,
+            sent_at: now.checked_sub(timeout).unwrap_or(now),
         };
         lock(&self.running_here).insert(*key, running);
         sender
@@ -675,36 +699,44 @@ impl Store {
             .is_some_and(|running| running.in_redis.is_some_and(|(held, _)| held == *owner))
     }
 
-    /// Whether a claim of a keyed request running here is due to be kept longer in Redis,
-    /// or written there (see [`RunningHere::lease`]).
-    pub(crate) fn has_claims_due(&self) -> bool {
-        let due = Instant::now() + LEASE_DUE;
-        lock(&self.running_here)
-            .values()
-            .any(|running| running.in_redis.is_some() && running.lease.is_none_or(|l| l <= due))
+    /// A beat found Redis may have lost the claims it held for this node (the node was
+    /// taken for dead, or Redis restarted empty): every claim of a run going on here is
+    /// due, until Redis answers a keep sent from now on.
+    pub(crate) fn claims_may_be_lost(&self) {
+        *lock(&self.claims_lost_at) = Some(Instant::now());
     }
 
-    /// Keeps in Redis, for the rest of their running time, the claims of the keyed requests
-    /// running here: all of them (`all`) when Redis may have lost them (it restarted empty,
-    /// or the node was taken for dead), else those due ([`has_claims_due`](Self::has_claims_due)):
-    /// a lease near its end, or a claim Redis never took (the run began while Redis could
-    /// not be asked). Each is extended where Redis holds it, and written where it holds
-    /// nothing ([`RedisStore::keep_claim`]): otherwise a retry on another node would find the
-    /// key free and run the call a second time while it runs here (attack run 50c, F1;
-    /// attack run 51, N2). A key another node claimed meanwhile (this node was taken for
-    /// dead, or the call ran there too while Redis was away) is left to it. Called at each
-    /// beat that finds claims due (whether Redis answered the beat in time or not), and
-    /// when a beat finds Redis no longer held the node's last one. Whether Redis answered
-    /// for every claim.
-    pub(crate) async fn keep_running(&self, metrics: &Metrics, all: bool) -> bool {
+    /// Whether a claim of a keyed request running here is due to be kept longer in Redis,
+    /// or written there (see [`RunningHere::lease`], [`claims_may_be_lost`](Self::claims_may_be_lost)).
+    pub(crate) fn has_claims_due(&self) -> bool {
+        let lost_at = *lock(&self.claims_lost_at);
+        let due_by = Instant::now() + LEASE_DUE;
+        lock(&self.running_here)
+            .values()
+            .any(|running| running.is_due(due_by, lost_at))
+    }
+
+    /// Keeps in Redis, for another lease, the claims due of the keyed requests running
+    /// here ([`has_claims_due`](Self::has_claims_due)): a lease near its end, a claim Redis
+    /// never took (the run began while Redis could not be asked), a claim sent before a
+    /// beat found Redis may have lost it (it restarted empty, or the node was taken for
+    /// dead) and not kept since. Each is extended where Redis holds it, and written where
+    /// it holds nothing ([`RedisStore::keep_claim`]): otherwise a retry on another node would
+    /// find the key free and run the call a second time while it runs here (attack run
+    /// 50c, F1; attack run 51, N2). A key another node claimed meanwhile (this node was
+    /// taken for dead, or the call ran there too while Redis was away) is left to it.
+    /// Called at each beat that finds claims due (whether Redis answered the beat in time
+    /// or not); one Redis does not answer stays due, and is sent again at the next.
+    pub(crate) async fn keep_running(&self, metrics: &Metrics) {
         let Some(redis) = &self.redis else {
-            return true;
+            return;
         };
+        let lost_at = *lock(&self.claims_lost_at);
         let now = Instant::now();
-        let due = now + LEASE_DUE;
+        let due_by = now + LEASE_DUE;
         let held: Vec<(Key, Claim, Duration)> = lock(&self.running_here)
             .iter()
-            .filter(|(_, running)| all || running.lease.is_none_or(|l| l <= due))
+            .filter(|(_, running)| running.is_due(due_by, lost_at))
             .filter_map(|(key, running)| {
                 let (owner, until) = running.in_redis?;
                 // A lease again, not the run's whole time: a claim kept by a command that
@@ -731,13 +763,11 @@ impl Store {
         });
         let answers = futures_util::future::join_all(keeps).await;
         let mut written = 0u64;
-        let mut unanswered = false;
         for ((key, claim, left), kept) in held.into_iter().zip(answers) {
             let Some(kept) = kept else {
-                unanswered = true;
                 continue;
             };
-            self.lease_kept(&key, &claim, now + left);
+            self.lease_kept(&key, &claim, now + left, now);
             match kept {
                 KeptClaim::Extended => {}
                 KeptClaim::Written => {
@@ -773,17 +803,18 @@ impl Store {
                 "claims of calls running here that Redis did not hold (it was away, or restarted empty): written"
             );
         }
-        !unanswered
     }
 
     /// The claim of the run of `key` (if it still runs here under that claim) is held in
-    /// Redis until `until`: due again [`LEASE_DUE`] before.
-    fn lease_kept(&self, key: &Key, claim: &Claim, until: Instant) {
+    /// Redis until `until`, by a keep sent at `sent_at`: due again [`LEASE_DUE`] before, or
+    /// at a beat's finding after `sent_at`.
+    fn lease_kept(&self, key: &Key, claim: &Claim, until: Instant, sent_at: Instant) {
         if !self.still_runs_here(key, claim) {
             return;
         }
         if let Some(running) = lock(&self.running_here).get_mut(key) {
             running.lease = Some(until);
+            running.sent_at = sent_at;
         }
     }
 
@@ -835,6 +866,45 @@ mod tests {
         for junk in [&b""[..], b"X", b"R12", &[0xff; 70], upper_case.as_bytes()] {
             assert_eq!(Claim::decode(junk), None);
         }
+    }
+
+    /// A beat's finding makes every claim running here due; each is due until a keep of its
+    /// own sent after the finding is answered, whatever becomes of the others' (review 56
+    /// #3: one flag for all had every pass keep them all while one went unanswered).
+    #[test]
+    fn a_beats_finding_makes_each_claim_due_until_a_keep_of_its_own_answers() {
+        let store = Store::new(&Settings::default());
+        let (a, b) = ([1; 32], [2; 32]);
+        let owners = (store.new_owner(), store.new_owner());
+        let claim = |owner| Claim::Running {
+            fingerprint: [0; 32],
+            owner,
+        };
+        let hour = Duration::from_secs(3600);
+        let _a = store.run_here(&a, [0; 32], Some((owners.0, hour)), true);
+        let _b = store.run_here(&b, [0; 32], Some((owners.1, hour)), true);
+        assert!(!store.has_claims_due(), "fresh leases");
+        store.claims_may_be_lost();
+        assert!(store.has_claims_due());
+        std::thread::sleep(Duration::from_millis(2));
+        let kept_until = Instant::now() + CLAIM_LEASE;
+        store.lease_kept(&a, &claim(owners.0), kept_until, Instant::now());
+        assert!(store.has_claims_due(), "b is not kept yet");
+        // A keep sent before the finding, answered after it, does not count.
+        let before = Instant::now()
+            .checked_sub(Duration::from_secs(1))
+            .expect("a second ago");
+        store.lease_kept(&b, &claim(owners.1), kept_until, before);
+        assert!(
+            store.has_claims_due(),
+            "b's keep was sent before the finding"
+        );
+        store.lease_kept(&b, &claim(owners.1), kept_until, Instant::now());
+        assert!(!store.has_claims_due(), "both kept since");
+        // A later finding makes them due again.
+        std::thread::sleep(Duration::from_millis(2));
+        store.claims_may_be_lost();
+        assert!(store.has_claims_due());
     }
 
     #[test]
