@@ -259,20 +259,25 @@ async fn run(
     // dies mid-request holds its keys no longer than that.
     let running_for = Duration::from_millis(settings.limits.max_request_timeout_ms).max(window);
     // A result this node kept while Redis was away answers first (and goes to Redis), so a
-    // call that ran during an outage does not run again once Redis is back.
-    if let Some(Claim::Done {
-        fingerprint,
-        result,
-    }) = cluster
+    // call that ran during an outage does not run again once Redis is back; so does the
+    // word that its result was not kept (review 57 #3).
+    match cluster
         .store
         .recover_done(&cluster.metrics, &keyed.key)
         .await
     {
-        if fingerprint != keyed.fingerprint {
-            return Err(key_conflict(&cluster));
+        Some(Claim::Done {
+            fingerprint,
+            result,
+        }) if fingerprint == keyed.fingerprint => {
+            cluster.metrics.dedup_hits.inc();
+            return Ok(encode_result(&id, &result));
         }
-        cluster.metrics.dedup_hits.inc();
-        return Ok(encode_result(&id, &result));
+        Some(Claim::Unkept { fingerprint }) if fingerprint == keyed.fingerprint => {
+            return Err(Error::ResultNotKept);
+        }
+        Some(Claim::Done { .. } | Claim::Unkept { .. }) => return Err(key_conflict(&cluster)),
+        Some(Claim::Running { .. }) | None => {}
     }
     let mut poll = FIRST_POLL;
     loop {

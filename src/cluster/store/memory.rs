@@ -115,12 +115,14 @@ impl MemoryStore {
         self.insert(&mut entries, *key, done, Instant::now(), ttl);
     }
 
-    /// The result held under `key`, if one is, with how long it has left.
-    pub(crate) fn done(&self, key: &Key) -> Option<(Claim, Duration)> {
+    /// The outcome of a run held under `key` (its result, or that its result was not
+    /// kept), if one is, with how long it has left.
+    pub(crate) fn outcome(&self, key: &Key) -> Option<(Claim, Duration)> {
         let now = Instant::now();
         let entries = lock(&self.entries);
         let slot = entries.map.get(key).filter(|slot| slot.expires > now)?;
-        matches!(slot.entry, Claim::Done { .. }).then(|| (slot.entry.clone(), slot.expires - now))
+        matches!(slot.entry, Claim::Done { .. } | Claim::Unkept { .. })
+            .then(|| (slot.entry.clone(), slot.expires - now))
     }
 
     /// Frees `key` if `owner` still holds it running (the request ended without a result to

@@ -183,9 +183,9 @@ impl RunningHere {
 /// that long when its node could not release it: a claim that landed when its reply came
 /// late over a slow link (the node refused the call, -32008), every retry elsewhere waiting
 /// on it while the node lived (attack run 51, N4). Long enough that an outage of Redis
-/// shorter than it (a restart) lapses no claim of a run going on, and longer than a node's
-/// alive time (3 s), so that a node that stalls is dead to the others (and its claims freed
-/// by their retries) before its claims lapse.
+/// shorter than what a kept lease has left (8 s at least: a restart) lapses no claim of a
+/// run going on, and longer than a node's alive time (3 s), so that a node that stalls is
+/// dead to the others (and its claims freed by their retries) before its claims lapse.
 pub(crate) const CLAIM_LEASE: Duration = Duration::from_secs(10);
 
 /// A claim's lease is due to be kept longer once this close to its end: 2 s after it was
@@ -482,8 +482,10 @@ impl Store {
             let Some(key) = lock(&self.stranded).pop_front() else {
                 break;
             };
-            // Gone from memory (expired, or evicted): nothing to write.
-            let Some((done, left)) = self.memory.done(&key) else {
+            // Gone from memory (expired, or evicted): nothing to write. A result not kept is
+            // written as such, so that a retry elsewhere is told so rather than run the call
+            // again (review 57 #3).
+            let Some((done, left)) = self.memory.outcome(&key) else {
                 continue;
             };
             if !redis.complete(metrics, &key, done.encode(), left).await {
@@ -520,28 +522,34 @@ impl Store {
     }
 
     /// Sends the results and releases waiting for Redis ([`write_back`](Self::write_back))
-    /// even while the node skips it after a failure, all together, leaving them queued
-    /// until Redis takes them in time: over a link that delivers commands but not replies
-    /// in time (the node's beats land, so it lives to the others), each lands all the same.
-    /// A run's claim lapses with its lease once the run is over, so a result written only
-    /// once a reply came in time would let a retry elsewhere run the call again (review 55
-    /// #1). Called at each beat that Redis did not answer in time; one that it answered
-    /// writes them back in order ([`write_back`](Self::write_back)).
+    /// even while the node skips it after a failure, [`WRITE_BACK_PER_PASS`] of each a pass,
+    /// all together: over a link that delivers commands but not replies in time (the node's
+    /// beats land, so it lives to the others), each lands all the same. A run's claim lapses
+    /// with its lease once the run is over, so a result written only once a reply came in
+    /// time would let a retry elsewhere run the call again (review 55 #1). Those Redis did
+    /// not answer in time go to the back of their queue, to be sent again after the others
+    /// (review 57 #1: the same first ones were sent at every pass, those behind them never,
+    /// and their calls ran again elsewhere once their claims lapsed); results gone from
+    /// memory are dropped. Called at each beat that Redis did not answer in time; one that it
+    /// answered writes them back in order ([`write_back`](Self::write_back)).
     pub(crate) async fn push_stranded(&self, metrics: &Metrics) {
         let Some(redis) = &self.redis else { return };
-        let results: Vec<(Key, Claim, Duration)> = lock(&self.stranded)
-            .iter()
-            .take(WRITE_BACK_PER_PASS)
-            .filter_map(|key| {
-                let (done, left) = self.memory.done(key)?;
-                Some((*key, done, left))
-            })
-            .collect();
-        let releases: Vec<(Key, Claim)> = lock(&self.stranded_releases)
-            .iter()
-            .take(WRITE_BACK_PER_PASS)
-            .cloned()
-            .collect();
+        let results: Vec<(Key, Claim, Duration)> = {
+            let mut stranded = lock(&self.stranded);
+            let take = stranded.len().min(WRITE_BACK_PER_PASS);
+            stranded
+                .drain(..take)
+                .filter_map(|key| {
+                    let (done, left) = self.memory.outcome(&key)?;
+                    Some((key, done, left))
+                })
+                .collect()
+        };
+        let releases: Vec<(Key, Claim)> = {
+            let mut stranded = lock(&self.stranded_releases);
+            let take = stranded.len().min(WRITE_BACK_PER_PASS);
+            stranded.drain(..take).collect()
+        };
         let written =
             futures_util::future::join_all(results.iter().map(|(key, done, left)| async move {
                 redis.complete_now(metrics, key, done.encode(), *left).await
@@ -551,20 +559,26 @@ impl Store {
                 redis.release_now(metrics, key, running.encode()).await
             }));
         let (written, released) = futures_util::future::join(written, released).await;
-        let taken: Vec<Key> = results
-            .iter()
-            .zip(written)
-            .filter(|(_, taken)| *taken)
-            .map(|((key, _, _), _)| *key)
-            .collect();
-        lock(&self.stranded).retain(|key| !taken.contains(key));
-        let freed: Vec<&(Key, Claim)> = releases
-            .iter()
+        {
+            let mut stranded = lock(&self.stranded);
+            for ((key, _, _), _) in results.iter().zip(written).filter(|(_, taken)| !taken) {
+                if stranded.len() >= self.max_stranded {
+                    stranded.pop_front();
+                }
+                stranded.push_back(*key);
+            }
+        }
+        let mut stranded = lock(&self.stranded_releases);
+        for (release, _) in releases
+            .into_iter()
             .zip(released)
-            .filter(|(_, taken)| *taken)
-            .map(|(release, _)| release)
-            .collect();
-        lock(&self.stranded_releases).retain(|release| !freed.contains(&release));
+            .filter(|(_, taken)| !taken)
+        {
+            if stranded.len() >= self.max_stranded {
+                stranded.pop_front();
+            }
+            stranded.push_back(release);
+        }
     }
 
     /// Whether results (or releases) wait to be written back to Redis.
@@ -639,14 +653,15 @@ impl Store {
         }
     }
 
-    /// With Redis, the result this node holds in memory under `key`: a run that ended while
-    /// Redis was away (Redis could not record it; or, with `on_store_error = "local"`, it ran
-    /// in memory), so Redis may hold it as running, or not at all after a restart. It is
-    /// written to Redis now, for every node, and returned. `None` without Redis, or when
-    /// this node holds no result under `key`.
+    /// With Redis, the outcome this node holds in memory under `key` (`Done`, or `Unkept`
+    /// for a result not kept): a run that ended while Redis was away (Redis could not
+    /// record it; or, with `on_store_error = "local"`, it ran in memory), so Redis may hold
+    /// it as running, or not at all after a restart. It is written to Redis now, for every
+    /// node, and returned. `None` without Redis, or when this node holds no outcome under
+    /// `key`.
     pub(crate) async fn recover_done(&self, metrics: &Metrics, key: &Key) -> Option<Claim> {
         let redis = self.redis.as_ref()?;
-        let (done, left) = self.memory.done(key)?;
+        let (done, left) = self.memory.outcome(key)?;
         redis.complete(metrics, key, done.encode(), left).await;
         Some(done)
     }
@@ -777,7 +792,7 @@ impl Store {
                     // elsewhere waiting on it (review 51 #5). Its result kept in memory
                     // replaces it; else it is released, by value.
                     if !self.still_runs_here(&key, &claim) {
-                        match self.memory.done(&key) {
+                        match self.memory.outcome(&key) {
                             Some((done, left)) => {
                                 if !redis.complete(metrics, &key, done.encode(), left).await {
                                     self.release_in_redis(metrics, &key, claim).await;

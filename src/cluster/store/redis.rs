@@ -64,13 +64,12 @@ if v then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 2";
 
-/// Deletes `KEYS[1]` if it still holds `ARGV[1]` (the caller's own running entry).
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0",
-    )
-});
+/// Deletes `KEYS[1]` if it still holds `ARGV[1]` (the caller's own running entry). Sent
+/// whole (`EVAL`), as [`KEEP_CLAIM`] is: a release pushed over a slow link by `EVALSHA`
+/// never got past `NOSCRIPT` where Redis had not loaded the script yet, and its key stayed
+/// held until the claim's lease ran out (review 57 #4).
+const RELEASE: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0";
 
 /// Puts `ARGV[2]` under `KEYS[1]`, keeping its time to live, if it still holds `ARGV[1]`;
 /// whether it did.
@@ -602,10 +601,12 @@ impl RedisStore {
     ) -> bool {
         let key = self.entry_key(key);
         let delete = |mut con: Connection| async move {
-            RELEASE
-                .key(key)
+            redis::cmd("EVAL")
+                .arg(RELEASE)
+                .arg(1)
+                .arg(key)
                 .arg(running)
-                .invoke_async::<i64>(&mut con)
+                .query_async::<i64>(&mut con)
                 .await
         };
         let answered = if at_once {
