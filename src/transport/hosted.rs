@@ -293,6 +293,9 @@ pub struct HostedSession {
     record_unwritten: bool,
     /// A write again of the record is due after `redis.retry_after_ms`.
     record_retry_armed: bool,
+    /// A read again of the record ([`Recheck`]) is due after `redis.retry_after_ms`: the
+    /// last went unanswered.
+    recheck_armed: bool,
     /// A WebSocket session's record, with sessions in Redis and resumption on (an HTTP
     /// session's is `stored` above).
     socket_record: Option<SocketRecord>,
@@ -356,6 +359,7 @@ impl HostedSession {
             in_redis: false,
             stored: (0, Instant::now()),
             record_unwritten: false,
+            recheck_armed: false,
             record_retry_armed: false,
             socket_record: None,
             stream_claims: None,
@@ -1097,25 +1101,61 @@ impl Handler<Recheck> for HostedSession {
         let id = self.id.as_str().to_owned();
         let ttl = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
         let read = async move {
-            let redis = cluster.store.redis()?;
-            match redis.get_session(&cluster.metrics, &id, ttl).await? {
-                Some(json) => serde_json::from_str::<SessionRecord>(&json).ok().map(Some),
+            let Some(redis) = cluster.store.redis() else {
+                return Reread::Undecided;
+            };
+            match redis.get_session(&cluster.metrics, &id, ttl).await {
+                Some(Some(json)) => match serde_json::from_str::<SessionRecord>(&json) {
+                    Ok(record) => Reread::Record(Box::new(record)),
+                    // Not a record (written by something else): refused as unreadable
+                    // wherever it is read, and left to its time to live.
+                    Err(_) => Reread::Unreadable,
+                },
                 // Gone, unless Redis may have lost it (restarted empty, its copies about to
-                // write it again).
-                None => {
-                    let epoch = redis.epoch(&cluster.metrics).await?;
-                    (!cluster.record_may_be_lost(epoch.as_deref())).then_some(None)
-                }
+                // write it again: asked again after).
+                Some(None) => match redis.epoch(&cluster.metrics).await {
+                    Some(epoch) if !cluster.record_may_be_lost(epoch.as_deref()) => Reread::Gone,
+                    _ => Reread::Undecided,
+                },
+                None => Reread::Undecided,
             }
         };
         ctx.spawn(read.into_actor(self).map(|read, host, ctx| match read {
-            Some(None) => host.end(ctx, "deleted on another node while this one's bus was down"),
-            Some(Some(record)) if host.core.restore(&record) => {
-                host.stored = (host.core.revision(), host.stored.1);
+            Reread::Gone => host.end(ctx, "deleted on another node while this one's bus was down"),
+            Reread::Record(record) => {
+                if host.core.restore(&record) {
+                    host.stored = (host.core.revision(), host.stored.1);
+                }
             }
-            _ => {}
+            Reread::Unreadable => {}
+            // Skipped (the node skips Redis after a failure, as it often does when its bus
+            // comes back), failed or timed out: read again later, until Redis answers (review
+            // 57 #2: it was dropped, and the copy served a session deleted meanwhile).
+            Reread::Undecided => {
+                if host.recheck_armed {
+                    return;
+                }
+                host.recheck_armed = true;
+                let after = Duration::from_millis(host.shared.settings.redis.retry_after_ms);
+                ctx.run_later(after, |host, ctx| {
+                    host.recheck_armed = false;
+                    <Self as Handler<Recheck>>::handle(host, Recheck, ctx);
+                });
+            }
         }));
     }
+}
+
+/// What a [`Recheck`]'s read of the record found.
+enum Reread {
+    /// The session was deleted.
+    Gone,
+    /// The record, to take what changed.
+    Record(Box<SessionRecord>),
+    /// Not a record: nothing to take.
+    Unreadable,
+    /// Redis did not answer, or may have lost the record for a moment: asked again.
+    Undecided,
 }
 
 impl Handler<HandOver> for HostedSession {

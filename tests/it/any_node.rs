@@ -1159,6 +1159,83 @@ async fn a_delete_whose_note_a_node_missed_ends_its_copy_once_its_bus_is_back() 
     }
 }
 
+/// The same, when the node skips Redis (after its beats timed out) at the moment its bus
+/// comes back, as it often does right after Redis returns (the subscription may be made
+/// again before the first beat lands): its copy's read of the record is skipped too, and
+/// made again until Redis answers. (It was dropped: the copy served the deleted session for
+/// as long as it was used; review 57 #2.) Forced here: the subscriptions are killed, the
+/// session deleted on the quick node, and Redis's writes paused (`CLIENT PAUSE WRITE`) so
+/// that the slow node's beats time out just before its subscription (a read) comes back.
+#[tokio::test]
+async fn a_delete_whose_note_a_node_missed_ends_its_copy_though_it_skipped_redis_as_its_bus_came_back(
+) {
+    let redis = RedisServer::start();
+    let fixtures = Fixtures::default();
+    let slow = node_with(&redis.url(), "recheck:", &fixtures, |s| {
+        s.redis.retry_after_ms = 3000;
+    });
+    let quick = node_with(&redis.url(), "recheck:", &fixtures, |_| {});
+    wait_metric(&slow, "mcp_bus_bridge_subscribed", 1).await;
+    wait_metric(&quick, "mcp_bus_bridge_subscribed", 1).await;
+    let session = Session::begin(&slow, Some(TEST_KEY)).await;
+    let ping = session.ask(&quick, json!(1), "ping", json!({})).await;
+    assert_result(&answer_of(&ping, &json!(1)), &json!(1));
+    let mut con = redis.connection().expect("redis");
+    let dropped = tokio::time::Instant::now();
+    let _: i64 = ::redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut con)
+        .expect("kill");
+    wait_metric(&slow, "mcp_bus_bridge_subscribed", 0).await;
+    // The quick node is back after 1 s, the slow one after 3 s.
+    wait_metric(&quick, "mcp_bus_bridge_subscribed", 1).await;
+    loop {
+        match session.delete(&quick).await {
+            200 => break,
+            503 => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => panic!("DELETE: {other}"),
+        }
+    }
+    assert_eq!(
+        metric(&slow, "mcp_bus_bridge_subscribed").await,
+        0,
+        "the slow node's bus was down when the deletion was told"
+    );
+    // Writes (the beats) wait from 1.8 s to 4.3 s after the drop: the slow node's beats time
+    // out and it skips Redis while its subscription comes back (about 3 s after the drop).
+    tokio::time::sleep_until(dropped + Duration::from_millis(1800)).await;
+    let _: () = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2500)
+        .arg("WRITE")
+        .query(&mut con)
+        .expect("pause");
+    wait_metric(&slow, "mcp_bus_bridge_subscribed", 1).await;
+    assert!(
+        metric(&slow, "mcp_redis_skipped_total").await > 0,
+        "the slow node skipped Redis as its bus came back"
+    );
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut id = 1;
+    loop {
+        id += 1;
+        let status = session
+            .post_raw(&slow, request(json!(id), "ping", json!({})))
+            .await
+            .status();
+        if status == 404 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the deleted session is still served on the slow node: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Redis restarts empty: the node holding a session writes its record again as soon as its
 /// beat finds Redis lost what it held, and another node meanwhile answers 503 (retryable),
 /// never 404, which a client takes for its session ended. (The others answered 404 for
