@@ -99,6 +99,12 @@ impl SessionScope {
     pub fn on_end(&self, work: impl FnOnce() + Send + 'static) {
         crate::lock(&self.0.on_end).push(Box::new(work));
     }
+
+    /// Whether something waits for the session's end ([`on_end`](Self::on_end)): what the
+    /// session holds that ends with it (a `per_session` upstream's child and its state).
+    pub fn has_end_work(&self) -> bool {
+        !crate::lock(&self.0.on_end).is_empty()
+    }
 }
 
 impl std::fmt::Debug for SessionScope {

@@ -1196,6 +1196,16 @@ impl Session {
         matches!(self.phase, Phase::Ready(_))
     }
 
+    /// Whether the session holds something that ends with it on this node (a `per_session`
+    /// upstream's child, whose state its client counts on: see
+    /// [`SessionScope::has_end_work`](crate::context::SessionScope::has_end_work)).
+    pub fn holds_what_ends_with_it(&self) -> bool {
+        match &self.phase {
+            Phase::Ready(n) => n.info.scope.as_ref().is_some_and(|s| s.has_end_work()),
+            Phase::AwaitingInit => false,
+        }
+    }
+
     /// The version `initialize` settled, once it was answered.
     pub fn negotiated_version(&self) -> Option<ProtocolVersion> {
         match &self.phase {

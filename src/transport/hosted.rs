@@ -719,10 +719,13 @@ impl HostedSession {
     /// How long an HTTP session is kept here without a request: `http_idle_timeout_ms`; a
     /// copy of a session that lives in Redis is let go sooner (any node takes it up again),
     /// so that a node does not hold every session it ever served: after a tenth of that, at
-    /// most [`COPY_IDLE`].
+    /// most [`COPY_IDLE`], unless it holds what ends with it.
     fn idle_limit(&self) -> Duration {
         let idle = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
-        if self.in_redis {
+        // A copy holding what ends with it (a `per_session` upstream's child) keeps the
+        // session's whole idle time: let go, it stopped the child and lost its state while
+        // the session lived on (attack run 52c, G2: after 30 s of a client's quiet).
+        if self.in_redis && !self.core.holds_what_ends_with_it() {
             (idle / 10).min(COPY_IDLE)
         } else {
             idle

@@ -469,6 +469,82 @@ async fn each_session_has_its_own_child_ended_with_it_and_told_who_it_serves() {
     assert_eq!(again, anonymous_child);
 }
 
+/// With sessions in Redis, a session's own child lives as long as its session, through a
+/// quiet longer than a copy nobody uses is kept (a tenth of the idle timeout): the state
+/// the client built there is still there. (The copy was let go after that tenth, at most
+/// 30 s, and the child stopped with it, its state lost while the session lived on; attack
+/// run 52c, G2.)
+#[tokio::test]
+async fn with_sessions_in_redis_a_sessions_own_child_outlives_a_quiet_longer_than_a_copys_time() {
+    let redis = crate::support::redis::RedisServer::start();
+    let server = gateway(vec![py_upstream(UpstreamMode::PerSession)], |s| {
+        s.redis.url = redis.url();
+        // A copy nobody uses is let go after 300 ms.
+        s.sessions.http_idle_timeout_ms = 3_000;
+    });
+    // A client of plain POSTs (no GET stream, which would keep the copy busy).
+    let http = crate::support::http::client();
+    let url = format!("http://{}/mcp", server.addr());
+    let post = |session: Option<&str>, body: Value| {
+        let post = http
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        match session {
+            Some(id) => post
+                .header("mcp-session-id", id)
+                .header("mcp-protocol-version", "2025-11-25"),
+            None => post,
+        }
+    };
+    let initialized = post(
+        None,
+        request(json!(0), "initialize", initialize_params("2025-11-25")),
+    )
+    .send()
+    .await
+    .expect("initialize answered");
+    let session = initialized
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|id| id.to_str().ok())
+        .expect("a session id")
+        .to_owned();
+    let notified = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(notified.send().await.expect("sent").status(), 202);
+    // The text of `whoami`'s answer (JSON, or the one message of an SSE stream).
+    let whoami = |id: u64| {
+        let call = post(
+            Some(&session),
+            request(
+                json!(id),
+                "tools/call",
+                json!({"name": "whoami", "arguments": {}}),
+            ),
+        );
+        async move {
+            let body = call.send().await.expect("sent").text().await.expect("read");
+            let json = body
+                .lines()
+                .find_map(|line| line.strip_prefix("data:"))
+                .unwrap_or(&body);
+            let answer: Value = serde_json::from_str(json.trim()).expect("JSON");
+            tool_text(&answer)
+        }
+    };
+    let child = whoami(1).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        alive(pid_of(&child)),
+        "the session's child was stopped in its quiet"
+    );
+    assert_eq!(whoami(2).await, child, "the same child, its state kept");
+}
+
 #[tokio::test]
 async fn a_sessions_own_childs_resource_update_reaches_that_session_alone() {
     let server = gateway(vec![py_upstream(UpstreamMode::PerSession)], |_| {});
