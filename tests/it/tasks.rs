@@ -1119,12 +1119,23 @@ fn start_node_with_grace(
     redis: &RedisServer,
     grace_ms: u64,
 ) -> (ServerProcess, SocketAddr) {
+    start_node_with(dir, name, redis, grace_ms, "")
+}
+
+/// As [`start_node_with_grace`], with `redis_extra` lines in its `[redis]` table.
+fn start_node_with(
+    dir: &std::path::Path,
+    name: &str,
+    redis: &RedisServer,
+    grace_ms: u64,
+    redis_extra: &str,
+) -> (ServerProcess, SocketAddr) {
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(
         &config,
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[builtins]\nset = \"conformance\"\n\n\
-             [info]\nname = \"{name}\"\n\n[shutdown]\ngrace_ms = {grace_ms}\n\n[redis]\nurl = \"{}\"\n",
+             [info]\nname = \"{name}\"\n\n[shutdown]\ngrace_ms = {grace_ms}\n\n[redis]\nurl = \"{}\"\n{redis_extra}",
             redis.url()
         ),
     )
@@ -1253,6 +1264,73 @@ async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
         .await
         .expect("joined");
     assert!(status.success(), "node A exits cleanly on TERM");
+}
+
+/// A cancel sent through another node while the task's node has no bus subscription (it
+/// dropped, and is not made again yet) reaches the task once the subscription is back:
+/// the node reads the steers Redis keeps for its tasks. (The cancel was acknowledged, its
+/// message reached the other nodes only, and the task ran to its end; attack run 52b, F4.)
+#[tokio::test]
+async fn a_cancel_sent_while_the_tasks_node_had_no_bus_subscription_reaches_it_after() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A subscribes again 3 s after its subscription dropped, B after 1 s.
+    let (_node_a, a) =
+        start_node_with(dir.path(), "node-a", &redis, 200, "retry_after_ms = 3000\n");
+    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "unheard"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    http_poll(b, &id, "working").await;
+    let mut con = redis.connection().expect("redis");
+    let _: i64 = ::redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut con)
+        .expect("kill");
+    // B is back, A not yet: the cancel's message reaches B alone.
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let (_, a_metrics) = http_get(a, "/metrics").await;
+        let (_, b_metrics) = http_get(b, "/metrics").await;
+        let a_down = a_metrics
+            .lines()
+            .any(|l| l == "mcp_bus_bridge_subscribed 0");
+        let b_up = b_metrics
+            .lines()
+            .any(|l| l == "mcp_bus_bridge_subscribed 1");
+        if a_down && b_up {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B never came back before A");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let acknowledged = loop {
+        let (_, ack) = http_request(b, "tasks/cancel", json!({"taskId": id})).await;
+        if ack.get("error").is_none() {
+            break ack;
+        }
+        // B may skip Redis a moment after its own subscription dropped: retryable.
+        assert_eq!(ack["error"]["code"], -32008, "{ack}");
+        assert!(Instant::now() < deadline, "the cancel was never taken");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(result(&acknowledged)["resultType"], "complete");
+    let (_, a_metrics) = http_get(a, "/metrics").await;
+    assert!(
+        a_metrics
+            .lines()
+            .any(|l| l == "mcp_bus_bridge_subscribed 0"),
+        "A's bus was down when the cancel was sent"
+    );
+    http_poll(b, &id, "cancelled").await;
 }
 
 /// A task whose node is told to stop runs on through the shutdown grace, as a request in

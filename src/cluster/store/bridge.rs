@@ -479,6 +479,9 @@ async fn subscribe(cluster: Arc<Cluster>) {
                     if let Some(notes_missed) = cluster.notes_missed.get() {
                         notes_missed();
                     }
+                    // And steers for the tasks running here.
+                    let cluster = cluster.clone();
+                    actix_rt::spawn(async move { replay_task_steers(&cluster).await });
                 }
                 // The connection is asked a PING now and then: one dropped without a word
                 // (a NAT or a balancer forgetting an idle connection) would otherwise look
@@ -536,20 +539,59 @@ pub(crate) async fn send_task_steer(
     cancel: bool,
     responses: Option<serde_json::Map<String, serde_json::Value>>,
 ) -> bool {
+    let Some(redis) = cluster.store.redis() else {
+        return true;
+    };
+    let steer = Steer {
+        task: id.to_owned(),
+        cancel,
+        responses,
+    };
+    // Kept in Redis too, for as long as a task may live: the runner's node reads it there
+    // if its subscription was down when the message went out (attack run 52b, F4: the
+    // message reached the other nodes, the steer was acknowledged, and it was lost).
+    let Ok(kept) = serde_json::to_string(&steer) else {
+        return false;
+    };
+    let ttl = std::time::Duration::from_millis(cluster.settings.tasks.ttl_ms);
+    if !redis.keep_task_steer(&cluster.metrics, id, kept, ttl).await {
+        return false;
+    }
     let message = Message {
         node: cluster.store.node(),
         lists: Vec::new(),
         updated: None,
         everything: false,
         task: None,
-        steer: Some(Steer {
-            task: id.to_owned(),
-            cancel,
-            responses,
-        }),
+        steer: Some(steer),
         session: None,
     };
     send(cluster, &message).await
+}
+
+/// Delivers again to the tasks running here the steers kept for them in Redis
+/// ([`send_task_steer`]): this node's bus subscription was down, and their messages may
+/// have come meanwhile. A steer delivered twice does nothing more: a cancel cancels once,
+/// answers to questions already answered are ignored.
+async fn replay_task_steers(cluster: &Cluster) {
+    let Some(redis) = cluster.store.redis() else {
+        return;
+    };
+    for id in cluster.tasks.running_ids() {
+        let Some(steers) = redis.task_steers(&cluster.metrics, &id).await else {
+            // Redis out of reach: the rest wait for the next time the bus comes back.
+            return;
+        };
+        for steer in steers {
+            if let Ok(steer) = serde_json::from_str::<Steer>(&steer) {
+                if steer.task == id {
+                    cluster
+                        .tasks
+                        .steer_from_remote(&id, steer.cancel, steer.responses);
+                }
+            }
+        }
+    }
 }
 
 /// Tells the other nodes about a session (`cluster.sessions = "redis"`).

@@ -644,6 +644,57 @@ impl RedisStore {
         format!("{}task:{id}", self.prefix)
     }
 
+    /// The key of the steers (answers, cancels) sent to a task through Redis.
+    fn task_steers_key(&self, id: &str) -> String {
+        format!("{}task-steer:{id}", self.prefix)
+    }
+
+    /// Keeps a steer (its JSON) for the task `id`, the last [`TASK_STEERS_KEPT`] of them, for
+    /// `ttl`: its runner's node reads them again when its bus subscription was down (it may
+    /// have missed the steer's message). Whether Redis took it.
+    pub(crate) async fn keep_task_steer(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        steer: String,
+        ttl: Duration,
+    ) -> bool {
+        let key = self.task_steers_key(id);
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        self.run(metrics, "keep_task_steer", |mut con| async move {
+            redis::pipe()
+                .atomic()
+                .rpush(&key, steer)
+                .ignore()
+                .ltrim(&key, -(TASK_STEERS_KEPT as isize), -1)
+                .ignore()
+                .pexpire(&key, ttl_ms as i64)
+                .ignore()
+                .query_async::<()>(&mut con)
+                .await
+        })
+        .await
+        .is_some()
+    }
+
+    /// The steers kept for the task `id` ([`keep_task_steer`](Self::keep_task_steer)),
+    /// oldest first; `None` when Redis could not be asked.
+    pub(crate) async fn task_steers(&self, metrics: &Metrics, id: &str) -> Option<Vec<String>> {
+        let key = self.task_steers_key(id);
+        let steers = self
+            .run(metrics, "task_steers", |mut con| async move {
+                con.lrange::<_, Vec<Vec<u8>>>(key, 0, -1).await
+            })
+            .await?;
+        // One that is not UTF-8 was not written by a node: left out.
+        Some(
+            steers
+                .into_iter()
+                .filter_map(|steer| String::from_utf8(steer).ok())
+                .collect(),
+        )
+    }
+
     /// Stores a task (its JSON) for `ttl`. Whether Redis took it.
     pub(crate) async fn put_task(
         &self,
@@ -1124,6 +1175,10 @@ impl RedisStore {
         .is_some()
     }
 }
+
+/// The most steers kept for one task ([`RedisStore::keep_task_steer`]): answers and cancels
+/// are idempotent, and a client sends few.
+pub(crate) const TASK_STEERS_KEPT: usize = 64;
 
 /// One entry of a Redis Stream: its id and its field/value pairs.
 pub(crate) type StreamEntry = (String, Vec<(String, String)>);

@@ -550,6 +550,14 @@ impl Tasks {
         });
     }
 
+    /// The ids of the tasks running on this node.
+    pub(crate) fn running_ids(&self) -> Vec<String> {
+        self.running
+            .iter()
+            .map(|entry| entry.key().clone())
+            .collect()
+    }
+
     /// Delivers a signal to a task running on this node, if one runs here. A signal that
     /// finds the queue full is handed back with the runner ([`Delivery::Full`]), for the
     /// caller to wait for room within its bound ([`send_until`]) or say why not.
