@@ -59,6 +59,10 @@ pub struct Cluster {
     /// Counts the beats that found this node's last one gone from Redis (past its alive
     /// time, the other nodes took it for dead).
     taken_for_dead: std::sync::atomic::AtomicU64,
+    /// Tells the runners of this node's tasks that a beat found the node taken for dead
+    /// (the count of such findings), so that they claim their tasks at once rather than at
+    /// their next change (see [`tasks::end`]).
+    findings: tokio::sync::watch::Sender<u64>,
     /// What `last_beat_ms` counts from.
     clock: std::time::Instant,
     /// Last writes and deletes of WebSocket session records under way (see
@@ -102,6 +106,20 @@ pub(crate) const MAX_OWED_ENDS: usize = 1024;
 /// (one a second), and a gap over 2 s is not a beat late, but the node stalled or cut off.
 pub(crate) const SUSPECT_AFTER: std::time::Duration = std::time::Duration::from_millis(2000);
 
+/// How long a node's claim of an end it runs (`held`: a POST stream's, see
+/// `transport::stream_end`; a task's, see [`tasks::end`]) holds the other nodes off: its
+/// alive time (three beats), as long as a node that died is taken for alive.
+pub(crate) const HOLD_LEASE: std::time::Duration =
+    std::time::Duration::from_secs(store::bridge::BEAT.as_secs() * 3);
+
+/// How long a node's claims cover what it does in a stall that goes on (no beat landing): a
+/// third of [`HOLD_LEASE`], so that the next claims land long before the lease of the last
+/// ends, whatever the round trip.
+pub(crate) const HOLD_COVER: std::time::Duration = store::bridge::BEAT;
+
+/// How long after claims made for a beat's finding went unanswered they are made again.
+pub(crate) const CLAIM_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// How long after Redis lost what it held (as a node's beat found) a record it does not
 /// hold may still be one a node is writing again: three beats.
 pub(crate) const REWRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -143,6 +161,7 @@ impl Cluster {
             telling_owed_ends: std::sync::atomic::AtomicBool::new(false),
             last_beat_ms: std::sync::atomic::AtomicU64::new(0),
             taken_for_dead: std::sync::atomic::AtomicU64::new(0),
+            findings: tokio::sync::watch::Sender::new(0),
             clock: std::time::Instant::now(),
             last_writes: std::sync::atomic::AtomicUsize::new(0),
             streams: std::sync::atomic::AtomicU64::new(0),
@@ -157,10 +176,15 @@ impl Cluster {
         // Not the first beat: a node is new to the others before it is dead to them. Counted
         // before the beat's time is stored: a holder that sees the new time sees the count
         // (review 52 #9).
-        if !still_held && self.last_beat_ms.load(Ordering::SeqCst) != 0 {
+        let found = !still_held && self.last_beat_ms.load(Ordering::SeqCst) != 0;
+        if found {
             self.taken_for_dead.fetch_add(1, Ordering::SeqCst);
         }
         self.last_beat_ms.store(now, Ordering::SeqCst);
+        if found {
+            // After the beat's time is stored: a runner woken reads a mark of this beat.
+            self.findings.send_modify(|count| *count += 1);
+        }
     }
 
     /// Where this node stands for [`may_be_taken_for_dead`](Self::may_be_taken_for_dead):
@@ -186,6 +210,12 @@ impl Cluster {
         let now = self.hold_mark();
         now.taken_for_dead != confirmed.taken_for_dead
             || (now.beat_ms != confirmed.beat_ms && self.stalled_at(now))
+    }
+
+    /// Changes each time a beat finds this node taken for dead (see
+    /// [`may_be_taken_for_dead`](Self::may_be_taken_for_dead)).
+    pub(crate) fn findings(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.findings.subscribe()
     }
 
     /// Whether no beat reached Redis for [`SUSPECT_AFTER`] (none yet: no).

@@ -52,20 +52,14 @@
 //! `lost` (on its own node too, which remembers the last streams it found lost; one
 //! forgotten is replayed from its log, without an answer).
 
-use crate::cluster::store::bridge::BEAT;
 use crate::cluster::{Cluster, HoldMark};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a node's claim of its stream (`held`) holds the followers off: its alive time
-/// (three beats), as long as a node that died is taken for alive.
-pub(crate) const LEASE: Duration = Duration::from_secs(BEAT.as_secs() * 3);
-
-/// How long a node's claims cover the answers of a stall that goes on (no beat landing): a
-/// third of [`LEASE`], so that the next claims land long before the lease of the last ends,
-/// whatever the round trip.
-pub(crate) const COVER: Duration = BEAT;
+/// How long a node's claim of its stream (`held`) holds the followers off, and how long its
+/// claims cover the answers of a stall that goes on: shared with the claims of tasks.
+pub(crate) use crate::cluster::{HOLD_COVER as COVER, HOLD_LEASE as LEASE};
 
 /// How long Redis keeps a stream's `lost`: as long as a request may run
 /// (`limits.max_request_timeout_ms`, past which its node answers it with a timeout), or the
@@ -95,7 +89,7 @@ pub(crate) struct StreamClaims {
 }
 
 /// How long after claims made for a beat's finding went unanswered they are made again.
-pub(crate) const CLAIM_AGAIN_AFTER: Duration = Duration::from_millis(200);
+pub(crate) use crate::cluster::CLAIM_AGAIN_AFTER;
 
 /// What the session's inbox does now ([`StreamClaims::due`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

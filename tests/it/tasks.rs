@@ -1395,6 +1395,82 @@ async fn a_task_whose_node_dies_is_shown_failed_by_the_others() {
     http_poll(b, &id, "failed").await;
 }
 
+/// A task whose node stalls (SIGSTOP) past its alive time is shown failed by the other
+/// node, -32031 `nodeLost`; once its node goes on, the task stays failed on both nodes and
+/// its late result is never shown: the node claims the task's end in Redis before it stores
+/// anything more, finds the other node claimed it lost, and stops it. (It was shown working
+/// again, then completed: a client that obeyed the error's "retry it" ran the work twice;
+/// attack run 52, F3.) The control, a stall shorter than the alive time: the task completes.
+#[tokio::test]
+async fn a_task_shown_failed_while_its_node_stalled_stays_failed_once_it_goes_on() {
+    let redis = RedisServer::start();
+    let nodes = task_nodes(&redis).await;
+    let (a, b) = (nodes.a, nodes.b);
+    let both_alive = || redis.keys("mcp-ws:node:*").len() == 2;
+    let show = async |node: SocketAddr, id: &str| {
+        let (_, shown) = http_request(node, "tasks/get", json!({"taskId": id})).await;
+        result(&shown).clone()
+    };
+
+    // Its work ends during the stall: going on, the node would complete it at once.
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 2, "label": "stalled"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    http_poll(b, &id, "working").await;
+    nodes.node_a.pause();
+    let failed = http_poll(b, &id, "failed").await;
+    assert_eq!(failed["error"]["code"], -32031, "{failed}");
+    assert_eq!(failed["error"]["data"]["reason"], "nodeLost", "{failed}");
+    nodes.node_a.resume();
+    // Looked at on both nodes until A's beats are back and a while after (the work's
+    // result would be stored at once): failed throughout, as B first showed it.
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let mut alive_since: Option<Instant> = None;
+    while alive_since.is_none_or(|since| since.elapsed() < Duration::from_secs(2)) {
+        assert!(Instant::now() < deadline, "node A's beats never came back");
+        for node in [a, b] {
+            let task = show(node, &id).await;
+            assert_eq!(task["status"], "failed", "on {node}: {task}");
+            assert_eq!(task["error"]["code"], -32031, "on {node}: {task}");
+            assert!(task.get("result").is_none(), "on {node}: {task}");
+        }
+        if alive_since.is_none() && both_alive() {
+            alive_since = Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The control: stalled for less than its alive time, the node is never found dead, and
+    // the task goes on to its result.
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 2, "label": "short"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    http_poll(b, &id, "working").await;
+    nodes.node_a.pause();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    nodes.node_a.resume();
+    let done = poll_until(&id, "completed", async || {
+        let (_, shown) = http_request(b, "tasks/get", json!({"taskId": id})).await;
+        let status = &result(&shown)["status"];
+        assert!(status == "working" || status == "completed", "{shown}");
+        shown
+    })
+    .await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Computed short after 2s",
+        "{done}"
+    );
+    assert_eq!(show(a, &id).await["status"], "completed");
+}
+
 /// Redis restarts empty while a task runs: its node writes the task's record again as soon
 /// as its beat finds Redis lost what it held, and the other node meanwhile answers -32008
 /// (retryable), never -32602 "unknown task", which a client takes as final. (The task was

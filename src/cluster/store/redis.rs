@@ -123,12 +123,12 @@ return 0"
     ))
 });
 
-/// Claims the end of a POST's SSE stream for a node that follows it from the mirror and
-/// found the stream's node dead (see `transport::stream_end`): `lost` put under `KEYS[1]`
-/// for `ARGV[1]` ms, unless the stream's node claimed the stream since its stall (`held`,
-/// within its lease): 1 if the stream is lost (the follower answers its requests -32031),
-/// 0 if it is held (the follower goes on following: the node lives and mirrors its answers).
-static STREAM_LOST: LazyLock<Script> = LazyLock::new(|| {
+/// Claims an end for a node that found the node running it dead: of a POST's SSE stream
+/// for a node that follows it from the mirror (see `transport::stream_end`), of a task for a
+/// node about to show it failed (see `cluster::tasks::end`). `lost` put under `KEYS[1]` for
+/// `ARGV[1]` ms, unless the running node claimed it since its stall (`held`, within its
+/// lease): 1 if lost (the caller answers -32031), 0 if held (the node lives, and goes on).
+static END_LOST: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"if redis.call('GET', KEYS[1]) == 'held' then return 0 end
 redis.call('SET', KEYS[1], 'lost', 'PX', ARGV[1])
@@ -136,14 +136,15 @@ return 1",
     )
 });
 
-/// Claims the ends of POST SSE streams for the node that runs them, going on after it may
-/// have been taken for dead: `held` put under each of `KEYS` for `ARGV[1]` ms (its lease),
-/// unless a follower answered that stream's requests -32031 (`lost`). One value a key, in
-/// their order: 1 if held (the node answers on the stream), 0 if lost (it drops the
-/// stream's answers). The keys are one session's, of its hash tag, so one slot of a Redis
-/// Cluster: a session's streams are claimed in one round trip (review 55 #8: one each, in
-/// sequence, a stall's wait grew with the streams).
-static STREAM_HELD: LazyLock<Script> = LazyLock::new(|| {
+/// Claims ends for the node that runs them, going on after it may have been taken for
+/// dead (POST SSE streams, see `transport::stream_end`; a task, see `cluster::tasks::end`):
+/// `held` put under each of `KEYS` for `ARGV[1]` ms (its lease), unless another node
+/// answered -32031 for it (`lost`). One value a key, in their order: 1 if held (the node
+/// goes on), 0 if lost (it drops what it would have answered). The keys are of one hash tag
+/// (one session's streams, or one task), so one slot of a Redis Cluster: a session's
+/// streams are claimed in one round trip (review 55 #8: one each, in sequence, a stall's
+/// wait grew with the streams).
+static END_HELD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"local held = {}
 for i, key in ipairs(KEYS) do
@@ -893,7 +894,7 @@ impl RedisStore {
     }
 
     /// Claims the end of stream `stream` of session `id` for a node that found its node dead
-    /// ([`STREAM_LOST`]), for `ttl`: `Some(true)` when the stream is lost (its requests are
+    /// ([`END_LOST`]), for `ttl`: `Some(true)` when the stream is lost (its requests are
     /// answered -32031 by the caller), `Some(false)` when its node claimed it since its
     /// stall, `None` when Redis could not be asked.
     pub(crate) async fn claim_stream_lost(
@@ -904,20 +905,12 @@ impl RedisStore {
         ttl: Duration,
     ) -> Option<bool> {
         let key = self.stream_end_key(id, stream);
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
-        self.run(metrics, "claim_stream_lost", |mut con| async move {
-            STREAM_LOST
-                .key(key)
-                .arg(ttl_ms)
-                .invoke_async::<i64>(&mut con)
-                .await
-        })
-        .await
-        .map(|lost| lost == 1)
+        self.claim_lost(metrics, "claim_stream_lost", key, ttl)
+            .await
     }
 
     /// Claims the ends of `streams` of session `id` for the node running them
-    /// ([`STREAM_HELD`]), for `lease`, in one round trip: for each, in order, `true` when
+    /// ([`END_HELD`]), for `lease`, in one round trip: for each, in order, `true` when
     /// held, `false` when another node answered its requests -32031; `None` when Redis could
     /// not be asked. Asked even while Redis is skipped after a failure, as
     /// [`holds_session`](Self::holds_session) is: a node that stalled may find an operation
@@ -929,19 +922,12 @@ impl RedisStore {
         streams: &[u64],
         lease: Duration,
     ) -> Option<Vec<bool>> {
-        let lease_ms = (lease.as_millis() as u64).max(1);
-        let mut invocation = STREAM_HELD.prepare_invoke();
-        for &stream in streams {
-            invocation.key(self.stream_end_key(id, stream));
-        }
-        invocation.arg(lease_ms);
-        let held = self
-            .attempt(metrics, "claim_stream_held", |mut con| async move {
-                invocation.invoke_async::<Vec<i64>>(&mut con).await
-            })
-            .await?;
-        // A reply of another length is not this script's: taken as unanswered.
-        (held.len() == streams.len()).then(|| held.into_iter().map(|one| one == 1).collect())
+        let keys = streams
+            .iter()
+            .map(|&stream| self.stream_end_key(id, stream))
+            .collect();
+        self.claim_held(metrics, "claim_stream_held", keys, lease)
+            .await
     }
 
     /// Whether the end of stream `stream` of session `id` was claimed as lost (a node
@@ -958,6 +944,100 @@ impl RedisStore {
         })
         .await
         .map(|claim| claim.as_deref() == Some(b"lost".as_slice()))
+    }
+
+    /// The key of the claim of the end of task `id` (see `cluster::tasks::end`): hash-tagged
+    /// by the task's id, one key, so that its claims work on a Redis Cluster too.
+    fn task_end_key(&self, id: &str) -> String {
+        format!("{}task-end:{{{id}}}", self.prefix)
+    }
+
+    /// Claims the end of task `id` for a node that found the task's node dead and is about
+    /// to show it failed ([`END_LOST`]), for `ttl`: `Some(true)` when it is lost (shown
+    /// failed, -32031), `Some(false)` when its node claimed it since its stall, `None` when
+    /// Redis could not be asked.
+    pub(crate) async fn claim_task_lost(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        ttl: Duration,
+    ) -> Option<bool> {
+        let key = self.task_end_key(id);
+        self.claim_lost(metrics, "claim_task_lost", key, ttl).await
+    }
+
+    /// Claims the end of task `id` for the node running it ([`END_HELD`]), for `lease`:
+    /// `Some(true)` when held, `Some(false)` when another node showed it failed (lost);
+    /// `None` when Redis could not be asked. Asked even while Redis is skipped, as
+    /// [`claim_streams_held`](Self::claim_streams_held) is.
+    pub(crate) async fn claim_task_held(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        lease: Duration,
+    ) -> Option<bool> {
+        let key = self.task_end_key(id);
+        let held = self
+            .claim_held(metrics, "claim_task_held", vec![key], lease)
+            .await?;
+        held.first().copied()
+    }
+
+    /// Whether the end of task `id` was claimed as lost (another node showed it failed);
+    /// `None` when Redis could not be asked. Asked even while Redis is skipped: the task's
+    /// node asks it going on after a stall.
+    pub(crate) async fn task_lost(&self, metrics: &Metrics, id: &str) -> Option<bool> {
+        let key = self.task_end_key(id);
+        self.attempt(metrics, "task_lost", |mut con| async move {
+            con.get::<_, Option<Vec<u8>>>(key).await
+        })
+        .await
+        .map(|claim| claim.as_deref() == Some(b"lost".as_slice()))
+    }
+
+    /// [`END_LOST`] on `key`, for `ttl`: `Some(true)` when lost, `Some(false)` when held.
+    async fn claim_lost(
+        &self,
+        metrics: &Metrics,
+        what: &'static str,
+        key: String,
+        ttl: Duration,
+    ) -> Option<bool> {
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        self.run(metrics, what, |mut con| async move {
+            END_LOST
+                .key(key)
+                .arg(ttl_ms)
+                .invoke_async::<i64>(&mut con)
+                .await
+        })
+        .await
+        .map(|lost| lost == 1)
+    }
+
+    /// [`END_HELD`] on `keys` (of one hash tag), for `lease`, even while Redis is skipped:
+    /// for each, in order, whether it is held.
+    async fn claim_held(
+        &self,
+        metrics: &Metrics,
+        what: &'static str,
+        keys: Vec<String>,
+        lease: Duration,
+    ) -> Option<Vec<bool>> {
+        let lease_ms = (lease.as_millis() as u64).max(1);
+        let count = keys.len();
+        let mut invocation = END_HELD.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        invocation.arg(lease_ms);
+        let held = self
+            .attempt(metrics, what, |mut con| async move {
+                invocation.invoke_async::<Vec<i64>>(&mut con).await
+            })
+            .await?;
+        // A reply of another length is not this script's: taken as unanswered.
+        (held.len() == count).then(|| held.into_iter().map(|one| one == 1).collect())
     }
 
     /// The key of a session's mirrored SSE events (hash-tagged like its record).

@@ -24,6 +24,7 @@
 //! [`SWEEP_EVERY`] (and at once when a new task finds the store full), which looks only at
 //! a clock while no record has expired.
 
+pub(crate) mod end;
 pub(crate) mod runner;
 
 use crate::cluster::Cluster;
@@ -237,6 +238,10 @@ pub(crate) struct Tasks {
     next_expiry: AtomicU64,
     /// Tasks running on this node: how to reach their runner.
     running: DashMap<String, mpsc::Sender<Signal>>,
+    /// Tasks running on this node: where their runner stands in claiming their end (see
+    /// [`end`]), for `tasks/get` here to tell whether the memory's record may be one
+    /// another node showed failed meanwhile.
+    holds: DashMap<String, end::TaskHold>,
     /// Set once the shutdown grace ran out: every runner fails its task. A watch, not a
     /// signal in each runner's queue, which the client's own signals may fill.
     stopping: tokio::sync::watch::Sender<bool>,
@@ -276,6 +281,7 @@ impl Tasks {
             stored_bytes: AtomicU64::new(0),
             next_expiry: AtomicU64::new(u64::MAX),
             running: DashMap::new(),
+            holds: DashMap::new(),
             stopping: tokio::sync::watch::Sender::new(false),
             slots: Arc::new(Semaphore::new(settings.max_running)),
             remote_waiting: Arc::new(Semaphore::new(REMOTE_SIGNALS_WAITING)),
@@ -718,6 +724,25 @@ async fn write_back(cluster: &Cluster) {
         else {
             continue;
         };
+        // Claimed first, whether or not the node stalled (this runs only after Redis was
+        // out of reach, rarely): a record this node kept while cut off, the others finding
+        // it dead, may be of a task another node showed failed meanwhile (see [`end`]).
+        let Some(held) = redis
+            .claim_task_held(&cluster.metrics, &id, crate::cluster::HOLD_LEASE)
+            .await
+        else {
+            let mut unsaved = crate::lock(&cluster.tasks.unsaved);
+            unsaved.insert(id);
+            unsaved.extend(ids);
+            return;
+        };
+        let mut record = record;
+        if !held {
+            // Lost: failed here too, never what it came to (its runner, if it still runs,
+            // finds it so at its next claim and stops).
+            lose(&mut record);
+            let _ = cluster.tasks.keep(&record, json_len(&record));
+        }
         let Ok(json) = serde_json::to_string(&record) else {
             continue;
         };
@@ -813,7 +838,8 @@ pub(crate) async fn load(
 /// runner a beat late is not dead to them: its answers and cancels reach it, review 51 #1).
 ///
 /// # Errors
-/// As [`load`].
+/// As [`load`], and -32008 `taskStore` when its node is dead and Redis did not answer the
+/// claim of its end.
 pub(crate) async fn load_shown(
     cluster: &Cluster,
     id: &str,
@@ -821,27 +847,74 @@ pub(crate) async fn load_shown(
     check_tool: ToolCheck<'_>,
 ) -> Result<TaskRecord, Error> {
     let mut record = load(cluster, id, owner, check_tool).await?;
-    fail_if_node_lost(cluster, &mut record).await;
+    fail_if_node_lost(cluster, &mut record).await?;
     Ok(record)
 }
 
-/// A task another node runs, not finished, whose node is dead (no beat for 3 s: killed, or
-/// cut off): failed, -32031 `nodeLost`, as the requests of a dead node are answered. It was
-/// shown working until its time to live ran out (an hour by default), and a cancel answered
-/// success and changed nothing (attack run 50c, F3). Shown so, not written: a node that was
-/// only stalled and goes on writes what became of the task, which is shown from then on.
-async fn fail_if_node_lost(cluster: &Cluster, record: &mut TaskRecord) {
+/// A task not finished whose node is dead (no beat for 3 s: killed, stopped, or cut off):
+/// failed, -32031 `nodeLost`, as the requests of a dead node are answered (it was shown
+/// working until its time to live ran out, and a cancel answered success and changed
+/// nothing: attack run 50c, F3). Final everywhere: the task's end is claimed `lost` in Redis
+/// first, and the failed record written there, unless its node claimed it `held` since its
+/// stall (it goes on: the record is shown as it is); its node, going on, finds it lost and
+/// stops the task (see [`end`]). On the task's own node, a runner that has not claimed its
+/// task since the node may have been taken for dead has its record shown failed when another
+/// node claimed it lost.
+///
+/// # Errors
+/// -32008 `taskStore` when Redis did not answer the claim: the task is shown neither failed
+/// (its node may have claimed it) nor as its record says (it may be lost).
+async fn fail_if_node_lost(cluster: &Cluster, record: &mut TaskRecord) -> Result<(), Error> {
     let node = record.node;
-    if record.status.is_terminal() || node == 0 || node == cluster.node_number() {
-        return;
+    if record.status.is_terminal() || node == 0 {
+        return Ok(());
     }
     let Some(redis) = cluster.store.redis() else {
-        return;
+        return Ok(());
     };
-    if redis.is_alive(&cluster.metrics, node).await == Some(false) {
-        runner::fail(record, &Error::NodeLost);
-        record.input_requests.clear();
+    if node == cluster.node_number() {
+        // A look at the beats, unless this node may have been taken for dead since its
+        // runner's last claim.
+        let due = cluster
+            .tasks
+            .holds
+            .get(&record.id)
+            .is_some_and(|hold| hold.due(cluster));
+        if due && redis.task_lost(&cluster.metrics, &record.id).await == Some(true) {
+            lose(record);
+        }
+        return Ok(());
     }
+    if redis.is_alive(&cluster.metrics, node).await != Some(false) {
+        return Ok(());
+    }
+    match redis
+        .claim_task_lost(&cluster.metrics, &record.id, record.remaining())
+        .await
+    {
+        Some(true) => {
+            lose(record);
+            // Written, so that the other nodes show it failed too once its node is alive
+            // again, before its runner stores it so (attack run 52, F3). Not kept here: this
+            // node does not run it.
+            if let Ok(json) = serde_json::to_string(record) {
+                let _ = redis
+                    .put_task(&cluster.metrics, &record.id, json, record.remaining())
+                    .await;
+            }
+            Ok(())
+        }
+        Some(false) => Ok(()),
+        None => Err(Error::TaskStoreUnavailable {
+            retry_after_ms: u64::try_from(redis.retry_after().as_millis()).unwrap_or(u64::MAX),
+        }),
+    }
+}
+
+/// Fails `record` as a task another node showed failed because its node was dead.
+pub(super) fn lose(record: &mut TaskRecord) {
+    runner::fail(record, &Error::NodeLost);
+    record.input_requests.clear();
 }
 
 /// `tasks/update`: gives the answers to the task's runner and waits (briefly) until they

@@ -11,9 +11,12 @@
 //! task whenever its status or its outstanding asks change, cancels it by dropping the
 //! tool's future (the tool stops at its next wait), and fails it when its time is up. It
 //! holds one of this node's task slots until it ends; a task outlives the request, the
-//! session and the connection that created it.
+//! session and the connection that created it. Once its node may have been taken for dead,
+//! it claims the task's end before it stores anything more, and stops the task when another
+//! node showed it failed meanwhile (see [`end`](super::end)).
 
-use super::{save, Signal, TaskRecord, TaskSlot, TaskStatus, SIGNAL_CAPACITY};
+use super::end::TaskHold;
+use super::{lose, save, Signal, TaskRecord, TaskSlot, TaskStatus, SIGNAL_CAPACITY};
 use crate::cluster::Cluster;
 use crate::context::{
     Ask, CancelFlag, ClientRequestError, ContextParts, Deadline, Input, LogFloor, RequestContext,
@@ -129,9 +132,12 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     asks.detach();
     let (signals, receiver) = mpsc::channel(SIGNAL_CAPACITY);
     cluster.tasks.running.insert(record.id.clone(), signals);
+    let hold = TaskHold::new(&cluster);
+    cluster.tasks.holds.insert(record.id.clone(), hold);
     let (stored, created) = oneshot::channel();
     let runner = Runner {
         cluster: cluster.clone(),
+        hold,
         record: record.clone(),
         asked: Vec::new(),
         work,
@@ -161,6 +167,8 @@ struct Runner {
     asks: Rc<TaskAsks>,
     signals: mpsc::Receiver<Signal>,
     cancel: CancelFlag,
+    /// Where it stands in claiming the task's end (see [`end`](super::end)).
+    hold: TaskHold,
     _slot: TaskSlot,
 }
 
@@ -168,16 +176,18 @@ impl Runner {
     async fn run(mut self, stored: oneshot::Sender<()>) {
         let cluster = self.cluster.clone();
         let _running = cluster.metrics.tasks_running.track();
-        save(&self.cluster, &mut self.record).await;
+        // Whether the record is stored as it ends already (cancelled, failed by questions
+        // too large to keep, or found lost).
+        let mut stored_as_ended = !self.store().await;
         let _ = stored.send(());
         let expiry = tokio::time::sleep(self.record.remaining());
         tokio::pin!(expiry);
         // Set when the server's shutdown grace ran out.
         let mut stopping = cluster.tasks.stopping();
-        // Whether the record is stored as it ends already (cancelled, or failed by
-        // questions too large to keep).
-        let mut stored_as_ended = false;
-        loop {
+        // Changes when a beat finds the node taken for dead: the task is claimed at once,
+        // and stops if it is lost, not only at its next change (which may be its end).
+        let mut findings = cluster.findings();
+        while !stored_as_ended {
             tokio::select! {
                 biased;
                 outcome = &mut self.work => {
@@ -194,18 +204,16 @@ impl Runner {
                         if !goes_on {
                             self.cancel.set();
                             stored_as_ended = true;
-                            break;
                         }
                     }
                     Some(Signal::Cancel { applied }) => {
                         self.cancel.set();
                         self.record.set(TaskStatus::Cancelled);
-                        save(&self.cluster, &mut self.record).await;
+                        self.store().await;
                         if let Some(applied) = applied {
                             let _ = applied.send(());
                         }
                         stored_as_ended = true;
-                        break;
                     }
                     // Its node's own queue gone: the server stops.
                     None => {
@@ -219,10 +227,13 @@ impl Runner {
                     fail(&mut self.record, &Error::ShuttingDown);
                     break;
                 }
+                Ok(()) = findings.changed() => if !self.claim().await {
+                    save(&self.cluster, &mut self.record).await;
+                    stored_as_ended = true;
+                },
                 () = self.asks.changed() => if !self.sync_asks().await {
                     self.cancel.set();
                     stored_as_ended = true;
-                    break;
                 },
                 () = &mut expiry => {
                     self.cancel.set();
@@ -233,10 +244,38 @@ impl Runner {
             }
         }
         if !stored_as_ended {
-            save(&self.cluster, &mut self.record).await;
+            self.store().await;
         }
         self.cluster.tasks.running.remove(&self.record.id);
+        self.cluster.tasks.holds.remove(&self.record.id);
         // Dropping `self` drops the tool's future: a cancelled task stops at its next wait.
+    }
+
+    /// Claims the task's end when its node may have been taken for dead since the last
+    /// claim (else a look at the beats): false when another node showed it failed, the task
+    /// then stopped and its record failed, -32031 (to be stored).
+    async fn claim(&mut self) -> bool {
+        if !self.hold.due(&self.cluster) {
+            return true;
+        }
+        let held = self.hold.hold(&self.cluster, &self.record.id).await;
+        self.cluster
+            .tasks
+            .holds
+            .insert(self.record.id.clone(), self.hold);
+        if !held {
+            self.cancel.set();
+            lose(&mut self.record);
+        }
+        held
+    }
+
+    /// Stores the task, claimed first ([`claim`](Self::claim)): false when it was lost, and
+    /// stored failed instead.
+    async fn store(&mut self) -> bool {
+        let held = self.claim().await;
+        save(&self.cluster, &mut self.record).await;
+        held
     }
 
     /// Stores the task when its outstanding asks changed: `input_required` with them, or
@@ -257,7 +296,8 @@ impl Runner {
         self.asked = keys;
         self.record.input_requests = self.asks.outstanding();
         self.record.set(status);
-        save(&self.cluster, &mut self.record).await;
+        // Lost, it is stored failed: the check below ends it.
+        self.store().await;
         // Stored: the runner keeps their keys, not the questions (a parked task held them
         // once more here). Every later store of the task either asks again (here) or ends
         // it, which clears them.
