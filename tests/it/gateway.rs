@@ -533,6 +533,52 @@ async fn a_flood_of_list_changed_costs_a_few_lists_not_one_each() {
     );
 }
 
+/// A shared upstream whose list goes from N tools to N others: the re-list is one change of
+/// the registry's, so a session is told once, and the list it reads then is the whole new
+/// one; the next notification is that of the change after. (Each entry was registered and
+/// removed on its own, and each told: attack run 52c G1, some 12,000 notifications to every
+/// session, and a minute of the gateway's thread, for 8,000 tools replaced by 4,000.)
+#[tokio::test]
+async fn a_shared_upstreams_list_replaced_whole_is_told_once() {
+    const N: usize = 1000;
+    let mut py = py_upstream(UpstreamMode::Shared);
+    py.env.insert("GATEWAY_MANY".into(), N.to_string());
+    let server = gateway(vec![py], |s| s.limits.page_size = 2 * N);
+    let mut client = Client::initialized(&server).await;
+    let named = |tools: &[String], prefix: &str| {
+        tools.iter().filter(|name| name.starts_with(prefix)).count()
+    };
+    let before = listed_tools(&mut client).await;
+    assert_eq!(named(&before, "a_"), N, "{before:?}");
+
+    let renamed = client
+        .call_tool("rename_many", json!({"prefix": "b"}))
+        .await;
+    assert_eq!(tool_text(&renamed), "renamed", "{renamed}");
+    expect_tools_changed(&mut client, "the client").await;
+    let after = listed_tools(&mut client).await;
+    assert_eq!(
+        named(&after, "a_"),
+        0,
+        "told before the last went: {after:?}"
+    );
+    assert_eq!(named(&after, "b_"), N, "told before the last came");
+    assert_eq!(after.len(), before.len());
+
+    // One change more, as a mark: the notification after the first is its own.
+    let grow = client.call_tool("grow", json!({"name": "mark"})).await;
+    assert_eq!(tool_text(&grow), "grew", "{grow}");
+    let mut told = 0;
+    loop {
+        expect_tools_changed(&mut client, "the client").await;
+        told += 1;
+        if listed_tools(&mut client).await.contains(&"mark".to_owned()) {
+            break;
+        }
+    }
+    assert_eq!(told, 1, "{told} notifications more for the list replaced");
+}
+
 #[tokio::test]
 async fn a_child_that_never_answers_its_list_holds_up_no_other_sessions_list() {
     let mut py = py_upstream(UpstreamMode::PerSession);
