@@ -384,16 +384,26 @@ fn show(upstream: &Arc<Upstream>, viewer: &Viewer, offers: Offers) {
         let admitted = tools
             .into_iter()
             .filter(|definition| upstream.settings.tools.admits(tool_name(definition)));
-        part(&registered.tools, admitted, |definition| {
-            proxy::tool(upstream, definition).map(|(_, tool)| (tool.name().to_owned(), tool))
-        })
+        part(
+            upstream,
+            ListKind::Tools,
+            &registered.tools,
+            admitted,
+            |definition| {
+                proxy::tool(upstream, definition).map(|(_, tool)| (tool.name().to_owned(), tool))
+            },
+        )
         .map(|(hidden, tools)| Registry::tool_view(hidden, tools))
     });
     let resources = offers.resources.map(|(resources, templates)| {
-        let fixed = part(&registered.resources, resources.into_iter(), |definition| {
-            proxy::resource(upstream, definition).map(|r| (r.uri().to_owned(), r))
-        });
-        let templated = part(&registered.templates, templates.into_iter(), |definition| {
+        let fixed = part(
+            upstream,
+            ListKind::Resources,
+            &registered.resources,
+            resources.into_iter(),
+            |definition| proxy::resource(upstream, definition).map(|r| (r.uri().to_owned(), r)),
+        );
+        let template = |definition: &Value| {
             let template = proxy::template(upstream, definition)?;
             // Left out as registration leaves it out (review 54 #4: listed to the session,
             // it matched no read).
@@ -402,21 +412,35 @@ fn show(upstream: &Arc<Upstream>, viewer: &Viewer, offers: Offers) {
                 return None;
             }
             Some((template.uri_template().to_owned(), template))
-        });
+        };
+        let templated = part(
+            upstream,
+            ListKind::ResourceTemplates,
+            &registered.templates,
+            templates.into_iter(),
+            template,
+        );
         (
             fixed.map(|(hidden, shown)| KindView::new(hidden, shown)),
             templated.map(|(hidden, shown)| KindView::new(hidden, shown)),
         )
     });
     let prompts = offers.prompts.map(|prompts| {
-        part(&registered.prompts, prompts.into_iter(), |definition| {
+        let prompt = |definition: &Value| {
             let prompt = proxy::prompt(upstream, definition)?;
             if let Err(error) = crate::registry::check_prompt(&prompt) {
                 tracing::warn!(upstream = %upstream.name, %error, "a prompt of a view left out");
                 return None;
             }
             Some((prompt.name().to_owned(), prompt))
-        })
+        };
+        part(
+            upstream,
+            ListKind::Prompts,
+            &registered.prompts,
+            prompts.into_iter(),
+            prompt,
+        )
         .map(|(hidden, shown)| KindView::new(hidden, shown))
     });
     drop(registered);
@@ -481,24 +505,37 @@ pub(crate) fn unshow(upstream: &Upstream, viewer: &Viewer) {
         });
 }
 
-/// One kind of a child's view: `None` when its `definitions` (those `make` accepts, by the
-/// key it gives) are exactly what the upstream registered; else the registered keys to
-/// hide and the entries to show.
+/// One kind (`list`) of a child's view: `None` when its `definitions` (those `make`
+/// accepts, by the key it gives) are exactly what the upstream registered; else the
+/// registered keys to hide and the entries to show. An entry whose key the registry holds
+/// for another owner (a built-in, another upstream) is left out, with a warning, as its
+/// registration would be: the first keeps it (attack run 52c G4: the session's own child
+/// took the calls of a built-in named alike).
 ///
 /// Each definition is compared with the registered one of its key and dropped as soon as
 /// its entry is made: a child's list is never held whole twice, as definitions and as
 /// entries (a `serde_json::Value` takes 25 to 100 times its text, every object a B-tree
 /// node of its own, and what is freed after a peak stays in the process).
 fn part<T>(
+    upstream: &Upstream,
+    list: ListKind,
     registered: &std::collections::HashMap<String, Value>,
     definitions: impl Iterator<Item = Value>,
     make: impl Fn(&Value) -> Option<(String, T)>,
 ) -> Option<(std::collections::HashSet<String>, Vec<T>)> {
+    let registry = upstream.registry();
     let mut keys = std::collections::HashSet::new();
     let mut same = true;
     let mut shown = Vec::new();
     for definition in definitions {
         if let Some((key, entry)) = make(&definition) {
+            if !registered.contains_key(&key) && registry.holds(list, &key) {
+                // Its first 64 characters: an upstream's key may be as long as a message.
+                let key: String = key.chars().take(64).collect();
+                let kind = list.member();
+                tracing::warn!(upstream = %upstream.name, kind, %key, "left out of a view: taken");
+                continue;
+            }
             same &= registered.get(&key) == Some(&definition);
             keys.insert(key);
             shown.push(entry);

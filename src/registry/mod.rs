@@ -476,7 +476,7 @@ impl<T: Registered> Kind<T> {
 impl<T: Viewed> Kind<T> {
     /// The enabled entry of `key` as `view` (a viewer's views, if it has any) shows it.
     fn get_seen(&self, view: Option<&ViewSet>, key: &str) -> Option<T> {
-        match view.map(|v| v.seen::<T>(key)) {
+        match view.map(|v| v.seen(self, key)) {
             Some(Seen::Shown(entry)) => Some(entry),
             Some(Seen::Hidden) => None,
             Some(Seen::AsRegistered) | None => self.get(key),
@@ -895,7 +895,7 @@ impl Registry {
     ) -> Option<R> {
         let pick = |versions: &ToolVersions| pick(versions.chosen(chooser));
         if let Some(view) = self.inner.views.of(viewer) {
-            return match view.seen::<ToolVersions>(name) {
+            return match view.seen(&self.inner.tools, name) {
                 Seen::Shown(versions) => Some(pick(&versions)),
                 Seen::Hidden => None,
                 Seen::AsRegistered => self.registered_tool(name, pick),
@@ -1022,6 +1022,18 @@ impl Registry {
             self.inner
                 .bus
                 .publish_local(BusEvent::View(viewer.clone(), changed));
+        }
+    }
+
+    /// Whether an entry of kind `list` is registered under `key` (enabled or not): a view
+    /// may not show another entry of that key, unless it hides that one (its own owner's).
+    pub(crate) fn holds(&self, list: ListKind, key: &str) -> bool {
+        let i = &self.inner;
+        match list {
+            ListKind::Tools => i.tools.items.contains_key(key),
+            ListKind::Resources => i.resources.items.contains_key(key),
+            ListKind::ResourceTemplates => i.templates.items.contains_key(key),
+            ListKind::Prompts => i.prompts.items.contains_key(key),
         }
     }
 

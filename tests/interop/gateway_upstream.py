@@ -8,6 +8,9 @@ Tools:
   for_<user>()          with $GATEWAY_USER_TOOL set and $MCP_USER given: a tool of that
                         client's own (a per-session child's list differs from the gateway's
                         start-time child's, which runs for no client)
+  <name>()              for each name of $GATEWAY_SESSION_TOOLS (comma-separated), with
+                        $MCP_USER given: "<name> of the child" (a per-session child offering
+                        a name the gateway's start-time child did not)
   level()               the log level the client last set (logging/setLevel), or "-"
   slow(steps, delay_ms) reports progress and logs a line per step, then says "done"
   wait(ms)              sleeps; records in $GATEWAY_EVENTS whether it was cancelled
@@ -87,6 +90,19 @@ if os.environ.get("GATEWAY_USER_TOOL") and USER:
         return f"for {USER}"
 
     server.add_tool(for_user, name=f"for_{USER}")
+
+
+def of_the_child(name: str):
+    def answer() -> str:
+        """Only a client's own child has it."""
+        return f"{name} of the child"
+
+    return answer
+
+
+if USER:
+    for session_tool in filter(None, os.environ.get("GATEWAY_SESSION_TOOLS", "").split(",")):
+        server.add_tool(of_the_child(session_tool), name=session_tool)
 
 
 # The log level the client last set (logging/setLevel); declaring the handler is what makes
