@@ -28,7 +28,7 @@ use crate::config::{Settings, UpstreamMode, UpstreamStart};
 use crate::mailbox::inbox::Changes;
 use crate::observe::metrics::UpstreamMetrics;
 use crate::perimeter::Refusal;
-use crate::registry::{KindView, OwnerView, Registry, Viewer};
+use crate::registry::{Batch, KindView, ListKind, OwnerView, Registry, Viewer};
 use crate::session::shared::SessionObserver;
 use serde_json::Value;
 use std::sync::Arc;
@@ -384,16 +384,26 @@ fn show(upstream: &Arc<Upstream>, viewer: &Viewer, offers: Offers) {
         let admitted = tools
             .into_iter()
             .filter(|definition| upstream.settings.tools.admits(tool_name(definition)));
-        part(&registered.tools, admitted, |definition| {
-            proxy::tool(upstream, definition).map(|(_, tool)| (tool.name().to_owned(), tool))
-        })
+        part(
+            upstream,
+            ListKind::Tools,
+            &registered.tools,
+            admitted,
+            |definition| {
+                proxy::tool(upstream, definition).map(|(_, tool)| (tool.name().to_owned(), tool))
+            },
+        )
         .map(|(hidden, tools)| Registry::tool_view(hidden, tools))
     });
     let resources = offers.resources.map(|(resources, templates)| {
-        let fixed = part(&registered.resources, resources.into_iter(), |definition| {
-            proxy::resource(upstream, definition).map(|r| (r.uri().to_owned(), r))
-        });
-        let templated = part(&registered.templates, templates.into_iter(), |definition| {
+        let fixed = part(
+            upstream,
+            ListKind::Resources,
+            &registered.resources,
+            resources.into_iter(),
+            |definition| proxy::resource(upstream, definition).map(|r| (r.uri().to_owned(), r)),
+        );
+        let template = |definition: &Value| {
             let template = proxy::template(upstream, definition)?;
             // Left out as registration leaves it out (review 54 #4: listed to the session,
             // it matched no read).
@@ -402,21 +412,35 @@ fn show(upstream: &Arc<Upstream>, viewer: &Viewer, offers: Offers) {
                 return None;
             }
             Some((template.uri_template().to_owned(), template))
-        });
+        };
+        let templated = part(
+            upstream,
+            ListKind::ResourceTemplates,
+            &registered.templates,
+            templates.into_iter(),
+            template,
+        );
         (
             fixed.map(|(hidden, shown)| KindView::new(hidden, shown)),
             templated.map(|(hidden, shown)| KindView::new(hidden, shown)),
         )
     });
     let prompts = offers.prompts.map(|prompts| {
-        part(&registered.prompts, prompts.into_iter(), |definition| {
+        let prompt = |definition: &Value| {
             let prompt = proxy::prompt(upstream, definition)?;
             if let Err(error) = crate::registry::check_prompt(&prompt) {
                 tracing::warn!(upstream = %upstream.name, %error, "a prompt of a view left out");
                 return None;
             }
             Some((prompt.name().to_owned(), prompt))
-        })
+        };
+        part(
+            upstream,
+            ListKind::Prompts,
+            &registered.prompts,
+            prompts.into_iter(),
+            prompt,
+        )
         .map(|(hidden, shown)| KindView::new(hidden, shown))
     });
     drop(registered);
@@ -481,24 +505,37 @@ pub(crate) fn unshow(upstream: &Upstream, viewer: &Viewer) {
         });
 }
 
-/// One kind of a child's view: `None` when its `definitions` (those `make` accepts, by the
-/// key it gives) are exactly what the upstream registered; else the registered keys to
-/// hide and the entries to show.
+/// One kind (`list`) of a child's view: `None` when its `definitions` (those `make`
+/// accepts, by the key it gives) are exactly what the upstream registered; else the
+/// registered keys to hide and the entries to show. An entry whose key the registry holds
+/// for another owner (a built-in, another upstream) is left out, with a warning, as its
+/// registration would be: the first keeps it (attack run 52c G4: the session's own child
+/// took the calls of a built-in named alike).
 ///
 /// Each definition is compared with the registered one of its key and dropped as soon as
 /// its entry is made: a child's list is never held whole twice, as definitions and as
 /// entries (a `serde_json::Value` takes 25 to 100 times its text, every object a B-tree
 /// node of its own, and what is freed after a peak stays in the process).
 fn part<T>(
+    upstream: &Upstream,
+    list: ListKind,
     registered: &std::collections::HashMap<String, Value>,
     definitions: impl Iterator<Item = Value>,
     make: impl Fn(&Value) -> Option<(String, T)>,
 ) -> Option<(std::collections::HashSet<String>, Vec<T>)> {
+    let registry = upstream.registry();
     let mut keys = std::collections::HashSet::new();
     let mut same = true;
     let mut shown = Vec::new();
     for definition in definitions {
         if let Some((key, entry)) = make(&definition) {
+            if !registered.contains_key(&key) && registry.holds(list, &key) {
+                // Its first 64 characters: an upstream's key may be as long as a message.
+                let key: String = key.chars().take(64).collect();
+                let kind = list.member();
+                tracing::warn!(upstream = %upstream.name, kind, %key, "left out of a view: taken");
+                continue;
+            }
             same &= registered.get(&key) == Some(&definition);
             keys.insert(key);
             shown.push(entry);
@@ -520,119 +557,168 @@ fn tool_name(definition: &Value) -> &str {
 /// those kinds before, touching only what changed: an entry whose definition is the same
 /// stays registered throughout (a call of it never sees it missing). A name or URI another
 /// upstream (or the server) holds already, or one registration refuses, is skipped, with a
-/// warning saying why.
+/// warning saying why. Every change is one [`Batch`] of the registry's: one list snapshot
+/// per kind, and each session told once per list that changed, however many entries came
+/// and went (attack run 52c G1: one at a time, replacing 8,000 tools held the gateway's
+/// thread for a minute and told every session 12,000 times).
 fn register(upstream: &Arc<Upstream>, offers: Offers) {
     let registry = upstream.registry();
-    let mut listed = crate::lock(&upstream.listed);
+    let mut guard = crate::lock(&upstream.listed);
+    let listed = &mut *guard;
+    let mut batch = Batch::default();
+    let mut now = Listed::default();
     if let Some(tools) = offers.tools {
         let admitted = tools
             .into_iter()
             .filter(|definition| upstream.settings.tools.admits(tool_name(definition)));
-        replace(
+        now.tools = plan(
             upstream,
-            "tool",
+            (&mut batch, ListKind::Tools),
             &mut listed.tools,
             admitted,
             |definition| {
                 let (_, tool) = proxy::tool(upstream, definition)?;
-                Some((
-                    tool.name().to_owned(),
-                    Box::new(move || registry.add_tool(tool)),
-                ))
+                Some((tool.name().to_owned(), Entry::Tool(tool)))
             },
-            |name| registry.remove_tool(name),
         );
     }
     if let Some((resources, templates)) = offers.resources {
-        replace(
+        now.resources = plan(
             upstream,
-            "resource",
+            (&mut batch, ListKind::Resources),
             &mut listed.resources,
             resources.into_iter(),
             |definition| {
                 let resource = proxy::resource(upstream, definition)?;
-                Some((
-                    resource.uri().to_owned(),
-                    Box::new(move || registry.add_resource(resource)),
-                ))
+                Some((resource.uri().to_owned(), Entry::Resource(resource)))
             },
-            |uri| registry.remove_resource(uri),
         );
-        replace(
+        now.templates = plan(
             upstream,
-            "resource template",
+            (&mut batch, ListKind::ResourceTemplates),
             &mut listed.templates,
             templates.into_iter(),
             |definition| {
                 let template = proxy::template(upstream, definition)?;
                 Some((
                     template.uri_template().to_owned(),
-                    Box::new(move || registry.add_resource_template(template)),
+                    Entry::Template(template),
                 ))
             },
-            |uri| registry.remove_resource_template(uri),
         );
     }
     if let Some(prompts) = offers.prompts {
-        replace(
+        now.prompts = plan(
             upstream,
-            "prompt",
+            (&mut batch, ListKind::Prompts),
             &mut listed.prompts,
             prompts.into_iter(),
             |definition| {
                 let prompt = proxy::prompt(upstream, definition)?;
-                Some((
-                    prompt.name().to_owned(),
-                    Box::new(move || registry.add_prompt(prompt)),
-                ))
+                Some((prompt.name().to_owned(), Entry::Prompt(prompt)))
             },
-            |name| registry.remove_prompt(name),
         );
+    }
+    for refused in registry.apply(batch) {
+        // Its key taken by another upstream or the server: not this upstream's, so never
+        // removed by its next re-list.
+        let kind = match refused.list {
+            ListKind::Tools => &mut now.tools,
+            ListKind::Resources => &mut now.resources,
+            ListKind::ResourceTemplates => &mut now.templates,
+            ListKind::Prompts => &mut now.prompts,
+        };
+        kind.remove(&refused.key);
+        tracing::warn!(upstream = %upstream.name, error = %refused.error, "skipped");
+    }
+    // A kind listed now was taken out of `listed` by `plan`: what is registered of it now
+    // goes back; a kind not listed keeps what it had.
+    for (mine, listing) in [
+        (&mut listed.tools, now.tools),
+        (&mut listed.resources, now.resources),
+        (&mut listed.templates, now.templates),
+        (&mut listed.prompts, now.prompts),
+    ] {
+        mine.extend(listing);
     }
 }
 
-/// How one entry is registered, once its key is known.
-type Add<'a> = Box<dyn FnOnce() -> Result<(), crate::RegistryError> + 'a>;
+/// One entry of an upstream's, made from its definition, to register.
+enum Entry {
+    Tool(crate::Tool),
+    Resource(crate::resource::Resource),
+    Template(crate::resource::ResourceTemplate),
+    Prompt(crate::prompt::Prompt),
+}
 
-/// Brings one kind of the registry from `listed` (what is registered now, by key, with the
-/// definition it came from) to `definitions`.
-fn replace<'a>(
+impl Entry {
+    /// Adds this entry to `batch`, checked as its registration checks it.
+    fn add_to(self, batch: &mut Batch) -> Result<(), crate::RegistryError> {
+        match self {
+            Self::Tool(tool) => batch.add_tool(tool),
+            Self::Resource(resource) => batch.add_resource(resource),
+            Self::Template(template) => batch.add_resource_template(template),
+            Self::Prompt(prompt) => batch.add_prompt(prompt),
+        }
+    }
+}
+
+/// Removes the entry of kind `list` registered under `key` in `batch`.
+fn remove_in(batch: &mut Batch, list: ListKind, key: &str) {
+    match list {
+        ListKind::Tools => batch.remove_tool(key),
+        ListKind::Resources => batch.remove_resource(key),
+        ListKind::ResourceTemplates => batch.remove_resource_template(key),
+        ListKind::Prompts => batch.remove_prompt(key),
+    }
+}
+
+/// Puts in `batch` (of kind `list`) what brings one kind of the registry from `listed`
+/// (what the upstream registered, by key, with the definition it came from; taken, emptied)
+/// to `definitions`; returns what will be registered then, less what the batch finds taken.
+fn plan(
     upstream: &Upstream,
-    kind: &str,
+    (batch, list): (&mut Batch, ListKind),
     listed: &mut std::collections::HashMap<String, Value>,
     definitions: impl Iterator<Item = Value>,
-    make: impl Fn(&Value) -> Option<(String, Add<'a>)>,
-    remove: impl Fn(&str) -> bool,
-) {
+    make: impl Fn(&Value) -> Option<(String, Entry)>,
+) -> std::collections::HashMap<String, Value> {
+    let mut before = std::mem::take(listed);
     let mut now = std::collections::HashMap::new();
     for definition in definitions {
-        let Some((key, add)) = make(&definition) else {
+        let Some((key, entry)) = make(&definition) else {
             continue;
         };
-        match listed.remove(&key) {
-            Some(before) if before == definition => {
+        if now.contains_key(&key) {
+            // Listed twice: the first keeps it, as the registry would have it.
+            // Its first 64 characters: an upstream's key may be as long as a message.
+            let key: String = key.chars().take(64).collect();
+            let kind = list.member();
+            tracing::warn!(upstream = %upstream.name, kind, %key, "skipped: listed twice");
+            continue;
+        }
+        match before.remove(&key) {
+            Some(definition_before) if definition_before == definition => {
                 now.insert(key, definition);
                 continue;
             }
-            Some(_) => {
-                remove(&key);
-            }
+            Some(_) => remove_in(batch, list, &key),
             None => {}
         }
-        match add() {
+        match entry.add_to(batch) {
             Ok(()) => {
                 now.insert(key, definition);
             }
             Err(error) => {
-                // Its name taken, or refused (one clients cannot use): the error says which.
-                // The name as the error quotes it: an upstream's may be as long as a message.
-                tracing::warn!(upstream = %upstream.name, kind, %error, "skipped");
+                // Refused (one clients cannot use): the error says which. The name as the
+                // error quotes it: an upstream's may be as long as a message.
+                tracing::warn!(upstream = %upstream.name, kind = list.member(), %error, "skipped");
             }
         }
     }
     // What the upstream no longer lists.
-    for key in listed.keys() {
-        remove(key);
+    for key in before.keys() {
+        remove_in(batch, list, key);
     }
-    *listed = now;
+    now
 }

@@ -347,6 +347,22 @@ impl<T: Registered> Kind<T> {
         refreshed: Vec<T>,
         bus: &ChangeBus,
     ) -> Vec<RegistryError> {
+        let (listed, refused) = self.change_untold(removed, added, refreshed);
+        if listed {
+            bus.publish(BusEvent::Lists(T::LIST.change()));
+        }
+        refused.into_iter().map(|(_, refusal)| refusal).collect()
+    }
+
+    /// [`change`](Self::change) without telling anyone, so that a [`Batch`] of several
+    /// kinds is told once: says whether anything came or went, and returns the refused
+    /// additions by key.
+    fn change_untold(
+        &self,
+        removed: &[String],
+        added: Vec<T>,
+        refreshed: Vec<T>,
+    ) -> (bool, Vec<(String, RegistryError)>) {
         let _writer = lock(&self.writer);
         let mut listed = false;
         for key in removed {
@@ -357,7 +373,7 @@ impl<T: Registered> Kind<T> {
             match self.items.entry(item.key().to_owned()) {
                 dashmap::Entry::Occupied(mut slot) => match slot.get_mut().item.merge(item) {
                     Ok(()) => listed = true,
-                    Err(refusal) => refused.push(refusal),
+                    Err(refusal) => refused.push((slot.key().clone(), refusal)),
                 },
                 dashmap::Entry::Vacant(slot) => {
                     slot.insert(Entry {
@@ -376,12 +392,10 @@ impl<T: Registered> Kind<T> {
                 redefined = true;
             }
         }
-        if listed {
-            self.changed(bus);
-        } else if redefined {
+        if listed || redefined {
             self.rebuild();
         }
-        refused
+        (listed, refused)
     }
 
     fn remove(&self, key: &str, bus: &ChangeBus) -> bool {
@@ -462,7 +476,7 @@ impl<T: Registered> Kind<T> {
 impl<T: Viewed> Kind<T> {
     /// The enabled entry of `key` as `view` (a viewer's views, if it has any) shows it.
     fn get_seen(&self, view: Option<&ViewSet>, key: &str) -> Option<T> {
-        match view.map(|v| v.seen::<T>(key)) {
+        match view.map(|v| v.seen(self, key)) {
             Some(Seen::Shown(entry)) => Some(entry),
             Some(Seen::Hidden) => None,
             Some(Seen::AsRegistered) | None => self.get(key),
@@ -881,7 +895,7 @@ impl Registry {
     ) -> Option<R> {
         let pick = |versions: &ToolVersions| pick(versions.chosen(chooser));
         if let Some(view) = self.inner.views.of(viewer) {
-            return match view.seen::<ToolVersions>(name) {
+            return match view.seen(&self.inner.tools, name) {
                 Seen::Shown(versions) => Some(pick(&versions)),
                 Seen::Hidden => None,
                 Seen::AsRegistered => self.registered_tool(name, pick),
@@ -1011,6 +1025,18 @@ impl Registry {
         }
     }
 
+    /// Whether an entry of kind `list` is registered under `key` (enabled or not): a view
+    /// may not show another entry of that key, unless it hides that one (its own owner's).
+    pub(crate) fn holds(&self, list: ListKind, key: &str) -> bool {
+        let i = &self.inner;
+        match list {
+            ListKind::Tools => i.tools.items.contains_key(key),
+            ListKind::Resources => i.resources.items.contains_key(key),
+            ListKind::ResourceTemplates => i.templates.items.contains_key(key),
+            ListKind::Prompts => i.prompts.items.contains_key(key),
+        }
+    }
+
     /// A view part of `tools` (each checked as [`add_tool`](Self::add_tool) would; one it
     /// refuses is left out, with a warning) hiding the registered tools of `hidden`.
     pub(crate) fn tool_view(
@@ -1043,6 +1069,178 @@ impl Registry {
                 || i.templates.ever.load(Ordering::Relaxed),
             tasks: i.ever_tasks.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// Changes of several entries, of any kinds, that [`Registry::apply`] makes at once: one
+/// list snapshot per kind that changed, and one change on the bus for them all, so that a
+/// session is told once per list however many entries came and went (a gateway upstream's
+/// re-list: made one entry at a time, replacing 8,000 tools cost a minute of rebuilds and
+/// sent each session thousands of notifications, attack run 52c G1). Each entry is checked
+/// as it is added to the batch, as the `add_*` methods of [`Registry`] check it; a key
+/// taken is found when the batch is applied.
+#[derive(Default)]
+pub(crate) struct Batch {
+    tools: Pending<ToolVersions>,
+    resources: Pending<Resource>,
+    templates: Pending<ResourceTemplate>,
+    prompts: Pending<Prompt>,
+    /// A tool added mirrors arguments in HTTP headers.
+    tool_headers: bool,
+    /// The names of the tools added whose calls may become tasks.
+    task_tools: Vec<String>,
+}
+
+/// One kind's part of a [`Batch`]: removed first, then added.
+struct Pending<T> {
+    removed: Vec<String>,
+    added: Vec<T>,
+}
+
+impl<T> Default for Pending<T> {
+    fn default() -> Self {
+        Self {
+            removed: Vec::new(),
+            added: Vec::new(),
+        }
+    }
+}
+
+impl<T: Registered> Pending<T> {
+    /// Applies this part to `kind` without telling anyone; pushes its refusals to
+    /// `refused` and says whether the list changed.
+    fn apply(self, kind: &Kind<T>, refused: &mut Vec<Refused>) -> bool {
+        let (listed, refusals) = kind.change_untold(&self.removed, self.added, Vec::new());
+        refused.extend(refusals.into_iter().map(|(key, error)| Refused {
+            list: T::LIST,
+            key,
+            error,
+        }));
+        listed
+    }
+}
+
+/// An addition of a [`Batch`] that [`Registry::apply`] refused: its key was taken.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    /// The kind of the entry.
+    pub list: ListKind,
+    /// Its name, URI or template.
+    pub key: String,
+    /// Why it was refused.
+    pub error: RegistryError,
+}
+
+impl Batch {
+    /// Removes a tool, every version of it.
+    pub(crate) fn remove_tool(&mut self, name: &str) {
+        self.tools.removed.push(name.to_owned());
+    }
+
+    /// Adds a tool, checked as [`Registry::add_tool`] checks it.
+    pub(crate) fn add_tool(&mut self, tool: Tool) -> Result<(), RegistryError> {
+        let headers = check_tool(&tool)?;
+        self.tool_headers |= !headers.is_empty();
+        if tool.definition.task_support != crate::tool::TaskSupport::Forbidden {
+            self.task_tools.push(tool.name().to_owned());
+        }
+        self.tools.added.push(ToolVersions::of(tool, headers));
+        Ok(())
+    }
+
+    /// Removes a resource.
+    pub(crate) fn remove_resource(&mut self, uri: &str) {
+        self.resources.removed.push(uri.to_owned());
+    }
+
+    /// Adds a resource.
+    pub(crate) fn add_resource(&mut self, resource: Resource) -> Result<(), RegistryError> {
+        self.resources.added.push(resource);
+        Ok(())
+    }
+
+    /// Removes a resource template.
+    pub(crate) fn remove_resource_template(&mut self, uri_template: &str) {
+        self.templates.removed.push(uri_template.to_owned());
+    }
+
+    /// Adds a resource template, checked as [`Registry::add_resource_template`] checks it.
+    pub(crate) fn add_resource_template(
+        &mut self,
+        template: ResourceTemplate,
+    ) -> Result<(), RegistryError> {
+        if let Err(reason) = &template.template {
+            return Err(RegistryError::InvalidTemplate(reason.clone()));
+        }
+        self.templates.added.push(template);
+        Ok(())
+    }
+
+    /// Removes a prompt.
+    pub(crate) fn remove_prompt(&mut self, name: &str) {
+        self.prompts.removed.push(name.to_owned());
+    }
+
+    /// Adds a prompt, checked as [`Registry::add_prompt`] checks it.
+    pub(crate) fn add_prompt(&mut self, prompt: Prompt) -> Result<(), RegistryError> {
+        check_prompt(&prompt)?;
+        self.prompts.added.push(prompt);
+        Ok(())
+    }
+}
+
+impl Registry {
+    /// Makes the changes of `batch`: each kind's removals, then its additions (a key taken,
+    /// by an entry registered before or one added earlier in the batch, is refused: the
+    /// first keeps it), under that kind's writer lock, with one snapshot rebuilt per kind;
+    /// then one change on the bus naming every list that changed. Returns the refused
+    /// additions.
+    pub(crate) fn apply(&self, batch: Batch) -> Vec<Refused> {
+        let Batch {
+            tools,
+            resources,
+            templates,
+            prompts,
+            tool_headers,
+            task_tools,
+        } = batch;
+        let inner = &self.inner;
+        // Before the tools can be called: a call in between would skip its headers' check.
+        if tool_headers {
+            inner.ever_tool_headers.store(true, Ordering::Relaxed);
+        }
+        let mut refused = Vec::new();
+        let mut changed = Changes::default();
+        let mut note = |listed: bool, list: ListKind| {
+            if listed {
+                changed = changed.union(list.change());
+            }
+        };
+        note(tools.apply(&inner.tools, &mut refused), ListKind::Tools);
+        note(
+            resources.apply(&inner.resources, &mut refused),
+            ListKind::Resources,
+        );
+        note(
+            templates.apply(&inner.templates, &mut refused),
+            ListKind::ResourceTemplates,
+        );
+        note(
+            prompts.apply(&inner.prompts, &mut refused),
+            ListKind::Prompts,
+        );
+        let tasks = task_tools.iter().any(|name| {
+            !refused
+                .iter()
+                .any(|r| r.list == ListKind::Tools && &r.key == name)
+        });
+        if tasks {
+            inner.ever_tasks.store(true, Ordering::Relaxed);
+        }
+        if !changed.is_empty() {
+            inner.bus.publish(BusEvent::Lists(changed));
+        }
+        refused
     }
 }
 
@@ -1200,6 +1398,38 @@ mod tests {
             "{reason}"
         );
         assert!(reason.ends_with('…'), "{reason}");
+    }
+
+    /// A batch of additions and removals is one rebuild of each kind it changes; a key taken
+    /// (before, or earlier in the batch) is refused and named, the first keeping it. (A
+    /// gateway's re-list was a rebuild and a notification per entry: attack run 52c G1.)
+    #[test]
+    fn a_batch_is_one_rebuild_per_kind_and_names_what_it_refused() {
+        let registry = Registry::default();
+        registry.add_tool(named("kept")).expect("added");
+        registry.add_tool(named("gone")).expect("added");
+        let tools = || registry.inner.tools.generation.load(Ordering::Relaxed);
+        let prompts = || registry.inner.prompts.generation.load(Ordering::Relaxed);
+        let (tools_before, prompts_before) = (tools(), prompts());
+        let mut batch = Batch::default();
+        batch.remove_tool("gone");
+        for name in ["a", "b", "kept", "c"] {
+            batch.add_tool(named(name)).expect("usable");
+        }
+        batch.add_tool(named("a")).expect("usable");
+        let refused: Vec<String> = registry.apply(batch).into_iter().map(|r| r.key).collect();
+        assert_eq!(refused, ["kept", "a"]);
+        assert_eq!(tools(), tools_before + 1, "one rebuild");
+        assert_eq!(prompts(), prompts_before, "prompts untouched");
+        let mut listed: Vec<String> = registry
+            .inner
+            .tools
+            .items
+            .iter()
+            .map(|e| e.key().clone())
+            .collect();
+        listed.sort();
+        assert_eq!(listed, ["a", "b", "c", "kept"]);
     }
 
     /// Version `version` of tool `t`, its argument `region` mirrored in a header or not.

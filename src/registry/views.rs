@@ -7,7 +7,9 @@
 //! by the upstream, which hides the upstream's registered entries of a kind and shows the
 //! child's instead. Lists, calls, reads, renders and completions of that viewer go through
 //! its views; every other viewer sees the registry as it is. A viewer with no view costs a
-//! lookup nothing but one atomic load.
+//! lookup nothing but one atomic load. A key the registry holds and no view hides stays
+//! the registry's entry's, for a call as in a list (the first keeps it): a view shows its
+//! own entry of a key only in place of one it hides, or of none.
 //!
 //! A viewer's views are replaced as a whole (copy on write), so a list or a lookup sees one
 //! consistent set. Each set keeps the list snapshots it built, per kind, for as long as the
@@ -20,7 +22,7 @@ use crate::mailbox::inbox::Changes;
 use crate::prompt::Prompt;
 use crate::resource::{Resource, ResourceTemplate};
 use dashmap::DashMap;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -89,10 +91,11 @@ impl Viewed for Prompt {
     }
 }
 
-/// Every view of one viewer, by owner; never changed once published.
+/// Every view of one viewer, by owner (in order: where two show the same key, the first
+/// keeps it); never changed once published.
 #[derive(Default)]
 pub(crate) struct ViewSet {
-    owners: HashMap<Arc<str>, OwnerView>,
+    owners: BTreeMap<Arc<str>, OwnerView>,
     /// The list snapshots built for this set, per kind.
     snapshots: Mutex<[Option<Built>; 4]>,
 }
@@ -111,34 +114,44 @@ pub(crate) enum Seen<T> {
 }
 
 impl ViewSet {
-    /// What this set's views say of `key` of kind `T`.
-    pub(crate) fn seen<T: Viewed>(&self, key: &str) -> Seen<T> {
+    /// What this set's views say of `key` of kind `T`, as [`items`](Self::items) lists it:
+    /// a key the registry holds and no view hides stays the registry's (the first keeps
+    /// it); else the entry the first view (by owner) shows, if any. (A call went to any view
+    /// showing the key while the list showed the registry's entry: a session's own child
+    /// named a tool like a built-in or another upstream's, and took its calls, with their
+    /// arguments, for that session; attack run 52c G4.)
+    pub(crate) fn seen<T: Viewed>(&self, kind: &Kind<T>, key: &str) -> Seen<T> {
         let mut hidden = false;
+        let mut shown = None;
         for view in self.owners.values() {
             if let Some(part) = T::part(view) {
-                if let Some(entry) = part.shown.get(key) {
-                    return Seen::Shown(entry.clone());
-                }
+                shown = shown.or_else(|| part.shown.get(key));
                 hidden |= part.hidden.contains(key);
             }
         }
-        if hidden {
-            Seen::Hidden
-        } else {
-            Seen::AsRegistered
+        if !hidden && kind.items.contains_key(key) {
+            return Seen::AsRegistered;
+        }
+        match shown {
+            Some(entry) => Seen::Shown(entry.clone()),
+            None if hidden => Seen::Hidden,
+            None => Seen::AsRegistered,
         }
     }
 
     /// The entries of kind `T` this viewer sees: the registry's enabled entries less those
-    /// hidden, and the shown ones (a shown key the registry holds unhidden, e.g. a local
-    /// tool, stays the registry's). Unsorted.
+    /// hidden, and the shown ones but those whose key the registry holds unhidden (e.g. a
+    /// local tool's: it stays the registry's, listed or disabled) and those another view
+    /// shows first (by owner). Unsorted.
     pub(crate) fn items<T: Viewed>(&self, kind: &Kind<T>) -> Vec<T> {
         let mut hidden: HashSet<&str> = HashSet::new();
-        let mut shown: Vec<T> = Vec::new();
+        let mut shown: HashMap<&str, &T> = HashMap::new();
         for view in self.owners.values() {
             if let Some(part) = T::part(view) {
                 hidden.extend(part.hidden.iter().map(String::as_str));
-                shown.extend(part.shown.values().cloned());
+                for (key, entry) in &part.shown {
+                    shown.entry(key.as_str()).or_insert(entry);
+                }
             }
         }
         let mut items: Vec<T> = kind
@@ -147,8 +160,12 @@ impl ViewSet {
             .filter(|e| e.enabled && !hidden.contains(e.key().as_str()))
             .map(|e| e.item.clone())
             .collect();
-        let taken: HashSet<String> = items.iter().map(|i| i.key().to_owned()).collect();
-        items.extend(shown.into_iter().filter(|i| !taken.contains(i.key())));
+        items.extend(
+            shown
+                .into_iter()
+                .filter(|(key, _)| hidden.contains(key) || !kind.items.contains_key(*key))
+                .map(|(_, entry)| entry.clone()),
+        );
         items
     }
 
@@ -229,7 +246,7 @@ impl Views {
         if view.is_empty() && !had {
             return changed;
         }
-        let mut owners: HashMap<Arc<str>, OwnerView> =
+        let mut owners: BTreeMap<Arc<str>, OwnerView> =
             before.map(|set| set.owners.clone()).unwrap_or_default();
         if view.is_empty() {
             owners.remove(owner);
@@ -356,6 +373,43 @@ mod tests {
             names(&registry, seen_by_alice),
             ["later", "local", "up__a", "up__b"]
         );
+    }
+
+    /// A key a view shows, hiding nothing of it, that the registry comes to hold (a tool
+    /// added, another upstream's re-list): the registry's entry keeps it, for a call as in
+    /// the list, until a view hides it. (A call went to the view's entry while the list
+    /// showed the registry's: attack run 52c G4.)
+    #[test]
+    fn a_shown_key_the_registry_comes_to_hold_is_the_registrys_for_a_call_too() {
+        let registry = Registry::default();
+        let me = ViewerRef::Session(1);
+        let other = ViewerRef::Session(2);
+        registry.update_view(&Viewer::Session(1), "up", |view| {
+            view.tools = Some(Registry::tool_view(HashSet::new(), vec![tool("x")]));
+            Changes::TOOLS
+        });
+        let (viewed, _) = registry.tool_handler("x", &First, me).expect("the view's");
+        registry.add_tool(tool("x")).expect("registered");
+        let (registered, _) = registry.tool_handler("x", &First, other).expect("x");
+        let (called, _) = registry.tool_handler("x", &First, me).expect("x");
+        assert!(
+            Arc::ptr_eq(&called, &registered),
+            "the call went to the view's"
+        );
+        assert!(!Arc::ptr_eq(&called, &viewed));
+        assert_eq!(names(&registry, me), ["x"]);
+
+        // Hidden by a view (its own owner's, say): the view's again.
+        registry.update_view(&Viewer::Session(1), "up", |view| {
+            view.tools = Some(Registry::tool_view(
+                ["x".to_owned()].into(),
+                vec![tool("x")],
+            ));
+            Changes::TOOLS
+        });
+        let (called, _) = registry.tool_handler("x", &First, me).expect("x");
+        assert!(!Arc::ptr_eq(&called, &registered));
+        assert_eq!(names(&registry, me), ["x"]);
     }
 
     #[test]

@@ -8,6 +8,9 @@ Tools:
   for_<user>()          with $GATEWAY_USER_TOOL set and $MCP_USER given: a tool of that
                         client's own (a per-session child's list differs from the gateway's
                         start-time child's, which runs for no client)
+  <name>()              for each name of $GATEWAY_SESSION_TOOLS (comma-separated), with
+                        $MCP_USER given: "<name> of the child" (a per-session child offering
+                        a name the gateway's start-time child did not)
   level()               the log level the client last set (logging/setLevel), or "-"
   slow(steps, delay_ms) reports progress and logs a line per step, then says "done"
   wait(ms)              sleeps; records in $GATEWAY_EVENTS whether it was cancelled
@@ -28,6 +31,9 @@ Tools:
   stall_lists()         leaves every tools/list from then on unanswered, and tells the client
                         the tool list changed (each tools/list is recorded in $GATEWAY_EVENTS)
   touch(uri)            sends resources/updated for uri (the server offers subscriptions)
+  rename_many(prefix)   with $GATEWAY_MANY=N, its list also holds N tools named a_0 … a_N-1:
+                        they become prefix_0 … prefix_N-1 (N others), and the client is told
+                        the tool list changed
 Resource mem://motd, template mem://items/{id}, prompt greet(name). With $GATEWAY_UNUSABLE
 set, its lists also hold what clients cannot use: a prompt naming an argument twice, one
 with a control character in its name, and a template naming a variable twice.
@@ -84,6 +90,19 @@ if os.environ.get("GATEWAY_USER_TOOL") and USER:
         return f"for {USER}"
 
     server.add_tool(for_user, name=f"for_{USER}")
+
+
+def of_the_child(name: str):
+    def answer() -> str:
+        """Only a client's own child has it."""
+        return f"{name} of the child"
+
+    return answer
+
+
+if USER:
+    for session_tool in filter(None, os.environ.get("GATEWAY_SESSION_TOOLS", "").split(",")):
+        server.add_tool(of_the_child(session_tool), name=session_tool)
 
 
 # The log level the client last set (logging/setLevel); declaring the handler is what makes
@@ -248,13 +267,35 @@ async def stall_lists(ctx: Context) -> str:
     return "stalled"
 
 
+# With $GATEWAY_MANY=N: N tools, listed only (never called), under the prefix rename_many()
+# last gave.
+MANY = {"count": int(os.environ.get("GATEWAY_MANY", "0")), "prefix": "a"}
+
+
+@server.tool()
+async def rename_many(prefix: str, ctx: Context) -> str:
+    """Replaces the N listed tools with N others, named with `prefix`; says the list changed."""
+    MANY["prefix"] = prefix
+    await ctx.session.send_tool_list_changed()
+    return "renamed"
+
+
+def many_tools() -> list:
+    from mcp.types import Tool
+
+    schema = {"type": "object", "properties": {}}
+    return [
+        Tool(name=f"{MANY['prefix']}_{n}", inputSchema=schema) for n in range(MANY["count"])
+    ]
+
+
 async def list_tools_recorded():
     record("listed tools")
     if LISTS["stalled"]:
         await asyncio.Event().wait()
     if LISTS["held"] is not None:
         await LISTS["held"].wait()
-    return await server.list_tools()
+    return await server.list_tools() + many_tools()
 
 
 @server._mcp_server.subscribe_resource()

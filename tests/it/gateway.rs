@@ -609,6 +609,111 @@ async fn a_flood_of_list_changed_costs_a_few_lists_not_one_each() {
     );
 }
 
+/// A shared upstream whose list goes from N tools to N others: the re-list is one change of
+/// the registry's, so a session is told once, and the list it reads then is the whole new
+/// one; the next notification is that of the change after. (Each entry was registered and
+/// removed on its own, and each told: attack run 52c G1, some 12,000 notifications to every
+/// session, and a minute of the gateway's thread, for 8,000 tools replaced by 4,000.)
+#[tokio::test]
+async fn a_shared_upstreams_list_replaced_whole_is_told_once() {
+    const N: usize = 1000;
+    let mut py = py_upstream(UpstreamMode::Shared);
+    py.env.insert("GATEWAY_MANY".into(), N.to_string());
+    let server = gateway(vec![py], |s| s.limits.page_size = 2 * N);
+    let mut client = Client::initialized(&server).await;
+    let named = |tools: &[String], prefix: &str| {
+        tools.iter().filter(|name| name.starts_with(prefix)).count()
+    };
+    let before = listed_tools(&mut client).await;
+    assert_eq!(named(&before, "a_"), N, "{before:?}");
+
+    let renamed = client
+        .call_tool("rename_many", json!({"prefix": "b"}))
+        .await;
+    assert_eq!(tool_text(&renamed), "renamed", "{renamed}");
+    expect_tools_changed(&mut client, "the client").await;
+    let after = listed_tools(&mut client).await;
+    assert_eq!(
+        named(&after, "a_"),
+        0,
+        "told before the last went: {after:?}"
+    );
+    assert_eq!(named(&after, "b_"), N, "told before the last came");
+    assert_eq!(after.len(), before.len());
+
+    // One change more, as a mark: the notification after the first is its own.
+    let grow = client.call_tool("grow", json!({"name": "mark"})).await;
+    assert_eq!(tool_text(&grow), "grew", "{grow}");
+    let mut told = 0;
+    loop {
+        expect_tools_changed(&mut client, "the client").await;
+        told += 1;
+        if listed_tools(&mut client).await.contains(&"mark".to_owned()) {
+            break;
+        }
+    }
+    assert_eq!(told, 1, "{told} notifications more for the list replaced");
+}
+
+/// A session's own child offering tools named like a built-in (`echo`: its upstream's
+/// prefix is empty) and like another upstream's (`o_whoami`): those names stay the
+/// registry's entries', in the session's list and for its calls; the child's entries are
+/// left out of the session's view (with a warning), as they were of the registry at start.
+/// (The list showed the built-in while a call went to the child, with the caller's
+/// arguments: attack run 52c G4.)
+#[tokio::test]
+async fn a_sessions_own_child_takes_no_name_the_registry_holds() {
+    let mut own = py_upstream(UpstreamMode::PerSession);
+    own.prefix = Some(String::new());
+    own.env = [
+        ("GATEWAY_USER_TOOL".to_owned(), "1".to_owned()),
+        (
+            "GATEWAY_SESSION_TOOLS".to_owned(),
+            "echo,o_whoami".to_owned(),
+        ),
+    ]
+    .into();
+    let mut other = python_upstream("other", "gateway_upstream.py", UpstreamMode::Shared);
+    other.prefix = Some("o_".into());
+    let mut settings = settings();
+    settings.upstreams = vec![own, other];
+    settings.auth.api_keys = vec![api_key("alice", "alice-key", &[])];
+    // The demo set (with `echo`) registered before the upstreams.
+    let server = start_with(settings, |builder| builder);
+
+    let mut alice = Client::initialized_as(&server, "alice-key").await;
+    // Her child has listed (`for_alice` is hers): her view is in place.
+    expect_tools_changed(&mut alice, "alice").await;
+    let response = alice.request("tools/list", json!({})).await;
+    let tools = response["result"]["tools"].as_array().expect("tools");
+    let listed = |name: &str| {
+        tools
+            .iter()
+            .filter(|t| t["name"] == name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(listed("for_alice").len(), 1, "{response}");
+    let echo = listed("echo");
+    assert_eq!(echo.len(), 1, "{response}");
+    assert_eq!(
+        echo[0]["description"], "Returns the given text unchanged.",
+        "{response}"
+    );
+    assert_eq!(listed("o_whoami").len(), 1, "{response}");
+
+    let echoed = alice.call_tool("echo", json!({"text": "hi"})).await;
+    let text = tool_text(&echoed);
+    assert!(text.contains("hi") && !text.contains("child"), "{echoed}");
+    let who = alice.call_tool("o_whoami", json!({})).await;
+    let text = tool_text(&who);
+    assert!(
+        text.starts_with("pid=") && text.ends_with("user=-"),
+        "{who}"
+    );
+    let hers = alice.call_tool("for_alice", json!({})).await;
+    assert_eq!(tool_text(&hers), "for alice", "{hers}");
+}
+
 #[tokio::test]
 async fn a_child_that_never_answers_its_list_holds_up_no_other_sessions_list() {
     let mut py = py_upstream(UpstreamMode::PerSession);
