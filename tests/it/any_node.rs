@@ -392,6 +392,48 @@ async fn a_session_goes_on_through_a_redis_cluster_failover() {
     );
 }
 
+/// A Redis Cluster master that freezes (SIGSTOP: its sockets stay open, it answers
+/// nothing), the first seed too, is failed over by the cluster, and the node follows: its
+/// keyed calls are taken again whatever shard their keys are on, and its bus subscription,
+/// which was on that seed, is made again through another one, while the master stays
+/// frozen. (The node's cluster connection kept its slot map and timed out against the
+/// frozen master until it came back; the bus was tried at the first seed, within one
+/// timeout for all, and never moved; attack run 52a, C1 and C2.)
+#[tokio::test]
+async fn a_frozen_redis_cluster_master_is_followed_to_its_replica_by_the_store_and_the_bus() {
+    let mut redis = RedisCluster::start_with_replicas();
+    let fixtures = Fixtures::default();
+    let node = node_with(&redis.url(), "frozen:", &fixtures, |_| {});
+    wait_metric(&node, "mcp_bus_bridge_subscribed", 1).await;
+    let seeds = redis.masters().to_vec();
+    assert_eq!(
+        redis.subscribers(seeds[0], "frozen:bus"),
+        1,
+        "the bus subscribes through the first seed"
+    );
+    let session = Session::begin(&node, Some(TEST_KEY)).await;
+    redis.freeze_master(0);
+    // Keys on every shard: about a third of them on the frozen master's slots.
+    for n in 0..12 {
+        let keyed = json!({"name": "echo", "arguments": {"text": format!("k{n}")},
+                           "_meta": {"idempotencyKey": format!("frozen-{n}")}});
+        let answer = keyed_until_taken(&session, &node, &format!("k{n}-"), &keyed).await;
+        assert_eq!(tool_text(&answer), format!("k{n}"));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while seeds[1..]
+        .iter()
+        .all(|seed| redis.subscribers(*seed, "frozen:bus") == 0)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the bus never subscribed again through another seed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_metric(&node, "mcp_bus_bridge_subscribed", 1).await;
+}
+
 #[tokio::test]
 async fn an_anonymous_retry_on_another_node_is_answered_from_the_store() {
     let redis = RedisServer::start();

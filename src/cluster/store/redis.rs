@@ -24,7 +24,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, OnceLock};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 /// What [`RedisStore::keep_claim`] did.
@@ -235,8 +235,15 @@ impl ConnectionLike for Connection {
 /// See the module docs.
 pub(crate) struct RedisStore {
     backend: Backend,
-    /// Made on first use: its tasks need the runtime, which the server starts later.
-    connection: OnceLock<Option<Connection>>,
+    /// Made on first use: its tasks need the runtime, which the server starts later. A
+    /// cluster's is made again after an operation timed out ([`CLUSTER_REBUILD_EVERY`] at
+    /// most), so that its slot map is read afresh.
+    connection: std::sync::Mutex<Option<Connection>>,
+    /// When a cluster's connection was last made, in ms since `epoch`.
+    connected_at: AtomicU64,
+    /// The seed a cluster's bus subscription is tried at first (the one after the last that
+    /// failed).
+    next_seed: std::sync::atomic::AtomicUsize,
     prefix: String,
     timeout: Duration,
     retry_after: Duration,
@@ -279,7 +286,9 @@ impl RedisStore {
         };
         Some(Self {
             backend,
-            connection: OnceLock::new(),
+            connection: std::sync::Mutex::new(None),
+            connected_at: AtomicU64::new(0),
+            next_seed: std::sync::atomic::AtomicUsize::new(0),
             prefix: settings.key_prefix.clone(),
             timeout: Duration::from_millis(settings.timeout_ms),
             retry_after: Duration::from_millis(settings.retry_after_ms),
@@ -290,24 +299,52 @@ impl RedisStore {
         })
     }
 
-    /// A pub/sub connection of its own, for the bus bridge: to the server, or to the first
-    /// seed of the cluster that answers (a cluster forwards every publication to every
-    /// shard, so any one of them hears the whole channel).
-    pub(crate) async fn pubsub(&self) -> redis::RedisResult<redis::aio::PubSub> {
+    /// A pub/sub connection of its own subscribed to `channel`, for the bus bridge: to the
+    /// server, or to a seed of the cluster (a cluster forwards every publication to every
+    /// shard, so any one of them hears the whole channel), each seed tried within the
+    /// timeout, beginning with the one after the last that failed. (One budget for all,
+    /// always from the first: a first seed that took connections and never answered, a
+    /// frozen process, held the bus down on every node for as long as it stayed frozen,
+    /// attack run 52a, C2.)
+    pub(crate) async fn subscribed(&self, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
+        let subscribe = async |client: &redis::Client| {
+            let connect = async {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(channel).await?;
+                Ok::<_, redis::RedisError>(pubsub)
+            };
+            tokio::time::timeout(self.timeout, connect)
+                .await
+                .unwrap_or_else(|_| Err((redis::ErrorKind::Io, "timed out").into()))
+        };
         match &self.backend {
-            Backend::Server(client) => client.get_async_pubsub().await,
+            Backend::Server(client) => subscribe(client).await,
             Backend::Cluster { seeds, .. } => {
+                let first = self.next_seed.load(Ordering::Relaxed);
                 let mut last = None;
-                for seed in seeds {
-                    match seed.get_async_pubsub().await {
+                for n in 0..seeds.len() {
+                    let at = (first + n) % seeds.len();
+                    match subscribe(&seeds[at]).await {
                         Ok(pubsub) => return Ok(pubsub),
-                        Err(error) => last = Some(error),
+                        Err(error) => {
+                            self.next_seed
+                                .store((at + 1) % seeds.len(), Ordering::Relaxed);
+                            last = Some(error);
+                        }
                     }
                 }
                 Err(last.unwrap_or_else(|| {
                     redis::RedisError::from((redis::ErrorKind::Io, "no seed to subscribe through"))
                 }))
             }
+        }
+    }
+
+    /// How long a bus subscription may take: the timeout for each seed tried.
+    pub(crate) fn subscribe_timeout(&self) -> Duration {
+        match &self.backend {
+            Backend::Server(_) => self.timeout,
+            Backend::Cluster { seeds, .. } => self.timeout * (seeds.len().max(1) as u32),
         }
     }
 
@@ -449,18 +486,23 @@ impl RedisStore {
             }
             Ok(Err(error)) => {
                 self.failed(metrics, what, &error);
+                if error.is_timeout() {
+                    self.renew_cluster_connection();
+                }
                 None
             }
             Err(_elapsed) => {
                 self.failed(metrics, what, &"timed out");
+                self.renew_cluster_connection();
                 None
             }
         }
     }
 
     fn connection(&self) -> Option<Connection> {
-        self.connection
-            .get_or_init(|| match &self.backend {
+        let mut connection = crate::lock(&self.connection);
+        if connection.is_none() {
+            *connection = match &self.backend {
                 Backend::Server(client) => {
                     let config = ConnectionManagerConfig::new()
                         .set_connection_timeout(Some(self.timeout))
@@ -475,12 +517,40 @@ impl RedisStore {
                     let config = ClusterConfig::new()
                         .set_connection_timeout(self.timeout)
                         .set_response_timeout(self.timeout);
+                    self.connected_at.store(self.now_ms(), Ordering::Relaxed);
                     Some(Connection::Cluster(
                         client.get_pending_async_connection_with_config(config),
                     ))
                 }
-            })
-            .clone()
+            };
+        }
+        connection.clone()
+    }
+
+    /// An operation on a cluster timed out: its connection is made again (at most every
+    /// [`CLUSTER_REBUILD_EVERY`]), which reads the slot map afresh from a seed that
+    /// answers. The cluster client reads it again on a redirection or a dropped connection
+    /// only: a master that stalled (a frozen process, a paused VM, a partition without a
+    /// reset) keeps its sockets open, and every operation of its slots timed out against it
+    /// long after the cluster had failed it over, on every node, until it came back (attack
+    /// run 52a, C1). Operations under way finish on the connection they have.
+    fn renew_cluster_connection(&self) {
+        if !matches!(self.backend, Backend::Cluster { .. }) {
+            return;
+        }
+        let now = self.now_ms();
+        let last = self.connected_at.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < CLUSTER_REBUILD_EVERY.as_millis() as u64 {
+            return;
+        }
+        if self
+            .connected_at
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            *crate::lock(&self.connection) = None;
+            tracing::info!("a Redis Cluster operation timed out: its slot map is read again");
+        }
     }
 
     /// The encoded entry under `key`, or `Some(None)` when there was none and `running` was
@@ -1255,6 +1325,10 @@ impl RedisStore {
         .is_some()
     }
 }
+
+/// How often at most a cluster's connection is made again after operations timed out
+/// ([`RedisStore::renew_cluster_connection`]).
+const CLUSTER_REBUILD_EVERY: Duration = Duration::from_secs(2);
 
 /// The most steers kept for one task ([`RedisStore::keep_task_steer`]): answers and cancels
 /// are idempotent, and a client sends few.

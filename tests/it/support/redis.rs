@@ -303,9 +303,46 @@ impl RedisCluster {
     /// SIGKILLs master `index`, then waits until its replica has taken over (it says it is
     /// a master and the cluster is ok again); returns the replica's port.
     pub fn fail_over_master(&mut self, index: usize) -> u16 {
-        let replica = self.replicas[index];
         let _ = self.children[index].kill();
         let _ = self.children[index].wait();
+        self.promoted(index)
+    }
+
+    /// SIGSTOPs master `index` (it keeps its connections open and answers nothing: a frozen
+    /// process, a paused VM), then waits until its replica has taken over; returns the
+    /// replica's port. The master stays frozen until the cluster is dropped.
+    pub fn freeze_master(&mut self, index: usize) -> u16 {
+        let status = Command::new("kill")
+            .args(["-STOP", &self.children[index].id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -STOP master {index}");
+        self.promoted(index)
+    }
+
+    /// The subscribers of `channel` on the server at `port` (`PUBSUB NUMSUB`: those
+    /// connected to that server).
+    pub fn subscribers(&self, port: u16, channel: &str) -> i64 {
+        let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query(&mut connect(port))
+            .expect("PUBSUB NUMSUB");
+        match counts.get(1) {
+            Some(redis::Value::Int(count)) => *count,
+            other => panic!("PUBSUB NUMSUB answered {other:?}"),
+        }
+    }
+
+    /// The masters' ports (the seeds of [`url`](Self::url)), in order.
+    pub fn masters(&self) -> &[u16] {
+        &self.ports
+    }
+
+    /// Waits until master `index`'s replica has taken over (it says it is a master and the
+    /// cluster is ok again); returns the replica's port.
+    fn promoted(&self, index: usize) -> u16 {
+        let replica = self.replicas[index];
         let mut connection = connect(replica);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
