@@ -250,6 +250,15 @@ impl Cluster {
         }
     }
 
+    /// How long this node's beat found Redis's epoch changed less than [`REWRITE_WAIT`] ago:
+    /// what is left of that wait, while the nodes write again what Redis lost (restarted
+    /// empty). `None` outside it.
+    pub(crate) fn rewrite_left(&self) -> Option<std::time::Duration> {
+        let known = crate::lock(&self.epoch);
+        let changed_at = known.as_ref()?.1?;
+        REWRITE_WAIT.checked_sub(changed_at.elapsed())
+    }
+
     /// Whether a record Redis does not hold (`current`: Redis's epoch now, as just read) may
     /// be one it lost rather than one that does not exist: Redis's epoch is not the one this
     /// node's beat knows, or changed within [`REWRITE_WAIT`] (the time the nodes take to

@@ -1144,6 +1144,55 @@ async fn a_retry_on_another_node_waits_for_a_run_whose_claim_redis_lost_restarti
 /// Sends the keyed call `held` under `key` (ids 101, 102, …) as a client retries it when
 /// told to (-32008, while its node skips Redis), until one is taken and waits (no answer
 /// within 700 ms: joined to a run); its id.
+/// After Redis came back empty, a node refuses (retryable -32008) a keyed call whose key it
+/// would claim, for as long as the nodes take to write back the claims of the calls they
+/// run (3 s from when its beat noticed), then takes it: a key found free in that moment may
+/// be one of theirs not written back yet. (A retry taken there ran such a call a second
+/// time; attack run 52a, C4.) The refusal of that wait is told from those of the node's
+/// pause after the restart by its `retryAfterMs` (that pause is 100 ms here).
+#[tokio::test]
+async fn a_keyed_call_waits_while_the_nodes_write_back_what_redis_lost() {
+    let mut redis = RedisServer::start();
+    let b = start_node("b", node_settings(&redis));
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    let warm = on_b
+        .send_request(keyed_call(json!("warm"), "warm", "k-before"))
+        .await;
+    assert_eq!(result_text(&warm, &json!("warm")), "b run 1: \"warm\"");
+    redis.kill();
+    redis.restart();
+    // The node's beat writes a new epoch where it finds none, and so notices the change.
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while redis.keys("mcp-ws:epoch").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no beat after the restart");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let mut waits = Vec::new();
+    for attempt in 0.. {
+        let id = json!(format!("new-{attempt}"));
+        let answer = on_b
+            .send_request(keyed_call(id.clone(), "new", "k-after"))
+            .await;
+        if answer.get("result").is_some() {
+            assert_eq!(result_text(&answer, &id), "b run 2: \"new\"");
+            break;
+        }
+        assert_error(&answer, &id, -32008);
+        let retry_after = answer["error"]["data"]["retryAfterMs"]
+            .as_u64()
+            .unwrap_or(0);
+        if retry_after > 100 {
+            waits.push(retry_after);
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never taken");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        !waits.is_empty() && waits.iter().all(|ms| *ms <= 3_000),
+        "refused while the nodes wrote back what Redis lost: {waits:?}"
+    );
+}
+
 async fn retried_until_waiting(client: &mut Client, key: &str) -> i64 {
     let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
     let mut retry = 100;

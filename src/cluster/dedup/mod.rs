@@ -290,6 +290,17 @@ async fn run(
             let _ = tokio::time::timeout(LOCAL_WAIT, done.changed()).await;
             continue;
         }
+        // Redis came back empty a moment ago, and the nodes are writing again the claims of
+        // the calls they run: a key found free now may be one of them, not yet written back
+        // (its node's first write may meet a shard still settling). Refused, retryable,
+        // until they are back, as when Redis cannot be asked (attack run 52a, C4: a retry
+        // elsewhere in that moment ran the call a second time).
+        if let (true, Some(left)) = (
+            cluster.store.refuses_without_redis(),
+            cluster.rewrite_left(),
+        ) {
+            return Err(refuse(&cluster, &id, Unreachable { retry_after: left }));
+        }
         let owner = cluster.store.new_owner();
         let running = Claim::Running {
             fingerprint: keyed.fingerprint,

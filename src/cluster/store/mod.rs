@@ -387,6 +387,12 @@ impl Store {
         self.node
     }
 
+    /// Whether a claim Redis cannot take is refused rather than taken in memory
+    /// (`cluster.on_store_error = "refuse"`, with Redis).
+    pub(crate) fn refuses_without_redis(&self) -> bool {
+        self.redis.is_some() && self.refuse_without_redis
+    }
+
     /// The Redis backend, when configured.
     pub(crate) fn redis(&self) -> Option<&RedisStore> {
         self.redis.as_ref()
