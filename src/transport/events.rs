@@ -144,6 +144,10 @@ impl Cursor {
 pub enum ReplayError {
     /// The stream is unknown, or events after the cursor are no longer held.
     Gone,
+    /// The stream's events are kept in Redis (another node's stream), which could not be
+    /// asked: try again (attack run 52a, S1: refused as gone, a client gave its requests
+    /// up for good).
+    Unavailable,
 }
 
 #[derive(Debug)]

@@ -586,7 +586,11 @@ impl HostedSession {
             let Outlets::Http(http) = &mut host.out else {
                 return;
             };
-            let Some(mut mirrored) = mirrored.filter(|m| m.known) else {
+            let Some(mirrored) = mirrored else {
+                let _ = reply.send(Err(ReplayError::Unavailable));
+                return;
+            };
+            let Some(mut mirrored) = Some(mirrored).filter(|m| m.known) else {
                 let _ = reply.send(Err(ReplayError::Gone));
                 return;
             };

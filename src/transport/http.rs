@@ -10,7 +10,7 @@
 //! inside its handler and its answer's stream (a [`StatelessExchange`]). Refusals are
 //! [`Refusal`]s (the perimeter's one mapping to HTTP).
 
-use super::events::{Cursor, EventChunks, SseEvent};
+use super::events::{Cursor, EventChunks, ReplayError, SseEvent};
 use super::hosted::{find_or_take_up, End, HostedSession, OpenStream, Post, PostReply, TakeRecord};
 use super::stateless::{Body, FirstReply, StatelessExchange};
 use crate::perimeter::{self, Admission, Owner, Refusal};
@@ -554,7 +554,10 @@ pub async fn get(
     let events = answer
         .await
         .map_err(|_| Refusal::SessionNotFound)?
-        .map_err(|_| Refusal::ResumeGone)?;
+        .map_err(|error| match error {
+            ReplayError::Gone => Refusal::ResumeGone,
+            ReplayError::Unavailable => Refusal::SessionStoreUnavailable,
+        })?;
     Ok(sse(events, keep_alive(&shared), admission.expires))
 }
 

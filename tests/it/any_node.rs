@@ -1007,6 +1007,49 @@ async fn one_identity_cannot_fill_redis_with_its_keyed_results() {
 
 /// A stream begun on one node of three sharing the Redis at `redis_url`, resumed on others;
 /// `look` is shown the session id once its events are mirrored.
+/// A POST's stream resumed on another node while Redis, where its events are mirrored,
+/// cannot be asked is refused 503 with `Retry-After` (retryable), not 400 as a stream whose
+/// events are gone (final: the client gave its requests up); resumed again once Redis is
+/// back, it goes on to its answer. (Attack run 52a, S1.)
+#[tokio::test]
+async fn a_stream_resumed_elsewhere_while_redis_is_away_is_refused_503_then_served() {
+    let redis = RedisServer::start();
+    let (nodes, fixtures) = nodes(&redis.url(), "resume-away:", false);
+    let [a, b] = [&nodes[0], &nodes[1]];
+    let session = Session::begin(a, Some(TEST_KEY)).await;
+    // B holds a copy of the session: the only Redis read of the resume is the mirror's.
+    let ping = session.ask(b, json!(0), "ping", json!({})).await;
+    assert_eq!(answer_of(&ping, &json!(0))["result"], json!({}));
+    let (first_id, stream) = held_call(&session, a, 1).await;
+    drop(stream);
+    redis.pause();
+    let refused = session.resume(b, &first_id).await;
+    let status = refused.status().as_u16();
+    let retry_after = header(&refused, "retry-after").map(str::to_owned);
+    redis.resume();
+    assert_eq!(status, 503, "a resume Redis cannot serve now is retryable");
+    assert!(retry_after.is_some(), "with Retry-After");
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let resumed = loop {
+        let get = session.resume(b, &first_id).await;
+        match get.status().as_u16() {
+            200 => break get,
+            503 => {}
+            other => panic!("the resume after Redis came back answered {other}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never resumed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut resumed = events(resumed);
+    fixtures.gate.add_permits(1);
+    let (_, answer) = tokio::time::timeout(READ_TIMEOUT, resumed.next())
+        .await
+        .expect("the answer in time")
+        .expect("the answer");
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(tool_text(&answer), "released");
+}
+
 async fn stream_resumes_elsewhere(redis_url: &str, look: impl Fn(&str)) {
     let (nodes, fixtures) = nodes(redis_url, "resume-anywhere:", false);
     let [a, b, c] = [&nodes[0], &nodes[1], &nodes[2]];

@@ -1164,7 +1164,10 @@ async fn a_keyed_call_waits_while_the_nodes_write_back_what_redis_lost() {
     // The node's beat writes a new epoch where it finds none, and so notices the change.
     let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
     while redis.keys("mcp-ws:epoch").is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "no beat after the restart");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no beat after the restart"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let mut waits = Vec::new();
