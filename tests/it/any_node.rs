@@ -532,6 +532,67 @@ async fn a_node_started_after_redis_restarted_empty_shares_the_request_state_sec
     );
 }
 
+/// A node started while Redis comes back empty, before the running nodes put their secret
+/// back, makes its own; the running nodes' put-back replaces it, so that a node started
+/// later shares theirs and accepts the states they mint. (The first node's own stayed, and
+/// every node started later took it: old and new nodes refused each other's states until
+/// every old node restarted; attack run 52b, F7.) The node started in that moment is
+/// played by the test, writing a secret as a node does at start.
+#[tokio::test]
+async fn a_secret_made_as_redis_came_back_empty_gives_way_to_the_one_the_nodes_shared() {
+    let mut redis = RedisServer::start();
+    let fixtures = Fixtures::default();
+    let first = node(&redis.url(), "mrtr-race:", false, &fixtures);
+    // Its beat has read Redis's epoch before Redis loses it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.kill();
+    redis.restart();
+    let mut connection = redis.connection().expect("redis answers");
+    let made = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64;
+    // As a node starting now would. (The first node notices the empty Redis at its next
+    // beat, up to a second later: the test is first.)
+    let created: Option<String> = ::redis::cmd("SET")
+        .arg("mrtr-race:mrtr-secret")
+        .arg("a-secret-of-a-node-started-as-redis-came-back")
+        .arg("NX")
+        .query(&mut connection)
+        .expect("SET NX");
+    assert!(
+        created.is_some(),
+        "the first node put its secret back before the test's node started"
+    );
+    ::redis::cmd("SET")
+        .arg("{mrtr-race:mrtr-secret}:made")
+        .arg(made)
+        .query::<()>(&mut connection)
+        .expect("SET");
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    loop {
+        let secret: Option<String> = ::redis::cmd("GET")
+            .arg("mrtr-race:mrtr-secret")
+            .query(&mut connection)
+            .expect("GET");
+        if secret.is_some_and(|s| s != "a-secret-of-a-node-started-as-redis-came-back") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the nodes' secret never put back over the newer one"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let later = node(&redis.url(), "mrtr-race:", false, &fixtures);
+    let second = request_state_between(&first, &later).await;
+    assert_eq!(
+        text_of(&assert_complete(&second, &json!(2))),
+        "Hello, Bo!",
+        "{second}"
+    );
+}
+
 /// The answer another node gives a `requestState` minted by one node of three sharing the
 /// Redis at `redis_url` under `prefix`, and how many times the tool ran.
 async fn request_state_taken_elsewhere(redis_url: &str, prefix: &str) -> (Value, usize) {

@@ -1288,11 +1288,32 @@ impl RedisStore {
     /// [`shared_secret`]): the nodes that took it keep it, and a node started later finds it.
     pub(crate) async fn put_back_secret(&self, metrics: &Metrics, secret: &str) {
         let key = format!("{}mrtr-secret", self.prefix);
+        let made = secret_made_key(&self.prefix);
         let secret = secret.to_owned();
-        self.run(metrics, "put_back_secret", |mut con| async move {
-            con.set_nx::<_, _, bool>(key, secret).await
-        })
-        .await;
+        // Redis came back at most a beat before this node noticed it; a secret made after
+        // that (by a node started in the moment since) is replaced. Two seconds of margin
+        // for the beat and the clocks.
+        let since = crate::cluster::tasks::unix_ms().saturating_sub(2_000);
+        let put = self
+            .run(metrics, "put_back_secret", |mut con| async move {
+                redis::cmd("EVAL")
+                    .arg(PUT_BACK_SECRET)
+                    .arg(2)
+                    .arg(key)
+                    .arg(made)
+                    .arg(secret)
+                    .arg(since)
+                    .query_async::<i64>(&mut con)
+                    .await
+            })
+            .await;
+        if put == Some(2) {
+            tracing::warn!(
+                "a node started while Redis came back empty made its own multi round-trip \
+                 secret; put back the one the nodes shared (that node's states are its own \
+                 until it restarts)"
+            );
+        }
     }
 
     /// Redis's `maxmemory-policy`, if it says (a managed Redis may refuse `CONFIG`). Not an
@@ -1343,12 +1364,13 @@ pub(crate) type StreamEntry = (String, Vec<(String, String)>);
 pub(crate) fn shared_secret(settings: &RedisSettings, candidate: &str) -> Option<String> {
     let timeout = Duration::from_millis(settings.timeout_ms.max(1));
     let key = format!("{}mrtr-secret", settings.key_prefix);
+    let made = secret_made_key(&settings.key_prefix);
     match settings.cluster_seeds().ok()? {
         None => {
             let client = redis::Client::open(settings.url.as_str()).ok()?;
             let mut con = client.get_connection_with_timeout(timeout).ok()?;
             con.set_read_timeout(Some(timeout)).ok()?;
-            create_once(&mut con, &key, candidate)
+            create_once(&mut con, &key, &made, candidate)
         }
         Some(seeds) => {
             let client = ClusterClient::builder(seeds)
@@ -1357,24 +1379,62 @@ pub(crate) fn shared_secret(settings: &RedisSettings, candidate: &str) -> Option
                 .build()
                 .ok()?;
             let mut con = client.get_connection().ok()?;
-            create_once(&mut con, &key, candidate)
+            create_once(&mut con, &key, &made, candidate)
         }
     }
 }
 
-/// The value under `key`, or `candidate`, put there if there was none.
-fn create_once(con: &mut impl redis::ConnectionLike, key: &str, candidate: &str) -> Option<String> {
-    let _: Option<String> = redis::cmd("SET")
+/// The value under `key`, or `candidate`, put there if there was none, with when it was
+/// made under `made` ([`CREATE_SECRET`]).
+fn create_once(
+    con: &mut impl redis::ConnectionLike,
+    key: &str,
+    made: &str,
+    candidate: &str,
+) -> Option<String> {
+    redis::cmd("EVAL")
+        .arg(CREATE_SECRET)
+        .arg(2)
         .arg(key)
+        .arg(made)
         .arg(candidate)
-        .arg("NX")
-        .query(con)
-        .ok()?;
-    redis::cmd("GET")
-        .arg(key)
+        .arg(crate::cluster::tasks::unix_ms())
         .query::<Option<String>>(con)
         .ok()?
 }
+
+/// The key of when the nodes' secret was made, by the node that made it: in the secret's
+/// slot of a Redis Cluster (its hash tag is the secret's whole key, which has none).
+fn secret_made_key(prefix: &str) -> String {
+    format!("{{{prefix}mrtr-secret}}:made")
+}
+
+/// The secret under `KEYS[1]`, or `ARGV[1]` put there if there is none, and then the time
+/// it was made (`ARGV[2]`, ms since 1970) under `KEYS[2]`.
+const CREATE_SECRET: &str = r"local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2])
+return ARGV[1]";
+
+/// Puts a node's secret (`ARGV[1]`) back under `KEYS[1]` after Redis lost it: where there
+/// is none (1), or where one there was made since `ARGV[2]` (ms since 1970, `KEYS[2]`), by
+/// a node started after Redis came back empty and before the nodes put theirs back (2: it
+/// is replaced, so that every node started later shares the secret of the nodes that ran
+/// before, not that one's; attack run 52b, F7); else nothing (0).
+const PUT_BACK_SECRET: &str = r"local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then return 0 end
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return 1
+end
+local made = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if made >= tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('DEL', KEYS[2])
+  return 2
+end
+return 0";
 
 /// Whether `error` says a key holds another type than the operation's (`WRONGTYPE`, alone or
 /// in a pipeline): a value, not Redis, is at fault.
