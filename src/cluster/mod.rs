@@ -46,7 +46,7 @@ pub struct Cluster {
     /// The secret of multi round-trip request states the nodes share through Redis, when
     /// this node took it from there: put back if Redis loses it, so that a node started
     /// after finds it rather than make its own.
-    pub(crate) shared_secret: std::sync::OnceLock<String>,
+    pub(crate) shared_secret: std::sync::OnceLock<store::SharedSecret>,
     /// Sessions ended here (DELETE) whose end the other nodes could not be told (Redis
     /// took the deletion of the record, not the note), oldest first: told at the next beat
     /// Redis takes. Bounded ([`MAX_OWED_ENDS`]).

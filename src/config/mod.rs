@@ -97,6 +97,14 @@ pub struct RedisSettings {
     pub retry_after_ms: u64,
 }
 
+/// Whether the Redis key `key` has a hash tag: a `{` and, after it, a `}` with something
+/// between (a Redis Cluster then hashes what is between the first such pair alone).
+pub(crate) fn has_hash_tag(key: &str) -> bool {
+    key.find('{')
+        .and_then(|open| key[open + 1..].find('}'))
+        .is_some_and(|close| close > 0)
+}
+
 impl Default for RedisSettings {
     fn default() -> Self {
         Self {
@@ -1663,6 +1671,17 @@ impl Settings {
             return Err(ConfigError::Invalid("info.name must not be empty".into()));
         }
         if !self.redis.url.is_empty() {
+            // A brace in the prefix is a hash tag of every key (all in one slot of a Redis
+            // Cluster), or else breaks the tags the keys of one session, task or stream
+            // carry to share a slot: their scripts would be refused (CROSSSLOT).
+            let prefix = &self.redis.key_prefix;
+            if prefix.contains(['{', '}']) && !has_hash_tag(prefix) {
+                return Err(ConfigError::Invalid(
+                    "redis.key_prefix: a '{' or '}' in it must make a hash tag, '{' then '}' \
+                     with something between"
+                        .into(),
+                ));
+            }
             // The URL may hold a password: no message repeats it.
             match self.redis.cluster_seeds() {
                 Err(problem) => return Err(ConfigError::Invalid(format!("redis.url: {problem}"))),
@@ -1827,7 +1846,9 @@ pub fn parse_public_key(text: &str) -> Option<VerifyingKey> {
 
 #[cfg(test)]
 mod tests {
-    use super::{without_strings, RedisSettings, ServerSettings};
+    use super::{
+        has_hash_tag, without_strings, ConfigError, RedisSettings, ServerSettings, Settings,
+    };
 
     #[test]
     fn the_per_address_limits_follow_the_session_cap_unless_set() {
@@ -1927,5 +1948,25 @@ mod tests {
         assert!(seeds("redis+cluster://a:7000/3").is_err());
         assert!(seeds("redis+cluster://").is_err());
         assert!(seeds("redis+cluster://pw@").is_err());
+    }
+
+    #[test]
+    fn a_key_prefix_holds_a_brace_only_as_a_hash_tag() {
+        let with_prefix = |prefix: &str| {
+            let mut settings = Settings::default();
+            settings.redis.url = "redis://127.0.0.1:6379".into();
+            settings.redis.key_prefix = prefix.into();
+            settings.validate()
+        };
+        for kept in ["mcp-ws:", "{tenant}mcp:", "a}b{t}:"] {
+            assert!(with_prefix(kept).is_ok(), "{kept}");
+            assert!(has_hash_tag(kept) || !kept.contains('{'), "{kept}");
+        }
+        for refused in ["{}mcp:", "a{b:", "{}{t}:", "a}b:"] {
+            assert!(
+                matches!(with_prefix(refused), Err(ConfigError::Invalid(m)) if m.contains("key_prefix")),
+                "{refused}"
+            );
+        }
     }
 }

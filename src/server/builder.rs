@@ -183,7 +183,7 @@ impl ServerBuilder {
                 match crate::cluster::store::shared_secret(&self.settings.redis, &candidate) {
                     // One written by something else that is too short to be a secret (an
                     // empty one would make every request state forgeable) is not used.
-                    Some(secret) if secret.trim().len() < MIN_STATE_KEY_BYTES => {
+                    Some(shared) if shared.secret.trim().len() < MIN_STATE_KEY_BYTES => {
                         tracing::warn!(
                             "the multi round-trip secret in Redis holds fewer than \
                              {MIN_STATE_KEY_BYTES} bytes: not used; this node's states are \
@@ -191,8 +191,9 @@ impl ServerBuilder {
                         );
                         None
                     }
-                    Some(secret) => {
-                        shared_secret = Some(secret.clone());
+                    Some(shared) => {
+                        let secret = shared.secret.clone();
+                        shared_secret = Some(shared);
                         Some(secret)
                     }
                     None => {

@@ -20,7 +20,7 @@ mod memory;
 mod redis;
 
 pub(crate) use self::memory::{MemoryStore, NonceCache, NonceRefused};
-pub(crate) use self::redis::{shared_secret, KeptClaim, RedisStore, StreamEntry};
+pub(crate) use self::redis::{shared_secret, KeptClaim, RedisStore, SharedSecret, StreamEntry};
 
 use crate::config::{OnStoreError, Settings};
 use crate::lock;

@@ -1286,23 +1286,24 @@ impl RedisStore {
 
     /// Puts the shared secret of request states back where Redis lost it (see
     /// [`shared_secret`]): the nodes that took it keep it, and a node started later finds it.
-    pub(crate) async fn put_back_secret(&self, metrics: &Metrics, secret: &str) {
+    /// Where Redis holds another one, the older of the two stays ([`PUT_BACK_SECRET`]): one
+    /// a node made in the moment Redis came back empty, before the running nodes put theirs
+    /// back, gives way to theirs (attack run 52b, F7), however late they notice (review 58
+    /// #1: a margin of wall-clock time missed a late beat, and a node's clock that ran
+    /// behind).
+    pub(crate) async fn put_back_secret(&self, metrics: &Metrics, secret: &SharedSecret) {
         let key = format!("{}mrtr-secret", self.prefix);
-        let made = secret_made_key(&self.prefix);
-        let secret = secret.to_owned();
-        // Redis came back at most a beat before this node noticed it; a secret made after
-        // that (by a node started in the moment since) is replaced. Two seconds of margin
-        // for the beat and the clocks.
-        let since = crate::cluster::tasks::unix_ms().saturating_sub(2_000);
+        let made_key = beside(&key, ":made");
+        let SharedSecret { secret, made_ms } = secret.clone();
         let put = self
             .run(metrics, "put_back_secret", |mut con| async move {
                 redis::cmd("EVAL")
                     .arg(PUT_BACK_SECRET)
                     .arg(2)
                     .arg(key)
-                    .arg(made)
+                    .arg(made_key)
                     .arg(secret)
-                    .arg(since)
+                    .arg(made_ms)
                     .query_async::<i64>(&mut con)
                     .await
             })
@@ -1310,8 +1311,8 @@ impl RedisStore {
         if put == Some(2) {
             tracing::warn!(
                 "a node started while Redis came back empty made its own multi round-trip \
-                 secret; put back the one the nodes shared (that node's states are its own \
-                 until it restarts)"
+                 secret; put back the older one the nodes shared (that node's states are its \
+                 own until it restarts)"
             );
         }
     }
@@ -1358,13 +1359,25 @@ pub(crate) const TASK_STEERS_KEPT: usize = 64;
 /// One entry of a Redis Stream: its id and its field/value pairs.
 pub(crate) type StreamEntry = (String, Vec<(String, String)>);
 
+/// The secret of multi round-trip request states the nodes share through Redis, and when
+/// it was made (ms since 1970, by Redis's clock: `TIME`), which decides between two
+/// ([`PUT_BACK_SECRET`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SharedSecret {
+    /// The secret.
+    pub(crate) secret: String,
+    /// When Redis took it first; 0 when Redis does not say (written before the nodes
+    /// noted it): the oldest.
+    pub(crate) made_ms: u64,
+}
+
 /// The secret of multi round-trip request states every node shares: the one in Redis, or
 /// `candidate`, put there if there was none (the first node's wins). Blocking: called once,
 /// at start, before the server runs. `None` when Redis could not be asked.
-pub(crate) fn shared_secret(settings: &RedisSettings, candidate: &str) -> Option<String> {
+pub(crate) fn shared_secret(settings: &RedisSettings, candidate: &str) -> Option<SharedSecret> {
     let timeout = Duration::from_millis(settings.timeout_ms.max(1));
     let key = format!("{}mrtr-secret", settings.key_prefix);
-    let made = secret_made_key(&settings.key_prefix);
+    let made = beside(&key, ":made");
     match settings.cluster_seeds().ok()? {
         None => {
             let client = redis::Client::open(settings.url.as_str()).ok()?;
@@ -1384,57 +1397,67 @@ pub(crate) fn shared_secret(settings: &RedisSettings, candidate: &str) -> Option
     }
 }
 
-/// The value under `key`, or `candidate`, put there if there was none, with when it was
+/// The secret under `key`, or `candidate`, put there if there was none, with when it was
 /// made under `made` ([`CREATE_SECRET`]).
 fn create_once(
     con: &mut impl redis::ConnectionLike,
     key: &str,
     made: &str,
     candidate: &str,
-) -> Option<String> {
-    redis::cmd("EVAL")
+) -> Option<SharedSecret> {
+    let (secret, made_ms) = redis::cmd("EVAL")
         .arg(CREATE_SECRET)
         .arg(2)
         .arg(key)
         .arg(made)
         .arg(candidate)
-        .arg(crate::cluster::tasks::unix_ms())
-        .query::<Option<String>>(con)
-        .ok()?
+        .query::<(String, String)>(con)
+        .ok()?;
+    Some(SharedSecret {
+        secret,
+        made_ms: made_ms.parse().unwrap_or(0),
+    })
 }
 
-/// The key of when the nodes' secret was made, by the node that made it: in the secret's
-/// slot of a Redis Cluster (its hash tag is the secret's whole key, which has none).
-fn secret_made_key(prefix: &str) -> String {
-    format!("{{{prefix}mrtr-secret}}:made")
+/// A key in the same slot of a Redis Cluster as `key`: `key` with `suffix`, under `key`'s
+/// hash tag if it has one (a `key_prefix` may carry one), else with the whole of `key` as
+/// its hash tag (which hashes as `key` alone does). A key whose first `{` is followed by
+/// an empty `{}` hashes whole, and its neighbour would not: such a prefix is refused at
+/// start (`Settings::validate`).
+pub(crate) fn beside(key: &str, suffix: &str) -> String {
+    if crate::config::has_hash_tag(key) {
+        format!("{key}{suffix}")
+    } else {
+        format!("{{{key}}}{suffix}")
+    }
 }
 
-/// The secret under `KEYS[1]`, or `ARGV[1]` put there if there is none, and then the time
-/// it was made (`ARGV[2]`, ms since 1970) under `KEYS[2]`.
+/// The secret under `KEYS[1]` and when it was made (`KEYS[2]`; `'0'` when not noted), or
+/// `ARGV[1]` put there if there is none, made now by Redis's clock.
 const CREATE_SECRET: &str = r"local v = redis.call('GET', KEYS[1])
-if v then return v end
+if v then return {v, redis.call('GET', KEYS[2]) or '0'} end
+local t = redis.call('TIME')
+local made = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 redis.call('SET', KEYS[1], ARGV[1])
-redis.call('SET', KEYS[2], ARGV[2])
-return ARGV[1]";
+redis.call('SET', KEYS[2], made)
+return {ARGV[1], made}";
 
-/// Puts a node's secret (`ARGV[1]`) back under `KEYS[1]` after Redis lost it: where there
-/// is none (1), or where one there was made since `ARGV[2]` (ms since 1970, `KEYS[2]`), by
-/// a node started after Redis came back empty and before the nodes put theirs back (2: it
-/// is replaced, so that every node started later shares the secret of the nodes that ran
-/// before, not that one's; attack run 52b, F7); else nothing (0).
+/// Puts a node's secret (`ARGV[1]`, made at `ARGV[2]`) back under `KEYS[1]` after Redis lost
+/// it: where there is none (1), or where one there was made later (`KEYS[2]`) by a node
+/// started after Redis came back empty and before the nodes put theirs back (2: the older
+/// one stays, so that every node started later shares the secret of the nodes that ran
+/// before; attack run 52b, F7); else nothing (0). A node whose secret gave way so puts it
+/// back again at the next loss, and gives way again.
 const PUT_BACK_SECRET: &str = r"local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then return 0 end
-if not v then
-  redis.call('SET', KEYS[1], ARGV[1])
-  return 1
+if v then
+  local made = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  if made <= tonumber(ARGV[2]) then return 0 end
 end
-local made = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-if made >= tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[1], ARGV[1])
-  redis.call('DEL', KEYS[2])
-  return 2
-end
-return 0";
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2])
+if v then return 2 end
+return 1";
 
 /// Whether `error` says a key holds another type than the operation's (`WRONGTYPE`, alone or
 /// in a pipeline): a value, not Redis, is at fault.
