@@ -203,8 +203,12 @@ pub struct Inbox {
     /// subscriptions that want it (a session-era subscription, `subscriptions/listen`
     /// filters).
     interests: RefCell<std::collections::HashMap<String, u32, crate::FastHash>>,
-    /// The tasks the session's listen streams follow, each with the number of streams.
-    task_interests: RefCell<std::collections::HashMap<String, u32, crate::FastHash>>,
+    /// The tasks the session's listen streams follow, each with the number of streams and
+    /// the last status the session was given of it (see [`mark_task_reread`](Self::mark_task_reread)).
+    task_interests: RefCell<std::collections::HashMap<String, Followed, crate::FastHash>>,
+    /// The node's bus subscription was down a while: the followed tasks' records are to be
+    /// read again (see [`mark_tasks_missed`](Self::mark_tasks_missed)).
+    tasks_missed: Cell<bool>,
     /// The latest stored status of each followed task not yet sent.
     task_notes: RefCell<Vec<std::sync::Arc<TaskNote>>>,
     next_server_id: Cell<u64>,
@@ -247,6 +251,7 @@ impl Inbox {
             interests: RefCell::default(),
             task_interests: RefCell::default(),
             task_notes: RefCell::default(),
+            tasks_missed: Cell::new(false),
             next_server_id: Cell::new(0),
             client_requests: Cell::new(0),
             client_request_limit: Cell::new(usize::MAX),
@@ -404,8 +409,26 @@ impl Inbox {
     /// Keeps a task's status for the session if one of its streams follows the task
     /// (replacing an older status of it not yet sent); says whether it did.
     pub fn mark_task(&self, note: &std::sync::Arc<TaskNote>) -> bool {
-        if self.closed.get() || !self.task_interests.borrow().contains_key(&note.id) {
+        self.mark_task_as(note, false)
+    }
+
+    /// [`mark_task`](Self::mark_task) for a status read again from the task's record (the
+    /// bus was down: its note may have been missed): kept only when it is not the last
+    /// status the session was given of the task.
+    pub fn mark_task_reread(&self, note: &std::sync::Arc<TaskNote>) -> bool {
+        self.mark_task_as(note, true)
+    }
+
+    fn mark_task_as(&self, note: &std::sync::Arc<TaskNote>, reread: bool) -> bool {
+        if self.closed.get() {
             return false;
+        }
+        match self.task_interests.borrow_mut().get_mut(&note.id) {
+            None => return false,
+            Some(followed) if reread && note.status.is_some() && followed.last == note.status => {
+                return false
+            }
+            Some(followed) => followed.last = note.status.clone(),
         }
         let mut notes = self.task_notes.borrow_mut();
         match notes.iter_mut().find(|n| n.id == note.id) {
@@ -424,19 +447,40 @@ impl Inbox {
 
     /// One more stream of the session follows task `id`.
     pub fn add_task_interest(&self, id: &str) {
-        *self
-            .task_interests
+        self.task_interests
             .borrow_mut()
             .entry(id.to_owned())
-            .or_insert(0) += 1;
+            .or_default()
+            .streams += 1;
+    }
+
+    /// The tasks the session's streams follow.
+    pub fn followed_tasks(&self) -> Vec<String> {
+        self.task_interests.borrow().keys().cloned().collect()
+    }
+
+    /// The node's bus subscription is back after it was down: task statuses may have been
+    /// missed meanwhile, and the session reads its followed tasks' records again (when it
+    /// follows any).
+    pub fn mark_tasks_missed(&self) {
+        if self.closed.get() || self.task_interests.borrow().is_empty() {
+            return;
+        }
+        self.tasks_missed.set(true);
+        self.wake();
+    }
+
+    /// Whether [`mark_tasks_missed`](Self::mark_tasks_missed) was called since the last call.
+    pub fn take_tasks_missed(&self) -> bool {
+        self.tasks_missed.replace(false)
     }
 
     /// One stream less follows task `id`.
     pub fn drop_task_interest(&self, id: &str) {
         let mut interests = self.task_interests.borrow_mut();
-        if let Some(count) = interests.get_mut(id) {
-            *count -= 1;
-            if *count == 0 {
+        if let Some(followed) = interests.get_mut(id) {
+            followed.streams -= 1;
+            if followed.streams == 0 {
                 interests.remove(id);
                 self.task_notes.borrow_mut().retain(|n| n.id != id);
             }
@@ -525,6 +569,15 @@ impl Inbox {
     }
 }
 
+/// A task a session's listen streams follow.
+#[derive(Debug, Default)]
+struct Followed {
+    /// How many of its streams follow it.
+    streams: u32,
+    /// The status of the last note the session was given of it.
+    last: Option<Box<str>>,
+}
+
 /// A task's status as stored, for the `subscriptions/listen` streams that follow the task.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TaskNote {
@@ -538,6 +591,11 @@ pub struct TaskNote {
     pub tool: String,
     /// What `tasks/get` shows of it (the members of a JSON object).
     pub fields: String,
+    /// Its status as named on the wire (in `fields` too), to tell a status read again from
+    /// one already given; `None` from a node that did not send it. (A name, not the tasks
+    /// module's type: the mailbox sits below the cluster layer.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Box<str>>,
 }
 
 #[cfg(test)]

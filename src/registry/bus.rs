@@ -44,6 +44,10 @@ pub enum BusEvent {
     Task(Arc<TaskNote>),
     /// What one viewer sees of these lists changed (its views: this node only).
     View(Viewer, Changes),
+    /// This node's bridge to the other nodes was down a while (its bus subscription): the
+    /// statuses of tasks may have been missed, and the sessions whose listen streams follow
+    /// tasks read their records again (this node only).
+    TasksMissed,
     /// The resource at this URI of one viewer's own child changed (its child: this node
     /// only).
     ViewUpdated(Viewer, Arc<str>),
@@ -222,6 +226,7 @@ async fn fan_out(bus: u64, mut receiver: broadcast::Receiver<BusEvent>) {
                 Ok(BusEvent::Task(note)) => sessions.each(|inbox| {
                     inbox.mark_task(note);
                 }),
+                Ok(BusEvent::TasksMissed) => sessions.each(Inbox::mark_tasks_missed),
                 Ok(BusEvent::View(viewer, changes)) => {
                     sessions.each_of(viewer, |inbox| inbox.mark_changed(*changes))
                 }

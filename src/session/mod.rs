@@ -841,6 +841,9 @@ impl Session {
         self.inbox.flush_dropped(&self.shared.metrics);
         let changes = self.inbox.take_changes();
         let updated = self.inbox.take_updated();
+        if self.inbox.take_tasks_missed() {
+            self.reread_followed_tasks();
+        }
         let tasks = self.inbox.take_task_notes();
         if !tasks.is_empty() {
             self.tasks_changed(&tasks, out);

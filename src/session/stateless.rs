@@ -555,6 +555,34 @@ impl Session {
         }
     }
 
+    /// Reads again the records of the tasks the session's listen streams follow, off the
+    /// session's turn, and gives the session each status that is not the last it was given
+    /// (`Inbox::mark_task_reread`), sent as any other (`tasks_changed`): the node's bus was
+    /// down, and a task may have changed, or ended, unheard (attack run 52b, F5: its stream
+    /// stayed open for good). Only when the bus comes back: the normal path reads nothing.
+    /// Bounded by the tasks the session may follow (`max_subscriptions_per_session`), one
+    /// read each.
+    pub(super) fn reread_followed_tasks(&self) {
+        let ids = self.inbox.followed_tasks();
+        if ids.is_empty() {
+            return;
+        }
+        let inbox = Rc::downgrade(&self.inbox);
+        let shared = self.shared.clone();
+        actix_rt::spawn(async move {
+            for id in ids {
+                let Some(record) = crate::cluster::tasks::reread(&shared.cluster, &id).await else {
+                    continue;
+                };
+                // The session ended meanwhile: nobody to tell.
+                let Some(inbox) = inbox.upgrade() else {
+                    return;
+                };
+                inbox.mark_task_reread(&Arc::new(crate::cluster::tasks::note_of(&record)));
+            }
+        });
+    }
+
     /// Sends each stored task status to the listen streams that follow the task, for the
     /// identity it belongs to (`notifications/tasks`: what `tasks/get` would show).
     pub(super) fn tasks_changed(

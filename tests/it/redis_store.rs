@@ -35,7 +35,7 @@
 //! - the bus subscription answers its pings and stays subscribed.
 
 use crate::support::http::{metric, wait_metric};
-use crate::support::redis::RedisServer;
+use crate::support::redis::{slow_replies_proxy, RedisServer};
 use crate::support::*;
 use mcp_ws::model::CallToolResult;
 use mcp_ws::tool::{Arguments, ToolFuture, ToolHandler};
@@ -771,64 +771,6 @@ async fn slow_link_nodes_with(
     );
     bridged(&[&a, &b]).await;
     (a, b, slow)
-}
-
-/// A TCP proxy to `redis` whose replies are held back `delay` while `slow` is set (each
-/// as long, from when it came): commands reach Redis at once, their replies come late, as
-/// over a slow link. Its `redis://` URL.
-async fn slow_replies_proxy(
-    redis: &RedisServer,
-    delay: std::time::Duration,
-    slow: Arc<std::sync::atomic::AtomicBool>,
-) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let upstream = redis
-        .url()
-        .trim_start_matches("redis://")
-        .trim_end_matches('/')
-        .to_owned();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
-                continue;
-            };
-            let (mut client_read, mut client_write) = client.into_split();
-            let (mut server_read, mut server_write) = server.into_split();
-            tokio::spawn(async move {
-                let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
-            });
-            let (replies, mut held) = tokio::sync::mpsc::unbounded_channel();
-            let slow = slow.clone();
-            tokio::spawn(async move {
-                let mut buffer = vec![0; 64 * 1024];
-                while let Ok(read) = server_read.read(&mut buffer).await {
-                    if read == 0 {
-                        break;
-                    }
-                    let due = tokio::time::Instant::now()
-                        + if slow.load(Ordering::SeqCst) {
-                            delay
-                        } else {
-                            std::time::Duration::ZERO
-                        };
-                    let _ = replies.send((due, buffer[..read].to_vec()));
-                }
-            });
-            tokio::spawn(async move {
-                while let Some((due, bytes)) = held.recv().await {
-                    tokio::time::sleep_until(due).await;
-                    if client_write.write_all(&bytes).await.is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    format!("redis://{addr}/")
 }
 
 /// A keyed call refused because its claim's reply came late (a slow link: commands reach

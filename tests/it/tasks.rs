@@ -30,7 +30,7 @@
 use crate::support::http::{http_get, metric, wait_metric};
 use crate::support::meta::stateless_with;
 use crate::support::process::ServerProcess;
-use crate::support::redis::RedisServer;
+use crate::support::redis::{slow_replies_proxy, RedisServer};
 use crate::support::*;
 use mcp_ws::model::{ElicitRequest, ElicitResult};
 use mcp_ws::{RequestContext, RunningServer, TaskSupport, Tool, ToolError};
@@ -1130,13 +1130,23 @@ fn start_node_with(
     grace_ms: u64,
     redis_extra: &str,
 ) -> (ServerProcess, SocketAddr) {
+    start_node_at(dir, name, &redis.url(), grace_ms, redis_extra)
+}
+
+/// As [`start_node_with`], reaching Redis at `url` (a proxy in front of it).
+fn start_node_at(
+    dir: &std::path::Path,
+    name: &str,
+    url: &str,
+    grace_ms: u64,
+    redis_extra: &str,
+) -> (ServerProcess, SocketAddr) {
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(
         &config,
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n\n[builtins]\nset = \"conformance\"\n\n\
-             [info]\nname = \"{name}\"\n\n[shutdown]\ngrace_ms = {grace_ms}\n\n[redis]\nurl = \"{}\"\n{redis_extra}",
-            redis.url()
+             [info]\nname = \"{name}\"\n\n[shutdown]\ngrace_ms = {grace_ms}\n\n[redis]\nurl = \"{url}\"\n{redis_extra}",
         ),
     )
     .expect("node config written");
@@ -1629,6 +1639,193 @@ async fn a_task_finished_while_redis_is_away_is_seen_finished_elsewhere_once_it_
         assert!(
             Instant::now() < deadline,
             "never seen finished on node B: {response}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A node whose Redis replies come late (a slow link: its commands land, its beats too, so
+/// it lives to the others) refuses a new task, retryable (-32008 `taskStore`), rather than
+/// run one whose record Redis did not take; and a task it ran from before ends seen ended
+/// on the other node while the link is still slow: its record is pushed at the beats Redis
+/// does not answer in time. (Attack run 52b, F1: the new task was "unknown", final, on
+/// every other node, and the old one shown working there after it completed, for as long
+/// as the link stayed slow.)
+#[tokio::test]
+async fn a_node_whose_redis_replies_come_late_refuses_new_tasks_and_its_ended_ones_are_seen_ended()
+{
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy = slow_replies_proxy(&redis, Duration::from_millis(700), slow.clone()).await;
+    // The default `retry_after_ms`: every failed beat pushes the node's pause on.
+    let (_node_a, a) = start_node_at(dir.path(), "node-a", &proxy, 200, "");
+    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 3, "label": "before"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    http_poll(b, &id, "working").await;
+
+    slow.store(true, Ordering::SeqCst);
+    let (_, refused) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 1, "label": "refused"}}),
+    )
+    .await;
+    assert_eq!(refused["error"]["code"], -32008, "{refused}");
+    assert_eq!(refused["error"]["data"]["scope"], "taskStore", "{refused}");
+    assert!(
+        refused["error"]["data"]["retryAfterMs"].as_u64().is_some(),
+        "{refused}"
+    );
+
+    http_poll(b, &id, "completed").await;
+    assert!(slow.load(Ordering::SeqCst), "seen while the link was slow");
+    slow.store(false, Ordering::SeqCst);
+}
+
+/// A task whose first record Redis does not answer for in time is refused, -32008
+/// `taskStore` (retryable), and does not run on: over a slow link, with the node skipping
+/// Redis for a millisecond only after a failure (`retry_after_ms = 1`), a new task finds
+/// Redis worth trying and its record's write times out. (Attack run 52b, F1: the task ran,
+/// "unknown" on every other node, for as long as the link stayed slow.)
+#[tokio::test]
+async fn a_task_whose_first_record_redis_does_not_answer_for_in_time_is_refused() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy = slow_replies_proxy(&redis, Duration::from_millis(700), slow.clone()).await;
+    let (_node_a, a) = start_node_at(dir.path(), "node-a", &proxy, 200, "retry_after_ms = 1\n");
+    wait_bridged(a).await;
+
+    slow.store(true, Ordering::SeqCst);
+    let (_, refused) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 3, "label": "refused"}}),
+    )
+    .await;
+    assert_eq!(refused["error"]["code"], -32008, "{refused}");
+    assert_eq!(refused["error"]["data"]["scope"], "taskStore", "{refused}");
+    // Its runner is gone with the refusal: the task runs nowhere.
+    let (_, a_metrics) = http_get(a, "/metrics").await;
+    assert!(
+        a_metrics.lines().any(|l| l == "mcp_tasks_running 0"),
+        "the refused task does not run on"
+    );
+    slow.store(false, Ordering::SeqCst);
+}
+
+/// A listen stream on one node following a task of another hears the task's end when the
+/// task ended while the listener's node had no bus subscription (dropped, not made again
+/// yet): once it is back, the stream reads the task's record again. (The stream never heard
+/// it, and stayed open for good; attack run 52b, F5.)
+#[tokio::test]
+async fn a_listen_hears_the_end_of_a_task_that_ended_while_its_nodes_bus_was_down() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_node_a, a) = start_node(dir.path(), "node-a", &redis);
+    // B subscribes again 6 s after its subscription dropped.
+    let (_node_b, b) =
+        start_node_with(dir.path(), "node-b", &redis, 200, "retry_after_ms = 6000\n");
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 3, "label": "unheard"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    let mut listener = Client::connect_url(&format!("ws://{b}/mcp")).await;
+    listen(&mut listener, &[&id]).await;
+    let mut con = redis.connection().expect("redis");
+    let _: i64 = ::redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut con)
+        .expect("kill");
+    http_poll(a, &id, "completed").await;
+    let (_, b_metrics) = http_get(b, "/metrics").await;
+    assert!(
+        b_metrics
+            .lines()
+            .any(|l| l == "mcp_bus_bridge_subscribed 0"),
+        "B's bus was down when the task ended"
+    );
+    let heard = heard_until(&mut listener, &id, "completed").await;
+    assert_eq!(
+        heard.last().expect("heard")["method"],
+        "notifications/tasks"
+    );
+}
+
+/// Redis restarts empty while a node holds more task records than it writes again within
+/// the other nodes' wait (three beats): over a link of a second a round trip, 600 records.
+/// The node writes them a batch at a time, and says in Redis that it rewrites while it
+/// does: the other node answers -32008 (retryable) for those not back yet, never -32602
+/// "unknown task", and finds each once it is back. (One awaited write per record: the
+/// records not back after 3 s were "unknown" elsewhere, final for a client; attack run
+/// 52b, F2.)
+#[tokio::test]
+async fn a_rewrite_longer_than_the_wait_after_redis_restarts_empty_leaves_no_task_unknown() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy = slow_replies_proxy(&redis, Duration::from_millis(1000), slow.clone()).await;
+    // Replies a second late are in time for A.
+    let (_node_a, a) = start_node_at(dir.path(), "node-a", &proxy, 200, "timeout_ms = 2500\n");
+    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let mut ids = Vec::new();
+    for _ in 0..600 / 20 {
+        let calls = (0..20).map(|_| {
+            http_request(
+                a,
+                "tools/call",
+                json!({"name": "failing_job", "arguments": {}}),
+            )
+        });
+        for (_, created) in futures_util::future::join_all(calls).await {
+            ids.push(task_id(&created));
+        }
+    }
+    let sample: Vec<String> = ids.iter().step_by(15).cloned().collect();
+    for id in &sample {
+        http_poll(b, id, "completed").await;
+    }
+    // Both nodes' beats have read Redis's epoch before it is lost.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    slow.store(true, Ordering::SeqCst);
+    redis.kill();
+    redis.restart();
+
+    let mut missing = sample;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !missing.is_empty() {
+        let mut still = Vec::new();
+        for id in missing {
+            let (_, response) = http_request(b, "tasks/get", json!({"taskId": id})).await;
+            if response["result"]["status"] == "completed" {
+                continue;
+            }
+            assert_eq!(response["error"]["code"], -32008, "{response}");
+            still.push(id);
+        }
+        missing = still;
+        assert!(
+            Instant::now() < deadline,
+            "{} never found again",
+            missing.len()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -122,7 +122,7 @@ impl Message {
             BusEvent::ResourceUpdated(uri) => message.updated = Some(uri.to_string()),
             BusEvent::Task(note) => message.task = Some(TaskNote::clone(note)),
             // Views are of this node's children: their changes are only published here.
-            BusEvent::View(..) | BusEvent::ViewUpdated(..) => {}
+            BusEvent::View(..) | BusEvent::ViewUpdated(..) | BusEvent::TasksMissed => {}
         }
         message
     }
@@ -239,6 +239,18 @@ async fn beat(cluster: Arc<Cluster>) {
             if cluster.store.has_claims_due() || cluster.store.has_stranded() {
                 keep_claims(&cluster, true);
             }
+            // So are the task records Redis did not take (attack run 52b, F1: over a slow
+            // link they were never written, and the other nodes showed the node's tasks
+            // working after they ended, or unknown).
+            if cluster.tasks.has_unsaved() {
+                one_pass_at_a_time(
+                    &cluster,
+                    |c| &c.tasks.pushing,
+                    |cluster| async move {
+                        cluster.tasks.push_unsaved(&cluster).await;
+                    },
+                );
+            }
             continue;
         };
         // Noted whatever becomes of the epoch's question (review 52 #4).
@@ -265,6 +277,11 @@ async fn beat(cluster: Arc<Cluster>) {
             // 50c, F2).
             tracing::warn!("Redis lost what it held (restarted empty?): writing again what this node keeps there");
             cluster.tasks.unsave_all();
+            // Said at once, off the beat's task, and renewed while the write-back runs: the
+            // other nodes' wait covers a rewrite longer than theirs (attack run 52b, F2).
+            if cluster.tasks.has_unsaved() {
+                cluster.tasks.mark_rewriting(&cluster);
+            }
             if let Some(secret) = cluster.shared_secret.get() {
                 redis.put_back_secret(&cluster.metrics, secret).await;
             }
@@ -480,8 +497,12 @@ async fn subscribe(cluster: Arc<Cluster>) {
                         notes_missed();
                     }
                     // And steers for the tasks running here.
-                    let cluster = cluster.clone();
-                    actix_rt::spawn(async move { replay_task_steers(&cluster).await });
+                    let replaying = cluster.clone();
+                    actix_rt::spawn(async move { replay_task_steers(&replaying).await });
+                    // And task statuses: the listen streams here read the records of the
+                    // tasks they follow again (attack run 52b, F5: one whose task ended
+                    // meanwhile was never told, and stayed open for good).
+                    bus.publish_local(BusEvent::TasksMissed);
                 }
                 // The connection is asked a PING now and then: one dropped without a word
                 // (a NAT or a balancer forgetting an idle connection) would otherwise look

@@ -71,6 +71,20 @@ return 2";
 const RELEASE: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0";
 
+/// Puts the task record `ARGV[1]` under `KEYS[1]` for `ARGV[2]` ms (1), unless the key holds
+/// another record of the task that is finished (0): a node pushing a record it kept while
+/// Redis did not answer it in time never writes over the failed record another node wrote
+/// when it showed the task failed (-32031), nor over an end its runner stored. (A runner
+/// stores nothing after its task's end, so a finished record is the task's last.) A record
+/// that is not JSON is written over. Sent whole (`EVAL`), as [`KEEP_CLAIM`] is.
+const PUT_TASK_UNLESS_ENDED: &str = r"local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then
+local ok, record = pcall(cjson.decode, v)
+if ok and type(record) == 'table' and (record.status == 'completed' or record.status == 'failed' or record.status == 'cancelled') then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1";
+
 /// Puts `ARGV[2]` under `KEYS[1]`, keeping its time to live, if it still holds `ARGV[1]`;
 /// whether it did.
 static SWAP: LazyLock<Script> = LazyLock::new(|| {
@@ -782,6 +796,71 @@ impl RedisStore {
         })
         .await
         .is_some()
+    }
+
+    /// [`put_task`](Self::put_task), sent even while Redis is skipped after a failure (a
+    /// beat Redis did not answer in time: over a slow link the command lands, its reply comes
+    /// late), and never over a finished record ([`PUT_TASK_UNLESS_ENDED`]): `Some(true)` when
+    /// Redis holds it now, `Some(false)` when it holds a finished record of the task that is
+    /// not this one (another node showed it failed meanwhile: the claim settles it, see
+    /// `tasks::write_back`), `None` when Redis did not answer in time.
+    pub(crate) async fn put_task_now(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        json: String,
+        ttl: Duration,
+    ) -> Option<bool> {
+        let key = self.task_key(id);
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        self.attempt(metrics, "put_task", |mut con| async move {
+            redis::cmd("EVAL")
+                .arg(PUT_TASK_UNLESS_ENDED)
+                .arg(1)
+                .arg(key)
+                .arg(json)
+                .arg(ttl_ms)
+                .query_async::<i64>(&mut con)
+                .await
+        })
+        .await
+        .map(|put| put == 1)
+    }
+
+    /// The key a node renews while it writes again what Redis lost ([`mark_rewriting`](Self::mark_rewriting)).
+    fn rewriting_key(&self) -> String {
+        format!("{}rewriting", self.prefix)
+    }
+
+    /// Says, for `lease`, that a node is writing its records again after Redis lost them
+    /// (restarted empty): a record Redis does not hold meanwhile may be one still to come
+    /// ([`rewriting`](Self::rewriting)). One key for every node, renewed by each while its
+    /// pass runs: "any node rewriting" is one read, on a Redis Cluster too (a key per node
+    /// would take a scan of every shard). Sent even while Redis is skipped. Whether Redis
+    /// answered in time.
+    pub(crate) async fn mark_rewriting(
+        &self,
+        metrics: &Metrics,
+        node: u64,
+        lease: Duration,
+    ) -> bool {
+        let key = self.rewriting_key();
+        let lease_ms = (lease.as_millis() as u64).max(1);
+        self.attempt(metrics, "mark_rewriting", |mut con| async move {
+            con.pset_ex::<_, _, ()>(key, node, lease_ms).await
+        })
+        .await
+        .is_some()
+    }
+
+    /// Whether some node says it is writing its records again ([`mark_rewriting`](Self::mark_rewriting));
+    /// `None` when Redis could not be asked.
+    pub(crate) async fn rewriting(&self, metrics: &Metrics) -> Option<bool> {
+        let key = self.rewriting_key();
+        self.run(metrics, "rewriting", |mut con| async move {
+            con.exists::<_, bool>(key).await
+        })
+        .await
     }
 
     /// The JSON of a task, `Some(None)` when there is none; `None` when Redis could not be

@@ -75,6 +75,17 @@ impl TaskStatus {
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
     }
+
+    /// Its name on the wire (as serialized).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Working => "working",
+            Self::InputRequired => "input_required",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// A task as stored, and (through [`TaskRecord::fields`]) as shown.
@@ -266,9 +277,72 @@ pub(crate) struct Tasks {
     /// its records grow ([`keep`](Self::keep)).
     stored_per_identity: (usize, u64),
     /// Tasks of `records` whose last record Redis did not take (it was paused or away):
-    /// written again once it answers ([`write_back`]), or the other nodes would show a
-    /// finished task as working until it expires. Within `records`, so bounded as it is.
-    unsaved: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// written again once it answers ([`write_back`]), or pushed at a beat it does not
+    /// answer in time ([`push_unsaved`]), or the other nodes would show a finished task as
+    /// working until it expires. Within `records`, so bounded as it is.
+    unsaved: std::sync::Mutex<Unsaved>,
+    /// A [`push_unsaved`] pass is under way: one at a time.
+    pub(crate) pushing: std::sync::atomic::AtomicBool,
+    /// Redis lost what it held, and this node's records are not all written again yet: its
+    /// [`write_back`] says so in Redis while it runs (`RedisStore::mark_rewriting`).
+    rewriting: std::sync::atomic::AtomicBool,
+}
+
+/// The ids of the task records Redis did not take, in the order they are to be sent: a set
+/// to tell whether one waits, a queue for their order. A pass takes from the front and puts
+/// those Redis did not answer at the back, so that none is starved behind the same first
+/// ones (as the dedup results a failed beat pushes, review 57 #1). An id let go from the set
+/// stays in the queue until it is met, or until the queue holds twice the set (then the
+/// queue is swept): bounded by the records, as the set is.
+#[derive(Debug, Default)]
+struct Unsaved {
+    queue: std::collections::VecDeque<String>,
+    set: std::collections::HashSet<String>,
+}
+
+impl Unsaved {
+    fn insert(&mut self, id: String) {
+        if self.set.insert(id.clone()) {
+            self.queue.push_back(id);
+        }
+    }
+
+    fn remove(&mut self, id: &str) {
+        if self.set.remove(id) {
+            self.sweep_queue();
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+
+    /// Takes (lets go of) the first `n` ids waiting, in order.
+    fn take(&mut self, n: usize) -> Vec<String> {
+        let mut taken = Vec::new();
+        while taken.len() < n {
+            let Some(id) = self.queue.pop_front() else {
+                break;
+            };
+            if self.set.remove(&id) {
+                taken.push(id);
+            }
+        }
+        taken
+    }
+
+    fn retain(&mut self, keep: impl Fn(&String) -> bool) {
+        self.set.retain(keep);
+        self.sweep_queue();
+    }
+
+    /// Drops from the queue the ids let go of, once they are as many as those waiting.
+    fn sweep_queue(&mut self) {
+        if self.queue.len() > 2 * self.set.len() + 64 {
+            let set = &self.set;
+            self.queue.retain(|id| set.contains(id));
+        }
+    }
 }
 
 impl Tasks {
@@ -290,6 +364,8 @@ impl Tasks {
             stored_by_owner: DashMap::new(),
             stored_per_identity: settings.stored_per_identity(),
             unsaved: std::sync::Mutex::default(),
+            pushing: std::sync::atomic::AtomicBool::new(false),
+            rewriting: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -297,12 +373,32 @@ impl Tasks {
     /// Redis answers (Redis lost them).
     pub(crate) fn unsave_all(&self) {
         let ids: Vec<String> = self.records.iter().map(|r| r.key().clone()).collect();
-        crate::lock(&self.unsaved).extend(ids);
+        if ids.is_empty() {
+            return;
+        }
+        let mut unsaved = crate::lock(&self.unsaved);
+        for id in ids {
+            unsaved.insert(id);
+        }
+        self.rewriting.store(true, Ordering::Release);
     }
 
     /// Whether records wait to be written to Redis.
     pub(crate) fn has_unsaved(&self) -> bool {
         !crate::lock(&self.unsaved).is_empty()
+    }
+
+    /// [`push_unsaved`] for the cluster these tasks are of; and [`mark_rewriting`] below.
+    /// Methods, as the bridge's other ways into the tasks are: this module calls the
+    /// bridge (`send_task_steer`), and a path back from it would make the two reach
+    /// themselves (the layer rule, `layers.rs`).
+    pub(crate) async fn push_unsaved(&self, cluster: &Cluster) {
+        push_unsaved(cluster).await;
+    }
+
+    /// See [`push_unsaved`](Self::push_unsaved).
+    pub(crate) fn mark_rewriting(&self, cluster: &Arc<Cluster>) {
+        mark_rewriting(cluster);
     }
 
     /// Room for one more task of `identity`, or -32008: room in the store, by count and by
@@ -665,16 +761,95 @@ pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
             }
         }
     }
+    publish(cluster, record);
+}
+
+/// Stores the first record of a task that runs on (its runner's first store), as [`save`]
+/// does; but with `cluster.on_store_error = "refuse"`, a record Redis does not take is
+/// neither kept nor told: the task is refused, -32008 `taskStore`, before its tool goes on.
+/// The rule keyed calls follow: nothing runs on one node unseen by the others (attack run
+/// 52b, F1: such a task was "unknown" (-32602, final) on every other node, for as long as
+/// its node could not write to Redis). With `"local"` it is kept and runs, its record
+/// written once Redis takes it (best effort, as documented).
+///
+/// # Errors
+/// [`Error::TaskStoreUnavailable`] when refused.
+pub(super) async fn create(cluster: &Cluster, record: &mut TaskRecord) -> Result<(), Error> {
+    let Some(redis) = cluster
+        .store
+        .redis()
+        .filter(|_| cluster.store.refuses_without_redis())
+    else {
+        save(cluster, record).await;
+        return Ok(());
+    };
+    let Ok(json) = serde_json::to_string(record) else {
+        return Err(Error::Internal);
+    };
+    let bytes = json.len() as u64;
+    // Written before it is kept or told: refused, it never was, on any node.
+    if !redis
+        .put_task(&cluster.metrics, &record.id, json, record.remaining())
+        .await
+    {
+        return Err(store_unavailable(redis.paused_for()));
+    }
+    // A task just made (working) carries neither result nor questions: always kept.
+    let _ = cluster.tasks.keep(record, bytes);
+    publish(cluster, record);
+    Ok(())
+}
+
+/// -32008 `taskStore`, to be retried after `retry_after`.
+pub(super) fn store_unavailable(retry_after: Duration) -> Error {
+    Error::TaskStoreUnavailable {
+        retry_after_ms: u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// Publishes the task's status on the change bus, for the listen streams that follow it
+/// (on every node, through the bridge).
+fn publish(cluster: &Cluster, record: &TaskRecord) {
     cluster
         .bus
-        .publish(crate::registry::bus::BusEvent::Task(Arc::new(
-            crate::mailbox::inbox::TaskNote {
-                id: record.id.clone(),
-                owner: record.owner.clone(),
-                tool: record.tool.clone(),
-                fields: Value::Object(record.fields(true)).to_string(),
-            },
-        )));
+        .publish(crate::registry::bus::BusEvent::Task(Arc::new(note_of(
+            record,
+        ))));
+}
+
+/// What the listen streams following the task hear of `record`.
+pub(crate) fn note_of(record: &TaskRecord) -> crate::mailbox::inbox::TaskNote {
+    crate::mailbox::inbox::TaskNote {
+        id: record.id.clone(),
+        owner: record.owner.clone(),
+        tool: record.tool.clone(),
+        fields: Value::Object(record.fields(true)).to_string(),
+        status: Some(record.status.as_str().into()),
+    }
+}
+
+/// The record of task `id` as stored: this node's copy of a task created here, else the one
+/// in Redis; `None` when neither holds it, or Redis could not be asked. For whoever shows it
+/// to check its owner and tool (a listen stream's `tasks_changed` does).
+pub(crate) async fn reread(cluster: &Cluster, id: &str) -> Option<TaskRecord> {
+    let now = unix_ms();
+    let local = cluster
+        .tasks
+        .records
+        .get(id)
+        .map(|r| r.value().record.clone());
+    let record = match local {
+        Some(record) => record,
+        None => {
+            let json = cluster
+                .store
+                .redis()?
+                .get_task(&cluster.metrics, id)
+                .await??;
+            serde_json::from_str::<TaskRecord>(&json).ok()?
+        }
+    };
+    (record.expires_ms() > now).then_some(record)
 }
 
 /// How often expired records are forgotten, and the records Redis did not take are tried
@@ -696,7 +871,8 @@ pub(crate) fn keep_tidy(cluster: &Arc<Cluster>) {
             };
             cluster.tasks.sweep();
             // While Redis is skipped (an outage), a try would be refused at once: the
-            // records wait, untouched, until it answers again.
+            // records wait, untouched, until it answers again (or are pushed at the failed
+            // beats, over a slow link: `push_unsaved`).
             let answering = cluster.store.redis().is_some_and(|r| r.is_available());
             if answering && cluster.tasks.has_unsaved() {
                 write_back(&cluster).await;
@@ -705,38 +881,108 @@ pub(crate) fn keep_tidy(cluster: &Arc<Cluster>) {
     });
 }
 
+/// Task records written to Redis together in a [`write_back`] pass: one batch's claims sent
+/// at once on the connection, then its records, two round trips for all (one awaited write
+/// per record took longer than [`REWRITE_WAIT`](crate::cluster::REWRITE_WAIT) for a few
+/// thousand records after Redis restarted empty, and the other nodes answered "unknown
+/// task" for those not written yet: attack run 52b, F2).
+const WRITE_BACK_BATCH: usize = 256;
+
+/// How often a node writing its records again after Redis lost them renews its word of it
+/// (`RedisStore::mark_rewriting`), and [`REWRITE_LEASE`], how long each renewal holds: three
+/// renewals, so that one unanswered does not let it lapse.
+const REWRITE_RENEW: Duration = Duration::from_secs(1);
+const REWRITE_LEASE: Duration = Duration::from_secs(3);
+
+/// Says in Redis, for [`REWRITE_LEASE`], that this node writes its records again (its beat
+/// found Redis lost what it held): the other nodes answer -32008 `taskStore`, not "unknown
+/// task", for a record Redis does not hold meanwhile (see [`load`]). Sent off the caller's
+/// task.
+fn mark_rewriting(cluster: &Arc<Cluster>) {
+    let cluster = cluster.clone();
+    actix_rt::spawn(async move {
+        if let Some(redis) = cluster.store.redis() {
+            redis
+                .mark_rewriting(&cluster.metrics, cluster.node_number(), REWRITE_LEASE)
+                .await;
+        }
+    });
+}
+
 /// Writes to Redis the task records it did not take, so that the other nodes show what
-/// this node knows; stops at the first it refuses.
+/// this node knows, a batch at a time ([`WRITE_BACK_BATCH`]), each claimed first; stops at
+/// the first batch Redis does not answer in full. After Redis lost what it held, the node
+/// says in Redis that it rewrites for as long as the pass runs (renewed every
+/// [`REWRITE_RENEW`]). Each record written is published too, as [`save`] publishes it: a
+/// listen stream that missed its last status (the bus was down) hears it now.
 async fn write_back(cluster: &Cluster) {
     let Some(redis) = cluster.store.redis() else {
         return;
     };
-    let ids: Vec<String> = crate::lock(&cluster.tasks.unsaved).drain().collect();
-    let now = unix_ms();
-    let mut ids = ids.into_iter();
-    while let Some(id) = ids.next() {
-        let Some(record) = cluster
-            .tasks
-            .records
-            .get(&id)
-            .map(|r| r.value().record.clone())
-            .filter(|r| r.expires_ms() > now)
-        else {
-            continue;
+    let rewriting = cluster.tasks.rewriting.load(Ordering::Acquire);
+    let pass = async {
+        loop {
+            let ids = crate::lock(&cluster.tasks.unsaved).take(WRITE_BACK_BATCH);
+            if ids.is_empty() {
+                return true;
+            }
+            if !write_batch(cluster, redis, ids).await {
+                return false;
+            }
+        }
+    };
+    let done = if rewriting {
+        let renew = async {
+            loop {
+                redis
+                    .mark_rewriting(&cluster.metrics, cluster.node_number(), REWRITE_LEASE)
+                    .await;
+                tokio::time::sleep(REWRITE_RENEW).await;
+            }
         };
+        tokio::select! {
+            done = pass => done,
+            () = renew => unreachable!("renews until the pass ends"),
+        }
+    } else {
+        pass.await
+    };
+    if done {
+        // Left to lapse, not deleted: another node may still be rewriting under it.
+        cluster.tasks.rewriting.store(false, Ordering::Release);
+    }
+}
+
+/// Writes one batch of [`write_back`]: whether Redis answered for every record (those it
+/// did not answer for wait again, with the rest of the pass; those that changed meanwhile
+/// are written again).
+async fn write_batch(
+    cluster: &Cluster,
+    redis: &crate::cluster::store::RedisStore,
+    ids: Vec<String>,
+) -> bool {
+    let now = unix_ms();
+    let records: Vec<TaskRecord> = ids
+        .iter()
+        .filter_map(|id| {
+            cluster
+                .tasks
+                .records
+                .get(id)
+                .map(|r| r.value().record.clone())
+                .filter(|r| r.expires_ms() > now)
+        })
+        .collect();
+    let writes = records.into_iter().map(|mut record| async move {
         // Claimed first, whether or not the node stalled (this runs only after Redis was
         // out of reach, rarely): a record this node kept while cut off, the others finding
         // it dead, may be of a task another node showed failed meanwhile (see [`end`]).
         let Some(held) = redis
-            .claim_task_held(&cluster.metrics, &id, crate::cluster::HOLD_LEASE)
+            .claim_task_held(&cluster.metrics, &record.id, crate::cluster::HOLD_LEASE)
             .await
         else {
-            let mut unsaved = crate::lock(&cluster.tasks.unsaved);
-            unsaved.insert(id);
-            unsaved.extend(ids);
-            return;
+            return (record.id, None);
         };
-        let mut record = record;
         if !held {
             // Lost: failed here too, never what it came to (its runner, if it still runs,
             // finds it so at its next claim and stops).
@@ -744,26 +990,81 @@ async fn write_back(cluster: &Cluster) {
             let _ = cluster.tasks.keep(&record, json_len(&record));
         }
         let Ok(json) = serde_json::to_string(&record) else {
-            continue;
+            return (record.id, Some(true));
         };
         if !redis
-            .put_task(&cluster.metrics, &id, json, record.remaining())
+            .put_task(&cluster.metrics, &record.id, json, record.remaining())
             .await
         {
-            let mut unsaved = crate::lock(&cluster.tasks.unsaved);
-            unsaved.insert(id);
-            unsaved.extend(ids);
-            return;
+            return (record.id, None);
         }
+        publish(cluster, &record);
         // A newer record saved meanwhile may have landed before this older one: written
         // again at the next round.
         let newer = cluster
             .tasks
             .records
-            .get(&id)
+            .get(&record.id)
             .is_some_and(|r| r.value().record != record);
-        if newer {
-            crate::lock(&cluster.tasks.unsaved).insert(id);
+        (record.id, Some(!newer))
+    });
+    let written = futures_util::future::join_all(writes).await;
+    let mut unsaved = crate::lock(&cluster.tasks.unsaved);
+    let mut answered = true;
+    for (id, saved) in written {
+        if saved != Some(true) {
+            unsaved.insert(id);
+        }
+        answered &= saved.is_some();
+    }
+    answered
+}
+
+/// Task records sent at most in one [`push_unsaved`] pass.
+const PUSH_PER_PASS: usize = 64;
+
+/// Sends the task records Redis did not take, at a beat Redis did not answer in time, even
+/// while the node skips Redis: over a slow link (commands reach Redis, its replies come
+/// late) every beat fails, the node never finds Redis answering, and its records were
+/// never written; the other nodes showed its tasks working after they ended, or unknown
+/// (attack run 52b, F1). As the dedup results are pushed (`Store::push_stranded`): off the
+/// beat's task, one pass at a time, [`PUSH_PER_PASS`] records at most, from the front of
+/// the queue, those Redis did not answer in time put back at its end (none starved); a
+/// record stays unsaved until a reply comes in time. Never written over a finished record
+/// Redis holds (`RedisStore::put_task_now`): that one is left to [`write_back`]'s claim.
+async fn push_unsaved(cluster: &Cluster) {
+    let Some(redis) = cluster.store.redis() else {
+        return;
+    };
+    let ids = crate::lock(&cluster.tasks.unsaved).take(PUSH_PER_PASS);
+    let now = unix_ms();
+    let records: Vec<TaskRecord> = ids
+        .iter()
+        .filter_map(|id| {
+            cluster
+                .tasks
+                .records
+                .get(id)
+                .map(|r| r.value().record.clone())
+                .filter(|r| r.expires_ms() > now)
+        })
+        .collect();
+    let pushes = records.iter().map(|record| async move {
+        let json = serde_json::to_string(record).ok()?;
+        redis
+            .put_task_now(&cluster.metrics, &record.id, json, record.remaining())
+            .await
+    });
+    let pushed = futures_util::future::join_all(pushes).await;
+    let mut unsaved = crate::lock(&cluster.tasks.unsaved);
+    for (record, pushed) in records.into_iter().zip(pushed) {
+        let newer = cluster
+            .tasks
+            .records
+            .get(&record.id)
+            .is_some_and(|r| r.value().record != record);
+        if pushed != Some(true) || newer {
+            unsaved.insert(record.id);
         }
     }
 }
@@ -806,7 +1107,12 @@ pub(crate) async fn load(
                 // write it again: retryable, not "unknown task" (attack run 50c, F2).
                 Some(None) => {
                     let epoch = redis.epoch(&cluster.metrics).await;
-                    if !matches!(&epoch, Some(e) if !cluster.record_may_be_lost(e.as_deref())) {
+                    let may_be_lost =
+                        !matches!(&epoch, Some(e) if !cluster.record_may_be_lost(e.as_deref()));
+                    // Past the wait, a node may still be writing its records again (a few
+                    // thousand of them, or over a slow link: attack run 52b, F2): asked only
+                    // here, where no record was found.
+                    if may_be_lost || redis.rewriting(&cluster.metrics).await != Some(false) {
                         return Err(Error::TaskStoreUnavailable {
                             retry_after_ms: crate::cluster::REWRITE_WAIT.as_millis() as u64 / 3,
                         });

@@ -16,7 +16,7 @@
 //! node showed it failed meanwhile (see [`end`](super::end)).
 
 use super::end::TaskHold;
-use super::{lose, save, Signal, TaskRecord, TaskSlot, TaskStatus, SIGNAL_CAPACITY};
+use super::{create, lose, save, Signal, TaskRecord, TaskSlot, TaskStatus, SIGNAL_CAPACITY};
 use crate::cluster::Cluster;
 use crate::context::{
     Ask, CancelFlag, ClientRequestError, ContextParts, Deadline, Input, LogFloor, RequestContext,
@@ -66,9 +66,14 @@ type Outcome = Result<Result<CallToolResult, ToolError>, Box<dyn std::any::Any +
 
 /// See the module docs.
 ///
+/// With `cluster.on_store_error = "refuse"`, a call that may become a task is refused while
+/// the node skips Redis, before its tool runs; and a task whose first record Redis does not
+/// take is refused too, its tool never polled past its first wait (it stops there, as a
+/// cancelled one does): no task runs on one node unseen by the others (attack run 52b, F1).
+///
 /// # Errors
 /// -32008 when this node runs (or keeps) as many tasks as it may, or the caller's
-/// identity runs as many as it may; -32603 when the tool
+/// identity runs as many as it may, or (`taskStore`) as above; -32603 when the tool
 /// panicked before it first waited.
 pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     let TaskCall {
@@ -82,6 +87,14 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
         asks,
         support,
     } = call;
+    if let Some(redis) = cluster.store.redis() {
+        // Known unable to take its first record: refused before any work (an ordinary call
+        // done at once would not have needed Redis, but which calls end so is not known
+        // before they run, and a keyed call is refused so too).
+        if cluster.store.refuses_without_redis() && !redis.is_available() {
+            return Err(super::store_unavailable(redis.paused_for()));
+        }
+    }
     let slot = cluster.tasks.reserve(&info.identity)?;
     let settings = &cluster.settings;
     let ttl = Duration::from_millis(settings.tasks.ttl_ms);
@@ -150,7 +163,9 @@ pub(crate) async fn begin(call: TaskCall) -> Result<Begun, Error> {
     // that created it may end (or be cancelled) while it runs.
     actix_rt::spawn(runner.run(stored));
     // Answered once the task is stored, so that a `tasks/get` for it resolves.
-    let _ = created.await;
+    if let Ok(Err(refused)) = created.await {
+        return Err(refused);
+    }
     cluster.metrics.tasks_created.inc();
     Ok(Begun::Task(record))
 }
@@ -173,13 +188,27 @@ struct Runner {
 }
 
 impl Runner {
-    async fn run(mut self, stored: oneshot::Sender<()>) {
+    async fn run(mut self, stored: oneshot::Sender<Result<(), Error>>) {
         let cluster = self.cluster.clone();
         let _running = cluster.metrics.tasks_running.track();
-        // Whether the record is stored as it ends already (cancelled, failed by questions
-        // too large to keep, or found lost).
-        let mut stored_as_ended = !self.store().await;
-        let _ = stored.send(());
+        // Whether the record is stored as it ends already (found lost).
+        let mut stored_as_ended = !self.claim().await;
+        let created = match stored_as_ended {
+            true => {
+                save(&cluster, &mut self.record).await;
+                Ok(())
+            }
+            false => create(&cluster, &mut self.record).await,
+        };
+        if let Err(refused) = created {
+            // Its work is dropped unpolled since its first wait: it stops there.
+            self.cancel.set();
+            cluster.tasks.running.remove(&self.record.id);
+            cluster.tasks.holds.remove(&self.record.id);
+            let _ = stored.send(Err(refused));
+            return;
+        }
+        let _ = stored.send(Ok(()));
         let expiry = tokio::time::sleep(self.record.remaining());
         tokio::pin!(expiry);
         // Set when the server's shutdown grace ran out.
