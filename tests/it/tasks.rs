@@ -1343,6 +1343,107 @@ async fn a_cancel_sent_while_the_tasks_node_had_no_bus_subscription_reaches_it_a
     http_poll(b, &id, "cancelled").await;
 }
 
+/// Answers sent through another node while the task's node has no bus subscription are
+/// kept in Redis for it within bounds: only those to the task's questions, the newest within
+/// 256 KiB; and the kept answer reaches the task once its node's subscription is back.
+/// (Every update was kept whole, 64 for an hour, whatever it answered: one client could
+/// fill the Redis every node shares; review 58 #2.)
+#[tokio::test]
+async fn answers_kept_for_a_task_on_another_node_are_only_its_questions_and_bounded() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A subscribes again 6 s after its subscription dropped, B after 1 s.
+    let (_node_a, a) =
+        start_node_with(dir.path(), "node-a", &redis, 200, "retry_after_ms = 6000\n");
+    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let (id, parked) = parked_task(a, b, "kept.txt").await;
+    assert!(parked["inputRequests"].get("confirm").is_some(), "{parked}");
+    let mut con = redis.connection().expect("redis");
+    let _: i64 = ::redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut con)
+        .expect("kill");
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let (_, a_metrics) = http_get(a, "/metrics").await;
+        let (_, b_metrics) = http_get(b, "/metrics").await;
+        let a_down = a_metrics
+            .lines()
+            .any(|l| l == "mcp_bus_bridge_subscribed 0");
+        let b_up = b_metrics
+            .lines()
+            .any(|l| l == "mcp_bus_bridge_subscribed 1");
+        if a_down && b_up {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B never came back before A");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // 100 KiB of padding in each answer's _meta, and one more to no question.
+    let pad = "x".repeat(100 * 1024);
+    let mut answers = vec![
+        json!({"nope": {"action": "accept", "content": {"confirm": true}, "_meta": {"pad": pad}}}),
+    ];
+    for _ in 0..4 {
+        answers.push(json!({
+            "confirm": {"action": "accept", "content": {"confirm": true}, "_meta": {"pad": pad}},
+            "nope": {"action": "decline"}
+        }));
+    }
+    for responses in answers {
+        let acknowledged = loop {
+            let (_, ack) = http_request(
+                b,
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": responses}),
+            )
+            .await;
+            if ack.get("error").is_none() {
+                break ack;
+            }
+            // B may skip Redis a moment after its own subscription dropped: retryable.
+            assert_eq!(ack["error"]["code"], -32008, "{ack}");
+            assert!(Instant::now() < deadline, "the update was never taken");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(result(&acknowledged)["resultType"], "complete");
+    }
+    let kept: Vec<String> = ::redis::cmd("LRANGE")
+        .arg(format!("mcp-ws:task-steer:{id}"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .expect("LRANGE");
+    let bytes: usize = kept.iter().map(String::len).sum();
+    assert!(
+        (1..4).contains(&kept.len()) && bytes <= 256 * 1024,
+        "{} kept, {bytes} bytes",
+        kept.len()
+    );
+    for steer in &kept {
+        let steer: Value = serde_json::from_str(steer).expect("a steer's JSON");
+        let keys: Vec<&String> = steer["responses"]
+            .as_object()
+            .expect("answers")
+            .keys()
+            .collect();
+        assert_eq!(keys, ["confirm"], "only answers to its question");
+    }
+    let (_, a_metrics) = http_get(a, "/metrics").await;
+    assert!(
+        a_metrics
+            .lines()
+            .any(|l| l == "mcp_bus_bridge_subscribed 0"),
+        "A's bus was down when the answers were sent"
+    );
+    let done = http_poll(b, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "Deleted kept.txt");
+}
+
 /// A task whose node is told to stop runs on through the shutdown grace, as a request in
 /// flight does, and ends as it would have: another node reports it completed, with its
 /// result. (Every task failed with -32004 as the shutdown began, however soon it would

@@ -565,11 +565,12 @@ fn bus_down(cluster: &Cluster, error: &dyn std::fmt::Display, logged: &mut bool)
 }
 
 /// Sends a client's answers (`responses`) or its cancel for a task to the other nodes (the
-/// one that runs it acts on it); whether Redis took it. Without Redis there are no other
-/// nodes: nothing to do.
+/// one that runs it acts on it), kept in Redis for the task's time left (`ttl`); whether
+/// Redis took it. Without Redis there are no other nodes: nothing to do.
 pub(crate) async fn send_task_steer(
     cluster: &Cluster,
     id: &str,
+    ttl: std::time::Duration,
     cancel: bool,
     responses: Option<serde_json::Map<String, serde_json::Value>>,
 ) -> bool {
@@ -587,8 +588,10 @@ pub(crate) async fn send_task_steer(
     let Ok(kept) = serde_json::to_string(&steer) else {
         return false;
     };
-    let ttl = std::time::Duration::from_millis(cluster.settings.tasks.ttl_ms);
-    if !redis.keep_task_steer(&cluster.metrics, id, kept, ttl).await {
+    if !redis
+        .keep_task_steer(&cluster.metrics, id, kept.clone(), ttl)
+        .await
+    {
         return false;
     }
     let message = Message {
@@ -600,13 +603,20 @@ pub(crate) async fn send_task_steer(
         steer: Some(steer),
         session: None,
     };
-    send(cluster, &message).await
+    if send(cluster, &message).await {
+        return true;
+    }
+    // The client is told it was not taken: not to apply later either.
+    redis.forget_task_steer(&cluster.metrics, id, kept).await;
+    false
 }
 
 /// Delivers again to the tasks running here the steers kept for them in Redis
 /// ([`send_task_steer`]): this node's bus subscription was down, and their messages may
 /// have come meanwhile. A steer delivered twice does nothing more: a cancel cancels once,
-/// answers to questions already answered are ignored.
+/// answers to questions already answered are ignored. One at a time, each waiting for room
+/// in its runner's queue (`Tasks::replay_steer`): the steers of every running task at once
+/// took the room of the other nodes' new ones (review 58 #4).
 async fn replay_task_steers(cluster: &Cluster) {
     let Some(redis) = cluster.store.redis() else {
         return;
@@ -621,7 +631,8 @@ async fn replay_task_steers(cluster: &Cluster) {
                 if steer.task == id {
                     cluster
                         .tasks
-                        .steer_from_remote(&id, steer.cancel, steer.responses);
+                        .replay_steer(&id, steer.cancel, steer.responses)
+                        .await;
                 }
             }
         }

@@ -734,8 +734,9 @@ impl RedisStore {
         format!("{}task-steer:{id}", self.prefix)
     }
 
-    /// Keeps a steer (its JSON) for the task `id`, the last [`TASK_STEERS_KEPT`] of them, for
-    /// `ttl`: its runner's node reads them again when its bus subscription was down (it may
+    /// Keeps a steer (its JSON) for the task `id`, the last [`TASK_STEERS_KEPT`] of them and
+    /// [`TASK_STEERS_KEPT_BYTES`] at most (the newest always), for `ttl` (the task's time
+    /// left): its runner's node reads them again when its bus subscription was down (it may
     /// have missed the steer's message). Whether Redis took it.
     pub(crate) async fn keep_task_steer(
         &self,
@@ -747,19 +748,30 @@ impl RedisStore {
         let key = self.task_steers_key(id);
         let ttl_ms = (ttl.as_millis() as u64).max(1);
         self.run(metrics, "keep_task_steer", |mut con| async move {
-            redis::pipe()
-                .atomic()
-                .rpush(&key, steer)
-                .ignore()
-                .ltrim(&key, -(TASK_STEERS_KEPT as isize), -1)
-                .ignore()
-                .pexpire(&key, ttl_ms as i64)
-                .ignore()
-                .query_async::<()>(&mut con)
+            redis::cmd("EVAL")
+                .arg(KEEP_STEER)
+                .arg(1)
+                .arg(key)
+                .arg(steer)
+                .arg(ttl_ms)
+                .arg(TASK_STEERS_KEPT)
+                .arg(TASK_STEERS_KEPT_BYTES)
+                .query_async::<i64>(&mut con)
                 .await
         })
         .await
         .is_some()
+    }
+
+    /// Takes back a steer [`keep_task_steer`](Self::keep_task_steer) kept (its newest copy),
+    /// when its message could not be sent and the client is told so: it is not to apply
+    /// later, when the runner's node reads the steers again (review 58 #4). Best effort.
+    pub(crate) async fn forget_task_steer(&self, metrics: &Metrics, id: &str, steer: String) {
+        let key = self.task_steers_key(id);
+        self.run(metrics, "forget_task_steer", |mut con| async move {
+            con.lrem::<_, _, i64>(key, -1, steer).await
+        })
+        .await;
     }
 
     /// The steers kept for the task `id` ([`keep_task_steer`](Self::keep_task_steer)),
@@ -1434,6 +1446,27 @@ const CLUSTER_REBUILD_EVERY: Duration = Duration::from_secs(2);
 /// The most steers kept for one task ([`RedisStore::keep_task_steer`]): answers and cancels
 /// are idempotent, and a client sends few.
 pub(crate) const TASK_STEERS_KEPT: usize = 64;
+
+/// The most bytes of steers kept for one task, the newest kept whatever its size: a client
+/// sending answers by the megabyte would otherwise fill Redis, shared by every node, for
+/// the task's lifetime (review 58 #2). Answers go only to questions the task asked
+/// (`tasks::update`), so this is room for many.
+pub(crate) const TASK_STEERS_KEPT_BYTES: usize = 256 * 1024;
+
+/// Appends `ARGV[1]` to the list `KEYS[1]`, keeps its last `ARGV[3]` items and, of those,
+/// the newest whose bytes stay within `ARGV[4]` (the newest always), for `ARGV[2]` ms.
+const KEEP_STEER: &str = r"redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[3]), -1)
+local items = redis.call('LRANGE', KEYS[1], 0, -1)
+local total = 0
+local first = #items
+while first >= 1 and (first == #items or total + #items[first] <= tonumber(ARGV[4])) do
+  total = total + #items[first]
+  first = first - 1
+end
+if first >= 1 then redis.call('LTRIM', KEYS[1], first, -1) end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return #items - first";
 
 /// One entry of a Redis Stream: its id and its field/value pairs.
 pub(crate) type StreamEntry = (String, Vec<(String, String)>);

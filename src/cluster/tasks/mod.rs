@@ -624,13 +624,7 @@ impl Tasks {
     /// `tasks/update` would), a cancel until the runner takes it or ends (a cancel is not
     /// dropped for a busy runner); past either bound it is dropped, logged.
     pub fn steer_from_remote(&self, id: &str, cancel: bool, responses: Option<Map<String, Value>>) {
-        let signal = match responses {
-            Some(responses) if !cancel => Signal::Answer {
-                responses,
-                applied: None,
-            },
-            _ => Signal::Cancel { applied: None },
-        };
+        let signal = remote_signal(cancel, responses);
         let Delivery::Full(signal, runner) = self.signal_local(id, signal) else {
             return;
         };
@@ -650,6 +644,25 @@ impl Tasks {
                 tracing::warn!(task = %id, "dropped answers another node took for a task: its runner took none for {} ms", APPLY_WAIT.as_millis());
             }
         });
+    }
+
+    /// A steer kept in Redis, read again for a task running here (its node's bus was
+    /// down): delivered as [`steer_from_remote`](Self::steer_from_remote) delivers, but
+    /// waited for here, [`APPLY_WAIT`] at most when the runner's queue is full, rather than
+    /// in a task of its own holding one of the [`REMOTE_SIGNALS_WAITING`] places.
+    pub(crate) async fn replay_steer(
+        &self,
+        id: &str,
+        cancel: bool,
+        responses: Option<Map<String, Value>>,
+    ) {
+        let signal = remote_signal(cancel, responses);
+        if let Delivery::Full(signal, runner) = self.signal_local(id, signal) {
+            let until = tokio::time::Instant::now() + APPLY_WAIT;
+            if !send_until(&runner, signal, Some(until)).await {
+                tracing::warn!(task = %id, "dropped a steer read again from Redis: its runner took none for {} ms", APPLY_WAIT.as_millis());
+            }
+        }
     }
 
     /// The ids of the tasks running on this node.
@@ -691,6 +704,17 @@ async fn send_until(
             let _ = runner.send(signal).await;
             true
         }
+    }
+}
+
+/// The signal of a steer another node took: a cancel, or answers.
+fn remote_signal(cancel: bool, responses: Option<Map<String, Value>>) -> Signal {
+    match responses {
+        Some(responses) if !cancel => Signal::Answer {
+            responses,
+            applied: None,
+        },
+        _ => Signal::Cancel { applied: None },
     }
 }
 
@@ -1224,21 +1248,24 @@ pub(super) fn lose(record: &mut TaskRecord) {
 }
 
 /// `tasks/update`: gives the answers to the task's runner and waits (briefly) until they
-/// are stored. Answers to a finished task, or to keys not outstanding, are ignored; answers
-/// its runner on this node has no room for within 2 s are refused (-32008 `task`), see
+/// are stored. Answers to a finished task, or to keys not outstanding, are ignored (here,
+/// before they go anywhere: sent through Redis to another node, they are kept there, and
+/// only answers to the task's questions are worth the room; review 58 #2); answers its
+/// runner on this node has no room for within 2 s are refused (-32008 `task`), see
 /// [`steer`].
 pub(crate) async fn update(
     cluster: &Cluster,
     id: &str,
     owner: &str,
     check_tool: ToolCheck<'_>,
-    responses: Map<String, Value>,
+    mut responses: Map<String, Value>,
 ) -> Result<(), Error> {
     let record = load(cluster, id, owner, check_tool).await?;
-    if record.status.is_terminal() {
+    responses.retain(|key, _| record.input_requests.contains_key(key));
+    if record.status.is_terminal() || responses.is_empty() {
         return Ok(());
     }
-    steer(cluster, id, |applied| Signal::Answer {
+    steer(cluster, id, record.remaining(), |applied| Signal::Answer {
         responses: responses.clone(),
         applied,
     })
@@ -1257,12 +1284,16 @@ pub(crate) async fn cancel(
     if record.status.is_terminal() {
         return Ok(());
     }
-    steer(cluster, id, |applied| Signal::Cancel { applied }).await
+    steer(cluster, id, record.remaining(), |applied| Signal::Cancel {
+        applied,
+    })
+    .await
 }
 
 /// Sends the signal `make` builds to the task's runner: on this node, waiting until it
 /// applied it; on another node, through Redis (acknowledged once published: that node
-/// delivers it as [`Tasks::steer_from_remote`] can).
+/// delivers it as [`Tasks::steer_from_remote`] can), where it is kept for the task's time
+/// left (`ttl`).
 ///
 /// # Errors
 /// [`Error::TaskStoreUnavailable`] when Redis did not take it, and [`Error::TaskBusy`] when
@@ -1271,6 +1302,7 @@ pub(crate) async fn cancel(
 async fn steer(
     cluster: &Cluster,
     id: &str,
+    ttl: Duration,
     make: impl Fn(Option<oneshot::Sender<()>>) -> Signal,
 ) -> Result<(), Error> {
     let (applied, done) = oneshot::channel();
@@ -1299,7 +1331,7 @@ async fn steer(
         Signal::Answer { responses, .. } => (false, Some(responses)),
         Signal::Cancel { .. } => (true, None),
     };
-    if crate::cluster::store::bridge::send_task_steer(cluster, id, cancel, responses).await {
+    if crate::cluster::store::bridge::send_task_steer(cluster, id, ttl, cancel, responses).await {
         return Ok(());
     }
     let retry_after = cluster
@@ -1452,7 +1484,7 @@ mod tests {
             cluster.tasks.signal_local("t", answer(None)),
             Delivery::Queued
         ));
-        let refused = steer(&cluster, "t", answer).await;
+        let refused = steer(&cluster, "t", Duration::from_secs(60), answer).await;
         assert!(
             matches!(refused, Err(Error::TaskBusy { waited_ms: 2000 })),
             "{refused:?}"
@@ -1471,7 +1503,10 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        let (delivered, ()) = tokio::join!(steer(&cluster, "t", answer), runner_reads);
+        let (delivered, ()) = tokio::join!(
+            steer(&cluster, "t", Duration::from_secs(60), answer),
+            runner_reads
+        );
         assert!(delivered.is_ok(), "{delivered:?}");
     }
 
