@@ -250,9 +250,14 @@ impl NonceCache {
                 break;
             }
             nonces.order.pop_front();
-            nonces.map.remove(&oldest);
+            // Unless the nonce was taken again since (its entry here is the older one's).
+            if nonces.map.get(&oldest) == Some(&expires) {
+                nonces.map.remove(&oldest);
+            }
         }
-        if nonces.map.contains_key(key) {
+        // One that expired behind a longer-lived one (not swept yet) is free again (review
+        // 58 #7: it was refused as replayed).
+        if nonces.map.get(key).is_some_and(|expires| *expires > now) {
             return Err(NonceRefused::Replayed);
         }
         if nonces.map.len() >= self.per_signer {
@@ -267,13 +272,19 @@ impl NonceCache {
             }
             *swept_at = Some(now);
             map.retain(|_, expires| *expires > now);
-            order.retain(|(key, _)| map.contains_key(key));
+            order.retain(|(key, expires)| map.get(key) == Some(expires));
             if map.len() >= self.per_signer {
                 return Err(NonceRefused::Full);
             }
         }
         nonces.map.insert(*key, now + ttl);
         nonces.order.push_back((*key, now + ttl));
+        // A nonce taken again leaves its older entry in the order until that one's turn:
+        // bounded to twice the share, each live nonce having one entry that is its own.
+        if nonces.order.len() > 2 * self.per_signer {
+            let Nonces { map, order, .. } = nonces;
+            order.retain(|(key, expires)| map.get(key) == Some(expires));
+        }
         Ok(())
     }
 }
@@ -409,6 +420,32 @@ mod tests {
             "the expired one made room"
         );
         assert_eq!(cache.claim("a", &key(1), TTL), Err(NonceRefused::Full));
+    }
+
+    #[test]
+    fn a_nonce_expired_behind_a_longer_lived_one_may_be_taken_again() {
+        let cache = NonceCache::new(4, 1);
+        let (short, longer) = (Duration::from_millis(30), Duration::from_millis(150));
+        assert_eq!(cache.claim("s", &key(1), longer), Ok(()));
+        assert_eq!(cache.claim("s", &key(2), short), Ok(()));
+        std::thread::sleep(short * 2);
+        assert_eq!(cache.claim("s", &key(2), TTL), Ok(()), "expired: free");
+        assert_eq!(
+            cache.claim("s", &key(2), TTL),
+            Err(NonceRefused::Replayed),
+            "taken again: live"
+        );
+        // The longer-lived one expires: the first entry of the nonce taken again has its
+        // turn in the order, and does not let the live one go.
+        std::thread::sleep(longer);
+        assert_eq!(cache.claim("s", &key(3), TTL), Ok(()));
+        assert_eq!(cache.claim("s", &key(2), TTL), Err(NonceRefused::Replayed));
+        // Taken again and again, the order stays bounded.
+        for _ in 0..20 {
+            assert_eq!(cache.claim("s", &key(5), Duration::ZERO), Ok(()));
+        }
+        let by_signer = lock(&cache.by_signer);
+        assert!(by_signer["s"].order.len() <= 2 * cache.per_signer);
     }
 
     #[test]
