@@ -101,7 +101,9 @@ impl SessionScope {
     }
 
     /// Whether something waits for the session's end ([`on_end`](Self::on_end)): what the
-    /// session holds that ends with it (a `per_session` upstream's child and its state).
+    /// session holds that ends with it (a `per_session` upstream's child and its state, or
+    /// any work a tool left there). A Redis copy of the session holding some is kept for
+    /// the whole idle time, not a tenth of it.
     pub fn has_end_work(&self) -> bool {
         !crate::lock(&self.0.on_end).is_empty()
     }

@@ -1108,8 +1108,10 @@ impl Handler<Recheck> for HostedSession {
         let id = self.id.as_str().to_owned();
         let ttl = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
         let read = async move {
+            // Without Redis there is no record to read, now or later (review 58 #15: it was
+            // asked again every `retry_after_ms` for good).
             let Some(redis) = cluster.store.redis() else {
-                return Reread::Undecided;
+                return Reread::Unreadable;
             };
             match redis.get_session(&cluster.metrics, &id, ttl).await {
                 Some(Some(json)) => match serde_json::from_str::<SessionRecord>(&json) {
@@ -1159,7 +1161,7 @@ enum Reread {
     Gone,
     /// The record, to take what changed.
     Record(Box<SessionRecord>),
-    /// Not a record: nothing to take.
+    /// Not a record, or no Redis to read one from: nothing to take.
     Unreadable,
     /// Redis did not answer, or may have lost the record for a moment: asked again.
     Undecided,

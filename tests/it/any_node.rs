@@ -1086,8 +1086,6 @@ async fn one_identity_cannot_fill_redis_with_its_keyed_results() {
     assert_eq!(metric(&node, "mcp_dedup_hits_total").await, 1);
 }
 
-/// A stream begun on one node of three sharing the Redis at `redis_url`, resumed on others;
-/// `look` is shown the session id once its events are mirrored.
 /// A POST's stream resumed on another node while Redis, where its events are mirrored,
 /// cannot be asked is refused 503 with `Retry-After` (retryable), not 400 as a stream whose
 /// events are gone (final: the client gave its requests up); resumed again once Redis is
@@ -1131,6 +1129,8 @@ async fn a_stream_resumed_elsewhere_while_redis_is_away_is_refused_503_then_serv
     assert_eq!(tool_text(&answer), "released");
 }
 
+/// A stream begun on one node of three sharing the Redis at `redis_url`, resumed on others;
+/// `look` is shown the session id once its events are mirrored.
 async fn stream_resumes_elsewhere(redis_url: &str, look: impl Fn(&str)) {
     let (nodes, fixtures) = nodes(redis_url, "resume-anywhere:", false);
     let [a, b, c] = [&nodes[0], &nodes[1], &nodes[2]];
