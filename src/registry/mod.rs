@@ -347,7 +347,7 @@ impl<T: Registered> Kind<T> {
         refreshed: Vec<T>,
         bus: &ChangeBus,
     ) -> Vec<RegistryError> {
-        let (listed, refused) = self.change_untold(removed, added, refreshed);
+        let (listed, refused) = self.change_untold(removed, added, refreshed, true);
         if listed {
             bus.publish(BusEvent::Lists(T::LIST.change()));
         }
@@ -356,12 +356,14 @@ impl<T: Registered> Kind<T> {
 
     /// [`change`](Self::change) without telling anyone, so that a [`Batch`] of several
     /// kinds is told once: says whether anything came or went, and returns the refused
-    /// additions by key.
+    /// additions by key. Without `merge`, an addition whose key is taken is refused even
+    /// where it would be another version of a tool there ([`Batch`]: one owner a key).
     fn change_untold(
         &self,
         removed: &[String],
         added: Vec<T>,
         refreshed: Vec<T>,
+        merge: bool,
     ) -> (bool, Vec<(String, RegistryError)>) {
         let _writer = lock(&self.writer);
         let mut listed = false;
@@ -371,6 +373,13 @@ impl<T: Registered> Kind<T> {
         let mut refused = Vec::new();
         for item in added {
             match self.items.entry(item.key().to_owned()) {
+                dashmap::Entry::Occupied(slot) if !merge => refused.push((
+                    slot.key().clone(),
+                    RegistryError::Duplicate {
+                        kind: T::KIND,
+                        key: slot.key().clone(),
+                    },
+                )),
                 dashmap::Entry::Occupied(mut slot) => match slot.get_mut().item.merge(item) {
                     Ok(()) => listed = true,
                     Err(refusal) => refused.push((slot.key().clone(), refusal)),
@@ -1110,7 +1119,10 @@ impl<T: Registered> Pending<T> {
     /// Applies this part to `kind` without telling anyone; pushes its refusals to
     /// `refused` and says whether the list changed.
     fn apply(self, kind: &Kind<T>, refused: &mut Vec<Refused>) -> bool {
-        let (listed, refusals) = kind.change_untold(&self.removed, self.added, Vec::new());
+        // Never merged into an entry there: a tool of another owner (a built-in of another
+        // version) would count as this batch's owner's, and its next re-list would remove
+        // every version (review 58 #5).
+        let (listed, refusals) = kind.change_untold(&self.removed, self.added, Vec::new(), false);
         refused.extend(refusals.into_iter().map(|(key, error)| Refused {
             list: T::LIST,
             key,
@@ -1398,6 +1410,41 @@ mod tests {
             "{reason}"
         );
         assert!(reason.ends_with('…'), "{reason}");
+    }
+
+    /// A batch's tool named like a tool there of another version is refused, not merged in
+    /// as a version of it: the batch's owner (an upstream) never counts the name as its own,
+    /// and its next re-list removes nothing of the other's. (A versioned built-in took an
+    /// upstream's tool as its version "1", and lost every version at its re-list; review
+    /// 58 #5.)
+    #[test]
+    fn a_batch_never_adds_a_version_to_a_tool_there() {
+        let registry = Registry::default();
+        registry
+            .add_tool(named("search").version("2"))
+            .expect("added");
+        let mut batch = Batch::default();
+        batch.add_tool(named("search")).expect("usable");
+        let refused: Vec<String> = registry.apply(batch).into_iter().map(|r| r.key).collect();
+        assert_eq!(refused, ["search"]);
+        let versions = registry
+            .inner
+            .tools
+            .items
+            .get("search")
+            .map(|entry| entry.item.versions.to_vec());
+        assert_eq!(versions, Some(vec![Arc::from("2")]));
+        // The library's own registration still adds a version.
+        registry.add_tool(named("search")).expect("a version added");
+        assert_eq!(
+            registry
+                .inner
+                .tools
+                .items
+                .get("search")
+                .map(|e| e.item.versions.len()),
+            Some(2)
+        );
     }
 
     /// A batch of additions and removals is one rebuild of each kind it changes; a key taken
