@@ -1192,6 +1192,41 @@ async fn task_nodes(redis: &RedisServer) -> TaskNodes {
     }
 }
 
+/// Drops every node's bus subscription (Redis's pub/sub clients): each makes its own again
+/// after its `redis.retry_after_ms`.
+fn drop_bus_subscriptions(redis: &RedisServer) {
+    let mut con = redis.connection().expect("redis");
+    let _: i64 = ::redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut con)
+        .expect("kill");
+}
+
+/// Waits until `back`'s bus subscription is made again while `down`'s is not yet.
+async fn wait_back_before(back: SocketAddr, down: SocketAddr) {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let (_, down_metrics) = http_get(down, "/metrics").await;
+        let (_, back_metrics) = http_get(back, "/metrics").await;
+        let is_down = down_metrics
+            .lines()
+            .any(|l| l == "mcp_bus_bridge_subscribed 0");
+        let is_back = back_metrics
+            .lines()
+            .any(|l| l == "mcp_bus_bridge_subscribed 1");
+        if is_down && is_back {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never came back before the other"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A `confirm_delete` task created on `a`, polled through `b` until it is parked on its
 /// question; its id and what `b` shows of it.
 async fn parked_task(a: SocketAddr, b: SocketAddr, filename: &str) -> (String, Value) {
@@ -1298,30 +1333,10 @@ async fn a_cancel_sent_while_the_tasks_node_had_no_bus_subscription_reaches_it_a
     .await;
     let id = task_id(&created);
     http_poll(b, &id, "working").await;
-    let mut con = redis.connection().expect("redis");
-    let _: i64 = ::redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut con)
-        .expect("kill");
+    drop_bus_subscriptions(&redis);
     // B is back, A not yet: the cancel's message reaches B alone.
     let deadline = Instant::now() + READ_TIMEOUT;
-    loop {
-        let (_, a_metrics) = http_get(a, "/metrics").await;
-        let (_, b_metrics) = http_get(b, "/metrics").await;
-        let a_down = a_metrics
-            .lines()
-            .any(|l| l == "mcp_bus_bridge_subscribed 0");
-        let b_up = b_metrics
-            .lines()
-            .any(|l| l == "mcp_bus_bridge_subscribed 1");
-        if a_down && b_up {
-            break;
-        }
-        assert!(Instant::now() < deadline, "B never came back before A");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_back_before(b, a).await;
     let acknowledged = loop {
         let (_, ack) = http_request(b, "tasks/cancel", json!({"taskId": id})).await;
         if ack.get("error").is_none() {
@@ -1360,29 +1375,9 @@ async fn answers_kept_for_a_task_on_another_node_are_only_its_questions_and_boun
     wait_bridged(b).await;
     let (id, parked) = parked_task(a, b, "kept.txt").await;
     assert!(parked["inputRequests"].get("confirm").is_some(), "{parked}");
-    let mut con = redis.connection().expect("redis");
-    let _: i64 = ::redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut con)
-        .expect("kill");
+    drop_bus_subscriptions(&redis);
     let deadline = Instant::now() + READ_TIMEOUT;
-    loop {
-        let (_, a_metrics) = http_get(a, "/metrics").await;
-        let (_, b_metrics) = http_get(b, "/metrics").await;
-        let a_down = a_metrics
-            .lines()
-            .any(|l| l == "mcp_bus_bridge_subscribed 0");
-        let b_up = b_metrics
-            .lines()
-            .any(|l| l == "mcp_bus_bridge_subscribed 1");
-        if a_down && b_up {
-            break;
-        }
-        assert!(Instant::now() < deadline, "B never came back before A");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_back_before(b, a).await;
     // 100 KiB of padding in each answer's _meta, and one more to no question.
     let pad = "x".repeat(100 * 1024);
     let mut answers = vec![
@@ -1412,6 +1407,7 @@ async fn answers_kept_for_a_task_on_another_node_are_only_its_questions_and_boun
         };
         assert_eq!(result(&acknowledged)["resultType"], "complete");
     }
+    let mut con = redis.connection().expect("redis");
     let kept: Vec<String> = ::redis::cmd("LRANGE")
         .arg(format!("mcp-ws:task-steer:{id}"))
         .arg(0)
@@ -1847,13 +1843,7 @@ async fn a_listen_hears_the_end_of_a_task_that_ended_while_its_nodes_bus_was_dow
     let id = task_id(&created);
     let mut listener = Client::connect_url(&format!("ws://{b}/mcp")).await;
     listen(&mut listener, &[&id]).await;
-    let mut con = redis.connection().expect("redis");
-    let _: i64 = ::redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut con)
-        .expect("kill");
+    drop_bus_subscriptions(&redis);
     http_poll(a, &id, "completed").await;
     let (_, b_metrics) = http_get(b, "/metrics").await;
     assert!(

@@ -665,6 +665,19 @@ impl Tasks {
         }
     }
 
+    /// The records of `ids` this node keeps, those not expired.
+    fn live_records(&self, ids: &[String]) -> Vec<TaskRecord> {
+        let now = unix_ms();
+        ids.iter()
+            .filter_map(|id| {
+                self.records
+                    .get(id)
+                    .map(|r| r.value().record.clone())
+                    .filter(|r| r.expires_ms() > now)
+            })
+            .collect()
+    }
+
     /// The ids of the tasks running on this node.
     pub(crate) fn running_ids(&self) -> Vec<String> {
         self.running
@@ -985,18 +998,7 @@ async fn write_batch(
     redis: &crate::cluster::store::RedisStore,
     ids: Vec<String>,
 ) -> bool {
-    let now = unix_ms();
-    let records: Vec<TaskRecord> = ids
-        .iter()
-        .filter_map(|id| {
-            cluster
-                .tasks
-                .records
-                .get(id)
-                .map(|r| r.value().record.clone())
-                .filter(|r| r.expires_ms() > now)
-        })
-        .collect();
+    let records = cluster.tasks.live_records(&ids);
     let writes = records.into_iter().map(|mut record| async move {
         // Claimed first, whether or not the node stalled (this runs only after Redis was
         // out of reach, rarely): a record this node kept while cut off, the others finding
@@ -1061,18 +1063,7 @@ async fn push_unsaved(cluster: &Cluster) {
         return;
     };
     let ids = crate::lock(&cluster.tasks.unsaved).take(PUSH_PER_PASS);
-    let now = unix_ms();
-    let records: Vec<TaskRecord> = ids
-        .iter()
-        .filter_map(|id| {
-            cluster
-                .tasks
-                .records
-                .get(id)
-                .map(|r| r.value().record.clone())
-                .filter(|r| r.expires_ms() > now)
-        })
-        .collect();
+    let records = cluster.tasks.live_records(&ids);
     let pushes = records.iter().map(|record| async move {
         let json = serde_json::to_string(record).ok()?;
         redis
