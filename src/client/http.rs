@@ -385,7 +385,9 @@ async fn read_json(
         let Ok(chunk) = chunk else { return };
         if body.len() + chunk.len() > max_body {
             if let Some(inner) = weak.upgrade() {
-                tracing::warn!(upstream = %inner.label(), max_body, "skipped a response body over the limit");
+                inner.warn_skipped(|| {
+                    tracing::warn!(upstream = %inner.label(), max_body, "skipped a response body over the limit");
+                });
                 // Said as what it is, not as an answer that never came.
                 inner.fail(answer_to, ClientError::too_long(max_body));
             }

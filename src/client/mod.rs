@@ -332,6 +332,22 @@ pub(crate) struct Inner {
     label: Arc<str>,
     /// [`ClientOptions::max_list_bytes`].
     max_list_bytes: usize,
+    /// The warnings of skipped messages logged this second ([`Inner::warn_skipped`]).
+    skipped_warnings: Mutex<SkippedWarnings>,
+}
+
+/// Most warnings of skipped messages one connection logs a second ([`Inner::warn_skipped`]).
+const SKIPPED_WARNINGS_PER_SECOND: u32 = 10;
+
+/// The warnings of skipped messages of one connection, this second.
+#[derive(Debug)]
+struct SkippedWarnings {
+    /// When this second began.
+    second: std::time::Instant,
+    /// Logged in it.
+    logged: u32,
+    /// Not logged since the last said.
+    unsaid: u64,
 }
 
 /// What stops the transport.
@@ -459,6 +475,11 @@ impl Client {
                 transport,
                 label: options.label.clone(),
                 max_list_bytes: options.max_list_bytes,
+                skipped_warnings: Mutex::new(SkippedWarnings {
+                    second: std::time::Instant::now(),
+                    logged: 0,
+                    unsaid: 0,
+                }),
             }),
         }
     }
@@ -999,6 +1020,8 @@ impl Drop for Inner {
         if let Transport::Stdio(process) = &self.transport {
             process.kill();
         }
+        let unsaid = lock(&self.skipped_warnings).unsaid;
+        self.say_unsaid(unsaid);
     }
 }
 
@@ -1151,8 +1174,42 @@ impl Inner {
     }
 
     fn skip(&self, text: &str, why: &str) {
-        let shown: String = text.chars().take(200).collect();
-        tracing::warn!(upstream = %self.label, %why, line = %shown, "skipped a message that is not JSON-RPC");
+        self.warn_skipped(|| {
+            let shown: String = text.chars().take(200).collect();
+            tracing::warn!(upstream = %self.label, %why, line = %shown, "skipped a message that is not JSON-RPC");
+        });
+    }
+
+    /// Logs, with `warn`, a message of the server skipped (not JSON-RPC, not UTF-8, too
+    /// long, a binary frame), at most [`SKIPPED_WARNINGS_PER_SECOND`] a second: the rest
+    /// are counted, and their number said before the first of a later second, or when the
+    /// connection ends. (A server writing short lines without end, or a client making it
+    /// echo them through a tool, made each a log line many times its size; attack run 52c.)
+    pub(crate) fn warn_skipped(&self, warn: impl FnOnce()) {
+        let unsaid = {
+            let mut warnings = lock(&self.skipped_warnings);
+            let now = std::time::Instant::now();
+            let mut unsaid = 0;
+            if now.duration_since(warnings.second) >= std::time::Duration::from_secs(1) {
+                unsaid = std::mem::take(&mut warnings.unsaid);
+                (warnings.second, warnings.logged) = (now, 0);
+            }
+            if warnings.logged == SKIPPED_WARNINGS_PER_SECOND {
+                warnings.unsaid += 1;
+                return;
+            }
+            warnings.logged += 1;
+            unsaid
+        };
+        self.say_unsaid(unsaid);
+        warn();
+    }
+
+    /// Says how many warnings of skipped messages were not logged, if any.
+    fn say_unsaid(&self, unsaid: u64) {
+        if unsaid > 0 {
+            tracing::warn!(upstream = %self.label, skipped = unsaid, "skipped messages not logged (more than {SKIPPED_WARNINGS_PER_SECOND} a second)");
+        }
     }
 
     fn receive_one(self: &Arc<Self>, text: &str, held: &mut Vec<ServerRequest>) {

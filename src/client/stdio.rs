@@ -251,7 +251,9 @@ async fn read(stdout: ChildStdout, weak: Weak<Inner>, max_line: usize) {
                 response_to,
                 ..
             })) => {
-                tracing::warn!(upstream = %inner.label(), max_line, "skipped a line longer than the limit");
+                inner.warn_skipped(|| {
+                    tracing::warn!(upstream = %inner.label(), max_line, "skipped a line longer than the limit");
+                });
                 // An answer to one of ours answers its request at once, as too long: skipped
                 // without a word, its request would wait for its deadline.
                 if let Some(id) = response_to {
@@ -267,7 +269,9 @@ async fn read(stdout: ChildStdout, weak: Weak<Inner>, max_line: usize) {
                     super::answer_held(&weak, held, std::future::pending()).await;
                 }
                 Err(_) => {
-                    tracing::warn!(upstream = %inner.label(), "skipped a line that is not UTF-8");
+                    inner.warn_skipped(|| {
+                        tracing::warn!(upstream = %inner.label(), "skipped a line that is not UTF-8");
+                    });
                 }
             },
             Err(error) => {

@@ -306,7 +306,9 @@ async fn read_until_closed(
                 super::answer_held(weak, held, closing).await;
             }
             Ok(Message::Binary(_)) => {
-                tracing::warn!(upstream = %inner.label(), "skipped a binary WebSocket frame");
+                inner.warn_skipped(|| {
+                    tracing::warn!(upstream = %inner.label(), "skipped a binary WebSocket frame");
+                });
             }
             Ok(Message::Close(_)) if by_client => {
                 return "the WebSocket was closed by the client".to_owned();

@@ -113,7 +113,9 @@ fn skipped(requests: &Requests, max: u64, id: Option<u64>) {
     let Some(inner) = requests.get().and_then(Weak::upgrade) else {
         return;
     };
-    tracing::warn!(upstream = %inner.label(), max_message_bytes = max, "skipped a WebSocket message longer than the limit");
+    inner.warn_skipped(|| {
+        tracing::warn!(upstream = %inner.label(), max_message_bytes = max, "skipped a WebSocket message longer than the limit");
+    });
     if let Some(id) = id {
         let max = usize::try_from(max).unwrap_or(usize::MAX);
         inner.fail(id, ClientError::too_long(max));

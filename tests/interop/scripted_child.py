@@ -8,7 +8,8 @@ Tools:
   crash()      the process exits at once (status 3), what it started left running
   too_long(bytes)  a text of that many bytes, the id written after the result (as the
                TypeScript SDK writes an answer)
-  chatter(lines)   writes that many short lines to stderr, then answers "said"
+  chatter(lines, stream)   writes that many short lines to stderr (or, stream "stdout",
+               lines that are not JSON-RPC to stdout), then answers "said"
 
 tools/list: the one page of the tools above, or with $SCRIPTED_LIST:
   same_cursor  every page has the tools above and nextCursor "again", forever
@@ -99,8 +100,9 @@ def main():
             os._exit(3)
         elif method == "tools/call" and params.get("name") == "chatter":
             count = int(params.get("arguments", {}).get("lines", 0))
-            sys.stderr.write("".join(f"line {n}\n" for n in range(count)))
-            sys.stderr.flush()
+            out = sys.stdout if params.get("arguments", {}).get("stream") == "stdout" else sys.stderr
+            out.write("".join(f"line {n}\n" for n in range(count)))
+            out.flush()
             send({"jsonrpc": "2.0", "id": mid, "result": text("said")})
         elif method == "tools/call" and params.get("name") == "too_long":
             size = int(params.get("arguments", {}).get("bytes", 0))

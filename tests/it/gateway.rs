@@ -2503,6 +2503,51 @@ async fn a_childs_stderr_is_logged_at_a_bounded_rate() {
     assert_eq!(skipped, Some(4900), "{log}");
 }
 
+/// Lines of a child's stdout that are not JSON-RPC are skipped with a warning, at most 10
+/// a second; the rest are counted and said in one line. (Each was a warning of its own: a
+/// child writing short lines without end, or made to through a tool, filled the server's
+/// log many times faster; attack run 52c.)
+#[tokio::test]
+async fn a_childs_lines_that_are_not_json_rpc_are_warned_of_at_a_bounded_rate() {
+    let (server, mut client) = stdio_server("shared", "scripted_child.py").await;
+    let said = client
+        .call_tool("chatter", json!({"lines": 5000, "stream": "stdout"}))
+        .await;
+    assert_eq!(tool_text(&said), "said", "{said}");
+    // The next second's first skipped line says how many were not.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let said = client
+        .call_tool("chatter", json!({"lines": 1, "stream": "stdout"}))
+        .await;
+    assert_eq!(tool_text(&said), "said", "{said}");
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let log = loop {
+        let log = server.stderr_text();
+        if log.contains("skipped messages not logged") {
+            break log;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no unlogged messages said:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let warned = log
+        .lines()
+        .filter(|l| l.contains("skipped a message that is not JSON-RPC"))
+        .count();
+    // 10 in the first second, and the one of the second call (the 5000 lines may take a
+    // second or two to pass: 10 a second they span).
+    assert!((11..=31).contains(&warned), "{warned} warnings");
+    let unsaid: u64 = log
+        .lines()
+        .filter(|l| l.contains("skipped messages not logged"))
+        .filter_map(|l| l.split("skipped=").nth(1))
+        .filter_map(|n| n.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(unsaid + warned as u64, 5001, "{log}");
+}
+
 #[tokio::test]
 async fn no_child_outlives_mcp_ws_killed() {
     for mode in ["per_session", "shared"] {
