@@ -555,6 +555,23 @@ impl Client {
             "clientInfo": { "name": options.name, "version": options.version },
         });
         let details: ServerDetails = parse(&self.request("initialize", Some(params)).await?)?;
+        // A version this client does not speak (or one of the stateless era, which has no
+        // `initialize`): the spec has the client disconnect, rather than go on in a protocol
+        // it does not know (attack run 52c: any answer was taken, and its version sent on
+        // as the `MCP-Protocol-Version` of every request).
+        if ProtocolVersion::parse(&details.protocol_version)
+            .is_none_or(ProtocolVersion::is_stateless)
+        {
+            return Err(ClientError::InvalidAnswer(format!(
+                "the server answered initialize with protocol version {:?}, which this client \
+                 does not speak",
+                details
+                    .protocol_version
+                    .chars()
+                    .take(40)
+                    .collect::<String>()
+            )));
+        }
         self.notify("notifications/initialized", None).await;
         Ok(details)
     }

@@ -17,7 +17,8 @@ tools/list: the one page of the tools above, or with $SCRIPTED_LIST:
                bytes, and a new nextCursor, forever
   own          the tools above and one of this process's own, own_<pid>
 Each tools/list is recorded in $SCRIPTED_EVENTS ("listed tools"), when set, and each
-initialize's capabilities ("capabilities {...}", compact JSON). While the file
+initialize's capabilities ("capabilities {...}", compact JSON). initialize is answered with
+the version asked, or $SCRIPTED_VERSION when set. While the file
 $SCRIPTED_STALL_LIST exists, a tools/list is never answered.
 """
 
@@ -76,7 +77,7 @@ def main():
         if method == "initialize":
             record("capabilities " + json.dumps(params.get("capabilities"), separators=(",", ":")))
             send({"jsonrpc": "2.0", "id": mid, "result": {
-                "protocolVersion": params.get("protocolVersion"),
+                "protocolVersion": os.environ.get("SCRIPTED_VERSION") or params.get("protocolVersion"),
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "scripted", "version": "1"},
             }})

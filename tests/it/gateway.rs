@@ -1406,6 +1406,33 @@ async fn a_stateless_upstreams_listen_stream_is_opened_again_after_a_restart() {
     restarted.stop();
 }
 
+/// `mcp_ws::client` takes an `initialize` answered with a version of the handshake era it
+/// speaks (older than the one asked: the server's choice), and refuses one it does not speak,
+/// or one of the stateless era (which has no `initialize`), as the spec
+/// has a client disconnect. (Any answer was taken, its version sent on with every request;
+/// attack run 52c.)
+#[tokio::test]
+async fn the_client_refuses_an_initialize_answered_in_a_version_it_does_not_speak() {
+    let scripted = scripted_upstream(UpstreamMode::Shared);
+    let connect = |version: &str| {
+        let command = mcp_ws::client::StdioCommand::new(&scripted.command)
+            .args(scripted.args.clone())
+            .env("SCRIPTED_VERSION", version);
+        McpClient::stdio(command, ClientOptions::default())
+    };
+    let older = connect("2025-03-26").await.expect("an older version taken");
+    assert_eq!(older.server().protocol_version, "2025-03-26");
+    older.shutdown(Duration::from_secs(2)).await;
+    for unknown in ["1999-01-01", "2026-07-28"] {
+        match connect(unknown).await {
+            Err(ClientError::InvalidAnswer(why)) => {
+                assert!(why.contains(unknown), "{why}");
+            }
+            other => panic!("{unknown}: expected the answer refused, got {other:?}"),
+        }
+    }
+}
+
 /// `mcp_ws::client` asked for 2026-07-28 of servers that speak only the handshake era (the
 /// Python SDK's FastMCP and server-everything, over stdio) falls back to `initialize`; the
 /// same client asked of mcp-ws over HTTP or WebSocket stays stateless.
