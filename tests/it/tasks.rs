@@ -1578,6 +1578,45 @@ async fn a_task_shown_failed_while_its_node_stalled_stays_failed_once_it_goes_on
     assert_eq!(show(a, &id).await["status"], "completed");
 }
 
+/// A task whose end another node claimed `lost` after its runner's last claim of `held`
+/// (the runner's node stalled again, past the lease, between its claim and its store; the
+/// test writes the claim as that node would) is never stored as what its work came to: the
+/// record and the claim are one write in Redis, refused, and the task is failed -32031 on
+/// both nodes. (The late record landed over the failed one: shown failed, then completed;
+/// review 58 #3.)
+#[tokio::test]
+async fn a_record_stored_after_its_task_was_claimed_lost_never_lands() {
+    let redis = RedisServer::start();
+    let nodes = task_nodes(&redis).await;
+    let (a, b) = (nodes.a, nodes.b);
+    let (_, created) = http_request(
+        a,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 2, "label": "claimed"}}),
+    )
+    .await;
+    let id = task_id(&created);
+    http_poll(b, &id, "working").await;
+    let mut con = redis.connection().expect("redis");
+    ::redis::cmd("SET")
+        .arg(format!("mcp-ws:task-end:{{{id}}}"))
+        .arg("lost")
+        .arg("PX")
+        .arg(60_000)
+        .query::<()>(&mut con)
+        .expect("SET");
+    let ended = poll_until(&id, "failed", async || {
+        let (_, shown) = http_request(b, "tasks/get", json!({"taskId": id})).await;
+        let status = &result(&shown)["status"];
+        assert!(status == "working" || status == "failed", "{shown}");
+        shown
+    })
+    .await;
+    assert_eq!(ended["error"]["code"], -32031, "{ended}");
+    let (_, on_a) = http_request(a, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(result(&on_a)["status"], "failed", "{on_a}");
+}
+
 /// Redis restarts empty while a task runs: its node writes the task's record again as soon
 /// as its beat finds Redis lost what it held, and the other node meanwhile answers -32008
 /// (retryable), never -32602 "unknown task", which a client takes as final. (The task was

@@ -71,6 +71,12 @@ return 2";
 const RELEASE: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0";
 
+/// Puts the task record `ARGV[1]` under `KEYS[1]` for `ARGV[2]` ms (1), unless the task's
+/// end claim (`KEYS[2]`) says `lost` (0).
+const PUT_TASK_UNLESS_LOST: &str = r"if redis.call('GET', KEYS[2]) == 'lost' then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1";
+
 /// Puts the task record `ARGV[1]` under `KEYS[1]` for `ARGV[2]` ms (1), unless the key holds
 /// another record of the task that is finished (0): a node pushing a record it kept while
 /// Redis did not answer it in time never writes over the failed record another node wrote
@@ -814,6 +820,41 @@ impl RedisStore {
         })
         .await
         .is_some()
+    }
+
+    /// [`put_task`](Self::put_task) for the task's own runner, unless another node claimed
+    /// its end `lost` ([`PUT_TASK_UNLESS_LOST`], on one Redis server): `Some(true)` stored,
+    /// `Some(false)` lost (the task was shown failed: its record is that one), `None` when
+    /// Redis could not be asked. The claim and the record are one write, so no record stored
+    /// after a claim of `held` lands over the failed one when the node stalled again between
+    /// the two (review 58 #3). On a Redis Cluster the two keys are in different slots: the
+    /// record is put as [`put_task`](Self::put_task) puts it, and that window stays.
+    pub(crate) async fn put_task_unless_lost(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        json: String,
+        ttl: Duration,
+    ) -> Option<bool> {
+        if matches!(self.backend, Backend::Cluster { .. }) {
+            return self.put_task(metrics, id, json, ttl).await.then_some(true);
+        }
+        let key = self.task_key(id);
+        let end = self.task_end_key(id);
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        self.run(metrics, "put_task", |mut con| async move {
+            redis::cmd("EVAL")
+                .arg(PUT_TASK_UNLESS_LOST)
+                .arg(2)
+                .arg(key)
+                .arg(end)
+                .arg(json)
+                .arg(ttl_ms)
+                .query_async::<i64>(&mut con)
+                .await
+        })
+        .await
+        .map(|put| put == 1)
     }
 
     /// [`put_task`](Self::put_task), sent even while Redis is skipped after a failure (a

@@ -31,12 +31,18 @@
 //!   node may have been taken for dead reads the key: a task found `lost` is shown failed
 //!   there too, before its runner learns it.
 //!
+//! - On one Redis server, the runner's record is written only where the task's end is not
+//!   claimed `lost`, in one script (`RedisStore::put_task_unless_lost`): a record stored
+//!   after a claim of `held`, by a node that stalled again past the lease between the two,
+//!   is refused, and the task failed (review 58 #3).
+//!
 //! Windows left:
 //! - A record the runner stored before it knew it stalled (its last beat under 2 s old)
 //!   and that reached Redis only after the stall (the node stopped between the two, a
-//!   second or more) may land over the failed record another node wrote: the claim is made
-//!   before a record is stored, not as it lands. The runner's next claim finds `lost` and
-//!   stores it failed again.
+//!   second or more) may land over the failed record another node wrote, on a Redis
+//!   Cluster (the claim and the record are in different slots: not one script); so may one
+//!   stored after a claim there. The runner's next claim finds `lost` and stores it failed
+//!   again.
 //! - A node cut off from Redis alone (its claims unanswered, the others reaching Redis) goes
 //!   on; its records land once Redis answers it again, each claimed first (the write-back
 //!   claims too), so a task found lost meanwhile is stored failed then. Its own `tasks/get`

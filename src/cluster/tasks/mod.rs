@@ -787,11 +787,34 @@ pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
     }
     if let Some(redis) = redis {
         if let Some(json) = json {
-            let saved = redis
-                .put_task(&cluster.metrics, &record.id, json, record.remaining())
-                .await;
+            let ttl = record.remaining();
+            // Written unless another node showed the task failed since its runner's last
+            // claim (a failed record may always be: it says what that node's does).
+            let put = if record.status == TaskStatus::Failed {
+                redis
+                    .put_task(&cluster.metrics, &record.id, json, ttl)
+                    .await
+                    .then_some(true)
+            } else {
+                redis
+                    .put_task_unless_lost(&cluster.metrics, &record.id, json, ttl)
+                    .await
+            };
+            let mut put = put;
+            if put == Some(false) {
+                // Failed here too, never what it came to; the runner, finding its record
+                // failed, stops. Written as that node wrote it, in case its write was lost.
+                lose(record);
+                let _ = cluster.tasks.keep(record, json_len(record));
+                if let Ok(json) = serde_json::to_string(record) {
+                    put = redis
+                        .put_task(&cluster.metrics, &record.id, json, ttl)
+                        .await
+                        .then_some(true);
+                }
+            }
             let mut unsaved = crate::lock(&cluster.tasks.unsaved);
-            if saved {
+            if put.is_some() {
                 unsaved.remove(&record.id);
             } else {
                 unsaved.insert(record.id.clone());
