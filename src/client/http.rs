@@ -399,7 +399,7 @@ async fn read_json(
         return;
     };
     if !text.trim().is_empty() {
-        let held = inner.receive(text);
+        let held = inner.receive_related(text, Some(answer_to));
         drop(inner);
         super::answer_held(weak, held, std::future::pending()).await;
     }
@@ -487,7 +487,7 @@ impl Resume {
             let Some(inner) = weak.upgrade() else {
                 return advanced;
             };
-            let held = inner.receive(&data);
+            let held = inner.receive_related(&data, answer_to);
             if answer_to.is_some_and(|id| !waits_for(&inner, id)) {
                 drop(inner);
                 super::answer_held(weak, held, std::future::pending()).await;

@@ -268,7 +268,10 @@ pub struct Call {
     /// each report is offered to this channel (dropped when it is full).
     pub progress: Option<mpsc::Sender<Progress>>,
     /// Who answers what a stateless server asks to complete this request (its
-    /// `input_required` answers); the connection's [`ClientHandler`] when `None`.
+    /// `input_required` answers), and takes the log lines (`notifications/message`) and
+    /// requests the server sends on this request's own stream, where the transport knows
+    /// which request they come with (HTTP: its POST's response); the connection's
+    /// [`ClientHandler`] when `None`, and for all the server sends where it does not know.
     pub inputs: Option<Arc<dyn ClientHandler>>,
 }
 
@@ -307,6 +310,8 @@ type Answer = Result<Box<RawValue>, ClientError>;
 struct Pending {
     answer: oneshot::Sender<Answer>,
     progress: Option<mpsc::Sender<Progress>>,
+    /// [`Call::inputs`].
+    handler: Option<Arc<dyn ClientHandler>>,
 }
 
 /// What the handle and the transport's tasks share.
@@ -695,7 +700,7 @@ impl Client {
             }
             None => {
                 let params = params.unwrap_or_else(|| json!({}));
-                self.exchange(method, params, call.progress, Vec::new())
+                self.exchange(method, params, call.progress, call.inputs, Vec::new())
                     .await
             }
         }
@@ -707,6 +712,7 @@ impl Client {
         method: &str,
         mut params: Value,
         progress: Option<mpsc::Sender<Progress>>,
+        handler: Option<Arc<dyn ClientHandler>>,
         headers: Vec<(String, String)>,
     ) -> Result<Box<RawValue>, ClientError> {
         let inner = &self.inner;
@@ -724,7 +730,14 @@ impl Client {
             if let Some(reason) = inner.closed.borrow().clone() {
                 return Err(ClientError::Closed(reason));
             }
-            pending.insert(id, Pending { answer, progress });
+            pending.insert(
+                id,
+                Pending {
+                    answer,
+                    progress,
+                    handler,
+                },
+            );
         }
         let mut guard = CancelOnDrop {
             inner,
@@ -774,6 +787,7 @@ impl Client {
                     method,
                     params.clone(),
                     call.progress.clone(),
+                    call.inputs.clone(),
                     headers.clone(),
                 )
                 .await?;
@@ -1118,11 +1132,23 @@ fn present<'de, D: serde::Deserializer<'de>>(
 }
 
 /// A request the server sent, owned, for answering later.
-#[derive(Debug)]
 pub(crate) struct ServerRequest {
     method: String,
     id: Box<RawValue>,
     params: Option<Box<RawValue>>,
+    /// Who answers it: the handler of the request it came with ([`Call::inputs`]), else
+    /// the connection's.
+    handler: Option<Arc<dyn ClientHandler>>,
+}
+
+impl std::fmt::Debug for ServerRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerRequest")
+            .field("method", &self.method)
+            .field("id", &self.id)
+            .field("of_a_call", &self.handler.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Answers the requests [`Inner::receive`] held, each once an answering place is free: the
@@ -1175,17 +1201,29 @@ impl Inner {
     /// before it reads on.
     #[must_use]
     pub(crate) fn receive(self: &Arc<Self>, text: &str) -> Vec<ServerRequest> {
+        self.receive_related(text, None)
+    }
+
+    /// [`receive`](Self::receive) of what came with our request `related` (on its own
+    /// stream): its log lines and requests go to that request's handler, if it has one.
+    #[must_use]
+    pub(crate) fn receive_related(
+        self: &Arc<Self>,
+        text: &str,
+        related: Option<u64>,
+    ) -> Vec<ServerRequest> {
+        let handler = related.and_then(|id| lock(&self.pending).get(&id)?.handler.clone());
         let mut held = Vec::new();
         let trimmed = text.trim_start();
         if trimmed.starts_with('[') {
             match serde_json::from_str::<Vec<&RawValue>>(trimmed) {
                 Ok(entries) => entries
                     .iter()
-                    .for_each(|e| self.receive_one(e.get(), &mut held)),
+                    .for_each(|e| self.receive_one(e.get(), handler.as_ref(), &mut held)),
                 Err(error) => self.skip(text, &error.to_string()),
             }
         } else {
-            self.receive_one(text, &mut held);
+            self.receive_one(text, handler.as_ref(), &mut held);
         }
         held
     }
@@ -1229,7 +1267,12 @@ impl Inner {
         }
     }
 
-    fn receive_one(self: &Arc<Self>, text: &str, held: &mut Vec<ServerRequest>) {
+    fn receive_one(
+        self: &Arc<Self>,
+        text: &str,
+        handler: Option<&Arc<dyn ClientHandler>>,
+        held: &mut Vec<ServerRequest>,
+    ) {
         let message: Incoming<'_> = match serde_json::from_str(text) {
             Ok(message) => message,
             Err(error) => return self.skip(text, &error.to_string()),
@@ -1240,6 +1283,7 @@ impl Inner {
                     method: method.to_owned(),
                     id: id.to_owned(),
                     params: message.params.map(ToOwned::to_owned),
+                    handler: handler.cloned(),
                 };
                 // Once one waits, those after it in the same batch wait behind it.
                 let place = if held.is_empty() {
@@ -1252,7 +1296,7 @@ impl Inner {
                     None => held.push(request),
                 }
             }
-            (Some(method), None) => self.on_notification(method, message.params),
+            (Some(method), None) => self.on_notification(method, message.params, handler),
             (None, Some(id)) => {
                 let Ok(id) = serde_json::from_str::<u64>(id.get()) else {
                     return self.skip(text, "a response to an id this client never used");
@@ -1287,7 +1331,15 @@ impl Inner {
         }
     }
 
-    fn on_notification(&self, method: &str, params: Option<&RawValue>) {
+    /// A notification: progress to the call that asked for it; a log line that came with
+    /// one of our requests to that request's handler, if it has one ([`Call::inputs`]);
+    /// anything else to the connection's handler.
+    fn on_notification(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        handler: Option<&Arc<dyn ClientHandler>>,
+    ) {
         if method == "notifications/progress" {
             if let Some(p) =
                 params.and_then(|p| serde_json::from_str::<ProgressParams>(p.get()).ok())
@@ -1309,17 +1361,30 @@ impl Inner {
                 }
             }
         }
-        self.handler.notification(method, params);
+        match handler {
+            Some(handler) if method == "notifications/message" => {
+                handler.notification(method, params);
+            }
+            _ => self.handler.notification(method, params),
+        }
     }
 
     /// Answers one of the server's requests (in a task of its own: the handler may ask the
     /// user), holding `place` until the answer is written.
     fn answer(self: &Arc<Self>, request: ServerRequest, place: OwnedSemaphorePermit) {
-        let ServerRequest { method, id, params } = request;
+        let ServerRequest {
+            method,
+            id,
+            params,
+            handler,
+        } = request;
         let answer = if method == "ping" {
             Box::pin(async { Ok(json!({})) })
         } else {
-            self.handler.request(&method, params)
+            handler
+                .as_ref()
+                .unwrap_or(&self.handler)
+                .request(&method, params)
         };
         let inner = Arc::downgrade(self);
         tokio::spawn(async move {

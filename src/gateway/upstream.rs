@@ -716,12 +716,13 @@ impl Upstream {
             Call {
                 progress,
                 // A stateless upstream's questions belong to this call: they reach its
-                // client as the child's own requests do.
-                inputs: child.client.is_stateless().then(|| {
-                    Arc::new(CallInputs {
-                        events: events_tx.clone(),
-                    }) as Arc<dyn ClientHandler>
-                }),
+                // client as the child's own requests do; so do the log lines and requests
+                // an HTTP upstream sends on this call's own stream (attack run 52c: on a
+                // shared upstream they went to whichever session alone had calls in flight,
+                // or nowhere when several had).
+                inputs: Some(Arc::new(CallInputs {
+                    events: events_tx.clone(),
+                }) as Arc<dyn ClientHandler>),
             },
         );
         tokio::pin!(answer);
@@ -934,6 +935,17 @@ struct LogParams {
     data: Value,
 }
 
+/// The [`CallEvent::Log`] of a `notifications/message`'s params; `None` when they are not
+/// one.
+fn log_event(params: Option<&RawValue>) -> Option<CallEvent> {
+    let log = serde_json::from_str::<LogParams>(params?.get()).ok()?;
+    Some(CallEvent::Log {
+        level: LogLevel::parse(&log.level)?,
+        logger: log.logger,
+        data: log.data,
+    })
+}
+
 #[derive(serde::Deserialize)]
 struct UpdatedParams {
     uri: String,
@@ -946,12 +958,7 @@ impl ClientHandler for Handler {
         };
         match method {
             "notifications/message" => {
-                let Some(log) =
-                    params.and_then(|p| serde_json::from_str::<LogParams>(p.get()).ok())
-                else {
-                    return;
-                };
-                let Some(level) = LogLevel::parse(&log.level) else {
+                let Some(log) = log_event(params) else {
                     return;
                 };
                 let Some(calls) = self.calls.upgrade() else {
@@ -960,11 +967,7 @@ impl ClientHandler for Handler {
                 match calls.only_session() {
                     // A full channel drops the line, as the session's own budget would.
                     Ok(events) => {
-                        let _ = events.try_send(CallEvent::Log {
-                            level,
-                            logger: log.logger,
-                            data: log.data,
-                        });
+                        let _ = events.try_send(log);
                     }
                     Err(why) => {
                         tracing::debug!(upstream = %upstream.name, why, "upstream log line not passed on")
@@ -1062,13 +1065,25 @@ fn ask_through(
     })
 }
 
-/// What a stateless upstream asks to complete one call (its `input_required` rounds): it
-/// goes to that call's client, with no guessing which call it is for.
+/// What an upstream sends that belongs to one call: a stateless upstream's questions to
+/// complete it (its `input_required` rounds), and the log lines and requests an HTTP
+/// upstream sends on the call's own stream. They go to that call's client, with no guessing
+/// which call they are for.
 struct CallInputs {
     events: mpsc::Sender<CallEvent>,
 }
 
 impl ClientHandler for CallInputs {
+    /// A log line that came with this call (the client passes these alone).
+    fn notification(&self, method: &str, params: Option<&RawValue>) {
+        if method == "notifications/message" {
+            if let Some(log) = log_event(params) {
+                // A full channel drops the line, as the session's own budget would.
+                let _ = self.events.try_send(log);
+            }
+        }
+    }
+
     fn request(
         &self,
         method: &str,

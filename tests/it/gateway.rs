@@ -1707,6 +1707,47 @@ fn fastmcp_listening(transport: &str, env: &[(&str, &Path)]) -> (KillOnDrop, u16
     })
 }
 
+/// Log lines a shared HTTP upstream sends on a call's own stream reach that call's client,
+/// while calls of two sessions are in flight on it, each its own lines only. (They went to
+/// whichever session alone had calls in flight, or, as here, nowhere: the gateway could
+/// not tell which session they were for; attack run 52c.)
+#[tokio::test]
+async fn a_shared_http_upstreams_log_lines_reach_the_call_they_came_with() {
+    let (_upstream, port) = fastmcp_listening("--http", &[]);
+    let remote = UpstreamSettings {
+        name: "remote".into(),
+        url: format!("http://127.0.0.1:{port}/mcp"),
+        mode: UpstreamMode::Shared,
+        ..Default::default()
+    };
+    let server = gateway(vec![remote], |_| {});
+    let mut three = Client::initialized(&server).await;
+    let mut four = Client::initialized(&server).await;
+    // Both in flight at once: the one of four steps outlasts the other.
+    for (client, steps) in [(&mut three, 3), (&mut four, 4)] {
+        client
+            .send_json(
+                json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
+                "params": {"name": "slow", "arguments": {"steps": steps, "delay_ms": 300}}}),
+            )
+            .await;
+    }
+    for (client, steps) in [(&mut three, 3), (&mut four, 4)] {
+        let done = client.recv_response(&json!("slow")).await;
+        assert_eq!(tool_text(&done), "done", "{done}");
+        let lines: Vec<String> = client
+            .backlog
+            .iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .map(|m| m["params"]["data"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        let own: Vec<String> = (1..=steps)
+            .map(|step| format!("step {step} of {steps}"))
+            .collect();
+        assert_eq!(lines, own, "the lines of the call of {steps} steps");
+    }
+}
+
 #[tokio::test]
 async fn an_http_upstream_is_served_like_a_stdio_one() {
     // FastMCP over Streamable HTTP, on a free port.
