@@ -167,6 +167,14 @@ pub trait ClientHandler: Send + Sync + 'static {
         let _ = (method, params);
     }
 
+    /// Whether, as a call's [`Call::inputs`], this handler also takes the log lines and
+    /// requests the server sends on that call's own stream (over HTTP: its POST's
+    /// response); by default it takes a stateless server's `input_required` questions
+    /// alone, and those go to the connection's handler.
+    fn takes_call_stream(&self) -> bool {
+        false
+    }
+
     /// A request to the client (`sampling/createMessage`, `elicitation/create`,
     /// `roots/list`, `ping` is answered without asking). The default refuses it.
     fn request(
@@ -268,9 +276,10 @@ pub struct Call {
     /// each report is offered to this channel (dropped when it is full).
     pub progress: Option<mpsc::Sender<Progress>>,
     /// Who answers what a stateless server asks to complete this request (its
-    /// `input_required` answers), and takes the log lines (`notifications/message`) and
-    /// requests the server sends on this request's own stream, where the transport knows
-    /// which request they come with (HTTP: its POST's response); the connection's
+    /// `input_required` answers), and, when it says so
+    /// ([`ClientHandler::takes_call_stream`]), takes the log lines (`notifications/message`)
+    /// and requests the server sends on this request's own stream, where the transport
+    /// knows which request they come with (HTTP: its POST's response); the connection's
     /// [`ClientHandler`] when `None`, and for all the server sends where it does not know.
     pub inputs: Option<Arc<dyn ClientHandler>>,
 }
@@ -1212,7 +1221,9 @@ impl Inner {
         text: &str,
         related: Option<u64>,
     ) -> Vec<ServerRequest> {
-        let handler = related.and_then(|id| lock(&self.pending).get(&id)?.handler.clone());
+        let handler = related
+            .and_then(|id| lock(&self.pending).get(&id)?.handler.clone())
+            .filter(|handler| handler.takes_call_stream());
         let mut held = Vec::new();
         let trimmed = text.trim_start();
         if trimmed.starts_with('[') {

@@ -1074,6 +1074,10 @@ struct CallInputs {
 }
 
 impl ClientHandler for CallInputs {
+    fn takes_call_stream(&self) -> bool {
+        true
+    }
+
     /// A log line that came with this call (the client passes these alone).
     fn notification(&self, method: &str, params: Option<&RawValue>) {
         if method == "notifications/message" {

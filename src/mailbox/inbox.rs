@@ -428,6 +428,12 @@ impl Inbox {
             Some(followed) if reread && note.status.is_some() && followed.last == note.status => {
                 return false
             }
+            // A status read again may be older than one the bus brought meanwhile: never
+            // one after the task's end (review 59: it replaced `completed`, and the stream
+            // waited for good).
+            Some(followed) if reread && followed.last.as_deref().is_some_and(is_final) => {
+                return false
+            }
             Some(followed) => followed.last = note.status.clone(),
         }
         let mut notes = self.task_notes.borrow_mut();
@@ -569,6 +575,11 @@ impl Inbox {
     }
 }
 
+/// Whether `status` (a task status's wire name) is one a task ends in.
+fn is_final(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled")
+}
+
 /// A task a session's listen streams follow.
 #[derive(Debug, Default)]
 struct Followed {
@@ -600,7 +611,7 @@ pub struct TaskNote {
 
 #[cfg(test)]
 mod tests {
-    use super::{Inbox, SessionEvent};
+    use super::{Inbox, SessionEvent, TaskNote};
     use crate::protocol::jsonrpc::RequestId;
     use serde_json::value::to_raw_value;
 
@@ -612,6 +623,36 @@ mod tests {
             total: None,
             message: Some(message.to_owned()),
         }
+    }
+
+    fn task(status: &str) -> std::sync::Arc<TaskNote> {
+        std::sync::Arc::new(TaskNote {
+            id: "t".into(),
+            owner: "o".into(),
+            tool: String::new(),
+            fields: format!(r#""status":"{status}""#),
+            status: Some(status.into()),
+        })
+    }
+
+    /// A status read again (the bus was down) is kept when the session was not given it,
+    /// never over a final one the bus brought meanwhile (the read may be older). (It replaced
+    /// `completed`, and the stream waited for good; review 59.)
+    #[test]
+    fn a_task_status_read_again_never_steps_back_from_the_tasks_end() {
+        let inbox = Inbox::new(100, 11);
+        inbox.add_task_interest("t");
+        assert!(inbox.mark_task(&task("working")));
+        assert!(!inbox.mark_task_reread(&task("working")), "given already");
+        assert!(inbox.mark_task_reread(&task("input_required")), "not given");
+        assert!(inbox.mark_task(&task("completed")));
+        assert!(
+            !inbox.mark_task_reread(&task("working")),
+            "older than the end"
+        );
+        let notes = inbox.take_task_notes();
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].status.as_deref(), Some("completed"));
     }
 
     fn log(data: &str, logger: &str) -> SessionEvent {

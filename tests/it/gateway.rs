@@ -2588,32 +2588,34 @@ async fn a_childs_lines_that_are_not_json_rpc_are_warned_of_at_a_bounded_rate() 
         .call_tool("chatter", json!({"lines": 1, "stream": "stdout"}))
         .await;
     assert_eq!(tool_text(&said), "said", "{said}");
+    // Every line is either warned of or counted in a line saying so, once the second
+    // call's line came (the count of the second before is said with it).
     let deadline = Instant::now() + READ_TIMEOUT;
-    let log = loop {
+    let (warned, unsaid) = loop {
         let log = server.stderr_text();
-        if log.contains("skipped messages not logged") {
-            break log;
+        let warned = log
+            .lines()
+            .filter(|l| l.contains("skipped a message that is not JSON-RPC"))
+            .count() as u64;
+        let unsaid: u64 = log
+            .lines()
+            .filter(|l| l.contains("skipped messages not logged"))
+            .filter_map(|l| l.split("skipped=").nth(1))
+            .filter_map(|n| n.split_whitespace().next()?.parse::<u64>().ok())
+            .sum();
+        if warned + unsaid == 5001 {
+            break (warned, unsaid);
         }
         assert!(
             Instant::now() < deadline,
-            "no unlogged messages said:\n{log}"
+            "{warned} warned and {unsaid} counted of 5001:\n{log}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let warned = log
-        .lines()
-        .filter(|l| l.contains("skipped a message that is not JSON-RPC"))
-        .count();
     // 10 in the first second, and the one of the second call (the 5000 lines may take a
     // second or two to pass: 10 a second they span).
     assert!((11..=31).contains(&warned), "{warned} warnings");
-    let unsaid: u64 = log
-        .lines()
-        .filter(|l| l.contains("skipped messages not logged"))
-        .filter_map(|l| l.split("skipped=").nth(1))
-        .filter_map(|n| n.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    assert_eq!(unsaid + warned as u64, 5001, "{log}");
+    assert!(unsaid > 0);
 }
 
 #[tokio::test]

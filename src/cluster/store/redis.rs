@@ -780,7 +780,9 @@ impl RedisStore {
     /// later, when the runner's node reads the steers again (review 58 #4). Best effort.
     pub(crate) async fn forget_task_steer(&self, metrics: &Metrics, id: &str, steer: String) {
         let key = self.task_steers_key(id);
-        self.run(metrics, "forget_task_steer", |mut con| async move {
+        // Sent even while the node skips Redis: the failed publish that calls this has
+        // most likely just made it skip (review 59).
+        self.attempt(metrics, "forget_task_steer", |mut con| async move {
             con.lrem::<_, _, i64>(key, -1, steer).await
         })
         .await;
@@ -1580,9 +1582,9 @@ fn create_once(
 
 /// A key in the same slot of a Redis Cluster as `key`: `key` with `suffix`, under `key`'s
 /// hash tag if it has one (a `key_prefix` may carry one), else with the whole of `key` as
-/// its hash tag (which hashes as `key` alone does). A key whose first `{` is followed by
-/// an empty `{}` hashes whole, and its neighbour would not: such a prefix is refused at
-/// start (`Settings::validate`).
+/// its hash tag (which hashes as `key` alone does). Where `key` has a brace but no hash
+/// tag (`{}`, a lone `{` or `}`), neither form would share its slot: a `key_prefix` like
+/// that is refused at start (`Settings::validate`).
 pub(crate) fn beside(key: &str, suffix: &str) -> String {
     if crate::config::has_hash_tag(key) {
         format!("{key}{suffix}")
