@@ -936,6 +936,10 @@ pub(crate) fn keep_tidy(cluster: &Arc<Cluster>) {
             let answering = cluster.store.redis().is_some_and(|r| r.is_available());
             if answering && cluster.tasks.has_unsaved() {
                 write_back(&cluster).await;
+            } else if !cluster.tasks.has_unsaved() {
+                // Written back by the pushes of failed beats: the rewrite is over, and a
+                // later pass for other records is no rewrite (review 59).
+                cluster.tasks.rewriting.store(false, Ordering::Release);
             }
         }
     });
