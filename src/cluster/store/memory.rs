@@ -260,7 +260,10 @@ impl NonceCache {
         if nonces.map.get(key).is_some_and(|expires| *expires > now) {
             return Err(NonceRefused::Replayed);
         }
-        if nonces.map.len() >= self.per_signer {
+        // Taken again after it expired, it takes its own room: never refused as full
+        // (review 59).
+        let retaken = nonces.map.contains_key(key);
+        if !retaken && nonces.map.len() >= self.per_signer {
             // Full: those that expired behind a longer-lived one go too, before a refusal.
             let Nonces {
                 map,
@@ -446,6 +449,19 @@ mod tests {
         }
         let by_signer = lock(&cache.by_signer);
         assert!(by_signer["s"].order.len() <= 2 * cache.per_signer);
+    }
+
+    #[test]
+    fn a_nonce_expired_behind_a_longer_lived_one_is_taken_again_when_the_share_is_full() {
+        let cache = NonceCache::new(2, 1);
+        let short = Duration::from_millis(30);
+        assert_eq!(cache.claim("s", &key(1), TTL), Ok(()));
+        assert_eq!(cache.claim("s", &key(2), short), Ok(()));
+        // Full, and swept just now: the next sweep is a second away.
+        assert_eq!(cache.claim("s", &key(3), TTL), Err(NonceRefused::Full));
+        std::thread::sleep(short * 2);
+        assert_eq!(cache.claim("s", &key(2), TTL), Ok(()), "its own room");
+        assert_eq!(cache.claim("s", &key(2), TTL), Err(NonceRefused::Replayed));
     }
 
     #[test]
