@@ -614,10 +614,7 @@ impl RedisStore {
             // Sent even while Redis is skipped after a failure: over a slow link the
             // command lands though its reply comes late (see `Store::keep_running`).
             .attempt(metrics, "keep_claim", |mut con| async move {
-                redis::cmd("EVAL")
-                    .arg(KEEP_CLAIM)
-                    .arg(1)
-                    .arg(key)
+                eval_script(KEEP_CLAIM, &[&key])
                     .arg(running)
                     .arg((ttl.as_millis() as u64).max(1))
                     .query_async::<i64>(&mut con)
@@ -698,10 +695,7 @@ impl RedisStore {
     ) -> bool {
         let key = self.entry_key(key);
         let delete = |mut con: Connection| async move {
-            redis::cmd("EVAL")
-                .arg(RELEASE)
-                .arg(1)
-                .arg(key)
+            eval_script(RELEASE, &[&key])
                 .arg(running)
                 .query_async::<i64>(&mut con)
                 .await
@@ -760,10 +754,7 @@ impl RedisStore {
         let key = self.task_steers_key(id);
         let ttl_ms = (ttl.as_millis() as u64).max(1);
         self.run(metrics, "keep_task_steer", |mut con| async move {
-            redis::cmd("EVAL")
-                .arg(KEEP_STEER)
-                .arg(1)
-                .arg(key)
+            eval_script(KEEP_STEER, &[&key])
                 .arg(steer)
                 .arg(ttl_ms)
                 .arg(TASK_STEERS_KEPT)
@@ -845,11 +836,7 @@ impl RedisStore {
         let end = self.task_end_key(id);
         let ttl_ms = (ttl.as_millis() as u64).max(1);
         self.run(metrics, "put_task", |mut con| async move {
-            redis::cmd("EVAL")
-                .arg(PUT_TASK_UNLESS_LOST)
-                .arg(2)
-                .arg(key)
-                .arg(end)
+            eval_script(PUT_TASK_UNLESS_LOST, &[&key, &end])
                 .arg(json)
                 .arg(ttl_ms)
                 .query_async::<i64>(&mut con)
@@ -875,10 +862,7 @@ impl RedisStore {
         let key = self.task_key(id);
         let ttl_ms = (ttl.as_millis() as u64).max(1);
         self.attempt(metrics, "put_task", |mut con| async move {
-            redis::cmd("EVAL")
-                .arg(PUT_TASK_UNLESS_ENDED)
-                .arg(1)
-                .arg(key)
+            eval_script(PUT_TASK_UNLESS_ENDED, &[&key])
                 .arg(json)
                 .arg(ttl_ms)
                 .query_async::<i64>(&mut con)
@@ -1437,11 +1421,7 @@ impl RedisStore {
         let SharedSecret { secret, made_ms } = secret.clone();
         let put = self
             .run(metrics, "put_back_secret", |mut con| async move {
-                redis::cmd("EVAL")
-                    .arg(PUT_BACK_SECRET)
-                    .arg(2)
-                    .arg(key)
-                    .arg(made_key)
+                eval_script(PUT_BACK_SECRET, &[&key, &made_key])
                     .arg(secret)
                     .arg(made_ms)
                     .query_async::<i64>(&mut con)
@@ -1566,11 +1546,7 @@ fn create_once(
     made: &str,
     candidate: &str,
 ) -> Option<SharedSecret> {
-    let (secret, made_ms) = redis::cmd("EVAL")
-        .arg(CREATE_SECRET)
-        .arg(2)
-        .arg(key)
-        .arg(made)
+    let (secret, made_ms) = eval_script(CREATE_SECRET, &[key, made])
         .arg(candidate)
         .query::<(String, String)>(con)
         .ok()?;
@@ -1619,6 +1595,14 @@ redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[2])
 if v then return 2 end
 return 1";
+
+/// `EVAL` of `script` on `keys`, its arguments to follow: the script sent whole, not by its
+/// digest (see [`KEEP_CLAIM`]: an `EVALSHA` Redis has not loaded meets `NOSCRIPT`).
+fn eval_script(script: &str, keys: &[&str]) -> redis::Cmd {
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(script).arg(keys.len()).arg(keys);
+    eval
+}
 
 /// Whether `error` says a key holds another type than the operation's (`WRONGTYPE`, alone or
 /// in a pipeline): a value, not Redis, is at fault.

@@ -790,7 +790,7 @@ pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
             let ttl = record.remaining();
             // Written unless another node showed the task failed since its runner's last
             // claim (a failed record may always be: it says what that node's does).
-            let put = if record.status == TaskStatus::Failed {
+            let mut put = if record.status == TaskStatus::Failed {
                 redis
                     .put_task(&cluster.metrics, &record.id, json, ttl)
                     .await
@@ -800,7 +800,6 @@ pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
                     .put_task_unless_lost(&cluster.metrics, &record.id, json, ttl)
                     .await
             };
-            let mut put = put;
             if put == Some(false) {
                 // Failed here too, never what it came to; the runner, finding its record
                 // failed, stops. Written as that node wrote it, in case its write was lost.
