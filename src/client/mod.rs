@@ -1221,20 +1221,17 @@ impl Inner {
         text: &str,
         related: Option<u64>,
     ) -> Vec<ServerRequest> {
-        let handler = related
-            .and_then(|id| lock(&self.pending).get(&id)?.handler.clone())
-            .filter(|handler| handler.takes_call_stream());
         let mut held = Vec::new();
         let trimmed = text.trim_start();
         if trimmed.starts_with('[') {
             match serde_json::from_str::<Vec<&RawValue>>(trimmed) {
                 Ok(entries) => entries
                     .iter()
-                    .for_each(|e| self.receive_one(e.get(), handler.as_ref(), &mut held)),
+                    .for_each(|e| self.receive_one(e.get(), related, &mut held)),
                 Err(error) => self.skip(text, &error.to_string()),
             }
         } else {
-            self.receive_one(text, handler.as_ref(), &mut held);
+            self.receive_one(text, related, &mut held);
         }
         held
     }
@@ -1278,10 +1275,19 @@ impl Inner {
         }
     }
 
+    /// The handler of our request `related` that takes what the server sends on its
+    /// stream ([`ClientHandler::takes_call_stream`]), if any. Looked up only for a
+    /// notification or a request: an answer, the common message, needs none.
+    fn call_handler(&self, related: Option<u64>) -> Option<Arc<dyn ClientHandler>> {
+        related
+            .and_then(|id| lock(&self.pending).get(&id)?.handler.clone())
+            .filter(|handler| handler.takes_call_stream())
+    }
+
     fn receive_one(
         self: &Arc<Self>,
         text: &str,
-        handler: Option<&Arc<dyn ClientHandler>>,
+        related: Option<u64>,
         held: &mut Vec<ServerRequest>,
     ) {
         let message: Incoming<'_> = match serde_json::from_str(text) {
@@ -1294,7 +1300,7 @@ impl Inner {
                     method: method.to_owned(),
                     id: id.to_owned(),
                     params: message.params.map(ToOwned::to_owned),
-                    handler: handler.cloned(),
+                    handler: self.call_handler(related),
                 };
                 // Once one waits, those after it in the same batch wait behind it.
                 let place = if held.is_empty() {
@@ -1307,7 +1313,12 @@ impl Inner {
                     None => held.push(request),
                 }
             }
-            (Some(method), None) => self.on_notification(method, message.params, handler),
+            (Some(method), None) => {
+                let handler = (method == "notifications/message")
+                    .then(|| self.call_handler(related))
+                    .flatten();
+                self.on_notification(method, message.params, handler.as_ref());
+            }
             (None, Some(id)) => {
                 let Ok(id) = serde_json::from_str::<u64>(id.get()) else {
                     return self.skip(text, "a response to an id this client never used");
