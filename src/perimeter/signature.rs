@@ -328,16 +328,22 @@ mod tests {
         }
     }
 
+    /// Signatures of `key` with a Redis configured (never reached: a claim there is only
+    /// prepared), and their skew in ms.
+    fn with_redis(key: &SigningKey) -> (Signatures, u64) {
+        let mut settings = settings(key);
+        settings.redis.url = "redis://127.0.0.1:1/".into();
+        let signatures = Signatures::new(&settings).expect("configured");
+        (signatures, settings.signatures.max_skew_ms)
+    }
+
     /// Redis holds a nonce until twice the skew after the request's own time, so that a
     /// node whose clock is behind (by up to the skew) still finds it while it would take the
     /// timestamp: a request dated ahead lives longer there, one dated behind shorter.
     #[test]
     fn a_nonce_lives_in_redis_from_its_requests_time() {
         let key = SigningKey::from_bytes(&[7; 32]);
-        let mut settings = settings(&key);
-        settings.redis.url = "redis://127.0.0.1:1/".into();
-        let signatures = Signatures::new(&settings).expect("configured");
-        let skew = settings.signatures.max_skew_ms;
+        let (signatures, skew) = with_redis(&key);
         let params = serde_json::json!({"cursor": "x"});
         for (offset, expected) in [(0, 2 * skew), (skew - 1000, 3 * skew - 1000)] {
             let ahead = sign(
@@ -367,10 +373,7 @@ mod tests {
     #[test]
     fn a_nonce_the_node_holds_lives_as_long_as_redis_must_hold_it_or_twice_the_skew() {
         let key = SigningKey::from_bytes(&[7; 32]);
-        let mut settings = settings(&key);
-        settings.redis.url = "redis://127.0.0.1:1/".into();
-        let signatures = Signatures::new(&settings).expect("configured");
-        let skew = settings.signatures.max_skew_ms;
+        let (signatures, skew) = with_redis(&key);
         let params = serde_json::json!({"cursor": "x"});
         for (offset, expected) in [
             (skew as i64 - 1000, 3 * skew - 1000),

@@ -1306,20 +1306,26 @@ async fn a_delete_whose_note_a_node_missed_ends_its_copy_once_its_bus_is_back() 
     );
     // Node 0's copy: served until its bus is back (or refused while it skips Redis), then
     // ended.
+    served_until_404(&session, &slow, "node 0").await;
+}
+
+/// Pings `session` on `node` until it answers 404 (the session ended there), within
+/// [`READ_TIMEOUT`]; `which` names the node in the failure.
+async fn served_until_404(session: &Session, node: &RunningServer, which: &str) {
     let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
     let mut id = 1;
     loop {
         id += 1;
         let status = session
-            .post_raw(&slow, request(json!(id), "ping", json!({})))
+            .post_raw(node, request(json!(id), "ping", json!({})))
             .await
             .status();
         if status == 404 {
-            break;
+            return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the deleted session is still served on node 0: {status}"
+            "the deleted session is still served on {which}: {status}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -1346,14 +1352,8 @@ async fn a_delete_whose_note_a_node_missed_ends_its_copy_though_it_skipped_redis
     let session = Session::begin(&slow, Some(TEST_KEY)).await;
     let ping = session.ask(&quick, json!(1), "ping", json!({})).await;
     assert_result(&answer_of(&ping, &json!(1)), &json!(1));
-    let mut con = redis.connection().expect("redis");
     let dropped = tokio::time::Instant::now();
-    let _: i64 = ::redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut con)
-        .expect("kill");
+    redis.drop_subscriptions();
     wait_metric(&slow, "mcp_bus_bridge_subscribed", 0).await;
     // The quick node is back after 1 s, the slow one after 3 s.
     wait_metric(&quick, "mcp_bus_bridge_subscribed", 1).await;
@@ -1372,6 +1372,7 @@ async fn a_delete_whose_note_a_node_missed_ends_its_copy_though_it_skipped_redis
     // Writes (the beats) wait from 1.8 s to 4.3 s after the drop: the slow node's beats time
     // out and it skips Redis while its subscription comes back (about 3 s after the drop).
     tokio::time::sleep_until(dropped + Duration::from_millis(1800)).await;
+    let mut con = redis.connection().expect("redis");
     let _: () = ::redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(2500)
@@ -1383,23 +1384,7 @@ async fn a_delete_whose_note_a_node_missed_ends_its_copy_though_it_skipped_redis
         metric(&slow, "mcp_redis_skipped_total").await > 0,
         "the slow node skipped Redis as its bus came back"
     );
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-    let mut id = 1;
-    loop {
-        id += 1;
-        let status = session
-            .post_raw(&slow, request(json!(id), "ping", json!({})))
-            .await
-            .status();
-        if status == 404 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the deleted session is still served on the slow node: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    served_until_404(&session, &slow, "the slow node").await;
 }
 
 /// Redis restarts empty: the node holding a session writes its record again as soon as its

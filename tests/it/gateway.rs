@@ -82,6 +82,16 @@ fn everything_upstream(mode: UpstreamMode) -> UpstreamSettings {
     }
 }
 
+/// The Streamable HTTP upstream listening on `port` (at `/mcp`), as `remote`.
+fn remote_upstream(port: u16, mode: UpstreamMode) -> UpstreamSettings {
+    UpstreamSettings {
+        name: "remote".into(),
+        url: format!("http://127.0.0.1:{port}/mcp"),
+        mode,
+        ..Default::default()
+    }
+}
+
 /// A server of nothing but these upstreams.
 fn gateway(
     upstreams: Vec<UpstreamSettings>,
@@ -1714,12 +1724,7 @@ fn fastmcp_listening(transport: &str, env: &[(&str, &Path)]) -> (KillOnDrop, u16
 #[tokio::test]
 async fn a_shared_http_upstreams_log_lines_reach_the_call_they_came_with() {
     let (_upstream, port) = fastmcp_listening("--http", &[]);
-    let remote = UpstreamSettings {
-        name: "remote".into(),
-        url: format!("http://127.0.0.1:{port}/mcp"),
-        mode: UpstreamMode::Shared,
-        ..Default::default()
-    };
+    let remote = remote_upstream(port, UpstreamMode::Shared);
     let server = gateway(vec![remote], |_| {});
     let mut three = Client::initialized(&server).await;
     let mut four = Client::initialized(&server).await;
@@ -1753,12 +1758,7 @@ async fn an_http_upstream_is_served_like_a_stdio_one() {
     // FastMCP over Streamable HTTP, on a free port.
     let (_upstream, port) = fastmcp_listening("--http", &[]);
     for mode in [UpstreamMode::PerSession, UpstreamMode::Shared] {
-        let remote = UpstreamSettings {
-            name: "remote".into(),
-            url: format!("http://127.0.0.1:{port}/mcp"),
-            mode,
-            ..Default::default()
-        };
+        let remote = remote_upstream(port, mode);
         let server = gateway(vec![remote], |_| {});
         let mut client = Client::initialized(&server).await;
         let sum = client.call_tool("add", json!({"a": 4, "b": 5})).await;
@@ -1872,12 +1872,7 @@ async fn a_cancelled_call_to_an_http_upstream_holds_no_connection() {
             .spawn()
             .expect("the silent upstream starts")
     });
-    let remote = UpstreamSettings {
-        name: "remote".into(),
-        url: format!("http://127.0.0.1:{port}/mcp"),
-        mode: UpstreamMode::Shared,
-        ..Default::default()
-    };
+    let remote = remote_upstream(port, UpstreamMode::Shared);
     let server = gateway(vec![remote], |_| {});
     let mut client = Client::initialized(&server).await;
     const CALLS: usize = 8;

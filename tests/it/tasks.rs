@@ -132,6 +132,17 @@ async fn ws_poll(client: &mut Client, id: &str, status: &str) -> Value {
     .await
 }
 
+/// Polls task `id` on `node` until it is `status`, working until then and nothing else.
+async fn poll_from_working(node: SocketAddr, id: &str, status: &str) -> Value {
+    poll_until(id, status, async || {
+        let (_, shown) = http_request(node, "tasks/get", json!({"taskId": id})).await;
+        let now = &result(&shown)["status"];
+        assert!(now == "working" || now == status, "{shown}");
+        shown
+    })
+    .await
+}
+
 /// The task `get` answers with, once its status is `status` (within [`READ_TIMEOUT`]).
 async fn poll_until(id: &str, status: &str, mut get: impl AsyncFnMut() -> Value) -> Value {
     let deadline = Instant::now() + READ_TIMEOUT;
@@ -1192,18 +1203,6 @@ async fn task_nodes(redis: &RedisServer) -> TaskNodes {
     }
 }
 
-/// Drops every node's bus subscription (Redis's pub/sub clients): each makes its own again
-/// after its `redis.retry_after_ms`.
-fn drop_bus_subscriptions(redis: &RedisServer) {
-    let mut con = redis.connection().expect("redis");
-    let _: i64 = ::redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut con)
-        .expect("kill");
-}
-
 /// Waits until `back`'s bus subscription is made again while `down`'s is not yet.
 async fn wait_back_before(back: SocketAddr, down: SocketAddr) {
     let deadline = Instant::now() + READ_TIMEOUT;
@@ -1333,7 +1332,7 @@ async fn a_cancel_sent_while_the_tasks_node_had_no_bus_subscription_reaches_it_a
     .await;
     let id = task_id(&created);
     http_poll(b, &id, "working").await;
-    drop_bus_subscriptions(&redis);
+    redis.drop_subscriptions();
     // B is back, A not yet: the cancel's message reaches B alone.
     let deadline = Instant::now() + READ_TIMEOUT;
     wait_back_before(b, a).await;
@@ -1375,7 +1374,7 @@ async fn answers_kept_for_a_task_on_another_node_are_only_its_questions_and_boun
     wait_bridged(b).await;
     let (id, parked) = parked_task(a, b, "kept.txt").await;
     assert!(parked["inputRequests"].get("confirm").is_some(), "{parked}");
-    drop_bus_subscriptions(&redis);
+    redis.drop_subscriptions();
     let deadline = Instant::now() + READ_TIMEOUT;
     wait_back_before(b, a).await;
     // 100 KiB of padding in each answer's _meta, and one more to no question.
@@ -1564,13 +1563,7 @@ async fn a_task_shown_failed_while_its_node_stalled_stays_failed_once_it_goes_on
     nodes.node_a.pause();
     tokio::time::sleep(Duration::from_millis(1000)).await;
     nodes.node_a.resume();
-    let done = poll_until(&id, "completed", async || {
-        let (_, shown) = http_request(b, "tasks/get", json!({"taskId": id})).await;
-        let status = &result(&shown)["status"];
-        assert!(status == "working" || status == "completed", "{shown}");
-        shown
-    })
-    .await;
+    let done = poll_from_working(b, &id, "completed").await;
     assert_eq!(
         done["result"]["content"][0]["text"], "Computed short after 2s",
         "{done}"
@@ -1605,13 +1598,7 @@ async fn a_record_stored_after_its_task_was_claimed_lost_never_lands() {
         .arg(60_000)
         .query::<()>(&mut con)
         .expect("SET");
-    let ended = poll_until(&id, "failed", async || {
-        let (_, shown) = http_request(b, "tasks/get", json!({"taskId": id})).await;
-        let status = &result(&shown)["status"];
-        assert!(status == "working" || status == "failed", "{shown}");
-        shown
-    })
-    .await;
+    let ended = poll_from_working(b, &id, "failed").await;
     assert_eq!(ended["error"]["code"], -32031, "{ended}");
     let (_, on_a) = http_request(a, "tasks/get", json!({"taskId": id})).await;
     assert_eq!(result(&on_a)["status"], "failed", "{on_a}");
@@ -1882,7 +1869,7 @@ async fn a_listen_hears_the_end_of_a_task_that_ended_while_its_nodes_bus_was_dow
     let id = task_id(&created);
     let mut listener = Client::connect_url(&format!("ws://{b}/mcp")).await;
     listen(&mut listener, &[&id]).await;
-    drop_bus_subscriptions(&redis);
+    redis.drop_subscriptions();
     http_poll(a, &id, "completed").await;
     let (_, b_metrics) = http_get(b, "/metrics").await;
     assert!(

@@ -131,6 +131,18 @@ impl RedisServer {
             .query(&mut connection)
             .expect("KEYS")
     }
+
+    /// Drops every client's pub/sub connection (the nodes' bus subscriptions): each node
+    /// makes its own again after its `redis.retry_after_ms`.
+    pub fn drop_subscriptions(&self) {
+        let mut connection = self.connection().expect("redis answers");
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query(&mut connection)
+            .expect("CLIENT KILL");
+    }
 }
 
 impl Drop for RedisServer {
