@@ -19,17 +19,20 @@
 //! (`TlsStream<TcpStream>`), and the same `AppConfig` (secure with TLS, the bound address as
 //! host).
 
+use super::upgraded;
 use crate::observe::metrics::Counter;
 use crate::perimeter::address_gate::{AddressGate, AddressPlace};
 use crate::perimeter::{self};
 use crate::session::shared::Shared;
+use actix_codec::Framed;
 use actix_http::body::MessageBody;
 use actix_http::error::DispatchError;
+use actix_http::h1::Codec;
 use actix_http::{Extensions, HttpService, KeepAlive, Protocol, Request, Response};
 use actix_server::{GracefulShutdownSignal, ServerBuilder};
 use actix_service::{
-    apply_fn_factory, fn_service, map_config, IntoServiceFactory, Service, ServiceFactory,
-    ServiceFactoryExt as _,
+    apply_fn_factory, fn_factory, fn_service, map_config, IntoServiceFactory, Service,
+    ServiceFactory, ServiceFactoryExt as _,
 };
 use actix_tls::accept::rustls_0_23::{Acceptor, AcceptorService, TlsStream};
 use actix_tls::accept::TlsError;
@@ -40,6 +43,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -93,7 +97,7 @@ where
                 });
                 std::future::ready(admitted.map_err(DispatchError::Io))
             })
-            .and_then(http_service(app(), &shutdown, false, addr))
+            .and_then(http_service(&app, &shutdown, false, addr))
         })?;
         return Ok((addr, builder));
     };
@@ -131,7 +135,7 @@ where
                 Ok((admitted, Protocol::Http1, peer))
             },
         )
-        .and_then(http_service(app(), &shutdown, true, addr).map_err(TlsError::Service))
+        .and_then(http_service(&app, &shutdown, true, addr).map_err(TlsError::Service))
     })?;
     Ok((addr, builder))
 }
@@ -139,8 +143,8 @@ where
 /// One worker's HTTP service for `app` over streams of type `T`, with the settings
 /// `HttpServer` gives every listener (its defaults) and its `AppConfig` (`secure` must be
 /// true with TLS: the auth metadata names the `https` scheme from it).
-fn http_service<T, I, S, B>(
-    app: I,
+fn http_service<T, F, I, S, B>(
+    app: &F,
     shutdown: &GracefulShutdownSignal,
     secure: bool,
     addr: SocketAddr,
@@ -153,6 +157,7 @@ fn http_service<T, I, S, B>(
 >
 where
     T: AsyncRead + AsyncWrite + Unpin + 'static,
+    F: Fn() -> I + Clone + 'static,
     I: IntoServiceFactory<S, Request>,
     S: ServiceFactory<Request, Config = AppConfig> + 'static,
     S::Error: Into<actix_web::Error> + 'static,
@@ -165,7 +170,27 @@ where
     let shutdown = shutdown.clone();
     // `HttpServer`'s default host: the bound address.
     let host = addr.to_string();
-    let app = app
+    let config = move || AppConfig::__priv_test_new(secure, host.clone(), addr);
+    let upgrade_config = config.clone();
+    // Upgrade requests (WebSocket handshakes) go to the same application, served on their
+    // connection without the HTTP/1 dispatcher from their head on (see `upgraded`): a
+    // worker's own instance of the application, made as the other one is.
+    let upgrade_app = app.clone();
+    let upgrade = fn_factory(move || {
+        let factory = upgrade_app().into_factory();
+        let config = upgrade_config();
+        async move {
+            let app = Rc::new(factory.new_service(config).await.map_err(|error| {
+                tracing::error!(?error, "the application for upgraded connections not built");
+            })?);
+            Ok::<_, ()>(fn_service(
+                move |(request, framed): (Request, Framed<AdmittedStream<T>, Codec>)| {
+                    upgraded::serve(app.clone(), request, framed)
+                },
+            ))
+        }
+    });
+    let app = app()
         .into_factory()
         .map_err(|error| error.into().error_response());
     HttpService::build()
@@ -183,10 +208,9 @@ where
                 perimeter::tls::on_connect(&admitted.stream as &dyn Any, extensions);
             },
         )
+        .upgrade(upgrade)
         // `AppConfig::new` is crate-private; this is the constructor actix-test uses.
-        .finish(map_config(app, move |_| {
-            AppConfig::__priv_test_new(secure, host.clone(), addr)
-        }))
+        .finish(map_config(app, move |_| config()))
 }
 
 /// A connection's stream (TCP, or TLS over TCP) with its place among its address's open

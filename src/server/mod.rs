@@ -23,6 +23,7 @@ mod error;
 mod listener;
 mod routes;
 mod run;
+mod upgraded;
 
 pub use builder::{Server, ServerBuilder};
 pub use error::Error;

@@ -58,6 +58,7 @@ mod tasks;
 mod three_nodes;
 mod tls;
 mod two_nodes;
+mod upgraded;
 mod versions;
 mod workers;
 mod ws_subprotocol;
