@@ -130,9 +130,13 @@ where
         for _ in 0..ROUNDS_PER_POLL {
             read_into(&mut io, &inbound, cx);
             // Gather what the body has ready, up to a buffer's worth.
+            let mut body_waits = false;
             while !body_done && out.len() < GATHER_BYTES {
                 match body.as_mut().poll_next(cx) {
-                    Poll::Pending => break,
+                    Poll::Pending => {
+                        body_waits = true;
+                        break;
+                    }
                     Poll::Ready(Some(Ok(chunk))) => {
                         // Room for a few answers at once: growing from nothing by
                         // doubling moved a batch of small answers several times.
@@ -160,6 +164,12 @@ where
                 };
             }
             ready!(write_out(&mut io, &mut out, cx))?;
+            // All written, and the body has nothing ready: what wakes it (a message read
+            // for its session, above all) wakes this task too. Polled again at once, it
+            // would only say so again (the session's actor polled for nothing).
+            if body_waits {
+                return Poll::Pending;
+            }
         }
         cx.waker().wake_by_ref();
         Poll::Pending
@@ -280,7 +290,13 @@ impl Inbound {
         if self.held < PAYLOAD_HELD_BYTES {
             return true;
         }
-        self.connection = Some(cx.waker().clone());
+        if !self
+            .connection
+            .as_ref()
+            .is_some_and(|c| c.will_wake(cx.waker()))
+        {
+            self.connection = Some(cx.waker().clone());
+        }
         false
     }
 
@@ -321,7 +337,13 @@ impl Stream for InboundStream {
         }
         match inbound.end.as_mut() {
             None => {
-                inbound.reader = Some(cx.waker().clone());
+                if !inbound
+                    .reader
+                    .as_ref()
+                    .is_some_and(|r| r.will_wake(cx.waker()))
+                {
+                    inbound.reader = Some(cx.waker().clone());
+                }
                 Poll::Pending
             }
             Some(None) => Poll::Ready(None),
