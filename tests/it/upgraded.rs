@@ -47,6 +47,16 @@ fn handshake(server: &RunningServer) -> String {
     )
 }
 
+/// The handshake of a new session followed by its `initialize` request (id 1), as one
+/// write's bytes.
+fn handshake_and_initialize(server: &RunningServer) -> Vec<u8> {
+    let mut bytes = handshake(server).into_bytes();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": initialize_params("2025-11-25")});
+    bytes.extend(client_text_frame(&init.to_string()));
+    bytes
+}
+
 /// Reads the response head (to its empty line) byte by byte, so that nothing after it is
 /// taken.
 async fn read_head(stream: &mut TcpStream) -> String {
@@ -98,10 +108,7 @@ async fn frames_sent_with_the_handshake_are_answered() {
     let mut stream = TcpStream::connect(server.addr()).await.expect("connect");
     // The handshake and three messages in one write: the frames reach the server with
     // the head, before it answered it.
-    let mut bytes = handshake(&server).into_bytes();
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": initialize_params("2025-11-25")});
-    bytes.extend(client_text_frame(&init.to_string()));
+    let mut bytes = handshake_and_initialize(&server);
     bytes.extend(client_text_frame(
         &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
     ));
@@ -190,10 +197,7 @@ async fn a_refused_upgrade_is_answered_whole_and_its_connection_closed() {
 async fn a_client_gone_ends_its_socket_and_the_server_serves_on() {
     let server = start(settings());
     let mut stream = TcpStream::connect(server.addr()).await.expect("connect");
-    let mut bytes = handshake(&server).into_bytes();
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": initialize_params("2025-11-25")});
-    bytes.extend(client_text_frame(&init.to_string()));
+    let bytes = handshake_and_initialize(&server);
     stream.write_all(&bytes).await.expect("written");
     assert!(read_head(&mut stream).await.starts_with("HTTP/1.1 101"));
     read_answer(&mut stream, 1).await;
