@@ -188,8 +188,9 @@ where
 /// [`SHUTDOWN_WITHIN`]), then what the client still sends read and dropped until it closes
 /// its side too, for at most [`LINGER`]. Dropped at once, a socket with unread bytes is
 /// reset, and a reset can discard what the client had not read yet: a session's close
-/// frame, sent just before, lost to a client that was answering the pings ahead of it (as
-/// actix's dispatcher, which kept such a connection open until its client closed it).
+/// frame, sent just before, was lost to a client that answered the pings ahead of it.
+/// (actix's dispatcher kept such a connection open until its client closed it, however
+/// long that took.)
 async fn close<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T) {
     let shut = poll_fn(|cx| Pin::new(&mut *io).poll_shutdown(cx));
     match tokio::time::timeout(SHUTDOWN_WITHIN, shut).await {
