@@ -17,7 +17,9 @@
 //! (`HttpServer`'s defaults: the code sets none of them), the same `on_connect` callback (the
 //! client certificate's subject, [`perimeter::tls::on_connect`]) given the same stream type
 //! (`TlsStream<TcpStream>`), and the same `AppConfig` (secure with TLS, the bound address as
-//! host).
+//! host). One thing `HttpServer` does not do: the HTTP service is given an upgrade service,
+//! so that a WebSocket handshake's connection is served by [`upgraded`] from its head on,
+//! without the dispatcher's buffers.
 
 use super::upgraded;
 use crate::observe::metrics::Counter;
