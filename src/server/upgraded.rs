@@ -206,12 +206,9 @@ async fn close<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T) {
     }
     let drained = poll_fn(|cx| {
         for _ in 0..ROUNDS_PER_POLL {
-            let mut buffer = [MaybeUninit::<u8>::uninit(); READ_BYTES];
-            let mut read = ReadBuf::uninit(&mut buffer);
-            match ready!(Pin::new(&mut *io).poll_read(cx, &mut read)) {
-                Ok(()) if read.filled().is_empty() => return Poll::Ready(()),
-                Ok(()) => {}
-                Err(_) => return Poll::Ready(()),
+            match ready!(read_once(io, cx, |_| {})) {
+                Ok(0) | Err(_) => return Poll::Ready(()),
+                Ok(_) => {}
             }
         }
         cx.waker().wake_by_ref();
@@ -248,21 +245,35 @@ fn read_into<T: AsyncRead + Unpin>(io: &mut T, inbound: &RefCell<Inbound>, cx: &
         if !inbound.borrow_mut().wants_more(cx) {
             return;
         }
-        let mut buffer = [MaybeUninit::<u8>::uninit(); READ_BYTES];
-        let mut read = ReadBuf::uninit(&mut buffer);
-        let outcome = match Pin::new(&mut *io).poll_read(cx, &mut read) {
+        let read = read_once(io, cx, |bytes| {
+            inbound.borrow_mut().feed(Bytes::copy_from_slice(bytes));
+        });
+        match read {
             Poll::Pending => return,
-            Poll::Ready(outcome) => outcome,
-        };
-        let mut inbound = inbound.borrow_mut();
-        match outcome {
-            Ok(()) if read.filled().is_empty() => inbound.end(None),
-            Ok(()) => inbound.feed(Bytes::copy_from_slice(read.filled())),
-            Err(error) => inbound.end(Some(error)),
+            Poll::Ready(Ok(0)) => inbound.borrow_mut().end(None),
+            Poll::Ready(Ok(_)) => {}
+            Poll::Ready(Err(error)) => inbound.borrow_mut().end(Some(error)),
         }
     }
     // More may be there: read again once the thread's other tasks have run.
     cx.waker().wake_by_ref();
+}
+
+/// One read of `io` through a buffer on the stack, what it read given to `take`: the
+/// number of bytes read, 0 when the client has closed its side.
+fn read_once<T: AsyncRead + Unpin>(
+    io: &mut T,
+    cx: &mut Context<'_>,
+    take: impl FnOnce(&[u8]),
+) -> Poll<io::Result<usize>> {
+    let mut buffer = [MaybeUninit::<u8>::uninit(); READ_BYTES];
+    let mut read = ReadBuf::uninit(&mut buffer);
+    ready!(Pin::new(io).poll_read(cx, &mut read))?;
+    let filled = read.filled();
+    if !filled.is_empty() {
+        take(filled);
+    }
+    Poll::Ready(Ok(filled.len()))
 }
 
 /// What the connection read and the request's payload has not taken yet, shared by the
