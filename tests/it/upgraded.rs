@@ -7,7 +7,10 @@
 //! - an upgrade refused is answered as HTTP/1 (its whole body, as its `Content-Length`
 //!   says) and its connection closed;
 //! - a client gone (its socket shut) ends its session's socket (the session parked for a
-//!   resume), and the server keeps serving.
+//!   resume), and the server keeps serving;
+//! - a connection whose session closed, and whose client never closes its side, is dropped
+//!   once the server's linger is over: its place among its address's connections given
+//!   back.
 
 use crate::support::http::{metric, wait_metric};
 use crate::support::*;
@@ -18,9 +21,13 @@ use tokio::net::TcpStream;
 
 /// A client's text frame (masked, as RFC 6455 requires of a client) holding `text`.
 fn client_text_frame(text: &str) -> Vec<u8> {
-    let payload = text.as_bytes();
+    client_frame(0x1, text.as_bytes())
+}
+
+/// A client's final frame of `opcode` holding `payload`, masked.
+fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
     let mask = [0x37, 0xfa, 0x21, 0x3d];
-    let mut frame = vec![0x81];
+    let mut frame = vec![0x80 | opcode];
     match payload.len() {
         len @ 0..=125 => frame.push(0x80 | len as u8),
         len @ 126..=0xffff => {
@@ -210,4 +217,57 @@ async fn a_client_gone_ends_its_socket_and_the_server_serves_on() {
     let mut client = Client::initialized(&server).await;
     let answer = client.request("ping", json!({})).await;
     assert_result(&answer, &answer["id"]);
+}
+
+#[tokio::test]
+async fn a_closed_connection_whose_client_never_closes_is_dropped_after_the_linger() {
+    let mut settings = settings();
+    settings.server.max_connections_per_ip = Some(1);
+    let server = start(settings);
+    let mut stream = TcpStream::connect(server.addr()).await.expect("connect");
+    let mut bytes = handshake_and_initialize(&server);
+    // The client closes the session (1000) and then neither closes nor reads its socket.
+    bytes.extend(client_frame(0x8, &1000u16.to_be_bytes()));
+    stream.write_all(&bytes).await.expect("written");
+    assert!(read_head(&mut stream).await.starts_with("HTTP/1.1 101"));
+    read_answer(&mut stream, 1).await;
+    let (opcode, _) = read_frame(&mut stream).await;
+    assert_eq!(opcode, 0x8, "the server's close frame");
+    // The server has shut its side; it still holds the connection, and so its address's
+    // one place, while it lingers.
+    let mut end = [0u8; 1];
+    let read = tokio::time::timeout(READ_TIMEOUT, stream.read(&mut end)).await;
+    assert_eq!(read.expect("the end in time").expect("read"), 0);
+    let admitted = |server: &RunningServer| {
+        let addr = server.addr();
+        let handshake = handshake(server);
+        async move {
+            let mut other = TcpStream::connect(addr).await.ok()?;
+            other.write_all(handshake.as_bytes()).await.ok()?;
+            let mut head = [0u8; 12];
+            tokio::time::timeout(READ_TIMEOUT, other.read_exact(&mut head))
+                .await
+                .ok()?
+                .ok()?;
+            Some(head.starts_with(b"HTTP/1.1 101"))
+        }
+    };
+    assert_ne!(
+        admitted(&server).await,
+        Some(true),
+        "refused while it lingers"
+    );
+    // Within the linger (5 s) and some slack, the place is given back.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        if admitted(&server).await == Some(true) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lingering connection never dropped"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    drop(stream);
 }
