@@ -593,7 +593,7 @@ impl RedisStore {
             CLAIM
                 .key(key)
                 .arg(running)
-                .arg(ttl.as_millis() as u64)
+                .arg(expiry_ms(ttl))
                 .invoke_async(&mut con)
                 .await
         })
@@ -616,7 +616,7 @@ impl RedisStore {
             .attempt(metrics, "keep_claim", |mut con| async move {
                 eval_script(KEEP_CLAIM, &[&key])
                     .arg(running)
-                    .arg((ttl.as_millis() as u64).max(1))
+                    .arg(expiry_ms(ttl))
                     .query_async::<i64>(&mut con)
                     .await
             })
@@ -662,8 +662,7 @@ impl RedisStore {
     ) -> bool {
         let key = self.entry_key(key);
         let put = |mut con: Connection| async move {
-            con.pset_ex::<_, _, ()>(key, done, ttl.as_millis() as u64)
-                .await
+            con.pset_ex::<_, _, ()>(key, done, expiry_ms(ttl)).await
         };
         let answered = if at_once {
             self.attempt(metrics, "complete", put).await
@@ -723,7 +722,7 @@ impl RedisStore {
                 .arg(1)
                 .arg("NX")
                 .arg("PX")
-                .arg(ttl.as_millis() as u64)
+                .arg(expiry_ms(ttl))
                 .query_async::<Option<String>>(&mut con)
                 .await
                 .map(|set| set.is_some())
@@ -752,7 +751,7 @@ impl RedisStore {
         ttl: Duration,
     ) -> bool {
         let key = self.task_steers_key(id);
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let ttl_ms = expiry_ms(ttl);
         self.run(metrics, "keep_task_steer", |mut con| async move {
             eval_script(KEEP_STEER, &[&key])
                 .arg(steer)
@@ -807,7 +806,7 @@ impl RedisStore {
     ) -> bool {
         let key = self.task_key(id);
         // At least 1 ms: a task whose time is up is kept that long, not refused by Redis.
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let ttl_ms = expiry_ms(ttl);
         self.run(metrics, "put_task", |mut con| async move {
             con.pset_ex::<_, _, ()>(key, json, ttl_ms).await
         })
@@ -834,7 +833,7 @@ impl RedisStore {
         }
         let key = self.task_key(id);
         let end = self.task_end_key(id);
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let ttl_ms = expiry_ms(ttl);
         self.run(metrics, "put_task", |mut con| async move {
             eval_script(PUT_TASK_UNLESS_LOST, &[&key, &end])
                 .arg(json)
@@ -860,7 +859,7 @@ impl RedisStore {
         ttl: Duration,
     ) -> Option<bool> {
         let key = self.task_key(id);
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let ttl_ms = expiry_ms(ttl);
         self.attempt(metrics, "put_task", |mut con| async move {
             eval_script(PUT_TASK_UNLESS_ENDED, &[&key])
                 .arg(json)
@@ -890,7 +889,7 @@ impl RedisStore {
         lease: Duration,
     ) -> bool {
         let key = self.rewriting_key();
-        let lease_ms = (lease.as_millis() as u64).max(1);
+        let lease_ms = expiry_ms(lease);
         self.attempt(metrics, "mark_rewriting", |mut con| async move {
             con.pset_ex::<_, _, ()>(key, node, lease_ms).await
         })
@@ -955,7 +954,7 @@ impl RedisStore {
         ttl: Duration,
     ) -> bool {
         let key = self.session_key(id);
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let ttl_ms = expiry_ms(ttl);
         self.run(metrics, "put_session", |mut con| async move {
             con.pset_ex::<_, _, ()>(key, json, ttl_ms).await
         })
@@ -978,7 +977,7 @@ impl RedisStore {
         node: u64,
     ) -> Option<bool> {
         let key = self.session_key(id);
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let ttl_ms = expiry_ms(ttl);
         self.run(metrics, "put_session", |mut con| async move {
             PUT_HELD
                 .key(key)
@@ -1020,7 +1019,7 @@ impl RedisStore {
         ttl: Duration,
     ) -> Option<Option<String>> {
         let key = self.session_key(id);
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let ttl_ms = expiry_ms(ttl);
         // Read as bytes and made text here (see `text`).
         let record = self
             .run(metrics, "get_session", |mut con| async move {
@@ -1197,7 +1196,7 @@ impl RedisStore {
         key: String,
         ttl: Duration,
     ) -> Option<bool> {
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let ttl_ms = expiry_ms(ttl);
         self.run(metrics, what, |mut con| async move {
             END_LOST
                 .key(key)
@@ -1218,7 +1217,7 @@ impl RedisStore {
         keys: Vec<String>,
         lease: Duration,
     ) -> Option<Vec<bool>> {
-        let lease_ms = (lease.as_millis() as u64).max(1);
+        let lease_ms = expiry_ms(lease);
         let count = keys.len();
         let mut invocation = END_HELD.prepare_invoke();
         for key in keys {
@@ -1279,10 +1278,7 @@ impl RedisStore {
                     .arg(cut_to)
                     .ignore();
             }
-            pipe.cmd("PEXPIRE")
-                .arg(&key)
-                .arg((ttl.as_millis() as u64).max(1))
-                .ignore();
+            pipe.cmd("PEXPIRE").arg(&key).arg(expiry_ms(ttl)).ignore();
             pipe.query_async::<()>(&mut con).await
         })
         .await
@@ -1365,7 +1361,7 @@ impl RedisStore {
     /// unanswered past `ttl`, or once Redis lost what it held).
     pub(crate) async fn beat(&self, metrics: &Metrics, node: u64, ttl: Duration) -> Option<bool> {
         let key = self.node_key(node);
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let ttl_ms = expiry_ms(ttl);
         self.attempt(metrics, "beat", |mut con| async move {
             let (held,): (Option<i64>,) = redis::pipe()
                 .get(&key)
@@ -1604,6 +1600,15 @@ fn eval_script(script: &str, keys: &[&str]) -> redis::Cmd {
     eval
 }
 
+/// A key's lifetime as the milliseconds of `PX`, `PEXPIRE` or a script's expiry argument: at
+/// least 1, since Redis refuses an expiry of 0 (a lifetime under a millisecond would make
+/// the write fail), and saturating rather than wrapping.
+fn expiry_ms(lifetime: Duration) -> u64 {
+    u64::try_from(lifetime.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
 /// Whether `error` says a key holds another type than the operation's (`WRONGTYPE`, alone or
 /// in a pipeline): a value, not Redis, is at fault.
 fn is_wrong_type(error: &redis::RedisError) -> bool {
@@ -1611,4 +1616,17 @@ fn is_wrong_type(error: &redis::RedisError) -> bool {
         .clone()
         .into_server_errors()
         .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "WRONGTYPE"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expiry_is_at_least_a_millisecond_and_saturates() {
+        assert_eq!(expiry_ms(Duration::ZERO), 1);
+        assert_eq!(expiry_ms(Duration::from_micros(400)), 1);
+        assert_eq!(expiry_ms(Duration::from_millis(1500)), 1500);
+        assert_eq!(expiry_ms(Duration::MAX), u64::MAX);
+    }
 }
