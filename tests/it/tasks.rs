@@ -113,6 +113,18 @@ fn task_id(response: &Value) -> String {
         .to_owned()
 }
 
+/// A `slow_compute` task of `seconds`, labelled `label`, made on the node at `addr` over
+/// HTTP: its id.
+async fn slow_task(addr: SocketAddr, seconds: u64, label: &str) -> String {
+    let (_, created) = http_request(
+        addr,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": seconds, "label": label}}),
+    )
+    .await;
+    task_id(&created)
+}
+
 /// Polls `tasks/get` over HTTP until the task's status is `status`.
 async fn http_poll(addr: SocketAddr, id: &str, status: &str) -> Value {
     poll_until(id, status, async || {
@@ -1281,25 +1293,13 @@ async fn a_task_on_one_node_is_polled_answered_and_cancelled_through_another() {
     assert_eq!(heard["params"]["taskId"], json!(id));
 
     // Created on A, cancelled through B.
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "cancel"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 60, "cancel").await;
     let (_, ack) = http_request(b, "tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(result(&ack)["resultType"], "complete");
     http_poll(b, &id, "cancelled").await;
 
     // Created on A, which then shuts down: the task fails, as B reports.
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "orphan"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 60, "orphan").await;
     nodes.node_a.terminate();
     let failed = http_poll(b, &id, "failed").await;
     assert_eq!(failed["error"]["code"], -32004, "{failed}");
@@ -1324,13 +1324,7 @@ async fn a_cancel_sent_while_the_tasks_node_had_no_bus_subscription_reaches_it_a
     let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
     wait_bridged(a).await;
     wait_bridged(b).await;
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "unheard"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 60, "unheard").await;
     http_poll(b, &id, "working").await;
     redis.drop_subscriptions();
     // B is back, A not yet: the cancel's message reaches B alone.
@@ -1451,13 +1445,7 @@ async fn a_task_runs_on_through_its_nodes_shutdown_grace() {
     let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
     wait_bridged(a).await;
     wait_bridged(b).await;
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 2, "label": "graced"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 2, "graced").await;
     node_a.terminate();
     let done = http_poll(b, &id, "completed").await;
     assert!(done.get("error").is_none(), "{done}");
@@ -1480,13 +1468,7 @@ async fn a_task_whose_node_dies_is_shown_failed_by_the_others() {
     let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
     wait_bridged(a).await;
     wait_bridged(b).await;
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "orphaned"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 60, "orphaned").await;
     http_poll(b, &id, "working").await;
     node_a.kill();
     let failed = http_poll(b, &id, "failed").await;
@@ -1519,13 +1501,7 @@ async fn a_task_shown_failed_while_its_node_stalled_stays_failed_once_it_goes_on
     };
 
     // Its work ends during the stall: going on, the node would complete it at once.
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 2, "label": "stalled"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 2, "stalled").await;
     http_poll(b, &id, "working").await;
     nodes.node_a.pause();
     let failed = http_poll(b, &id, "failed").await;
@@ -1552,13 +1528,7 @@ async fn a_task_shown_failed_while_its_node_stalled_stays_failed_once_it_goes_on
 
     // The control: stalled for less than its alive time, the node is never found dead, and
     // the task goes on to its result.
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 2, "label": "short"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 2, "short").await;
     http_poll(b, &id, "working").await;
     nodes.node_a.pause();
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -1582,13 +1552,7 @@ async fn a_record_stored_after_its_task_was_claimed_lost_never_lands() {
     let redis = RedisServer::start();
     let nodes = task_nodes(&redis).await;
     let (a, b) = (nodes.a, nodes.b);
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 2, "label": "claimed"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 2, "claimed").await;
     http_poll(b, &id, "working").await;
     let mut con = redis.connection().expect("redis");
     ::redis::cmd("SET")
@@ -1613,13 +1577,7 @@ async fn after_redis_restarts_empty_a_running_task_is_found_again_elsewhere_neve
     let mut redis = RedisServer::start();
     let nodes = task_nodes(&redis).await;
     let (a, b) = (nodes.a, nodes.b);
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "emptied"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 60, "emptied").await;
     http_poll(b, &id, "working").await;
     // Both nodes' beats have read Redis's epoch before it is lost.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -1637,13 +1595,7 @@ async fn a_cancel_reaches_a_task_whose_nodes_beat_is_late() {
     let redis = RedisServer::start();
     let nodes = task_nodes(&redis).await;
     let (a, b) = (nodes.a, nodes.b);
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 30, "label": "late"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 30, "late").await;
     http_poll(b, &id, "working").await;
     let mut connection = redis.connection().expect("redis answers");
     for key in redis.keys("mcp-ws:node:*") {
@@ -1708,13 +1660,7 @@ async fn a_task_asked_for_while_redis_cannot_be_is_busy_not_unknown() {
     let redis = RedisServer::start();
     let nodes = task_nodes(&redis).await;
     let (a, b) = (nodes.a, nodes.b);
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "stalled"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 60, "stalled").await;
     http_poll(b, &id, "working").await;
 
     redis.pause();
@@ -1786,13 +1732,7 @@ async fn a_node_whose_redis_replies_come_late_refuses_new_tasks_and_its_ended_on
     let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
     wait_bridged(a).await;
     wait_bridged(b).await;
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 3, "label": "before"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 3, "before").await;
     http_poll(b, &id, "working").await;
 
     slow.store(true, Ordering::SeqCst);
@@ -1860,13 +1800,7 @@ async fn a_listen_hears_the_end_of_a_task_that_ended_while_its_nodes_bus_was_dow
         start_node_with(dir.path(), "node-b", &redis, 200, "retry_after_ms = 6000\n");
     wait_bridged(a).await;
     wait_bridged(b).await;
-    let (_, created) = http_request(
-        a,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 3, "label": "unheard"}}),
-    )
-    .await;
-    let id = task_id(&created);
+    let id = slow_task(a, 3, "unheard").await;
     let mut listener = Client::connect_url(&format!("ws://{b}/mcp")).await;
     listen(&mut listener, &[&id]).await;
     redis.drop_subscriptions();
