@@ -625,9 +625,14 @@ impl Tasks {
     /// dropped for a busy runner); past either bound it is dropped, logged.
     pub fn steer_from_remote(&self, id: &str, cancel: bool, responses: Option<Map<String, Value>>) {
         let signal = remote_signal(cancel, responses);
-        let Delivery::Full(signal, runner) = self.signal_local(id, signal) else {
-            return;
-        };
+        if let Delivery::Full(signal, runner) = self.signal_local(id, signal) {
+            self.wait_for_room(id, signal, runner);
+        }
+    }
+
+    /// A signal another node took, its runner's queue full: waits its turn in a task of its
+    /// own (see [`steer_from_remote`](Self::steer_from_remote) for the bounds).
+    fn wait_for_room(&self, id: &str, signal: Signal, runner: mpsc::Sender<Signal>) {
         let Ok(waiting) = self.remote_waiting.clone().try_acquire_owned() else {
             tracing::warn!(task = %id, "dropped a signal another node took for a task: its runner's queue is full, and {REMOTE_SIGNALS_WAITING} signals wait already");
             return;
@@ -647,9 +652,12 @@ impl Tasks {
     }
 
     /// A steer kept in Redis, read again for a task running here (its node's bus was
-    /// down): delivered as [`steer_from_remote`](Self::steer_from_remote) delivers, but
-    /// waited for here, [`APPLY_WAIT`] at most when the runner's queue is full, rather than
-    /// in a task of its own holding one of the [`REMOTE_SIGNALS_WAITING`] places.
+    /// down): delivered as [`steer_from_remote`](Self::steer_from_remote) delivers. Answers
+    /// that find the runner's queue full are waited for here, [`APPLY_WAIT`] at most,
+    /// rather than in a task of their own holding one of the [`REMOTE_SIGNALS_WAITING`]
+    /// places; a cancel waits as any remote cancel does, until the runner takes it or ends
+    /// (dropped after the answers' wait, the cancel lost while the bus was down, which the
+    /// replay is for, was lost again behind a busy runner).
     pub(crate) async fn replay_steer(
         &self,
         id: &str,
@@ -657,11 +665,16 @@ impl Tasks {
         responses: Option<Map<String, Value>>,
     ) {
         let signal = remote_signal(cancel, responses);
-        if let Delivery::Full(signal, runner) = self.signal_local(id, signal) {
-            let until = tokio::time::Instant::now() + APPLY_WAIT;
-            if !send_until(&runner, signal, Some(until)).await {
-                tracing::warn!(task = %id, "dropped a steer read again from Redis: its runner took none for {} ms", APPLY_WAIT.as_millis());
-            }
+        let Delivery::Full(signal, runner) = self.signal_local(id, signal) else {
+            return;
+        };
+        if matches!(signal, Signal::Cancel { .. }) {
+            self.wait_for_room(id, signal, runner);
+            return;
+        }
+        let until = tokio::time::Instant::now() + APPLY_WAIT;
+        if !send_until(&runner, signal, Some(until)).await {
+            tracing::warn!(task = %id, "dropped a steer read again from Redis: its runner took none for {} ms", APPLY_WAIT.as_millis());
         }
     }
 
@@ -1449,6 +1462,41 @@ mod tests {
             tasks.signal_local("none", Signal::Cancel { applied: None }),
             Delivery::NotHere
         ));
+    }
+
+    /// A cancel read again from Redis (the bus was down) that finds the runner's queue full
+    /// waits as any remote cancel does, past the answers' [`APPLY_WAIT`], and the replay
+    /// goes on meanwhile. (It was dropped after 2 s: the cancel the replay is for lost
+    /// again; review of stop 51.)
+    #[tokio::test]
+    async fn a_replayed_cancel_waits_for_a_full_queue_as_long_as_the_runner_runs() {
+        let tasks = Tasks::new(&TaskSettings::default(), Arc::default());
+        let (runner, mut signals) = mpsc::channel(1);
+        tasks.running.insert("t".into(), runner);
+        assert!(matches!(
+            tasks.signal_local(
+                "t",
+                Signal::Answer {
+                    responses: Map::new(),
+                    applied: None,
+                }
+            ),
+            Delivery::Queued
+        ));
+        // Returns at once: the cancel waits in a task of its own.
+        tokio::time::timeout(
+            Duration::from_millis(500),
+            tasks.replay_steer("t", true, None),
+        )
+        .await
+        .expect("the replay goes on");
+        tokio::time::sleep(APPLY_WAIT + Duration::from_millis(100)).await;
+        assert!(matches!(signals.recv().await, Some(Signal::Answer { .. })));
+        let cancel = tokio::time::timeout(Duration::from_secs(1), signals.recv()).await;
+        assert!(
+            matches!(cancel, Ok(Some(Signal::Cancel { .. }))),
+            "{cancel:?}"
+        );
     }
 
     /// Answers from other nodes that find a runner's queue full wait for room, at most
