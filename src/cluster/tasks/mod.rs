@@ -1167,19 +1167,12 @@ pub(crate) async fn load(
                     // thousand of them, or over a slow link: attack run 52b, F2): asked only
                     // here, where no record was found.
                     if may_be_lost || redis.rewriting(&cluster.metrics).await != Some(false) {
-                        return Err(Error::TaskStoreUnavailable {
-                            retry_after_ms: crate::cluster::REWRITE_WAIT.as_millis() as u64 / 3,
-                        });
+                        return Err(store_unavailable(crate::cluster::REWRITE_WAIT / 3));
                     }
                     None
                 }
                 // Not known: told as such (retryable), never as a task that does not exist.
-                None => {
-                    return Err(Error::TaskStoreUnavailable {
-                        retry_after_ms: u64::try_from(redis.retry_after().as_millis())
-                            .unwrap_or(u64::MAX),
-                    })
-                }
+                None => return Err(store_unavailable(redis.retry_after())),
             },
             None => None,
         },
@@ -1265,9 +1258,7 @@ async fn fail_if_node_lost(cluster: &Cluster, record: &mut TaskRecord) -> Result
             Ok(())
         }
         Some(false) => Ok(()),
-        None => Err(Error::TaskStoreUnavailable {
-            retry_after_ms: u64::try_from(redis.retry_after().as_millis()).unwrap_or(u64::MAX),
-        }),
+        None => Err(store_unavailable(redis.retry_after())),
     }
 }
 
@@ -1368,9 +1359,7 @@ async fn steer(
         .store
         .redis()
         .map_or(Duration::ZERO, |redis| redis.retry_after());
-    Err(Error::TaskStoreUnavailable {
-        retry_after_ms: u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX),
-    })
+    Err(store_unavailable(retry_after))
 }
 
 /// The length of `value`'s JSON, counted without keeping it.
