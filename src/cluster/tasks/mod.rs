@@ -476,6 +476,23 @@ impl Tasks {
         }
     }
 
+    /// [`keep`](Self::keep)s `record`, counted by the length of its JSON, which is made
+    /// (and returned) only when it is to be written to Redis (`for_redis`): the record is
+    /// walked once either way.
+    fn keep_json(
+        &self,
+        record: &TaskRecord,
+        for_redis: bool,
+    ) -> (Option<String>, Result<(), Error>) {
+        let json = for_redis
+            .then(|| serde_json::to_string(record).ok())
+            .flatten();
+        let bytes = json
+            .as_ref()
+            .map_or_else(|| json_len(record), |j| j.len() as u64);
+        (json, self.keep(record, bytes))
+    }
+
     /// Keeps `record`, which takes `bytes` as JSON, in place of its last one. Refused (and
     /// not kept) when it carries a result or questions (`inputRequests`, which may hold what
     /// the client sent) that would take the records past `tasks.max_stored_bytes`, or an
@@ -780,23 +797,15 @@ impl Drop for IdentityPlace {
 /// fails with -32008 `taskBytes` instead, and `record` says so.
 pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
     let redis = cluster.store.redis();
-    // With Redis the JSON is made anyway, and its length is what the record counts for.
-    let mut json = redis.and_then(|_| serde_json::to_string(record).ok());
-    let bytes = json
-        .as_ref()
-        .map_or_else(|| json_len(record), |j| j.len() as u64);
-    if let Err(refused) = cluster.tasks.keep(record, bytes) {
+    let (mut json, kept) = cluster.tasks.keep_json(record, redis.is_some());
+    if let Err(refused) = kept {
         // Failing it rather than keeping the result past the bound: the client learns at
         // once why, instead of the node holding more than it was given; and refusing the
         // next tasks (as `reserve` does once the bound is reached) is what tells clients to
         // come back later, before any work is done.
         runner::fail(record, &refused);
-        json = redis.and_then(|_| serde_json::to_string(record).ok());
-        let bytes = json
-            .as_ref()
-            .map_or_else(|| json_len(record), |j| j.len() as u64);
         // Failed, it carries neither result nor questions: always kept.
-        let _ = cluster.tasks.keep(record, bytes);
+        json = cluster.tasks.keep_json(record, redis.is_some()).0;
     }
     if let Some(redis) = redis {
         if let Some(json) = json {
@@ -817,8 +826,7 @@ pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
                 // Failed here too, never what it came to; the runner, finding its record
                 // failed, stops. Written as that node wrote it, in case its write was lost.
                 lose(record);
-                let _ = cluster.tasks.keep(record, json_len(record));
-                if let Ok(json) = serde_json::to_string(record) {
+                if let (Some(json), _) = cluster.tasks.keep_json(record, true) {
                     put = redis
                         .put_task(&cluster.metrics, &record.id, json, ttl)
                         .await
@@ -1048,13 +1056,15 @@ async fn write_batch(
         else {
             return (record.id, None);
         };
-        if !held {
+        let json = if held {
+            serde_json::to_string(&record).ok()
+        } else {
             // Lost: failed here too, never what it came to (its runner, if it still runs,
             // finds it so at its next claim and stops).
             lose(&mut record);
-            let _ = cluster.tasks.keep(&record, json_len(&record));
-        }
-        let Ok(json) = serde_json::to_string(&record) else {
+            cluster.tasks.keep_json(&record, true).0
+        };
+        let Some(json) = json else {
             return (record.id, Some(true));
         };
         if !redis
