@@ -319,7 +319,8 @@ type Answer = Result<Box<RawValue>, ClientError>;
 struct Pending {
     answer: oneshot::Sender<Answer>,
     progress: Option<mpsc::Sender<Progress>>,
-    /// [`Call::inputs`].
+    /// [`Call::inputs`], when it takes what comes on the call's stream
+    /// ([`ClientHandler::takes_call_stream`]).
     handler: Option<Arc<dyn ClientHandler>>,
 }
 
@@ -744,7 +745,8 @@ impl Client {
                 Pending {
                     answer,
                     progress,
-                    handler,
+                    // Asked once here, not for each message of the call's stream.
+                    handler: handler.filter(|handler| handler.takes_call_stream()),
                 },
             );
         }
@@ -1279,9 +1281,7 @@ impl Inner {
     /// stream ([`ClientHandler::takes_call_stream`]), if any. Looked up only for a
     /// notification or a request: an answer, the common message, needs none.
     fn call_handler(&self, related: Option<u64>) -> Option<Arc<dyn ClientHandler>> {
-        related
-            .and_then(|id| lock(&self.pending).get(&id)?.handler.clone())
-            .filter(|handler| handler.takes_call_stream())
+        related.and_then(|id| lock(&self.pending).get(&id)?.handler.clone())
     }
 
     fn receive_one(
@@ -1383,12 +1383,10 @@ impl Inner {
                 }
             }
         }
-        match handler {
-            Some(handler) if method == "notifications/message" => {
-                handler.notification(method, params);
-            }
-            _ => self.handler.notification(method, params),
-        }
+        // `handler` is only looked up for a log line (`receive_one`).
+        handler
+            .unwrap_or(&self.handler)
+            .notification(method, params);
     }
 
     /// Answers one of the server's requests (in a task of its own: the handler may ask the
