@@ -187,6 +187,15 @@ struct Runner {
     _slot: TaskSlot,
 }
 
+impl Drop for Runner {
+    /// The task off the node's runners and holds, however its runner ends (refused, done,
+    /// or its thread's task dropped): a signal for it is no longer queued for nobody.
+    fn drop(&mut self) {
+        self.cluster.tasks.running.remove(&self.record.id);
+        self.cluster.tasks.holds.remove(&self.record.id);
+    }
+}
+
 impl Runner {
     async fn run(mut self, stored: oneshot::Sender<Result<(), Error>>) {
         let cluster = self.cluster.clone();
@@ -201,10 +210,10 @@ impl Runner {
             false => create(&cluster, &mut self.record).await,
         };
         if let Err(refused) = created {
-            // Its work is dropped unpolled since its first wait: it stops there.
+            // Its work is dropped unpolled since its first wait: it stops there. Gone from
+            // the node's runners before the refusal is told.
             self.cancel.set();
-            cluster.tasks.running.remove(&self.record.id);
-            cluster.tasks.holds.remove(&self.record.id);
+            drop(self);
             let _ = stored.send(Err(refused));
             return;
         }
@@ -275,9 +284,8 @@ impl Runner {
         if !stored_as_ended {
             self.store().await;
         }
-        self.cluster.tasks.running.remove(&self.record.id);
-        self.cluster.tasks.holds.remove(&self.record.id);
-        // Dropping `self` drops the tool's future: a cancelled task stops at its next wait.
+        // Dropping `self` drops the tool's future (a cancelled task stops at its next wait)
+        // and takes the task off the node's runners.
     }
 
     /// Claims the task's end when its node may have been taken for dead since the last
