@@ -425,16 +425,31 @@ impl Inbox {
         }
         match self.task_interests.borrow_mut().get_mut(&note.id) {
             None => return false,
-            Some(followed) if reread && note.status.is_some() && followed.last == note.status => {
+            // Given already, whole: a status alone would take an `input_required` with new
+            // questions for the one given before.
+            Some(followed)
+                if reread
+                    && followed
+                        .last
+                        .as_ref()
+                        .is_some_and(|l| l.fields == note.fields) =>
+            {
                 return false
             }
             // A status read again may be older than one the bus brought meanwhile: never
             // one after the task's end (review 59: it replaced `completed`, and the stream
             // waited for good).
-            Some(followed) if reread && followed.last.as_deref().is_some_and(is_final) => {
+            Some(followed)
+                if reread
+                    && followed
+                        .last
+                        .as_ref()
+                        .and_then(|last| last.status.as_deref())
+                        .is_some_and(is_final) =>
+            {
                 return false
             }
-            Some(followed) => followed.last = note.status.clone(),
+            Some(followed) => followed.last = Some(note.clone()),
         }
         let mut notes = self.task_notes.borrow_mut();
         match notes.iter_mut().find(|n| n.id == note.id) {
@@ -585,8 +600,8 @@ fn is_final(status: &str) -> bool {
 struct Followed {
     /// How many of its streams follow it.
     streams: u32,
-    /// The status of the last note the session was given of it.
-    last: Option<Box<str>>,
+    /// The last note the session was given of it (shared with the bus's copy: no copy made).
+    last: Option<std::sync::Arc<TaskNote>>,
 }
 
 /// A task's status as stored, for the `subscriptions/listen` streams that follow the task.
@@ -626,13 +641,32 @@ mod tests {
     }
 
     fn task(status: &str) -> std::sync::Arc<TaskNote> {
+        task_with(status, "")
+    }
+
+    /// A note of `status` whose fields carry `more` beside it.
+    fn task_with(status: &str, more: &str) -> std::sync::Arc<TaskNote> {
         std::sync::Arc::new(TaskNote {
             id: "t".into(),
             owner: "o".into(),
             tool: String::new(),
-            fields: format!(r#""status":"{status}""#),
+            fields: format!(r#""status":"{status}"{more}"#),
             status: Some(status.into()),
         })
+    }
+
+    /// A note read again is the one given when it is the same whole, not only the same
+    /// status: an `input_required` with other questions is new. (Compared by status alone,
+    /// it was dropped as given.)
+    #[test]
+    fn a_task_note_read_again_with_new_questions_is_kept() {
+        let inbox = Inbox::new(100, 11);
+        inbox.add_task_interest("t");
+        let first = r#","inputRequests":{"a":{}}"#;
+        assert!(inbox.mark_task(&task_with("input_required", first)));
+        assert!(!inbox.mark_task_reread(&task_with("input_required", first)));
+        let second = r#","inputRequests":{"b":{}}"#;
+        assert!(inbox.mark_task_reread(&task_with("input_required", second)));
     }
 
     /// A status read again (the bus was down) is kept when the session was not given it,
