@@ -699,13 +699,16 @@ impl Tasks {
     fn live_records(&self, ids: &[String]) -> Vec<TaskRecord> {
         let now = unix_ms();
         ids.iter()
-            .filter_map(|id| {
-                self.records
-                    .get(id)
-                    .map(|r| r.value().record.clone())
-                    .filter(|r| r.expires_ms() > now)
-            })
+            .filter_map(|id| self.live_record(id, now))
             .collect()
+    }
+
+    /// The record of `id` this node keeps, if it has not expired by `now` (Unix ms).
+    fn live_record(&self, id: &str, now: u64) -> Option<TaskRecord> {
+        self.records
+            .get(id)
+            .map(|r| r.value().record.clone())
+            .filter(|r| r.expires_ms() > now)
     }
 
     /// The ids of the tasks running on this node.
@@ -913,12 +916,7 @@ pub(crate) fn note_of(record: &TaskRecord) -> crate::mailbox::inbox::TaskNote {
 /// to check its owner and tool (a listen stream's `tasks_changed` does).
 pub(crate) async fn reread(cluster: &Cluster, id: &str) -> Option<TaskRecord> {
     let now = unix_ms();
-    let local = cluster
-        .tasks
-        .records
-        .get(id)
-        .map(|r| r.value().record.clone());
-    let record = match local {
+    let record = match cluster.tasks.live_record(id, now) {
         Some(record) => record,
         None => {
             let json = cluster
@@ -1156,13 +1154,7 @@ pub(crate) async fn load(
         return Err(unknown());
     }
     let now = unix_ms();
-    let local = cluster
-        .tasks
-        .records
-        .get(id)
-        .map(|r| r.value().record.clone())
-        .filter(|r| r.expires_ms() > now);
-    let record = match local {
+    let record = match cluster.tasks.live_record(id, now) {
         Some(record) => Some(record),
         None => match cluster.store.redis() {
             Some(redis) => match redis.get_task(&cluster.metrics, id).await {
