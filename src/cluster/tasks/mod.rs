@@ -1422,6 +1422,18 @@ pub(crate) fn declared(client_capabilities: &Value) -> bool {
 mod tests {
     use super::*;
 
+    /// Past the answers' [`APPLY_WAIT`], the runner reads the answer that filled its queue,
+    /// then the cancel that waited for room.
+    async fn reads_the_answer_then_the_cancel(signals: &mut mpsc::Receiver<Signal>) {
+        tokio::time::sleep(APPLY_WAIT + Duration::from_millis(100)).await;
+        assert!(matches!(signals.recv().await, Some(Signal::Answer { .. })));
+        let cancel = tokio::time::timeout(Duration::from_secs(1), signals.recv()).await;
+        assert!(
+            matches!(cancel, Ok(Some(Signal::Cancel { .. }))),
+            "{cancel:?}"
+        );
+    }
+
     /// A full queue hands any signal back; a cancel from another node (acknowledged there)
     /// then waits its turn for as long as the runner runs, not [`APPLY_WAIT`] alone.
     #[tokio::test]
@@ -1442,13 +1454,7 @@ mod tests {
             Delivery::Full(Signal::Cancel { .. }, _)
         ));
         tasks.steer_from_remote("t", true, None);
-        tokio::time::sleep(APPLY_WAIT + Duration::from_millis(100)).await;
-        assert!(matches!(signals.recv().await, Some(Signal::Answer { .. })));
-        let cancel = tokio::time::timeout(Duration::from_secs(1), signals.recv()).await;
-        assert!(
-            matches!(cancel, Ok(Some(Signal::Cancel { .. }))),
-            "{cancel:?}"
-        );
+        reads_the_answer_then_the_cancel(&mut signals).await;
         assert!(matches!(
             tasks.signal_local("none", Signal::Cancel { applied: None }),
             Delivery::NotHere
@@ -1464,16 +1470,12 @@ mod tests {
         let tasks = Tasks::new(&TaskSettings::default(), Arc::default());
         let (runner, mut signals) = mpsc::channel(1);
         tasks.running.insert("t".into(), runner);
-        assert!(matches!(
-            tasks.signal_local(
-                "t",
-                Signal::Answer {
-                    responses: Map::new(),
-                    applied: None,
-                }
-            ),
-            Delivery::Queued
-        ));
+        // The queue is full.
+        let answer = Signal::Answer {
+            responses: Map::new(),
+            applied: None,
+        };
+        assert!(matches!(tasks.signal_local("t", answer), Delivery::Queued));
         // Returns at once: the cancel waits in a task of its own.
         tokio::time::timeout(
             Duration::from_millis(500),
@@ -1481,13 +1483,7 @@ mod tests {
         )
         .await
         .expect("the replay goes on");
-        tokio::time::sleep(APPLY_WAIT + Duration::from_millis(100)).await;
-        assert!(matches!(signals.recv().await, Some(Signal::Answer { .. })));
-        let cancel = tokio::time::timeout(Duration::from_secs(1), signals.recv()).await;
-        assert!(
-            matches!(cancel, Ok(Some(Signal::Cancel { .. }))),
-            "{cancel:?}"
-        );
+        reads_the_answer_then_the_cancel(&mut signals).await;
     }
 
     /// Answers from other nodes that find a runner's queue full wait for room, at most
