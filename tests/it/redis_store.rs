@@ -914,18 +914,31 @@ async fn results_of_more_keyed_calls_than_a_pass_sends_land_over_a_slow_link() {
     slow.store(true, Ordering::SeqCst);
     tokio::time::sleep(std::time::Duration::from_millis(2_000)).await;
     a.gate.add_permits(CALLS);
+    // A claim whose reply came after the node's timeout (the machine loaded) was refused,
+    // -32008, and its call never ran: it is left out below. More than a pass's 64 must
+    // have run, or the test would not be of what it names.
+    let mut refused = std::collections::HashSet::new();
     for (half, client) in clients.iter_mut().enumerate() {
         for i in 0..CALLS / 2 {
-            let id = json!(format!("c{}", half * CALLS / 2 + i));
-            let answer = client.recv_response(&id).await;
-            assert!(answer.get("result").is_some(), "{answer}");
+            let n = half * CALLS / 2 + i;
+            let answer = client.recv_response(&json!(format!("c{n}"))).await;
+            if answer["error"]["data"]["scope"] == "idempotencyStore" {
+                refused.insert(n);
+            } else {
+                assert!(answer.get("result").is_some(), "{answer}");
+            }
         }
     }
+    assert!(
+        CALLS - refused.len() > 64,
+        "{} of {CALLS} claims refused: too few ran for the test",
+        refused.len()
+    );
     // Past the lease of the last keep: a claim whose result never landed has lapsed.
     tokio::time::sleep(std::time::Duration::from_millis(11_000)).await;
     b.gate.add_permits(CALLS);
     let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
-    for n in 0..CALLS {
+    for n in (0..CALLS).filter(|n| !refused.contains(n)) {
         let id = json!(format!("r{n}"));
         let answer = on_b
             .send_request(keyed_call(id.clone(), "held", &format!("k-many-{n}")))
