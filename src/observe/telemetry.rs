@@ -404,15 +404,12 @@ pub(crate) fn write_direct(
         if now.as_secs() >= YEAR_10000 {
             return false;
         }
-        let out = &mut state.out;
-        out.clear();
         let stamp = (&mut state.clock, now.as_secs(), now.subsec_micros());
-        format_line(out, direct.json, stamp, event, fields);
-        // Lossy: a full buffer drops the line and counts it, as for any other line.
-        direct.writer.push(out.as_bytes());
-        if out.capacity() > SCRATCH_KEEP {
-            *out = String::new();
-        }
+        // Formatted in the writer's buffer. Lossy: a full buffer drops the line and counts
+        // it, as for any other line.
+        direct.writer.push_with(|out| {
+            format_line(out, direct.json, stamp, event, fields);
+        });
         true
     })
 }
@@ -520,10 +517,10 @@ pub(crate) use field_name;
 const YEAR_10000: u64 = 253_402_300_800;
 
 thread_local! {
-    /// The line [`write_direct`] builds, and its clocks.
+    /// The clocks of the lines [`write_direct`] writes on this thread (borrowed while it
+    /// writes one: a line asked for meanwhile goes through `tracing`).
     static LINE: RefCell<LineState> = const {
         RefCell::new(LineState {
-            out: String::new(),
             clock: Clock { second: u64::MAX, prefix: String::new() },
             wall: WallClock { anchor: None },
         })
@@ -531,7 +528,6 @@ thread_local! {
 }
 
 struct LineState {
-    out: String,
     clock: Clock,
     wall: WallClock,
 }
