@@ -838,7 +838,14 @@ impl AccessLine {
             None => head(out),
         }
         let mut scratch = String::new();
-        out.display_value(clean(self.id.as_json(), &mut scratch));
+        let id = self.id.as_json();
+        if id.len() <= MAX_NAME_BYTES && !id.starts_with('"') {
+            // A number (an id is a JSON string or number): its digits, sign, `.`, `e` and
+            // `+` are a plain token that JSON writes as it is.
+            out.token_value(id);
+        } else {
+            out.display_value(clean(id, &mut scratch));
+        }
         match method_lead(method) {
             Some(lead) => out.lead(lead),
             None => {
@@ -1566,8 +1573,15 @@ mod tests {
             Outcome::Error(timed_out),
             Outcome::Cancelled,
         ];
+        // A string with what must be escaped, and numbers, which are written without a look
+        // (`token_value`), but one longer than a name may be, which is cut as text is.
+        let long_number = "1".repeat(MAX_NAME_BYTES + 1);
+        let ids = [r#""r\u001b 1""#, "7", "-12", "1.5E+3", &long_number];
         let mut compared = 0;
-        for json in [false, true] {
+        for (json, id) in [false, true]
+            .into_iter()
+            .flat_map(|json| ids.map(|id| (json, id)))
+        {
             for client in &clients {
                 for method in ["tools/call", "ping", "no/such", "a=b\n"] {
                     let label = MethodLabel::of(method);
@@ -1589,7 +1603,7 @@ mod tests {
                         let fields = SessionFields::default();
                         for own_trace in own_traces {
                             let line = AccessLine {
-                                id: RequestId::from_json(r#""r\u001b 1""#).expect("id"),
+                                id: RequestId::from_json(id).expect("id"),
                                 unserved_method: unserved_method.clone(),
                                 params: params().into_iter().nth(which).expect("params"),
                                 own_trace_id: own_trace
@@ -1609,7 +1623,7 @@ mod tests {
                                 telemetry::lines::fmt_layer(json, || line.log(&ending, client));
                             assert_eq!(
                                 ours, theirs,
-                                "json {json}, {method:?}, {outcome:?}, {own_traces:?}"
+                                "json {json}, {id}, {method:?}, {outcome:?}, {own_traces:?}"
                             );
                             compared += 1;
                         }
@@ -1617,7 +1631,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(compared, 2 * 2 * 4 * 4 * 3 * 4 * 3);
+        assert_eq!(compared, 2 * 5 * 2 * 4 * 4 * 3 * 4 * 3);
         assert_eq!(Outcome::Error(timed_out).label(), "timed_out");
         for method in [
             "initialize",

@@ -688,6 +688,19 @@ impl Line<'_> {
         self.display_value(rendered);
     }
 
+    /// The value of a [`display`](Self::display) field whose name was written, that displays
+    /// as `token`: a plain token in which JSON escapes nothing (a JSON number's text), written
+    /// without looking at it (in JSON, between quotes).
+    pub(crate) fn token_value(&mut self, token: &str) {
+        if self.json {
+            self.out.push('"');
+            self.out.push_str(token);
+            self.out.push('"');
+        } else {
+            self.out.push_str(token);
+        }
+    }
+
     /// The value of a [`display`](Self::display) field whose name was written.
     pub(crate) fn display_value(&mut self, rendered: &str) {
         if self.json {
