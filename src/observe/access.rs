@@ -42,6 +42,7 @@ use std::cell::{Cell, OnceCell};
 use std::fmt::{self, Write};
 use std::sync::LazyLock;
 use std::time::Instant;
+use wide::u8x16;
 
 /// The target of access-log lines (`RUST_LOG=mcp_ws::access=off` turns them off).
 pub const TARGET: &str = "mcp_ws::access";
@@ -485,50 +486,30 @@ static JSON_SPECIAL: [bool; 256] = {
 /// and with `ascii` nothing beyond ASCII, else no C1 control (`0xc2` then `0x80..=0x9f`).
 /// `None` when it holds one of those, or has no end.
 ///
-/// One pass, a word at a time, looks for the closing `"` and for those bytes together
-/// (strings in params are short: a call to `memchr` per string cost as much as this in its
-/// set-up, and a separate pass over the whole text for what rules a copy out cost some 3
-/// instructions a byte).
+/// One pass, sixteen bytes at a time ([`lane_stops`]), looks for the closing `"` and for
+/// those bytes together: about one instruction a byte, where a word-wide bit trick took
+/// three and a half (strings in params are short: a call to `memchr` per string cost as
+/// much as this in its set-up). The last bytes are tested in a copy padded with `"`, which
+/// ends a scan that finds no real end at the padding.
 fn plain_string_end(bytes: &[u8], at: usize, ascii: bool) -> Option<usize> {
-    const ONES: u64 = u64::from_ne_bytes([1; 8]);
-    const HIGH: u64 = ONES << 7;
-    // The high bit of each byte of `w` that is zero. A flag above a flagged byte may be
-    // false (a borrow), one below it never is: the lowest flag is exact.
-    let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
+    const LANES: usize = 16;
     let mut i = at;
     loop {
-        let Some(Ok(chunk)) = bytes.get(i..i + 8).map(<[u8; 8]>::try_from) else {
-            // Fewer than eight bytes left: one at a time.
-            let rest = bytes.get(i..)?;
-            let found = i + rest.iter().position(|&b| stops_plain_string(b, ascii))?;
-            match plain_string_stop(bytes, found, ascii) {
-                Stop::End => return Some(found),
-                Stop::Refuse => return None,
-                Stop::Pass => {
-                    i = found + 1;
-                    continue;
-                }
+        let rest = bytes.get(i..)?;
+        let lanes = match rest.first_chunk::<LANES>() {
+            Some(lanes) => *lanes,
+            None => {
+                let mut padded = [b'"'; LANES];
+                padded[..rest.len()].copy_from_slice(rest);
+                padded
             }
         };
-        let w = u64::from_le_bytes(chunk);
-        let quote_or_escape =
-            zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')));
-        // Below 0x20, then DEL and above (`w + 1` carries into a byte's high bit from 0x7f
-        // on; a carry or borrow across bytes starts at a byte flagged already), or for a
-        // copy that may hold UTF-8: below 0x20, DEL and C1's lead byte.
-        let unusual = if ascii {
-            (w.wrapping_sub(ONES * 0x20) | w.wrapping_add(ONES) | w) & HIGH
-        } else {
-            (w.wrapping_sub(ONES * 0x20) & !w & HIGH)
-                | zero(w ^ (ONES * 0x7f))
-                | zero(w ^ (ONES * 0xc2))
-        };
-        let flags = quote_or_escape | unusual;
-        if flags == 0 {
-            i += 8;
+        let stops = lane_stops(lanes, ascii);
+        if stops == 0 {
+            i += LANES;
             continue;
         }
-        let found = i + (flags.trailing_zeros() / 8) as usize;
+        let found = i + stops.trailing_zeros() as usize;
         match plain_string_stop(bytes, found, ascii) {
             Stop::End => return Some(found),
             Stop::Refuse => return None,
@@ -537,20 +518,36 @@ fn plain_string_end(bytes: &[u8], at: usize, ascii: bool) -> Option<usize> {
     }
 }
 
+/// The bytes of `lanes` [`plain_string_end`] stops at, as bits (bit `n` for byte `n`):
+/// `"`, `\`, below 0x20, and from DEL on (`ascii`) or DEL and C1's lead byte `0xc2`. One
+/// SIMD test of the sixteen.
+fn lane_stops(lanes: [u8; 16], ascii: bool) -> u32 {
+    let v = u8x16::new(lanes);
+    let unusual = if ascii {
+        // `b - 0x20` (wrapping) from 0x5f on: below 0x20 or from DEL on.
+        let shifted = v - u8x16::splat(0x20);
+        shifted.max(u8x16::splat(0x5f)).simd_eq(shifted)
+    } else {
+        v.min(u8x16::splat(0x1f)).simd_eq(v)
+            | v.simd_eq(u8x16::splat(0x7f))
+            | v.simd_eq(u8x16::splat(0xc2))
+    };
+    (v.simd_eq(u8x16::splat(b'"')) | v.simd_eq(u8x16::splat(b'\\')) | unusual).to_bitmask()
+}
+
 /// Whether [`plain_string_end`] looks twice at byte `b`: the end of a string, or a byte
 /// that may rule its copy out.
 fn stops_plain_string(b: u8, ascii: bool) -> bool {
     b == b'"' || b == b'\\' || b < 0x20 || b == 0x7f || if ascii { b >= 0x80 } else { b == 0xc2 }
 }
 
-/// What a byte [`plain_string_end`] stops at means.
+/// What a byte [`plain_string_end`] stops at means./// What a byte [`plain_string_end`] stops at means.
 enum Stop {
     /// The string's closing `"`.
     End,
     /// A byte that rules the copy out.
     Refuse,
-    /// A byte that does not: a lead byte of UTF-8 that starts no C1 control, or one flagged
-    /// only by a neighbour's borrow (which the lowest flag never is).
+    /// A byte that does not: a lead byte of UTF-8 that starts no C1 control.
     Pass,
 }
 
@@ -1724,8 +1721,8 @@ mod tests {
     }
 
     #[test]
-    fn the_word_scan_ends_a_plain_string_where_a_byte_scan_does() {
-        // Byte by byte, what `plain_string_end` finds a word at a time.
+    fn the_lane_scan_ends_a_plain_string_where_a_byte_scan_does() {
+        // Byte by byte, what `plain_string_end` finds sixteen bytes at a time.
         fn byte_scan(bytes: &[u8], at: usize, ascii: bool) -> Option<usize> {
             for i in at..bytes.len() {
                 match bytes[i] {
@@ -1738,8 +1735,8 @@ mod tests {
             }
             None
         }
-        // Bytes next to those it looks for (and ones a word's borrow or carry crosses), then
-        // each it looks for, alone or as C1's lead.
+        // Bytes next to those it looks for, then each it looks for, alone or as C1's lead,
+        // at every place of texts shorter than one lane of sixteen and longer than two.
         let fillers = b"a\x00\xff\x21\x23\x20\x7e\xa0\x80\xc3";
         let specials: [&[u8]; 10] = [
             b"\"",
@@ -1754,7 +1751,7 @@ mod tests {
             b"\xc2a",
         ];
         let mut compared = 0;
-        for len in 0..24 {
+        for len in 0..40 {
             for special in specials {
                 for put in 0..=len {
                     let mut text: Vec<u8> = (0..len)
