@@ -26,8 +26,8 @@
 //! The access log's lines take a shorter way (`write_direct`): with the writer of
 //! [`install`] and no ANSI colors, a line outside any span is written by hand, byte for byte
 //! as the `fmt` layer would write it (same timestamp format, level, target, field order,
-//! quoting and escapes), into a buffer of the logging thread, and handed to the same
-//! background writer, in order with every other line. Its time is the moment its request
+//! quoting and escapes), straight into the background writer's buffer under its lock (no
+//! copy of it after), in order with every other line. Its time is the moment its request
 //! ended, read once for the request's duration and turned into the time of day
 //! (`WallClock`). `tracing`'s dispatch, its field visitors and `core::fmt`
 //! are what a line cost before (about 17,000 instructions of a 35,000-instruction request,
