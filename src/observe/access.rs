@@ -541,7 +541,7 @@ fn stops_plain_string(b: u8, ascii: bool) -> bool {
     b == b'"' || b == b'\\' || b < 0x20 || b == 0x7f || if ascii { b >= 0x80 } else { b == 0xc2 }
 }
 
-/// What a byte [`plain_string_end`] stops at means./// What a byte [`plain_string_end`] stops at means.
+/// What a byte [`plain_string_end`] stops at means.
 enum Stop {
     /// The string's closing `"`.
     End,

@@ -156,28 +156,26 @@ impl LogWriter {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let mut state = lock(&shared.state);
-        let before = state.buffer.len();
+        let state = lock(&shared.state);
         if state.closing || state.buffered + state.writing >= shared.limit {
             drop(state);
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        {
-            let _writing = Writing::begin();
-            write(&mut state.buffer);
-        }
-        if state.buffer.len() + state.writing_bytes > shared.limit_bytes {
-            state.buffer.truncate(before);
-            drop(state);
+        let mut held = Writing::begin(state);
+        write(&mut held.state.buffer);
+        let (before, after) = (held.before, held.state.buffer.len());
+        if after + held.state.writing_bytes > shared.limit_bytes {
+            held.state.buffer.truncate(before);
+            drop(held);
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        state.buffered += 1;
+        held.state.buffered += 1;
         // The writer thread waits for a first line, then for a full batch or its deadline:
         // only those two moments need a wake-up (each a system call).
-        let wake = before == 0 || (before < BATCH_BYTES && state.buffer.len() >= BATCH_BYTES);
-        drop(state);
+        let wake = before == 0 || (before < BATCH_BYTES && after >= BATCH_BYTES);
+        drop(held);
         if wake {
             shared.wake.notify_one();
         }
@@ -189,19 +187,30 @@ thread_local! {
     static WRITING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// [`WRITING`] while it lives, even if the line's writing panics.
-struct Writing;
+/// The buffer held while a line is written into it: [`WRITING`] while it lives, and should
+/// the writing panic, what it wrote taken back before the lock is let go, so that no half
+/// line reaches the output.
+struct Writing<'a> {
+    state: std::sync::MutexGuard<'a, State>,
+    /// The buffer's length before the line.
+    before: usize,
+}
 
-impl Writing {
-    fn begin() -> Self {
+impl<'a> Writing<'a> {
+    fn begin(state: std::sync::MutexGuard<'a, State>) -> Self {
         WRITING.set(true);
-        Self
+        let before = state.buffer.len();
+        Self { state, before }
     }
 }
 
-impl Drop for Writing {
+impl Drop for Writing<'_> {
     fn drop(&mut self) {
         WRITING.set(false);
+        if std::thread::panicking() {
+            let before = self.before;
+            self.state.buffer.truncate(before);
+        }
     }
 }
 
@@ -554,6 +563,23 @@ mod tests {
         drop(closer);
         assert_eq!(reader.text(), "in place\nbad \u{fffd} byte\n");
         assert_eq!(writer.dropped(), 1);
+    }
+
+    #[test]
+    fn a_line_whose_writing_panics_leaves_nothing_of_it_and_the_next_line_is_held() {
+        let reader = Reader::default();
+        let (writer, closer) = LogWriter::spawn(reader.clone(), 100, "log-test").expect("spawn");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            writer.push_with(|buffer| {
+                buffer.push_str("half a ");
+                panic!("a line's writing failed");
+            });
+        }));
+        assert!(panicked.is_err());
+        writer.push(b"next\n");
+        drop(closer);
+        assert_eq!(reader.text(), "next\n");
+        assert_eq!(writer.dropped(), 0);
     }
 
     #[test]
