@@ -1,7 +1,6 @@
 //! The log's background writer: one buffer that the threads which log append their lines to,
-//! and one thread that writes it out in batches, so that logging a line costs its writing
-//! into the buffer under a short lock (the access log formats its lines there, not copied
-//! again), with no allocation and no system call on the thread that logs.
+//! and one thread that writes it out in batches, so that logging a line costs its copy under
+//! a short lock, with no allocation and no system call on the thread that logs.
 //!
 //! The writer thread takes the whole buffer at once (swapping in an empty one it keeps for
 //! reuse) once it holds [`BATCH_BYTES`], or [`FLUSH_EVERY`] after the thread found lines in
@@ -12,7 +11,10 @@
 //! and counted, so a reader that stops reading costs lines, never the threads that log nor
 //! the process's memory (long lines, such as a client's long name, would otherwise make the
 //! line bound one of gigabytes). The lines a failed write loses (a reader gone, a full disk)
-//! are counted with them.
+//! are counted with them. A line is formatted by its thread apart and only copied under the
+//! lock: formatting it there (tried, `0e90d23`) saved a copy a line but held the one lock
+//! every event loop shares about three times as long, which a machine of many cores would
+//! queue on.
 //! Closing ([`Closer`], at shutdown) writes every line held, waiting at most [`CLOSE_WAIT`]
 //! for a stalled reader.
 //!
@@ -20,7 +22,6 @@
 //! `fmt` layer's and the access log's hand-written ones, goes through the same buffer.
 
 use crate::lock;
-use std::cell::Cell;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -80,7 +81,7 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    buffer: String,
+    buffer: Vec<u8>,
     /// Lines in `buffer`.
     buffered: usize,
     /// Lines of the batch the writer thread is writing.
@@ -136,80 +137,27 @@ impl LogWriter {
     }
 
     /// Adds one line (`line` holds it whole, newline included), or drops it when the buffer
-    /// is full or the log closed. Text that is not UTF-8 (never the `fmt` layer's) is held
-    /// with its invalid bytes replaced.
+    /// is full or the log closed.
     pub(crate) fn push(&self, line: &[u8]) {
-        self.push_with(|buffer| match std::str::from_utf8(line) {
-            Ok(line) => buffer.push_str(line),
-            Err(_) => buffer.push_str(&String::from_utf8_lossy(line)),
-        });
-    }
-
-    /// Adds the one line `write` appends (whole, newline included) to the buffer itself, under
-    /// the buffer's lock: a line formatted in place is not copied again. Dropped when the
-    /// buffer is full (then `write` is not called, or what it wrote is taken back) or the log
-    /// closed. `write` must not log: a line logged on this thread while it writes is dropped
-    /// and counted (waiting for the lock it holds would never end).
-    pub(crate) fn push_with(&self, write: impl FnOnce(&mut String)) {
         let shared = &*self.shared;
-        if WRITING.get() {
-            shared.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let state = lock(&shared.state);
-        if state.closing || state.buffered + state.writing >= shared.limit {
+        let mut state = lock(&shared.state);
+        if state.closing
+            || state.buffered + state.writing >= shared.limit
+            || state.buffer.len() + state.writing_bytes + line.len() > shared.limit_bytes
+        {
             drop(state);
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let mut held = Writing::begin(state);
-        write(&mut held.state.buffer);
-        let (before, after) = (held.before, held.state.buffer.len());
-        if after + held.state.writing_bytes > shared.limit_bytes {
-            held.state.buffer.truncate(before);
-            drop(held);
-            shared.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        held.state.buffered += 1;
+        let before = state.buffer.len();
+        state.buffer.extend_from_slice(line);
+        state.buffered += 1;
         // The writer thread waits for a first line, then for a full batch or its deadline:
         // only those two moments need a wake-up (each a system call).
-        let wake = before == 0 || (before < BATCH_BYTES && after >= BATCH_BYTES);
-        drop(held);
+        let wake = before == 0 || (before < BATCH_BYTES && state.buffer.len() >= BATCH_BYTES);
+        drop(state);
         if wake {
             shared.wake.notify_one();
-        }
-    }
-}
-
-thread_local! {
-    /// Whether this thread is writing a line into the buffer ([`LogWriter::push_with`]).
-    static WRITING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// The buffer held while a line is written into it: [`WRITING`] while it lives, and should
-/// the writing panic, what it wrote taken back before the lock is let go, so that no half
-/// line reaches the output.
-struct Writing<'a> {
-    state: std::sync::MutexGuard<'a, State>,
-    /// The buffer's length before the line.
-    before: usize,
-}
-
-impl<'a> Writing<'a> {
-    fn begin(state: std::sync::MutexGuard<'a, State>) -> Self {
-        WRITING.set(true);
-        let before = state.buffer.len();
-        Self { state, before }
-    }
-}
-
-impl Drop for Writing<'_> {
-    fn drop(&mut self) {
-        WRITING.set(false);
-        if std::thread::panicking() {
-            let before = self.before;
-            self.state.buffer.truncate(before);
         }
     }
 }
@@ -295,7 +243,7 @@ fn deliver(out: &mut impl Write, batch: &[u8]) -> Delivery {
 impl Shared {
     /// The writer thread: batches out until the log is closed and nothing is held.
     fn run<W: Write>(&self, mut out: W) {
-        let mut batch = String::new();
+        let mut batch = Vec::new();
         let mut lost_lines = FailureNotice::default();
         // Whether the output ends inside a line a failed write cut.
         let mut cut = false;
@@ -326,7 +274,7 @@ impl Shared {
             }
             // A reader gone (EPIPE) or a full disk loses what this batch had left to write,
             // counted as dropped lines; the next batch is tried anew.
-            let delivery = deliver(&mut out, batch.as_bytes());
+            let delivery = deliver(&mut out, &batch);
             cut |= delivery.cut;
             if delivery.lost > 0 {
                 self.dropped.fetch_add(delivery.lost, Ordering::Relaxed);
@@ -342,7 +290,7 @@ impl Shared {
             }
             batch.clear();
             if batch.capacity() > KEEP_BYTES {
-                batch = String::new();
+                batch = Vec::new();
             }
             let mut state = lock(&self.state);
             state.writing = 0;
@@ -544,42 +492,6 @@ mod tests {
         drop(closer);
         let kept: Vec<u8> = reader.text().lines().map(|l| l.as_bytes()[0]).collect();
         assert_eq!(kept, b"abcs");
-    }
-
-    #[test]
-    fn a_line_written_in_place_is_held_and_one_logged_while_it_is_written_is_dropped() {
-        let reader = Reader::default();
-        let (writer, closer) = LogWriter::spawn(reader.clone(), 100, "log-test").expect("spawn");
-        writer.push_with(|buffer| {
-            buffer.push_str("in ");
-            // A line this thread logs while it holds the buffer: waiting for the lock would
-            // never end; it is dropped and counted instead.
-            writer.push(b"inner\n");
-            buffer.push_str("place\n");
-        });
-        assert_eq!(writer.dropped(), 1);
-        // Not UTF-8: held with the bad byte replaced, not lost.
-        writer.push(b"bad \xff byte\n");
-        drop(closer);
-        assert_eq!(reader.text(), "in place\nbad \u{fffd} byte\n");
-        assert_eq!(writer.dropped(), 1);
-    }
-
-    #[test]
-    fn a_line_whose_writing_panics_leaves_nothing_of_it_and_the_next_line_is_held() {
-        let reader = Reader::default();
-        let (writer, closer) = LogWriter::spawn(reader.clone(), 100, "log-test").expect("spawn");
-        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            writer.push_with(|buffer| {
-                buffer.push_str("half a ");
-                panic!("a line's writing failed");
-            });
-        }));
-        assert!(panicked.is_err());
-        writer.push(b"next\n");
-        drop(closer);
-        assert_eq!(reader.text(), "next\n");
-        assert_eq!(writer.dropped(), 0);
     }
 
     #[test]
