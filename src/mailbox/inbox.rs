@@ -590,8 +590,10 @@ impl Inbox {
     }
 }
 
-/// Whether `status` (a task status's wire name) is one a task ends in.
-fn is_final(status: &str) -> bool {
+/// Whether `status` (a task status's wire name) is one a task ends in: the names of
+/// `TaskStatus::is_terminal`'s statuses, which this layer below the cluster's sees only as
+/// text (a test of the tasks holds the two together).
+pub(crate) fn is_final(status: &str) -> bool {
     matches!(status, "completed" | "failed" | "cancelled")
 }
 

@@ -1422,6 +1422,24 @@ pub(crate) fn declared(client_capabilities: &Value) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_status_is_named_as_serde_names_it_and_the_inbox_ends_on_the_terminal_ones() {
+        use TaskStatus::{Cancelled, Completed, Failed, InputRequired, Working};
+        for status in [Working, InputRequired, Completed, Failed, Cancelled] {
+            // A status added to the enum fails to compile here until it is listed above.
+            match status {
+                Working | InputRequired | Completed | Failed | Cancelled => {}
+            }
+            let serialized = serde_json::to_value(status).expect("a status serializes");
+            assert_eq!(serialized, status.as_str(), "{status:?}");
+            assert_eq!(
+                crate::mailbox::inbox::is_final(status.as_str()),
+                status.is_terminal(),
+                "{status:?}"
+            );
+        }
+    }
+
     /// Past the answers' [`APPLY_WAIT`], the runner reads the answer that filled its queue,
     /// then the cancel that waited for room.
     async fn reads_the_answer_then_the_cancel(signals: &mut mpsc::Receiver<Signal>) {
