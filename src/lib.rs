@@ -126,6 +126,14 @@ pub use tool::{Json, TaskSupport, Tool, ToolError};
 /// offline, at a fraction of SipHash's cost for the short keys these maps hold.
 pub(crate) type FastHash = foldhash::fast::RandomState;
 
+/// Keeps `waker` in `slot` to be woken later, unless the one there already wakes the same
+/// task: a future polled again and again by one task clones its waker once.
+pub(crate) fn remember_waker(slot: &mut Option<std::task::Waker>, waker: &std::task::Waker) {
+    if !slot.as_ref().is_some_and(|kept| kept.will_wake(waker)) {
+        *slot = Some(waker.clone());
+    }
+}
+
 /// Locks `mutex`, going on with its data if another thread panicked while holding it: every
 /// change made under the server's mutexes is a single insert, remove or assignment, so the
 /// data is consistent between any two of them.

@@ -557,11 +557,7 @@ impl Inbox {
 
     /// Remembers who to wake; called by the session's host before it drains the inbox.
     pub fn register(&self, waker: &Waker) {
-        let mut slot = self.waker.borrow_mut();
-        match slot.as_ref() {
-            Some(current) if current.will_wake(waker) => {}
-            _ => *slot = Some(waker.clone()),
-        }
+        crate::remember_waker(&mut self.waker.borrow_mut(), waker);
     }
 
     /// The session is gone: drop what is queued and whatever comes later.

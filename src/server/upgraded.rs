@@ -302,13 +302,7 @@ impl Inbound {
         if self.held < PAYLOAD_HELD_BYTES {
             return true;
         }
-        if !self
-            .connection
-            .as_ref()
-            .is_some_and(|c| c.will_wake(cx.waker()))
-        {
-            self.connection = Some(cx.waker().clone());
-        }
+        crate::remember_waker(&mut self.connection, cx.waker());
         false
     }
 
@@ -349,13 +343,7 @@ impl Stream for InboundStream {
         }
         match inbound.end.as_mut() {
             None => {
-                if !inbound
-                    .reader
-                    .as_ref()
-                    .is_some_and(|r| r.will_wake(cx.waker()))
-                {
-                    inbound.reader = Some(cx.waker().clone());
-                }
+                crate::remember_waker(&mut inbound.reader, cx.waker());
                 Poll::Pending
             }
             Some(None) => Poll::Ready(None),

@@ -276,13 +276,7 @@ impl futures_util::Stream for FeedReader {
         if queue.ended {
             return Poll::Ready(None);
         }
-        if !queue
-            .waker
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-        {
-            queue.waker = Some(cx.waker().clone());
-        }
+        crate::remember_waker(&mut queue.waker, cx.waker());
         Poll::Pending
     }
 }
