@@ -14,6 +14,7 @@ and notifications/initialized, 64 at a time), and after 3 s the RSS grown is div
 SESSIONS. Prints one line per mode and a RESULT_JSON line.
 """
 import asyncio
+import ctypes
 import json
 import os
 import pathlib
@@ -38,6 +39,8 @@ INITIALIZED = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized
 def config(work, tls):
     """benches/load.toml with the per-address caps lifted, and [tls] when `tls`."""
     text = (ROOT / "benches/load.toml").read_text()
+    if "max_sessions_per_ip = 0\n" not in text:
+        sys.exit("benches/load.toml no longer lifts max_sessions_per_ip: update this script")
     text = text.replace(
         "max_sessions_per_ip = 0\n",
         "max_sessions_per_ip = 0\nmax_handshakes_per_ip = 0\nmax_connections_per_ip = 0\n",
@@ -47,6 +50,13 @@ def config(work, tls):
     path = pathlib.Path(work, "tls.toml" if tls else "plain.toml")
     path.write_text(text)
     return path
+
+
+def die_with_parent():
+    """In the server's process before it runs: SIGTERM when this script's process ends
+    (Linux `prctl(PR_SET_PDEATHSIG)`; kept across `taskset`'s exec)."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def rss(pid):
@@ -92,10 +102,12 @@ async def measure(pid, uri, context, count):
 def run(binary, mode, count, work, port):
     tls = mode == "wss"
     env = dict(os.environ, RUST_LOG="warn")
+    # Ended however the measurement ends (`finally` below), and sent SIGTERM by the kernel
+    # should this script die (a SIGKILL included), so that no server is left on its port.
     server = subprocess.Popen(
         ["taskset", "-c", "0", binary, "--listen", f"127.0.0.1:{port}",
          "--config", str(config(work, tls))],
-        env=env, stderr=subprocess.DEVNULL)
+        env=env, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
     try:
         time.sleep(1.5)
         context = ssl.create_default_context(cafile=f"{work}/cert.pem") if tls else None
