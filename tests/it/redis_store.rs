@@ -759,8 +759,7 @@ async fn slow_link_nodes_with(
     adjust: impl FnOnce(&mut Settings),
 ) -> (Node, Node, Arc<std::sync::atomic::AtomicBool>) {
     let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let proxy =
-        slow_replies_proxy(redis, std::time::Duration::from_millis(700), slow.clone()).await;
+    let proxy = slow_replies_proxy(redis, std::time::Duration::from_millis(700), slow.clone());
     let mut through_proxy = node_settings(redis);
     through_proxy.redis.url = proxy;
     through_proxy.redis.retry_after_ms = Settings::default().redis.retry_after_ms;

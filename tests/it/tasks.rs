@@ -1726,7 +1726,7 @@ async fn a_node_whose_redis_replies_come_late_refuses_new_tasks_and_its_ended_on
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let proxy = slow_replies_proxy(&redis, Duration::from_millis(700), slow.clone()).await;
+    let proxy = slow_replies_proxy(&redis, Duration::from_millis(700), slow.clone());
     // The default `retry_after_ms`: every failed beat pushes the node's pause on.
     let (_node_a, a) = start_node_at(dir.path(), "node-a", &proxy, 200, "");
     let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
@@ -1764,7 +1764,7 @@ async fn a_task_whose_first_record_redis_does_not_answer_for_in_time_is_refused(
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let proxy = slow_replies_proxy(&redis, Duration::from_millis(700), slow.clone()).await;
+    let proxy = slow_replies_proxy(&redis, Duration::from_millis(700), slow.clone());
     let (_node_a, a) = start_node_at(dir.path(), "node-a", &proxy, 200, "retry_after_ms = 1\n");
     wait_bridged(a).await;
 
@@ -1831,7 +1831,7 @@ async fn a_rewrite_longer_than_the_wait_after_redis_restarts_empty_leaves_no_tas
     let mut redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let proxy = slow_replies_proxy(&redis, Duration::from_millis(1000), slow.clone()).await;
+    let proxy = slow_replies_proxy(&redis, Duration::from_millis(1500), slow.clone());
     // Replies a second late are in time for A.
     let (_node_a, a) = start_node_at(dir.path(), "node-a", &proxy, 200, "timeout_ms = 2500\n");
     let (_node_b, b) = start_node(dir.path(), "node-b", &redis);

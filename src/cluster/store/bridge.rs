@@ -229,6 +229,11 @@ async fn beat(cluster: Arc<Cluster>) {
         // A fresh candidate for Redis's epoch each time: one this node wrote before would
         // not tell an epoch it writes again after Redis lost it from the one it had.
         let candidate = crate::random_id().to_string();
+        // Back from an outage, Redis may have come back empty: the node says it may be
+        // writing its task records again before it knows (see `Tasks::may_rewrite`).
+        if redis.failed_since_last_answer() {
+            cluster.tasks.may_rewrite(&cluster, true);
+        }
         let Some(still_held) = redis.beat(&cluster.metrics, node, BEAT * 3).await else {
             // The claims due are kept, and the results and releases owed are sent, anyway:
             // over a slow link (commands reach Redis, its replies come late) the beats land
@@ -255,10 +260,9 @@ async fn beat(cluster: Arc<Cluster>) {
         };
         // Noted whatever becomes of the epoch's question (review 52 #4).
         cluster.note_beat(still_held);
-        let lost = match redis.epoch_or(&cluster.metrics, &candidate).await {
-            Some(now) => cluster.note_epoch(now),
-            None => false,
-        };
+        let epoch = redis.epoch_or(&cluster.metrics, &candidate).await;
+        let epoch_read = epoch.is_some();
+        let lost = epoch.is_some_and(|now| cluster.note_epoch(now));
         if !still_held || lost {
             // The first beat, after an outage past the node's alive time, or Redis lost
             // what it held: the claims of the calls running here are written again where
@@ -277,8 +281,9 @@ async fn beat(cluster: Arc<Cluster>) {
             // 50c, F2).
             tracing::warn!("Redis lost what it held (restarted empty?): writing again what this node keeps there");
             cluster.tasks.unsave_all();
-            // Said at once, off the beat's task, and renewed while the write-back runs: the
-            // other nodes' wait covers a rewrite longer than theirs (attack run 52b, F2).
+            // Said at once, off the beat's task, and renewed until the records are all
+            // written: the other nodes' wait covers a rewrite longer than theirs (attack
+            // run 52b, F2).
             if cluster.tasks.has_unsaved() {
                 cluster.tasks.mark_rewriting(&cluster);
             }
@@ -295,6 +300,11 @@ async fn beat(cluster: Arc<Cluster>) {
                     cluster.store.strand_nonce(nonce, expires);
                 }
             }
+        }
+        if epoch_read {
+            // Known now: a loss is being written back (said while `rewriting` is), or was
+            // none.
+            cluster.tasks.may_rewrite(&cluster, false);
         }
         if policy_asks_left > 0 {
             policy_asks_left -= 1;

@@ -412,6 +412,12 @@ impl RedisStore {
         }
     }
 
+    /// Whether an operation failed since Redis last answered one: Redis may have restarted
+    /// meanwhile (its connections drop with it, so at least one operation fails), empty.
+    pub(crate) fn failed_since_last_answer(&self) -> bool {
+        self.down_until.load(Ordering::Relaxed) != 0
+    }
+
     /// Whether Redis is worth trying now (it answered last time, or the pause is over).
     pub(crate) fn is_available(&self) -> bool {
         let until = self.down_until.load(Ordering::Relaxed);

@@ -476,58 +476,66 @@ fn a_redis_server_on_a_port_someone_else_holds_is_not_taken_for_started() {
 
 /// A TCP proxy to `redis` whose replies are held back `delay` while `slow` is set (each
 /// as long, from when it came): commands reach Redis at once, their replies come late, as
-/// over a slow link. Its `redis://` URL.
-pub async fn slow_replies_proxy(
+/// over a slow link. Its `redis://` URL. It runs on a thread of its own: a test's runtime
+/// blocked in a synchronous wait (a node's start) would stall it, and the node behind it
+/// found Redis unreachable at start.
+pub fn slow_replies_proxy(
     redis: &RedisServer,
     delay: std::time::Duration,
     slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("non-blocking");
     let addr = listener.local_addr().expect("addr");
     let upstream = redis
         .url()
         .trim_start_matches("redis://")
         .trim_end_matches('/')
         .to_owned();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
-                continue;
-            };
-            let (mut client_read, mut client_write) = client.into_split();
-            let (mut server_read, mut server_write) = server.into_split();
-            tokio::spawn(async move {
-                let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
-            });
-            let (replies, mut held) = tokio::sync::mpsc::unbounded_channel();
-            let slow = slow.clone();
-            tokio::spawn(async move {
-                let mut buffer = vec![0; 64 * 1024];
-                while let Ok(read) = server_read.read(&mut buffer).await {
-                    if read == 0 {
-                        break;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the proxy's runtime");
+    std::thread::spawn(move || {
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+                });
+                let (replies, mut held) = tokio::sync::mpsc::unbounded_channel();
+                let slow = slow.clone();
+                tokio::spawn(async move {
+                    let mut buffer = vec![0; 64 * 1024];
+                    while let Ok(read) = server_read.read(&mut buffer).await {
+                        if read == 0 {
+                            break;
+                        }
+                        let due = tokio::time::Instant::now()
+                            + if slow.load(std::sync::atomic::Ordering::SeqCst) {
+                                delay
+                            } else {
+                                std::time::Duration::ZERO
+                            };
+                        let _ = replies.send((due, buffer[..read].to_vec()));
                     }
-                    let due = tokio::time::Instant::now()
-                        + if slow.load(std::sync::atomic::Ordering::SeqCst) {
-                            delay
-                        } else {
-                            std::time::Duration::ZERO
-                        };
-                    let _ = replies.send((due, buffer[..read].to_vec()));
-                }
-            });
-            tokio::spawn(async move {
-                while let Some((due, bytes)) = held.recv().await {
-                    tokio::time::sleep_until(due).await;
-                    if client_write.write_all(&bytes).await.is_err() {
-                        break;
+                });
+                tokio::spawn(async move {
+                    while let Some((due, bytes)) = held.recv().await {
+                        tokio::time::sleep_until(due).await;
+                        if client_write.write_all(&bytes).await.is_err() {
+                            break;
+                        }
                     }
-                }
-            });
-        }
+                });
+            }
+        });
     });
     format!("redis://{addr}/")
 }
