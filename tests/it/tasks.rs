@@ -1820,19 +1820,22 @@ async fn a_listen_hears_the_end_of_a_task_that_ended_while_its_nodes_bus_was_dow
 }
 
 /// Redis restarts empty while a node holds more task records than it writes again within
-/// the other nodes' wait (three beats): over a link of a second a round trip, 600 records.
-/// The node writes them a batch at a time, and says in Redis that it rewrites while it
-/// does: the other node answers -32008 (retryable) for those not back yet, never -32602
+/// the other nodes' wait (three beats): over a link of 1.5 s a round trip, 600 records.
+/// The node says in Redis that it may rewrite with its first beat after the outage, then
+/// that it does, every second until its records are all back, and writes them a batch at
+/// a time: the other node answers -32008 (retryable) for those not back yet, never -32602
 /// "unknown task", and finds each once it is back. (One awaited write per record: the
 /// records not back after 3 s were "unknown" elsewhere, final for a client; attack run
-/// 52b, F2.)
+/// 52b, F2. The word said only once the loss was known, two round trips after the beat,
+/// and renewed only while a pass ran: it landed after the other node's wait, or lapsed
+/// between passes; CI run of stop 53.)
 #[tokio::test]
 async fn a_rewrite_longer_than_the_wait_after_redis_restarts_empty_leaves_no_task_unknown() {
     let mut redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let proxy = slow_replies_proxy(&redis, Duration::from_millis(1500), slow.clone());
-    // Replies a second late are in time for A.
+    // Replies 1.5 s late are in time for A.
     let (_node_a, a) = start_node_at(dir.path(), "node-a", &proxy, 200, "timeout_ms = 2500\n");
     let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
     wait_bridged(a).await;
