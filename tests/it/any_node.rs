@@ -1001,15 +1001,9 @@ async fn mirrored_events_are_bounded_in_bytes() {
             .map(|(_, fields)| fields.iter().map(String::len).sum::<usize>())
             .sum();
         let (stream, count) = last_progress.split_once('_').expect("an event id");
-        let last = entries.iter().any(|(_, fields)| {
-            let field = |name: &str| {
-                fields
-                    .chunks(2)
-                    .find(|pair| pair[0] == name)
-                    .map(|pair| pair[1].clone())
-            };
-            field("s").as_deref() == Some(stream) && field("c").as_deref() == Some(count)
-        });
+        let last = entries
+            .iter()
+            .any(|(_, fields)| crate::support::redis::is_mirrored_event(fields, stream, count));
         // Mirrored a moment after it is sent: the newest progress event may still be on
         // its way.
         if bytes <= 10_000 && last {

@@ -1799,15 +1799,9 @@ async fn wait_mirrored(redis: &RedisServer, session: &str, event_id: &str) {
             .arg("+")
             .query(&mut connection)
             .expect("XRANGE");
-        let mirrored = entries.iter().any(|(_, fields)| {
-            let field = |name: &str| {
-                fields
-                    .chunks(2)
-                    .find(|pair| pair[0] == name)
-                    .map(|pair| pair[1].as_str())
-            };
-            field("k") == Some("e") && field("s") == Some(stream) && field("c") == Some(count)
-        });
+        let mirrored = entries
+            .iter()
+            .any(|(_, fields)| crate::support::redis::is_mirrored_event(fields, stream, count));
         if mirrored {
             return;
         }

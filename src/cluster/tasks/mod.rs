@@ -1002,7 +1002,8 @@ const REWRITE_RENEW: Duration = Duration::from_secs(1);
 const REWRITE_LEASE: Duration = Duration::from_secs(3);
 
 /// Says in Redis every [`REWRITE_RENEW`] that this node writes its records again, while it
-/// does (`Tasks::rewriting`) or may (`Tasks::may_be_rewriting`). Each word is sent off this
+/// does (`Tasks::rewriting`) or may (`Tasks::may_be_rewriting`). A loop apart from
+/// [`keep_tidy`]'s, whose ticks wait for its write-back passes; each word is sent off this
 /// loop, so one Redis answers late (a slow link) does not put off the next; and the word
 /// outlives a [`write_back`] pass that stops at a batch Redis did not answer in full (it
 /// was that pass's: it lapsed until the next one, and the other nodes took the records

@@ -539,3 +539,15 @@ pub fn slow_replies_proxy(
     });
     format!("redis://{addr}/")
 }
+
+/// Whether the fields of an entry of a session's mirror (`name, value, …`, as `XRANGE`
+/// gives them) are event `count` of stream `stream`.
+pub fn is_mirrored_event(fields: &[String], stream: &str, count: &str) -> bool {
+    let field = |name: &str| {
+        fields
+            .chunks(2)
+            .find(|pair| pair[0] == name)
+            .map(|pair| pair[1].as_str())
+    };
+    field("k") == Some("e") && field("s") == Some(stream) && field("c") == Some(count)
+}
