@@ -476,9 +476,9 @@ fn a_redis_server_on_a_port_someone_else_holds_is_not_taken_for_started() {
 
 /// A TCP proxy to `redis` whose replies are held back `delay` while `slow` is set (each
 /// as long, from when it came): commands reach Redis at once, their replies come late, as
-/// over a slow link. Its `redis://` URL. It runs on a thread of its own: a test's runtime
-/// blocked in a synchronous wait (a node's start) would stall it, and the node behind it
-/// found Redis unreachable at start.
+/// over a slow link. Its `redis://` URL. It runs on a thread of its own, until the test
+/// process ends: on the test's runtime, blocked in a synchronous wait (a node's start), it
+/// stalled, and the node behind it found Redis unreachable at start.
 pub fn slow_replies_proxy(
     redis: &RedisServer,
     delay: std::time::Duration,
