@@ -476,15 +476,18 @@ fn a_redis_server_on_a_port_someone_else_holds_is_not_taken_for_started() {
 
 /// A TCP proxy to `redis` whose replies are held back `delay` while `slow` is set (each
 /// as long, from when it came): commands reach Redis at once, their replies come late, as
-/// over a slow link. Its `redis://` URL. It runs on a thread of its own, until the test
-/// process ends: on the test's runtime, blocked in a synchronous wait (a node's start), it
-/// stalled, and the node behind it found Redis unreachable at start.
+/// over a slow link. Its `redis://` URL. It runs on a thread of its own (on the test's
+/// runtime, blocked in a synchronous wait such as a node's start, it stalled, and the node
+/// behind it found Redis unreachable at start), for as long as the caller holds `slow`:
+/// within 100 ms of the last `slow` dropped (the test over, or panicking), its thread
+/// ends and its sockets close with its runtime.
 pub fn slow_replies_proxy(
     redis: &RedisServer,
     delay: std::time::Duration,
     slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let slow = std::sync::Arc::downgrade(&slow);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("non-blocking");
     let addr = listener.local_addr().expect("addr");
@@ -500,7 +503,20 @@ pub fn slow_replies_proxy(
     std::thread::spawn(move || {
         runtime.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            while let Ok((client, _)) = listener.accept().await {
+            let mut every = tokio::time::interval(std::time::Duration::from_millis(100));
+            loop {
+                let client = tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((client, _)) => client,
+                        Err(_) => return,
+                    },
+                    _ = every.tick() => {
+                        if slow.strong_count() == 0 {
+                            return;
+                        }
+                        continue;
+                    }
+                };
                 let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
                     continue;
                 };
@@ -517,8 +533,11 @@ pub fn slow_replies_proxy(
                         if read == 0 {
                             break;
                         }
+                        let is_slow = slow
+                            .upgrade()
+                            .is_some_and(|slow| slow.load(std::sync::atomic::Ordering::SeqCst));
                         let due = tokio::time::Instant::now()
-                            + if slow.load(std::sync::atomic::Ordering::SeqCst) {
+                            + if is_slow {
                                 delay
                             } else {
                                 std::time::Duration::ZERO
@@ -550,4 +569,35 @@ pub fn is_mirrored_event(fields: &[String], stream: &str, count: &str) -> bool {
             .map(|pair| pair[1].as_str())
     };
     field("k") == Some("e") && field("s") == Some(stream) && field("c") == Some(count)
+}
+
+/// The slow-replies proxy answers through to Redis while its `slow` is held, and is gone
+/// (its port refuses connections) soon after the last one is dropped: a test that ends, or
+/// panics, leaves no proxy behind.
+#[test]
+fn a_slow_replies_proxy_ends_with_its_slow_flag() {
+    let redis = RedisServer::start();
+    let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let url = slow_replies_proxy(&redis, std::time::Duration::from_millis(10), slow.clone());
+    let mut through = redis::Client::open(url.as_str())
+        .expect("url")
+        .get_connection()
+        .expect("the proxy takes connections");
+    let pong: String = redis::cmd("PING").query(&mut through).expect("PING");
+    assert_eq!(pong, "PONG");
+    drop(slow);
+    let addr = url
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::net::TcpStream::connect(&addr).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the proxy still takes connections"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let answered: redis::RedisResult<String> = redis::cmd("PING").query(&mut through);
+    assert!(answered.is_err(), "its connections closed with it");
 }
