@@ -1,9 +1,11 @@
 //! What the nodes of a deployment share, through Redis when `redis.url` is set and in this
 //! node's memory otherwise: the [`store`] (de-duplication entries, nonces, the change-bus
-//! bridge), [`dedup`] (idempotency keys and retried request ids) and [`tasks`] (the
-//! 2026-07-28 tasks extension).
+//! bridge), [`dedup`] (idempotency keys and retried request ids), [`tasks`] (the
+//! 2026-07-28 tasks extension) and [`rewrite`] (what a node writes again when Redis lost
+//! what it held).
 
 pub mod dedup;
+pub(crate) mod rewrite;
 pub mod store;
 pub mod tasks;
 
@@ -28,10 +30,13 @@ pub struct Cluster {
     pub bus: ChangeBus,
     /// Where the other nodes' notes about sessions go (the hosting transport sets it).
     pub(crate) session_sink: std::sync::OnceLock<store::bridge::SessionSink>,
-    /// Tells the hosting transport that Redis lost what it held (it restarted empty): the
-    /// session records this node keeps are written again at once (the hosting transport
-    /// sets it).
-    pub(crate) records_lost: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// The sessions whose records this node keeps in Redis: written again at once when
+    /// Redis lost what it held (it restarted empty), and said to be meanwhile (the hosting
+    /// transport sets it; see [`rewrite`]).
+    pub(crate) session_records: std::sync::OnceLock<Box<dyn rewrite::SessionRecords>>,
+    /// What this node owes Redis after it lost what it held, and says it writes again
+    /// (see [`rewrite`]).
+    pub(crate) rewrite: rewrite::Rewrite,
     /// Tells the hosting transport that this node's bus subscription was down a while: the
     /// notes other nodes published meanwhile (a session deleted, changed) did not reach its
     /// copies, which read their records again (the hosting transport sets it).
@@ -152,7 +157,8 @@ impl Cluster {
             metrics,
             bus,
             session_sink: std::sync::OnceLock::new(),
-            records_lost: std::sync::OnceLock::new(),
+            session_records: std::sync::OnceLock::new(),
+            rewrite: rewrite::Rewrite::default(),
             notes_missed: std::sync::OnceLock::new(),
             nonces: std::sync::OnceLock::new(),
             epoch: std::sync::Mutex::new(None),

@@ -159,6 +159,30 @@ pub(super) struct Bound {
 /// Why a listener could not be bound: its configured address and the error.
 type BindFailure = (SocketAddr, io::Error);
 
+/// The actors that keep session records in Redis, as the cluster layer reaches them
+/// (`cluster::rewrite::SessionRecords`): hosted sessions (HTTP, parked WebSocket) and
+/// WebSocket sessions with their socket.
+struct SessionHosts {
+    hosted: Arc<HostedSessions>,
+    sockets: Arc<Sockets>,
+}
+
+impl crate::cluster::rewrite::SessionRecords for SessionHosts {
+    fn any(&self) -> bool {
+        !self.hosted.is_empty() || !self.sockets.is_empty()
+    }
+
+    fn lost(&self, owe: &dyn Fn() -> crate::cluster::rewrite::RecordOwed) {
+        use crate::transport::socket_record::RecordsLost;
+        for session in self.hosted.actors() {
+            session.do_send(RecordsLost(owe()));
+        }
+        for socket in self.sockets.actors() {
+            socket.do_send(RecordsLost(owe()));
+        }
+    }
+}
+
 /// Binds the listeners, reports their addresses (or the bind error) through `bound`, serves
 /// until `stop` resolves, then shuts down gracefully.
 pub(super) async fn serve(
@@ -186,14 +210,9 @@ pub(super) async fn serve(
                 session.do_send(crate::transport::hosted::Recheck);
             }
         }));
-        let (hosted, sockets) = (app_hosted.clone(), app_sockets.clone());
-        let _ = shared.cluster.records_lost.set(Box::new(move || {
-            for session in hosted.actors() {
-                session.do_send(crate::transport::socket_record::RecordsLost);
-            }
-            for socket in sockets.actors() {
-                socket.do_send(crate::transport::socket_record::RecordsLost);
-            }
+        let _ = shared.cluster.session_records.set(Box::new(SessionHosts {
+            hosted: app_hosted.clone().into_inner(),
+            sockets: app_sockets.clone().into_inner(),
         }));
     }
     let max_body = settings.limits.max_message_bytes;

@@ -77,6 +77,11 @@ impl<A: Actor> Directory<A> {
             .collect()
     }
 
+    /// Whether it holds no actor.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// Forgets a session's id (it ended, or its actor let go of it), if `actor` is the one
     /// remembered under it: another actor may have taken the session over meanwhile.
     pub fn forget(&self, id: &SessionId, actor: &Addr<A>) {

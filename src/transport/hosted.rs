@@ -26,6 +26,7 @@ use super::feed::{Budget, Feed, FeedHandle, FeedReader, Refused};
 use super::socket_record::{
     self, HoldConfirmed, KeepsRecord, Kept, RecordWritten, RecordsLost, SocketRecord,
 };
+use crate::cluster::rewrite::RecordOwed;
 use crate::cluster::store::bridge::{self, SessionNote, SessionNoteKind, SessionSink};
 use crate::cluster::Cluster;
 use crate::perimeter::{Admission, Owner, Refusal};
@@ -293,6 +294,9 @@ pub struct HostedSession {
     record_unwritten: bool,
     /// A write again of the record is due after `redis.retry_after_ms`.
     record_retry_armed: bool,
+    /// Redis lost the record (it restarted empty): owed until a write of it lands, the
+    /// node saying meanwhile that it writes its records again (`cluster::rewrite`).
+    record_owed: Option<RecordOwed>,
     /// A read again of the record ([`Recheck`]) is due after `redis.retry_after_ms`: the
     /// last went unanswered.
     recheck_armed: bool,
@@ -359,6 +363,7 @@ impl HostedSession {
             in_redis: false,
             stored: (0, Instant::now()),
             record_unwritten: false,
+            record_owed: None,
             recheck_armed: false,
             record_retry_armed: false,
             socket_record: None,
@@ -501,6 +506,9 @@ impl HostedSession {
     /// other nodes would not find the session (a quiet one's record is otherwise written
     /// again only a quarter of its time to live later, and only on a request here).
     fn write_record(&mut self, changed: bool, ctx: &mut Context<Self>) {
+        // Held by the write, and given back should it fail; a record that cannot be made
+        // owes nothing (it would be owed for good).
+        let owed = self.record_owed.take();
         let ttl = Duration::from_millis(self.shared.settings.sessions.http_idle_timeout_ms);
         let revision = self.core.revision();
         let Some(record) = self.core.record() else {
@@ -524,7 +532,9 @@ impl HostedSession {
                 None => false,
             };
             if !written {
-                host.do_send(RecordUnwritten);
+                host.do_send(RecordUnwritten(owed));
+            } else {
+                drop(owed);
             }
             if changed {
                 let note = SessionNote {
@@ -1033,8 +1043,12 @@ impl Handler<End> for HostedSession {
 impl Handler<RecordsLost> for HostedSession {
     type Result = ();
 
-    fn handle(&mut self, _: RecordsLost, ctx: &mut Self::Context) {
-        if !socket_record::rewrite_lost(self, ctx) && self.in_redis && self.stored.0 != 0 {
+    fn handle(&mut self, RecordsLost(owed): RecordsLost, ctx: &mut Self::Context) {
+        let Some(owed) = socket_record::rewrite_lost(self, owed, ctx) else {
+            return;
+        };
+        if self.in_redis && self.stored.0 != 0 {
+            self.record_owed = Some(owed);
             // Unchanged: the other nodes' copies are not told (review 52 #7: every copy
             // of every session told every node).
             self.write_record(false, ctx);
@@ -1042,16 +1056,18 @@ impl Handler<RecordsLost> for HostedSession {
     }
 }
 
-/// A write of an HTTP session's record failed ([`HostedSession::write_record`]).
+/// A write of an HTTP session's record failed ([`HostedSession::write_record`]); with what
+/// it owed Redis, owed still.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct RecordUnwritten;
+struct RecordUnwritten(Option<RecordOwed>);
 
 impl Handler<RecordUnwritten> for HostedSession {
     type Result = ();
 
-    fn handle(&mut self, _: RecordUnwritten, ctx: &mut Self::Context) {
+    fn handle(&mut self, RecordUnwritten(owed): RecordUnwritten, ctx: &mut Self::Context) {
         self.record_unwritten = true;
+        self.record_owed = self.record_owed.take().or(owed);
         if std::mem::replace(&mut self.record_retry_armed, true) {
             return;
         }
@@ -1121,11 +1137,9 @@ impl Handler<Recheck> for HostedSession {
                     Err(_) => Reread::Unreadable,
                 },
                 // Gone, unless Redis may have lost it (restarted empty, its copies about to
-                // write it again: asked again after).
-                Some(None) => match redis.epoch(&cluster.metrics).await {
-                    Some(epoch) if !cluster.record_may_be_lost(epoch.as_deref()) => Reread::Gone,
-                    _ => Reread::Undecided,
-                },
+                // write it again, or writing it: asked again after).
+                Some(None) if cluster.absent_may_be_lost(redis).await => Reread::Undecided,
+                Some(None) => Reread::Gone,
                 None => Reread::Undecided,
             }
         };

@@ -643,14 +643,12 @@ pub(crate) async fn fetch_record(
         Some(Some(json)) => json,
         Some(None) => {
             // Redis may have lost it (restarted empty) a moment ago, its holder about to
-            // write it again: 503, retried, rather than 404, which ends the session for its
-            // client (attack run 50c, F2).
-            let epoch = redis.epoch(&shared.metrics).await;
-            return Err(match epoch {
-                Some(epoch) if !shared.cluster.record_may_be_lost(epoch.as_deref()) => {
-                    Refusal::SessionNotFound
-                }
-                _ => Refusal::SessionStoreUnavailable,
+            // write it again, or writing it: 503, retried, rather than 404, which ends the
+            // session for its client (attack run 50c, F2; stop 54's note).
+            return Err(if shared.cluster.absent_may_be_lost(redis).await {
+                Refusal::SessionStoreUnavailable
+            } else {
+                Refusal::SessionNotFound
             });
         }
         None => return Err(Refusal::SessionStoreUnavailable),

@@ -11,6 +11,7 @@
 //! of its inbox); the record is written when it changed, at most once per [`RECORD_AFTER`],
 //! one write at a time.
 
+use crate::cluster::rewrite::RecordOwed;
 use crate::cluster::Cluster;
 use crate::protocol::jsonrpc::RequestId;
 use crate::session::shared::{SessionId, Shared};
@@ -52,6 +53,11 @@ pub(crate) struct SocketRecord {
     /// Since when the questions asked for a beat's finding went unanswered (see
     /// [`hold_confirmed`]).
     unanswered_since: Option<Instant>,
+    /// Redis lost the record (it restarted empty): owed until a write begun after lands,
+    /// the node saying meanwhile that it writes its records again (`cluster::rewrite`).
+    owed: Option<RecordOwed>,
+    /// The write under way began while the record was owed: its landing pays it.
+    owed_write_under_way: bool,
 }
 
 /// What the record was last written with.
@@ -142,18 +148,23 @@ pub(crate) struct HoldConfirmed {
 }
 
 /// Redis lost the record `host` keeps (see [`RecordsLost`]): written again now, changed or
-/// not. Whether `host` keeps one.
-pub(crate) fn rewrite_lost<A>(host: &mut A, ctx: &mut A::Context) -> bool
+/// not, `owed` held until it lands. `owed` back when `host` keeps no WebSocket session's
+/// record (an HTTP session's host keeps its own).
+pub(crate) fn rewrite_lost<A>(
+    host: &mut A,
+    owed: RecordOwed,
+    ctx: &mut A::Context,
+) -> Option<RecordOwed>
 where
     A: KeepsRecord,
     A::Context: AsyncContext<A> + ToEnvelope<A, RecordWritten>,
 {
     let Some(kept) = host.record_and_session() else {
-        return false;
+        return Some(owed);
     };
-    kept.record.lost();
+    kept.record.lost(owed);
     keep(host, ctx);
-    true
+    None
 }
 
 /// A session id as logs show it: its beginning (as `SessionId`'s `Display`), not the id a
@@ -212,10 +223,11 @@ where
 }
 
 /// Redis lost what it held (it restarted empty): a session's host writes its record again
-/// now, not when it is next due.
+/// now, not when it is next due, and holds the [`RecordOwed`] until Redis took it (one that
+/// keeps no record drops it).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct RecordsLost;
+pub(crate) struct RecordsLost(pub(crate) RecordOwed);
 
 /// A write of the record is done: the next may go.
 #[derive(Message)]
@@ -289,12 +301,23 @@ impl SocketRecord {
             confirmed: shared.cluster.hold_mark().unconfirmed(),
             confirming: false,
             unanswered_since: None,
+            owed: None,
+            owed_write_under_way: false,
         })
     }
 
     /// Redis lost the record (it restarted empty): it is due to be written again at the
-    /// next look, changed or not.
-    pub(crate) fn lost(&mut self) {
+    /// next look, changed or not, and `owed` is held until a write begun after lands. A
+    /// record never written owes nothing.
+    pub(crate) fn lost(&mut self, owed: RecordOwed) {
+        if self.stored.is_some() {
+            self.owed = Some(owed);
+            self.due_again();
+        }
+    }
+
+    /// The record is due to be written again at the next look, changed or not.
+    fn due_again(&mut self) {
         if let Some(stored) = &mut self.stored {
             // No session's revision: taken for changed.
             stored.revision = u64::MAX;
@@ -392,6 +415,7 @@ impl SocketRecord {
             return;
         };
         let under_way = self.writing.take();
+        let owed = self.owed.take();
         // Counted until done or dropped: the server's stop waits for it (it would be
         // dropped with its thread, and another node would answer again what was answered
         // here).
@@ -401,7 +425,7 @@ impl SocketRecord {
                 let _ = under_way.await;
             }
             write.await;
-            drop(counted);
+            drop((counted, owed));
         });
     }
 
@@ -474,6 +498,7 @@ impl SocketRecord {
             .filter_map(|id| serde_json::value::RawValue::from_string(id.as_json().to_owned()).ok())
             .collect();
         let json = serde_json::to_string(&record).ok()?;
+        self.owed_write_under_way = self.owed.is_some();
         self.stored = Some(Stored {
             revision: record.revision,
             in_flight,
@@ -532,8 +557,14 @@ where
     };
     let record = kept.record;
     record.writing = None;
+    let owed_write = std::mem::take(&mut record.owed_write_under_way);
     match done.outcome {
-        WriteOutcome::Written => keep(host, ctx),
+        WriteOutcome::Written => {
+            if owed_write {
+                record.owed = None;
+            }
+            keep(host, ctx);
+        }
         WriteOutcome::HeldElsewhere => {
             tracing::info!(
                 session = %log_id(&record.id),
@@ -543,7 +574,7 @@ where
         }
         WriteOutcome::Failed => {
             // Due again, changed or not (what it wrote did not land).
-            record.lost();
+            record.due_again();
             if record.look_armed {
                 // A look comes within [`RECORD_AFTER`]; if its write fails too, this wait
                 // is armed then.

@@ -616,8 +616,8 @@ impl Handler<HoldConfirmed> for WsSession {
 impl Handler<RecordsLost> for WsSession {
     type Result = ();
 
-    fn handle(&mut self, _: RecordsLost, ctx: &mut Self::Context) {
-        socket_record::rewrite_lost(self, ctx);
+    fn handle(&mut self, RecordsLost(owed): RecordsLost, ctx: &mut Self::Context) {
+        socket_record::rewrite_lost(self, owed, ctx);
     }
 }
 

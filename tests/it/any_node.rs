@@ -18,7 +18,7 @@
 
 use crate::support::http::{header, metric, wait_metric};
 use crate::support::meta::*;
-use crate::support::redis::{RedisCluster, RedisServer};
+use crate::support::redis::{slow_replies_proxy, RedisCluster, RedisServer};
 use crate::support::stateless::{add_fixtures, plain_tool, stateless_settings, Fixtures};
 use crate::support::*;
 use futures_util::StreamExt;
@@ -358,7 +358,7 @@ async fn a_session_goes_on_through_a_redis_cluster_failover() {
     redis.replicated(holder);
     redis.fail_over_master(holder);
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut refusals = 0;
     let taken_up = loop {
         let response = session
@@ -1417,6 +1417,172 @@ async fn after_redis_restarts_empty_a_session_is_found_again_on_every_node_and_n
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(redis.keys("emptied:session:*").len(), 1);
+}
+
+/// Redis restarts empty while the node holding a session reaches it over a slow link (1.5 s
+/// a round trip): that node finds the loss and writes the session's record again after the
+/// other node's own wait (three seconds from its beat's finding) has ended. The other node
+/// answers 503 (retryable) until the record is back, reading the holder's word in Redis
+/// that it writes its records again, and never 404, which ends the session for its client.
+/// (It answered 404 from the end of its wait until the record came back: the word was said
+/// for task records only; stop 54's note.)
+#[tokio::test]
+async fn a_session_written_again_over_a_slow_link_after_redis_restarts_empty_is_never_404_elsewhere(
+) {
+    let mut redis = RedisServer::start();
+    let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy = slow_replies_proxy(&redis, Duration::from_millis(1500), slow.clone());
+    let fixtures = Fixtures::default();
+    // Replies 1.5 s late are in time for the holder.
+    let holder = node_with(&proxy, "slow-rewrite:", &fixtures, |settings| {
+        settings.redis.timeout_ms = 2500;
+    });
+    let other = node(&redis.url(), "slow-rewrite:", false, &fixtures);
+    let session = Session::begin(&holder, Some(TEST_KEY)).await;
+    let ping = session.ask(&holder, json!(1), "ping", json!({})).await;
+    assert_result(&answer_of(&ping, &json!(1)), &json!(1));
+    // Both nodes' beats have read Redis's epoch before it is lost.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    slow.store(true, std::sync::atomic::Ordering::SeqCst);
+    redis.kill();
+    redis.restart();
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    let mut id = 1;
+    let mut refused = 0;
+    loop {
+        id += 1;
+        let status = session
+            .post_raw(&other, request(json!(id), "ping", json!({})))
+            .await
+            .status();
+        match status.as_u16() {
+            200 => break,
+            503 => refused += 1,
+            other => panic!(
+                "the session's request on the other node ({refused} refused before): {other}"
+            ),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never found again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(refused > 0, "the record was lost, and refused a while");
+    assert_eq!(redis.keys("slow-rewrite:session:*").len(), 1);
+}
+
+/// Redis restarts empty, then refuses for nine seconds the session records the node holding
+/// them writes again (its Redis user may not write them; its other commands go through),
+/// that node trying again every twelve seconds (`redis.retry_after_ms`): it says in Redis
+/// that it writes its records again until Redis took each one, and the word lapses once it
+/// did. Another node answers the HTTP session 503 meanwhile, never 404. (The word was said
+/// until the node had found the loss, and for a beat after each failed write: it lapsed
+/// between the node's tries, and the other node answered 404.)
+#[tokio::test]
+async fn an_http_session_record_redis_refuses_after_restarting_empty_is_owed_until_taken() {
+    owed_until_taken(true).await;
+}
+
+/// As [`an_http_session_record_redis_refuses_after_restarting_empty_is_owed_until_taken`],
+/// for a WebSocket session's record (written by its socket's actor, `socket_record`): the
+/// word stands until Redis took it, and lapses after.
+#[tokio::test]
+async fn a_websocket_session_record_redis_refuses_after_restarting_empty_is_owed_until_taken() {
+    owed_until_taken(false).await;
+}
+
+/// The node user of [`owed_until_taken`]'s holder, allowed every key, or every key but the
+/// session records under `prefix` (read, not written).
+fn set_holder_user(redis: &RedisServer, prefix: &str, may_write_sessions: bool) {
+    let mut connection = redis.connection().expect("redis answers");
+    let mut setuser = ::redis::cmd("ACL");
+    setuser.arg("SETUSER").arg("holder").arg("reset").arg("on");
+    setuser.arg(">holder-secret").arg("+@all").arg("&*");
+    if may_write_sessions {
+        setuser.arg("~*");
+    } else {
+        setuser.arg("%R~*").arg(format!("~{prefix}[^s]*"));
+    }
+    setuser
+        .query::<()>(&mut connection)
+        .expect("ACL SETUSER taken");
+}
+
+async fn owed_until_taken(http: bool) {
+    const PREFIX: &str = "owed:";
+    let mut redis = RedisServer::start();
+    set_holder_user(&redis, PREFIX, true);
+    let fixtures = Fixtures::default();
+    let holder_url = redis
+        .url()
+        .replacen("redis://", "redis://holder:holder-secret@", 1);
+    let holder = node_with(&holder_url, PREFIX, &fixtures, |settings| {
+        settings.redis.retry_after_ms = 12_000;
+    });
+    let other = node(&redis.url(), PREFIX, false, &fixtures);
+    let records = |redis: &RedisServer| redis.keys(&format!("{PREFIX}session:*")).len();
+    let word = |redis: &RedisServer| redis.keys(&format!("{PREFIX}rewriting")).len() == 1;
+    let session = if http {
+        Some(Session::begin(&holder, Some(TEST_KEY)).await)
+    } else {
+        None
+    };
+    let _socket = if http {
+        None
+    } else {
+        Some(Client::initialized_at(&holder.url(), Some(TEST_KEY), "2025-11-25").await)
+    };
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while records(&redis) != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "the record written");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Both nodes' beats have read Redis's epoch before it is lost.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.kill();
+    redis.restart();
+    set_holder_user(&redis, PREFIX, false);
+    let refused_until = tokio::time::Instant::now() + Duration::from_secs(9);
+    let mut said = false;
+    let mut id = 1;
+    while tokio::time::Instant::now() < refused_until {
+        assert_eq!(records(&redis), 0, "Redis refused the record");
+        if word(&redis) {
+            said = true;
+        } else {
+            assert!(!said, "the word lapsed while the record was refused");
+        }
+        if let Some(session) = &session {
+            id += 1;
+            let status = session
+                .post_raw(&other, request(json!(id), "ping", json!({})))
+                .await
+                .status();
+            assert_eq!(status, 503, "the session's request on the other node");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(said, "the holder said it writes its records again");
+    set_holder_user(&redis, PREFIX, true);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while records(&redis) != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the record written again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some(session) = &session {
+        let ping = session.ask(&other, json!(0), "ping", json!({})).await;
+        assert_result(&answer_of(&ping, &json!(0)), &json!(0));
+    }
+    // Owed no more: the word lapses (its lease is three seconds).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while word(&redis) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the word outlived the records owed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The record a session's change is written in fails to reach Redis (it is away): once it

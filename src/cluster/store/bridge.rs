@@ -201,6 +201,9 @@ pub(crate) fn start(cluster: &Arc<Cluster>) {
     // Beats whatever the sessions: a keyed call's retry also asks whether the node running
     // it lives.
     actix_rt::spawn(beat(cluster.clone()));
+    actix_rt::spawn(crate::cluster::rewrite::keep_saying(Arc::downgrade(
+        cluster,
+    )));
 }
 
 /// How often the bus subscription's connection is asked whether it still answers.
@@ -230,9 +233,9 @@ async fn beat(cluster: Arc<Cluster>) {
         // not tell an epoch it writes again after Redis lost it from the one it had.
         let candidate = crate::random_id().to_string();
         // Back from an outage, Redis may have come back empty: the node says it may be
-        // writing its task records again before it knows (see `Tasks::may_rewrite`).
+        // writing its records again before it knows (see `Cluster::may_rewrite`).
         if redis.failed_since_last_answer() {
-            cluster.tasks.may_rewrite(&cluster, true);
+            cluster.may_rewrite(true);
         }
         let Some(still_held) = redis.beat(&cluster.metrics, node, BEAT * 3).await else {
             // The claims due are kept, and the results and releases owed are sent, anyway:
@@ -280,18 +283,12 @@ async fn beat(cluster: Arc<Cluster>) {
             // nodes took its sessions for ended (404) and its tasks for unknown (attack run
             // 50c, F2).
             tracing::warn!("Redis lost what it held (restarted empty?): writing again what this node keeps there");
-            cluster.tasks.unsave_all();
             // Said at once, off the beat's task, and renewed until the records are all
             // written: the other nodes' wait covers a rewrite longer than theirs (attack
             // run 52b, F2).
-            if cluster.tasks.has_unsaved() {
-                cluster.tasks.mark_rewriting(&cluster);
-            }
+            cluster.records_lost();
             if let Some(secret) = cluster.shared_secret.get() {
                 redis.put_back_secret(&cluster.metrics, secret).await;
-            }
-            if let Some(records_lost) = cluster.records_lost.get() {
-                records_lost();
             }
             // The nonces of the signed requests this node ran: a replay on another node
             // would run again (attack run 51, N1). Written with the stranded ones below.
@@ -304,7 +301,7 @@ async fn beat(cluster: Arc<Cluster>) {
         if epoch_read {
             // Known now: a loss is being written back (said while `rewriting` is), or was
             // none.
-            cluster.tasks.may_rewrite(&cluster, false);
+            cluster.may_rewrite(false);
         }
         if policy_asks_left > 0 {
             policy_asks_left -= 1;

@@ -284,12 +284,8 @@ pub(crate) struct Tasks {
     /// A [`push_unsaved`] pass is under way: one at a time.
     pub(crate) pushing: std::sync::atomic::AtomicBool,
     /// Redis lost what it held, and this node's records are not all written again yet: it
-    /// says so in Redis while this is set ([`keep_saying_rewriting`]).
+    /// says so in Redis while this is set (`cluster::rewrite`).
     rewriting: std::sync::atomic::AtomicBool,
-    /// A beat after an outage found this node keeping records, and Redis may have come back
-    /// empty: the node says it may be writing them again ([`keep_saying_rewriting`]) until
-    /// that beat reads Redis's epoch ([`may_rewrite`](Self::may_rewrite)).
-    may_be_rewriting: std::sync::atomic::AtomicBool,
 }
 
 /// The ids of the task records Redis did not take, in the order they are to be sent: a set
@@ -370,7 +366,6 @@ impl Tasks {
             unsaved: std::sync::Mutex::default(),
             pushing: std::sync::atomic::AtomicBool::new(false),
             rewriting: std::sync::atomic::AtomicBool::new(false),
-            may_be_rewriting: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -393,35 +388,21 @@ impl Tasks {
         !crate::lock(&self.unsaved).is_empty()
     }
 
-    /// [`push_unsaved`] for the cluster these tasks are of; and [`mark_rewriting`] below.
-    /// Methods, as the bridge's other ways into the tasks are: this module calls the
-    /// bridge (`send_task_steer`), and a path back from it would make the two reach
-    /// themselves (the layer rule, `layers.rs`).
+    /// [`push_unsaved`] for the cluster these tasks are of: a method, as the bridge's other
+    /// ways into the tasks are: this module calls the bridge (`send_task_steer`), and a
+    /// path back from it would make the two reach themselves (the layer rule, `layers.rs`).
     pub(crate) async fn push_unsaved(&self, cluster: &Cluster) {
         push_unsaved(cluster).await;
     }
 
-    /// See [`push_unsaved`](Self::push_unsaved).
-    pub(crate) fn mark_rewriting(&self, cluster: &Arc<Cluster>) {
-        mark_rewriting(cluster);
+    /// Whether Redis lost this node's task records and they are not all written again yet.
+    pub(crate) fn is_rewriting(&self) -> bool {
+        self.rewriting.load(Ordering::Acquire)
     }
 
-    /// Whether this node may be writing its records again: called by a beat after an
-    /// outage with `true` (Redis may have come back empty; it says so at once, and every
-    /// [`REWRITE_RENEW`] after, when it keeps records), and with `false` once that beat
-    /// read Redis's epoch (a loss it found sets `rewriting` first). Said before the node
-    /// knows, with its first beat rather than two round trips later (the beat's answer,
-    /// then the epoch's), so that another node quicker to see the loss does not take its
-    /// records for unknown meanwhile (CI run of stop 53: over a slow link the word landed
-    /// after the other node's wait). A loss that was not costs "retryable" for "unknown
-    /// task" for a few seconds.
-    pub(crate) fn may_rewrite(&self, cluster: &Arc<Cluster>, may: bool) {
-        if !may {
-            self.may_be_rewriting.store(false, Ordering::Release);
-        } else if !self.records.is_empty() {
-            self.may_be_rewriting.store(true, Ordering::Release);
-            mark_rewriting(cluster);
-        }
+    /// Whether this node keeps a task record (Redis may hold it too).
+    pub(crate) fn keeps_records(&self) -> bool {
+        !self.records.is_empty()
     }
 
     /// Room for one more task of `identity`, or -32008: room in the store, by count and by
@@ -959,10 +940,8 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Starts the store's upkeep: every [`SWEEP_EVERY`], forgets the records whose task expired
 /// (they held their results until then), and with Redis writes again the task records it
-/// did not take, once it answers; and [`keep_saying_rewriting`]. Called once, inside the
-/// server's runtime.
+/// did not take, once it answers. Called once, inside the server's runtime.
 pub(crate) fn keep_tidy(cluster: &Arc<Cluster>) {
-    actix_rt::spawn(keep_saying_rewriting(Arc::downgrade(cluster)));
     let cluster = Arc::downgrade(cluster);
     actix_rt::spawn(async move {
         let mut every = tokio::time::interval(SWEEP_EVERY);
@@ -995,55 +974,10 @@ pub(crate) fn keep_tidy(cluster: &Arc<Cluster>) {
 /// task" for those not written yet: attack run 52b, F2).
 const WRITE_BACK_BATCH: usize = 256;
 
-/// How often a node writing its records again after Redis lost them renews its word of it
-/// (`RedisStore::mark_rewriting`), and [`REWRITE_LEASE`], how long each renewal holds: three
-/// renewals, so that one unanswered does not let it lapse.
-const REWRITE_RENEW: Duration = Duration::from_secs(1);
-const REWRITE_LEASE: Duration = Duration::from_secs(3);
-
-/// Says in Redis every [`REWRITE_RENEW`] that this node writes its records again, while it
-/// does (`Tasks::rewriting`) or may (`Tasks::may_be_rewriting`). A loop apart from
-/// [`keep_tidy`]'s, whose ticks wait for its write-back passes; each word is sent off this
-/// loop, so one Redis answers late (a slow link) does not put off the next; and the word
-/// outlives a [`write_back`] pass that stops at a batch Redis did not answer in full (it
-/// was that pass's: it lapsed until the next one, and the other nodes took the records
-/// still to come for unknown).
-async fn keep_saying_rewriting(cluster: std::sync::Weak<Cluster>) {
-    let mut every = tokio::time::interval(REWRITE_RENEW);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        every.tick().await;
-        let Some(cluster) = cluster.upgrade() else {
-            return;
-        };
-        let tasks = &cluster.tasks;
-        if tasks.rewriting.load(Ordering::Acquire) || tasks.may_be_rewriting.load(Ordering::Acquire)
-        {
-            mark_rewriting(&cluster);
-        }
-    }
-}
-
-/// Says in Redis, for [`REWRITE_LEASE`], that this node writes its records again (its beat
-/// found Redis lost what it held, or may find so): the other nodes answer -32008
-/// `taskStore`, not "unknown task", for a record Redis does not hold meanwhile (see
-/// [`load`]). Sent off the caller's task.
-fn mark_rewriting(cluster: &Arc<Cluster>) {
-    let cluster = cluster.clone();
-    actix_rt::spawn(async move {
-        if let Some(redis) = cluster.store.redis() {
-            redis
-                .mark_rewriting(&cluster.metrics, cluster.node_number(), REWRITE_LEASE)
-                .await;
-        }
-    });
-}
-
 /// Writes to Redis the task records it did not take, so that the other nodes show what
 /// this node knows, a batch at a time ([`WRITE_BACK_BATCH`]), each claimed first; stops at
 /// the first batch Redis does not answer in full. After Redis lost what it held, the node
-/// says in Redis that it rewrites until a pass has written them all
-/// ([`keep_saying_rewriting`]). Each record written is published too, as [`save`]
+/// says in Redis that it rewrites until a pass has written them all (`cluster::rewrite`). Each record written is published too, as [`save`]
 /// publishes it: a listen stream that missed its last status (the bus was down) hears it
 /// now.
 async fn write_back(cluster: &Cluster) {
@@ -1191,13 +1125,7 @@ pub(crate) async fn load(
                 // Redis may have lost it (restarted empty) a moment ago, its node about to
                 // write it again: retryable, not "unknown task" (attack run 50c, F2).
                 Some(None) => {
-                    let epoch = redis.epoch(&cluster.metrics).await;
-                    let may_be_lost =
-                        !matches!(&epoch, Some(e) if !cluster.record_may_be_lost(e.as_deref()));
-                    // Past the wait, a node may still be writing its records again (a few
-                    // thousand of them, or over a slow link: attack run 52b, F2): asked only
-                    // here, where no record was found.
-                    if may_be_lost || redis.rewriting(&cluster.metrics).await != Some(false) {
+                    if cluster.absent_may_be_lost(redis).await {
                         return Err(store_unavailable(crate::cluster::REWRITE_WAIT / 3));
                     }
                     None
