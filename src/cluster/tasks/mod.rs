@@ -977,9 +977,9 @@ const WRITE_BACK_BATCH: usize = 256;
 /// Writes to Redis the task records it did not take, so that the other nodes show what
 /// this node knows, a batch at a time ([`WRITE_BACK_BATCH`]), each claimed first; stops at
 /// the first batch Redis does not answer in full. After Redis lost what it held, the node
-/// says in Redis that it rewrites until a pass has written them all (`cluster::rewrite`). Each record written is published too, as [`save`]
-/// publishes it: a listen stream that missed its last status (the bus was down) hears it
-/// now.
+/// says in Redis that it rewrites until a pass has written them all (`cluster::rewrite`).
+/// Each record written is published too, as [`save`] publishes it: a listen stream that
+/// missed its last status (the bus was down) hears it now.
 async fn write_back(cluster: &Cluster) {
     let Some(redis) = cluster.store.redis() else {
         return;
