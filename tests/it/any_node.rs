@@ -941,28 +941,32 @@ async fn a_copy_taken_up_again_numbers_its_streams_apart_from_the_copy_before() 
 #[tokio::test]
 async fn a_stream_resumes_with_last_event_id_on_another_node() {
     let redis = RedisServer::start();
-    stream_resumes_elsewhere(&redis.url(), |_| {}).await;
+    stream_resumes_elsewhere(&redis.url(), |key| redis.stream(key), |_| {}).await;
 }
 
 #[tokio::test]
 async fn a_stream_resumes_with_last_event_id_on_another_node_of_a_redis_cluster() {
     let redis = RedisCluster::start();
-    stream_resumes_elsewhere(&redis.url(), |session| {
-        // The session's record and its mirrored events share a hash tag: one master holds
-        // both (and the other masters neither).
-        let record = format!("resume-anywhere:session:{{{session}}}");
-        let events = format!("resume-anywhere:events:{{{session}}}");
-        let holders: Vec<Vec<String>> = redis.keys_per_master("resume-anywhere:*");
-        let holding: Vec<&Vec<String>> = holders
-            .iter()
-            .filter(|keys| keys.contains(&record) || keys.contains(&events))
-            .collect();
-        assert_eq!(holding.len(), 1, "{holders:?}");
-        assert!(
-            holding[0].contains(&record) && holding[0].contains(&events),
-            "{holders:?}"
-        );
-    })
+    stream_resumes_elsewhere(
+        &redis.url(),
+        |key| redis.stream(key),
+        |session| {
+            // The session's record and its mirrored events share a hash tag: one master holds
+            // both (and the other masters neither).
+            let record = format!("resume-anywhere:session:{{{session}}}");
+            let events = format!("resume-anywhere:events:{{{session}}}");
+            let holders: Vec<Vec<String>> = redis.keys_per_master("resume-anywhere:*");
+            let holding: Vec<&Vec<String>> = holders
+                .iter()
+                .filter(|keys| keys.contains(&record) || keys.contains(&events))
+                .collect();
+            assert_eq!(holding.len(), 1, "{holders:?}");
+            assert!(
+                holding[0].contains(&record) && holding[0].contains(&events),
+                "{holders:?}"
+            );
+        },
+    )
     .await;
 }
 
@@ -987,15 +991,9 @@ async fn mirrored_events_are_bounded_in_bytes() {
             .0;
     }
     let key = format!("bounded:events:{{{}}}", session.id);
-    let mut connection = store.connection().expect("redis answers");
     let deadline = std::time::Instant::now() + READ_TIMEOUT;
     loop {
-        let entries: Vec<(String, Vec<String>)> = ::redis::cmd("XRANGE")
-            .arg(&key)
-            .arg("-")
-            .arg("+")
-            .query(&mut connection)
-            .expect("XRANGE");
+        let entries = store.stream(&key);
         let bytes: usize = entries
             .iter()
             .map(|(_, fields)| fields.iter().map(String::len).sum::<usize>())
@@ -1124,8 +1122,13 @@ async fn a_stream_resumed_elsewhere_while_redis_is_away_is_refused_503_then_serv
 }
 
 /// A stream begun on one node of three sharing the Redis at `redis_url`, resumed on others;
-/// `look` is shown the session id once its events are mirrored.
-async fn stream_resumes_elsewhere(redis_url: &str, look: impl Fn(&str)) {
+/// `mirror` gives the entries of a stream in that Redis by its key, and `look` is shown the
+/// session id once its events are mirrored.
+async fn stream_resumes_elsewhere(
+    redis_url: &str,
+    mirror: impl Fn(&str) -> Vec<crate::support::redis::StreamEntry>,
+    look: impl Fn(&str),
+) {
     let (nodes, fixtures) = nodes(redis_url, "resume-anywhere:", false);
     let [a, b, c] = [&nodes[0], &nodes[1], &nodes[2]];
     let session = Session::begin(a, Some(TEST_KEY)).await;
@@ -1181,6 +1184,10 @@ async fn stream_resumes_elsewhere(redis_url: &str, look: impl Fn(&str)) {
         "{changed}"
     );
     drop(live);
+    // C mirrors the change a moment after it sent it (later under load): resumed before, A
+    // would replay what C had mirrored, without it.
+    let mirrored = format!("resume-anywhere:events:{{{}}}", session.id);
+    crate::support::redis::wait_mirrored(|| mirror(&mirrored), &changed_id).await;
     let before_change = format!(
         "{}_{}",
         stream_of(&changed_id).expect("a stream"),

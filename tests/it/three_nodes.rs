@@ -1784,32 +1784,6 @@ async fn sleep_stream(
     }
 }
 
-/// Waits until Redis holds event `event_id` of session `session`'s mirror (written behind
-/// the event's send, so a moment after the client read it).
-async fn wait_mirrored(redis: &RedisServer, session: &str, event_id: &str) {
-    let (stream, count) = event_id.split_once('_').expect("an event id");
-    // The nodes' `redis.key_prefix` is the default.
-    let key = format!("mcp-ws:events:{{{session}}}");
-    let mut connection = redis.connection().expect("redis answers");
-    let deadline = Instant::now() + crate::support::READ_TIMEOUT;
-    loop {
-        let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
-            .arg(&key)
-            .arg("-")
-            .arg("+")
-            .query(&mut connection)
-            .expect("XRANGE");
-        let mirrored = entries
-            .iter()
-            .any(|(_, fields)| crate::support::redis::is_mirrored_event(fields, stream, count));
-        if mirrored {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{event_id} never mirrored");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Resumes a stream on node `addr` after event `last_event_id`.
 async fn resume_stream(
     http: &reqwest::Client,
@@ -1882,7 +1856,9 @@ async fn a_post_stream_of_a_node_that_stalled_is_answered_once_where_it_was_resu
     let (mut on_a, first) = sleep_stream(&http, nodes.a_addr, &session, (9, 8000, true)).await;
     // A node that stalls before it mirrored what it sent leaves a gap a resume reports
     // (400), by design: the stall comes after.
-    wait_mirrored(&nodes.redis, &session, &first).await;
+    // The nodes' `redis.key_prefix` is the default.
+    let mirror = format!("mcp-ws:events:{{{session}}}");
+    crate::support::redis::wait_mirrored(|| nodes.redis.stream(&mirror), &first).await;
     let a_alive = alive_key_of(&nodes.redis, &first);
     nodes.a.pause();
     let deadline = Instant::now() + Duration::from_secs(10);

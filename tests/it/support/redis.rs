@@ -132,6 +132,17 @@ impl RedisServer {
             .expect("KEYS")
     }
 
+    /// The entries of the stream `key` (`XRANGE - +`).
+    pub fn stream(&self, key: &str) -> Vec<StreamEntry> {
+        let mut connection = self.connection().expect("redis answers");
+        redis::cmd("XRANGE")
+            .arg(key)
+            .arg("-")
+            .arg("+")
+            .query(&mut connection)
+            .expect("XRANGE")
+    }
+
     /// Drops every client's pub/sub connection (the nodes' bus subscriptions): each node
     /// makes its own again after its `redis.retry_after_ms`.
     pub fn drop_subscriptions(&self) {
@@ -412,6 +423,24 @@ impl RedisCluster {
     }
 }
 
+impl RedisCluster {
+    /// The entries of the stream `key` (`XRANGE - +`), read from the master that holds its
+    /// slot (the others answer with a redirection).
+    pub fn stream(&self, key: &str) -> Vec<StreamEntry> {
+        self.ports
+            .iter()
+            .find_map(|port| {
+                redis::cmd("XRANGE")
+                    .arg(key)
+                    .arg("-")
+                    .arg("+")
+                    .query(&mut connect(*port))
+                    .ok()
+            })
+            .expect("a master holds the key's slot")
+    }
+}
+
 impl Drop for RedisCluster {
     fn drop(&mut self) {
         for child in &mut self.children {
@@ -557,6 +586,28 @@ pub fn slow_replies_proxy(
         });
     });
     format!("redis://{addr}/")
+}
+
+/// An entry of a stream as `XRANGE` gives it: its id and its fields (`name, value, …`).
+pub type StreamEntry = (String, Vec<String>);
+
+/// Waits until a session's mirror (`<prefix>events:{session}`, its entries as `read` gives
+/// them) holds event `event_id` (`stream_count`): a node mirrors an event a moment after it
+/// sends it, later under load, and a test resuming elsewhere right after its client read the
+/// event may be ahead of the mirror (what a resume reports as a gap, or does not replay).
+pub async fn wait_mirrored(read: impl Fn() -> Vec<StreamEntry>, event_id: &str) {
+    let (stream, count) = event_id.split_once('_').expect("an event id");
+    let deadline = tokio::time::Instant::now() + crate::support::READ_TIMEOUT;
+    while !read()
+        .iter()
+        .any(|(_, fields)| is_mirrored_event(fields, stream, count))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{event_id} never mirrored"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
 
 /// Whether the fields of an entry of a session's mirror (`name, value, …`, as `XRANGE`
