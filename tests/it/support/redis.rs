@@ -421,9 +421,7 @@ impl RedisCluster {
             })
             .collect()
     }
-}
 
-impl RedisCluster {
     /// The entries of the stream `key` (`XRANGE - +`), read from the master that holds its
     /// slot (the others answer with a redirection).
     pub fn stream(&self, key: &str) -> Vec<StreamEntry> {
