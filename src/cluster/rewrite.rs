@@ -83,8 +83,11 @@ impl Cluster {
             self.rewrite.may_be.store(false, Ordering::Release);
         } else if self.tasks.keeps_records() || self.session_records.get().is_some_and(|s| s.any())
         {
-            self.rewrite.may_be.store(true, Ordering::Release);
-            say(self);
+            // Said at once when it begins; [`keep_saying`] renews it (a beat each second of
+            // an outage said it again beside the loop's, two failed writes a second).
+            if !self.rewrite.may_be.swap(true, Ordering::AcqRel) {
+                say(self);
+            }
         }
     }
 
