@@ -312,6 +312,8 @@ impl SocketRecord {
     pub(crate) fn lost(&mut self, owed: RecordOwed) {
         if self.stored.is_some() {
             self.owed = Some(owed);
+            // A write under way began before this loss: it does not pay for it.
+            self.owed_write_under_way = false;
             self.due_again();
         }
     }
