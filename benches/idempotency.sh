@@ -10,10 +10,12 @@
 #
 #   benches/idempotency.sh [generator args...]     e.g. --duration 5
 #   ROUNDS=3 benches/idempotency.sh
+#   SERVER=/path/to/mcp-ws benches/idempotency.sh   (a build to measure: none is made here)
+#   LOAD=/path/to/load benches/idempotency.sh       (a load generator already built)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
-LOAD=$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)
+[ -n "${SERVER:-}" ] || { cargo build --release --quiet; SERVER=target/release/mcp-ws; }
+LOAD=${LOAD:-$(cargo bench -p mcp-ws-benches --bench load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))/\1/p' | tail -1)}
 ROUNDS=${ROUNDS:-3}
 PORT=${PORT_BASE:-18960}
 REDIS_PORT=$((PORT + 9))
@@ -39,7 +41,7 @@ cpu_ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
 run() {
   local label=$1 config=$2 server redis_before redis_after result
   shift 2
-  RUST_LOG=warn taskset -c 0 target/release/mcp-ws --listen 127.0.0.1:$PORT --config "$config" &
+  RUST_LOG=warn taskset -c 0 "$SERVER" --listen 127.0.0.1:$PORT --config "$config" &
   server=$!
   sleep 1
   redis_before=$(cpu_ticks $REDIS)

@@ -279,6 +279,22 @@ impl Cluster {
         }
     }
 
+    /// The epoch under which a keyed call's key is claimed ([`Store::claim`](store::Store::claim)):
+    /// Redis's epoch as this node's beat last read it, with `cluster.on_store_error =
+    /// "refuse"`. A key Redis finds free under another epoch may be one whose claim it lost
+    /// a moment ago (restarted empty, flushed), before this node's beat noticed and its
+    /// wait after the change began ([`rewrite_left`](Self::rewrite_left)). `None` (claimed
+    /// whatever the epoch) before the node's first beat read one (it has nothing to compare;
+    /// that beat comes at once), or when the node runs calls alone while Redis is away.
+    pub(crate) fn epoch_for_claims(&self) -> Option<String> {
+        if !self.store.refuses_without_redis() {
+            return None;
+        }
+        crate::lock(&self.epoch)
+            .as_ref()
+            .map(|(known, _)| known.clone())
+    }
+
     /// A number for an SSE stream of an HTTP session on this node (sessions in Redis): this
     /// node's [`node_base`](Self::node_base) plus a count of this node's, with bit 31 set
     /// for a session's `GET` stream (`transport::mirror::is_get_stream`). No two streams of

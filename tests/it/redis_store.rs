@@ -1095,6 +1095,51 @@ async fn a_retry_on_another_node_waits_for_a_run_whose_claim_redis_lost_restarti
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
 }
 
+/// Redis loses what it holds while the nodes' connections stay (`FLUSHALL`; a Redis
+/// restarted behind a proxy that keeps its clients' connections does the same), a keyed
+/// call running on one node: a retry on the other node at once, before either node's beat
+/// notices, finds the key free. Its node reads Redis's epoch beside the claim, finds it
+/// gone, lets the claim go and refuses the retry (retryable -32008) rather than running the
+/// call a second time beside the first; retried, it joins the run once the running node
+/// wrote its claim again. (Before, the other node ran it: stop 55's note.)
+#[tokio::test]
+async fn a_retry_elsewhere_the_moment_redis_lost_its_claim_is_refused_not_run_twice() {
+    let redis = RedisServer::start();
+    let a = start_node("a", node_settings(&redis));
+    let b = start_node("b", node_settings(&redis));
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    on_a.send_json(keyed_call(json!(1), "held", "k-flushed"))
+        .await;
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while a.runs.load(Ordering::SeqCst) == 0 || redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Both nodes have read Redis's epoch: B knows the one Redis is about to lose.
+    while redis.keys("mcp-ws:epoch").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no epoch written");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let mut connection = redis.connection().expect("redis answers");
+    let () = ::redis::cmd("FLUSHALL")
+        .query(&mut connection)
+        .expect("FLUSHALL");
+    let retry = retried_until_waiting(&mut on_b, "k-flushed").await;
+    assert_eq!(
+        b.runs.load(Ordering::SeqCst),
+        0,
+        "the retry ran the call again"
+    );
+    a.gate.add_permits(1);
+    let first = on_a.recv_response(&json!(1)).await;
+    assert_eq!(result_text(&first, &json!(1)), "a run 1: \"held\"");
+    let retried = on_b.recv_response(&json!(retry)).await;
+    assert_eq!(result_text(&retried, &json!(retry)), "a run 1: \"held\"");
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+}
+
 /// After Redis came back empty, a node refuses (retryable -32008) a keyed call whose key it
 /// would claim, for as long as the nodes take to write back the claims of the calls they
 /// run (3 s from when its beat noticed), then takes it: a key found free in that moment may

@@ -316,9 +316,20 @@ async fn run(
             key: keyed.key,
             running: Some(running.clone()),
         };
+        // Claimed only under the epoch this node's beat knows: a key found free under
+        // another may be one whose claim Redis lost a moment ago, before the wait above
+        // begins (stop 55's note: a retry elsewhere ran the call a second time). Refused,
+        // retryable, as within that wait.
+        let epoch = cluster.epoch_for_claims();
         let claimed = cluster
             .store
-            .claim(&cluster.metrics, &keyed.key, running, running_for)
+            .claim(
+                &cluster.metrics,
+                &keyed.key,
+                running,
+                running_for,
+                epoch.as_deref(),
+            )
             .await;
         asking.answered();
         let (found, backend) = match claimed {

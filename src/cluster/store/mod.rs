@@ -22,6 +22,7 @@ mod redis;
 pub(crate) use self::memory::{MemoryStore, NonceCache, NonceRefused};
 pub(crate) use self::redis::{shared_secret, KeptClaim, RedisStore, SharedSecret, StreamEntry};
 
+use self::redis::ClaimAnswer;
 use crate::config::{OnStoreError, Settings};
 use crate::lock;
 use crate::observe::metrics::Metrics;
@@ -405,16 +406,20 @@ impl Store {
 
     /// The live entry under `key`, or `None` when there was none and `running` was put
     /// there for `ttl` (in Redis for [`CLAIM_LEASE`], kept longer while the run goes on);
-    /// with the backend that answered.
+    /// with the backend that answered. With `epoch` (Redis's, as the node knows it), a key
+    /// Redis finds free under another epoch is not claimed (see [`RedisStore::claim`]).
     ///
     /// # Errors
-    /// [`Unreachable`] when Redis cannot take it and the node must not go on alone.
+    /// [`Unreachable`] when Redis cannot take it and the node must not go on alone; also,
+    /// with [`REWRITE_WAIT`](crate::cluster::REWRITE_WAIT) to wait, when Redis's epoch was
+    /// not `epoch`: the key may be a running call's whose claim Redis lost a moment ago.
     pub(crate) async fn claim(
         &self,
         metrics: &Metrics,
         key: &Key,
         running: Claim,
         ttl: Duration,
+        epoch: Option<&str>,
     ) -> Result<(Option<Claim>, Backend), Unreachable> {
         if let Some(redis) = &self.redis {
             // Skipped while Redis is paused, the claim is never sent.
@@ -422,12 +427,20 @@ impl Store {
             let mut unanswered = false;
             // Held for a lease, kept for the run's time while it runs (`keep_running`).
             let lease = ttl.min(CLAIM_LEASE);
-            match redis.claim(metrics, key, &running.encode(), lease).await {
-                Some(None) => return Ok((None, Backend::Redis)),
-                Some(Some(found)) => match Claim::decode(&found) {
+            match redis
+                .claim(metrics, key, &running.encode(), lease, epoch)
+                .await
+            {
+                Some(ClaimAnswer::Claimed) => return Ok((None, Backend::Redis)),
+                Some(ClaimAnswer::Found(found)) => match Claim::decode(&found) {
                     Some(entry) => return Ok((Some(entry), Backend::Redis)),
                     None => redis.unreadable(metrics, "claim", &"an entry in an unknown format"),
                 },
+                Some(ClaimAnswer::OtherEpoch) => {
+                    return Err(Unreachable {
+                        retry_after: crate::cluster::REWRITE_WAIT,
+                    })
+                }
                 None => unanswered = sent,
             }
             if self.refuse_without_redis {

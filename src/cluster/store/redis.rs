@@ -39,15 +39,29 @@ pub(crate) enum KeptClaim {
 }
 
 /// The entry under `KEYS[1]`, or, when there is none, `ARGV[1]` is put there for `ARGV[2]` ms and
-/// nil is returned.
+/// nil is returned; with `KEYS[2]` (Redis's epoch), only if it holds `ARGV[3]` (the epoch the
+/// node knows), else 0 is returned and nothing is written: a key found free under an epoch
+/// the node has not noted may be one whose claim Redis lost a moment ago.
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"local v = redis.call('GET', KEYS[1])
 if v then return v end
+if KEYS[2] and redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false",
     )
 });
+
+/// What Redis answered a claim ([`RedisStore::claim`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ClaimAnswer {
+    /// The key held nothing: the claim is there now.
+    Claimed,
+    /// The entry the key holds.
+    Found(Vec<u8>),
+    /// The key held nothing, and Redis's epoch was not the one given: nothing was written.
+    OtherEpoch,
+}
 
 /// Keeps a run's claim `ARGV[1]` under `KEYS[1]` for `ARGV[2]` ms: extended if it is there
 /// (1), written if the key holds nothing (2: Redis lost it, or never took it); 0 when the key
@@ -593,17 +607,33 @@ impl RedisStore {
         key: &Key,
         running: &[u8],
         ttl: Duration,
-    ) -> Option<Option<Vec<u8>>> {
+        epoch: Option<&str>,
+    ) -> Option<ClaimAnswer> {
         let key = self.entry_key(key);
-        self.run(metrics, "claim", |mut con| async move {
-            CLAIM
-                .key(key)
-                .arg(running)
-                .arg(expiry_ms(ttl))
-                .invoke_async(&mut con)
-                .await
-        })
-        .await
+        // A script may touch the keys of one slot only: on a cluster the epoch is not
+        // asked (its key lives on one shard, and only that shard's loss changes it).
+        let epoch = epoch
+            .filter(|_| matches!(self.backend, Backend::Server(_)))
+            .map(|epoch| (format!("{}epoch", self.prefix), epoch.to_owned()));
+        let answer = self
+            .run(metrics, "claim", |mut con| async move {
+                let mut claim = CLAIM.key(key);
+                claim.arg(running).arg(expiry_ms(ttl));
+                if let Some((epoch_key, epoch)) = epoch {
+                    claim.key(epoch_key).arg(epoch);
+                }
+                claim.invoke_async::<Value>(&mut con).await
+            })
+            .await?;
+        match answer {
+            Value::Nil => Some(ClaimAnswer::Claimed),
+            Value::BulkString(found) => Some(ClaimAnswer::Found(found)),
+            Value::Int(0) => Some(ClaimAnswer::OtherEpoch),
+            other => {
+                self.unreadable(metrics, "claim", &format_args!("an answer {other:?}"));
+                None
+            }
+        }
     }
 
     /// Keeps a run's claim (`running`) under `key` for `ttl` ([`KEEP_CLAIM`]): what Redis
