@@ -22,6 +22,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
@@ -269,10 +270,11 @@ impl ConnectionLike for Connection {
 /// See the module docs.
 pub(crate) struct RedisStore {
     backend: Backend,
-    /// Made on first use: its tasks need the runtime, which the server starts later. A
-    /// cluster's is made again after an operation timed out ([`CLUSTER_REBUILD_EVERY`] at
-    /// most), so that its slot map is read afresh.
-    connection: std::sync::Mutex<Option<Connection>>,
+    /// One for each thread that asks, made on its first use there (its tasks need the
+    /// runtime, which the server starts later), so that a command and its reply stay on the
+    /// event loop that sent it. A cluster's are made again after an operation timed out
+    /// ([`CLUSTER_REBUILD_EVERY`] at most), so that its slot map is read afresh.
+    connections: std::sync::Mutex<HashMap<std::thread::ThreadId, Connection>>,
     /// When a cluster's connection was last made, in ms since `epoch`.
     connected_at: AtomicU64,
     /// The seed a cluster's bus subscription is tried at first (the one after the last that
@@ -320,7 +322,7 @@ impl RedisStore {
         };
         Some(Self {
             backend,
-            connection: std::sync::Mutex::new(None),
+            connections: std::sync::Mutex::default(),
             connected_at: AtomicU64::new(0),
             next_seed: std::sync::atomic::AtomicUsize::new(0),
             prefix: settings.key_prefix.clone(),
@@ -540,31 +542,34 @@ impl RedisStore {
     }
 
     fn connection(&self) -> Option<Connection> {
-        let mut connection = crate::lock(&self.connection);
-        if connection.is_none() {
-            *connection = match &self.backend {
-                Backend::Server(client) => {
-                    let config = ConnectionManagerConfig::new()
-                        .set_connection_timeout(Some(self.timeout))
-                        .set_response_timeout(Some(self.timeout))
-                        .set_number_of_retries(1)
-                        .set_max_delay(self.retry_after);
-                    ConnectionManager::new_lazy_with_config(client.clone(), config)
-                        .ok()
-                        .map(Connection::Server)
-                }
-                Backend::Cluster { client, .. } => {
-                    let config = ClusterConfig::new()
-                        .set_connection_timeout(self.timeout)
-                        .set_response_timeout(self.timeout);
-                    self.connected_at.store(self.now_ms(), Ordering::Relaxed);
-                    Some(Connection::Cluster(
-                        client.get_pending_async_connection_with_config(config),
-                    ))
-                }
-            };
+        let thread = std::thread::current().id();
+        let mut connections = crate::lock(&self.connections);
+        if let Some(connection) = connections.get(&thread) {
+            return Some(connection.clone());
         }
-        connection.clone()
+        let made = match &self.backend {
+            Backend::Server(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(self.retry_after);
+                ConnectionManager::new_lazy_with_config(client.clone(), config)
+                    .ok()
+                    .map(Connection::Server)
+            }
+            Backend::Cluster { client, .. } => {
+                let config = ClusterConfig::new()
+                    .set_connection_timeout(self.timeout)
+                    .set_response_timeout(self.timeout);
+                self.connected_at.store(self.now_ms(), Ordering::Relaxed);
+                Some(Connection::Cluster(
+                    client.get_pending_async_connection_with_config(config),
+                ))
+            }
+        }?;
+        connections.insert(thread, made.clone());
+        Some(made)
     }
 
     /// An operation on a cluster timed out: its connection is made again (at most every
@@ -588,7 +593,7 @@ impl RedisStore {
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         {
-            *crate::lock(&self.connection) = None;
+            crate::lock(&self.connections).clear();
             // Said once a stretch: under a slowdown that goes on, it is done every 2 s
             // (review 58 #6).
             if now.saturating_sub(last) > 10 * CLUSTER_REBUILD_EVERY.as_millis() as u64 {
