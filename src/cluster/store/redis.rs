@@ -1,9 +1,13 @@
 //! The Redis backend: the same entries and nonces as the memory backend, in one Redis shared
 //! by every node, through the `redis` crate's tokio connection manager (one multiplexed
-//! connection per node, which reconnects by itself), or in a Redis Cluster through the
-//! crate's cluster connection (one multiplexed connection per shard, following the slot
-//! map). Every key of one session carries the session id as its hash tag, so a session's
-//! keys live on one shard; every other key is used alone.
+//! connection per thread that sends commands, which reconnects by itself), or in a Redis
+//! Cluster through the crate's cluster connection (one multiplexed connection per shard and
+//! thread, following the slot map). A connection per thread, not per node: the one
+//! connection of a node was driven from the thread that made it, and every command of the
+//! other event loops, and its reply, crossed to it and back, each crossing a wake-up (a
+//! keyed call over Redis cost three times its CPU; `benches/README.md`, 2026-12-07). Every
+//! key of one session carries the session id as its hash tag, so a session's keys live on
+//! one shard; every other key is used alone.
 //!
 //! Every operation is bounded by `redis.timeout_ms`. One that fails (refused, timed out, an
 //! error reply) is counted in `mcp_redis_errors_total`, and the node then skips Redis for
@@ -224,7 +228,7 @@ enum Backend {
     },
 }
 
-/// The shared connection of either backend; cheap to clone (both multiplex one set of
+/// A thread's connection of either backend; cheap to clone (both multiplex one set of
 /// sockets).
 #[derive(Clone)]
 enum Connection {
