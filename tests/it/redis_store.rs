@@ -1140,6 +1140,42 @@ async fn a_retry_elsewhere_the_moment_redis_lost_its_claim_is_refused_not_run_tw
     assert_eq!(b.runs.load(Ordering::SeqCst), 0);
 }
 
+/// Redis closes a connection idle past its `timeout` (a managed Redis, a proxy or a NAT
+/// forgets one after minutes; here 2 s): the connection of the node's event loop, unused
+/// while no keyed call comes, is kept in use by the node's beats (a `PING` each), so a
+/// keyed call after a longer quiet spell is answered, Redis counted as failing nowhere.
+/// (Before, the loop's first command met the closed connection: -32008, and the whole node
+/// skipped Redis.)
+#[tokio::test]
+async fn a_keyed_call_after_a_quiet_spell_longer_than_redis_idle_timeout_is_answered() {
+    let redis = RedisServer::start();
+    let mut connection = redis.connection().expect("redis answers");
+    let () = ::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("timeout")
+        .arg(2)
+        .query(&mut connection)
+        .expect("CONFIG SET timeout");
+    let node = start_node("a", node_settings(&redis));
+    let mut client = Client::initialized_as(&node.server, TEST_KEY).await;
+    node.gate.add_permits(2);
+    let first = client
+        .send_request(keyed_call(json!(1), "before", "k-quiet-1"))
+        .await;
+    assert_eq!(result_text(&first, &json!(1)), "a run 1: \"before\"");
+    let errors = metric(&node.server, "mcp_redis_errors_total").await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let after = client
+        .send_request(keyed_call(json!(2), "after", "k-quiet-2"))
+        .await;
+    assert_eq!(result_text(&after, &json!(2)), "a run 2: \"after\"");
+    assert_eq!(
+        metric(&node.server, "mcp_redis_errors_total").await,
+        errors,
+        "a Redis operation failed"
+    );
+}
+
 /// After Redis came back empty, a node refuses (retryable -32008) a keyed call whose key it
 /// would claim, for as long as the nodes take to write back the claims of the calls they
 /// run (3 s from when its beat noticed), then takes it: a key found free in that moment may

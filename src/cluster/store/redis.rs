@@ -279,6 +279,8 @@ pub(crate) struct RedisStore {
     /// event loop that sent it. A cluster's are made again after an operation timed out
     /// ([`CLUSTER_REBUILD_EVERY`] at most), so that its slot map is read afresh.
     connections: std::sync::Mutex<HashMap<std::thread::ThreadId, Connection>>,
+    /// Whether a pass of [`keep_connections`](Self::keep_connections) is under way.
+    keeping_connections: std::sync::atomic::AtomicBool,
     /// When a cluster's connection was last made, in ms since `epoch`.
     connected_at: AtomicU64,
     /// The seed a cluster's bus subscription is tried at first (the one after the last that
@@ -327,6 +329,7 @@ impl RedisStore {
         Some(Self {
             backend,
             connections: std::sync::Mutex::default(),
+            keeping_connections: std::sync::atomic::AtomicBool::new(false),
             connected_at: AtomicU64::new(0),
             next_seed: std::sync::atomic::AtomicUsize::new(0),
             prefix: settings.key_prefix.clone(),
@@ -576,6 +579,43 @@ impl RedisStore {
         Some(made)
     }
 
+    /// Asks a `PING` on each other thread's connection (sent together, each bounded by the
+    /// timeout), one pass at a time; called at each beat. A connection no command used for a
+    /// while (an event loop without keyed calls or sessions in Redis) so stays known to the
+    /// NATs and proxies on the way and to Redis's idle `timeout`, as the node's one
+    /// connection was by the beats: closed for idling, its thread's next command failed and
+    /// made the whole node skip Redis. One that does not answer (closed, or dropped without
+    /// a word: the crate reconnects on a closed socket, not on a silent one) is forgotten,
+    /// to be made afresh at its thread's next command, without the node skipping Redis.
+    pub(crate) async fn keep_connections(&self) {
+        if self.keeping_connections.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let here = std::thread::current().id();
+        let others: Vec<(std::thread::ThreadId, Connection)> = crate::lock(&self.connections)
+            .iter()
+            .filter(|(thread, _)| **thread != here)
+            .map(|(thread, connection)| (*thread, connection.clone()))
+            .collect();
+        let pings = others
+            .into_iter()
+            .map(|(thread, mut connection)| async move {
+                let ping = redis::cmd("PING");
+                let answered = matches!(
+                    tokio::time::timeout(self.timeout, ping.query_async::<()>(&mut connection))
+                        .await,
+                    Ok(Ok(()))
+                );
+                (thread, answered)
+            });
+        for (thread, answered) in futures_util::future::join_all(pings).await {
+            if !answered {
+                crate::lock(&self.connections).remove(&thread);
+            }
+        }
+        self.keeping_connections.store(false, Ordering::Release);
+    }
+
     /// An operation on a cluster timed out: its connection is made again (at most every
     /// [`CLUSTER_REBUILD_EVERY`]), which reads the slot map afresh from a seed that
     /// answers. The cluster client reads it again on a redirection or a dropped connection
@@ -635,7 +675,8 @@ impl RedisStore {
             })
             .await?;
         match answer {
-            Value::Nil => Some(ClaimAnswer::Claimed),
+            // Lua's `false`: nil over RESP2, a boolean over RESP3 (`?protocol=resp3`).
+            Value::Nil | Value::Boolean(false) => Some(ClaimAnswer::Claimed),
             Value::BulkString(found) => Some(ClaimAnswer::Found(found)),
             Value::Int(0) => Some(ClaimAnswer::OtherEpoch),
             other => {
