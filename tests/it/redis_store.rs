@@ -1081,27 +1081,16 @@ async fn a_retry_on_another_node_waits_for_a_run_whose_claim_redis_lost_restarti
     // Retried on the other node as a client is told to (-32008 while it skips Redis) until
     // the retry is taken: then it waits for the run, with no answer yet.
     let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
-    let retry = retried_until_waiting(&mut on_b, "k-lost").await;
-    assert_eq!(
-        b.runs.load(Ordering::SeqCst),
-        0,
-        "the retry ran the call again"
-    );
-    a.gate.add_permits(1);
-    let first = on_a.recv_response(&json!(1)).await;
-    assert_eq!(result_text(&first, &json!(1)), "a run 1: \"held\"");
-    let retried = on_b.recv_response(&json!(retry)).await;
-    assert_eq!(result_text(&retried, &json!(retry)), "a run 1: \"held\"");
-    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+    retried_on_b_joins_the_run(&a, &mut on_a, &b, &mut on_b, "k-lost").await;
 }
 
 /// Redis loses what it holds while the nodes' connections stay (`FLUSHALL`; a Redis
 /// restarted behind a proxy that keeps its clients' connections does the same), a keyed
 /// call running on one node: a retry on the other node at once, before either node's beat
-/// notices, finds the key free. Its node reads Redis's epoch beside the claim, finds it
-/// gone, lets the claim go and refuses the retry (retryable -32008) rather than running the
-/// call a second time beside the first; retried, it joins the run once the running node
-/// wrote its claim again. (Before, the other node ran it: stop 55's note.)
+/// notices, finds the key free. Its node claims only under the epoch its beat read, which
+/// the claim's script finds gone: nothing is written, and the retry is refused (retryable
+/// -32008) rather than run a second time beside the first; retried, it joins the run once
+/// the running node wrote its claim again. (Before, the other node ran it: stop 55's note.)
 #[tokio::test]
 async fn a_retry_elsewhere_the_moment_redis_lost_its_claim_is_refused_not_run_twice() {
     let redis = RedisServer::start();
@@ -1126,18 +1115,7 @@ async fn a_retry_elsewhere_the_moment_redis_lost_its_claim_is_refused_not_run_tw
     let () = ::redis::cmd("FLUSHALL")
         .query(&mut connection)
         .expect("FLUSHALL");
-    let retry = retried_until_waiting(&mut on_b, "k-flushed").await;
-    assert_eq!(
-        b.runs.load(Ordering::SeqCst),
-        0,
-        "the retry ran the call again"
-    );
-    a.gate.add_permits(1);
-    let first = on_a.recv_response(&json!(1)).await;
-    assert_eq!(result_text(&first, &json!(1)), "a run 1: \"held\"");
-    let retried = on_b.recv_response(&json!(retry)).await;
-    assert_eq!(result_text(&retried, &json!(retry)), "a run 1: \"held\"");
-    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
+    retried_on_b_joins_the_run(&a, &mut on_a, &b, &mut on_b, "k-flushed").await;
 }
 
 /// Redis closes a connection idle past its `timeout` (a managed Redis, a proxy or a NAT
@@ -1226,6 +1204,30 @@ async fn a_keyed_call_waits_while_the_nodes_write_back_what_redis_lost() {
         !waits.is_empty() && waits.iter().all(|ms| *ms <= 3_000),
         "refused while the nodes wrote back what Redis lost: {waits:?}"
     );
+}
+
+/// Retries the keyed call `held` under `key` on node `b` ([`retried_until_waiting`]) until
+/// it is taken, and checks that it joined node `a`'s run of it (sent with id 1 on `on_a`,
+/// its first): `b` runs nothing, and once `a`'s gate opens both get that run's answer.
+async fn retried_on_b_joins_the_run(
+    a: &Node,
+    on_a: &mut Client,
+    b: &Node,
+    on_b: &mut Client,
+    key: &str,
+) {
+    let retry = retried_until_waiting(on_b, key).await;
+    assert_eq!(
+        b.runs.load(Ordering::SeqCst),
+        0,
+        "the retry ran the call again"
+    );
+    a.gate.add_permits(1);
+    let first = on_a.recv_response(&json!(1)).await;
+    assert_eq!(result_text(&first, &json!(1)), "a run 1: \"held\"");
+    let retried = on_b.recv_response(&json!(retry)).await;
+    assert_eq!(result_text(&retried, &json!(retry)), "a run 1: \"held\"");
+    assert_eq!(b.runs.load(Ordering::SeqCst), 0);
 }
 
 /// Sends the keyed call `held` under `key` (ids 101, 102, …) as a client retries it when
