@@ -71,7 +71,13 @@ fn url(node: &RunningServer) -> String {
 
 impl Session {
     async fn begin(node: &RunningServer, token: Option<&'static str>) -> Self {
-        let http = crate::support::http::client();
+        // A connection idle for 2 s is not reused: the server closes one idle for its
+        // keep-alive (5 s), and a request sent on it in that instant failed as an incomplete
+        // message (seen after a Redis Cluster failover the test waited about 5 s for).
+        let http = crate::support::http::client_builder()
+            .pool_idle_timeout(Duration::from_secs(2))
+            .build()
+            .expect("reqwest client");
         let mut params = initialize_params("2025-11-25");
         params["capabilities"] = json!({"elicitation": {}});
         let mut post = http
