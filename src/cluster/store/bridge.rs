@@ -264,12 +264,15 @@ async fn beat(cluster: Arc<Cluster>) {
         // Noted whatever becomes of the epoch's question (review 52 #4).
         cluster.note_beat(still_held);
         // The event loops' connections asked too, off the beat's task.
-        let keeping = cluster.clone();
-        actix_rt::spawn(async move {
-            if let Some(redis) = keeping.store.redis() {
-                redis.keep_connections().await;
-            }
-        });
+        one_pass_at_a_time(
+            &cluster,
+            |c| &c.store.keeping_connections,
+            |cluster| async move {
+                if let Some(redis) = cluster.store.redis() {
+                    redis.keep_connections().await;
+                }
+            },
+        );
         let epoch = redis.epoch_or(&cluster.metrics, &candidate).await;
         let epoch_read = epoch.is_some();
         let lost = epoch.is_some_and(|now| cluster.note_epoch(now));

@@ -231,6 +231,8 @@ pub(crate) struct Store {
     max_stranded: usize,
     /// A pass of [`keep_running`](Self::keep_running) is under way (`bridge::keep_claims`).
     pub(crate) keeping: std::sync::atomic::AtomicBool,
+    /// A pass of [`RedisStore::keep_connections`] is under way (`bridge::beat`).
+    pub(crate) keeping_connections: std::sync::atomic::AtomicBool,
     /// A pass of [`write_back_nonces`](Self::write_back_nonces) is under way.
     pub(crate) writing_nonces: std::sync::atomic::AtomicBool,
     /// When a beat last found Redis may have lost the claims it held for this node (the
@@ -329,6 +331,7 @@ impl Store {
             stranded_releases: Mutex::default(),
             max_stranded: settings.dedup.max_entries,
             keeping: std::sync::atomic::AtomicBool::new(false),
+            keeping_connections: std::sync::atomic::AtomicBool::new(false),
             writing_nonces: std::sync::atomic::AtomicBool::new(false),
             claims_lost_at: Mutex::default(),
             stranded_nonces: Mutex::default(),

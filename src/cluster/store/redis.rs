@@ -279,8 +279,6 @@ pub(crate) struct RedisStore {
     /// event loop that sent it. A cluster's are made again after an operation timed out
     /// ([`CLUSTER_REBUILD_EVERY`] at most), so that its slot map is read afresh.
     connections: std::sync::Mutex<HashMap<std::thread::ThreadId, Connection>>,
-    /// Whether a pass of [`keep_connections`](Self::keep_connections) is under way.
-    keeping_connections: std::sync::atomic::AtomicBool,
     /// When a cluster's connection was last made, in ms since `epoch`.
     connected_at: AtomicU64,
     /// The seed a cluster's bus subscription is tried at first (the one after the last that
@@ -329,7 +327,6 @@ impl RedisStore {
         Some(Self {
             backend,
             connections: std::sync::Mutex::default(),
-            keeping_connections: std::sync::atomic::AtomicBool::new(false),
             connected_at: AtomicU64::new(0),
             next_seed: std::sync::atomic::AtomicUsize::new(0),
             prefix: settings.key_prefix.clone(),
@@ -580,7 +577,7 @@ impl RedisStore {
     }
 
     /// Asks a `PING` on each other thread's connection (sent together, each bounded by the
-    /// timeout), one pass at a time; called at each beat. A connection no command used for a
+    /// timeout); called at each beat, one pass at a time (`bridge::beat`). A connection no command used for a
     /// while (an event loop without keyed calls or sessions in Redis) so stays known to the
     /// NATs and proxies on the way and to Redis's idle `timeout`, as the node's one
     /// connection was by the beats: closed for idling, its thread's next command failed and
@@ -588,9 +585,6 @@ impl RedisStore {
     /// a word: the crate reconnects on a closed socket, not on a silent one) is forgotten,
     /// to be made afresh at its thread's next command, without the node skipping Redis.
     pub(crate) async fn keep_connections(&self) {
-        if self.keeping_connections.swap(true, Ordering::AcqRel) {
-            return;
-        }
         let here = std::thread::current().id();
         let others: Vec<(std::thread::ThreadId, Connection)> = crate::lock(&self.connections)
             .iter()
@@ -613,7 +607,6 @@ impl RedisStore {
                 crate::lock(&self.connections).remove(&thread);
             }
         }
-        self.keeping_connections.store(false, Ordering::Release);
     }
 
     /// An operation on a cluster timed out: its connection is made again (at most every
