@@ -320,7 +320,6 @@ async fn run(
         // another may be one whose claim Redis lost a moment ago, before the wait above
         // begins (stop 55's note: a retry elsewhere ran the call a second time). Refused,
         // retryable, as within that wait.
-        let epoch = cluster.epoch_for_claims();
         let claimed = cluster
             .store
             .claim(
@@ -328,7 +327,7 @@ async fn run(
                 &keyed.key,
                 running,
                 running_for,
-                epoch.as_deref(),
+                cluster.epoch_for_claims(),
             )
             .await;
         asking.answered();

@@ -422,7 +422,7 @@ impl Store {
         key: &Key,
         running: Claim,
         ttl: Duration,
-        epoch: Option<&str>,
+        epoch: Option<String>,
     ) -> Result<(Option<Claim>, Backend), Unreachable> {
         if let Some(redis) = &self.redis {
             // Skipped while Redis is paused, the claim is never sent.

@@ -641,22 +641,23 @@ impl RedisStore {
         }
     }
 
-    /// The encoded entry under `key`, or `Some(None)` when there was none and `running` was
-    /// put there for `ttl`. `None` when Redis could not be asked.
+    /// Puts `running` under `key` for `ttl` if the key holds nothing (and, with `epoch`, if
+    /// Redis's epoch is that one: [`CLAIM`]); what Redis answered, `None` when it could not
+    /// be asked.
     pub(crate) async fn claim(
         &self,
         metrics: &Metrics,
         key: &Key,
         running: &[u8],
         ttl: Duration,
-        epoch: Option<&str>,
+        epoch: Option<String>,
     ) -> Option<ClaimAnswer> {
         let key = self.entry_key(key);
         // A script may touch the keys of one slot only: on a cluster the epoch is not
         // asked (its key lives on one shard, and only that shard's loss changes it).
         let epoch = epoch
             .filter(|_| matches!(self.backend, Backend::Server(_)))
-            .map(|epoch| (format!("{}epoch", self.prefix), epoch.to_owned()));
+            .map(|epoch| (self.epoch_key(), epoch));
         let answer = self
             .run(metrics, "claim", |mut con| async move {
                 let mut claim = CLAIM.key(key);
@@ -948,6 +949,11 @@ impl RedisStore {
         })
         .await
         .map(|put| put == 1)
+    }
+
+    /// The key of Redis's epoch ([`epoch_or`](Self::epoch_or)).
+    fn epoch_key(&self) -> String {
+        format!("{}epoch", self.prefix)
     }
 
     /// The key a node renews while it writes again what Redis lost ([`mark_rewriting`](Self::mark_rewriting)).
@@ -1459,7 +1465,7 @@ impl RedisStore {
     /// across slots is refused), and read as bytes (a value written by something else does
     /// not fail the read). `None` when Redis could not be asked.
     pub(crate) async fn epoch_or(&self, metrics: &Metrics, candidate: &str) -> Option<String> {
-        let key = format!("{}epoch", self.prefix);
+        let key = self.epoch_key();
         let candidate = candidate.to_owned();
         self.attempt(metrics, "epoch", |mut con| async move {
             let (epoch,): (Option<Vec<u8>>,) = redis::pipe()
@@ -1476,7 +1482,7 @@ impl RedisStore {
 
     /// Redis's epoch (see [`beat`](Self::beat)); `Some(None)` when it holds none.
     pub(crate) async fn epoch(&self, metrics: &Metrics) -> Option<Option<String>> {
-        let key = format!("{}epoch", self.prefix);
+        let key = self.epoch_key();
         self.run(metrics, "epoch", |mut con| async move {
             con.get::<_, Option<String>>(key).await
         })
