@@ -135,12 +135,7 @@ impl RedisServer {
     /// The entries of the stream `key` (`XRANGE - +`).
     pub fn stream(&self, key: &str) -> Vec<StreamEntry> {
         let mut connection = self.connection().expect("redis answers");
-        redis::cmd("XRANGE")
-            .arg(key)
-            .arg("-")
-            .arg("+")
-            .query(&mut connection)
-            .expect("XRANGE")
+        xrange(key).query(&mut connection).expect("XRANGE")
     }
 
     /// Drops every client's pub/sub connection (the nodes' bus subscriptions): each node
@@ -427,14 +422,7 @@ impl RedisCluster {
     pub fn stream(&self, key: &str) -> Vec<StreamEntry> {
         self.ports
             .iter()
-            .find_map(|port| {
-                redis::cmd("XRANGE")
-                    .arg(key)
-                    .arg("-")
-                    .arg("+")
-                    .query(&mut connect(*port))
-                    .ok()
-            })
+            .find_map(|port| xrange(key).query(&mut connect(*port)).ok())
             .expect("a master holds the key's slot")
     }
 }
@@ -588,6 +576,13 @@ pub fn slow_replies_proxy(
 
 /// An entry of a stream as `XRANGE` gives it: its id and its fields (`name, value, …`).
 pub type StreamEntry = (String, Vec<String>);
+
+/// `XRANGE key - +`: every entry of the stream `key`.
+fn xrange(key: &str) -> redis::Cmd {
+    let mut command = redis::cmd("XRANGE");
+    command.arg(key).arg("-").arg("+");
+    command
+}
 
 /// Waits until a session's mirror (`<prefix>events:{session}`, its entries as `read` gives
 /// them) holds event `event_id` (`stream_count`): a node mirrors an event a moment after it
