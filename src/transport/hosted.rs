@@ -529,12 +529,17 @@ impl HostedSession {
                         .put_session(&cluster.metrics, &id, json.clone(), ttl)
                         .await
                 }
-                None => false,
+                None => None,
             };
-            if !written {
-                host.do_send(RecordUnwritten(owed));
-            } else {
-                drop(owed);
+            match written {
+                Some(true) => drop(owed),
+                // Deleted (on another node, or by a DELETE this write was sent before): the
+                // copy ends, whether or not the note of the end reached it.
+                Some(false) => {
+                    host.do_send(EndedElsewhere);
+                    return;
+                }
+                None => host.do_send(RecordUnwritten(owed)),
             }
             if changed {
                 let note = SessionNote {

@@ -722,7 +722,10 @@ async fn end_in_store(id: &str, shared: &Shared) -> Result<(), Refusal> {
     let Some(redis) = shared.cluster.store.redis() else {
         return Ok(());
     };
-    if !redis.delete_session(&shared.metrics, id).await {
+    // Remembered as long as a record would live: a copy on a node never told (its bus
+    // down) writes its record no later than that, and is refused and ends when it does.
+    let remembered = Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms);
+    if !redis.delete_session(&shared.metrics, id, remembered).await {
         return Err(Refusal::SessionStoreUnavailable);
     }
     let note = bridge::SessionNote {
@@ -750,6 +753,7 @@ async fn store_new_session(
                 redis
                     .put_session(&shared.metrics, id.as_str(), json, ttl)
                     .await
+                    == Some(true)
             }
             Err(_) => false,
         },

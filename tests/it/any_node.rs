@@ -18,7 +18,7 @@
 
 use crate::support::http::{header, metric, wait_metric};
 use crate::support::meta::*;
-use crate::support::redis::{slow_replies_proxy, RedisCluster, RedisServer};
+use crate::support::redis::{slow_commands_proxy, slow_replies_proxy, RedisCluster, RedisServer};
 use crate::support::stateless::{add_fixtures, plain_tool, stateless_settings, Fixtures};
 use crate::support::*;
 use futures_util::StreamExt;
@@ -1275,6 +1275,56 @@ async fn a_delete_redis_cannot_take_is_503_and_ends_the_session_when_sent_again(
         }
     }
     assert!(redis.keys("delete-outage:session:*").is_empty());
+}
+
+/// A DELETE on one node while the node holding the session still has a write of its record
+/// on its way (its link to Redis slow: the write lands 1.5 s later, after the deletion) ends
+/// the session for good: the late write is refused, and no node finds the session again.
+/// (The write landed over the deletion and brought the session back on every node for its
+/// idle time: a DELETE on another event loop of the same node, each with its own Redis
+/// connection, could do the same.)
+#[tokio::test]
+async fn a_record_write_landing_after_a_delete_elsewhere_does_not_bring_the_session_back() {
+    let redis = RedisServer::start();
+    let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy = slow_commands_proxy(&redis, Duration::from_millis(1500), slow.clone());
+    let fixtures = Fixtures::default();
+    // Commands 1.5 s late are answered in time for the holder.
+    let holder = node_with(&proxy, "late-write:", &fixtures, |settings| {
+        settings.redis.timeout_ms = 2500;
+    });
+    let other = node(&redis.url(), "late-write:", false, &fixtures);
+    let session = Session::begin(&holder, Some(TEST_KEY)).await;
+    slow.store(true, std::sync::atomic::Ordering::SeqCst);
+    // A change the holder writes to Redis: answered at once, its write on its way.
+    let level = session
+        .ask(
+            &holder,
+            json!(1),
+            "logging/setLevel",
+            json!({"level": "error"}),
+        )
+        .await;
+    assert_result(&answer_of(&level, &json!(1)), &json!(1));
+    assert_eq!(session.delete(&other).await, 200);
+    assert!(
+        redis.keys("late-write:session:*").is_empty(),
+        "the DELETE took the record"
+    );
+    // The holder's write has landed (or been refused) by now.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    slow.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        redis.keys("late-write:session:*").is_empty(),
+        "a write sent before the DELETE brought the record back"
+    );
+    for node in [&other, &holder] {
+        let status = session
+            .post_raw(node, request(json!(2), "ping", json!({})))
+            .await
+            .status();
+        assert_eq!(status, 404, "the deleted session on {}", node.addr());
+    }
 }
 
 /// A session deleted on one node while another node's bus is down (its subscription not

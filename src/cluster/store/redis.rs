@@ -110,6 +110,23 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1";
 
+/// Puts the session record `ARGV[1]` under `KEYS[1]` for `ARGV[2]` ms (1), unless the
+/// session was deleted (its end marker, `KEYS[2]`, is there: 0). A write sent before a
+/// DELETE on another node, or on another event loop of this one (each has its own
+/// connection), may land after it; without the marker it brought the deleted session back
+/// for every node. The two keys share the session's hash tag: one slot of a Redis Cluster.
+/// Sent whole (`EVAL`), as [`KEEP_CLAIM`] is.
+const PUT_UNLESS_DELETED: &str = r"if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1";
+
+/// Ends a session: deletes its record (`KEYS[1]`) and leaves its end marker (`KEYS[2]`) for
+/// `ARGV[1]` ms, so that a write of the record already on its way is refused
+/// ([`PUT_UNLESS_DELETED`]). Sent whole (`EVAL`).
+const END_SESSION: &str = r"redis.call('DEL', KEYS[1])
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+return 1";
+
 /// Puts `ARGV[2]` under `KEYS[1]`, keeping its time to live, if it still holds `ARGV[1]`;
 /// whether it did.
 static SWAP: LazyLock<Script> = LazyLock::new(|| {
@@ -1030,21 +1047,34 @@ impl RedisStore {
         format!("{}session:{{{id}}}", self.prefix)
     }
 
-    /// Stores a session's record (its JSON) for `ttl`. Whether Redis took it.
+    /// The key of a deleted session's end marker ([`END_SESSION`]), hash-tagged as its
+    /// record is.
+    fn session_ended_key(&self, id: &str) -> String {
+        format!("{}session-ended:{{{id}}}", self.prefix)
+    }
+
+    /// Stores an HTTP session's record (its JSON) for `ttl`, unless the session was deleted
+    /// ([`PUT_UNLESS_DELETED`]): `Some(true)` stored, `Some(false)` deleted (the writer's
+    /// copy ends), `None` when Redis could not be asked.
     pub(crate) async fn put_session(
         &self,
         metrics: &Metrics,
         id: &str,
         json: String,
         ttl: Duration,
-    ) -> bool {
+    ) -> Option<bool> {
         let key = self.session_key(id);
+        let ended = self.session_ended_key(id);
         let ttl_ms = expiry_ms(ttl);
         self.run(metrics, "put_session", |mut con| async move {
-            con.pset_ex::<_, _, ()>(key, json, ttl_ms).await
+            eval_script(PUT_UNLESS_DELETED, &[&key, &ended])
+                .arg(json)
+                .arg(ttl_ms)
+                .query_async::<i64>(&mut con)
+                .await
         })
         .await
-        .is_some()
+        .map(|put| put == 1)
     }
 
     /// Stores a WebSocket session's record (its JSON) for `ttl`, as written by its holder,
@@ -1141,11 +1171,22 @@ impl RedisStore {
         .map(|swapped| swapped == 1)
     }
 
-    /// Deletes a session's record.
-    pub(crate) async fn delete_session(&self, metrics: &Metrics, id: &str) -> bool {
+    /// Ends an HTTP session in Redis: deletes its record, and refuses for `remembered` any
+    /// write of it still on its way ([`END_SESSION`]). Whether Redis took it.
+    pub(crate) async fn delete_session(
+        &self,
+        metrics: &Metrics,
+        id: &str,
+        remembered: Duration,
+    ) -> bool {
         let key = self.session_key(id);
+        let ended = self.session_ended_key(id);
+        let remembered_ms = expiry_ms(remembered);
         self.run(metrics, "delete_session", |mut con| async move {
-            con.del::<_, i64>(key).await
+            eval_script(END_SESSION, &[&key, &ended])
+                .arg(remembered_ms)
+                .query_async::<i64>(&mut con)
+                .await
         })
         .await
         .is_some()

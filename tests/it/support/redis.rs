@@ -501,7 +501,33 @@ pub fn slow_replies_proxy(
     delay: std::time::Duration,
     slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    slow_proxy(redis, delay, slow, Held::Replies)
+}
+
+/// As [`slow_replies_proxy`], holding back the commands instead: while `slow` is set, each
+/// command reaches Redis `delay` after it was sent (its reply comes at once after that), as
+/// a node's write that lands after a later one from another connection.
+pub fn slow_commands_proxy(
+    redis: &RedisServer,
+    delay: std::time::Duration,
+    slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> String {
+    slow_proxy(redis, delay, slow, Held::Commands)
+}
+
+/// Which way a slow proxy holds bytes back.
+#[derive(Clone, Copy, PartialEq)]
+enum Held {
+    Replies,
+    Commands,
+}
+
+fn slow_proxy(
+    redis: &RedisServer,
+    delay: std::time::Duration,
+    slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    held: Held,
+) -> String {
     let slow = std::sync::Arc::downgrade(&slow);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("non-blocking");
@@ -535,43 +561,64 @@ pub fn slow_replies_proxy(
                 let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
                     continue;
                 };
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = server.into_split();
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
-                });
-                let (replies, mut held) = tokio::sync::mpsc::unbounded_channel();
-                let slow = slow.clone();
-                tokio::spawn(async move {
-                    let mut buffer = vec![0; 64 * 1024];
-                    while let Ok(read) = server_read.read(&mut buffer).await {
-                        if read == 0 {
-                            break;
-                        }
-                        let is_slow = slow
-                            .upgrade()
-                            .is_some_and(|slow| slow.load(std::sync::atomic::Ordering::SeqCst));
-                        let due = tokio::time::Instant::now()
-                            + if is_slow {
-                                delay
-                            } else {
-                                std::time::Duration::ZERO
-                            };
-                        let _ = replies.send((due, buffer[..read].to_vec()));
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                let (commands, replies) = (
+                    (client_read, server_write, held == Held::Commands),
+                    (server_read, client_write, held == Held::Replies),
+                );
+                for (from, to, is_held) in [commands, replies] {
+                    if is_held {
+                        copy_late(from, to, delay, slow.clone());
+                    } else {
+                        tokio::spawn(async move {
+                            let (mut from, mut to) = (from, to);
+                            let _ = tokio::io::copy(&mut from, &mut to).await;
+                        });
                     }
-                });
-                tokio::spawn(async move {
-                    while let Some((due, bytes)) = held.recv().await {
-                        tokio::time::sleep_until(due).await;
-                        if client_write.write_all(&bytes).await.is_err() {
-                            break;
-                        }
-                    }
-                });
+                }
             }
         });
     });
     format!("redis://{addr}/")
+}
+
+/// Copies `from` to `to`, each read held back `delay` from when it came while `slow` is
+/// set.
+fn copy_late(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: std::time::Duration,
+    slow: std::sync::Weak<std::sync::atomic::AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (read, mut held) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut buffer = vec![0; 64 * 1024];
+        while let Ok(count) = from.read(&mut buffer).await {
+            if count == 0 {
+                break;
+            }
+            let is_slow = slow
+                .upgrade()
+                .is_some_and(|slow| slow.load(std::sync::atomic::Ordering::SeqCst));
+            let due = tokio::time::Instant::now()
+                + if is_slow {
+                    delay
+                } else {
+                    std::time::Duration::ZERO
+                };
+            let _ = read.send((due, buffer[..count].to_vec()));
+        }
+    });
+    tokio::spawn(async move {
+        while let Some((due, bytes)) = held.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+    });
 }
 
 /// An entry of a stream as `XRANGE` gives it: its id and its fields (`name, value, …`).
@@ -613,6 +660,46 @@ pub fn is_mirrored_event(fields: &[String], stream: &str, count: &str) -> bool {
             .map(|pair| pair[1].as_str())
     };
     field("k") == Some("e") && field("s") == Some(stream) && field("c") == Some(count)
+}
+
+/// The slow-commands proxy holds a command back (Redis has not seen it a moment after it
+/// was sent, and has once it is answered), and lets it through at once when not slow.
+#[test]
+fn a_slow_commands_proxy_holds_back_commands() {
+    let redis = RedisServer::start();
+    let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let delay = std::time::Duration::from_secs(2);
+    let url = slow_commands_proxy(&redis, delay, slow.clone());
+    let mut through = redis::Client::open(url.as_str())
+        .expect("url")
+        .get_connection()
+        .expect("the proxy takes connections");
+    let mut direct = redis.connection().expect("redis answers");
+    let pong: String = redis::cmd("PING").query(&mut through).expect("PING");
+    assert_eq!(pong, "PONG", "through at once while not slow");
+    slow.store(true, std::sync::atomic::Ordering::SeqCst);
+    let sent = std::time::Instant::now();
+    let setter = std::thread::spawn(move || {
+        redis::cmd("SET")
+            .arg("held")
+            .arg("late")
+            .query::<()>(&mut through)
+            .expect("SET answered");
+        sent.elapsed()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let early: Option<String> = redis::cmd("GET")
+        .arg("held")
+        .query(&mut direct)
+        .expect("GET");
+    assert_eq!(early, None, "the command reached Redis early");
+    let took = setter.join().expect("the setter");
+    assert!(took >= delay, "answered after {took:?}");
+    let late: Option<String> = redis::cmd("GET")
+        .arg("held")
+        .query(&mut direct)
+        .expect("GET");
+    assert_eq!(late.as_deref(), Some("late"));
 }
 
 /// The slow-replies proxy answers through to Redis while its `slow` is held, and is gone
