@@ -1327,6 +1327,56 @@ async fn a_record_write_landing_after_a_delete_elsewhere_does_not_bring_the_sess
     }
 }
 
+/// A copy of a session that was never told of its deletion (the deleting node may not
+/// publish: its note stays owed) ends at its next write of the record, which Redis refuses
+/// for the deleted session, and the write does not bring the record back. (The copy's
+/// write put the record back, and every node served the deleted session again.)
+#[tokio::test]
+async fn a_copy_never_told_of_a_delete_ends_at_its_next_write_and_brings_nothing_back() {
+    const PREFIX: &str = "untold:";
+    let redis = RedisServer::start();
+    let mut connection = redis.connection().expect("redis answers");
+    ::redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("deleter")
+        .arg("reset")
+        .arg("on")
+        .arg(">deleter-secret")
+        .arg("+@all")
+        .arg("-publish")
+        .arg("~*")
+        .arg("&*")
+        .query::<()>(&mut connection)
+        .expect("ACL SETUSER taken");
+    let fixtures = Fixtures::default();
+    let holder = node(&redis.url(), PREFIX, false, &fixtures);
+    let deleter_url = redis
+        .url()
+        .replacen("redis://", "redis://deleter:deleter-secret@", 1);
+    let deleter = node_with(&deleter_url, PREFIX, &fixtures, |_| {});
+    let session = Session::begin(&holder, Some(TEST_KEY)).await;
+    assert_eq!(session.delete(&deleter).await, 200);
+    assert!(redis.keys(&format!("{PREFIX}session:*")).is_empty());
+    // Not told: the holder's copy still serves the session (the window this test is not
+    // about), until it writes its record.
+    let ping = session.ask(&holder, json!(1), "ping", json!({})).await;
+    assert_result(&answer_of(&ping, &json!(1)), &json!(1));
+    let level = session
+        .ask(
+            &holder,
+            json!(2),
+            "logging/setLevel",
+            json!({"level": "error"}),
+        )
+        .await;
+    assert_result(&answer_of(&level, &json!(2)), &json!(2));
+    served_until_404(&session, &holder, "the node whose copy was not told").await;
+    assert!(
+        redis.keys(&format!("{PREFIX}session:*")).is_empty(),
+        "the copy's write brought the record back"
+    );
+}
+
 /// A session deleted on one node while another node's bus is down (its subscription not
 /// back yet after Redis restarted) ends on that node too once its bus is back: its copy
 /// reads its record again, and finds it gone. (The note of the deletion never reached it,
