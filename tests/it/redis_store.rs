@@ -1118,6 +1118,61 @@ async fn a_retry_elsewhere_the_moment_redis_lost_its_claim_is_refused_not_run_tw
     retried_on_b_joins_the_run(&a, &mut on_a, &b, &mut on_b, "k-flushed").await;
 }
 
+/// A node back from an outage writes the claims of the keyed calls it runs with its first
+/// beat, not after that beat's answer: its replies 2.5 s late (a slow link), Redis
+/// restarted empty holds the running call's claim again about when it holds the node's
+/// beat, long before that beat's reply could be back. (It was written after the reply, a
+/// round trip later, which over a slow link put it further past the other nodes' 3-s wait
+/// after Redis came back empty: a retry elsewhere in between found the key free and ran
+/// the call a second time; stop 56's note, window 2.)
+#[tokio::test]
+async fn a_node_back_from_an_outage_writes_its_running_claims_with_its_first_beat() {
+    let mut redis = RedisServer::start();
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let delay = std::time::Duration::from_millis(2500);
+    let proxy = slow_replies_proxy(&redis, delay, slow.clone());
+    let mut settings = node_settings(&redis);
+    settings.redis.url = proxy;
+    // Replies 2.5 s late are in time.
+    settings.redis.timeout_ms = 3000;
+    let a = start_node("a", settings);
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    // A claim sent within the store's timeout of the node's first beat, which took Redis
+    // for one that may have lost its claims (it had never beaten), is kept at every beat:
+    // this one is sent after.
+    tokio::time::sleep(std::time::Duration::from_millis(3500)).await;
+    on_a.send_json(keyed_call(json!(1), "held", "k-first-beat"))
+        .await;
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while a.runs.load(Ordering::SeqCst) == 0 || redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    slow.store(true, Ordering::SeqCst);
+    redis.kill();
+    redis.restart();
+    while redis.keys("mcp-ws:node:*").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no beat after the restart"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let beat_landed = tokio::time::Instant::now();
+    while redis.keys("mcp-ws:idem:*").is_empty() {
+        assert!(
+            beat_landed.elapsed() < delay / 2,
+            "the claim was not written with the node's first beat (it came after the beat's reply, held {delay:?})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    slow.store(false, Ordering::SeqCst);
+    a.gate.add_permits(1);
+    let first = on_a.recv_response(&json!(1)).await;
+    assert_eq!(result_text(&first, &json!(1)), "a run 1: \"held\"");
+    assert_eq!(a.runs.load(Ordering::SeqCst), 1);
+}
+
 /// Redis closes a connection idle past its `timeout` (a managed Redis, a proxy or a NAT
 /// forgets one after minutes; here 2 s): the connection of the node's event loop, unused
 /// while no keyed call comes, is kept in use by the node's beats (a `PING` each), so a

@@ -227,15 +227,31 @@ async fn beat(cluster: Arc<Cluster>) {
     // Beats Redis answers before the eviction policy is no longer asked: a slow first
     // answer is not the last word, a refused CONFIG is.
     let mut policy_asks_left = 3u8;
+    // Whether this outage's claims were taken for lost already (once an outage: a claim
+    // Redis did not answer since stays due).
+    let mut claims_marked = false;
     loop {
         every.tick().await;
         // A fresh candidate for Redis's epoch each time: one this node wrote before would
         // not tell an epoch it writes again after Redis lost it from the one it had.
         let candidate = crate::random_id().to_string();
-        // Back from an outage, Redis may have come back empty: the node says it may be
-        // writing its records again before it knows (see `Cluster::may_rewrite`).
         if redis.failed_since_last_answer() {
+            // Back from an outage, Redis may have come back empty: the node says it may be
+            // writing its records again before it knows (see `Cluster::may_rewrite`).
             cluster.may_rewrite(true);
+            // And writes the claims of the calls running here again with this beat, not
+            // after its answer: over a slow link that answer comes a round trip later,
+            // and the claims landed past the other nodes' wait after Redis came back
+            // empty, a retry elsewhere finding the key free and running the call a second
+            // time (stop 56's note, window 2). A keep writes only where the claim is gone.
+            if !std::mem::replace(&mut claims_marked, true) {
+                cluster.store.claims_may_be_lost();
+            }
+            if cluster.store.has_claims_due() {
+                keep_claims(&cluster, false);
+            }
+        } else {
+            claims_marked = false;
         }
         let Some(still_held) = redis.beat(&cluster.metrics, node, BEAT * 3).await else {
             // The claims due are kept, and the results and releases owed are sent, anyway:
