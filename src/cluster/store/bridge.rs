@@ -244,11 +244,13 @@ async fn beat(cluster: Arc<Cluster>) {
             // and the claims landed past the other nodes' wait after Redis came back
             // empty, a retry elsewhere finding the key free and running the call a second
             // time (stop 56's note, window 2). A keep writes only where the claim is gone.
+            // What is owed goes with them, as a beat Redis does not answer sends it (below:
+            // that pass is skipped while this one is under way).
             if !std::mem::replace(&mut claims_marked, true) {
                 cluster.store.claims_may_be_lost();
             }
-            if cluster.store.has_claims_due() {
-                keep_claims(&cluster, false);
+            if cluster.store.has_claims_due() || cluster.store.has_stranded() {
+                keep_claims(&cluster, true);
             }
         } else {
             claims_marked = false;
