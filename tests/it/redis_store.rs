@@ -1149,7 +1149,14 @@ async fn a_node_back_from_an_outage_writes_its_running_claims_with_its_first_bea
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     slow.store(true, Ordering::SeqCst);
+    let errors = metric(&a.server, "mcp_redis_errors_total").await;
     redis.kill();
+    // The node has found Redis gone (a restart quicker than its next command would not be
+    // an outage to it).
+    while metric(&a.server, "mcp_redis_errors_total").await == errors {
+        assert!(tokio::time::Instant::now() < deadline, "Redis never failed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     redis.restart();
     while redis.keys("mcp-ws:node:*").is_empty() {
         assert!(

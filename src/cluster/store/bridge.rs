@@ -227,14 +227,16 @@ async fn beat(cluster: Arc<Cluster>) {
     // Beats Redis answers before the eviction policy is no longer asked: a slow first
     // answer is not the last word, a refused CONFIG is.
     let mut policy_asks_left = 3u8;
-    // Whether this outage's claims were taken for lost already (once an outage: a claim
-    // Redis did not answer since stays due).
-    let mut claims_marked = false;
+    // The outage whose claims were taken for lost (once an outage: a claim Redis did not
+    // answer since stays due).
+    let mut claims_marked_for = 0;
     loop {
         every.tick().await;
         // A fresh candidate for Redis's epoch each time: one this node wrote before would
         // not tell an epoch it writes again after Redis lost it from the one it had.
         let candidate = crate::random_id().to_string();
+        // Whether this beat began the keep pass (not a second below).
+        let mut kept_early = false;
         if redis.failed_since_last_answer() {
             // Back from an outage, Redis may have come back empty: the node says it may be
             // writing its records again before it knows (see `Cluster::may_rewrite`).
@@ -243,17 +245,17 @@ async fn beat(cluster: Arc<Cluster>) {
             // after its answer: over a slow link that answer comes a round trip later,
             // and the claims landed past the other nodes' wait after Redis came back
             // empty, a retry elsewhere finding the key free and running the call a second
-            // time (stop 56's note, window 2). A keep writes only where the claim is gone.
-            // What is owed goes with them, as a beat Redis does not answer sends it (below:
-            // that pass is skipped while this one is under way).
-            if !std::mem::replace(&mut claims_marked, true) {
+            // time (stop 56's note, window 2). A keep extends a claim Redis holds and
+            // writes one it lost.
+            let outage = redis.outages();
+            if outage != claims_marked_for {
+                claims_marked_for = outage;
                 cluster.store.claims_may_be_lost();
             }
-            if cluster.store.has_claims_due() || cluster.store.has_stranded() {
-                keep_claims(&cluster, true);
+            if cluster.store.has_claims_due() {
+                keep_claims(&cluster);
+                kept_early = true;
             }
-        } else {
-            claims_marked = false;
         }
         let Some(still_held) = redis.beat(&cluster.metrics, node, BEAT * 3).await else {
             // The claims due are kept, and the results and releases owed are sent, anyway:
@@ -263,7 +265,10 @@ async fn beat(cluster: Arc<Cluster>) {
             // 55 #1). Redis away, the attempts fail (each within `redis.timeout_ms`, off the
             // beat's task).
             if cluster.store.has_claims_due() || cluster.store.has_stranded() {
-                keep_claims(&cluster, true);
+                cluster.store.push_wanted.store(true, Ordering::Release);
+                if !kept_early {
+                    keep_claims(&cluster);
+                }
             }
             // So are the task records Redis did not take (attack run 52b, F1: over a slow
             // link they were never written, and the other nodes showed the node's tasks
@@ -279,6 +284,9 @@ async fn beat(cluster: Arc<Cluster>) {
             }
             continue;
         };
+        // Answered: what is owed is written back in order (`write_back`, below), not
+        // pushed by a keep pass.
+        cluster.store.push_wanted.store(false, Ordering::Release);
         // Noted whatever becomes of the epoch's question (review 52 #4).
         cluster.note_beat(still_held);
         // The event loops' connections asked too, off the beat's task.
@@ -304,7 +312,7 @@ async fn beat(cluster: Arc<Cluster>) {
         if cluster.store.has_claims_due() {
             // Those, leases near their end, and claims of calls that began in memory while
             // Redis could not be asked.
-            keep_claims(&cluster, false);
+            keep_claims(&cluster);
         }
         if lost {
             // Every other record this node keeps is written again too: until then, the other
@@ -460,14 +468,18 @@ async fn send(cluster: &Cluster, message: &Message) -> bool {
 /// off the beat's task (a round trip could hold the next beat past the node's alive time,
 /// review 51 #10), one pass at a time (review 55 #5: over a slow Redis, passes spawned at
 /// each beat piled up).
-/// `push`: the results and releases owed are sent too ([`Store::push_stranded`](super::Store::push_stranded)).
-fn keep_claims(cluster: &Arc<Cluster>, push: bool) {
+/// After the claims, the results and releases owed are sent too
+/// ([`Store::push_stranded`](super::Store::push_stranded)) when a beat Redis did not answer
+/// asked for it since the last pass did (`Store::push_wanted`): a beat asks the pass under
+/// way, or the next one, rather than start a second (skipped while one runs, or doubling
+/// the attempts while Redis fails fast).
+fn keep_claims(cluster: &Arc<Cluster>) {
     one_pass_at_a_time(
         cluster,
         |c| &c.store.keeping,
         move |cluster| async move {
             cluster.store.keep_running(&cluster.metrics).await;
-            if push {
+            if cluster.store.push_wanted.swap(false, Ordering::AcqRel) {
                 cluster.store.push_stranded(&cluster.metrics).await;
             }
         },

@@ -231,6 +231,10 @@ pub(crate) struct Store {
     max_stranded: usize,
     /// A pass of [`keep_running`](Self::keep_running) is under way (`bridge::keep_claims`).
     pub(crate) keeping: std::sync::atomic::AtomicBool,
+    /// A beat Redis did not answer asked the keep pass to send what is owed after the claims
+    /// ([`push_stranded`](Self::push_stranded)); cleared by the pass that does, or by a beat
+    /// Redis answered (which writes it back in order: [`write_back`](Self::write_back)).
+    pub(crate) push_wanted: std::sync::atomic::AtomicBool,
     /// A pass of [`RedisStore::keep_connections`] is under way (`bridge::beat`).
     pub(crate) keeping_connections: std::sync::atomic::AtomicBool,
     /// A pass of [`write_back_nonces`](Self::write_back_nonces) is under way.
@@ -331,6 +335,7 @@ impl Store {
             stranded_releases: Mutex::default(),
             max_stranded: settings.dedup.max_entries,
             keeping: std::sync::atomic::AtomicBool::new(false),
+            push_wanted: std::sync::atomic::AtomicBool::new(false),
             keeping_connections: std::sync::atomic::AtomicBool::new(false),
             writing_nonces: std::sync::atomic::AtomicBool::new(false),
             claims_lost_at: Mutex::default(),
@@ -552,8 +557,9 @@ impl Store {
     /// not answer in time go to the back of their queue, to be sent again after the others
     /// (review 57 #1: the same first ones were sent at every pass, those behind them never,
     /// and their calls ran again elsewhere once their claims lapsed); results gone from
-    /// memory are dropped. Called at each beat that Redis did not answer in time; one that it
-    /// answered writes them back in order ([`write_back`](Self::write_back)).
+    /// memory are dropped. Sent by the keep pass after a beat that Redis did not answer in
+    /// time asked for it ([`push_wanted`](Self::push_wanted)); a beat it answered writes them
+    /// back in order ([`write_back`](Self::write_back)).
     pub(crate) async fn push_stranded(&self, metrics: &Metrics) {
         let Some(redis) = &self.redis else { return };
         let results: Vec<(Key, Claim, Duration)> = {
