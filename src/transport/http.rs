@@ -11,7 +11,9 @@
 //! [`Refusal`]s (the perimeter's one mapping to HTTP).
 
 use super::events::{Cursor, EventChunks, ReplayError, SseEvent};
-use super::hosted::{find_or_take_up, End, HostedSession, OpenStream, Post, PostReply, TakeRecord};
+use super::hosted::{
+    find_or_take_up, End, EndedElsewhere, HostedSession, OpenStream, Post, PostReply, TakeRecord,
+};
 use super::stateless::{Body, FirstReply, StatelessExchange};
 use crate::perimeter::{self, Admission, Owner, Refusal};
 use crate::protocol::jsonrpc::{encode_error, Decoded};
@@ -585,7 +587,7 @@ async fn find_session(
     // Another request may have taken it up meanwhile (on another thread, at this moment).
     let directory = directory.clone().into_inner();
     let session_admission = &stored.admission;
-    find_or_take_up(
+    let session = find_or_take_up(
         &directory,
         shared,
         id,
@@ -603,7 +605,19 @@ async fn find_session(
             tracing::debug!(trace = %stored.record.trace_id, "session taken up from the store");
             Some(session)
         },
-    )
+    )?;
+    // Deleted between the record's read and the copy's place in the directory: the note
+    // of the end may have reached this node before there was a copy to end, and nothing
+    // else would (it served the deleted session until its first write; attack run 57,
+    // F1). Asked once the copy is in place: a deletion after this is told to it. Redis
+    // not answering, the record read a moment ago stands.
+    if let Some(redis) = shared.cluster.store.redis() {
+        if redis.session_deleted(&shared.metrics, id).await == Some(true) {
+            session.do_send(EndedElsewhere);
+            return Err(Refusal::SessionNotFound);
+        }
+    }
+    Ok(session)
 }
 
 /// A session's record as read from Redis, for a client found to be its owner's.
@@ -722,10 +736,15 @@ async fn end_in_store(id: &str, shared: &Shared) -> Result<(), Refusal> {
     let Some(redis) = shared.cluster.store.redis() else {
         return Ok(());
     };
-    // Remembered as long as a record would live: a copy on a node never told (its bus
-    // down) writes its record no later than that, and is refused and ends when it does.
+    // Remembered as long as a record would live: a copy on a node never told of the end
+    // (its note lost) that writes its record within that is refused, and ends.
     let remembered = Duration::from_millis(shared.settings.sessions.http_idle_timeout_ms);
     if !redis.delete_session(&shared.metrics, id, remembered).await {
+        // Unanswered, not refused: Redis may take the deletion late (a stall). The other
+        // copies are owed its note all the same (attack run 57, F2: they served on until
+        // their next write); if the deletion did not land, a copy ended is taken up again
+        // from the record.
+        bridge::owe_end(&shared.cluster, id);
         return Err(Refusal::SessionStoreUnavailable);
     }
     let note = bridge::SessionNote {
@@ -776,16 +795,26 @@ pub async fn delete(
     let shared = shared.into_inner();
     let admission = check_common(&req, &shared)?;
     let id = session_id(req.headers()).ok_or(Refusal::SessionRequired)?;
-    if directory.find(id, &Owner::of(&admission)).is_none() && shared.settings.sessions_in_redis() {
+    let owner = Owner::of(&admission);
+    // A copy a request on this node took up while the deletion was on its way to Redis:
+    // ended too (this node's own note of the end does not reach its sessions).
+    let end_copy_taken_up_meanwhile = || {
+        if let Some(copy) = directory.find(id, &owner) {
+            copy.do_send(EndedElsewhere);
+        }
+    };
+    if directory.find(id, &owner).is_none() && shared.settings.sessions_in_redis() {
         // Not held here: ended in the store and on the nodes that hold it, without taking
         // it up only to end it.
         end_elsewhere(id, &admission, &shared).await?;
+        end_copy_taken_up_meanwhile();
         return Ok(HttpResponse::Ok().finish());
     }
     let session = find_session(id, &admission, &shared, &directory).await?;
     match session.send(End).await {
         Ok(true) if shared.settings.sessions_in_redis() => {
             end_in_store(id, &shared).await?;
+            end_copy_taken_up_meanwhile();
             Ok(HttpResponse::Ok().finish())
         }
         Ok(true) => Ok(HttpResponse::Ok().finish()),

@@ -71,6 +71,15 @@ fn url(node: &RunningServer) -> String {
 
 impl Session {
     async fn begin(node: &RunningServer, token: Option<&'static str>) -> Self {
+        Self::begin_with(node, token, json!({"elicitation": {}})).await
+    }
+
+    /// A session whose client declares `capabilities`.
+    async fn begin_with(
+        node: &RunningServer,
+        token: Option<&'static str>,
+        capabilities: Value,
+    ) -> Self {
         // A connection idle for 2 s is not reused: the server closes one idle for its
         // keep-alive (5 s), and a request sent on it in that instant failed as an incomplete
         // message (seen after a Redis Cluster failover the test waited about 5 s for).
@@ -79,7 +88,7 @@ impl Session {
             .build()
             .expect("reqwest client");
         let mut params = initialize_params("2025-11-25");
-        params["capabilities"] = json!({"elicitation": {}});
+        params["capabilities"] = capabilities;
         let mut post = http
             .post(url(node))
             .header(ACCEPT, "application/json, text/event-stream")
@@ -1306,25 +1315,132 @@ async fn a_record_write_landing_after_a_delete_elsewhere_does_not_bring_the_sess
         )
         .await;
     assert_result(&answer_of(&level, &json!(1)), &json!(1));
+    let scripts_run = redis.command_calls("eval");
     assert_eq!(session.delete(&other).await, 200);
     assert!(
         redis.keys("late-write:session:*").is_empty(),
         "the DELETE took the record"
     );
-    // The holder's write has landed (or been refused) by now.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(redis.keys("late-write:session-ended:*").len(), 1);
+    // The holder's write (a script, as the DELETE is) lands after the DELETE.
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while redis.command_calls("eval") < scripts_run + 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the write never landed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     slow.store(false, std::sync::atomic::Ordering::SeqCst);
     assert!(
         redis.keys("late-write:session:*").is_empty(),
         "a write sent before the DELETE brought the record back"
     );
     for node in [&other, &holder] {
-        let status = session
-            .post_raw(node, request(json!(2), "ping", json!({})))
-            .await
-            .status();
-        assert_eq!(status, 404, "the deleted session on {}", node.addr());
+        let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+        loop {
+            let status = session
+                .post_raw(node, request(json!(2), "ping", json!({})))
+                .await
+                .status()
+                .as_u16();
+            match status {
+                404 => break,
+                // A node that just found Redis slow says so; asked again.
+                503 if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => panic!("the deleted session on {}: {other}", node.addr()),
+            }
+        }
     }
+}
+
+/// A request on node B takes a session up from its record while its owner deletes it on
+/// node A, the two sent together (a large record, so that B's take-up lasts a while): the
+/// DELETE is 200, and afterwards no node serves the session. (B's copy was made after the
+/// note of the end had reached B, and served the deleted session until its first write of
+/// the record, a quarter of the idle timeout later; attack run 57, F1: 4 of 24 such
+/// attempts.) The odd attempts take the session up on A itself, where this node's own note
+/// of the end does not reach its copies: the attack run's script met that case 2 times in
+/// 24, this test does not reliably (the copy's own check after its take-up covers most
+/// orders; the DELETE's look for a copy taken up meanwhile the rest, not seen failing
+/// without it here).
+#[tokio::test]
+async fn a_session_taken_up_while_it_is_deleted_is_served_nowhere_after() {
+    let redis = RedisServer::start();
+    let (nodes, _) = nodes(&redis.url(), "take-up-race:", false);
+    let [a, b] = [&nodes[0], &nodes[1]];
+    let experimental: serde_json::Map<String, Value> =
+        (0..3900).map(|i| (format!("k{i:05}"), json!(i))).collect();
+    let capabilities = json!({"experimental": experimental});
+    for attempt in 0..24u64 {
+        let session = Session::begin_with(a, Some(TEST_KEY), capabilities.clone()).await;
+        // Taken up on B, or on A once A's copy is gone, as the DELETE goes to A.
+        let taker = if attempt % 2 == 0 { b } else { a };
+        let ping = session.post_raw(taker, request(json!(1), "ping", json!({})));
+        let delete = async {
+            tokio::time::sleep(Duration::from_micros(500 * (attempt % 6))).await;
+            session.delete(a).await
+        };
+        let (_, deleted) = tokio::join!(ping, delete);
+        assert_eq!(deleted, 200, "attempt {attempt}");
+        for node in [a, b] {
+            let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+            loop {
+                let status = session
+                    .post_raw(node, request(json!(2), "ping", json!({})))
+                    .await
+                    .status()
+                    .as_u16();
+                match status {
+                    404 => break,
+                    // A node that just found Redis slow says so; asked again.
+                    503 if tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    other => panic!(
+                        "attempt {attempt}: the deleted session on {}: {other}",
+                        node.addr()
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// A DELETE that Redis takes late (its writes paused: the node answered 503) ends the copy
+/// on another node too: the note of the end is owed from the 503 on, and told at the node's
+/// next beat Redis answers. (It was told only of a deletion Redis answered in time: the
+/// copy served the deleted session until its next write, and the client's DELETE sent
+/// again found no record, 404; attack run 57, F2.)
+#[tokio::test]
+async fn a_delete_redis_takes_late_ends_the_copies_elsewhere() {
+    let redis = RedisServer::start();
+    let fixtures = Fixtures::default();
+    let a = node_with(&redis.url(), "late-delete:", &fixtures, |settings| {
+        settings.redis.timeout_ms = 300;
+    });
+    let b = node(&redis.url(), "late-delete:", false, &fixtures);
+    let session = Session::begin(&a, Some(TEST_KEY)).await;
+    // B holds a copy.
+    let ping = session.ask(&b, json!(1), "ping", json!({})).await;
+    assert_result(&answer_of(&ping, &json!(1)), &json!(1));
+    let mut con = redis.connection().expect("redis");
+    let _: () = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1500)
+        .arg("WRITE")
+        .query(&mut con)
+        .expect("pause");
+    assert_eq!(session.delete(&a).await, 503, "not answered in time");
+    // Taken once the pause is over.
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while !redis.keys("late-delete:session:*").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never deleted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    served_until_404(&session, &b, "the node holding a copy").await;
 }
 
 /// A copy of a session that was never told of its deletion (the deleting node may not

@@ -1202,6 +1202,16 @@ impl RedisStore {
         .is_some()
     }
 
+    /// Whether HTTP session `id` was deleted a moment ago (its end marker is there,
+    /// [`END_SESSION`]); `None` when Redis could not be asked.
+    pub(crate) async fn session_deleted(&self, metrics: &Metrics, id: &str) -> Option<bool> {
+        let ended = self.session_ended_key(id);
+        self.run(metrics, "session_deleted", |mut con| async move {
+            con.exists::<_, bool>(ended).await
+        })
+        .await
+    }
+
     /// Deletes a WebSocket session's record if node `node` holds it (see
     /// [`put_held_session`](Self::put_held_session)).
     pub(crate) async fn delete_held_session(&self, metrics: &Metrics, id: &str, node: u64) {

@@ -132,6 +132,21 @@ impl RedisServer {
             .expect("KEYS")
     }
 
+    /// How many times Redis ran `command` (lower case, as `INFO commandstats` names it:
+    /// `eval`, `set`) since it started.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let mut connection = self.connection().expect("redis answers");
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut connection)
+            .expect("INFO commandstats");
+        let line = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse().expect("a count"))
+    }
+
     /// The entries of the stream `key` (`XRANGE - +`).
     pub fn stream(&self, key: &str) -> Vec<StreamEntry> {
         let mut connection = self.connection().expect("redis answers");
