@@ -1337,21 +1337,26 @@ async fn a_record_write_landing_after_a_delete_elsewhere_does_not_bring_the_sess
         "a write sent before the DELETE brought the record back"
     );
     for node in [&other, &holder] {
-        let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-        loop {
-            let status = session
-                .post_raw(node, request(json!(2), "ping", json!({})))
-                .await
-                .status()
-                .as_u16();
-            match status {
-                404 => break,
-                // A node that just found Redis slow says so; asked again.
-                503 if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                other => panic!("the deleted session on {}: {other}", node.addr()),
+        not_served_on(&session, node, "").await;
+    }
+}
+
+/// Asserts that `node` does not serve the (deleted) session: 404, never 200; a 503 (the
+/// node just found Redis slow, and says so) is asked again. `what` says which case failed.
+async fn not_served_on(session: &Session, node: &RunningServer, what: &str) {
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    loop {
+        let status = session
+            .post_raw(node, request(json!(2), "ping", json!({})))
+            .await
+            .status()
+            .as_u16();
+        match status {
+            404 => return,
+            503 if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
+            other => panic!("{what}the deleted session on {}: {other}", node.addr()),
         }
     }
 }
@@ -1386,25 +1391,7 @@ async fn a_session_taken_up_while_it_is_deleted_is_served_nowhere_after() {
         let (_, deleted) = tokio::join!(ping, delete);
         assert_eq!(deleted, 200, "attempt {attempt}");
         for node in [a, b] {
-            let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-            loop {
-                let status = session
-                    .post_raw(node, request(json!(2), "ping", json!({})))
-                    .await
-                    .status()
-                    .as_u16();
-                match status {
-                    404 => break,
-                    // A node that just found Redis slow says so; asked again.
-                    503 if tokio::time::Instant::now() < deadline => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    other => panic!(
-                        "attempt {attempt}: the deleted session on {}: {other}",
-                        node.addr()
-                    ),
-                }
-            }
+            not_served_on(&session, node, &format!("attempt {attempt}: ")).await;
         }
     }
 }
