@@ -101,7 +101,9 @@ pub struct Refresh(pub SessionRecord);
 #[rtype(result = "Option<SessionRecord>")]
 pub struct TakeRecord;
 
-/// The client deleted the session on another node: this copy ends too.
+/// The client deleted the session elsewhere: on another node (its note), or while this
+/// copy was taken up or writing its record (found in Redis, or by the DELETE's own node):
+/// this copy ends too.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct EndedElsewhere;
@@ -1108,7 +1110,7 @@ impl Handler<EndedElsewhere> for HostedSession {
     type Result = ();
 
     fn handle(&mut self, _ended: EndedElsewhere, ctx: &mut Self::Context) {
-        self.end(ctx, "deleted by the client on another node");
+        self.end(ctx, "deleted by the client elsewhere");
     }
 }
 
