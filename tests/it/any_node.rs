@@ -6,7 +6,8 @@
 //! on one node holds on the others; a tool on B asks the client (elicitation) and the
 //! client's answer, POSTed to C, reaches B's request; a cancel POSTed to C stops a request
 //! running on A (no answer, the tool's future dropped); DELETE on B ends the session on
-//! every node (404 on A and C); a 2026-07-28 `requestState` minted by A is accepted by B
+//! every node (404 on A and C), also against a record write on its way, a copy never told,
+//! a take-up racing it and a deletion Redis answers late; a 2026-07-28 `requestState` minted by A is accepted by B
 //! without any configured secret; a session of another identity is not found; with Redis
 //! away, a node serves the sessions it holds and answers 503 (Retry-After) for others and
 //! for new sessions; with `cluster.sessions = "local"` a session is its node's alone (404
