@@ -162,6 +162,8 @@ pub struct Metrics {
     pub redis_errors: Counter,
     /// Redis operations done locally instead, while Redis was paused after a failure.
     pub redis_skipped: Counter,
+    /// Times Redis went from answering to failing (each such change is logged once).
+    pub redis_outages: Counter,
     /// Changes of this node's bus sent to the other nodes.
     pub bridge_published: Counter,
     /// Changes of other nodes fed into this node's bus.
@@ -387,6 +389,11 @@ impl Metrics {
                 "mcp_redis_skipped_total",
                 "Redis operations done locally while Redis was paused after a failure",
                 &self.redis_skipped,
+            ),
+            (
+                "mcp_redis_outages_total",
+                "Times Redis went from answering to failing",
+                &self.redis_outages,
             ),
             (
                 "mcp_bus_bridge_published_total",

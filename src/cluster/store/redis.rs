@@ -493,6 +493,7 @@ impl RedisStore {
         let until = self.now_ms() + self.retry_after.as_millis() as u64;
         if self.down_until.swap(until, Ordering::Relaxed) == 0 {
             self.outages.fetch_add(1, Ordering::AcqRel);
+            metrics.redis_outages.inc();
             let meanwhile = match self.on_error {
                 OnStoreError::Refuse => {
                     "refusing tool calls with an idempotency key until it answers (cluster.on_store_error = \"refuse\")"
@@ -508,11 +509,18 @@ impl RedisStore {
         }
     }
 
-    /// Records a successful operation: logged when Redis was down until now.
+    /// Records a successful operation: logged when Redis was down until now. Back from an
+    /// outage, the other threads' connections are let go, to be made afresh at their next
+    /// command: one Redis closed while it was away (a restart) failed that command, broken
+    /// pipe, and the node took Redis for gone again and skipped it for `retry_after_ms`,
+    /// each event loop in turn (attack run 57b, L1: up to three such false outages after
+    /// every restart, keyed calls refused meanwhile).
     pub(crate) fn succeeded(&self) {
         if self.down_until.load(Ordering::Relaxed) != 0
             && self.down_until.swap(0, Ordering::Relaxed) != 0
         {
+            let here = std::thread::current().id();
+            crate::lock(&self.connections).retain(|thread, _| *thread == here);
             tracing::info!("Redis reachable again; state is shared with the other nodes");
         }
     }
