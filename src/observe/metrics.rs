@@ -162,7 +162,8 @@ pub struct Metrics {
     pub redis_errors: Counter,
     /// Redis operations done locally instead, while Redis was paused after a failure.
     pub redis_skipped: Counter,
-    /// Times Redis went from answering to failing (each such change is logged once).
+    /// Times Redis went from answering to failing (each such change is logged once); the
+    /// heartbeat tells one outage from the next by it.
     pub redis_outages: Counter,
     /// Changes of this node's bus sent to the other nodes.
     pub bridge_published: Counter,

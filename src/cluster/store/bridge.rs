@@ -247,7 +247,9 @@ async fn beat(cluster: Arc<Cluster>) {
             // empty, a retry elsewhere finding the key free and running the call a second
             // time (stop 56's note, window 2). A keep extends a claim Redis holds and
             // writes one it lost.
-            let outage = redis.outages();
+            // Counted where Redis's failures are (an answer may come between two beats,
+            // so a failure alone does not tell one outage from the next).
+            let outage = cluster.metrics.redis_outages.get();
             if outage != claims_marked_for {
                 claims_marked_for = outage;
                 cluster.store.claims_may_be_lost();

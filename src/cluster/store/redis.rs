@@ -306,8 +306,6 @@ pub(crate) struct RedisStore {
     retry_after: Duration,
     /// Until when Redis is skipped, in ms since `epoch`; 0 while it answers.
     down_until: AtomicU64,
-    /// How many times Redis went from answering to failing ([`outages`](Self::outages)).
-    outages: AtomicU64,
     epoch: Instant,
     /// What the node does meanwhile (for the log line).
     on_error: OnStoreError,
@@ -352,7 +350,6 @@ impl RedisStore {
             timeout: Duration::from_millis(settings.timeout_ms),
             retry_after: Duration::from_millis(settings.retry_after_ms),
             down_until: AtomicU64::new(0),
-            outages: AtomicU64::new(0),
             epoch: Instant::now(),
             on_error,
             unreadable_logged: AtomicU64::new(0),
@@ -458,12 +455,6 @@ impl RedisStore {
         self.down_until.load(Ordering::Relaxed) != 0
     }
 
-    /// How many times an operation failed while Redis answered until then: a number that
-    /// tells one outage from the next (an answer may come between two beats).
-    pub(crate) fn outages(&self) -> u64 {
-        self.outages.load(Ordering::Acquire)
-    }
-
     /// Whether Redis is worth trying now (it answered last time, or the pause is over).
     pub(crate) fn is_available(&self) -> bool {
         let until = self.down_until.load(Ordering::Relaxed);
@@ -492,7 +483,6 @@ impl RedisStore {
         metrics.redis_errors.inc();
         let until = self.now_ms() + self.retry_after.as_millis() as u64;
         if self.down_until.swap(until, Ordering::Relaxed) == 0 {
-            self.outages.fetch_add(1, Ordering::AcqRel);
             metrics.redis_outages.inc();
             let meanwhile = match self.on_error {
                 OnStoreError::Refuse => {
