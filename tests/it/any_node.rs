@@ -51,6 +51,22 @@ fn node_with(
     start_with(settings, |b| add_fixtures(b, fixtures))
 }
 
+/// Two nodes under `prefix`: a holder that reaches `redis` through `proxy`, a slow-link
+/// proxy holding its commands or replies back 1.5 s (in time: its `redis.timeout_ms` is
+/// 2500), and another that reaches it directly.
+fn slow_holder_and_other(
+    redis: &RedisServer,
+    proxy: &str,
+    prefix: &str,
+) -> (RunningServer, RunningServer) {
+    let fixtures = Fixtures::default();
+    let holder = node_with(proxy, prefix, &fixtures, |settings| {
+        settings.redis.timeout_ms = 2500;
+    });
+    let other = node(&redis.url(), prefix, false, &fixtures);
+    (holder, other)
+}
+
 fn nodes(redis_url: &str, prefix: &str, local: bool) -> (Vec<RunningServer>, Fixtures) {
     let fixtures = Fixtures::default();
     let nodes = (0..3)
@@ -1298,12 +1314,7 @@ async fn a_record_write_landing_after_a_delete_elsewhere_does_not_bring_the_sess
     let redis = RedisServer::start();
     let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let proxy = slow_commands_proxy(&redis, Duration::from_millis(1500), slow.clone());
-    let fixtures = Fixtures::default();
-    // Commands 1.5 s late are answered in time for the holder.
-    let holder = node_with(&proxy, "late-write:", &fixtures, |settings| {
-        settings.redis.timeout_ms = 2500;
-    });
-    let other = node(&redis.url(), "late-write:", false, &fixtures);
+    let (holder, other) = slow_holder_and_other(&redis, &proxy, "late-write:");
     let session = Session::begin(&holder, Some(TEST_KEY)).await;
     slow.store(true, std::sync::atomic::Ordering::SeqCst);
     // A change the holder writes to Redis: answered at once, its write on its way.
@@ -1701,12 +1712,7 @@ async fn a_session_written_again_over_a_slow_link_after_redis_restarts_empty_is_
     let mut redis = RedisServer::start();
     let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let proxy = slow_replies_proxy(&redis, Duration::from_millis(1500), slow.clone());
-    let fixtures = Fixtures::default();
-    // Replies 1.5 s late are in time for the holder.
-    let holder = node_with(&proxy, "slow-rewrite:", &fixtures, |settings| {
-        settings.redis.timeout_ms = 2500;
-    });
-    let other = node(&redis.url(), "slow-rewrite:", false, &fixtures);
+    let (holder, other) = slow_holder_and_other(&redis, &proxy, "slow-rewrite:");
     let session = Session::begin(&holder, Some(TEST_KEY)).await;
     let ping = session.ask(&holder, json!(1), "ping", json!({})).await;
     assert_result(&answer_of(&ping, &json!(1)), &json!(1));
