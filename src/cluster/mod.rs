@@ -70,8 +70,9 @@ pub struct Cluster {
     findings: tokio::sync::watch::Sender<u64>,
     /// What `last_beat_ms` counts from.
     clock: std::time::Instant,
-    /// Last writes and deletes of WebSocket session records under way (see
-    /// `transport::socket_record`): the server waits for them before it stops.
+    /// Writes to Redis under way that the server waits for before it stops
+    /// ([`LastWrite`]): WebSocket session records' last writes and deletes (see
+    /// `transport::socket_record`), and the releases of keyed calls' claims.
     pub(crate) last_writes: std::sync::atomic::AtomicUsize,
     /// The last of this node's SSE stream numbers given (see [`next_stream`](Self::next_stream)).
     streams: std::sync::atomic::AtomicU64,
@@ -341,6 +342,29 @@ pub(crate) mod testing {
         let now = cluster.clock.elapsed();
         let last_beat = (now - ago).as_millis() as u64;
         cluster.last_beat_ms.store(last_beat, Ordering::SeqCst);
+    }
+}
+
+/// A write to Redis under way that the server waits for before it stops, counted in
+/// `Cluster::last_writes` until dropped: stopped midway, it would leave Redis with what the
+/// write was to replace (a session's old record, a claim with no run behind it).
+pub(crate) struct LastWrite(Arc<Cluster>);
+
+impl LastWrite {
+    /// Counts a write under way until the guard is dropped.
+    pub(crate) fn begin(cluster: &Arc<Cluster>) -> Self {
+        cluster
+            .last_writes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Self(cluster.clone())
+    }
+}
+
+impl Drop for LastWrite {
+    fn drop(&mut self) {
+        self.0
+            .last_writes
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

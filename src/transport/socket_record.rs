@@ -12,14 +12,13 @@
 //! one write at a time.
 
 use crate::cluster::rewrite::RecordOwed;
-use crate::cluster::Cluster;
+use crate::cluster::LastWrite;
 use crate::protocol::jsonrpc::RequestId;
 use crate::session::shared::{SessionId, Shared};
 use crate::session::Session;
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -71,25 +70,9 @@ struct Stored {
     at: Instant,
 }
 
-/// A last write (or delete) under way, counted in `Cluster::last_writes` until it is dropped.
-struct LastWrite(Arc<Cluster>);
-
-impl LastWrite {
-    fn begin(shared: &Shared) -> Self {
-        shared.cluster.last_writes.fetch_add(1, Ordering::AcqRel);
-        Self(shared.cluster.clone())
-    }
-}
-
-impl Drop for LastWrite {
-    fn drop(&mut self) {
-        self.0.last_writes.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// Whether the session's host may answer on it now: true unless the node may have been
 /// taken for dead since it last confirmed it holds the session
-/// ([`Cluster::may_be_taken_for_dead`]). Then it asks Redis, and the answers wait: another
+/// ([`Cluster::may_be_taken_for_dead`](crate::cluster::Cluster::may_be_taken_for_dead)). Then it asks Redis, and the answers wait: another
 /// node may have taken the session up meanwhile and answered its requests there (-32031),
 /// and an answer here too would be a second one (attack run 50c, F5). The answer comes as
 /// [`HoldConfirmed`]. A Redis that cannot be asked is taken as no other node's either (none
@@ -380,7 +363,7 @@ impl SocketRecord {
         }
         // Counted as a last write: a session its client closes while the server stops
         // would otherwise keep its record, the delete dropped with its thread.
-        let counted = LastWrite::begin(&self.shared);
+        let counted = LastWrite::begin(&self.shared.cluster);
         let cluster = self.shared.cluster.clone();
         let under_way = self.writing;
         let id = self.id;
@@ -421,7 +404,7 @@ impl SocketRecord {
         // Counted until done or dropped: the server's stop waits for it (it would be
         // dropped with its thread, and another node would answer again what was answered
         // here).
-        let counted = LastWrite::begin(&self.shared);
+        let counted = LastWrite::begin(&self.shared.cluster);
         actix::spawn(async move {
             if let Some(under_way) = under_way {
                 let _ = under_way.await;

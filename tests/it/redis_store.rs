@@ -31,6 +31,9 @@
 //!   locally while the node skipped Redis has its claim written there once Redis answers;
 //!   one refused because its claim's reply came late (a slow link, the claim landed) frees
 //!   its key within a lease, while the link is still slow;
+//! - a node that stops gracefully while it skips Redis sends what it owes before it goes: the
+//!   result of a keyed call that ended meanwhile (a retry elsewhere is answered with it) and
+//!   the release of one its session's end cancelled (a retry elsewhere runs at once);
 //! - a change made while its node skips Redis reaches the other node once Redis answers;
 //! - the bus subscription answers its pings and stays subscribed.
 
@@ -45,7 +48,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
-/// `count {text}` answers `NODE run N: text`; it waits for the gate when the text is "held".
+/// `count {text}` answers `NODE run N: text`; it waits for the gate when the text is "held",
+/// and runs until cancelled when it is "stuck".
 struct Count {
     node: &'static str,
     runs: Arc<AtomicUsize>,
@@ -58,6 +62,9 @@ impl ToolHandler for Count {
         let (node, gate) = (self.node, self.gate.clone());
         Box::pin(async move {
             let args: Value = arguments.parse()?;
+            if args["text"] == "stuck" {
+                std::future::pending::<()>().await;
+            }
             if args["text"] == "held" {
                 let _permit = gate
                     .acquire()
@@ -770,6 +777,74 @@ async fn slow_link_nodes_with(
     );
     bridged(&[&a, &b]).await;
     (a, b, slow)
+}
+
+/// A node that stops gracefully while it skips Redis after a failure sends what it owes
+/// Redis before it goes: the result of a keyed call that ended while Redis was skipped (kept
+/// in memory, and lost with the node: the call's claim lapsed with its lease and a retry
+/// elsewhere ran it again), and the release of one cancelled as its session ended (its
+/// claim held the key until its lease lapsed). The keep pass sends both at the beat after a
+/// failed one; the node stops before that beat here.
+#[tokio::test]
+async fn a_node_stopping_while_it_skips_redis_sends_what_it_owes_before_it_goes() {
+    let redis = RedisServer::start();
+    let (a, b, slow) = slow_link_nodes_with(&redis, |s| {
+        // Skipped for the rest of the test after the first failure: the result and the
+        // release are never sent by the calls themselves.
+        s.redis.retry_after_ms = 60_000;
+        s.shutdown.grace_ms = 200;
+    })
+    .await;
+    let mut on_a = Client::initialized_as(&a.server, TEST_KEY).await;
+    on_a.send_json(keyed_call(json!("ends"), "held", "k-ends"))
+        .await;
+    runs_reach(&a, 1).await;
+    on_a.send_json(keyed_call(json!("cancelled"), "stuck", "k-cancelled"))
+        .await;
+    runs_reach(&a, 2).await;
+    until_entries(&redis, |n| n == 2, "the two claims never landed").await;
+    slow.store(true, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while metric(&a.server, "mcp_redis_errors_total").await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node a never failed a command"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The first call ends, its result kept in memory (Redis skipped); the second is
+    // cancelled as its session ends, its release waiting too; the node stops at once.
+    a.gate.add_permits(1);
+    let ended = on_a.recv_response(&json!("ends")).await;
+    assert_eq!(result_text(&ended, &json!("ends")), "a run 1: \"held\"");
+    drop(on_a);
+    let Node { server, runs, .. } = a;
+    tokio::task::spawn_blocking(move || server.stop())
+        .await
+        .expect("node a stops");
+    assert!(slow.load(Ordering::SeqCst), "the link was slow throughout");
+    // What a sent landed as it went (the link holds back replies, not commands).
+    assert_eq!(
+        redis.keys("mcp-ws:idem:*").len(),
+        1,
+        "the node left both claims in Redis (the cancelled call's not released, the ended \
+         call's not replaced by its result): only the result should be there"
+    );
+    let mut on_b = Client::initialized_as(&b.server, TEST_KEY).await;
+    let retried = on_b
+        .send_request(keyed_call(json!("retry-ends"), "held", "k-ends"))
+        .await;
+    assert_eq!(
+        result_text(&retried, &json!("retry-ends")),
+        "a run 1: \"held\"",
+        "the retry of the call that ended on a is answered with a's result"
+    );
+    // The retry of the cancelled call runs on b (b's run is stuck too: the call is only
+    // seen to start).
+    on_b.send_json(keyed_call(json!("retry-cancelled"), "stuck", "k-cancelled"))
+        .await;
+    runs_reach(&b, 1).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 /// A keyed call refused because its claim's reply came late (a slow link: commands reach

@@ -29,7 +29,7 @@
 pub(crate) mod recent;
 
 use crate::cluster::store::{Backend, Claim, ClaimId, Key, RequestDigest, Unreachable};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, LastWrite};
 use crate::context::Identity;
 use crate::protocol::jsonrpc::{encode_result, result_of, RequestId};
 use crate::protocol::mcp::Error;
@@ -612,15 +612,19 @@ impl Drop for Asking {
 }
 
 /// Deletes `running` under `key` in Redis if it is still there, on a task of its own:
-/// dropping cannot wait for Redis (without a runtime, the entry expires by itself).
+/// dropping cannot wait for Redis (without a runtime, the entry expires by itself). A
+/// shutdown waits for it ([`LastWrite`]): a run cancelled at the grace's end is released
+/// before the node stops.
 fn release_in_redis(cluster: &Arc<Cluster>, key: Key, running: Claim) {
-    let cluster = cluster.clone();
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let counted = LastWrite::begin(cluster);
+        let cluster = cluster.clone();
         runtime.spawn(async move {
             cluster
                 .store
                 .release_in_redis(&cluster.metrics, &key, running)
                 .await;
+            drop(counted);
         });
     }
 }

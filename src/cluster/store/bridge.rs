@@ -380,6 +380,26 @@ async fn beat(cluster: Arc<Cluster>) {
     }
 }
 
+/// At a graceful shutdown, once the sessions and tasks are done: one last attempt at what
+/// this node owes Redis and would otherwise take with it. The results of keyed calls that
+/// ended while Redis was away or skipped (lost, their claims lapse and a retry elsewhere
+/// runs the call again) and the releases of runs that ended without one (their claims hold
+/// the keys until their leases lapse) are each sent once, even while the node skips Redis
+/// after a failure, as the keep pass sends them; then the signature nonces taken while
+/// Redis was away, and the ends of sessions the other nodes were not told, as a beat Redis
+/// answers would. The caller bounds the time; what Redis does not take goes with the node,
+/// as it did before.
+pub(crate) async fn settle_owed(cluster: &Arc<Cluster>) {
+    if cluster.store.redis().is_none() {
+        return;
+    }
+    for _ in 0..cluster.store.stranded_passes() {
+        cluster.store.push_stranded(&cluster.metrics).await;
+    }
+    cluster.store.write_back_nonces(&cluster.metrics).await;
+    tell_owed_ends(cluster).await;
+}
+
 /// Tells the other nodes the session ends they could not be told (`Cluster::owed_ends`),
 /// oldest first, until Redis refuses one.
 async fn tell_owed_ends(cluster: &Cluster) {

@@ -609,6 +609,16 @@ impl Store {
         }
     }
 
+    /// The [`push_stranded`](Self::push_stranded) passes that send every result and
+    /// release waiting now once (each pass sends [`WRITE_BACK_PER_PASS`] of each, and puts
+    /// those Redis did not answer in time behind the rest).
+    pub(crate) fn stranded_passes(&self) -> usize {
+        let waiting = lock(&self.stranded)
+            .len()
+            .max(lock(&self.stranded_releases).len());
+        waiting.div_ceil(WRITE_BACK_PER_PASS)
+    }
+
     /// Whether results (or releases) wait to be written back to Redis.
     pub(crate) fn has_stranded(&self) -> bool {
         !lock(&self.stranded).is_empty() || !lock(&self.stranded_releases).is_empty()
