@@ -645,6 +645,23 @@ impl Handler<HandOver> for WsSession {
     }
 }
 
+impl Handler<NegotiatedVersion> for WsSession {
+    type Result = ResponseFuture<Option<ProtocolVersion>>;
+
+    /// Its session's version: the core's own, or that of the hosted session it relays to.
+    fn handle(&mut self, ask: NegotiatedVersion, _ctx: &mut Self::Context) -> Self::Result {
+        let version = match &self.core {
+            Core::Local { session, .. } => session.negotiated_version(),
+            Core::Relay(hosted) => {
+                let hosted = hosted.clone();
+                return Box::pin(async move { hosted.send(ask).await.ok().flatten() });
+            }
+            Core::Gone => None,
+        };
+        Box::pin(std::future::ready(version))
+    }
+}
+
 impl Handler<Detach> for WsSession {
     type Result = Option<Addr<HostedSession>>;
 
@@ -710,20 +727,12 @@ pub async fn upgrade(
             }
             let awaiting = Awaited::of(&req)?;
             let owner = Owner::of(&admission);
-            let hosted = match claim_session(&directory, &id, &owner).await {
+            let hosted = match claim_session(&directory, &id, &owner, pinned).await {
                 Err(Refusal::SessionNotFound) if shared.settings.sessions_in_redis() => {
-                    take_up(&shared, &directory.0, &id, &admission).await?
+                    take_up(&shared, &directory.0, &id, &admission, pinned).await?
                 }
                 claimed => claimed?,
             };
-            // The session keeps the version it negotiated: a pin offered for another would be
-            // echoed (the handshake's answer is built) and not honoured.
-            if let Some(pin) = pinned {
-                let negotiated = hosted.send(NegotiatedVersion).await.ok().flatten();
-                if let Some(version) = negotiated.filter(|v| *v != pin) {
-                    return Err(Refusal::ResumeVersionMismatch(version.as_str()).into());
-                }
-            }
             WsSession::resume(shared.clone(), directory, hosted, awaiting)
         }
         None => {
@@ -795,8 +804,9 @@ async fn take_up(
     hosted: &Arc<HostedSessions>,
     id: &str,
     admission: &Admission,
+    pinned: Option<ProtocolVersion>,
 ) -> Result<Addr<HostedSession>, Refusal> {
-    let stored = released_record(shared, id, admission).await?;
+    let stored = released_record(shared, id, admission, pinned).await?;
     let (record, read) = (&stored.record, &stored.read);
     // The session's own admission: the client's identity, with what the session was opened
     // with (which the client's credential covers).
@@ -890,6 +900,7 @@ async fn released_record(
     shared: &Arc<Shared>,
     id: &str,
     admission: &Admission,
+    pinned: Option<ProtocolVersion>,
 ) -> Result<crate::transport::http::StoredSession, Refusal> {
     let deadline = tokio::time::Instant::now() + HAND_OVER_WAIT;
     // Asked again every 100 ms: the holder hands over a parked copy only, and may notice its
@@ -897,6 +908,8 @@ async fn released_record(
     let mut next_ask = tokio::time::Instant::now();
     loop {
         let stored = crate::transport::http::fetch_record(id, admission, shared, true).await?;
+        // Before its holder is asked to let go of it.
+        check_pin(pinned, ProtocolVersion::parse(&stored.record.version))?;
         let Some(holder) = stored
             .record
             .node
@@ -945,17 +958,49 @@ fn refuse_handshake(headers: &actix_web::http::header::HeaderMap) -> Option<Refu
     (!sixteen).then_some(Refusal::BadWebSocketKey)
 }
 
+/// A resume's version pin against the version its session negotiated (`None` before its
+/// `initialize`): the session keeps its version, and a pin for another would be echoed by
+/// the handshake and not honoured. Checked before the session is touched (attack run 58,
+/// F1: checked after, a refused resume had closed the socket attached, or taken the session
+/// over from another node, losing what ran there).
+///
+/// # Errors
+/// [`Refusal::ResumeVersionMismatch`] (HTTP 400), naming the session's version.
+fn check_pin(
+    pinned: Option<ProtocolVersion>,
+    negotiated: Option<ProtocolVersion>,
+) -> Result<(), Refusal> {
+    match (pinned, negotiated) {
+        (Some(pin), Some(version)) if pin != version => {
+            Err(Refusal::ResumeVersionMismatch(version.as_str()))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The hosted session to resume: one waiting for a reconnect, or one whose (older) socket is
-/// still attached, which is told to let go of it. Only its owner may resume it.
+/// still attached, which is told to let go of it, once the resume's version pin matches the
+/// session's ([`check_pin`]). Only its owner may resume it.
 async fn claim_session(
     (hosted, sockets): &(Arc<HostedSessions>, Arc<Sockets>),
     id: &str,
     owner: &Owner,
+    pinned: Option<ProtocolVersion>,
 ) -> Result<Addr<HostedSession>, Refusal> {
     if let Some(hosted) = hosted.find(id, owner) {
+        if pinned.is_some() {
+            check_pin(pinned, hosted.send(NegotiatedVersion).await.ok().flatten())?;
+        }
         return Ok(hosted);
     }
     let socket = sockets.find(id, owner).ok_or(Refusal::SessionNotFound)?;
+    // Bounded, as the detach below: a stalled socket does not answer.
+    if pinned.is_some() {
+        match tokio::time::timeout(HAND_OVER_WAIT, socket.send(NegotiatedVersion)).await {
+            Ok(negotiated) => check_pin(pinned, negotiated.ok().flatten())?,
+            Err(_) => return Err(Refusal::SessionHeldByStalledSocket),
+        }
+    }
     // Bounded: a socket whose client stopped reading no longer runs (its writes blocked),
     // and would never answer.
     match tokio::time::timeout(HAND_OVER_WAIT, socket.send(Detach::RECONNECTED)).await {

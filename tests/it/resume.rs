@@ -680,6 +680,29 @@ async fn a_resume_offering_another_version_pin_is_400_and_the_session_stays() {
     assert_eq!(tool_text(&echo), "same version");
 }
 
+/// A resume offering another version's pin while the session's socket is still attached is
+/// refused (400) without touching it: the socket keeps its session and nothing is parked.
+/// (The socket was told to let go first: closed 1000, the session parked for a resume.)
+#[tokio::test]
+async fn a_resume_offering_another_version_pin_leaves_the_attached_socket_alone() {
+    let server = start(resume_settings(30_000));
+    let (mut client, id) = session(&server).await;
+    let other = reconnect_with(
+        &server,
+        &[
+            ("Mcp-Session-Id", &id),
+            ("Sec-WebSocket-Protocol", "mcp.version.2025-06-18"),
+        ],
+    )
+    .await;
+    assert_eq!(other.err(), Some(400));
+    let echo = client
+        .call_tool("echo", json!({"text": "still here"}))
+        .await;
+    assert_eq!(tool_text(&echo), "still here");
+    assert_eq!(metric(&server, "mcp_parked_sessions").await, 0);
+}
+
 /// `Mcp-Awaiting-Ids` that is not a JSON array of ids is refused (400), and the session is
 /// still there to resume.
 #[tokio::test]

@@ -670,6 +670,30 @@ async fn a_websocket_session_resumed_elsewhere_from_a_socket_still_attached_is_h
     assert_eq!(crate::support::tool_text(&echo), "on b");
 }
 
+/// A resume offering a version pin its session did not negotiate is refused (400) before
+/// the session is touched, on another node as on its own: the socket attached on node A
+/// keeps the session, and the call running there is answered on it. (The refused resume
+/// took the session first: node B made a copy of it, node A closed its socket, 1000, and
+/// what ran there was answered -32031 at the next resume; attack run 58, F1.)
+#[tokio::test]
+async fn a_resume_pinning_another_version_leaves_the_session_where_it_is() {
+    use serde_json::json;
+    let nodes = TwoNodes::start("");
+    let (mut old, resume_id) = session_running(nodes.a_addr, &nodes.redis, 9, 1_500).await;
+    for addr in [nodes.b_addr, nodes.a_addr] {
+        let refused = try_resume_offering(addr, &resume_id, None, "mcp.version.2025-03-26").await;
+        assert_eq!(refused.err(), Some(400), "the resume on {addr}");
+    }
+    let slept = old.recv_response(&json!(9)).await;
+    assert!(slept.get("result").is_some(), "{slept}");
+    let echo = old.call_tool("echo", json!({"text": "still on a"})).await;
+    assert_eq!(crate::support::tool_text(&echo), "still on a");
+    for addr in [nodes.a_addr, nodes.b_addr] {
+        assert_eq!(metric(addr, "mcp_parked_sessions "), 0, "on {addr}");
+    }
+    assert_eq!(metric(nodes.b_addr, "mcp_sessions "), 0);
+}
+
 /// Redis restarts empty while a WebSocket session's socket is attached on one node: that
 /// node writes the session's record again as soon as its beat finds Redis lost what it held,
 /// so a resume on another node (the socket half-open) takes the session over, answered 503
@@ -1111,6 +1135,16 @@ async fn try_resume(
     resume_id: &str,
     awaiting: Option<&str>,
 ) -> Result<crate::support::Client, u16> {
+    try_resume_offering(addr, resume_id, awaiting, "mcp").await
+}
+
+/// [`try_resume`], offering the subprotocols `protocols` (a `Sec-WebSocket-Protocol` value).
+async fn try_resume_offering(
+    addr: SocketAddr,
+    resume_id: &str,
+    awaiting: Option<&str>,
+    protocols: &str,
+) -> Result<crate::support::Client, u16> {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let mut request = format!("ws://{addr}/mcp")
         .into_client_request()
@@ -1120,7 +1154,7 @@ async fn try_resume(
     if let Some(awaiting) = awaiting {
         headers.insert("Mcp-Awaiting-Ids", awaiting.parse().expect("header"));
     }
-    headers.insert("Sec-WebSocket-Protocol", "mcp".parse().expect("header"));
+    headers.insert("Sec-WebSocket-Protocol", protocols.parse().expect("header"));
     match tokio_tungstenite::connect_async(request).await {
         Ok((ws, _)) => Ok(crate::support::Client::from_ws(ws)),
         Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
