@@ -1433,6 +1433,87 @@ async fn answers_kept_for_a_task_on_another_node_are_only_its_questions_and_boun
     assert_eq!(done["result"]["content"][0]["text"], "Deleted kept.txt");
 }
 
+/// Answers sent for a task through another node are kept in Redis only while the task runs:
+/// its runner deletes them with its end. (Each answer stayed for the task's whole time to
+/// live, an hour: a client filled the Redis every node shares with tasks it answered through
+/// another node; attack run 58, F2.)
+#[tokio::test]
+async fn answers_for_a_task_on_another_node_are_kept_only_while_it_runs() {
+    let redis = RedisServer::start();
+    let nodes = task_nodes(&redis).await;
+    let (a, b) = (nodes.a, nodes.b);
+    for (filename, pad_bytes) in [("small.txt", 16), ("larger.txt", 200 * 1024)] {
+        let (id, _) = parked_task(a, b, filename).await;
+        let responses = json!({"confirm": {"action": "accept", "content": {"confirm": true},
+            "_meta": {"pad": "x".repeat(pad_bytes)}}});
+        let (_, ack) = http_request(
+            b,
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": responses}),
+        )
+        .await;
+        assert_eq!(result(&ack)["resultType"], "complete", "{ack}");
+        let done = http_poll(b, &id, "completed").await;
+        assert_eq!(
+            done["result"]["content"][0]["text"],
+            format!("Deleted {filename}")
+        );
+        let key = format!("mcp-ws:task-steer:{id}");
+        let deadline = Instant::now() + READ_TIMEOUT;
+        while !redis.keys(&key).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the answer ({pad_bytes} bytes of padding) stays in Redis after its task ended"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// An answer longer than a task's room for kept answers (256 KiB) sent through another node
+/// is sent but not kept in Redis: missed by the task's node (its bus subscription down), the
+/// task still asks its question, and answered again, it completes. (One of up to 4 MiB was
+/// kept as the newest, for the task's whole time to live; attack run 58, F2.)
+#[tokio::test]
+async fn an_answer_too_long_to_keep_for_a_task_on_another_node_is_sent_only() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A subscribes again 6 s after its subscription dropped, B after 1 s.
+    let (_node_a, a) =
+        start_node_with(dir.path(), "node-a", &redis, 200, "retry_after_ms = 6000\n");
+    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let (id, _) = parked_task(a, b, "long.txt").await;
+    redis.drop_subscriptions();
+    wait_back_before(b, a).await;
+    let answer = |pad: usize| {
+        json!({"taskId": id, "inputResponses": {"confirm": {"action": "accept",
+            "content": {"confirm": true}, "_meta": {"pad": "x".repeat(pad)}}}})
+    };
+    let (_, ack) = http_request(b, "tasks/update", answer(300 * 1024)).await;
+    assert_eq!(result(&ack)["resultType"], "complete", "{ack}");
+    assert_eq!(
+        redis.keys(&format!("mcp-ws:task-steer:{id}")),
+        Vec::<String>::new(),
+        "the long answer is kept in Redis"
+    );
+    let (_, a_metrics) = http_get(a, "/metrics").await;
+    assert!(
+        a_metrics
+            .lines()
+            .any(|l| l == "mcp_bus_bridge_subscribed 0"),
+        "A's bus was down when the answer was sent"
+    );
+    wait_bridged(a).await;
+    let asking = http_poll(b, &id, "input_required").await;
+    assert!(asking["inputRequests"].get("confirm").is_some(), "{asking}");
+    let (_, ack) = http_request(b, "tasks/update", answer(16)).await;
+    assert_eq!(result(&ack)["resultType"], "complete", "{ack}");
+    let done = http_poll(b, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "Deleted long.txt");
+}
+
 /// A task whose node is told to stop runs on through the shutdown grace, as a request in
 /// flight does, and ends as it would have: another node reports it completed, with its
 /// result. (Every task failed with -32004 as the shutdown began, however soon it would

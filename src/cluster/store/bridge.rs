@@ -651,15 +651,19 @@ pub(crate) async fn send_task_steer(
         cancel,
         responses,
     };
-    // Kept in Redis too, for as long as a task may live: the runner's node reads it there
+    // Kept in Redis too, for as long as the task runs: the runner's node reads it there
     // if its subscription was down when the message went out (attack run 52b, F4: the
-    // message reached the other nodes, the steer was acknowledged, and it was lost).
+    // message reached the other nodes, the steer was acknowledged, and it was lost). One
+    // longer than a task's room for them is sent only (attack run 58, F2): if that message
+    // is missed, the task still asks its question, and the client answers it again.
     let Ok(kept) = serde_json::to_string(&steer) else {
         return false;
     };
-    if !redis
-        .keep_task_steer(&cluster.metrics, id, kept.clone(), ttl)
-        .await
+    let keep = kept.len() <= super::redis::TASK_STEERS_KEPT_BYTES;
+    if keep
+        && !redis
+            .keep_task_steer(&cluster.metrics, id, kept.clone(), ttl)
+            .await
     {
         return false;
     }
@@ -676,7 +680,9 @@ pub(crate) async fn send_task_steer(
         return true;
     }
     // The client is told it was not taken: not to apply later either.
-    redis.forget_task_steer(&cluster.metrics, id, kept).await;
+    if keep {
+        redis.forget_task_steer(&cluster.metrics, id, kept).await;
+    }
     false
 }
 

@@ -845,7 +845,7 @@ impl RedisStore {
     }
 
     /// Keeps a steer (its JSON) for the task `id`, the last [`TASK_STEERS_KEPT`] of them and
-    /// [`TASK_STEERS_KEPT_BYTES`] at most (the newest always), for `ttl` (the task's time
+    /// [`TASK_STEERS_KEPT_BYTES`] at most (the newest always: none longer is sent here), for `ttl` (the task's time
     /// left): its runner's node reads them again when its bus subscription was down (it may
     /// have missed the steer's message). Whether Redis took it.
     pub(crate) async fn keep_task_steer(
@@ -879,6 +879,18 @@ impl RedisStore {
         // most likely just made it skip (review 59).
         self.attempt(metrics, "forget_task_steer", |mut con| async move {
             con.lrem::<_, _, i64>(key, -1, steer).await
+        })
+        .await;
+    }
+
+    /// Deletes the steers kept for the task `id` ([`keep_task_steer`](Self::keep_task_steer)):
+    /// its task ended, and they steer nothing any more (kept, they took Redis's room for the
+    /// task's whole time to live, an hour by default; attack run 58, F2). Best effort: left,
+    /// they lapse with that time.
+    pub(crate) async fn drop_task_steers(&self, metrics: &Metrics, id: &str) {
+        let key = self.task_steers_key(id);
+        self.run(metrics, "drop_task_steers", |mut con| async move {
+            con.del::<_, i64>(key).await
         })
         .await;
     }
@@ -1616,10 +1628,11 @@ const CLUSTER_REBUILD_EVERY: Duration = Duration::from_secs(2);
 /// are idempotent, and a client sends few.
 pub(crate) const TASK_STEERS_KEPT: usize = 64;
 
-/// The most bytes of steers kept for one task, the newest kept whatever its size: a client
-/// sending answers by the megabyte would otherwise fill Redis, shared by every node, for
-/// the task's lifetime (review 58 #2). Answers go only to questions the task asked
-/// (`tasks::update`), so this is room for many.
+/// The most bytes of steers kept for one task: a client sending answers by the megabyte
+/// would otherwise fill Redis, shared by every node, for the task's lifetime (review 58 #2).
+/// A steer longer than this is not kept at all (`bridge::send_task_steer`; attack run 58,
+/// F2: kept as the newest, one answer of 4 MiB a task stayed). Answers go only to questions
+/// the task asked (`tasks::update`), so this is room for many.
 pub(crate) const TASK_STEERS_KEPT_BYTES: usize = 256 * 1024;
 
 /// Appends `ARGV[1]` to the list `KEYS[1]`, keeps its last `ARGV[3]` items and, of those,

@@ -840,11 +840,17 @@ pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
                         .then_some(true);
                 }
             }
-            let mut unsaved = crate::lock(&cluster.tasks.unsaved);
-            if put.is_some() {
-                unsaved.remove(&record.id);
-            } else {
-                unsaved.insert(record.id.clone());
+            {
+                let mut unsaved = crate::lock(&cluster.tasks.unsaved);
+                if put.is_some() {
+                    unsaved.remove(&record.id);
+                } else {
+                    unsaved.insert(record.id.clone());
+                }
+            }
+            if put.is_some() && record.status.is_terminal() {
+                // What was kept to steer it steers nothing now.
+                redis.drop_task_steers(&cluster.metrics, &record.id).await;
             }
         }
     }
