@@ -205,12 +205,13 @@ fn subscribe<W>(
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
+    use tracing_subscriber::fmt::writer::MakeWriterExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&logging.filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer);
+        .with_writer(writer.with_filter(not_a_clients_repeat));
     match logging.format {
         LogFormat::Text => builder
             .with_ansi(ansi)
@@ -228,6 +229,17 @@ where
             .finish()
             .try_init(),
     }
+}
+
+/// The HTTP layer's own lines (actix-http's: a request head too large or malformed, a
+/// connection's I/O error) are each about one client's connection, and a client can make one
+/// per connection it opens, before the perimeter sees it (the client is answered 431 or 400):
+/// at ERROR, unthrottled, any port scanner filled the log and paged whoever alerts on errors
+/// (attack run 58, F3). They are written at most once a second, as the server's own
+/// warnings that a client could repeat are; the rest are dropped.
+fn not_a_clients_repeat(meta: &tracing::Metadata<'_>) -> bool {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    !meta.target().starts_with("actix_http::") || crate::first_this_second(&LAST)
 }
 
 /// The text format's fields: `name=value`, where a value that is neither a plain token

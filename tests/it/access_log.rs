@@ -16,6 +16,8 @@
 //!   every line logged inside them; the tool's context sees the same id.
 //! - `mcp_ws::access=off` in the filter turns the access log off; the text format writes it
 //!   too.
+//! - The HTTP layer's lines a client can repeat (a malformed head) are written at most once
+//!   a second.
 
 use crate::support::process::ServerProcess;
 use crate::support::*;
@@ -926,4 +928,44 @@ async fn a_clients_description_is_bounded_in_its_session_and_its_log_line() {
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     let pong = client.request_with_id(json!(3), "ping", json!({})).await;
     assert_result(&pong, &json!(3));
+}
+
+/// The HTTP layer's own error lines, which any client can cause once a connection before the
+/// perimeter (a malformed request head: 400), are written at most once a second: 200 such
+/// requests leave a line or two, not 200. (Each was an ERROR line: a port scanner filled
+/// the log; attack run 58, F3.)
+#[test]
+fn the_http_layers_lines_a_client_can_repeat_are_written_at_most_once_a_second() {
+    use std::io::{Read, Write};
+    let server = spawn("http-errors", "text", "info", "");
+    let head = format!(
+        "GET /mcp HTTP/1.1\r\nHost: {}\r\nBad Header\r\n\r\n",
+        server.addr
+    );
+    let began = Instant::now();
+    for _ in 0..200 {
+        let mut stream = std::net::TcpStream::connect(server.addr).expect("connects");
+        let _ = stream.write_all(head.as_bytes());
+        let mut status = [0u8; 12];
+        stream.read_exact(&mut status).expect("a status line");
+        assert_eq!(
+            &status,
+            b"HTTP/1.1 400",
+            "{}",
+            String::from_utf8_lossy(&status)
+        );
+    }
+    let seconds = began.elapsed().as_secs() + 2;
+    // The last line may still be on its way to the log.
+    std::thread::sleep(Duration::from_millis(300));
+    let lines = server
+        .process
+        .stderr_text()
+        .lines()
+        .filter(|l| l.contains("actix_http::"))
+        .count();
+    assert!(
+        (1..=seconds as usize).contains(&lines),
+        "{lines} lines of the HTTP layer in {seconds} s, at most one a second expected"
+    );
 }
