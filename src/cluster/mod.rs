@@ -68,6 +68,9 @@ pub struct Cluster {
     /// (the count of such findings), so that they claim their tasks at once rather than at
     /// their next change (see [`tasks::end`]).
     findings: tokio::sync::watch::Sender<u64>,
+    /// When (`clock` ms) this node's beats began to reach Redis steadily, each within
+    /// [`SUSPECT_AFTER`] of the one before: see [`judges_others`](Self::judges_others).
+    steady_since_ms: std::sync::atomic::AtomicU64,
     /// What `last_beat_ms` counts from.
     clock: std::time::Instant,
     /// Writes to Redis under way that the server waits for before it stops
@@ -111,6 +114,11 @@ pub(crate) const MAX_OWED_ENDS: usize = 1024;
 /// sessions before it answers on them: a node is dead to the others 3 s after its last beat
 /// (one a second), and a gap over 2 s is not a beat late, but the node stalled or cut off.
 pub(crate) const SUSPECT_AFTER: std::time::Duration = std::time::Duration::from_millis(2000);
+
+/// How long a node's alive key lives after each of its beats: three beats. A node whose key
+/// is gone is taken for dead by the others (see [`Cluster::judges_others`]).
+pub(crate) const ALIVE_FOR: std::time::Duration =
+    std::time::Duration::from_secs(store::bridge::BEAT.as_secs() * 3);
 
 /// How long a node's claim of an end it runs (`held`: a POST stream's, see
 /// `transport::stream_end`; a task's, see [`tasks::end`]) holds the other nodes off: its
@@ -169,6 +177,7 @@ impl Cluster {
             last_beat_ms: std::sync::atomic::AtomicU64::new(0),
             taken_for_dead: std::sync::atomic::AtomicU64::new(0),
             findings: tokio::sync::watch::Sender::new(0),
+            steady_since_ms: std::sync::atomic::AtomicU64::new(0),
             clock: std::time::Instant::now(),
             last_writes: std::sync::atomic::AtomicUsize::new(0),
             streams: std::sync::atomic::AtomicU64::new(0),
@@ -183,9 +192,13 @@ impl Cluster {
         // Not the first beat: a node is new to the others before it is dead to them. Counted
         // before the beat's time is stored: a holder that sees the new time sees the count
         // (review 52 #9).
-        let found = !still_held && self.last_beat_ms.load(Ordering::SeqCst) != 0;
+        let before = self.last_beat_ms.load(Ordering::SeqCst);
+        let found = !still_held && before != 0;
         if found {
             self.taken_for_dead.fetch_add(1, Ordering::SeqCst);
+        }
+        if before == 0 || now.saturating_sub(before) > SUSPECT_AFTER.as_millis() as u64 {
+            self.steady_since_ms.store(now, Ordering::SeqCst);
         }
         self.last_beat_ms.store(now, Ordering::SeqCst);
         if found {
@@ -223,6 +236,23 @@ impl Cluster {
     /// [`may_be_taken_for_dead`](Self::may_be_taken_for_dead)).
     pub(crate) fn findings(&self) -> tokio::sync::watch::Receiver<u64> {
         self.findings.subscribe()
+    }
+
+    /// Whether this node may take another for dead because its alive key is gone from
+    /// Redis (and claim what it ran `lost`): only once its own beats have reached Redis
+    /// steadily for a node's alive time ([`ALIVE_FOR`]), the last within [`SUSPECT_AFTER`].
+    /// Beats of its own that did not land (Redis away, or its writes paused while reads went
+    /// on, as in a failover) say the other nodes' did not either: their keys lapsed for that,
+    /// not because they died, and they are back within a beat of Redis (attack run 58, F4: a
+    /// claim made as the pause ended, or held up by it, failed tasks of live nodes).
+    pub(crate) fn judges_others(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let now = self.clock.elapsed().as_millis() as u64;
+        let mark = self.hold_mark();
+        let steady_since = self.steady_since_ms.load(Ordering::SeqCst);
+        !self.stalled_at(mark)
+            && mark.beat_ms != 0
+            && now.saturating_sub(steady_since) >= ALIVE_FOR.as_millis() as u64
     }
 
     /// Whether no beat reached Redis for [`SUSPECT_AFTER`] (none yet: no).

@@ -9,7 +9,8 @@
 //! The protocol, on one key per stream (`<key_prefix>stream-end:{<session>}:<stream>`, so
 //! it works on a Redis Cluster too), each step one compare-and-set in a Lua script:
 //!
-//! - A follower that finds the stream's node dead (its alive key gone: no beat for 3 s)
+//! - A follower that finds the stream's node dead (its alive key gone: no beat for 3 s;
+//!   the follower's own beats landing steadily meanwhile, `Cluster::judges_others`)
 //!   claims the stream `lost` before it answers anything, unless the key says `held`: the
 //!   node went on and claimed the stream since, so the follower goes on following (that node
 //!   lives, and mirrors its answers). `lost` is kept for [`lost_ttl`]. Redis out of reach,

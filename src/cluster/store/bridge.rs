@@ -259,7 +259,10 @@ async fn beat(cluster: Arc<Cluster>) {
                 kept_early = true;
             }
         }
-        let Some(still_held) = redis.beat(&cluster.metrics, node, BEAT * 3).await else {
+        let Some(still_held) = redis
+            .beat(&cluster.metrics, node, crate::cluster::ALIVE_FOR)
+            .await
+        else {
             // The claims due are kept, and the results and releases owed are sent, anyway:
             // over a slow link (commands reach Redis, its replies come late) the beats land
             // and the node lives to the others, and a lease let lapse would let a retry

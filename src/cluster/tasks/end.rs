@@ -9,7 +9,9 @@
 //! Cluster too), each step one compare-and-set in a Lua script:
 //!
 //! - A node about to show a task of another node failed because that node is dead (its
-//!   alive key gone: no beat for 3 s) claims the task `lost` first, unless the key says
+//!   alive key gone: no beat for 3 s; and this node's own beats landing steadily for those
+//!   3 s, `Cluster::judges_others`: in an outage, or while Redis pauses its writes, every
+//!   alive key lapses) claims the task `lost` first, unless the key says
 //!   `held`: the node went on and claimed the task since, so the record is shown as it is.
 //!   Lost, the node writes the failed record to Redis too, so that no node shows the task
 //!   as its record said before (working) once the task's node is alive again and before
