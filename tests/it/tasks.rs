@@ -62,12 +62,25 @@ async fn http_request(addr: SocketAddr, method: &str, params: Value) -> (u16, Va
 }
 
 async fn http_request_as(addr: SocketAddr, method: &str, params: Value) -> (u16, Value) {
+    http_request_bearing(addr, method, params, None).await
+}
+
+/// [`http_request_as`], with the API key `key` as its bearer token when given.
+async fn http_request_bearing(
+    addr: SocketAddr,
+    method: &str,
+    params: Value,
+    key: Option<&str>,
+) -> (u16, Value) {
     let mut request = crate::support::http::client()
         .post(format!("http://{addr}/mcp"))
         .header("Accept", "application/json, text/event-stream")
         .header("Content-Type", "application/json")
         .header("MCP-Protocol-Version", "2026-07-28")
         .header("Mcp-Method", method);
+    if let Some(key) = key {
+        request = request.header("Authorization", format!("Bearer {key}"));
+    }
     let name = params
         .get("taskId")
         .or_else(|| params.get("name"))
@@ -1619,6 +1632,75 @@ async fn a_task_whose_node_dies_is_shown_failed_by_the_others() {
     let (_, cancelled) = http_request(b, "tasks/cancel", json!({"taskId": id})).await;
     assert!(cancelled.get("error").is_none(), "{cancelled}");
     http_poll(b, &id, "failed").await;
+}
+
+/// A keyed call that became a task whose node then died runs again when it is retried with
+/// its key, as the task's -32031 (`nodeLost`, "retry it") asks: a new task, not the failed
+/// one. (Every retry with the key, on every node, was answered with the failed task for the
+/// whole de-duplication window; attack run 58, F6.)
+#[tokio::test]
+async fn a_keyed_call_whose_task_died_with_its_node_runs_again_on_its_retry() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // An identity whose keys every node shares (an anonymous client's are its own).
+    let with_key = format!(
+        "\n[[auth.api_keys]]\nname = \"tester\"\nsha256 = \"{}\"\nscopes = []\n",
+        crate::support::sha256_hex(TEST_KEY)
+    );
+    let (mut node_a, a) = start_node_with(dir.path(), "node-a", &redis, 200, &with_key);
+    let (_node_b, b) = start_node_with(dir.path(), "node-b", &redis, 200, &with_key);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let call = crate::support::meta::add_meta(
+        stateless_with(
+            with_tasks(),
+            json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "keyed"}}),
+        ),
+        "idempotencyKey",
+        json!("k-task-node-lost"),
+    );
+    let (_, created) = http_request_bearing(a, "tools/call", call.clone(), Some(TEST_KEY)).await;
+    let first = task_id(&created);
+    let get = |id: String| json!({"taskId": id});
+    let (_, shown) = http_request_bearing(
+        b,
+        "tasks/get",
+        stateless_with(with_tasks(), get(first.clone())),
+        Some(TEST_KEY),
+    )
+    .await;
+    assert_eq!(result(&shown)["status"], "working", "{shown}");
+    node_a.kill();
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let (_, shown) = http_request_bearing(
+            b,
+            "tasks/get",
+            stateless_with(with_tasks(), get(first.clone())),
+            Some(TEST_KEY),
+        )
+        .await;
+        if result(&shown)["status"] == "failed" {
+            assert_eq!(result(&shown)["error"]["code"], -32031, "{shown}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never shown failed: {shown}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, retried) = http_request_bearing(b, "tools/call", call.clone(), Some(TEST_KEY)).await;
+    let second = task_id(&retried);
+    assert_ne!(second, first, "the retry was answered with the failed task");
+    let (_, shown) = http_request_bearing(
+        b,
+        "tasks/get",
+        stateless_with(with_tasks(), get(second.clone())),
+        Some(TEST_KEY),
+    )
+    .await;
+    assert_eq!(result(&shown)["status"], "working", "{shown}");
+    // The new run is the key's now: a further retry joins it.
+    let (_, again) = http_request_bearing(b, "tools/call", call, Some(TEST_KEY)).await;
+    assert_eq!(task_id(&again), second);
 }
 
 /// A task whose node stalls (SIGSTOP) past its alive time is shown failed by the other

@@ -363,6 +363,26 @@ async fn run(
                 fingerprint,
                 result,
             }) if fingerprint == keyed.fingerprint => {
+                if backend == Backend::Redis
+                    && task_ended_with_its_node(&cluster, &result, &keyed.identity).await
+                {
+                    // Freed (if it still holds this answer), so this retry runs the call
+                    // again; answered with it if Redis does not take the release.
+                    let stale = Claim::Done {
+                        fingerprint,
+                        result: result.clone(),
+                    };
+                    if let Some(redis) = cluster.store.redis() {
+                        if redis
+                            .release(&cluster.metrics, &keyed.key, stale.encode())
+                            .await
+                        {
+                            cluster.metrics.dedup_orphans.inc();
+                            tracing::info!(id = %id, "a keyed call's task ended with its node (lost, or shut down); its retry runs it again");
+                            continue;
+                        }
+                    }
+                }
                 cluster.metrics.dedup_hits.inc();
                 tracing::debug!(id = %id, "answered from the de-duplication store");
                 return Ok(encode_result(&id, &result));
@@ -408,6 +428,34 @@ async fn run(
             }
         }
     }
+}
+
+/// Whether `result`, a keyed call's kept answer, is the handle of a task (`resultType`
+/// `task`) that ended with its node, unfinished: failed -32031 `nodeLost` (its node died,
+/// and another showed it failed) or -32004 (its node shut down first). The retry that error
+/// asks for is to run the call again, as that of a keyed call whose node died mid-run does
+/// ([`runner_died`]). (Attack run 58, F6: the key answered every retry with the failed task
+/// for the whole de-duplication window.) A task that cannot be read says no.
+async fn task_ended_with_its_node(cluster: &Cluster, result: &str, identity: &str) -> bool {
+    use crate::protocol::mcp::codes;
+    let Ok(handle) = serde_json::from_str::<serde_json::Value>(result) else {
+        return false;
+    };
+    let Some(task_id) = handle["taskId"]
+        .as_str()
+        .filter(|_| handle["resultType"] == "task")
+    else {
+        return false;
+    };
+    let Ok(task) = crate::cluster::tasks::load_shown(cluster, task_id, identity, &|_| Ok(())).await
+    else {
+        return false;
+    };
+    let code = task.error.as_ref().and_then(|error| error["code"].as_i64());
+    task.status == crate::cluster::tasks::TaskStatus::Failed
+        && code.is_some_and(|code| {
+            code == i64::from(codes::ANSWER_LOST.0) || code == i64::from(codes::SHUTTING_DOWN.0)
+        })
 }
 
 /// Whether the run that claimed `runner` is known gone: its node no longer says it is alive
