@@ -123,8 +123,7 @@ pub(crate) const ALIVE_FOR: std::time::Duration =
 /// How long a node's claim of an end it runs (`held`: a POST stream's, see
 /// `transport::stream_end`; a task's, see [`tasks::end`]) holds the other nodes off: its
 /// alive time (three beats), as long as a node that died is taken for alive.
-pub(crate) const HOLD_LEASE: std::time::Duration =
-    std::time::Duration::from_secs(store::bridge::BEAT.as_secs() * 3);
+pub(crate) const HOLD_LEASE: std::time::Duration = ALIVE_FOR;
 
 /// How long a node's claims cover what it does in a stall that goes on (no beat landing): a
 /// third of [`HOLD_LEASE`], so that the next claims land long before the lease of the last
@@ -253,6 +252,21 @@ impl Cluster {
         !self.stalled_at(mark)
             && mark.beat_ms != 0
             && now.saturating_sub(steady_since) >= ALIVE_FOR.as_millis() as u64
+    }
+
+    /// Whether `node` is dead to this node: Redis no longer holds its alive key, and this
+    /// node may judge ([`judges_others`](Self::judges_others)) before the read and after it
+    /// (the read may have waited behind writes Redis held back, and answer as they end). Not
+    /// known (Redis did not answer, or no Redis) counts as alive. What every judgment of
+    /// another node's death goes through: a task shown failed, a POST stream followed, a
+    /// keyed call's claim freed, a WebSocket session taken up without a hand-over.
+    pub(crate) async fn found_dead(&self, node: u64) -> bool {
+        let Some(redis) = self.store.redis() else {
+            return false;
+        };
+        self.judges_others()
+            && redis.is_alive(&self.metrics, node).await == Some(false)
+            && self.judges_others()
     }
 
     /// Whether no beat reached Redis for [`SUSPECT_AFTER`] (none yet: no).

@@ -2058,11 +2058,7 @@ async fn follow_until_lost(followed: &Followed, mirrored: &mut Mirrored, reader:
             return mirrored.unanswered().next().is_some()
                 && redis.stream_lost(&cluster.metrics, session, *stream).await == Some(true);
         }
-        // Its node dead to Redis, and this node fit to judge (`Cluster::judges_others`).
-        if quiet
-            && cluster.judges_others()
-            && redis.is_alive(&cluster.metrics, node).await == Some(false)
-        {
+        if quiet && cluster.found_dead(node).await {
             let ttl = stream_end::lost_ttl(&cluster.settings);
             match redis
                 .claim_stream_lost(&cluster.metrics, session, *stream, ttl)

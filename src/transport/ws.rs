@@ -917,13 +917,11 @@ async fn released_record(
         else {
             return Ok(stored);
         };
-        let redis = shared
-            .cluster
-            .store
-            .redis()
-            .ok_or(Refusal::SessionStoreUnavailable)?;
-        // Not known (Redis did not answer): as alive.
-        if redis.is_alive(&shared.metrics, holder).await == Some(false) {
+        if shared.cluster.store.redis().is_none() {
+            return Err(Refusal::SessionStoreUnavailable);
+        }
+        // Not known (Redis did not answer), or this node unfit to judge: as alive.
+        if shared.cluster.found_dead(holder).await {
             return Ok(stored);
         }
         if tokio::time::Instant::now() >= next_ask {

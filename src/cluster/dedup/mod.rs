@@ -458,19 +458,17 @@ async fn task_ended_with_its_node(cluster: &Cluster, result: &str, identity: &st
         })
 }
 
-/// Whether the run that claimed `runner` is known gone: its node no longer says it is alive
-/// in Redis (see `bridge::beat`); or it is this node's, and no run here holds it (it ended,
+/// Whether the run that claimed `runner` is known gone: its node is dead to this one
+/// ([`Cluster::found_dead`]); or it is this node's, and no run here holds it (it ended,
 /// and Redis was not told). Not known (Redis away) counts as alive.
 async fn runner_died(cluster: &Cluster, runner: ClaimId) -> bool {
     // This node's by its whole id (the 20-bit number two nodes may share).
     if (runner >> 64) as u64 == cluster.store.node() {
         return !cluster.store.is_live_owner(runner);
     }
-    let node = crate::cluster::Cluster::number_of(runner);
-    match cluster.store.redis() {
-        Some(redis) => redis.is_alive(&cluster.metrics, node).await == Some(false),
-        None => false,
-    }
+    cluster
+        .found_dead(crate::cluster::Cluster::number_of(runner))
+        .await
 }
 
 /// The answer to a keyed call while Redis cannot be reached (`cluster.on_store_error =

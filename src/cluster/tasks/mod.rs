@@ -1203,9 +1203,7 @@ async fn fail_if_node_lost(cluster: &Cluster, record: &mut TaskRecord) -> Result
         }
         return Ok(());
     }
-    // Shown as its record says unless this node may judge its node dead (it had no outage
-    // of its own in the node's alive time) and Redis says it is.
-    if !cluster.judges_others() || redis.is_alive(&cluster.metrics, node).await != Some(false) {
+    if !cluster.found_dead(node).await {
         return Ok(());
     }
     match redis
