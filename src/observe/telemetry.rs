@@ -235,11 +235,14 @@ where
 /// connection's I/O error) are each about one client's connection, and a client can make one
 /// per connection it opens, before the perimeter sees it (the client is answered 431 or 400):
 /// at ERROR, unthrottled, any port scanner filled the log and paged whoever alerts on errors
-/// (attack run 58, F3). They are written at most once a second, as the server's own
-/// warnings that a client could repeat are; the rest are dropped.
+/// (attack run 58, F3). Those at WARN and ERROR are written at most once a second, as the
+/// server's own warnings that a client could repeat are; the rest are dropped.
 fn not_a_clients_repeat(meta: &tracing::Metadata<'_>) -> bool {
     static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    !meta.target().starts_with("actix_http::") || crate::first_this_second(&LAST)
+    // Warnings and errors only: the debug lines an operator turned on are all written.
+    *meta.level() > tracing::Level::WARN
+        || !meta.target().starts_with("actix_http::")
+        || crate::first_this_second(&LAST)
 }
 
 /// The text format's fields: `name=value`, where a value that is neither a plain token

@@ -430,6 +430,10 @@ async fn run(
     }
 }
 
+/// Longer than any task's handle (`CreateTaskResult`: its id, status, times and status
+/// message).
+const TASK_HANDLE_MAX_BYTES: usize = 16 * 1024;
+
 /// Whether `result`, a keyed call's kept answer, is the handle of a task (`resultType`
 /// `task`) that ended with its node, unfinished: failed -32031 `nodeLost` (its node died,
 /// and another showed it failed) or -32004 (its node shut down first). The retry that error
@@ -438,6 +442,10 @@ async fn run(
 /// for the whole de-duplication window.) A task that cannot be read says no.
 async fn task_ended_with_its_node(cluster: &Cluster, result: &str, identity: &str) -> bool {
     use crate::protocol::mcp::codes;
+    // A task's handle is a few hundred bytes: a long result is none, and is not parsed.
+    if result.len() > TASK_HANDLE_MAX_BYTES {
+        return false;
+    }
     let Ok(handle) = serde_json::from_str::<serde_json::Value>(result) else {
         return false;
     };

@@ -387,17 +387,25 @@ async fn beat(cluster: Arc<Cluster>) {
 /// this node owes Redis and would otherwise take with it. The results of keyed calls that
 /// ended while Redis was away or skipped (lost, their claims lapse and a retry elsewhere
 /// runs the call again) and the releases of runs that ended without one (their claims hold
-/// the keys until their leases lapse) are each sent once, even while the node skips Redis
-/// after a failure, as the keep pass sends them; then the signature nonces taken while
-/// Redis was away, and the ends of sessions the other nodes were not told, as a beat Redis
-/// answers would. The caller bounds the time; what Redis does not take goes with the node,
-/// as it did before.
+/// the keys until their leases lapse) are written back in order, results first, as a beat
+/// Redis answers writes them; what that leaves (Redis skipped after a failure) is sent
+/// once, all together, as the keep pass sends it over a slow link. Then the task records
+/// Redis did not take (a task's end at the grace's end among them), and, if Redis is not
+/// skipped, the signature nonces taken while it was away and the ends of sessions the other
+/// nodes were not told. The caller bounds the time; what Redis does not take goes with the
+/// node, as it did before.
 pub(crate) async fn settle_owed(cluster: &Arc<Cluster>) {
     if cluster.store.redis().is_none() {
         return;
     }
     for _ in 0..cluster.store.stranded_passes() {
+        cluster.store.write_back(&cluster.metrics).await;
+    }
+    for _ in 0..cluster.store.stranded_passes() {
         cluster.store.push_stranded(&cluster.metrics).await;
+    }
+    if cluster.tasks.has_unsaved() {
+        cluster.tasks.push_unsaved(cluster).await;
     }
     cluster.store.write_back_nonces(&cluster.metrics).await;
     tell_owed_ends(cluster).await;

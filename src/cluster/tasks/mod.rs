@@ -804,6 +804,7 @@ impl Drop for IdentityPlace {
 /// fails with -32008 `taskBytes` instead, and `record` says so.
 pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
     let redis = cluster.store.redis();
+    let mut drop_steers = false;
     let (mut json, kept) = cluster.tasks.keep_json(record, redis.is_some());
     if let Err(refused) = kept {
         // Failing it rather than keeping the result past the bound: the client learns at
@@ -848,13 +849,15 @@ pub(crate) async fn save(cluster: &Cluster, record: &mut TaskRecord) {
                     unsaved.insert(record.id.clone());
                 }
             }
-            if put.is_some() && record.status.is_terminal() {
-                // What was kept to steer it steers nothing now.
-                redis.drop_task_steers(&cluster.metrics, &record.id).await;
-            }
+            drop_steers = put.is_some() && record.status.is_terminal();
         }
     }
     publish(cluster, record);
+    if let (true, Some(redis)) = (drop_steers, redis) {
+        // What was kept to steer it steers nothing now. After the end is told: best effort,
+        // it holds nothing up.
+        redis.drop_task_steers(&cluster.metrics, &record.id).await;
+    }
 }
 
 /// Stores the first record of a task that runs on (its runner's first store), as [`save`]
