@@ -1364,6 +1364,30 @@ async fn a_cancel_sent_while_the_tasks_node_had_no_bus_subscription_reaches_it_a
     http_poll(b, &id, "cancelled").await;
 }
 
+/// Two nodes on `redis`, A and B, and a `confirm_delete` task of `filename` created on A and
+/// parked on its question; then every bus subscription dropped, and returned once B's is
+/// back while A's is not (A subscribes again 6 s after the drop, B after 1 s). The nodes
+/// (kept alive by the caller) with their directory, A's and B's addresses, the task's id.
+async fn parked_while_its_nodes_bus_is_down(
+    redis: &RedisServer,
+    filename: &str,
+) -> (
+    (ServerProcess, ServerProcess, tempfile::TempDir),
+    (SocketAddr, SocketAddr),
+    String,
+) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (node_a, a) = start_node_with(dir.path(), "node-a", redis, 200, "retry_after_ms = 6000\n");
+    let (node_b, b) = start_node(dir.path(), "node-b", redis);
+    wait_bridged(a).await;
+    wait_bridged(b).await;
+    let (id, parked) = parked_task(a, b, filename).await;
+    assert!(parked["inputRequests"].get("confirm").is_some(), "{parked}");
+    redis.drop_subscriptions();
+    wait_back_before(b, a).await;
+    ((node_a, node_b, dir), (a, b), id)
+}
+
 /// Answers sent through another node while the task's node has no bus subscription are
 /// kept in Redis for it within bounds: only those to the task's questions, the newest within
 /// 256 KiB; and the kept answer reaches the task once its node's subscription is back.
@@ -1372,18 +1396,8 @@ async fn a_cancel_sent_while_the_tasks_node_had_no_bus_subscription_reaches_it_a
 #[tokio::test]
 async fn answers_kept_for_a_task_on_another_node_are_only_its_questions_and_bounded() {
     let redis = RedisServer::start();
-    let dir = tempfile::tempdir().expect("temp dir");
-    // A subscribes again 6 s after its subscription dropped, B after 1 s.
-    let (_node_a, a) =
-        start_node_with(dir.path(), "node-a", &redis, 200, "retry_after_ms = 6000\n");
-    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
-    wait_bridged(a).await;
-    wait_bridged(b).await;
-    let (id, parked) = parked_task(a, b, "kept.txt").await;
-    assert!(parked["inputRequests"].get("confirm").is_some(), "{parked}");
-    redis.drop_subscriptions();
+    let (_nodes, (a, b), id) = parked_while_its_nodes_bus_is_down(&redis, "kept.txt").await;
     let deadline = Instant::now() + READ_TIMEOUT;
-    wait_back_before(b, a).await;
     // 100 KiB of padding in each answer's _meta, and one more to no question.
     let pad = "x".repeat(100 * 1024);
     let mut answers = vec![
@@ -1490,16 +1504,7 @@ async fn answers_for_a_task_on_another_node_are_kept_only_while_it_runs() {
 #[tokio::test]
 async fn an_answer_too_long_to_keep_for_a_task_on_another_node_is_sent_only() {
     let redis = RedisServer::start();
-    let dir = tempfile::tempdir().expect("temp dir");
-    // A subscribes again 6 s after its subscription dropped, B after 1 s.
-    let (_node_a, a) =
-        start_node_with(dir.path(), "node-a", &redis, 200, "retry_after_ms = 6000\n");
-    let (_node_b, b) = start_node(dir.path(), "node-b", &redis);
-    wait_bridged(a).await;
-    wait_bridged(b).await;
-    let (id, _) = parked_task(a, b, "long.txt").await;
-    redis.drop_subscriptions();
-    wait_back_before(b, a).await;
+    let (_nodes, (a, b), id) = parked_while_its_nodes_bus_is_down(&redis, "long.txt").await;
     let answer = |pad: usize| {
         json!({"taskId": id, "inputResponses": {"confirm": {"action": "accept",
             "content": {"confirm": true}, "_meta": {"pad": "x".repeat(pad)}}}})
